@@ -1,0 +1,66 @@
+# Terrace: build, demo, tests and benchmarks.
+#
+#   make demo         build and mount a default pool in ./terrace-demo/mnt, print its status
+#   make test         everything CI runs: fmt, clippy, unit/model tests, FUSE end-to-end tests
+#   make crash-long   the long kill -9 crash loop (200 iterations)
+#   make bench        full benchmark (3 runs per job, medians) -> docs/benchmarks.md, docs/results/
+#   make bench-quick  short benchmark (< 10 minutes)
+#   make clean-mounts lazily unmount every stale Terrace test/demo/bench mount
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+CARGO    ?= cargo
+PYTHON   ?= python3
+TERRACE  := $(CURDIR)/target/release/terrace
+
+DEMO_POOL ?= /dev/shm/terrace-demo.pm
+DEMO_SIZE ?= 512M
+DEMO_DIR  := $(CURDIR)/terrace-demo
+DEMO_MNT  := $(DEMO_DIR)/mnt
+
+CRASH_ITERATIONS ?= 200
+
+.PHONY: all demo test crash-long bench bench-quick clean-mounts setup build fmt-check clippy unit e2e
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release --workspace --all-targets
+
+# ---------------------------------------------------------------- quick start
+demo: build
+	@scripts/demo.sh "$(TERRACE)" "$(DEMO_POOL)" "$(DEMO_SIZE)" "$(DEMO_MNT)"
+
+# ---------------------------------------------------------------------- tests
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --release
+
+# The end-to-end tests drive target/release/terrace and the passthrough example.
+e2e: build
+	$(PYTHON) -m pytest -q tests/e2e
+
+test: setup fmt-check clippy unit e2e
+
+crash-long: build
+	CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(PYTHON) -m pytest -q tests/e2e/test_crash_kill.py
+
+# ----------------------------------------------------------------- benchmarks
+bench: build
+	bench/run.sh full
+
+bench-quick: build
+	bench/run.sh quick
+
+# ------------------------------------------------------------------ cleaning
+clean-mounts:
+	@scripts/clean-mounts.sh "$(DEMO_DIR)"

@@ -1,0 +1,394 @@
+//! The mounted file system: inode table, locking, transactions, open and unmount.
+//!
+//! # Locking
+//! Each inode has its own mutex. An operation on several inodes locks them in
+//! ascending inode-number order ([`Fs::lock_set`]), after a first unlocked lookup
+//! pass, and re-validates what it looked up once it holds the locks. Renames also
+//! hold `rename_lock`, so directory parents (the only thing a loop check reads)
+//! change one rename at a time.
+//!
+//! # Transactions
+//! An operation builds log entries per inode, then [`Fs::commit`] stages them
+//! beyond each tail, publishes all new tails (and any slot-state words) at once —
+//! the commit point — and finally applies the same entries to the DRAM inodes, so
+//! DRAM always equals a replay of the committed logs.
+
+use crate::alloc::PageAllocator;
+use crate::inode::{Inode, Released};
+use crate::journal::Journal;
+use crate::recovery::{scan, OpenError, Problem, Scan};
+use crate::types::{errno, FsResult, Ino};
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use terrace_format::{inode_offset, Entry, Superblock, BLOCK_SIZE, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL, INODE_OFF_STATE};
+use terrace_media::PmMedia;
+
+/// A locked inode slot of the DRAM table.
+pub type Slot<'a> = MutexGuard<'a, Option<Box<Inode>>>;
+
+/// Counters shown by `terrace status`.
+#[derive(Default)]
+pub struct Counters {
+    /// write() calls.
+    pub writes: AtomicU64,
+    /// Bytes written by applications.
+    pub bytes_written: AtomicU64,
+    /// read() calls.
+    pub reads: AtomicU64,
+    /// Bytes read by applications.
+    pub bytes_read: AtomicU64,
+    /// fsync/fdatasync calls.
+    pub fsyncs: AtomicU64,
+    /// Log commits.
+    pub commits: AtomicU64,
+    /// Commits that went through the journal.
+    pub journaled_commits: AtomicU64,
+    /// Logs compacted.
+    pub compactions: AtomicU64,
+}
+
+/// What mount found about the previous session.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct MountReport {
+    /// The pool was cleanly unmounted last time.
+    pub was_clean: bool,
+    /// Journal transactions rolled back.
+    pub rolled_back: usize,
+    /// Orphan inodes freed.
+    pub orphans_freed: usize,
+    /// Link-count mismatches found (not fatal; `fsck --repair` fixes them).
+    pub link_count_warnings: usize,
+}
+
+/// A mounted Terrace pool.
+pub struct Fs {
+    pub(crate) media: Arc<dyn PmMedia>,
+    pub(crate) sb: Mutex<Superblock>,
+    pub(crate) table: Vec<Mutex<Option<Box<Inode>>>>,
+    pub(crate) free_slots: Mutex<Vec<Ino>>,
+    pub(crate) alloc: PageAllocator,
+    pub(crate) journal: Journal,
+    pub(crate) rename_lock: Mutex<()>,
+    pub(crate) next_fh: AtomicU64,
+    /// Statistics.
+    pub counters: Counters,
+    pub(crate) report: MountReport,
+    pub(crate) unmounted: std::sync::atomic::AtomicBool,
+}
+
+/// Current time in ns since the epoch.
+pub fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+impl Fs {
+    /// Opens (mounts) a pool: runs recovery and marks the pool in use.
+    pub fn mount(media: Arc<dyn PmMedia>) -> Result<Fs, OpenError> {
+        let sc = scan(&*media, true, &mut |_, _| {})?;
+        Fs::from_scan(media, sc)
+    }
+
+    fn from_scan(media: Arc<dyn PmMedia>, sc: Scan) -> Result<Fs, OpenError> {
+        let Scan { mut sb, inodes, problems, orphans, rolled_back, alloc } = sc;
+        let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
+        if let Some(first) = fatal.first() {
+            let more = if fatal.len() > 1 { format!(" (and {} more problems)", fatal.len() - 1) } else { String::new() };
+            return Err(OpenError::Corrupt(format!("{first}{more}")));
+        }
+        let alloc = alloc.ok_or_else(|| OpenError::Corrupt("block ownership is inconsistent".into()))?;
+        let report = MountReport {
+            was_clean: sb.clean,
+            rolled_back,
+            orphans_freed: orphans.len(),
+            link_count_warnings: problems.len(),
+        };
+        let n = sb.inode_count as usize;
+        let mut table: Vec<Mutex<Option<Box<Inode>>>> = Vec::with_capacity(n);
+        table.resize_with(n, || Mutex::new(None));
+        for (ino, inode) in inodes {
+            *table[ino as usize].get_mut() = Some(Box::new(inode));
+        }
+        let mut free: Vec<Ino> = (2..n as u64).rev().filter(|&i| table[i as usize].get_mut().is_none()).collect();
+        free.shrink_to_fit();
+        sb.clean = false;
+        sb.generation += 1;
+        sb.mount_count += 1;
+        sb.last_mount_unix = (now_ns() / 1_000_000_000) as u64;
+        crate::mkfs::write_superblock(&*media, &sb);
+        Ok(Fs {
+            media,
+            sb: Mutex::new(sb),
+            table,
+            free_slots: Mutex::new(free),
+            alloc,
+            journal: Journal::default(),
+            rename_lock: Mutex::new(()),
+            next_fh: AtomicU64::new(1),
+            counters: Counters::default(),
+            report,
+            unmounted: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// What mount found.
+    pub fn mount_report(&self) -> &MountReport {
+        &self.report
+    }
+
+    /// The superblock as of mount.
+    pub fn superblock(&self) -> Superblock {
+        self.sb.lock().clone()
+    }
+
+    /// Persists everything and marks the pool cleanly unmounted. Idempotent.
+    pub fn unmount(&self) -> std::io::Result<()> {
+        if self.unmounted.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.media.fence();
+        self.media.sync_all()?;
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        sb.generation += 1;
+        crate::mkfs::write_superblock(&*self.media, &sb);
+        self.media.sync_all()
+    }
+
+    /// Locks one inode; ENOENT when the slot holds no live inode.
+    pub(crate) fn lock(&self, ino: Ino) -> FsResult<Slot<'_>> {
+        let slot = self.table.get(ino as usize).ok_or_else(|| errno(libc::ENOENT))?.lock();
+        match slot.as_ref() {
+            Some(i) if !i.zombie || i.open_count > 0 || i.lookups > 0 => Ok(slot),
+            _ => Err(errno(libc::ENOENT)),
+        }
+    }
+
+    /// Locks several inodes in ascending order (duplicates ignored).
+    pub(crate) fn lock_set(&self, inos: &[Ino]) -> FsResult<Locked<'_>> {
+        let mut v: Vec<Ino> = inos.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        let mut guards = Vec::with_capacity(v.len());
+        for ino in v {
+            guards.push((ino, self.lock(ino)?));
+        }
+        Ok(Locked { guards })
+    }
+
+    /// Takes a free inode slot number.
+    pub(crate) fn alloc_slot(&self) -> FsResult<Ino> {
+        self.free_slots.lock().pop().ok_or_else(|| errno(libc::ENOSPC))
+    }
+
+    /// Returns a slot number to the free list (the DRAM slot must be empty).
+    pub(crate) fn release_slot(&self, ino: Ino) {
+        self.free_slots.lock().push(ino);
+    }
+
+    /// Returns physical runs to their tier's allocator.
+    pub(crate) fn free_runs(&self, runs: Vec<Released>) {
+        for (tier, block, n) in runs {
+            if tier == 0 && n > 0 {
+                self.alloc.free_run(block, n);
+            }
+        }
+    }
+
+    /// Frees an inode's log pages and data (after its slot was freed on media).
+    pub(crate) fn release_inode_space(&self, inode: &mut Inode) {
+        let pages = std::mem::take(&mut inode.log.pages);
+        for p in pages {
+            self.alloc.free_run(p / BLOCK_SIZE, 1);
+        }
+        let all = inode.extents.unmap(0, u64::MAX);
+        self.free_runs(all);
+        inode.log = Default::default();
+    }
+
+    /// Commits entries to several logs atomically, plus extra `(address, value)`
+    /// words, then applies the entries to DRAM. The inodes must be locked in `l`.
+    pub(crate) fn commit(&self, l: &mut Locked<'_>, parts: Vec<(Ino, Vec<Entry>)>, extra: Vec<(u64, u64)>) -> FsResult<()> {
+        let mut staged = Vec::with_capacity(parts.len());
+        for (ino, entries) in &parts {
+            let inode = l.get(*ino);
+            match inode.log.stage(&*self.media, &self.alloc, *ino, inode_offset(*ino), entries) {
+                Ok(s) => staged.push(s),
+                Err(e) => {
+                    for s in staged {
+                        for p in s.new_pages {
+                            self.alloc.free_run(p / BLOCK_SIZE, 1);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut words: Vec<(u64, u64)> = Vec::with_capacity(parts.len() + extra.len());
+        for ((ino, _), s) in parts.iter().zip(&staged) {
+            let inode = l.get(*ino);
+            if inode.log.head == 0 && parts.len() + extra.len() > 1 {
+                // The head was stored ahead; journal it too so a rollback is exact.
+                words.push((inode_offset(*ino) + INODE_OFF_LOG_HEAD, inode.log.head_after(s)));
+            }
+            words.push((inode_offset(*ino) + INODE_OFF_LOG_TAIL, s.new_tail));
+        }
+        words.extend(extra);
+        self.journal.commit(&*self.media, &words);
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        if words.len() > 1 {
+            self.counters.journaled_commits.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut released = Vec::new();
+        for ((ino, entries), s) in parts.into_iter().zip(staged) {
+            let inode = l.get(ino);
+            inode.log.apply(s);
+            for e in &entries {
+                released.extend(inode.apply(&e));
+            }
+        }
+        self.free_runs(released);
+        Ok(())
+    }
+
+    /// Commits entries to one locked inode's log.
+    pub(crate) fn commit_one(&self, inode: &mut Inode, entries: Vec<Entry>) -> FsResult<()> {
+        let st = inode.log.stage(&*self.media, &self.alloc, inode.ino, inode_offset(inode.ino), &entries)?;
+        let tail = st.new_tail;
+        // Commit point of every single-inode operation: the log tail store.
+        self.journal.commit(&*self.media, &[(inode_offset(inode.ino) + INODE_OFF_LOG_TAIL, tail)]);
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        inode.log.apply(st);
+        let mut released = Vec::new();
+        for e in &entries {
+            released.extend(inode.apply(e));
+        }
+        self.free_runs(released);
+        self.maybe_compact(inode);
+        Ok(())
+    }
+
+    /// Compacts a log whose dead entries outnumber the live ones by far: writes a
+    /// fresh chain with the inode's current state and swaps head and tail through
+    /// the journal. Failure (no space) leaves the old log in place.
+    pub(crate) fn maybe_compact(&self, inode: &mut Inode) {
+        let pages = inode.log.pages.len() as u64;
+        if pages < 8 {
+            return;
+        }
+        let live = inode.live_entries();
+        // About 60 live entries fit in a page; compact when 4x more pages than needed.
+        if pages < 4 * (live / 60 + 1) {
+            return;
+        }
+        let entries = inode.snapshot_entries();
+        let fresh = crate::log::Log::default();
+        // Stage into a new chain without touching the slot's head word.
+        let st = match fresh.stage(&*self.media, &self.alloc, inode.ino, scratch_slot(), &entries) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let head = st.new_pages[0];
+        let base = inode_offset(inode.ino);
+        self.journal.commit(&*self.media, &[(base + INODE_OFF_LOG_HEAD, head), (base + INODE_OFF_LOG_TAIL, st.new_tail)]);
+        let old = std::mem::take(&mut inode.log.pages);
+        for p in old {
+            self.alloc.free_run(p / BLOCK_SIZE, 1);
+        }
+        inode.log = crate::log::Log { head, tail: st.new_tail, pages: st.new_pages, entries: st.added };
+        self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The media (for tests and the status command).
+    pub fn media(&self) -> &Arc<dyn PmMedia> {
+        &self.media
+    }
+
+    /// Slot-state word address of an inode.
+    pub(crate) fn state_word(ino: Ino) -> u64 {
+        inode_offset(ino) + INODE_OFF_STATE
+    }
+
+    /// Checks that the allocator's free space and the blocks live inodes use
+    /// partition the pool exactly (no leak, no double ownership). For tests.
+    pub fn check_allocator(&self) -> Result<(), String> {
+        let mut runs: Vec<(u64, u64, &'static str)> = self.alloc.free_runs().into_iter().map(|(s, n)| (s, n, "free")).collect();
+        for slot in &self.table {
+            let g = slot.lock();
+            if let Some(i) = g.as_ref() {
+                for p in &i.log.pages {
+                    runs.push((p / BLOCK_SIZE, 1, "log"));
+                }
+                for (_, e) in i.extents.iter() {
+                    if e.tier == 0 {
+                        runs.push((e.block, e.blocks, "data"));
+                    }
+                }
+            }
+        }
+        runs.sort_unstable();
+        let sb = self.sb.lock();
+        let mut expect = sb.pool_start;
+        for (s, n, what) in runs {
+            if s != expect {
+                return Err(format!("block {expect}: expected next run, found {what} run at {s}+{n}"));
+            }
+            expect = s + n;
+        }
+        if expect != sb.pool_start + sb.pool_blocks {
+            return Err(format!("pool ends at {}, runs end at {expect}", sb.pool_start + sb.pool_blocks));
+        }
+        Ok(())
+    }
+}
+
+/// A scratch address for staging a chain whose head must not be stored in a slot:
+/// slot 0 is never used, so its head word may be scribbled on.
+pub(crate) fn scratch_slot() -> u64 {
+    inode_offset(0)
+}
+
+/// Several locked inodes.
+pub(crate) struct Locked<'a> {
+    guards: Vec<(Ino, Slot<'a>)>,
+}
+
+impl Locked<'_> {
+    /// The locked inode `ino` (must be in the set).
+    pub(crate) fn get(&mut self, ino: Ino) -> &mut Inode {
+        let g = self.guards.iter_mut().find(|(i, _)| *i == ino).expect("inode locked");
+        g.1.as_mut().expect("live inode")
+    }
+
+    /// The DRAM slot of `ino` (to drop a freed inode).
+    pub(crate) fn slot(&mut self, ino: Ino) -> &mut Option<Box<Inode>> {
+        let g = self.guards.iter_mut().find(|(i, _)| *i == ino).expect("inode locked");
+        &mut g.1
+    }
+}
+
+/// Map of inode → entries, in insertion order (helper for building transactions).
+#[derive(Default)]
+pub(crate) struct TxBuilder {
+    order: Vec<Ino>,
+    map: HashMap<Ino, Vec<Entry>>,
+    /// Extra words to publish with the tails.
+    pub extra: Vec<(u64, u64)>,
+}
+
+impl TxBuilder {
+    /// Appends an entry to `ino`'s part.
+    pub fn push(&mut self, ino: Ino, e: Entry) {
+        if !self.map.contains_key(&ino) {
+            self.order.push(ino);
+        }
+        self.map.entry(ino).or_default().push(e);
+    }
+    /// The parts in order.
+    pub fn parts(mut self) -> (Vec<(Ino, Vec<Entry>)>, Vec<(u64, u64)>) {
+        let parts = self.order.iter().map(|i| (*i, self.map.remove(i).unwrap_or_default())).collect();
+        (parts, self.extra)
+    }
+}

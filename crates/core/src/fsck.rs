@@ -1,0 +1,170 @@
+//! Offline consistency check and repair (`terrace fsck`).
+//!
+//! The check runs the same scan as mount on a private copy of the PM image, so
+//! it never writes to the pool (even when the journal holds an open
+//! transaction). It verifies the superblock, every inode slot checksum, every
+//! log entry checksum and chain, reachability from the root, link counts, and
+//! that no block is owned twice. Free space is derived from what is reachable, so
+//! unreachable space cannot leak; unreachable inodes (orphans) are reported.
+//!
+//! Repair fixes what it can without guessing: it truncates an unreadable log to
+//! its last good entry, frees broken slots, removes directory entries that point
+//! nowhere, corrects link counts and frees orphans. A block owned twice, a
+//! directory with two parents and a missing root are reported, not repaired.
+
+use crate::alloc::PageAllocator;
+use crate::recovery::{scan, OpenError, Problem, Scan};
+use crate::types::Ino;
+use std::sync::Arc;
+use terrace_format::{inode_offset, journal_slot_offset, Entry, INODE_OFF_LOG_TAIL, INODE_OFF_STATE, JOURNAL_SLOTS};
+use terrace_media::{MemMedia, PmMedia};
+
+/// What fsck found (and, with repair, did).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FsckReport {
+    /// Problems found (after repair: those that remain).
+    pub problems: Vec<String>,
+    /// Orphan inodes (freed by the next mount or by repair).
+    pub orphans: Vec<Ino>,
+    /// Live inodes.
+    pub inodes: usize,
+    /// Log pages of live inodes.
+    pub log_pages: u64,
+    /// Data blocks on the PM tier.
+    pub data_blocks: u64,
+    /// Free blocks of the PM page pool.
+    pub free_blocks: u64,
+    /// Open journal transactions found (rolled back by mount or repair).
+    pub open_transactions: usize,
+    /// The pool was cleanly unmounted.
+    pub clean_unmount: bool,
+    /// Repairs done.
+    pub repaired: Vec<String>,
+}
+
+impl FsckReport {
+    /// True when nothing needs attention (orphans and open transactions after a
+    /// crash are expected and handled by mount, so they do not count).
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+fn summarize(sc: &Scan, report: &mut FsckReport) {
+    report.problems = sc.problems.iter().map(|p| p.to_string()).collect();
+    report.orphans = sc.orphans.clone();
+    report.inodes = sc.inodes.len();
+    report.log_pages = sc.inodes.values().map(|i| i.log.pages.len() as u64).sum();
+    report.data_blocks = sc
+        .inodes
+        .values()
+        .flat_map(|i| i.extents.iter())
+        .filter(|(_, e)| e.tier == 0)
+        .map(|(_, e)| e.blocks)
+        .sum();
+    report.free_blocks = sc.alloc.as_ref().map(|a| a.free()).unwrap_or(0);
+    report.clean_unmount = sc.sb.clean;
+}
+
+/// Checks a pool without writing to it.
+pub fn check(media: &dyn PmMedia, progress: &mut dyn FnMut(u64, u64)) -> Result<FsckReport, OpenError> {
+    let mut img = vec![0u8; media.len() as usize];
+    media.read(0, &mut img);
+    let copy = MemMedia::from_image(img);
+    let mut report = FsckReport::default();
+    // The open transactions count: scan the copy once read-only to learn it.
+    for i in 0..JOURNAL_SLOTS {
+        if copy.load_u64(journal_slot_offset(i)) != 0 {
+            report.open_transactions += 1;
+        }
+    }
+    let sc = scan(&copy, true, progress)?;
+    summarize(&sc, &mut report);
+    Ok(report)
+}
+
+/// Repairs a pool in place, then checks it again.
+pub fn repair(media: Arc<dyn PmMedia>, progress: &mut dyn FnMut(u64, u64)) -> Result<FsckReport, OpenError> {
+    let mut report = FsckReport::default();
+    for i in 0..JOURNAL_SLOTS {
+        if media.load_u64(journal_slot_offset(i)) != 0 {
+            report.open_transactions += 1;
+        }
+    }
+    // Pass 1: problems below the log level (slots, logs, journal).
+    let sc = scan(&*media, true, progress)?;
+    let mut rescan = false;
+    for p in &sc.problems {
+        match p {
+            Problem::BadSlot { ino, .. } => {
+                media.store_u64(inode_offset(*ino) + INODE_OFF_STATE, 0);
+                media.persist(inode_offset(*ino) + INODE_OFF_STATE, 8);
+                report.repaired.push(format!("freed broken inode slot {ino}"));
+                rescan = true;
+            }
+            Problem::BadLog { ino, safe_tail, .. } => {
+                media.store_u64(inode_offset(*ino) + INODE_OFF_LOG_TAIL, *safe_tail);
+                media.persist(inode_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
+                report.repaired.push(format!("truncated the log of inode {ino} to its last good entry"));
+                rescan = true;
+            }
+            Problem::BadJournal { slot, .. } => {
+                media.store_u64(journal_slot_offset(*slot), 0);
+                media.persist(journal_slot_offset(*slot), 8);
+                report.repaired.push(format!("cleared unreadable journal slot {slot}"));
+                rescan = true;
+            }
+            _ => {}
+        }
+    }
+    if !sc.orphans.is_empty() {
+        report.repaired.push(format!("freed {} orphan inodes", sc.orphans.len()));
+    }
+    let sc = if rescan { scan(&*media, true, progress)? } else { sc };
+    // Pass 2: namespace problems, fixed by appending entries to logs.
+    if let Some(alloc) = sc.alloc.as_ref() {
+        let mut fixes: Vec<(Ino, Entry, String)> = Vec::new();
+        for p in &sc.problems {
+            match p {
+                Problem::DanglingEntry { dir, name, target } => fixes.push((
+                    *dir,
+                    Entry::DentryDel { name: name.as_bytes().to_vec() },
+                    format!("removed entry {name:?} of directory {dir} (pointed to missing inode {target})"),
+                )),
+                Problem::LinkCount { ino, counted, stored } => {
+                    let mut a = sc.inodes[ino].attr;
+                    a.nlink = *counted;
+                    fixes.push((*ino, Entry::Attr(a), format!("set link count of inode {ino} from {stored} to {counted}")));
+                }
+                _ => {}
+            }
+        }
+        let any = !fixes.is_empty();
+        append_fixes(&*media, alloc, &sc, fixes, &mut report);
+        if any {
+            let sc2 = scan(&*media, true, progress)?;
+            summarize(&sc2, &mut report);
+            return Ok(report);
+        }
+    }
+    summarize(&sc, &mut report);
+    Ok(report)
+}
+
+fn append_fixes(media: &dyn PmMedia, alloc: &PageAllocator, sc: &Scan, fixes: Vec<(Ino, Entry, String)>, report: &mut FsckReport) {
+    let mut logs: std::collections::HashMap<Ino, crate::log::Log> = Default::default();
+    for (ino, e, what) in fixes {
+        let Some(inode) = sc.inodes.get(&ino) else { continue };
+        let log = logs.entry(ino).or_insert_with(|| inode.log.clone());
+        match log.stage(media, alloc, ino, inode_offset(ino), std::slice::from_ref(&e)) {
+            Ok(st) => {
+                media.fence();
+                media.store_u64(inode_offset(ino) + INODE_OFF_LOG_TAIL, st.new_tail);
+                media.persist(inode_offset(ino) + INODE_OFF_LOG_TAIL, 8);
+                log.apply(st);
+                report.repaired.push(what);
+            }
+            Err(err) => report.problems.push(format!("could not repair inode {ino}: {err}")),
+        }
+    }
+}

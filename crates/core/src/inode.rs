@@ -1,0 +1,396 @@
+//! DRAM state of an inode: attributes, extent map, directory index, xattrs.
+//!
+//! Everything here is rebuilt at mount by replaying the inode's log
+//! ([`Inode::apply`]); operations change it only after their commit point, so the
+//! DRAM state always equals "replay of the committed log".
+
+use crate::log::Log;
+use crate::types::{Attr, FileType, Ino};
+use std::collections::{BTreeMap, HashMap};
+use terrace_format::{AttrEntry, Entry, InodeSlot, WriteEntry, BLOCK_SIZE};
+
+/// Where a run of file blocks lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Number of blocks.
+    pub blocks: u64,
+    /// Tier id.
+    pub tier: u8,
+    /// First block on the tier.
+    pub block: u64,
+    /// Write-size predictor counter of the write entry this came from.
+    pub counter: u8,
+}
+
+/// A physical run that a change of the extent map released.
+pub type Released = (u8, u64, u64);
+
+/// File block → extent map. Keys are first file blocks; extents never overlap.
+#[derive(Debug, Clone, Default)]
+pub struct ExtentMap {
+    map: BTreeMap<u64, Extent>,
+}
+
+impl ExtentMap {
+    /// Removes `[start, start + n)` from the map; returns the physical runs released.
+    pub fn unmap(&mut self, start: u64, n: u64) -> Vec<Released> {
+        let end = start.saturating_add(n);
+        let mut out = Vec::new();
+        // An extent starting before `start` that reaches into the range.
+        if let Some((&s, &e)) = self.map.range(..start).next_back() {
+            if s + e.blocks > start {
+                let keep = start - s;
+                let cut_end = (s + e.blocks).min(end);
+                out.push((e.tier, e.block + keep, cut_end - start));
+                self.map.insert(s, Extent { blocks: keep, ..e });
+                if s + e.blocks > end {
+                    let tail = s + e.blocks - end;
+                    self.map.insert(end, Extent { blocks: tail, block: e.block + (end - s), ..e });
+                }
+            }
+        }
+        let inside: Vec<u64> = self.map.range(start..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            let e = self.map.remove(&s).expect("key exists");
+            if s + e.blocks <= end {
+                out.push((e.tier, e.block, e.blocks));
+            } else {
+                let cut = end - s;
+                out.push((e.tier, e.block, cut));
+                self.map.insert(end, Extent { blocks: e.blocks - cut, block: e.block + cut, ..e });
+            }
+        }
+        out
+    }
+
+    /// Maps `[start, start + ext.blocks)` to `ext`, returning the runs it displaced.
+    pub fn map(&mut self, start: u64, ext: Extent) -> Vec<Released> {
+        let out = self.unmap(start, ext.blocks);
+        self.map.insert(start, ext);
+        out
+    }
+
+    /// The extent covering file block `b`, with `b`'s index inside it.
+    pub fn find(&self, b: u64) -> Option<(u64, Extent)> {
+        let (&s, &e) = self.map.range(..=b).next_back()?;
+        (s + e.blocks > b).then_some((s, e))
+    }
+
+    /// First block of the first extent starting after block `b`.
+    pub fn next_start_after(&self, b: u64) -> Option<u64> {
+        self.map.range(b + 1..).next().map(|(&s, _)| s)
+    }
+
+    /// Iterates over `(first file block, extent)`.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Extent)> + '_ {
+        self.map.iter().map(|(&s, &e)| (s, e))
+    }
+
+    /// Number of mapped blocks.
+    pub fn mapped_blocks(&self) -> u64 {
+        self.map.values().map(|e| e.blocks).sum()
+    }
+
+    /// Number of extents.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when nothing is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// A directory's name index. Cookies give `readdir` stable offsets for the life
+/// of a mount: a name keeps its cookie until it is removed.
+#[derive(Debug, Clone, Default)]
+pub struct DirIndex {
+    /// Name → (child, DT type, cookie).
+    pub names: HashMap<Vec<u8>, (Ino, u8, u64)>,
+    /// Cookie → name, in insertion order.
+    pub order: BTreeMap<u64, Vec<u8>>,
+    next_cookie: u64,
+    /// Parent directory (derived from the tree; the root is its own parent).
+    pub parent: Ino,
+    /// Number of subdirectories.
+    pub subdirs: u32,
+}
+
+/// First cookie handed to a name ("." is 1, ".." is 2).
+pub const FIRST_COOKIE: u64 = 3;
+
+impl DirIndex {
+    /// Adds or replaces `name`.
+    pub fn insert(&mut self, name: Vec<u8>, ino: Ino, dt: u8) {
+        if self.next_cookie < FIRST_COOKIE {
+            self.next_cookie = FIRST_COOKIE;
+        }
+        if let Some(old) = self.names.get_mut(&name) {
+            if old.1 == libc::DT_DIR {
+                self.subdirs -= 1;
+            }
+            if dt == libc::DT_DIR {
+                self.subdirs += 1;
+            }
+            old.0 = ino;
+            old.1 = dt;
+            return;
+        }
+        let c = self.next_cookie;
+        self.next_cookie += 1;
+        if dt == libc::DT_DIR {
+            self.subdirs += 1;
+        }
+        self.order.insert(c, name.clone());
+        self.names.insert(name, (ino, dt, c));
+    }
+
+    /// Removes `name`; returns what it pointed to.
+    pub fn remove(&mut self, name: &[u8]) -> Option<(Ino, u8)> {
+        let (ino, dt, c) = self.names.remove(name)?;
+        self.order.remove(&c);
+        if dt == libc::DT_DIR {
+            self.subdirs -= 1;
+        }
+        Some((ino, dt))
+    }
+
+    /// Looks a name up.
+    pub fn get(&self, name: &[u8]) -> Option<(Ino, u8)> {
+        self.names.get(name).map(|&(i, d, _)| (i, d))
+    }
+
+    /// Number of names.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// True when the directory has no names.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// An inode in DRAM.
+#[derive(Debug, Clone)]
+pub struct Inode {
+    /// Inode number.
+    pub ino: Ino,
+    /// Slot generation.
+    pub generation: u32,
+    /// Type (never changes).
+    pub kind: FileType,
+    /// Device number.
+    pub rdev: u64,
+    /// Creation time.
+    pub btime: i64,
+    /// Mutable attributes.
+    pub attr: AttrEntry,
+    /// The log.
+    pub log: Log,
+    /// Data mapping (regular files and symlinks).
+    pub extents: ExtentMap,
+    /// Names (directories).
+    pub dir: Option<DirIndex>,
+    /// Extended attributes.
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Open file handles.
+    pub open_count: u32,
+    /// References the kernel holds (FUSE lookup count).
+    pub lookups: u64,
+    /// The slot was freed on media (nlink 0, not open); DRAM waits for the kernel to forget it.
+    pub zombie: bool,
+}
+
+impl Inode {
+    /// The inode as its slot describes it, before any log entry.
+    pub fn from_slot(ino: Ino, slot: &InodeSlot) -> Option<Inode> {
+        let kind = FileType::from_mode(slot.mode)?;
+        let dir = (kind == FileType::Directory).then(DirIndex::default);
+        Some(Inode {
+            ino,
+            generation: slot.generation,
+            kind,
+            rdev: slot.rdev,
+            btime: slot.btime_ns,
+            attr: AttrEntry {
+                mode: slot.mode,
+                uid: slot.uid,
+                gid: slot.gid,
+                nlink: if kind == FileType::Directory { 2 } else { 1 },
+                size: 0,
+                atime: slot.btime_ns,
+                mtime: slot.btime_ns,
+                ctime: slot.btime_ns,
+                flags: 0,
+            },
+            log: Log::default(),
+            extents: ExtentMap::default(),
+            dir,
+            xattrs: BTreeMap::new(),
+            open_count: 0,
+            lookups: 0,
+            zombie: false,
+        })
+    }
+
+    /// Applies one committed entry; returns the physical runs it released.
+    pub fn apply(&mut self, e: &Entry) -> Vec<Released> {
+        match e {
+            Entry::PageEnd => Vec::new(),
+            Entry::Attr(a) => {
+                // The type bits of an inode never change.
+                let mode = (self.attr.mode & libc::S_IFMT) | (a.mode & !libc::S_IFMT);
+                self.attr = AttrEntry { mode, ..*a };
+                Vec::new()
+            }
+            Entry::Write(w) => self.apply_write(w),
+            Entry::Punch { file_block, blocks } => self.extents.unmap(*file_block, *blocks),
+            Entry::DentryAdd { ino, file_type, name } => {
+                if let Some(d) = self.dir.as_mut() {
+                    d.insert(name.clone(), *ino, *file_type);
+                }
+                Vec::new()
+            }
+            Entry::DentryDel { name } => {
+                if let Some(d) = self.dir.as_mut() {
+                    d.remove(name);
+                }
+                Vec::new()
+            }
+            Entry::XattrSet { name, value } => {
+                self.xattrs.insert(name.clone(), value.clone());
+                Vec::new()
+            }
+            Entry::XattrDel { name } => {
+                self.xattrs.remove(name);
+                Vec::new()
+            }
+        }
+    }
+
+    fn apply_write(&mut self, w: &WriteEntry) -> Vec<Released> {
+        self.attr.size = w.size_after;
+        self.attr.mtime = w.mtime;
+        self.attr.ctime = w.mtime;
+        if w.blocks == 0 {
+            return Vec::new();
+        }
+        if w.wflags & terrace_format::WRITE_FLAG_ZERO != 0 {
+            return self.extents.unmap(w.file_block, w.blocks as u64);
+        }
+        self.extents.map(
+            w.file_block,
+            Extent { blocks: w.blocks as u64, tier: w.tier, block: w.block, counter: w.size_counter },
+        )
+    }
+
+    /// `stat` view.
+    pub fn stat(&self) -> Attr {
+        let data_blocks = self.extents.mapped_blocks();
+        Attr {
+            ino: self.ino,
+            generation: self.generation,
+            kind: self.kind,
+            mode: self.attr.mode,
+            nlink: self.attr.nlink,
+            uid: self.attr.uid,
+            gid: self.attr.gid,
+            rdev: self.rdev,
+            size: self.attr.size,
+            blocks: data_blocks * (BLOCK_SIZE / 512),
+            atime: self.attr.atime,
+            mtime: self.attr.mtime,
+            ctime: self.attr.ctime,
+            btime: self.btime,
+        }
+    }
+
+    /// Entries that describe this inode's whole current state (log compaction).
+    pub fn snapshot_entries(&self) -> Vec<Entry> {
+        let mut v = Vec::new();
+        for (s, e) in self.extents.iter() {
+            let mut left = e.blocks;
+            let mut off = 0;
+            while left > 0 {
+                let n = left.min(u32::MAX as u64);
+                v.push(Entry::Write(WriteEntry {
+                    file_block: s + off,
+                    blocks: n as u32,
+                    tier: e.tier,
+                    size_counter: e.counter,
+                    wflags: 0,
+                    block: e.block + off,
+                    size_after: self.attr.size,
+                    mtime: self.attr.mtime,
+                }));
+                left -= n;
+                off += n;
+            }
+        }
+        if let Some(d) = &self.dir {
+            for name in d.order.values() {
+                let (ino, dt, _) = d.names[name];
+                v.push(Entry::DentryAdd { ino, file_type: dt, name: name.clone() });
+            }
+        }
+        for (k, val) in &self.xattrs {
+            v.push(Entry::XattrSet { name: k.clone(), value: val.clone() });
+        }
+        v.push(Entry::Attr(self.attr));
+        v
+    }
+
+    /// Number of entries a compacted log would hold.
+    pub fn live_entries(&self) -> u64 {
+        (self.extents.len() + self.dir.as_ref().map_or(0, |d| d.len()) + self.xattrs.len() + 1) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext(blocks: u64, block: u64) -> Extent {
+        Extent { blocks, tier: 0, block, counter: 0 }
+    }
+
+    #[test]
+    fn overwrite_in_the_middle_splits_and_releases_exactly_the_overlap() {
+        let mut m = ExtentMap::default();
+        assert!(m.map(0, ext(10, 100)).is_empty());
+        let rel = m.map(3, ext(2, 500));
+        assert_eq!(rel, vec![(0, 103, 2)]);
+        assert_eq!(m.find(2), Some((0, ext(3, 100))));
+        assert_eq!(m.find(4), Some((3, ext(2, 500))));
+        assert_eq!(m.find(5), Some((5, ext(5, 105))));
+        assert_eq!(m.mapped_blocks(), 10);
+    }
+
+    #[test]
+    fn unmap_across_several_extents_releases_each_part() {
+        let mut m = ExtentMap::default();
+        m.map(0, ext(4, 100));
+        m.map(4, ext(4, 200));
+        m.map(10, ext(4, 300));
+        let mut rel = m.unmap(2, 10);
+        rel.sort();
+        assert_eq!(rel, vec![(0, 102, 2), (0, 200, 4), (0, 300, 2)]);
+        assert_eq!(m.mapped_blocks(), 4);
+        assert_eq!(m.find(12), Some((12, ext(2, 302))));
+    }
+
+    #[test]
+    fn dir_cookies_are_stable_and_replace_keeps_cookie() {
+        let mut d = DirIndex::default();
+        d.insert(b"a".to_vec(), 5, libc::DT_REG);
+        d.insert(b"b".to_vec(), 6, libc::DT_DIR);
+        let cb = d.names[&b"b".to_vec()].2;
+        d.insert(b"b".to_vec(), 7, libc::DT_REG);
+        assert_eq!(d.names[&b"b".to_vec()], (7, libc::DT_REG, cb));
+        assert_eq!(d.subdirs, 0);
+        assert_eq!(d.remove(b"a"), Some((5, libc::DT_REG)));
+        assert_eq!(d.len(), 1);
+    }
+}

@@ -1,0 +1,25 @@
+//! Terrace: a tiered file system as a library. No FUSE here: the FUSE adapter
+//! (crate `terrace-fuse`) and tests drive [`Fs`] directly.
+//!
+//! Layers, bottom up: `alloc` (free space) → `log` (per-inode logs on PM) →
+//! `journal` (multi-log atomic commits) → `inode` (DRAM state rebuilt from logs)
+//! → `fs` (table, locking, transactions) → `ops_dir` / `ops_file` (operations) →
+//! `recovery` (mount) and `fsck`.
+
+pub mod alloc;
+pub mod fs;
+pub mod fsck;
+pub mod inode;
+pub mod journal;
+pub mod log;
+pub mod mkfs;
+pub mod ops_dir;
+pub mod ops_file;
+pub mod recovery;
+pub mod status;
+pub mod types;
+
+pub use fs::{Fs, MountReport};
+pub use mkfs::{format, FormatParams};
+pub use recovery::{OpenError, Problem};
+pub use types::*;

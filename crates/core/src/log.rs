@@ -1,0 +1,274 @@
+//! Per-inode logs on PM: appending entries and walking them back.
+//!
+//! A log is a chain of 4 KiB log pages (header: `next` page offset, owner inode).
+//! Committed entries are those from `head + LOG_PAGE_HEADER` up to `tail`. The
+//! walk never reads past `tail`, so whatever appending does beyond it (a `next`
+//! pointer to a page that is later freed, half-written entries) is invisible until
+//! a commit moves the tail, and harmless when it never does.
+//!
+//! Appending is split in two: [`Log::stage`] writes and flushes entries beyond the
+//! tail and returns the new tail without publishing it; the caller publishes it
+//! (one 8-byte store, or several through the journal) — the commit point.
+
+use crate::alloc::PageAllocator;
+use crate::types::{errno, FsResult};
+use terrace_format::{
+    Entry, FormatError, BLOCK_SIZE, ENTRY_HEADER, INODE_OFF_LOG_HEAD, LOG_PAGE_HEADER, LOG_PAGE_OFF_NEXT,
+    LOG_PAGE_OFF_OWNER,
+};
+use terrace_media::PmMedia;
+
+/// DRAM view of one inode's log.
+#[derive(Debug, Clone, Default)]
+pub struct Log {
+    /// PM byte offset of the first page (0 = empty log).
+    pub head: u64,
+    /// Committed end (0 = empty log).
+    pub tail: u64,
+    /// Page offsets in chain order.
+    pub pages: Vec<u64>,
+    /// Committed entries (PageEnd markers not counted).
+    pub entries: u64,
+}
+
+/// Entries written beyond the tail, not yet committed.
+#[derive(Debug, Default)]
+pub struct Staged {
+    /// Tail to publish.
+    pub new_tail: u64,
+    /// Pages the entries needed, chained after the current last page.
+    pub new_pages: Vec<u64>,
+    /// Entries written.
+    pub added: u64,
+}
+
+fn page_start(pos: u64) -> u64 {
+    // `pos` is inside a page or exactly at its end (never at a page's first byte).
+    (pos - 1) / BLOCK_SIZE * BLOCK_SIZE
+}
+
+impl Log {
+    /// Writes `entries` after the tail, allocating and chaining pages as needed,
+    /// and flushes them (no fence: the commit fences). `slot_off` is the inode
+    /// slot's PM offset; when the log was empty the new head is stored there
+    /// (harmless before the commit: the head means nothing while the tail is 0).
+    pub fn stage(
+        &self,
+        media: &dyn PmMedia,
+        alloc: &PageAllocator,
+        owner: u64,
+        slot_off: u64,
+        entries: &[Entry],
+    ) -> FsResult<Staged> {
+        let mut st = Staged { new_tail: self.tail, ..Default::default() };
+        let mut last_page = self.pages.last().copied();
+        let result = (|| {
+            for e in entries {
+                let bytes = e.encode();
+                let len = bytes.len() as u64;
+                let room = if st.new_tail == 0 { 0 } else { page_start(st.new_tail) + BLOCK_SIZE - st.new_tail };
+                if len > room {
+                    if room >= ENTRY_HEADER as u64 {
+                        let pe = Entry::PageEnd.encode();
+                        media.write(st.new_tail, &pe);
+                        media.flush(st.new_tail, pe.len() as u64);
+                    }
+                    let block = alloc.alloc_one().ok_or_else(|| errno(libc::ENOSPC))?;
+                    let page = block * BLOCK_SIZE;
+                    st.new_pages.push(page);
+                    let mut hdr = [0u8; LOG_PAGE_HEADER as usize];
+                    hdr[LOG_PAGE_OFF_OWNER as usize..LOG_PAGE_OFF_OWNER as usize + 8].copy_from_slice(&owner.to_le_bytes());
+                    media.write(page, &hdr);
+                    media.flush(page, LOG_PAGE_HEADER);
+                    match last_page {
+                        Some(prev) => {
+                            media.store_u64(prev + LOG_PAGE_OFF_NEXT, page);
+                            media.flush(prev + LOG_PAGE_OFF_NEXT, 8);
+                        }
+                        None => {
+                            media.store_u64(slot_off + INODE_OFF_LOG_HEAD, page);
+                            media.flush(slot_off + INODE_OFF_LOG_HEAD, 8);
+                        }
+                    }
+                    last_page = Some(page);
+                    st.new_tail = page + LOG_PAGE_HEADER;
+                }
+                media.write(st.new_tail, &bytes);
+                media.flush(st.new_tail, len);
+                st.new_tail += len;
+                st.added += 1;
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => Ok(st),
+            Err(e) => {
+                for p in st.new_pages {
+                    alloc.free_run(p / BLOCK_SIZE, 1);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Head the log has after `st` commits.
+    pub fn head_after(&self, st: &Staged) -> u64 {
+        if self.head != 0 {
+            self.head
+        } else {
+            st.new_pages.first().copied().unwrap_or(0)
+        }
+    }
+
+    /// Applies a committed stage to the DRAM view.
+    pub fn apply(&mut self, st: Staged) {
+        self.head = self.head_after(&st);
+        self.tail = st.new_tail;
+        self.pages.extend(st.new_pages);
+        self.entries += st.added;
+    }
+}
+
+/// Why a log could not be walked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalkError {
+    /// PM offset where the walk stopped.
+    pub at: u64,
+    /// Offset just past the last good entry (a safe tail for repair), 0 if none.
+    pub last_good: u64,
+    /// What was wrong.
+    pub what: String,
+}
+
+/// Result of walking a committed log.
+#[derive(Debug, Default)]
+pub struct Walked {
+    /// Entries in order, with the PM offset just past each.
+    pub entries: Vec<(Entry, u64)>,
+    /// Pages in chain order.
+    pub pages: Vec<u64>,
+}
+
+/// Reads the committed entries of a log. `pool` is the byte range log pages must
+/// lie in. Fails on a bad checksum, a pointer outside the pool, or a chain longer
+/// than the pool (a cycle).
+pub fn walk(media: &dyn PmMedia, head: u64, tail: u64, pool: std::ops::Range<u64>) -> Result<Walked, WalkError> {
+    let mut w = Walked::default();
+    if tail == 0 {
+        return Ok(w);
+    }
+    let bad_page = |p: u64| p % BLOCK_SIZE != 0 || p < pool.start || p + BLOCK_SIZE > pool.end;
+    let max_pages = (pool.end - pool.start) / BLOCK_SIZE;
+    let mut last_good = 0;
+    let err = |at: u64, last_good: u64, what: String| Err(WalkError { at, last_good, what });
+    if bad_page(head) {
+        return err(head, 0, format!("log head {head:#x} is not a page of the pool"));
+    }
+    let mut page = head;
+    w.pages.push(page);
+    let mut pos = page + LOG_PAGE_HEADER;
+    let mut buf = vec![0u8; BLOCK_SIZE as usize];
+    media.read(page, &mut buf);
+    loop {
+        if pos == tail {
+            return Ok(w);
+        }
+        let in_page = (pos - page) as usize;
+        let page_over = in_page + ENTRY_HEADER > BLOCK_SIZE as usize;
+        if page_over || buf[in_page] == 1 {
+            if !page_over {
+                if let Err(e) = Entry::decode(&buf[in_page..]) {
+                    return err(pos, last_good, format!("bad page-end marker: {e}"));
+                }
+            }
+            let next = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+            if next == 0 || bad_page(next) {
+                return err(pos, last_good, format!("log chain breaks at page {page:#x} before the tail {tail:#x}"));
+            }
+            if w.pages.len() as u64 >= max_pages {
+                return err(pos, last_good, "log chain loops".into());
+            }
+            page = next;
+            w.pages.push(page);
+            media.read(page, &mut buf);
+            pos = page + LOG_PAGE_HEADER;
+            continue;
+        }
+        match Entry::decode(&buf[in_page..]) {
+            Ok((e, len)) => {
+                pos += len as u64;
+                if pos > tail && page_start(tail) == page {
+                    return err(pos, last_good, "entry crosses the log tail".into());
+                }
+                last_good = pos;
+                w.entries.push((e, pos));
+            }
+            Err(FormatError::BadChecksum) => return err(pos, last_good, "entry checksum mismatch".into()),
+            Err(e) => return err(pos, last_good, format!("bad entry: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terrace_format::AttrEntry;
+    use terrace_media::MemMedia;
+
+    fn attr(n: u32) -> Entry {
+        Entry::Attr(AttrEntry { nlink: n, ..Default::default() })
+    }
+
+    #[test]
+    fn staged_entries_are_invisible_until_the_tail_moves() {
+        let m = MemMedia::new(64 * 4096);
+        let a = PageAllocator::new(4, 60, 2);
+        let mut log = Log::default();
+        let st = log.stage(&m, &a, 7, 0, &[attr(1), attr(2)]).unwrap();
+        assert_eq!(walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap().entries.len(), 0);
+        log.apply(st);
+        let w = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap();
+        assert_eq!(w.entries.iter().map(|e| e.0.clone()).collect::<Vec<_>>(), vec![attr(1), attr(2)]);
+    }
+
+    #[test]
+    fn entries_spanning_many_pages_walk_back_in_order() {
+        let m = MemMedia::new(64 * 4096);
+        let a = PageAllocator::new(4, 60, 2);
+        let mut log = Log::default();
+        let names: Vec<Entry> = (0..300)
+            .map(|i| Entry::DentryAdd { ino: i, file_type: 8, name: format!("file-{i:05}-{}", "x".repeat(i as usize % 40)).into_bytes() })
+            .collect();
+        for chunk in names.chunks(7) {
+            let st = log.stage(&m, &a, 3, 0, chunk).unwrap();
+            log.apply(st);
+        }
+        let w = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap();
+        assert_eq!(w.entries.into_iter().map(|e| e.0).collect::<Vec<_>>(), names);
+        assert_eq!(w.pages, log.pages);
+        assert!(log.pages.len() > 2);
+    }
+
+    #[test]
+    fn corrupt_entry_is_reported_with_a_safe_tail() {
+        let m = MemMedia::new(64 * 4096);
+        let a = PageAllocator::new(4, 60, 2);
+        let mut log = Log::default();
+        let st = log.stage(&m, &a, 3, 0, &[attr(1), attr(2), attr(3)]).unwrap();
+        log.apply(st);
+        let second = log.head + LOG_PAGE_HEADER + 64;
+        m.write(second + 20, &[0xff]);
+        let e = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap_err();
+        assert_eq!(e.last_good, second);
+    }
+
+    #[test]
+    fn staging_that_runs_out_of_pages_frees_what_it_took() {
+        let m = MemMedia::new(8 * 4096);
+        let a = PageAllocator::new(4, 2, 1);
+        let log = Log::default();
+        let big: Vec<Entry> = (0..200).map(|i| Entry::DentryAdd { ino: i, file_type: 8, name: vec![b'a'; 200] }).collect();
+        assert_eq!(log.stage(&m, &a, 1, 0, &big).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(a.free(), 2);
+    }
+}

@@ -1,0 +1,536 @@
+//! Namespace operations: lookup, create, mkdir, mknod, symlink, link, unlink,
+//! rmdir, rename, readdir.
+//!
+//! Commit points:
+//! - create/mkdir/mknod/symlink: the parent's log tail (the new slot, and for a
+//!   symlink its log, are written and persisted before; until the parent commits
+//!   nothing reaches them and recovery frees them as orphans).
+//! - unlink/rmdir/link/rename: the journal slot clearing that publishes every
+//!   involved log tail and slot state together.
+
+use crate::fs::{now_ns, Fs, TxBuilder};
+use crate::inode::{Inode, FIRST_COOKIE};
+use crate::types::*;
+use terrace_format::{
+    inode_offset, Entry, InodeSlot, WriteEntry, BLOCK_SIZE, INODE_SIZE, INODE_USED, NAME_MAX, ROOT_INO,
+    SYMLINK_MAX,
+};
+
+/// Checks a single path component.
+pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() {
+        return Err(errno(libc::ENOENT));
+    }
+    if name.len() > NAME_MAX {
+        return Err(errno(libc::ENAMETOOLONG));
+    }
+    if name.contains(&b'/') || name.contains(&0) {
+        return Err(errno(libc::EINVAL));
+    }
+    Ok(())
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+impl Fs {
+    /// Looks `name` up in directory `parent`; counts a kernel reference.
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
+        if name.len() > NAME_MAX {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        let child = {
+            let p = self.lock(parent)?;
+            let p = p.as_ref().expect("live");
+            let d = p.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
+            match name {
+                b"." => parent,
+                b".." => d.parent,
+                _ => d.get(name).ok_or_else(|| errno(libc::ENOENT))?.0,
+            }
+        };
+        let mut c = self.lock(child)?;
+        let c = c.as_mut().expect("live");
+        c.lookups += 1;
+        Ok(c.stat())
+    }
+
+    /// Drops `n` kernel references; frees the DRAM slot of a deleted inode at 0.
+    pub fn forget(&self, ino: Ino, n: u64) {
+        let Some(slot) = self.table.get(ino as usize) else { return };
+        let mut g = slot.lock();
+        let Some(i) = g.as_mut() else { return };
+        i.lookups = i.lookups.saturating_sub(n);
+        if i.zombie && i.lookups == 0 && i.open_count == 0 {
+            *g = None;
+            drop(g);
+            self.release_slot(ino);
+        }
+    }
+
+    /// Creates a regular file, device node, FIFO or socket.
+    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u64, ctx: Ctx) -> FsResult<Attr> {
+        let kind = FileType::from_mode(mode).ok_or_else(|| errno(libc::EINVAL))?;
+        if kind == FileType::Directory || kind == FileType::Symlink {
+            return Err(errno(libc::EINVAL));
+        }
+        self.create_inode(parent, name, mode, rdev, ctx, None)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, ctx: Ctx) -> FsResult<Attr> {
+        self.create_inode(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, ctx, None)
+    }
+
+    /// Creates a symbolic link to `target`.
+    pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], ctx: Ctx) -> FsResult<Attr> {
+        if target.is_empty() {
+            return Err(errno(libc::ENOENT));
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        self.create_inode(parent, name, libc::S_IFLNK | 0o777, 0, ctx, Some(target))
+    }
+
+    /// Reads a symlink's target.
+    pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        let g = self.lock(ino)?;
+        let i = g.as_ref().expect("live");
+        if i.kind != FileType::Symlink {
+            return Err(errno(libc::EINVAL));
+        }
+        Ok(self.read_locked(i, 0, i.attr.size as usize))
+    }
+
+    fn create_inode(&self, parent: Ino, name: &[u8], mode: u32, rdev: u64, ctx: Ctx, symlink: Option<&[u8]>) -> FsResult<Attr> {
+        check_name(name)?;
+        let mut pg = self.lock(parent)?;
+        let p = pg.as_mut().expect("live");
+        let d = p.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
+        if is_dot(name) || d.get(name).is_some() {
+            return Err(errno(libc::EEXIST));
+        }
+        if p.attr.nlink == 0 {
+            return Err(errno(libc::ENOENT));
+        }
+        let kind = FileType::from_mode(mode).expect("valid mode");
+        let is_dir = kind == FileType::Directory;
+        if is_dir && p.attr.nlink >= 65000 {
+            return Err(errno(libc::EMLINK));
+        }
+        let ino = self.alloc_slot()?;
+        let now = now_ns();
+        // New inodes take the directory's group when it has the set-group-ID bit.
+        let (gid, mode) = if p.attr.mode & libc::S_ISGID != 0 {
+            (p.attr.gid, if is_dir { mode | libc::S_ISGID } else { mode })
+        } else {
+            (ctx.gid, mode)
+        };
+        let off = inode_offset(ino);
+        let mut old = [0u8; 8];
+        self.media.read(off + 40 - 4, &mut old[..4]);
+        let prev_gen = u32::from_le_bytes(old[..4].try_into().expect("4 bytes"));
+        let mut slot = InodeSlot {
+            log_head: 0,
+            log_tail: 0,
+            state: INODE_USED,
+            mode,
+            uid: ctx.uid,
+            gid,
+            generation: prev_gen.wrapping_add(1),
+            rdev,
+            btime_ns: now,
+            parent_hint: parent,
+        };
+        let mut child = Inode::from_slot(ino, &slot).expect("valid mode");
+        // A symlink's target is its data: written and logged before the slot.
+        let mut data_blocks = Vec::new();
+        if let Some(target) = symlink {
+            let block = match self.alloc.alloc_one() {
+                Some(b) => b,
+                None => {
+                    self.release_slot(ino);
+                    return Err(errno(libc::ENOSPC));
+                }
+            };
+            let mut page = vec![0u8; BLOCK_SIZE as usize];
+            page[..target.len()].copy_from_slice(target);
+            self.media.write(block * BLOCK_SIZE, &page);
+            self.media.flush(block * BLOCK_SIZE, BLOCK_SIZE);
+            let we = Entry::Write(WriteEntry {
+                file_block: 0,
+                blocks: 1,
+                tier: 0,
+                size_counter: 0,
+                wflags: 0,
+                block,
+                size_after: target.len() as u64,
+                mtime: now,
+            });
+            match child.log.stage(&*self.media, &self.alloc, ino, crate::fs::scratch_slot(), std::slice::from_ref(&we)) {
+                Ok(st) => {
+                    slot.log_head = st.new_pages[0];
+                    slot.log_tail = st.new_tail;
+                    child.log.apply(st);
+                    child.apply(&we);
+                    data_blocks.push(block);
+                }
+                Err(e) => {
+                    self.alloc.free_run(block, 1);
+                    self.release_slot(ino);
+                    return Err(e);
+                }
+            }
+        }
+        self.media.write(off, &slot.encode());
+        self.media.flush(off, INODE_SIZE as u64);
+        let mut pattr = p.attr;
+        pattr.mtime = now;
+        pattr.ctime = now;
+        if is_dir {
+            pattr.nlink += 1;
+        }
+        let entries = vec![Entry::DentryAdd { ino, file_type: kind.dt(), name: name.to_vec() }, Entry::Attr(pattr)];
+        if let Err(e) = self.commit_one(p, entries) {
+            // Undo the slot so fsck finds no orphan; nothing else saw it.
+            self.media.store_u64(Fs::state_word(ino), 0);
+            self.media.persist(Fs::state_word(ino), 8);
+            self.release_inode_space(&mut child);
+            self.release_slot(ino);
+            return Err(e);
+        }
+        if let Some(d) = child.dir.as_mut() {
+            d.parent = parent;
+        }
+        child.lookups = 1;
+        let attr = child.stat();
+        *self.table[ino as usize].lock() = Some(Box::new(child));
+        drop(pg);
+        Ok(attr)
+    }
+
+    /// Resolves `name` in `parent` without locking the child.
+    fn peek_child(&self, parent: Ino, name: &[u8]) -> FsResult<(Ino, u8)> {
+        let g = self.lock(parent)?;
+        let p = g.as_ref().expect("live");
+        let d = p.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
+        d.get(name).ok_or_else(|| errno(libc::ENOENT))
+    }
+
+    /// Removes a non-directory name.
+    pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        check_name(name)?;
+        if is_dot(name) {
+            return Err(errno(if name == b"." { libc::EINVAL } else { libc::ENOTEMPTY }));
+        }
+        self.remove_name(parent, name, false)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        if name == b"." {
+            return Err(errno(libc::EINVAL));
+        }
+        if name == b".." {
+            return Err(errno(libc::ENOTEMPTY));
+        }
+        check_name(name)?;
+        self.remove_name(parent, name, true)
+    }
+
+    fn remove_name(&self, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()> {
+        loop {
+            let (child, _) = self.peek_child(parent, name)?;
+            let mut l = self.lock_set(&[parent, child])?;
+            if l.get(parent).dir.as_ref().and_then(|d| d.get(name)).map(|x| x.0) != Some(child) {
+                continue; // changed while unlocked; look again
+            }
+            let now = now_ns();
+            let c = l.get(child);
+            let is_dir = c.kind == FileType::Directory;
+            if want_dir && !is_dir {
+                return Err(errno(libc::ENOTDIR));
+            }
+            if !want_dir && is_dir {
+                return Err(errno(libc::EISDIR));
+            }
+            if is_dir && !c.dir.as_ref().expect("dir").is_empty() {
+                return Err(errno(libc::ENOTEMPTY));
+            }
+            let mut tx = TxBuilder::default();
+            let mut pattr = l.get(parent).attr;
+            pattr.mtime = now;
+            pattr.ctime = now;
+            if is_dir {
+                pattr.nlink -= 1;
+            }
+            tx.push(parent, Entry::DentryDel { name: name.to_vec() });
+            tx.push(parent, Entry::Attr(pattr));
+            let c = l.get(child);
+            let new_nlink = if is_dir { 0 } else { c.attr.nlink.saturating_sub(1) };
+            let free_now = new_nlink == 0 && c.open_count == 0;
+            if free_now {
+                tx.extra.push((Fs::state_word(child), 0));
+            } else {
+                let mut ca = c.attr;
+                ca.nlink = new_nlink;
+                ca.ctime = now;
+                tx.push(child, Entry::Attr(ca));
+            }
+            let (parts, extra) = tx.parts();
+            self.commit(&mut l, parts, extra)?;
+            if free_now {
+                self.drop_inode(&mut l, child);
+            } else if new_nlink == 0 {
+                l.get(child).attr.nlink = 0;
+            }
+            let p = l.get(parent);
+            self.maybe_compact(p);
+            return Ok(());
+        }
+    }
+
+    /// Frees an inode whose slot state was just cleared on media.
+    pub(crate) fn drop_inode(&self, l: &mut crate::fs::Locked<'_>, ino: Ino) {
+        let c = l.get(ino);
+        c.attr.nlink = 0;
+        self.release_inode_space(c);
+        if c.lookups == 0 {
+            *l.slot(ino) = None;
+            self.release_slot(ino);
+        } else {
+            l.get(ino).zombie = true;
+        }
+    }
+
+    /// Adds a new name `newname` in `newparent` for `ino`.
+    pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
+        check_name(newname)?;
+        let mut l = self.lock_set(&[ino, newparent])?;
+        if l.get(ino).kind == FileType::Directory {
+            return Err(errno(libc::EPERM));
+        }
+        {
+            let p = l.get(newparent);
+            let d = p.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
+            if is_dot(newname) || d.get(newname).is_some() {
+                return Err(errno(libc::EEXIST));
+            }
+            if p.attr.nlink == 0 {
+                return Err(errno(libc::ENOENT));
+            }
+        }
+        let c = l.get(ino);
+        if c.attr.nlink == 0 {
+            return Err(errno(libc::ENOENT));
+        }
+        if c.attr.nlink >= 65000 {
+            return Err(errno(libc::EMLINK));
+        }
+        let now = now_ns();
+        let mut ca = c.attr;
+        ca.nlink += 1;
+        ca.ctime = now;
+        let dt = c.kind.dt();
+        let mut pa = l.get(newparent).attr;
+        pa.mtime = now;
+        pa.ctime = now;
+        let mut tx = TxBuilder::default();
+        tx.push(newparent, Entry::DentryAdd { ino, file_type: dt, name: newname.to_vec() });
+        tx.push(newparent, Entry::Attr(pa));
+        tx.push(ino, Entry::Attr(ca));
+        let (parts, extra) = tx.parts();
+        self.commit(&mut l, parts, extra)?;
+        let c = l.get(ino);
+        c.lookups += 1;
+        Ok(c.stat())
+    }
+
+    /// Renames `name` in `parent` to `newname` in `newparent`.
+    pub fn rename(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+        check_name(name)?;
+        check_name(newname)?;
+        if is_dot(name) || is_dot(newname) {
+            return Err(errno(if flags.exchange { libc::EINVAL } else { libc::EBUSY }));
+        }
+        if flags.exchange && flags.noreplace {
+            return Err(errno(libc::EINVAL));
+        }
+        let _rl = self.rename_lock.lock();
+        loop {
+        let (src, src_dt) = self.peek_child(parent, name)?;
+        let dst = match self.peek_child(newparent, newname) {
+            Ok(x) => Some(x),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
+            Err(e) => return Err(e),
+        };
+        if flags.exchange && dst.is_none() {
+            return Err(errno(libc::ENOENT));
+        }
+        if flags.noreplace && dst.is_some() {
+            return Err(errno(libc::EEXIST));
+        }
+        if let Some((d, _)) = dst {
+            if d == src {
+                return Ok(()); // two names of one inode: POSIX says do nothing
+            }
+        }
+        let src_is_dir = src_dt == libc::DT_DIR;
+        let dst_is_dir = dst.map(|d| d.1 == libc::DT_DIR).unwrap_or(false);
+        // A directory may not move below itself.
+        if parent != newparent {
+            if src_is_dir {
+                self.check_not_ancestor(src, newparent)?;
+            }
+            if flags.exchange && dst_is_dir {
+                self.check_not_ancestor(dst.expect("exists").0, parent)?;
+            }
+        }
+        let mut set = vec![parent, newparent, src];
+        if let Some((d, _)) = dst {
+            set.push(d);
+        }
+        let mut l = self.lock_set(&set)?;
+        // Re-validate under the locks (only renames change names of both; we hold
+        // the rename lock, but unlink/create may have raced before we locked).
+        if l.get(parent).dir.as_ref().and_then(|d| d.get(name)) != Some((src, src_dt)) {
+            continue;
+        }
+        let cur_dst = l.get(newparent).dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?.get(newname);
+        if cur_dst != dst {
+            continue;
+        }
+        if l.get(newparent).attr.nlink == 0 {
+            return Err(errno(libc::ENOENT));
+        }
+        let now = now_ns();
+        let mut tx = TxBuilder::default();
+        let mut nlink_delta: std::collections::HashMap<Ino, i64> = Default::default();
+        if flags.exchange {
+            let (d, d_dt) = dst.expect("exists");
+            tx.push(parent, Entry::DentryAdd { ino: d, file_type: d_dt, name: name.to_vec() });
+            tx.push(newparent, Entry::DentryAdd { ino: src, file_type: src_dt, name: newname.to_vec() });
+            if parent != newparent {
+                let dd = d_dt == libc::DT_DIR;
+                *nlink_delta.entry(parent).or_default() += dd as i64 - src_is_dir as i64;
+                *nlink_delta.entry(newparent).or_default() += src_is_dir as i64 - dd as i64;
+            }
+            for i in [src, d] {
+                let mut a = l.get(i).attr;
+                a.ctime = now;
+                tx.push(i, Entry::Attr(a));
+            }
+        } else {
+            if let Some((d, _)) = dst {
+                if src_is_dir && !dst_is_dir {
+                    return Err(errno(libc::ENOTDIR));
+                }
+                if !src_is_dir && dst_is_dir {
+                    return Err(errno(libc::EISDIR));
+                }
+                if dst_is_dir && !l.get(d).dir.as_ref().expect("dir").is_empty() {
+                    return Err(errno(libc::ENOTEMPTY));
+                }
+            }
+            tx.push(parent, Entry::DentryDel { name: name.to_vec() });
+            tx.push(newparent, Entry::DentryAdd { ino: src, file_type: src_dt, name: newname.to_vec() });
+            if src_is_dir && parent != newparent {
+                *nlink_delta.entry(parent).or_default() -= 1;
+                *nlink_delta.entry(newparent).or_default() += 1;
+            }
+            let mut a = l.get(src).attr;
+            a.ctime = now;
+            tx.push(src, Entry::Attr(a));
+            if let Some((d, _)) = dst {
+                if dst_is_dir {
+                    *nlink_delta.entry(newparent).or_default() -= 1;
+                }
+                let v = l.get(d);
+                let new_nlink = if dst_is_dir { 0 } else { v.attr.nlink.saturating_sub(1) };
+                if new_nlink == 0 && v.open_count == 0 {
+                    tx.extra.push((Fs::state_word(d), 0));
+                } else {
+                    let mut a = v.attr;
+                    a.nlink = new_nlink;
+                    a.ctime = now;
+                    tx.push(d, Entry::Attr(a));
+                }
+            }
+        }
+        for p in [parent, newparent] {
+            let mut a = l.get(p).attr;
+            a.mtime = now;
+            a.ctime = now;
+            a.nlink = (a.nlink as i64 + nlink_delta.get(&p).copied().unwrap_or(0)) as u32;
+            tx.push(p, Entry::Attr(a));
+            if parent == newparent {
+                break;
+            }
+        }
+        let freed = tx.extra.first().map(|_| dst.expect("victim").0);
+        let (parts, extra) = tx.parts();
+        self.commit(&mut l, parts, extra)?;
+        if src_is_dir && parent != newparent {
+            l.get(src).dir.as_mut().expect("dir").parent = newparent;
+        }
+        if flags.exchange && dst_is_dir && parent != newparent {
+            l.get(dst.expect("exists").0).dir.as_mut().expect("dir").parent = parent;
+        }
+        if let Some(v) = freed {
+            self.drop_inode(&mut l, v);
+        } else if let Some((d, _)) = dst {
+            if !flags.exchange && dst_is_dir {
+                l.get(d).attr.nlink = 0;
+            }
+        }
+        return Ok(());
+        }
+    }
+
+    /// EINVAL when `dir` is `target` or one of its ancestors.
+    fn check_not_ancestor(&self, dir: Ino, target: Ino) -> FsResult<()> {
+        let mut cur = target;
+        loop {
+            if cur == dir {
+                return Err(errno(libc::EINVAL));
+            }
+            if cur == ROOT_INO {
+                return Ok(());
+            }
+            let g = self.lock(cur)?;
+            cur = g.as_ref().expect("live").dir.as_ref().map(|d| d.parent).unwrap_or(ROOT_INO);
+        }
+    }
+
+    /// Lists directory entries after cookie `offset` (0 = from the start,
+    /// "." and ".." included), at most `max` of them.
+    pub fn readdir(&self, ino: Ino, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+        let g = self.lock(ino)?;
+        let i = g.as_ref().expect("live");
+        let d = i.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
+        let mut out = Vec::new();
+        if offset < 1 {
+            out.push(DirEntry { ino, next_offset: 1, kind: FileType::Directory, name: b".".to_vec() });
+        }
+        if offset < 2 {
+            out.push(DirEntry { ino: d.parent, next_offset: 2, kind: FileType::Directory, name: b"..".to_vec() });
+        }
+        for (&c, name) in d.order.range(offset.max(FIRST_COOKIE - 1) + 1..) {
+            if out.len() >= max {
+                break;
+            }
+            let (child, dt, _) = d.names[name];
+            out.push(DirEntry {
+                ino: child,
+                next_offset: c,
+                kind: FileType::from_dt(dt).unwrap_or(FileType::Regular),
+                name: name.clone(),
+            });
+        }
+        out.truncate(max.max(1));
+        Ok(out)
+    }
+}
+

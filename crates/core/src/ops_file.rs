@@ -1,0 +1,458 @@
+//! Data and attribute operations: open, read, write, fsync, setattr (truncate),
+//! fallocate, statfs, extended attributes.
+//!
+//! Writes are copy-on-write: new data goes to freshly allocated blocks, partial
+//! first and last blocks are merged with the old content, and one log commit
+//! (one tail store — the commit point) publishes all the write entries of the
+//! call together with the new size and mtime. The old blocks are freed after the
+//! commit. So every write() is atomic, and durable when it returns.
+//!
+//! Invariant: bytes of a mapped block past the file size read as zero (truncate
+//! and hole punching zero the partial block they cut).
+
+use crate::fs::{now_ns, Fs};
+use crate::inode::Inode;
+use crate::types::*;
+use std::sync::atomic::Ordering;
+use terrace_format::{Entry, WriteEntry, BLOCK_SIZE, XATTR_NAME_MAX, XATTR_VALUE_MAX};
+
+/// Largest file size (16 TiB, as ext4 with 4 KiB blocks).
+pub const MAX_FILE_SIZE: u64 = 1 << 44;
+const BS: u64 = BLOCK_SIZE;
+
+/// `setxattr` flag: fail if the attribute exists.
+pub const XATTR_CREATE: i32 = 1;
+/// `setxattr` flag: fail if the attribute does not exist.
+pub const XATTR_REPLACE: i32 = 2;
+
+impl Fs {
+    /// Attributes of an inode.
+    pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        Ok(self.lock(ino)?.as_ref().expect("live").stat())
+    }
+
+    /// Opens an inode; returns a handle number. `flags` are open(2) flags.
+    pub fn open(&self, ino: Ino, flags: i32) -> FsResult<u64> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        let acc = flags & libc::O_ACCMODE;
+        if i.kind == FileType::Directory && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
+            return Err(errno(libc::EISDIR));
+        }
+        i.open_count += 1;
+        Ok(self.next_fh.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Closes a handle; frees an unlinked inode on its last close.
+    pub fn release(&self, ino: Ino) -> FsResult<()> {
+        let Some(slot) = self.table.get(ino as usize) else { return Err(errno(libc::EBADF)) };
+        let mut g = slot.lock();
+        let Some(i) = g.as_mut() else { return Err(errno(libc::EBADF)) };
+        i.open_count = i.open_count.saturating_sub(1);
+        if i.open_count == 0 && i.attr.nlink == 0 && !i.zombie {
+            // Commit point of freeing an unlinked-while-open inode: its state word.
+            self.journal.commit(&*self.media, &[(Fs::state_word(ino), 0)]);
+            self.release_inode_space(i);
+            if i.lookups == 0 {
+                *g = None;
+                drop(g);
+                self.release_slot(ino);
+            } else {
+                i.zombie = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads up to `size` bytes at `off` (short at end of file).
+    pub fn read(&self, ino: Ino, off: u64, size: usize) -> FsResult<Vec<u8>> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        match i.kind {
+            FileType::Regular => {}
+            FileType::Directory => return Err(errno(libc::EISDIR)),
+            _ => return Err(errno(libc::EINVAL)),
+        }
+        let data = self.read_locked(i, off, size);
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_read.fetch_add(data.len() as u64, Ordering::Relaxed);
+        // relatime: update atime once after each change, or once a day.
+        let now = now_ns();
+        let a = i.attr;
+        if a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime > 86_400_000_000_000 {
+            let mut na = a;
+            na.atime = now;
+            let _ = self.commit_one(i, vec![Entry::Attr(na)]);
+        }
+        Ok(data)
+    }
+
+    /// Reads from a locked inode without side effects.
+    pub(crate) fn read_locked(&self, i: &Inode, off: u64, size: usize) -> Vec<u8> {
+        if off >= i.attr.size {
+            return Vec::new();
+        }
+        let end = (off + size as u64).min(i.attr.size);
+        let mut out = vec![0u8; (end - off) as usize];
+        let mut pos = off;
+        while pos < end {
+            let fb = pos / BS;
+            match i.extents.find(fb) {
+                Some((s, e)) => {
+                    let run_end = ((s + e.blocks) * BS).min(end);
+                    let phys = (e.block + (fb - s)) * BS + pos % BS;
+                    let dst = &mut out[(pos - off) as usize..(run_end - off) as usize];
+                    if e.tier == 0 {
+                        self.media.read(phys, dst);
+                    }
+                    pos = run_end;
+                }
+                None => {
+                    let next = i.extents.next_start_after(fb).map(|s| s * BS).unwrap_or(end);
+                    pos = next.min(end).max(pos + 1);
+                    // Holes read as the zeros `out` already holds.
+                }
+            }
+        }
+        out
+    }
+
+    /// Writes `data` at `off`; returns the bytes written (all of them).
+    pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        match i.kind {
+            FileType::Regular => {}
+            FileType::Directory => return Err(errno(libc::EISDIR)),
+            _ => return Err(errno(libc::EINVAL)),
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = off.checked_add(data.len() as u64).ok_or_else(|| errno(libc::EFBIG))?;
+        if end > MAX_FILE_SIZE {
+            return Err(errno(libc::EFBIG));
+        }
+        let now = now_ns();
+        let entries_from = |runs: &[(u64, u64)], first: u64, size_after: u64, mtime: i64| -> Vec<Entry> {
+            let mut fb = first;
+            runs.iter()
+                .map(|&(b, n)| {
+                    let e = Entry::Write(WriteEntry {
+                        file_block: fb,
+                        blocks: n as u32,
+                        tier: 0,
+                        size_counter: 0,
+                        wflags: 0,
+                        block: b,
+                        size_after,
+                        mtime,
+                    });
+                    fb += n;
+                    e
+                })
+                .collect()
+        };
+        let fb0 = off / BS;
+        let fb1 = (end - 1) / BS;
+        let nblocks = fb1 - fb0 + 1;
+        let runs = self.alloc.alloc(nblocks).ok_or_else(|| errno(libc::ENOSPC))?;
+        let head = (off % BS) as usize;
+        let mut buf = vec![0u8; (nblocks * BS) as usize];
+        if head != 0 {
+            let old = self.read_locked(i, fb0 * BS, BS as usize);
+            buf[..old.len()].copy_from_slice(&old);
+        }
+        if end % BS != 0 && (fb1 != fb0 || head == 0) {
+            let old = self.read_locked(i, fb1 * BS, BS as usize);
+            let at = ((fb1 - fb0) * BS) as usize;
+            buf[at..at + old.len()].copy_from_slice(&old);
+        }
+        buf[head..head + data.len()].copy_from_slice(data);
+        let mut at = 0usize;
+        for &(b, n) in &runs {
+            let len = (n * BS) as usize;
+            self.media.write(b * BS, &buf[at..at + len]);
+            self.media.flush(b * BS, n * BS);
+            at += len;
+        }
+        let size_after = i.attr.size.max(end);
+        let entries = entries_from(&runs, fb0, size_after, now);
+        if let Err(e) = self.commit_one(i, entries) {
+            for (b, n) in runs {
+                self.alloc.free_run(b, n);
+            }
+            return Err(e);
+        }
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_written.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(data.len())
+    }
+
+    /// Makes an inode's data and metadata durable. Data on PM is durable when the
+    /// write returns, so this only matters for media that need an msync.
+    pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
+        drop(self.lock(ino)?);
+        self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.media.sync_all()
+    }
+
+    /// Copy-on-write of file block `fb` with bytes `[from, to)` of it zeroed.
+    /// Returns the entry and the new block, or `None` when `fb` is a hole.
+    fn zeroed_block(&self, i: &Inode, fb: u64, from: usize, to: usize, size_after: u64, mtime: i64) -> FsResult<Option<(Entry, u64)>> {
+        if i.extents.find(fb).is_none() {
+            return Ok(None);
+        }
+        let mut blk = self.read_locked(i, fb * BS, BS as usize);
+        blk.resize(BS as usize, 0);
+        blk[from..to].fill(0);
+        let b = self.alloc.alloc_one().ok_or_else(|| errno(libc::ENOSPC))?;
+        self.media.write(b * BS, &blk);
+        self.media.flush(b * BS, BS);
+        let e = Entry::Write(WriteEntry { file_block: fb, blocks: 1, tier: 0, size_counter: 0, wflags: 0, block: b, size_after, mtime });
+        Ok(Some((e, b)))
+    }
+
+    /// Changes attributes (chmod, chown, truncate, utimes).
+    pub fn setattr(&self, ino: Ino, s: SetAttr) -> FsResult<Attr> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        let now = now_ns();
+        let mut a = i.attr;
+        let mut entries = Vec::new();
+        let mut new_blocks = Vec::new();
+        if let Some(size) = s.size {
+            match i.kind {
+                FileType::Regular => {}
+                FileType::Directory => return Err(errno(libc::EISDIR)),
+                _ => return Err(errno(libc::EINVAL)),
+            }
+            if size > MAX_FILE_SIZE {
+                return Err(errno(libc::EFBIG));
+            }
+            if size < a.size {
+                let keep = size.div_ceil(BS);
+                entries.push(Entry::Punch { file_block: keep, blocks: u64::MAX - keep });
+                if size % BS != 0 {
+                    if let Some((e, b)) = self.zeroed_block(i, size / BS, (size % BS) as usize, BS as usize, size, now)? {
+                        entries.push(e);
+                        new_blocks.push(b);
+                    }
+                }
+            }
+            if size != a.size {
+                a.mtime = now;
+            }
+            a.size = size;
+        }
+        if let Some(m) = s.mode {
+            a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
+        }
+        if let Some(u) = s.uid {
+            a.uid = u;
+        }
+        if let Some(gid) = s.gid {
+            a.gid = gid;
+        }
+        match s.atime {
+            Some(SetTime::Now) => a.atime = now,
+            Some(SetTime::At(t)) => a.atime = t,
+            None => {}
+        }
+        match s.mtime {
+            Some(SetTime::Now) => a.mtime = now,
+            Some(SetTime::At(t)) => a.mtime = t,
+            None => {}
+        }
+        a.ctime = s.ctime.unwrap_or(now);
+        entries.push(Entry::Attr(a));
+        if let Err(e) = self.commit_one(i, entries) {
+            for b in new_blocks {
+                self.alloc.free_run(b, 1);
+            }
+            return Err(e);
+        }
+        Ok(i.stat())
+    }
+
+    /// Allocates or deallocates a byte range.
+    pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        match i.kind {
+            FileType::Regular => {}
+            FileType::Directory => return Err(errno(libc::EISDIR)),
+            _ => return Err(errno(libc::ENODEV)),
+        }
+        if len == 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
+        if end > MAX_FILE_SIZE {
+            return Err(errno(libc::EFBIG));
+        }
+        let now = now_ns();
+        let mut a = i.attr;
+        let mut entries = Vec::new();
+        let mut taken: Vec<(u64, u64)> = Vec::new();
+        let result = (|| -> FsResult<()> {
+            match mode {
+                FallocateMode::Allocate | FallocateMode::AllocateKeepSize => {
+                    if mode == FallocateMode::Allocate && end > a.size {
+                        a.size = end;
+                    }
+                    // Zero-filled blocks for every hole in the range.
+                    let mut fb = off / BS;
+                    let last = (end - 1) / BS;
+                    while fb <= last {
+                        if let Some((s, e)) = i.extents.find(fb) {
+                            fb = s + e.blocks;
+                            continue;
+                        }
+                        let hole_end = i.extents.next_start_after(fb).unwrap_or(u64::MAX).min(last + 1);
+                        let mut need = hole_end - fb;
+                        while need > 0 {
+                            let chunk = need.min(u32::MAX as u64 / 2);
+                            let runs = self.alloc.alloc(chunk).ok_or_else(|| errno(libc::ENOSPC))?;
+                            for &(b, n) in &runs {
+                                taken.push((b, n));
+                                let zero = vec![0u8; (n * BS).min(1 << 20) as usize];
+                                let mut w = 0;
+                                while w < n * BS {
+                                    let k = (n * BS - w).min(zero.len() as u64);
+                                    self.media.write(b * BS + w, &zero[..k as usize]);
+                                    w += k;
+                                }
+                                self.media.flush(b * BS, n * BS);
+                                entries.push(Entry::Write(WriteEntry {
+                                    file_block: fb,
+                                    blocks: n as u32,
+                                    tier: 0,
+                                    size_counter: 0,
+                                    wflags: 0,
+                                    block: b,
+                                    size_after: a.size,
+                                    mtime: a.mtime,
+                                }));
+                                fb += n;
+                            }
+                            need -= chunk;
+                        }
+                    }
+                    if a.size != i.attr.size {
+                        a.mtime = now;
+                    }
+                }
+                FallocateMode::PunchHole => {
+                    let first_full = off.div_ceil(BS);
+                    let end_full = end / BS;
+                    if off % BS != 0 {
+                        let fb = off / BS;
+                        let to = if fb == (end - 1) / BS && end % BS != 0 { (end % BS) as usize } else { BS as usize };
+                        if let Some((e, b)) = self.zeroed_block(i, fb, (off % BS) as usize, to, a.size, a.mtime)? {
+                            entries.push(e);
+                            taken.push((b, 1));
+                        }
+                    }
+                    if end_full > first_full {
+                        entries.push(Entry::Punch { file_block: first_full, blocks: end_full - first_full });
+                    }
+                    if end % BS != 0 && end / BS >= first_full && (off / BS != end / BS || off % BS == 0) {
+                        if let Some((e, b)) = self.zeroed_block(i, end / BS, 0, (end % BS) as usize, a.size, a.mtime)? {
+                            entries.push(e);
+                            taken.push((b, 1));
+                        }
+                    }
+                    a.mtime = now;
+                }
+            }
+            a.ctime = now;
+            entries.push(Entry::Attr(a));
+            self.commit_one(i, std::mem::take(&mut entries))
+        })();
+        if result.is_err() {
+            for (b, n) in taken {
+                self.alloc.free_run(b, n);
+            }
+        }
+        result
+    }
+
+    /// File system statistics.
+    pub fn statfs(&self) -> StatFs {
+        let sb = self.sb.lock();
+        let free_slots = self.free_slots.lock().len() as u64;
+        StatFs {
+            blocks: sb.pool_blocks,
+            bfree: self.alloc.free(),
+            bavail: self.alloc.free(),
+            files: sb.inode_count - 1,
+            ffree: free_slots,
+            bsize: BS as u32,
+            namelen: terrace_format::NAME_MAX as u32,
+        }
+    }
+
+    fn check_xattr_name(i: &Inode, name: &[u8]) -> FsResult<()> {
+        if name.is_empty() || name.len() > XATTR_NAME_MAX {
+            return Err(errno(libc::ERANGE));
+        }
+        if name.starts_with(b"user.") {
+            if !matches!(i.kind, FileType::Regular | FileType::Directory) {
+                return Err(errno(libc::EPERM));
+            }
+            Ok(())
+        } else if name.starts_with(b"trusted.") || name.starts_with(b"security.") {
+            Ok(())
+        } else {
+            Err(errno(libc::EOPNOTSUPP))
+        }
+    }
+
+    /// Sets an extended attribute (`flags`: [`XATTR_CREATE`], [`XATTR_REPLACE`]).
+    pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        Self::check_xattr_name(i, name)?;
+        if value.len() > XATTR_VALUE_MAX {
+            return Err(errno(libc::ENOSPC));
+        }
+        let exists = i.xattrs.contains_key(name);
+        if flags & XATTR_CREATE != 0 && exists {
+            return Err(errno(libc::EEXIST));
+        }
+        if flags & XATTR_REPLACE != 0 && !exists {
+            return Err(errno(libc::ENODATA));
+        }
+        let mut a = i.attr;
+        a.ctime = now_ns();
+        self.commit_one(i, vec![Entry::XattrSet { name: name.to_vec(), value: value.to_vec() }, Entry::Attr(a)])
+    }
+
+    /// Reads an extended attribute.
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        let g = self.lock(ino)?;
+        let i = g.as_ref().expect("live");
+        Self::check_xattr_name(i, name).map_err(|e| if e.raw_os_error() == Some(libc::EPERM) { errno(libc::ENODATA) } else { e })?;
+        i.xattrs.get(name).cloned().ok_or_else(|| errno(libc::ENODATA))
+    }
+
+    /// Names of all extended attributes.
+    pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        let g = self.lock(ino)?;
+        Ok(g.as_ref().expect("live").xattrs.keys().cloned().collect())
+    }
+
+    /// Removes an extended attribute.
+    pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        Self::check_xattr_name(i, name)?;
+        if !i.xattrs.contains_key(name) {
+            return Err(errno(libc::ENODATA));
+        }
+        let mut a = i.attr;
+        a.ctime = now_ns();
+        self.commit_one(i, vec![Entry::XattrDel { name: name.to_vec() }, Entry::Attr(a)])
+    }
+}

@@ -1,0 +1,348 @@
+//! Rebuilding DRAM state from the PM tier: the only way a pool is opened.
+//!
+//! Steps (docs/design.md, "Recovery"):
+//! 1. choose the newest valid superblock copy;
+//! 2. roll back open journal transactions;
+//! 3. read every in-use inode slot and replay its log into a DRAM [`Inode`];
+//! 4. walk the tree from the root: set directory parents, find dangling entries;
+//! 5. in-use slots no directory reaches are orphans (a create that did not
+//!    commit, or a file unlinked while open): they are freed;
+//! 6. the page allocator is the complement of live log pages and live data.
+//!
+//! A scan collects every problem it finds instead of stopping at the first, so
+//! `fsck` can report them all; mount refuses a pool with any problem other than
+//! link-count mismatches.
+
+use crate::alloc::{PageAllocator, Run};
+use crate::inode::Inode;
+use crate::log::walk;
+use crate::types::{FileType, Ino};
+use std::collections::{HashMap, VecDeque};
+use terrace_format::{
+    inode_offset, FormatError, InodeSlot, Superblock, BLOCK_SIZE, INODE_SIZE, INODE_USED, ROOT_INO,
+    SUPERBLOCK_A_BLOCK, SUPERBLOCK_B_BLOCK,
+};
+use terrace_media::PmMedia;
+
+/// Why a pool cannot be opened at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// No Terrace superblock.
+    NotAPool(String),
+    /// Written by a newer version.
+    NewerVersion(u32),
+    /// Damaged beyond what mount may fix by itself.
+    Corrupt(String),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::NotAPool(why) => write!(f, "not a Terrace pool: {why}"),
+            OpenError::NewerVersion(v) => write!(
+                f,
+                "pool format version {v} is newer than this terrace supports ({}); upgrade terrace",
+                terrace_format::FORMAT_VERSION
+            ),
+            OpenError::Corrupt(why) => write!(f, "pool is corrupt: {why}; run `terrace fsck --repair`"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// One inconsistency found by a scan.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum Problem {
+    /// An in-use slot with a bad checksum or type; treated as free.
+    BadSlot {
+        /// Inode.
+        ino: Ino,
+        /// Detail.
+        what: String,
+    },
+    /// A log that cannot be read to its tail; replayed up to `safe_tail`.
+    BadLog {
+        /// Inode.
+        ino: Ino,
+        /// Detail.
+        what: String,
+        /// End of the last readable entry (0 = none).
+        safe_tail: u64,
+    },
+    /// A directory entry naming a free or broken inode.
+    DanglingEntry {
+        /// Directory.
+        dir: Ino,
+        /// Name.
+        name: String,
+        /// Target.
+        target: Ino,
+    },
+    /// A directory reached from two places.
+    DirectoryLinkedTwice {
+        /// Directory.
+        ino: Ino,
+    },
+    /// Stored link count differs from the number of names.
+    LinkCount {
+        /// Inode.
+        ino: Ino,
+        /// Stored.
+        stored: u32,
+        /// Counted.
+        counted: u32,
+    },
+    /// A data extent outside the pool, or a block owned twice.
+    BlockOwnership {
+        /// Inode.
+        ino: Ino,
+        /// Detail.
+        what: String,
+    },
+    /// The root directory is missing or not a directory.
+    BadRoot,
+    /// A journal slot with unreadable records.
+    BadJournal {
+        /// Slot index.
+        slot: usize,
+        /// Detail.
+        what: String,
+    },
+}
+
+impl Problem {
+    /// True when mount must refuse the pool.
+    pub fn blocks_mount(&self) -> bool {
+        !matches!(self, Problem::LinkCount { .. })
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::BadSlot { ino, what } => write!(f, "inode {ino}: {what}"),
+            Problem::BadLog { ino, what, .. } => write!(f, "inode {ino}: log unreadable: {what}"),
+            Problem::DanglingEntry { dir, name, target } => {
+                write!(f, "directory {dir}: entry {name:?} points to missing inode {target}")
+            }
+            Problem::DirectoryLinkedTwice { ino } => write!(f, "directory {ino} has more than one parent"),
+            Problem::LinkCount { ino, stored, counted } => {
+                write!(f, "inode {ino}: link count {stored}, but {counted} names")
+            }
+            Problem::BlockOwnership { ino, what } => write!(f, "inode {ino}: {what}"),
+            Problem::BadRoot => write!(f, "the root directory is missing"),
+            Problem::BadJournal { slot, what } => write!(f, "journal slot {slot}: {what}"),
+        }
+    }
+}
+
+/// Everything a scan learned.
+pub struct Scan {
+    /// The superblock in use.
+    pub sb: Superblock,
+    /// DRAM inodes by number (reachable ones only).
+    pub inodes: HashMap<Ino, Inode>,
+    /// Inconsistencies.
+    pub problems: Vec<Problem>,
+    /// In-use slots no directory reaches (freed by mount).
+    pub orphans: Vec<Ino>,
+    /// Journal transactions rolled back.
+    pub rolled_back: usize,
+    /// The allocator (None when block ownership is inconsistent).
+    pub alloc: Option<PageAllocator>,
+}
+
+/// Reads and checks both superblock copies.
+pub fn read_superblock(media: &dyn PmMedia) -> Result<Superblock, OpenError> {
+    if media.len() < 4 * BLOCK_SIZE {
+        return Err(OpenError::NotAPool(format!("only {} bytes long", media.len())));
+    }
+    let mut a = vec![0u8; BLOCK_SIZE as usize];
+    let mut b = vec![0u8; BLOCK_SIZE as usize];
+    media.read(SUPERBLOCK_A_BLOCK * BLOCK_SIZE, &mut a);
+    media.read(SUPERBLOCK_B_BLOCK * BLOCK_SIZE, &mut b);
+    let sb = Superblock::choose(&a, &b).map_err(|e| match e {
+        FormatError::BadMagic => OpenError::NotAPool("no Terrace superblock".into()),
+        FormatError::UnsupportedVersion(v) => OpenError::NewerVersion(v),
+        FormatError::BadChecksum => OpenError::Corrupt("both superblock copies fail their checksum".into()),
+        FormatError::Invalid(w) => OpenError::Corrupt(format!("superblock field invalid: {w}")),
+    })?;
+    if sb.pm_size > media.len() {
+        return Err(OpenError::Corrupt(format!(
+            "the PM tier is {} bytes but its superblock says {} (truncated file?)",
+            media.len(),
+            sb.pm_size
+        )));
+    }
+    Ok(sb)
+}
+
+/// Scans a pool. With `write`, rolls back the journal and frees orphans on media
+/// (mount, `fsck --repair`); without, touches nothing.
+pub fn scan(media: &dyn PmMedia, write: bool, progress: &mut dyn FnMut(u64, u64)) -> Result<Scan, OpenError> {
+    let sb = read_superblock(media)?;
+    let mut problems = Vec::new();
+    let rolled_back = match crate::journal::recover(media, write) {
+        Ok(n) => n,
+        Err((slot, what)) => {
+            problems.push(Problem::BadJournal { slot, what });
+            0
+        }
+    };
+    if !write && rolled_back > 0 {
+        return Err(OpenError::Corrupt("open journal transactions need a writable scan".into()));
+    }
+    let pool = sb.pool_start * BLOCK_SIZE..sb.pm_size;
+    let n = sb.inode_count;
+    let mut table = vec![0u8; (n * INODE_SIZE as u64) as usize];
+    media.read(inode_offset(0), &mut table);
+    let mut inodes: HashMap<Ino, Inode> = HashMap::new();
+    for ino in 1..n {
+        if ino % 4096 == 0 {
+            progress(ino, n);
+        }
+        let raw = &table[(ino as usize) * INODE_SIZE..(ino as usize + 1) * INODE_SIZE];
+        let slot = match InodeSlot::decode(raw) {
+            Ok(s) if s.state == INODE_USED => s,
+            Ok(_) => continue,
+            Err(e) => {
+                problems.push(Problem::BadSlot { ino, what: format!("slot {e}") });
+                continue;
+            }
+        };
+        let Some(mut inode) = Inode::from_slot(ino, &slot) else {
+            problems.push(Problem::BadSlot { ino, what: format!("invalid mode {:o}", slot.mode) });
+            continue;
+        };
+        let walked = match walk(media, slot.log_head, slot.log_tail, pool.clone()) {
+            Ok(w) => w,
+            Err(e) => {
+                problems.push(Problem::BadLog { ino, what: format!("{} at {:#x}", e.what, e.at), safe_tail: e.last_good });
+                let w = walk(media, slot.log_head, e.last_good, pool.clone()).unwrap_or_default();
+                w
+            }
+        };
+        for (e, _) in &walked.entries {
+            inode.apply(e);
+        }
+        inode.log.head = if slot.log_tail == 0 { 0 } else { slot.log_head };
+        inode.log.tail = slot.log_tail;
+        inode.log.entries = walked.entries.len() as u64;
+        inode.log.pages = walked.pages;
+        inodes.insert(ino, inode);
+    }
+    progress(n, n);
+
+    // Tree walk from the root.
+    let mut reached: HashMap<Ino, u32> = HashMap::new();
+    let mut parent_of: HashMap<Ino, Ino> = HashMap::new();
+    match inodes.get(&ROOT_INO) {
+        Some(r) if r.kind == FileType::Directory => {
+            let mut queue = VecDeque::from([ROOT_INO]);
+            parent_of.insert(ROOT_INO, ROOT_INO);
+            while let Some(d) = queue.pop_front() {
+                let names: Vec<(Vec<u8>, Ino, u8)> = inodes[&d]
+                    .dir
+                    .as_ref()
+                    .map(|x| x.names.iter().map(|(k, v)| (k.clone(), v.0, v.1)).collect())
+                    .unwrap_or_default();
+                for (name, child, dt) in names {
+                    let ok = inodes.get(&child).map(|c| c.kind.dt() == dt).unwrap_or(false);
+                    if !ok || child == ROOT_INO {
+                        problems.push(Problem::DanglingEntry {
+                            dir: d,
+                            name: String::from_utf8_lossy(&name).into_owned(),
+                            target: child,
+                        });
+                        continue;
+                    }
+                    *reached.entry(child).or_default() += 1;
+                    if dt == libc::DT_DIR {
+                        if parent_of.contains_key(&child) {
+                            problems.push(Problem::DirectoryLinkedTwice { ino: child });
+                            continue;
+                        }
+                        parent_of.insert(child, d);
+                        queue.push_back(child);
+                    }
+                }
+            }
+        }
+        _ => problems.push(Problem::BadRoot),
+    }
+    let orphans: Vec<Ino> = {
+        let mut v: Vec<Ino> = inodes.keys().copied().filter(|&i| i != ROOT_INO && !reached.contains_key(&i)).collect();
+        v.sort_unstable();
+        v
+    };
+    for o in &orphans {
+        inodes.remove(o);
+        if write {
+            media.store_u64(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 0);
+            media.flush(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 8);
+        }
+    }
+    if write {
+        media.fence();
+    }
+    for (ino, inode) in inodes.iter_mut() {
+        if let Some(d) = inode.dir.as_mut() {
+            d.parent = parent_of.get(ino).copied().unwrap_or(ROOT_INO);
+        }
+    }
+    // Link counts.
+    let mut keys: Vec<Ino> = inodes.keys().copied().collect();
+    keys.sort_unstable();
+    for ino in &keys {
+        let inode = &inodes[ino];
+        let counted = match &inode.dir {
+            Some(d) => 2 + d.subdirs,
+            None => reached.get(ino).copied().unwrap_or(0),
+        };
+        if inode.attr.nlink != counted {
+            problems.push(Problem::LinkCount { ino: *ino, stored: inode.attr.nlink, counted });
+        }
+    }
+    // Block ownership.
+    let mut used: Vec<(Run, Ino)> = Vec::new();
+    for ino in &keys {
+        let inode = &inodes[ino];
+        for p in &inode.log.pages {
+            used.push(((p / BLOCK_SIZE, 1), *ino));
+        }
+        for (fb, e) in inode.extents.iter() {
+            if e.tier != 0 {
+                continue;
+            }
+            if e.block < sb.pool_start || e.block + e.blocks > sb.pool_start + sb.pool_blocks {
+                problems.push(Problem::BlockOwnership {
+                    ino: *ino,
+                    what: format!("file block {fb} maps to block {} outside the pool", e.block),
+                });
+                continue;
+            }
+            used.push(((e.block, e.blocks), *ino));
+        }
+    }
+    used.sort_unstable();
+    let mut ownership_ok = true;
+    for w in used.windows(2) {
+        let ((s0, n0), i0) = w[0];
+        let ((s1, _), i1) = w[1];
+        if s0 + n0 > s1 {
+            ownership_ok = false;
+            problems.push(Problem::BlockOwnership {
+                ino: i1,
+                what: format!("block {s1} is also owned by inode {i0}"),
+            });
+        }
+    }
+    let alloc = if ownership_ok {
+        let shards = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).max(2);
+        PageAllocator::from_used(sb.pool_start, sb.pool_blocks, shards, used.into_iter().map(|x| x.0).collect()).ok()
+    } else {
+        None
+    };
+    Ok(Scan { sb, inodes, problems, orphans, rolled_back, alloc })
+}

@@ -1,0 +1,126 @@
+//! The numbers `terrace status` shows.
+
+use crate::fs::Fs;
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use terrace_format::BLOCK_SIZE;
+
+/// One tier's use.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierStatus {
+    /// Tier id.
+    pub id: u8,
+    /// `pm`, `ssd` or `hdd`.
+    pub kind: &'static str,
+    /// Path at mkfs.
+    pub path: String,
+    /// Capacity in bytes (data pool for PM).
+    pub capacity: u64,
+    /// Bytes in use.
+    pub used: u64,
+    /// Whether this build places data on it yet.
+    pub active: bool,
+}
+
+/// Status of a mounted pool.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// Pool id.
+    pub uuid: String,
+    /// Media description.
+    pub media: String,
+    /// Tiers.
+    pub tiers: Vec<TierStatus>,
+    /// Live inodes.
+    pub inodes_used: u64,
+    /// Inode slots.
+    pub inodes_total: u64,
+    /// Log pages in use.
+    pub log_pages: u64,
+    /// Bytes of logs.
+    pub log_bytes: u64,
+    /// Data blocks in use on PM.
+    pub data_blocks: u64,
+    /// Was the pool cleanly unmounted before this mount.
+    pub clean_last_time: bool,
+    /// Mounts so far.
+    pub mount_count: u64,
+    /// What recovery did at this mount.
+    pub recovery: crate::fs::MountReport,
+    /// Application writes / bytes.
+    pub writes: u64,
+    /// Bytes written by applications.
+    pub bytes_written: u64,
+    /// Application reads.
+    pub reads: u64,
+    /// Bytes read by applications.
+    pub bytes_read: u64,
+    /// fsync calls.
+    pub fsyncs: u64,
+    /// Log commits / journaled commits / compactions.
+    pub commits: u64,
+    /// Commits through the journal.
+    pub journaled_commits: u64,
+    /// Log compactions.
+    pub compactions: u64,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Fs {
+    /// Gathers the status.
+    pub fn status(&self) -> Status {
+        let sb = self.superblock();
+        let mut inodes_used = 0;
+        let mut log_pages = 0;
+        let mut data_blocks = 0;
+        for slot in &self.table {
+            if let Some(i) = slot.lock().as_ref() {
+                if i.zombie {
+                    continue;
+                }
+                inodes_used += 1;
+                log_pages += i.log.pages.len() as u64;
+                data_blocks += i.extents.iter().filter(|(_, e)| e.tier == 0).map(|(_, e)| e.blocks).sum::<u64>();
+            }
+        }
+        let pool_bytes = sb.pool_blocks * BLOCK_SIZE;
+        let used = pool_bytes - self.alloc.free() * BLOCK_SIZE;
+        let tiers = sb
+            .tiers
+            .iter()
+            .map(|t| TierStatus {
+                id: t.id,
+                kind: t.kind.name(),
+                path: t.path.clone(),
+                capacity: if t.id == 0 { pool_bytes } else { t.size },
+                used: if t.id == 0 { used } else { 0 },
+                active: t.id == 0,
+            })
+            .collect();
+        let c = &self.counters;
+        Status {
+            uuid: hex(&sb.uuid),
+            media: self.media.describe(),
+            tiers,
+            inodes_used,
+            inodes_total: sb.inode_count - 1,
+            log_pages,
+            log_bytes: log_pages * BLOCK_SIZE,
+            data_blocks,
+            clean_last_time: self.report.was_clean,
+            mount_count: sb.mount_count,
+            recovery: self.report.clone(),
+            writes: c.writes.load(Ordering::Relaxed),
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            reads: c.reads.load(Ordering::Relaxed),
+            bytes_read: c.bytes_read.load(Ordering::Relaxed),
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed),
+            journaled_commits: c.journaled_commits.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Media behind a trait (redb's `StorageBackend` in spirit).
+//!
+//! [`PmMedia`] is byte-addressable persistent memory: stores become durable only
+//! after they are flushed ([`PmMedia::flush`]) and a fence ([`PmMedia::fence`])
+//! orders them. The file system core reaches the PM tier only through this trait;
+//! it never assumes that a store is durable before `flush` + `fence`.
+//!
+//! Implementations:
+//! - `pm::PmFile`: a file mapped with `mmap(MAP_SHARED)` (`MAP_SYNC` on DAX),
+//!   persisted with clwb/clflushopt/clflush + sfence (chosen at run time), plus
+//!   `msync` when the file is on an ordinary (non-DAX, non-tmpfs) file system.
+//! - `mem::MemMedia`: a plain in-memory buffer (unit tests).
+//! - `crash::CrashMedia`: records stores, flushes and fences and builds crash
+//!   images in which unflushed cache lines are lost (all, or a random subset).
+//! - `fault::FaultMedia`: wraps another media and poisons ranges, so reads of
+//!   them return a recognisable pattern (PM stores cannot fail; media errors
+//!   show up as bad loads).
+
+pub mod crash;
+pub mod fault;
+pub mod mem;
+pub mod persist;
+pub mod pm;
+
+pub use crash::{CrashEvent, CrashMedia, CrashState, CrashTrace, LossMode};
+pub use fault::{FaultMedia, POISON_BYTE};
+pub use mem::MemMedia;
+pub use pm::{PmFile, PmKind};
+
+/// Size of a CPU cache line: the unit in which stores reach persistence.
+pub const CACHE_LINE: u64 = 64;
+
+/// Byte-addressable persistent memory.
+///
+/// Contract:
+/// - `read`/`write` access `[off, off + len)`, which must lie inside `len()`;
+///   out-of-range access is a bug in the caller and panics.
+/// - `write` is a store: visible to later reads at once, durable only after a
+///   `flush` covering it followed by a `fence`.
+/// - `store_u64` on an 8-aligned offset is atomic with respect to crashes: after a
+///   crash the word holds either its old or its new value, never a mix.
+/// - Concurrent calls on disjoint ranges are allowed; callers serialise
+///   overlapping access.
+pub trait PmMedia: Send + Sync {
+    /// Size in bytes.
+    fn len(&self) -> u64;
+    /// True when the media has zero length.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `buf.len()` bytes at `off` into `buf`.
+    fn read(&self, off: u64, buf: &mut [u8]);
+    /// Stores `data` at `off` (not yet durable).
+    fn write(&self, off: u64, data: &[u8]);
+    /// Atomically stores an aligned 8-byte little-endian word (not yet durable).
+    fn store_u64(&self, off: u64, value: u64);
+    /// Writes back the cache lines covering `[off, off + len)`.
+    fn flush(&self, off: u64, len: u64);
+    /// Orders: every line flushed before the fence is durable before any store after it.
+    fn fence(&self);
+    /// `flush` then `fence`.
+    fn persist(&self, off: u64, len: u64) {
+        self.flush(off, len);
+        self.fence();
+    }
+    /// Reads an 8-byte little-endian word.
+    fn load_u64(&self, off: u64) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(off, &mut b);
+        u64::from_le_bytes(b)
+    }
+    /// Makes everything written so far durable on media where `fence` alone is not
+    /// enough (an mmap of an ordinary disk file needs msync). Called by fsync and
+    /// unmount; a no-op on DAX, tmpfs and test media.
+    fn sync_all(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// One-line description for status output (path, kind, flush instruction).
+    fn describe(&self) -> String;
+}

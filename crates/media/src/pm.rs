@@ -1,0 +1,525 @@
+//! [`PmFile`]: persistent memory reached through a shared mapping of a file or
+//! block device.
+//!
+//! Invariants:
+//! - The mapping covers the whole media (`len()` bytes, a non-zero multiple of
+//!   4096) for the life of the `PmFile`; it is unmapped on drop.
+//! - `MAP_SHARED_VALIDATE | MAP_SYNC` is tried first; when it succeeds the media
+//!   is DAX ([`PmKind::Dax`]) and cache-line flush + fence make stores durable.
+//!   Otherwise the mapping is plain `MAP_SHARED`:
+//!   - on tmpfs ([`PmKind::Tmpfs`]) the page cache *is* the media, so flush +
+//!     fence is all there is (the emulation of PM used in development);
+//!   - on any other file system or a block device ([`PmKind::File`]) the
+//!     page cache is volatile, so [`PmMedia::fence`] also `msync(MS_SYNC)`s the
+//!     page-aligned span of everything flushed since the previous fence, and
+//!     [`PmMedia::sync_all`] `msync`s the whole mapping.
+//! - An `msync` failure inside `fence` cannot be returned (the trait's `fence`
+//!   is infallible); it is kept and reported by the next `sync_all`.
+//! - User-caused errors (missing file, bad length, unmappable path) are
+//!   `io::Error`s naming the path, never panics. Out-of-range or misaligned
+//!   access is a caller bug and panics, as the [`PmMedia`] contract says.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use rustix::mm::{Advice, MapFlags, MsyncFlags, ProtFlags};
+
+use crate::{persist, PmMedia};
+
+/// Mapping granularity: lengths must be a multiple of this.
+pub const PAGE: u64 = 4096;
+
+/// `statfs.f_type` of tmpfs.
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// How stores on a [`PmFile`] become durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PmKind {
+    /// DAX mapping (`MAP_SYNC` accepted): flush + fence is durable.
+    Dax,
+    /// A file on tmpfs: memory is the media; flush + fence is all there is.
+    Tmpfs,
+    /// Page-cache mapping of an ordinary file or block device: needs `msync`.
+    File,
+}
+
+impl fmt::Display for PmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PmKind::Dax => "dax",
+            PmKind::Tmpfs => "tmpfs",
+            PmKind::File => "file",
+        })
+    }
+}
+
+/// A file or block device mapped as persistent memory.
+pub struct PmFile {
+    path: PathBuf,
+    // Keeps the descriptor open for the life of the mapping.
+    _file: File,
+    base: NonNull<u8>,
+    len: u64,
+    kind: PmKind,
+    /// `PmKind::File` only: byte span `[min, max)` flushed since the last fence.
+    unsynced: Mutex<Option<(u64, u64)>>,
+    /// First `msync` failure seen by `fence`, reported by `sync_all`.
+    sync_error: Mutex<Option<io::Error>>,
+}
+
+// Safety: `base` points to a MAP_SHARED mapping owned by this value and valid
+// until drop; nothing in it is tied to a thread. Concurrent access is through
+// raw copies and atomics, and the `PmMedia` contract makes callers serialise
+// overlapping ranges, so no two threads race on the same bytes.
+unsafe impl Send for PmFile {}
+// Safety: see `Send`; all interior mutability besides the mapping is behind
+// mutexes.
+unsafe impl Sync for PmFile {}
+
+fn err(path: &Path, kind: io::ErrorKind, msg: impl fmt::Display) -> io::Error {
+    io::Error::new(kind, format!("{}: {msg}", path.display()))
+}
+
+fn with_path(path: &Path, what: &str, e: impl Into<io::Error>) -> io::Error {
+    let e = e.into();
+    io::Error::new(e.kind(), format!("{}: {what}: {e}", path.display()))
+}
+
+fn check_len(path: &Path, len: u64) -> io::Result<()> {
+    if len == 0 || len % PAGE != 0 {
+        return Err(err(
+            path,
+            io::ErrorKind::InvalidInput,
+            format_args!("length {len} is not a non-zero multiple of {PAGE}"),
+        ));
+    }
+    if usize::try_from(len).is_err() {
+        return Err(err(
+            path,
+            io::ErrorKind::InvalidInput,
+            format_args!("length {len} does not fit in the address space"),
+        ));
+    }
+    Ok(())
+}
+
+fn open_rw(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| with_path(path, "open", e))
+}
+
+/// Length of a regular file or block device, and whether it is a block device.
+fn media_len(path: &Path, file: &File) -> io::Result<(u64, bool)> {
+    let meta = file.metadata().map_err(|e| with_path(path, "stat", e))?;
+    let ft = meta.file_type();
+    if ft.is_block_device() {
+        let len = rustix::fs::seek(file, rustix::fs::SeekFrom::End(0))
+            .map_err(|e| with_path(path, "seek to end of block device", e))?;
+        Ok((len, true))
+    } else if ft.is_file() {
+        Ok((meta.len(), false))
+    } else {
+        Err(err(
+            path,
+            io::ErrorKind::InvalidInput,
+            "not a regular file or block device",
+        ))
+    }
+}
+
+impl PmFile {
+    /// Maps an existing file or block device over its whole length, which must
+    /// be a non-zero multiple of 4096.
+    pub fn open(path: impl AsRef<Path>) -> io::Result<PmFile> {
+        let path = path.as_ref();
+        let file = open_rw(path)?;
+        let (len, is_blk) = media_len(path, &file)?;
+        Self::map(path, file, len, is_blk)
+    }
+
+    /// Maps `path` with length `size` (a non-zero multiple of 4096).
+    ///
+    /// A missing or empty regular file is created sparse with `size` bytes; an
+    /// existing regular file must already have exactly `size` bytes (it is never
+    /// truncated). A block device must hold at least `size` bytes, of which the
+    /// first `size` are mapped.
+    pub fn create(path: impl AsRef<Path>, size: u64) -> io::Result<PmFile> {
+        let path = path.as_ref();
+        check_len(path, size)?;
+        let file = match open_rw(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| with_path(path, "create", e))?,
+            Err(e) => return Err(e),
+        };
+        let (len, is_blk) = media_len(path, &file)?;
+        if is_blk {
+            if len < size {
+                return Err(err(
+                    path,
+                    io::ErrorKind::InvalidInput,
+                    format_args!("block device has {len} bytes, fewer than the {size} requested"),
+                ));
+            }
+        } else if len == 0 {
+            file.set_len(size)
+                .map_err(|e| with_path(path, "set length", e))?;
+        } else if len != size {
+            return Err(err(
+                path,
+                io::ErrorKind::AlreadyExists,
+                format_args!("exists with length {len}, not the {size} requested (remove it or open it as is)"),
+            ));
+        }
+        Self::map(path, file, size, is_blk)
+    }
+
+    fn map(path: &Path, file: File, len: u64, is_blk: bool) -> io::Result<PmFile> {
+        check_len(path, len)?;
+        let ulen = len as usize;
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
+        // Safety: a fresh mapping at an address of the kernel's choosing aliases
+        // no Rust object; `file` is open read-write and at least `len` long.
+        let dax = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                ulen,
+                prot,
+                MapFlags::SHARED_VALIDATE | MapFlags::SYNC,
+                &file,
+                0,
+            )
+        };
+        let (addr, kind) = match dax {
+            Ok(addr) => (addr, PmKind::Dax),
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::INVAL => {
+                // Safety: as above, without MAP_SYNC.
+                let addr = unsafe {
+                    rustix::mm::mmap(std::ptr::null_mut(), ulen, prot, MapFlags::SHARED, &file, 0)
+                }
+                .map_err(|e| with_path(path, "mmap", e))?;
+                let kind = if is_blk {
+                    // /dev is devtmpfs, whose f_type is tmpfs's: never ask statfs here.
+                    PmKind::File
+                } else {
+                    match rustix::fs::fstatfs(&file) {
+                        #[allow(clippy::useless_conversion)]
+                        Ok(st) if i64::from(st.f_type) == TMPFS_MAGIC => PmKind::Tmpfs,
+                        _ => PmKind::File,
+                    }
+                };
+                (addr, kind)
+            }
+            Err(e) => return Err(with_path(path, "mmap (MAP_SYNC)", e)),
+        };
+        let base = NonNull::new(addr.cast::<u8>())
+            .ok_or_else(|| err(path, io::ErrorKind::Other, "mmap returned null"))?;
+        Ok(PmFile {
+            path: path.to_path_buf(),
+            _file: file,
+            base,
+            len,
+            kind,
+            unsynced: Mutex::new(None),
+            sync_error: Mutex::new(None),
+        })
+    }
+
+    /// How durability is reached on this media.
+    pub fn kind(&self) -> PmKind {
+        self.kind
+    }
+
+    /// Path the media was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Prefaults the whole mapping for writing (`MADV_POPULATE_WRITE`) so the
+    /// first store to each page does not take a fault. Errors (old kernels,
+    /// no space) are ignored: faults then happen lazily.
+    pub fn advise_populate(&self) {
+        // Safety: the range is exactly our own live mapping; the advice changes
+        // no contents (it only allocates/maps pages).
+        let _ = unsafe {
+            rustix::mm::madvise(
+                self.base.as_ptr().cast(),
+                self.len as usize,
+                Advice::LinuxPopulateWrite,
+            )
+        };
+    }
+
+    /// Panics unless `[off, off + len)` lies inside the media; returns `off`
+    /// as a `usize`.
+    fn check(&self, off: u64, len: u64) -> usize {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => off as usize,
+            _ => panic!(
+                "{}: access [{off}, +{len}) outside media of {} bytes",
+                self.path.display(),
+                self.len
+            ),
+        }
+    }
+
+    fn msync(&self, start: u64, end: u64) -> io::Result<()> {
+        let start = start / PAGE * PAGE;
+        let end = end.div_ceil(PAGE).saturating_mul(PAGE).min(self.len);
+        if end <= start {
+            return Ok(());
+        }
+        // Safety: `[start, end)` is page-aligned and inside our live mapping.
+        unsafe {
+            rustix::mm::msync(
+                self.base.as_ptr().add(start as usize).cast(),
+                (end - start) as usize,
+                MsyncFlags::SYNC,
+            )
+        }
+        .map_err(|e| with_path(&self.path, "msync", e))
+    }
+}
+
+impl Drop for PmFile {
+    fn drop(&mut self) {
+        // Safety: we own the mapping of exactly `len` bytes at `base`; no
+        // borrow of it can outlive `self`.
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len as usize) };
+    }
+}
+
+impl fmt::Debug for PmFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PmFile")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl PmMedia for PmFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        let o = self.check(off, buf.len() as u64);
+        // Safety: the source range is inside the mapping (checked) and `buf` is
+        // a distinct Rust allocation, so they cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(o), buf.as_mut_ptr(), buf.len())
+        };
+    }
+
+    fn write(&self, off: u64, data: &[u8]) {
+        let o = self.check(off, data.len() as u64);
+        // Safety: the destination is inside the mapping (checked), `data` is a
+        // distinct allocation; callers serialise overlapping ranges.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(o), data.len())
+        };
+    }
+
+    fn store_u64(&self, off: u64, value: u64) {
+        assert!(off % 8 == 0, "store_u64 at unaligned offset {off}");
+        let o = self.check(off, 8);
+        // Safety: the word is inside the mapping (checked), 8-aligned (the map
+        // is page-aligned and `off` is 8-aligned), and only accessed atomically
+        // or under the caller's serialisation for as long as this call lasts.
+        let word = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(o).cast::<u64>()) };
+        word.store(value.to_le(), Ordering::Release);
+    }
+
+    fn flush(&self, off: u64, len: u64) {
+        let o = self.check(off, len);
+        if len == 0 {
+            return;
+        }
+        persist::flush_range(self.base.as_ptr().wrapping_add(o), len as usize);
+        if self.kind == PmKind::File {
+            let mut u = self.unsynced.lock();
+            let end = off + len;
+            *u = Some(match *u {
+                Some((lo, hi)) => (lo.min(off), hi.max(end)),
+                None => (off, end),
+            });
+        }
+    }
+
+    fn fence(&self) {
+        persist::fence();
+        if self.kind == PmKind::File {
+            // Held across msync so that a concurrent fence cannot return before
+            // the lines it is responsible for are on disk.
+            let mut u = self.unsynced.lock();
+            if let Some((lo, hi)) = u.take() {
+                if let Err(e) = self.msync(lo, hi) {
+                    self.sync_error.lock().get_or_insert(e);
+                }
+            }
+        }
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        if let Some(e) = self.sync_error.lock().take() {
+            return Err(e);
+        }
+        if self.kind == PmKind::File {
+            let mut u = self.unsynced.lock();
+            self.msync(0, self.len)?;
+            *u = None;
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} ({}, {})",
+            self.path.display(),
+            self.kind,
+            persist::flush_instruction()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip_in(dir: &Path) -> PmKind {
+        let d = tempfile::tempdir_in(dir).unwrap();
+        let p = d.path().join("pm");
+        let kind;
+        {
+            let pm = PmFile::create(&p, 64 * 1024).unwrap();
+            kind = pm.kind();
+            pm.advise_populate();
+            assert_eq!(pm.len(), 64 * 1024);
+            pm.write(100, b"hello, pm");
+            pm.store_u64(4096, 0x0102_0304_0506_0708);
+            pm.persist(100, 9);
+            pm.persist(4096, 8);
+            let mut b = [0u8; 9];
+            pm.read(100, &mut b);
+            assert_eq!(&b, b"hello, pm");
+            pm.sync_all().unwrap();
+            assert!(pm.describe().contains(&kind.to_string()));
+        }
+        let pm = PmFile::open(&p).unwrap();
+        assert_eq!(pm.len(), 64 * 1024);
+        let mut b = [0u8; 9];
+        pm.read(100, &mut b);
+        assert_eq!(&b, b"hello, pm");
+        assert_eq!(pm.load_u64(4096), 0x0102_0304_0506_0708);
+        // Re-creating with the same size opens it as is.
+        drop(pm);
+        let pm = PmFile::create(&p, 64 * 1024).unwrap();
+        assert_eq!(pm.load_u64(4096), 0x0102_0304_0506_0708);
+        kind
+    }
+
+    #[test]
+    fn pm_file_round_trips_and_reopens() {
+        assert_eq!(round_trip_in(Path::new("/dev/shm")), PmKind::Tmpfs);
+        // /tmp is ext4 here (PmKind::File), but may be tmpfs elsewhere.
+        assert_ne!(round_trip_in(Path::new("/tmp")), PmKind::Dax);
+    }
+
+    #[test]
+    fn mmap_on_tmpfs_reports_tmpfs_kind() {
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let pm = PmFile::create(d.path().join("x"), 8192).unwrap();
+        assert_eq!(pm.kind(), PmKind::Tmpfs);
+        assert!(pm.describe().contains("(tmpfs, "));
+    }
+
+    #[test]
+    fn pm_file_rejects_unaligned_length() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("odd");
+        let e = PmFile::create(&p, 5000).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("odd"), "{e}");
+        assert!(!p.exists(), "a rejected create must not leave a file");
+
+        std::fs::write(&p, vec![0u8; 5000]).unwrap();
+        let e = PmFile::open(&p).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("5000"), "{e}");
+
+        std::fs::write(&p, b"").unwrap();
+        assert_eq!(
+            PmFile::open(&p).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn pm_file_errors_name_the_path() {
+        let e = PmFile::open("/nonexistent/terrace-pm").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("/nonexistent/terrace-pm"), "{e}");
+
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("sized");
+        drop(PmFile::create(&p, 8192).unwrap());
+        let e = PmFile::create(&p, 16384).unwrap_err();
+        assert!(e.to_string().contains("8192"), "{e}");
+        assert_eq!(PmFile::open(&p).unwrap().len(), 8192);
+
+        let e = PmFile::open(d.path()).unwrap_err();
+        assert!(e.to_string().contains(&*d.path().to_string_lossy()), "{e}");
+    }
+
+    #[test]
+    fn file_kind_fence_msyncs_flushed_range() {
+        let d = tempfile::tempdir_in("/var/tmp").unwrap();
+        let pm = PmFile::create(d.path().join("f"), 3 * PAGE).unwrap();
+        pm.write(PAGE - 4, &[7u8; 8]);
+        pm.flush(PAGE - 4, 8);
+        pm.fence();
+        assert!(pm.unsynced.lock().is_none());
+        pm.sync_all().unwrap();
+        let mut b = [0u8; 8];
+        pm.read(PAGE - 4, &mut b);
+        assert_eq!(b, [7u8; 8]);
+        // The bytes reached the file itself.
+        let on_disk = std::fs::read(d.path().join("f")).unwrap();
+        assert_eq!(
+            &on_disk[(PAGE - 4) as usize..(PAGE + 4) as usize],
+            &[7u8; 8]
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "outside media")]
+    fn out_of_range_read_panics() {
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let pm = PmFile::create(d.path().join("x"), PAGE).unwrap();
+        let mut b = [0u8; 2];
+        pm.read(PAGE - 1, &mut b);
+    }
+
+    #[test]
+    #[should_panic(expected = "unaligned")]
+    fn store_u64_rejects_unaligned_offset() {
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let pm = PmFile::create(d.path().join("x"), PAGE).unwrap();
+        pm.store_u64(4, 1);
+    }
+}
