@@ -184,8 +184,15 @@ impl Fs {
                 }
             }
         }
+        // The slot's content first, marked free; then the state word alone (an
+        // aligned 8-byte store), so a crash never leaves an in-use slot whose
+        // checksum covers half-written content.
+        let state = slot.state;
+        slot.state = terrace_format::INODE_FREE;
         self.media.write(off, &slot.encode());
-        self.media.flush(off, INODE_SIZE as u64);
+        self.media.persist(off, INODE_SIZE as u64);
+        self.media.store_u64(Fs::state_word(ino), state);
+        self.media.flush(Fs::state_word(ino), 8);
         let mut pattr = p.attr;
         pattr.mtime = now;
         pattr.ctime = now;

@@ -1,0 +1,89 @@
+//! A full pool fails writes and creates with ENOSPC and loses nothing already
+//! written; freeing space makes writes succeed again.
+
+mod common;
+use common::*;
+use std::sync::Arc;
+use terrace_core::Fs;
+use terrace_media::{MemMedia, PmMedia};
+
+#[test]
+fn enospc_when_full_keeps_every_written_byte() {
+    let media = Arc::new(MemMedia::new(2 << 20));
+    mkfs(&*media, 64);
+    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let mut files = Vec::new();
+    let mut err = None;
+    'outer: for i in 0..1000u32 {
+        let a = match fs.mknod(1, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX) {
+            Ok(a) => a,
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        };
+        let mut written = Vec::new();
+        for k in 0..8u32 {
+            let chunk = vec![(i * 8 + k) as u8; 20000];
+            match fs.write(a.ino, written.len() as u64, &chunk) {
+                Ok(_) => written.extend_from_slice(&chunk),
+                Err(e) => {
+                    err = Some(e);
+                    files.push((a.ino, written));
+                    break 'outer;
+                }
+            }
+        }
+        files.push((a.ino, written));
+    }
+    let e = err.expect("a 2 MiB pool must fill up");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    for (ino, data) in &files {
+        assert_eq!(&fs.read(*ino, 0, data.len() + 1).unwrap(), data, "inode {ino} lost data when the pool filled");
+    }
+    fs.check_allocator().unwrap();
+    // Deleting a file makes room again.
+    fs.unlink(1, b"f0").unwrap();
+    let a = fs.mknod(1, b"after", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    fs.write(a.ino, 0, &[7u8; 4096]).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    for (ino, data) in files.iter().skip(1) {
+        assert_eq!(&fs.read(*ino, 0, data.len() + 1).unwrap(), data);
+    }
+    fs.unmount().unwrap();
+    assert!(terrace_core::fsck::check(&*media, &mut |_, _| {}).unwrap().is_clean());
+}
+
+#[test]
+fn large_sparse_offsets_beyond_4gib_read_back() {
+    let media = Arc::new(MemMedia::new(4 << 20));
+    mkfs(&*media, 64);
+    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let a = fs.mknod(1, b"big", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let off = 5u64 << 30;
+    fs.write(a.ino, off, b"tail").unwrap();
+    assert_eq!(fs.getattr(a.ino).unwrap().size, off + 4);
+    assert_eq!(fs.read(a.ino, off - 2, 10).unwrap(), b"\0\0tail");
+    assert_eq!(fs.read(a.ino, 1 << 30, 4).unwrap(), vec![0; 4]);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn log_compaction_bounds_log_growth_of_an_overwritten_file() {
+    let media = Arc::new(MemMedia::new(8 << 20));
+    mkfs(&*media, 64);
+    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let a = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    for i in 0..20000u32 {
+        fs.write(a.ino, (i as u64 % 4) * 4096, &[i as u8; 4096]).unwrap();
+    }
+    let st = fs.status();
+    assert!(st.compactions > 0, "no compaction after 20000 overwrites");
+    assert!(st.log_pages < 20, "log kept {} pages for 4 live blocks", st.log_pages);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    assert_eq!(fs.read(a.ino, 3 * 4096, 4096).unwrap(), vec![(19999u32) as u8; 4096]);
+}
