@@ -49,7 +49,11 @@ impl PageAllocator {
             let e = (s + per).min(start + blocks);
             let mut m = BTreeMap::new();
             m.insert(s, e - s);
-            v.push(Shard { start: s, end: e, free: Mutex::new(m) });
+            v.push(Shard {
+                start: s,
+                end: e,
+                free: Mutex::new(m),
+            });
             s = e;
         }
         PageAllocator {
@@ -62,7 +66,12 @@ impl PageAllocator {
 
     /// An allocator whose free space is the complement of `used` (runs in any
     /// order). Fails when two runs overlap or a run leaves the pool.
-    pub fn from_used(start: u64, blocks: u64, shards: usize, mut used: Vec<Run>) -> Result<PageAllocator, Overlap> {
+    pub fn from_used(
+        start: u64,
+        blocks: u64,
+        shards: usize,
+        mut used: Vec<Run>,
+    ) -> Result<PageAllocator, Overlap> {
         let a = PageAllocator::new(start, blocks, shards);
         used.sort_unstable();
         let mut prev_end = start;
@@ -71,7 +80,9 @@ impl PageAllocator {
                 continue;
             }
             if s < prev_end || s + n > start + blocks {
-                return Err(Overlap { block: s.max(prev_end.min(s)) });
+                return Err(Overlap {
+                    block: s.max(prev_end.min(s)),
+                });
             }
             prev_end = s + n;
         }
@@ -131,7 +142,12 @@ impl PageAllocator {
             if cur < n {
                 return None;
             }
-            match self.free_blocks.compare_exchange_weak(cur, cur - n, Ordering::AcqRel, Ordering::Relaxed) {
+            match self.free_blocks.compare_exchange_weak(
+                cur,
+                cur - n,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => break,
                 Err(x) => cur = x,
             }
@@ -157,7 +173,9 @@ impl PageAllocator {
             let sh = &self.shards[(first + k) % self.shards.len()];
             let mut free = sh.free.lock();
             while need > 0 {
-                let Some((&s, &l)) = free.iter().max_by_key(|(_, &l)| l) else { break };
+                let Some((&s, &l)) = free.iter().max_by_key(|(_, &l)| l) else {
+                    break;
+                };
                 free.remove(&s);
                 let take = l.min(need);
                 if l > take {

@@ -23,7 +23,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use terrace_format::{inode_offset, Entry, Superblock, BLOCK_SIZE, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL, INODE_OFF_STATE};
+use terrace_format::{
+    inode_offset, Entry, Superblock, BLOCK_SIZE, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL,
+    INODE_OFF_STATE,
+};
 use terrace_media::PmMedia;
 
 /// A locked inode slot of the DRAM table.
@@ -81,7 +84,10 @@ pub struct Fs {
 
 /// Current time in ns since the epoch.
 pub fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 impl Fs {
@@ -92,13 +98,25 @@ impl Fs {
     }
 
     fn from_scan(media: Arc<dyn PmMedia>, sc: Scan) -> Result<Fs, OpenError> {
-        let Scan { mut sb, inodes, problems, orphans, rolled_back, alloc } = sc;
+        let Scan {
+            mut sb,
+            inodes,
+            problems,
+            orphans,
+            rolled_back,
+            alloc,
+        } = sc;
         let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
         if let Some(first) = fatal.first() {
-            let more = if fatal.len() > 1 { format!(" (and {} more problems)", fatal.len() - 1) } else { String::new() };
+            let more = if fatal.len() > 1 {
+                format!(" (and {} more problems)", fatal.len() - 1)
+            } else {
+                String::new()
+            };
             return Err(OpenError::Corrupt(format!("{first}{more}")));
         }
-        let alloc = alloc.ok_or_else(|| OpenError::Corrupt("block ownership is inconsistent".into()))?;
+        let alloc =
+            alloc.ok_or_else(|| OpenError::Corrupt("block ownership is inconsistent".into()))?;
         let report = MountReport {
             was_clean: sb.clean,
             rolled_back,
@@ -111,7 +129,10 @@ impl Fs {
         for (ino, inode) in inodes {
             *table[ino as usize].get_mut() = Some(Box::new(inode));
         }
-        let mut free: Vec<Ino> = (2..n as u64).rev().filter(|&i| table[i as usize].get_mut().is_none()).collect();
+        let mut free: Vec<Ino> = (2..n as u64)
+            .rev()
+            .filter(|&i| table[i as usize].get_mut().is_none())
+            .collect();
         free.shrink_to_fit();
         sb.clean = false;
         sb.generation += 1;
@@ -159,7 +180,11 @@ impl Fs {
 
     /// Locks one inode; ENOENT when the slot holds no live inode.
     pub(crate) fn lock(&self, ino: Ino) -> FsResult<Slot<'_>> {
-        let slot = self.table.get(ino as usize).ok_or_else(|| errno(libc::ENOENT))?.lock();
+        let slot = self
+            .table
+            .get(ino as usize)
+            .ok_or_else(|| errno(libc::ENOENT))?
+            .lock();
         match slot.as_ref() {
             Some(i) if !i.zombie || i.open_count > 0 || i.lookups > 0 => Ok(slot),
             _ => Err(errno(libc::ENOENT)),
@@ -180,7 +205,10 @@ impl Fs {
 
     /// Takes a free inode slot number.
     pub(crate) fn alloc_slot(&self) -> FsResult<Ino> {
-        self.free_slots.lock().pop().ok_or_else(|| errno(libc::ENOSPC))
+        self.free_slots
+            .lock()
+            .pop()
+            .ok_or_else(|| errno(libc::ENOSPC))
     }
 
     /// Returns a slot number to the free list (the DRAM slot must be empty).
@@ -210,11 +238,19 @@ impl Fs {
 
     /// Commits entries to several logs atomically, plus extra `(address, value)`
     /// words, then applies the entries to DRAM. The inodes must be locked in `l`.
-    pub(crate) fn commit(&self, l: &mut Locked<'_>, parts: Vec<(Ino, Vec<Entry>)>, extra: Vec<(u64, u64)>) -> FsResult<()> {
+    pub(crate) fn commit(
+        &self,
+        l: &mut Locked<'_>,
+        parts: Vec<(Ino, Vec<Entry>)>,
+        extra: Vec<(u64, u64)>,
+    ) -> FsResult<()> {
         let mut staged = Vec::with_capacity(parts.len());
         for (ino, entries) in &parts {
             let inode = l.get(*ino);
-            match inode.log.stage(&*self.media, &self.alloc, *ino, inode_offset(*ino), entries) {
+            match inode
+                .log
+                .stage(&*self.media, &self.alloc, *ino, inode_offset(*ino), entries)
+            {
                 Ok(s) => staged.push(s),
                 Err(e) => {
                     for s in staged {
@@ -231,7 +267,10 @@ impl Fs {
             let inode = l.get(*ino);
             if inode.log.head == 0 && parts.len() + extra.len() > 1 {
                 // The head was stored ahead; journal it too so a rollback is exact.
-                words.push((inode_offset(*ino) + INODE_OFF_LOG_HEAD, inode.log.head_after(s)));
+                words.push((
+                    inode_offset(*ino) + INODE_OFF_LOG_HEAD,
+                    inode.log.head_after(s),
+                ));
             }
             words.push((inode_offset(*ino) + INODE_OFF_LOG_TAIL, s.new_tail));
         }
@@ -239,14 +278,16 @@ impl Fs {
         self.journal.commit(&*self.media, &words);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         if words.len() > 1 {
-            self.counters.journaled_commits.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .journaled_commits
+                .fetch_add(1, Ordering::Relaxed);
         }
         let mut released = Vec::new();
         for ((ino, entries), s) in parts.into_iter().zip(staged) {
             let inode = l.get(ino);
             inode.log.apply(s);
             for e in &entries {
-                released.extend(inode.apply(&e));
+                released.extend(inode.apply(e));
             }
         }
         self.free_runs(released);
@@ -255,10 +296,19 @@ impl Fs {
 
     /// Commits entries to one locked inode's log.
     pub(crate) fn commit_one(&self, inode: &mut Inode, entries: Vec<Entry>) -> FsResult<()> {
-        let st = inode.log.stage(&*self.media, &self.alloc, inode.ino, inode_offset(inode.ino), &entries)?;
+        let st = inode.log.stage(
+            &*self.media,
+            &self.alloc,
+            inode.ino,
+            inode_offset(inode.ino),
+            &entries,
+        )?;
         let tail = st.new_tail;
         // Commit point of every single-inode operation: the log tail store.
-        self.journal.commit(&*self.media, &[(inode_offset(inode.ino) + INODE_OFF_LOG_TAIL, tail)]);
+        self.journal.commit(
+            &*self.media,
+            &[(inode_offset(inode.ino) + INODE_OFF_LOG_TAIL, tail)],
+        );
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         inode.log.apply(st);
         let mut released = Vec::new();
@@ -286,18 +336,35 @@ impl Fs {
         let entries = inode.snapshot_entries();
         let fresh = crate::log::Log::default();
         // Stage into a new chain without touching the slot's head word.
-        let st = match fresh.stage(&*self.media, &self.alloc, inode.ino, scratch_slot(), &entries) {
+        let st = match fresh.stage(
+            &*self.media,
+            &self.alloc,
+            inode.ino,
+            scratch_slot(),
+            &entries,
+        ) {
             Ok(s) => s,
             Err(_) => return,
         };
         let head = st.new_pages[0];
         let base = inode_offset(inode.ino);
-        self.journal.commit(&*self.media, &[(base + INODE_OFF_LOG_HEAD, head), (base + INODE_OFF_LOG_TAIL, st.new_tail)]);
+        self.journal.commit(
+            &*self.media,
+            &[
+                (base + INODE_OFF_LOG_HEAD, head),
+                (base + INODE_OFF_LOG_TAIL, st.new_tail),
+            ],
+        );
         let old = std::mem::take(&mut inode.log.pages);
         for p in old {
             self.alloc.free_run(p / BLOCK_SIZE, 1);
         }
-        inode.log = crate::log::Log { head, tail: st.new_tail, pages: st.new_pages, entries: st.added };
+        inode.log = crate::log::Log {
+            head,
+            tail: st.new_tail,
+            pages: st.new_pages,
+            entries: st.added,
+        };
         self.counters.compactions.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -314,7 +381,12 @@ impl Fs {
     /// Checks that the allocator's free space and the blocks live inodes use
     /// partition the pool exactly (no leak, no double ownership). For tests.
     pub fn check_allocator(&self) -> Result<(), String> {
-        let mut runs: Vec<(u64, u64, &'static str)> = self.alloc.free_runs().into_iter().map(|(s, n)| (s, n, "free")).collect();
+        let mut runs: Vec<(u64, u64, &'static str)> = self
+            .alloc
+            .free_runs()
+            .into_iter()
+            .map(|(s, n)| (s, n, "free"))
+            .collect();
         for slot in &self.table {
             let g = slot.lock();
             if let Some(i) = g.as_ref() {
@@ -333,12 +405,17 @@ impl Fs {
         let mut expect = sb.pool_start;
         for (s, n, what) in runs {
             if s != expect {
-                return Err(format!("block {expect}: expected next run, found {what} run at {s}+{n}"));
+                return Err(format!(
+                    "block {expect}: expected next run, found {what} run at {s}+{n}"
+                ));
             }
             expect = s + n;
         }
         if expect != sb.pool_start + sb.pool_blocks {
-            return Err(format!("pool ends at {}, runs end at {expect}", sb.pool_start + sb.pool_blocks));
+            return Err(format!(
+                "pool ends at {}, runs end at {expect}",
+                sb.pool_start + sb.pool_blocks
+            ));
         }
         Ok(())
     }
@@ -358,16 +435,27 @@ pub(crate) struct Locked<'a> {
 impl Locked<'_> {
     /// The locked inode `ino` (must be in the set).
     pub(crate) fn get(&mut self, ino: Ino) -> &mut Inode {
-        let g = self.guards.iter_mut().find(|(i, _)| *i == ino).expect("inode locked");
+        let g = self
+            .guards
+            .iter_mut()
+            .find(|(i, _)| *i == ino)
+            .expect("inode locked");
         g.1.as_mut().expect("live inode")
     }
 
     /// The DRAM slot of `ino` (to drop a freed inode).
     pub(crate) fn slot(&mut self, ino: Ino) -> &mut Option<Box<Inode>> {
-        let g = self.guards.iter_mut().find(|(i, _)| *i == ino).expect("inode locked");
+        let g = self
+            .guards
+            .iter_mut()
+            .find(|(i, _)| *i == ino)
+            .expect("inode locked");
         &mut g.1
     }
 }
+
+/// Log entries per inode, in the order the inodes were first named.
+pub(crate) type Parts = Vec<(Ino, Vec<Entry>)>;
 
 /// Map of inode → entries, in insertion order (helper for building transactions).
 #[derive(Default)]
@@ -387,8 +475,12 @@ impl TxBuilder {
         self.map.entry(ino).or_default().push(e);
     }
     /// The parts in order.
-    pub fn parts(mut self) -> (Vec<(Ino, Vec<Entry>)>, Vec<(u64, u64)>) {
-        let parts = self.order.iter().map(|i| (*i, self.map.remove(i).unwrap_or_default())).collect();
+    pub fn parts(mut self) -> (Parts, Vec<(u64, u64)>) {
+        let parts = self
+            .order
+            .iter()
+            .map(|i| (*i, self.map.remove(i).unwrap_or_default()))
+            .collect();
         (parts, self.extra)
     }
 }

@@ -16,7 +16,9 @@ use crate::alloc::PageAllocator;
 use crate::recovery::{scan, OpenError, Problem, Scan};
 use crate::types::Ino;
 use std::sync::Arc;
-use terrace_format::{inode_offset, journal_slot_offset, Entry, INODE_OFF_LOG_TAIL, INODE_OFF_STATE, JOURNAL_SLOTS};
+use terrace_format::{
+    inode_offset, journal_slot_offset, Entry, INODE_OFF_LOG_TAIL, INODE_OFF_STATE, JOURNAL_SLOTS,
+};
 use terrace_media::{MemMedia, PmMedia};
 
 /// What fsck found (and, with repair, did).
@@ -67,7 +69,10 @@ fn summarize(sc: &Scan, report: &mut FsckReport) {
 }
 
 /// Checks a pool without writing to it.
-pub fn check(media: &dyn PmMedia, progress: &mut dyn FnMut(u64, u64)) -> Result<FsckReport, OpenError> {
+pub fn check(
+    media: &dyn PmMedia,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<FsckReport, OpenError> {
     let mut img = vec![0u8; media.len() as usize];
     media.read(0, &mut img);
     let copy = MemMedia::from_image(img);
@@ -84,7 +89,10 @@ pub fn check(media: &dyn PmMedia, progress: &mut dyn FnMut(u64, u64)) -> Result<
 }
 
 /// Repairs a pool in place, then checks it again.
-pub fn repair(media: Arc<dyn PmMedia>, progress: &mut dyn FnMut(u64, u64)) -> Result<FsckReport, OpenError> {
+pub fn repair(
+    media: Arc<dyn PmMedia>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<FsckReport, OpenError> {
     let mut report = FsckReport::default();
     for i in 0..JOURNAL_SLOTS {
         if media.load_u64(journal_slot_offset(i)) != 0 {
@@ -99,28 +107,40 @@ pub fn repair(media: Arc<dyn PmMedia>, progress: &mut dyn FnMut(u64, u64)) -> Re
             Problem::BadSlot { ino, .. } => {
                 media.store_u64(inode_offset(*ino) + INODE_OFF_STATE, 0);
                 media.persist(inode_offset(*ino) + INODE_OFF_STATE, 8);
-                report.repaired.push(format!("freed broken inode slot {ino}"));
+                report
+                    .repaired
+                    .push(format!("freed broken inode slot {ino}"));
                 rescan = true;
             }
             Problem::BadLog { ino, safe_tail, .. } => {
                 media.store_u64(inode_offset(*ino) + INODE_OFF_LOG_TAIL, *safe_tail);
                 media.persist(inode_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
-                report.repaired.push(format!("truncated the log of inode {ino} to its last good entry"));
+                report.repaired.push(format!(
+                    "truncated the log of inode {ino} to its last good entry"
+                ));
                 rescan = true;
             }
             Problem::BadJournal { slot, .. } => {
                 media.store_u64(journal_slot_offset(*slot), 0);
                 media.persist(journal_slot_offset(*slot), 8);
-                report.repaired.push(format!("cleared unreadable journal slot {slot}"));
+                report
+                    .repaired
+                    .push(format!("cleared unreadable journal slot {slot}"));
                 rescan = true;
             }
             _ => {}
         }
     }
     if !sc.orphans.is_empty() {
-        report.repaired.push(format!("freed {} orphan inodes", sc.orphans.len()));
+        report
+            .repaired
+            .push(format!("freed {} orphan inodes", sc.orphans.len()));
     }
-    let sc = if rescan { scan(&*media, true, progress)? } else { sc };
+    let sc = if rescan {
+        scan(&*media, true, progress)?
+    } else {
+        sc
+    };
     // Pass 2: namespace problems, fixed by appending entries to logs.
     if let Some(alloc) = sc.alloc.as_ref() {
         let mut fixes: Vec<(Ino, Entry, String)> = Vec::new();
@@ -151,12 +171,26 @@ pub fn repair(media: Arc<dyn PmMedia>, progress: &mut dyn FnMut(u64, u64)) -> Re
     Ok(report)
 }
 
-fn append_fixes(media: &dyn PmMedia, alloc: &PageAllocator, sc: &Scan, fixes: Vec<(Ino, Entry, String)>, report: &mut FsckReport) {
+fn append_fixes(
+    media: &dyn PmMedia,
+    alloc: &PageAllocator,
+    sc: &Scan,
+    fixes: Vec<(Ino, Entry, String)>,
+    report: &mut FsckReport,
+) {
     let mut logs: std::collections::HashMap<Ino, crate::log::Log> = Default::default();
     for (ino, e, what) in fixes {
-        let Some(inode) = sc.inodes.get(&ino) else { continue };
+        let Some(inode) = sc.inodes.get(&ino) else {
+            continue;
+        };
         let log = logs.entry(ino).or_insert_with(|| inode.log.clone());
-        match log.stage(media, alloc, ino, inode_offset(ino), std::slice::from_ref(&e)) {
+        match log.stage(
+            media,
+            alloc,
+            ino,
+            inode_offset(ino),
+            std::slice::from_ref(&e),
+        ) {
             Ok(st) => {
                 media.fence();
                 media.store_u64(inode_offset(ino) + INODE_OFF_LOG_TAIL, st.new_tail);
@@ -164,7 +198,9 @@ fn append_fixes(media: &dyn PmMedia, alloc: &PageAllocator, sc: &Scan, fixes: Ve
                 log.apply(st);
                 report.repaired.push(what);
             }
-            Err(err) => report.problems.push(format!("could not repair inode {ino}: {err}")),
+            Err(err) => report
+                .problems
+                .push(format!("could not repair inode {ino}: {err}")),
         }
     }
 }

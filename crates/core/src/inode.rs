@@ -45,7 +45,14 @@ impl ExtentMap {
                 self.map.insert(s, Extent { blocks: keep, ..e });
                 if s + e.blocks > end {
                     let tail = s + e.blocks - end;
-                    self.map.insert(end, Extent { blocks: tail, block: e.block + (end - s), ..e });
+                    self.map.insert(
+                        end,
+                        Extent {
+                            blocks: tail,
+                            block: e.block + (end - s),
+                            ..e
+                        },
+                    );
                 }
             }
         }
@@ -57,7 +64,14 @@ impl ExtentMap {
             } else {
                 let cut = end - s;
                 out.push((e.tier, e.block, cut));
-                self.map.insert(end, Extent { blocks: e.blocks - cut, block: e.block + cut, ..e });
+                self.map.insert(
+                    end,
+                    Extent {
+                        blocks: e.blocks - cut,
+                        block: e.block + cut,
+                        ..e
+                    },
+                );
             }
         }
         out
@@ -247,7 +261,11 @@ impl Inode {
             }
             Entry::Write(w) => self.apply_write(w),
             Entry::Punch { file_block, blocks } => self.extents.unmap(*file_block, *blocks),
-            Entry::DentryAdd { ino, file_type, name } => {
+            Entry::DentryAdd {
+                ino,
+                file_type,
+                name,
+            } => {
                 if let Some(d) = self.dir.as_mut() {
                     d.insert(name.clone(), *ino, *file_type);
                 }
@@ -282,7 +300,12 @@ impl Inode {
         }
         self.extents.map(
             w.file_block,
-            Extent { blocks: w.blocks as u64, tier: w.tier, block: w.block, counter: w.size_counter },
+            Extent {
+                blocks: w.blocks as u64,
+                tier: w.tier,
+                block: w.block,
+                counter: w.size_counter,
+            },
         )
     }
 
@@ -332,11 +355,18 @@ impl Inode {
         if let Some(d) = &self.dir {
             for name in d.order.values() {
                 let (ino, dt, _) = d.names[name];
-                v.push(Entry::DentryAdd { ino, file_type: dt, name: name.clone() });
+                v.push(Entry::DentryAdd {
+                    ino,
+                    file_type: dt,
+                    name: name.clone(),
+                });
             }
         }
         for (k, val) in &self.xattrs {
-            v.push(Entry::XattrSet { name: k.clone(), value: val.clone() });
+            v.push(Entry::XattrSet {
+                name: k.clone(),
+                value: val.clone(),
+            });
         }
         v.push(Entry::Attr(self.attr));
         v
@@ -344,7 +374,8 @@ impl Inode {
 
     /// Number of entries a compacted log would hold.
     pub fn live_entries(&self) -> u64 {
-        (self.extents.len() + self.dir.as_ref().map_or(0, |d| d.len()) + self.xattrs.len() + 1) as u64
+        (self.extents.len() + self.dir.as_ref().map_or(0, |d| d.len()) + self.xattrs.len() + 1)
+            as u64
     }
 }
 
@@ -353,7 +384,12 @@ mod tests {
     use super::*;
 
     fn ext(blocks: u64, block: u64) -> Extent {
-        Extent { blocks, tier: 0, block, counter: 0 }
+        Extent {
+            blocks,
+            tier: 0,
+            block,
+            counter: 0,
+        }
     }
 
     #[test]

@@ -53,10 +53,14 @@ impl Journal {
                 media.persist(*addr, 8);
             }
             _ => {
-                assert!(words.len() <= JOURNAL_MAX_RECORDS, "transaction too large for a journal slot");
+                assert!(
+                    words.len() <= JOURNAL_MAX_RECORDS,
+                    "transaction too large for a journal slot"
+                );
                 let (slot, _guard) = self.take_slot();
                 let base = journal_slot_offset(slot);
-                let old: Vec<(u64, u64)> = words.iter().map(|&(a, _)| (a, media.load_u64(a))).collect();
+                let old: Vec<(u64, u64)> =
+                    words.iter().map(|&(a, _)| (a, media.load_u64(a))).collect();
                 let rec = JournalSlot::encode_records(&old);
                 media.write(base + 8, &rec);
                 media.flush(base + 8, rec.len() as u64);

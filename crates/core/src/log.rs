@@ -13,8 +13,8 @@
 use crate::alloc::PageAllocator;
 use crate::types::{errno, FsResult};
 use terrace_format::{
-    Entry, FormatError, BLOCK_SIZE, ENTRY_HEADER, INODE_OFF_LOG_HEAD, LOG_PAGE_HEADER, LOG_PAGE_OFF_NEXT,
-    LOG_PAGE_OFF_OWNER,
+    Entry, FormatError, BLOCK_SIZE, ENTRY_HEADER, INODE_OFF_LOG_HEAD, LOG_PAGE_HEADER,
+    LOG_PAGE_OFF_NEXT, LOG_PAGE_OFF_OWNER,
 };
 use terrace_media::PmMedia;
 
@@ -60,13 +60,20 @@ impl Log {
         slot_off: u64,
         entries: &[Entry],
     ) -> FsResult<Staged> {
-        let mut st = Staged { new_tail: self.tail, ..Default::default() };
+        let mut st = Staged {
+            new_tail: self.tail,
+            ..Default::default()
+        };
         let mut last_page = self.pages.last().copied();
         let result = (|| {
             for e in entries {
                 let bytes = e.encode();
                 let len = bytes.len() as u64;
-                let room = if st.new_tail == 0 { 0 } else { page_start(st.new_tail) + BLOCK_SIZE - st.new_tail };
+                let room = if st.new_tail == 0 {
+                    0
+                } else {
+                    page_start(st.new_tail) + BLOCK_SIZE - st.new_tail
+                };
                 if len > room {
                     if room >= ENTRY_HEADER as u64 {
                         let pe = Entry::PageEnd.encode();
@@ -77,7 +84,8 @@ impl Log {
                     let page = block * BLOCK_SIZE;
                     st.new_pages.push(page);
                     let mut hdr = [0u8; LOG_PAGE_HEADER as usize];
-                    hdr[LOG_PAGE_OFF_OWNER as usize..LOG_PAGE_OFF_OWNER as usize + 8].copy_from_slice(&owner.to_le_bytes());
+                    hdr[LOG_PAGE_OFF_OWNER as usize..LOG_PAGE_OFF_OWNER as usize + 8]
+                        .copy_from_slice(&owner.to_le_bytes());
                     media.write(page, &hdr);
                     media.flush(page, LOG_PAGE_HEADER);
                     match last_page {
@@ -152,7 +160,12 @@ pub struct Walked {
 /// Reads the committed entries of a log. `pool` is the byte range log pages must
 /// lie in. Fails on a bad checksum, a pointer outside the pool, or a chain longer
 /// than the pool (a cycle).
-pub fn walk(media: &dyn PmMedia, head: u64, tail: u64, pool: std::ops::Range<u64>) -> Result<Walked, WalkError> {
+pub fn walk(
+    media: &dyn PmMedia,
+    head: u64,
+    tail: u64,
+    pool: std::ops::Range<u64>,
+) -> Result<Walked, WalkError> {
     let mut w = Walked::default();
     if tail == 0 {
         return Ok(w);
@@ -160,9 +173,19 @@ pub fn walk(media: &dyn PmMedia, head: u64, tail: u64, pool: std::ops::Range<u64
     let bad_page = |p: u64| p % BLOCK_SIZE != 0 || p < pool.start || p + BLOCK_SIZE > pool.end;
     let max_pages = (pool.end - pool.start) / BLOCK_SIZE;
     let mut last_good = 0;
-    let err = |at: u64, last_good: u64, what: String| Err(WalkError { at, last_good, what });
+    let err = |at: u64, last_good: u64, what: String| {
+        Err(WalkError {
+            at,
+            last_good,
+            what,
+        })
+    };
     if bad_page(head) {
-        return err(head, 0, format!("log head {head:#x} is not a page of the pool"));
+        return err(
+            head,
+            0,
+            format!("log head {head:#x} is not a page of the pool"),
+        );
     }
     let mut page = head;
     w.pages.push(page);
@@ -183,7 +206,11 @@ pub fn walk(media: &dyn PmMedia, head: u64, tail: u64, pool: std::ops::Range<u64
             }
             let next = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
             if next == 0 || bad_page(next) {
-                return err(pos, last_good, format!("log chain breaks at page {page:#x} before the tail {tail:#x}"));
+                return err(
+                    pos,
+                    last_good,
+                    format!("log chain breaks at page {page:#x} before the tail {tail:#x}"),
+                );
             }
             if w.pages.len() as u64 >= max_pages {
                 return err(pos, last_good, "log chain loops".into());
@@ -203,7 +230,9 @@ pub fn walk(media: &dyn PmMedia, head: u64, tail: u64, pool: std::ops::Range<u64
                 last_good = pos;
                 w.entries.push((e, pos));
             }
-            Err(FormatError::BadChecksum) => return err(pos, last_good, "entry checksum mismatch".into()),
+            Err(FormatError::BadChecksum) => {
+                return err(pos, last_good, "entry checksum mismatch".into())
+            }
             Err(e) => return err(pos, last_good, format!("bad entry: {e}")),
         }
     }
@@ -216,7 +245,10 @@ mod tests {
     use terrace_media::MemMedia;
 
     fn attr(n: u32) -> Entry {
-        Entry::Attr(AttrEntry { nlink: n, ..Default::default() })
+        Entry::Attr(AttrEntry {
+            nlink: n,
+            ..Default::default()
+        })
     }
 
     #[test]
@@ -225,10 +257,19 @@ mod tests {
         let a = PageAllocator::new(4, 60, 2);
         let mut log = Log::default();
         let st = log.stage(&m, &a, 7, 0, &[attr(1), attr(2)]).unwrap();
-        assert_eq!(walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap().entries.len(), 0);
+        assert_eq!(
+            walk(&m, log.head, log.tail, 16384..64 * 4096)
+                .unwrap()
+                .entries
+                .len(),
+            0
+        );
         log.apply(st);
         let w = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap();
-        assert_eq!(w.entries.iter().map(|e| e.0.clone()).collect::<Vec<_>>(), vec![attr(1), attr(2)]);
+        assert_eq!(
+            w.entries.iter().map(|e| e.0.clone()).collect::<Vec<_>>(),
+            vec![attr(1), attr(2)]
+        );
     }
 
     #[test]
@@ -237,14 +278,21 @@ mod tests {
         let a = PageAllocator::new(4, 60, 2);
         let mut log = Log::default();
         let names: Vec<Entry> = (0..300)
-            .map(|i| Entry::DentryAdd { ino: i, file_type: 8, name: format!("file-{i:05}-{}", "x".repeat(i as usize % 40)).into_bytes() })
+            .map(|i| Entry::DentryAdd {
+                ino: i,
+                file_type: 8,
+                name: format!("file-{i:05}-{}", "x".repeat(i as usize % 40)).into_bytes(),
+            })
             .collect();
         for chunk in names.chunks(7) {
             let st = log.stage(&m, &a, 3, 0, chunk).unwrap();
             log.apply(st);
         }
         let w = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap();
-        assert_eq!(w.entries.into_iter().map(|e| e.0).collect::<Vec<_>>(), names);
+        assert_eq!(
+            w.entries.into_iter().map(|e| e.0).collect::<Vec<_>>(),
+            names
+        );
         assert_eq!(w.pages, log.pages);
         assert!(log.pages.len() > 2);
     }
@@ -254,7 +302,9 @@ mod tests {
         let m = MemMedia::new(64 * 4096);
         let a = PageAllocator::new(4, 60, 2);
         let mut log = Log::default();
-        let st = log.stage(&m, &a, 3, 0, &[attr(1), attr(2), attr(3)]).unwrap();
+        let st = log
+            .stage(&m, &a, 3, 0, &[attr(1), attr(2), attr(3)])
+            .unwrap();
         log.apply(st);
         let second = log.head + LOG_PAGE_HEADER + 64;
         m.write(second + 20, &[0xff]);
@@ -267,8 +317,17 @@ mod tests {
         let m = MemMedia::new(8 * 4096);
         let a = PageAllocator::new(4, 2, 1);
         let log = Log::default();
-        let big: Vec<Entry> = (0..200).map(|i| Entry::DentryAdd { ino: i, file_type: 8, name: vec![b'a'; 200] }).collect();
-        assert_eq!(log.stage(&m, &a, 1, 0, &big).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+        let big: Vec<Entry> = (0..200)
+            .map(|i| Entry::DentryAdd {
+                ino: i,
+                file_type: 8,
+                name: vec![b'a'; 200],
+            })
+            .collect();
+        assert_eq!(
+            log.stage(&m, &a, 1, 0, &big).unwrap_err().raw_os_error(),
+            Some(libc::ENOSPC)
+        );
         assert_eq!(a.free(), 2);
     }
 }

@@ -2,8 +2,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 use terrace_format::{
-    inode_offset, pool_start_block, InodeSlot, Superblock, TierRecord, BLOCK_SIZE, FORMAT_VERSION, INODE_SIZE,
-    INODE_USED, JOURNAL_BLOCK, ROOT_INO, SUPERBLOCK_A_BLOCK, SUPERBLOCK_B_BLOCK,
+    inode_offset, pool_start_block, InodeSlot, Superblock, TierRecord, BLOCK_SIZE, FORMAT_VERSION,
+    INODE_SIZE, INODE_USED, JOURNAL_BLOCK, ROOT_INO, SUPERBLOCK_A_BLOCK, SUPERBLOCK_B_BLOCK,
 };
 use terrace_media::PmMedia;
 
@@ -34,18 +34,30 @@ pub fn default_inode_count(pm_size: u64) -> u64 {
 pub fn format(media: &dyn PmMedia, p: &FormatParams) -> Result<Superblock, String> {
     let pm_size = media.len();
     if pm_size % BLOCK_SIZE != 0 {
-        return Err(format!("PM tier size {pm_size} is not a multiple of {BLOCK_SIZE} bytes"));
+        return Err(format!(
+            "PM tier size {pm_size} is not a multiple of {BLOCK_SIZE} bytes"
+        ));
     }
     if pm_size < MIN_PM_SIZE {
-        return Err(format!("PM tier of {pm_size} bytes is too small (at least {MIN_PM_SIZE} bytes)"));
+        return Err(format!(
+            "PM tier of {pm_size} bytes is too small (at least {MIN_PM_SIZE} bytes)"
+        ));
     }
-    let inode_count = if p.inode_count == 0 { default_inode_count(pm_size) } else { p.inode_count.max(2) };
+    let inode_count = if p.inode_count == 0 {
+        default_inode_count(pm_size)
+    } else {
+        p.inode_count.max(2)
+    };
     let pool_start = pool_start_block(inode_count);
     let total = pm_size / BLOCK_SIZE;
     if pool_start + 16 > total {
-        return Err(format!("{inode_count} inodes leave no room for data in a PM tier of {pm_size} bytes"));
+        return Err(format!(
+            "{inode_count} inodes leave no room for data in a PM tier of {pm_size} bytes"
+        ));
     }
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     // Clear the old superblocks first, so an interrupted mkfs is never mistaken for a pool.
     let zero = vec![0u8; BLOCK_SIZE as usize];
     for b in [SUPERBLOCK_A_BLOCK, SUPERBLOCK_B_BLOCK, JOURNAL_BLOCK] {
@@ -95,7 +107,9 @@ pub fn format(media: &dyn PmMedia, p: &FormatParams) -> Result<Superblock, Strin
         tiers,
     };
     write_superblock(media, &sb);
-    media.sync_all().map_err(|e| format!("cannot persist the new pool: {e}"))?;
+    media
+        .sync_all()
+        .map_err(|e| format!("cannot persist the new pool: {e}"))?;
     Ok(sb)
 }
 

@@ -12,8 +12,8 @@ use crate::fs::{now_ns, Fs, TxBuilder};
 use crate::inode::{Inode, FIRST_COOKIE};
 use crate::types::*;
 use terrace_format::{
-    inode_offset, Entry, InodeSlot, WriteEntry, BLOCK_SIZE, INODE_SIZE, INODE_USED, NAME_MAX, ROOT_INO,
-    SYMLINK_MAX,
+    inode_offset, Entry, InodeSlot, WriteEntry, BLOCK_SIZE, INODE_SIZE, INODE_USED, NAME_MAX,
+    ROOT_INO, SYMLINK_MAX,
 };
 
 /// Checks a single path component.
@@ -58,7 +58,9 @@ impl Fs {
 
     /// Drops `n` kernel references; frees the DRAM slot of a deleted inode at 0.
     pub fn forget(&self, ino: Ino, n: u64) {
-        let Some(slot) = self.table.get(ino as usize) else { return };
+        let Some(slot) = self.table.get(ino as usize) else {
+            return;
+        };
         let mut g = slot.lock();
         let Some(i) = g.as_mut() else { return };
         i.lookups = i.lookups.saturating_sub(n);
@@ -70,7 +72,14 @@ impl Fs {
     }
 
     /// Creates a regular file, device node, FIFO or socket.
-    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u64, ctx: Ctx) -> FsResult<Attr> {
+    pub fn mknod(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        ctx: Ctx,
+    ) -> FsResult<Attr> {
         let kind = FileType::from_mode(mode).ok_or_else(|| errno(libc::EINVAL))?;
         if kind == FileType::Directory || kind == FileType::Symlink {
             return Err(errno(libc::EINVAL));
@@ -104,7 +113,15 @@ impl Fs {
         Ok(self.read_locked(i, 0, i.attr.size as usize))
     }
 
-    fn create_inode(&self, parent: Ino, name: &[u8], mode: u32, rdev: u64, ctx: Ctx, symlink: Option<&[u8]>) -> FsResult<Attr> {
+    fn create_inode(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        ctx: Ctx,
+        symlink: Option<&[u8]>,
+    ) -> FsResult<Attr> {
         check_name(name)?;
         let mut pg = self.lock(parent)?;
         let p = pg.as_mut().expect("live");
@@ -169,7 +186,13 @@ impl Fs {
                 size_after: target.len() as u64,
                 mtime: now,
             });
-            match child.log.stage(&*self.media, &self.alloc, ino, crate::fs::scratch_slot(), std::slice::from_ref(&we)) {
+            match child.log.stage(
+                &*self.media,
+                &self.alloc,
+                ino,
+                crate::fs::scratch_slot(),
+                std::slice::from_ref(&we),
+            ) {
                 Ok(st) => {
                     slot.log_head = st.new_pages[0];
                     slot.log_tail = st.new_tail;
@@ -199,7 +222,14 @@ impl Fs {
         if is_dir {
             pattr.nlink += 1;
         }
-        let entries = vec![Entry::DentryAdd { ino, file_type: kind.dt(), name: name.to_vec() }, Entry::Attr(pattr)];
+        let entries = vec![
+            Entry::DentryAdd {
+                ino,
+                file_type: kind.dt(),
+                name: name.to_vec(),
+            },
+            Entry::Attr(pattr),
+        ];
         if let Err(e) = self.commit_one(p, entries) {
             // Undo the slot so fsck finds no orphan; nothing else saw it.
             self.media.store_u64(Fs::state_word(ino), 0);
@@ -230,7 +260,11 @@ impl Fs {
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
         check_name(name)?;
         if is_dot(name) {
-            return Err(errno(if name == b"." { libc::EINVAL } else { libc::ENOTEMPTY }));
+            return Err(errno(if name == b"." {
+                libc::EINVAL
+            } else {
+                libc::ENOTEMPTY
+            }));
         }
         self.remove_name(parent, name, false)
     }
@@ -251,7 +285,13 @@ impl Fs {
         loop {
             let (child, _) = self.peek_child(parent, name)?;
             let mut l = self.lock_set(&[parent, child])?;
-            if l.get(parent).dir.as_ref().and_then(|d| d.get(name)).map(|x| x.0) != Some(child) {
+            if l.get(parent)
+                .dir
+                .as_ref()
+                .and_then(|d| d.get(name))
+                .map(|x| x.0)
+                != Some(child)
+            {
                 continue; // changed while unlocked; look again
             }
             let now = now_ns();
@@ -273,10 +313,19 @@ impl Fs {
             if is_dir {
                 pattr.nlink -= 1;
             }
-            tx.push(parent, Entry::DentryDel { name: name.to_vec() });
+            tx.push(
+                parent,
+                Entry::DentryDel {
+                    name: name.to_vec(),
+                },
+            );
             tx.push(parent, Entry::Attr(pattr));
             let c = l.get(child);
-            let new_nlink = if is_dir { 0 } else { c.attr.nlink.saturating_sub(1) };
+            let new_nlink = if is_dir {
+                0
+            } else {
+                c.attr.nlink.saturating_sub(1)
+            };
             let free_now = new_nlink == 0 && c.open_count == 0;
             if free_now {
                 tx.extra.push((Fs::state_word(child), 0));
@@ -345,7 +394,14 @@ impl Fs {
         pa.mtime = now;
         pa.ctime = now;
         let mut tx = TxBuilder::default();
-        tx.push(newparent, Entry::DentryAdd { ino, file_type: dt, name: newname.to_vec() });
+        tx.push(
+            newparent,
+            Entry::DentryAdd {
+                ino,
+                file_type: dt,
+                name: newname.to_vec(),
+            },
+        );
         tx.push(newparent, Entry::Attr(pa));
         tx.push(ino, Entry::Attr(ca));
         let (parts, extra) = tx.parts();
@@ -356,143 +412,193 @@ impl Fs {
     }
 
     /// Renames `name` in `parent` to `newname` in `newparent`.
-    pub fn rename(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
         check_name(name)?;
         check_name(newname)?;
         if is_dot(name) || is_dot(newname) {
-            return Err(errno(if flags.exchange { libc::EINVAL } else { libc::EBUSY }));
+            return Err(errno(if flags.exchange {
+                libc::EINVAL
+            } else {
+                libc::EBUSY
+            }));
         }
         if flags.exchange && flags.noreplace {
             return Err(errno(libc::EINVAL));
         }
         let _rl = self.rename_lock.lock();
         loop {
-        let (src, src_dt) = self.peek_child(parent, name)?;
-        let dst = match self.peek_child(newparent, newname) {
-            Ok(x) => Some(x),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
-            Err(e) => return Err(e),
-        };
-        if flags.exchange && dst.is_none() {
-            return Err(errno(libc::ENOENT));
-        }
-        if flags.noreplace && dst.is_some() {
-            return Err(errno(libc::EEXIST));
-        }
-        if let Some((d, _)) = dst {
-            if d == src {
-                return Ok(()); // two names of one inode: POSIX says do nothing
+            let (src, src_dt) = self.peek_child(parent, name)?;
+            let dst = match self.peek_child(newparent, newname) {
+                Ok(x) => Some(x),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
+                Err(e) => return Err(e),
+            };
+            if flags.exchange && dst.is_none() {
+                return Err(errno(libc::ENOENT));
             }
-        }
-        let src_is_dir = src_dt == libc::DT_DIR;
-        let dst_is_dir = dst.map(|d| d.1 == libc::DT_DIR).unwrap_or(false);
-        // A directory may not move below itself.
-        if parent != newparent {
-            if src_is_dir {
-                self.check_not_ancestor(src, newparent)?;
+            if flags.noreplace && dst.is_some() {
+                return Err(errno(libc::EEXIST));
             }
-            if flags.exchange && dst_is_dir {
-                self.check_not_ancestor(dst.expect("exists").0, parent)?;
+            if let Some((d, _)) = dst {
+                if d == src {
+                    return Ok(()); // two names of one inode: POSIX says do nothing
+                }
             }
-        }
-        let mut set = vec![parent, newparent, src];
-        if let Some((d, _)) = dst {
-            set.push(d);
-        }
-        let mut l = self.lock_set(&set)?;
-        // Re-validate under the locks (only renames change names of both; we hold
-        // the rename lock, but unlink/create may have raced before we locked).
-        if l.get(parent).dir.as_ref().and_then(|d| d.get(name)) != Some((src, src_dt)) {
-            continue;
-        }
-        let cur_dst = l.get(newparent).dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?.get(newname);
-        if cur_dst != dst {
-            continue;
-        }
-        if l.get(newparent).attr.nlink == 0 {
-            return Err(errno(libc::ENOENT));
-        }
-        let now = now_ns();
-        let mut tx = TxBuilder::default();
-        let mut nlink_delta: std::collections::HashMap<Ino, i64> = Default::default();
-        if flags.exchange {
-            let (d, d_dt) = dst.expect("exists");
-            tx.push(parent, Entry::DentryAdd { ino: d, file_type: d_dt, name: name.to_vec() });
-            tx.push(newparent, Entry::DentryAdd { ino: src, file_type: src_dt, name: newname.to_vec() });
+            let src_is_dir = src_dt == libc::DT_DIR;
+            let dst_is_dir = dst.map(|d| d.1 == libc::DT_DIR).unwrap_or(false);
+            // A directory may not move below itself.
             if parent != newparent {
-                let dd = d_dt == libc::DT_DIR;
-                *nlink_delta.entry(parent).or_default() += dd as i64 - src_is_dir as i64;
-                *nlink_delta.entry(newparent).or_default() += src_is_dir as i64 - dd as i64;
+                if src_is_dir {
+                    self.check_not_ancestor(src, newparent)?;
+                }
+                if flags.exchange && dst_is_dir {
+                    self.check_not_ancestor(dst.expect("exists").0, parent)?;
+                }
             }
-            for i in [src, d] {
-                let mut a = l.get(i).attr;
-                a.ctime = now;
-                tx.push(i, Entry::Attr(a));
-            }
-        } else {
+            let mut set = vec![parent, newparent, src];
             if let Some((d, _)) = dst {
-                if src_is_dir && !dst_is_dir {
-                    return Err(errno(libc::ENOTDIR));
-                }
-                if !src_is_dir && dst_is_dir {
-                    return Err(errno(libc::EISDIR));
-                }
-                if dst_is_dir && !l.get(d).dir.as_ref().expect("dir").is_empty() {
-                    return Err(errno(libc::ENOTEMPTY));
-                }
+                set.push(d);
             }
-            tx.push(parent, Entry::DentryDel { name: name.to_vec() });
-            tx.push(newparent, Entry::DentryAdd { ino: src, file_type: src_dt, name: newname.to_vec() });
-            if src_is_dir && parent != newparent {
-                *nlink_delta.entry(parent).or_default() -= 1;
-                *nlink_delta.entry(newparent).or_default() += 1;
+            let mut l = self.lock_set(&set)?;
+            // Re-validate under the locks (only renames change names of both; we hold
+            // the rename lock, but unlink/create may have raced before we locked).
+            if l.get(parent).dir.as_ref().and_then(|d| d.get(name)) != Some((src, src_dt)) {
+                continue;
             }
-            let mut a = l.get(src).attr;
-            a.ctime = now;
-            tx.push(src, Entry::Attr(a));
-            if let Some((d, _)) = dst {
-                if dst_is_dir {
-                    *nlink_delta.entry(newparent).or_default() -= 1;
+            let cur_dst = l
+                .get(newparent)
+                .dir
+                .as_ref()
+                .ok_or_else(|| errno(libc::ENOTDIR))?
+                .get(newname);
+            if cur_dst != dst {
+                continue;
+            }
+            if l.get(newparent).attr.nlink == 0 {
+                return Err(errno(libc::ENOENT));
+            }
+            let now = now_ns();
+            let mut tx = TxBuilder::default();
+            let mut nlink_delta: std::collections::HashMap<Ino, i64> = Default::default();
+            if flags.exchange {
+                let (d, d_dt) = dst.expect("exists");
+                tx.push(
+                    parent,
+                    Entry::DentryAdd {
+                        ino: d,
+                        file_type: d_dt,
+                        name: name.to_vec(),
+                    },
+                );
+                tx.push(
+                    newparent,
+                    Entry::DentryAdd {
+                        ino: src,
+                        file_type: src_dt,
+                        name: newname.to_vec(),
+                    },
+                );
+                if parent != newparent {
+                    let dd = d_dt == libc::DT_DIR;
+                    *nlink_delta.entry(parent).or_default() += dd as i64 - src_is_dir as i64;
+                    *nlink_delta.entry(newparent).or_default() += src_is_dir as i64 - dd as i64;
                 }
-                let v = l.get(d);
-                let new_nlink = if dst_is_dir { 0 } else { v.attr.nlink.saturating_sub(1) };
-                if new_nlink == 0 && v.open_count == 0 {
-                    tx.extra.push((Fs::state_word(d), 0));
-                } else {
-                    let mut a = v.attr;
-                    a.nlink = new_nlink;
+                for i in [src, d] {
+                    let mut a = l.get(i).attr;
                     a.ctime = now;
-                    tx.push(d, Entry::Attr(a));
+                    tx.push(i, Entry::Attr(a));
+                }
+            } else {
+                if let Some((d, _)) = dst {
+                    if src_is_dir && !dst_is_dir {
+                        return Err(errno(libc::ENOTDIR));
+                    }
+                    if !src_is_dir && dst_is_dir {
+                        return Err(errno(libc::EISDIR));
+                    }
+                    if dst_is_dir && !l.get(d).dir.as_ref().expect("dir").is_empty() {
+                        return Err(errno(libc::ENOTEMPTY));
+                    }
+                }
+                tx.push(
+                    parent,
+                    Entry::DentryDel {
+                        name: name.to_vec(),
+                    },
+                );
+                tx.push(
+                    newparent,
+                    Entry::DentryAdd {
+                        ino: src,
+                        file_type: src_dt,
+                        name: newname.to_vec(),
+                    },
+                );
+                if src_is_dir && parent != newparent {
+                    *nlink_delta.entry(parent).or_default() -= 1;
+                    *nlink_delta.entry(newparent).or_default() += 1;
+                }
+                let mut a = l.get(src).attr;
+                a.ctime = now;
+                tx.push(src, Entry::Attr(a));
+                if let Some((d, _)) = dst {
+                    if dst_is_dir {
+                        *nlink_delta.entry(newparent).or_default() -= 1;
+                    }
+                    let v = l.get(d);
+                    let new_nlink = if dst_is_dir {
+                        0
+                    } else {
+                        v.attr.nlink.saturating_sub(1)
+                    };
+                    if new_nlink == 0 && v.open_count == 0 {
+                        tx.extra.push((Fs::state_word(d), 0));
+                    } else {
+                        let mut a = v.attr;
+                        a.nlink = new_nlink;
+                        a.ctime = now;
+                        tx.push(d, Entry::Attr(a));
+                    }
                 }
             }
-        }
-        for p in [parent, newparent] {
-            let mut a = l.get(p).attr;
-            a.mtime = now;
-            a.ctime = now;
-            a.nlink = (a.nlink as i64 + nlink_delta.get(&p).copied().unwrap_or(0)) as u32;
-            tx.push(p, Entry::Attr(a));
-            if parent == newparent {
-                break;
+            for p in [parent, newparent] {
+                let mut a = l.get(p).attr;
+                a.mtime = now;
+                a.ctime = now;
+                a.nlink = (a.nlink as i64 + nlink_delta.get(&p).copied().unwrap_or(0)) as u32;
+                tx.push(p, Entry::Attr(a));
+                if parent == newparent {
+                    break;
+                }
             }
-        }
-        let freed = tx.extra.first().map(|_| dst.expect("victim").0);
-        let (parts, extra) = tx.parts();
-        self.commit(&mut l, parts, extra)?;
-        if src_is_dir && parent != newparent {
-            l.get(src).dir.as_mut().expect("dir").parent = newparent;
-        }
-        if flags.exchange && dst_is_dir && parent != newparent {
-            l.get(dst.expect("exists").0).dir.as_mut().expect("dir").parent = parent;
-        }
-        if let Some(v) = freed {
-            self.drop_inode(&mut l, v);
-        } else if let Some((d, _)) = dst {
-            if !flags.exchange && dst_is_dir {
-                l.get(d).attr.nlink = 0;
+            let freed = tx.extra.first().map(|_| dst.expect("victim").0);
+            let (parts, extra) = tx.parts();
+            self.commit(&mut l, parts, extra)?;
+            if src_is_dir && parent != newparent {
+                l.get(src).dir.as_mut().expect("dir").parent = newparent;
             }
-        }
-        return Ok(());
+            if flags.exchange && dst_is_dir && parent != newparent {
+                l.get(dst.expect("exists").0)
+                    .dir
+                    .as_mut()
+                    .expect("dir")
+                    .parent = parent;
+            }
+            if let Some(v) = freed {
+                self.drop_inode(&mut l, v);
+            } else if let Some((d, _)) = dst {
+                if !flags.exchange && dst_is_dir {
+                    l.get(d).attr.nlink = 0;
+                }
+            }
+            return Ok(());
         }
     }
 
@@ -507,7 +613,13 @@ impl Fs {
                 return Ok(());
             }
             let g = self.lock(cur)?;
-            cur = g.as_ref().expect("live").dir.as_ref().map(|d| d.parent).unwrap_or(ROOT_INO);
+            cur = g
+                .as_ref()
+                .expect("live")
+                .dir
+                .as_ref()
+                .map(|d| d.parent)
+                .unwrap_or(ROOT_INO);
         }
     }
 
@@ -519,10 +631,20 @@ impl Fs {
         let d = i.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
         let mut out = Vec::new();
         if offset < 1 {
-            out.push(DirEntry { ino, next_offset: 1, kind: FileType::Directory, name: b".".to_vec() });
+            out.push(DirEntry {
+                ino,
+                next_offset: 1,
+                kind: FileType::Directory,
+                name: b".".to_vec(),
+            });
         }
         if offset < 2 {
-            out.push(DirEntry { ino: d.parent, next_offset: 2, kind: FileType::Directory, name: b"..".to_vec() });
+            out.push(DirEntry {
+                ino: d.parent,
+                next_offset: 2,
+                kind: FileType::Directory,
+                name: b"..".to_vec(),
+            });
         }
         for (&c, name) in d.order.range(offset.max(FIRST_COOKIE - 1) + 1..) {
             if out.len() >= max {
@@ -540,4 +662,3 @@ impl Fs {
         Ok(out)
     }
 }
-

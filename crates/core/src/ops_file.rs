@@ -45,13 +45,18 @@ impl Fs {
 
     /// Closes a handle; frees an unlinked inode on its last close.
     pub fn release(&self, ino: Ino) -> FsResult<()> {
-        let Some(slot) = self.table.get(ino as usize) else { return Err(errno(libc::EBADF)) };
+        let Some(slot) = self.table.get(ino as usize) else {
+            return Err(errno(libc::EBADF));
+        };
         let mut g = slot.lock();
-        let Some(i) = g.as_mut() else { return Err(errno(libc::EBADF)) };
+        let Some(i) = g.as_mut() else {
+            return Err(errno(libc::EBADF));
+        };
         i.open_count = i.open_count.saturating_sub(1);
         if i.open_count == 0 && i.attr.nlink == 0 && !i.zombie {
             // Commit point of freeing an unlinked-while-open inode: its state word.
-            self.journal.commit(&*self.media, &[(Fs::state_word(ino), 0)]);
+            self.journal
+                .commit(&*self.media, &[(Fs::state_word(ino), 0)]);
             self.release_inode_space(i);
             if i.lookups == 0 {
                 *g = None;
@@ -75,7 +80,9 @@ impl Fs {
         }
         let data = self.read_locked(i, off, size);
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_read.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.counters
+            .bytes_read
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         // relatime: update atime once after each change, or once a day.
         let now = now_ns();
         let a = i.attr;
@@ -108,7 +115,11 @@ impl Fs {
                     pos = run_end;
                 }
                 None => {
-                    let next = i.extents.next_start_after(fb).map(|s| s * BS).unwrap_or(end);
+                    let next = i
+                        .extents
+                        .next_start_after(fb)
+                        .map(|s| s * BS)
+                        .unwrap_or(end);
                     pos = next.min(end).max(pos + 1);
                     // Holes read as the zeros `out` already holds.
                 }
@@ -129,34 +140,40 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = off.checked_add(data.len() as u64).ok_or_else(|| errno(libc::EFBIG))?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| errno(libc::EFBIG))?;
         if end > MAX_FILE_SIZE {
             return Err(errno(libc::EFBIG));
         }
         let now = now_ns();
-        let entries_from = |runs: &[(u64, u64)], first: u64, size_after: u64, mtime: i64| -> Vec<Entry> {
-            let mut fb = first;
-            runs.iter()
-                .map(|&(b, n)| {
-                    let e = Entry::Write(WriteEntry {
-                        file_block: fb,
-                        blocks: n as u32,
-                        tier: 0,
-                        size_counter: 0,
-                        wflags: 0,
-                        block: b,
-                        size_after,
-                        mtime,
-                    });
-                    fb += n;
-                    e
-                })
-                .collect()
-        };
+        let entries_from =
+            |runs: &[(u64, u64)], first: u64, size_after: u64, mtime: i64| -> Vec<Entry> {
+                let mut fb = first;
+                runs.iter()
+                    .map(|&(b, n)| {
+                        let e = Entry::Write(WriteEntry {
+                            file_block: fb,
+                            blocks: n as u32,
+                            tier: 0,
+                            size_counter: 0,
+                            wflags: 0,
+                            block: b,
+                            size_after,
+                            mtime,
+                        });
+                        fb += n;
+                        e
+                    })
+                    .collect()
+            };
         let fb0 = off / BS;
         let fb1 = (end - 1) / BS;
         let nblocks = fb1 - fb0 + 1;
-        let runs = self.alloc.alloc(nblocks).ok_or_else(|| errno(libc::ENOSPC))?;
+        let runs = self
+            .alloc
+            .alloc(nblocks)
+            .ok_or_else(|| errno(libc::ENOSPC))?;
         let head = (off % BS) as usize;
         let mut buf = vec![0u8; (nblocks * BS) as usize];
         if head != 0 {
@@ -185,7 +202,9 @@ impl Fs {
             return Err(e);
         }
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_written.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.counters
+            .bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(data.len())
     }
 
@@ -199,7 +218,15 @@ impl Fs {
 
     /// Copy-on-write of file block `fb` with bytes `[from, to)` of it zeroed.
     /// Returns the entry and the new block, or `None` when `fb` is a hole.
-    fn zeroed_block(&self, i: &Inode, fb: u64, from: usize, to: usize, size_after: u64, mtime: i64) -> FsResult<Option<(Entry, u64)>> {
+    fn zeroed_block(
+        &self,
+        i: &Inode,
+        fb: u64,
+        from: usize,
+        to: usize,
+        size_after: u64,
+        mtime: i64,
+    ) -> FsResult<Option<(Entry, u64)>> {
         if i.extents.find(fb).is_none() {
             return Ok(None);
         }
@@ -209,7 +236,16 @@ impl Fs {
         let b = self.alloc.alloc_one().ok_or_else(|| errno(libc::ENOSPC))?;
         self.media.write(b * BS, &blk);
         self.media.flush(b * BS, BS);
-        let e = Entry::Write(WriteEntry { file_block: fb, blocks: 1, tier: 0, size_counter: 0, wflags: 0, block: b, size_after, mtime });
+        let e = Entry::Write(WriteEntry {
+            file_block: fb,
+            blocks: 1,
+            tier: 0,
+            size_counter: 0,
+            wflags: 0,
+            block: b,
+            size_after,
+            mtime,
+        });
         Ok(Some((e, b)))
     }
 
@@ -232,9 +268,19 @@ impl Fs {
             }
             if size < a.size {
                 let keep = size.div_ceil(BS);
-                entries.push(Entry::Punch { file_block: keep, blocks: u64::MAX - keep });
+                entries.push(Entry::Punch {
+                    file_block: keep,
+                    blocks: u64::MAX - keep,
+                });
                 if size % BS != 0 {
-                    if let Some((e, b)) = self.zeroed_block(i, size / BS, (size % BS) as usize, BS as usize, size, now)? {
+                    if let Some((e, b)) = self.zeroed_block(
+                        i,
+                        size / BS,
+                        (size % BS) as usize,
+                        BS as usize,
+                        size,
+                        now,
+                    )? {
                         entries.push(e);
                         new_blocks.push(b);
                     }
@@ -309,11 +355,16 @@ impl Fs {
                             fb = s + e.blocks;
                             continue;
                         }
-                        let hole_end = i.extents.next_start_after(fb).unwrap_or(u64::MAX).min(last + 1);
+                        let hole_end = i
+                            .extents
+                            .next_start_after(fb)
+                            .unwrap_or(u64::MAX)
+                            .min(last + 1);
                         let mut need = hole_end - fb;
                         while need > 0 {
                             let chunk = need.min(u32::MAX as u64 / 2);
-                            let runs = self.alloc.alloc(chunk).ok_or_else(|| errno(libc::ENOSPC))?;
+                            let runs =
+                                self.alloc.alloc(chunk).ok_or_else(|| errno(libc::ENOSPC))?;
                             for &(b, n) in &runs {
                                 taken.push((b, n));
                                 let zero = vec![0u8; (n * BS).min(1 << 20) as usize];
@@ -348,17 +399,31 @@ impl Fs {
                     let end_full = end / BS;
                     if off % BS != 0 {
                         let fb = off / BS;
-                        let to = if fb == (end - 1) / BS && end % BS != 0 { (end % BS) as usize } else { BS as usize };
-                        if let Some((e, b)) = self.zeroed_block(i, fb, (off % BS) as usize, to, a.size, a.mtime)? {
+                        let to = if fb == (end - 1) / BS && end % BS != 0 {
+                            (end % BS) as usize
+                        } else {
+                            BS as usize
+                        };
+                        if let Some((e, b)) =
+                            self.zeroed_block(i, fb, (off % BS) as usize, to, a.size, a.mtime)?
+                        {
                             entries.push(e);
                             taken.push((b, 1));
                         }
                     }
                     if end_full > first_full {
-                        entries.push(Entry::Punch { file_block: first_full, blocks: end_full - first_full });
+                        entries.push(Entry::Punch {
+                            file_block: first_full,
+                            blocks: end_full - first_full,
+                        });
                     }
-                    if end % BS != 0 && end / BS >= first_full && (off / BS != end / BS || off % BS == 0) {
-                        if let Some((e, b)) = self.zeroed_block(i, end / BS, 0, (end % BS) as usize, a.size, a.mtime)? {
+                    if end % BS != 0
+                        && end / BS >= first_full
+                        && (off / BS != end / BS || off % BS == 0)
+                    {
+                        if let Some((e, b)) =
+                            self.zeroed_block(i, end / BS, 0, (end % BS) as usize, a.size, a.mtime)?
+                        {
                             entries.push(e);
                             taken.push((b, 1));
                         }
@@ -426,15 +491,33 @@ impl Fs {
         }
         let mut a = i.attr;
         a.ctime = now_ns();
-        self.commit_one(i, vec![Entry::XattrSet { name: name.to_vec(), value: value.to_vec() }, Entry::Attr(a)])
+        self.commit_one(
+            i,
+            vec![
+                Entry::XattrSet {
+                    name: name.to_vec(),
+                    value: value.to_vec(),
+                },
+                Entry::Attr(a),
+            ],
+        )
     }
 
     /// Reads an extended attribute.
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
         let g = self.lock(ino)?;
         let i = g.as_ref().expect("live");
-        Self::check_xattr_name(i, name).map_err(|e| if e.raw_os_error() == Some(libc::EPERM) { errno(libc::ENODATA) } else { e })?;
-        i.xattrs.get(name).cloned().ok_or_else(|| errno(libc::ENODATA))
+        Self::check_xattr_name(i, name).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EPERM) {
+                errno(libc::ENODATA)
+            } else {
+                e
+            }
+        })?;
+        i.xattrs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| errno(libc::ENODATA))
     }
 
     /// Names of all extended attributes.
@@ -453,6 +536,14 @@ impl Fs {
         }
         let mut a = i.attr;
         a.ctime = now_ns();
-        self.commit_one(i, vec![Entry::XattrDel { name: name.to_vec() }, Entry::Attr(a)])
+        self.commit_one(
+            i,
+            vec![
+                Entry::XattrDel {
+                    name: name.to_vec(),
+                },
+                Entry::Attr(a),
+            ],
+        )
     }
 }

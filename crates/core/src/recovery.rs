@@ -44,7 +44,9 @@ impl std::fmt::Display for OpenError {
                 "pool format version {v} is newer than this terrace supports ({}); upgrade terrace",
                 terrace_format::FORMAT_VERSION
             ),
-            OpenError::Corrupt(why) => write!(f, "pool is corrupt: {why}; run `terrace fsck --repair`"),
+            OpenError::Corrupt(why) => {
+                write!(f, "pool is corrupt: {why}; run `terrace fsck --repair`")
+            }
         }
     }
 }
@@ -124,10 +126,19 @@ impl std::fmt::Display for Problem {
             Problem::BadSlot { ino, what } => write!(f, "inode {ino}: {what}"),
             Problem::BadLog { ino, what, .. } => write!(f, "inode {ino}: log unreadable: {what}"),
             Problem::DanglingEntry { dir, name, target } => {
-                write!(f, "directory {dir}: entry {name:?} points to missing inode {target}")
+                write!(
+                    f,
+                    "directory {dir}: entry {name:?} points to missing inode {target}"
+                )
             }
-            Problem::DirectoryLinkedTwice { ino } => write!(f, "directory {ino} has more than one parent"),
-            Problem::LinkCount { ino, stored, counted } => {
+            Problem::DirectoryLinkedTwice { ino } => {
+                write!(f, "directory {ino} has more than one parent")
+            }
+            Problem::LinkCount {
+                ino,
+                stored,
+                counted,
+            } => {
                 write!(f, "inode {ino}: link count {stored}, but {counted} names")
             }
             Problem::BlockOwnership { ino, what } => write!(f, "inode {ino}: {what}"),
@@ -156,7 +167,10 @@ pub struct Scan {
 /// Reads and checks both superblock copies.
 pub fn read_superblock(media: &dyn PmMedia) -> Result<Superblock, OpenError> {
     if media.len() < 4 * BLOCK_SIZE {
-        return Err(OpenError::NotAPool(format!("only {} bytes long", media.len())));
+        return Err(OpenError::NotAPool(format!(
+            "only {} bytes long",
+            media.len()
+        )));
     }
     let mut a = vec![0u8; BLOCK_SIZE as usize];
     let mut b = vec![0u8; BLOCK_SIZE as usize];
@@ -165,7 +179,9 @@ pub fn read_superblock(media: &dyn PmMedia) -> Result<Superblock, OpenError> {
     let sb = Superblock::choose(&a, &b).map_err(|e| match e {
         FormatError::BadMagic => OpenError::NotAPool("no Terrace superblock".into()),
         FormatError::UnsupportedVersion(v) => OpenError::NewerVersion(v),
-        FormatError::BadChecksum => OpenError::Corrupt("both superblock copies fail their checksum".into()),
+        FormatError::BadChecksum => {
+            OpenError::Corrupt("both superblock copies fail their checksum".into())
+        }
         FormatError::Invalid(w) => OpenError::Corrupt(format!("superblock field invalid: {w}")),
     })?;
     if sb.pm_size > media.len() {
@@ -180,7 +196,11 @@ pub fn read_superblock(media: &dyn PmMedia) -> Result<Superblock, OpenError> {
 
 /// Scans a pool. With `write`, rolls back the journal and frees orphans on media
 /// (mount, `fsck --repair`); without, touches nothing.
-pub fn scan(media: &dyn PmMedia, write: bool, progress: &mut dyn FnMut(u64, u64)) -> Result<Scan, OpenError> {
+pub fn scan(
+    media: &dyn PmMedia,
+    write: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Scan, OpenError> {
     let sb = read_superblock(media)?;
     let mut problems = Vec::new();
     let rolled_back = match crate::journal::recover(media, write) {
@@ -191,7 +211,9 @@ pub fn scan(media: &dyn PmMedia, write: bool, progress: &mut dyn FnMut(u64, u64)
         }
     };
     if !write && rolled_back > 0 {
-        return Err(OpenError::Corrupt("open journal transactions need a writable scan".into()));
+        return Err(OpenError::Corrupt(
+            "open journal transactions need a writable scan".into(),
+        ));
     }
     let pool = sb.pool_start * BLOCK_SIZE..sb.pm_size;
     let n = sb.inode_count;
@@ -207,20 +229,29 @@ pub fn scan(media: &dyn PmMedia, write: bool, progress: &mut dyn FnMut(u64, u64)
             Ok(s) if s.state == INODE_USED => s,
             Ok(_) => continue,
             Err(e) => {
-                problems.push(Problem::BadSlot { ino, what: format!("slot {e}") });
+                problems.push(Problem::BadSlot {
+                    ino,
+                    what: format!("slot {e}"),
+                });
                 continue;
             }
         };
         let Some(mut inode) = Inode::from_slot(ino, &slot) else {
-            problems.push(Problem::BadSlot { ino, what: format!("invalid mode {:o}", slot.mode) });
+            problems.push(Problem::BadSlot {
+                ino,
+                what: format!("invalid mode {:o}", slot.mode),
+            });
             continue;
         };
         let walked = match walk(media, slot.log_head, slot.log_tail, pool.clone()) {
             Ok(w) => w,
             Err(e) => {
-                problems.push(Problem::BadLog { ino, what: format!("{} at {:#x}", e.what, e.at), safe_tail: e.last_good });
-                let w = walk(media, slot.log_head, e.last_good, pool.clone()).unwrap_or_default();
-                w
+                problems.push(Problem::BadLog {
+                    ino,
+                    what: format!("{} at {:#x}", e.what, e.at),
+                    safe_tail: e.last_good,
+                });
+                walk(media, slot.log_head, e.last_good, pool.clone()).unwrap_or_default()
             }
         };
         for (e, _) in &walked.entries {
@@ -248,7 +279,10 @@ pub fn scan(media: &dyn PmMedia, write: bool, progress: &mut dyn FnMut(u64, u64)
                     .map(|x| x.names.iter().map(|(k, v)| (k.clone(), v.0, v.1)).collect())
                     .unwrap_or_default();
                 for (name, child, dt) in names {
-                    let ok = inodes.get(&child).map(|c| c.kind.dt() == dt).unwrap_or(false);
+                    let ok = inodes
+                        .get(&child)
+                        .map(|c| c.kind.dt() == dt)
+                        .unwrap_or(false);
                     if !ok || child == ROOT_INO {
                         problems.push(Problem::DanglingEntry {
                             dir: d,
@@ -272,7 +306,11 @@ pub fn scan(media: &dyn PmMedia, write: bool, progress: &mut dyn FnMut(u64, u64)
         _ => problems.push(Problem::BadRoot),
     }
     let orphans: Vec<Ino> = {
-        let mut v: Vec<Ino> = inodes.keys().copied().filter(|&i| i != ROOT_INO && !reached.contains_key(&i)).collect();
+        let mut v: Vec<Ino> = inodes
+            .keys()
+            .copied()
+            .filter(|&i| i != ROOT_INO && !reached.contains_key(&i))
+            .collect();
         v.sort_unstable();
         v
     };
@@ -301,7 +339,11 @@ pub fn scan(media: &dyn PmMedia, write: bool, progress: &mut dyn FnMut(u64, u64)
             None => reached.get(ino).copied().unwrap_or(0),
         };
         if inode.attr.nlink != counted {
-            problems.push(Problem::LinkCount { ino: *ino, stored: inode.attr.nlink, counted });
+            problems.push(Problem::LinkCount {
+                ino: *ino,
+                stored: inode.attr.nlink,
+                counted,
+            });
         }
     }
     // Block ownership.
@@ -339,10 +381,26 @@ pub fn scan(media: &dyn PmMedia, write: bool, progress: &mut dyn FnMut(u64, u64)
         }
     }
     let alloc = if ownership_ok {
-        let shards = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).max(2);
-        PageAllocator::from_used(sb.pool_start, sb.pool_blocks, shards, used.into_iter().map(|x| x.0).collect()).ok()
+        let shards = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .max(2);
+        PageAllocator::from_used(
+            sb.pool_start,
+            sb.pool_blocks,
+            shards,
+            used.into_iter().map(|x| x.0).collect(),
+        )
+        .ok()
     } else {
         None
     };
-    Ok(Scan { sb, inodes, problems, orphans, rolled_back, alloc })
+    Ok(Scan {
+        sb,
+        inodes,
+        problems,
+        orphans,
+        rolled_back,
+        alloc,
+    })
 }

@@ -83,7 +83,12 @@ impl Fs {
                 }
                 inodes_used += 1;
                 log_pages += i.log.pages.len() as u64;
-                data_blocks += i.extents.iter().filter(|(_, e)| e.tier == 0).map(|(_, e)| e.blocks).sum::<u64>();
+                data_blocks += i
+                    .extents
+                    .iter()
+                    .filter(|(_, e)| e.tier == 0)
+                    .map(|(_, e)| e.blocks)
+                    .sum::<u64>();
             }
         }
         let pool_bytes = sb.pool_blocks * BLOCK_SIZE;

@@ -13,19 +13,34 @@ use terrace_media::{CrashMedia, LossMode, MemMedia, PmMedia};
 
 fn check_image(img: Vec<u8>, before: &Tree, after: &Tree, must_be_after: bool, ctx: &str) {
     let media = Arc::new(MemMedia::from_image(img));
-    let report = terrace_core::fsck::check(&*media, &mut |_, _| {}).unwrap_or_else(|e| panic!("{ctx}: fsck cannot read: {e}"));
-    assert!(report.is_clean(), "{ctx}: fsck before mount: {:?}", report.problems);
-    let fs = terrace_core::Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
-    fs.check_allocator().unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+    let report = terrace_core::fsck::check(&*media, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{ctx}: fsck cannot read: {e}"));
+    assert!(
+        report.is_clean(),
+        "{ctx}: fsck before mount: {:?}",
+        report.problems
+    );
+    let fs = terrace_core::Fs::mount(media.clone() as Arc<dyn PmMedia>)
+        .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
+    fs.check_allocator()
+        .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
     let t = fs_tree(&fs);
     if must_be_after || before == after {
         assert_same_tree(&t, after, ctx);
     } else if t != *before && t != *after {
-        panic!("{ctx}: state is neither before nor after:\nvs before:\n{}\nvs after:\n{}", diff_trees(&t, before), diff_trees(&t, after));
+        panic!(
+            "{ctx}: state is neither before nor after:\nvs before:\n{}\nvs after:\n{}",
+            diff_trees(&t, before),
+            diff_trees(&t, after)
+        );
     }
     fs.unmount().unwrap();
     let report = terrace_core::fsck::check(&*media, &mut |_, _| {}).unwrap();
-    assert!(report.is_clean(), "{ctx}: fsck after recovery: {:?}", report.problems);
+    assert!(
+        report.is_clean(),
+        "{ctx}: fsck after recovery: {:?}",
+        report.problems
+    );
 }
 
 fn run(seed: u64, steps: usize, points_per_op: usize) {
@@ -47,9 +62,14 @@ fn run(seed: u64, steps: usize, points_per_op: usize) {
         points.sort_unstable();
         points.dedup();
         for k in points {
-            let modes = [LossMode::AllUnflushed, LossMode::RandomLines(rng.gen()), LossMode::RandomWords(rng.gen())];
+            let modes = [
+                LossMode::AllUnflushed,
+                LossMode::RandomLines(rng.gen()),
+                LossMode::RandomWords(rng.gen()),
+            ];
             for mode in modes {
-                let ctx = format!("seed {seed} step {step} {op:?} crash after event {k}/{n} {mode:?}");
+                let ctx =
+                    format!("seed {seed} step {step} {op:?} crash after event {k}/{n} {mode:?}");
                 // A completed operation is durable: the last point must show it.
                 check_image(trace.image_at(k, mode), &before, &after, k == n, &ctx);
             }
@@ -59,8 +79,14 @@ fn run(seed: u64, steps: usize, points_per_op: usize) {
 
 #[test]
 fn every_crash_point_recovers_to_before_or_after_each_operation() {
-    let base: u64 = std::env::var("TERRACE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
-    let n: u64 = std::env::var("TERRACE_CRASH_SEQUENCES").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    let base: u64 = std::env::var("TERRACE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let n: u64 = std::env::var("TERRACE_CRASH_SEQUENCES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
     eprintln!("crash-image test: base seed {base} (TERRACE_SEED to repeat), {n} sequences");
     for k in 0..n {
         run(base.wrapping_add(k), 40, 4);

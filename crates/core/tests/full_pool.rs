@@ -39,12 +39,18 @@ fn enospc_when_full_keeps_every_written_byte() {
     let e = err.expect("a 2 MiB pool must fill up");
     assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
     for (ino, data) in &files {
-        assert_eq!(&fs.read(*ino, 0, data.len() + 1).unwrap(), data, "inode {ino} lost data when the pool filled");
+        assert_eq!(
+            &fs.read(*ino, 0, data.len() + 1).unwrap(),
+            data,
+            "inode {ino} lost data when the pool filled"
+        );
     }
     fs.check_allocator().unwrap();
     // Deleting a file makes room again.
     fs.unlink(1, b"f0").unwrap();
-    let a = fs.mknod(1, b"after", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let a = fs
+        .mknod(1, b"after", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
     fs.write(a.ino, 0, &[7u8; 4096]).unwrap();
     fs.unmount().unwrap();
     drop(fs);
@@ -53,7 +59,9 @@ fn enospc_when_full_keeps_every_written_byte() {
         assert_eq!(&fs.read(*ino, 0, data.len() + 1).unwrap(), data);
     }
     fs.unmount().unwrap();
-    assert!(terrace_core::fsck::check(&*media, &mut |_, _| {}).unwrap().is_clean());
+    assert!(terrace_core::fsck::check(&*media, &mut |_, _| {})
+        .unwrap()
+        .is_clean());
 }
 
 #[test]
@@ -77,13 +85,21 @@ fn log_compaction_bounds_log_growth_of_an_overwritten_file() {
     let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
     let a = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     for i in 0..20000u32 {
-        fs.write(a.ino, (i as u64 % 4) * 4096, &[i as u8; 4096]).unwrap();
+        fs.write(a.ino, (i as u64 % 4) * 4096, &[i as u8; 4096])
+            .unwrap();
     }
     let st = fs.status();
     assert!(st.compactions > 0, "no compaction after 20000 overwrites");
-    assert!(st.log_pages < 20, "log kept {} pages for 4 live blocks", st.log_pages);
+    assert!(
+        st.log_pages < 20,
+        "log kept {} pages for 4 live blocks",
+        st.log_pages
+    );
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
-    assert_eq!(fs.read(a.ino, 3 * 4096, 4096).unwrap(), vec![(19999u32) as u8; 4096]);
+    assert_eq!(
+        fs.read(a.ino, 3 * 4096, 4096).unwrap(),
+        vec![(19999u32) as u8; 4096]
+    );
 }

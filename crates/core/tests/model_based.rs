@@ -28,21 +28,37 @@ fn run_sequence(seed: u64, steps: usize) {
         let want = apply_model(&mut model, &op);
         let got = apply_fs(&fs, &op);
         assert_eq!(got, want, "seed {seed} step {step}: {op:?}");
-        assert_same_tree(&fs_tree(&fs), &model.tree(), &format!("seed {seed} step {step} after {op:?}"));
+        assert_same_tree(
+            &fs_tree(&fs),
+            &model.tree(),
+            &format!("seed {seed} step {step} after {op:?}"),
+        );
         if step % 10 == 0 {
-            fs.check_allocator().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+            fs.check_allocator()
+                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
         }
     }
-    fs.check_allocator().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    fs.check_allocator()
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     fs.unmount().unwrap();
     let report = terrace_core::fsck::check(&*media, &mut |_, _| {}).unwrap();
-    assert!(report.is_clean(), "seed {seed}: fsck: {:?}", report.problems);
+    assert!(
+        report.is_clean(),
+        "seed {seed}: fsck: {:?}",
+        report.problems
+    );
 }
 
 #[test]
 fn random_operation_sequences_match_the_reference_model() {
-    let base: u64 = std::env::var("TERRACE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
-    let n: u64 = std::env::var("TERRACE_SEQUENCES").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let base: u64 = std::env::var("TERRACE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let n: u64 = std::env::var("TERRACE_SEQUENCES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
     eprintln!("model test: base seed {base} (TERRACE_SEED to repeat), {n} sequences");
     for k in 0..n {
         run_sequence(base.wrapping_add(k), 60);

@@ -206,7 +206,11 @@ impl Entry {
                 put_u64(&mut b, 8, *file_block);
                 put_u64(&mut b, 16, *blocks);
             }
-            Entry::DentryAdd { ino, file_type, name } => {
+            Entry::DentryAdd {
+                ino,
+                file_type,
+                name,
+            } => {
                 put_u64(&mut b, 8, *ino);
                 put_u8(&mut b, 16, *file_type);
                 put_u8(&mut b, 17, name.len() as u8);
@@ -295,7 +299,10 @@ impl Entry {
             }
             4 => {
                 need(24)?;
-                Entry::Punch { file_block: u64_at(b, 8), blocks: u64_at(b, 16) }
+                Entry::Punch {
+                    file_block: u64_at(b, 8),
+                    blocks: u64_at(b, 16),
+                }
             }
             5 => {
                 need(24)?;
@@ -307,7 +314,9 @@ impl Entry {
             }
             6 => {
                 need(16)?;
-                Entry::DentryDel { name: name_at(16, u8_at(b, 8) as usize)? }
+                Entry::DentryDel {
+                    name: name_at(16, u8_at(b, 8) as usize)?,
+                }
             }
             7 => {
                 need(16)?;
@@ -316,11 +325,16 @@ impl Entry {
                 if 16 + n + v > len {
                     return Err(FormatError::Invalid("xattr length"));
                 }
-                Entry::XattrSet { name: name_at(16, n)?, value: b[16 + n..16 + n + v].to_vec() }
+                Entry::XattrSet {
+                    name: name_at(16, n)?,
+                    value: b[16 + n..16 + n + v].to_vec(),
+                }
             }
             8 => {
                 need(16)?;
-                Entry::XattrDel { name: name_at(16, u8_at(b, 8) as usize)? }
+                Entry::XattrDel {
+                    name: name_at(16, u8_at(b, 8) as usize)?,
+                }
             }
             _ => return Err(FormatError::Invalid("entry kind")),
         };
@@ -335,15 +349,55 @@ mod tests {
     fn samples() -> Vec<Entry> {
         vec![
             Entry::PageEnd,
-            Entry::Attr(AttrEntry { mode: 0o100644, uid: 1, gid: 2, nlink: 3, size: 1 << 40, atime: -5, mtime: 6, ctime: 7, flags: 0 }),
-            Entry::Write(WriteEntry { file_block: 1 << 33, blocks: 256, tier: 1, size_counter: 4, wflags: 0, block: 99, size_after: 12345, mtime: 8 }),
-            Entry::Punch { file_block: 3, blocks: u64::MAX / 4096 },
-            Entry::DentryAdd { ino: 42, file_type: 8, name: b"hello.txt".to_vec() },
-            Entry::DentryAdd { ino: 43, file_type: 4, name: vec![b'x'; 255] },
-            Entry::DentryDel { name: b"a".to_vec() },
-            Entry::XattrSet { name: b"user.k".to_vec(), value: vec![9; 3584] },
-            Entry::XattrSet { name: b"user.empty".to_vec(), value: vec![] },
-            Entry::XattrDel { name: b"trusted.x".to_vec() },
+            Entry::Attr(AttrEntry {
+                mode: 0o100644,
+                uid: 1,
+                gid: 2,
+                nlink: 3,
+                size: 1 << 40,
+                atime: -5,
+                mtime: 6,
+                ctime: 7,
+                flags: 0,
+            }),
+            Entry::Write(WriteEntry {
+                file_block: 1 << 33,
+                blocks: 256,
+                tier: 1,
+                size_counter: 4,
+                wflags: 0,
+                block: 99,
+                size_after: 12345,
+                mtime: 8,
+            }),
+            Entry::Punch {
+                file_block: 3,
+                blocks: u64::MAX / 4096,
+            },
+            Entry::DentryAdd {
+                ino: 42,
+                file_type: 8,
+                name: b"hello.txt".to_vec(),
+            },
+            Entry::DentryAdd {
+                ino: 43,
+                file_type: 4,
+                name: vec![b'x'; 255],
+            },
+            Entry::DentryDel {
+                name: b"a".to_vec(),
+            },
+            Entry::XattrSet {
+                name: b"user.k".to_vec(),
+                value: vec![9; 3584],
+            },
+            Entry::XattrSet {
+                name: b"user.empty".to_vec(),
+                value: vec![],
+            },
+            Entry::XattrDel {
+                name: b"trusted.x".to_vec(),
+            },
         ]
     }
 
@@ -374,7 +428,10 @@ mod tests {
     #[test]
     fn largest_entries_fit_in_a_log_page() {
         let page = crate::BLOCK_SIZE as usize - crate::LOG_PAGE_HEADER as usize;
-        let x = Entry::XattrSet { name: vec![b'n'; crate::XATTR_NAME_MAX], value: vec![0; crate::XATTR_VALUE_MAX] };
+        let x = Entry::XattrSet {
+            name: vec![b'n'; crate::XATTR_NAME_MAX],
+            value: vec![0; crate::XATTR_VALUE_MAX],
+        };
         assert!(x.encoded_len() <= page);
     }
 }

@@ -148,7 +148,11 @@ mod tests {
 
     #[test]
     fn corrupt_used_slot_is_rejected() {
-        let s = InodeSlot { state: INODE_USED, mode: 0o40755, ..Default::default() };
+        let s = InodeSlot {
+            state: INODE_USED,
+            mode: 0o40755,
+            ..Default::default()
+        };
         let mut b = s.encode();
         b[OFF_UID] ^= 1;
         assert_eq!(InodeSlot::decode(&b), Err(FormatError::BadChecksum));

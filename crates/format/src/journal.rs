@@ -45,7 +45,10 @@ pub struct JournalSlot {
 impl JournalSlot {
     /// Encodes the records part (bytes 8..) of a slot; `txid` is written apart.
     pub fn encode_records(records: &[(u64, u64)]) -> Vec<u8> {
-        assert!(records.len() <= JOURNAL_MAX_RECORDS, "too many journal records");
+        assert!(
+            records.len() <= JOURNAL_MAX_RECORDS,
+            "too many journal records"
+        );
         let mut b = vec![0u8; JOURNAL_OFF_RECORDS - 8 + records.len() * 16];
         put_u32(&mut b, 0, records.len() as u32);
         let base = JOURNAL_OFF_RECORDS - 8;
@@ -72,7 +75,9 @@ impl JournalSlot {
         if crc(recs) != u32_at(b, 12) {
             return Err(FormatError::BadChecksum);
         }
-        let records = (0..count).map(|i| (u64_at(recs, i * 16), u64_at(recs, i * 16 + 8))).collect();
+        let records = (0..count)
+            .map(|i| (u64_at(recs, i * 16), u64_at(recs, i * 16 + 8)))
+            .collect();
         Ok(JournalSlot { txid, records })
     }
 }
@@ -89,7 +94,13 @@ mod tests {
         slot[8..8 + enc.len()].copy_from_slice(&enc);
         assert_eq!(JournalSlot::decode(&slot).unwrap(), JournalSlot::default());
         put_u64(&mut slot, 0, 77);
-        assert_eq!(JournalSlot::decode(&slot).unwrap(), JournalSlot { txid: 77, records: recs });
+        assert_eq!(
+            JournalSlot::decode(&slot).unwrap(),
+            JournalSlot {
+                txid: 77,
+                records: recs
+            }
+        );
         slot[20] ^= 1;
         assert_eq!(JournalSlot::decode(&slot), Err(FormatError::BadChecksum));
     }

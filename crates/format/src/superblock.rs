@@ -184,8 +184,8 @@ impl Superblock {
         let mut tiers = Vec::with_capacity(tier_count);
         for i in 0..tier_count {
             let r = OFF_TIERS + i * TIER_RECORD_SIZE;
-            let kind =
-                TierKind::from_u8(u8_at(b, r + TR_KIND)).ok_or(FormatError::Invalid("tier kind"))?;
+            let kind = TierKind::from_u8(u8_at(b, r + TR_KIND))
+                .ok_or(FormatError::Invalid("tier kind"))?;
             let n = (u16_at(b, r + TR_PATH_LEN) as usize).min(TIER_PATH_MAX);
             tiers.push(TierRecord {
                 id: u8_at(b, r + TR_ID),
@@ -219,7 +219,9 @@ impl Superblock {
     /// Checks that the geometry fields agree with each other.
     pub fn check_geometry(&self) -> Result<(), FormatError> {
         if self.pm_size % BLOCK_SIZE != 0 {
-            return Err(FormatError::Invalid("pm size not a multiple of the block size"));
+            return Err(FormatError::Invalid(
+                "pm size not a multiple of the block size",
+            ));
         }
         let total = self.pm_size / BLOCK_SIZE;
         if self.inode_count < 2 {
@@ -281,8 +283,20 @@ mod tests {
             mount_count: 2,
             last_mount_unix: 3,
             tiers: vec![
-                TierRecord { id: 0, kind: TierKind::Pm, size: 1024 * BLOCK_SIZE, extent_size: 0, path: "/dev/shm/x".into() },
-                TierRecord { id: 1, kind: TierKind::Ssd, size: 1 << 30, extent_size: 512 << 10, path: "/tmp/ssd".into() },
+                TierRecord {
+                    id: 0,
+                    kind: TierKind::Pm,
+                    size: 1024 * BLOCK_SIZE,
+                    extent_size: 0,
+                    path: "/dev/shm/x".into(),
+                },
+                TierRecord {
+                    id: 1,
+                    kind: TierKind::Ssd,
+                    size: 1 << 30,
+                    extent_size: 512 << 10,
+                    path: "/tmp/ssd".into(),
+                },
             ],
         }
     }
@@ -323,6 +337,9 @@ mod tests {
         let mut bad = b.encode();
         bad[100] ^= 1;
         assert_eq!(Superblock::choose(&a.encode(), &bad).unwrap(), a);
-        assert_eq!(Superblock::choose(&[0; 4096], &[0; 4096]), Err(FormatError::BadMagic));
+        assert_eq!(
+            Superblock::choose(&[0; 4096], &[0; 4096]),
+            Err(FormatError::BadMagic)
+        );
     }
 }

@@ -70,7 +70,13 @@ mod tests {
 
     #[test]
     fn tier_header_round_trips_and_detects_corruption() {
-        let h = TierHeader { pool_uuid: [3; 16], id: 1, kind: TierKind::Ssd, size: 1 << 34, extent_size: DEFAULT_EXTENT_SIZE };
+        let h = TierHeader {
+            pool_uuid: [3; 16],
+            id: 1,
+            kind: TierKind::Ssd,
+            size: 1 << 34,
+            extent_size: DEFAULT_EXTENT_SIZE,
+        };
         let mut b = h.encode();
         assert_eq!(TierHeader::decode(&b).unwrap(), h);
         b[33] ^= 2;

@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use terrace_core::{format, Ctx, FileType, Fs, FormatParams, RenameFlags, SetAttr};
+use terrace_core::{format, Ctx, FileType, FormatParams, Fs, RenameFlags, SetAttr};
 use terrace_format::{TierKind, TierRecord};
 use terrace_media::PmMedia;
 
@@ -16,7 +16,13 @@ pub fn mkfs(media: &dyn PmMedia, inodes: u64) {
     let p = FormatParams {
         uuid: [9; 16],
         inode_count: inodes,
-        tiers: vec![TierRecord { id: 0, kind: TierKind::Pm, size: media.len(), extent_size: 0, path: "test".into() }],
+        tiers: vec![TierRecord {
+            id: 0,
+            kind: TierKind::Pm,
+            size: media.len(),
+            extent_size: 0,
+            path: "test".into(),
+        }],
         root_uid: 0,
         root_gid: 0,
     };
@@ -80,7 +86,19 @@ pub fn fs_tree(fs: &Fs) -> Tree {
                     let v = fs.getxattr(a.ino, &n).expect("getxattr");
                     xattrs.insert(n, v);
                 }
-                raw.insert(p.clone(), (a.ino, Node { kind: kind_name(a.kind), data, nlink: a.nlink, link_group: 0, xattrs }));
+                raw.insert(
+                    p.clone(),
+                    (
+                        a.ino,
+                        Node {
+                            kind: kind_name(a.kind),
+                            data,
+                            nlink: a.nlink,
+                            link_group: 0,
+                            xattrs,
+                        },
+                    ),
+                );
                 if a.kind == FileType::Directory {
                     stack.push((a.ino, p));
                 }
@@ -120,7 +138,16 @@ pub struct MInode {
 impl Default for Model {
     fn default() -> Self {
         let mut inodes = HashMap::new();
-        inodes.insert(1, MInode { kind: FileType::Directory, data: vec![], children: BTreeMap::new(), parent: 1, xattrs: BTreeMap::new() });
+        inodes.insert(
+            1,
+            MInode {
+                kind: FileType::Directory,
+                data: vec![],
+                children: BTreeMap::new(),
+                parent: 1,
+                xattrs: BTreeMap::new(),
+            },
+        );
         Model { inodes, next: 2 }
     }
 }
@@ -129,9 +156,17 @@ impl Model {
     pub fn nlink(&self, id: u64) -> u32 {
         let i = &self.inodes[&id];
         if i.kind == FileType::Directory {
-            2 + i.children.values().filter(|c| self.inodes[c].kind == FileType::Directory).count() as u32
+            2 + i
+                .children
+                .values()
+                .filter(|c| self.inodes[c].kind == FileType::Directory)
+                .count() as u32
         } else {
-            self.inodes.values().flat_map(|d| d.children.values()).filter(|&&c| c == id).count() as u32
+            self.inodes
+                .values()
+                .flat_map(|d| d.children.values())
+                .filter(|&&c| c == id)
+                .count() as u32
         }
     }
 
@@ -142,7 +177,19 @@ impl Model {
             for (name, &c) in &self.inodes[&dir].children {
                 let p = format!("{path}/{}", String::from_utf8_lossy(name));
                 let i = &self.inodes[&c];
-                raw.insert(p.clone(), (c, Node { kind: kind_name(i.kind), data: i.data.clone(), nlink: self.nlink(c), link_group: 0, xattrs: i.xattrs.clone() }));
+                raw.insert(
+                    p.clone(),
+                    (
+                        c,
+                        Node {
+                            kind: kind_name(i.kind),
+                            data: i.data.clone(),
+                            nlink: self.nlink(c),
+                            link_group: 0,
+                            xattrs: i.xattrs.clone(),
+                        },
+                    ),
+                );
                 if i.kind == FileType::Directory {
                     stack.push((c, p));
                 }
@@ -210,17 +257,41 @@ pub fn random_op(m: &Model, rng: &mut StdRng) -> Op {
         15..=22 => Op::Mkdir(d(rng), n(rng)),
         23..=25 => Op::Symlink(d(rng), n(rng), vec![b't'; rng.gen_range(1..300)]),
         26..=50 => {
-            let off = if rng.gen_bool(0.3) { rng.gen_range(0..40000) } else { rng.gen_range(0..9000) };
+            let off = if rng.gen_bool(0.3) {
+                rng.gen_range(0..40000)
+            } else {
+                rng.gen_range(0..9000)
+            };
             Op::Write(d(rng), n(rng), off, rng.gen_range(1..10000), rng.gen())
         }
         51..=57 => Op::Truncate(d(rng), n(rng), rng.gen_range(0..20000)),
-        58..=60 => Op::PunchHole(d(rng), n(rng), rng.gen_range(0..12000), rng.gen_range(1..12000)),
+        58..=60 => Op::PunchHole(
+            d(rng),
+            n(rng),
+            rng.gen_range(0..12000),
+            rng.gen_range(1..12000),
+        ),
         61..=68 => Op::Unlink(d(rng), n(rng)),
         69..=73 => Op::Rmdir(d(rng), n(rng)),
         74..=78 => Op::Link(d(rng), n(rng), d(rng), n(rng)),
-        79..=92 => Op::Rename(d(rng), n(rng), d(rng), n(rng), [0, 0, 0, 1, 2][rng.gen_range(0..5)]),
-        93..=97 => Op::SetXattr(d(rng), n(rng), format!("user.k{}", rng.gen_range(0..3)).into_bytes(), vec![rng.gen(); rng.gen_range(0..100)]),
-        _ => Op::RemoveXattr(d(rng), n(rng), format!("user.k{}", rng.gen_range(0..3)).into_bytes()),
+        79..=92 => Op::Rename(
+            d(rng),
+            n(rng),
+            d(rng),
+            n(rng),
+            [0, 0, 0, 1, 2][rng.gen_range(0..5)],
+        ),
+        93..=97 => Op::SetXattr(
+            d(rng),
+            n(rng),
+            format!("user.k{}", rng.gen_range(0..3)).into_bytes(),
+            vec![rng.gen(); rng.gen_range(0..100)],
+        ),
+        _ => Op::RemoveXattr(
+            d(rng),
+            n(rng),
+            format!("user.k{}", rng.gen_range(0..3)).into_bytes(),
+        ),
     }
 }
 
@@ -253,7 +324,16 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
                 Op::Symlink(_, _, t) => (FileType::Symlink, t.clone()),
                 _ => unreachable!(),
             };
-            m.inodes.insert(id, MInode { kind, data, children: BTreeMap::new(), parent: d, xattrs: BTreeMap::new() });
+            m.inodes.insert(
+                id,
+                MInode {
+                    kind,
+                    data,
+                    children: BTreeMap::new(),
+                    parent: d,
+                    xattrs: BTreeMap::new(),
+                },
+            );
             m.inodes.get_mut(&d).unwrap().children.insert(n.clone(), id);
             Ok(())
         }
@@ -327,7 +407,11 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
             if child(m, dd, dn).is_some() {
                 return Err(EEXIST);
             }
-            m.inodes.get_mut(&dd).unwrap().children.insert(dn.clone(), s);
+            m.inodes
+                .get_mut(&dd)
+                .unwrap()
+                .children
+                .insert(dn.clone(), s);
             Ok(())
         }
         Op::Rename(sp, sn, dp, dn, flags) => {
@@ -346,7 +430,9 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
                 return Ok(());
             }
             let s_dir = m.inodes[&s].kind == FileType::Directory;
-            let t_dir = t.map(|t| m.inodes[&t].kind == FileType::Directory).unwrap_or(false);
+            let t_dir = t
+                .map(|t| m.inodes[&t].kind == FileType::Directory)
+                .unwrap_or(false);
             if sd != dd {
                 if s_dir && m.is_ancestor(s, dd) {
                     return Err(EINVAL);
@@ -357,8 +443,16 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
             }
             if exchange {
                 let t = t.unwrap();
-                m.inodes.get_mut(&sd).unwrap().children.insert(sn.clone(), t);
-                m.inodes.get_mut(&dd).unwrap().children.insert(dn.clone(), s);
+                m.inodes
+                    .get_mut(&sd)
+                    .unwrap()
+                    .children
+                    .insert(sn.clone(), t);
+                m.inodes
+                    .get_mut(&dd)
+                    .unwrap()
+                    .children
+                    .insert(dn.clone(), s);
                 m.inodes.get_mut(&s).unwrap().parent = dd;
                 m.inodes.get_mut(&t).unwrap().parent = sd;
                 return Ok(());
@@ -375,7 +469,11 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
                 }
             }
             m.inodes.get_mut(&sd).unwrap().children.remove(sn);
-            m.inodes.get_mut(&dd).unwrap().children.insert(dn.clone(), s);
+            m.inodes
+                .get_mut(&dd)
+                .unwrap()
+                .children
+                .insert(dn.clone(), s);
             m.inodes.get_mut(&s).unwrap().parent = dd;
             if let Some(t) = t {
                 if t_dir || m.nlink(t) == 0 {
@@ -451,11 +549,20 @@ pub fn apply_fs(fs: &Fs, op: &Op) -> Result<(), i32> {
         }
         Op::Truncate(p, n, size) => {
             let c = fs_child(fs, p, n)?;
-            fs.setattr(c, SetAttr { size: Some(*size), ..Default::default() }).map(|_| ()).map_err(e)
+            fs.setattr(
+                c,
+                SetAttr {
+                    size: Some(*size),
+                    ..Default::default()
+                },
+            )
+            .map(|_| ())
+            .map_err(e)
         }
         Op::PunchHole(p, n, off, len) => {
             let c = fs_child(fs, p, n)?;
-            fs.fallocate(c, *off, *len, terrace_core::FallocateMode::PunchHole).map_err(e)
+            fs.fallocate(c, *off, *len, terrace_core::FallocateMode::PunchHole)
+                .map_err(e)
         }
         Op::Unlink(p, n) => fs.unlink(fs_dir(fs, p)?, n).map_err(e),
         Op::Rmdir(p, n) => fs.rmdir(fs_dir(fs, p)?, n).map_err(e),
@@ -469,7 +576,10 @@ pub fn apply_fs(fs: &Fs, op: &Op) -> Result<(), i32> {
         Op::Rename(sp, sn, dp, dn, flags) => {
             let s = fs_dir(fs, sp)?;
             let d = fs_dir(fs, dp)?;
-            let f = RenameFlags { noreplace: *flags == 1, exchange: *flags == 2 };
+            let f = RenameFlags {
+                noreplace: *flags == 1,
+                exchange: *flags == 2,
+            };
             fs.rename(s, sn, d, dn, f).map_err(e)
         }
         Op::SetXattr(p, n, k, v) => fs.setxattr(fs_child(fs, p, n)?, k, v, 0).map_err(e),
