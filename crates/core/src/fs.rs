@@ -80,6 +80,17 @@ pub struct Fs {
     pub counters: Counters,
     pub(crate) report: MountReport,
     pub(crate) unmounted: std::sync::atomic::AtomicBool,
+    pub(crate) atime: parking_lot::RwLock<AtimeMode>,
+}
+
+/// When reads update the access time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimeMode {
+    /// Never (`noatime`, read-only mounts): reads write nothing.
+    Never,
+    /// As Linux `relatime`: once after each change, or once a day.
+    #[default]
+    Relative,
 }
 
 /// Current time in ns since the epoch.
@@ -151,7 +162,13 @@ impl Fs {
             counters: Counters::default(),
             report,
             unmounted: std::sync::atomic::AtomicBool::new(false),
+            atime: parking_lot::RwLock::new(AtimeMode::default()),
         })
+    }
+
+    /// Sets when reads update the access time.
+    pub fn set_atime_mode(&self, mode: AtimeMode) {
+        *self.atime.write() = mode;
     }
 
     /// What mount found.

@@ -1,8 +1,7 @@
 //! Offline consistency check and repair (`terrace fsck`).
 //!
-//! The check runs the same scan as mount on a private copy of the PM image, so
-//! it never writes to the pool (even when the journal holds an open
-//! transaction). It verifies the superblock, every inode slot checksum, every
+//! The check runs the same scan as mount, which reads through a read-only view
+//! with open journal transactions rolled back, so it never writes to the pool. It verifies the superblock, every inode slot checksum, every
 //! log entry checksum and chain, reachability from the root, link counts, and
 //! that no block is owned twice. Free space is derived from what is reachable, so
 //! unreachable space cannot leak; unreachable inodes (orphans) are reported.
@@ -17,9 +16,9 @@ use crate::recovery::{scan, OpenError, Problem, Scan};
 use crate::types::Ino;
 use std::sync::Arc;
 use terrace_format::{
-    inode_offset, journal_slot_offset, Entry, INODE_OFF_LOG_TAIL, INODE_OFF_STATE, JOURNAL_SLOTS,
+    inode_offset, journal_slot_offset, Entry, INODE_OFF_LOG_TAIL, INODE_OFF_STATE,
 };
-use terrace_media::{MemMedia, PmMedia};
+use terrace_media::PmMedia;
 
 /// What fsck found (and, with repair, did).
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -68,22 +67,17 @@ fn summarize(sc: &Scan, report: &mut FsckReport) {
     report.clean_unmount = sc.sb.clean;
 }
 
-/// Checks a pool without writing to it.
+/// Checks a pool without writing to it (open journal transactions are applied
+/// to a read-only overlay, not to the pool).
 pub fn check(
     media: &dyn PmMedia,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<FsckReport, OpenError> {
-    let mut img = vec![0u8; media.len() as usize];
-    media.read(0, &mut img);
-    let copy = MemMedia::from_image(img);
-    let mut report = FsckReport::default();
-    // The open transactions count: scan the copy once read-only to learn it.
-    for i in 0..JOURNAL_SLOTS {
-        if copy.load_u64(journal_slot_offset(i)) != 0 {
-            report.open_transactions += 1;
-        }
-    }
-    let sc = scan(&copy, true, progress)?;
+    let sc = scan(media, false, progress)?;
+    let mut report = FsckReport {
+        open_transactions: sc.rolled_back,
+        ..Default::default()
+    };
     summarize(&sc, &mut report);
     Ok(report)
 }
@@ -94,13 +88,9 @@ pub fn repair(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<FsckReport, OpenError> {
     let mut report = FsckReport::default();
-    for i in 0..JOURNAL_SLOTS {
-        if media.load_u64(journal_slot_offset(i)) != 0 {
-            report.open_transactions += 1;
-        }
-    }
     // Pass 1: problems below the log level (slots, logs, journal).
     let sc = scan(&*media, true, progress)?;
+    report.open_transactions = sc.rolled_back;
     let mut rescan = false;
     for p in &sc.problems {
         match p {

@@ -81,6 +81,29 @@ impl Journal {
     }
 }
 
+/// `(address, old value)` words of one transaction.
+pub type UndoRecords = Vec<(u64, u64)>;
+
+/// The undo records of every open transaction, without changing anything.
+/// Fails with the slot index and reason when a slot is unreadable.
+pub fn open_transactions(media: &dyn PmMedia) -> Result<Vec<UndoRecords>, (usize, String)> {
+    let mut out = Vec::new();
+    for i in 0..JOURNAL_SLOTS {
+        let mut b = vec![0u8; terrace_format::JOURNAL_SLOT_SIZE];
+        media.read(journal_slot_offset(i), &mut b);
+        let slot = JournalSlot::decode(&b).map_err(|e| (i, e.to_string()))?;
+        if slot.txid != 0 {
+            // Later records restore older values last: apply in order, keep the first per address.
+            let mut seen = std::collections::BTreeMap::new();
+            for (a, v) in slot.records {
+                seen.entry(a).or_insert(v);
+            }
+            out.push(seen.into_iter().collect());
+        }
+    }
+    Ok(out)
+}
+
 /// Rolls back every open transaction found in the journal (mount-time recovery).
 /// Returns how many were rolled back, or the slot whose records are corrupt.
 pub fn recover(media: &dyn PmMedia, write: bool) -> Result<usize, (usize, String)> {

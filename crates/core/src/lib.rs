@@ -19,7 +19,7 @@ pub mod recovery;
 pub mod status;
 pub mod types;
 
-pub use fs::{Fs, MountReport};
+pub use fs::{AtimeMode, Fs, MountReport};
 pub use mkfs::{format, FormatParams};
 pub use recovery::{OpenError, Problem};
 pub use types::*;

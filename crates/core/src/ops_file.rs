@@ -86,7 +86,9 @@ impl Fs {
         // relatime: update atime once after each change, or once a day.
         let now = now_ns();
         let a = i.attr;
-        if a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime > 86_400_000_000_000 {
+        if *self.atime.read() == crate::fs::AtimeMode::Relative
+            && (a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime > 86_400_000_000_000)
+        {
             let mut na = a;
             na.atime = now;
             let _ = self.commit_one(i, vec![Entry::Attr(na)]);

@@ -33,6 +33,8 @@ pub enum OpenError {
     NewerVersion(u32),
     /// Damaged beyond what mount may fix by itself.
     Corrupt(String),
+    /// Both superblock copies are unusable (fsck cannot rebuild them).
+    BadSuperblock(String),
 }
 
 impl std::fmt::Display for OpenError {
@@ -47,6 +49,7 @@ impl std::fmt::Display for OpenError {
             OpenError::Corrupt(why) => {
                 write!(f, "pool is corrupt: {why}; run `terrace fsck --repair`")
             }
+            OpenError::BadSuperblock(why) => write!(f, "pool is corrupt: {why}"),
         }
     }
 }
@@ -180,12 +183,14 @@ pub fn read_superblock(media: &dyn PmMedia) -> Result<Superblock, OpenError> {
         FormatError::BadMagic => OpenError::NotAPool("no Terrace superblock".into()),
         FormatError::UnsupportedVersion(v) => OpenError::NewerVersion(v),
         FormatError::BadChecksum => {
-            OpenError::Corrupt("both superblock copies fail their checksum".into())
+            OpenError::BadSuperblock("both superblock copies fail their checksum".into())
         }
-        FormatError::Invalid(w) => OpenError::Corrupt(format!("superblock field invalid: {w}")),
+        FormatError::Invalid(w) => {
+            OpenError::BadSuperblock(format!("superblock field invalid: {w}"))
+        }
     })?;
     if sb.pm_size > media.len() {
-        return Err(OpenError::Corrupt(format!(
+        return Err(OpenError::BadSuperblock(format!(
             "the PM tier is {} bytes but its superblock says {} (truncated file?)",
             media.len(),
             sb.pm_size
@@ -194,8 +199,46 @@ pub fn read_superblock(media: &dyn PmMedia) -> Result<Superblock, OpenError> {
     Ok(sb)
 }
 
-/// Scans a pool. With `write`, rolls back the journal and frees orphans on media
-/// (mount, `fsck --repair`); without, touches nothing.
+/// A read-only view of a media with some 8-byte words replaced: the state the
+/// journal rollback would produce, seen before anything is written.
+struct Overlay<'a> {
+    inner: &'a dyn PmMedia,
+    words: std::collections::BTreeMap<u64, u64>,
+}
+
+impl PmMedia for Overlay<'_> {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        self.inner.read(off, buf);
+        let end = off + buf.len() as u64;
+        for (&a, &v) in self.words.range(off.saturating_sub(7)..end) {
+            for (k, byte) in v.to_le_bytes().iter().enumerate() {
+                let at = a + k as u64;
+                if at >= off && at < end {
+                    buf[(at - off) as usize] = *byte;
+                }
+            }
+        }
+    }
+    fn write(&self, _: u64, _: &[u8]) {
+        unreachable!("the recovery overlay is read-only")
+    }
+    fn store_u64(&self, _: u64, _: u64) {
+        unreachable!("the recovery overlay is read-only")
+    }
+    fn flush(&self, _: u64, _: u64) {}
+    fn fence(&self) {}
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// Scans a pool without writing to it. When `write` is set and nothing found
+/// blocks a mount, it then rolls back open journal transactions and frees
+/// orphans on media (mount, `fsck --repair`). A pool that mount refuses is never
+/// written to.
 pub fn scan(
     media: &dyn PmMedia,
     write: bool,
@@ -203,18 +246,39 @@ pub fn scan(
 ) -> Result<Scan, OpenError> {
     let sb = read_superblock(media)?;
     let mut problems = Vec::new();
-    let rolled_back = match crate::journal::recover(media, write) {
-        Ok(n) => n,
+    let (rolled_back, words) = match crate::journal::open_transactions(media) {
+        Ok(v) => (v.len(), v.into_iter().flatten().collect()),
         Err((slot, what)) => {
             problems.push(Problem::BadJournal { slot, what });
-            0
+            (0, Default::default())
         }
     };
-    if !write && rolled_back > 0 {
-        return Err(OpenError::Corrupt(
-            "open journal transactions need a writable scan".into(),
-        ));
+    let view = Overlay {
+        inner: media,
+        words,
+    };
+    let mut sc = scan_view(&view, sb, problems, progress);
+    sc.rolled_back = rolled_back;
+    if write && !sc.problems.iter().any(|p| p.blocks_mount()) {
+        if let Err((slot, what)) = crate::journal::recover(media, true) {
+            sc.problems.push(Problem::BadJournal { slot, what });
+            return Ok(sc);
+        }
+        for o in &sc.orphans {
+            media.store_u64(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 0);
+            media.flush(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 8);
+        }
+        media.fence();
     }
+    Ok(sc)
+}
+
+fn scan_view(
+    media: &dyn PmMedia,
+    sb: Superblock,
+    mut problems: Vec<Problem>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Scan {
     let pool = sb.pool_start * BLOCK_SIZE..sb.pm_size;
     let n = sb.inode_count;
     let mut table = vec![0u8; (n * INODE_SIZE as u64) as usize];
@@ -316,13 +380,6 @@ pub fn scan(
     };
     for o in &orphans {
         inodes.remove(o);
-        if write {
-            media.store_u64(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 0);
-            media.flush(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 8);
-        }
-    }
-    if write {
-        media.fence();
     }
     for (ino, inode) in inodes.iter_mut() {
         if let Some(d) = inode.dir.as_mut() {
@@ -395,12 +452,12 @@ pub fn scan(
     } else {
         None
     };
-    Ok(Scan {
+    Scan {
         sb,
         inodes,
         problems,
         orphans,
-        rolled_back,
+        rolled_back: 0,
         alloc,
-    })
+    }
 }

@@ -245,7 +245,9 @@ impl Superblock {
             (Ok(x), Ok(y)) => Ok(if y.generation > x.generation { y } else { x }),
             (Ok(x), Err(_)) => Ok(x),
             (Err(_), Ok(y)) => Ok(y),
-            (Err(e), Err(_)) => Err(e),
+            // Report the more telling error: a bad checksum or version of one copy
+            // says more than a missing magic in the other.
+            (Err(FormatError::BadMagic), Err(e)) | (Err(e), Err(_)) => Err(e),
         }
     }
 

@@ -1,1 +1,970 @@
-//! FUSE adapter (being written).
+//! FUSE adapter of Terrace: the only crate that talks to the kernel through
+//! `fuser`. [`FuseAdapter`] is a thin translation of every FUSE request into a
+//! call on [`terrace_core::Fs`]; [`mount`] mounts it and runs the session on its
+//! own threads; [`unmount`] detaches a mount point.
+//!
+//! Choices (see the design notes):
+//! - `default_permissions` is always on: the kernel checks permissions, so
+//!   `access` just says yes.
+//! - No writeback cache: every `write()` reaches the core (the placement
+//!   predictor must see the real write sizes). Files are opened with
+//!   `FOPEN_KEEP_CACHE` because every change goes through this daemon, so the
+//!   kernel's page cache never goes stale.
+//! - Locks (`getlk`/`setlk`) are not implemented: fuser does not ask for
+//!   `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`, so the kernel keeps POSIX locks and
+//!   flocks locally, which is correct for a single-host file system.
+//! - `FUSE_HANDLE_KILLPRIV_V2` when the kernel offers it: the adapter clears
+//!   set-user/group-ID bits and `security.capability` on unprivileged writes,
+//!   truncates and on chown, so the kernel no longer asks for
+//!   `security.capability` before every write (a whole extra round trip).
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags as FuseRenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use terrace_core::{Attr, Ctx, FallocateMode, FileType, Fs, RenameFlags, SetAttr, SetTime};
+
+/// How long the kernel may cache attributes and names.
+const TTL: Duration = Duration::from_secs(1);
+/// Largest write request asked of the kernel (it caps requests at 1 MiB here anyway).
+const MAX_WRITE: u32 = 1 << 20;
+/// Directory entries fetched from the core per batch while filling a reply.
+const READDIR_BATCH: usize = 128;
+
+/// The FUSE file system: every request becomes one call on the core.
+pub struct FuseAdapter {
+    fs: Arc<Fs>,
+    /// The kernel agreed to `FUSE_HANDLE_KILLPRIV_V2`: this adapter clears
+    /// set-user/group-ID bits and file capabilities on unprivileged writes,
+    /// truncates and chowns (the kernel then skips a getxattr per write).
+    killpriv: bool,
+    /// Sends invalidations to the kernel (set once the session exists).
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+}
+
+impl FuseAdapter {
+    /// Wraps a mounted core file system.
+    pub fn new(fs: Arc<Fs>) -> FuseAdapter {
+        FuseAdapter {
+            fs,
+            killpriv: false,
+            notifier: Arc::default(),
+        }
+    }
+
+    /// The core file system.
+    pub fn fs(&self) -> &Arc<Fs> {
+        &self.fs
+    }
+}
+
+/// Name of the xattr holding file capabilities.
+const SECURITY_CAPABILITY: &[u8] = b"security.capability";
+
+/// Permission bits of `a` after an unprivileged modification by `uid`/`gid`:
+/// set-user-ID goes; set-group-ID goes when the file is group-executable or
+/// the caller is not root and not in the file's group (as the VFS does).
+fn kill_suid_sgid(a: &Attr, uid: u32, gid: u32) -> u32 {
+    let mut m = a.mode & 0o7777;
+    if a.kind == FileType::Directory {
+        return m;
+    }
+    m &= !libc::S_ISUID;
+    if m & libc::S_ISGID != 0 && (m & libc::S_IXGRP != 0 || (uid != 0 && gid != a.gid)) {
+        m &= !libc::S_ISGID;
+    }
+    m
+}
+
+impl FuseAdapter {
+    /// Clears set-ID bits and file capabilities after an unprivileged write.
+    fn kill_priv(&self, ino: u64, req: &Request) {
+        let Ok(a) = self.fs.getattr(ino) else { return };
+        let keep = kill_suid_sgid(&a, req.uid(), req.gid());
+        let mode = SetAttr {
+            mode: Some(keep),
+            ..SetAttr::default()
+        };
+        if keep != a.mode & 0o7777 && self.fs.setattr(ino, mode).is_ok() {
+            // The kernel still caches the old mode: drop its attributes (only;
+            // offset -1 leaves the page cache alone and takes no inode lock).
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            }
+        }
+        if self.fs.getxattr(ino, SECURITY_CAPABILITY).is_ok() {
+            let _ = self.fs.removexattr(ino, SECURITY_CAPABILITY);
+        }
+    }
+}
+
+/// errno of a core error (EIO when it carries none).
+fn errno_of(e: &io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Nanoseconds since the epoch → `SystemTime` (negative values are before it).
+pub fn ns_to_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+/// `SystemTime` → nanoseconds since the epoch (saturating).
+pub fn time_to_ns(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos())
+            .map(|v| -v)
+            .unwrap_or(i64::MIN),
+    }
+}
+
+fn kind_of(k: FileType) -> fuser::FileType {
+    match k {
+        FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+    }
+}
+
+/// Core attributes → FUSE attributes.
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: ns_to_time(a.atime),
+        mtime: ns_to_time(a.mtime),
+        ctime: ns_to_time(a.ctime),
+        crtime: ns_to_time(a.btime),
+        kind: kind_of(a.kind),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev as u32,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(time_to_ns(t)),
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, r: io::Result<Attr>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation))),
+        Err(e) => reply.error(errno_of(&e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: io::Result<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno_of(&e)),
+    }
+}
+
+/// Replies to getxattr/listxattr: `size == 0` asks for the length only.
+fn reply_xattr(reply: ReplyXattr, size: u32, data: &[u8]) {
+    if size == 0 {
+        match u32::try_from(data.len()) {
+            Ok(n) => reply.size(n),
+            Err(_) => reply.error(Errno::from_i32(libc::E2BIG)),
+        }
+    } else if data.len() > size as usize {
+        reply.error(Errno::from_i32(libc::ERANGE));
+    } else {
+        reply.data(data);
+    }
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let _ = config.set_max_write(MAX_WRITE);
+        // The core locks per inode, so lookups and readdirs in one directory may run in parallel.
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // Without this the kernel asks for "security.capability" before every
+        // write (one more round trip per write); with it, we kill privileges.
+        self.killpriv = config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    // batch_forget: fuser's default calls `forget` for each node (its ForgetOne type
+    // is not exported, so it cannot be overridden).
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut mode = mode;
+        let chown = uid.is_some() || gid.is_some();
+        // Truncate by an unprivileged caller and any chown drop the set-ID bits
+        // of a non-directory (the kernel leaves it to us under KILLPRIV_V2).
+        if self.killpriv && mode.is_none() && (chown || (size.is_some() && req.uid() != 0)) {
+            if let Ok(a) = self.fs.getattr(ino.0) {
+                let keep = kill_suid_sgid(&a, req.uid(), req.gid());
+                if keep != a.mode & 0o7777 {
+                    mode = Some(keep);
+                }
+                if chown {
+                    let _ = self.fs.removexattr(ino.0, SECURITY_CAPABILITY);
+                }
+            }
+        }
+        let s = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(time_to_ns),
+        };
+        match self.fs.setattr(ino.0, s) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(
+            reply,
+            self.fs
+                .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), ctx(req)),
+        );
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(
+            reply,
+            self.fs.mkdir(parent.0, name.as_bytes(), mode, ctx(req)),
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(
+            reply,
+            self.fs.symlink(
+                parent.0,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                ctx(req),
+            ),
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let bits = flags.bits();
+        let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+        if bits & !known != 0 {
+            reply.error(Errno::from_i32(libc::EINVAL));
+            return;
+        }
+        let f = RenameFlags {
+            noreplace: bits & libc::RENAME_NOREPLACE != 0,
+            exchange: bits & libc::RENAME_EXCHANGE != 0,
+        };
+        if f.noreplace && f.exchange {
+            reply.error(Errno::from_i32(libc::EINVAL));
+            return;
+        }
+        reply_empty(
+            reply,
+            self.fs.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                f,
+            ),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size as usize) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => {
+                if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                    self.kill_priv(ino.0, req);
+                }
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Every write is committed when it returns; close has nothing to push.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.release(ino.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fsync(ino.0, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self
+            .fs
+            .open(ino.0, flags.0 & !(libc::O_ACCMODE | libc::O_TRUNC))
+        {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let mut off = offset;
+        let mut added = false;
+        loop {
+            let batch = match self.fs.readdir(ino.0, off, READDIR_BATCH) {
+                Ok(b) => b,
+                Err(e) => {
+                    if added {
+                        // Send what we have; the next call repeats the error.
+                        break;
+                    }
+                    reply.error(errno_of(&e));
+                    return;
+                }
+            };
+            if batch.is_empty() {
+                break;
+            }
+            for e in batch {
+                if e.next_offset <= off {
+                    // A cookie that does not advance would loop forever.
+                    reply.ok();
+                    return;
+                }
+                if reply.add(
+                    INodeNo(e.ino),
+                    e.next_offset,
+                    kind_of(e.kind),
+                    OsStr::from_bytes(&e.name),
+                ) {
+                    reply.ok();
+                    return;
+                }
+                added = true;
+                off = e.next_offset;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.release(ino.0));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fsync(ino.0, datasync));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(
+            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name.as_bytes()) {
+            Ok(v) => reply_xattr(reply, size, &v),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                reply_xattr(reply, size, &buf);
+            }
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Mounted with default_permissions: the kernel has already checked.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let mode = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => libc::S_IFREG | (mode & 0o7777),
+            _ => {
+                reply.error(Errno::from_i32(libc::EINVAL));
+                return;
+            }
+        };
+        let attr = match self.fs.mknod(parent.0, name.as_bytes(), mode, 0, ctx(req)) {
+            Ok(a) => a,
+            Err(e) => {
+                reply.error(errno_of(&e));
+                return;
+            }
+        };
+        match self.fs.open(attr.ino, flags) {
+            Ok(fh) => reply.created(
+                &TTL,
+                &file_attr(&attr),
+                Generation(u64::from(attr.generation)),
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => {
+                // The kernel never learns of the entry: drop the reference mknod counted.
+                self.fs.forget(attr.ino, 1);
+                reply.error(errno_of(&e));
+            }
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let m = match mode {
+            0 => FallocateMode::Allocate,
+            libc::FALLOC_FL_KEEP_SIZE => FallocateMode::AllocateKeepSize,
+            x if x == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
+                FallocateMode::PunchHole
+            }
+            _ => {
+                reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+                return;
+            }
+        };
+        reply_empty(reply, self.fs.fallocate(ino.0, offset, length, m));
+    }
+}
+
+/// How to mount. `Default` is a private, read-write mount with two threads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Source shown in /proc/mounts (the pool path).
+    pub fsname: String,
+    /// Let other users access the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Let root access the mount too (`allow_root`).
+    pub allow_root: bool,
+    /// Read-only mount.
+    pub read_only: bool,
+    /// Honour set-user-ID bits (default off: nosuid).
+    pub suid: bool,
+    /// Honour device nodes (default off: nodev).
+    pub dev: bool,
+    /// Allow executing programs (default on).
+    pub exec: bool,
+    /// `Some(false)` = noatime, `Some(true)` = atime, `None` = kernel default.
+    pub atime: Option<bool>,
+    /// Synchronous updates (`sync`).
+    pub sync: bool,
+    /// Synchronous directory updates (`dirsync`).
+    pub dirsync: bool,
+    /// Threads serving requests.
+    pub threads: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            fsname: "terrace".into(),
+            allow_other: false,
+            allow_root: false,
+            read_only: false,
+            suid: false,
+            dev: false,
+            exec: true,
+            atime: None,
+            sync: false,
+            dirsync: false,
+            threads: 2,
+        }
+    }
+}
+
+impl MountOptions {
+    /// Applies one `-o` option (`allow_other`, `ro`, `noatime`, …). Errors name
+    /// options this file system does not know.
+    pub fn apply(&mut self, opt: &str) -> Result<(), String> {
+        match opt {
+            "" => {}
+            "allow_other" => self.allow_other = true,
+            "allow_root" => self.allow_root = true,
+            "default_permissions" => {} // always on
+            "ro" => self.read_only = true,
+            "rw" => self.read_only = false,
+            "suid" => self.suid = true,
+            "nosuid" => self.suid = false,
+            "dev" => self.dev = true,
+            "nodev" => self.dev = false,
+            "exec" => self.exec = true,
+            "noexec" => self.exec = false,
+            "atime" | "relatime" | "strictatime" => self.atime = Some(true),
+            "noatime" => self.atime = Some(false),
+            "sync" => self.sync = true,
+            "async" => self.sync = false,
+            "dirsync" => self.dirsync = true,
+            _ => {
+                if let Some(n) = opt.strip_prefix("threads=") {
+                    match n.parse::<usize>() {
+                        Ok(n) if (1..=64).contains(&n) => self.threads = n,
+                        _ => {
+                            return Err(format!(
+                                "mount option {opt:?}: threads must be a number from 1 to 64"
+                            ))
+                        }
+                    }
+                } else {
+                    return Err(format!(
+                        "unknown mount option {opt:?} (known: allow_other, allow_root, default_permissions, ro, rw, \
+                         suid, nosuid, dev, nodev, exec, noexec, atime, noatime, sync, async, dirsync, threads=N)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn to_config(&self) -> fuser::Config {
+        let mut o = vec![
+            MountOption::DefaultPermissions,
+            MountOption::FSName(self.fsname.clone()),
+            // Passed to the kernel as an option: fuser's direct mount(2) drops Subtype.
+            MountOption::CUSTOM("subtype=terrace".into()),
+            if self.read_only {
+                MountOption::RO
+            } else {
+                MountOption::RW
+            },
+            if self.exec {
+                MountOption::Exec
+            } else {
+                MountOption::NoExec
+            },
+        ];
+        if self.suid {
+            o.push(MountOption::Suid);
+        }
+        if self.dev {
+            o.push(MountOption::Dev);
+        }
+        match self.atime {
+            Some(true) => o.push(MountOption::Atime),
+            Some(false) => o.push(MountOption::NoAtime),
+            None => {}
+        }
+        if self.sync {
+            o.push(MountOption::Sync);
+        }
+        if self.dirsync {
+            o.push(MountOption::DirSync);
+        }
+        let mut c = fuser::Config::default();
+        c.mount_options = o;
+        c.acl = if self.allow_other {
+            SessionACL::All
+        } else if self.allow_root {
+            SessionACL::RootAndOwner
+        } else {
+            SessionACL::Owner
+        };
+        c.n_threads = Some(self.threads.max(1));
+        c.clone_fd = self.threads > 1;
+        c
+    }
+}
+
+/// A running FUSE session. Dropping it does not unmount: call [`unmount`] (or
+/// [`Mounted::unmount`]) and wait for the session's end callback.
+pub struct Mounted {
+    mountpoint: PathBuf,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Mounted {
+    /// The mount point.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts (`lazy`: detach now, finish when the last user goes). The
+    /// session then ends and the end callback runs.
+    pub fn unmount(&self, lazy: bool) -> io::Result<()> {
+        unmount(&self.mountpoint, lazy)
+    }
+
+    /// True once the session threads have finished.
+    pub fn finished(&self) -> bool {
+        self.thread
+            .as_ref()
+            .map(|t| t.is_finished())
+            .unwrap_or(true)
+    }
+
+    /// Waits for the session threads.
+    pub fn join(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Mounts `fs` on `mountpoint` and serves it on background threads. When the
+/// session ends (unmounted by anyone, or the connection aborted), `on_end` runs
+/// with the session's result. The caller then calls [`Fs::unmount`].
+pub fn mount(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    on_end: impl FnOnce(io::Result<()>) + Send + 'static,
+) -> io::Result<Mounted> {
+    let config = opts.to_config();
+    let adapter = FuseAdapter::new(fs);
+    let notifier = adapter.notifier.clone();
+    let session = fuser::Session::new(adapter, mountpoint, &config)?;
+    let _ = notifier.set(session.notifier());
+    let thread = std::thread::Builder::new()
+        .name("fuse-session".into())
+        .spawn(move || {
+            let r = session.run();
+            on_end(r);
+        })?;
+    Ok(Mounted {
+        mountpoint: mountpoint.to_path_buf(),
+        thread: Some(thread),
+    })
+}
+
+/// Unmounts a FUSE mount point: `umount2(2)` (with `MNT_DETACH` when `lazy`),
+/// falling back to `fusermount3 -u`/`fusermount -u` when not privileged.
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    let c = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "mount point contains a NUL byte",
+        )
+    })?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // Safety: `c` is a valid NUL-terminated path for the duration of the call.
+    let r = unsafe { libc::umount2(c.as_ptr(), flags) };
+    if r == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EPERM) {
+        return Err(err);
+    }
+    for prog in ["fusermount3", "fusermount"] {
+        let mut cmd = std::process::Command::new(prog);
+        cmd.arg(if lazy { "-uz" } else { "-u" }).arg(mountpoint);
+        cmd.stdin(std::process::Stdio::null());
+        if let Ok(st) = cmd.status() {
+            if st.success() {
+                return Ok(());
+            }
+            return Err(io::Error::other(format!(
+                "{prog} -u {} failed",
+                mountpoint.display()
+            )));
+        }
+    }
+    Err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_conversion_round_trips() {
+        for ns in [0i64, 1, 1_700_000_000_123_456_789, -1, -1_000_000_007] {
+            assert_eq!(time_to_ns(ns_to_time(ns)), ns);
+        }
+    }
+
+    #[test]
+    fn set_id_bits_are_killed_like_the_vfs_does() {
+        let mut a = Attr {
+            ino: 2,
+            generation: 1,
+            kind: FileType::Regular,
+            mode: libc::S_IFREG | 0o6777,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 0,
+            blocks: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            btime: 0,
+        };
+        assert_eq!(kill_suid_sgid(&a, 1000, 1000), 0o777);
+        a.mode = libc::S_IFREG | 0o6767; // setgid without group execute
+        assert_eq!(
+            kill_suid_sgid(&a, 1000, 1000),
+            0o767,
+            "caller outside the group"
+        );
+        assert_eq!(kill_suid_sgid(&a, 1000, 0), 0o2767, "caller in the group");
+        assert_eq!(kill_suid_sgid(&a, 0, 5), 0o2767, "root");
+        a.kind = FileType::Directory;
+        a.mode = libc::S_IFDIR | 0o2777;
+        assert_eq!(kill_suid_sgid(&a, 1000, 1000), 0o2777);
+    }
+
+    #[test]
+    fn mount_options_parse() {
+        let mut o = MountOptions::default();
+        for s in ["allow_other", "ro", "noatime", "threads=4"] {
+            o.apply(s).unwrap();
+        }
+        assert!(o.allow_other && o.read_only && o.atime == Some(false) && o.threads == 4);
+        assert!(o.apply("bogus").is_err());
+        assert!(o.apply("threads=0").is_err());
+        let c = o.to_config();
+        assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        assert_eq!(c.acl, SessionACL::All);
+    }
+}

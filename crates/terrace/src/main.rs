@@ -1,1 +1,245 @@
-fn main() {}
+//! The `terrace` command: format, mount, inspect, unmount and check Terrace pools.
+
+mod admin;
+mod control;
+mod mkfs;
+mod mount;
+mod util;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use util::CliResult;
+
+const ABOUT: &str = "Terrace: a tiered file system with metadata and logs on persistent memory (PM).\n\
+Files live in one pool: a PM tier (a DAX file, or a file on /dev/shm) plus optional SSD/HDD tiers, mounted through FUSE.";
+
+const MAIN_AFTER: &str = "\
+Quick start:
+  terrace mkfs --tier pm:/dev/shm/pool:1G
+  mkdir -p /tmp/t && terrace mount --daemon /dev/shm/pool /tmp/t
+  terrace status /tmp/t
+  terrace umount /tmp/t
+  terrace fsck /dev/shm/pool
+
+Run `terrace help <command>` for a command's options and examples.";
+
+#[derive(Parser, Debug)]
+#[command(name = "terrace", version, about = ABOUT, long_about = ABOUT, after_long_help = MAIN_AFTER, after_help = MAIN_AFTER)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Format a new pool from one PM tier and optional SSD/HDD tiers.
+    Mkfs(MkfsArgs),
+    /// Mount a pool (foreground by default, --daemon to detach).
+    Mount(MountArgs),
+    /// Unmount cleanly: persist everything and mark the pool clean.
+    Umount(UmountArgs),
+    /// Show tiers, capacity, inodes, logs and counters of a mounted pool.
+    Status(StatusArgs),
+    /// Check (and with --repair, fix) an unmounted pool.
+    Fsck(FsckArgs),
+}
+
+const MKFS_AFTER: &str = "\
+Tiers:
+  --tier KIND:PATH:SIZE names one tier. KIND is pm, ssd or hdd; PATH is a file
+  (created sparse if absent) or a block device; SIZE takes K, M, G or T
+  (binary units) and may be left out for an existing file or device to use all
+  of it. Exactly one pm tier is required (at least 1M); ssd/hdd tiers need at
+  least 16M. Sizes must be multiples of 4K. Block tiers are recorded in the pool
+  now and used for data placement by later versions.
+
+Safety:
+  mkfs refuses to overwrite an existing Terrace pool or tier, or a file or device
+  that holds ext2/3/4, XFS, btrfs or swap, unless --force is given. It never
+  formats a mounted pool or a mounted device.
+
+Examples:
+  # A 1 GiB pool with its PM tier emulated on /dev/shm:
+  terrace mkfs --tier pm:/dev/shm/pool:1G
+
+  # PM plus an SSD image file and an HDD partition (whole device):
+  terrace mkfs --tier pm:/dev/pmem0 --tier ssd:/var/lib/terrace/ssd.img:64G --tier hdd:/dev/sdb1
+
+  # Reformat an existing pool with 1 million inode slots:
+  terrace mkfs --force --inodes 1000000 --tier pm:/dev/shm/pool:4G";
+
+#[derive(Args, Debug)]
+#[command(after_help = MKFS_AFTER)]
+struct MkfsArgs {
+    /// A tier as KIND:PATH:SIZE (repeat for each tier), e.g. pm:/dev/shm/pool:1G.
+    #[arg(long = "tier", value_name = "KIND:PATH:SIZE", required = true, value_parser = mkfs::parse_tier)]
+    tiers: Vec<mkfs::TierSpec>,
+    /// Number of inode slots (default: one per 16 KiB of PM, at least 64).
+    #[arg(long, value_name = "N")]
+    inodes: Option<u64>,
+    /// Extent size of the SSD/HDD tiers (power of two, 4K to 1G).
+    #[arg(long, value_name = "SIZE", default_value = "512K", value_parser = util::parse_size)]
+    extent_size: u64,
+    /// Overwrite an existing pool or file system.
+    #[arg(long)]
+    force: bool,
+}
+
+const MOUNT_AFTER: &str = "\
+POOL is the path of the pool's pm tier; its superblock names the other tiers,
+which must be present with matching tier headers. The mount point must be an
+existing directory that is not already a mount point.
+
+By default terrace serves the mount in the foreground until Ctrl-C, SIGTERM,
+`terrace umount MOUNTPOINT` or `umount MOUNTPOINT`; every way persists the pool
+and marks it clean. With --daemon it detaches, waits until the mount is live
+and returns; the daemon logs to /run/terrace/<mountpoint>.log (removed after\na clean unmount).
+
+Mount options (-o, comma-separated, repeatable):
+  allow_other     let all users access the file system (FUSE option)
+  allow_root      let root access it too
+  ro              read-only mount
+  noatime         do not update access times
+  suid, dev       honour set-user-ID bits / device nodes (default: nosuid, nodev)
+  noexec          forbid executing programs
+  sync, dirsync   synchronous (directory) updates
+  threads=N       FUSE request threads (default 2)
+  default_permissions is always on: the kernel checks permissions.
+
+Examples:
+  terrace mount /dev/shm/pool /mnt/terrace                 # foreground
+  terrace mount --daemon /dev/shm/pool /mnt/terrace        # background
+  terrace mount --daemon -o allow_other,noatime /dev/shm/pool /mnt/terrace";
+
+#[derive(Args, Debug)]
+#[command(after_help = MOUNT_AFTER)]
+struct MountArgs {
+    /// The pool: path of its pm tier.
+    pool: PathBuf,
+    /// An existing directory to mount on.
+    mountpoint: PathBuf,
+    /// Mount options, comma-separated (see below).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// Detach into the background once mounted.
+    #[arg(long, conflicts_with = "foreground")]
+    daemon: bool,
+    /// Stay in the foreground (the default).
+    #[arg(long)]
+    foreground: bool,
+    /// Internal: run as the detached daemon started by --daemon.
+    #[arg(long, hide = true)]
+    foreground_child: bool,
+}
+
+const UMOUNT_AFTER: &str = "\
+Asks the daemon serving MOUNTPOINT to unmount: the FUSE mount goes away, the
+pool is persisted and marked clean, and the daemon exits; terrace umount
+returns when all of that is done. If files are still open the unmount fails
+with \"target is busy\"; --lazy detaches the mount point at once and lets the
+daemon finish when the last file closes.
+
+If no daemon answers (it was killed), the mount point is unmounted anyway and a
+warning says the pool was not marked clean: the next mount recovers it.
+
+Examples:
+  terrace umount /mnt/terrace
+  terrace umount --lazy /mnt/terrace";
+
+#[derive(Args, Debug)]
+#[command(after_help = UMOUNT_AFTER)]
+struct UmountArgs {
+    /// Where the pool is mounted.
+    mountpoint: PathBuf,
+    /// Detach now even if busy; the daemon finishes when the last file closes.
+    #[arg(short, long)]
+    lazy: bool,
+}
+
+const STATUS_AFTER: &str = "\
+Shows the pool's id and media, each tier's capacity and use, inodes in use,
+log space, data blocks, whether the pool was cleanly unmounted before this
+mount, what recovery did, and I/O counters since mount.
+
+--json prints the same as one JSON object (the fields of the core's Status,
+plus \"pid\", \"mountpoint\" and \"pool\").
+
+Examples:
+  terrace status /mnt/terrace
+  terrace status --json /mnt/terrace | jq .inodes_used";
+
+#[derive(Args, Debug)]
+#[command(after_help = STATUS_AFTER)]
+struct StatusArgs {
+    /// Where the pool is mounted.
+    mountpoint: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+const FSCK_AFTER: &str = "\
+Checks an unmounted pool without writing to it: superblocks, every inode slot
+and log entry checksum, log chains, reachability from the root, link counts and
+block ownership (no block owned twice, no leak). Orphan inodes and open journal
+transactions left by a crash are reported; mount handles them by itself.
+
+--repair fixes what can be fixed safely: truncates unreadable logs to their last
+good entry, frees broken inode slots, removes directory entries that point
+nowhere, corrects link counts and frees orphans.
+
+Shows a progress bar on large pools. Refuses a mounted pool.
+Exit status: 0 clean, 1 problems remain, 2 cannot check (not a pool, mounted, …).
+
+Examples:
+  terrace fsck /dev/shm/pool
+  terrace fsck --repair /dev/shm/pool
+  terrace fsck --json /dev/shm/pool";
+
+#[derive(Args, Debug)]
+#[command(after_help = FSCK_AFTER)]
+struct FsckArgs {
+    /// The pool: path of its pm tier.
+    pool: PathBuf,
+    /// Fix what can be fixed safely.
+    #[arg(long)]
+    repair: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn run(cli: Cli) -> CliResult {
+    match cli.cmd {
+        Cmd::Mkfs(a) => mkfs::run(&mkfs::MkfsConfig {
+            tiers: a.tiers,
+            inodes: a.inodes.unwrap_or(0),
+            extent_size: a.extent_size,
+            force: a.force,
+        }),
+        Cmd::Mount(a) => {
+            let mut cfg = mount::MountConfig::new(a.pool, a.mountpoint);
+            cfg.apply_options(&a.options)?;
+            cfg.daemon = a.daemon;
+            cfg.child = a.foreground_child;
+            mount::run(&cfg)
+        }
+        Cmd::Umount(a) => admin::umount(&a.mountpoint, a.lazy),
+        Cmd::Status(a) => admin::status(&a.mountpoint, a.json),
+        Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.json),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            if !e.msg.is_empty() {
+                eprintln!("terrace: {}", e.msg);
+            }
+            e.code
+        }
+    };
+    std::process::exit(code);
+}

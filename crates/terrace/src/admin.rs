@@ -1,0 +1,412 @@
+//! `terrace status`, `terrace umount` and `terrace fsck`.
+
+use crate::control::{self, ControlError};
+use crate::util::{self, CliError, CliResult};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use terrace_media::{PmFile, PmMedia};
+
+/// How long `terrace umount` waits for the mount to go and the daemon to exit.
+const UMOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn no_daemon(mnt: &Path, shown: &Path) -> CliError {
+    match util::mount_at(mnt) {
+        Some(m) if m.fstype.starts_with("fuse") => CliError::at(
+            shown,
+            format!("mounted ({} from {}), but no terrace daemon answers; it may have died: run `terrace umount {}`", m.fstype, m.source, shown.display()),
+        ),
+        Some(m) => CliError::at(shown, format!("not a Terrace mount ({} from {})", m.fstype, m.source)),
+        None => CliError::at(shown, "not mounted (no terrace daemon serves it)"),
+    }
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("?")
+}
+
+fn pct(used: u64, total: u64) -> String {
+    if total == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", used as f64 * 100.0 / total as f64)
+    }
+}
+
+/// Renders a status object as the human table.
+pub fn render_status(st: &Value) -> String {
+    let mut o = String::new();
+    let mut line = |l: String| {
+        o.push_str(&l);
+        o.push('\n');
+    };
+    line(format!(
+        "Terrace pool {}",
+        util::fmt_uuid_hex(s(st, "uuid"))
+    ));
+    line(format!(
+        "  mounted on    {}  (daemon pid {})",
+        s(st, "mountpoint"),
+        n(st, "pid")
+    ));
+    line(format!("  pool          {}", s(st, "pool")));
+    line(format!("  media         {}", s(st, "media")));
+    let clean = st
+        .get("clean_last_time")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    line(format!(
+        "  last unmount  {}",
+        if clean {
+            "clean"
+        } else {
+            "NOT clean (recovered at this mount)"
+        }
+    ));
+    line(format!("  mounts        {}", n(st, "mount_count")));
+    line(String::new());
+    line(format!(
+        "  {:<4} {:<4} {:>11} {:>11} {:>6}  {:<7} {}",
+        "TIER", "KIND", "CAPACITY", "USED", "USE", "ACTIVE", "PATH"
+    ));
+    for t in st
+        .get("tiers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let (cap, used) = (n(t, "capacity"), n(t, "used"));
+        let active = t.get("active").and_then(Value::as_bool).unwrap_or(false);
+        line(format!(
+            "  {:<4} {:<4} {:>11} {:>11} {:>6}  {:<7} {}",
+            n(t, "id"),
+            s(t, "kind"),
+            util::human_bytes(cap),
+            util::human_bytes(used),
+            pct(used, cap),
+            if active { "yes" } else { "not yet" },
+            s(t, "path")
+        ));
+    }
+    line(String::new());
+    let (iu, it) = (n(st, "inodes_used"), n(st, "inodes_total"));
+    line(format!(
+        "  inodes        {iu} used of {it} ({})",
+        pct(iu, it)
+    ));
+    line(format!(
+        "  logs          {} pages ({})",
+        n(st, "log_pages"),
+        util::human_bytes(n(st, "log_bytes"))
+    ));
+    line(format!(
+        "  data on PM    {} blocks ({})",
+        n(st, "data_blocks"),
+        util::human_bytes(n(st, "data_blocks") * 4096)
+    ));
+    if let Some(r) = st.get("recovery") {
+        let was_clean = r.get("was_clean").and_then(Value::as_bool).unwrap_or(false);
+        line(format!(
+            "  recovery      {}: {} transactions rolled back, {} orphan inodes freed, {} link-count warnings",
+            if was_clean { "none needed" } else { "ran at mount" },
+            n(r, "rolled_back"),
+            n(r, "orphans_freed"),
+            n(r, "link_count_warnings")
+        ));
+    }
+    line(format!(
+        "  since mount   {} writes ({}), {} reads ({}), {} fsyncs",
+        n(st, "writes"),
+        util::human_bytes(n(st, "bytes_written")),
+        n(st, "reads"),
+        util::human_bytes(n(st, "bytes_read")),
+        n(st, "fsyncs")
+    ));
+    line(format!(
+        "                {} log commits ({} journaled), {} log compactions",
+        n(st, "commits"),
+        n(st, "journaled_commits"),
+        n(st, "compactions")
+    ));
+    o.pop();
+    o
+}
+
+/// `terrace status MOUNTPOINT [--json]`.
+pub fn status(mnt: &Path, as_json: bool) -> CliResult {
+    let abs = util::abs_path(mnt);
+    let files = util::run_files(&abs);
+    let v = match control::request(
+        &files.socket,
+        &json!({"cmd": "status"}),
+        Duration::from_secs(10),
+    ) {
+        Ok(v) => v,
+        Err(ControlError::NoDaemon) => return Err(no_daemon(&abs, mnt)),
+        Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m)),
+    };
+    if let Some(e) = control::answer_error(&v) {
+        return Err(CliError::at(mnt, e));
+    }
+    let st = v.get("status").cloned().unwrap_or(Value::Null);
+    if as_json {
+        util::out(&serde_json::to_string_pretty(&st).unwrap_or_default());
+    } else {
+        util::out(&render_status(&st));
+    }
+    Ok(())
+}
+
+fn wait_gone(mnt: &Path, pid: Option<i32>, timeout: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        let mounted = util::mount_at(mnt).is_some_and(|m| m.fstype.starts_with("fuse"));
+        let alive = pid.is_some_and(util::process_alive);
+        if !mounted && !alive {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `terrace umount MOUNTPOINT [--lazy]`.
+pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
+    let abs = util::abs_path(mnt);
+    let files = util::run_files(&abs);
+    let pid_file: Option<i32> = std::fs::read_to_string(&files.pid)
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    match control::request(
+        &files.socket,
+        &json!({"cmd": "umount", "lazy": lazy}),
+        Duration::from_secs(120),
+    ) {
+        Ok(v) => {
+            if let Some(e) = control::answer_error(&v) {
+                return Err(CliError::new(e));
+            }
+            let pid = v
+                .get("pid")
+                .and_then(Value::as_i64)
+                .map(|p| p as i32)
+                .or(pid_file);
+            if v.get("detached").and_then(Value::as_bool) == Some(true) {
+                util::out(&format!(
+                    "terrace: detached {}; the daemon (pid {}) closes the pool when the last open file closes",
+                    mnt.display(),
+                    pid.unwrap_or(0)
+                ));
+                return Ok(());
+            }
+            if !wait_gone(&abs, pid, UMOUNT_TIMEOUT) {
+                return Err(CliError::at(
+                    mnt,
+                    format!(
+                        "the daemon did not finish within {} s",
+                        UMOUNT_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+            util::out(&format!(
+                "terrace: unmounted {}; the pool is persisted and marked clean",
+                mnt.display()
+            ));
+            Ok(())
+        }
+        Err(ControlError::Failed(m)) => Err(CliError::at(mnt, m)),
+        Err(ControlError::NoDaemon) => {
+            let Some(m) = util::mount_at(&abs) else {
+                return Err(CliError::at(mnt, "not mounted"));
+            };
+            if !m.fstype.starts_with("fuse") {
+                return Err(CliError::at(
+                    mnt,
+                    format!("not a Terrace mount ({} from {})", m.fstype, m.source),
+                ));
+            }
+            let r = match terrace_fuse::unmount(&abs, lazy) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && !lazy => {
+                    return Err(CliError::at(mnt, "target is busy (open files or a working directory inside); close them, or use --lazy"));
+                }
+                Err(_) => terrace_fuse::unmount(&abs, true),
+                ok => ok,
+            };
+            r.map_err(|e| CliError::at(mnt, format!("cannot unmount: {}", util::os_reason(&e))))?;
+            let _ = std::fs::remove_file(&files.socket);
+            let _ = std::fs::remove_file(&files.pid);
+            util::warn(format!(
+                "no terrace daemon answered for {}: unmounted it without marking the pool clean (the next mount recovers it)",
+                mnt.display()
+            ));
+            Ok(())
+        }
+    }
+}
+
+/// `terrace fsck POOL [--repair] [--json]`. Exit codes: 0 clean, 1 problems
+/// remain, 2 cannot check.
+pub fn fsck(pool: &Path, repair: bool, as_json: bool) -> CliResult {
+    let cannot = |e: CliError| e.code(2);
+    if let Err(e) = std::fs::metadata(pool) {
+        return Err(cannot(CliError::at(pool, util::os_reason(&e))));
+    }
+    let abs = util::abs_path(pool);
+    let head =
+        util::read_head(&abs, 8192).map_err(|e| cannot(CliError::at(pool, util::os_reason(&e))))?;
+    if util::detect_content(&head) != Some("a Terrace pool") {
+        return Err(cannot(CliError::at(
+            pool,
+            "not a Terrace pool (no Terrace superblock)",
+        )));
+    }
+    if let Some(m) = util::mounts_of_pool(&abs).first() {
+        return Err(cannot(CliError::at(
+            pool,
+            format!(
+                "the pool is mounted on {}; unmount it first (terrace umount {})",
+                m.mount_point.display(),
+                m.mount_point.display()
+            ),
+        )));
+    }
+    let _lock = match util::lock_pool(&abs) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Err(cannot(CliError::at(pool, util::busy_reason(&abs)))),
+        Err(e) => return Err(cannot(CliError::at(pool, util::os_reason(&e)))),
+    };
+    let pm = PmFile::open(&abs).map_err(|e| cannot(CliError::new(e.to_string())))?;
+    let sb =
+        terrace_core::recovery::read_superblock(&pm).map_err(|e| cannot(CliError::at(pool, e)))?;
+    let bar = if sb.inode_count >= 100_000 {
+        let b = indicatif::ProgressBar::with_draw_target(
+            Some(sb.inode_count),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} inodes ({eta})")
+        {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b.set_message(if repair { "repairing" } else { "checking" });
+        Some(b)
+    } else {
+        None
+    };
+    let mut progress = |done: u64, total: u64| {
+        if let Some(b) = &bar {
+            b.set_length(total);
+            b.set_position(done);
+        }
+    };
+    let result = if repair {
+        let media: Arc<dyn PmMedia> = Arc::new(pm);
+        let r = terrace_core::fsck::repair(media.clone(), &mut progress);
+        if let Err(e) = media.sync_all() {
+            return Err(CliError::at(
+                pool,
+                format!("cannot persist the repairs: {}", util::os_reason(&e)),
+            ));
+        }
+        r
+    } else {
+        terrace_core::fsck::check(&pm, &mut progress)
+    };
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let rep = result.map_err(|e| cannot(CliError::at(pool, e)))?;
+    let clean = rep.is_clean();
+    if as_json {
+        let mut v = serde_json::to_value(&rep).unwrap_or_else(|_| json!({}));
+        if let Some(o) = v.as_object_mut() {
+            o.insert("pool".into(), json!(abs.to_string_lossy()));
+            o.insert("uuid".into(), json!(util::fmt_uuid(&sb.uuid)));
+            o.insert("clean".into(), json!(clean));
+        }
+        util::out(&serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        util::out(&format!(
+            "{}: Terrace pool {}",
+            pool.display(),
+            util::fmt_uuid(&sb.uuid)
+        ));
+        util::out(&format!(
+            "  {} inodes, {} log pages, {} data blocks, {} free blocks",
+            rep.inodes, rep.log_pages, rep.data_blocks, rep.free_blocks
+        ));
+        util::out(&format!(
+            "  last unmount: {}",
+            if rep.clean_unmount {
+                "clean"
+            } else {
+                "not clean (the next mount recovers)"
+            }
+        ));
+        if rep.open_transactions > 0 {
+            util::out(&format!(
+                "  {} open journal transactions ({})",
+                rep.open_transactions,
+                if repair {
+                    "rolled back"
+                } else {
+                    "the next mount rolls them back"
+                }
+            ));
+        }
+        if !rep.orphans.is_empty() {
+            let list: Vec<String> = rep.orphans.iter().take(20).map(|i| i.to_string()).collect();
+            let more = if rep.orphans.len() > 20 {
+                format!(" and {} more", rep.orphans.len() - 20)
+            } else {
+                String::new()
+            };
+            util::out(&format!(
+                "  {} orphan inodes ({}{more}): {}",
+                rep.orphans.len(),
+                list.join(", "),
+                if repair {
+                    "freed"
+                } else {
+                    "the next mount frees them"
+                }
+            ));
+        }
+        for r in &rep.repaired {
+            util::out(&format!("  repaired: {r}"));
+        }
+        for p in &rep.problems {
+            util::out(&format!("  problem: {p}"));
+        }
+        if clean {
+            util::out("  result: clean");
+        } else {
+            let k = rep.problems.len();
+            util::out(&format!(
+                "  result: {k} {}{}",
+                if k == 1 {
+                    "problem remains"
+                } else {
+                    "problems remain"
+                },
+                if repair {
+                    ""
+                } else {
+                    "; run `terrace fsck --repair` to fix what can be fixed"
+                }
+            ));
+        }
+    }
+    if clean {
+        Ok(())
+    } else {
+        Err(CliError::new("").code(1))
+    }
+}

@@ -1,0 +1,421 @@
+//! `terrace mkfs`: formats a pool from one PM tier and any number of block tiers.
+
+use crate::util::{self, CliError, CliResult};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::{Path, PathBuf};
+use terrace_format::{TierHeader, TierKind, TierRecord, BLOCK_SIZE, MAX_TIERS, TIER_PATH_MAX};
+use terrace_media::{PmFile, PmKind, PmMedia};
+
+/// Smallest PM tier.
+pub const MIN_PM: u64 = terrace_core::mkfs::MIN_PM_SIZE;
+/// Smallest block tier.
+pub const MIN_BLOCK: u64 = 16 << 20;
+/// Bytes read from an existing target to recognise what it holds.
+const HEAD: usize = 68 << 10;
+
+/// One `--tier KIND:PATH[:SIZE]` argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierSpec {
+    /// Media kind.
+    pub kind: TierKind,
+    /// File or block device.
+    pub path: PathBuf,
+    /// Size; `None` = the size of the existing file or device.
+    pub size: Option<u64>,
+}
+
+/// Parses `KIND:PATH:SIZE` (SIZE may be omitted for an existing file or device).
+pub fn parse_tier(s: &str) -> Result<TierSpec, String> {
+    let (kind, rest) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected KIND:PATH:SIZE, e.g. pm:/dev/shm/pool:1G"))?;
+    let kind = TierKind::parse(&kind.to_ascii_lowercase())
+        .ok_or_else(|| format!("{s:?}: unknown tier kind {kind:?} (use pm, ssd or hdd)"))?;
+    // The size is after the last ':' when it parses as one; paths may contain ':'.
+    let (path, size) = match rest.rsplit_once(':') {
+        Some((p, sz)) if !p.is_empty() && sz.chars().next().is_some_and(|c| c.is_ascii_digit()) => {
+            (
+                p,
+                Some(util::parse_size(sz).map_err(|e| format!("{s:?}: {e}"))?),
+            )
+        }
+        _ => (rest, None),
+    };
+    if path.is_empty() {
+        return Err(format!("{s:?}: the path is empty"));
+    }
+    Ok(TierSpec {
+        kind,
+        path: PathBuf::from(path),
+        size,
+    })
+}
+
+/// Everything `mkfs` needs.
+#[derive(Debug, Clone)]
+pub struct MkfsConfig {
+    /// Tiers in command-line order.
+    pub tiers: Vec<TierSpec>,
+    /// Inode slots (0 = default: one per 16 KiB of PM).
+    pub inodes: u64,
+    /// Extent size of block tiers.
+    pub extent_size: u64,
+    /// Overwrite existing pools and file systems.
+    pub force: bool,
+}
+
+/// A tier after checking: where, how big, what is there now.
+struct Target {
+    spec: TierSpec,
+    path: PathBuf,
+    size: u64,
+    exists: bool,
+    is_blockdev: bool,
+    current_len: u64,
+}
+
+fn device_len(f: &File) -> io::Result<u64> {
+    use std::io::Seek;
+    let mut f = f;
+    f.seek(io::SeekFrom::End(0))
+}
+
+fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
+    let raw = &spec.path;
+    let (exists, is_blockdev, current_len) = match std::fs::metadata(raw) {
+        Ok(m) => {
+            let ft = m.file_type();
+            if ft.is_block_device() {
+                let f = File::open(raw).map_err(|e| CliError::at(raw, util::os_reason(&e)))?;
+                (
+                    true,
+                    true,
+                    device_len(&f).map_err(|e| CliError::at(raw, util::os_reason(&e)))?,
+                )
+            } else if ft.is_file() {
+                (true, false, m.len())
+            } else {
+                return Err(CliError::at(raw, "not a regular file or block device"));
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let parent = raw
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(CliError::at(
+                    raw,
+                    format!("directory {} does not exist", parent.display()),
+                ));
+            }
+            (false, false, 0)
+        }
+        Err(e) => return Err(CliError::at(raw, util::os_reason(&e))),
+    };
+    let path = util::abs_path(raw);
+    let kind = spec.kind.name();
+    let size = match spec.size {
+        Some(s) => s,
+        None if current_len > 0 => current_len - current_len % BLOCK_SIZE,
+        None => {
+            return Err(CliError::at(
+                raw,
+                format!(
+                    "needs a size: --tier {kind}:{}:SIZE (e.g. 1G)",
+                    raw.display()
+                ),
+            ));
+        }
+    };
+    if size % BLOCK_SIZE != 0 {
+        return Err(CliError::at(
+            raw,
+            format!("size {size} is not a multiple of {BLOCK_SIZE} bytes"),
+        ));
+    }
+    let min = if spec.kind == TierKind::Pm {
+        MIN_PM
+    } else {
+        MIN_BLOCK
+    };
+    if size < min {
+        return Err(CliError::at(
+            raw,
+            format!(
+                "a {kind} tier needs at least {} (got {})",
+                util::human_bytes(min),
+                util::human_bytes(size)
+            ),
+        ));
+    }
+    if is_blockdev && size > current_len {
+        return Err(CliError::at(
+            raw,
+            format!(
+                "the device holds {} but the tier asks for {}",
+                util::human_bytes(current_len),
+                util::human_bytes(size)
+            ),
+        ));
+    }
+    if exists && !is_blockdev && current_len != 0 && current_len != size && !force {
+        return Err(CliError::at(
+            raw,
+            format!(
+                "exists with {current_len} bytes, not {size}; omit the size to use the file as it is, or add --force to resize it"
+            ),
+        ));
+    }
+    if path.as_os_str().len() > TIER_PATH_MAX {
+        return Err(CliError::at(
+            raw,
+            format!("path longer than {TIER_PATH_MAX} bytes cannot be recorded in the superblock"),
+        ));
+    }
+    let p = path.to_string_lossy();
+    if let Some(m) = util::mounts()
+        .into_iter()
+        .find(|m| m.source == p && !m.fstype.starts_with("fuse"))
+    {
+        return Err(CliError::at(
+            raw,
+            format!(
+                "is mounted on {} ({}); refusing to format it",
+                m.mount_point.display(),
+                m.fstype
+            ),
+        ));
+    }
+    if exists {
+        let head =
+            util::read_head(&path, HEAD).map_err(|e| CliError::at(raw, util::os_reason(&e)))?;
+        if let Some(what) = util::detect_content(&head) {
+            if !force {
+                return Err(CliError::at(
+                    raw,
+                    format!("holds {what}; add --force to overwrite it"),
+                ));
+            }
+        }
+    }
+    Ok(Target {
+        spec: spec.clone(),
+        path,
+        size,
+        exists,
+        is_blockdev,
+        current_len,
+    })
+}
+
+fn new_uuid() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    let from_urandom = File::open("/dev/urandom").and_then(|f| {
+        use std::io::Read;
+        let mut f = f;
+        f.read_exact(&mut b)
+    });
+    if from_urandom.is_err() {
+        use rand::RngCore;
+        rand::rngs::OsRng.fill_bytes(&mut b);
+    }
+    b[6] = (b[6] & 0x0f) | 0x40; // version 4
+    b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
+    b
+}
+
+fn write_tier_header(t: &Target, h: &TierHeader) -> io::Result<()> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(!t.is_blockdev)
+        .truncate(false)
+        .open(&t.path)?;
+    if !t.is_blockdev && f.metadata()?.len() != t.size {
+        f.set_len(t.size)?; // sparse
+    }
+    f.write_all_at(&h.encode(), 0)?;
+    f.sync_data()
+}
+
+/// Runs `mkfs`.
+pub fn run(cfg: &MkfsConfig) -> CliResult {
+    let pms = cfg.tiers.iter().filter(|t| t.kind == TierKind::Pm).count();
+    if pms != 1 {
+        return Err(CliError::new(format!(
+            "a pool needs exactly one pm tier (got {pms}); e.g. terrace mkfs --tier pm:/dev/shm/pool:1G"
+        )));
+    }
+    if cfg.tiers.len() > MAX_TIERS {
+        return Err(CliError::new(format!(
+            "at most {MAX_TIERS} tiers (got {})",
+            cfg.tiers.len()
+        )));
+    }
+    let es = cfg.extent_size;
+    if es < BLOCK_SIZE || !es.is_power_of_two() || es > (1 << 30) {
+        return Err(CliError::new(format!(
+            "--extent-size {es}: must be a power of two from 4K to 1G (default 512K)"
+        )));
+    }
+    if cfg.inodes != 0 && cfg.inodes < 16 {
+        return Err(CliError::new(format!(
+            "--inodes {}: at least 16",
+            cfg.inodes
+        )));
+    }
+    // PM first: it is tier 0.
+    let mut specs: Vec<&TierSpec> = cfg
+        .tiers
+        .iter()
+        .filter(|t| t.kind == TierKind::Pm)
+        .collect();
+    specs.extend(cfg.tiers.iter().filter(|t| t.kind != TierKind::Pm));
+    let mut targets = Vec::new();
+    for s in specs {
+        let t = examine(s, cfg.force)?;
+        if targets.iter().any(|o: &Target| o.path == t.path) {
+            return Err(CliError::at(&s.path, "named by two tiers"));
+        }
+        if t.spec.kind != TierKind::Pm && t.size < es * 2 {
+            return Err(CliError::at(
+                &s.path,
+                "too small for two extents; lower --extent-size",
+            ));
+        }
+        targets.push(t);
+    }
+    // Hold every existing target's lock until the pool is written (refuses mounted pools).
+    let mut locks = Vec::new();
+    for t in targets.iter().filter(|t| t.exists) {
+        match util::lock_pool(&t.path) {
+            Ok(Some(l)) => locks.push(l),
+            Ok(None) => return Err(CliError::at(&t.spec.path, util::busy_reason(&t.path))),
+            Err(e) => return Err(CliError::at(&t.spec.path, util::os_reason(&e))),
+        }
+    }
+    let uuid = new_uuid();
+    let mut records = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        records.push(TierRecord {
+            id: i as u8,
+            kind: t.spec.kind,
+            size: t.size,
+            extent_size: if t.spec.kind == TierKind::Pm {
+                0
+            } else {
+                es as u32
+            },
+            path: t.path.to_string_lossy().into_owned(),
+        });
+    }
+    // Block tiers first: the pool exists only once the PM superblock is written last.
+    for (t, r) in targets.iter().zip(&records).skip(1) {
+        let h = TierHeader {
+            pool_uuid: uuid,
+            id: r.id,
+            kind: r.kind,
+            size: r.size,
+            extent_size: r.extent_size,
+        };
+        write_tier_header(t, &h).map_err(|e| {
+            CliError::at(
+                &t.spec.path,
+                format!("cannot write the tier header: {}", util::os_reason(&e)),
+            )
+        })?;
+    }
+    let pm_t = &targets[0];
+    if pm_t.exists && !pm_t.is_blockdev && pm_t.current_len != 0 && pm_t.current_len != pm_t.size {
+        // Only reached with --force (examine refused otherwise).
+        OpenOptions::new()
+            .write(true)
+            .open(&pm_t.path)
+            .and_then(|f| f.set_len(pm_t.size))
+            .map_err(|e| {
+                CliError::at(
+                    &pm_t.spec.path,
+                    format!("cannot resize: {}", util::os_reason(&e)),
+                )
+            })?;
+    }
+    let pm = PmFile::create(&pm_t.path, pm_t.size).map_err(|e| CliError::new(e.to_string()))?;
+    if !pm_t.exists {
+        if let Ok(Some(l)) = util::lock_pool(&pm_t.path) {
+            locks.push(l);
+        }
+    }
+    if pm.kind() == PmKind::File {
+        util::warn(format!(
+            "{} is not on a DAX file system or tmpfs: every persist needs msync and will be slow",
+            pm_t.path.display()
+        ));
+    }
+    let params = terrace_core::FormatParams {
+        uuid,
+        inode_count: cfg.inodes,
+        tiers: records.clone(),
+        // Safety: geteuid/getegid cannot fail.
+        root_uid: unsafe { libc::geteuid() },
+        root_gid: unsafe { libc::getegid() },
+    };
+    let sb = terrace_core::format(&pm, &params).map_err(|e| CliError::at(&pm_t.spec.path, e))?;
+    pm.sync_all()
+        .map_err(|e| CliError::at(&pm_t.spec.path, util::os_reason(&e)))?;
+    drop(pm);
+    drop(locks);
+
+    util::out(&format!("Formatted Terrace pool {}", util::fmt_uuid(&uuid)));
+    for (t, r) in targets.iter().zip(&sb.tiers) {
+        let extra = if r.kind == TierKind::Pm {
+            format!(
+                "data pool {}",
+                util::human_bytes(sb.pool_blocks * BLOCK_SIZE)
+            )
+        } else {
+            format!("extent {}", util::human_bytes(u64::from(r.extent_size)))
+        };
+        util::out(&format!(
+            "  tier {}  {:<3}  {:>10}  {}  ({extra})",
+            r.id,
+            r.kind.name(),
+            util::human_bytes(r.size),
+            t.path.display()
+        ));
+    }
+    util::out(&format!("  inodes: {}", sb.inode_count - 1));
+    util::out(&format!(
+        "Mount it with: terrace mount {} MOUNTPOINT",
+        pm_t.path.display()
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tier_specs_parse() {
+        let t = parse_tier("pm:/dev/shm/pool:1G").unwrap();
+        assert_eq!(
+            t,
+            TierSpec {
+                kind: TierKind::Pm,
+                path: "/dev/shm/pool".into(),
+                size: Some(1 << 30)
+            }
+        );
+        let t = parse_tier("ssd:/dev/sdb").unwrap();
+        assert_eq!(t.size, None);
+        let t = parse_tier("hdd:/data/a:b.img:64M").unwrap();
+        assert_eq!(t.path, PathBuf::from("/data/a:b.img"));
+        assert!(parse_tier("tape:/x:1G").is_err());
+        assert!(parse_tier("pm").is_err());
+        assert!(parse_tier("pm:").is_err());
+        assert!(parse_tier("pm:/x:1Q").is_err());
+    }
+}

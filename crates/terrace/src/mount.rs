@@ -1,0 +1,628 @@
+//! `terrace mount`: checks the pool and the mount point, then serves the pool
+//! through FUSE — in the foreground, or as a detached daemon (`--daemon`).
+//!
+//! The serving process (foreground or daemon) holds the pool's advisory lock,
+//! listens on the control socket (see [`crate::control`]), and stops cleanly on
+//! `terrace umount`, SIGTERM, SIGINT or SIGHUP, or when someone unmounts the
+//! mount point: the FUSE session ends first, then [`Fs::unmount`] persists
+//! everything and marks the pool clean. A second signal exits at once.
+
+use crate::util::{self, CliError, CliResult, RunFiles};
+use serde_json::{json, Value};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use terrace_core::Fs;
+use terrace_format::{Superblock, TierHeader};
+use terrace_fuse::MountOptions;
+use terrace_media::{PmFile, PmKind};
+
+/// How long `mount --daemon` waits for the mount to appear.
+const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What `terrace mount` was asked to do.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// The PM tier of the pool.
+    pub pool: PathBuf,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Parsed `-o` options.
+    pub options: MountOptions,
+    /// The `-o` arguments as given (passed on to the daemon).
+    pub raw_options: Vec<String>,
+    /// Detach into the background.
+    pub daemon: bool,
+    /// This process is the detached daemon started by `--daemon`.
+    pub child: bool,
+}
+
+impl MountConfig {
+    /// A foreground mount with default options.
+    pub fn new(pool: PathBuf, mountpoint: PathBuf) -> MountConfig {
+        MountConfig {
+            pool,
+            mountpoint,
+            options: MountOptions::default(),
+            raw_options: Vec::new(),
+            daemon: false,
+            child: false,
+        }
+    }
+
+    /// Applies comma-separated `-o` arguments.
+    pub fn apply_options(&mut self, opts: &[String]) -> CliResult {
+        for o in opts {
+            for part in o.split(',') {
+                self.options.apply(part.trim()).map_err(CliError::new)?;
+            }
+            self.raw_options.push(o.clone());
+        }
+        Ok(())
+    }
+}
+
+/// A pool and mount point that passed every check.
+struct Prepared {
+    pool: PathBuf,
+    mnt: PathBuf,
+    pm: PmFile,
+    lock: File,
+    sb: Superblock,
+}
+
+fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult {
+    for t in sb.tiers.iter().filter(|t| t.id != 0) {
+        let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
+        let p = Path::new(&t.path);
+        let head = match util::read_head(p, terrace_format::BLOCK_SIZE as usize) {
+            Ok(h) => h,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(CliError::at(pool, format!("{what} is missing")))
+            }
+            Err(e) => {
+                return Err(CliError::at(
+                    pool,
+                    format!("{what}: {}", util::os_reason(&e)),
+                ))
+            }
+        };
+        let h = match TierHeader::decode(&head) {
+            Ok(h) => h,
+            Err(terrace_format::FormatError::BadMagic) => {
+                return Err(CliError::at(
+                    pool,
+                    format!("{what} holds no Terrace tier header (wrong file or device?)"),
+                ))
+            }
+            Err(e) => {
+                return Err(CliError::at(
+                    pool,
+                    format!("{what}: tier header is damaged ({e:?})"),
+                ))
+            }
+        };
+        if h.pool_uuid != sb.uuid {
+            return Err(CliError::at(
+                pool,
+                format!(
+                    "{what} belongs to another pool ({}, this pool is {})",
+                    util::fmt_uuid(&h.pool_uuid),
+                    util::fmt_uuid(&sb.uuid)
+                ),
+            ));
+        }
+        if h.id != t.id || h.kind != t.kind {
+            return Err(CliError::at(
+                pool,
+                format!(
+                    "{what}: its header says tier {} ({}), the pool expects tier {} ({})",
+                    h.id,
+                    h.kind.name(),
+                    t.id,
+                    t.kind.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every check that must pass before anything is written.
+fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
+    let raw = &cfg.pool;
+    match std::fs::metadata(raw) {
+        Ok(m) => {
+            use std::os::unix::fs::FileTypeExt;
+            if !(m.is_file() || m.file_type().is_block_device()) {
+                return Err(CliError::at(
+                    raw,
+                    "not a Terrace pool (not a regular file or block device)",
+                ));
+            }
+        }
+        Err(e) => return Err(CliError::at(raw, util::os_reason(&e))),
+    }
+    let pool = util::abs_path(raw);
+    let head = util::read_head(&pool, 8192).map_err(|e| CliError::at(raw, util::os_reason(&e)))?;
+    match util::detect_content(&head) {
+        Some("a Terrace pool") => {}
+        Some("a block tier of a Terrace pool") => {
+            return Err(CliError::at(
+                raw,
+                "this is a block tier of a Terrace pool; mount the pool by the path of its pm tier",
+            ))
+        }
+        _ => {
+            return Err(CliError::at(
+                raw,
+                "not a Terrace pool (no Terrace superblock)",
+            ))
+        }
+    }
+    let lock = match util::lock_pool(&pool) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Err(CliError::at(raw, util::busy_reason(&pool))),
+        Err(e) => return Err(CliError::at(raw, util::os_reason(&e))),
+    };
+    let pm = PmFile::open(&pool).map_err(|e| CliError::new(e.to_string()))?;
+    let sb = terrace_core::recovery::read_superblock(&pm).map_err(|e| CliError::at(raw, e))?;
+    check_tiers(raw, &sb)?;
+
+    let m = &cfg.mountpoint;
+    match std::fs::metadata(m) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => return Err(CliError::at(m, "mount point is not a directory")),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(CliError::at(
+                m,
+                format!("a dead FUSE mount is still attached (its daemon is gone); run `terrace umount {}` first", m.display()),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(CliError::at(m, "mount point does not exist")),
+        Err(e) => return Err(CliError::at(m, util::os_reason(&e))),
+    }
+    let mnt = util::abs_path(m);
+    if let Some(e) = util::mount_at(&mnt) {
+        return Err(CliError::at(
+            m,
+            format!(
+                "already a mount point ({} from {}); unmount it or choose another directory",
+                e.fstype, e.source
+            ),
+        ));
+    }
+    if !cfg.child && pm.kind() == PmKind::File {
+        util::warn(format!(
+            "{} is not on a DAX file system or tmpfs: every persist needs msync and will be slow",
+            pool.display()
+        ));
+    }
+    Ok(Prepared {
+        pool,
+        mnt,
+        pm,
+        lock,
+        sb,
+    })
+}
+
+/// Runs `terrace mount`.
+pub fn run(cfg: &MountConfig) -> CliResult {
+    let p = precheck(cfg)?;
+    if cfg.daemon && !cfg.child {
+        let (pool, mnt) = (p.pool.clone(), p.mnt.clone());
+        drop(p); // the daemon takes the lock itself
+        return spawn_daemon(cfg, &pool, &mnt);
+    }
+    serve(cfg, p)
+}
+
+fn spawn_daemon(cfg: &MountConfig, pool: &Path, mnt: &Path) -> CliResult {
+    let files = util::run_files(mnt);
+    let dir = util::runtime_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::at(&dir, util::os_reason(&e)))?;
+    let log =
+        File::create(&files.log).map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::new(format!("cannot find the terrace executable: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(pool)
+        .arg(mnt)
+        .arg("--foreground-child");
+    for o in &cfg.raw_options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log2))
+        .current_dir("/");
+    // Safety: setsid is async-signal-safe; it detaches the daemon from our
+    // terminal and process group.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CliError::new(format!("cannot start the daemon: {e}")))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => {
+                let text = std::fs::read_to_string(&files.log).unwrap_or_default();
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(CliError::new(format!(
+                        "the daemon exited ({st}) before mounting"
+                    )));
+                }
+                // The daemon's own one-line errors, as it wrote them.
+                eprintln!("{text}");
+                return Err(CliError::new("").code(st.code().filter(|&c| c != 0).unwrap_or(1)));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(CliError::new(format!("waiting for the daemon: {e}"))),
+        }
+        if util::mount_at(mnt).is_some_and(|m| m.fstype.starts_with("fuse"))
+            && files.socket.exists()
+        {
+            util::out(&format!(
+                "terrace: mounted {} on {} (daemon pid {}, log {})",
+                pool.display(),
+                mnt.display(),
+                child.id(),
+                files.log.display()
+            ));
+            return Ok(());
+        }
+        if start.elapsed() > DAEMON_START_TIMEOUT {
+            // Safety: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            return Err(CliError::at(
+                mnt,
+                format!(
+                    "the mount did not appear within {} s; see {}",
+                    DAEMON_START_TIMEOUT.as_secs(),
+                    files.log.display()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+enum Event {
+    Signal(i32),
+    SessionEnded(io::Result<()>),
+    Umount { lazy: bool, stream: UnixStream },
+}
+
+fn log(msg: impl std::fmt::Display) {
+    eprintln!("terrace[{}]: {msg}", std::process::id());
+}
+
+fn reply(mut s: &UnixStream, v: &Value) {
+    let mut line = v.to_string();
+    line.push('\n');
+    let _ = s.write_all(line.as_bytes());
+}
+
+/// Uid of the process at the other end of a Unix socket.
+fn peer_uid(s: &UnixStream) -> Option<u32> {
+    // Safety: getsockopt fills a ucred of the given length for a socket we own.
+    unsafe {
+        let mut cred: libc::ucred = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        );
+        (r == 0).then_some(cred.uid)
+    }
+}
+
+/// Serves control connections until the process exits.
+fn control_loop(
+    listener: UnixListener,
+    fs: Arc<Fs>,
+    tx: mpsc::Sender<Event>,
+    pool: PathBuf,
+    mnt: PathBuf,
+) {
+    // Safety: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for conn in listener.incoming() {
+        let Ok(stream) = conn else { continue };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+        let mut line = String::new();
+        if BufReader::new(&stream).read_line(&mut line).is_err() {
+            continue;
+        }
+        let req: Value = match serde_json::from_str(line.trim()) {
+            Ok(v) => v,
+            Err(e) => {
+                reply(
+                    &stream,
+                    &json!({"ok": false, "error": format!("bad request: {e}")}),
+                );
+                continue;
+            }
+        };
+        match req.get("cmd").and_then(Value::as_str) {
+            Some("status") => {
+                let mut st = serde_json::to_value(fs.status()).unwrap_or_else(|_| json!({}));
+                if let Some(o) = st.as_object_mut() {
+                    o.insert("pid".into(), json!(std::process::id()));
+                    o.insert("mountpoint".into(), json!(mnt.to_string_lossy()));
+                    o.insert("pool".into(), json!(pool.to_string_lossy()));
+                }
+                reply(&stream, &json!({"ok": true, "status": st}));
+            }
+            Some("umount") => {
+                let uid = peer_uid(&stream);
+                if uid != Some(0) && uid != Some(me) {
+                    reply(
+                        &stream,
+                        &json!({"ok": false, "error": "permission denied: only root or the mounting user may unmount"}),
+                    );
+                    continue;
+                }
+                let lazy = req.get("lazy").and_then(Value::as_bool).unwrap_or(false);
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+                if tx.send(Event::Umount { lazy, stream }).is_err() {
+                    return;
+                }
+            }
+            _ => reply(
+                &stream,
+                &json!({"ok": false, "error": "unknown command (known: status, umount)"}),
+            ),
+        }
+    }
+}
+
+fn prepare_run_files(files: &RunFiles, mnt: &Path) -> CliResult<UnixListener> {
+    let dir = util::runtime_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::at(&dir, util::os_reason(&e)))?;
+    if files.socket.exists() {
+        match UnixStream::connect(&files.socket) {
+            Ok(_) => {
+                let pid = std::fs::read_to_string(&files.pid).unwrap_or_default();
+                return Err(CliError::at(
+                    mnt,
+                    format!(
+                        "another terrace daemon (pid {}) still serves this mount point",
+                        pid.trim()
+                    ),
+                ));
+            }
+            Err(_) => {
+                let _ = std::fs::remove_file(&files.socket); // stale
+            }
+        }
+    }
+    let l = UnixListener::bind(&files.socket)
+        .map_err(|e| CliError::at(&files.socket, util::os_reason(&e)))?;
+    // Anyone may ask for the status; unmounting checks the peer's uid.
+    let _ = std::fs::set_permissions(&files.socket, std::fs::Permissions::from_mode(0o666));
+    std::fs::write(&files.pid, format!("{}\n", std::process::id()))
+        .map_err(|e| CliError::at(&files.pid, util::os_reason(&e)))?;
+    Ok(l)
+}
+
+fn remove_run_files(files: &RunFiles) {
+    let mine = std::fs::read_to_string(&files.pid)
+        .map(|s| s.trim() == std::process::id().to_string())
+        .unwrap_or(false);
+    if mine {
+        let _ = std::fs::remove_file(&files.socket);
+        let _ = std::fs::remove_file(&files.pid);
+    }
+}
+
+fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
+    let Prepared {
+        pool,
+        mnt,
+        pm,
+        lock,
+        sb,
+    } = p;
+    let files = util::run_files(&mnt);
+    let listener = prepare_run_files(&files, &cfg.mountpoint)?;
+    let fs = match Fs::mount(Arc::new(pm)) {
+        Ok(f) => Arc::new(f),
+        Err(e) => {
+            remove_run_files(&files);
+            return Err(CliError::at(&cfg.pool, e));
+        }
+    };
+    // Reads write no access times on read-only and noatime mounts.
+    if cfg.options.read_only || cfg.options.atime == Some(false) {
+        fs.set_atime_mode(terrace_core::AtimeMode::Never);
+    }
+    let rep = fs.mount_report().clone();
+    if !rep.was_clean {
+        log(format!(
+            "{} was not cleanly unmounted: recovered (rolled back {} journal transactions, freed {} orphan inodes)",
+            pool.display(),
+            rep.rolled_back,
+            rep.orphans_freed
+        ));
+    }
+    if rep.link_count_warnings > 0 {
+        log(format!(
+            "warning: {} link-count mismatches found; run `terrace fsck --repair {}` after unmounting",
+            rep.link_count_warnings,
+            pool.display()
+        ));
+    }
+
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).map_err(
+            |e| {
+                remove_run_files(&files);
+                let _ = fs.unmount();
+                CliError::new(format!("cannot install signal handlers: {e}"))
+            },
+        )?;
+    {
+        let tx = tx.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                for s in signals.forever() {
+                    if tx.send(Event::Signal(s)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| CliError::new(format!("cannot start a thread: {e}")))?;
+    }
+    {
+        let (fs, tx, pool, mnt) = (fs.clone(), tx.clone(), pool.clone(), mnt.clone());
+        std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || control_loop(listener, fs, tx, pool, mnt))
+            .map_err(|e| CliError::new(format!("cannot start a thread: {e}")))?;
+    }
+    let mut opts = cfg.options.clone();
+    opts.fsname = pool.to_string_lossy().into_owned();
+    let ended = tx.clone();
+    let mounted = match terrace_fuse::mount(fs.clone(), &mnt, &opts, move |r| {
+        let _ = ended.send(Event::SessionEnded(r));
+    }) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = fs.unmount();
+            remove_run_files(&files);
+            return Err(CliError::at(&cfg.mountpoint, format!("cannot mount: {e}")));
+        }
+    };
+    drop(tx);
+    let tiers = sb.tiers.len();
+    log(format!(
+        "mounted {} on {} ({} tier{}, {}); stop with `terrace umount {}` or Ctrl-C",
+        pool.display(),
+        mnt.display(),
+        tiers,
+        if tiers == 1 { "" } else { "s" },
+        fs.media().describe(),
+        mnt.display()
+    ));
+
+    let mut waiting: Vec<UnixStream> = Vec::new();
+    let mut signals_seen = 0;
+    let mut forced = false;
+    while let Ok(ev) = rx.recv() {
+        match ev {
+            Event::SessionEnded(r) => {
+                if let Err(e) = r {
+                    log(format!("FUSE session ended with an error: {e}"));
+                }
+                break;
+            }
+            Event::Umount { lazy, stream } => match mounted.unmount(lazy) {
+                Ok(()) if lazy => {
+                    log("detached lazily; finishing when the last open file closes");
+                    reply(
+                        &stream,
+                        &json!({"ok": true, "pid": std::process::id(), "detached": true}),
+                    );
+                }
+                Ok(()) => waiting.push(stream),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => waiting.push(stream), // already detached
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => reply(
+                    &stream,
+                    &json!({"ok": false, "error": format!(
+                        "{}: target is busy (open files or a working directory inside); close them, or use `terrace umount --lazy`",
+                        mnt.display())}),
+                ),
+                Err(e) => reply(
+                    &stream,
+                    &json!({"ok": false, "error": format!("{}: {}", mnt.display(), util::os_reason(&e))}),
+                ),
+            },
+            Event::Signal(s) => {
+                signals_seen += 1;
+                if signals_seen > 1 {
+                    log("second signal: exiting now");
+                    forced = true;
+                    break;
+                }
+                log(format!("signal {s}: unmounting"));
+                match mounted.unmount(false) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                        log("mount point busy: detaching lazily; the pool is closed when the last open file closes (signal again to exit now)");
+                        if let Err(e) = mounted.unmount(true) {
+                            log(format!("lazy unmount failed: {e}"));
+                        }
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                    Err(e) => log(format!("unmount failed: {e}")),
+                }
+            }
+        }
+    }
+    if !forced {
+        mounted.join();
+    }
+    let r = fs.unmount();
+    drop(lock);
+    remove_run_files(&files);
+    match &r {
+        Ok(()) => {
+            log(format!(
+                "unmounted {}; {} persisted and marked clean",
+                mnt.display(),
+                pool.display()
+            ));
+            if cfg.child {
+                // A clean run leaves nothing worth keeping; failures keep their log.
+                let _ = std::fs::remove_file(&files.log);
+            }
+            for s in &waiting {
+                reply(
+                    s,
+                    &json!({"ok": true, "pid": std::process::id(), "clean": true}),
+                );
+            }
+        }
+        Err(e) => {
+            log(format!("persisting {} failed: {e}", pool.display()));
+            for s in &waiting {
+                reply(
+                    s,
+                    &json!({"ok": false, "error": format!("persisting {} failed: {e}", pool.display())}),
+                );
+            }
+        }
+    }
+    if forced {
+        // Session threads may still be inside the core; leave without waiting.
+        let _ = io::stderr().flush();
+        std::process::exit(if r.is_ok() { 0 } else { 1 });
+    }
+    r.map_err(|e| CliError::at(&cfg.pool, format!("persisting failed: {e}")))
+}

@@ -1,0 +1,420 @@
+//! Small helpers shared by the subcommands: errors, sizes, paths, mount table,
+//! pool locks, run-time files.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// An error the user sees: one line, and the exit code to use.
+#[derive(Debug)]
+pub struct CliError {
+    /// The message, without the `terrace: ` prefix.
+    pub msg: String,
+    /// Process exit code.
+    pub code: i32,
+}
+
+impl CliError {
+    /// Exit code 1 with a message.
+    pub fn new(msg: impl Into<String>) -> CliError {
+        CliError {
+            msg: msg.into(),
+            code: 1,
+        }
+    }
+    /// `<path>: <reason>`, exit code 1.
+    pub fn at(path: &Path, reason: impl fmt::Display) -> CliError {
+        CliError::new(format!("{}: {reason}", path.display()))
+    }
+    /// Same error with another exit code.
+    pub fn code(mut self, code: i32) -> CliError {
+        self.code = code;
+        self
+    }
+}
+
+/// Result of a subcommand.
+pub type CliResult<T = ()> = Result<T, CliError>;
+
+/// Prints to stdout, ignoring a closed pipe (`terrace status | head`).
+pub fn out(s: &str) {
+    let mut o = io::stdout().lock();
+    let _ = o.write_all(s.as_bytes());
+    let _ = o.write_all(b"\n");
+}
+
+/// Prints a warning on stderr.
+pub fn warn(s: impl fmt::Display) {
+    eprintln!("terrace: warning: {s}");
+}
+
+/// Human form of an `io::Error` without Rust's "(os error N)" suffix.
+pub fn os_reason(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        // Safety: strerror returns a static NUL-terminated string for any errno.
+        Some(n) => unsafe { std::ffi::CStr::from_ptr(libc::strerror(n)) }
+            .to_string_lossy()
+            .to_lowercase(),
+        None => e.to_string(),
+    }
+}
+
+/// Parses `4096`, `64K`, `512KiB`, `16M`, `1G`, `2T` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    if digits == 0 {
+        return Err(format!(
+            "size {s:?} must start with a number, e.g. 64M or 1G"
+        ));
+    }
+    let n: u64 = t[..digits]
+        .parse()
+        .map_err(|_| format!("size {s:?} is too large"))?;
+    let unit = t[digits..].trim().to_ascii_lowercase();
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "size {s:?} has an unknown unit {unit:?} (use K, M, G or T)"
+            ))
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// `1.5 GiB`-style rendering.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v >= 100.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else if v >= 10.0 {
+        format!("{v:.1} {}", UNITS[u])
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// Formats 16 bytes (or 32 hex digits) as a hyphenated UUID.
+pub fn fmt_uuid_hex(hex: &str) -> String {
+    if hex.len() != 32 {
+        return hex.to_string();
+    }
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// Hyphenated UUID of raw bytes.
+pub fn fmt_uuid(b: &[u8; 16]) -> String {
+    fmt_uuid_hex(&b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+}
+
+/// Absolute form of a path: canonical when it resolves, otherwise made absolute
+/// lexically (a dead FUSE mount point cannot be resolved).
+pub fn abs_path(p: &Path) -> PathBuf {
+    match std::fs::canonicalize(p) {
+        Ok(c) => c,
+        Err(_) => std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
+    }
+}
+
+/// One line of /proc/self/mountinfo.
+#[derive(Debug, Clone)]
+pub struct MountEntry {
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// File system type (`fuse.terrace`, `ext4`, …).
+    pub fstype: String,
+    /// Mount source (for Terrace: the pool path).
+    pub source: String,
+}
+
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The current mount table (empty when /proc is unavailable).
+pub fn mounts() -> Vec<MountEntry> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let lf: Vec<&str> = left.split(' ').collect();
+        let rf: Vec<&str> = right.split(' ').collect();
+        if lf.len() < 5 || rf.len() < 2 {
+            continue;
+        }
+        v.push(MountEntry {
+            mount_point: PathBuf::from(unescape_mount(lf[4])),
+            fstype: rf[0].to_string(),
+            source: unescape_mount(rf[1]),
+        });
+    }
+    v
+}
+
+/// The topmost mount at exactly `mnt` (an absolute path), if any.
+pub fn mount_at(mnt: &Path) -> Option<MountEntry> {
+    mounts().into_iter().rev().find(|m| m.mount_point == mnt)
+}
+
+/// Mounts of the pool at `pool` (an absolute path) by a Terrace daemon.
+pub fn mounts_of_pool(pool: &Path) -> Vec<MountEntry> {
+    let p = pool.to_string_lossy();
+    mounts()
+        .into_iter()
+        .filter(|m| m.fstype.starts_with("fuse") && m.source == p)
+        .collect()
+}
+
+/// Takes the pool's advisory lock (held by a mounted daemon, fsck and mkfs for
+/// as long as they use the pool). `Ok(None)` when someone else holds it.
+pub fn lock_pool(path: &Path) -> io::Result<Option<File>> {
+    let f = File::open(path)?;
+    // Safety: flock on a descriptor we own.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(Some(f));
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
+
+/// Why a pool is busy, for error messages.
+pub fn busy_reason(pool: &Path) -> String {
+    let ms = mounts_of_pool(pool);
+    match ms.first() {
+        Some(m) => format!(
+            "the pool is mounted on {} (run `terrace umount {}` first)",
+            m.mount_point.display(),
+            m.mount_point.display()
+        ),
+        None => {
+            "the pool is in use by another terrace process (mounted, or being checked or formatted)"
+                .into()
+        }
+    }
+}
+
+/// Reads up to `len` bytes from the start of a file or device.
+pub fn read_head(path: &Path, len: usize) -> io::Result<Vec<u8>> {
+    let mut f = File::open(path)?;
+    let mut buf = vec![0u8; len];
+    let mut n = 0;
+    while n < len {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// What a file or device already holds, judged by well-known magic numbers.
+pub fn detect_content(head: &[u8]) -> Option<&'static str> {
+    let at = |off: usize, magic: &[u8]| {
+        head.len() >= off + magic.len() && &head[off..off + magic.len()] == magic
+    };
+    if at(0, &terrace_format::SUPERBLOCK_MAGIC) || at(4096, &terrace_format::SUPERBLOCK_MAGIC) {
+        Some("a Terrace pool")
+    } else if at(0, &terrace_format::TIER_MAGIC) {
+        Some("a block tier of a Terrace pool")
+    } else if at(1080, &[0x53, 0xEF]) {
+        Some("an ext2/ext3/ext4 file system")
+    } else if at(0, b"XFSB") {
+        Some("an XFS file system")
+    } else if at(65600, b"_BHRfS_M") {
+        Some("a btrfs file system")
+    } else if at(4086, b"SWAPSPACE2") {
+        Some("a swap area")
+    } else {
+        None
+    }
+}
+
+/// Directory for sockets, pid files and logs of running daemons.
+/// `TERRACE_RUN_DIR` overrides it (tests).
+pub fn runtime_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TERRACE_RUN_DIR") {
+        return PathBuf::from(d);
+    }
+    // Safety: geteuid has no failure mode.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/terrace");
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+        return PathBuf::from(d).join("terrace");
+    }
+    PathBuf::from(format!("/tmp/terrace-{uid}"))
+}
+
+/// File-name-safe form of an absolute mount point, short enough for a socket path.
+pub fn sanitize_mountpoint(mnt: &Path) -> String {
+    let bytes = mnt.as_os_str().as_bytes();
+    let trimmed = bytes.strip_prefix(b"/").unwrap_or(bytes);
+    let mut s = String::new();
+    for &c in trimmed {
+        match c {
+            b'/' => s.push('-'),
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' => s.push(c as char),
+            _ => s.push_str(&format!("%{c:02x}")),
+        }
+    }
+    if s.is_empty() {
+        s.push('-');
+    }
+    if s.len() > 72 {
+        // FNV-1a keeps names unique while the socket path stays under 108 bytes.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &c in bytes {
+            h ^= u64::from(c);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        let cut = s.char_indices().nth(54).map(|(i, _)| i).unwrap_or(s.len());
+        s = format!("{}~{h:016x}", &s[..cut]);
+    }
+    s
+}
+
+/// Paths of a daemon's run-time files for a mount point.
+#[derive(Debug, Clone)]
+pub struct RunFiles {
+    /// Control socket.
+    pub socket: PathBuf,
+    /// Pid file.
+    pub pid: PathBuf,
+    /// Daemon log (stdout/stderr of a `--daemon` mount).
+    pub log: PathBuf,
+}
+
+/// Run-time files for the absolute mount point `mnt`.
+pub fn run_files(mnt: &Path) -> RunFiles {
+    let d = runtime_dir();
+    let n = sanitize_mountpoint(mnt);
+    RunFiles {
+        socket: d.join(format!("{n}.sock")),
+        pid: d.join(format!("{n}.pid")),
+        log: d.join(format!("{n}.log")),
+    }
+}
+
+/// True while process `pid` exists and is not a zombie.
+pub fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // Safety: signal 0 only checks for existence.
+    let r = unsafe { libc::kill(pid, 0) };
+    if r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+        Err(_) => r == 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("16m"), Ok(16 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn mountpoint_names_are_safe_and_short() {
+        assert_eq!(sanitize_mountpoint(Path::new("/mnt/t")), "mnt-t");
+        assert_eq!(sanitize_mountpoint(Path::new("/")), "-");
+        assert_eq!(sanitize_mountpoint(Path::new("/a b")), "a%20b");
+        assert_ne!(
+            sanitize_mountpoint(Path::new("/a-b")),
+            sanitize_mountpoint(Path::new("/a/b"))
+        );
+        let long = format!("/{}", "x/".repeat(100));
+        let s = sanitize_mountpoint(Path::new(&long));
+        assert!(s.len() < 80, "{s}");
+        assert_ne!(s, sanitize_mountpoint(Path::new(&format!("{long}y"))));
+    }
+
+    #[test]
+    fn detects_file_systems() {
+        let mut b = vec![0u8; 70000];
+        assert_eq!(detect_content(&b), None);
+        b[1080] = 0x53;
+        b[1081] = 0xEF;
+        assert_eq!(detect_content(&b), Some("an ext2/ext3/ext4 file system"));
+        let mut c = vec![0u8; 8192];
+        c[4096..4104].copy_from_slice(b"TERRACE1");
+        assert_eq!(detect_content(&c), Some("a Terrace pool"));
+    }
+
+    #[test]
+    fn mountinfo_unescapes() {
+        assert_eq!(unescape_mount("/mnt/a\\040b"), "/mnt/a b");
+        assert_eq!(unescape_mount("plain"), "plain");
+    }
+}
