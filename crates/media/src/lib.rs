@@ -12,16 +12,30 @@
 //! - `mem::MemMedia`: a plain in-memory buffer (unit tests).
 //! - `crash::CrashMedia`: records stores, flushes and fences and builds crash
 //!   images in which unflushed cache lines are lost (all, or a random subset).
+//! - block tiers ([`BlockMedia`], 4 KiB blocks, fallible I/O): `BlockFile`
+//!   (a file or block device, O_DIRECT when the file system honours it),
+//!   `MemBlock`, `CrashBlock` (unsynced blocks lost at a crash) and `FaultBlock`
+//!   (EIO after a countdown).
 //! - `fault::FaultMedia`: wraps another media and poisons ranges, so reads of
 //!   them return a recognisable pattern (PM stores cannot fail; media errors
 //!   show up as bad loads).
 
+pub mod block;
+pub mod block_crash;
+pub mod block_fault;
+pub mod block_file;
 pub mod crash;
 pub mod fault;
 pub mod mem;
 pub mod persist;
 pub mod pm;
 
+pub use block::{
+    check_block_range, AlignedBuf, BlockMedia, BlockStats, BlockStatsCounter, MemBlock, BLOCK_SIZE,
+};
+pub use block_crash::{BlockCrashState, BlockEvent, BlockLoss, BlockTrace, CrashBlock};
+pub use block_fault::{FaultBlock, InjectedFaults};
+pub use block_file::{BlockFile, DirectIo};
 pub use crash::{CrashEvent, CrashMedia, CrashState, CrashTrace, LossMode};
 pub use fault::{FaultMedia, POISON_BYTE};
 pub use mem::MemMedia;

@@ -1,0 +1,469 @@
+//! Block media: the slow tiers (SSD, HDD), addressed in 4096-byte blocks.
+//!
+//! [`BlockMedia`] is the trait the file system core uses for block tiers, as
+//! [`PmMedia`](crate::PmMedia) is for the PM tier. Unlike PM, block I/O can
+//! fail, so every operation returns an [`io::Result`].
+//!
+//! Implementations:
+//! - [`BlockFile`](crate::BlockFile): a regular file or block device, with
+//!   O_DIRECT where the file system allows it (buffered I/O plus fdatasync
+//!   otherwise).
+//! - [`MemBlock`]: plain memory, every write immediately "durable" (unit tests).
+//! - [`CrashBlock`](crate::CrashBlock): a live and a durable image; builds
+//!   crash images that lose writes not yet synced.
+//! - [`FaultBlock`](crate::FaultBlock): wraps another block media and fails
+//!   reads, writes or syncs with EIO after a countdown.
+//!
+//! Also here: [`AlignedBuf`], a heap buffer aligned to [`BLOCK_SIZE`] for
+//! O_DIRECT, and [`BlockStats`], the request counters every implementation
+//! keeps (so tests and `terrace status` can check request sizes).
+
+use std::fmt;
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+/// Size of a block: the unit of addressing, alignment and (at best) crash
+/// atomicity on block media.
+pub const BLOCK_SIZE: u64 = 4096;
+
+const BLOCK: usize = BLOCK_SIZE as usize;
+
+/// A block device of [`len`](BlockMedia::len) bytes (a multiple of
+/// [`BLOCK_SIZE`]), addressed in 4096-byte blocks.
+///
+/// Contract:
+/// - `read_blocks`/`write_blocks` access the blocks `[block, block + n)` where
+///   `n = buf.len() / 4096`. A buffer whose length is not a multiple of 4096,
+///   or a range that does not lie inside the media, is an
+///   [`io::ErrorKind::InvalidInput`] error with a message naming the request —
+///   never a panic, never partial I/O. A zero-length request does nothing and
+///   succeeds.
+/// - Buffers may have any memory alignment; implementations that need aligned
+///   memory (O_DIRECT) copy through an [`AlignedBuf`] themselves. Callers that
+///   care about the copy pass `AlignedBuf`s.
+/// - `write_blocks` is visible to later reads at once but durable only after a
+///   later `sync` returns `Ok`. Until then a crash may keep any subset of the
+///   blocks written since the last sync (each block whole at best: 4096-byte
+///   blocks are the most a device promises not to tear).
+/// - `sync` makes everything written before it was called durable.
+/// - A failed operation (`Err` other than `InvalidInput`) leaves the blocks it
+///   addressed in an unknown state, and a failed `sync` promises nothing about
+///   the writes before it.
+/// - Concurrent calls are allowed; callers serialise overlapping writes.
+/// - [`stats`](BlockMedia::stats) counts each successful `read_blocks` /
+///   `write_blocks` call of non-zero length as one request.
+pub trait BlockMedia: Send + Sync {
+    /// Size in bytes (a multiple of [`BLOCK_SIZE`]).
+    fn len(&self) -> u64;
+    /// True when the media holds no block.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Number of blocks.
+    fn blocks(&self) -> u64 {
+        self.len() / BLOCK_SIZE
+    }
+    /// Reads `buf.len() / 4096` blocks starting at `block` into `buf`.
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Writes `data` to the blocks starting at `block` (durable after `sync`).
+    fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()>;
+    /// Makes everything written before the call durable.
+    fn sync(&self) -> io::Result<()>;
+    /// One-line description for status output and mount messages.
+    fn describe(&self) -> String;
+    /// Request counters since the media was opened.
+    fn stats(&self) -> BlockStats;
+}
+
+impl<B: BlockMedia + ?Sized> BlockMedia for Arc<B> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read_blocks(block, buf)
+    }
+    fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()> {
+        (**self).write_blocks(block, data)
+    }
+    fn sync(&self) -> io::Result<()> {
+        (**self).sync()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn stats(&self) -> BlockStats {
+        (**self).stats()
+    }
+}
+
+impl<B: BlockMedia + ?Sized> BlockMedia for Box<B> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read_blocks(block, buf)
+    }
+    fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()> {
+        (**self).write_blocks(block, data)
+    }
+    fn sync(&self) -> io::Result<()> {
+        (**self).sync()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn stats(&self) -> BlockStats {
+        (**self).stats()
+    }
+}
+
+/// Checks a request of `buf_len` bytes at `block` against media of `media_len`
+/// bytes; returns the byte range `[start, end)` it covers.
+///
+/// Errors ([`io::ErrorKind::InvalidInput`]): `buf_len` not a multiple of
+/// [`BLOCK_SIZE`], or blocks outside the media. For use by every
+/// [`BlockMedia`] implementation, so they all reject the same requests with the
+/// same messages.
+pub fn check_block_range(media_len: u64, block: u64, buf_len: usize) -> io::Result<(u64, u64)> {
+    let len = buf_len as u64;
+    if len % BLOCK_SIZE != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("block I/O of {len} bytes at block {block}: length is not a multiple of {BLOCK_SIZE}"),
+        ));
+    }
+    let n = len / BLOCK_SIZE;
+    let total = media_len / BLOCK_SIZE;
+    match block.checked_add(n) {
+        Some(end) if end <= total => Ok((block * BLOCK_SIZE, end * BLOCK_SIZE)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("block I/O of blocks [{block}, +{n}) outside media of {total} blocks"),
+        )),
+    }
+}
+
+/// Request counters of a block media (no histogram: sums plus the largest
+/// request). Only successful, non-empty requests are counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockStats {
+    /// `read_blocks` calls.
+    pub read_requests: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Largest single `read_blocks`, in bytes.
+    pub max_read_bytes: u64,
+    /// `write_blocks` calls.
+    pub write_requests: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Largest single `write_blocks`, in bytes.
+    pub max_write_bytes: u64,
+    /// `sync` calls.
+    pub syncs: u64,
+}
+
+impl BlockStats {
+    /// Average read request size in bytes (0 without reads).
+    pub fn avg_read_bytes(&self) -> u64 {
+        self.read_bytes.checked_div(self.read_requests).unwrap_or(0)
+    }
+
+    /// Average write request size in bytes (0 without writes).
+    pub fn avg_write_bytes(&self) -> u64 {
+        self.write_bytes
+            .checked_div(self.write_requests)
+            .unwrap_or(0)
+    }
+}
+
+/// Lock-free counters behind [`BlockStats`], for [`BlockMedia`]
+/// implementations.
+#[derive(Debug, Default)]
+pub struct BlockStatsCounter {
+    read_requests: AtomicU64,
+    read_bytes: AtomicU64,
+    max_read_bytes: AtomicU64,
+    write_requests: AtomicU64,
+    write_bytes: AtomicU64,
+    max_write_bytes: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl BlockStatsCounter {
+    /// All zero.
+    pub fn new() -> BlockStatsCounter {
+        BlockStatsCounter::default()
+    }
+
+    /// Counts one read request of `bytes` (nothing when `bytes` is 0).
+    pub fn record_read(&self, bytes: u64) {
+        if bytes > 0 {
+            self.read_requests.fetch_add(1, Ordering::Relaxed);
+            self.read_bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.max_read_bytes.fetch_max(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts one write request of `bytes` (nothing when `bytes` is 0).
+    pub fn record_write(&self, bytes: u64) {
+        if bytes > 0 {
+            self.write_requests.fetch_add(1, Ordering::Relaxed);
+            self.write_bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.max_write_bytes.fetch_max(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts one sync.
+    pub fn record_sync(&self) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The current counts (each counter read on its own; not a consistent
+    /// snapshot while requests are running).
+    pub fn snapshot(&self) -> BlockStats {
+        BlockStats {
+            read_requests: self.read_requests.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            max_read_bytes: self.max_read_bytes.load(Ordering::Relaxed),
+            write_requests: self.write_requests.load(Ordering::Relaxed),
+            write_bytes: self.write_bytes.load(Ordering::Relaxed),
+            max_write_bytes: self.max_write_bytes.load(Ordering::Relaxed),
+            syncs: self.syncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A zero-initialised heap buffer whose start is aligned to [`BLOCK_SIZE`], as
+/// O_DIRECT needs. Dereferences to `[u8]` of the requested length.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// Safety: `AlignedBuf` owns its allocation exclusively (like `Box<[u8]>`);
+// nothing in it is tied to a thread.
+unsafe impl Send for AlignedBuf {}
+// Safety: shared references only give `&[u8]`; mutation needs `&mut self`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    fn layout(len: usize) -> std::alloc::Layout {
+        // At least one byte: zero-sized allocations are not allowed.
+        std::alloc::Layout::from_size_align(len.max(1), BLOCK)
+            .expect("AlignedBuf length overflows the address space")
+    }
+
+    /// `len` zero bytes, aligned to 4096.
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let layout = Self::layout(len);
+        // Safety: `layout` has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len }
+    }
+
+    /// An aligned copy of `data`.
+    pub fn from_slice(data: &[u8]) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(data.len());
+        b.copy_from_slice(data);
+        b
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // Safety: `ptr` came from `alloc_zeroed` with this same layout and is
+        // freed exactly once, here.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // Safety: `ptr` points to `len` (or more) initialised bytes owned by
+        // `self` and alive as long as the borrow of `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // Safety: as in `deref`; `&mut self` makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Clone for AlignedBuf {
+    fn clone(&self) -> AlignedBuf {
+        AlignedBuf::from_slice(self)
+    }
+}
+
+impl fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+/// True when `p` is aligned to [`BLOCK_SIZE`].
+pub(crate) fn is_block_aligned(p: *const u8) -> bool {
+    (p as usize) % BLOCK == 0
+}
+
+/// Plain in-memory block media for unit tests: every write is immediately
+/// "durable" (there is no crash to survive); `sync` only counts.
+#[derive(Debug)]
+pub struct MemBlock {
+    buf: RwLock<Vec<u8>>,
+    stats: BlockStatsCounter,
+}
+
+impl MemBlock {
+    /// Zero-filled media of `len` bytes. Panics unless `len` is a multiple of
+    /// [`BLOCK_SIZE`] that fits in memory.
+    pub fn new(len: u64) -> MemBlock {
+        let len = usize::try_from(len).expect("MemBlock length exceeds the address space");
+        MemBlock::from_image(vec![0; len])
+    }
+
+    /// Media holding `image`. Panics unless its length is a multiple of
+    /// [`BLOCK_SIZE`].
+    pub fn from_image(image: Vec<u8>) -> MemBlock {
+        assert!(
+            image.len() % BLOCK == 0,
+            "MemBlock length {} is not a multiple of {BLOCK_SIZE}",
+            image.len()
+        );
+        MemBlock {
+            buf: RwLock::new(image),
+            stats: BlockStatsCounter::new(),
+        }
+    }
+
+    /// A copy of the current contents.
+    pub fn image(&self) -> Vec<u8> {
+        self.buf.read().clone()
+    }
+}
+
+impl BlockMedia for MemBlock {
+    fn len(&self) -> u64 {
+        self.buf.read().len() as u64
+    }
+
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
+        let b = self.buf.read();
+        let (s, e) = check_block_range(b.len() as u64, block, buf.len())?;
+        buf.copy_from_slice(&b[s as usize..e as usize]);
+        self.stats.record_read(buf.len() as u64);
+        Ok(())
+    }
+
+    fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()> {
+        let mut b = self.buf.write();
+        let (s, e) = check_block_range(b.len() as u64, block, data.len())?;
+        b[s as usize..e as usize].copy_from_slice(data);
+        self.stats.record_write(data.len() as u64);
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.stats.record_sync();
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("memory block media ({} bytes)", self.len())
+    }
+
+    fn stats(&self) -> BlockStats {
+        self.stats.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_buf_is_aligned_zeroed_and_sized() {
+        for len in [0, 1, 4096, 3 * 4096 + 7] {
+            let mut b = AlignedBuf::zeroed(len);
+            assert_eq!(b.len(), len);
+            assert!(is_block_aligned(b.as_ptr()));
+            assert!(b.iter().all(|&x| x == 0));
+            b.fill(7);
+            let c = b.clone();
+            assert_eq!(&c[..], &b[..]);
+            assert!(is_block_aligned(c.as_ptr()));
+        }
+        assert_eq!(&AlignedBuf::from_slice(b"abc")[..], b"abc");
+    }
+
+    #[test]
+    fn out_of_range_io_is_an_error_not_a_panic() {
+        let m = MemBlock::new(4 * BLOCK_SIZE);
+        let mut buf = vec![0u8; 2 * BLOCK];
+        for (block, len) in [(3, 2 * BLOCK), (4, BLOCK), (u64::MAX, BLOCK)] {
+            let e = m.read_blocks(block, &mut buf[..len]).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            assert!(e.to_string().contains("outside media of 4 blocks"), "{e}");
+            let e = m.write_blocks(block, &buf[..len]).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        }
+        let e = m.write_blocks(0, &buf[..100]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("not a multiple of 4096"), "{e}");
+        // Nothing was counted or written; empty requests are fine.
+        m.read_blocks(4, &mut []).unwrap();
+        assert_eq!(m.stats(), BlockStats::default());
+        assert!(m.image().iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn stats_count_requests_and_bytes() {
+        let m = MemBlock::new(64 * BLOCK_SIZE);
+        m.write_blocks(0, &[1; 4 * BLOCK]).unwrap();
+        m.write_blocks(10, &[2; BLOCK]).unwrap();
+        let mut b = vec![0; 8 * BLOCK];
+        m.read_blocks(0, &mut b).unwrap();
+        m.sync().unwrap();
+        let _ = m.read_blocks(63, &mut b); // out of range: not counted
+        let s = m.stats();
+        assert_eq!(
+            s,
+            BlockStats {
+                read_requests: 1,
+                read_bytes: 8 * 4096,
+                max_read_bytes: 8 * 4096,
+                write_requests: 2,
+                write_bytes: 5 * 4096,
+                max_write_bytes: 4 * 4096,
+                syncs: 1,
+            }
+        );
+        assert_eq!(s.avg_write_bytes(), 5 * 4096 / 2);
+        assert_eq!(BlockStats::default().avg_read_bytes(), 0);
+        assert_eq!(&b[..4 * BLOCK], &[1; 4 * BLOCK][..]);
+        assert_eq!(&b[4 * BLOCK..], &[0; 4 * BLOCK][..]);
+    }
+
+    #[test]
+    fn arc_and_box_forward_to_the_media() {
+        let m: Box<dyn BlockMedia> = Box::new(MemBlock::new(2 * BLOCK_SIZE));
+        m.write_blocks(1, &[9; BLOCK]).unwrap();
+        let a = Arc::new(m);
+        let mut b = [0u8; BLOCK];
+        a.read_blocks(1, &mut b).unwrap();
+        assert_eq!(b, [9; BLOCK]);
+        assert_eq!(a.blocks(), 2);
+        assert_eq!(a.stats().write_requests, 1);
+    }
+}
