@@ -1,0 +1,359 @@
+//! Where a write goes: PM, or a block tier through the DRAM page cache.
+//!
+//! A placement policy looks at one [`WriteObservation`] — what the predictors
+//! say about the write, how much PM is free, which block tier is first — and
+//! returns a [`Placement`]. Policies are unit structs behind the
+//! [`PlacementPolicy`] trait, found by name with [`placement_policy`], so the
+//! mount option, the config file and `terrace set MOUNTPOINT placement_policy
+//! NAME` all select them the same way, and benchmarks compare them on the
+//! same workload.
+//!
+//! # Why writes are steered this way (Ziggurat §3.1, §4)
+//!
+//! PM is best for small writes (small writes to disk are slow) and synchronous
+//! ones (an `fsync` of data on PM costs nothing). Large asynchronous writes are
+//! faster through DRAM: copying to the page cache is quicker than to PM, and
+//! write-back sends them to disk later in large sequential requests. So:
+//! synchronous or small → PM; large and asynchronous → the first (fastest)
+//! block tier through the cache.
+//!
+//! # Why a full PM never means ENOSPC
+//!
+//! When PM lacks room for a write, the write goes to the first block tier
+//! anyway: through the cache if it is asynchronous, and written through to the
+//! device before the call returns if it is synchronous
+//! ([`Placement::BlockSyncWriteThrough`]), since an `fsync` is expected soon and
+//! the application should not find dirty pages waiting then. The caller falls
+//! back along the tiers if that one is full too.
+//!
+//! # User rules
+//!
+//! A per-file [`TierRule`] (set by the user, later by HetFS-style hints)
+//! overrides the automatic decision in every policy. A pin to PM is honoured
+//! while PM has room for the write; a pin to a block tier writes through when
+//! the write is predicted synchronous and goes through the cache otherwise.
+
+use std::fmt;
+
+/// Tier id of the PM tier (tier 0 in the superblock's tier list).
+pub const PM_TIER: u8 = 0;
+
+/// Where one write goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Persistent memory (tier [`PM_TIER`]).
+    Pm,
+    /// Block tier `tier`, buffered in the DRAM page cache and written back in
+    /// the background (or at `fsync`).
+    BlockViaCache {
+        /// Tier id.
+        tier: u8,
+    },
+    /// Block tier `tier`, through the DRAM page cache but written to the device
+    /// before the write returns.
+    BlockSyncWriteThrough {
+        /// Tier id.
+        tier: u8,
+    },
+}
+
+impl Placement {
+    /// The tier id the data lands on.
+    pub fn tier(&self) -> u8 {
+        match *self {
+            Placement::Pm => PM_TIER,
+            Placement::BlockViaCache { tier } | Placement::BlockSyncWriteThrough { tier } => tier,
+        }
+    }
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Placement::Pm => write!(f, "pm"),
+            Placement::BlockViaCache { tier } => write!(f, "tier {tier} via cache"),
+            Placement::BlockSyncWriteThrough { tier } => write!(f, "tier {tier} write-through"),
+        }
+    }
+}
+
+/// A user's per-file placement rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TierRule {
+    /// Keep the file's new data on this tier id ([`PM_TIER`] for PM). The
+    /// caller only creates pins to tiers that exist.
+    Pin {
+        /// Tier id.
+        tier: u8,
+    },
+}
+
+/// What the file system knows when a write arrives: the input of a placement
+/// policy. Cheap to build and `Copy`, as one is made per write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriteObservation {
+    /// The synchronicity predictor's verdict for this write
+    /// ([`SyncPredictor::on_write`](crate::SyncPredictor::on_write)).
+    pub synchronous: bool,
+    /// The write-size predictor's verdict for this write
+    /// ([`is_large`](crate::is_large) of its new counter).
+    pub large: bool,
+    /// Bytes this write needs on its tier (whole blocks).
+    pub write_bytes: u64,
+    /// Free bytes on PM now.
+    pub pm_free_bytes: u64,
+    /// PM capacity in bytes (for policies that reason about utilisation).
+    pub pm_capacity_bytes: u64,
+    /// The fastest block tier, or `None` when the pool is PM only.
+    pub first_block_tier: Option<u8>,
+    /// The file's user rule, if any.
+    pub rule: Option<TierRule>,
+}
+
+impl WriteObservation {
+    /// Whether PM has room for this write.
+    pub fn pm_has_room(&self) -> bool {
+        self.write_bytes <= self.pm_free_bytes
+    }
+}
+
+/// A placement policy: a pure decision from one observation.
+pub trait PlacementPolicy: fmt::Debug {
+    /// The name it is registered under.
+    fn name(&self) -> &'static str;
+    /// Where this write goes.
+    fn place(&self, obs: &WriteObservation) -> Placement;
+}
+
+/// Block placement for a write predicted `synchronous` on block tier `tier`.
+fn block(tier: u8, synchronous: bool) -> Placement {
+    if synchronous {
+        Placement::BlockSyncWriteThrough { tier }
+    } else {
+        Placement::BlockViaCache { tier }
+    }
+}
+
+/// PM if it has room, else the first block tier (if any).
+fn pm_or_spill(obs: &WriteObservation) -> Placement {
+    match obs.first_block_tier {
+        Some(tier) if !obs.pm_has_room() => block(tier, obs.synchronous),
+        _ => Placement::Pm,
+    }
+}
+
+/// The decision a user rule imposes, if the file has one.
+fn by_rule(obs: &WriteObservation) -> Option<Placement> {
+    match obs.rule? {
+        TierRule::Pin { tier: PM_TIER } => Some(pm_or_spill(obs)),
+        TierRule::Pin { tier } => Some(block(tier, obs.synchronous)),
+    }
+}
+
+/// Ziggurat's policy: synchronous or small writes to PM, large asynchronous
+/// writes to the first block tier through the cache; a full PM spills to the
+/// first block tier (written through when synchronous).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ziggurat;
+
+impl PlacementPolicy for Ziggurat {
+    fn name(&self) -> &'static str {
+        "ziggurat"
+    }
+
+    fn place(&self, obs: &WriteObservation) -> Placement {
+        if let Some(p) = by_rule(obs) {
+            return p;
+        }
+        let Some(tier) = obs.first_block_tier else {
+            return Placement::Pm;
+        };
+        if obs.large && !obs.synchronous {
+            Placement::BlockViaCache { tier }
+        } else {
+            pm_or_spill(obs)
+        }
+    }
+}
+
+/// Every write to PM, whatever PM's free space (Terrace before block tiers).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PmOnly;
+
+impl PlacementPolicy for PmOnly {
+    fn name(&self) -> &'static str {
+        "pm-only"
+    }
+
+    fn place(&self, obs: &WriteObservation) -> Placement {
+        by_rule(obs).unwrap_or(Placement::Pm)
+    }
+}
+
+/// Every write to the first block tier through the cache (PM if there is
+/// none): a baseline for benchmarks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BlockFirst;
+
+impl PlacementPolicy for BlockFirst {
+    fn name(&self) -> &'static str {
+        "block-first"
+    }
+
+    fn place(&self, obs: &WriteObservation) -> Placement {
+        if let Some(p) = by_rule(obs) {
+            return p;
+        }
+        match obs.first_block_tier {
+            Some(tier) => Placement::BlockViaCache { tier },
+            None => Placement::Pm,
+        }
+    }
+}
+
+const NAMES: &[&str] = &["ziggurat", "pm-only", "block-first"];
+
+/// Names of the registered placement policies, the default first.
+pub fn placement_policy_names() -> &'static [&'static str] {
+    NAMES
+}
+
+/// The placement policy registered as `name`, or `None` if there is none.
+pub fn placement_policy(name: &str) -> Option<Box<dyn PlacementPolicy + Send + Sync>> {
+    match name {
+        "ziggurat" => Some(Box::new(Ziggurat)),
+        "pm-only" => Some(Box::new(PmOnly)),
+        "block-first" => Some(Box::new(BlockFirst)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn obs(synchronous: bool, large: bool) -> WriteObservation {
+        WriteObservation {
+            synchronous,
+            large,
+            write_bytes: 4096,
+            pm_free_bytes: 64 * MIB,
+            pm_capacity_bytes: 128 * MIB,
+            first_block_tier: Some(1),
+            rule: None,
+        }
+    }
+
+    fn full(mut o: WriteObservation) -> WriteObservation {
+        o.pm_free_bytes = o.write_bytes - 1;
+        o
+    }
+
+    fn place(name: &str, o: &WriteObservation) -> Placement {
+        placement_policy(name).unwrap().place(o)
+    }
+
+    #[test]
+    fn registry_finds_every_listed_name_under_its_own_name() {
+        for name in placement_policy_names() {
+            assert_eq!(placement_policy(name).unwrap().name(), *name);
+        }
+        assert!(placement_policy("nope").is_none());
+    }
+
+    #[test]
+    fn ziggurat_sends_sync_or_small_writes_to_pm() {
+        assert_eq!(place("ziggurat", &obs(true, false)), Placement::Pm);
+        assert_eq!(place("ziggurat", &obs(true, true)), Placement::Pm);
+        assert_eq!(place("ziggurat", &obs(false, false)), Placement::Pm);
+    }
+
+    #[test]
+    fn ziggurat_sends_large_async_writes_to_first_block_tier_via_cache() {
+        assert_eq!(
+            place("ziggurat", &obs(false, true)),
+            Placement::BlockViaCache { tier: 1 }
+        );
+    }
+
+    #[test]
+    fn ziggurat_with_full_pm_writes_sync_through_and_async_via_cache() {
+        assert_eq!(
+            place("ziggurat", &full(obs(true, false))),
+            Placement::BlockSyncWriteThrough { tier: 1 }
+        );
+        assert_eq!(
+            place("ziggurat", &full(obs(false, false))),
+            Placement::BlockViaCache { tier: 1 }
+        );
+    }
+
+    #[test]
+    fn pm_with_exactly_enough_room_takes_the_write() {
+        let mut o = obs(true, false);
+        o.pm_free_bytes = o.write_bytes;
+        assert_eq!(place("ziggurat", &o), Placement::Pm);
+    }
+
+    #[test]
+    fn without_block_tier_every_policy_uses_pm() {
+        for name in placement_policy_names() {
+            for (s, l) in [(false, false), (false, true), (true, false), (true, true)] {
+                let mut o = full(obs(s, l));
+                o.first_block_tier = None;
+                assert_eq!(place(name, &o), Placement::Pm, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn pm_only_always_uses_pm() {
+        assert_eq!(place("pm-only", &full(obs(false, true))), Placement::Pm);
+    }
+
+    #[test]
+    fn block_first_sends_everything_via_cache() {
+        assert_eq!(
+            place("block-first", &obs(true, false)),
+            Placement::BlockViaCache { tier: 1 }
+        );
+    }
+
+    #[test]
+    fn user_pin_overrides_automatic_decision() {
+        let mut o = obs(false, true);
+        o.rule = Some(TierRule::Pin { tier: PM_TIER });
+        assert_eq!(place("ziggurat", &o), Placement::Pm);
+        assert_eq!(place("block-first", &o), Placement::Pm);
+
+        let mut o = obs(true, false);
+        o.rule = Some(TierRule::Pin { tier: 2 });
+        for name in placement_policy_names() {
+            assert_eq!(
+                place(name, &o),
+                Placement::BlockSyncWriteThrough { tier: 2 }
+            );
+        }
+        o.synchronous = false;
+        assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 2 });
+    }
+
+    #[test]
+    fn pin_to_pm_spills_when_pm_is_full() {
+        let mut o = full(obs(false, false));
+        o.rule = Some(TierRule::Pin { tier: PM_TIER });
+        assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 1 });
+    }
+
+    #[test]
+    fn placement_reports_its_tier() {
+        assert_eq!(Placement::Pm.tier(), PM_TIER);
+        assert_eq!(Placement::BlockViaCache { tier: 3 }.tier(), 3);
+        assert_eq!(
+            Placement::BlockSyncWriteThrough { tier: 2 }.to_string(),
+            "tier 2 write-through"
+        );
+    }
+}
