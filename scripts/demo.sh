@@ -7,7 +7,7 @@
 set -euo pipefail
 
 terrace=$1 pool=$2 size=$3 mnt=$4
-rel_mnt=$(realpath --relative-to="$PWD" "$mnt" 2>/dev/null || echo "$mnt")
+rel_mnt=$(realpath -m --relative-to="$PWD" "$mnt" 2>/dev/null || echo "$mnt")
 case $rel_mnt in /*) ;; *) rel_mnt=./$rel_mnt ;; esac
 
 is_mounted() { awk -v m="$1" '$2 == m { found = 1 } END { exit !found }' /proc/self/mounts; }

@@ -81,6 +81,8 @@ pub struct Fs {
     pub(crate) report: MountReport,
     pub(crate) unmounted: std::sync::atomic::AtomicBool,
     pub(crate) atime: parking_lot::RwLock<AtimeMode>,
+    /// Mounted block tiers, in tier-id order.
+    pub(crate) tiers: Vec<crate::tier::BlockTier>,
 }
 
 /// When reads update the access time.
@@ -104,8 +106,55 @@ pub fn now_ns() -> i64 {
 impl Fs {
     /// Opens (mounts) a pool: runs recovery and marks the pool in use.
     pub fn mount(media: Arc<dyn PmMedia>) -> Result<Fs, OpenError> {
-        let sc = scan(&*media, true, &mut |_, _| {})?;
-        Fs::from_scan(media, sc)
+        Fs::mount_with_tiers(media, Vec::new())
+    }
+
+    /// Opens (mounts) a pool with its block tiers: `(tier id, device)` for each
+    /// block tier of the superblock. A tier that holds data must be given.
+    pub fn mount_with_tiers(
+        media: Arc<dyn PmMedia>,
+        devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)>,
+    ) -> Result<Fs, OpenError> {
+        // Refuse before writing anything when a tier that holds data is missing.
+        let sc = scan(&*media, false, &mut |_, _| {})?;
+        for (tier, runs) in &sc.block_used {
+            if !runs.is_empty() && !devices.iter().any(|(id, _)| id == tier) {
+                return Err(OpenError::MissingTier(*tier));
+            }
+        }
+        let mut sc = sc;
+        crate::recovery::finish_recovery(&*media, &mut sc);
+        let mut tiers = Vec::new();
+        for (id, dev) in devices {
+            let Some(rec) = sc
+                .sb
+                .tiers
+                .iter()
+                .find(|t| t.id == id && t.kind != terrace_format::TierKind::Pm)
+            else {
+                return Err(OpenError::Corrupt(format!(
+                    "the pool has no block tier {id}"
+                )));
+            };
+            let blocks = rec.size.min(dev.len()) / BLOCK_SIZE;
+            let used = sc.block_used.get(&id).cloned().unwrap_or_default();
+            let space = crate::tier::ExtentSpace::new(
+                blocks,
+                (rec.extent_size as u64 / BLOCK_SIZE).max(1),
+                used,
+            )
+            .map_err(|e| OpenError::Corrupt(format!("tier {id}: {e}")))?;
+            tiers.push(crate::tier::BlockTier {
+                id,
+                kind: rec.kind,
+                media: dev,
+                space,
+            });
+        }
+        tiers.sort_by_key(|t| t.id);
+        let mut fs = Fs::from_scan(media, sc)?;
+        fs.tiers = tiers;
+        Ok(fs)
     }
 
     fn from_scan(media: Arc<dyn PmMedia>, sc: Scan) -> Result<Fs, OpenError> {
@@ -116,6 +165,7 @@ impl Fs {
             orphans,
             rolled_back,
             alloc,
+            ..
         } = sc;
         let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
         if let Some(first) = fatal.first() {
@@ -163,6 +213,7 @@ impl Fs {
             report,
             unmounted: std::sync::atomic::AtomicBool::new(false),
             atime: parking_lot::RwLock::new(AtimeMode::default()),
+            tiers: Vec::new(),
         })
     }
 
@@ -236,8 +287,13 @@ impl Fs {
     /// Returns physical runs to their tier's allocator.
     pub(crate) fn free_runs(&self, runs: Vec<Released>) {
         for (tier, block, n) in runs {
-            if tier == 0 && n > 0 {
+            if n == 0 {
+                continue;
+            }
+            if tier == 0 {
                 self.alloc.free_run(block, n);
+            } else if let Some(t) = self.tiers.iter().find(|t| t.id == tier) {
+                t.space.release(block, n);
             }
         }
     }
@@ -433,6 +489,28 @@ impl Fs {
                 "pool ends at {}, runs end at {expect}",
                 sb.pool_start + sb.pool_blocks
             ));
+        }
+        drop(sb);
+        // Block tiers: the valid counts must equal what live extents reference.
+        for t in &self.tiers {
+            let mut referenced = 0;
+            for slot in &self.table {
+                if let Some(i) = slot.lock().as_ref() {
+                    referenced += i
+                        .extents
+                        .iter()
+                        .filter(|(_, e)| e.tier == t.id)
+                        .map(|(_, e)| e.blocks)
+                        .sum::<u64>();
+                }
+            }
+            let valid = t.space.stats().valid_blocks;
+            if valid != referenced {
+                return Err(format!(
+                    "tier {}: {valid} valid blocks counted, {referenced} referenced",
+                    t.id
+                ));
+            }
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 //! `recovery` (mount) and `fsck`.
 
 pub mod alloc;
+pub mod data;
 pub mod fs;
 pub mod fsck;
 pub mod inode;
@@ -17,6 +18,7 @@ pub mod ops_dir;
 pub mod ops_file;
 pub mod recovery;
 pub mod status;
+pub mod tier;
 pub mod types;
 
 pub use fs::{AtimeMode, Fs, MountReport};

@@ -110,7 +110,7 @@ impl Fs {
         if i.kind != FileType::Symlink {
             return Err(errno(libc::EINVAL));
         }
-        Ok(self.read_locked(i, 0, i.attr.size as usize))
+        self.read_locked(i, 0, i.attr.size as usize)
     }
 
     fn create_inode(

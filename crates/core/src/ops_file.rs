@@ -10,6 +10,7 @@
 //! Invariant: bytes of a mapped block past the file size read as zero (truncate
 //! and hole punching zero the partial block they cut).
 
+use crate::data::DataRuns;
 use crate::fs::{now_ns, Fs};
 use crate::inode::Inode;
 use crate::types::*;
@@ -19,6 +20,28 @@ use terrace_format::{Entry, WriteEntry, BLOCK_SIZE, XATTR_NAME_MAX, XATTR_VALUE_
 /// Largest file size (16 TiB, as ext4 with 4 KiB blocks).
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
 const BS: u64 = BLOCK_SIZE;
+
+/// One write entry per run of `d`, covering file blocks from `first` on.
+fn write_entries(d: &DataRuns, first: u64, counter: u8, size_after: u64, mtime: i64) -> Vec<Entry> {
+    let mut fb = first;
+    d.runs
+        .iter()
+        .map(|&(b, n)| {
+            let e = Entry::Write(WriteEntry {
+                file_block: fb,
+                blocks: n as u32,
+                tier: d.tier,
+                size_counter: counter,
+                wflags: 0,
+                block: b,
+                size_after,
+                mtime,
+            });
+            fb += n;
+            e
+        })
+        .collect()
+}
 
 /// `setxattr` flag: fail if the attribute exists.
 pub const XATTR_CREATE: i32 = 1;
@@ -78,7 +101,7 @@ impl Fs {
             FileType::Directory => return Err(errno(libc::EISDIR)),
             _ => return Err(errno(libc::EINVAL)),
         }
-        let data = self.read_locked(i, off, size);
+        let data = self.read_locked(i, off, size)?;
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_read
@@ -97,9 +120,9 @@ impl Fs {
     }
 
     /// Reads from a locked inode without side effects.
-    pub(crate) fn read_locked(&self, i: &Inode, off: u64, size: usize) -> Vec<u8> {
+    pub(crate) fn read_locked(&self, i: &Inode, off: u64, size: usize) -> FsResult<Vec<u8>> {
         if off >= i.attr.size {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let end = (off + size as u64).min(i.attr.size);
         let mut out = vec![0u8; (end - off) as usize];
@@ -109,11 +132,8 @@ impl Fs {
             match i.extents.find(fb) {
                 Some((s, e)) => {
                     let run_end = ((s + e.blocks) * BS).min(end);
-                    let phys = (e.block + (fb - s)) * BS + pos % BS;
                     let dst = &mut out[(pos - off) as usize..(run_end - off) as usize];
-                    if e.tier == 0 {
-                        self.media.read(phys, dst);
-                    }
+                    self.read_data(e.tier, e.block + (fb - s), pos % BS, dst)?;
                     pos = run_end;
                 }
                 None => {
@@ -127,7 +147,7 @@ impl Fs {
                 }
             }
         }
-        out
+        Ok(out)
     }
 
     /// Writes `data` at `off`; returns the bytes written (all of them).
@@ -149,58 +169,36 @@ impl Fs {
             return Err(errno(libc::EFBIG));
         }
         let now = now_ns();
-        let entries_from =
-            |runs: &[(u64, u64)], first: u64, size_after: u64, mtime: i64| -> Vec<Entry> {
-                let mut fb = first;
-                runs.iter()
-                    .map(|&(b, n)| {
-                        let e = Entry::Write(WriteEntry {
-                            file_block: fb,
-                            blocks: n as u32,
-                            tier: 0,
-                            size_counter: 0,
-                            wflags: 0,
-                            block: b,
-                            size_after,
-                            mtime,
-                        });
-                        fb += n;
-                        e
-                    })
-                    .collect()
-            };
         let fb0 = off / BS;
         let fb1 = (end - 1) / BS;
         let nblocks = fb1 - fb0 + 1;
-        let runs = self
-            .alloc
-            .alloc(nblocks)
-            .ok_or_else(|| errno(libc::ENOSPC))?;
         let head = (off % BS) as usize;
         let mut buf = vec![0u8; (nblocks * BS) as usize];
         if head != 0 {
-            let old = self.read_locked(i, fb0 * BS, BS as usize);
+            let old = self.read_locked(i, fb0 * BS, BS as usize)?;
             buf[..old.len()].copy_from_slice(&old);
         }
         if end % BS != 0 && (fb1 != fb0 || head == 0) {
-            let old = self.read_locked(i, fb1 * BS, BS as usize);
+            let old = self.read_locked(i, fb1 * BS, BS as usize)?;
             let at = ((fb1 - fb0) * BS) as usize;
             buf[at..at + old.len()].copy_from_slice(&old);
         }
         buf[head..head + data.len()].copy_from_slice(data);
-        let mut at = 0usize;
-        for &(b, n) in &runs {
-            let len = (n * BS) as usize;
-            self.media.write(b * BS, &buf[at..at + len]);
-            self.media.flush(b * BS, n * BS);
-            at += len;
+        // Ziggurat's write-size predictor: inherit the overwritten entry's counter.
+        let counter = terrace_policy::size_predictor::next_counter(
+            (fb0, nblocks),
+            i.extents.find(fb0).map(|(s, e)| (s, e.blocks, e.counter)),
+            &terrace_policy::size_predictor::SizeParams::default(),
+        );
+        let d = self.alloc_data(nblocks)?;
+        if let Err(e) = self.store_data(&d, &buf) {
+            self.release_data(d);
+            return Err(e);
         }
         let size_after = i.attr.size.max(end);
-        let entries = entries_from(&runs, fb0, size_after, now);
+        let entries = write_entries(&d, fb0, counter, size_after, now);
         if let Err(e) = self.commit_one(i, entries) {
-            for (b, n) in runs {
-                self.alloc.free_run(b, n);
-            }
+            self.release_data(d);
             return Err(e);
         }
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
@@ -228,27 +226,20 @@ impl Fs {
         to: usize,
         size_after: u64,
         mtime: i64,
-    ) -> FsResult<Option<(Entry, u64)>> {
+    ) -> FsResult<Option<(Entry, DataRuns)>> {
         if i.extents.find(fb).is_none() {
             return Ok(None);
         }
-        let mut blk = self.read_locked(i, fb * BS, BS as usize);
+        let mut blk = self.read_locked(i, fb * BS, BS as usize)?;
         blk.resize(BS as usize, 0);
         blk[from..to].fill(0);
-        let b = self.alloc.alloc_one().ok_or_else(|| errno(libc::ENOSPC))?;
-        self.media.write(b * BS, &blk);
-        self.media.flush(b * BS, BS);
-        let e = Entry::Write(WriteEntry {
-            file_block: fb,
-            blocks: 1,
-            tier: 0,
-            size_counter: 0,
-            wflags: 0,
-            block: b,
-            size_after,
-            mtime,
-        });
-        Ok(Some((e, b)))
+        let d = self.alloc_data(1)?;
+        if let Err(e) = self.store_data(&d, &blk) {
+            self.release_data(d);
+            return Err(e);
+        }
+        let e = write_entries(&d, fb, 0, size_after, mtime).remove(0);
+        Ok(Some((e, d)))
     }
 
     /// Changes attributes (chmod, chown, truncate, utimes).
@@ -315,8 +306,8 @@ impl Fs {
         a.ctime = s.ctime.unwrap_or(now);
         entries.push(Entry::Attr(a));
         if let Err(e) = self.commit_one(i, entries) {
-            for b in new_blocks {
-                self.alloc.free_run(b, 1);
+            for d in new_blocks {
+                self.release_data(d);
             }
             return Err(e);
         }
@@ -342,7 +333,7 @@ impl Fs {
         let now = now_ns();
         let mut a = i.attr;
         let mut entries = Vec::new();
-        let mut taken: Vec<(u64, u64)> = Vec::new();
+        let mut taken: Vec<DataRuns> = Vec::new();
         let result = (|| -> FsResult<()> {
             match mode {
                 FallocateMode::Allocate | FallocateMode::AllocateKeepSize => {
@@ -363,32 +354,15 @@ impl Fs {
                             .unwrap_or(u64::MAX)
                             .min(last + 1);
                         let mut need = hole_end - fb;
+                        let zero = vec![0u8; (256 * BS) as usize];
                         while need > 0 {
-                            let chunk = need.min(u32::MAX as u64 / 2);
-                            let runs =
-                                self.alloc.alloc(chunk).ok_or_else(|| errno(libc::ENOSPC))?;
-                            for &(b, n) in &runs {
-                                taken.push((b, n));
-                                let zero = vec![0u8; (n * BS).min(1 << 20) as usize];
-                                let mut w = 0;
-                                while w < n * BS {
-                                    let k = (n * BS - w).min(zero.len() as u64);
-                                    self.media.write(b * BS + w, &zero[..k as usize]);
-                                    w += k;
-                                }
-                                self.media.flush(b * BS, n * BS);
-                                entries.push(Entry::Write(WriteEntry {
-                                    file_block: fb,
-                                    blocks: n as u32,
-                                    tier: 0,
-                                    size_counter: 0,
-                                    wflags: 0,
-                                    block: b,
-                                    size_after: a.size,
-                                    mtime: a.mtime,
-                                }));
-                                fb += n;
-                            }
+                            let chunk = need.min(256);
+                            let d = self.alloc_data(chunk)?;
+                            let stored = self.store_data(&d, &zero[..(chunk * BS) as usize]);
+                            entries.extend(write_entries(&d, fb, 0, a.size, a.mtime));
+                            taken.push(d);
+                            stored?;
+                            fb += chunk;
                             need -= chunk;
                         }
                     }
@@ -410,7 +384,7 @@ impl Fs {
                             self.zeroed_block(i, fb, (off % BS) as usize, to, a.size, a.mtime)?
                         {
                             entries.push(e);
-                            taken.push((b, 1));
+                            taken.push(b);
                         }
                     }
                     if end_full > first_full {
@@ -427,7 +401,7 @@ impl Fs {
                             self.zeroed_block(i, end / BS, 0, (end % BS) as usize, a.size, a.mtime)?
                         {
                             entries.push(e);
-                            taken.push((b, 1));
+                            taken.push(b);
                         }
                     }
                     a.mtime = now;
@@ -438,8 +412,8 @@ impl Fs {
             self.commit_one(i, std::mem::take(&mut entries))
         })();
         if result.is_err() {
-            for (b, n) in taken {
-                self.alloc.free_run(b, n);
+            for d in taken {
+                self.release_data(d);
             }
         }
         result

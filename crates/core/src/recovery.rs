@@ -35,6 +35,8 @@ pub enum OpenError {
     Corrupt(String),
     /// Both superblock copies are unusable (fsck cannot rebuild them).
     BadSuperblock(String),
+    /// A block tier that holds data was not given to mount.
+    MissingTier(u8),
 }
 
 impl std::fmt::Display for OpenError {
@@ -50,6 +52,9 @@ impl std::fmt::Display for OpenError {
                 write!(f, "pool is corrupt: {why}; run `terrace fsck --repair`")
             }
             OpenError::BadSuperblock(why) => write!(f, "pool is corrupt: {why}"),
+            OpenError::MissingTier(t) => {
+                write!(f, "block tier {t} holds data but its device is missing")
+            }
         }
     }
 }
@@ -165,6 +170,8 @@ pub struct Scan {
     pub rolled_back: usize,
     /// The allocator (None when block ownership is inconsistent).
     pub alloc: Option<PageAllocator>,
+    /// Runs that live write entries use on each block tier.
+    pub block_used: std::collections::BTreeMap<u8, Vec<Run>>,
 }
 
 /// Reads and checks both superblock copies.
@@ -259,18 +266,27 @@ pub fn scan(
     };
     let mut sc = scan_view(&view, sb, problems, progress);
     sc.rolled_back = rolled_back;
-    if write && !sc.problems.iter().any(|p| p.blocks_mount()) {
-        if let Err((slot, what)) = crate::journal::recover(media, true) {
-            sc.problems.push(Problem::BadJournal { slot, what });
-            return Ok(sc);
-        }
-        for o in &sc.orphans {
-            media.store_u64(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 0);
-            media.flush(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 8);
-        }
-        media.fence();
+    if write {
+        finish_recovery(media, &mut sc);
     }
     Ok(sc)
+}
+
+/// The writing half of recovery, after a read-only [`scan`]: when nothing found
+/// blocks a mount, rolls back open journal transactions and frees orphans.
+pub fn finish_recovery(media: &dyn PmMedia, sc: &mut Scan) {
+    if sc.problems.iter().any(|p| p.blocks_mount()) {
+        return;
+    }
+    if let Err((slot, what)) = crate::journal::recover(media, true) {
+        sc.problems.push(Problem::BadJournal { slot, what });
+        return;
+    }
+    for o in &sc.orphans {
+        media.store_u64(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 0);
+        media.flush(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 8);
+    }
+    media.fence();
 }
 
 fn scan_view(
@@ -405,6 +421,7 @@ fn scan_view(
     }
     // Block ownership.
     let mut used: Vec<(Run, Ino)> = Vec::new();
+    let mut block_used: std::collections::BTreeMap<u8, Vec<(Run, Ino)>> = Default::default();
     for ino in &keys {
         let inode = &inodes[ino];
         for p in &inode.log.pages {
@@ -412,6 +429,27 @@ fn scan_view(
         }
         for (fb, e) in inode.extents.iter() {
             if e.tier != 0 {
+                let rec = sb
+                    .tiers
+                    .iter()
+                    .find(|t| t.id == e.tier && t.kind != terrace_format::TierKind::Pm);
+                match rec {
+                    Some(r) if e.block + e.blocks <= r.size / BLOCK_SIZE => block_used
+                        .entry(e.tier)
+                        .or_default()
+                        .push(((e.block, e.blocks), *ino)),
+                    Some(_) => problems.push(Problem::BlockOwnership {
+                        ino: *ino,
+                        what: format!("file block {fb} maps beyond the end of tier {}", e.tier),
+                    }),
+                    None => problems.push(Problem::BlockOwnership {
+                        ino: *ino,
+                        what: format!(
+                            "file block {fb} maps to tier {}, which the pool does not have",
+                            e.tier
+                        ),
+                    }),
+                }
                 continue;
             }
             if e.block < sb.pool_start || e.block + e.blocks > sb.pool_start + sb.pool_blocks {
@@ -423,6 +461,21 @@ fn scan_view(
             }
             used.push(((e.block, e.blocks), *ino));
         }
+    }
+    let mut block_used_runs = std::collections::BTreeMap::new();
+    for (tier, mut runs) in block_used {
+        runs.sort_unstable();
+        for w in runs.windows(2) {
+            let ((s0, n0), i0) = w[0];
+            let ((s1, _), i1) = w[1];
+            if s0 + n0 > s1 {
+                problems.push(Problem::BlockOwnership {
+                    ino: i1,
+                    what: format!("block {s1} of tier {tier} is also owned by inode {i0}"),
+                });
+            }
+        }
+        block_used_runs.insert(tier, runs.into_iter().map(|x| x.0).collect::<Vec<Run>>());
     }
     used.sort_unstable();
     let mut ownership_ok = true;
@@ -459,5 +512,6 @@ fn scan_view(
         orphans,
         rolled_back: 0,
         alloc,
+        block_used: block_used_runs,
     }
 }

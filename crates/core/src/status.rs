@@ -18,8 +18,42 @@ pub struct TierStatus {
     pub capacity: u64,
     /// Bytes in use.
     pub used: u64,
-    /// Whether this build places data on it yet.
+    /// Whether the tier is mounted (block tiers need their device).
     pub active: bool,
+    /// Extent bookkeeping (block tiers).
+    pub extents: Option<crate::tier::SpaceStats>,
+    /// Requests and bytes sent to the device since mount (block tiers).
+    pub io: Option<IoStats>,
+}
+
+/// Requests a block device served since mount.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct IoStats {
+    /// Read requests.
+    pub read_requests: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Write requests.
+    pub write_requests: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Average write request in bytes.
+    pub avg_write_bytes: u64,
+    /// Cache flushes (fdatasync).
+    pub syncs: u64,
+}
+
+impl From<terrace_media::BlockStats> for IoStats {
+    fn from(b: terrace_media::BlockStats) -> IoStats {
+        IoStats {
+            read_requests: b.read_requests,
+            read_bytes: b.read_bytes,
+            write_requests: b.write_requests,
+            write_bytes: b.write_bytes,
+            avg_write_bytes: b.avg_write_bytes(),
+            syncs: b.syncs,
+        }
+    }
 }
 
 /// Status of a mounted pool.
@@ -96,13 +130,23 @@ impl Fs {
         let tiers = sb
             .tiers
             .iter()
-            .map(|t| TierStatus {
-                id: t.id,
-                kind: t.kind.name(),
-                path: t.path.clone(),
-                capacity: if t.id == 0 { pool_bytes } else { t.size },
-                used: if t.id == 0 { used } else { 0 },
-                active: t.id == 0,
+            .map(|t| {
+                let mounted = self.tiers.iter().find(|b| b.id == t.id);
+                let extents = mounted.map(|b| b.space.stats());
+                TierStatus {
+                    id: t.id,
+                    kind: t.kind.name(),
+                    path: t.path.clone(),
+                    capacity: if t.id == 0 { pool_bytes } else { t.size },
+                    used: match (t.id, extents) {
+                        (0, _) => used,
+                        (_, Some(e)) => e.valid_blocks * BLOCK_SIZE,
+                        _ => 0,
+                    },
+                    active: t.id == 0 || mounted.is_some(),
+                    extents,
+                    io: mounted.map(|b| b.media.stats().into()),
+                }
             })
             .collect();
         let c = &self.counters;

@@ -8,8 +8,10 @@
 //!   `access` just says yes.
 //! - No writeback cache: every `write()` reaches the core (the placement
 //!   predictor must see the real write sizes). Files are opened with
-//!   `FOPEN_KEEP_CACHE` because every change goes through this daemon, so the
-//!   kernel's page cache never goes stale.
+//!   `FOPEN_DIRECT_IO` when the kernel offers `FUSE_DIRECT_IO_ALLOW_MMAP`, so a
+//!   write() of up to 1 MiB is one request and one atomic commit (through the
+//!   page cache the kernel splits writes at partial pages); otherwise with
+//!   `FOPEN_KEEP_CACHE`.
 //! - Locks (`getlk`/`setlk`) are not implemented: fuser does not ask for
 //!   `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`, so the kernel keeps POSIX locks and
 //!   flocks locally, which is correct for a single-host file system.
@@ -48,6 +50,8 @@ pub struct FuseAdapter {
     killpriv: bool,
     /// Sends invalidations to the kernel (set once the session exists).
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    /// Files are opened with `FOPEN_DIRECT_IO` (the kernel allows mmap of them).
+    direct_io: bool,
 }
 
 impl FuseAdapter {
@@ -57,12 +61,23 @@ impl FuseAdapter {
             fs,
             killpriv: false,
             notifier: Arc::default(),
+            direct_io: false,
         }
     }
 
     /// The core file system.
     pub fn fs(&self) -> &Arc<Fs> {
         &self.fs
+    }
+
+    /// How regular files are opened: direct I/O when the kernel allows mmap of
+    /// direct-I/O files (atomic writes), else through a kept page cache.
+    fn open_flags(&self) -> FopenFlags {
+        if self.direct_io {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        }
     }
 }
 
@@ -214,6 +229,13 @@ impl Filesystem for FuseAdapter {
         // write (one more round trip per write); with it, we kill privileges.
         self.killpriv = config
             .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
+        // Direct I/O makes one write() (up to max_write) one FUSE request, so the
+        // core commits it atomically; through the page cache the kernel splits a
+        // write at a partial, not-uptodate page. Shared mmap then needs
+        // FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6+); without it we keep the page cache.
+        self.direct_io = config
+            .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
             .is_ok();
         Ok(())
     }
@@ -399,7 +421,7 @@ impl Filesystem for FuseAdapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open(ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -642,7 +664,7 @@ impl Filesystem for FuseAdapter {
                 &file_attr(&attr),
                 Generation(u64::from(attr.generation)),
                 FileHandle(fh),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                self.open_flags(),
             ),
             Err(e) => {
                 // The kernel never learns of the entry: drop the reference mknod counted.

@@ -449,7 +449,25 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
     } = p;
     let files = util::run_files(&mnt);
     let listener = prepare_run_files(&files, &cfg.mountpoint)?;
-    let fs = match Fs::mount(Arc::new(pm)) {
+    let mut devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
+    for t in sb.tiers.iter().filter(|t| t.id != 0) {
+        match terrace_media::BlockFile::open(&t.path) {
+            Ok(f) => {
+                if let Some(why) = f.fallback_reason() {
+                    log(format!("warning: tier {} ({}): {why}", t.id, t.path));
+                }
+                devices.push((t.id, Arc::new(f)));
+            }
+            Err(e) => {
+                remove_run_files(&files);
+                return Err(CliError::at(
+                    &cfg.pool,
+                    format!("tier {} ({}): {e}", t.id, t.path),
+                ));
+            }
+        }
+    }
+    let fs = match Fs::mount_with_tiers(Arc::new(pm), devices) {
         Ok(f) => Arc::new(f),
         Err(e) => {
             remove_run_files(&files);

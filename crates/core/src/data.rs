@@ -1,0 +1,105 @@
+//! Where file data goes and how it is read back, across tiers.
+//!
+//! Today's placement: the PM tier while it has room beyond a reserve kept for
+//! logs, else the first block tier with room (written and synced before the
+//! write entry that references it commits). The predictors of `terrace-policy`
+//! steer writes once the DRAM page cache lands (issue 3); the write-size counter
+//! is already computed and stored in every write entry.
+
+use crate::alloc::Run;
+use crate::fs::Fs;
+use crate::types::{errno, FsResult};
+use terrace_format::BLOCK_SIZE;
+
+const BS: u64 = BLOCK_SIZE;
+
+/// Blocks allocated for new data on one tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataRuns {
+    /// Tier id (0 = PM).
+    pub tier: u8,
+    /// Runs of blocks on that tier.
+    pub runs: Vec<Run>,
+}
+
+impl Fs {
+    /// PM blocks kept free for log pages: data stops going to PM below this.
+    pub(crate) fn pm_reserve_blocks(&self) -> u64 {
+        (self.alloc.total() / 64).max(32)
+    }
+
+    /// Allocates `n` blocks for file data (all on one tier). ENOSPC only when
+    /// no tier has room.
+    pub(crate) fn alloc_data(&self, n: u64) -> FsResult<DataRuns> {
+        if self.alloc.free() >= n + self.pm_reserve_blocks() || self.tiers.is_empty() {
+            if let Some(runs) = self.alloc.alloc(n) {
+                return Ok(DataRuns { tier: 0, runs });
+            }
+        }
+        for t in &self.tiers {
+            if let Some(runs) = t.space.alloc(n) {
+                return Ok(DataRuns { tier: t.id, runs });
+            }
+        }
+        Err(errno(libc::ENOSPC))
+    }
+
+    /// Writes `buf` (whole blocks, in run order) and makes it durable before
+    /// anything may reference it: flushed on PM (the commit's fence orders it),
+    /// written and synced on a block tier.
+    pub(crate) fn store_data(&self, d: &DataRuns, buf: &[u8]) -> FsResult<()> {
+        let mut at = 0usize;
+        if d.tier == 0 {
+            for &(b, n) in &d.runs {
+                let len = (n * BS) as usize;
+                self.media.write(b * BS, &buf[at..at + len]);
+                self.media.flush(b * BS, n * BS);
+                at += len;
+            }
+            return Ok(());
+        }
+        let t = self.tier(d.tier)?;
+        for &(b, n) in &d.runs {
+            let len = (n * BS) as usize;
+            t.media.write_blocks(b, &buf[at..at + len])?;
+            at += len;
+        }
+        t.media.sync()
+    }
+
+    /// Returns allocated but unused blocks.
+    pub(crate) fn release_data(&self, d: DataRuns) {
+        self.free_runs(d.runs.into_iter().map(|(b, n)| (d.tier, b, n)).collect());
+    }
+
+    /// The mounted block tier `id`.
+    pub(crate) fn tier(&self, id: u8) -> FsResult<&crate::tier::BlockTier> {
+        self.tiers
+            .iter()
+            .find(|t| t.id == id)
+            .ok_or_else(|| errno(libc::EIO))
+    }
+
+    /// Reads `dst.len()` bytes starting `off_in_block` bytes into block `block`
+    /// of tier `tier`.
+    pub(crate) fn read_data(
+        &self,
+        tier: u8,
+        block: u64,
+        off_in_block: u64,
+        dst: &mut [u8],
+    ) -> FsResult<()> {
+        if tier == 0 {
+            self.media.read(block * BS + off_in_block, dst);
+            return Ok(());
+        }
+        let t = self.tier(tier)?;
+        let first = block + off_in_block / BS;
+        let skip = (off_in_block % BS) as usize;
+        let nblocks = (skip + dst.len()).div_ceil(BS as usize);
+        let mut buf = vec![0u8; nblocks * BS as usize];
+        t.media.read_blocks(first, &mut buf)?;
+        dst.copy_from_slice(&buf[skip..skip + dst.len()]);
+        Ok(())
+    }
+}

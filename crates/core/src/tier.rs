@@ -1,0 +1,249 @@
+//! Block tiers (SSD, HDD): space managed as NVMFS extents, written non-overwrite.
+//!
+//! A tier is cut into extents of `extent_blocks` blocks (512 KiB by default);
+//! extent 0 holds the tier header and is never allocated. New data is appended
+//! to the *open* extent, block after block, so consecutive writes become
+//! sequential requests; when it is full a free extent is opened. A block is never
+//! written again while an extent holds it: overwriting file data writes fresh
+//! blocks elsewhere and only decrements the old extent's valid count. An extent
+//! returns to the free set when its valid count reaches zero; extents that stay
+//! partly valid are what the cleaner (extent recycling, issue 4) will compact.
+//!
+//! Like the PM allocator, this state is not stored: at mount the valid counts
+//! are rebuilt from the live write entries that point at the tier (the reverse
+//! map "which inode owns this block" is the same derivation, kept by `fsck`).
+//! Because a block is only reused once no committed entry references it, and
+//! data is synced before the entry that references it commits, a crash can
+//! never expose stale or unsynced data.
+
+use crate::alloc::Run;
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use terrace_media::BlockMedia;
+
+/// Space bookkeeping of one block tier.
+#[derive(Debug)]
+pub struct ExtentSpace {
+    extent_blocks: u64,
+    extents: u64,
+    inner: Mutex<SpaceInner>,
+}
+
+#[derive(Debug)]
+struct SpaceInner {
+    free: BTreeSet<u64>,
+    valid: Vec<u32>,
+    /// Open extent and the next block offset in it.
+    open: Option<(u64, u64)>,
+    free_blocks: u64,
+}
+
+/// Numbers `terrace status` shows for a tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SpaceStats {
+    /// Extents in the tier (extent 0 excluded).
+    pub extents: u64,
+    /// Extents with no valid block.
+    pub free_extents: u64,
+    /// Blocks holding live data.
+    pub valid_blocks: u64,
+    /// Blocks that can still be allocated (free extents + rest of the open one).
+    pub free_blocks: u64,
+    /// Ideal extent use / actual extent use, in percent (100 = no fragmentation).
+    pub fragmentation_pct: u64,
+}
+
+impl ExtentSpace {
+    /// A tier of `blocks` blocks in extents of `extent_blocks`, with the runs in
+    /// `used` (from live write entries) valid. Fails when a run leaves the tier
+    /// or overlaps another.
+    pub fn new(blocks: u64, extent_blocks: u64, mut used: Vec<Run>) -> Result<ExtentSpace, String> {
+        let extent_blocks = extent_blocks.max(1);
+        let extents = blocks / extent_blocks;
+        let mut valid = vec![0u32; extents as usize];
+        used.sort_unstable();
+        let mut prev_end = extent_blocks;
+        for &(s, n) in &used {
+            if s < prev_end {
+                return Err(format!(
+                    "block {s} is owned twice or lies in the tier header"
+                ));
+            }
+            if s + n > extents * extent_blocks {
+                return Err(format!("blocks {s}+{n} lie beyond the end of the tier"));
+            }
+            prev_end = s + n;
+            let mut b = s;
+            while b < s + n {
+                let e = b / extent_blocks;
+                let in_e = ((e + 1) * extent_blocks).min(s + n) - b;
+                valid[e as usize] += in_e as u32;
+                b += in_e;
+            }
+        }
+        let free: BTreeSet<u64> = (1..extents).filter(|&e| valid[e as usize] == 0).collect();
+        let free_blocks = free.len() as u64 * extent_blocks;
+        Ok(ExtentSpace {
+            extent_blocks,
+            extents,
+            inner: Mutex::new(SpaceInner {
+                free,
+                valid,
+                open: None,
+                free_blocks,
+            }),
+        })
+    }
+
+    /// Allocates `n` blocks, appending to the open extent (all or nothing).
+    pub fn alloc(&self, n: u64) -> Option<Vec<Run>> {
+        let mut g = self.inner.lock();
+        if g.free_blocks < n {
+            return None;
+        }
+        let mut runs: Vec<Run> = Vec::new();
+        let mut need = n;
+        while need > 0 {
+            let (e, off) = match g.open {
+                Some((e, off)) if off < self.extent_blocks => (e, off),
+                _ => {
+                    let e = g
+                        .free
+                        .pop_first()
+                        .expect("free count says an extent is free");
+                    g.open = Some((e, 0));
+                    (e, 0)
+                }
+            };
+            let take = (self.extent_blocks - off).min(need);
+            let start = e * self.extent_blocks + off;
+            match runs.last_mut() {
+                Some(last) if last.0 + last.1 == start => last.1 += take,
+                _ => runs.push((start, take)),
+            }
+            g.valid[e as usize] += take as u32;
+            g.open = Some((e, off + take));
+            g.free_blocks -= take;
+            need -= take;
+        }
+        Some(runs)
+    }
+
+    /// Marks a run no longer referenced; whole extents that become empty are freed.
+    pub fn release(&self, s: u64, n: u64) {
+        let mut g = self.inner.lock();
+        let mut b = s;
+        while b < s + n {
+            let e = b / self.extent_blocks;
+            let in_e = ((e + 1) * self.extent_blocks).min(s + n) - b;
+            let v = &mut g.valid[e as usize];
+            debug_assert!(
+                *v as u64 >= in_e,
+                "releasing more blocks than extent {e} holds"
+            );
+            *v = v.saturating_sub(in_e as u32);
+            if *v == 0 {
+                match g.open {
+                    Some((oe, off)) if oe == e => {
+                        // The open extent empties: rewind it instead of freeing it.
+                        g.free_blocks += off;
+                        g.open = Some((e, 0));
+                    }
+                    _ => {
+                        g.free.insert(e);
+                        g.free_blocks += self.extent_blocks;
+                    }
+                }
+            }
+            b += in_e;
+        }
+    }
+
+    /// Current numbers.
+    pub fn stats(&self) -> SpaceStats {
+        let g = self.inner.lock();
+        let valid_blocks: u64 = g.valid.iter().map(|&v| v as u64).sum();
+        let used_extents = g.valid.iter().skip(1).filter(|&&v| v > 0).count() as u64;
+        let ideal = valid_blocks.div_ceil(self.extent_blocks);
+        SpaceStats {
+            extents: self.extents.saturating_sub(1),
+            free_extents: g.free.len() as u64,
+            valid_blocks,
+            free_blocks: g.free_blocks,
+            fragmentation_pct: (ideal * 100).checked_div(used_extents).unwrap_or(100),
+        }
+    }
+
+    /// Blocks per extent.
+    pub fn extent_blocks(&self) -> u64 {
+        self.extent_blocks
+    }
+}
+
+/// A mounted block tier.
+pub struct BlockTier {
+    /// Tier id (as in write entries).
+    pub id: u8,
+    /// `ssd` or `hdd`.
+    pub kind: terrace_format::TierKind,
+    /// The device.
+    pub media: Arc<dyn BlockMedia>,
+    /// Its space.
+    pub space: ExtentSpace,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_appends_sequentially_across_extents() {
+        let s = ExtentSpace::new(128 * 10, 128, vec![]).unwrap();
+        assert_eq!(s.alloc(100).unwrap(), vec![(128, 100)]);
+        assert_eq!(s.alloc(100).unwrap(), vec![(228, 100)]);
+        assert_eq!(s.stats().free_extents, 7);
+    }
+
+    #[test]
+    fn overwritten_blocks_are_not_reused_until_their_extent_empties() {
+        let s = ExtentSpace::new(128 * 4, 128, vec![]).unwrap();
+        let a = s.alloc(128).unwrap();
+        let b = s.alloc(10).unwrap();
+        s.release(a[0].0, 5);
+        assert_eq!(
+            s.alloc(1).unwrap(),
+            vec![(b[0].0 + 10, 1)],
+            "freed blocks of a partly valid extent must not be reused"
+        );
+        s.release(a[0].0 + 5, 123);
+        assert_eq!(
+            s.stats().free_extents,
+            2,
+            "the emptied extent is free again"
+        );
+        let st = s.stats();
+        assert_eq!(st.valid_blocks, 11);
+        assert_eq!(st.fragmentation_pct, 100);
+    }
+
+    #[test]
+    fn rebuilt_space_rejects_overlaps_and_counts_valid_blocks() {
+        assert!(ExtentSpace::new(128 * 4, 128, vec![(130, 10), (135, 2)]).is_err());
+        assert!(ExtentSpace::new(128 * 4, 128, vec![(0, 1)]).is_err());
+        let s = ExtentSpace::new(128 * 4, 128, vec![(130, 10), (300, 2)]).unwrap();
+        let st = s.stats();
+        assert_eq!(
+            (st.free_extents, st.valid_blocks, st.fragmentation_pct),
+            (1, 12, 50)
+        );
+    }
+
+    #[test]
+    fn full_tier_refuses_allocation_without_side_effects() {
+        let s = ExtentSpace::new(128 * 2, 128, vec![]).unwrap();
+        assert!(s.alloc(129).is_none());
+        assert_eq!(s.alloc(128).unwrap(), vec![(128, 128)]);
+        assert!(s.alloc(1).is_none());
+    }
+}

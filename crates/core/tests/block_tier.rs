@@ -1,0 +1,202 @@
+//! Block tiers: data spills from a full PM tier to an SSD tier, reads back
+//! across tiers and remounts, survives crashes, and device errors reach the
+//! application as EIO without damaging the pool.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use terrace_core::{format, FormatParams, Fs, OpenError};
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{
+    BlockMedia, CrashBlock, CrashMedia, FaultBlock, LossMode, MemBlock, MemMedia, PmMedia,
+};
+
+const SSD: u64 = 32 << 20;
+
+fn mkfs_tiered(pm: &dyn PmMedia, inodes: u64) {
+    let p = FormatParams {
+        uuid: [4; 16],
+        inode_count: inodes,
+        tiers: vec![
+            TierRecord {
+                id: 0,
+                kind: TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "pm".into(),
+            },
+            TierRecord {
+                id: 1,
+                kind: TierKind::Ssd,
+                size: SSD,
+                extent_size: DEFAULT_EXTENT_SIZE,
+                path: "ssd".into(),
+            },
+        ],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(pm, &p).unwrap();
+}
+
+fn mount_tiered(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
+    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
+}
+
+#[test]
+fn writes_spill_to_the_ssd_tier_when_pm_is_full_and_read_back_after_remount() {
+    let pm = Arc::new(MemMedia::new(2 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm, 64);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let a = fs.mknod(1, b"big", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let mut expect = Vec::new();
+    for i in 0..40u32 {
+        let chunk: Vec<u8> = (0..256 * 1024).map(|k| (k as u32 ^ i) as u8).collect();
+        fs.write(a.ino, expect.len() as u64, &chunk)
+            .expect("no ENOSPC while the SSD tier has room");
+        expect.extend_from_slice(&chunk);
+    }
+    let st = fs.status();
+    assert!(st.tiers[1].used > 0, "nothing reached the SSD tier");
+    assert!(st.tiers[1].io.unwrap().write_requests > 0);
+    assert_eq!(fs.read(a.ino, 0, expect.len()).unwrap(), expect);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_eq!(fs.read(a.ino, 0, expect.len()).unwrap(), expect);
+    // Overwrites free SSD blocks; deleting the file frees them all.
+    fs.unlink(1, b"big").unwrap();
+    assert_eq!(fs.status().tiers[1].used, 0);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn mounting_without_a_tier_that_holds_data_is_refused_without_writes() {
+    let pm = Arc::new(MemMedia::new(2 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm, 64);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    fs.write(a.ino, 0, &vec![1u8; 3 << 20]).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let before = pm.image();
+    assert_eq!(
+        Fs::mount(pm.clone() as Arc<dyn PmMedia>).err(),
+        Some(OpenError::MissingTier(1))
+    );
+    assert!(pm.image() == before);
+}
+
+#[test]
+fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
+    let pm = Arc::new(MemMedia::new(2 << 20));
+    let ssd = Arc::new(FaultBlock::new(MemBlock::new(SSD)));
+    mkfs_tiered(&*pm, 64);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = vec![9u8; 3 << 20];
+    fs.write(a.ino, 0, &data).unwrap();
+    ssd.fail_writes_after(0);
+    let err = fs.write(a.ino, 8 << 20, &vec![5u8; 2 << 20]).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    assert_eq!(
+        fs.getattr(a.ino).unwrap().size,
+        3 << 20,
+        "a failed write changed the size"
+    );
+    assert_eq!(fs.read(a.ino, 0, data.len()).unwrap(), data);
+    fs.check_allocator().unwrap();
+    ssd.heal();
+    fs.write(a.ino, 8 << 20, &vec![5u8; 2 << 20]).unwrap();
+    fs.unmount().unwrap();
+    let report = terrace_core::fsck::check(&*pm, &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+#[test]
+fn random_sequences_with_a_small_pm_tier_match_the_model() {
+    let base: u64 = std::env::var("TERRACE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("tiered model test: base seed {base}");
+    for k in 0..150 {
+        let seed = base.wrapping_add(k);
+        let pm = Arc::new(MemMedia::new(1 << 20));
+        let ssd = Arc::new(MemBlock::new(SSD));
+        mkfs_tiered(&*pm, 64);
+        let mut fs = mount_tiered(pm.clone(), ssd.clone());
+        let mut model = Model::default();
+        let mut rng = StdRng::seed_from_u64(seed);
+        for step in 0..60 {
+            if rng.gen_range(0..30) == 0 {
+                fs.unmount().unwrap();
+                drop(fs);
+                fs = mount_tiered(pm.clone(), ssd.clone());
+            }
+            let op = random_op(&model, &mut rng);
+            let want = apply_model(&mut model, &op);
+            let got = apply_fs(&fs, &op);
+            assert_eq!(got, want, "seed {seed} step {step}: {op:?}");
+            assert_same_tree(
+                &fs_tree(&fs),
+                &model.tree(),
+                &format!("seed {seed} step {step} {op:?}"),
+            );
+        }
+        fs.check_allocator()
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+#[test]
+fn crashes_during_spilled_writes_recover_to_before_or_after() {
+    let base: u64 = std::env::var("TERRACE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("tiered crash test: base seed {base}");
+    for k in 0..4 {
+        let seed = base.wrapping_add(k);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let pm = Arc::new(CrashMedia::new(1 << 20));
+        let ssd = Arc::new(CrashBlock::new(SSD));
+        mkfs_tiered(&*pm, 64);
+        let fs = mount_tiered(pm.clone(), ssd.clone());
+        let mut model = Model::default();
+        for step in 0..30 {
+            let op = random_op(&model, &mut rng);
+            let before = model.tree();
+            let want = apply_model(&mut model, &op);
+            let after = model.tree();
+            let (got, trace) = pm.trace(|| apply_fs(&fs, &op));
+            assert_eq!(got, want);
+            // Block data is synced before any PM commit of the operation.
+            let ssd_img = ssd.crash_image(terrace_media::BlockLoss::AllUnsynced);
+            let n = trace.len();
+            for kk in [rng.gen_range(0..=n), rng.gen_range(0..=n), n] {
+                let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
+                let pm2 = Arc::new(MemMedia::from_image(img));
+                let ssd2 = Arc::new(MemBlock::from_image(ssd_img.clone()));
+                let fs2 = mount_tiered(pm2, ssd2);
+                fs2.check_allocator().unwrap();
+                let t = fs_tree(&fs2);
+                let ctx = format!("seed {seed} step {step} {op:?} crash at {kk}/{n}");
+                if kk == n || before == after {
+                    assert_same_tree(&t, &after, &ctx);
+                } else {
+                    assert!(
+                        t == before || t == after,
+                        "{ctx}: neither before nor after:\n{}",
+                        diff_trees(&t, &after)
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,411 @@
+"""Bad input and full pools: every user mistake gives a one-line error and a
+non-zero exit, never a panic and never a write to the pool; a full pool fails
+with ENOSPC and loses nothing already written.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import helpers
+from helpers import assert_clean_error, sha256_file, terrace
+
+SB_A, SB_B = 0, 4096  # superblock copies: blocks 0 and 1 (docs/design.md)
+SB_VERSION_OFF = 8  # u32 format version
+SB_CRC_OFF = 4092  # crc32c over bytes [0, 4092) of the copy
+MiB = 1 << 20
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def attempt_mount(pool, mnt, *extra) -> subprocess.CompletedProcess:
+    """Run `terrace mount POOL MNT --daemon` expecting failure; if it mounted
+    anyway, unmount at once so the test cleans up whatever the outcome."""
+    cp = terrace("mount", pool, mnt, "--daemon", *extra, check=False, timeout=60)
+    if cp.returncode == 0 or helpers.is_mounted(mnt):
+        m = helpers.Mount(Path(pool), Path(mnt))
+        helpers.unmount(m)
+    return cp
+
+
+def flip_bytes(path, offset: int, count: int = 4) -> None:
+    """Invert `count` bytes at `offset`."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(count)
+        f.seek(offset)
+        f.write(bytes(x ^ 0xFF for x in b))
+
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """crc32c (Castagnoli), as used by the on-media format."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def set_superblock_version(path, version: int) -> None:
+    """Rewrite the format version of both superblock copies, with valid checksums."""
+    with open(path, "r+b") as f:
+        for base in (SB_A, SB_B):
+            f.seek(base)
+            block = bytearray(f.read(4096))
+            struct.pack_into("<I", block, SB_VERSION_OFF, version)
+            struct.pack_into("<I", block, SB_CRC_OFF, crc32c(bytes(block[:SB_CRC_OFF])))
+            f.seek(base)
+            f.write(block)
+
+
+def write_fsynced(path, data: bytes) -> None:
+    """Create `path` with `data` and fsync it; OSError (ENOSPC) propagates."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# ---------------------------------------------------------------------------
+# mount: bad pools, bad paths
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 100, 8 * MiB], ids=["empty", "100B", "8MiB"])
+def test_mounting_random_bytes_fails_cleanly_and_leaves_the_file_unchanged(pool_path, mountpoint, size):
+    pool_path.write_bytes(os.urandom(size))
+    before = sha256_file(pool_path)
+    cp = attempt_mount(pool_path, mountpoint)
+    assert_clean_error(cp, mentions=[str(pool_path)])
+    assert sha256_file(pool_path) == before, "mount attempted on a non-pool wrote to it"
+    assert not helpers.is_mounted(mountpoint)
+
+
+def test_mounting_a_directory_as_pool_fails_cleanly(mountpoint, tmp_path):
+    cp = attempt_mount(tmp_path, mountpoint)
+    assert_clean_error(cp, mentions=[str(tmp_path)])
+
+
+def test_mounting_a_pool_with_both_superblocks_corrupted_fails_cleanly(pool, mountpoint):
+    flip_bytes(pool, SB_A + 100)
+    flip_bytes(pool, SB_B + 100)
+    before = sha256_file(pool)
+    cp = attempt_mount(pool, mountpoint)
+    assert_clean_error(cp, mentions=[str(pool)])
+    assert sha256_file(pool) == before, "mount attempted on a corrupted pool wrote to it"
+    fs = helpers.fsck(pool)
+    assert fs.returncode in (1, 2) and not helpers.looks_like_panic(fs), \
+        helpers.describe(fs, "fsck must report a corrupted superblock")
+    assert sha256_file(pool) == before, "fsck without --repair wrote to the pool"
+
+
+@pytest.mark.parametrize("copy", [SB_A, SB_B], ids=["copy-A", "copy-B"])
+def test_one_corrupted_superblock_copy_is_survivable(pool, mountpoint, copy):
+    with helpers.mounted_pool(pool, mountpoint):
+        write_fsynced(mountpoint / "kept", b"before corruption")
+    flip_bytes(pool, copy + 100)
+    with helpers.mounted_pool(pool, mountpoint):
+        assert read(mountpoint / "kept") == b"before corruption"
+
+
+def test_mounting_a_newer_format_version_fails_cleanly(pool, mountpoint):
+    set_superblock_version(pool, 99)
+    before = sha256_file(pool)
+    cp = attempt_mount(pool, mountpoint)
+    msg = assert_clean_error(cp, mentions=[str(pool)])
+    assert "version" in msg.lower(), f"the error should say the format version is unsupported: {msg!r}"
+    assert sha256_file(pool) == before
+
+
+def test_mounting_a_missing_pool_fails_cleanly_and_creates_nothing(pool_path, mountpoint):
+    cp = attempt_mount(pool_path, mountpoint)
+    assert_clean_error(cp, mentions=[str(pool_path)])
+    assert not pool_path.exists(), "mount created the missing pool file"
+
+
+def test_mounting_on_a_missing_mountpoint_fails_cleanly(pool, tmp_path):
+    missing = tmp_path / "no" / "such" / "dir"
+    cp = attempt_mount(pool, missing)
+    assert_clean_error(cp, mentions=[str(missing)])
+
+
+def test_mounting_on_a_mountpoint_in_use_fails_and_keeps_the_first_mount(terrace_mount):
+    mnt = terrace_mount.path
+    write_fsynced(mnt / "first", b"first mount")
+    with helpers.temp_pool_path("second") as second:
+        helpers.mkfs(second, "64M")
+        before = sha256_file(second)
+        cp = terrace("mount", second, mnt, "--daemon", check=False, timeout=60)
+        stacked = [m for m, _ in helpers.mounts() if m == str(mnt)]
+        if len(stacked) > 1:  # it mounted on top of the first: detach the top one only
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
+            for pid in helpers.find_pids_with_arg(str(second)):
+                helpers.kill_pid(pid)
+        assert len(stacked) == 1, "a second pool was mounted on top of a live mount"
+        assert_clean_error(cp, mentions=[str(mnt)])
+        assert sha256_file(second) == before
+    assert read(mnt / "first") == b"first mount"
+
+
+def test_mounting_a_pool_that_is_already_mounted_fails(terrace_mount):
+    write_fsynced(terrace_mount.path / "f", b"in use")
+    with helpers.temp_mountpoint("second") as other:
+        cp = attempt_mount(terrace_mount.pool, other)
+        assert_clean_error(cp, mentions=[str(terrace_mount.pool)])
+    assert read(terrace_mount.path / "f") == b"in use"
+
+
+# ---------------------------------------------------------------------------
+# mkfs: refusing to overwrite, validating tier specs
+# ---------------------------------------------------------------------------
+
+
+def test_mkfs_refuses_to_overwrite_a_pool_without_force(pool, mountpoint):
+    with helpers.mounted_pool(pool, mountpoint):
+        write_fsynced(mountpoint / "precious", b"data")
+    before = sha256_file(pool)
+    cp = terrace("mkfs", "--tier", f"pm:{pool}:256M", check=False)
+    assert_clean_error(cp, mentions=[str(pool)])
+    assert sha256_file(pool) == before, "mkfs without --force modified an existing pool"
+    terrace("mkfs", "--tier", f"pm:{pool}:256M", "--force")
+    with helpers.mounted_pool(pool, mountpoint):
+        assert os.listdir(mountpoint) == [], "a pool formatted with --force must be empty"
+
+
+def test_mkfs_refuses_a_file_holding_ext4_without_force(pool_path):
+    with open(pool_path, "wb") as f:
+        f.truncate(64 * MiB)
+    helpers.run(["mkfs.ext4", "-q", "-F", str(pool_path)])
+    before = sha256_file(pool_path)
+    cp = terrace("mkfs", "--tier", f"pm:{pool_path}:64M", check=False)
+    assert_clean_error(cp, mentions=[str(pool_path)])
+    assert sha256_file(pool_path) == before, "mkfs without --force overwrote an ext4 image"
+    terrace("mkfs", "--tier", f"pm:{pool_path}:64M", "--force")
+
+
+BAD_TIER_SPECS = {
+    "too-small": ["pm:{p}:12K"],
+    "unaligned": ["pm:{p}:1000"],
+    "not-a-number": ["pm:{p}:lots"],
+    "zero": ["pm:{p}:0"],
+    "negative": ["pm:{p}:-1G"],
+    "no-size-for-new-file": ["pm:{p}"],
+    "unknown-kind": ["nvme:{p}:1G"],
+    "no-pm-tier": ["ssd:{p}:1G"],
+    "two-pm-tiers": ["pm:{p}:64M", "pm:{p}.2:64M"],
+    "empty-path": ["pm::64M"],
+}
+
+
+@pytest.mark.parametrize("specs", list(BAD_TIER_SPECS.values()), ids=list(BAD_TIER_SPECS))
+def test_mkfs_rejects_invalid_tier_specs_with_a_clear_error(pool_path, specs):
+    args = []
+    for s in specs:
+        args += ["--tier", s.format(p=pool_path)]
+    cp = terrace("mkfs", *args, check=False)
+    assert_clean_error(cp)
+    for extra in ("", ".2"):
+        leftover = Path(str(pool_path) + extra)
+        assert not leftover.exists(), f"mkfs failed but left {leftover} behind"
+
+
+def test_mkfs_without_any_tier_fails_with_usage(terrace_bin):
+    cp = terrace("mkfs", check=False)
+    assert_clean_error(cp, one_line=False)
+
+
+def test_mkfs_with_too_many_inodes_for_the_size_fails_cleanly(pool_path):
+    cp = terrace("mkfs", "--tier", f"pm:{pool_path}:4M", "--inodes", "1000000", check=False)
+    assert_clean_error(cp)
+
+
+# ---------------------------------------------------------------------------
+# full pools
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.pool(size="64M")
+def test_full_pool_fails_with_enospc_and_keeps_fsynced_files(pool, terrace_mount):
+    mnt = terrace_mount.path
+    written: dict[str, bytes] = {}
+    failure = None
+    for i in range(1000):  # 64M pool: ENOSPC long before 1000 MiB
+        data = os.urandom(MiB)
+        name = f"file{i:04d}"
+        try:
+            write_fsynced(mnt / name, data)
+        except OSError as e:
+            failure = e
+            break
+        written[name] = data
+    assert failure is not None, "wrote 1000 MiB into a 64 MiB pool without an error"
+    assert failure.errno == errno.ENOSPC, f"expected ENOSPC, got {errno.errorcode.get(failure.errno)}"
+    assert len(written) >= 20, f"only {len(written)} MiB fit in a 64 MiB pool"
+
+    for name, data in written.items():
+        assert read(mnt / name) == data, f"{name} (fsync'd before the pool filled) changed"
+    # Still full: small writes and metadata operations fail cleanly too.
+    try:
+        for k in range(100):
+            write_fsynced(mnt / f"small{k}", os.urandom(4096))
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, f"expected ENOSPC, got {errno.errorcode.get(e.errno)}"
+    # Freeing space makes room again.
+    for name in list(written)[:4]:
+        os.unlink(mnt / name)
+        del written[name]
+    for k in range(100):
+        if (mnt / f"small{k}").exists():
+            os.unlink(mnt / f"small{k}")
+    write_fsynced(mnt / "after-free", b"x" * 65536)
+    written["after-free"] = b"x" * 65536
+    for name, data in written.items():
+        assert read(mnt / name) == data
+
+    assert helpers.unmount(terrace_mount), "clean unmount of a full pool failed"
+    helpers.assert_fsck_clean(pool, "after filling the pool")
+    with helpers.mounted_pool(pool, mnt):
+        for name, data in written.items():
+            assert read(mnt / name) == data, f"{name} changed across remount"
+
+
+@pytest.mark.pool(size="64M", inodes=256)
+def test_exhausting_inodes_fails_with_enospc_and_keeps_existing_files(pool, terrace_mount):
+    mnt = terrace_mount.path
+    created = []
+    failure = None
+    for i in range(2000):
+        try:
+            write_fsynced(mnt / f"f{i}", str(i).encode())
+        except OSError as e:
+            failure = e
+            break
+        created.append(i)
+    assert failure is not None and failure.errno == errno.ENOSPC, \
+        f"expected ENOSPC after filling 256 inodes, got {failure!r}"
+    assert 200 <= len(created) <= 256
+    with pytest.raises(OSError) as exc:
+        os.mkdir(mnt / "dir")
+    assert exc.value.errno == errno.ENOSPC
+    for i in created:
+        assert read(mnt / f"f{i}") == str(i).encode()
+    os.unlink(mnt / f"f{created[0]}")
+    write_fsynced(mnt / "again", b"room again")
+    assert helpers.unmount(terrace_mount)
+    helpers.assert_fsck_clean(pool, "after exhausting inodes")
+
+
+# ---------------------------------------------------------------------------
+# the CLI itself
+# ---------------------------------------------------------------------------
+
+HELP_MUST_MENTION = {
+    "": ["mkfs", "mount", "umount", "status", "fsck"],
+    "mkfs": ["--tier", "--force", "--inodes"],
+    "mount": ["--daemon", "allow_other"],
+    "umount": [],
+    "status": ["--json"],
+    "fsck": ["--repair", "--json"],
+}
+
+
+@pytest.mark.parametrize("sub", list(HELP_MUST_MENTION), ids=[s or "terrace" for s in HELP_MUST_MENTION])
+def test_help_of_every_subcommand_exits_0_and_shows_an_example(terrace_bin, sub):
+    cp = terrace(*([sub] if sub else []), "--help", check=False)
+    assert cp.returncode == 0, helpers.describe(cp, "--help failed")
+    text = cp.stdout
+    assert "example" in text.lower(), f"`terrace {sub} --help` shows no example:\n{text}"
+    for word in HELP_MUST_MENTION[sub]:
+        assert word in text, f"`terrace {sub} --help` does not explain {word}:\n{text}"
+
+
+def test_unknown_subcommand_is_a_usage_error(terrace_bin):
+    cp = terrace("frobnicate", check=False)
+    assert cp.returncode == 2, helpers.describe(cp, "expected exit status 2 (usage error)")
+    assert not helpers.looks_like_panic(cp)
+
+
+def test_umount_of_a_directory_that_is_not_mounted_fails_cleanly(mountpoint):
+    cp = terrace("umount", mountpoint, check=False)
+    assert_clean_error(cp, mentions=[str(mountpoint)])
+
+
+def test_status_of_a_directory_that_is_not_terrace_fails_cleanly(mountpoint):
+    cp = terrace("status", mountpoint, check=False)
+    assert_clean_error(cp, mentions=[str(mountpoint)])
+
+
+def test_status_reports_a_live_mount_as_text_and_json(terrace_mount):
+    text = terrace("status", terrace_mount.path)
+    assert text.stdout.strip(), "status printed nothing"
+    status = terrace_mount.status()
+    assert isinstance(status, dict) and status, f"status --json gave {status!r}"
+
+
+def test_fsck_of_a_fresh_pool_is_clean_with_exit_0_and_valid_json(pool):
+    helpers.assert_fsck_clean(pool, "on a freshly formatted pool")
+    cp = helpers.fsck(pool, "--json")
+    assert cp.returncode == 0, helpers.describe(cp, "fsck --json")
+    json.loads(cp.stdout)
+
+
+def test_fsck_of_a_used_and_cleanly_unmounted_pool_is_clean(pool, mountpoint):
+    with helpers.mounted_pool(pool, mountpoint) as m:
+        root = m.path
+        os.makedirs(root / "a" / "b")
+        write_fsynced(root / "a" / "b" / "f", os.urandom(300_000))
+        os.link(root / "a" / "b" / "f", root / "a" / "hard")
+        os.symlink("b/f", root / "a" / "sym")
+        os.rename(root / "a" / "b", root / "moved")
+        os.unlink(root / "a" / "hard")
+        with open(root / "sparse", "wb") as f:
+            f.truncate(5 << 30)
+    before = sha256_file(pool)
+    helpers.assert_fsck_clean(pool, "after a clean unmount")
+    assert sha256_file(pool) == before, "fsck without --repair wrote to the pool"
+
+
+def test_fsck_of_a_missing_pool_exits_2(pool_path):
+    cp = helpers.fsck(pool_path)
+    assert cp.returncode == 2, helpers.describe(cp, "fsck of a missing path must exit 2")
+    assert_clean_error(cp, mentions=[str(pool_path)])
+
+
+def test_fsck_of_random_bytes_reports_an_error_without_writing(pool_path):
+    pool_path.write_bytes(os.urandom(4 * MiB))
+    before = sha256_file(pool_path)
+    cp = helpers.fsck(pool_path)
+    assert cp.returncode in (1, 2), helpers.describe(cp, "fsck of random bytes")
+    assert not helpers.looks_like_panic(cp)
+    assert sha256_file(pool_path) == before

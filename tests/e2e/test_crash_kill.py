@@ -1,0 +1,221 @@
+"""Crash test (a): kill -9 the Terrace daemon at random moments of a
+write/fsync/rename workload and check that nothing promised was lost.
+
+One iteration:
+  1. a child process (crash_workload.py) works in a fresh directory iter-NNNN on
+     the mount and logs every durability promise (fsync'd records, O_DSYNC writes,
+     renames/creates/unlinks followed by a directory fsync) to a side log on /tmp;
+  2. after a random delay the daemon gets SIGKILL (a crash of the file system
+     process; the kernel and the PM file in /dev/shm survive, like a process crash);
+  3. the dead mount is detached with `umount -l`, and `terrace fsck POOL` must
+     exit 0 on the crashed pool (mount after a crash must not need fsck);
+  4. the pool is remounted (recovery) and the directories of this and the previous
+     iteration are checked against their logs: every promised byte is there and
+     intact, appended files are exact sequences of whole records (write() is
+     atomic), interrupted renames left exactly one name.
+After the last iteration the pool is unmounted cleanly, fsck'd again, remounted
+and checked once more.
+
+Two tests run this loop: one checks POSIX durability only (fsync'd data), the
+other also Terrace's own guarantee that every write() is atomic (appended files
+hold whole records only). Environment: CRASH_ITERATIONS (default 8 per test;
+`make crash-long` runs 200), CRASH_SEED (default random, printed). On failure the crashed pool image and the logs are kept under
+/var/tmp/terrace-crash-<seed>/ for debugging.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import crash_workload
+import helpers
+
+ITERATIONS = int(os.environ.get("CRASH_ITERATIONS", "8"))
+WORKLOAD = Path(__file__).with_name("crash_workload.py")
+POOL_SIZE = "256M"
+KEEP_ITERATIONS = 2  # data of older iterations is deleted to keep the pool from filling
+
+
+class CrashLoop:
+    """State of one crash-test run: pool, mount point, side logs, seeds."""
+
+    def __init__(self, pool: Path, mnt: Path, logdir: Path, seed: int, strict_prefix: bool):
+        self.pool, self.mnt, self.logdir, self.seed = pool, mnt, logdir, seed
+        self.strict_prefix = strict_prefix
+        self.mount: helpers.Mount | None = None
+        self.live: list[int] = []  # iterations whose directories are still checked
+        self.history: list[str] = []
+        self.promises = 0
+
+    # -- helpers ----------------------------------------------------------
+    def workdir(self, it: int) -> str:
+        return str(self.mnt / f"iter-{it:04d}")
+
+    def logfile(self, it: int) -> str:
+        return str(self.logdir / f"iter-{it:04d}.log")
+
+    def fail(self, it: int, what: str) -> None:
+        """Keep the evidence and fail with everything needed to reproduce."""
+        keep = Path(f"/var/tmp/terrace-crash-{self.seed}")
+        with_evidence = ""
+        try:
+            keep.mkdir(parents=True, exist_ok=True)
+            if self.pool.exists():
+                subprocess.run(["cp", "--sparse=always", str(self.pool), str(keep / "pool.pm")], check=False)
+            for f in self.logdir.iterdir():
+                shutil.copy(f, keep / f.name)
+            with_evidence = f"\npool image and logs kept in {keep}"
+        except OSError:
+            pass
+        pytest.fail(f"crash iteration {it} (CRASH_SEED={self.seed}): {what}{with_evidence}\n"
+                    f"history: {'; '.join(self.history[-6:])}", pytrace=False)
+
+    def remount(self, it: int) -> None:
+        try:
+            self.mount = helpers.mount(self.pool, self.mnt)
+        except AssertionError as e:
+            self.fail(it, f"remount after the crash failed:\n{e}")
+
+    def fsck_clean(self, it: int, when: str) -> None:
+        """fsck must exit 0, and (without --repair) must not write to the pool."""
+        before = helpers.sha256_file(self.pool)
+        cp = helpers.fsck(self.pool)
+        if cp.returncode != 0:
+            self.fail(it, helpers.describe(cp, f"fsck is not clean {when}"))
+        if helpers.sha256_file(self.pool) != before:
+            self.fail(it, f"fsck without --repair modified the pool {when}")
+
+    def check(self, it: int, after: str) -> None:
+        """Verify every live iteration's directory against its log."""
+        for old in self.live:
+            events = crash_workload.read_log(self.logfile(old))
+            problems = crash_workload.verify(self.workdir(old), events, strict_prefix=self.strict_prefix)
+            if problems:
+                shown = "\n  ".join(problems[:15])
+                self.fail(it, f"after {after}, iter-{old:04d} lost promised data "
+                              f"({len(problems)} problems):\n  {shown}")
+
+    def retire_old_iterations(self) -> None:
+        while len(self.live) > KEEP_ITERATIONS:
+            old = self.live.pop(0)
+            shutil.rmtree(self.workdir(old))
+
+    # -- one iteration ------------------------------------------------------
+    def iteration(self, it: int) -> None:
+        rng = random.Random(self.seed * 100_003 + it)
+        wseed = rng.randrange(1 << 30)
+        delay = rng.choice([rng.uniform(0.0, 0.05), rng.uniform(0.05, 0.4), rng.uniform(0.4, 1.5)])
+        self.history.append(f"iter {it}: workload seed {wseed}, kill after {delay:.3f}s")
+        out = open(self.logdir / f"iter-{it:04d}.out", "wb")
+        child = subprocess.Popen([sys.executable, str(WORKLOAD), self.workdir(it), self.logfile(it),
+                                  str(wseed)], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            # Wait for the work directory to exist (or the child to die), then a random delay.
+            helpers.wait_until(lambda: child.poll() is not None or
+                               os.path.exists(self.logfile(it)) and os.path.getsize(self.logfile(it)) > 0, 30)
+            if child.poll() is not None:
+                self.fail(it, f"the workload exited early ({child.returncode}): "
+                              f"{(self.logdir / f'iter-{it:04d}.out').read_text()[-2000:]}")
+            time.sleep(delay)
+            pid = self.mount.kill()  # SIGKILL: the crash
+            self.history.append(f"killed daemon {pid}")
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            out.close()
+        helpers.lazy_unmount(self.mnt)
+        if helpers.is_mounted(self.mnt):
+            self.fail(it, "the dead mount could not be detached")
+        self.mount = None
+        self.live.append(it)
+        events = crash_workload.read_log(self.logfile(it))
+        promises = sum(1 for e in events if e["ev"] not in ("ready", "stopped", "renaming", "unlinking",
+                                                             "linking"))
+        stop = next((e for e in events if e["ev"] == "stopped"), {})
+        self.history.append(f"{promises} promises, stopped at {stop.get('op')}: {stop.get('errno')}")
+        self.promises += promises
+        self.fsck_clean(it, "on the crashed pool, before remount")
+        self.remount(it)
+        self.check(it, f"crash {it} and remount")
+        self.retire_old_iterations()
+
+    def finish(self) -> None:
+        """Clean unmount, fsck, remount, check again."""
+        it = ITERATIONS
+        clean = helpers.unmount(self.mount)
+        self.mount = None
+        if not clean:
+            self.fail(it, "`terrace umount` did not shut the daemon down cleanly")
+        self.fsck_clean(it, "after a clean unmount")
+        self.remount(it)
+        self.check(it, "a clean unmount and remount")
+
+
+def run_crash_loop(strict_prefix: bool) -> None:
+    """ITERATIONS crash iterations on one pool, then a clean unmount and checks."""
+    seed = int(os.environ.get("CRASH_SEED", random.randrange(1 << 31)))
+    print(f"CRASH_SEED={seed} CRASH_ITERATIONS={ITERATIONS} strict_prefix={strict_prefix}")
+    with helpers.temp_pool_path("crash") as pool, helpers.temp_mountpoint("crash") as mnt, \
+            tempfile.TemporaryDirectory(prefix=helpers.unique_name("crashlog") + "-") as logdir:
+        helpers.mkfs(pool, POOL_SIZE)
+        loop = CrashLoop(pool, mnt, Path(logdir), seed, strict_prefix)
+        try:
+            loop.mount = helpers.mount(pool, mnt)
+            for it in range(ITERATIONS):
+                loop.iteration(it)
+            loop.finish()
+            print(f"{ITERATIONS} crashes survived, {loop.promises} durability promises checked")
+            assert ITERATIONS == 0 or loop.promises > 0, "the workload never got to promise anything"
+        finally:
+            if loop.mount is not None:
+                helpers.unmount(loop.mount)
+            elif helpers.is_mounted(mnt):
+                helpers.lazy_unmount(mnt)
+
+
+@pytest.mark.slow
+def test_fsynced_data_survives_daemon_kills_and_fsck_stays_clean(terrace_bin):
+    """POSIX durability: everything fsync'd (or written with O_DSYNC, or renamed
+    and followed by a directory fsync) survives kill -9; fsck is clean every time."""
+    run_crash_loop(strict_prefix=False)
+
+
+@pytest.mark.slow
+def test_every_write_is_atomic_across_daemon_kills(terrace_bin):
+    """Terrace's stronger guarantee (docs/design.md section 7): every write() is
+    atomic, so after kill -9 each appended file is an exact sequence of whole
+    records - no torn record at the end, even one that was never fsync'd."""
+    run_crash_loop(strict_prefix=True)
+
+
+def test_fsynced_file_survives_a_kill_right_after_it_is_written(terrace_bin, pool, mountpoint):
+    """kill -9 just after an fsync: fsck is clean and the file is there after remount."""
+    m = helpers.mount(pool, mountpoint)
+    try:
+        with open(os.path.join(mountpoint, "f"), "wb") as f:
+            f.write(b"durable")
+            f.flush()
+            os.fsync(f.fileno())
+        m.kill()
+    finally:
+        helpers.lazy_unmount(mountpoint)
+    cp = helpers.fsck(pool)
+    assert cp.returncode == 0, helpers.describe(cp, "fsck after kill -9")
+    with helpers.mounted_pool(pool, mountpoint):
+        with open(os.path.join(mountpoint, "f"), "rb") as f:
+            assert f.read() == b"durable"
