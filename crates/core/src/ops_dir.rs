@@ -487,6 +487,15 @@ impl Fs {
             let now = now_ns();
             let mut tx = TxBuilder::default();
             let mut nlink_delta: std::collections::HashMap<Ino, i64> = Default::default();
+            // Both forms give `newname` to the source.
+            tx.push(
+                newparent,
+                Entry::DentryAdd {
+                    ino: src,
+                    file_type: src_dt,
+                    name: newname.to_vec(),
+                },
+            );
             if flags.exchange {
                 let (d, d_dt) = dst.expect("exists");
                 tx.push(
@@ -495,14 +504,6 @@ impl Fs {
                         ino: d,
                         file_type: d_dt,
                         name: name.to_vec(),
-                    },
-                );
-                tx.push(
-                    newparent,
-                    Entry::DentryAdd {
-                        ino: src,
-                        file_type: src_dt,
-                        name: newname.to_vec(),
                     },
                 );
                 if parent != newparent {
@@ -531,14 +532,6 @@ impl Fs {
                     parent,
                     Entry::DentryDel {
                         name: name.to_vec(),
-                    },
-                );
-                tx.push(
-                    newparent,
-                    Entry::DentryAdd {
-                        ino: src,
-                        file_type: src_dt,
-                        name: newname.to_vec(),
                     },
                 );
                 if src_is_dir && parent != newparent {

@@ -120,11 +120,7 @@ fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
 
 #[test]
 fn random_sequences_with_a_small_pm_tier_match_the_model() {
-    let base: u64 = std::env::var("TERRACE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("tiered model test: base seed {base}");
+    let base = base_seed("tiered model test");
     for k in 0..150 {
         let seed = base.wrapping_add(k);
         let pm = Arc::new(MemMedia::new(1 << 20));
@@ -156,11 +152,7 @@ fn random_sequences_with_a_small_pm_tier_match_the_model() {
 
 #[test]
 fn crashes_during_spilled_writes_recover_to_before_or_after() {
-    let base: u64 = std::env::var("TERRACE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("tiered crash test: base seed {base}");
+    let base = base_seed("tiered crash test");
     for k in 0..4 {
         let seed = base.wrapping_add(k);
         let mut rng = StdRng::seed_from_u64(seed);

@@ -79,15 +79,8 @@ fn run(seed: u64, steps: usize, points_per_op: usize) {
 
 #[test]
 fn every_crash_point_recovers_to_before_or_after_each_operation() {
-    let base: u64 = std::env::var("TERRACE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    let n: u64 = std::env::var("TERRACE_CRASH_SEQUENCES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
-    eprintln!("crash-image test: base seed {base} (TERRACE_SEED to repeat), {n} sequences");
+    let base = base_seed("crash-image test");
+    let n = env_u64("TERRACE_CRASH_SEQUENCES", 12);
     for k in 0..n {
         run(base.wrapping_add(k), 40, 4);
     }

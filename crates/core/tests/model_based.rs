@@ -51,15 +51,8 @@ fn run_sequence(seed: u64, steps: usize) {
 
 #[test]
 fn random_operation_sequences_match_the_reference_model() {
-    let base: u64 = std::env::var("TERRACE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    let n: u64 = std::env::var("TERRACE_SEQUENCES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
-    eprintln!("model test: base seed {base} (TERRACE_SEED to repeat), {n} sequences");
+    let base = base_seed("model test");
+    let n = env_u64("TERRACE_SEQUENCES", 1000);
     for k in 0..n {
         run_sequence(base.wrapping_add(k), 60);
     }

@@ -620,3 +620,19 @@ pub fn assert_same_tree(got: &Tree, want: &Tree, ctx: &str) {
         panic!("{ctx}: tree differs:\n{}", diff_trees(got, want));
     }
 }
+
+/// A number from the environment variable `name`, or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The base seed of a randomized test: `TERRACE_SEED`, else random; printed so a
+/// failure can be repeated.
+pub fn base_seed(test: &str) -> u64 {
+    let seed = env_u64("TERRACE_SEED", rand::random());
+    eprintln!("{test}: base seed {seed} (set TERRACE_SEED to repeat)");
+    seed
+}
