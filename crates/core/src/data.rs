@@ -1,10 +1,12 @@
 //! Where file data goes and how it is read back, across tiers.
 //!
-//! Today's placement: the PM tier while it has room beyond a reserve kept for
-//! logs, else the first block tier with room (written and synced before the
-//! write entry that references it commits). The predictors of `terrace-policy`
-//! steer writes once the DRAM page cache lands (issue 3); the write-size counter
-//! is already computed and stored in every write entry.
+//! Placement: `write` asks the placement policy named in the settings
+//! (`terrace-policy`, Ziggurat's by default) with the file's synchronicity
+//! prediction and the write-size counter; the chosen tier is used when it has
+//! room, else PM (beyond a reserve kept for logs), else the first block tier
+//! with room. Data on a block tier is written and synced before the write entry
+//! that references it commits. Until the DRAM page cache lands, "asynchronous,
+//! via the cache" writes are written through like synchronous ones.
 
 use crate::alloc::Run;
 use crate::fs::Fs;
@@ -28,8 +30,32 @@ impl Fs {
         (self.alloc.total() / 64).max(32)
     }
 
-    /// Allocates `n` blocks for file data (all on one tier). ENOSPC only when
-    /// no tier has room.
+    /// Allocates `n` blocks on the tier `want` if it has room, else wherever
+    /// there is room (PM first). ENOSPC only when no tier has room.
+    pub(crate) fn alloc_data_on(&self, want: u8, n: u64) -> FsResult<DataRuns> {
+        if want != 0 {
+            if let Some(t) = self.tiers.iter().find(|t| t.id == want) {
+                if let Some(runs) = t.space.alloc(n) {
+                    return Ok(DataRuns { tier: want, runs });
+                }
+            }
+        }
+        let d = self.alloc_data(n)?;
+        if d.tier != want {
+            self.counters
+                .placement_overflows
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(d)
+    }
+
+    /// Free PM bytes available to data (the log reserve excluded).
+    pub(crate) fn pm_data_free_bytes(&self) -> u64 {
+        self.alloc.free().saturating_sub(self.pm_reserve_blocks()) * BS
+    }
+
+    /// Allocates `n` blocks for file data (all on one tier), PM first. ENOSPC
+    /// only when no tier has room.
     pub(crate) fn alloc_data(&self, n: u64) -> FsResult<DataRuns> {
         if self.alloc.free() >= n + self.pm_reserve_blocks() || self.tiers.is_empty() {
             if let Some(runs) = self.alloc.alloc(n) {

@@ -51,6 +51,12 @@ pub struct Counters {
     pub journaled_commits: AtomicU64,
     /// Logs compacted.
     pub compactions: AtomicU64,
+    /// Writes the placement policy sent to PM.
+    pub placed_pm: AtomicU64,
+    /// Writes the placement policy sent to a block tier.
+    pub placed_block: AtomicU64,
+    /// Writes that went to another tier than the policy chose (it was full).
+    pub placement_overflows: AtomicU64,
 }
 
 /// What mount found about the previous session.
@@ -83,6 +89,11 @@ pub struct Fs {
     pub(crate) atime: parking_lot::RwLock<AtimeMode>,
     /// Mounted block tiers, in tier-id order.
     pub(crate) tiers: Vec<crate::tier::BlockTier>,
+    /// Tunable options (one registry for CLI, config file and `terrace set`).
+    pub(crate) settings: parking_lot::RwLock<terrace_policy::Settings>,
+    /// The placement policy named by `settings.placement_policy`.
+    pub(crate) placement:
+        parking_lot::RwLock<Box<dyn terrace_policy::PlacementPolicy + Send + Sync>>,
 }
 
 /// When reads update the access time.
@@ -214,7 +225,28 @@ impl Fs {
             unmounted: std::sync::atomic::AtomicBool::new(false),
             atime: parking_lot::RwLock::new(AtimeMode::default()),
             tiers: Vec::new(),
+            settings: parking_lot::RwLock::new(terrace_policy::Settings::default()),
+            placement: parking_lot::RwLock::new(
+                terrace_policy::Settings::default()
+                    .placement()
+                    .expect("the default policy exists"),
+            ),
         })
+    }
+
+    /// Changes one setting (`terrace set`); a bad key or value changes nothing.
+    pub fn set_setting(&self, key: &str, value: &str) -> Result<(), String> {
+        let mut next = self.settings.read().clone();
+        next.set(key, value)?;
+        let policy = next.placement()?;
+        *self.placement.write() = policy;
+        *self.settings.write() = next;
+        Ok(())
+    }
+
+    /// The current settings.
+    pub fn settings(&self) -> terrace_policy::Settings {
+        self.settings.read().clone()
     }
 
     /// Sets when reads update the access time.

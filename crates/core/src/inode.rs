@@ -215,6 +215,8 @@ pub struct Inode {
     pub lookups: u64,
     /// The slot was freed on media (nlink 0, not open); DRAM waits for the kernel to forget it.
     pub zombie: bool,
+    /// Ziggurat's synchronicity predictor for this file (DRAM only).
+    pub sync: terrace_policy::SyncPredictor,
 }
 
 impl Inode {
@@ -246,6 +248,7 @@ impl Inode {
             open_count: 0,
             lookups: 0,
             zombie: false,
+            sync: terrace_policy::SyncPredictor::new(),
         })
     }
 

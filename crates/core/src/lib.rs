@@ -16,6 +16,7 @@ pub mod log;
 pub mod mkfs;
 pub mod ops_dir;
 pub mod ops_file;
+pub mod placement_view;
 pub mod recovery;
 pub mod status;
 pub mod tier;

@@ -152,6 +152,12 @@ impl Fs {
 
     /// Writes `data` at `off`; returns the bytes written (all of them).
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> FsResult<usize> {
+        self.write_hinted(ino, off, data, false)
+    }
+
+    /// [`Fs::write`] on a file opened with `O_SYNC`/`O_DSYNC` when `o_sync`
+    /// (the synchronicity predictor treats such writes as synchronous).
+    pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         match i.kind {
@@ -184,13 +190,36 @@ impl Fs {
             buf[at..at + old.len()].copy_from_slice(&old);
         }
         buf[head..head + data.len()].copy_from_slice(data);
-        // Ziggurat's write-size predictor: inherit the overwritten entry's counter.
-        let counter = terrace_policy::size_predictor::next_counter(
-            (fb0, nblocks),
-            i.extents.find(fb0).map(|(s, e)| (s, e.blocks, e.counter)),
-            &terrace_policy::size_predictor::SizeParams::default(),
-        );
-        let d = self.alloc_data(nblocks)?;
+        // Ziggurat's predictors, then the placement policy.
+        let (sync_params, size_params) = {
+            let st = self.settings.read();
+            (st.sync_params(), st.size_params())
+        };
+        let prev = [fb0, fb0 + nblocks / 2]
+            .iter()
+            .find_map(|&b| i.extents.find(b).map(|(s, e)| (s, e.blocks, e.counter)));
+        let counter =
+            terrace_policy::size_predictor::next_counter((fb0, nblocks), prev, &size_params);
+        let synchronous =
+            i.sync
+                .on_write(data.len() as u64, now.max(0) as u64, o_sync, &sync_params);
+        let obs = terrace_policy::WriteObservation {
+            synchronous,
+            large: terrace_policy::size_predictor::is_large(counter, &size_params),
+            write_bytes: nblocks * BS,
+            pm_free_bytes: self.pm_data_free_bytes(),
+            pm_capacity_bytes: self.alloc.total() * BS,
+            first_block_tier: self.tiers.first().map(|t| t.id),
+            rule: None,
+        };
+        let want = self.placement.read().place(&obs).tier();
+        let d = self.alloc_data_on(want, nblocks)?;
+        let placed = if d.tier == 0 {
+            &self.counters.placed_pm
+        } else {
+            &self.counters.placed_block
+        };
+        placed.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.store_data(&d, &buf) {
             self.release_data(d);
             return Err(e);
@@ -211,7 +240,14 @@ impl Fs {
     /// Makes an inode's data and metadata durable. Data on PM is durable when the
     /// write returns, so this only matters for media that need an msync.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
-        drop(self.lock(ino)?);
+        {
+            let sync_params = self.settings.read().sync_params();
+            let mut g = self.lock(ino)?;
+            g.as_mut()
+                .expect("live")
+                .sync
+                .on_fsync(now_ns().max(0) as u64, &sync_params);
+        }
         self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.media.sync_all()
     }
@@ -438,6 +474,10 @@ impl Fs {
         if name.is_empty() || name.len() > XATTR_NAME_MAX {
             return Err(errno(libc::ERANGE));
         }
+        if name.starts_with(crate::placement_view::VIRTUAL_PREFIX) {
+            // Terrace's own names are read-only views.
+            return Err(errno(libc::EPERM));
+        }
         if name.starts_with(b"user.") {
             if !matches!(i.kind, FileType::Regular | FileType::Directory) {
                 return Err(errno(libc::EPERM));
@@ -483,6 +523,9 @@ impl Fs {
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
         let g = self.lock(ino)?;
         let i = g.as_ref().expect("live");
+        if let Some(v) = self.virtual_xattr(i, name) {
+            return Ok(v);
+        }
         Self::check_xattr_name(i, name).map_err(|e| {
             if e.raw_os_error() == Some(libc::EPERM) {
                 errno(libc::ENODATA)

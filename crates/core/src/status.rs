@@ -97,6 +97,19 @@ pub struct Status {
     pub journaled_commits: u64,
     /// Log compactions.
     pub compactions: u64,
+    /// The placement policy in use.
+    pub placement_policy: String,
+    /// Writes placed on PM / on a block tier / elsewhere than chosen (full tier).
+    pub placed_pm: u64,
+    /// Writes placed on a block tier.
+    pub placed_block: u64,
+    /// Writes that overflowed their chosen tier.
+    pub placement_overflows: u64,
+    /// Synchronicity predictions settled so far and how many were right
+    /// ("synchronous" right when an fsync followed within the threshold).
+    pub sync_predictions: terrace_policy::SyncAccuracy,
+    /// All settings.
+    pub settings: terrace_policy::Settings,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -110,11 +123,13 @@ impl Fs {
         let mut inodes_used = 0;
         let mut log_pages = 0;
         let mut data_blocks = 0;
+        let mut sync_predictions = terrace_policy::SyncAccuracy::default();
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {
                 if i.zombie {
                     continue;
                 }
+                sync_predictions.add(i.sync.accuracy());
                 inodes_used += 1;
                 log_pages += i.log.pages.len() as u64;
                 data_blocks += i
@@ -170,6 +185,12 @@ impl Fs {
             commits: c.commits.load(Ordering::Relaxed),
             journaled_commits: c.journaled_commits.load(Ordering::Relaxed),
             compactions: c.compactions.load(Ordering::Relaxed),
+            placement_policy: self.settings.read().placement_policy.clone(),
+            placed_pm: c.placed_pm.load(Ordering::Relaxed),
+            placed_block: c.placed_block.load(Ordering::Relaxed),
+            placement_overflows: c.placement_overflows.load(Ordering::Relaxed),
+            sync_predictions,
+            settings: self.settings(),
         }
     }
 }

@@ -192,3 +192,80 @@ fn crashes_during_spilled_writes_recover_to_before_or_after() {
         }
     }
 }
+
+fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
+    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
+    String::from_utf8(v)
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn large_asynchronous_overwrites_go_to_the_ssd_and_fsynced_appends_stay_on_pm() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm, 64);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_eq!(fs.settings().placement_policy, "ziggurat");
+    let big = fs
+        .mknod(1, b"table", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    let wal = fs.mknod(1, b"wal", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    for round in 0..8u8 {
+        // The same 1 MiB rewritten in 256 KiB writes, never fsynced: large and stable.
+        for k in 0..4u64 {
+            fs.write(big.ino, k << 18, &vec![round; 256 << 10]).unwrap();
+        }
+        for r in 0..4u64 {
+            let off = fs.getattr(wal.ino).unwrap().size;
+            fs.write(wal.ino, off, format!("record {round} {r}\n").as_bytes())
+                .unwrap();
+            fs.fsync(wal.ino, false).unwrap();
+        }
+    }
+    assert_eq!(
+        tier_bytes(&fs, big.ino, "ssd"),
+        1 << 20,
+        "large stable asynchronous rewrites stayed on PM"
+    );
+    assert_eq!(
+        tier_bytes(&fs, wal.ino, "ssd"),
+        0,
+        "fsynced appends left PM"
+    );
+    assert_eq!(fs.read(big.ino, 0, 1 << 20).unwrap(), vec![7u8; 1 << 20]);
+    let st = fs.status();
+    assert!(st.placed_block > 0 && st.placed_pm > 0);
+    assert!(st.sync_predictions.total() > 0);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn settings_change_at_run_time_and_bad_values_change_nothing() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm, 64);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert!(fs
+        .set_setting("placement_policy", "no-such-policy")
+        .is_err());
+    assert!(fs.set_setting("no_such_key", "1").is_err());
+    assert_eq!(fs.settings(), terrace_policy::Settings::default());
+    fs.set_setting("placement_policy", "pm-only").unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    for round in 0..8u8 {
+        fs.write(f.ino, 0, &vec![round; 256 << 10]).unwrap();
+    }
+    assert_eq!(
+        tier_bytes(&fs, f.ino, "ssd"),
+        0,
+        "pm-only placed data on the SSD"
+    );
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    fs.write(f.ino, 0, &vec![9u8; 256 << 10]).unwrap();
+    assert_eq!(tier_bytes(&fs, f.ino, "ssd"), 256 << 10);
+    assert_eq!(fs.status().placement_policy, "block-first");
+}

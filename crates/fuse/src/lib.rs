@@ -451,11 +451,13 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, offset, data) {
+        // O_SYNC and O_DSYNC (which O_SYNC includes) make a write synchronous.
+        let o_sync = flags.0 & libc::O_DSYNC != 0;
+        match self.fs.write_hinted(ino.0, offset, data, o_sync) {
             Ok(n) => {
                 if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                     self.kill_priv(ino.0, req);

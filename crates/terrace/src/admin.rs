@@ -410,3 +410,51 @@ pub fn fsck(pool: &Path, repair: bool, as_json: bool) -> CliResult {
         Err(CliError::new("").code(1))
     }
 }
+
+/// `terrace set MOUNTPOINT [KEY [VALUE]]`: list, show or change settings of a
+/// mounted pool at run time.
+pub fn set(mnt: &Path, key: Option<&str>, value: Option<&str>) -> CliResult {
+    let abs = util::abs_path(mnt);
+    let files = util::run_files(&abs);
+    let req = match (key, value) {
+        (Some(k), Some(v)) => json!({"cmd": "set", "key": k, "value": v}),
+        _ => json!({"cmd": "settings"}),
+    };
+    let v = match control::request(&files.socket, &req, Duration::from_secs(10)) {
+        Ok(v) => v,
+        Err(ControlError::NoDaemon) => return Err(no_daemon(&abs, mnt)),
+        Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m)),
+    };
+    if let Some(e) = control::answer_error(&v) {
+        return Err(CliError::at(mnt, e));
+    }
+    if let (Some(k), Some(_)) = (key, value) {
+        util::out(&format!("{k} = {}", s(&v, "value")));
+        return Ok(());
+    }
+    let rows = v
+        .get("settings")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut found = false;
+    for r in &rows {
+        let k = s(r, "key");
+        if key.is_some_and(|want| want != k) {
+            continue;
+        }
+        found = true;
+        util::out(&format!("{k} = {}", s(r, "value")));
+        if key.is_none() {
+            util::out(&format!("    {}", s(r, "help")));
+        }
+    }
+    if let (Some(k), false) = (key, found) {
+        let known: Vec<&str> = rows.iter().map(|r| s(r, "key")).collect();
+        return Err(CliError::new(format!(
+            "unknown setting {k:?}; known: {}",
+            known.join(", ")
+        )));
+    }
+    Ok(())
+}

@@ -5,6 +5,7 @@ mod control;
 mod mkfs;
 mod mount;
 mod util;
+mod where_cmd;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -42,6 +43,55 @@ enum Cmd {
     Status(StatusArgs),
     /// Check (and with --repair, fix) an unmounted pool.
     Fsck(FsckArgs),
+    /// Show which tier holds each part of a file.
+    Where(WhereArgs),
+    /// List, show or change settings of a mounted pool at run time.
+    Set(SetArgs),
+}
+
+const SET_AFTER: &str = "\
+Without KEY, lists every setting with its value and meaning. With KEY, shows
+that setting; with KEY and VALUE, changes it at once for the mounted pool.
+Sizes take K/M/G/T (binary units), durations ns/us/ms/s/m/h (a bare number
+is seconds). Settings are not stored in the pool: they reset at the next mount.
+
+Examples:
+  terrace set /mnt/terrace
+  terrace set /mnt/terrace placement_policy
+  terrace set /mnt/terrace placement_policy pm-only
+  terrace set /mnt/terrace sync_threshold_bytes 4M
+  terrace set /mnt/terrace size_counter_threshold 2";
+
+#[derive(Args, Debug)]
+#[command(after_help = SET_AFTER)]
+struct SetArgs {
+    /// Where the pool is mounted.
+    mountpoint: PathBuf,
+    /// A setting's name.
+    key: Option<String>,
+    /// Its new value.
+    value: Option<String>,
+}
+
+const WHERE_AFTER: &str = "\
+Lists the extents of a file on a Terrace mount: file offset, length, tier
+(pm, ssd, hdd), block address on that tier, and the write-size predictor's
+counter, then the bytes held by each tier. The same information, on one line,
+is in the read-only xattr user.terrace.tiers:
+  getfattr -n user.terrace.tiers FILE
+
+Examples:
+  terrace where /mnt/terrace/db/wal.log
+  terrace where --json /mnt/terrace/big.img";
+
+#[derive(Args, Debug)]
+#[command(after_help = WHERE_AFTER)]
+struct WhereArgs {
+    /// A file on a Terrace mount.
+    path: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 const MKFS_AFTER: &str = "\
@@ -227,6 +277,8 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Umount(a) => admin::umount(&a.mountpoint, a.lazy),
         Cmd::Status(a) => admin::status(&a.mountpoint, a.json),
         Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.json),
+        Cmd::Where(a) => where_cmd::run(&a.path, a.json),
+        Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
     }
 }
 

@@ -392,9 +392,35 @@ fn control_loop(
                     return;
                 }
             }
+            Some("settings") => {
+                let keys: Vec<Value> = terrace_policy::Settings::keys()
+                    .iter()
+                    .map(|(k, help)| json!({"key": k, "value": fs.settings().get(k), "help": help}))
+                    .collect();
+                reply(&stream, &json!({"ok": true, "settings": keys}));
+            }
+            Some("set") => {
+                let uid = peer_uid(&stream);
+                if uid != Some(0) && uid != Some(me) {
+                    reply(
+                        &stream,
+                        &json!({"ok": false, "error": "permission denied: only root or the mounting user may change settings"}),
+                    );
+                    continue;
+                }
+                let key = req.get("key").and_then(Value::as_str).unwrap_or("");
+                let value = req.get("value").and_then(Value::as_str).unwrap_or("");
+                match fs.set_setting(key, value) {
+                    Ok(()) => reply(
+                        &stream,
+                        &json!({"ok": true, "key": key, "value": fs.settings().get(key)}),
+                    ),
+                    Err(e) => reply(&stream, &json!({"ok": false, "error": e})),
+                }
+            }
             _ => reply(
                 &stream,
-                &json!({"ok": false, "error": "unknown command (known: status, umount)"}),
+                &json!({"ok": false, "error": "unknown command (known: status, umount, settings, set)"}),
             ),
         }
     }

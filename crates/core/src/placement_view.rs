@@ -1,0 +1,69 @@
+//! Where a file's data lives: the read-only virtual xattrs
+//! `user.terrace.tiers` (one line) and `user.terrace.extents` (one line per
+//! extent, read by `terrace where`). They are computed from the extent map, never
+//! stored, not listed by listxattr, and cannot be set or removed (EPERM).
+
+use crate::fs::Fs;
+use crate::inode::Inode;
+use crate::types::FileType;
+use terrace_format::BLOCK_SIZE;
+
+/// Prefix of Terrace's virtual xattrs.
+pub const VIRTUAL_PREFIX: &[u8] = b"user.terrace.";
+/// One-line summary: `OFFSET+LENGTH:TIER@BLOCK …`.
+pub const XATTR_TIERS: &[u8] = b"user.terrace.tiers";
+/// One extent per line: `offset length tier block counter`.
+pub const XATTR_EXTENTS: &[u8] = b"user.terrace.extents";
+/// Largest value a virtual xattr returns (the kernel's xattr size limit).
+const MAX_VALUE: usize = 65536;
+
+impl Fs {
+    /// Name of tier `id` (`pm`, `ssd`, `hdd`, or the number).
+    pub(crate) fn tier_name(&self, id: u8) -> String {
+        let sb = self.sb.lock();
+        sb.tiers
+            .iter()
+            .find(|t| t.id == id)
+            .map(|t| t.kind.name().to_string())
+            .unwrap_or_else(|| id.to_string())
+    }
+
+    /// The value of a virtual xattr, `None` when `name` is not one.
+    pub(crate) fn virtual_xattr(&self, i: &Inode, name: &[u8]) -> Option<Vec<u8>> {
+        if name != XATTR_TIERS && name != XATTR_EXTENTS {
+            return None;
+        }
+        if !matches!(i.kind, FileType::Regular | FileType::Symlink) {
+            return Some(Vec::new());
+        }
+        let mut out = String::new();
+        for (fb, e) in i.extents.iter() {
+            let tier = self.tier_name(e.tier);
+            let line = if name == XATTR_TIERS {
+                format!(
+                    "{}{}+{}:{}@{}",
+                    if out.is_empty() { "" } else { " " },
+                    fb * BLOCK_SIZE,
+                    e.blocks * BLOCK_SIZE,
+                    tier,
+                    e.block
+                )
+            } else {
+                format!(
+                    "{} {} {} {} {}\n",
+                    fb * BLOCK_SIZE,
+                    e.blocks * BLOCK_SIZE,
+                    tier,
+                    e.block,
+                    e.counter
+                )
+            };
+            if out.len() + line.len() > MAX_VALUE - 4 {
+                out.push_str(" ...");
+                break;
+            }
+            out.push_str(&line);
+        }
+        Some(out.into_bytes())
+    }
+}

@@ -1,0 +1,111 @@
+//! `terrace where PATH`: which tier holds each part of a file.
+//!
+//! Reads the read-only virtual xattr `user.terrace.extents` of the file through
+//! the mount, so it needs no daemon connection and works for any user who may
+//! read the file's xattrs.
+
+use crate::util::{CliError, CliResult};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let p = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let n = CString::new(name).expect("no NUL in a constant name");
+    let mut buf = vec![0u8; 65536];
+    // Safety: both strings are NUL-terminated and live across the call; `buf` is
+    // writable for `buf.len()` bytes and the kernel writes at most that many.
+    let len = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if len < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(len as usize);
+    Ok(buf)
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Prints the extents of `path` with their tier and address.
+pub fn run(path: &Path, as_json: bool) -> CliResult {
+    let raw = match getxattr(path, "user.terrace.extents") {
+        Ok(v) => v,
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENODATA)
+                || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+        {
+            return Err(CliError::at(path, "not on a Terrace mount"));
+        }
+        Err(e) => return Err(CliError::at(path, crate::util::os_reason(&e))),
+    };
+    let text = String::from_utf8_lossy(&raw);
+    let mut rows = Vec::new();
+    let mut per_tier: BTreeMap<String, u64> = BTreeMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 5 {
+            continue;
+        }
+        let (off, len) = (
+            f[0].parse::<u64>().unwrap_or(0),
+            f[1].parse::<u64>().unwrap_or(0),
+        );
+        *per_tier.entry(f[2].to_string()).or_default() += len;
+        rows.push((
+            off,
+            len,
+            f[2].to_string(),
+            f[3].to_string(),
+            f[4].to_string(),
+        ));
+    }
+    if as_json {
+        let extents: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(o, l, t, b, c)| serde_json::json!({"offset": o, "length": l, "tier": t, "block": b.parse::<u64>().unwrap_or(0), "size_counter": c.parse::<u64>().unwrap_or(0)}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"path": path, "extents": extents, "bytes_per_tier": per_tier})
+        );
+        return Ok(());
+    }
+    println!("{}", path.display());
+    println!(
+        "{:>14} {:>12}  {:<4} {:>12} {:>7}",
+        "offset", "length", "tier", "block", "counter"
+    );
+    for (o, l, t, b, c) in &rows {
+        println!("{o:>14} {l:>12}  {t:<4} {b:>12} {c:>7}");
+    }
+    if rows.is_empty() {
+        println!("  (no data blocks: empty or sparse file)");
+    }
+    let summary: Vec<String> = per_tier
+        .iter()
+        .map(|(t, b)| format!("{t} {}", human(*b)))
+        .collect();
+    println!(
+        "total: {}",
+        if summary.is_empty() {
+            "0 B".into()
+        } else {
+            summary.join(", ")
+        }
+    );
+    Ok(())
+}

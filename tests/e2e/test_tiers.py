@@ -1,0 +1,112 @@
+"""Block tiers through a real mount: data spills from a small PM tier to an SSD
+tier file without ENOSPC, `terrace where` and the `user.terrace.tiers` xattr say
+where each extent is, data survives a remount, and a missing tier is a clear
+error."""
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from helpers import (assert_clean_error, assert_fsck_clean, mounted_pool, temp_mountpoint,
+                     temp_pool_path, terrace, unique_name)
+
+
+@contextlib.contextmanager
+def ssd_file(size_mb: int = 256):
+    """A path for an SSD tier image on the disk (/var/tmp), removed afterwards."""
+    path = Path(tempfile.gettempdir() if not os.path.isdir("/var/tmp") else "/var/tmp") / (unique_name("ssd") + ".img")
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def write_pattern(path: Path, total: int, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        for i in range(total // chunk):
+            block = bytes([(i * 7 + k) % 251 for k in range(256)]) * (chunk // 256)
+            f.write(block)
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def where(path: Path) -> dict:
+    import json
+    return json.loads(terrace("where", "--json", path).stdout)
+
+
+def test_data_beyond_pm_capacity_lands_on_the_ssd_tier_and_survives_remount():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            small = mnt / "wal.log"
+            with open(small, "ab") as f:
+                for i in range(64):
+                    f.write(b"record %05d\n" % i)
+                    f.flush()
+                    os.fsync(f.fileno())
+            big = mnt / "big.img"
+            digest = write_pattern(big, 64 << 20)  # 4x the PM tier
+            w = where(big)
+            assert w["bytes_per_tier"].get("ssd", 0) > 0, w["bytes_per_tier"]
+            assert sum(w["bytes_per_tier"].values()) == 64 << 20
+            assert where(small)["bytes_per_tier"] == {"pm": 4096}
+            line = os.getxattr(big, "user.terrace.tiers").decode()
+            assert ":ssd@" in line
+            assert "user.terrace.tiers" not in os.listxattr(big)
+            try:
+                os.setxattr(big, "user.terrace.tiers", b"x")
+                raise AssertionError("a virtual xattr could be set")
+            except PermissionError:
+                pass
+            assert sha256(big) == digest
+        assert_fsck_clean(pool, "after spilling to the SSD tier")
+        with mounted_pool(pool, mnt):
+            assert sha256(mnt / "big.img") == digest
+            os.unlink(mnt / "big.img")
+        assert_fsck_clean(pool, "after deleting the spilled file")
+
+
+def test_mounting_without_the_ssd_tier_is_a_clear_error():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        ssd.unlink()
+        cp = terrace("mount", pool, mnt, "--daemon", check=False)
+        assert_clean_error(cp, mentions=["missing"])
+
+
+def test_where_outside_a_terrace_mount_is_a_clear_error(tmp_path):
+    f = tmp_path / "plain"
+    f.write_bytes(b"x")
+    cp = terrace("where", f, check=False)
+    assert_clean_error(cp, mentions=["not on a Terrace mount"])
+
+
+def test_settings_can_be_listed_and_changed_at_run_time():
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        with mounted_pool(pool, mnt):
+            listing = terrace("set", mnt).stdout
+            assert "placement_policy = ziggurat" in listing
+            assert "sync_threshold_bytes" in listing
+            assert terrace("set", mnt, "sync_threshold_bytes", "4M").stdout.strip() == "sync_threshold_bytes = 4M"
+            assert "sync_threshold_bytes = 4M" in terrace("set", mnt, "sync_threshold_bytes").stdout
+            cp = terrace("set", mnt, "placement_policy", "bogus", check=False)
+            assert_clean_error(cp, mentions=["bogus"])
+            cp = terrace("set", mnt, "no_such_key", "1", check=False)
+            assert_clean_error(cp, mentions=["no_such_key"])
+            import json
+            st = json.loads(terrace("status", "--json", mnt).stdout)
+            assert st["settings"]["sync_threshold_bytes"] == 4 << 20
