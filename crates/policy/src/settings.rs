@@ -40,6 +40,19 @@ pub struct Settings {
     /// Name of the placement policy (see
     /// [`placement_policy_names`]).
     pub placement_policy: String,
+    /// Bound of the DRAM page cache for block-tier data (bytes).
+    #[serde(deserialize_with = "de_size")]
+    pub dram_cache_bytes: u64,
+    /// Dirty data older than this is written back even when the cache is not
+    /// under pressure (ns).
+    #[serde(deserialize_with = "de_duration")]
+    pub writeback_age_ns: u64,
+    /// Write-back starts when dirty data passes this percentage of the cache.
+    pub writeback_dirty_percent: u8,
+    /// Largest read from a block tier into the cache (bytes): a miss reads the
+    /// rest of the write entry it falls in, up to this much.
+    #[serde(deserialize_with = "de_size")]
+    pub max_read_unit_bytes: u64,
 }
 
 impl Default for Settings {
@@ -52,6 +65,10 @@ impl Default for Settings {
             size_counter_threshold: size.threshold,
             size_min_write_blocks: size.min_write_blocks,
             placement_policy: placement_policy_names()[0].to_string(),
+            dram_cache_bytes: 256 << 20,
+            writeback_age_ns: 5_000_000_000,
+            writeback_dirty_percent: 25,
+            max_read_unit_bytes: 1 << 20,
         }
     }
 }
@@ -80,6 +97,25 @@ const KEYS: &[(&str, &str)] = &[
         "placement_policy",
         "where new writes go: ziggurat (sync or small to PM, large async to disk), \
          pm-only, block-first (default ziggurat)",
+    ),
+    (
+        "dram_cache_bytes",
+        "size; bound of the DRAM page cache in front of the block tiers (default 256M; \
+         `terrace mount --dram-cache` sets it at mount; lowering it at run time writes back \
+         and evicts down to the new bound)",
+    ),
+    (
+        "writeback_age_ns",
+        "duration; dirty cached data older than this is written back (default 5s)",
+    ),
+    (
+        "writeback_dirty_percent",
+        "1-100; write-back starts when dirty data passes this share of the cache (default 25)",
+    ),
+    (
+        "max_read_unit_bytes",
+        "size; a cache miss reads the rest of the write entry it falls in, up to this much \
+         (default 1M)",
     ),
 ];
 
@@ -118,6 +154,31 @@ impl Settings {
                 }
                 self.placement_policy = name.to_string();
             }
+            "dram_cache_bytes" => {
+                let v = parse_size(value).map_err(bad)?;
+                if v < 1 << 20 {
+                    return Err(bad("the DRAM cache needs at least 1M".into()));
+                }
+                self.dram_cache_bytes = v;
+            }
+            "writeback_age_ns" => self.writeback_age_ns = parse_duration(value).map_err(bad)?,
+            "writeback_dirty_percent" => {
+                let v: u8 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad("expected a whole number from 1 to 100".into()))?;
+                if !(1..=100).contains(&v) {
+                    return Err(bad("expected a whole number from 1 to 100".into()));
+                }
+                self.writeback_dirty_percent = v;
+            }
+            "max_read_unit_bytes" => {
+                let v = parse_size(value).map_err(bad)?;
+                if !(4096..=64 << 20).contains(&v) {
+                    return Err(bad("expected a size from 4K to 64M".into()));
+                }
+                self.max_read_unit_bytes = v;
+            }
             _ => return Err(unknown_key(key)),
         }
         Ok(())
@@ -132,6 +193,10 @@ impl Settings {
             "size_counter_threshold" => self.size_counter_threshold.to_string(),
             "size_min_write_blocks" => self.size_min_write_blocks.to_string(),
             "placement_policy" => self.placement_policy.clone(),
+            "dram_cache_bytes" => format_size(self.dram_cache_bytes),
+            "writeback_age_ns" => format_duration(self.writeback_age_ns),
+            "writeback_dirty_percent" => self.writeback_dirty_percent.to_string(),
+            "max_read_unit_bytes" => format_size(self.max_read_unit_bytes),
             _ => return None,
         })
     }
