@@ -10,13 +10,27 @@
 //! plain integer (bytes, ns) or such a string.
 //!
 //! Settings are values; the components they tune (predictor parameters, the
-//! placement policy object) are built from them with [`Settings::sync_params`],
-//! [`Settings::size_params`] and [`Settings::placement`].
+//! placement and migration policy objects) are built from them with
+//! [`Settings::sync_params`], [`Settings::size_params`],
+//! [`Settings::placement`], [`Settings::migration_params`],
+//! [`Settings::migration`], [`Settings::nvmfs_params`] and
+//! [`Settings::cleaner_params`].
+//!
+//! `set` checks each value on its own, and `nvmfs_dirty_low_percent` against
+//! the current `nvmfs_dirty_high_percent` (low < high; raise the high mark
+//! first). A config file is not cross-checked; the parameter builders keep
+//! the result usable (a low mark above the high mark acts as the high mark).
 
 use std::fmt;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::cleaner::CleanerParams;
+use crate::migration::{
+    migration_policy, migration_policy_names, MigrationParams, MigrationPolicy, ThresholdMode,
+    BLOCK_BYTES,
+};
+use crate::nvmfs::{NvmfsParams, SplitParams};
 use crate::placement::{placement_policy, placement_policy_names, PlacementPolicy};
 use crate::size_predictor::SizeParams;
 use crate::sync_predictor::SyncParams;
@@ -53,12 +67,55 @@ pub struct Settings {
     /// rest of the write entry it falls in, up to this much.
     #[serde(deserialize_with = "de_size")]
     pub max_read_unit_bytes: u64,
+    /// Name of the migration policy (see [`migration_policy_names`]).
+    pub migration_policy: String,
+    /// When migration down starts: a fixed percentage of the upper tier, or
+    /// dynamic from the read/write ratio (in a config file: `"dynamic"` or a
+    /// number).
+    #[serde(serialize_with = "ser_threshold", deserialize_with = "de_threshold")]
+    pub migration_threshold: ThresholdMode,
+    /// Above this use (percent) migration is forced and foreground writes go
+    /// to the next tier (100 = never).
+    pub migration_forced_percent: u8,
+    /// A file unmodified for longer than this (ns) migrates whole.
+    #[serde(deserialize_with = "de_duration")]
+    pub migration_age_ns: u64,
+    /// Largest group of coalesced entries in group migration (bytes).
+    #[serde(deserialize_with = "de_size")]
+    pub group_migration_bytes: u64,
+    /// Reverse migration when reads are at least this many times the writes
+    /// (0 = never).
+    pub reverse_read_ratio: u64,
+    /// Reverse migration only while PM use is below this percentage.
+    pub reverse_pm_low_percent: u8,
+    /// Migration threads (0 = one per core).
+    pub migration_threads: u32,
+    /// NVMFS: flushing of dirty PM data starts at this share of the dirty
+    /// list's target (percent).
+    pub nvmfs_dirty_high_percent: u8,
+    /// NVMFS: flushing continues down to this share (percent).
+    pub nvmfs_dirty_low_percent: u8,
+    /// NVMFS: flush unit (bytes).
+    #[serde(deserialize_with = "de_size")]
+    pub nvmfs_extent_bytes: u64,
+    /// NVMFS: window over which clean and dirty hits are counted (ns).
+    #[serde(deserialize_with = "de_duration")]
+    pub nvmfs_window_ns: u64,
+    /// Cleaner: recycle extents only while free extents are below this share
+    /// of all extents (percent; 0 = never).
+    pub cleaner_free_percent: u8,
+    /// Cleaner: recycle only while extent use (ideal / actual) is below this
+    /// percent.
+    pub cleaner_fragmentation_percent: u8,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         let sync = SyncParams::default();
         let size = SizeParams::default();
+        let mig = MigrationParams::default();
+        let nvmfs = NvmfsParams::default();
+        let cleaner = CleanerParams::default();
         Settings {
             sync_threshold_bytes: sync.threshold_bytes,
             sync_idle_reset_ns: sync.idle_reset_ns,
@@ -69,6 +126,20 @@ impl Default for Settings {
             writeback_age_ns: 5_000_000_000,
             writeback_dirty_percent: 25,
             max_read_unit_bytes: 1 << 20,
+            migration_policy: migration_policy_names()[0].to_string(),
+            migration_threshold: mig.threshold,
+            migration_forced_percent: mig.forced_percent,
+            migration_age_ns: mig.age_ns,
+            group_migration_bytes: mig.group_bytes,
+            reverse_read_ratio: mig.reverse_read_ratio,
+            reverse_pm_low_percent: mig.reverse_pm_low_percent,
+            migration_threads: mig.threads,
+            nvmfs_dirty_high_percent: nvmfs.dirty_high_percent,
+            nvmfs_dirty_low_percent: nvmfs.dirty_low_percent,
+            nvmfs_extent_bytes: nvmfs.extent_bytes,
+            nvmfs_window_ns: nvmfs.window_ns,
+            cleaner_free_percent: cleaner.free_percent,
+            cleaner_fragmentation_percent: cleaner.fragmentation_percent,
         }
     }
 }
@@ -116,6 +187,78 @@ const KEYS: &[(&str, &str)] = &[
         "max_read_unit_bytes",
         "size; a cache miss reads the rest of the write entry it falls in, up to this much \
          (default 1M)",
+    ),
+    (
+        "migration_policy",
+        "how data migrates down: default (ziggurat's cold-part choice, PM copy kept clean \
+         unless migration is forced), ziggurat (cold part by amtime, PM copy freed), nvmfs \
+         (whole file, least recently written first, PM copy kept clean) (default default)",
+    ),
+    (
+        "migration_threshold",
+        "dynamic, or 1-99; migration down starts when PM use passes this percentage and runs \
+         until it is below it; dynamic rises from 50 to 90 as reads outnumber writes \
+         (default dynamic)",
+    ),
+    (
+        "migration_forced_percent",
+        "50-100; above this PM use migration is forced and new writes go to the next tier \
+         (default 95; 100 = never)",
+    ),
+    (
+        "migration_age_ns",
+        "duration; a file not modified for longer than this migrates whole, a more recent one \
+         only its entries older than its average mtime (default 30s)",
+    ),
+    (
+        "group_migration_bytes",
+        "size, 4K-1G in whole 4K blocks; adjacent small entries are coalesced into one \
+         sequential write of up to this much (default 16M, the paper's best)",
+    ),
+    (
+        "reverse_read_ratio",
+        "whole number; data moves back up to PM when reads are at least this many times the \
+         writes (default 4; 0 = never)",
+    ),
+    (
+        "reverse_pm_low_percent",
+        "1-99; reverse migration only while PM use is below this percentage, and not beyond \
+         it (default 50)",
+    ),
+    (
+        "migration_threads",
+        "0-1024; migration threads (default 0 = one per core)",
+    ),
+    (
+        "nvmfs_dirty_high_percent",
+        "1-100; flushing dirty PM data down starts when the dirty list reaches this share of \
+         its target (default 80, NVMFS's); must stay above nvmfs_dirty_low_percent",
+    ),
+    (
+        "nvmfs_dirty_low_percent",
+        "0-99; flushing continues until the dirty list is down to this share of its target \
+         (default 50, NVMFS's); must stay below nvmfs_dirty_high_percent",
+    ),
+    (
+        "nvmfs_extent_bytes",
+        "size, 4K-64M in whole 4K blocks; dirty data is flushed in units of this much, sorted \
+         by file position (default 512K, NVMFS's extent)",
+    ),
+    (
+        "nvmfs_window_ns",
+        "duration, at least 1ms; clean and dirty hits are counted over this window, then the \
+         split between the lists moves toward the one with more hits per page (default 10s)",
+    ),
+    (
+        "cleaner_free_percent",
+        "0-100; block-tier extents are recycled only while free extents are fewer than this \
+         share of all extents (default 10; 0 = never)",
+    ),
+    (
+        "cleaner_fragmentation_percent",
+        "1-100; extents are recycled only while extent use (ideal / actual, the fragmentation \
+         `terrace status` shows) is below this, and only extents used less than this \
+         (default 80)",
     ),
 ];
 
@@ -179,6 +322,81 @@ impl Settings {
                 }
                 self.max_read_unit_bytes = v;
             }
+            "migration_policy" => {
+                let name = value.trim();
+                if migration_policy(name).is_none() {
+                    return Err(bad(format!(
+                        "no such policy; known: {}",
+                        migration_policy_names().join(", ")
+                    )));
+                }
+                self.migration_policy = name.to_string();
+            }
+            "migration_threshold" => {
+                self.migration_threshold = parse_threshold(value).map_err(bad)?
+            }
+            "migration_forced_percent" => {
+                self.migration_forced_percent = parse_percent(value, 50, 100).map_err(bad)?
+            }
+            "migration_age_ns" => self.migration_age_ns = parse_duration(value).map_err(bad)?,
+            "group_migration_bytes" => {
+                self.group_migration_bytes = parse_blocks(value, 4 << 10, 1 << 30).map_err(bad)?
+            }
+            "reverse_read_ratio" => {
+                self.reverse_read_ratio = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad("expected a whole number (0 = never)".into()))?
+            }
+            "reverse_pm_low_percent" => {
+                self.reverse_pm_low_percent = parse_percent(value, 1, 99).map_err(bad)?
+            }
+            "migration_threads" => {
+                let v: u32 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad("expected a whole number from 0 to 1024".into()))?;
+                if v > 1024 {
+                    return Err(bad("expected a whole number from 0 to 1024".into()));
+                }
+                self.migration_threads = v;
+            }
+            "nvmfs_dirty_high_percent" => {
+                let v = parse_percent(value, 1, 100).map_err(bad)?;
+                if v <= self.nvmfs_dirty_low_percent {
+                    return Err(bad(format!(
+                        "must be above nvmfs_dirty_low_percent ({})",
+                        self.nvmfs_dirty_low_percent
+                    )));
+                }
+                self.nvmfs_dirty_high_percent = v;
+            }
+            "nvmfs_dirty_low_percent" => {
+                let v = parse_percent(value, 0, 99).map_err(bad)?;
+                if v >= self.nvmfs_dirty_high_percent {
+                    return Err(bad(format!(
+                        "must be below nvmfs_dirty_high_percent ({})",
+                        self.nvmfs_dirty_high_percent
+                    )));
+                }
+                self.nvmfs_dirty_low_percent = v;
+            }
+            "nvmfs_extent_bytes" => {
+                self.nvmfs_extent_bytes = parse_blocks(value, 4 << 10, 64 << 20).map_err(bad)?
+            }
+            "nvmfs_window_ns" => {
+                let v = parse_duration(value).map_err(bad)?;
+                if v < 1_000_000 {
+                    return Err(bad("expected a duration of at least 1ms".into()));
+                }
+                self.nvmfs_window_ns = v;
+            }
+            "cleaner_free_percent" => {
+                self.cleaner_free_percent = parse_percent(value, 0, 100).map_err(bad)?
+            }
+            "cleaner_fragmentation_percent" => {
+                self.cleaner_fragmentation_percent = parse_percent(value, 1, 100).map_err(bad)?
+            }
             _ => return Err(unknown_key(key)),
         }
         Ok(())
@@ -197,6 +415,20 @@ impl Settings {
             "writeback_age_ns" => format_duration(self.writeback_age_ns),
             "writeback_dirty_percent" => self.writeback_dirty_percent.to_string(),
             "max_read_unit_bytes" => format_size(self.max_read_unit_bytes),
+            "migration_policy" => self.migration_policy.clone(),
+            "migration_threshold" => self.migration_threshold.to_string(),
+            "migration_forced_percent" => self.migration_forced_percent.to_string(),
+            "migration_age_ns" => format_duration(self.migration_age_ns),
+            "group_migration_bytes" => format_size(self.group_migration_bytes),
+            "reverse_read_ratio" => self.reverse_read_ratio.to_string(),
+            "reverse_pm_low_percent" => self.reverse_pm_low_percent.to_string(),
+            "migration_threads" => self.migration_threads.to_string(),
+            "nvmfs_dirty_high_percent" => self.nvmfs_dirty_high_percent.to_string(),
+            "nvmfs_dirty_low_percent" => self.nvmfs_dirty_low_percent.to_string(),
+            "nvmfs_extent_bytes" => format_size(self.nvmfs_extent_bytes),
+            "nvmfs_window_ns" => format_duration(self.nvmfs_window_ns),
+            "cleaner_free_percent" => self.cleaner_free_percent.to_string(),
+            "cleaner_fragmentation_percent" => self.cleaner_fragmentation_percent.to_string(),
             _ => return None,
         })
     }
@@ -228,6 +460,54 @@ impl Settings {
             )
         })
     }
+
+    /// The migration tunables.
+    pub fn migration_params(&self) -> MigrationParams {
+        MigrationParams {
+            threshold: self.migration_threshold,
+            forced_percent: self.migration_forced_percent,
+            age_ns: self.migration_age_ns,
+            group_bytes: self.group_migration_bytes,
+            reverse_read_ratio: self.reverse_read_ratio,
+            reverse_pm_low_percent: self.reverse_pm_low_percent,
+            threads: self.migration_threads,
+        }
+    }
+
+    /// The migration policy named by `migration_policy`, or an error if the
+    /// name is unknown (possible after deserializing a config file).
+    pub fn migration(&self) -> Result<Box<dyn MigrationPolicy + Send + Sync>, String> {
+        migration_policy(&self.migration_policy).ok_or_else(|| {
+            format!(
+                "unknown migration_policy {:?}; known: {}",
+                self.migration_policy,
+                migration_policy_names().join(", ")
+            )
+        })
+    }
+
+    /// NVMFS's tunables (the adaptive split's bounds are fixed defaults; a low
+    /// mark above the high mark is lowered to it).
+    pub fn nvmfs_params(&self) -> NvmfsParams {
+        NvmfsParams {
+            dirty_high_percent: self.nvmfs_dirty_high_percent,
+            dirty_low_percent: self
+                .nvmfs_dirty_low_percent
+                .min(self.nvmfs_dirty_high_percent),
+            extent_bytes: self.nvmfs_extent_bytes,
+            window_ns: self.nvmfs_window_ns,
+            split: SplitParams::default(),
+        }
+    }
+
+    /// The cleaner's tunables (the batch size is the fixed default).
+    pub fn cleaner_params(&self) -> CleanerParams {
+        CleanerParams {
+            free_percent: self.cleaner_free_percent,
+            fragmentation_percent: self.cleaner_fragmentation_percent,
+            ..CleanerParams::default()
+        }
+    }
 }
 
 fn unknown_key(key: &str) -> String {
@@ -236,6 +516,43 @@ fn unknown_key(key: &str) -> String {
         "unknown setting {key:?}; known settings: {}",
         names.join(", ")
     )
+}
+
+/// Parses a whole percentage from `lo` to `hi` (an optional `%` is allowed).
+fn parse_percent(s: &str, lo: u8, hi: u8) -> Result<u8, String> {
+    let why = || format!("expected a whole number from {lo} to {hi}");
+    let t = s.trim();
+    let t = t.strip_suffix('%').unwrap_or(t).trim();
+    let v: u8 = t.parse().map_err(|_| why())?;
+    if !(lo..=hi).contains(&v) {
+        return Err(why());
+    }
+    Ok(v)
+}
+
+/// Parses a size from `lo` to `hi` bytes that is a whole number of blocks.
+fn parse_blocks(s: &str, lo: u64, hi: u64) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if !(lo..=hi).contains(&v) || v % BLOCK_BYTES != 0 {
+        return Err(format!(
+            "expected a size from {} to {} in whole {} blocks",
+            format_size(lo),
+            format_size(hi),
+            format_size(BLOCK_BYTES)
+        ));
+    }
+    Ok(v)
+}
+
+/// Parses a migration threshold: `dynamic`, or a whole percentage from 1 to
+/// 99 (an optional `%` is allowed).
+pub fn parse_threshold(s: &str) -> Result<ThresholdMode, String> {
+    if s.trim().eq_ignore_ascii_case("dynamic") {
+        return Ok(ThresholdMode::Dynamic);
+    }
+    parse_percent(s, 1, 99)
+        .map(ThresholdMode::Static)
+        .map_err(|_| "expected dynamic or a whole number from 1 to 99".to_string())
 }
 
 /// Parses a size: a whole number with an optional binary unit `K`, `M`, `G`,
@@ -353,6 +670,37 @@ fn de_number_or_text<'de, D: Deserializer<'de>>(
         example,
         parse,
     })
+}
+
+/// A threshold in a config file: `"dynamic"`, a number, or a number as text.
+fn de_threshold<'de, D: Deserializer<'de>>(d: D) -> Result<ThresholdMode, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = ThresholdMode;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "\"dynamic\" or a percentage from 1 to 99")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ThresholdMode, E> {
+            parse_threshold(&v.to_string())
+                .map_err(|e| E::custom(format!("bad threshold {v}: {e}")))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ThresholdMode, E> {
+            parse_threshold(&v.to_string())
+                .map_err(|e| E::custom(format!("bad threshold {v}: {e}")))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ThresholdMode, E> {
+            parse_threshold(v).map_err(|e| E::custom(format!("bad threshold {v:?}: {e}")))
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// A threshold as a number, or the string `"dynamic"`.
+fn ser_threshold<S: Serializer>(t: &ThresholdMode, s: S) -> Result<S::Ok, S::Error> {
+    match *t {
+        ThresholdMode::Static(p) => s.serialize_u8(p),
+        ThresholdMode::Dynamic => s.serialize_str("dynamic"),
+    }
 }
 
 fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -479,6 +827,115 @@ mod tests {
         let bad = MapDeserializer::<_, DeError>::new([("sync_idle_reset_ns", "soon")].into_iter());
         let e = Settings::deserialize(bad).unwrap_err().to_string();
         assert!(e.contains("bad duration \"soon\""), "{e}");
+    }
+
+    #[test]
+    fn migration_defaults_match_the_policies_defaults() {
+        let s = Settings::default();
+        assert_eq!(s.migration_params(), MigrationParams::default());
+        assert_eq!(s.nvmfs_params(), NvmfsParams::default());
+        assert_eq!(s.cleaner_params(), CleanerParams::default());
+        assert_eq!(s.migration().unwrap().name(), "default");
+        assert_eq!(s.get("migration_threshold").as_deref(), Some("dynamic"));
+        assert_eq!(s.get("group_migration_bytes").as_deref(), Some("16M"));
+        assert_eq!(s.get("nvmfs_extent_bytes").as_deref(), Some("512K"));
+        assert_eq!(s.get("migration_age_ns").as_deref(), Some("30s"));
+    }
+
+    #[test]
+    fn migration_keys_set_their_params() {
+        let mut s = Settings::default();
+        s.set("migration_threshold", "70").unwrap();
+        assert_eq!(s.migration_params().threshold, ThresholdMode::Static(70));
+        s.set("migration_threshold", " 60% ").unwrap();
+        assert_eq!(s.get("migration_threshold").as_deref(), Some("60"));
+        s.set("migration_threshold", "Dynamic").unwrap();
+        assert_eq!(s.migration_threshold, ThresholdMode::Dynamic);
+        s.set("migration_policy", "nvmfs").unwrap();
+        assert_eq!(s.migration().unwrap().name(), "nvmfs");
+        s.set("group_migration_bytes", "128K").unwrap();
+        assert_eq!(s.migration_params().group_blocks(), 32);
+        s.set("migration_threads", "0").unwrap();
+        assert_eq!(s.migration_params().threads_for(6), 6);
+        s.set("nvmfs_dirty_high_percent", "90").unwrap();
+        s.set("nvmfs_dirty_low_percent", "85").unwrap();
+        assert_eq!(s.nvmfs_params().dirty_low_percent, 85);
+        s.set("nvmfs_extent_bytes", "1M").unwrap();
+        assert_eq!(s.nvmfs_params().extent_blocks(), 256);
+        s.set("cleaner_free_percent", "0").unwrap();
+        assert_eq!(s.cleaner_params().free_percent, 0);
+    }
+
+    #[test]
+    fn bad_migration_values_are_refused_with_the_reason() {
+        let mut s = Settings::default();
+        let cases = [
+            (
+                "migration_policy",
+                "fastest",
+                "known: default, ziggurat, nvmfs",
+            ),
+            (
+                "migration_threshold",
+                "100",
+                "dynamic or a whole number from 1 to 99",
+            ),
+            (
+                "migration_threshold",
+                "0",
+                "dynamic or a whole number from 1 to 99",
+            ),
+            ("migration_threshold", "static", "dynamic or a whole number"),
+            ("migration_forced_percent", "49", "from 50 to 100"),
+            ("group_migration_bytes", "6K", "in whole 4K blocks"),
+            ("group_migration_bytes", "2G", "from 4K to 1G"),
+            ("reverse_read_ratio", "-1", "whole number"),
+            ("reverse_pm_low_percent", "100", "from 1 to 99"),
+            ("migration_threads", "1025", "from 0 to 1024"),
+            (
+                "nvmfs_dirty_high_percent",
+                "50",
+                "above nvmfs_dirty_low_percent (50)",
+            ),
+            (
+                "nvmfs_dirty_low_percent",
+                "80",
+                "below nvmfs_dirty_high_percent (80)",
+            ),
+            ("nvmfs_extent_bytes", "128M", "from 4K to 64M"),
+            ("nvmfs_window_ns", "10us", "at least 1ms"),
+            ("cleaner_free_percent", "101", "from 0 to 100"),
+            ("cleaner_fragmentation_percent", "0", "from 1 to 100"),
+        ];
+        for (key, value, why) in cases {
+            let e = s.set(key, value).unwrap_err();
+            assert!(
+                e.starts_with(&format!("bad value {value:?} for {key}: ")),
+                "{e}"
+            );
+            assert!(e.contains(why), "{e}");
+        }
+        assert_eq!(s, Settings::default());
+    }
+
+    #[test]
+    fn config_file_threshold_is_dynamic_or_a_number() {
+        let text =
+            MapDeserializer::<_, DeError>::new([("migration_threshold", "dynamic")].into_iter());
+        let s = Settings::deserialize(text).unwrap();
+        assert_eq!(s.migration_threshold, ThresholdMode::Dynamic);
+        let num = MapDeserializer::<_, DeError>::new([("migration_threshold", 75u64)].into_iter());
+        let s = Settings::deserialize(num).unwrap();
+        assert_eq!(s.migration_threshold, ThresholdMode::Static(75));
+        let bad = MapDeserializer::<_, DeError>::new([("migration_threshold", 150u64)].into_iter());
+        let e = Settings::deserialize(bad).unwrap_err().to_string();
+        assert!(e.contains("bad threshold 150"), "{e}");
+        let sizes = MapDeserializer::<_, DeError>::new(
+            [("group_migration_bytes", "1M"), ("nvmfs_window_ns", "5s")].into_iter(),
+        );
+        let s = Settings::deserialize(sizes).unwrap();
+        assert_eq!(s.group_migration_bytes, 1 << 20);
+        assert_eq!(s.nvmfs_window_ns, 5_000_000_000);
     }
 
     #[test]

@@ -1,0 +1,493 @@
+//! NVMFS's management of fast-tier pages (NVMFS §III-C, §III-D): a dirty and
+//! a clean LRU list with an adaptive split, flushing of dirty data in large
+//! sequential extents, and cost-free eviction of clean copies.
+//!
+//! # The two lists and their split
+//!
+//! PM pages holding file data are on one of two LRU lists: *dirty* (the only
+//! valid copy is on PM) or *clean* (an identical, valid copy is also on a block
+//! tier — a page flushed and not written since). The lists share the PM pages;
+//! NVMFS moves their boundary: "we maintain two performance counters which
+//! keep track of the hits on clean and dirty data ... We periodically measure
+//! and reset the counters", and "if the hit ratio of clean data is 2X more
+//! than that of dirty data, we increase the NVRAM pages that are allocated for
+//! clean data". [`AdaptiveSplit`] is that state machine: the caller reports
+//! hits ([`AdaptiveSplit::on_hit`]) and, once per window
+//! ([`NvmfsParams::window_ns`]), the lists' sizes
+//! ([`AdaptiveSplit::on_window_end`]); the list with more hits *per page*
+//! grows its target share by [`SplitParams::step_percent`], within
+//! [`SplitParams::min_percent`]..=[`SplitParams::max_percent`] (10%..90% by
+//! default), and the counters reset. The paper's "2X" is an example, not a
+//! rule; here any difference moves the split, by a small step, so the split
+//! follows the workload without jumping. Equal hit rates, or a window without
+//! hits, leave it alone. Hits per page are compared by cross-multiplication
+//! (exact); a list with no pages counts as one page.
+//!
+//! # Flushing
+//!
+//! Dirty data is flushed when the dirty list reaches its high mark (80% of its
+//! target) and until it is down to its low mark (50%) ([`flush_pages`]; the
+//! caller keeps whether a flush is running, as NVMFS's background thread
+//! does). The pages flushed are taken from the LRU end of the dirty list, in
+//! whole extents (512 KiB, "the minimum flushing unit"), and sorted by inode
+//! and file block before being cut into extents ([`flush_extents`]) so that
+//! pages adjacent in a file are adjacent on the device and read back
+//! sequentially. A flushed page becomes clean (both copies valid) and goes to
+//! the LRU end of the clean list.
+//!
+//! # Eviction
+//!
+//! When PM space is needed, clean pages are evicted first, least recently used
+//! first: their block-tier copy is valid, so eviction is only a pointer change
+//! ([`evict_choice`]). Dirty pages must be flushed before they can go; the
+//! choice says how many.
+//!
+//! Where Terrace differs: NVMFS keeps every file page on one list; Terrace
+//! calls the page-granular functions with whatever unit the caller tracks
+//! (a block of a write entry).
+
+use std::collections::BTreeMap;
+
+/// Which list a page is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PageKind {
+    /// Also valid on a block tier.
+    Clean,
+    /// Only on PM.
+    Dirty,
+}
+
+/// Bounds and step of the adaptive split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitParams {
+    /// Smallest share of PM pages the dirty list may target (percent).
+    pub min_percent: u8,
+    /// Largest share of PM pages the dirty list may target (percent).
+    pub max_percent: u8,
+    /// Change of the target per window (percentage points).
+    pub step_percent: u8,
+    /// Share the dirty list targets at first (percent).
+    pub initial_percent: u8,
+}
+
+impl Default for SplitParams {
+    fn default() -> Self {
+        SplitParams {
+            min_percent: 10,
+            max_percent: 90,
+            step_percent: 5,
+            initial_percent: 50,
+        }
+    }
+}
+
+/// NVMFS's tunables ([`crate::Settings::nvmfs_params`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmfsParams {
+    /// Flushing starts when the dirty list reaches this share of its target.
+    pub dirty_high_percent: u8,
+    /// Flushing continues until the dirty list is down to this share.
+    pub dirty_low_percent: u8,
+    /// Flush unit in bytes (the block tier's extent).
+    pub extent_bytes: u64,
+    /// Length of a hit-counting window (ns).
+    pub window_ns: u64,
+    /// The split's bounds and step.
+    pub split: SplitParams,
+}
+
+impl Default for NvmfsParams {
+    fn default() -> Self {
+        NvmfsParams {
+            dirty_high_percent: 80,
+            dirty_low_percent: 50,
+            extent_bytes: 512 << 10,
+            window_ns: 10_000_000_000,
+            split: SplitParams::default(),
+        }
+    }
+}
+
+impl NvmfsParams {
+    /// The flush unit in blocks (at least 1).
+    pub fn extent_blocks(&self) -> u64 {
+        (self.extent_bytes / crate::migration::BLOCK_BYTES).max(1)
+    }
+}
+
+/// The adaptive split between the dirty and the clean list: the dirty list's
+/// target share and the hit counters of the current window.
+///
+/// Invariant: the target stays within the bounds it was built with (after
+/// any sequence of calls with the same [`SplitParams`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveSplit {
+    dirty_percent: u8,
+    clean_hits: u64,
+    dirty_hits: u64,
+    window_start_ns: u64,
+}
+
+impl AdaptiveSplit {
+    /// A split at `p.initial_percent` (clamped to the bounds), its first
+    /// window starting at `now_ns`.
+    pub fn new(p: &SplitParams, now_ns: u64) -> Self {
+        AdaptiveSplit {
+            dirty_percent: p
+                .initial_percent
+                .clamp(p.min_percent, p.max_percent.max(p.min_percent)),
+            clean_hits: 0,
+            dirty_hits: 0,
+            window_start_ns: now_ns,
+        }
+    }
+
+    /// A read or write hit a PM page on list `kind`.
+    pub fn on_hit(&mut self, kind: PageKind) {
+        match kind {
+            PageKind::Clean => self.clean_hits = self.clean_hits.saturating_add(1),
+            PageKind::Dirty => self.dirty_hits = self.dirty_hits.saturating_add(1),
+        }
+    }
+
+    /// Hits counted in this window: `(clean, dirty)`.
+    pub fn hits(&self) -> (u64, u64) {
+        (self.clean_hits, self.dirty_hits)
+    }
+
+    /// The dirty list's target share of PM pages (percent).
+    pub fn dirty_percent(&self) -> u8 {
+        self.dirty_percent
+    }
+
+    /// The dirty list's target in pages, of `total_pages` PM pages.
+    pub fn dirty_target_pages(&self, total_pages: u64) -> u64 {
+        (u128::from(total_pages) * u128::from(self.dirty_percent) / 100) as u64
+    }
+
+    /// Whether the window that started at the last reset is over at `now_ns`.
+    pub fn window_over(&self, now_ns: u64, window_ns: u64) -> bool {
+        now_ns.saturating_sub(self.window_start_ns) >= window_ns
+    }
+
+    /// Ends the window at `now_ns`, with the lists holding `clean_pages` and
+    /// `dirty_pages`: the list with more hits per page grows its share by one
+    /// step (within the bounds), the counters reset, and the new dirty target
+    /// (percent) is returned.
+    pub fn on_window_end(
+        &mut self,
+        clean_pages: u64,
+        dirty_pages: u64,
+        now_ns: u64,
+        p: &SplitParams,
+    ) -> u8 {
+        // clean_hits / clean_pages vs dirty_hits / dirty_pages.
+        let clean = u128::from(self.clean_hits) * u128::from(dirty_pages.max(1));
+        let dirty = u128::from(self.dirty_hits) * u128::from(clean_pages.max(1));
+        let (lo, hi) = (p.min_percent, p.max_percent.max(p.min_percent));
+        let d = self.dirty_percent;
+        self.dirty_percent = if dirty > clean {
+            d.saturating_add(p.step_percent).clamp(lo, hi)
+        } else if clean > dirty {
+            d.saturating_sub(p.step_percent).clamp(lo, hi)
+        } else {
+            d.clamp(lo, hi)
+        };
+        self.clean_hits = 0;
+        self.dirty_hits = 0;
+        self.window_start_ns = now_ns;
+        self.dirty_percent
+    }
+}
+
+/// How many dirty pages to flush now: 0 below the high mark (or, while a flush
+/// is `running`, at or below the low mark); otherwise down to the low mark.
+/// `dirty_target_pages` is the dirty list's target
+/// ([`AdaptiveSplit::dirty_target_pages`]).
+pub fn flush_pages(
+    dirty_pages: u64,
+    dirty_target_pages: u64,
+    running: bool,
+    p: &NvmfsParams,
+) -> u64 {
+    let mark = |percent: u8| (u128::from(dirty_target_pages) * u128::from(percent) / 100) as u64;
+    let low = mark(p.dirty_low_percent.min(p.dirty_high_percent));
+    let high = mark(p.dirty_high_percent);
+    let go = if running {
+        dirty_pages > low
+    } else {
+        dirty_pages >= high && dirty_pages > low
+    };
+    if go {
+        dirty_pages - low
+    } else {
+        0
+    }
+}
+
+/// A PM page of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PageRef {
+    /// Inode number.
+    pub ino: u64,
+    /// File block.
+    pub file_block: u64,
+}
+
+/// Consecutive blocks of one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PageRun {
+    /// Inode number.
+    pub ino: u64,
+    /// First file block.
+    pub file_block: u64,
+    /// Length in blocks.
+    pub blocks: u64,
+}
+
+/// One extent's worth of dirty pages, written with one sequential write.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FlushExtent {
+    /// Runs in the order they are laid out in the extent (by inode, then file
+    /// block).
+    pub runs: Vec<PageRun>,
+    /// Pages in the extent (at most the extent size).
+    pub blocks: u64,
+}
+
+/// The dirty pages to flush, as extents: the first `pages` of `dirty_lru`
+/// (least recently used first), rounded up to whole extents of
+/// `extent_blocks` as long as there are dirty pages, sorted by inode and file
+/// block and cut into extents; each extent's pages are coalesced into runs.
+/// Duplicate pages are flushed once.
+pub fn flush_extents(dirty_lru: &[PageRef], pages: u64, extent_blocks: u64) -> Vec<FlushExtent> {
+    let eb = extent_blocks.max(1);
+    let want = pages.div_ceil(eb).saturating_mul(eb);
+    let take = usize::try_from(want)
+        .unwrap_or(usize::MAX)
+        .min(dirty_lru.len());
+    let mut chosen: Vec<PageRef> = dirty_lru[..take].to_vec();
+    chosen.sort_unstable();
+    chosen.dedup();
+    chosen
+        .chunks(eb as usize)
+        .map(|chunk| {
+            let mut runs: Vec<PageRun> = Vec::new();
+            for pg in chunk {
+                match runs.last_mut() {
+                    Some(r) if r.ino == pg.ino && r.file_block + r.blocks == pg.file_block => {
+                        r.blocks += 1
+                    }
+                    _ => runs.push(PageRun {
+                        ino: pg.ino,
+                        file_block: pg.file_block,
+                        blocks: 1,
+                    }),
+                }
+            }
+            FlushExtent {
+                runs,
+                blocks: chunk.len() as u64,
+            }
+        })
+        .collect()
+}
+
+/// What to do to free PM pages.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Eviction {
+    /// Clean pages to drop (their block-tier copy becomes the file's data).
+    pub clean: Vec<PageRef>,
+    /// Dirty pages to flush first, then evict, for the rest of the need.
+    pub flush_first: u64,
+    /// Pages that cannot be freed at all (the need exceeds both lists).
+    pub unmet: u64,
+}
+
+/// Frees `need_pages`: clean pages first from the LRU end of `clean_lru`
+/// (cost free), the rest from the `dirty_pages` dirty pages, which must be
+/// flushed first.
+pub fn evict_choice(need_pages: u64, clean_lru: &[PageRef], dirty_pages: u64) -> Eviction {
+    let n = usize::try_from(need_pages)
+        .unwrap_or(usize::MAX)
+        .min(clean_lru.len());
+    let rest = need_pages - n as u64;
+    let flush_first = rest.min(dirty_pages);
+    Eviction {
+        clean: clean_lru[..n].to_vec(),
+        flush_first,
+        unmet: rest - flush_first,
+    }
+}
+
+/// Runs of a set of pages, per inode in file order (a helper for callers that
+/// turn evicted or flushed pages back into ranges).
+pub fn page_runs(pages: &[PageRef]) -> Vec<PageRun> {
+    let mut by_ino: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for p in pages {
+        by_ino.entry(p.ino).or_default().push(p.file_block);
+    }
+    let mut runs = Vec::new();
+    for (ino, mut blocks) in by_ino {
+        blocks.sort_unstable();
+        blocks.dedup();
+        for b in blocks {
+            match runs.last_mut() {
+                Some(PageRun {
+                    ino: i,
+                    file_block,
+                    blocks: n,
+                }) if *i == ino && *file_block + *n == b => *n += 1,
+                _ => runs.push(PageRun {
+                    ino,
+                    file_block: b,
+                    blocks: 1,
+                }),
+            }
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pg(ino: u64, file_block: u64) -> PageRef {
+        PageRef { ino, file_block }
+    }
+
+    fn hits(s: &mut AdaptiveSplit, clean: u64, dirty: u64) {
+        for _ in 0..clean {
+            s.on_hit(PageKind::Clean);
+        }
+        for _ in 0..dirty {
+            s.on_hit(PageKind::Dirty);
+        }
+    }
+
+    #[test]
+    fn list_with_more_hits_per_page_grows() {
+        let p = SplitParams::default();
+        let mut s = AdaptiveSplit::new(&p, 0);
+        assert_eq!(s.dirty_percent(), 50);
+        // Dirty: 30 hits on 100 pages; clean: 20 hits on 100 pages.
+        hits(&mut s, 20, 30);
+        assert_eq!(s.on_window_end(100, 100, 1, &p), 55);
+        assert_eq!(s.hits(), (0, 0));
+        // Clean has fewer hits but on far fewer pages: more per page.
+        hits(&mut s, 10, 30);
+        assert_eq!(s.on_window_end(10, 100, 2, &p), 50);
+    }
+
+    #[test]
+    fn equal_rates_or_no_hits_leave_the_split_alone() {
+        let p = SplitParams::default();
+        let mut s = AdaptiveSplit::new(&p, 0);
+        assert_eq!(s.on_window_end(100, 100, 1, &p), 50);
+        hits(&mut s, 10, 20);
+        assert_eq!(s.on_window_end(50, 100, 2, &p), 50);
+    }
+
+    #[test]
+    fn split_stays_within_bounds() {
+        let p = SplitParams::default();
+        let mut s = AdaptiveSplit::new(&p, 0);
+        for t in 0..20 {
+            hits(&mut s, 0, 5);
+            s.on_window_end(10, 10, t, &p);
+        }
+        assert_eq!(s.dirty_percent(), 90);
+        for t in 0..40 {
+            hits(&mut s, 5, 0);
+            s.on_window_end(10, 10, t, &p);
+        }
+        assert_eq!(s.dirty_percent(), 10);
+        assert_eq!(s.dirty_target_pages(1000), 100);
+    }
+
+    #[test]
+    fn window_ends_after_window_length() {
+        let p = SplitParams::default();
+        let mut s = AdaptiveSplit::new(&p, 100);
+        assert!(!s.window_over(109, 10));
+        assert!(s.window_over(110, 10));
+        s.on_window_end(0, 0, 110, &p);
+        assert!(!s.window_over(119, 10));
+    }
+
+    #[test]
+    fn flush_starts_at_high_mark_and_runs_to_low_mark() {
+        let p = NvmfsParams::default();
+        // Target 100 pages: high 80, low 50.
+        assert_eq!(flush_pages(79, 100, false, &p), 0);
+        assert_eq!(flush_pages(80, 100, false, &p), 30);
+        assert_eq!(flush_pages(60, 100, true, &p), 10);
+        assert_eq!(flush_pages(50, 100, true, &p), 0);
+        assert_eq!(flush_pages(0, 0, false, &p), 0);
+    }
+
+    #[test]
+    fn flush_takes_lru_pages_in_whole_extents_sorted_by_file_position() {
+        // LRU order: file 2 block 1, file 1 block 5, file 1 block 4, file 2 block 0, file 1 block 9.
+        let lru = [pg(2, 1), pg(1, 5), pg(1, 4), pg(2, 0), pg(1, 9)];
+        let ex = flush_extents(&lru, 3, 2);
+        // 3 pages round up to 2 extents of 2 = the 4 least recently used pages.
+        assert_eq!(ex.len(), 2);
+        assert_eq!(
+            ex[0].runs,
+            vec![PageRun {
+                ino: 1,
+                file_block: 4,
+                blocks: 2
+            }]
+        );
+        assert_eq!(
+            ex[1].runs,
+            vec![PageRun {
+                ino: 2,
+                file_block: 0,
+                blocks: 2
+            }]
+        );
+        assert!(flush_extents(&lru, 0, 128).is_empty());
+        let all = flush_extents(&lru, 3, 128);
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].blocks, 5);
+        assert_eq!(all[0].runs.len(), 3);
+    }
+
+    #[test]
+    fn eviction_takes_clean_pages_first_and_flushes_only_the_shortfall() {
+        let clean = [pg(1, 0), pg(1, 1), pg(2, 7)];
+        let e = evict_choice(2, &clean, 10);
+        assert_eq!(e.clean, vec![pg(1, 0), pg(1, 1)]);
+        assert_eq!((e.flush_first, e.unmet), (0, 0));
+        let e = evict_choice(5, &clean, 10);
+        assert_eq!(e.clean.len(), 3);
+        assert_eq!((e.flush_first, e.unmet), (2, 0));
+        let e = evict_choice(20, &clean, 10);
+        assert_eq!((e.flush_first, e.unmet), (10, 7));
+    }
+
+    #[test]
+    fn page_runs_coalesce_per_file() {
+        let runs = page_runs(&[pg(2, 3), pg(1, 1), pg(1, 0), pg(2, 5), pg(2, 4), pg(1, 1)]);
+        assert_eq!(
+            runs,
+            vec![
+                PageRun {
+                    ino: 1,
+                    file_block: 0,
+                    blocks: 2
+                },
+                PageRun {
+                    ino: 2,
+                    file_block: 3,
+                    blocks: 3
+                },
+            ]
+        );
+        assert_eq!(NvmfsParams::default().extent_blocks(), 128);
+    }
+}
