@@ -267,8 +267,9 @@ fn share(capacity: u64, percent: u8) -> u64 {
 /// the threshold, a stopped one starts when use is above it.
 ///
 /// Invariants: `Forced` exactly when use is above the forced mark; the bytes
-/// to free bring use strictly below `min(threshold, forced)`; never asks
-/// anything of an empty or zero-capacity tier.
+/// to free bring use strictly below `min(threshold, forced)` (to 0 if that
+/// share is 0 bytes) and never exceed `used`; never asks anything of an empty
+/// or zero-capacity tier.
 pub fn should_migrate(
     used: u64,
     capacity: u64,
@@ -285,7 +286,8 @@ pub fn should_migrate(
     if !go {
         return MigrationNeed::None;
     }
-    let bytes_to_free = used - limit + 1;
+    // Strictly below the limit; all of it when the limit is 0.
+    let bytes_to_free = (used - limit).saturating_add(1).min(used);
     if forced {
         MigrationNeed::Forced { bytes_to_free }
     } else {
