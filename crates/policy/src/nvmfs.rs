@@ -210,16 +210,18 @@ pub fn flush_pages(
     running: bool,
     p: &NvmfsParams,
 ) -> u64 {
-    let mark = |percent: u8| (u128::from(dirty_target_pages) * u128::from(percent) / 100) as u64;
-    let low = mark(p.dirty_low_percent.min(p.dirty_high_percent));
-    let high = mark(p.dirty_high_percent);
-    let go = if running {
-        dirty_pages > low
-    } else {
-        dirty_pages >= high && dirty_pages > low
+    // Compared exactly (`dirty / target` against `percent / 100`); the pages
+    // to flush bring the list down to the low mark rounded down.
+    let at_least = |percent: u8| {
+        u128::from(dirty_pages) * 100 >= u128::from(dirty_target_pages) * u128::from(percent)
     };
+    let low_percent = p.dirty_low_percent.min(p.dirty_high_percent);
+    let above_low =
+        u128::from(dirty_pages) * 100 > u128::from(dirty_target_pages) * u128::from(low_percent);
+    let go = above_low && (running || at_least(p.dirty_high_percent));
     if go {
-        dirty_pages - low
+        let low = (u128::from(dirty_target_pages) * u128::from(low_percent) / 100) as u64;
+        dirty_pages.saturating_sub(low)
     } else {
         0
     }
