@@ -80,6 +80,7 @@ impl Fs {
                 let len = (n * BS) as usize;
                 self.media.write(b * BS, &buf[at..at + len]);
                 self.media.flush(b * BS, n * BS);
+                self.pm_io.record_write(len as u64);
                 at += len;
             }
             return Ok(());
@@ -117,6 +118,7 @@ impl Fs {
     ) -> FsResult<()> {
         if tier == 0 {
             self.media.read(block * BS + off_in_block, dst);
+            self.pm_io.record_read(dst.len() as u64);
             return Ok(());
         }
         let t = self.tier(tier)?;
@@ -126,6 +128,52 @@ impl Fs {
         let mut buf = vec![0u8; nblocks * BS as usize];
         t.media.read_blocks(first, &mut buf)?;
         dst.copy_from_slice(&buf[skip..skip + dst.len()]);
+        Ok(())
+    }
+
+    /// Reads `dst.len()` bytes starting `off_in_block` bytes into `block` of
+    /// block tier `tier`, through the DRAM cache. `left` is how many blocks of
+    /// the write entry remain from `block` on: a miss reads up to
+    /// `max_read_unit_bytes` of them (at least what `dst` needs) and caches them.
+    pub(crate) fn read_block_tier(
+        &self,
+        tier: u8,
+        block: u64,
+        left: u64,
+        off_in_block: u64,
+        dst: &mut [u8],
+    ) -> FsResult<()> {
+        let unit = (self.settings.read().max_read_unit_bytes / BS).max(1);
+        let mut blk = block + off_in_block / BS;
+        let mut left = left - off_in_block / BS;
+        let mut skip = (off_in_block % BS) as usize;
+        let mut at = 0usize;
+        while at < dst.len() {
+            let want = (dst.len() - at).min(BS as usize - skip);
+            if let Some(p) = self.cache.get_clean(tier, blk) {
+                dst[at..at + want].copy_from_slice(&p[skip..skip + want]);
+                at += want;
+                skip = 0;
+                blk += 1;
+                left = left.saturating_sub(1);
+                continue;
+            }
+            let need = (skip + dst.len() - at).div_ceil(BS as usize) as u64;
+            let n = left.min(unit.max(need)).max(1);
+            let t = self.tier(tier)?;
+            let mut buf = vec![0u8; (n * BS) as usize];
+            t.media.read_blocks(blk, &mut buf)?;
+            self.cache.note_misses(n);
+            let take = (dst.len() - at).min((n * BS) as usize - skip);
+            dst[at..at + take].copy_from_slice(&buf[skip..skip + take]);
+            at += take;
+            let pages: Vec<std::sync::Arc<[u8]>> =
+                buf.chunks(BS as usize).map(std::sync::Arc::from).collect();
+            self.cache.put_clean(tier, blk, pages);
+            blk += n;
+            left = left.saturating_sub(n);
+            skip = 0;
+        }
         Ok(())
     }
 }

@@ -94,6 +94,10 @@ pub struct Fs {
     /// The placement policy named by `settings.placement_policy`.
     pub(crate) placement:
         parking_lot::RwLock<Box<dyn terrace_policy::PlacementPolicy + Send + Sync>>,
+    /// The DRAM page cache in front of the block tiers.
+    pub(crate) cache: crate::cache::PageCache,
+    /// File data stored to and loaded from PM (for `terrace status`).
+    pub(crate) pm_io: terrace_media::BlockStatsCounter,
 }
 
 /// When reads update the access time.
@@ -231,6 +235,10 @@ impl Fs {
                     .placement()
                     .expect("the default policy exists"),
             ),
+            cache: crate::cache::PageCache::new(
+                terrace_policy::Settings::default().dram_cache_bytes,
+            ),
+            pm_io: terrace_media::BlockStatsCounter::new(),
         })
     }
 
@@ -240,7 +248,11 @@ impl Fs {
         next.set(key, value)?;
         let policy = next.placement()?;
         *self.placement.write() = policy;
+        let bound = next.dram_cache_bytes;
         *self.settings.write() = next;
+        if bound != self.cache.bound() {
+            self.cache.set_bound(bound);
+        }
         Ok(())
     }
 
@@ -269,6 +281,8 @@ impl Fs {
         if self.unmounted.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        self.stop_writeback();
+        self.flush_all()?;
         self.media.fence();
         self.media.sync_all()?;
         let mut sb = self.sb.lock();
@@ -325,6 +339,7 @@ impl Fs {
             if tier == 0 {
                 self.alloc.free_run(block, n);
             } else if let Some(t) = self.tiers.iter().find(|t| t.id == tier) {
+                self.cache.invalidate(tier, block, n);
                 t.space.release(block, n);
             }
         }
@@ -332,6 +347,7 @@ impl Fs {
 
     /// Frees an inode's log pages and data (after its slot was freed on media).
     pub(crate) fn release_inode_space(&self, inode: &mut Inode) {
+        self.discard_dirty(inode);
         let pages = std::mem::take(&mut inode.log.pages);
         for p in pages {
             self.alloc.free_run(p / BLOCK_SIZE, 1);

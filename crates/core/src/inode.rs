@@ -217,6 +217,14 @@ pub struct Inode {
     pub zombie: bool,
     /// Ziggurat's synchronicity predictor for this file (DRAM only).
     pub sync: terrace_policy::SyncPredictor,
+    /// Pages written to the DRAM cache and not yet in the log, by file page
+    /// (see `cache`). Their content is newer than the extent map's.
+    pub dirty: BTreeMap<u64, crate::cache::DirtyPage>,
+    /// File size including the dirty pages (meaningful while `dirty` is not
+    /// empty; `attr.size` is the committed size).
+    pub cached_size: u64,
+    /// Time of the last cached write (meaningful while `dirty` is not empty).
+    pub cached_mtime: i64,
 }
 
 impl Inode {
@@ -249,6 +257,9 @@ impl Inode {
             lookups: 0,
             zombie: false,
             sync: terrace_policy::SyncPredictor::new(),
+            dirty: BTreeMap::new(),
+            cached_size: 0,
+            cached_mtime: 0,
         })
     }
 
@@ -312,9 +323,32 @@ impl Inode {
         )
     }
 
+    /// The size applications see: the committed size, or the size after the
+    /// cached writes not yet written back.
+    pub fn size(&self) -> u64 {
+        if self.dirty.is_empty() {
+            self.attr.size
+        } else {
+            self.attr.size.max(self.cached_size)
+        }
+    }
+
     /// `stat` view.
     pub fn stat(&self) -> Attr {
-        let data_blocks = self.extents.mapped_blocks();
+        let data_blocks = self.extents.mapped_blocks()
+            + self
+                .dirty
+                .keys()
+                .filter(|&&fb| self.extents.find(fb).is_none())
+                .count() as u64;
+        let (mtime, ctime) = if self.dirty.is_empty() {
+            (self.attr.mtime, self.attr.ctime)
+        } else {
+            (
+                self.attr.mtime.max(self.cached_mtime),
+                self.attr.ctime.max(self.cached_mtime),
+            )
+        };
         Attr {
             ino: self.ino,
             generation: self.generation,
@@ -324,11 +358,11 @@ impl Inode {
             uid: self.attr.uid,
             gid: self.attr.gid,
             rdev: self.rdev,
-            size: self.attr.size,
+            size: self.size(),
             blocks: data_blocks * (BLOCK_SIZE / 512),
             atime: self.attr.atime,
-            mtime: self.attr.mtime,
-            ctime: self.attr.ctime,
+            mtime,
+            ctime,
             btime: self.btime,
         }
     }

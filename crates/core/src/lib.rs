@@ -7,6 +7,7 @@
 //! `recovery` (mount) and `fsck`.
 
 pub mod alloc;
+pub mod cache;
 pub mod data;
 pub mod fs;
 pub mod fsck;

@@ -119,12 +119,14 @@ impl Fs {
         Ok(data)
     }
 
-    /// Reads from a locked inode without side effects.
+    /// Reads from a locked inode without side effects (dirty cached pages
+    /// included).
     pub(crate) fn read_locked(&self, i: &Inode, off: u64, size: usize) -> FsResult<Vec<u8>> {
-        if off >= i.attr.size {
+        let fsize = i.size();
+        if off >= fsize {
             return Ok(Vec::new());
         }
-        let end = (off + size as u64).min(i.attr.size);
+        let end = (off + size as u64).min(fsize);
         let mut out = vec![0u8; (end - off) as usize];
         let mut pos = off;
         while pos < end {
@@ -133,7 +135,13 @@ impl Fs {
                 Some((s, e)) => {
                     let run_end = ((s + e.blocks) * BS).min(end);
                     let dst = &mut out[(pos - off) as usize..(run_end - off) as usize];
-                    self.read_data(e.tier, e.block + (fb - s), pos % BS, dst)?;
+                    let block = e.block + (fb - s);
+                    if e.tier == 0 {
+                        self.read_data(0, block, pos % BS, dst)?;
+                    } else {
+                        let left = s + e.blocks - fb;
+                        self.read_block_tier(e.tier, block, left, pos % BS, dst)?;
+                    }
                     pos = run_end;
                 }
                 None => {
@@ -147,6 +155,13 @@ impl Fs {
                 }
             }
         }
+        for (&fb, p) in i.dirty.range(off / BS..=(end - 1) / BS) {
+            let pstart = fb * BS;
+            let from = off.max(pstart);
+            let to = end.min(pstart + BS);
+            out[(from - off) as usize..(to - off) as usize]
+                .copy_from_slice(&p.data[(from - pstart) as usize..(to - pstart) as usize]);
+        }
         Ok(out)
     }
 
@@ -157,6 +172,11 @@ impl Fs {
 
     /// [`Fs::write`] on a file opened with `O_SYNC`/`O_DSYNC` when `o_sync`
     /// (the synchronicity predictor treats such writes as synchronous).
+    ///
+    /// Placement: the predictors and the placement policy choose PM or a block
+    /// tier. Block-tier writes go to the DRAM cache (written back later, or
+    /// before returning when the write is synchronous); so do writes that do
+    /// not fit in PM any more. PM writes are copy-on-write and committed here.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
@@ -178,6 +198,77 @@ impl Fs {
         let fb0 = off / BS;
         let fb1 = (end - 1) / BS;
         let nblocks = fb1 - fb0 + 1;
+        // Ziggurat's predictors, then the placement policy.
+        let (sync_params, size_params) = {
+            let st = self.settings.read();
+            (st.sync_params(), st.size_params())
+        };
+        // The entry this write overwrites: a cached write (its pages carry its
+        // counter; taken as covering this write's range) or a committed one.
+        let prev = [fb0, fb0 + nblocks / 2].iter().find_map(|&b| {
+            i.dirty
+                .get(&b)
+                .map(|p| (fb0, nblocks, p.counter))
+                .or_else(|| i.extents.find(b).map(|(s, e)| (s, e.blocks, e.counter)))
+        });
+        let counter =
+            terrace_policy::size_predictor::next_counter((fb0, nblocks), prev, &size_params);
+        let synchronous =
+            i.sync
+                .on_write(data.len() as u64, now.max(0) as u64, o_sync, &sync_params);
+        let pm_free = self.pm_data_free_bytes();
+        let obs = terrace_policy::WriteObservation {
+            synchronous,
+            large: terrace_policy::size_predictor::is_large(counter, &size_params),
+            write_bytes: nblocks * BS,
+            pm_free_bytes: pm_free,
+            pm_capacity_bytes: self.alloc.total() * BS,
+            first_block_tier: self.tiers.first().map(|t| t.id),
+            rule: None,
+        };
+        let want = self.placement.read().place(&obs).tier();
+        let pm_full = pm_free < nblocks * BS;
+        let to_cache = !self.tiers.is_empty() && (want != 0 || pm_full);
+        if to_cache {
+            drop(g);
+            let bytes = nblocks * BS;
+            if self.cache_reserve(bytes)? {
+                let r = (|| {
+                    let mut g = self.lock(ino)?;
+                    let i = g.as_mut().expect("live");
+                    self.write_cached(i, off, data, counter, now, bytes)
+                })();
+                if r.is_err() {
+                    self.cache_unreserve(bytes);
+                }
+                r?;
+                (if want != 0 {
+                    &self.counters.placed_block
+                } else {
+                    &self.counters.placement_overflows
+                })
+                .fetch_add(1, Ordering::Relaxed);
+                if synchronous || o_sync {
+                    self.flush_inode(ino)?;
+                }
+                self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .bytes_written
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                return Ok(data.len());
+            }
+            // Larger than the cache can take: write it through, below.
+            g = self.lock_clean(ino)?;
+        } else if !g.as_ref().expect("live").dirty.is_empty() {
+            // Cached writes of this file go to the log first (per-file order).
+            drop(g);
+            g = self.lock_clean(ino)?;
+        }
+        let i = g.as_mut().expect("live");
+        let want = match (to_cache, want) {
+            (true, 0) => self.tiers[0].id,
+            _ => want,
+        };
         let head = (off % BS) as usize;
         let mut buf = vec![0u8; (nblocks * BS) as usize];
         if head != 0 {
@@ -190,29 +281,6 @@ impl Fs {
             buf[at..at + old.len()].copy_from_slice(&old);
         }
         buf[head..head + data.len()].copy_from_slice(data);
-        // Ziggurat's predictors, then the placement policy.
-        let (sync_params, size_params) = {
-            let st = self.settings.read();
-            (st.sync_params(), st.size_params())
-        };
-        let prev = [fb0, fb0 + nblocks / 2]
-            .iter()
-            .find_map(|&b| i.extents.find(b).map(|(s, e)| (s, e.blocks, e.counter)));
-        let counter =
-            terrace_policy::size_predictor::next_counter((fb0, nblocks), prev, &size_params);
-        let synchronous =
-            i.sync
-                .on_write(data.len() as u64, now.max(0) as u64, o_sync, &sync_params);
-        let obs = terrace_policy::WriteObservation {
-            synchronous,
-            large: terrace_policy::size_predictor::is_large(counter, &size_params),
-            write_bytes: nblocks * BS,
-            pm_free_bytes: self.pm_data_free_bytes(),
-            pm_capacity_bytes: self.alloc.total() * BS,
-            first_block_tier: self.tiers.first().map(|t| t.id),
-            rule: None,
-        };
-        let want = self.placement.read().place(&obs).tier();
         let d = self.alloc_data_on(want, nblocks)?;
         let placed = if d.tier == 0 {
             &self.counters.placed_pm
@@ -237,8 +305,10 @@ impl Fs {
         Ok(data.len())
     }
 
-    /// Makes an inode's data and metadata durable. Data on PM is durable when the
-    /// write returns, so this only matters for media that need an msync.
+    /// Makes an inode's data and metadata durable: writes back its cached
+    /// pages (merged into large requests) and commits them; data on PM is
+    /// durable when the write returns, so for it this only matters on media
+    /// that need an msync.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
         {
             let sync_params = self.settings.read().sync_params();
@@ -248,6 +318,7 @@ impl Fs {
                 .sync
                 .on_fsync(now_ns().max(0) as u64, &sync_params);
         }
+        self.flush_inode(ino)?;
         self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.media.sync_all()
     }
@@ -280,7 +351,11 @@ impl Fs {
 
     /// Changes attributes (chmod, chown, truncate, utimes).
     pub fn setattr(&self, ino: Ino, s: SetAttr) -> FsResult<Attr> {
-        let mut g = self.lock(ino)?;
+        let mut g = if s.size.is_some() || s.mtime.is_some() {
+            self.lock_clean(ino)?
+        } else {
+            self.lock(ino)?
+        };
         let i = g.as_mut().expect("live");
         let now = now_ns();
         let mut a = i.attr;
@@ -352,7 +427,7 @@ impl Fs {
 
     /// Allocates or deallocates a byte range.
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
-        let mut g = self.lock(ino)?;
+        let mut g = self.lock_clean(ino)?;
         let i = g.as_mut().expect("live");
         match i.kind {
             FileType::Regular => {}

@@ -2,6 +2,10 @@
 //! `user.terrace.tiers` (one line) and `user.terrace.extents` (one line per
 //! extent, read by `terrace where`). They are computed from the extent map, never
 //! stored, not listed by listxattr, and cannot be set or removed (EPERM).
+//!
+//! Data written to the DRAM cache and not yet written back shows as extents on
+//! tier `dram` with block `-`, after the committed extents; it shadows the
+//! committed extents it overlaps until write-back.
 
 use crate::fs::Fs;
 use crate::inode::Inode;
@@ -37,25 +41,46 @@ impl Fs {
             return Some(Vec::new());
         }
         let mut out = String::new();
-        for (fb, e) in i.extents.iter() {
-            let tier = self.tier_name(e.tier);
+        let mut runs: Vec<(u64, u64, String, String, u8)> = i
+            .extents
+            .iter()
+            .map(|(fb, e)| {
+                (
+                    fb,
+                    e.blocks,
+                    self.tier_name(e.tier),
+                    e.block.to_string(),
+                    e.counter,
+                )
+            })
+            .collect();
+        let mut dirty: Vec<(u64, u64, String, String, u8)> = Vec::new();
+        for (&fb, p) in &i.dirty {
+            match dirty.last_mut() {
+                Some(r) if r.0 + r.1 == fb => r.1 += 1,
+                _ => dirty.push((fb, 1, "dram".into(), "-".into(), p.counter)),
+            }
+        }
+        runs.extend(dirty);
+        for (fb, blocks, tier, block, counter) in runs {
+            let e = (blocks, block, counter);
             let line = if name == XATTR_TIERS {
                 format!(
                     "{}{}+{}:{}@{}",
                     if out.is_empty() { "" } else { " " },
                     fb * BLOCK_SIZE,
-                    e.blocks * BLOCK_SIZE,
+                    e.0 * BLOCK_SIZE,
                     tier,
-                    e.block
+                    e.1
                 )
             } else {
                 format!(
                     "{} {} {} {} {}\n",
                     fb * BLOCK_SIZE,
-                    e.blocks * BLOCK_SIZE,
+                    e.0 * BLOCK_SIZE,
                     tier,
-                    e.block,
-                    e.counter
+                    e.1,
+                    e.2
                 )
             };
             if out.len() + line.len() > MAX_VALUE - 4 {

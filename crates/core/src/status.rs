@@ -22,7 +22,10 @@ pub struct TierStatus {
     pub active: bool,
     /// Extent bookkeeping (block tiers).
     pub extents: Option<crate::tier::SpaceStats>,
-    /// Requests and bytes sent to the device since mount (block tiers).
+    /// Live write entries (extents of files) whose data is on this tier.
+    pub write_entries: u64,
+    /// Requests and bytes sent to the device since mount (for PM: data
+    /// stores and loads by the file system).
     pub io: Option<IoStats>,
 }
 
@@ -39,6 +42,8 @@ pub struct IoStats {
     pub write_bytes: u64,
     /// Average write request in bytes.
     pub avg_write_bytes: u64,
+    /// Average read request in bytes.
+    pub avg_read_bytes: u64,
     /// Cache flushes (fdatasync).
     pub syncs: u64,
 }
@@ -51,6 +56,7 @@ impl From<terrace_media::BlockStats> for IoStats {
             write_requests: b.write_requests,
             write_bytes: b.write_bytes,
             avg_write_bytes: b.avg_write_bytes(),
+            avg_read_bytes: b.avg_read_bytes(),
             syncs: b.syncs,
         }
     }
@@ -108,6 +114,8 @@ pub struct Status {
     /// Synchronicity predictions settled so far and how many were right
     /// ("synchronous" right when an fsync followed within the threshold).
     pub sync_predictions: terrace_policy::SyncAccuracy,
+    /// The DRAM page cache in front of the block tiers.
+    pub cache: crate::cache::CacheStats,
     /// All settings.
     pub settings: terrace_policy::Settings,
 }
@@ -124,6 +132,7 @@ impl Fs {
         let mut log_pages = 0;
         let mut data_blocks = 0;
         let mut sync_predictions = terrace_policy::SyncAccuracy::default();
+        let mut entries_per_tier = [0u64; 256];
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {
                 if i.zombie {
@@ -132,12 +141,12 @@ impl Fs {
                 sync_predictions.add(i.sync.accuracy());
                 inodes_used += 1;
                 log_pages += i.log.pages.len() as u64;
-                data_blocks += i
-                    .extents
-                    .iter()
-                    .filter(|(_, e)| e.tier == 0)
-                    .map(|(_, e)| e.blocks)
-                    .sum::<u64>();
+                for (_, e) in i.extents.iter() {
+                    entries_per_tier[e.tier as usize] += 1;
+                    if e.tier == 0 {
+                        data_blocks += e.blocks;
+                    }
+                }
             }
         }
         let pool_bytes = sb.pool_blocks * BLOCK_SIZE;
@@ -160,7 +169,12 @@ impl Fs {
                     },
                     active: t.id == 0 || mounted.is_some(),
                     extents,
-                    io: mounted.map(|b| b.media.stats().into()),
+                    write_entries: entries_per_tier[t.id as usize],
+                    io: if t.id == 0 {
+                        Some(self.pm_io.snapshot().into())
+                    } else {
+                        mounted.map(|b| b.media.stats().into())
+                    },
                 }
             })
             .collect();
@@ -190,6 +204,7 @@ impl Fs {
             placed_block: c.placed_block.load(Ordering::Relaxed),
             placement_overflows: c.placement_overflows.load(Ordering::Relaxed),
             sync_predictions,
+            cache: self.cache.stats(),
             settings: self.settings(),
         }
     }

@@ -59,6 +59,8 @@ fn writes_spill_to_the_ssd_tier_when_pm_is_full_and_read_back_after_remount() {
             .expect("no ENOSPC while the SSD tier has room");
         expect.extend_from_slice(&chunk);
     }
+    assert_eq!(fs.read(a.ino, 0, expect.len()).unwrap(), expect);
+    fs.fsync(a.ino, false).unwrap();
     let st = fs.status();
     assert!(st.tiers[1].used > 0, "nothing reached the SSD tier");
     assert!(st.tiers[1].io.unwrap().write_requests > 0);
@@ -98,6 +100,8 @@ fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
     let ssd = Arc::new(FaultBlock::new(MemBlock::new(SSD)));
     mkfs_tiered(&*pm, 64);
     let fs = mount_tiered(pm.clone(), ssd.clone());
+    // Writes of more than half the cache bypass it: this one is written through.
+    fs.set_setting("dram_cache_bytes", "2M").unwrap();
     let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = vec![9u8; 3 << 20];
     fs.write(a.ino, 0, &data).unwrap();
@@ -226,6 +230,16 @@ fn large_asynchronous_overwrites_go_to_the_ssd_and_fsynced_appends_stay_on_pm() 
             fs.fsync(wal.ino, false).unwrap();
         }
     }
+    assert!(
+        tier_bytes(&fs, big.ino, "dram") > 0,
+        "large asynchronous writes did not go through the DRAM cache"
+    );
+    fs.fsync(big.ino, false).unwrap();
+    assert_eq!(
+        tier_bytes(&fs, big.ino, "dram"),
+        0,
+        "fsync left dirty pages"
+    );
     assert_eq!(
         tier_bytes(&fs, big.ino, "ssd"),
         1 << 20,
@@ -266,6 +280,7 @@ fn settings_change_at_run_time_and_bad_values_change_nothing() {
     );
     fs.set_setting("placement_policy", "block-first").unwrap();
     fs.write(f.ino, 0, &vec![9u8; 256 << 10]).unwrap();
+    fs.fsync(f.ino, false).unwrap();
     assert_eq!(tier_bytes(&fs, f.ino, "ssd"), 256 << 10);
     assert_eq!(fs.status().placement_policy, "block-first");
 }

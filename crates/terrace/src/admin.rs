@@ -133,6 +133,69 @@ pub fn render_status(st: &Value) -> String {
         n(st, "journaled_commits"),
         n(st, "compactions")
     ));
+    line(String::new());
+    line(format!(
+        "  {:<4} {:>9} {:>11} {:>11} {:>10} {:>10} {:>9}",
+        "I/O", "ENTRIES", "WRITTEN", "READ", "AVG WRITE", "AVG READ", "FRAG"
+    ));
+    for t in st
+        .get("tiers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let io = t.get("io").cloned().unwrap_or(Value::Null);
+        let frag = t
+            .get("extents")
+            .and_then(|e| e.get("fragmentation_pct"))
+            .and_then(Value::as_u64)
+            .map(|f| format!("{f}%"))
+            .unwrap_or_else(|| "-".into());
+        line(format!(
+            "  {:<4} {:>9} {:>11} {:>11} {:>10} {:>10} {:>9}",
+            s(t, "kind"),
+            n(t, "write_entries"),
+            util::human_bytes(n(&io, "write_bytes")),
+            util::human_bytes(n(&io, "read_bytes")),
+            util::human_bytes(n(&io, "avg_write_bytes")),
+            util::human_bytes(n(&io, "avg_read_bytes")),
+            frag
+        ));
+    }
+    if let Some(c) = st.get("cache") {
+        line(String::new());
+        let (hits, misses) = (n(c, "hits"), n(c, "misses"));
+        line(format!(
+            "  DRAM cache    {} of {} ({} dirty, {} clean, peak {}); hit ratio {}",
+            util::human_bytes(n(c, "dirty_bytes") + n(c, "clean_bytes")),
+            util::human_bytes(n(c, "bound_bytes")),
+            util::human_bytes(n(c, "dirty_bytes")),
+            util::human_bytes(n(c, "clean_bytes")),
+            util::human_bytes(n(c, "peak_bytes")),
+            pct(hits, hits + misses)
+        ));
+        line(format!(
+            "                {} write-backs, {} in {} requests",
+            n(c, "writebacks"),
+            util::human_bytes(n(c, "writeback_bytes")),
+            n(c, "writeback_requests")
+        ));
+    }
+    let sp = st.get("sync_predictions").cloned().unwrap_or(Value::Null);
+    line(format!(
+        "  placement     policy {}: {} writes to PM, {} to block tiers, {} overflowed",
+        s(st, "placement_policy"),
+        n(st, "placed_pm"),
+        n(st, "placed_block"),
+        n(st, "placement_overflows")
+    ));
+    line(format!(
+        "  predictions   synchronous right {} of {}, asynchronous right {} of {}",
+        n(&sp, "predicted_sync_correct"),
+        n(&sp, "predicted_sync_total"),
+        n(&sp, "predicted_async_correct"),
+        n(&sp, "predicted_async_total")
+    ));
     o.pop();
     o
 }

@@ -154,7 +154,14 @@ Mount options (-o, comma-separated, repeatable):
   noexec          forbid executing programs
   sync, dirsync   synchronous (directory) updates
   threads=N       FUSE request threads (default 2)
+  KEY=VALUE       any setting listed by `terrace set MOUNTPOINT`, e.g.
+                  sync_threshold_bytes=4M, placement_policy=pm-only
   default_permissions is always on: the kernel checks permissions.
+
+Settings can also come from a config file (--config FILE, TOML with one
+`key = value` per setting) and change at run time with `terrace set`.
+--dram-cache SIZE bounds the DRAM page cache in front of the block tiers
+(default 256M; same as -o dram_cache_bytes=SIZE).
 
 Examples:
   terrace mount /dev/shm/pool /mnt/terrace                 # foreground
@@ -171,6 +178,12 @@ struct MountArgs {
     /// Mount options, comma-separated (see below).
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
+    /// Bound of the DRAM page cache for block-tier data (e.g. 512M, 2G).
+    #[arg(long, value_name = "SIZE")]
+    dram_cache: Option<String>,
+    /// Settings from a TOML file (one `key = value` per setting).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Detach into the background once mounted.
     #[arg(long, conflicts_with = "foreground")]
     daemon: bool,
@@ -269,7 +282,13 @@ fn run(cli: Cli) -> CliResult {
         }),
         Cmd::Mount(a) => {
             let mut cfg = mount::MountConfig::new(a.pool, a.mountpoint);
+            if let Some(path) = &a.config {
+                cfg.add_config_file(path)?;
+            }
             cfg.apply_options(&a.options)?;
+            if let Some(size) = &a.dram_cache {
+                cfg.apply_options(&[format!("dram_cache_bytes={size}")])?;
+            }
             cfg.daemon = a.daemon;
             cfg.child = a.foreground_child;
             mount::run(&cfg)

@@ -39,6 +39,9 @@ pub struct MountConfig {
     pub options: MountOptions,
     /// The `-o` arguments as given (passed on to the daemon).
     pub raw_options: Vec<String>,
+    /// Settings (`key=value` options, `--dram-cache`, `--config`), applied in
+    /// order after mount.
+    pub settings: Vec<(String, String)>,
     /// Detach into the background.
     pub daemon: bool,
     /// This process is the detached daemon started by `--daemon`.
@@ -53,6 +56,7 @@ impl MountConfig {
             mountpoint,
             options: MountOptions::default(),
             raw_options: Vec::new(),
+            settings: Vec::new(),
             daemon: false,
             child: false,
         }
@@ -62,9 +66,48 @@ impl MountConfig {
     pub fn apply_options(&mut self, opts: &[String]) -> CliResult {
         for o in opts {
             for part in o.split(',') {
-                self.options.apply(part.trim()).map_err(CliError::new)?;
+                let part = part.trim();
+                if let Some((k, v)) = part.split_once('=') {
+                    if terrace_policy::Settings::keys()
+                        .iter()
+                        .any(|(key, _)| *key == k)
+                    {
+                        self.add_setting(k, v)?;
+                        continue;
+                    }
+                }
+                self.options.apply(part).map_err(CliError::new)?;
             }
             self.raw_options.push(o.clone());
+        }
+        Ok(())
+    }
+
+    /// Adds one setting, checked now so a bad value fails before mounting.
+    pub fn add_setting(&mut self, key: &str, value: &str) -> CliResult {
+        terrace_policy::Settings::default()
+            .set(key, value)
+            .map_err(CliError::new)?;
+        self.settings.push((key.to_string(), value.to_string()));
+        Ok(())
+    }
+
+    /// Adds every setting of a config file (TOML, `key = value` per setting;
+    /// sizes and durations as numbers or text such as "1M", "30s").
+    pub fn add_config_file(&mut self, path: &Path) -> CliResult {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| CliError::at(path, util::os_reason(&e)))?;
+        let parsed: terrace_policy::Settings = toml::from_str(&text)
+            .map_err(|e| CliError::at(path, format!("bad config file: {}", e.message())))?;
+        let table: toml::Table = toml::from_str(&text)
+            .map_err(|e| CliError::at(path, format!("bad config file: {}", e.message())))?;
+        parsed.placement().map_err(|e| CliError::at(path, e))?;
+        for key in table.keys() {
+            let value = parsed.get(key).ok_or_else(|| {
+                CliError::at(path, format!("unknown setting {key:?} in config file"))
+            })?;
+            self.settings.push((key.clone(), value.clone()));
+            self.raw_options.push(format!("{key}={value}"));
         }
         Ok(())
     }
@@ -500,6 +543,14 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
             return Err(CliError::at(&cfg.pool, e));
         }
     };
+    for (k, v) in &cfg.settings {
+        if let Err(e) = fs.set_setting(k, v) {
+            remove_run_files(&files);
+            let _ = fs.unmount();
+            return Err(CliError::new(e));
+        }
+    }
+    fs.start_writeback();
     // Reads write no access times on read-only and noatime mounts.
     if cfg.options.read_only || cfg.options.atime == Some(false) {
         fs.set_atime_mode(terrace_core::AtimeMode::Never);

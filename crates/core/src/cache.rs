@@ -1,0 +1,653 @@
+//! The DRAM page cache in front of the block tiers (Ziggurat §3, NVMFS §III-D).
+//!
+//! Two kinds of pages share one byte bound (`dram_cache_bytes`):
+//!
+//! - **Dirty pages** belong to a file: writes the placement policy steers to a
+//!   block tier (large and asynchronous, or any asynchronous write while PM is
+//!   full) are copied into 4 KiB pages kept in the inode ([`Inode::dirty`]),
+//!   keyed by file page. They are the newest content of those pages and are not
+//!   yet in the file's log. Write-back ([`Fs::flush_inode`]) allocates fresh,
+//!   consecutive blocks on the block tier for all of a file's dirty pages,
+//!   writes each physically contiguous run as one request (so random page
+//!   writes become one sequential request, as NVMFS's non-overwrite extents
+//!   intend), syncs the device, and only then commits the write entries — one
+//!   commit for the whole batch.
+//! - **Clean pages** are copies of block-tier blocks, keyed by physical address
+//!   `(tier, block)`. Block tiers are written non-overwrite, so a block's
+//!   content never changes while it is allocated: a clean page never goes stale,
+//!   and it is dropped when its block is freed ([`Fs::free_runs`]). Reads that
+//!   miss read the rest of the write entry they fall in, up to
+//!   `max_read_unit_bytes`, into clean pages. Clean pages are evicted in LRU
+//!   order; flushed pages stay as clean pages of their new blocks.
+//!
+//! # Invariants
+//! - `dirty + clean + reserved <= bound` at every moment the state lock is
+//!   released (the bound may be lowered at run time; the cache then shrinks
+//!   before it grows again). [`CacheStats::peak_bytes`] records the largest
+//!   value ever reached, so tests check the bound from the outside.
+//! - A writer reserves room *before* it takes its inode lock (making room may
+//!   write back other files, which takes their locks), and turns the
+//!   reservation into dirty pages under its inode lock.
+//! - While a file has dirty pages, only cached writes change its data; every
+//!   other change (a PM write, truncate, fallocate, setattr) first writes the
+//!   dirty pages back ([`Fs::lock_clean`]). So, after a crash, each file shows
+//!   a prefix of its writes (whole writes: a write's pages are inserted under
+//!   the inode lock and a write-back snapshot is taken under the same lock).
+//! - Write-back of one file runs under that file's write-back lock (striped by
+//!   inode number), taken before the inode lock; the device I/O runs without
+//!   the inode lock, so reads and writes of the file continue meanwhile. A page
+//!   rewritten during its write-back stays dirty (its sequence number moved on).
+
+use crate::fs::Fs;
+use crate::inode::Inode;
+use crate::types::{errno, FsResult, Ino};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use terrace_format::{Entry, WriteEntry, BLOCK_SIZE};
+
+const BS: u64 = BLOCK_SIZE;
+const WB_STRIPES: usize = 64;
+
+/// One dirty page of a file.
+#[derive(Clone)]
+pub struct DirtyPage {
+    /// The page's bytes (`BLOCK_SIZE`); replaced, never changed in place.
+    pub data: Arc<[u8]>,
+    /// Global sequence number of the write that produced this content.
+    pub seq: u64,
+    /// Write-size predictor counter of that write.
+    pub counter: u8,
+}
+
+impl std::fmt::Debug for DirtyPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DirtyPage(seq {}, counter {})", self.seq, self.counter)
+    }
+}
+
+/// Counters of the cache, shown by `terrace status`.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct CacheStats {
+    /// The bound (bytes).
+    pub bound_bytes: u64,
+    /// Dirty bytes now.
+    pub dirty_bytes: u64,
+    /// Clean bytes now.
+    pub clean_bytes: u64,
+    /// Largest `dirty + clean + reserved` ever reached.
+    pub peak_bytes: u64,
+    /// Block reads served from the cache.
+    pub hits: u64,
+    /// Block reads that went to a device.
+    pub misses: u64,
+    /// Files written back.
+    pub writebacks: u64,
+    /// Bytes written back.
+    pub writeback_bytes: u64,
+    /// Device write requests issued by write-back.
+    pub writeback_requests: u64,
+    /// Clean pages evicted.
+    pub evictions: u64,
+    /// Writes that bypassed the cache because they were larger than it.
+    pub bypassed_writes: u64,
+}
+
+/// A clean page: its bytes and its LRU tick.
+type CleanPage = (Arc<[u8]>, u64);
+
+#[derive(Default)]
+struct State {
+    dirty: u64,
+    clean: u64,
+    reserved: u64,
+    /// Clean pages by physical address: data and LRU tick.
+    pages: BTreeMap<(u8, u64), CleanPage>,
+    /// LRU order of clean pages.
+    lru: BTreeMap<u64, (u8, u64)>,
+    tick: u64,
+    /// Files with dirty pages and when they first became dirty.
+    dirty_files: HashMap<Ino, Instant>,
+    stats: CacheStats,
+}
+
+impl State {
+    fn used(&self) -> u64 {
+        self.dirty + self.clean + self.reserved
+    }
+    fn note_peak(&mut self) {
+        let u = self.used();
+        if u > self.stats.peak_bytes {
+            self.stats.peak_bytes = u;
+        }
+    }
+    fn evict_one(&mut self) -> bool {
+        let Some((_, key)) = self.lru.pop_first() else {
+            return false;
+        };
+        if self.pages.remove(&key).is_some() {
+            self.clean -= BS;
+            self.stats.evictions += 1;
+        }
+        true
+    }
+    fn touch(&mut self, key: (u8, u64)) -> Option<Arc<[u8]>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (data, old) = {
+            let e = self.pages.get_mut(&key)?;
+            let old = e.1;
+            e.1 = tick;
+            (e.0.clone(), old)
+        };
+        self.lru.remove(&old);
+        self.lru.insert(tick, key);
+        Some(data)
+    }
+}
+
+/// The DRAM page cache (one per mounted pool).
+pub struct PageCache {
+    state: Mutex<State>,
+    bound: AtomicU64,
+    seq: AtomicU64,
+    wb_locks: Vec<Mutex<()>>,
+    wake: Condvar,
+    wake_lock: Mutex<bool>,
+    stop: AtomicBool,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl PageCache {
+    /// An empty cache of `bound` bytes.
+    pub fn new(bound: u64) -> PageCache {
+        PageCache {
+            state: Mutex::new(State::default()),
+            bound: AtomicU64::new(bound),
+            seq: AtomicU64::new(1),
+            wb_locks: (0..WB_STRIPES).map(|_| Mutex::new(())).collect(),
+            wake: Condvar::new(),
+            wake_lock: Mutex::new(false),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        }
+    }
+
+    /// The bound now (bytes).
+    pub fn bound(&self) -> u64 {
+        self.bound.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_bound(&self, bytes: u64) {
+        self.bound.store(bytes, Ordering::Relaxed);
+        let mut s = self.state.lock();
+        while s.used() > bytes && s.evict_one() {}
+        drop(s);
+        self.kick();
+    }
+
+    /// Counters now.
+    pub fn stats(&self) -> CacheStats {
+        let s = self.state.lock();
+        let mut st = s.stats;
+        st.bound_bytes = self.bound();
+        st.dirty_bytes = s.dirty;
+        st.clean_bytes = s.clean;
+        st
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn kick(&self) {
+        *self.wake_lock.lock() = true;
+        self.wake.notify_one();
+    }
+
+    /// Clean copy of block `(tier, block)`, if cached.
+    pub(crate) fn get_clean(&self, tier: u8, block: u64) -> Option<Arc<[u8]>> {
+        let mut s = self.state.lock();
+        let r = s.touch((tier, block));
+        if r.is_some() {
+            s.stats.hits += 1;
+        }
+        r
+    }
+
+    /// Inserts clean copies of consecutive blocks from `first`, evicting LRU
+    /// clean pages for room; pages that do not fit are not cached.
+    pub(crate) fn put_clean(&self, tier: u8, first: u64, pages: Vec<Arc<[u8]>>) {
+        let bound = self.bound();
+        let mut s = self.state.lock();
+        for (k, data) in pages.into_iter().enumerate() {
+            let key = (tier, first + k as u64);
+            if s.pages.contains_key(&key) {
+                s.touch(key);
+                continue;
+            }
+            while s.used() + BS > bound {
+                if !s.evict_one() {
+                    return;
+                }
+            }
+            s.tick += 1;
+            let tick = s.tick;
+            s.pages.insert(key, (data, tick));
+            s.lru.insert(tick, key);
+            s.clean += BS;
+            s.note_peak();
+        }
+    }
+
+    pub(crate) fn note_misses(&self, n: u64) {
+        self.state.lock().stats.misses += n;
+    }
+
+    /// Drops clean copies of freed blocks.
+    pub(crate) fn invalidate(&self, tier: u8, block: u64, n: u64) {
+        let mut s = self.state.lock();
+        if s.pages.is_empty() {
+            return;
+        }
+        let keys: Vec<((u8, u64), u64)> = s
+            .pages
+            .range((tier, block)..(tier, block.saturating_add(n)))
+            .map(|(k, v)| (*k, v.1))
+            .collect();
+        for (k, tick) in keys {
+            s.pages.remove(&k);
+            s.lru.remove(&tick);
+            s.clean -= BS;
+        }
+    }
+
+    /// Turns `reserved` reserved bytes into dirty bytes of `ino`: `added` new
+    /// dirty pages, `replaced` dirty pages overwritten.
+    fn commit_reservation(&self, ino: Ino, reserved: u64, added: u64) {
+        let mut s = self.state.lock();
+        s.reserved -= reserved;
+        s.dirty += added * BS;
+        if added > 0 || reserved > 0 {
+            s.dirty_files.entry(ino).or_insert_with(Instant::now);
+        }
+        s.note_peak();
+        let threshold = self.dirty_threshold();
+        if s.dirty > threshold {
+            drop(s);
+            self.kick();
+        }
+    }
+
+    fn dirty_threshold(&self) -> u64 {
+        // Set by the file system from its settings; see `Fs::writeback_pass`.
+        self.bound() / 4
+    }
+
+    /// Forgets `n` dirty pages of `ino` (written back or discarded); `all`
+    /// when the file has none left.
+    fn drop_dirty(&self, ino: Ino, n: u64, all: bool) {
+        let mut s = self.state.lock();
+        s.dirty -= n * BS;
+        if all {
+            s.dirty_files.remove(&ino);
+        } else if let Some(t) = s.dirty_files.get_mut(&ino) {
+            // Rewritten during its write-back: its age starts again.
+            *t = Instant::now();
+        }
+    }
+}
+
+impl Fs {
+    /// The page cache.
+    pub fn cache(&self) -> &PageCache {
+        &self.cache
+    }
+
+    /// Reserves room for `bytes` of dirty pages, writing back and evicting
+    /// until it fits. `false` when the data can never fit (larger than the
+    /// bound): the caller writes it through instead.
+    pub(crate) fn cache_reserve(&self, bytes: u64) -> FsResult<bool> {
+        let mut tries = 0u32;
+        loop {
+            let bound = self.cache.bound();
+            if bytes > bound / 2 {
+                self.cache.state.lock().stats.bypassed_writes += 1;
+                return Ok(false);
+            }
+            let victim = {
+                let mut s = self.cache.state.lock();
+                while s.used() + bytes > bound && s.evict_one() {}
+                if s.used() + bytes <= bound {
+                    s.reserved += bytes;
+                    s.note_peak();
+                    return Ok(true);
+                }
+                // Only dirty pages (and other writers' reservations) are left:
+                // write back the file dirty longest, ours included.
+                s.dirty_files
+                    .iter()
+                    .min_by_key(|(_, t)| **t)
+                    .map(|(i, _)| *i)
+            };
+            match victim {
+                Some(v) => {
+                    // A write-back that fails (device error, every tier
+                    // full) fails this write too rather than overfill the
+                    // cache.
+                    self.flush_inode(v)?;
+                }
+                None => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            if tries > 50_000 {
+                // Ten seconds without room: other writers hold it all.
+                return Err(errno(libc::EAGAIN));
+            }
+        }
+    }
+
+    /// Returns a reservation that was not used.
+    pub(crate) fn cache_unreserve(&self, bytes: u64) {
+        self.cache.state.lock().reserved -= bytes;
+    }
+
+    /// Copies `data` at `off` into dirty pages of the locked inode `i` (the
+    /// caller reserved `reserved` bytes, enough for every page of the range).
+    pub(crate) fn write_cached(
+        &self,
+        i: &mut Inode,
+        off: u64,
+        data: &[u8],
+        counter: u8,
+        now: i64,
+        reserved: u64,
+    ) -> FsResult<()> {
+        let end = off + data.len() as u64;
+        let fb0 = off / BS;
+        let fb1 = (end - 1) / BS;
+        let seq = self.cache.next_seq();
+        let mut added = 0u64;
+        let mut fresh: Vec<(u64, DirtyPage)> = Vec::with_capacity((fb1 - fb0 + 1) as usize);
+        for fb in fb0..=fb1 {
+            let pstart = fb * BS;
+            let from = off.max(pstart);
+            let to = end.min(pstart + BS);
+            let mut page: Vec<u8> = if from == pstart && to == pstart + BS {
+                Vec::with_capacity(BS as usize)
+            } else {
+                let mut old = self.read_locked(i, pstart, BS as usize)?;
+                old.resize(BS as usize, 0);
+                old
+            };
+            let src = &data[(from - off) as usize..(to - off) as usize];
+            if page.is_empty() {
+                page.extend_from_slice(src);
+            } else {
+                page[(from - pstart) as usize..(to - pstart) as usize].copy_from_slice(src);
+            }
+            fresh.push((
+                fb,
+                DirtyPage {
+                    data: page.into(),
+                    seq,
+                    counter,
+                },
+            ));
+        }
+        // Nothing fails from here on: the write is all in, or not at all.
+        let visible = i.size();
+        for (fb, p) in fresh {
+            if i.dirty.insert(fb, p).is_none() {
+                added += 1;
+            }
+        }
+        i.cached_size = visible.max(end);
+        i.cached_mtime = now;
+        self.cache.commit_reservation(i.ino, reserved, added);
+        Ok(())
+    }
+
+    /// Locks `ino` with no dirty pages, writing them back first if needed.
+    pub(crate) fn lock_clean(&self, ino: Ino) -> FsResult<crate::fs::Slot<'_>> {
+        loop {
+            let g = self.lock(ino)?;
+            if g.as_ref().map_or(true, |i| i.dirty.is_empty()) {
+                return Ok(g);
+            }
+            drop(g);
+            self.flush_inode(ino)?;
+        }
+    }
+
+    /// Writes back all dirty pages of `ino` and commits them (one commit). A
+    /// no-op for a file without dirty pages.
+    pub fn flush_inode(&self, ino: Ino) -> FsResult<()> {
+        let _wb = self.cache.wb_locks[ino as usize % WB_STRIPES].lock();
+        let (pages, size, mtime) = {
+            let Ok(g) = self.lock(ino) else {
+                self.cache.drop_dirty(ino, 0, true);
+                return Ok(());
+            };
+            let i = g.as_ref().expect("live");
+            if i.dirty.is_empty() {
+                self.cache.drop_dirty(ino, 0, true);
+                return Ok(());
+            }
+            let pages: Vec<(u64, DirtyPage)> =
+                i.dirty.iter().map(|(k, v)| (*k, v.clone())).collect();
+            (pages, i.cached_size, i.cached_mtime)
+        };
+        let n = pages.len() as u64;
+        let want = self.tiers.first().map(|t| t.id).unwrap_or(0);
+        // One buffer in page order; `store_data` writes each run in one request.
+        let mut buf = Vec::with_capacity((n * BS) as usize);
+        for (_, p) in &pages {
+            buf.extend_from_slice(&p.data);
+        }
+        let d = self.alloc_data_on(want, n)?;
+        let d = match self.store_data(&d, &buf) {
+            Ok(()) => d,
+            Err(e) => {
+                // The device failed: retry on PM when it has room, else the
+                // pages stay dirty and the error goes to the caller.
+                let failed_tier = d.tier;
+                self.release_data(d);
+                if failed_tier == 0 || self.pm_data_free_bytes() < n * BS {
+                    return Err(e);
+                }
+                let d = self.alloc_data_on(0, n)?;
+                if d.tier != 0 {
+                    self.release_data(d);
+                    return Err(e);
+                }
+                self.store_data(&d, &buf)?;
+                d
+            }
+        };
+        drop(buf);
+        // Physical block of each page, in page order.
+        let mut phys = Vec::with_capacity(n as usize);
+        for &(b, k) in &d.runs {
+            phys.extend(b..b + k);
+        }
+        let mut g = match self.lock(ino) {
+            Ok(g) => g,
+            Err(_) => {
+                self.release_data(d);
+                return Ok(());
+            }
+        };
+        let i = g.as_mut().expect("live");
+        let size_after = i.attr.size.max(size);
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut k = 0usize;
+        while k < pages.len() {
+            let (fb, ref p) = pages[k];
+            let mut len = 1usize;
+            while k + len < pages.len()
+                && pages[k + len].0 == fb + len as u64
+                && phys[k + len] == phys[k] + len as u64
+                && pages[k + len].1.counter == p.counter
+            {
+                len += 1;
+            }
+            entries.push(Entry::Write(WriteEntry {
+                file_block: fb,
+                blocks: len as u32,
+                tier: d.tier,
+                size_counter: p.counter,
+                wflags: 0,
+                block: phys[k],
+                size_after,
+                mtime,
+            }));
+            k += len;
+        }
+        if let Err(e) = self.commit_one(i, entries) {
+            drop(g);
+            self.release_data(d);
+            return Err(e);
+        }
+        // The commit point has passed: the pages are in the log.
+        let mut done = 0u64;
+        let mut clean_runs: Vec<(u64, Vec<Arc<[u8]>>)> = Vec::new();
+        for (k, (fb, p)) in pages.into_iter().enumerate() {
+            if i.dirty.get(&fb).is_some_and(|q| q.seq == p.seq) {
+                i.dirty.remove(&fb);
+                done += 1;
+            }
+            if d.tier != 0 {
+                match clean_runs.last_mut() {
+                    Some((first, v)) if *first + v.len() as u64 == phys[k] => v.push(p.data),
+                    _ => clean_runs.push((phys[k], vec![p.data])),
+                }
+            }
+        }
+        let all = i.dirty.is_empty();
+        drop(g);
+        self.cache.drop_dirty(ino, done, all);
+        {
+            let mut s = self.cache.state.lock();
+            s.stats.writebacks += 1;
+            s.stats.writeback_bytes += n * BS;
+            s.stats.writeback_requests += d.runs.len() as u64;
+        }
+        for (first, v) in clean_runs {
+            self.cache.put_clean(d.tier, first, v);
+        }
+        Ok(())
+    }
+
+    /// Discards the dirty pages of an inode being freed.
+    pub(crate) fn discard_dirty(&self, i: &mut Inode) {
+        if i.dirty.is_empty() {
+            return;
+        }
+        let n = i.dirty.len() as u64;
+        i.dirty.clear();
+        self.cache.drop_dirty(i.ino, n, true);
+    }
+
+    /// Writes back every file with dirty pages.
+    pub fn flush_all(&self) -> FsResult<()> {
+        let files: Vec<Ino> = self
+            .cache
+            .state
+            .lock()
+            .dirty_files
+            .keys()
+            .copied()
+            .collect();
+        let mut first_err = None;
+        for ino in files {
+            if let Err(e) = self.flush_inode(ino) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// One pass of the write-back thread: write back files dirty longer than
+    /// `writeback_age_ns`, and the oldest files while dirty data exceeds
+    /// `writeback_dirty_percent` of the bound (down to half of that).
+    pub fn writeback_pass(&self) {
+        let (age, pct) = {
+            let st = self.settings.read();
+            (st.writeback_age_ns, st.writeback_dirty_percent as u64)
+        };
+        let high = self.cache.bound() * pct / 100;
+        let low = high / 2;
+        let mut over = self.cache.state.lock().dirty > high;
+        loop {
+            let victim = {
+                let s = self.cache.state.lock();
+                if s.dirty <= low {
+                    over = false;
+                }
+                let oldest = s.dirty_files.iter().min_by_key(|(_, t)| **t);
+                match oldest {
+                    Some((ino, t)) if over || t.elapsed() >= Duration::from_nanos(age) => {
+                        Some(*ino)
+                    }
+                    _ => None,
+                }
+            };
+            let Some(ino) = victim else { break };
+            if self.flush_inode(ino).is_err() {
+                // Leave it dirty (the error reaches the application at fsync);
+                // try again on a later pass rather than spin.
+                break;
+            }
+            if self.cache.stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+    }
+
+    /// Starts the write-back thread. It holds only a weak reference, wakes
+    /// when dirty data passes the threshold or every 100 ms, and stops at
+    /// [`Fs::unmount`].
+    pub fn start_writeback(self: &Arc<Self>) {
+        let weak: Weak<Fs> = Arc::downgrade(self);
+        let h = std::thread::Builder::new()
+            .name("terrace-writeback".into())
+            .spawn(move || loop {
+                let Some(fs) = weak.upgrade() else { return };
+                if fs.cache.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                {
+                    let mut woke = fs.cache.wake_lock.lock();
+                    if !*woke {
+                        fs.cache
+                            .wake
+                            .wait_for(&mut woke, Duration::from_millis(100));
+                    }
+                    *woke = false;
+                }
+                if fs.cache.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                fs.writeback_pass();
+            })
+            .expect("spawn the write-back thread");
+        *self.cache.thread.lock() = Some(h);
+    }
+
+    /// Stops the write-back thread (if running) and waits for it.
+    pub(crate) fn stop_writeback(&self) {
+        self.cache.stop.store(true, Ordering::Relaxed);
+        self.cache.kick();
+        let h = self.cache.thread.lock().take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! The DRAM page cache in front of the block tiers: bounded, merging
+//! write-back, reads through the cache, fsync semantics, crashes and device
+//! errors.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use terrace_core::{format, FormatParams, Fs};
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{BlockMedia, FaultBlock, MemBlock, MemMedia, PmMedia};
+
+const SSD: u64 = 96 << 20;
+
+fn mkfs_tiered(pm: &dyn PmMedia) {
+    let p = FormatParams {
+        uuid: [5; 16],
+        inode_count: 64,
+        tiers: vec![
+            TierRecord {
+                id: 0,
+                kind: TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "pm".into(),
+            },
+            TierRecord {
+                id: 1,
+                kind: TierKind::Ssd,
+                size: SSD,
+                extent_size: DEFAULT_EXTENT_SIZE,
+                path: "ssd".into(),
+            },
+        ],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(pm, &p).unwrap();
+}
+
+fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
+    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+#[test]
+fn the_cache_never_exceeds_its_bound_under_a_workload_four_times_larger() {
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    fs.set_setting("dram_cache_bytes", "4M").unwrap();
+    fs.start_writeback();
+    // Two writers (sequential appends; the PM tier fills after ~3 MiB), and
+    // re-reads of what was written, all while write-back runs.
+    let writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let name = format!("f{w}");
+                let a = fs
+                    .mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                    .unwrap();
+                let data = pattern(w, 8 << 20);
+                for (k, chunk) in data.chunks(256 << 10).enumerate() {
+                    fs.write(a.ino, (k as u64) << 18, chunk).unwrap();
+                    let back = fs.read(a.ino, 0, (k + 1) << 18).unwrap();
+                    assert!(back == data[..(k + 1) << 18], "writer {w} chunk {k}");
+                }
+                (a.ino, data)
+            })
+        })
+        .collect();
+    let files: Vec<(u64, Vec<u8>)> = writers.into_iter().map(|h| h.join().unwrap()).collect();
+    let st = fs.status();
+    assert_eq!(st.cache.bound_bytes, 4 << 20);
+    assert!(
+        st.cache.peak_bytes <= 4 << 20,
+        "cache reached {} bytes, bound 4M",
+        st.cache.peak_bytes
+    );
+    assert!(st.cache.writebacks > 0, "nothing was written back");
+    assert!(st.tiers[1].used > 0);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm.clone(), ssd.clone());
+    for (ino, data) in files {
+        assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+    }
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn write_back_merges_adjacent_pages_into_large_sequential_requests() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let a = fs.mknod(1, b"seq", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(7, 16 << 20);
+    for (k, chunk) in data.chunks(64 << 10).enumerate() {
+        fs.write(a.ino, (k as u64) << 16, chunk).unwrap();
+    }
+    let before = ssd.stats();
+    fs.fsync(a.ino, false).unwrap();
+    let after = ssd.stats();
+    let reqs = after.write_requests - before.write_requests;
+    let bytes = after.write_bytes - before.write_bytes;
+    assert_eq!(bytes, 16 << 20);
+    assert!(
+        bytes / reqs >= 512 << 10,
+        "{reqs} requests for 256 writes of 64 KiB: average {} bytes",
+        bytes / reqs
+    );
+    assert!(fs.read(a.ino, 0, data.len()).unwrap() == data);
+}
+
+#[test]
+fn random_asynchronous_overwrites_reach_the_ssd_as_large_requests() {
+    // PM holds about a quarter of the file; the rest lives on the SSD, and
+    // random 4 KiB rewrites of it are gathered by the cache.
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("dram_cache_bytes", "8M").unwrap();
+    let a = fs.mknod(1, b"rand", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let mut expect = pattern(3, 16 << 20);
+    for (k, chunk) in expect.chunks(1 << 20).enumerate() {
+        fs.write(a.ino, (k as u64) << 20, chunk).unwrap();
+    }
+    fs.fsync(a.ino, false).unwrap();
+    let before = ssd.stats();
+    let mut rng = StdRng::seed_from_u64(11);
+    for _ in 0..4000 {
+        let page = rng.gen_range(0..(16u64 << 20) / 4096);
+        let v = vec![rng.gen::<u8>(); 4096];
+        fs.write(a.ino, page * 4096, &v).unwrap();
+        expect[(page * 4096) as usize..(page * 4096 + 4096) as usize].copy_from_slice(&v);
+    }
+    fs.fsync(a.ino, false).unwrap();
+    let after = ssd.stats();
+    let reqs = after.write_requests - before.write_requests;
+    let bytes = after.write_bytes - before.write_bytes;
+    assert!(reqs > 0, "no rewrite reached the SSD");
+    assert!(
+        bytes / reqs >= 64 << 10,
+        "{reqs} requests, average {} bytes: random writes were not gathered",
+        bytes / reqs
+    );
+    assert!(fs.read(a.ino, 0, expect.len()).unwrap() == expect);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm, ssd);
+    assert!(fs.read(a.ino, 0, expect.len()).unwrap() == expect);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn reads_of_ssd_data_miss_once_per_read_unit_then_hit() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let a = fs.mknod(1, b"r", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(5, 4 << 20);
+    fs.write(a.ino, 0, &data[..1 << 20]).unwrap();
+    fs.write(a.ino, 1 << 20, &data[1 << 20..]).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm, ssd.clone());
+    fs.set_setting("max_read_unit_bytes", "256K").unwrap();
+    let reads0 = ssd.stats().read_requests;
+    for k in 0..256u64 {
+        let got = fs.read(a.ino, k * 4096, 4096).unwrap();
+        assert!(got[..] == data[(k * 4096) as usize..(k * 4096 + 4096) as usize]);
+    }
+    let st = fs.status();
+    let dev_reads = ssd.stats().read_requests - reads0;
+    assert_eq!(dev_reads, 4, "1 MiB in 256 KiB read units");
+    assert_eq!(st.cache.misses, 256);
+    assert_eq!(st.cache.hits, 256 - 4);
+}
+
+#[test]
+fn after_a_crash_each_file_shows_its_fsynced_writes_and_a_prefix_of_the_rest() {
+    let base = base_seed("dram cache crash test");
+    for k in 0..40 {
+        let seed = base.wrapping_add(k);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let pm = Arc::new(MemMedia::new(4 << 20));
+        let ssd = Arc::new(MemBlock::new(SSD));
+        mkfs_tiered(&*pm);
+        let fs = mount(pm.clone(), ssd.clone());
+        fs.set_setting("placement_policy", "block-first").unwrap();
+        fs.set_setting("dram_cache_bytes", "2M").unwrap();
+        let mut files = Vec::new();
+        for f in 0..3u8 {
+            let a = fs
+                .mknod(1, &[b'f', b'0' + f], libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            // Contents after each write; how many writes an fsync covered.
+            files.push((a.ino, vec![Vec::<u8>::new()], 0usize));
+        }
+        for _ in 0..rng.gen_range(5..60) {
+            let f = rng.gen_range(0..files.len());
+            let (ino, states, synced) = &mut files[f];
+            match rng.gen_range(0..10) {
+                0 => {
+                    fs.fsync(*ino, false).unwrap();
+                    *synced = states.len() - 1;
+                }
+                1 => fs.flush_all().unwrap(),
+                _ => {
+                    let mut now = states.last().unwrap().clone();
+                    let off = rng.gen_range(0..now.len() as u64 + 100_000);
+                    let len = rng.gen_range(1..200_000usize);
+                    let buf = vec![rng.gen::<u8>() | 1; len];
+                    fs.write(*ino, off, &buf).unwrap();
+                    if now.len() < off as usize + len {
+                        now.resize(off as usize + len, 0);
+                    }
+                    now[off as usize..off as usize + len].copy_from_slice(&buf);
+                    states.push(now);
+                }
+            }
+        }
+        // Crash: the daemon dies; the dirty pages in DRAM die with it.
+        drop(fs);
+        let fs = mount(pm.clone(), ssd.clone());
+        for (ino, states, synced) in &files {
+            let size = fs.getattr(*ino).unwrap().size as usize;
+            let got = fs.read(*ino, 0, size).unwrap();
+            let k = states.iter().rposition(|s| *s == got);
+            match k {
+                Some(k) => assert!(
+                    k >= *synced,
+                    "seed {seed}: inode {ino} lost fsynced writes ({k} < {synced})"
+                ),
+                None => panic!("seed {seed}: inode {ino} holds no prefix of its writes"),
+            }
+        }
+        fs.check_allocator()
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+#[test]
+fn a_failing_ssd_makes_write_back_retry_on_pm_or_fail_fsync_with_eio() {
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(FaultBlock::new(MemBlock::new(SSD)));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let old = pattern(1, 4 << 20);
+    fs.write(a.ino, 0, &old[..2 << 20]).unwrap();
+    fs.write(a.ino, 2 << 20, &old[2 << 20..]).unwrap();
+    fs.fsync(a.ino, false).unwrap();
+    let mut expect = old.clone();
+
+    // PM has room: write-back fails on the SSD and lands on PM instead.
+    ssd.fail_writes_after(0);
+    let new = pattern(2, 256 << 10);
+    fs.write(a.ino, 0, &new).unwrap();
+    fs.fsync(a.ino, false).unwrap();
+    expect[..256 << 10].copy_from_slice(&new);
+    assert!(fs.read(a.ino, 0, 4 << 20).unwrap() == expect);
+
+    // Fill PM (with the SSD healthy), then fail the SSD again.
+    ssd.heal();
+    fs.set_setting("placement_policy", "pm-only").unwrap();
+    let filler = fs
+        .mknod(1, b"filler", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    let mut off = 0;
+    while fs.status().placement_overflows == 0 {
+        fs.write(filler.ino, off, &[7u8; 65536]).unwrap();
+        off += 65536;
+    }
+    fs.fsync(filler.ino, false).unwrap();
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    ssd.fail_writes_after(0);
+    let new = pattern(3, 1 << 20);
+    // The write goes to the cache and succeeds...
+    fs.write(a.ino, 1 << 20, &new).unwrap();
+    // ...its write-back fails everywhere: fsync reports EIO, as often as asked.
+    for _ in 0..2 {
+        let e = fs.fsync(a.ino, false).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    }
+    expect[1 << 20..2 << 20].copy_from_slice(&new);
+    assert!(
+        fs.read(a.ino, 0, 4 << 20).unwrap() == expect,
+        "dirty data lost"
+    );
+    fs.check_allocator().unwrap();
+    ssd.heal();
+    fs.fsync(a.ino, false).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let report = terrace_core::fsck::check(&*pm, &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    let fs = mount(pm, ssd);
+    assert!(fs.read(a.ino, 0, 4 << 20).unwrap() == expect);
+}
+
+#[test]
+fn truncate_and_pm_writes_after_cached_writes_keep_write_order() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let a = fs.mknod(1, b"t", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    fs.write(a.ino, 0, &vec![1u8; 300_000]).unwrap();
+    assert_eq!(fs.getattr(a.ino).unwrap().size, 300_000);
+    fs.setattr(
+        a.ino,
+        terrace_core::SetAttr {
+            size: Some(100_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.set_setting("placement_policy", "pm-only").unwrap();
+    fs.write(a.ino, 50_000, &[2u8; 10]).unwrap();
+    let mut expect = vec![1u8; 100_000];
+    expect[50_000..50_010].copy_from_slice(&[2u8; 10]);
+    assert!(fs.read(a.ino, 0, 200_000).unwrap() == expect);
+    // Without an unmount (a crash), the same state: nothing was left cached.
+    drop(fs);
+    let fs = mount(pm, ssd);
+    assert!(fs.read(a.ino, 0, 200_000).unwrap() == expect);
+}
+
+#[test]
+fn lowering_the_bound_at_run_time_shrinks_the_cache() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let a = fs.mknod(1, b"s", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    fs.write(a.ino, 0, &pattern(9, 8 << 20)).unwrap();
+    fs.fsync(a.ino, false).unwrap();
+    assert!(fs.status().cache.clean_bytes >= 4 << 20);
+    fs.set_setting("dram_cache_bytes", "1M").unwrap();
+    let st = fs.status().cache;
+    assert!(st.clean_bytes + st.dirty_bytes <= 1 << 20, "{st:?}");
+    assert!(fs.set_setting("dram_cache_bytes", "100K").is_err());
+}
