@@ -3,8 +3,9 @@
 #   make demo         build and mount a default pool in ./terrace-demo/mnt, print its status
 #   make test         everything CI runs: fmt, clippy, unit/model tests, FUSE end-to-end tests
 #   make crash-long   the long kill -9 crash loop (200 iterations)
-#   make bench        full benchmark (3 runs per job, medians) -> docs/benchmarks.md, docs/results/
-#   make bench-quick  short benchmark (< 10 minutes)
+#   make bench        full benchmark (3 runs per job, medians; hours) -> docs/results/, docs/benchmarks.md
+#   make bench-quick  short benchmark, a subset of every workload (< 10 minutes)
+#   make bench-setup  install the benchmark's tools (fio, xfsprogs, mergerfs, rocksdb-tools, matplotlib, ...)
 #   make clean-mounts lazily unmount every stale Terrace test/demo/bench mount
 
 SHELL := /bin/bash
@@ -21,7 +22,7 @@ DEMO_MNT  := $(DEMO_DIR)/mnt
 
 CRASH_ITERATIONS ?= 200
 
-.PHONY: all demo test crash-long bench bench-quick clean-mounts setup build fmt-check clippy unit e2e
+.PHONY: all demo test crash-long bench bench-quick bench-setup clean-mounts setup build fmt-check clippy unit e2e
 
 all: build
 
@@ -55,10 +56,15 @@ crash-long: build
 	CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(PYTHON) -m pytest -q tests/e2e/test_crash_kill.py
 
 # ----------------------------------------------------------------- benchmarks
-bench: build
+# bench/run.sh sets up every system (loop devices, mkfs, mounts) and tears it all
+# down at exit; knobs are environment variables (see `bench/run.sh help`).
+bench-setup:
+	@bench/setup.sh
+
+bench: build bench-setup
 	bench/run.sh full
 
-bench-quick: build
+bench-quick: build bench-setup
 	bench/run.sh quick
 
 # ------------------------------------------------------------------ cleaning

@@ -32,6 +32,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paper  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 TARGETS = {
@@ -147,7 +150,8 @@ def cmd_machine(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     settings = dict(s.split("=", 1) for s in args.setting)
     info = {"machine": describe_machine(), "mode": args.mode, "targets": args.targets.split(),
-            "jobs": args.jobs.split(), "settings": settings}
+            "jobs": args.jobs.split(), "systems": args.systems.split(), "workloads": args.workloads.split(),
+            "settings": settings}
     (out / "machine.json").write_text(json.dumps(info, indent=2) + "\n")
     return 0
 
@@ -192,7 +196,7 @@ def load(out: Path) -> dict:
     """results[metric key][target] = {"values": [...], "median": x, extras}."""
     raw_dir = out / "raw"
     results: dict = {}
-    pat = re.compile(r"^(?P<target>[^_]+)__(?P<job>.+)__r(?P<rep>\d+)\.json$")
+    pat = re.compile(r"^(?P<target>.+?)__(?P<job>.+)__r(?P<rep>\d+)\.json$")
     for f in sorted(raw_dir.glob("*.json")):
         m = pat.match(f.name)
         if not m:
@@ -377,13 +381,93 @@ def cmd_report(args) -> int:
         rel = str(out.resolve().relative_to(REPO)) + "/"
     except ValueError:
         rel = str(out) + "/"
-    section = build_markdown(out, info, results, failures, rel)
-    (out / "report.md").write_text(section)
-    print(section)
-    if args.docs:
+    reps = info.get("settings", {}).get("reps", "?")
+    reps_note = (f"median of {reps} runs, error bars min–max" if reps not in ("1", "?")
+                 else "1 run (quick mode): no spread")
+    has_micro = any(results.get(m.key) for m in METRICS)
+    section = build_markdown(out, info, results, failures, rel) if has_micro else ""
+
+    cells = paper.load(out)
+    paper.write_csv(out, cells)
+    figures = paper.plots(out, cells, reps_note)
+    micro_png = paper.micro_plot(out, results, METRICS, TARGETS, reps_note) if has_micro else None
+    if micro_png:
+        figures.insert(0, micro_png)
+    skipped = []
+    if (out / "skipped.txt").exists():
+        skipped = sorted({ln.strip() for ln in (out / "skipped.txt").read_text().splitlines() if ln.strip()})
+
+    parts = [f"# Terrace benchmark: {info.get('mode', '?')} run\n", machine_line(info) + "\n"]
+    probe = paper.probe_table(out)
+    if probe:
+        parts.append(probe)
+    if cells:
+        parts.append(paper_settings(info) + "\n")
+    if section:
+        parts.append(section)
+    if cells:
+        parts.append(paper.markdown(out, cells, figures))
+    if figures:
+        parts.append("Figures (" + reps_note + "): " + ", ".join(f"[{f}]({f})" for f in figures) + ".\n")
+    if skipped:
+        parts.append("Skipped (the harness said why):\n\n" + "\n".join(f"- `{x}`" for x in skipped) + "\n")
+    if failures and not section:
+        parts.append("Failed measurements (not in the tables):\n\n" + "\n".join(f"- `{x}`" for x in failures) + "\n")
+    report = "\n".join(parts)
+    (out / "report.md").write_text(report)
+    print(report)
+    if not matplotlib_available():
+        print("note: matplotlib is missing (python3-matplotlib): no PNG plots", file=sys.stderr)
+    if args.docs and section:
         update_docs(Path(args.docs), info.get("mode", "quick"), section)
         print(f"updated {args.docs}", file=sys.stderr)
+    if args.readme and rel.startswith("docs/results/"):
+        update_readme(Path(args.readme), info, rel, figures, reps_note)
+        print(f"updated {args.readme}", file=sys.stderr)
     return 0
+
+
+def matplotlib_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def machine_line(info: dict) -> str:
+    mach = info.get("machine", {})
+    return (f"Measured {mach.get('date_utc', '?')} on `{mach.get('hostname', '?')}`: {mach.get('cpu_model', '?')}, "
+            f"{mach.get('nproc', '?')} vCPUs ({mach.get('virtualization', '?')}), {mach.get('memory_gib', '?')} GiB "
+            f"RAM, Linux {mach.get('kernel', '?')}, {mach.get('distribution', '?')}; {mach.get('fio', 'fio ?')}; "
+            f"Terrace commit {mach.get('terrace_commit', '?')}.")
+
+
+def paper_settings(info: dict) -> str:
+    s = info.get("settings", {})
+    systems = info.get("systems", [])
+    return (f"Paper workloads: data set {s.get('dataset', '?')} per workload (Terrace-N% and mergerfs (N% PM) "
+            f"get N% of it as PM); disk loop devices of {s.get('disk_size', '?')} over files in "
+            f"{s.get('disk_dir', '?')} (direct-io on), journal/log loop devices of {s.get('journal_size', '?')} "
+            f"over /dev/shm files; {s.get('runtime_s', '?')} s per timed job; fio Zipf jobs: "
+            f"{s.get('zipf_jobs', '?')} jobs with a private {s.get('zipf_file_mb', '?')} MiB file each, "
+            f"reads O_DIRECT, writes O_SYNC; file-server/web-proxy/mail-server: {s.get('fb_files', '?')} files of "
+            f"2 MiB mean, {s.get('fb_workers', '?')} process(es); RocksDB fills: {s.get('kv_ops', '?')} synchronous "
+            f"operations; Terrace pools with {s.get('terrace_inodes', '?')} inode slots. "
+            f"Systems: {', '.join(paper.system_label(x) for x in systems) or '?'}.")
+
+
+def update_readme(readme: Path, info: dict, rel: str, figures: list[str], reps_note: str) -> None:
+    """Rewrite the 'latest run' section of docs/results/README.md for this mode."""
+    mode = info.get("mode", "quick")
+    d = rel[len("docs/results/"):].rstrip("/")
+    mach = info.get("machine", {})
+    body = [f"Latest {mode} run: [{d}]({d}/report.md) — {mach.get('date_utc', '?')}, Terrace commit "
+            f"{mach.get('terrace_commit', '?')}, {reps_note}.", ""]
+    if figures:
+        body.append("Figures: " + ", ".join(f"[{f}]({d}/{f})" for f in figures) + ".")
+        body.append("")
+    update_docs(readme, f"latest-{mode}", "\n".join(body))
 
 
 def main() -> int:
@@ -394,10 +478,13 @@ def main() -> int:
     m.add_argument("--mode", required=True)
     m.add_argument("--targets", required=True)
     m.add_argument("--jobs", required=True)
+    m.add_argument("--systems", default="", help="systems of the paper workloads")
+    m.add_argument("--workloads", default="", help="paper workloads")
     m.add_argument("--setting", nargs="*", default=[], help="key=value pairs recorded with the run")
     r = sub.add_parser("report", help="summarise OUT/raw into tables")
     r.add_argument("out")
     r.add_argument("--docs", help="Markdown file whose bench section is rewritten")
+    r.add_argument("--readme", help="docs/results/README.md: its latest-run section is rewritten")
     args = ap.parse_args()
     return cmd_machine(args) if args.cmd == "machine" else cmd_report(args)
 
