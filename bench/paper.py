@@ -57,7 +57,7 @@ def job_label(job: str) -> str:
 def job_order(job: str) -> tuple:
     if job.startswith("zipf-"):
         t = job.rsplit("-", 1)[1]
-        return (0, -float(t))
+        return (0, 0 if job.startswith("zipf-read-") else 1, -float(t))
     order = ["fileserver", "webproxy", "varmail", "sqlite-delete", "sqlite-persist", "sqlite-wal",
              "rocksdb-fillseq", "rocksdb-fillrandom", "rocksdb-readseq"]
     return (1, order.index(job) if job in order else 99, job)
@@ -199,6 +199,24 @@ def kib(v) -> str:
     return "n/a" if v is None else f"{v / 1024:,.1f}"
 
 
+def value_key(v: str) -> tuple:
+    """Sort key of a setting's value: sizes and numbers by magnitude, others by name."""
+    m = re.fullmatch(r"([\d.]+)\s*([KkMmGgTt]?)", v)
+    if not m:
+        return (1, 0.0, v)
+    return (0, float(m[1]) * 1024 ** " kmgt".index(m[2].lower() or " "), v)
+
+
+def sweep_groups(sweeps: list[str]) -> dict:
+    """{(base system, key): [(value, system spec), ...]} with values in increasing order."""
+    by_key: dict = {}
+    for s in sweeps:
+        base, _, setting = s.partition("@")
+        key, _, val = setting.partition("=")
+        by_key.setdefault((base, key), []).append((val, s))
+    return {k: sorted(v, key=lambda x: value_key(x[0])) for k, v in by_key.items()}
+
+
 def split_systems(cells: dict) -> tuple[list[str], list[str]]:
     systems = sorted({s for per in cells.values() for s in per}, key=system_order)
     return [s for s in systems if "@" not in s], [s for s in systems if "@" in s]
@@ -293,12 +311,7 @@ def markdown(out: Path, cells: dict, figures: list[str]) -> str:
         lines += ["### Parameter sweeps (paper §6.7)", "",
                   "Terrace settings changed with `terrace set` after mounting; throughput per job and value."
                   + " Plots: `sweep-<setting>.png`.", ""]
-        by_key: dict = {}
-        for s in sweeps:
-            base, _, setting = s.partition("@")
-            key, _, val = setting.partition("=")
-            by_key.setdefault((base, key), []).append((val, s))
-        for (base, key), vals in by_key.items():
+        for (base, key), vals in sweep_groups(sweeps).items():
             jobs = sorted({j for j in cells for _, s in vals if s in cells[j]}, key=job_order)
             lines += [f"`{key}` on {system_label(base)}:", "",
                       "| value | " + " | ".join(job for j in jobs for job in [j]) + " |",
@@ -402,12 +415,8 @@ def plots(out: Path, cells: dict, reps_note: str) -> list[str]:
         written.append("device-writes.png")
 
     # sweeps: throughput normalised to the best value of each job
-    by_key: dict = {}
-    for s in sweeps:
-        base, _, setting = s.partition("@")
-        key, _, val = setting.partition("=")
-        by_key.setdefault(key, []).append((val, s))
-    for key, vals in by_key.items():
+    groups = sweep_groups(sweeps)
+    for (base, key), vals in groups.items():
         jobs = sorted({j for j in cells for _, s in vals if s in cells[j]}, key=job_order)
         if not jobs:
             continue
@@ -428,12 +437,13 @@ def plots(out: Path, cells: dict, reps_note: str) -> list[str]:
         ax.set_ylabel("throughput / best value's throughput")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.set_title(f"Sweep of {key} ({system_label(vals[0][1].partition('@')[0])})\n{reps_note}", fontsize=9)
+        ax.set_title(f"Sweep of {key} ({system_label(base)})\n{reps_note}", fontsize=9)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
         fig.tight_layout()
-        fig.savefig(out / f"sweep-{key}.png", dpi=110)
+        name = f"sweep-{key}.png" if sum(k == key for _, k in groups) == 1 else f"sweep-{key}-{base}.png"
+        fig.savefig(out / name, dpi=110)
         plt.close(fig)
-        written.append(f"sweep-{key}.png")
+        written.append(name)
     return written
 
 

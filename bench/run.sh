@@ -110,7 +110,10 @@ SUFFIX=$([ "$MODE" = quick ] && echo -quick || true)
 OUT=${BENCH_OUT:-$REPO/docs/results/$STAMP-$HOST$SUFFIX}
 RAW=$OUT/raw
 
-log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# Messages go to the original stderr (fd 9), also from a trap that fires while a
+# job's stderr is redirected to its .err file.
+exec 9>&2
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&9; }
 die() { log "error: $*"; exit 1; }
 is_mounted() { awk -v m="$1" '$2 == m { f = 1 } END { exit !f }' /proc/self/mounts; }
 wait_mounted() { # MOUNTPOINT SECONDS [PID]

@@ -95,7 +95,7 @@ frac_bytes() { # PERCENT
 mkfs_ext4_disk() { # DEV [extra mkfs args]: ext4 with eager init (no lazy background writes)
     local dev=$1
     shift
-    mkfs.ext4 -q -F -b 4096 -E lazy_itable_init=0,lazy_journal_init=0 "$@" "$dev"
+    mkfs.ext4 -q -F -b 4096 -E lazy_itable_init=0,lazy_journal_init=0 "$@" "$dev" >/dev/null
 }
 
 sys_setup() {
@@ -178,7 +178,7 @@ sys_setup() {
         loop_new "$base-journal" "$BENCH_JOURNAL_SIZE" shm
         journal=$REPLY
         SYS_DEVS="disk=$disk journal=$journal"
-        mke2fs -q -F -O journal_dev -b 4096 "$journal" || return 1
+        mke2fs -q -F -O journal_dev -b 4096 "$journal" >/dev/null || return 1
         mkfs_ext4_disk "$disk" -J "device=$journal" || return 1
         mkdir -p "$mnt"
         mount -o "data=journal,journal_path=$journal" "$disk" "$mnt" || return 1
@@ -192,7 +192,7 @@ sys_setup() {
         loop_new "$base-log" "$BENCH_JOURNAL_SIZE" shm
         journal=$REPLY
         SYS_DEVS="disk=$disk journal=$journal"
-        mkfs.xfs -q -f -l "logdev=$journal" "$disk" || return 1
+        mkfs.xfs -q -f -l "logdev=$journal" "$disk" >/dev/null || return 1
         mkdir -p "$mnt"
         mount -o "logdev=$journal" "$disk" "$mnt" || return 1
         push_clean "umount_path '$mnt'"
