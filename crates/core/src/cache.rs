@@ -529,6 +529,11 @@ impl Fs {
             }
         }
         let all = i.dirty.is_empty();
+        // Still under the inode lock: once it is released a rewrite may free
+        // these blocks, and a clean copy inserted after that would outlive them.
+        for (first, v) in clean_runs {
+            self.cache.put_clean(d.tier, first, v);
+        }
         drop(g);
         self.cache.drop_dirty(ino, done, all);
         {
@@ -536,9 +541,6 @@ impl Fs {
             s.stats.writebacks += 1;
             s.stats.writeback_bytes += n * BS;
             s.stats.writeback_requests += d.runs.len() as u64;
-        }
-        for (first, v) in clean_runs {
-            self.cache.put_clean(d.tier, first, v);
         }
         Ok(())
     }

@@ -98,6 +98,8 @@ pub struct Fs {
     pub(crate) cache: crate::cache::PageCache,
     /// File data stored to and loaded from PM (for `terrace status`).
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
+    /// Cold lists, migration state and thread.
+    pub(crate) migrator: crate::migrate::Migrator,
 }
 
 /// When reads update the access time.
@@ -215,7 +217,7 @@ impl Fs {
         sb.mount_count += 1;
         sb.last_mount_unix = (now_ns() / 1_000_000_000) as u64;
         crate::mkfs::write_superblock(&*media, &sb);
-        Ok(Fs {
+        let fs = Fs {
             media,
             sb: Mutex::new(sb),
             table,
@@ -239,7 +241,16 @@ impl Fs {
                 terrace_policy::Settings::default().dram_cache_bytes,
             ),
             pm_io: terrace_media::BlockStatsCounter::new(),
-        })
+            migrator: crate::migrate::Migrator::new(
+                2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
+        };
+        for slot in &fs.table {
+            if let Some(i) = slot.lock().as_mut() {
+                fs.relist(i);
+            }
+        }
+        Ok(fs)
     }
 
     /// Changes one setting (`terrace set`); a bad key or value changes nothing.
@@ -281,6 +292,7 @@ impl Fs {
         if self.unmounted.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        self.stop_migration();
         self.stop_writeback();
         self.flush_all()?;
         self.media.fence();
@@ -348,6 +360,7 @@ impl Fs {
     /// Frees an inode's log pages and data (after its slot was freed on media).
     pub(crate) fn release_inode_space(&self, inode: &mut Inode) {
         self.discard_dirty(inode);
+        self.unlist(inode);
         let pages = std::mem::take(&mut inode.log.pages);
         for p in pages {
             self.alloc.free_run(p / BLOCK_SIZE, 1);
@@ -410,6 +423,7 @@ impl Fs {
             for e in &entries {
                 released.extend(inode.apply(e));
             }
+            self.relist(inode);
         }
         self.free_runs(released);
         Ok(())
@@ -436,6 +450,7 @@ impl Fs {
         for e in &entries {
             released.extend(inode.apply(e));
         }
+        self.relist(inode);
         self.free_runs(released);
         self.maybe_compact(inode);
         Ok(())

@@ -20,6 +20,12 @@ pub struct Extent {
     pub block: u64,
     /// Write-size predictor counter of the write entry this came from.
     pub counter: u8,
+    /// When this data was written (ns; migration keeps it).
+    pub mtime: i64,
+    /// The inode's data sequence number when this mapping was made (DRAM
+    /// only): a changed mapping always has a new one, even if it reuses the
+    /// same blocks, so migration can tell that its copy is stale.
+    pub seq: u64,
 }
 
 /// A physical run that a change of the extent map released.
@@ -93,6 +99,35 @@ impl ExtentMap {
     /// First block of the first extent starting after block `b`.
     pub fn next_start_after(&self, b: u64) -> Option<u64> {
         self.map.range(b + 1..).next().map(|(&s, _)| s)
+    }
+
+    /// The mapped parts of `[start, start + n)`: `(first file block, extent)`
+    /// clipped to the range.
+    pub fn overlaps(&self, start: u64, n: u64) -> Vec<(u64, Extent)> {
+        let end = start.saturating_add(n);
+        let mut out = Vec::new();
+        if let Some((s, e)) = self.find(start) {
+            let until = (s + e.blocks).min(end);
+            out.push((
+                start,
+                Extent {
+                    blocks: until - start,
+                    block: e.block + (start - s),
+                    ..e
+                },
+            ));
+        }
+        for (&s, &e) in self.map.range(start.saturating_add(1)..end) {
+            let until = (s + e.blocks).min(end);
+            out.push((
+                s,
+                Extent {
+                    blocks: until - s,
+                    ..e
+                },
+            ));
+        }
+        out
     }
 
     /// Iterates over `(first file block, extent)`.
@@ -225,6 +260,15 @@ pub struct Inode {
     pub cached_size: u64,
     /// Time of the last cached write (meaningful while `dirty` is not empty).
     pub cached_mtime: i64,
+    /// Average modification time over the file's blocks (Ziggurat §5.1).
+    pub amtime: terrace_policy::Amtime,
+    /// The key under which the file is in the cold lists (its amtime when it
+    /// was last listed), `None` when not listed.
+    pub cold_key: Option<u64>,
+    /// Blocks of this file read from block tiers (reverse-migration heat).
+    pub block_reads: u64,
+    /// Counts write entries applied (see [`Extent::seq`]).
+    pub data_seq: u64,
 }
 
 impl Inode {
@@ -260,6 +304,10 @@ impl Inode {
             dirty: BTreeMap::new(),
             cached_size: 0,
             cached_mtime: 0,
+            amtime: terrace_policy::Amtime::new(),
+            cold_key: None,
+            block_reads: 0,
+            data_seq: 0,
         })
     }
 
@@ -274,7 +322,10 @@ impl Inode {
                 Vec::new()
             }
             Entry::Write(w) => self.apply_write(w),
-            Entry::Punch { file_block, blocks } => self.extents.unmap(*file_block, *blocks),
+            Entry::Punch { file_block, blocks } => {
+                self.forget_amtime(*file_block, *blocks);
+                self.extents.unmap(*file_block, *blocks)
+            }
             Entry::DentryAdd {
                 ino,
                 file_type,
@@ -302,16 +353,33 @@ impl Inode {
         }
     }
 
+    /// Takes the mapped blocks of a range out of the amtime.
+    fn forget_amtime(&mut self, start: u64, n: u64) {
+        let old: Vec<(u64, u64)> = self
+            .extents
+            .overlaps(start, n)
+            .into_iter()
+            .map(|(_, e)| (e.blocks, e.mtime.max(0) as u64))
+            .collect();
+        self.amtime.remove(&old);
+    }
+
     fn apply_write(&mut self, w: &WriteEntry) -> Vec<Released> {
-        self.attr.size = w.size_after;
-        self.attr.mtime = w.mtime;
-        self.attr.ctime = w.mtime;
+        if w.wflags & terrace_format::WRITE_FLAG_MOVED == 0 {
+            self.attr.size = w.size_after;
+            self.attr.mtime = w.mtime;
+            self.attr.ctime = w.mtime;
+        }
         if w.blocks == 0 {
             return Vec::new();
         }
+        self.forget_amtime(w.file_block, w.blocks as u64);
         if w.wflags & terrace_format::WRITE_FLAG_ZERO != 0 {
             return self.extents.unmap(w.file_block, w.blocks as u64);
         }
+        self.amtime
+            .on_write(&[], w.blocks as u64, w.mtime.max(0) as u64);
+        self.data_seq += 1;
         self.extents.map(
             w.file_block,
             Extent {
@@ -319,6 +387,8 @@ impl Inode {
                 tier: w.tier,
                 block: w.block,
                 counter: w.size_counter,
+                mtime: w.mtime,
+                seq: self.data_seq,
             },
         )
     }
@@ -380,10 +450,10 @@ impl Inode {
                     blocks: n as u32,
                     tier: e.tier,
                     size_counter: e.counter,
-                    wflags: 0,
+                    wflags: terrace_format::WRITE_FLAG_MOVED,
                     block: e.block + off,
                     size_after: self.attr.size,
-                    mtime: self.attr.mtime,
+                    mtime: e.mtime,
                 }));
                 left -= n;
                 off += n;
@@ -426,6 +496,8 @@ mod tests {
             tier: 0,
             block,
             counter: 0,
+            mtime: 0,
+            seq: 0,
         }
     }
 

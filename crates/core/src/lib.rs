@@ -14,6 +14,7 @@ pub mod fsck;
 pub mod inode;
 pub mod journal;
 pub mod log;
+pub mod migrate;
 pub mod mkfs;
 pub mod ops_dir;
 pub mod ops_file;

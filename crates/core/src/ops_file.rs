@@ -102,6 +102,18 @@ impl Fs {
             _ => return Err(errno(libc::EINVAL)),
         }
         let data = self.read_locked(i, off, size)?;
+        if !self.tiers.is_empty() && !data.is_empty() {
+            // Reverse-migration heat: blocks of this read that live on a block tier.
+            let fb = off / BS;
+            let n = (off + data.len() as u64).div_ceil(BS) - fb;
+            i.block_reads += i
+                .extents
+                .overlaps(fb, n)
+                .iter()
+                .filter(|(_, e)| e.tier != 0)
+                .map(|(_, e)| e.blocks)
+                .sum::<u64>();
+        }
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_read
@@ -227,7 +239,12 @@ impl Fs {
             rule: None,
         };
         let want = self.placement.read().place(&obs).tier();
-        let pm_full = pm_free < nblocks * BS;
+        // Past the forced mark, foreground writes go straight down while
+        // migration makes room on PM.
+        let pm_full = pm_free < nblocks * BS || self.pm_forced();
+        if pm_full {
+            self.kick_migration();
+        }
         let to_cache = !self.tiers.is_empty() && (want != 0 || pm_full);
         if to_cache {
             drop(g);

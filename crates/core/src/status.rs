@@ -24,6 +24,8 @@ pub struct TierStatus {
     pub extents: Option<crate::tier::SpaceStats>,
     /// Live write entries (extents of files) whose data is on this tier.
     pub write_entries: u64,
+    /// Bytes written to this tier / bytes applications wrote (block tiers).
+    pub write_amplification: Option<f64>,
     /// Requests and bytes sent to the device since mount (for PM: data
     /// stores and loads by the file system).
     pub io: Option<IoStats>,
@@ -116,6 +118,8 @@ pub struct Status {
     pub sync_predictions: terrace_policy::SyncAccuracy,
     /// The DRAM page cache in front of the block tiers.
     pub cache: crate::cache::CacheStats,
+    /// Migration between tiers.
+    pub migration: crate::migrate::MigrationStatus,
     /// All settings.
     pub settings: terrace_policy::Settings,
 }
@@ -170,6 +174,14 @@ impl Fs {
                     active: t.id == 0 || mounted.is_some(),
                     extents,
                     write_entries: entries_per_tier[t.id as usize],
+                    write_amplification: mounted.map(|b| {
+                        let app = self.counters.bytes_written.load(Ordering::Relaxed);
+                        if app == 0 {
+                            0.0
+                        } else {
+                            b.media.stats().write_bytes as f64 / app as f64
+                        }
+                    }),
                     io: if t.id == 0 {
                         Some(self.pm_io.snapshot().into())
                     } else {
@@ -205,6 +217,7 @@ impl Fs {
             placement_overflows: c.placement_overflows.load(Ordering::Relaxed),
             sync_predictions,
             cache: self.cache.stats(),
+            migration: self.migration_status(),
             settings: self.settings(),
         }
     }

@@ -97,6 +97,10 @@ pub struct WriteEntry {
 
 /// Write flag: an allocated range that reads as zeros (fallocate mode 0).
 pub const WRITE_FLAG_ZERO: u16 = 1;
+/// Write flag: the entry moves existing data (migration, log compaction): the
+/// file's size, mtime and ctime are left alone, and `mtime` is the time the
+/// data was last modified (kept for the migration profiler).
+pub const WRITE_FLAG_MOVED: u16 = 2;
 
 /// A decoded log entry.
 #[derive(Debug, Clone, PartialEq, Eq)]

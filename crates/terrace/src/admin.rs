@@ -181,6 +181,43 @@ pub fn render_status(st: &Value) -> String {
             n(c, "writeback_requests")
         ));
     }
+    if let Some(m) = st.get("migration") {
+        line(format!(
+            "  migration     policy {}, {}; PM threshold now {}%{}",
+            s(m, "policy"),
+            if m.get("running").and_then(Value::as_bool) == Some(true) {
+                "running"
+            } else {
+                "idle"
+            },
+            n(m, "pm_threshold_percent"),
+            match s(m, "reason") {
+                "" => String::new(),
+                r => format!(" (last: {r})"),
+            }
+        ));
+        line(format!(
+            "                {} moved down, {} moved up, {} entries in {} groups, {}/s while copying",
+            util::human_bytes(n(m, "bytes_down")),
+            util::human_bytes(n(m, "bytes_up")),
+            n(m, "entries_moved"),
+            n(m, "groups"),
+            util::human_bytes(n(m, "bandwidth_bytes_per_sec"))
+        ));
+    }
+    for t in st
+        .get("tiers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(wa) = t.get("write_amplification").and_then(Value::as_f64) {
+            line(format!(
+                "  {:<13} write amplification {wa:.2} (bytes written to it / bytes applications wrote)",
+                s(t, "kind")
+            ));
+        }
+    }
     let sp = st.get("sync_predictions").cloned().unwrap_or(Value::Null);
     line(format!(
         "  placement     policy {}: {} writes to PM, {} to block tiers, {} overflowed",

@@ -2,6 +2,7 @@
 
 mod admin;
 mod control;
+mod migrate_cmd;
 mod mkfs;
 mod mount;
 mod util;
@@ -47,6 +48,34 @@ enum Cmd {
     Where(WhereArgs),
     /// List, show or change settings of a mounted pool at run time.
     Set(SetArgs),
+    /// Move files' data to a tier now (by default down to the first block tier).
+    Migrate(MigrateArgs),
+}
+
+const MIGRATE_AFTER: &str = "\
+Moves the data of the given files (or of every file under the given
+directories; the whole mount when no PATH is given) to one tier now, with a
+progress bar. Without --to, data goes down to the first block tier (ssd);
+--to pm brings it up. Background migration does the same by itself when a
+tier passes its threshold (see `terrace set MOUNTPOINT migration_threshold`);
+this command is for doing it by hand. Each file moves crash-safely: a crash
+leaves it where it was or where it was going, never both or neither.
+
+Examples:
+  terrace migrate /mnt/terrace                      # everything down to ssd
+  terrace migrate /mnt/terrace /mnt/terrace/archive # one directory
+  terrace migrate --to pm /mnt/terrace /mnt/terrace/db/index";
+
+#[derive(Args, Debug)]
+#[command(after_help = MIGRATE_AFTER)]
+struct MigrateArgs {
+    /// Where the pool is mounted.
+    mountpoint: PathBuf,
+    /// Files or directories on that mount (default: all of it).
+    paths: Vec<PathBuf>,
+    /// Target tier: pm, ssd, hdd or a tier id (default: the first block tier).
+    #[arg(long, value_name = "TIER")]
+    to: Option<String>,
 }
 
 const SET_AFTER: &str = "\
@@ -298,6 +327,7 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.json),
         Cmd::Where(a) => where_cmd::run(&a.path, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
+        Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths),
     }
 }
 

@@ -461,9 +461,34 @@ fn control_loop(
                     Err(e) => reply(&stream, &json!({"ok": false, "error": e})),
                 }
             }
+            Some("migrate") => {
+                let uid = peer_uid(&stream);
+                if uid != Some(0) && uid != Some(me) {
+                    reply(
+                        &stream,
+                        &json!({"ok": false, "error": "permission denied: only root or the mounting user may migrate"}),
+                    );
+                    continue;
+                }
+                let ino = req.get("ino").and_then(Value::as_u64).unwrap_or(0);
+                let to = req.get("to").and_then(Value::as_u64).unwrap_or(u64::MAX);
+                let fs = fs.clone();
+                // Long work: answer from its own thread so status stays responsive.
+                std::thread::spawn(move || {
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+                    let answer = match u8::try_from(to) {
+                        Ok(to) => match fs.migrate_file(ino, to) {
+                            Ok(bytes) => json!({"ok": true, "bytes": bytes}),
+                            Err(e) => json!({"ok": false, "error": util::os_reason(&e)}),
+                        },
+                        Err(_) => json!({"ok": false, "error": "no such tier"}),
+                    };
+                    reply(&stream, &answer);
+                });
+            }
             _ => reply(
                 &stream,
-                &json!({"ok": false, "error": "unknown command (known: status, umount, settings, set)"}),
+                &json!({"ok": false, "error": "unknown command (known: status, umount, settings, set, migrate)"}),
             ),
         }
     }
@@ -551,6 +576,9 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
         }
     }
     fs.start_writeback();
+    if !cfg.options.read_only {
+        fs.start_migration();
+    }
     // Reads write no access times on read-only and noatime mounts.
     if cfg.options.read_only || cfg.options.atime == Some(false) {
         fs.set_atime_mode(terrace_core::AtimeMode::Never);

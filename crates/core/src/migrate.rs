@@ -1,0 +1,646 @@
+//! Migration between tiers (Ziggurat §5): the profiler's cold lists, the
+//! migration pass, and the mechanism that moves data.
+//!
+//! # Profiler
+//! Every regular file with data is in the cold lists, keyed by its average
+//! modification time (amtime, kept incrementally in [`Inode::amtime`] as write
+//! entries apply). The lists are sharded by inode number
+//! (`terrace_policy::cold_list`), one mutex per shard, so writers to different
+//! files rarely meet on a lock. The lists span all tiers; the pass skips files
+//! with nothing on the tier it drains.
+//!
+//! # Mechanism ([`Fs::migrate_groups`]) — crash-safe at every step
+//! 1. Under the inode lock, capture the pieces of the group still on the source
+//!    tier (file block, physical block, mtime, counter). Release the lock.
+//! 2. Copy the data to freshly allocated, contiguous blocks on the target tier
+//!    (one sequential request for a block tier), and make it durable.
+//! 3. Under the inode lock again, keep only the pieces whose mapping has not
+//!    changed (a foreground write or truncate wins: its pieces are dropped, not
+//!    waited for), and append one write entry per piece with the new location
+//!    and [`WRITE_FLAG_MOVED`] (size and times unchanged, the piece's mtime
+//!    kept). **Commit point: the log tail store**, as for any write.
+//! 4. Apply to DRAM; the old blocks are freed after the commit, unused new
+//!    blocks are released.
+//!
+//! A crash before step 3's tail store leaves the old mapping and the new blocks
+//! unreferenced (free at the next mount, where allocators are rebuilt from the
+//! logs); after it, the new mapping, with the old blocks free. Readers are
+//! never blocked by the copy: the lock is held only to capture and to commit.
+//!
+//! # When ([`Fs::migration_pass`])
+//! A pass drains each tier that passes its threshold into the next tier
+//! (PM → first block tier → next block tier: cascade), coldest files first,
+//! until the tier is below its threshold; a file's chosen entries are grouped
+//! into `group_migration_bytes` chunks. When reads dominate and PM is below its
+//! low mark, the hottest block-tier files move up to PM (reverse migration).
+//! A single migration thread runs passes every 100 ms and sleeps otherwise.
+//!
+//! [`Inode::amtime`]: crate::inode::Inode::amtime
+//! [`WRITE_FLAG_MOVED`]: terrace_format::WRITE_FLAG_MOVED
+
+use crate::fs::{now_ns, Fs};
+use crate::inode::Inode;
+use crate::types::{errno, FileType, FsResult, Ino};
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use terrace_format::{Entry, WriteEntry, BLOCK_SIZE, WRITE_FLAG_MOVED};
+use terrace_policy::cold_list::{shard_index, Shard};
+use terrace_policy::migration::{
+    self as mig, EntrySnapshot, FileSnapshot, Group, IoCounters, MigrationNeed,
+};
+
+const BS: u64 = BLOCK_SIZE;
+
+/// Migration state and counters (shown by `terrace status`).
+#[derive(Default)]
+pub struct Migrator {
+    pub(crate) shards: Vec<Mutex<Shard>>,
+    /// Tiers being drained now (bit per tier id), for the hysteresis.
+    running: AtomicU64,
+    bytes_down: AtomicU64,
+    bytes_up: AtomicU64,
+    entries_moved: AtomicU64,
+    groups: AtomicU64,
+    busy_ns: AtomicU64,
+    passes: AtomicU64,
+    last_reason: Mutex<String>,
+    stop: AtomicBool,
+    wake: parking_lot::Condvar,
+    wake_lock: Mutex<bool>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What `terrace status` shows about migration.
+#[derive(Debug, Clone, Serialize)]
+pub struct MigrationStatus {
+    /// The migration policy.
+    pub policy: String,
+    /// Whether some tier is being drained now.
+    pub running: bool,
+    /// Why the last pass moved data (or why not).
+    pub reason: String,
+    /// PM's migration threshold now (percent of capacity).
+    pub pm_threshold_percent: u8,
+    /// Bytes moved to a lower tier.
+    pub bytes_down: u64,
+    /// Bytes moved up to PM.
+    pub bytes_up: u64,
+    /// Write entries written by migration.
+    pub entries_moved: u64,
+    /// Groups copied.
+    pub groups: u64,
+    /// Migration throughput while copying (bytes/s), 0 before any migration.
+    pub bandwidth_bytes_per_sec: u64,
+}
+
+impl Migrator {
+    pub(crate) fn new(shards: usize) -> Migrator {
+        Migrator {
+            shards: (0..shards.max(1))
+                .map(|_| Mutex::new(Shard::new()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn kick(&self) {
+        *self.wake_lock.lock() = true;
+        self.wake.notify_one();
+    }
+}
+
+/// One piece of a group still on the source tier.
+#[derive(Clone, Copy)]
+struct Piece {
+    file_block: u64,
+    blocks: u64,
+    tier: u8,
+    block: u64,
+    counter: u8,
+    mtime: i64,
+    seq: u64,
+}
+
+impl Fs {
+    /// Puts a file in (or takes it out of) the cold lists after its amtime
+    /// changed. Called with the inode locked.
+    pub(crate) fn relist(&self, i: &mut Inode) {
+        let new = if i.kind == FileType::Regular && !i.zombie && i.attr.nlink > 0 {
+            i.amtime.value()
+        } else {
+            None
+        };
+        if new == i.cold_key {
+            return;
+        }
+        let m = &self.migrator;
+        m.shards[shard_index(i.ino, m.shards.len())]
+            .lock()
+            .update(i.ino, i.cold_key, new);
+        i.cold_key = new;
+    }
+
+    /// Takes a file out of the cold lists (it is being freed).
+    pub(crate) fn unlist(&self, i: &mut Inode) {
+        if let Some(k) = i.cold_key.take() {
+            let m = &self.migrator;
+            m.shards[shard_index(i.ino, m.shards.len())]
+                .lock()
+                .update(i.ino, Some(k), None);
+        }
+    }
+
+    /// Up to `n` coldest files `(amtime, ino)`, coldest first, over all shards.
+    pub(crate) fn coldest_files(&self, n: usize) -> Vec<(u64, Ino)> {
+        let mut all: Vec<(u64, Ino)> = Vec::new();
+        for s in &self.migrator.shards {
+            all.extend(s.lock().iter().take(n));
+        }
+        all.sort_unstable();
+        all.truncate(n);
+        all
+    }
+
+    /// Used and total data bytes of tier `id`.
+    pub(crate) fn tier_use(&self, id: u8) -> (u64, u64) {
+        if id == 0 {
+            let total = self.alloc.total();
+            ((total - self.alloc.free()) * BS, total * BS)
+        } else if let Some(t) = self.tiers.iter().find(|t| t.id == id) {
+            let st = t.space.stats();
+            (
+                st.valid_blocks * BS,
+                (st.extents * t.space.extent_blocks()) * BS,
+            )
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// PM use passes the forced mark: foreground writes go straight down.
+    pub(crate) fn pm_forced(&self) -> bool {
+        if self.tiers.is_empty() {
+            return false;
+        }
+        let forced = self.settings.read().migration_params().forced_percent;
+        let (used, cap) = self.tier_use(0);
+        cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(forced)
+    }
+
+    /// Moves the pieces of `groups` (of file `ino`) that are still on tier
+    /// `from` to tier `to`, one group at a time. Returns the bytes moved.
+    pub fn migrate_groups(&self, ino: Ino, from: u8, to: u8, groups: &[Group]) -> FsResult<u64> {
+        let mut moved = 0;
+        for g in groups {
+            if self.migrator.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            moved += self.migrate_range(ino, from, to, g.file_block, g.blocks)?;
+        }
+        Ok(moved)
+    }
+
+    /// Moves the data of file blocks `[start, start + n)` that is on tier
+    /// `from` to tier `to` (see the module doc for the steps).
+    fn migrate_range(&self, ino: Ino, from: u8, to: u8, start: u64, n: u64) -> FsResult<u64> {
+        let t0 = Instant::now();
+        // 1. Capture.
+        let pieces: Vec<Piece> = {
+            let g = self.lock(ino)?;
+            let i = g.as_ref().expect("live");
+            i.extents
+                .overlaps(start, n)
+                .into_iter()
+                .filter(|(_, e)| e.tier == from)
+                .map(|(fb, e)| Piece {
+                    file_block: fb,
+                    blocks: e.blocks,
+                    tier: e.tier,
+                    block: e.block,
+                    counter: e.counter,
+                    mtime: e.mtime,
+                    seq: e.seq,
+                })
+                .collect()
+        };
+        let total: u64 = pieces.iter().map(|p| p.blocks).sum();
+        if total == 0 {
+            return Ok(0);
+        }
+        // 2. Copy. Blocks read here may be freed and reused by a concurrent
+        // write; step 3 then drops the piece, so stale bytes never commit.
+        let mut buf = vec![0u8; (total * BS) as usize];
+        let mut at = 0usize;
+        for p in &pieces {
+            let len = (p.blocks * BS) as usize;
+            if p.tier == 0 {
+                self.media.read(p.block * BS, &mut buf[at..at + len]);
+            } else {
+                self.tier(p.tier)?
+                    .media
+                    .read_blocks(p.block, &mut buf[at..at + len])?;
+            }
+            at += len;
+        }
+        let d = if to == 0 {
+            match self.alloc.alloc(total) {
+                Some(runs) => crate::data::DataRuns { tier: 0, runs },
+                None => return Err(errno(libc::ENOSPC)),
+            }
+        } else {
+            let t = self.tier(to)?;
+            match t.space.alloc(total) {
+                Some(runs) => crate::data::DataRuns { tier: to, runs },
+                None => return Err(errno(libc::ENOSPC)),
+            }
+        };
+        if let Err(e) = self.store_data(&d, &buf) {
+            self.release_data(d);
+            return Err(e);
+        }
+        let mut phys = Vec::with_capacity(total as usize);
+        for &(b, k) in &d.runs {
+            phys.extend(b..b + k);
+        }
+        // 3. Commit the pieces whose mapping is unchanged.
+        let mut g = match self.lock(ino) {
+            Ok(g) => g,
+            Err(_) => {
+                self.release_data(d);
+                return Ok(0);
+            }
+        };
+        let i = g.as_mut().expect("live");
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut unused: Vec<(u8, u64, u64)> = Vec::new();
+        let mut kept = 0u64;
+        let mut k = 0usize;
+        for p in &pieces {
+            // Unchanged: same mapping *and* same sequence number (a rewrite
+            // that reused the same blocks has a newer one).
+            let still = i.extents.find(p.file_block).is_some_and(|(s, e)| {
+                e.seq == p.seq
+                    && e.tier == p.tier
+                    && e.block + (p.file_block - s) == p.block
+                    && s + e.blocks >= p.file_block + p.blocks
+            });
+            if !still {
+                for b in &phys[k..k + p.blocks as usize] {
+                    unused.push((d.tier, *b, 1));
+                }
+                k += p.blocks as usize;
+                continue;
+            }
+            for off in 0..p.blocks {
+                let fb = p.file_block + off;
+                let b = phys[k + off as usize];
+                // Extend the previous entry when file and new blocks both
+                // continue it: a group becomes one entry (its newest mtime).
+                if let Some(Entry::Write(w)) = entries.last_mut() {
+                    let n = w.blocks as u64;
+                    if w.file_block + n == fb && w.block + n == b && n < u32::MAX as u64 {
+                        w.blocks += 1;
+                        w.mtime = w.mtime.max(p.mtime);
+                        w.size_counter = w.size_counter.max(p.counter);
+                        continue;
+                    }
+                }
+                entries.push(Entry::Write(WriteEntry {
+                    file_block: fb,
+                    blocks: 1,
+                    tier: d.tier,
+                    size_counter: p.counter,
+                    wflags: WRITE_FLAG_MOVED,
+                    block: b,
+                    size_after: i.attr.size,
+                    mtime: p.mtime,
+                }));
+            }
+            kept += p.blocks;
+            k += p.blocks as usize;
+        }
+        if entries.is_empty() {
+            drop(g);
+            self.free_runs(unused);
+            return Ok(0);
+        }
+        let n_entries = entries.len() as u64;
+        if let Err(e) = self.commit_one(i, entries) {
+            drop(g);
+            self.release_data(d);
+            return Err(e);
+        }
+        // Keep a DRAM copy of data moved down while the cache is under half
+        // full — under the inode lock, so the blocks cannot be freed first.
+        if to != 0 {
+            let c = self.cache.stats();
+            if mig::keep_cache_copy(c.dirty_bytes + c.clean_bytes, c.bound_bytes) {
+                let mut at = 0usize;
+                let mut k = 0usize;
+                for p in &pieces {
+                    let len = (p.blocks * BS) as usize;
+                    let pages: Vec<Arc<[u8]>> = buf[at..at + len]
+                        .chunks(BS as usize)
+                        .map(Arc::from)
+                        .collect();
+                    at += len;
+                    let first = k;
+                    k += p.blocks as usize;
+                    if unused.iter().any(|&(_, b, _)| b == phys[first]) {
+                        continue;
+                    }
+                    let mut j = 0usize;
+                    while j < pages.len() {
+                        let mut run = 1usize;
+                        while j + run < pages.len()
+                            && phys[first + j + run] == phys[first + j] + run as u64
+                        {
+                            run += 1;
+                        }
+                        self.cache
+                            .put_clean(to, phys[first + j], pages[j..j + run].to_vec());
+                        j += run;
+                    }
+                }
+            }
+        }
+        drop(g);
+        // 4. The old blocks were freed by the commit; free what was not used.
+        self.free_runs(unused);
+        let bytes = kept * BS;
+        let m = &self.migrator;
+        if to == 0 {
+            m.bytes_up.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            m.bytes_down.fetch_add(bytes, Ordering::Relaxed);
+        }
+        m.groups.fetch_add(1, Ordering::Relaxed);
+        m.entries_moved.fetch_add(n_entries, Ordering::Relaxed);
+        m.busy_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(bytes)
+    }
+
+    /// Moves all of a file's data that is not on tier `to` there (`terrace
+    /// migrate`), in groups of `group_migration_bytes`. Returns bytes moved.
+    pub fn migrate_file(&self, ino: Ino, to: u8) -> FsResult<u64> {
+        if to != 0 && !self.tiers.iter().any(|t| t.id == to) {
+            return Err(errno(libc::EINVAL));
+        }
+        let params = self.settings.read().migration_params();
+        // Cached writes first, so what moves is the file's current data.
+        self.flush_inode(ino)?;
+        let entries: Vec<EntrySnapshot> = {
+            let g = self.lock(ino)?;
+            let i = g.as_ref().expect("live");
+            if i.kind != FileType::Regular {
+                return Ok(0);
+            }
+            snapshot_entries(i)
+        };
+        let mut moved = 0;
+        let tiers: Vec<u8> = std::iter::once(0)
+            .chain(self.tiers.iter().map(|t| t.id))
+            .filter(|&t| t != to)
+            .collect();
+        for from in tiers {
+            let mine: Vec<EntrySnapshot> =
+                entries.iter().filter(|e| e.tier == from).copied().collect();
+            let groups = mig::group_entries(&mine, params.group_blocks());
+            moved += self.migrate_groups(ino, from, to, &groups)?;
+        }
+        Ok(moved)
+    }
+
+    /// One migration pass: drain each tier above its threshold into the next
+    /// one, then reverse-migrate read-hot data when reads dominate. Returns
+    /// the bytes moved.
+    pub fn migration_pass(&self) -> u64 {
+        let (params, policy) = {
+            let st = self.settings.read();
+            (st.migration_params(), st.migration())
+        };
+        let Ok(policy) = policy else { return 0 };
+        let io = self.io_counters();
+        let mut chain: Vec<u8> = vec![0];
+        chain.extend(self.tiers.iter().map(|t| t.id));
+        let mut moved = 0;
+        for w in chain.windows(2) {
+            let (from, to) = (w[0], w[1]);
+            let threshold = mig::migration_threshold(params.threshold, io);
+            let bit = 1u64 << from;
+            let running = self.migrator.running.load(Ordering::Relaxed) & bit != 0;
+            let (used, cap) = self.tier_use(from);
+            let need = mig::should_migrate(used, cap, threshold, params.forced_percent, running);
+            if !need.is_needed() {
+                self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
+                continue;
+            }
+            self.migrator.running.fetch_or(bit, Ordering::Relaxed);
+            *self.migrator.last_reason.lock() = format!(
+                "tier {from} at {}% of capacity, threshold {threshold}%{}",
+                used * 100 / cap.max(1),
+                if matches!(need, MigrationNeed::Forced { .. }) {
+                    " (forced)"
+                } else {
+                    ""
+                }
+            );
+            moved += self.drain(from, to, need.bytes_to_free(), &params, &*policy);
+        }
+        moved += self.reverse_pass(io, &params);
+        moved
+    }
+
+    fn io_counters(&self) -> IoCounters {
+        IoCounters {
+            reads: self.counters.reads.load(Ordering::Relaxed),
+            writes: self.counters.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Moves cold data from `from` to `to` until `goal` bytes moved or no
+    /// candidate is left.
+    fn drain(
+        &self,
+        from: u8,
+        to: u8,
+        goal: u64,
+        params: &mig::MigrationParams,
+        policy: &(dyn mig::MigrationPolicy + Send + Sync),
+    ) -> u64 {
+        let mut moved = 0;
+        let now = now_ns().max(0) as u64;
+        for (_, ino) in self.coldest_files(256) {
+            if moved >= goal || self.migrator.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let file = {
+                let Ok(g) = self.lock(ino) else { continue };
+                let i = g.as_ref().expect("live");
+                FileSnapshot {
+                    ino,
+                    mtime_ns: i.attr.mtime.max(0) as u64,
+                    amtime_ns: i.amtime.value(),
+                    entries: snapshot_entries(i),
+                }
+            };
+            let choice = policy.choose(&file, from, now, params);
+            if choice.entries.is_empty() {
+                continue;
+            }
+            let groups = mig::group_entries(&choice.entries, params.group_blocks());
+            match self.migrate_groups(ino, from, to, &groups) {
+                Ok(b) => moved += b,
+                Err(_) => break, // target full or failing: try again later
+            }
+        }
+        moved
+    }
+
+    /// Reverse migration: read-hot block-tier files move up to PM.
+    fn reverse_pass(&self, io: IoCounters, params: &mig::MigrationParams) -> u64 {
+        if self.tiers.is_empty() || !io.reads_dominate(params.reverse_read_ratio) {
+            return 0;
+        }
+        let (used, cap) = self.tier_use(0);
+        let mut files = Vec::new();
+        for slot in &self.table {
+            if let Some(i) = slot.lock().as_ref() {
+                if i.block_reads > 0 && i.kind == FileType::Regular {
+                    let on_block: u64 = i
+                        .extents
+                        .iter()
+                        .filter(|(_, e)| e.tier != 0)
+                        .map(|(_, e)| e.blocks)
+                        .sum();
+                    files.push(mig::FileReads {
+                        ino: i.ino,
+                        block_tier_blocks: on_block,
+                        reads: i.block_reads,
+                    });
+                }
+            }
+        }
+        let mut moved = 0;
+        for f in mig::reverse_candidates(io, used, cap, &files, params) {
+            let entries: Vec<EntrySnapshot> = {
+                let Ok(mut g) = self.lock(f.ino) else {
+                    continue;
+                };
+                let i = g.as_mut().expect("live");
+                i.block_reads = 0;
+                snapshot_entries(i)
+            };
+            for from in self.tiers.iter().map(|t| t.id) {
+                // Basic migration: one write entry at a time, no grouping.
+                let groups: Vec<Group> = entries
+                    .iter()
+                    .filter(|e| e.tier == from)
+                    .map(|e| Group {
+                        file_block: e.file_block,
+                        blocks: e.blocks,
+                        sources: vec![*e],
+                    })
+                    .collect();
+                match self.migrate_groups(f.ino, from, 0, &groups) {
+                    Ok(b) => moved += b,
+                    Err(_) => return moved,
+                }
+            }
+        }
+        if moved > 0 {
+            *self.migrator.last_reason.lock() = format!(
+                "reads dominate: {} bytes of read-hot data moved up to PM",
+                moved
+            );
+        }
+        moved
+    }
+
+    /// Starts the migration thread: a pass every 100 ms (or when kicked),
+    /// sleeping when there is nothing to do; stops at [`Fs::unmount`].
+    pub fn start_migration(self: &Arc<Self>) {
+        let weak: Weak<Fs> = Arc::downgrade(self);
+        let h = std::thread::Builder::new()
+            .name("terrace-migrate".into())
+            .spawn(move || loop {
+                let Some(fs) = weak.upgrade() else { return };
+                let m = &fs.migrator;
+                if m.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                {
+                    let mut woke = m.wake_lock.lock();
+                    if !*woke {
+                        m.wake.wait_for(&mut woke, Duration::from_millis(100));
+                    }
+                    *woke = false;
+                }
+                if m.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                m.passes.fetch_add(1, Ordering::Relaxed);
+                fs.migration_pass();
+            })
+            .expect("spawn the migration thread");
+        *self.migrator.thread.lock() = Some(h);
+    }
+
+    /// Wakes the migration thread (PM passed its threshold).
+    pub(crate) fn kick_migration(&self) {
+        self.migrator.kick();
+    }
+
+    /// Stops the migration thread (if running) and waits for it.
+    pub(crate) fn stop_migration(&self) {
+        self.migrator.stop.store(true, Ordering::Relaxed);
+        self.migrator.kick();
+        let h = self.migrator.thread.lock().take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Migration state for `terrace status`.
+    pub fn migration_status(&self) -> MigrationStatus {
+        let m = &self.migrator;
+        let st = self.settings.read();
+        let params = st.migration_params();
+        let busy = m.busy_ns.load(Ordering::Relaxed);
+        let moved = m.bytes_down.load(Ordering::Relaxed) + m.bytes_up.load(Ordering::Relaxed);
+        MigrationStatus {
+            policy: st.migration_policy.clone(),
+            running: m.running.load(Ordering::Relaxed) != 0,
+            reason: m.last_reason.lock().clone(),
+            pm_threshold_percent: mig::migration_threshold(params.threshold, self.io_counters()),
+            bytes_down: m.bytes_down.load(Ordering::Relaxed),
+            bytes_up: m.bytes_up.load(Ordering::Relaxed),
+            entries_moved: m.entries_moved.load(Ordering::Relaxed),
+            groups: m.groups.load(Ordering::Relaxed),
+            bandwidth_bytes_per_sec: if busy == 0 {
+                0
+            } else {
+                (u128::from(moved) * 1_000_000_000 / u128::from(busy)) as u64
+            },
+        }
+    }
+}
+
+/// The file's extents as the migration policies see them.
+fn snapshot_entries(i: &Inode) -> Vec<EntrySnapshot> {
+    i.extents
+        .iter()
+        .map(|(fb, e)| EntrySnapshot {
+            file_block: fb,
+            blocks: e.blocks,
+            mtime_ns: e.mtime.max(0) as u64,
+            tier: e.tier,
+        })
+        .collect()
+}

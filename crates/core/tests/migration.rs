@@ -1,0 +1,372 @@
+//! Migration between tiers: cold data moves down in groups, hot data stays,
+//! thresholds hold, read-hot data comes back up, crashes at any step of a
+//! migration recover cleanly, and concurrent I/O always sees correct data.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use terrace_core::{format, FormatParams, Fs};
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{
+    BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia,
+};
+
+const SSD: u64 = 128 << 20;
+
+fn mkfs_tiered(pm: &dyn PmMedia) {
+    let p = FormatParams {
+        uuid: [6; 16],
+        inode_count: 64,
+        tiers: vec![
+            TierRecord {
+                id: 0,
+                kind: TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "pm".into(),
+            },
+            TierRecord {
+                id: 1,
+                kind: TierKind::Ssd,
+                size: SSD,
+                extent_size: DEFAULT_EXTENT_SIZE,
+                path: "ssd".into(),
+            },
+        ],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(pm, &p).unwrap();
+}
+
+fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
+    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
+}
+
+fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
+    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
+    String::from_utf8(v)
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+fn pm_percent(fs: &Fs) -> u64 {
+    let t = &fs.status().tiers[0];
+    t.used * 100 / t.capacity
+}
+
+#[test]
+fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("migration_age_ns", "0s").unwrap();
+    fs.set_setting("migration_threshold", "30").unwrap();
+    let table = fs
+        .mknod(1, b"table", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    let wal = fs.mknod(1, b"wal", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(1, 8 << 20);
+    // Many small entries: 64 KiB appends.
+    for (k, c) in data.chunks(64 << 10).enumerate() {
+        fs.write(table.ino, (k as u64) << 16, c).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut log = Vec::new();
+    for r in 0..200 {
+        let rec = format!("record {r}\n");
+        fs.write(wal.ino, log.len() as u64, rec.as_bytes()).unwrap();
+        fs.fsync(wal.ino, false).unwrap();
+        log.extend_from_slice(rec.as_bytes());
+    }
+    assert!(pm_percent(&fs) > 30, "the workload must pass the threshold");
+    let before = ssd.stats();
+    let moved = fs.migration_pass();
+    assert!(moved > 0);
+    assert!(pm_percent(&fs) <= 30, "PM still at {}%", pm_percent(&fs));
+    assert_eq!(
+        tier_bytes(&fs, table.ino, "ssd"),
+        8 << 20,
+        "the cold file did not move"
+    );
+    assert_eq!(
+        tier_bytes(&fs, wal.ino, "pm"),
+        log.len().div_ceil(4096) as u64 * 4096
+    );
+    let after = ssd.stats();
+    let reqs = after.write_requests - before.write_requests;
+    let avg = (after.write_bytes - before.write_bytes) / reqs;
+    assert!(
+        avg >= 4 << 20,
+        "group migration wrote {reqs} requests of {avg} bytes"
+    );
+    // 128 entries of 64 KiB became one entry per 16 MiB group (split only at
+    // 512 KiB extent boundaries of the non-overwrite space).
+    let st = fs.status();
+    assert!(st.migration.bytes_down >= 8 << 20);
+    assert!(
+        st.tiers[1].write_entries < 128,
+        "entries were not coalesced"
+    );
+    assert!(fs.read(table.ino, 0, data.len()).unwrap() == data);
+    assert!(fs.read(wal.ino, 0, log.len()).unwrap() == log);
+    assert_eq!(fs.getattr(table.ino).unwrap().size, 8 << 20);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let report = terrace_core::fsck::check(&*pm, &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    let fs = mount(pm, ssd);
+    assert!(fs.read(table.ino, 0, data.len()).unwrap() == data);
+}
+
+#[test]
+fn migration_does_not_change_size_or_times() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    fs.write(f.ino, 0, &pattern(2, 300_000)).unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(
+        fs.migrate_file(f.ino, 1).unwrap(),
+        300_000u64.div_ceil(4096) * 4096
+    );
+    let b = fs.getattr(f.ino).unwrap();
+    assert_eq!((a.size, a.mtime, a.ctime), (b.size, b.mtime, b.ctime));
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm, ssd);
+    let c = fs.getattr(f.ino).unwrap();
+    assert_eq!((a.size, a.mtime, a.ctime), (c.size, c.mtime, c.ctime));
+    assert_eq!(tier_bytes(&fs, f.ino, "pm"), 0);
+}
+
+#[test]
+fn a_workload_five_times_pm_keeps_pm_near_its_threshold_without_enospc() {
+    let pm = Arc::new(MemMedia::new(8 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    fs.set_setting("migration_age_ns", "0s").unwrap();
+    fs.set_setting("migration_threshold", "60").unwrap();
+    fs.set_setting("group_migration_bytes", "1M").unwrap();
+    fs.start_migration();
+    fs.start_writeback();
+    let mut files = Vec::new();
+    let mut peak_after_settle = 0;
+    for n in 0..10u64 {
+        let f = fs
+            .mknod(1, format!("f{n}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        let data = pattern(n, 4 << 20);
+        for (k, c) in data.chunks(32 << 10).enumerate() {
+            fs.write(f.ino, (k as u64) << 15, c)
+                .expect("no ENOSPC while the SSD has room");
+        }
+        files.push((f.ino, data));
+        // Give the migration thread time to catch up, then look at PM.
+        for _ in 0..100 {
+            if pm_percent(&fs) <= 60 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        peak_after_settle = peak_after_settle.max(pm_percent(&fs));
+    }
+    let st = fs.status();
+    assert!(st.migration.bytes_down > 0);
+    assert!(
+        peak_after_settle <= 75,
+        "PM stayed at {peak_after_settle}% (threshold 60%)"
+    );
+    for (ino, data) in &files {
+        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
+    }
+    fs.unmount().unwrap();
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn reverse_migration_brings_a_read_hot_file_back_to_pm() {
+    let pm = Arc::new(MemMedia::new(32 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let f = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(4, 2 << 20);
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.fsync(f.ino, false).unwrap();
+    assert_eq!(tier_bytes(&fs, f.ino, "ssd"), 2 << 20);
+    // Writes dominate so far: nothing moves up.
+    assert_eq!(fs.migration_pass(), 0);
+    for _ in 0..50 {
+        for k in 0..8u64 {
+            fs.read(f.ino, k << 18, 256 << 10).unwrap();
+        }
+    }
+    assert!(fs.migration_pass() >= 2 << 20);
+    assert_eq!(
+        tier_bytes(&fs, f.ino, "pm"),
+        2 << 20,
+        "the read-hot file stayed down"
+    );
+    assert!(fs.status().migration.bytes_up >= 2 << 20);
+    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn crashes_at_any_step_of_migration_keep_every_byte_exactly_once() {
+    let base = base_seed("migration crash test");
+    for k in 0..6 {
+        let seed = base.wrapping_add(k);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let pm = Arc::new(CrashMedia::new(8 << 20));
+        let ssd = Arc::new(CrashBlock::new(SSD));
+        mkfs_tiered(&*pm);
+        let fs = mount(pm.clone(), ssd.clone());
+        fs.set_setting("migration_age_ns", "0s").unwrap();
+        fs.set_setting("migration_threshold", "5").unwrap();
+        fs.set_setting("group_migration_bytes", "256K").unwrap();
+        let mut files = Vec::new();
+        for n in 0..3u64 {
+            let f = fs
+                .mknod(1, format!("f{n}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            let len = rng.gen_range(100_000..900_000);
+            let data = pattern(seed ^ n, len);
+            for (c, chunk) in data.chunks(40_000).enumerate() {
+                fs.write(f.ino, c as u64 * 40_000, chunk).unwrap();
+            }
+            files.push((f.ino, data));
+        }
+        pm.sync_all().unwrap();
+        ssd.sync().unwrap();
+        let (moved, trace) = pm.trace(|| fs.migration_pass());
+        assert!(moved > 0, "seed {seed}: nothing migrated");
+        let n = trace.len();
+        let ssd_img = ssd.crash_image(BlockLoss::AllUnsynced);
+        for kk in [
+            0,
+            n / 4,
+            n / 2,
+            rng.gen_range(0..=n),
+            rng.gen_range(0..=n),
+            n,
+        ] {
+            for mode in [LossMode::AllUnflushed, LossMode::RandomLines(rng.gen())] {
+                let img = trace.image_at(kk, mode);
+                let pm2 = Arc::new(MemMedia::from_image(img));
+                let ssd2 = Arc::new(MemBlock::from_image(ssd_img.clone()));
+                let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+                assert!(
+                    report.is_clean(),
+                    "seed {seed} crash at {kk}/{n}: {:?}",
+                    report.problems
+                );
+                let fs2 = mount(pm2, ssd2);
+                fs2.check_allocator()
+                    .unwrap_or_else(|e| panic!("seed {seed} crash at {kk}/{n}: {e}"));
+                for (ino, data) in &files {
+                    let got = fs2.read(*ino, 0, data.len() + 10).unwrap();
+                    assert!(
+                        got == *data,
+                        "seed {seed} crash at {kk}/{n}: inode {ino} changed"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn readers_and_writers_see_correct_data_while_migration_runs() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    fs.set_setting("migration_age_ns", "0s").unwrap();
+    fs.set_setting("migration_threshold", "1").unwrap();
+    fs.set_setting("group_migration_bytes", "64K").unwrap();
+    fs.set_setting("reverse_read_ratio", "0").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let migrator = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut moved = 0;
+            while !stop.load(Ordering::Relaxed) {
+                moved += fs.migration_pass();
+                // Move some of it back too, so both directions race with I/O.
+                for ino in 2..8 {
+                    moved += fs.migrate_file(ino, 0).unwrap_or(0);
+                }
+            }
+            moved
+        })
+    };
+    let workers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let f = fs
+                    .mknod(1, format!("w{w}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                    .unwrap();
+                const BLOCKS: usize = 256;
+                // The checker: what every block must hold.
+                let mut truth: Vec<Vec<u8>> =
+                    (0..BLOCKS).map(|b| vec![(b % 251) as u8; 4096]).collect();
+                let mut rng = StdRng::seed_from_u64(w);
+                for (b, content) in truth.iter().enumerate() {
+                    fs.write(f.ino, b as u64 * 4096, content).unwrap();
+                }
+                for step in 0..30_000 {
+                    let b = rng.gen_range(0..BLOCKS);
+                    if rng.gen_bool(0.3) {
+                        let n = rng.gen_range(1..=4).min(BLOCKS - b);
+                        let v = rng.gen::<u8>();
+                        for k in 0..n {
+                            truth[b + k] = vec![v; 4096];
+                        }
+                        fs.write(f.ino, b as u64 * 4096, &vec![v; n * 4096])
+                            .unwrap();
+                    } else {
+                        let got = fs.read(f.ino, b as u64 * 4096, 4096).unwrap();
+                        assert!(
+                            got == truth[b],
+                            "worker {w} step {step}: block {b} is wrong"
+                        );
+                    }
+                }
+                (f.ino, truth.concat())
+            })
+        })
+        .collect();
+    let files: Vec<(u64, Vec<u8>)> = workers.into_iter().map(|h| h.join().unwrap()).collect();
+    stop.store(true, Ordering::Relaxed);
+    let moved = migrator.join().unwrap();
+    assert!(
+        moved > 0,
+        "migration never ran during the test: {:?}",
+        fs.status().migration
+    );
+    for (ino, data) in &files {
+        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
+    }
+    fs.check_allocator().unwrap();
+}

@@ -1,0 +1,172 @@
+//! `terrace migrate MOUNTPOINT [--to TIER] [PATH...]`: moves the data of files
+//! to a tier by hand, with a progress bar over the bytes to move.
+//!
+//! The command walks the given paths (the whole mount by default) on this
+//! side, and asks the daemon to migrate one regular file at a time (control
+//! command `migrate` with the inode number and the target tier id), so the
+//! progress bar advances file by file and Ctrl-C stops between files.
+
+use crate::control::{self, ControlError};
+use crate::util::{self, CliError, CliResult};
+use serde_json::{json, Value};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Resolves a tier given by name (`pm`, `ssd`, `hdd`) or id against the
+/// tiers listed by the daemon's status.
+fn resolve_tier(tiers: &[Value], want: &str) -> Result<u64, String> {
+    let names: Vec<String> = tiers
+        .iter()
+        .map(|t| {
+            format!(
+                "{} ({})",
+                t.get("kind").and_then(Value::as_str).unwrap_or("?"),
+                t.get("id").and_then(Value::as_u64).unwrap_or(0)
+            )
+        })
+        .collect();
+    let hit = tiers.iter().find(|t| {
+        t.get("kind").and_then(Value::as_str) == Some(want)
+            || t.get("id").and_then(Value::as_u64).map(|i| i.to_string()) == Some(want.into())
+    });
+    match hit {
+        Some(t) if t.get("active").and_then(Value::as_bool) == Some(true) => {
+            Ok(t.get("id").and_then(Value::as_u64).unwrap_or(0))
+        }
+        Some(_) => Err(format!("tier {want} is not mounted")),
+        None => Err(format!(
+            "no tier {want:?} in this pool (tiers: {})",
+            names.join(", ")
+        )),
+    }
+}
+
+/// Regular files under `paths` (not following symlinks, staying on the mount).
+fn collect(paths: &[PathBuf], dev: u64, out: &mut Vec<(PathBuf, u64, u64)>) -> CliResult {
+    for p in paths {
+        let md = std::fs::symlink_metadata(p).map_err(|e| CliError::at(p, util::os_reason(&e)))?;
+        if md.dev() != dev {
+            continue;
+        }
+        if md.is_file() {
+            out.push((p.clone(), md.ino(), md.size()));
+        } else if md.is_dir() {
+            let rd = std::fs::read_dir(p).map_err(|e| CliError::at(p, util::os_reason(&e)))?;
+            let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            kids.sort();
+            collect(&kids, dev, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// `terrace migrate`.
+pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
+    let abs = util::abs_path(mnt);
+    let files = util::run_files(&abs);
+    let ask = |req: &Value, timeout: Duration| -> Result<Value, CliError> {
+        let v = match control::request(&files.socket, req, timeout) {
+            Ok(v) => v,
+            Err(ControlError::NoDaemon) => {
+                return Err(CliError::at(
+                    mnt,
+                    "no Terrace daemon serves this mount point (is it mounted?)",
+                ))
+            }
+            Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m)),
+        };
+        if let Some(e) = control::answer_error(&v) {
+            return Err(CliError::at(mnt, e));
+        }
+        Ok(v)
+    };
+    let st = ask(&json!({"cmd": "status"}), Duration::from_secs(10))?;
+    let tiers: Vec<Value> = st
+        .pointer("/status/tiers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let to_id = match to {
+        Some(t) => resolve_tier(&tiers, t).map_err(CliError::new)?,
+        None => tiers
+            .iter()
+            .filter_map(|t| t.get("id").and_then(Value::as_u64))
+            .find(|&id| id != 0)
+            .ok_or_else(|| {
+                CliError::new(
+                    "this pool has no block tier to migrate to; give --to pm to move data up",
+                )
+            })?,
+    };
+    let dev = std::fs::metadata(&abs)
+        .map_err(|e| CliError::at(mnt, util::os_reason(&e)))?
+        .dev();
+    let roots: Vec<PathBuf> = if paths.is_empty() {
+        vec![abs.clone()]
+    } else {
+        paths.to_vec()
+    };
+    for p in &roots {
+        let md = std::fs::metadata(p).map_err(|e| CliError::at(p, util::os_reason(&e)))?;
+        if md.dev() != dev {
+            return Err(CliError::at(
+                p,
+                format!("not on the Terrace mount {}", mnt.display()),
+            ));
+        }
+    }
+    let mut todo = Vec::new();
+    collect(&roots, dev, &mut todo)?;
+    let total: u64 = todo.iter().map(|t| t.2).sum();
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "migrating [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta}) {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let mut moved = 0u64;
+    let mut failed = 0usize;
+    for (path, ino, size) in &todo {
+        bar.set_message(
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
+        match ask(
+            &json!({"cmd": "migrate", "ino": ino, "to": to_id}),
+            Duration::from_secs(3600),
+        ) {
+            Ok(v) => moved += v.get("bytes").and_then(Value::as_u64).unwrap_or(0),
+            Err(e) => {
+                failed += 1;
+                bar.suspend(|| eprintln!("terrace: {}: {}", path.display(), e.msg));
+            }
+        }
+        bar.inc(*size);
+    }
+    bar.finish_and_clear();
+    let name = tiers
+        .iter()
+        .find(|t| t.get("id").and_then(Value::as_u64) == Some(to_id))
+        .and_then(|t| t.get("kind").and_then(Value::as_str))
+        .unwrap_or("?")
+        .to_string();
+    util::out(&format!(
+        "terrace: moved {} of {} files to {name} (tier {to_id}){}",
+        util::human_bytes(moved),
+        todo.len(),
+        if failed > 0 {
+            format!("; {failed} files failed")
+        } else {
+            String::new()
+        }
+    ));
+    if failed > 0 {
+        return Err(CliError::new(String::new()));
+    }
+    Ok(())
+}
