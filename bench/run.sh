@@ -67,7 +67,7 @@ quick)
     : "${BENCH_SYSTEMS=ext4-loop ext4-dj xfs-ml shm mergerfs-pm25 terrace-pm5 terrace-pm100}"
     : "${BENCH_WORKLOADS=zipf fileserver varmail sqlite-wal rocksdb}"
     : "${BENCH_ZIPF_THETAS:=0.88}"
-    : "${BENCH_DATASET:=256M}" "${BENCH_KV_OPS:=2000}"
+    : "${BENCH_DATASET:=256M}" "${BENCH_KV_OPS:=1000}"
     : "${BENCH_SWEEPS=sync_threshold_bytes=64K,4M group_migration_bytes=2M}"
     : "${BENCH_SWEEP_WORKLOADS=zipf}"
     : "${BENCH_PROBE_RUNTIME:=2}"

@@ -5,7 +5,8 @@
 # `terrace set` after mounting (Terrace only), e.g. terrace-pm5@sync_threshold_bytes=64K.
 #
 #   terrace        Terrace, PM tier only (file on /dev/shm, BENCH_POOL_SIZE); the micro jobs' target
-#   terrace-pmN    Terrace with a PM tier of N% of the data set (BENCH_DATASET) on /dev/shm plus
+#   terrace-pmN    Terrace with a PM tier of N% of the data set (BENCH_DATASET; at least 4 MiB;
+#                  plus 256 B per inode slot and 8 MiB for logs) on /dev/shm plus
 #                  an SSD tier on its own loop device over a file on the disk (direct-io on)
 #   fuse           minimal FUSE passthrough example over a /dev/shm directory (the FUSE ceiling)
 #   shm            PM only: a directory on /dev/shm (tmpfs), the upper bound (NOVA's role in the paper)
@@ -88,7 +89,7 @@ has_cmd() { command -v "$1" >/dev/null 2>&1 || [ -x "/sbin/$1" ] || [ -x "/usr/s
 frac_bytes() { # PERCENT
     local b=$(($(to_bytes "$BENCH_DATASET") * $1 / 100))
     b=$(((b + (1 << 20) - 1) >> 20 << 20))
-    [ "$b" -ge $((16 << 20)) ] || b=$((16 << 20))
+    [ "$b" -ge $((4 << 20)) ] || b=$((4 << 20))
     echo "$b"
 }
 
