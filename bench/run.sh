@@ -37,7 +37,10 @@
 #   BENCH_ZIPF_THETAS="1.04 0.88 0.71 0.44 0" BENCH_ZIPF_JOBS=2 (fio jobs, one file each)
 #   BENCH_DATASET=1G                          data set of each paper workload; pmN = N% of it
 #   BENCH_DISK_SIZE, BENCH_JOURNAL_SIZE       loop device sizes (disk file in BENCH_DISK_DIR, journal in /dev/shm)
-#   BENCH_SWEEPS="sync_threshold_bytes=4K,1M size_counter_threshold=1,4"  ("" = none)
+#   BENCH_SWEEPS="sync_threshold_bytes=4K,1M size_counter_threshold=1,4"  ("" = none); a sweep runs
+#                                             BENCH_SWEEP_SYSTEM@KEY=VALUE for each value (`terrace set`
+#                                             after mount; a key this build lacks is skipped with a message),
+#                                             e.g. migration_policy=default,ziggurat,nvmfs for each migration policy
 #   BENCH_SWEEP_SYSTEM=terrace-pm5  BENCH_SWEEP_WORKLOADS="zipf varmail"  BENCH_SWEEP_THETA=0.88
 #   BENCH_KV_OPS                              fillseq/fillrandom operations (sync)
 #   BENCH_FB_WORKERS=1                        processes of the file-server/web-proxy/mail-server loop
@@ -80,7 +83,7 @@ full)
     : "${BENCH_WORKLOADS=zipf fileserver webproxy varmail sqlite-delete sqlite-persist sqlite-wal rocksdb}"
     : "${BENCH_ZIPF_THETAS:=1.04 0.88 0.71 0.44 0}"
     : "${BENCH_DATASET:=1G}" "${BENCH_KV_OPS:=20000}"
-    : "${BENCH_SWEEPS=sync_threshold_bytes=4K,64K,1M,16M,1G size_counter_threshold=1,4,16,64 group_migration_bytes=128K,2M,16M}"
+    : "${BENCH_SWEEPS=sync_threshold_bytes=4K,64K,1M,16M,1G size_counter_threshold=1,4,16,64 group_migration_bytes=128K,2M,16M migration_policy=default,ziggurat,nvmfs placement_policy=ziggurat,block-first,pm-only}"
     : "${BENCH_SWEEP_WORKLOADS=zipf varmail rocksdb}"
     : "${BENCH_PROBE_RUNTIME:=5}"
     ;;
