@@ -267,7 +267,7 @@ measure() {
         return 1
     fi
     dev_args
-    sync
+    sync -f "$work" 2>/dev/null || sync
     "$BENCH_PYTHON" "$BENCH/devstat.py" snap "$base.before.json" "${DEV_ARGS[@]}"
     case $job in
     metadata)
@@ -351,7 +351,7 @@ init_group() {
             --bytes "$DATASET_BYTES" >"$base.init.json" 2>"$base.err" || rc=$?
         ;;
     esac
-    sync
+    sync -f "$work" 2>/dev/null || sync
     "$BENCH_PYTHON" "$BENCH/devstat.py" diff "$base.before.json" "$base.dev.json" "${DEV_ARGS[@]}" || true
     rm -f "$base.before.json"
     [ -s "$base.err" ] || rm -f "$base.err"
