@@ -100,6 +100,8 @@ pub struct Fs {
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
     /// Cold lists, migration state and thread.
     pub(crate) migrator: crate::migrate::Migrator,
+    /// Extent recycling counters.
+    pub(crate) cleaner_stats: crate::clean::CleanerStats,
 }
 
 /// When reads update the access time.
@@ -244,6 +246,7 @@ impl Fs {
             migrator: crate::migrate::Migrator::new(
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
+            cleaner_stats: Default::default(),
         };
         for slot in &fs.table {
             if let Some(i) = slot.lock().as_mut() {

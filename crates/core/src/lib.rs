@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod cache;
+pub mod clean;
 pub mod data;
 pub mod fs;
 pub mod fsck;

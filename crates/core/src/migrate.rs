@@ -33,7 +33,8 @@
 //! until the tier is below its threshold; a file's chosen entries are grouped
 //! into `group_migration_bytes` chunks. When reads dominate and PM is below its
 //! low mark, the hottest block-tier files move up to PM (reverse migration).
-//! A single migration thread runs passes every 100 ms and sleeps otherwise.
+//! Then block tiers short of free extents are cleaned (`clean`). A single
+//! migration thread runs passes every 100 ms and sleeps otherwise.
 //!
 //! [`Inode::amtime`]: crate::inode::Inode::amtime
 //! [`WRITE_FLAG_MOVED`]: terrace_format::WRITE_FLAG_MOVED
@@ -205,7 +206,14 @@ impl Fs {
 
     /// Moves the data of file blocks `[start, start + n)` that is on tier
     /// `from` to tier `to` (see the module doc for the steps).
-    fn migrate_range(&self, ino: Ino, from: u8, to: u8, start: u64, n: u64) -> FsResult<u64> {
+    pub(crate) fn migrate_range(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        start: u64,
+        n: u64,
+    ) -> FsResult<u64> {
         let t0 = Instant::now();
         // 1. Capture.
         let pieces: Vec<Piece> = {
@@ -372,7 +380,9 @@ impl Fs {
         self.free_runs(unused);
         let bytes = kept * BS;
         let m = &self.migrator;
-        if to == 0 {
+        if from == to {
+            // Extent recycling: counted by the cleaner.
+        } else if to == 0 {
             m.bytes_up.fetch_add(bytes, Ordering::Relaxed);
         } else {
             m.bytes_down.fetch_add(bytes, Ordering::Relaxed);
@@ -452,6 +462,7 @@ impl Fs {
             moved += self.drain(from, to, need.bytes_to_free(), &params, &*policy);
         }
         moved += self.reverse_pass(io, &params);
+        self.clean_pass();
         moved
     }
 

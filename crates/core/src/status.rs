@@ -120,6 +120,8 @@ pub struct Status {
     pub cache: crate::cache::CacheStats,
     /// Migration between tiers.
     pub migration: crate::migrate::MigrationStatus,
+    /// Extent recycling on block tiers.
+    pub cleaner: crate::clean::CleanerStatus,
     /// All settings.
     pub settings: terrace_policy::Settings,
 }
@@ -218,6 +220,7 @@ impl Fs {
             sync_predictions,
             cache: self.cache.stats(),
             migration: self.migration_status(),
+            cleaner: self.cleaner_status(),
             settings: self.settings(),
         }
     }

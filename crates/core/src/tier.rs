@@ -37,6 +37,12 @@ struct SpaceInner {
     /// Open extent and the next block offset in it.
     open: Option<(u64, u64)>,
     free_blocks: u64,
+    /// Per extent, when it was last allocated from or released into
+    /// (a logical clock: the cleaner only needs the order).
+    last_use: Vec<u64>,
+    clock: u64,
+    /// Extents returned to the free set since mount.
+    freed: u64,
 }
 
 /// Numbers `terrace status` shows for a tier.
@@ -92,6 +98,9 @@ impl ExtentSpace {
                 valid,
                 open: None,
                 free_blocks,
+                last_use: vec![0; extents as usize],
+                clock: 0,
+                freed: 0,
             }),
         })
     }
@@ -123,6 +132,9 @@ impl ExtentSpace {
                 _ => runs.push((start, take)),
             }
             g.valid[e as usize] += take as u32;
+            g.clock += 1;
+            let now = g.clock;
+            g.last_use[e as usize] = now;
             g.open = Some((e, off + take));
             g.free_blocks -= take;
             need -= take;
@@ -137,6 +149,9 @@ impl ExtentSpace {
         while b < s + n {
             let e = b / self.extent_blocks;
             let in_e = ((e + 1) * self.extent_blocks).min(s + n) - b;
+            g.clock += 1;
+            let now = g.clock;
+            g.last_use[e as usize] = now;
             let v = &mut g.valid[e as usize];
             debug_assert!(
                 *v as u64 >= in_e,
@@ -153,6 +168,7 @@ impl ExtentSpace {
                     _ => {
                         g.free.insert(e);
                         g.free_blocks += self.extent_blocks;
+                        g.freed += 1;
                     }
                 }
             }
@@ -178,6 +194,28 @@ impl ExtentSpace {
     /// Blocks per extent.
     pub fn extent_blocks(&self) -> u64 {
         self.extent_blocks
+    }
+
+    /// What the cleaner needs: every extent holding valid blocks except the
+    /// open one, the number of free extents, and the number of extents.
+    pub fn cleaning_view(&self) -> (Vec<terrace_policy::cleaner::ExtentInfo>, u64, u64) {
+        let g = self.inner.lock();
+        let open = g.open.map(|(e, _)| e);
+        let infos = (1..self.extents)
+            .filter(|&e| g.valid[e as usize] > 0 && Some(e) != open)
+            .map(|e| terrace_policy::cleaner::ExtentInfo {
+                id: e,
+                valid_blocks: g.valid[e as usize] as u64,
+                total_blocks: self.extent_blocks,
+                last_use_ns: g.last_use[e as usize],
+            })
+            .collect();
+        (infos, g.free.len() as u64, self.extents.saturating_sub(1))
+    }
+
+    /// Extents returned to the free set since mount.
+    pub fn extents_freed(&self) -> u64 {
+        self.inner.lock().freed
     }
 }
 

@@ -370,3 +370,193 @@ fn readers_and_writers_see_correct_data_while_migration_runs() {
     }
     fs.check_allocator().unwrap();
 }
+
+/// A 12 MiB file on a 16 MiB SSD tier with every other 64 KiB punched out:
+/// 24 extents half valid, few free extents.
+fn fragmented_pool(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, Vec<u8>) {
+    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap();
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    fs.set_setting("migration_threshold", "99").unwrap();
+    let f = fs.mknod(1, b"frag", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let mut data = pattern(8, 12 << 20);
+    for (k, c) in data.chunks(512 << 10).enumerate() {
+        fs.write(f.ino, (k as u64) << 19, c).unwrap();
+    }
+    fs.fsync(f.ino, false).unwrap();
+    for k in (0..(12u64 << 20) / (64 << 10)).step_by(2) {
+        fs.fallocate(
+            f.ino,
+            k * (64 << 10),
+            64 << 10,
+            terrace_core::FallocateMode::PunchHole,
+        )
+        .unwrap();
+        data[(k * (64 << 10)) as usize..((k + 1) * (64 << 10)) as usize].fill(0);
+    }
+    (fs, f.ino, data)
+}
+
+const SMALL_SSD: u64 = 16 << 20;
+
+/// A block device for crash tests next to a traced `CrashMedia`: it records
+/// each write, and at each sync stamps the writes synced so far with the PM
+/// event count, so the device image matching any PM crash point can be built
+/// (writes synced before that point survive, later ones are lost).
+struct TimedBlock {
+    dev: MemBlock,
+    pm: Arc<CrashMedia>,
+    pending: parking_lot::Mutex<Vec<(u64, Vec<u8>)>>,
+    synced: parking_lot::Mutex<Vec<(u64, u64, Vec<u8>)>>,
+}
+
+impl TimedBlock {
+    fn new(len: u64, pm: Arc<CrashMedia>) -> TimedBlock {
+        TimedBlock {
+            dev: MemBlock::new(len),
+            pm,
+            pending: Default::default(),
+            synced: Default::default(),
+        }
+    }
+
+    /// The device as a crash after PM event `pm_events` would leave it.
+    fn image_at(&self, base: &[u8], pm_events: u64) -> Vec<u8> {
+        let mut img = base.to_vec();
+        for (tag, block, data) in self.synced.lock().iter() {
+            if *tag <= pm_events {
+                let at = (*block * 4096) as usize;
+                img[at..at + data.len()].copy_from_slice(data);
+            }
+        }
+        img
+    }
+}
+
+impl BlockMedia for TimedBlock {
+    fn len(&self) -> u64 {
+        self.dev.len()
+    }
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.dev.read_blocks(block, buf)
+    }
+    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
+        self.pending.lock().push((block, data.to_vec()));
+        self.dev.write_blocks(block, data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        let tag = self.pm.events_len();
+        let mut p = self.pending.lock();
+        self.synced
+            .lock()
+            .extend(p.drain(..).map(|(b, d)| (tag, b, d)));
+        self.dev.sync()
+    }
+    fn describe(&self) -> String {
+        "timed test block device".into()
+    }
+    fn stats(&self) -> terrace_media::BlockStats {
+        self.dev.stats()
+    }
+}
+
+fn mkfs_small_ssd(pm: &dyn PmMedia) {
+    let p = FormatParams {
+        uuid: [7; 16],
+        inode_count: 64,
+        tiers: vec![
+            TierRecord {
+                id: 0,
+                kind: TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "pm".into(),
+            },
+            TierRecord {
+                id: 1,
+                kind: TierKind::Ssd,
+                size: SMALL_SSD,
+                extent_size: DEFAULT_EXTENT_SIZE,
+                path: "ssd".into(),
+            },
+        ],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(pm, &p).unwrap();
+}
+
+#[test]
+fn fragmented_extents_are_recycled_and_cleaning_efficiency_is_reported() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SMALL_SSD));
+    mkfs_small_ssd(&*pm);
+    let (fs, ino, data) = fragmented_pool(pm.clone(), ssd.clone());
+    let before = fs.status().tiers[1].extents.unwrap();
+    assert!(before.fragmentation_pct <= 55, "{before:?}");
+    // Plenty of free extents: nothing to do.
+    fs.set_setting("cleaner_free_percent", "10").unwrap();
+    assert_eq!(fs.clean_pass(), 0);
+    fs.set_setting("cleaner_free_percent", "50").unwrap();
+    let recycled = fs.clean_pass();
+    assert_eq!(recycled, 8, "one batch of eight half-valid extents");
+    let after = fs.status().tiers[1].extents.unwrap();
+    assert!(
+        after.free_extents >= before.free_extents + 4,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.fragmentation_pct > before.fragmentation_pct);
+    let c = fs.status().cleaner;
+    assert_eq!(c.extents_recycled, 8);
+    let eff = c.efficiency.unwrap();
+    assert!(
+        (eff - 0.5).abs() < 0.01,
+        "half-valid extents: efficiency {eff}"
+    );
+    assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm, ssd);
+    assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+}
+
+#[test]
+fn crashes_during_extent_recycling_lose_nothing() {
+    let pm = Arc::new(CrashMedia::new(16 << 20));
+    let ssd = Arc::new(TimedBlock::new(SMALL_SSD, pm.clone()));
+    mkfs_small_ssd(&*pm);
+    let (fs, ino, data) = fragmented_pool(pm.clone(), ssd.clone());
+    fs.set_setting("cleaner_free_percent", "50").unwrap();
+    pm.sync_all().unwrap();
+    let base = {
+        let mut b = vec![0u8; SMALL_SSD as usize];
+        ssd.read_blocks(0, &mut b).unwrap();
+        b
+    };
+    ssd.synced.lock().clear();
+    let e0 = pm.events_len();
+    let (recycled, trace) = pm.trace(|| fs.clean_pass());
+    assert!(recycled > 0);
+    let n = trace.len();
+    let mut rng = StdRng::seed_from_u64(base_seed("recycling crash test"));
+    let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
+    points.extend([0, n]);
+    for kk in points {
+        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
+        let pm2 = Arc::new(MemMedia::from_image(img));
+        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+        assert!(
+            report.is_clean(),
+            "crash at {kk}/{n}: {:?}",
+            report.problems
+        );
+        let dev = MemBlock::from_image(ssd.image_at(&base, e0 + kk as u64));
+        let fs2 = mount(pm2, Arc::new(dev));
+        fs2.check_allocator()
+            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
+        assert!(
+            fs2.read(ino, 0, data.len()).unwrap() == data,
+            "crash at {kk}/{n}: data changed"
+        );
+    }
+}

@@ -205,6 +205,18 @@ pub fn render_status(st: &Value) -> String {
             util::human_bytes(n(m, "bandwidth_bytes_per_sec"))
         ));
     }
+    if let Some(c) = st.get("cleaner") {
+        line(format!(
+            "  recycling     {} extents recycled in {} rounds, {} valid blocks moved; efficiency {}",
+            n(c, "extents_recycled"),
+            n(c, "rounds"),
+            n(c, "moved_blocks"),
+            c.get("efficiency")
+                .and_then(Value::as_f64)
+                .map(|e| format!("{e:.2}"))
+                .unwrap_or_else(|| "-".into())
+        ));
+    }
     for t in st
         .get("tiers")
         .and_then(Value::as_array)
