@@ -72,24 +72,40 @@ impl Fs {
         let Ok(t) = self.tier(tier) else { return 0 };
         let eb = t.space.extent_blocks();
         let set: BTreeSet<u64> = victims.iter().copied().collect();
-        // The reverse map for the victims: (inode, file block, blocks).
-        let mut work: Vec<(Ino, u64, u64)> = Vec::new();
+        // The reverse map for the victims: (inode, file block, blocks, copy?)
+        // — a victim block is either an extent's data or its clean copy.
+        let mut work: Vec<(Ino, u64, u64, bool)> = Vec::new();
         for slot in &self.table {
             let g = slot.lock();
             let Some(i) = g.as_ref() else { continue };
-            for (fb, e) in i.extents.iter().filter(|(_, e)| e.tier == tier) {
-                let mut off = 0;
-                while off < e.blocks {
-                    let b = e.block + off;
-                    let ext = b / eb;
-                    let n = ((ext + 1) * eb - b).min(e.blocks - off);
-                    if set.contains(&ext) {
-                        match work.last_mut() {
-                            Some(w) if w.0 == i.ino && w.1 + w.2 == fb + off => w.2 += n,
-                            _ => work.push((i.ino, fb + off, n)),
-                        }
+            for (fb, e) in i.extents.iter() {
+                let mut places = Vec::new();
+                if e.tier == tier {
+                    places.push((e.block, false));
+                }
+                if let Some((ct, cb)) = e.copy {
+                    if ct == tier {
+                        places.push((cb, true));
                     }
-                    off += n;
+                }
+                for (first, is_copy) in places {
+                    let mut off = 0;
+                    while off < e.blocks {
+                        let b = first + off;
+                        let ext = b / eb;
+                        let n = ((ext + 1) * eb - b).min(e.blocks - off);
+                        if set.contains(&ext) {
+                            match work.last_mut() {
+                                Some(w)
+                                    if w.0 == i.ino && w.3 == is_copy && w.1 + w.2 == fb + off =>
+                                {
+                                    w.2 += n
+                                }
+                                _ => work.push((i.ino, fb + off, n, is_copy)),
+                            }
+                        }
+                        off += n;
+                    }
                 }
             }
         }
@@ -100,7 +116,12 @@ impl Fs {
         // later move of the same round already filled again.
         let freed_before = t.space.extents_freed();
         let mut moved = 0u64;
-        for (ino, fb, n) in work {
+        for (ino, fb, n, is_copy) in work {
+            if is_copy {
+                // A clean copy is not needed: forget it rather than move it.
+                let _ = self.move_range(ino, tier, 0, fb, n, crate::migrate::Mode::DropCopy);
+                continue;
+            }
             let r = match self.migrate_range(ino, tier, tier, fb, n) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                     self.migrate_range(ino, tier, 0, fb, n)

@@ -217,6 +217,9 @@ impl Fs {
         sb.clean = false;
         sb.generation += 1;
         sb.mount_count += 1;
+        // A read-write mount may write entries of the current version (e.g.
+        // copy entries): older builds must refuse the pool from now on.
+        sb.version = terrace_format::FORMAT_VERSION;
         sb.last_mount_unix = (now_ns() / 1_000_000_000) as u64;
         crate::mkfs::write_superblock(&*media, &sb);
         let fs = Fs {
@@ -533,8 +536,10 @@ impl Fs {
                     runs.push((p / BLOCK_SIZE, 1, "log"));
                 }
                 for (_, e) in i.extents.iter() {
-                    if e.tier == 0 {
-                        runs.push((e.block, e.blocks, "data"));
+                    for (tier, block, blocks) in e.runs() {
+                        if tier == 0 {
+                            runs.push((block, blocks, "data"));
+                        }
                     }
                 }
             }
@@ -565,8 +570,9 @@ impl Fs {
                     referenced += i
                         .extents
                         .iter()
-                        .filter(|(_, e)| e.tier == t.id)
-                        .map(|(_, e)| e.blocks)
+                        .flat_map(|(_, e)| e.runs())
+                        .filter(|r| r.0 == t.id)
+                        .map(|r| r.2)
                         .sum::<u64>();
                 }
             }

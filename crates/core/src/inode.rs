@@ -26,6 +26,30 @@ pub struct Extent {
     /// only): a changed mapping always has a new one, even if it reuses the
     /// same blocks, so migration can tell that its copy is stale.
     pub seq: u64,
+    /// A second, clean copy of the same data: `(tier, first block)` (NVMFS;
+    /// see `terrace_format::CopyEntry`). Reads use the primary location.
+    pub copy: Option<(u8, u64)>,
+}
+
+impl Extent {
+    /// The part of this extent from block `off` on, `n` blocks long.
+    pub fn part(&self, off: u64, n: u64) -> Extent {
+        Extent {
+            blocks: n,
+            block: self.block + off,
+            copy: self.copy.map(|(t, b)| (t, b + off)),
+            ..*self
+        }
+    }
+
+    /// The physical runs this extent holds: its blocks and its copy's.
+    pub fn runs(&self) -> Vec<Released> {
+        let mut v = vec![(self.tier, self.block, self.blocks)];
+        if let Some((t, b)) = self.copy {
+            v.push((t, b, self.blocks));
+        }
+        v
+    }
 }
 
 /// A physical run that a change of the extent map released.
@@ -38,47 +62,66 @@ pub struct ExtentMap {
 }
 
 impl ExtentMap {
-    /// Removes `[start, start + n)` from the map; returns the physical runs released.
-    pub fn unmap(&mut self, start: u64, n: u64) -> Vec<Released> {
-        let end = start.saturating_add(n);
-        let mut out = Vec::new();
-        // An extent starting before `start` that reaches into the range.
-        if let Some((&s, &e)) = self.map.range(..start).next_back() {
-            if s + e.blocks > start {
-                let keep = start - s;
-                let cut_end = (s + e.blocks).min(end);
-                out.push((e.tier, e.block + keep, cut_end - start));
-                self.map.insert(s, Extent { blocks: keep, ..e });
-                if s + e.blocks > end {
-                    let tail = s + e.blocks - end;
-                    self.map.insert(
-                        end,
-                        Extent {
-                            blocks: tail,
-                            block: e.block + (end - s),
-                            ..e
-                        },
-                    );
-                }
+    /// Splits the extent covering `b` (if any) so that one starts at `b`.
+    fn split_at(&mut self, b: u64) {
+        if let Some((&s, &e)) = self.map.range(..b).next_back() {
+            if s + e.blocks > b {
+                self.map.insert(s, e.part(0, b - s));
+                self.map.insert(b, e.part(b - s, s + e.blocks - b));
             }
         }
+    }
+
+    /// Removes `[start, start + n)` from the map; returns the physical runs
+    /// released (primary blocks and copies).
+    pub fn unmap(&mut self, start: u64, n: u64) -> Vec<Released> {
+        let end = start.saturating_add(n);
+        self.split_at(start);
+        if end != u64::MAX {
+            self.split_at(end);
+        }
         let inside: Vec<u64> = self.map.range(start..end).map(|(&s, _)| s).collect();
+        let mut out = Vec::new();
         for s in inside {
             let e = self.map.remove(&s).expect("key exists");
-            if s + e.blocks <= end {
-                out.push((e.tier, e.block, e.blocks));
-            } else {
-                let cut = end - s;
-                out.push((e.tier, e.block, cut));
-                self.map.insert(
-                    end,
-                    Extent {
-                        blocks: e.blocks - cut,
-                        block: e.block + cut,
-                        ..e
-                    },
-                );
+            out.extend(e.runs());
+        }
+        out
+    }
+
+    /// Applies a copy entry to `[start, start + n)` (every block mapped);
+    /// returns the runs it releases.
+    pub fn apply_copy(&mut self, c: &terrace_format::CopyEntry, seq: u64) -> Vec<Released> {
+        use terrace_format::CopyOp;
+        let start = c.file_block;
+        let end = start + c.blocks as u64;
+        self.split_at(start);
+        self.split_at(end);
+        let inside: Vec<u64> = self.map.range(start..end).map(|(&s, _)| s).collect();
+        let mut out = Vec::new();
+        for s in inside {
+            let e = self.map.get_mut(&s).expect("key exists");
+            let at = c.block + (s - start);
+            match c.op {
+                CopyOp::Add => {
+                    if let Some((t, b)) = e.copy {
+                        out.push((t, b, e.blocks));
+                    }
+                    e.copy = Some((c.tier, at));
+                }
+                CopyOp::Promote => {
+                    out.push((e.tier, e.block, e.blocks));
+                    e.tier = c.tier;
+                    e.block = at;
+                    e.copy = None;
+                }
+                CopyOp::Drop => {
+                    if let Some((t, b)) = e.copy.take() {
+                        out.push((t, b, e.blocks));
+                    }
+                }
             }
+            e.seq = seq;
         }
         out
     }
@@ -108,24 +151,11 @@ impl ExtentMap {
         let mut out = Vec::new();
         if let Some((s, e)) = self.find(start) {
             let until = (s + e.blocks).min(end);
-            out.push((
-                start,
-                Extent {
-                    blocks: until - start,
-                    block: e.block + (start - s),
-                    ..e
-                },
-            ));
+            out.push((start, e.part(start - s, until - start)));
         }
         for (&s, &e) in self.map.range(start.saturating_add(1)..end) {
             let until = (s + e.blocks).min(end);
-            out.push((
-                s,
-                Extent {
-                    blocks: until - s,
-                    ..e
-                },
-            ));
+            out.push((s, e.part(0, until - s)));
         }
         out
     }
@@ -350,6 +380,10 @@ impl Inode {
                 self.xattrs.remove(name);
                 Vec::new()
             }
+            Entry::Copy(c) => {
+                self.data_seq += 1;
+                self.extents.apply_copy(c, self.data_seq)
+            }
         }
     }
 
@@ -389,6 +423,7 @@ impl Inode {
                 counter: w.size_counter,
                 mtime: w.mtime,
                 seq: self.data_seq,
+                copy: None,
             },
         )
     }
@@ -455,6 +490,15 @@ impl Inode {
                     size_after: self.attr.size,
                     mtime: e.mtime,
                 }));
+                if let Some((t, b)) = e.copy {
+                    v.push(Entry::Copy(terrace_format::CopyEntry {
+                        file_block: s + off,
+                        blocks: n as u32,
+                        tier: t,
+                        op: terrace_format::CopyOp::Add,
+                        block: b + off,
+                    }));
+                }
                 left -= n;
                 off += n;
             }
@@ -481,8 +525,15 @@ impl Inode {
 
     /// Number of entries a compacted log would hold.
     pub fn live_entries(&self) -> u64 {
-        (self.extents.len() + self.dir.as_ref().map_or(0, |d| d.len()) + self.xattrs.len() + 1)
-            as u64
+        (self.extents.len()
+            + self
+                .extents
+                .iter()
+                .filter(|(_, e)| e.copy.is_some())
+                .count()
+            + self.dir.as_ref().map_or(0, |d| d.len())
+            + self.xattrs.len()
+            + 1) as u64
     }
 }
 
@@ -498,6 +549,7 @@ mod tests {
             counter: 0,
             mtime: 0,
             seq: 0,
+            copy: None,
         }
     }
 

@@ -47,7 +47,7 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use terrace_format::{Entry, WriteEntry, BLOCK_SIZE, WRITE_FLAG_MOVED};
+use terrace_format::{CopyEntry, CopyOp, Entry, WriteEntry, BLOCK_SIZE, WRITE_FLAG_MOVED};
 use terrace_policy::cold_list::{shard_index, Shard};
 use terrace_policy::migration::{
     self as mig, EntrySnapshot, FileSnapshot, Group, IoCounters, MigrationNeed,
@@ -66,6 +66,17 @@ pub struct Migrator {
     entries_moved: AtomicU64,
     groups: AtomicU64,
     busy_ns: AtomicU64,
+    /// Bytes of data actually copied (for the bandwidth).
+    data_bytes: AtomicU64,
+    bytes_copied: AtomicU64,
+    bytes_evicted: AtomicU64,
+    /// PM reads of clean / dirty data (NVMFS's adaptive split).
+    pub(crate) clean_hits: AtomicU64,
+    pub(crate) dirty_hits: AtomicU64,
+    pub(crate) window_clean_hits: AtomicU64,
+    pub(crate) window_dirty_hits: AtomicU64,
+    split: Mutex<Option<terrace_policy::nvmfs::AdaptiveSplit>>,
+    flushing: AtomicBool,
     passes: AtomicU64,
     last_reason: Mutex<String>,
     stop: AtomicBool,
@@ -93,6 +104,15 @@ pub struct MigrationStatus {
     pub entries_moved: u64,
     /// Groups copied.
     pub groups: u64,
+    /// Bytes written to a lower tier as clean copies (NVMFS flush; the PM
+    /// copy stays).
+    pub bytes_copied: u64,
+    /// PM bytes freed by dropping the PM side of clean data (no copy needed).
+    pub bytes_evicted: u64,
+    /// PM blocks that hold data with a clean copy on a block tier.
+    pub clean_pm_blocks: u64,
+    /// PM reads that hit clean data / all PM reads (NVMFS hit ratio).
+    pub clean_hit_ratio: Option<f64>,
     /// Migration throughput while copying (bytes/s), 0 before any migration.
     pub bandwidth_bytes_per_sec: u64,
 }
@@ -123,6 +143,23 @@ struct Piece {
     counter: u8,
     mtime: i64,
     seq: u64,
+    copy: Option<(u8, u64)>,
+}
+
+/// What [`Fs::move_range`] does with the data it captures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Move to the target tier (a clean copy already there is promoted: no
+    /// data is copied for it).
+    Move,
+    /// Write a clean copy to the target tier and keep the data where it is
+    /// (NVMFS flush: the page becomes clean).
+    Copy,
+    /// Drop the source blocks of data whose clean copy is on the target tier
+    /// (the copy becomes the only location; no data is copied).
+    Evict,
+    /// Forget clean copies stored on the source tier (extent recycling).
+    DropCopy,
 }
 
 impl Fs {
@@ -214,6 +251,21 @@ impl Fs {
         start: u64,
         n: u64,
     ) -> FsResult<u64> {
+        self.move_range(ino, from, to, start, n, Mode::Move)
+    }
+
+    /// The mechanism behind every data movement (module doc, steps 1–4), in
+    /// one of four [`Mode`]s. Returns the bytes it moved, copied, evicted or
+    /// dropped.
+    pub(crate) fn move_range(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        start: u64,
+        n: u64,
+        mode: Mode,
+    ) -> FsResult<u64> {
         let t0 = Instant::now();
         // 1. Capture.
         let pieces: Vec<Piece> = {
@@ -222,7 +274,12 @@ impl Fs {
             i.extents
                 .overlaps(start, n)
                 .into_iter()
-                .filter(|(_, e)| e.tier == from)
+                .filter(|(_, e)| match mode {
+                    Mode::Move => e.tier == from,
+                    Mode::Copy => e.tier == from && e.copy.is_none(),
+                    Mode::Evict => e.tier == from && e.copy.map(|c| c.0) == Some(to),
+                    Mode::DropCopy => e.copy.map(|c| c.0) == Some(from),
+                })
                 .map(|(fb, e)| Piece {
                     file_block: fb,
                     blocks: e.blocks,
@@ -231,18 +288,30 @@ impl Fs {
                     counter: e.counter,
                     mtime: e.mtime,
                     seq: e.seq,
+                    copy: e.copy,
                 })
                 .collect()
         };
-        let total: u64 = pieces.iter().map(|p| p.blocks).sum();
-        if total == 0 {
+        // Pieces whose data must be copied; the others only need an entry
+        // (a clean copy already on `to` is promoted, a copy is dropped).
+        let needs_data = |p: &Piece| match mode {
+            Mode::Move => p.copy.map(|c| c.0) != Some(to),
+            Mode::Copy => true,
+            Mode::Evict | Mode::DropCopy => false,
+        };
+        let total: u64 = pieces
+            .iter()
+            .filter(|p| needs_data(p))
+            .map(|p| p.blocks)
+            .sum();
+        if pieces.is_empty() {
             return Ok(0);
         }
         // 2. Copy. Blocks read here may be freed and reused by a concurrent
         // write; step 3 then drops the piece, so stale bytes never commit.
         let mut buf = vec![0u8; (total * BS) as usize];
         let mut at = 0usize;
-        for p in &pieces {
+        for p in pieces.iter().filter(|p| needs_data(p)) {
             let len = (p.blocks * BS) as usize;
             if p.tier == 0 {
                 self.media.read(p.block * BS, &mut buf[at..at + len]);
@@ -253,7 +322,12 @@ impl Fs {
             }
             at += len;
         }
-        let d = if to == 0 {
+        let d = if total == 0 {
+            crate::data::DataRuns {
+                tier: to,
+                runs: Vec::new(),
+            }
+        } else if to == 0 {
             match self.alloc.alloc(total) {
                 Some(runs) => crate::data::DataRuns { tier: 0, runs },
                 None => return Err(errno(libc::ENOSPC)),
@@ -265,9 +339,11 @@ impl Fs {
                 None => return Err(errno(libc::ENOSPC)),
             }
         };
-        if let Err(e) = self.store_data(&d, &buf) {
-            self.release_data(d);
-            return Err(e);
+        if total > 0 {
+            if let Err(e) = self.store_data(&d, &buf) {
+                self.release_data(d);
+                return Err(e);
+            }
         }
         let mut phys = Vec::with_capacity(total as usize);
         for &(b, k) in &d.runs {
@@ -285,8 +361,10 @@ impl Fs {
         let mut entries: Vec<Entry> = Vec::new();
         let mut unused: Vec<(u8, u64, u64)> = Vec::new();
         let mut kept = 0u64;
+        let mut kept_data: Vec<(usize, u64)> = Vec::new(); // (index in phys, blocks)
         let mut k = 0usize;
         for p in &pieces {
+            let data = needs_data(p);
             // Unchanged: same mapping *and* same sequence number (a rewrite
             // that reused the same blocks has a newer one).
             let still = i.extents.find(p.file_block).is_some_and(|(s, e)| {
@@ -296,38 +374,78 @@ impl Fs {
                     && s + e.blocks >= p.file_block + p.blocks
             });
             if !still {
-                for b in &phys[k..k + p.blocks as usize] {
-                    unused.push((d.tier, *b, 1));
+                if data {
+                    for b in &phys[k..k + p.blocks as usize] {
+                        unused.push((d.tier, *b, 1));
+                    }
+                    k += p.blocks as usize;
                 }
-                k += p.blocks as usize;
                 continue;
             }
+            kept += p.blocks;
+            if !data {
+                let (ctier, cblock) = p.copy.expect("filtered on its copy");
+                entries.push(Entry::Copy(CopyEntry {
+                    file_block: p.file_block,
+                    blocks: p.blocks as u32,
+                    tier: ctier,
+                    op: if mode == Mode::DropCopy {
+                        CopyOp::Drop
+                    } else {
+                        CopyOp::Promote
+                    },
+                    block: cblock,
+                }));
+                continue;
+            }
+            kept_data.push((k, p.blocks));
             for off in 0..p.blocks {
                 let fb = p.file_block + off;
                 let b = phys[k + off as usize];
                 // Extend the previous entry when file and new blocks both
                 // continue it: a group becomes one entry (its newest mtime).
-                if let Some(Entry::Write(w)) = entries.last_mut() {
-                    let n = w.blocks as u64;
-                    if w.file_block + n == fb && w.block + n == b && n < u32::MAX as u64 {
+                match (mode, entries.last_mut()) {
+                    (Mode::Move, Some(Entry::Write(w)))
+                        if w.file_block + w.blocks as u64 == fb
+                            && w.block + w.blocks as u64 == b
+                            && w.blocks < u32::MAX =>
+                    {
                         w.blocks += 1;
                         w.mtime = w.mtime.max(p.mtime);
                         w.size_counter = w.size_counter.max(p.counter);
                         continue;
                     }
+                    (Mode::Copy, Some(Entry::Copy(c)))
+                        if c.file_block + c.blocks as u64 == fb
+                            && c.block + c.blocks as u64 == b
+                            && c.blocks < u32::MAX =>
+                    {
+                        c.blocks += 1;
+                        continue;
+                    }
+                    _ => {}
                 }
-                entries.push(Entry::Write(WriteEntry {
-                    file_block: fb,
-                    blocks: 1,
-                    tier: d.tier,
-                    size_counter: p.counter,
-                    wflags: WRITE_FLAG_MOVED,
-                    block: b,
-                    size_after: i.attr.size,
-                    mtime: p.mtime,
-                }));
+                entries.push(if mode == Mode::Copy {
+                    Entry::Copy(CopyEntry {
+                        file_block: fb,
+                        blocks: 1,
+                        tier: d.tier,
+                        op: CopyOp::Add,
+                        block: b,
+                    })
+                } else {
+                    Entry::Write(WriteEntry {
+                        file_block: fb,
+                        blocks: 1,
+                        tier: d.tier,
+                        size_counter: p.counter,
+                        wflags: WRITE_FLAG_MOVED,
+                        block: b,
+                        size_after: i.attr.size,
+                        mtime: p.mtime,
+                    })
+                });
             }
-            kept += p.blocks;
             k += p.blocks as usize;
         }
         if entries.is_empty() {
@@ -343,23 +461,12 @@ impl Fs {
         }
         // Keep a DRAM copy of data moved down while the cache is under half
         // full — under the inode lock, so the blocks cannot be freed first.
-        if to != 0 {
+        if to != 0 && mode == Mode::Move {
             let c = self.cache.stats();
             if mig::keep_cache_copy(c.dirty_bytes + c.clean_bytes, c.bound_bytes) {
-                let mut at = 0usize;
-                let mut k = 0usize;
-                for p in &pieces {
-                    let len = (p.blocks * BS) as usize;
-                    let pages: Vec<Arc<[u8]>> = buf[at..at + len]
-                        .chunks(BS as usize)
-                        .map(Arc::from)
-                        .collect();
-                    at += len;
-                    let first = k;
-                    k += p.blocks as usize;
-                    if unused.iter().any(|&(_, b, _)| b == phys[first]) {
-                        continue;
-                    }
+                for &(first, blocks) in &kept_data {
+                    let src = &buf[first * BS as usize..(first + blocks as usize) * BS as usize];
+                    let pages: Vec<Arc<[u8]>> = src.chunks(BS as usize).map(Arc::from).collect();
                     let mut j = 0usize;
                     while j < pages.len() {
                         let mut run = 1usize;
@@ -380,17 +487,29 @@ impl Fs {
         self.free_runs(unused);
         let bytes = kept * BS;
         let m = &self.migrator;
-        if from == to {
-            // Extent recycling: counted by the cleaner.
-        } else if to == 0 {
-            m.bytes_up.fetch_add(bytes, Ordering::Relaxed);
-        } else {
-            m.bytes_down.fetch_add(bytes, Ordering::Relaxed);
+        match mode {
+            Mode::Move if from == to => {} // extent recycling: the cleaner counts
+            Mode::Move if to == 0 => {
+                m.bytes_up.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Mode::Move => {
+                m.bytes_down.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Mode::Copy => {
+                m.bytes_copied.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Mode::Evict => {
+                m.bytes_evicted.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Mode::DropCopy => {}
         }
         m.groups.fetch_add(1, Ordering::Relaxed);
         m.entries_moved.fetch_add(n_entries, Ordering::Relaxed);
-        m.busy_ns
-            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if total > 0 {
+            m.busy_ns
+                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            m.data_bytes.fetch_add(total * BS, Ordering::Relaxed);
+        }
         Ok(bytes)
     }
 
@@ -429,9 +548,9 @@ impl Fs {
     /// one, then reverse-migrate read-hot data when reads dominate. Returns
     /// the bytes moved.
     pub fn migration_pass(&self) -> u64 {
-        let (params, policy) = {
+        let (params, policy, np) = {
             let st = self.settings.read();
-            (st.migration_params(), st.migration())
+            (st.migration_params(), st.migration(), st.nvmfs_params())
         };
         let Ok(policy) = policy else { return 0 };
         let io = self.io_counters();
@@ -443,27 +562,137 @@ impl Fs {
             let threshold = mig::migration_threshold(params.threshold, io);
             let bit = 1u64 << from;
             let running = self.migrator.running.load(Ordering::Relaxed) & bit != 0;
-            let (used, cap) = self.tier_use(from);
-            let need = mig::should_migrate(used, cap, threshold, params.forced_percent, running);
-            if !need.is_needed() {
-                self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
-                continue;
-            }
-            self.migrator.running.fetch_or(bit, Ordering::Relaxed);
-            *self.migrator.last_reason.lock() = format!(
-                "tier {from} at {}% of capacity, threshold {threshold}%{}",
-                used * 100 / cap.max(1),
-                if matches!(need, MigrationNeed::Forced { .. }) {
-                    " (forced)"
-                } else {
-                    ""
+            let (mut used, cap) = self.tier_use(from);
+            let mut counted = used;
+            if from == 0 {
+                let clean = self.pm_clean_dirty().0 * BS;
+                // Room for foreground writes: dropping the PM side of clean
+                // data costs no copy, so it goes first once PM passes the
+                // eviction mark (halfway between threshold and full).
+                let evict_mark = u64::from(threshold) + (100 - u64::from(threshold)) / 2;
+                if clean > 0 && u128::from(used) * 100 > u128::from(cap) * u128::from(evict_mark) {
+                    let goal = used.saturating_sub(cap / 100 * u64::from(threshold));
+                    moved += self.drain(from, to, goal, &params, &*policy, Mode::Evict);
+                    used = self.tier_use(0).0;
                 }
-            );
-            moved += self.drain(from, to, need.bytes_to_free(), &params, &*policy);
+                // With clean copies kept, only dirty data counts toward the
+                // threshold: the rest can be dropped at any time.
+                let probe = mig::CopyObservation {
+                    need: MigrationNeed::Background { bytes_to_free: 0 },
+                    pm_used: used,
+                    pm_capacity: cap,
+                };
+                if policy.keep_clean_copy(&probe) {
+                    counted = used.saturating_sub(self.pm_clean_dirty().0 * BS);
+                }
+            }
+            let need = mig::should_migrate(counted, cap, threshold, params.forced_percent, running);
+            if need.is_needed() {
+                self.migrator.running.fetch_or(bit, Ordering::Relaxed);
+                let obs = mig::CopyObservation {
+                    need,
+                    pm_used: used,
+                    pm_capacity: cap,
+                };
+                let mode = if from == 0 && policy.keep_clean_copy(&obs) {
+                    Mode::Copy
+                } else {
+                    Mode::Move
+                };
+                *self.migrator.last_reason.lock() = format!(
+                    "tier {from} at {}% of capacity, threshold {threshold}%{}{}",
+                    counted * 100 / cap.max(1),
+                    if need.is_forced() { " (forced)" } else { "" },
+                    if mode == Mode::Copy {
+                        " (clean copies kept on PM)"
+                    } else {
+                        ""
+                    }
+                );
+                moved += self.drain(from, to, need.bytes_to_free(), &params, &*policy, mode);
+            } else {
+                self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
+            }
+            if from == 0 && policy.name() == "nvmfs" {
+                moved += self.nvmfs_flush(to, cap, &params, &np, &*policy);
+            }
         }
         moved += self.reverse_pass(io, &params);
         self.clean_pass();
         moved
+    }
+
+    /// PM blocks holding clean data (with a copy on a block tier) and dirty
+    /// data (PM only).
+    pub(crate) fn pm_clean_dirty(&self) -> (u64, u64) {
+        let (mut clean, mut dirty) = (0, 0);
+        if self.tiers.is_empty() {
+            return (0, 0);
+        }
+        for slot in &self.table {
+            if let Some(i) = slot.lock().as_ref() {
+                for (_, e) in i.extents.iter().filter(|(_, e)| e.tier == 0) {
+                    if e.copy.is_some() {
+                        clean += e.blocks;
+                    } else {
+                        dirty += e.blocks;
+                    }
+                }
+            }
+        }
+        (clean, dirty)
+    }
+
+    /// NVMFS's dirty list: when dirty PM data passes the high mark of its
+    /// target share (which the adaptive split moves toward the list with more
+    /// hits per page), write clean copies of the least recently written
+    /// files to the block tier in `nvmfs_extent_bytes` groups, down to the low
+    /// mark. The PM copies stay and serve reads.
+    fn nvmfs_flush(
+        &self,
+        to: u8,
+        cap: u64,
+        params: &mig::MigrationParams,
+        np: &terrace_policy::nvmfs::NvmfsParams,
+        policy: &(dyn mig::MigrationPolicy + Send + Sync),
+    ) -> u64 {
+        use terrace_policy::nvmfs::{self, AdaptiveSplit, PageKind};
+        let m = &self.migrator;
+        let now = now_ns().max(0) as u64;
+        let (clean, dirty) = self.pm_clean_dirty();
+        let target = {
+            let mut g = m.split.lock();
+            let sp = g.get_or_insert_with(|| AdaptiveSplit::new(&np.split, now));
+            // Feed this window's hits (scaled down to bound the work; only
+            // their ratio matters).
+            let mut c = m.window_clean_hits.swap(0, Ordering::Relaxed);
+            let mut d = m.window_dirty_hits.swap(0, Ordering::Relaxed);
+            while c + d > 10_000 {
+                c /= 2;
+                d /= 2;
+            }
+            for _ in 0..c {
+                sp.on_hit(PageKind::Clean);
+            }
+            for _ in 0..d {
+                sp.on_hit(PageKind::Dirty);
+            }
+            if sp.window_over(now, np.window_ns) {
+                sp.on_window_end(clean, dirty, now, &np.split);
+            }
+            sp.dirty_target_pages(cap / BS)
+        };
+        let running = m.flushing.load(Ordering::Relaxed);
+        let pages = nvmfs::flush_pages(dirty, target, running, np);
+        m.flushing.store(pages > 0, Ordering::Relaxed);
+        if pages == 0 {
+            return 0;
+        }
+        let p = mig::MigrationParams {
+            group_bytes: np.extent_bytes,
+            ..*params
+        };
+        self.drain(0, to, pages * BS, &p, policy, Mode::Copy)
     }
 
     fn io_counters(&self) -> IoCounters {
@@ -482,6 +711,7 @@ impl Fs {
         goal: u64,
         params: &mig::MigrationParams,
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
+        mode: Mode,
     ) -> u64 {
         let mut moved = 0;
         let now = now_ns().max(0) as u64;
@@ -499,14 +729,36 @@ impl Fs {
                     entries: snapshot_entries(i),
                 }
             };
-            let choice = policy.choose(&file, from, now, params);
-            if choice.entries.is_empty() {
+            let entries: Vec<EntrySnapshot> = if mode == Mode::Evict {
+                // Clean data is evicted wherever it is in the file: it costs
+                // nothing and its copy serves later reads.
+                file.entries
+                    .iter()
+                    .filter(|e| e.tier == from)
+                    .copied()
+                    .collect()
+            } else {
+                policy.choose(&file, from, now, params).entries
+            };
+            if entries.is_empty() {
                 continue;
             }
-            let groups = mig::group_entries(&choice.entries, params.group_blocks());
-            match self.migrate_groups(ino, from, to, &groups) {
-                Ok(b) => moved += b,
-                Err(_) => break, // target full or failing: try again later
+            let groups = mig::group_entries(&entries, params.group_blocks());
+            let mut failed = false;
+            for g in &groups {
+                if moved >= goal && mode == Mode::Evict {
+                    break;
+                }
+                match self.move_range(ino, from, to, g.file_block, g.blocks, mode) {
+                    Ok(b) => moved += b,
+                    Err(_) => {
+                        failed = true; // target full or failing: try again later
+                        break;
+                    }
+                }
+            }
+            if failed {
+                break;
             }
         }
         moved
@@ -624,7 +876,7 @@ impl Fs {
         let st = self.settings.read();
         let params = st.migration_params();
         let busy = m.busy_ns.load(Ordering::Relaxed);
-        let moved = m.bytes_down.load(Ordering::Relaxed) + m.bytes_up.load(Ordering::Relaxed);
+        let moved = m.data_bytes.load(Ordering::Relaxed);
         MigrationStatus {
             policy: st.migration_policy.clone(),
             running: m.running.load(Ordering::Relaxed) != 0,
@@ -634,6 +886,14 @@ impl Fs {
             bytes_up: m.bytes_up.load(Ordering::Relaxed),
             entries_moved: m.entries_moved.load(Ordering::Relaxed),
             groups: m.groups.load(Ordering::Relaxed),
+            bytes_copied: m.bytes_copied.load(Ordering::Relaxed),
+            bytes_evicted: m.bytes_evicted.load(Ordering::Relaxed),
+            clean_pm_blocks: self.pm_clean_dirty().0,
+            clean_hit_ratio: {
+                let c = m.clean_hits.load(Ordering::Relaxed);
+                let d = m.dirty_hits.load(Ordering::Relaxed);
+                (c + d > 0).then(|| c as f64 / (c + d) as f64)
+            },
             bandwidth_bytes_per_sec: if busy == 0 {
                 0
             } else {
@@ -654,4 +914,36 @@ fn snapshot_entries(i: &Inode) -> Vec<EntrySnapshot> {
             tier: e.tier,
         })
         .collect()
+}
+
+impl Fs {
+    /// Counts PM reads of clean and dirty data (NVMFS's hit counters).
+    pub(crate) fn note_pm_hits(&self, clean: u64, dirty: u64) {
+        let m = &self.migrator;
+        if clean > 0 {
+            m.clean_hits.fetch_add(clean, Ordering::Relaxed);
+            m.window_clean_hits.fetch_add(clean, Ordering::Relaxed);
+        }
+        if dirty > 0 {
+            m.dirty_hits.fetch_add(dirty, Ordering::Relaxed);
+            m.window_dirty_hits.fetch_add(dirty, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Fs {
+    /// Drops the PM side of clean data (data with a copy on the first block
+    /// tier), coldest files first, until `goal` bytes are freed. No data is
+    /// copied. Returns the bytes freed.
+    pub fn evict_clean(&self, goal: u64) -> u64 {
+        let Some(to) = self.tiers.first().map(|t| t.id) else {
+            return 0;
+        };
+        let (params, policy) = {
+            let st = self.settings.read();
+            (st.migration_params(), st.migration())
+        };
+        let Ok(policy) = policy else { return 0 };
+        self.drain(0, to, goal, &params, &*policy, Mode::Evict)
+    }
 }

@@ -106,13 +106,16 @@ impl Fs {
             // Reverse-migration heat: blocks of this read that live on a block tier.
             let fb = off / BS;
             let n = (off + data.len() as u64).div_ceil(BS) - fb;
-            i.block_reads += i
-                .extents
-                .overlaps(fb, n)
-                .iter()
-                .filter(|(_, e)| e.tier != 0)
-                .map(|(_, e)| e.blocks)
-                .sum::<u64>();
+            let (mut on_block, mut clean, mut dirty) = (0, 0, 0);
+            for (_, e) in i.extents.overlaps(fb, n) {
+                match (e.tier, e.copy) {
+                    (0, Some(_)) => clean += e.blocks,
+                    (0, None) => dirty += e.blocks,
+                    _ => on_block += e.blocks,
+                }
+            }
+            i.block_reads += on_block;
+            self.note_pm_hits(clean, dirty);
         }
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters

@@ -5,7 +5,8 @@
 //!
 //! Data written to the DRAM cache and not yet written back shows as extents on
 //! tier `dram` with block `-`, after the committed extents; it shadows the
-//! committed extents it overlaps until write-back.
+//! committed extents it overlaps until write-back. A clean copy of an extent
+//! (NVMFS) shows as a second line for the same range on tier `<tier>-copy`.
 
 use crate::fs::Fs;
 use crate::inode::Inode;
@@ -41,19 +42,26 @@ impl Fs {
             return Some(Vec::new());
         }
         let mut out = String::new();
-        let mut runs: Vec<(u64, u64, String, String, u8)> = i
-            .extents
-            .iter()
-            .map(|(fb, e)| {
-                (
+        let mut runs: Vec<(u64, u64, String, String, u8)> = Vec::new();
+        for (fb, e) in i.extents.iter() {
+            runs.push((
+                fb,
+                e.blocks,
+                self.tier_name(e.tier),
+                e.block.to_string(),
+                e.counter,
+            ));
+            if let Some((t, b)) = e.copy {
+                // A clean copy (NVMFS): same data, second location.
+                runs.push((
                     fb,
                     e.blocks,
-                    self.tier_name(e.tier),
-                    e.block.to_string(),
+                    format!("{}-copy", self.tier_name(t)),
+                    b.to_string(),
                     e.counter,
-                )
-            })
-            .collect();
+                ));
+            }
+        }
         let mut dirty: Vec<(u64, u64, String, String, u8)> = Vec::new();
         for (&fb, p) in &i.dirty {
             match dirty.last_mut() {

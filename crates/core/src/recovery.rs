@@ -427,7 +427,21 @@ fn scan_view(
         for p in &inode.log.pages {
             used.push(((p / BLOCK_SIZE, 1), *ino));
         }
-        for (fb, e) in inode.extents.iter() {
+        // Primary blocks and clean copies alike are owned.
+        let runs = inode.extents.iter().flat_map(|(fb, ext)| {
+            ext.runs().into_iter().map(move |(tier, block, blocks)| {
+                (
+                    fb,
+                    crate::inode::Extent {
+                        tier,
+                        block,
+                        blocks,
+                        ..ext
+                    },
+                )
+            })
+        });
+        for (fb, e) in runs {
             if e.tier != 0 {
                 let rec = sb
                     .tiers

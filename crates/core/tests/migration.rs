@@ -72,6 +72,7 @@ fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
     let ssd = Arc::new(MemBlock::new(SSD));
     mkfs_tiered(&*pm);
     let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("migration_policy", "ziggurat").unwrap();
     fs.set_setting("migration_age_ns", "0s").unwrap();
     fs.set_setting("migration_threshold", "30").unwrap();
     let table = fs

@@ -19,6 +19,7 @@
 //! | DentryDel (6) | 8 name_len u8, 16 name — padded to 8 |
 //! | XattrSet (7)  | 8 name_len u8, 10 value_len u16, 16 name, value — padded to 8 |
 //! | XattrDel (8)  | 8 name_len u8, 16 name — padded to 8 |
+//! | Copy (9)      | 8 file_block u64, 16 blocks u32, 20 tier u8, 21 op u8, 24 block u64 — 32 bytes |
 //!
 //! Times are nanoseconds since the epoch. `Write.size_after` and `Write.mtime` make
 //! a write one entry: file size, mtime and ctime change with the data.
@@ -48,6 +49,37 @@ pub enum EntryKind {
     XattrSet = 7,
     /// Extended attribute removed.
     XattrDel = 8,
+    /// A second, clean copy of file data added, promoted or dropped (NVMFS).
+    Copy = 9,
+}
+
+/// What a [`CopyEntry`] does to the file blocks it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyOp {
+    /// The data now also has a clean copy at `tier`/`block` (written and
+    /// synced before this entry commits). Any older copy of the range is freed.
+    Add = 0,
+    /// The copy at `tier`/`block` becomes the only location; the primary
+    /// blocks are freed (evicting a clean PM page costs no data copy).
+    Promote = 1,
+    /// The copy is forgotten and its blocks freed.
+    Drop = 2,
+}
+
+/// A copy entry: file blocks `[file_block, file_block + blocks)`, all mapped,
+/// and their copy at `[block, block + blocks)` of tier `tier`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyEntry {
+    /// First file block.
+    pub file_block: u64,
+    /// Number of blocks.
+    pub blocks: u32,
+    /// Tier of the copy.
+    pub tier: u8,
+    /// What happens.
+    pub op: CopyOp,
+    /// First block of the copy on `tier`.
+    pub block: u64,
 }
 
 /// Mutable attributes of an inode.
@@ -144,6 +176,8 @@ pub enum Entry {
         /// Full name.
         name: Vec<u8>,
     },
+    /// See [`CopyEntry`].
+    Copy(CopyEntry),
 }
 
 fn pad8(n: usize) -> usize {
@@ -161,6 +195,7 @@ impl Entry {
             Entry::DentryAdd { name, .. } => pad8(24 + name.len()),
             Entry::DentryDel { name } | Entry::XattrDel { name } => pad8(16 + name.len()),
             Entry::XattrSet { name, value } => pad8(16 + name.len() + value.len()),
+            Entry::Copy(_) => 32,
         }
     }
 
@@ -174,6 +209,7 @@ impl Entry {
             Entry::DentryDel { .. } => EntryKind::DentryDel,
             Entry::XattrSet { .. } => EntryKind::XattrSet,
             Entry::XattrDel { .. } => EntryKind::XattrDel,
+            Entry::Copy(_) => EntryKind::Copy,
         }
     }
 
@@ -229,6 +265,13 @@ impl Entry {
                 put_u16(&mut b, 10, value.len() as u16);
                 b[16..16 + name.len()].copy_from_slice(name);
                 b[16 + name.len()..16 + name.len() + value.len()].copy_from_slice(value);
+            }
+            Entry::Copy(c) => {
+                put_u64(&mut b, 8, c.file_block);
+                put_u32(&mut b, 16, c.blocks);
+                put_u8(&mut b, 20, c.tier);
+                put_u8(&mut b, 21, c.op as u8);
+                put_u64(&mut b, 24, c.block);
             }
         }
         let c = crc(&b);
@@ -340,6 +383,21 @@ impl Entry {
                     name: name_at(16, u8_at(b, 8) as usize)?,
                 }
             }
+            9 => {
+                need(32)?;
+                Entry::Copy(CopyEntry {
+                    file_block: u64_at(b, 8),
+                    blocks: u32_at(b, 16),
+                    tier: u8_at(b, 20),
+                    op: match u8_at(b, 21) {
+                        0 => CopyOp::Add,
+                        1 => CopyOp::Promote,
+                        2 => CopyOp::Drop,
+                        _ => return Err(FormatError::Invalid("copy operation")),
+                    },
+                    block: u64_at(b, 24),
+                })
+            }
             _ => return Err(FormatError::Invalid("entry kind")),
         };
         Ok((e, len))
@@ -402,6 +460,13 @@ mod tests {
             Entry::XattrDel {
                 name: b"trusted.x".to_vec(),
             },
+            Entry::Copy(CopyEntry {
+                file_block: 7,
+                blocks: 128,
+                tier: 1,
+                op: CopyOp::Promote,
+                block: 1 << 30,
+            }),
         ]
     }
 

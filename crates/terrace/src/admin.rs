@@ -204,6 +204,16 @@ pub fn render_status(st: &Value) -> String {
             n(m, "groups"),
             util::human_bytes(n(m, "bandwidth_bytes_per_sec"))
         ));
+        line(format!(
+            "                clean copies: {} of PM data has a copy on disk; {} copied, {} evicted for free; clean-hit ratio {}",
+            util::human_bytes(n(m, "clean_pm_blocks") * 4096),
+            util::human_bytes(n(m, "bytes_copied")),
+            util::human_bytes(n(m, "bytes_evicted")),
+            m.get("clean_hit_ratio")
+                .and_then(Value::as_f64)
+                .map(|r| format!("{:.0}%", r * 100.0))
+                .unwrap_or_else(|| "-".into())
+        ));
     }
     if let Some(c) = st.get("cleaner") {
         line(format!(

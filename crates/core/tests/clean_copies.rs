@@ -1,0 +1,207 @@
+//! NVMFS clean copies: flushed PM data keeps a valid copy on the SSD tier, so
+//! evicting it from PM copies nothing; writes to clean data drop the copy;
+//! copies survive remounts and crashes.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use terrace_core::{format, FormatParams, Fs};
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{
+    BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia,
+};
+
+const SSD: u64 = 64 << 20;
+
+fn mkfs_tiered(pm: &dyn PmMedia) {
+    let p = FormatParams {
+        uuid: [8; 16],
+        inode_count: 64,
+        tiers: vec![
+            TierRecord {
+                id: 0,
+                kind: TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "pm".into(),
+            },
+            TierRecord {
+                id: 1,
+                kind: TierKind::Ssd,
+                size: SSD,
+                extent_size: DEFAULT_EXTENT_SIZE,
+                path: "ssd".into(),
+            },
+        ],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(pm, &p).unwrap();
+}
+
+fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
+    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
+}
+
+fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
+    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
+    String::from_utf8(v)
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+/// A pool with the nvmfs policy and an 8 MiB file on PM, half of which the
+/// dirty-list flush has copied to the SSD.
+fn flushed(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, Vec<u8>) {
+    let fs = mount(pm, ssd);
+    fs.set_setting("migration_policy", "nvmfs").unwrap();
+    fs.set_setting("migration_threshold", "99").unwrap();
+    fs.set_setting("migration_age_ns", "0s").unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(1, 8 << 20);
+    for (k, c) in data.chunks(256 << 10).enumerate() {
+        fs.write(f.ino, (k as u64) << 18, c).unwrap();
+    }
+    (fs, f.ino, data)
+}
+
+#[test]
+fn flushed_data_stays_on_pm_with_a_clean_copy_on_the_ssd() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), 0);
+    let copied = fs.migration_pass();
+    assert!(
+        copied > 0,
+        "the dirty list passed its high mark but nothing was flushed"
+    );
+    let copies = tier_bytes(&fs, ino, "ssd-copy");
+    assert_eq!(copies, copied);
+    assert_eq!(
+        tier_bytes(&fs, ino, "pm"),
+        8 << 20,
+        "flushing must keep the PM copy"
+    );
+    let st = fs.status();
+    assert_eq!(st.migration.clean_pm_blocks * 4096, copies);
+    assert_eq!(
+        st.tiers[1].used, copies,
+        "copies are valid blocks of the SSD tier"
+    );
+    // Reads of clean data are PM hits.
+    assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+    assert!(fs.status().migration.clean_hit_ratio.unwrap() > 0.0);
+    fs.check_allocator().unwrap();
+    // Copies survive a clean remount and a crash (no unmount).
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm.clone(), ssd.clone());
+    assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), copies);
+    fs.check_allocator().unwrap();
+    drop(fs);
+    let fs = mount(pm, ssd);
+    assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), copies);
+    assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+}
+
+#[test]
+fn evicting_clean_data_from_pm_writes_nothing_to_the_ssd() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let copied = fs.migration_pass();
+    let pm_before = tier_bytes(&fs, ino, "pm");
+    let ssd_writes = ssd.stats().write_bytes;
+    let freed = fs.evict_clean(u64::MAX);
+    assert_eq!(freed, copied, "every clean block is evictable");
+    assert_eq!(ssd.stats().write_bytes, ssd_writes, "eviction copied data");
+    assert_eq!(tier_bytes(&fs, ino, "pm"), pm_before - freed);
+    assert_eq!(tier_bytes(&fs, ino, "ssd"), freed);
+    assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), 0);
+    assert!(fs.status().migration.bytes_evicted >= freed);
+    assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn writing_to_clean_data_drops_its_copy() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let (fs, ino, mut data) = flushed(pm.clone(), ssd.clone());
+    fs.migration_pass();
+    let copies = tier_bytes(&fs, ino, "ssd-copy");
+    assert!(copies >= 64 << 10);
+    // Find a copied range and overwrite 64 KiB of it.
+    let line = String::from_utf8(fs.getxattr(ino, b"user.terrace.extents").unwrap())
+        .unwrap()
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("ssd-copy"))
+        .unwrap()
+        .to_string();
+    let off: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+    let new = vec![0xabu8; 64 << 10];
+    fs.write(ino, off, &new).unwrap();
+    data[off as usize..off as usize + new.len()].copy_from_slice(&new);
+    assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), copies - (64 << 10));
+    assert_eq!(
+        fs.status().tiers[1].used,
+        copies - (64 << 10),
+        "the stale copy was not freed"
+    );
+    assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn crashes_during_flush_and_eviction_lose_nothing() {
+    let base = base_seed("clean copy crash test");
+    let mut rng = StdRng::seed_from_u64(base);
+    let pm = Arc::new(CrashMedia::new(16 << 20));
+    let ssd = Arc::new(CrashBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    pm.sync_all().unwrap();
+    ssd.sync().unwrap();
+    // Flush, then evict; neither rewrites blocks in place, and block-tier
+    // blocks are never reused within this trace, so the final device image
+    // holds every block any crash point's PM image may reference.
+    let ((), trace) = pm.trace(|| {
+        fs.migration_pass();
+        fs.evict_clean(u64::MAX);
+    });
+    let img_ssd = ssd.crash_image(BlockLoss::AllUnsynced);
+    let n = trace.len();
+    let mut points: Vec<usize> = (0..10).map(|_| rng.gen_range(0..=n)).collect();
+    points.extend([0, n]);
+    for kk in points {
+        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
+        let pm2 = Arc::new(MemMedia::from_image(img));
+        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+        assert!(
+            report.is_clean(),
+            "seed {base} crash at {kk}/{n}: {:?}",
+            report.problems
+        );
+        let fs2 = mount(pm2, Arc::new(MemBlock::from_image(img_ssd.clone())));
+        fs2.check_allocator()
+            .unwrap_or_else(|e| panic!("seed {base} crash at {kk}/{n}: {e}"));
+        assert!(
+            fs2.read(ino, 0, data.len()).unwrap() == data,
+            "seed {base} crash at {kk}/{n}: data changed"
+        );
+    }
+}
