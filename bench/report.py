@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper  # noqa: E402
+import targets  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -393,6 +394,12 @@ def cmd_report(args) -> int:
     micro_png = paper.micro_plot(out, results, METRICS, TARGETS, reps_note) if has_micro else None
     if micro_png:
         figures.insert(0, micro_png)
+    target_runs = targets.load(out)
+    target_section = targets.markdown(out, target_runs, machine_line(info), rel)
+    if target_section:
+        png = targets.plot(out, target_runs, reps_note)
+        if png:
+            figures.append(png)
     skipped = []
     if (out / "skipped.txt").exists():
         skipped = sorted({ln.strip() for ln in (out / "skipped.txt").read_text().splitlines() if ln.strip()})
@@ -407,6 +414,8 @@ def cmd_report(args) -> int:
         parts.append(section)
     if cells:
         parts.append(paper.markdown(out, cells, figures))
+    if target_section:
+        parts.append(target_section)
     if figures:
         parts.append("Figures (" + reps_note + "): " + ", ".join(f"[{f}]({f})" for f in figures) + ".\n")
     if skipped:
@@ -421,6 +430,9 @@ def cmd_report(args) -> int:
     if args.docs and section:
         update_docs(Path(args.docs), info.get("mode", "quick"), section)
         print(f"updated {args.docs}", file=sys.stderr)
+    if args.docs and target_section and info.get("mode") != "quick":
+        update_docs(Path(args.docs), "targets", target_section)
+        print(f"updated {args.docs} (targets)", file=sys.stderr)
     if args.readme and rel.startswith("docs/results/"):
         update_readme(Path(args.readme), info, rel, figures, reps_note)
         print(f"updated {args.readme}", file=sys.stderr)

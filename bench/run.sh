@@ -19,6 +19,18 @@
 #           rocksdb     db_bench readseq, fillseq, fillrandom with sync WAL (bench/kv.py)
 #         and parameter sweeps of Terrace settings (BENCH_SWEEPS, §6.7) on
 #         BENCH_SWEEP_SYSTEM with BENCH_SWEEP_WORKLOADS.
+#  targets the performance targets of the placement and migration issues (bench/targets.py),
+#         as SYSTEM:GROUP pairs (BENCH_PAIRS) with PM at 10% of BENCH_DATASET
+#         (bench/tiering.py):
+#           syncappend  4 KiB appends + fsync to 1,000 files (varmail-like), Terrace vs ext4
+#           seqbig      1 MiB sequential asynchronous writes of 4x PM size, then fsync
+#           overwrite   random 4 KiB asynchronous overwrites of a file 4x PM size
+#                       (with each migration policy: SSD write traffic)
+#           zipf        90/10 synchronous random writes, PM at 10% vs 100% of the data
+#           migrate     `terrace migrate` of data written in 64 KiB writes: group migration
+#                       bandwidth against the raw device's sequential write bandwidth (probe),
+#                       for group sizes 64 KiB .. 64 MiB (paper Fig. 10)
+#         Run alone with `bench/run.sh targets`; `full` runs them too.
 # Every measurement records the block-layer traffic of the system's loop devices
 # (bench/devstat.py) and, for Terrace, the per-tier counters of `terrace status`.
 # A short fio probe of the raw devices describes the machine (BENCH_PROBE=0: off).
@@ -26,9 +38,11 @@
 # report.md, PNG plots) and the results sections of docs/benchmarks.md and
 # docs/results/README.md.
 #
-# Usage: bench/run.sh [quick|full]          (default: quick)
-#   quick  short runs, 1 repetition, small data set, a subset of every workload type (< 10 minutes)
-#   full   3 repetitions (medians and min/max), every workload, locality and system (hours)
+# Usage: bench/run.sh [quick|full|targets]  (default: quick)
+#   quick    short runs, 1 repetition, small data set, a subset of every workload type (< 10 minutes)
+#   full     3 repetitions (medians and min/max), every workload, locality and system, and the
+#            targets (hours)
+#   targets  only the targets, 3 repetitions (about 30 minutes)
 # Environment knobs (defaults depend on the mode; see the case below):
 #   BENCH_TARGETS="terrace fuse shm ext4"     systems of the micro jobs
 #   BENCH_JOBS="randwrite-fsync-1j ..."       micro jobs ("" = none)
@@ -43,6 +57,8 @@
 #                                             e.g. migration_policy=default,ziggurat,nvmfs for each migration policy
 #   BENCH_SWEEP_SYSTEM=terrace-pm5  BENCH_SWEEP_WORKLOADS="zipf varmail"  BENCH_SWEEP_THETA=0.88
 #   BENCH_KV_OPS                              fillseq/fillrandom operations (sync)
+#   BENCH_PAIRS="ext4-loop:syncappend ..."    SYSTEM:GROUP measurements of the targets ("" = none)
+#   BENCH_PAIR_THETA=1.04                     Zipf theta of a zipf pair
 #   BENCH_FB_WORKERS=1                        processes of the file-server/web-proxy/mail-server loop
 #   BENCH_EXT4_DIR=/var/tmp  BENCH_DISK_DIR=/var/tmp
 #   BENCH_OUT=DIR                             results directory (default docs/results/...)
@@ -62,6 +78,9 @@ BENCH=$REPO/bench
 TERRACE=$REPO/target/release/terrace
 PASSTHROUGH=$REPO/target/release/examples/passthrough
 
+# The measurements behind the targets (bench/targets.py): SYSTEM:GROUP pairs.
+TARGET_PAIRS="ext4-loop:syncappend terrace-pm10:syncappend ext4-loop:seqbig terrace-pm10:seqbig ext4-loop:overwrite terrace-pm10:overwrite terrace-pm10@migration_policy=ziggurat:overwrite terrace-pm10@migration_policy=nvmfs:overwrite terrace-pm10:zipf terrace-pm100:zipf terrace-pm10@migration_policy=ziggurat:zipf terrace-pm10@migration_policy=nvmfs:zipf terrace-pm100@group_migration_bytes=64K:migrate terrace-pm100@group_migration_bytes=256K:migrate terrace-pm100@group_migration_bytes=1M:migrate terrace-pm100@group_migration_bytes=4M:migrate terrace-pm100@group_migration_bytes=16M:migrate terrace-pm100@group_migration_bytes=64M:migrate"
+
 case $MODE in
 quick)
     : "${BENCH_RUNTIME:=3}" "${BENCH_RAMP:=1}" "${BENCH_REPS:=1}" "${BENCH_SIZE:=64M}"
@@ -74,6 +93,7 @@ quick)
     : "${BENCH_SWEEPS=sync_threshold_bytes=64K,4M group_migration_bytes=2M}"
     : "${BENCH_SWEEP_WORKLOADS=zipf}"
     : "${BENCH_PROBE_RUNTIME:=2}"
+    : "${BENCH_PAIRS=ext4-loop:syncappend terrace-pm10:syncappend terrace-pm100@group_migration_bytes=16M:migrate}"
     ;;
 full)
     : "${BENCH_RUNTIME:=10}" "${BENCH_RAMP:=2}" "${BENCH_REPS:=3}" "${BENCH_SIZE:=256M}"
@@ -86,6 +106,12 @@ full)
     : "${BENCH_SWEEPS=sync_threshold_bytes=4K,64K,1M,16M,1G size_counter_threshold=1,4,16,64 group_migration_bytes=128K,2M,16M migration_policy=default,ziggurat,nvmfs placement_policy=ziggurat,block-first,pm-only}"
     : "${BENCH_SWEEP_WORKLOADS=zipf varmail rocksdb}"
     : "${BENCH_PROBE_RUNTIME:=5}"
+    : "${BENCH_PAIRS=$TARGET_PAIRS}"
+    ;;
+targets)
+    : "${BENCH_RUNTIME:=10}" "${BENCH_REPS:=3}" "${BENCH_DATASET:=1G}" "${BENCH_PROBE_RUNTIME:=5}"
+    : "${BENCH_JOBS=}" "${BENCH_SYSTEMS=}" "${BENCH_WORKLOADS=}" "${BENCH_SWEEPS=}"
+    : "${BENCH_PAIRS=$TARGET_PAIRS}"
     ;;
 *)
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
@@ -105,11 +131,16 @@ esac
 : "${BENCH_SWEEP_THETA:=0.88}"
 : "${BENCH_TERRACE_INODES:=65536}"
 : "${BENCH_PROBE:=1}"
+: "${BENCH_PAIRS=}"
+: "${BENCH_PAIR_THETA:=1.04}"
+: "${BENCH_RAMP:=2}" "${BENCH_SIZE:=256M}" "${BENCH_SEQ_SIZE:=1G}" "${BENCH_META_FILES:=100000}"
+: "${BENCH_POOL_SIZE:=4G}" "${BENCH_KV_OPS:=20000}" "${BENCH_ZIPF_THETAS:=0.88}"
+: "${BENCH_SWEEP_WORKLOADS=zipf}"
 export BENCH_RUNTIME BENCH_RAMP BENCH_SIZE BENCH_SEQ_SIZE BENCH_DIRECT
 
 STAMP=$(date -u +%Y-%m-%d)
 HOST=$(hostname -s 2>/dev/null || hostname)
-SUFFIX=$([ "$MODE" = quick ] && echo -quick || true)
+case $MODE in full) SUFFIX= ;; *) SUFFIX=-$MODE ;; esac
 OUT=${BENCH_OUT:-$REPO/docs/results/$STAMP-$HOST$SUFFIX}
 RAW=$OUT/raw
 
@@ -149,6 +180,9 @@ DATASET_BYTES=$(to_bytes "$BENCH_DATASET")
 : "${BENCH_JOURNAL_SIZE:=128M}"
 ZIPF_FILE_MB=$((DATASET_BYTES / BENCH_ZIPF_JOBS >> 20))
 FB_FILES=$((DATASET_BYTES / (2 << 20)))
+# Targets: PM is 10% of the data set; "4x PM size" is 40% of it.
+PM10_BYTES=$(frac_bytes 10)
+BIG_BYTES=$((PM10_BYTES * 4))
 [ "$FB_FILES" -ge 16 ] || FB_FILES=16
 
 # ------------------------------------------------------------------ teardown
@@ -195,6 +229,12 @@ for w in $BENCH_WORKLOADS; do
     *) die "unknown workload $w" ;;
     esac
 done
+for pair in $BENCH_PAIRS; do
+    case ${pair##*:} in
+    syncappend | seqbig | overwrite | zipf | migrate) ;;
+    *) die "unknown group in BENCH_PAIRS: $pair (syncappend, seqbig, overwrite, zipf, migrate)" ;;
+    esac
+done
 
 "$BENCH_PYTHON" "$BENCH/report.py" machine "$OUT" \
     --mode "$MODE" --targets "$BENCH_TARGETS" --jobs "$BENCH_JOBS" \
@@ -209,7 +249,8 @@ done
     zipf_thetas="$BENCH_ZIPF_THETAS" zipf_jobs="$BENCH_ZIPF_JOBS" zipf_file_mb="$ZIPF_FILE_MB" \
     fb_files="$FB_FILES" fb_workers="$BENCH_FB_WORKERS" kv_ops="$BENCH_KV_OPS" \
     terrace_inodes="$BENCH_TERRACE_INODES" sweeps="$BENCH_SWEEPS" sweep_system="$BENCH_SWEEP_SYSTEM" \
-    sweep_workloads="$BENCH_SWEEP_WORKLOADS" sweep_theta="$BENCH_SWEEP_THETA"
+    sweep_workloads="$BENCH_SWEEP_WORKLOADS" sweep_theta="$BENCH_SWEEP_THETA" \
+    pairs="$BENCH_PAIRS" pair_theta="$BENCH_PAIR_THETA" pm10_bytes="$PM10_BYTES" big_bytes="$BIG_BYTES"
 
 # ------------------------------------------------------------- device probe
 # Raw speeds of the devices the systems are built on: a loop device over a disk
@@ -310,6 +351,19 @@ measure() {
         fi
         [ $rc -eq 0 ] || ok=0
         ;;
+    syncappend | overwrite)
+        fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" "$job" "$work" \
+            --seconds "$BENCH_RUNTIME" --output "$out" >/dev/null 2>"$err" || ok=0
+        ;;
+    seqbig)
+        fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" seqwrite "$work" \
+            --bytes "$BIG_BYTES" --output "$out" >/dev/null 2>"$err" || ok=0
+        ;;
+    migrate)
+        [ -n "$SYS_TMNT" ] || die "migrate runs on Terrace only ($sys)"
+        fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" migrate "$work" \
+            --mount "$SYS_TMNT" --output "$out" >/dev/null 2>"$err" || ok=0
+        ;;
     *) die "unknown job $job" ;;
     esac
     # Count what the file system still has to write back (buffered writes) too.
@@ -349,6 +403,20 @@ init_group() {
     rocksdb)
         fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/kv.py" preload "$work" \
             --bytes "$DATASET_BYTES" >"$base.init.json" 2>"$base.err" || rc=$?
+        ;;
+    syncappend)
+        fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" init-syncappend "$work" \
+            --files 1000 >"$base.init.json" 2>"$base.err" || rc=$?
+        ;;
+    overwrite)
+        fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" init-overwrite "$work" \
+            --bytes "$BIG_BYTES" >"$base.init.json" 2>"$base.err" || rc=$?
+        ;;
+    migrate)
+        # 40% of the data set in 64 KiB writes: stays on PM (below the 50%
+        # threshold of a pool with PM for all of it) until `terrace migrate`.
+        fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" init-migrate "$work" \
+            --bytes "$BIG_BYTES" --write-size 65536 >"$base.init.json" 2>"$base.err" || rc=$?
         ;;
     esac
     sync -f "$work" 2>/dev/null || sync
@@ -435,6 +503,10 @@ for ((rep = 1; rep <= BENCH_REPS; rep++)); do
             done
             [ -z "${SKIP[$BENCH_SWEEP_SYSTEM@$key=$val]:-}" ] || break
         done
+    done
+    # the targets' measurements (bench/targets.py)
+    for pair in $BENCH_PAIRS; do
+        run_group "${pair%:*}" "${pair##*:}" "$rep" "$BENCH_PAIR_THETA"
     done
 done
 log "measurements took $((SECONDS - start)) s"

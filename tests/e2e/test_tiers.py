@@ -61,7 +61,9 @@ def test_data_beyond_pm_capacity_lands_on_the_ssd_tier_and_survives_remount():
             digest = write_pattern(big, 64 << 20)  # 4x the PM tier
             w = where(big)
             assert w["bytes_per_tier"].get("ssd", 0) > 0, w["bytes_per_tier"]
-            assert sum(w["bytes_per_tier"].values()) == 64 << 20
+            # Cached (dram) data shadows what it overlaps; clean copies are
+            # second locations: neither counts twice.
+            assert sum(b for t, b in w["bytes_per_tier"].items() if not t.endswith("-copy")) == 64 << 20
             assert where(small)["bytes_per_tier"] == {"pm": 4096}
             line = os.getxattr(big, "user.terrace.tiers").decode()
             assert ":ssd@" in line

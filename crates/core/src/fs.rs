@@ -261,6 +261,12 @@ impl Fs {
 
     /// Changes one setting (`terrace set`); a bad key or value changes nothing.
     pub fn set_setting(&self, key: &str, value: &str) -> Result<(), String> {
+        // `policy` is short for the migration policy (`terrace set MNT policy nvmfs`).
+        let key = if key == "policy" {
+            "migration_policy"
+        } else {
+            key
+        };
         let mut next = self.settings.read().clone();
         next.set(key, value)?;
         let policy = next.placement()?;

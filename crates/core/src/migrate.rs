@@ -33,8 +33,10 @@
 //! until the tier is below its threshold; a file's chosen entries are grouped
 //! into `group_migration_bytes` chunks. When reads dominate and PM is below its
 //! low mark, the hottest block-tier files move up to PM (reverse migration).
-//! Then block tiers short of free extents are cleaned (`clean`). A single
-//! migration thread runs passes every 100 ms and sleeps otherwise.
+//! Then block tiers short of free extents are cleaned (`clean`). One
+//! coordinating thread runs a pass every 100 ms (and sleeps otherwise); while
+//! draining a tier it spreads the coldest files over `migration_threads`
+//! workers (default one per core), one whole file per worker at a time.
 //!
 //! [`Inode::amtime`]: crate::inode::Inode::amtime
 //! [`WRITE_FLAG_MOVED`]: terrace_format::WRITE_FLAG_MOVED
@@ -228,6 +230,29 @@ impl Fs {
         cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(forced)
     }
 
+    /// Moves the pieces of `groups` (of file `ino`, in file order) that are
+    /// still on tier `from` to tier `to`, packed into batches of at most
+    /// `group_blocks` blocks ([`mig::batch_groups`]), one sequential copy and
+    /// one commit per batch. Returns the bytes moved.
+    pub fn migrate_batched(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        groups: &[Group],
+        group_blocks: u64,
+    ) -> FsResult<u64> {
+        let mut moved = 0;
+        for batch in mig::batch_groups(groups, group_blocks) {
+            if self.migrator.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let ranges: Vec<(u64, u64)> = batch.iter().map(|g| (g.file_block, g.blocks)).collect();
+            moved += self.move_ranges(ino, from, to, &ranges, Mode::Move)?;
+        }
+        Ok(moved)
+    }
+
     /// Moves the pieces of `groups` (of file `ino`) that are still on tier
     /// `from` to tier `to`, one group at a time. Returns the bytes moved.
     pub fn migrate_groups(&self, ino: Ino, from: u8, to: u8, groups: &[Group]) -> FsResult<u64> {
@@ -266,14 +291,30 @@ impl Fs {
         n: u64,
         mode: Mode,
     ) -> FsResult<u64> {
+        self.move_ranges(ino, from, to, &[(start, n)], mode)
+    }
+
+    /// [`Fs::move_range`] over several disjoint ranges of file blocks
+    /// (`(first block, blocks)`, in file order) at once: their pieces are
+    /// copied to one contiguous run of the target — one sequential request on
+    /// a block tier — and committed together, one entry per run that is
+    /// contiguous both in the file and on the target.
+    pub(crate) fn move_ranges(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        ranges: &[(u64, u64)],
+        mode: Mode,
+    ) -> FsResult<u64> {
         let t0 = Instant::now();
         // 1. Capture.
         let pieces: Vec<Piece> = {
             let g = self.lock(ino)?;
             let i = g.as_ref().expect("live");
-            i.extents
-                .overlaps(start, n)
-                .into_iter()
+            ranges
+                .iter()
+                .flat_map(|&(start, n)| i.extents.overlaps(start, n))
                 .filter(|(_, e)| match mode {
                     Mode::Move => e.tier == from,
                     Mode::Copy => e.tier == from && e.copy.is_none(),
@@ -539,7 +580,7 @@ impl Fs {
             let mine: Vec<EntrySnapshot> =
                 entries.iter().filter(|e| e.tier == from).copied().collect();
             let groups = mig::group_entries(&mine, params.group_blocks());
-            moved += self.migrate_groups(ino, from, to, &groups)?;
+            moved += self.migrate_batched(ino, from, to, &groups, params.group_blocks())?;
         }
         Ok(moved)
     }
@@ -713,55 +754,89 @@ impl Fs {
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
         mode: Mode,
     ) -> u64 {
-        let mut moved = 0;
-        let now = now_ns().max(0) as u64;
-        for (_, ino) in self.coldest_files(256) {
-            if moved >= goal || self.migrator.stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let file = {
-                let Ok(g) = self.lock(ino) else { continue };
-                let i = g.as_ref().expect("live");
-                FileSnapshot {
-                    ino,
-                    mtime_ns: i.attr.mtime.max(0) as u64,
-                    amtime_ns: i.amtime.value(),
-                    entries: snapshot_entries(i),
+        let files = self.coldest_files(256);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = params.threads_for(cpus).clamp(1, files.len().max(1));
+        // Files are handed out coldest first; each worker moves whole files,
+        // so two workers never work on the same file.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let moved = AtomicU64::new(0);
+        // Bytes claimed by files taken so far: a worker takes a file only
+        // while the claims fall short of the goal, so parallel workers do not
+        // move warmer files than a single worker would.
+        let claimed = AtomicU64::new(0);
+        let failed = AtomicBool::new(false);
+        let work = || {
+            let now = now_ns().max(0) as u64;
+            loop {
+                if moved.load(Ordering::Relaxed) >= goal
+                    || failed.load(Ordering::Relaxed)
+                    || self.migrator.stop.load(Ordering::Relaxed)
+                {
+                    return;
                 }
-            };
-            let entries: Vec<EntrySnapshot> = if mode == Mode::Evict {
-                // Clean data is evicted wherever it is in the file: it costs
-                // nothing and its copy serves later reads.
-                file.entries
-                    .iter()
-                    .filter(|e| e.tier == from)
-                    .copied()
-                    .collect()
-            } else {
-                policy.choose(&file, from, now, params).entries
-            };
-            if entries.is_empty() {
-                continue;
-            }
-            let groups = mig::group_entries(&entries, params.group_blocks());
-            let mut failed = false;
-            for g in &groups {
-                if moved >= goal && mode == Mode::Evict {
-                    break;
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(_, ino)) = files.get(k) else {
+                    return;
+                };
+                let file = {
+                    let Ok(g) = self.lock(ino) else { continue };
+                    let i = g.as_ref().expect("live");
+                    FileSnapshot {
+                        ino,
+                        mtime_ns: i.attr.mtime.max(0) as u64,
+                        amtime_ns: i.amtime.value(),
+                        entries: snapshot_entries(i),
+                    }
+                };
+                let entries: Vec<EntrySnapshot> = if mode == Mode::Evict {
+                    // Clean data is evicted wherever it is in the file: it
+                    // costs nothing and its copy serves later reads.
+                    file.entries
+                        .iter()
+                        .filter(|e| e.tier == from)
+                        .copied()
+                        .collect()
+                } else {
+                    policy.choose(&file, from, now, params).entries
+                };
+                let bytes: u64 = entries.iter().map(|e| e.blocks * BS).sum();
+                if bytes == 0 {
+                    continue;
                 }
-                match self.move_range(ino, from, to, g.file_block, g.blocks, mode) {
-                    Ok(b) => moved += b,
-                    Err(_) => {
-                        failed = true; // target full or failing: try again later
+                if mode != Mode::Evict && claimed.fetch_add(bytes, Ordering::Relaxed) >= goal {
+                    return;
+                }
+                let gb = params.group_blocks();
+                for batch in mig::batch_groups(&mig::group_entries(&entries, gb), gb) {
+                    if mode == Mode::Evict && moved.load(Ordering::Relaxed) >= goal {
                         break;
+                    }
+                    let ranges: Vec<(u64, u64)> =
+                        batch.iter().map(|g| (g.file_block, g.blocks)).collect();
+                    match self.move_ranges(ino, from, to, &ranges, mode) {
+                        Ok(b) => {
+                            moved.fetch_add(b, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            // Target full or failing: try again next pass.
+                            failed.store(true, Ordering::Relaxed);
+                            return;
+                        }
                     }
                 }
             }
-            if failed {
-                break;
-            }
+        };
+        if workers == 1 {
+            work();
+        } else {
+            std::thread::scope(|sc| {
+                for _ in 0..workers {
+                    sc.spawn(work);
+                }
+            });
         }
-        moved
+        moved.into_inner()
     }
 
     /// Reverse migration: read-hot block-tier files move up to PM.

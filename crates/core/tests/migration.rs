@@ -561,3 +561,184 @@ fn crashes_during_extent_recycling_lose_nothing() {
         );
     }
 }
+
+#[test]
+fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(16 << 20));
+    let hdd = Arc::new(MemBlock::new(64 << 20));
+    let tier = |id, kind, size, path: &str| TierRecord {
+        id,
+        kind,
+        size,
+        extent_size: if id == 0 { 0 } else { DEFAULT_EXTENT_SIZE },
+        path: path.into(),
+    };
+    format(
+        &*pm,
+        &FormatParams {
+            uuid: [9; 16],
+            inode_count: 64,
+            tiers: vec![
+                tier(0, TierKind::Pm, 16 << 20, "pm"),
+                tier(1, TierKind::Ssd, 16 << 20, "ssd"),
+                tier(2, TierKind::Hdd, 64 << 20, "hdd"),
+            ],
+            root_uid: 0,
+            root_gid: 0,
+        },
+    )
+    .unwrap();
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap();
+    fs.set_setting("migration_policy", "ziggurat").unwrap();
+    fs.set_setting("migration_age_ns", "0s").unwrap();
+    fs.set_setting("migration_threshold", "20").unwrap();
+    fs.set_setting("migration_threads", "3").unwrap();
+    let mut files = Vec::new();
+    for n in 0..6u64 {
+        let f = fs
+            .mknod(1, format!("c{n}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        let data = pattern(100 + n, 2 << 20);
+        fs.write(f.ino, 0, &data).unwrap();
+        files.push((f.ino, data));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // Two passes: PM drains into the SSD, which then passes its threshold
+    // and drains into the HDD.
+    fs.migration_pass();
+    fs.migration_pass();
+    let st = fs.status();
+    assert!(st.migration.bytes_down >= 12 << 20, "{:?}", st.migration);
+    assert!(st.tiers[2].used > 0, "nothing cascaded to the HDD");
+    assert!(
+        st.tiers[1].used * 100 / st.tiers[1].capacity <= 25,
+        "{:?}",
+        st.tiers[1]
+    );
+    for (ino, data) in &files {
+        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
+    }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, hdd)]).unwrap();
+    for (ino, data) in &files {
+        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
+    }
+}
+
+#[test]
+fn crashes_during_reverse_migration_keep_every_byte() {
+    let pm = Arc::new(CrashMedia::new(32 << 20));
+    let ssd = Arc::new(CrashBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let f = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(40, 1 << 20);
+    for (k, c) in data.chunks(64 << 10).enumerate() {
+        fs.write(f.ino, (k as u64) << 16, c).unwrap();
+    }
+    fs.fsync(f.ino, false).unwrap();
+    for _ in 0..200 {
+        fs.read(f.ino, 0, 1 << 20).unwrap();
+    }
+    pm.sync_all().unwrap();
+    ssd.sync().unwrap();
+    let (moved, trace) = pm.trace(|| fs.migration_pass());
+    assert!(moved >= 1 << 20, "reverse migration did not run");
+    let img_ssd = ssd.crash_image(BlockLoss::AllUnsynced);
+    let n = trace.len();
+    let mut rng = StdRng::seed_from_u64(base_seed("reverse migration crash test"));
+    let mut points: Vec<usize> = (0..10).map(|_| rng.gen_range(0..=n)).collect();
+    points.extend([0, n]);
+    for kk in points {
+        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
+        let pm2 = Arc::new(MemMedia::from_image(img));
+        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+        assert!(
+            report.is_clean(),
+            "crash at {kk}/{n}: {:?}",
+            report.problems
+        );
+        let fs2 = mount(pm2, Arc::new(MemBlock::from_image(img_ssd.clone())));
+        fs2.check_allocator()
+            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
+        assert!(
+            fs2.read(f.ino, 0, data.len()).unwrap() == data,
+            "crash at {kk}/{n}"
+        );
+    }
+}
+
+#[test]
+fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
+    let base = base_seed("scattered migration test");
+    let mut rng = StdRng::seed_from_u64(base);
+    let pm = Arc::new(CrashMedia::new(32 << 20));
+    let ssd = Arc::new(CrashBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("migration_threshold", "95").unwrap();
+    let f = fs
+        .mknod(1, b"table", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    let mut data = pattern(base, 8 << 20);
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.migrate_file(f.ino, 1).unwrap();
+    assert_eq!(tier_bytes(&fs, f.ino, "pm"), 0);
+    // Random 4 KiB overwrites: small writes, placed on PM, far apart.
+    for _ in 0..300 {
+        let b = rng.gen_range(0..(8 << 20) / 4096) as usize;
+        let new = pattern(rng.gen(), 4096);
+        data[b * 4096..(b + 1) * 4096].copy_from_slice(&new);
+        fs.write(f.ino, (b * 4096) as u64, &new).unwrap();
+    }
+    let on_pm = tier_bytes(&fs, f.ino, "pm");
+    assert!(
+        on_pm >= 200 * 4096,
+        "overwrites did not land on PM: {on_pm}"
+    );
+    pm.sync_all().unwrap();
+    ssd.sync().unwrap();
+    let io0 = fs.status().tiers[1].io.unwrap();
+    let (moved, trace) = pm.trace(|| fs.migrate_file(f.ino, 1).unwrap());
+    assert_eq!(moved, on_pm);
+    let io1 = fs.status().tiers[1].io.unwrap();
+    let (bytes, reqs) = (
+        io1.write_bytes - io0.write_bytes,
+        io1.write_requests - io0.write_requests,
+    );
+    // Scattered blocks are packed: one sequential request per batch (at
+    // most 512 KiB extents apart), not one per 4 KiB block.
+    assert!(bytes >= on_pm, "{bytes} < {on_pm}");
+    assert!(
+        bytes / reqs.max(1) >= 256 << 10,
+        "{reqs} requests for {bytes} bytes"
+    );
+    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+    // A crash anywhere in the batched move loses nothing.
+    let n = trace.len();
+    let ssd_img = ssd.crash_image(BlockLoss::AllUnsynced);
+    let mut points: Vec<usize> = (0..6).map(|_| rng.gen_range(0..=n)).collect();
+    points.extend([0, n / 2, n]);
+    for kk in points {
+        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
+        let pm2 = Arc::new(MemMedia::from_image(img));
+        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+        assert!(
+            report.is_clean(),
+            "crash at {kk}/{n}: {:?}",
+            report.problems
+        );
+        let fs2 = mount(pm2, Arc::new(MemBlock::from_image(ssd_img.clone())));
+        fs2.check_allocator()
+            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
+        assert!(
+            fs2.read(f.ino, 0, data.len()).unwrap() == data,
+            "crash at {kk}/{n}"
+        );
+    }
+}

@@ -421,6 +421,33 @@ pub fn group_entries(entries: &[EntrySnapshot], group_blocks: u64) -> Vec<Group>
     groups
 }
 
+/// Packs groups (in file order, as [`group_entries`] returns them) into
+/// batches of at most `group_blocks` blocks in all, keeping their order. The
+/// groups of a batch need not be adjacent in the file: the mechanism copies a
+/// batch to one contiguous run of the target tier with one sequential request
+/// (one write entry per group), so scattered small entries — random
+/// overwrites — still reach a block tier as large writes (NVMFS's
+/// random-to-sequential conversion). A group of `group_blocks` or more is a
+/// batch of its own.
+pub fn batch_groups(groups: &[Group], group_blocks: u64) -> Vec<Vec<Group>> {
+    let max = group_blocks.max(1);
+    let mut batches: Vec<Vec<Group>> = Vec::new();
+    let mut size = 0u64;
+    for g in groups {
+        match batches.last_mut() {
+            Some(b) if size + g.blocks <= max => {
+                b.push(g.clone());
+                size += g.blocks;
+            }
+            _ => {
+                batches.push(vec![g.clone()]);
+                size = g.blocks;
+            }
+        }
+    }
+    batches
+}
+
 /// Whether a migrated entry keeps a copy in the DRAM page cache (Ziggurat
 /// §5.2: when the cache is less than half full, to speed up later reads and
 /// unaligned writes).
@@ -757,6 +784,28 @@ mod tests {
         let spans: Vec<(u64, u64)> = g.iter().map(|g| (g.file_block, g.blocks)).collect();
         assert_eq!(spans, vec![(5, 4), (9, 4), (13, 2)]);
         assert!(g.iter().all(|g| g.sources[0].mtime_ns == 9));
+    }
+
+    #[test]
+    fn scattered_small_groups_share_a_batch_up_to_group_size() {
+        // Random 4 KiB overwrites: single blocks far apart in the file.
+        let entries = [
+            e(0, 1, 0),
+            e(7, 1, 0),
+            e(20, 2, 0),
+            e(40, 1, 0),
+            e(90, 4, 0),
+        ];
+        let groups = group_entries(&entries, 4);
+        let b = batch_groups(&groups, 4);
+        let spans: Vec<Vec<(u64, u64)>> = b
+            .iter()
+            .map(|b| b.iter().map(|g| (g.file_block, g.blocks)).collect())
+            .collect();
+        assert_eq!(
+            spans,
+            vec![vec![(0, 1), (7, 1), (20, 2)], vec![(40, 1)], vec![(90, 4)]]
+        );
     }
 
     #[test]

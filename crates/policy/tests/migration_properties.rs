@@ -9,9 +9,9 @@ use terrace_policy::cleaner::{
 };
 use terrace_policy::cold_list::{coldest, ColdLists, Shard};
 use terrace_policy::migration::{
-    cold_entries, dynamic_threshold, group_entries, is_old, reverse_candidates, should_migrate,
-    EntrySnapshot, FileReads, FileSnapshot, IoCounters, MigrationNeed, MigrationParams,
-    BLOCK_BYTES,
+    batch_groups, cold_entries, dynamic_threshold, group_entries, is_old, reverse_candidates,
+    should_migrate, EntrySnapshot, FileReads, FileSnapshot, Group, IoCounters, MigrationNeed,
+    MigrationParams, BLOCK_BYTES,
 };
 use terrace_policy::nvmfs::{
     evict_choice, flush_extents, flush_pages, AdaptiveSplit, NvmfsParams, PageKind, PageRef,
@@ -151,6 +151,21 @@ proptest! {
             prop_assert_eq!(at, g.file_block + g.blocks);
         }
         prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn batches_keep_every_group_once_in_order_within_group_size(
+        es in entries(), group_blocks in 1u64..64,
+    ) {
+        let groups = group_entries(&es, group_blocks);
+        let batches = batch_groups(&groups, group_blocks);
+        for b in &batches {
+            prop_assert!(!b.is_empty());
+            let total: u64 = b.iter().map(|g| g.blocks).sum();
+            prop_assert!(total <= group_blocks, "batch of {} blocks", total);
+        }
+        let flat: Vec<Group> = batches.into_iter().flatten().collect();
+        prop_assert_eq!(flat, groups);
     }
 
     #[test]

@@ -89,7 +89,8 @@ Examples:
   terrace set /mnt/terrace placement_policy
   terrace set /mnt/terrace placement_policy pm-only
   terrace set /mnt/terrace sync_threshold_bytes 4M
-  terrace set /mnt/terrace size_counter_threshold 2";
+  terrace set /mnt/terrace size_counter_threshold 2
+  terrace set /mnt/terrace policy nvmfs      # short for migration_policy";
 
 #[derive(Args, Debug)]
 #[command(after_help = SET_AFTER)]

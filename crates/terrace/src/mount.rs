@@ -451,7 +451,10 @@ fn control_loop(
                     );
                     continue;
                 }
-                let key = req.get("key").and_then(Value::as_str).unwrap_or("");
+                let key = match req.get("key").and_then(Value::as_str).unwrap_or("") {
+                    "policy" => "migration_policy",
+                    k => k,
+                };
                 let value = req.get("value").and_then(Value::as_str).unwrap_or("");
                 match fs.set_setting(key, value) {
                     Ok(()) => reply(

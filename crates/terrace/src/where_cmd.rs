@@ -40,6 +40,35 @@ fn human(bytes: u64) -> String {
     }
 }
 
+/// Bytes of the file's current data on each tier. Cached data (`dram`)
+/// shadows the committed extents it overlaps until it is written back, so
+/// those bytes count once, as `dram`; clean copies (`<tier>-copy`) are second
+/// locations of data already counted and are summed apart, under their own
+/// names. The sum over the non-copy tiers is the file's allocated size.
+fn bytes_per_tier(rows: &[(u64, u64, String, String, String)]) -> BTreeMap<String, u64> {
+    let mut cached: Vec<(u64, u64)> = rows
+        .iter()
+        .filter(|r| r.2 == "dram")
+        .map(|r| (r.0, r.0 + r.1))
+        .collect();
+    cached.sort_unstable();
+    let mut per_tier: BTreeMap<String, u64> = BTreeMap::new();
+    for (off, len, tier, _, _) in rows {
+        let (start, end) = (*off, off + len);
+        let mut bytes = *len;
+        if tier != "dram" {
+            // Cached ranges that overlap [start, end) (they do not overlap
+            // each other).
+            let first = cached.partition_point(|&(_, e)| e <= start);
+            for &(s, e) in cached[first..].iter().take_while(|&&(s, _)| s < end) {
+                bytes -= e.min(end) - s.max(start);
+            }
+        }
+        *per_tier.entry(tier.clone()).or_default() += bytes;
+    }
+    per_tier
+}
+
 /// Prints the extents of `path` with their tier and address.
 pub fn run(path: &Path, as_json: bool) -> CliResult {
     let raw = match getxattr(path, "user.terrace.extents") {
@@ -54,7 +83,6 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
     };
     let text = String::from_utf8_lossy(&raw);
     let mut rows = Vec::new();
-    let mut per_tier: BTreeMap<String, u64> = BTreeMap::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() != 5 {
@@ -64,7 +92,6 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
             f[0].parse::<u64>().unwrap_or(0),
             f[1].parse::<u64>().unwrap_or(0),
         );
-        *per_tier.entry(f[2].to_string()).or_default() += len;
         rows.push((
             off,
             len,
@@ -73,6 +100,7 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
             f[4].to_string(),
         ));
     }
+    let per_tier = bytes_per_tier(&rows);
     if as_json {
         let extents: Vec<serde_json::Value> = rows
             .iter()
@@ -108,4 +136,35 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bytes_per_tier;
+
+    fn row(off: u64, len: u64, tier: &str) -> (u64, u64, String, String, String) {
+        (off, len, tier.into(), "0".into(), "0".into())
+    }
+
+    #[test]
+    fn cached_data_counts_once_and_copies_apart() {
+        let rows = vec![
+            row(0, 8192, "pm"),
+            row(8192, 16384, "ssd"),
+            row(8192, 16384, "ssd-copy"),
+            row(4096, 8192, "dram"),
+            row(20480, 8192, "dram"),
+        ];
+        let t = bytes_per_tier(&rows);
+        assert_eq!(t["pm"], 4096);
+        assert_eq!(t["ssd"], 16384 - 4096 - 4096);
+        assert_eq!(t["dram"], 16384);
+        assert_eq!(t["ssd-copy"], 16384 - 4096 - 4096);
+        let data: u64 = t
+            .iter()
+            .filter(|(k, _)| !k.ends_with("-copy"))
+            .map(|(_, v)| v)
+            .sum();
+        assert_eq!(data, 28672);
+    }
 }
