@@ -112,3 +112,33 @@ def test_settings_can_be_listed_and_changed_at_run_time():
             import json
             st = json.loads(terrace("status", "--json", mnt).stdout)
             assert st["settings"]["sync_threshold_bytes"] == 4 << 20
+
+
+def test_migrate_moves_many_files_down_and_back_up_with_every_byte_intact():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:128M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            terrace("set", mnt, "migration_threshold", "95")
+            (mnt / "d").mkdir()
+            digests = {}
+            for i in range(40):  # several migrate requests' worth of small files
+                p = mnt / "d" / f"f{i:02d}"
+                digests[p] = write_pattern(p, (i % 5 + 1) << 20, chunk=64 << 10)
+            keep = mnt / "keep.log"
+            keep.write_bytes(b"stays on PM\n")
+            cp = terrace("migrate", mnt, mnt / "d")
+            assert "moved 120 MiB of 40 files to ssd" in cp.stdout, cp.stdout
+            for p, digest in digests.items():
+                assert where(p)["bytes_per_tier"] == {"ssd": p.stat().st_size}, p
+                assert sha256(p) == digest
+            assert where(keep)["bytes_per_tier"] == {"pm": 4096}
+            cp = terrace("migrate", "--to", "pm", mnt, mnt / "d" / "f07")
+            assert where(mnt / "d" / "f07")["bytes_per_tier"] == {"pm": 3 << 20}
+            cp = terrace("migrate", mnt, "/etc", check=False)
+            assert_clean_error(cp, mentions=["not on the Terrace mount"])
+            cp = terrace("migrate", "--to", "tape", mnt, check=False)
+            assert_clean_error(cp, mentions=["tape"])
+        assert_fsck_clean(pool, "after migrating by hand")
+        with mounted_pool(pool, mnt):
+            for p, digest in digests.items():
+                assert sha256(p) == digest

@@ -74,6 +74,17 @@ impl Fs {
     /// anything may reference it: flushed on PM (the commit's fence orders it),
     /// written and synced on a block tier.
     pub(crate) fn store_data(&self, d: &DataRuns, buf: &[u8]) -> FsResult<()> {
+        self.write_data_unsynced(d, buf)?;
+        if d.tier != 0 {
+            self.tier(d.tier)?.media.sync()?;
+        }
+        Ok(())
+    }
+
+    /// [`Fs::store_data`] without the final sync of a block tier: the data is
+    /// written but not yet durable there (the caller syncs the tier before it
+    /// commits an entry that points at it). PM data is flushed as usual.
+    pub(crate) fn write_data_unsynced(&self, d: &DataRuns, buf: &[u8]) -> FsResult<()> {
         let mut at = 0usize;
         if d.tier == 0 {
             for &(b, n) in &d.runs {
@@ -91,7 +102,7 @@ impl Fs {
             t.media.write_blocks(b, &buf[at..at + len])?;
             at += len;
         }
-        t.media.sync()
+        Ok(())
     }
 
     /// Returns allocated but unused blocks.

@@ -148,6 +148,134 @@ struct Piece {
     copy: Option<(u8, u64)>,
 }
 
+/// A move whose data is written to the target but not yet committed
+/// ([`Fs::prepare_move`] → sync → [`Fs::commit_move`]).
+struct Prepared {
+    ino: Ino,
+    from: u8,
+    to: u8,
+    mode: Mode,
+    pieces: Vec<Piece>,
+    d: crate::data::DataRuns,
+    /// New block of each data block, in piece order.
+    phys: Vec<u64>,
+    /// The copied data (for the DRAM cache copy at commit).
+    buf: Vec<u8>,
+    /// Blocks copied.
+    total: u64,
+}
+
+/// Bytes of prepared moves after which a [`MoveBatch`] syncs and commits.
+pub const MOVE_SYNC_WINDOW_BYTES: u64 = 64 << 20;
+
+/// Moves collected so that one device sync covers many of them: each
+/// [`MoveBatch::add`] copies a batch of pieces (one sequential request) and
+/// keeps it uncommitted; once `window` bytes are pending, or at
+/// [`MoveBatch::finish`], every target tier is synced once and then each move
+/// commits. A crash before a move's commit leaves its old mapping (the new
+/// blocks are free at the next mount); no committed entry ever points at
+/// data that is not durable.
+pub(crate) struct MoveBatch<'a> {
+    fs: &'a Fs,
+    pending: Vec<Prepared>,
+    pending_bytes: u64,
+    window: u64,
+    started: Option<Instant>,
+    moved: u64,
+}
+
+impl<'a> MoveBatch<'a> {
+    /// A batch that syncs after `window` bytes (0: after every move).
+    pub(crate) fn new(fs: &'a Fs, window: u64) -> MoveBatch<'a> {
+        MoveBatch {
+            fs,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            window,
+            started: None,
+            moved: 0,
+        }
+    }
+
+    /// Prepares a move of the pieces of `ranges` (see [`Fs::move_ranges`]);
+    /// moves without data to copy commit at once. An error (target full or
+    /// failing) leaves the moves prepared so far pending: `finish` still
+    /// commits them.
+    pub(crate) fn add(
+        &mut self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        ranges: &[(u64, u64)],
+        mode: Mode,
+    ) -> FsResult<()> {
+        self.started.get_or_insert_with(Instant::now);
+        let Some(p) = self.fs.prepare_move(ino, from, to, ranges, mode)? else {
+            return Ok(());
+        };
+        if p.total == 0 {
+            self.moved += self.fs.commit_move(p)?;
+            return Ok(());
+        }
+        self.pending_bytes += p.total * BS;
+        self.pending.push(p);
+        if self.pending_bytes >= self.window {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the target tiers of the pending moves once, then commits them.
+    fn flush(&mut self) -> FsResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let mut tiers: Vec<u8> = pending.iter().map(|p| p.d.tier).collect();
+        tiers.sort_unstable();
+        tiers.dedup();
+        let mut synced = Ok(());
+        for t in tiers.into_iter().filter(|&t| t != 0) {
+            synced = synced.and_then(|()| self.fs.tier(t).and_then(|t| t.media.sync()));
+        }
+        if let Err(e) = synced {
+            for p in pending {
+                self.fs.release_data(p.d);
+            }
+            return Err(e);
+        }
+        let mut first_err = None;
+        for p in pending {
+            match self.fs.commit_move(p) {
+                Ok(b) => self.moved += b,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(t0) = self.started.take() {
+            let m = &self.fs.migrator;
+            m.busy_ns
+                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Syncs and commits everything pending; returns the bytes moved by all
+    /// of this batch's committed moves, and whether the last window failed
+    /// (then none of its moves committed).
+    pub(crate) fn finish(mut self) -> (u64, FsResult<()>) {
+        let r = self.flush();
+        (self.moved, r)
+    }
+
+    /// Bytes moved by the moves committed so far.
+    pub(crate) fn moved(&self) -> u64 {
+        self.moved
+    }
+}
+
 /// What [`Fs::move_range`] does with the data it captures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -230,29 +358,6 @@ impl Fs {
         cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(forced)
     }
 
-    /// Moves the pieces of `groups` (of file `ino`, in file order) that are
-    /// still on tier `from` to tier `to`, packed into batches of at most
-    /// `group_blocks` blocks ([`mig::batch_groups`]), one sequential copy and
-    /// one commit per batch. Returns the bytes moved.
-    pub fn migrate_batched(
-        &self,
-        ino: Ino,
-        from: u8,
-        to: u8,
-        groups: &[Group],
-        group_blocks: u64,
-    ) -> FsResult<u64> {
-        let mut moved = 0;
-        for batch in mig::batch_groups(groups, group_blocks) {
-            if self.migrator.stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let ranges: Vec<(u64, u64)> = batch.iter().map(|g| (g.file_block, g.blocks)).collect();
-            moved += self.move_ranges(ino, from, to, &ranges, Mode::Move)?;
-        }
-        Ok(moved)
-    }
-
     /// Moves the pieces of `groups` (of file `ino`) that are still on tier
     /// `from` to tier `to`, one group at a time. Returns the bytes moved.
     pub fn migrate_groups(&self, ino: Ino, from: u8, to: u8, groups: &[Group]) -> FsResult<u64> {
@@ -307,7 +412,24 @@ impl Fs {
         ranges: &[(u64, u64)],
         mode: Mode,
     ) -> FsResult<u64> {
-        let t0 = Instant::now();
+        let mut batch = MoveBatch::new(self, 0);
+        let r = batch.add(ino, from, to, ranges, mode);
+        let (moved, done) = batch.finish();
+        r.and(done).map(|()| moved)
+    }
+
+    /// Steps 1 and 2 of the mechanism: captures the pieces of `ranges` and
+    /// writes their data to fresh blocks of `to` — not yet made durable on a
+    /// block tier (the caller syncs the tier before [`Fs::commit_move`]).
+    /// `None` when nothing in the ranges qualifies.
+    fn prepare_move(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        ranges: &[(u64, u64)],
+        mode: Mode,
+    ) -> FsResult<Option<Prepared>> {
         // 1. Capture.
         let pieces: Vec<Piece> = {
             let g = self.lock(ino)?;
@@ -346,7 +468,7 @@ impl Fs {
             .map(|p| p.blocks)
             .sum();
         if pieces.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         // 2. Copy. Blocks read here may be freed and reused by a concurrent
         // write; step 3 then drops the piece, so stale bytes never commit.
@@ -381,7 +503,7 @@ impl Fs {
             }
         };
         if total > 0 {
-            if let Err(e) = self.store_data(&d, &buf) {
+            if let Err(e) = self.write_data_unsynced(&d, &buf) {
                 self.release_data(d);
                 return Err(e);
             }
@@ -390,6 +512,39 @@ impl Fs {
         for &(b, k) in &d.runs {
             phys.extend(b..b + k);
         }
+        Ok(Some(Prepared {
+            ino,
+            from,
+            to,
+            mode,
+            pieces,
+            d,
+            phys,
+            buf,
+            total,
+        }))
+    }
+
+    /// Steps 3 and 4: commits the prepared pieces whose mapping is unchanged
+    /// (their new data must be durable by now) and frees what is not used.
+    /// Returns the bytes moved, copied, evicted or dropped.
+    fn commit_move(&self, p: Prepared) -> FsResult<u64> {
+        let Prepared {
+            ino,
+            from,
+            to,
+            mode,
+            pieces,
+            d,
+            phys,
+            buf,
+            total,
+        } = p;
+        let needs_data = |p: &Piece| match mode {
+            Mode::Move => p.copy.map(|c| c.0) != Some(to),
+            Mode::Copy => true,
+            Mode::Evict | Mode::DropCopy => false,
+        };
         // 3. Commit the pieces whose mapping is unchanged.
         let mut g = match self.lock(ino) {
             Ok(g) => g,
@@ -547,8 +702,6 @@ impl Fs {
         m.groups.fetch_add(1, Ordering::Relaxed);
         m.entries_moved.fetch_add(n_entries, Ordering::Relaxed);
         if total > 0 {
-            m.busy_ns
-                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             m.data_bytes.fetch_add(total * BS, Ordering::Relaxed);
         }
         Ok(bytes)
@@ -557,32 +710,70 @@ impl Fs {
     /// Moves all of a file's data that is not on tier `to` there (`terrace
     /// migrate`), in groups of `group_migration_bytes`. Returns bytes moved.
     pub fn migrate_file(&self, ino: Ino, to: u8) -> FsResult<u64> {
+        let (moved, mut errors) = self.migrate_files(&[ino], to)?;
+        match errors.pop() {
+            Some((_, e)) => Err(e),
+            None => Ok(moved),
+        }
+    }
+
+    /// [`Fs::migrate_file`] for several files at once: their groups share
+    /// sync windows ([`MoveBatch`]), so many small files cost one device sync
+    /// per window rather than one each. Returns the bytes moved and the files
+    /// that failed (a file that fails does not stop the others); `Err` only
+    /// for a bad target tier.
+    pub fn migrate_files(
+        &self,
+        inos: &[Ino],
+        to: u8,
+    ) -> FsResult<(u64, Vec<(Ino, std::io::Error)>)> {
         if to != 0 && !self.tiers.iter().any(|t| t.id == to) {
             return Err(errno(libc::EINVAL));
         }
         let params = self.settings.read().migration_params();
-        // Cached writes first, so what moves is the file's current data.
-        self.flush_inode(ino)?;
-        let entries: Vec<EntrySnapshot> = {
-            let g = self.lock(ino)?;
-            let i = g.as_ref().expect("live");
-            if i.kind != FileType::Regular {
-                return Ok(0);
-            }
-            snapshot_entries(i)
-        };
-        let mut moved = 0;
+        let gb = params.group_blocks();
+        let mut batch = MoveBatch::new(self, MOVE_SYNC_WINDOW_BYTES.max(gb * BS));
+        let mut errors = Vec::new();
         let tiers: Vec<u8> = std::iter::once(0)
             .chain(self.tiers.iter().map(|t| t.id))
             .filter(|&t| t != to)
             .collect();
-        for from in tiers {
-            let mine: Vec<EntrySnapshot> =
-                entries.iter().filter(|e| e.tier == from).copied().collect();
-            let groups = mig::group_entries(&mine, params.group_blocks());
-            moved += self.migrate_batched(ino, from, to, &groups, params.group_blocks())?;
+        for &ino in inos {
+            if self.migrator.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let r = (|| -> FsResult<()> {
+                // Cached writes first, so what moves is the file's current data.
+                self.flush_inode(ino)?;
+                let entries: Vec<EntrySnapshot> = {
+                    let g = self.lock(ino)?;
+                    let i = g.as_ref().expect("live");
+                    if i.kind != FileType::Regular {
+                        return Ok(());
+                    }
+                    snapshot_entries(i)
+                };
+                for &from in &tiers {
+                    let mine: Vec<EntrySnapshot> =
+                        entries.iter().filter(|e| e.tier == from).copied().collect();
+                    for group in mig::batch_groups(&mig::group_entries(&mine, gb), gb) {
+                        let ranges: Vec<(u64, u64)> =
+                            group.iter().map(|g| (g.file_block, g.blocks)).collect();
+                        batch.add(ino, from, to, &ranges, Mode::Move)?;
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                errors.push((ino, e));
+            }
         }
-        Ok(moved)
+        let (moved, r) = batch.finish();
+        if let (Err(e), Some(&ino)) = (r, inos.last()) {
+            // The last window's sync failed: none of it committed.
+            errors.push((ino, e));
+        }
+        Ok((moved, errors))
     }
 
     /// One migration pass: drain each tier above its threshold into the next
@@ -766,65 +957,27 @@ impl Fs {
         // move warmer files than a single worker would.
         let claimed = AtomicU64::new(0);
         let failed = AtomicBool::new(false);
+        // Moves are synced and committed in windows (see `MoveBatch`): a
+        // quarter of the goal, so space on the source is freed as the pass
+        // goes, at least one group and at most MOVE_SYNC_WINDOW_BYTES.
+        let window = (goal / 4)
+            .max(params.group_blocks() * BS)
+            .min(MOVE_SYNC_WINDOW_BYTES);
         let work = || {
-            let now = now_ns().max(0) as u64;
-            loop {
-                if moved.load(Ordering::Relaxed) >= goal
-                    || failed.load(Ordering::Relaxed)
-                    || self.migrator.stop.load(Ordering::Relaxed)
-                {
-                    return;
-                }
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(_, ino)) = files.get(k) else {
-                    return;
-                };
-                let file = {
-                    let Ok(g) = self.lock(ino) else { continue };
-                    let i = g.as_ref().expect("live");
-                    FileSnapshot {
-                        ino,
-                        mtime_ns: i.attr.mtime.max(0) as u64,
-                        amtime_ns: i.amtime.value(),
-                        entries: snapshot_entries(i),
-                    }
-                };
-                let entries: Vec<EntrySnapshot> = if mode == Mode::Evict {
-                    // Clean data is evicted wherever it is in the file: it
-                    // costs nothing and its copy serves later reads.
-                    file.entries
-                        .iter()
-                        .filter(|e| e.tier == from)
-                        .copied()
-                        .collect()
-                } else {
-                    policy.choose(&file, from, now, params).entries
-                };
-                let bytes: u64 = entries.iter().map(|e| e.blocks * BS).sum();
-                if bytes == 0 {
-                    continue;
-                }
-                if mode != Mode::Evict && claimed.fetch_add(bytes, Ordering::Relaxed) >= goal {
-                    return;
-                }
-                let gb = params.group_blocks();
-                for batch in mig::batch_groups(&mig::group_entries(&entries, gb), gb) {
-                    if mode == Mode::Evict && moved.load(Ordering::Relaxed) >= goal {
-                        break;
-                    }
-                    let ranges: Vec<(u64, u64)> =
-                        batch.iter().map(|g| (g.file_block, g.blocks)).collect();
-                    match self.move_ranges(ino, from, to, &ranges, mode) {
-                        Ok(b) => {
-                            moved.fetch_add(b, Ordering::Relaxed);
-                        }
-                        Err(_) => {
-                            // Target full or failing: try again next pass.
-                            failed.store(true, Ordering::Relaxed);
-                            return;
-                        }
-                    }
-                }
+            let mut batch = MoveBatch::new(self, window);
+            let mut counted = 0u64;
+            self.drain_files(
+                &mut batch,
+                &mut counted,
+                (from, to, goal, mode),
+                params,
+                policy,
+                (&files, &next, &moved, &claimed, &failed),
+            );
+            let (total, r) = batch.finish();
+            moved.fetch_add(total - counted, Ordering::Relaxed);
+            if r.is_err() {
+                failed.store(true, Ordering::Relaxed);
             }
         };
         if workers == 1 {
@@ -837,6 +990,88 @@ impl Fs {
             });
         }
         moved.into_inner()
+    }
+
+    /// One drain worker's loop: takes the next coldest file until the goal is
+    /// claimed or met, and adds its chosen data to `batch`.
+    #[allow(clippy::type_complexity)]
+    fn drain_files(
+        &self,
+        batch: &mut MoveBatch<'_>,
+        counted: &mut u64,
+        (from, to, goal, mode): (u8, u8, u64, Mode),
+        params: &mig::MigrationParams,
+        policy: &(dyn mig::MigrationPolicy + Send + Sync),
+        (files, next, moved, claimed, failed): (
+            &[(u64, Ino)],
+            &std::sync::atomic::AtomicUsize,
+            &AtomicU64,
+            &AtomicU64,
+            &AtomicBool,
+        ),
+    ) {
+        let now = now_ns().max(0) as u64;
+        // Publishes what the batch committed so far.
+        let publish = |batch: &MoveBatch<'_>, counted: &mut u64| {
+            let m = batch.moved();
+            moved.fetch_add(m - *counted, Ordering::Relaxed);
+            *counted = m;
+        };
+        loop {
+            if moved.load(Ordering::Relaxed) >= goal
+                || failed.load(Ordering::Relaxed)
+                || self.migrator.stop.load(Ordering::Relaxed)
+            {
+                return;
+            }
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(_, ino)) = files.get(k) else {
+                return;
+            };
+            let file = {
+                let Ok(g) = self.lock(ino) else { continue };
+                let i = g.as_ref().expect("live");
+                FileSnapshot {
+                    ino,
+                    mtime_ns: i.attr.mtime.max(0) as u64,
+                    amtime_ns: i.amtime.value(),
+                    entries: snapshot_entries(i),
+                }
+            };
+            let entries: Vec<EntrySnapshot> = if mode == Mode::Evict {
+                // Clean data is evicted wherever it is in the file: it
+                // costs nothing and its copy serves later reads.
+                file.entries
+                    .iter()
+                    .filter(|e| e.tier == from)
+                    .copied()
+                    .collect()
+            } else {
+                policy.choose(&file, from, now, params).entries
+            };
+            let bytes: u64 = entries.iter().map(|e| e.blocks * BS).sum();
+            if bytes == 0 {
+                continue;
+            }
+            if mode != Mode::Evict && claimed.fetch_add(bytes, Ordering::Relaxed) >= goal {
+                return;
+            }
+            let gb = params.group_blocks();
+            for group in mig::batch_groups(&mig::group_entries(&entries, gb), gb) {
+                if mode == Mode::Evict && moved.load(Ordering::Relaxed) >= goal {
+                    break;
+                }
+                let ranges: Vec<(u64, u64)> =
+                    group.iter().map(|g| (g.file_block, g.blocks)).collect();
+                let r = batch.add(ino, from, to, &ranges, mode);
+                publish(batch, counted);
+                if r.is_err() {
+                    // Target full or failing: try again next pass.
+                    failed.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
     }
 
     /// Reverse migration: read-hot block-tier files move up to PM.

@@ -742,3 +742,64 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
         );
     }
 }
+
+#[test]
+fn crashes_while_several_files_share_a_sync_window_lose_nothing() {
+    let pm = Arc::new(CrashMedia::new(32 << 20));
+    let ssd = Arc::new(TimedBlock::new(SSD, pm.clone()));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("migration_threshold", "95").unwrap();
+    let mut rng = StdRng::seed_from_u64(base_seed("sync window crash test"));
+    let mut files = Vec::new();
+    for n in 0..6u64 {
+        let f = fs
+            .mknod(1, format!("w{n}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        let data = pattern(rng.gen(), rng.gen_range(200_000..1_500_000));
+        for (c, chunk) in data.chunks(64 << 10).enumerate() {
+            fs.write(f.ino, (c as u64) << 16, chunk).unwrap();
+        }
+        files.push((f.ino, data));
+    }
+    pm.sync_all().unwrap();
+    let base = {
+        let mut b = vec![0u8; SSD as usize];
+        ssd.read_blocks(0, &mut b).unwrap();
+        b
+    };
+    ssd.synced.lock().clear();
+    let inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    let e0 = pm.events_len();
+    let (r, trace) = pm.trace(|| fs.migrate_files(&inos, 1).unwrap());
+    let (moved, failed) = r;
+    assert!(failed.is_empty(), "{failed:?}");
+    let total: u64 = files.iter().map(|f| f.1.len() as u64).sum();
+    assert!(moved >= total, "moved {moved} of {total}");
+    // One sync for the whole window, not one per file.
+    let syncs: std::collections::BTreeSet<u64> = ssd.synced.lock().iter().map(|s| s.0).collect();
+    assert_eq!(syncs.len(), 1, "syncs at PM events {syncs:?}");
+    let n = trace.len();
+    let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
+    points.extend([0, n / 3, n / 2, n]);
+    for kk in points {
+        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
+        let pm2 = Arc::new(MemMedia::from_image(img));
+        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+        assert!(
+            report.is_clean(),
+            "crash at {kk}/{n}: {:?}",
+            report.problems
+        );
+        let dev = MemBlock::from_image(ssd.image_at(&base, e0 + kk as u64));
+        let fs2 = mount(pm2, Arc::new(dev));
+        fs2.check_allocator()
+            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
+        for (ino, data) in &files {
+            assert!(
+                fs2.read(*ino, 0, data.len()).unwrap() == *data,
+                "crash at {kk}/{n}: inode {ino} changed"
+            );
+        }
+    }
+}

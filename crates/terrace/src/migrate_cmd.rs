@@ -61,6 +61,30 @@ fn collect(paths: &[PathBuf], dev: u64, out: &mut Vec<(PathBuf, u64, u64)>) -> C
     Ok(())
 }
 
+/// Bytes of file data per migrate request.
+const REQUEST_BYTES: u64 = 64 << 20;
+/// Files per migrate request.
+const REQUEST_FILES: usize = 256;
+
+/// Splits the files to move into requests of at most `REQUEST_BYTES` of
+/// data (a larger file is a request of its own) and `REQUEST_FILES` files.
+fn requests(todo: &[(PathBuf, u64, u64)]) -> Vec<&[(PathBuf, u64, u64)]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0usize, 0u64);
+    for (k, t) in todo.iter().enumerate() {
+        if k > start && (bytes + t.2 > REQUEST_BYTES || k - start >= REQUEST_FILES) {
+            out.push(&todo[start..k]);
+            start = k;
+            bytes = 0;
+        }
+        bytes += t.2;
+    }
+    if start < todo.len() {
+        out.push(&todo[start..]);
+    }
+    out
+}
+
 /// `terrace migrate`.
 pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
     let abs = util::abs_path(mnt);
@@ -130,23 +154,48 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
     }
     let mut moved = 0u64;
     let mut failed = 0usize;
-    for (path, ino, size) in &todo {
+    // Files go in requests of up to REQUEST_BYTES (or REQUEST_FILES files):
+    // the daemon moves a request's files with shared device syncs, and the
+    // progress bar advances per request.
+    for chunk in requests(&todo) {
+        let first = &chunk[0].0;
         bar.set_message(
-            path.file_name()
+            first
+                .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         );
+        let inos: Vec<u64> = chunk.iter().map(|t| t.1).collect();
         match ask(
-            &json!({"cmd": "migrate", "ino": ino, "to": to_id}),
+            &json!({"cmd": "migrate", "inos": inos, "to": to_id}),
             Duration::from_secs(3600),
         ) {
-            Ok(v) => moved += v.get("bytes").and_then(Value::as_u64).unwrap_or(0),
+            Ok(v) => {
+                moved += v.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+                for f in v
+                    .get("failed")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    failed += 1;
+                    let ino = f.get("ino").and_then(Value::as_u64).unwrap_or(0);
+                    let err = f.get("error").and_then(Value::as_str).unwrap_or("failed");
+                    let path = chunk
+                        .iter()
+                        .find(|t| t.1 == ino)
+                        .map_or_else(|| format!("inode {ino}"), |t| t.0.display().to_string());
+                    bar.suspend(|| eprintln!("terrace: {path}: {err}"));
+                }
+            }
             Err(e) => {
-                failed += 1;
-                bar.suspend(|| eprintln!("terrace: {}: {}", path.display(), e.msg));
+                failed += chunk.len();
+                for (path, _, _) in chunk {
+                    bar.suspend(|| eprintln!("terrace: {}: {}", path.display(), e.msg));
+                }
             }
         }
-        bar.inc(*size);
+        bar.inc(chunk.iter().map(|t| t.2).sum());
     }
     bar.finish_and_clear();
     let name = tiers
@@ -169,4 +218,34 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
         return Err(CliError::new(String::new()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_hold_at_most_64_mib_or_256_files_and_keep_order() {
+        let f = |n: u64, size: u64| (PathBuf::from(format!("f{n}")), n, size);
+        let todo: Vec<_> = (0..10)
+            .map(|n| f(n, 20 << 20))
+            .chain([f(10, 100 << 20)])
+            .collect();
+        let r = requests(&todo);
+        let inos: Vec<Vec<u64>> = r.iter().map(|c| c.iter().map(|t| t.1).collect()).collect();
+        assert_eq!(
+            inos,
+            vec![
+                vec![0, 1, 2],
+                vec![3, 4, 5],
+                vec![6, 7, 8],
+                vec![9],
+                vec![10]
+            ]
+        );
+        let many: Vec<_> = (0..600).map(|n| f(n, 0)).collect();
+        let sizes: Vec<usize> = requests(&many).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, vec![256, 256, 88]);
+        assert!(requests(&[]).is_empty());
+    }
 }

@@ -473,17 +473,33 @@ fn control_loop(
                     );
                     continue;
                 }
-                let ino = req.get("ino").and_then(Value::as_u64).unwrap_or(0);
+                // One file ("ino") or several ("inos": their moves share
+                // device syncs); failures are reported per file.
+                let inos: Vec<u64> = match req.get("inos").and_then(Value::as_array) {
+                    Some(a) => a.iter().filter_map(Value::as_u64).collect(),
+                    None => vec![req.get("ino").and_then(Value::as_u64).unwrap_or(0)],
+                };
                 let to = req.get("to").and_then(Value::as_u64).unwrap_or(u64::MAX);
                 let fs = fs.clone();
                 // Long work: answer from its own thread so status stays responsive.
                 std::thread::spawn(move || {
                     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
                     let answer = match u8::try_from(to) {
-                        Ok(to) => match fs.migrate_file(ino, to) {
-                            Ok(bytes) => json!({"ok": true, "bytes": bytes}),
-                            Err(e) => json!({"ok": false, "error": util::os_reason(&e)}),
-                        },
+                        Ok(to) => {
+                            match fs.migrate_files(&inos, to) {
+                                Ok((bytes, failed)) if failed.is_empty() || inos.len() > 1 => {
+                                    let failed: Vec<Value> = failed
+                                    .iter()
+                                    .map(|(ino, e)| json!({"ino": ino, "error": util::os_reason(e)}))
+                                    .collect();
+                                    json!({"ok": true, "bytes": bytes, "failed": failed})
+                                }
+                                Ok((_, failed)) => {
+                                    json!({"ok": false, "error": util::os_reason(&failed[0].1)})
+                                }
+                                Err(e) => json!({"ok": false, "error": util::os_reason(&e)}),
+                            }
+                        }
                         Err(_) => json!({"ok": false, "error": "no such tier"}),
                     };
                     reply(&stream, &answer);
