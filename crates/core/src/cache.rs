@@ -58,6 +58,14 @@ pub struct DirtyPage {
     pub data: Arc<[u8]>,
     /// Global sequence number of the write that produced this content.
     pub seq: u64,
+    /// Sequence number of the oldest write whose bytes this page holds (the
+    /// page absorbed every cached write to it from `first_seq` to `seq`).
+    pub first_seq: u64,
+    /// End offset (bytes) of the furthest-reaching write this page absorbed:
+    /// the file size those writes imply.
+    pub end: u64,
+    /// Time of the newest write this page absorbed.
+    pub mtime: i64,
     /// Write-size predictor counter of that write.
     pub counter: u8,
 }
@@ -300,6 +308,40 @@ impl PageCache {
     }
 }
 
+/// Most bytes a write-back under cache pressure writes at a time
+/// ([`Fs::flush_inode_part`]); parts are an eighth of the cache bound, at
+/// least 64 KiB, at most this.
+pub const WRITEBACK_PART_BYTES: u64 = 16 << 20;
+
+/// The dirty pages of the oldest cached writes of a file, in page order:
+/// at least `max_pages` pages when the file has that many, and exactly the
+/// pages of every write up to some sequence number `c` — a page is taken iff
+/// the oldest write it holds is at most `c`, and then every write it holds is
+/// at most `c` too. Committing them therefore applies a prefix of the file's
+/// cached writes, each write whole (a crash shows a prefix of its writes).
+fn oldest_writes(dirty: &BTreeMap<u64, DirtyPage>, max_pages: u64) -> Vec<(u64, DirtyPage)> {
+    if dirty.len() as u64 <= max_pages {
+        return dirty.iter().map(|(k, v)| (*k, v.clone())).collect();
+    }
+    let mut by_age: Vec<(u64, &DirtyPage)> = dirty.iter().map(|(k, v)| (*k, v)).collect();
+    by_age.sort_by_key(|(fb, p)| (p.first_seq, *fb));
+    let mut cut = 0u64;
+    let mut taken = 0usize;
+    for (k, (_, p)) in by_age.iter().enumerate() {
+        if k as u64 >= max_pages && p.first_seq > cut {
+            break;
+        }
+        cut = cut.max(p.seq);
+        taken = k + 1;
+    }
+    let mut out: Vec<(u64, DirtyPage)> = by_age[..taken]
+        .iter()
+        .map(|(fb, p)| (*fb, (*p).clone()))
+        .collect();
+    out.sort_by_key(|(fb, _)| *fb);
+    out
+}
+
 impl Fs {
     /// The page cache.
     pub fn cache(&self) -> &PageCache {
@@ -337,7 +379,7 @@ impl Fs {
                     // A write-back that fails (device error, every tier
                     // full) fails this write too rather than overfill the
                     // cache.
-                    self.flush_inode(v)?;
+                    self.flush_inode_part(v, self.writeback_part())?;
                 }
                 None => {
                     tries += 1;
@@ -395,15 +437,28 @@ impl Fs {
                 DirtyPage {
                     data: page.into(),
                     seq,
+                    first_seq: seq,
+                    end,
+                    mtime: now,
                     counter,
                 },
             ));
         }
         // Nothing fails from here on: the write is all in, or not at all.
         let visible = i.size();
-        for (fb, p) in fresh {
-            if i.dirty.insert(fb, p).is_none() {
-                added += 1;
+        for (fb, mut p) in fresh {
+            match i.dirty.get(&fb) {
+                Some(old) => {
+                    // The page absorbs this write: it now carries every
+                    // cached write to it since the oldest.
+                    p.first_seq = old.first_seq;
+                    p.end = p.end.max(old.end);
+                    i.dirty.insert(fb, p);
+                }
+                None => {
+                    i.dirty.insert(fb, p);
+                    added += 1;
+                }
             }
         }
         i.cached_size = visible.max(end);
@@ -427,6 +482,21 @@ impl Fs {
     /// Writes back all dirty pages of `ino` and commits them (one commit). A
     /// no-op for a file without dirty pages.
     pub fn flush_inode(&self, ino: Ino) -> FsResult<()> {
+        self.flush_inode_part(ino, u64::MAX)
+    }
+
+    /// Bytes of one write-back part (see [`WRITEBACK_PART_BYTES`]).
+    fn writeback_part(&self) -> u64 {
+        (self.cache.bound() / 8).clamp(64 << 10, WRITEBACK_PART_BYTES)
+    }
+
+    /// Writes back the oldest writes of `ino` — about `max_bytes` of pages,
+    /// more when needed to keep whole writes (see [`oldest_writes`]) — with
+    /// one request per contiguous run, one sync and one commit. Write-back
+    /// under cache pressure goes in such parts, so a writer that waits for
+    /// room waits for one part, not for the whole file, and the device works
+    /// while the writer fills the cache again.
+    pub(crate) fn flush_inode_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
         let _wb = self.cache.wb_locks[ino as usize % WB_STRIPES].lock();
         let (pages, size, mtime) = {
             let Ok(g) = self.lock(ino) else {
@@ -438,9 +508,10 @@ impl Fs {
                 self.cache.drop_dirty(ino, 0, true);
                 return Ok(());
             }
-            let pages: Vec<(u64, DirtyPage)> =
-                i.dirty.iter().map(|(k, v)| (*k, v.clone())).collect();
-            (pages, i.cached_size, i.cached_mtime)
+            let pages = oldest_writes(&i.dirty, max_bytes / BS);
+            let size = pages.iter().map(|(_, p)| p.end).max().unwrap_or(0);
+            let mtime = pages.iter().map(|(_, p)| p.mtime).max().unwrap_or(0);
+            (pages, size, mtime)
         };
         let n = pages.len() as u64;
         let want = self.tiers.first().map(|t| t.id).unwrap_or(0);
@@ -600,7 +671,14 @@ impl Fs {
                 }
             };
             let Some(ino) = victim else { break };
-            if self.flush_inode(ino).is_err() {
+            // In parts while over the mark (writers keep filling meanwhile);
+            // whole files when they are only old.
+            let part = if over {
+                self.writeback_part()
+            } else {
+                u64::MAX
+            };
+            if self.flush_inode_part(ino, part).is_err() {
                 // Leave it dirty (the error reaches the application at fsync);
                 // try again on a later pass rather than spin.
                 break;
@@ -651,5 +729,66 @@ impl Fs {
                 let _ = h.join();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(first_seq: u64, seq: u64) -> DirtyPage {
+        DirtyPage {
+            data: Arc::from(vec![0u8; BS as usize]),
+            seq,
+            first_seq,
+            end: 0,
+            mtime: 0,
+            counter: 0,
+        }
+    }
+
+    fn blocks(v: &[(u64, DirtyPage)]) -> Vec<u64> {
+        v.iter().map(|(fb, _)| *fb).collect()
+    }
+
+    #[test]
+    fn a_part_of_a_sequential_stream_is_its_oldest_writes() {
+        // Ten one-page writes, page k by write k + 1.
+        let dirty: BTreeMap<u64, DirtyPage> = (0..10).map(|k| (k, page(k + 1, k + 1))).collect();
+        assert_eq!(blocks(&oldest_writes(&dirty, 4)), vec![0, 1, 2, 3]);
+        assert_eq!(oldest_writes(&dirty, 100).len(), 10);
+    }
+
+    #[test]
+    fn a_write_is_never_split_across_parts() {
+        // Write 1 covers pages 5..8; a part of two pages takes all four.
+        let dirty: BTreeMap<u64, DirtyPage> = (5..9)
+            .map(|k| (k, page(1, 1)))
+            .chain([(0, page(2, 2))])
+            .collect();
+        assert_eq!(blocks(&oldest_writes(&dirty, 2)), vec![5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn a_page_rewritten_later_pulls_the_later_writes_in() {
+        // Page 0 holds writes 1 and 5; pages 1..4 hold writes 2..5 (page 4:
+        // write 5 too); page 9 holds write 6. The oldest write forces
+        // everything up to write 5 into the part, but not write 6.
+        let mut dirty: BTreeMap<u64, DirtyPage> = BTreeMap::new();
+        dirty.insert(0, page(1, 5));
+        for k in 1..4 {
+            dirty.insert(k, page(k + 1, k + 1));
+        }
+        dirty.insert(4, page(5, 5));
+        dirty.insert(9, page(6, 6));
+        assert_eq!(blocks(&oldest_writes(&dirty, 1)), vec![0, 1, 2, 3, 4]);
+        // Every taken page holds only writes up to the cut; no page left
+        // behind holds a write at or below it.
+        let taken = oldest_writes(&dirty, 1);
+        let cut = taken.iter().map(|(_, p)| p.seq).max().unwrap();
+        assert!(dirty
+            .iter()
+            .filter(|(fb, _)| !taken.iter().any(|(t, _)| t == *fb))
+            .all(|(_, p)| p.first_seq > cut));
     }
 }
