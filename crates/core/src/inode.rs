@@ -56,18 +56,61 @@ impl Extent {
 pub type Released = (u8, u64, u64);
 
 /// File block → extent map. Keys are first file blocks; extents never overlap.
+///
+/// Invariant: the counters (`blocks`, `copies`, `pm_blocks`,
+/// `pm_clean_blocks`) always equal what a scan of `map` would give; every
+/// change of `map` goes through [`ExtentMap::put`] and [`ExtentMap::take`].
+/// They make the hot paths (stat, log-compaction checks, NVMFS's dirty/clean
+/// accounting) O(1) in the number of extents.
 #[derive(Debug, Clone, Default)]
 pub struct ExtentMap {
     map: BTreeMap<u64, Extent>,
+    blocks: u64,
+    copies: u64,
+    pm_blocks: u64,
+    pm_clean_blocks: u64,
 }
 
 impl ExtentMap {
+    fn count(&mut self, e: &Extent, add: bool) {
+        let f = |v: &mut u64, n: u64| {
+            if add {
+                *v += n
+            } else {
+                *v -= n
+            }
+        };
+        f(&mut self.blocks, e.blocks);
+        f(&mut self.copies, u64::from(e.copy.is_some()));
+        if e.tier == 0 {
+            f(&mut self.pm_blocks, e.blocks);
+            if e.copy.is_some() {
+                f(&mut self.pm_clean_blocks, e.blocks);
+            }
+        }
+    }
+
+    /// Inserts (or replaces) the extent starting at `s`.
+    fn put(&mut self, s: u64, e: Extent) {
+        self.count(&e, true);
+        if let Some(old) = self.map.insert(s, e) {
+            self.count(&old, false);
+        }
+    }
+
+    /// Removes the extent starting at `s`.
+    fn take(&mut self, s: u64) -> Option<Extent> {
+        let e = self.map.remove(&s)?;
+        self.count(&e, false);
+        Some(e)
+    }
+
     /// Splits the extent covering `b` (if any) so that one starts at `b`.
     fn split_at(&mut self, b: u64) {
         if let Some((&s, &e)) = self.map.range(..b).next_back() {
             if s + e.blocks > b {
-                self.map.insert(s, e.part(0, b - s));
-                self.map.insert(b, e.part(b - s, s + e.blocks - b));
+                self.put(s, e.part(0, b - s));
+                self.put(b, e.part(b - s, s + e.blocks - b));
             }
         }
     }
@@ -83,7 +126,7 @@ impl ExtentMap {
         let inside: Vec<u64> = self.map.range(start..end).map(|(&s, _)| s).collect();
         let mut out = Vec::new();
         for s in inside {
-            let e = self.map.remove(&s).expect("key exists");
+            let e = self.take(s).expect("key exists");
             out.extend(e.runs());
         }
         out
@@ -100,7 +143,7 @@ impl ExtentMap {
         let inside: Vec<u64> = self.map.range(start..end).map(|(&s, _)| s).collect();
         let mut out = Vec::new();
         for s in inside {
-            let e = self.map.get_mut(&s).expect("key exists");
+            let mut e = self.take(s).expect("key exists");
             let at = c.block + (s - start);
             match c.op {
                 CopyOp::Add => {
@@ -122,6 +165,7 @@ impl ExtentMap {
                 }
             }
             e.seq = seq;
+            self.put(s, e);
         }
         out
     }
@@ -129,7 +173,7 @@ impl ExtentMap {
     /// Maps `[start, start + ext.blocks)` to `ext`, returning the runs it displaced.
     pub fn map(&mut self, start: u64, ext: Extent) -> Vec<Released> {
         let out = self.unmap(start, ext.blocks);
-        self.map.insert(start, ext);
+        self.put(start, ext);
         out
     }
 
@@ -167,7 +211,17 @@ impl ExtentMap {
 
     /// Number of mapped blocks.
     pub fn mapped_blocks(&self) -> u64 {
-        self.map.values().map(|e| e.blocks).sum()
+        self.blocks
+    }
+
+    /// Number of extents that have a clean copy.
+    pub fn with_copies(&self) -> u64 {
+        self.copies
+    }
+
+    /// Blocks on PM: `(with a clean copy, without)`.
+    pub fn pm_clean_dirty(&self) -> (u64, u64) {
+        (self.pm_clean_blocks, self.pm_blocks - self.pm_clean_blocks)
     }
 
     /// Number of extents.
@@ -526,11 +580,7 @@ impl Inode {
     /// Number of entries a compacted log would hold.
     pub fn live_entries(&self) -> u64 {
         (self.extents.len()
-            + self
-                .extents
-                .iter()
-                .filter(|(_, e)| e.copy.is_some())
-                .count()
+            + self.extents.with_copies() as usize
             + self.dir.as_ref().map_or(0, |d| d.len())
             + self.xattrs.len()
             + 1) as u64
@@ -550,6 +600,58 @@ mod tests {
             mtime: 0,
             seq: 0,
             copy: None,
+        }
+    }
+
+    #[test]
+    fn extent_map_counters_match_a_scan_after_random_changes() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut m = ExtentMap::default();
+        for step in 0..5000 {
+            let start = rng.gen_range(0..200u64);
+            let n = rng.gen_range(1..20u64);
+            match rng.gen_range(0..4) {
+                0 => {
+                    m.unmap(start, n);
+                }
+                1 if m.find(start).is_some() => {
+                    // A copy entry over the mapped part of the extent at `start`.
+                    let (s, e) = m.find(start).unwrap();
+                    let len = (s + e.blocks - start).min(n);
+                    let op = match rng.gen_range(0..3) {
+                        0 => terrace_format::CopyOp::Add,
+                        1 => terrace_format::CopyOp::Promote,
+                        _ => terrace_format::CopyOp::Drop,
+                    };
+                    let c = terrace_format::CopyEntry {
+                        file_block: start,
+                        blocks: len as u32,
+                        tier: rng.gen_range(0..2),
+                        op,
+                        block: rng.gen_range(0..1000),
+                    };
+                    m.apply_copy(&c, step);
+                }
+                _ => {
+                    let e = Extent {
+                        tier: rng.gen_range(0..2),
+                        ..ext(n, rng.gen_range(0..1000))
+                    };
+                    m.map(start, e);
+                }
+            }
+            let scan_blocks: u64 = m.iter().map(|(_, e)| e.blocks).sum();
+            let scan_copies = m.iter().filter(|(_, e)| e.copy.is_some()).count() as u64;
+            let pm = |clean: bool| -> u64 {
+                m.iter()
+                    .filter(|(_, e)| e.tier == 0 && e.copy.is_some() == clean)
+                    .map(|(_, e)| e.blocks)
+                    .sum()
+            };
+            assert_eq!(m.mapped_blocks(), scan_blocks, "step {step}");
+            assert_eq!(m.with_copies(), scan_copies, "step {step}");
+            assert_eq!(m.pm_clean_dirty(), (pm(true), pm(false)), "step {step}");
         }
     }
 

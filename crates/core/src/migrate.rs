@@ -789,6 +789,7 @@ impl Fs {
         let mut chain: Vec<u8> = vec![0];
         chain.extend(self.tiers.iter().map(|t| t.id));
         let mut moved = 0;
+        let mut pm_split = (0, 0);
         for w in chain.windows(2) {
             let (from, to) = (w[0], w[1]);
             let threshold = mig::migration_threshold(params.threshold, io);
@@ -797,15 +798,22 @@ impl Fs {
             let (mut used, cap) = self.tier_use(from);
             let mut counted = used;
             if from == 0 {
-                let clean = self.pm_clean_dirty().0 * BS;
+                // One scan of the inode table per pass (and one more after
+                // evicting): the split is only needed to pass's precision.
+                pm_split = self.pm_clean_dirty();
+                let clean = pm_split.0 * BS;
                 // Room for foreground writes: dropping the PM side of clean
                 // data costs no copy, so it goes first once PM passes the
                 // eviction mark (halfway between threshold and full).
                 let evict_mark = u64::from(threshold) + (100 - u64::from(threshold)) / 2;
                 if clean > 0 && u128::from(used) * 100 > u128::from(cap) * u128::from(evict_mark) {
                     let goal = used.saturating_sub(cap / 100 * u64::from(threshold));
-                    moved += self.drain(from, to, goal, &params, &*policy, Mode::Evict);
+                    let freed = self.drain(from, to, goal, &params, &*policy, Mode::Evict);
+                    moved += freed;
                     used = self.tier_use(0).0;
+                    if freed > 0 {
+                        pm_split = self.pm_clean_dirty();
+                    }
                 }
                 // With clean copies kept, only dirty data counts toward the
                 // threshold: the rest can be dropped at any time.
@@ -815,7 +823,7 @@ impl Fs {
                     pm_capacity: cap,
                 };
                 if policy.keep_clean_copy(&probe) {
-                    counted = used.saturating_sub(self.pm_clean_dirty().0 * BS);
+                    counted = used.saturating_sub(pm_split.0 * BS);
                 }
             }
             let need = mig::should_migrate(counted, cap, threshold, params.forced_percent, running);
@@ -846,7 +854,7 @@ impl Fs {
                 self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
             }
             if from == 0 && policy.name() == "nvmfs" {
-                moved += self.nvmfs_flush(to, cap, &params, &np, &*policy);
+                moved += self.nvmfs_flush(to, cap, pm_split, &params, &np, &*policy);
             }
         }
         moved += self.reverse_pass(io, &params);
@@ -863,13 +871,9 @@ impl Fs {
         }
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {
-                for (_, e) in i.extents.iter().filter(|(_, e)| e.tier == 0) {
-                    if e.copy.is_some() {
-                        clean += e.blocks;
-                    } else {
-                        dirty += e.blocks;
-                    }
-                }
+                let (c, d) = i.extents.pm_clean_dirty();
+                clean += c;
+                dirty += d;
             }
         }
         (clean, dirty)
@@ -884,6 +888,7 @@ impl Fs {
         &self,
         to: u8,
         cap: u64,
+        (clean, dirty): (u64, u64),
         params: &mig::MigrationParams,
         np: &terrace_policy::nvmfs::NvmfsParams,
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
@@ -891,7 +896,6 @@ impl Fs {
         use terrace_policy::nvmfs::{self, AdaptiveSplit, PageKind};
         let m = &self.migrator;
         let now = now_ns().max(0) as u64;
-        let (clean, dirty) = self.pm_clean_dirty();
         let target = {
             let mut g = m.split.lock();
             let sp = g.get_or_insert_with(|| AdaptiveSplit::new(&np.split, now));
@@ -1140,24 +1144,36 @@ impl Fs {
         let weak: Weak<Fs> = Arc::downgrade(self);
         let h = std::thread::Builder::new()
             .name("terrace-migrate".into())
-            .spawn(move || loop {
-                let Some(fs) = weak.upgrade() else { return };
-                let m = &fs.migrator;
-                if m.stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                {
-                    let mut woke = m.wake_lock.lock();
-                    if !*woke {
-                        m.wake.wait_for(&mut woke, Duration::from_millis(100));
+            .spawn(move || {
+                let mut idle = false;
+                loop {
+                    let Some(fs) = weak.upgrade() else { return };
+                    let m = &fs.migrator;
+                    if m.stop.load(Ordering::Relaxed) {
+                        return;
                     }
-                    *woke = false;
+                    {
+                        let mut woke = m.wake_lock.lock();
+                        if !*woke || idle {
+                            // After a pass that moved nothing (target full, or
+                            // nothing qualifies), kicks wait for the next tick:
+                            // the thread never spins on them.
+                            let until = Instant::now() + Duration::from_millis(100);
+                            loop {
+                                let timed_out = m.wake.wait_until(&mut woke, until).timed_out();
+                                if timed_out || !idle || m.stop.load(Ordering::Relaxed) {
+                                    break;
+                                }
+                            }
+                        }
+                        *woke = false;
+                    }
+                    if m.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    m.passes.fetch_add(1, Ordering::Relaxed);
+                    idle = fs.migration_pass() == 0;
                 }
-                if m.stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                m.passes.fetch_add(1, Ordering::Relaxed);
-                fs.migration_pass();
             })
             .expect("spawn the migration thread");
         *self.migrator.thread.lock() = Some(h);

@@ -803,3 +803,36 @@ fn crashes_while_several_files_share_a_sync_window_lose_nothing() {
         }
     }
 }
+
+#[test]
+fn a_hot_region_rewritten_on_pm_over_an_old_file_on_disk_still_migrates() {
+    let pm = Arc::new(MemMedia::new(32 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm, ssd);
+    fs.set_setting("migration_threshold", "95").unwrap();
+    fs.set_setting("migration_policy", "ziggurat").unwrap();
+    // A file that is recent (so it does not move whole) ...
+    fs.set_setting("migration_age_ns", "1h").unwrap();
+    let f = fs.mknod(1, b"db", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let mut data = pattern(1, 16 << 20);
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.migrate_file(f.ino, 1).unwrap();
+    // ... whose bulk is on disk and whose hot region keeps being rewritten
+    // on PM: every PM entry is newer than the file's average mtime.
+    let mut rng = StdRng::seed_from_u64(base_seed("hot region test"));
+    for _ in 0..1500 {
+        let b = rng.gen_range(0..512usize);
+        let new = pattern(rng.gen(), 4096);
+        data[b * 4096..(b + 1) * 4096].copy_from_slice(&new);
+        fs.write(f.ino, (b * 4096) as u64, &new).unwrap();
+    }
+    let before = tier_bytes(&fs, f.ino, "pm");
+    assert!(before > 1 << 20, "{before}");
+    fs.set_setting("migration_threshold", "1").unwrap();
+    let moved = fs.migration_pass();
+    assert!(moved > 0, "migration stalled with PM over its threshold");
+    assert!(tier_bytes(&fs, f.ino, "pm") < before);
+    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+}

@@ -51,6 +51,15 @@
 //! mtime has no cold part: the answer is empty and the caller moves on to the
 //! next coldest file.
 //!
+//! Terrace's addition: the paper's amtime spans all of a file's blocks, on
+//! every tier. A large file whose bulk went to disk long ago and whose hot
+//! region keeps being rewritten on PM has an amtime older than every one of
+//! its PM entries, so the rule picks nothing on PM — and with a few such
+//! files (databases, the Zipf benchmark) migration would stall with PM full.
+//! When the file-wide amtime picks nothing on the tier, the average mtime of
+//! the file's blocks *on that tier* is used instead: the older part of what
+//! is there moves, the recently rewritten part stays.
+//!
 //! # Group migration
 //!
 //! Small entries adjacent in the file are coalesced into one group of at most
@@ -349,18 +358,39 @@ pub fn is_old(mtime_ns: u64, now_ns: u64, age_ns: u64) -> bool {
 /// before the file's amtime. Entries are returned in file order.
 pub fn cold_entries(file: &FileSnapshot, from_tier: u8, now_ns: u64, age_ns: u64) -> ColdChoice {
     let whole_file = is_old(file.mtime_ns, now_ns, age_ns);
-    let mut entries: Vec<EntrySnapshot> = file
-        .entries
-        .iter()
-        .filter(|e| e.tier == from_tier && e.blocks > 0)
-        .filter(|e| whole_file || file.amtime_ns.is_some_and(|a| e.mtime_ns < a))
-        .copied()
-        .collect();
+    let on_tier = || {
+        file.entries
+            .iter()
+            .filter(move |e| e.tier == from_tier && e.blocks > 0)
+    };
+    let older = |a: Option<u64>| -> Vec<EntrySnapshot> {
+        on_tier()
+            .filter(|e| whole_file || a.is_some_and(|a| e.mtime_ns < a))
+            .copied()
+            .collect()
+    };
+    let mut entries = older(file.amtime_ns);
+    if entries.is_empty() && !whole_file {
+        // Nothing on this tier is older than the file's average: use the
+        // average of the file's blocks on this tier (module doc).
+        entries = older(tier_amtime(file, from_tier));
+    }
     entries.sort_by_key(|e| e.file_block);
     ColdChoice {
         whole_file,
         entries,
     }
+}
+
+/// Average mtime of the file's blocks on `tier`, weighted by length (`None`
+/// when it has none there).
+pub fn tier_amtime(file: &FileSnapshot, tier: u8) -> Option<u64> {
+    let (mut sum, mut blocks) = (0u128, 0u128);
+    for e in file.entries.iter().filter(|e| e.tier == tier) {
+        sum += u128::from(e.mtime_ns) * u128::from(e.blocks);
+        blocks += u128::from(e.blocks);
+    }
+    (blocks > 0).then(|| (sum / blocks) as u64)
 }
 
 /// A run of file blocks migrated with one sequential write and committed as
@@ -766,6 +796,22 @@ mod tests {
         assert!(cold_entries(&f, 0, SEC, 30 * SEC).entries.is_empty());
         // Clock before the file's mtime: recent.
         assert!(!cold_entries(&f, 0, 0, 30 * SEC).whole_file);
+    }
+
+    #[test]
+    fn a_hot_pm_region_of_an_old_file_still_has_a_cold_part() {
+        // 100 blocks on disk written at 1 s, PM entries rewritten at 50..53 s:
+        // the file's amtime (~10 s) is older than every PM entry.
+        let mut es = vec![EntrySnapshot {
+            tier: 1,
+            ..e(0, 100, SEC)
+        }];
+        es.extend((0..4).map(|k| e(100 + k, 1, (50 + k) * SEC)));
+        let f = file(53 * SEC, es);
+        assert!(f.amtime_ns.unwrap() < 50 * SEC);
+        let c = cold_entries(&f, 0, 54 * SEC, 30 * SEC);
+        // PM's own average is 51.5 s: the two older PM entries move.
+        assert_eq!(c.entries, vec![e(100, 1, 50 * SEC), e(101, 1, 51 * SEC)]);
     }
 
     #[test]
