@@ -142,3 +142,43 @@ def test_migrate_moves_many_files_down_and_back_up_with_every_byte_intact():
         with mounted_pool(pool, mnt):
             for p, digest in digests.items():
                 assert sha256(p) == digest
+
+
+def test_rules_pin_files_through_the_mount_and_directories_pass_them_on():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            wal = mnt / "wal.log"
+            wal.write_bytes(b"")
+            assert "auto (no rule)" in terrace("rule", wal).stdout
+            assert "pinned to ssd" in terrace("rule", wal, "ssd").stdout
+            assert os.getxattr(wal, "user.terrace.rule") == b"ssd"
+            with open(wal, "ab") as f:
+                for i in range(32):
+                    f.write(b"record %05d\n" % i)
+                    f.flush()
+                    os.fsync(f.fileno())
+            w = where(wal)
+            assert w["rule"] == "ssd" and set(w["bytes_per_tier"]) == {"ssd"}, w
+            archive = mnt / "archive"
+            archive.mkdir()
+            terrace("rule", archive, "ssd")
+            (archive / "2025").mkdir()
+            digest = write_pattern(archive / "2025" / "big.bin", 8 << 20)
+            assert os.getxattr(archive / "2025" / "big.bin", "user.terrace.rule") == b"ssd"
+            fd = os.open(archive / "2025" / "big.bin", os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            assert set(where(archive / "2025" / "big.bin")["bytes_per_tier"]) == {"ssd"}
+            cp = terrace("rule", wal, "tape", check=False)
+            assert_clean_error(cp, mentions=["no tier", "tape"])
+            assert "auto" in terrace("rule", wal, "auto").stdout
+            assert "auto (no rule)" in terrace("rule", wal).stdout
+            access = os.getxattr(archive / "2025" / "big.bin", "user.terrace.access").decode()
+            assert access.startswith("class="), access
+        assert_fsck_clean(pool, "after rules")
+        with mounted_pool(pool, mnt):
+            assert os.getxattr(mnt / "archive", "user.terrace.rule") == b"ssd"
+            assert sha256(mnt / "archive" / "2025" / "big.bin") == digest
+    cp = terrace("rule", "/etc/hostname", "ssd", check=False)
+    assert_clean_error(cp, mentions=["Terrace"])

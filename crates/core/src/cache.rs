@@ -498,7 +498,7 @@ impl Fs {
     /// while the writer fills the cache again.
     pub(crate) fn flush_inode_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
         let _wb = self.cache.wb_locks[ino as usize % WB_STRIPES].lock();
-        let (pages, size, mtime) = {
+        let (pages, size, mtime, rule) = {
             let Ok(g) = self.lock(ino) else {
                 self.cache.drop_dirty(ino, 0, true);
                 return Ok(());
@@ -511,10 +511,14 @@ impl Fs {
             let pages = oldest_writes(&i.dirty, max_bytes / BS);
             let size = pages.iter().map(|(_, p)| p.end).max().unwrap_or(0);
             let mtime = pages.iter().map(|(_, p)| p.mtime).max().unwrap_or(0);
-            (pages, size, mtime)
+            (pages, size, mtime, self.rule_of(i))
         };
         let n = pages.len() as u64;
-        let want = self.tiers.first().map(|t| t.id).unwrap_or(0);
+        // The file's pinned block tier (rules), else the first block tier.
+        let want = match rule {
+            Some(t) if t != 0 => t,
+            _ => self.tiers.first().map(|t| t.id).unwrap_or(0),
+        };
         // One buffer in page order; `store_data` writes each run in one request.
         let mut buf = Vec::with_capacity((n * BS) as usize);
         for (_, p) in &pages {

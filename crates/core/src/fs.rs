@@ -102,6 +102,8 @@ pub struct Fs {
     pub(crate) migrator: crate::migrate::Migrator,
     /// Extent recycling counters.
     pub(crate) cleaner_stats: crate::clean::CleanerStats,
+    /// Inodes with a placement rule (see `rules`).
+    pub(crate) ruled: Mutex<std::collections::BTreeSet<Ino>>,
 }
 
 /// When reads update the access time.
@@ -250,10 +252,14 @@ impl Fs {
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
             cleaner_stats: Default::default(),
+            ruled: Mutex::new(Default::default()),
         };
         for slot in &fs.table {
             if let Some(i) = slot.lock().as_mut() {
                 fs.relist(i);
+                if i.xattrs.contains_key(crate::rules::RULE_XATTR) {
+                    fs.ruled.lock().insert(i.ino);
+                }
             }
         }
         Ok(fs)

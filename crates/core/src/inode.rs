@@ -353,6 +353,8 @@ pub struct Inode {
     pub block_reads: u64,
     /// Counts write entries applied (see [`Extent::seq`]).
     pub data_seq: u64,
+    /// HetFS access trace (DRAM only; empty at mount).
+    pub access: terrace_policy::AccessTrace,
 }
 
 impl Inode {
@@ -392,6 +394,7 @@ impl Inode {
             cold_key: None,
             block_reads: 0,
             data_seq: 0,
+            access: Default::default(),
         })
     }
 

@@ -21,6 +21,7 @@ pub mod ops_dir;
 pub mod ops_file;
 pub mod placement_view;
 pub mod recovery;
+pub mod rules;
 pub mod status;
 pub mod tier;
 pub mod types;

@@ -81,7 +81,10 @@ pub struct Migrator {
     flushing: AtomicBool,
     passes: AtomicU64,
     last_reason: Mutex<String>,
-    stop: AtomicBool,
+    pub(crate) stop: AtomicBool,
+    /// Per target tier: bytes copied there by migration and the time spent
+    /// copying and syncing them (ns).
+    per_tier: Mutex<std::collections::BTreeMap<u8, (u64, u64)>>,
     wake: parking_lot::Condvar,
     wake_lock: Mutex<bool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -116,6 +119,20 @@ pub struct MigrationStatus {
     /// PM reads that hit clean data / all PM reads (NVMFS hit ratio).
     pub clean_hit_ratio: Option<f64>,
     /// Migration throughput while copying (bytes/s), 0 before any migration.
+    pub bandwidth_bytes_per_sec: u64,
+    /// Per target tier: bytes written there by migration and the throughput
+    /// while copying to it.
+    pub per_tier: Vec<TierMigration>,
+}
+
+/// Migration into one tier (`terrace status`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TierMigration {
+    /// Target tier id.
+    pub tier: u8,
+    /// Bytes migration copied to it.
+    pub bytes: u64,
+    /// Bytes per second while copying to it (copy, device sync and commit).
     pub bandwidth_bytes_per_sec: u64,
 }
 
@@ -232,6 +249,10 @@ impl<'a> MoveBatch<'a> {
         }
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
+        let mut copied: std::collections::BTreeMap<u8, u64> = Default::default();
+        for p in &pending {
+            *copied.entry(p.d.tier).or_default() += p.total * BS;
+        }
         let mut tiers: Vec<u8> = pending.iter().map(|p| p.d.tier).collect();
         tiers.sort_unstable();
         tiers.dedup();
@@ -256,8 +277,17 @@ impl<'a> MoveBatch<'a> {
         }
         if let Some(t0) = self.started.take() {
             let m = &self.fs.migrator;
-            m.busy_ns
-                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let ns = t0.elapsed().as_nanos() as u64;
+            m.busy_ns.fetch_add(ns, Ordering::Relaxed);
+            let total: u64 = copied.values().sum();
+            let mut per = m.per_tier.lock();
+            for (tier, bytes) in copied {
+                // The window's time, shared among its target tiers by bytes.
+                let share = (u128::from(ns) * u128::from(bytes) / u128::from(total.max(1))) as u64;
+                let e = per.entry(tier).or_default();
+                e.0 += bytes;
+                e.1 += share;
+            }
         }
         first_err.map_or(Ok(()), Err)
     }
@@ -858,6 +888,9 @@ impl Fs {
             }
         }
         moved += self.reverse_pass(io, &params);
+        if !self.ruled.lock().is_empty() {
+            moved += self.enforce_rules();
+        }
         self.clean_pass();
         moved
     }
@@ -953,13 +986,12 @@ impl Fs {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let workers = params.threads_for(cpus).clamp(1, files.len().max(1));
         // Files are handed out coldest first; each worker moves whole files,
-        // so two workers never work on the same file.
-        let next = std::sync::atomic::AtomicUsize::new(0);
+        // so two workers never work on the same file. The picker (next file,
+        // bytes claimed so far) is one lock: files are chosen and claimed in
+        // coldness order, and none once the claims reach the goal, so
+        // parallel workers move exactly the files one worker would.
+        let picker = Mutex::new((0usize, 0u64));
         let moved = AtomicU64::new(0);
-        // Bytes claimed by files taken so far: a worker takes a file only
-        // while the claims fall short of the goal, so parallel workers do not
-        // move warmer files than a single worker would.
-        let claimed = AtomicU64::new(0);
         let failed = AtomicBool::new(false);
         // Moves are synced and committed in windows (see `MoveBatch`): a
         // quarter of the goal, so space on the source is freed as the pass
@@ -976,7 +1008,7 @@ impl Fs {
                 (from, to, goal, mode),
                 params,
                 policy,
-                (&files, &next, &moved, &claimed, &failed),
+                (&files, &picker, &moved, &failed),
             );
             let (total, r) = batch.finish();
             moved.fetch_add(total - counted, Ordering::Relaxed);
@@ -1006,10 +1038,9 @@ impl Fs {
         (from, to, goal, mode): (u8, u8, u64, Mode),
         params: &mig::MigrationParams,
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
-        (files, next, moved, claimed, failed): (
+        (files, picker, moved, failed): (
             &[(u64, Ino)],
-            &std::sync::atomic::AtomicUsize,
-            &AtomicU64,
+            &Mutex<(usize, u64)>,
             &AtomicU64,
             &AtomicBool,
         ),
@@ -1028,38 +1059,53 @@ impl Fs {
             {
                 return;
             }
-            let k = next.fetch_add(1, Ordering::Relaxed);
-            let Some(&(_, ino)) = files.get(k) else {
-                return;
-            };
-            let file = {
-                let Ok(g) = self.lock(ino) else { continue };
-                let i = g.as_ref().expect("live");
-                FileSnapshot {
-                    ino,
-                    mtime_ns: i.attr.mtime.max(0) as u64,
-                    amtime_ns: i.amtime.value(),
-                    entries: snapshot_entries(i),
+            // Pick the next file with something to move, and claim it.
+            let (ino, entries) = {
+                let mut pk = picker.lock();
+                loop {
+                    let k = pk.0;
+                    pk.0 += 1;
+                    let Some(&(_, ino)) = files.get(k) else {
+                        return;
+                    };
+                    let file = {
+                        let Ok(g) = self.lock(ino) else { continue };
+                        let i = g.as_ref().expect("live");
+                        if self.rule_of(i) == Some(from) {
+                            // Pinned to this tier by its rule: it stays.
+                            continue;
+                        }
+                        FileSnapshot {
+                            ino,
+                            mtime_ns: i.attr.mtime.max(0) as u64,
+                            amtime_ns: i.amtime.value(),
+                            entries: snapshot_entries(i),
+                        }
+                    };
+                    let entries: Vec<EntrySnapshot> = if mode == Mode::Evict {
+                        // Clean data is evicted wherever it is in the file:
+                        // it costs nothing and its copy serves later reads.
+                        file.entries
+                            .iter()
+                            .filter(|e| e.tier == from)
+                            .copied()
+                            .collect()
+                    } else {
+                        policy.choose(&file, from, now, params).entries
+                    };
+                    let bytes: u64 = entries.iter().map(|e| e.blocks * BS).sum();
+                    if bytes == 0 {
+                        continue;
+                    }
+                    if mode != Mode::Evict {
+                        if pk.1 >= goal {
+                            return;
+                        }
+                        pk.1 += bytes;
+                    }
+                    break (ino, entries);
                 }
             };
-            let entries: Vec<EntrySnapshot> = if mode == Mode::Evict {
-                // Clean data is evicted wherever it is in the file: it
-                // costs nothing and its copy serves later reads.
-                file.entries
-                    .iter()
-                    .filter(|e| e.tier == from)
-                    .copied()
-                    .collect()
-            } else {
-                policy.choose(&file, from, now, params).entries
-            };
-            let bytes: u64 = entries.iter().map(|e| e.blocks * BS).sum();
-            if bytes == 0 {
-                continue;
-            }
-            if mode != Mode::Evict && claimed.fetch_add(bytes, Ordering::Relaxed) >= goal {
-                return;
-            }
             let gb = params.group_blocks();
             for group in mig::batch_groups(&mig::group_entries(&entries, gb), gb) {
                 if mode == Mode::Evict && moved.load(Ordering::Relaxed) >= goal {
@@ -1087,13 +1133,11 @@ impl Fs {
         let mut files = Vec::new();
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {
-                if i.block_reads > 0 && i.kind == FileType::Regular {
-                    let on_block: u64 = i
-                        .extents
-                        .iter()
-                        .filter(|(_, e)| e.tier != 0)
-                        .map(|(_, e)| e.blocks)
-                        .sum();
+                // A file pinned to a block tier stays there (rules).
+                let pinned_down = self.rule_of(i).is_some_and(|t| t != 0);
+                if i.block_reads > 0 && i.kind == FileType::Regular && !pinned_down {
+                    let (clean, dirty) = i.extents.pm_clean_dirty();
+                    let on_block = i.extents.mapped_blocks() - clean - dirty;
                     files.push(mig::FileReads {
                         ino: i.ino,
                         block_tier_blocks: on_block,
@@ -1225,6 +1269,18 @@ impl Fs {
             } else {
                 (u128::from(moved) * 1_000_000_000 / u128::from(busy)) as u64
             },
+            per_tier: m
+                .per_tier
+                .lock()
+                .iter()
+                .map(|(&tier, &(bytes, ns))| TierMigration {
+                    tier,
+                    bytes,
+                    bandwidth_bytes_per_sec: (u128::from(bytes) * 1_000_000_000
+                        / u128::from(ns.max(1)))
+                        as u64,
+                })
+                .collect(),
         }
     }
 }

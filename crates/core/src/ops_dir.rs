@@ -162,7 +162,14 @@ impl Fs {
             parent_hint: parent,
         };
         let mut child = Inode::from_slot(ino, &slot).expect("valid mode");
-        // A symlink's target is its data: written and logged before the slot.
+        // The child's first entries, logged before the slot is published: a
+        // symlink's target (its data), and the parent's placement rule, which
+        // files and directories created in a ruled directory inherit.
+        let mut initial: Vec<Entry> = Vec::new();
+        let inherited = match (kind, p.xattrs.get(crate::rules::RULE_XATTR)) {
+            (FileType::Regular | FileType::Directory, Some(v)) => Some(v.clone()),
+            _ => None,
+        };
         let mut data_blocks = Vec::new();
         if let Some(target) = symlink {
             let block = match self.alloc.alloc_one() {
@@ -176,7 +183,7 @@ impl Fs {
             page[..target.len()].copy_from_slice(target);
             self.media.write(block * BLOCK_SIZE, &page);
             self.media.flush(block * BLOCK_SIZE, BLOCK_SIZE);
-            let we = Entry::Write(WriteEntry {
+            initial.push(Entry::Write(WriteEntry {
                 file_block: 0,
                 blocks: 1,
                 tier: 0,
@@ -185,23 +192,35 @@ impl Fs {
                 block,
                 size_after: target.len() as u64,
                 mtime: now,
+            }));
+            data_blocks.push(block);
+        }
+        if let Some(value) = &inherited {
+            initial.push(Entry::XattrSet {
+                name: crate::rules::RULE_XATTR.to_vec(),
+                value: value.clone(),
             });
+        }
+        if !initial.is_empty() {
             match child.log.stage(
                 &*self.media,
                 &self.alloc,
                 ino,
                 crate::fs::scratch_slot(),
-                std::slice::from_ref(&we),
+                &initial,
             ) {
                 Ok(st) => {
                     slot.log_head = st.new_pages[0];
                     slot.log_tail = st.new_tail;
                     child.log.apply(st);
-                    child.apply(&we);
-                    data_blocks.push(block);
+                    for e in &initial {
+                        child.apply(e);
+                    }
                 }
                 Err(e) => {
-                    self.alloc.free_run(block, 1);
+                    for &b in &data_blocks {
+                        self.alloc.free_run(b, 1);
+                    }
                     self.release_slot(ino);
                     return Err(e);
                 }
@@ -245,6 +264,9 @@ impl Fs {
         let attr = child.stat();
         *self.table[ino as usize].lock() = Some(Box::new(child));
         drop(pg);
+        if inherited.is_some() {
+            self.note_ruled(ino);
+        }
         Ok(attr)
     }
 

@@ -102,6 +102,7 @@ impl Fs {
             _ => return Err(errno(libc::EINVAL)),
         }
         let data = self.read_locked(i, off, size)?;
+        i.access.record(off, data.len() as u64, false);
         if !self.tiers.is_empty() && !data.is_empty() {
             // Reverse-migration heat: blocks of this read that live on a block tier.
             let fb = off / BS;
@@ -231,6 +232,7 @@ impl Fs {
         let synchronous =
             i.sync
                 .on_write(data.len() as u64, now.max(0) as u64, o_sync, &sync_params);
+        i.access.record(off, data.len() as u64, true);
         let pm_free = self.pm_data_free_bytes();
         let obs = terrace_policy::WriteObservation {
             synchronous,
@@ -239,7 +241,10 @@ impl Fs {
             pm_free_bytes: pm_free,
             pm_capacity_bytes: self.alloc.total() * BS,
             first_block_tier: self.tiers.first().map(|t| t.id),
-            rule: None,
+            rule: self
+                .rule_of(i)
+                .map(|tier| terrace_policy::TierRule::Pin { tier }),
+            access: i.access.class(),
         };
         let want = self.placement.read().place(&obs).tier();
         // Past the forced mark, foreground writes go straight down while
@@ -569,8 +574,10 @@ impl Fs {
         if name.is_empty() || name.len() > XATTR_NAME_MAX {
             return Err(errno(libc::ERANGE));
         }
-        if name.starts_with(crate::placement_view::VIRTUAL_PREFIX) {
-            // Terrace's own names are read-only views.
+        if name.starts_with(crate::placement_view::VIRTUAL_PREFIX)
+            && name != crate::rules::RULE_XATTR
+        {
+            // Terrace's own names are read-only views (but for the rule).
             return Err(errno(libc::EPERM));
         }
         if name.starts_with(b"user.") {
@@ -593,6 +600,10 @@ impl Fs {
         if value.len() > XATTR_VALUE_MAX {
             return Err(errno(libc::ENOSPC));
         }
+        let rule = name == crate::rules::RULE_XATTR;
+        if rule {
+            self.check_rule(i, value)?;
+        }
         let exists = i.xattrs.contains_key(name);
         if flags & XATTR_CREATE != 0 && exists {
             return Err(errno(libc::EEXIST));
@@ -611,7 +622,12 @@ impl Fs {
                 },
                 Entry::Attr(a),
             ],
-        )
+        )?;
+        if rule {
+            self.note_ruled(ino);
+            self.kick_migration();
+        }
+        Ok(())
     }
 
     /// Reads an extended attribute.

@@ -1,7 +1,10 @@
 //! Where a file's data lives: the read-only virtual xattrs
 //! `user.terrace.tiers` (one line) and `user.terrace.extents` (one line per
-//! extent, read by `terrace where`). They are computed from the extent map, never
-//! stored, not listed by listxattr, and cannot be set or removed (EPERM).
+//! extent, read by `terrace where`), and how it is accessed:
+//! `user.terrace.access` (its HetFS access trace and class). They are
+//! computed from DRAM state, never stored, not listed by listxattr, and
+//! cannot be set or removed (EPERM). The one stored, writable name under the
+//! prefix is the placement rule, `user.terrace.rule` (see `rules`).
 //!
 //! Data written to the DRAM cache and not yet written back shows as extents on
 //! tier `dram` with block `-`, after the committed extents; it shadows the
@@ -19,6 +22,9 @@ pub const VIRTUAL_PREFIX: &[u8] = b"user.terrace.";
 pub const XATTR_TIERS: &[u8] = b"user.terrace.tiers";
 /// One extent per line: `offset length tier block counter`.
 pub const XATTR_EXTENTS: &[u8] = b"user.terrace.extents";
+/// The file's access trace and HetFS class, one line:
+/// `class=C requests=N sequential=P% small=P% reads=N writes=N bytes=N`.
+pub const XATTR_ACCESS: &[u8] = b"user.terrace.access";
 /// Largest value a virtual xattr returns (the kernel's xattr size limit).
 const MAX_VALUE: usize = 65536;
 
@@ -35,6 +41,22 @@ impl Fs {
 
     /// The value of a virtual xattr, `None` when `name` is not one.
     pub(crate) fn virtual_xattr(&self, i: &Inode, name: &[u8]) -> Option<Vec<u8>> {
+        if name == XATTR_ACCESS {
+            let a = &i.access;
+            return Some(
+                format!(
+                    "class={} requests={} sequential={}% small={}% reads={} writes={} bytes={}",
+                    a.class(),
+                    a.requests,
+                    a.sequential_percent(),
+                    a.small_percent(),
+                    a.reads,
+                    a.writes,
+                    a.bytes
+                )
+                .into_bytes(),
+            );
+        }
         if name != XATTR_TIERS && name != XATTR_EXTENTS {
             return None;
         }

@@ -34,6 +34,8 @@
 //!   (NVMFS §III-C, §III-D).
 //! - [`cleaner`]: NVMFS's extent recycling on block tiers: when, which
 //!   extents, and how efficient (NVMFS §III-D).
+//! - [`access`]: HetFS's per-file access tracing and classification
+//!   (sequential, random, byte-granular), used by the `hetfs` placement policy.
 //! - [`settings`]: every tunable in one key/value registry serving the command
 //!   line, the config file and run-time changes.
 //!
@@ -43,6 +45,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod access;
 pub mod amtime;
 pub mod cleaner;
 pub mod cold_list;
@@ -53,6 +56,7 @@ pub mod settings;
 pub mod size_predictor;
 pub mod sync_predictor;
 
+pub use access::{AccessClass, AccessTrace};
 pub use amtime::Amtime;
 pub use cleaner::{CleanerParams, CleaningPlan, ExtentInfo};
 pub use cold_list::{ColdLists, Shard};

@@ -108,6 +108,8 @@ pub struct WriteObservation {
     pub first_block_tier: Option<u8>,
     /// The file's user rule, if any.
     pub rule: Option<TierRule>,
+    /// The file's access class from its trace ([`crate::access`]).
+    pub access: crate::access::AccessClass,
 }
 
 impl WriteObservation {
@@ -211,7 +213,38 @@ impl PlacementPolicy for BlockFirst {
     }
 }
 
-const NAMES: &[&str] = &["ziggurat", "pm-only", "block-first"];
+/// HetFS-style placement by access class ([`crate::access`]): a file whose
+/// trace is sequential streams its asynchronous writes to the first block
+/// tier through the cache from its first write (Ziggurat's size predictor
+/// only learns that from rewrites, so appends land on PM first); random and
+/// byte-granular files keep their writes on PM, where small scattered I/O is
+/// cheap; synchronous writes and files not yet classified follow Ziggurat.
+/// User rules win, as in every policy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HetFs;
+
+impl PlacementPolicy for HetFs {
+    fn name(&self) -> &'static str {
+        "hetfs"
+    }
+
+    fn place(&self, obs: &WriteObservation) -> Placement {
+        use crate::access::AccessClass;
+        if let Some(p) = by_rule(obs) {
+            return p;
+        }
+        let Some(tier) = obs.first_block_tier else {
+            return Placement::Pm;
+        };
+        match obs.access {
+            AccessClass::Sequential if !obs.synchronous => Placement::BlockViaCache { tier },
+            AccessClass::Random | AccessClass::ByteGranular => pm_or_spill(obs),
+            _ => Ziggurat.place(obs),
+        }
+    }
+}
+
+const NAMES: &[&str] = &["ziggurat", "pm-only", "block-first", "hetfs"];
 
 /// Names of the registered placement policies, the default first.
 pub fn placement_policy_names() -> &'static [&'static str] {
@@ -224,6 +257,7 @@ pub fn placement_policy(name: &str) -> Option<Box<dyn PlacementPolicy + Send + S
         "ziggurat" => Some(Box::new(Ziggurat)),
         "pm-only" => Some(Box::new(PmOnly)),
         "block-first" => Some(Box::new(BlockFirst)),
+        "hetfs" => Some(Box::new(HetFs)),
         _ => None,
     }
 }
@@ -243,6 +277,7 @@ mod tests {
             pm_capacity_bytes: 128 * MIB,
             first_block_tier: Some(1),
             rule: None,
+            access: crate::access::AccessClass::Unknown,
         }
     }
 
@@ -338,6 +373,34 @@ mod tests {
         }
         o.synchronous = false;
         assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 2 });
+    }
+
+    #[test]
+    fn hetfs_streams_sequential_async_files_to_disk_and_keeps_random_ones_on_pm() {
+        use crate::access::AccessClass;
+        let mut o = obs(false, false);
+        o.access = AccessClass::Sequential;
+        assert_eq!(place("hetfs", &o), Placement::BlockViaCache { tier: 1 });
+        // Synchronous sequential writes (a WAL) stay on PM.
+        o.synchronous = true;
+        assert_eq!(place("hetfs", &o), Placement::Pm);
+        // Random large rewrites stay on PM too (Ziggurat would send them down).
+        let mut o = obs(false, true);
+        o.access = AccessClass::Random;
+        assert_eq!(place("hetfs", &o), Placement::Pm);
+        o.access = AccessClass::ByteGranular;
+        assert_eq!(
+            place("hetfs", &full(o)),
+            Placement::BlockViaCache { tier: 1 }
+        );
+        // Unknown: Ziggurat's decision.
+        o.access = AccessClass::Unknown;
+        assert_eq!(place("hetfs", &o), place("ziggurat", &o));
+        // A user rule wins.
+        let mut o = obs(false, false);
+        o.access = AccessClass::Sequential;
+        o.rule = Some(TierRule::Pin { tier: PM_TIER });
+        assert_eq!(place("hetfs", &o), Placement::Pm);
     }
 
     #[test]

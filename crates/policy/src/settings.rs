@@ -167,7 +167,8 @@ const KEYS: &[(&str, &str)] = &[
     (
         "placement_policy",
         "where new writes go: ziggurat (sync or small to PM, large async to disk), \
-         pm-only, block-first (default ziggurat)",
+         pm-only, block-first, hetfs (by each file's access class: sequential async \
+         streams to disk, random and byte-granular to PM) (default ziggurat)",
     ),
     (
         "dram_cache_bytes",

@@ -3,6 +3,7 @@
 
 use proptest::prelude::*;
 use terrace_policy::settings::{format_duration, format_size, parse_duration, parse_size};
+use terrace_policy::AccessClass;
 use terrace_policy::{
     is_large, next_counter, placement_policy, placement_policy_names, predecessor, Amtime,
     Placement, SizeParams, SyncParams, SyncPredictor, TierRule, WriteObservation, PM_TIER,
@@ -216,13 +217,16 @@ proptest! {
     #[test]
     fn placement_is_pm_or_an_available_block_tier(
         synchronous: bool, large: bool, write_bytes in 0u64..(1 << 30), pm_free in 0u64..(1 << 30),
-        tier in prop::option::of(1u8..4), pin in prop::option::of(0u8..4),
+        tier in prop::option::of(1u8..4), pin in prop::option::of(0u8..4), class in 0u8..4,
     ) {
+        let access = [AccessClass::Unknown, AccessClass::Sequential, AccessClass::Random,
+                      AccessClass::ByteGranular][class as usize];
         let obs = WriteObservation {
             synchronous, large, write_bytes,
             pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
             first_block_tier: tier,
             rule: pin.map(|tier| TierRule::Pin { tier }),
+            access,
         };
         for name in placement_policy_names() {
             let p = placement_policy(name).unwrap().place(&obs);
@@ -243,7 +247,7 @@ proptest! {
         let obs = WriteObservation {
             synchronous: true, large, write_bytes,
             pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
-            first_block_tier: tier, rule: None,
+            first_block_tier: tier, rule: None, access: AccessClass::Unknown,
         };
         let p = placement_policy("ziggurat").unwrap().place(&obs);
         if write_bytes <= pm_free || tier.is_none() {

@@ -30,6 +30,16 @@ fn s<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or("?")
 }
 
+/// The kind (pm, ssd, hdd) of tier `id` in a status document.
+fn tier_kind(st: &Value, id: u64) -> String {
+    st.get("tiers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|t| n(t, "id") == id)
+        .map_or_else(|| format!("tier {id}"), |t| s(t, "kind").to_string())
+}
+
 fn pct(used: u64, total: u64) -> String {
     if total == 0 {
         "-".into()
@@ -204,6 +214,24 @@ pub fn render_status(st: &Value) -> String {
             n(m, "groups"),
             util::human_bytes(n(m, "bandwidth_bytes_per_sec"))
         ));
+        let per: Vec<String> = m
+            .get("per_tier")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                let id = n(t, "tier");
+                let name = tier_kind(st, id);
+                format!(
+                    "{name} {} at {}/s",
+                    util::human_bytes(n(t, "bytes")),
+                    util::human_bytes(n(t, "bandwidth_bytes_per_sec"))
+                )
+            })
+            .collect();
+        if !per.is_empty() {
+            line(format!("                copied into: {}", per.join(", ")));
+        }
         line(format!(
             "                clean copies: {} of PM data has a copy on disk; {} copied, {} evicted for free; clean-hit ratio {}",
             util::human_bytes(n(m, "clean_pm_blocks") * 4096),

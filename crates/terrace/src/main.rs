@@ -5,6 +5,7 @@ mod control;
 mod migrate_cmd;
 mod mkfs;
 mod mount;
+mod rule_cmd;
 mod util;
 mod where_cmd;
 
@@ -50,6 +51,33 @@ enum Cmd {
     Set(SetArgs),
     /// Move files' data to a tier now (by default down to the first block tier).
     Migrate(MigrateArgs),
+    /// Show, set or clear per-file placement rules (pin a file or directory to a tier).
+    Rule(RuleArgs),
+}
+
+const RULE_AFTER: &str = "\
+A rule pins a file to one tier, overriding automatic placement and migration:
+its writes go to that tier, background migration never moves it off, and data
+it already has elsewhere is moved there by the migration thread (when the tier
+has room). A rule on a directory is inherited by the files and directories
+created in it afterwards. Rules are stored in the pool (the xattr
+user.terrace.rule) and survive remounts; `auto` removes one. Without TIER the
+current rules are shown.
+
+Examples:
+  terrace rule /mnt/terrace/db/wal.log pm        # keep the WAL on PM
+  terrace rule /mnt/terrace/archive hdd          # new files in archive/ go to HDD
+  terrace rule /mnt/terrace/db/wal.log           # show
+  terrace rule /mnt/terrace/archive auto         # back to automatic placement
+  setfattr -n user.terrace.rule -v ssd FILE      # the same with setfattr";
+
+#[derive(Args, Debug)]
+#[command(after_help = RULE_AFTER)]
+struct RuleArgs {
+    /// A file or directory on a Terrace mount.
+    path: PathBuf,
+    /// pm, ssd, hdd, a tier id, or auto (no rule). Omit to show the rule.
+    tier: Option<String>,
 }
 
 const MIGRATE_AFTER: &str = "\
@@ -329,6 +357,7 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Where(a) => where_cmd::run(&a.path, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths),
+        Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
     }
 }
 

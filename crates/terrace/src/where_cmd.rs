@@ -101,6 +101,13 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
         ));
     }
     let per_tier = bytes_per_tier(&rows);
+    // The file's placement rule (stored xattr) and HetFS access class (virtual).
+    let rule = getxattr(path, "user.terrace.rule")
+        .ok()
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    let access = getxattr(path, "user.terrace.access")
+        .ok()
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
     if as_json {
         let extents: Vec<serde_json::Value> = rows
             .iter()
@@ -108,7 +115,8 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
             .collect();
         println!(
             "{}",
-            serde_json::json!({"path": path, "extents": extents, "bytes_per_tier": per_tier})
+            serde_json::json!({"path": path, "extents": extents, "bytes_per_tier": per_tier,
+                "rule": rule, "access": access})
         );
         return Ok(());
     }
@@ -135,6 +143,10 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
             summary.join(", ")
         }
     );
+    println!("rule: {}", rule.as_deref().unwrap_or("auto (no rule)"));
+    if let Some(a) = access {
+        println!("access: {a}");
+    }
     Ok(())
 }
 

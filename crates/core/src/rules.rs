@@ -1,0 +1,110 @@
+//! Per-file placement rules (HetFS): a user pins a file, or a directory's
+//! future contents, to one tier, overriding the automatic decisions.
+//!
+//! # The rule
+//! A rule is the stored xattr `user.terrace.rule` whose value names a tier of
+//! the pool (`pm`, `ssd`, `hdd`, or a tier id). It lives in the inode's log
+//! like any xattr, so it is crash-consistent and survives remounts; it is the
+//! one writable name under Terrace's `user.terrace.` prefix. Setting a value
+//! that names no tier of this pool fails with EINVAL; removing the xattr
+//! returns the file to automatic placement.
+//!
+//! # What it does
+//! - **Placement**: every write of a pinned file goes to its tier (the
+//!   placement policies' `TierRule::Pin`): a pin to PM holds while PM has
+//!   room (then the write spills rather than fail), a pin to a block tier
+//!   goes through the DRAM cache, written back to that tier.
+//! - **Migration**: background migration never moves a pinned file off its
+//!   tier (neither down nor, by reverse migration, up), and each pass moves
+//!   pinned files' data that sits elsewhere to their tier (up to
+//!   [`RULE_BUDGET_BYTES`] a pass, when the tier has room) — so a rule set on
+//!   a file that already has data takes effect without `terrace migrate`.
+//! - **Inheritance**: a file or directory created in a directory that has a
+//!   rule gets the same rule, in the same crash-atomic creation (HetFS's rules
+//!   by location).
+//!
+//! # Invariant
+//! [`Fs::ruled`] holds every inode that has a rule (it may also hold inodes
+//! that lost theirs; passes drop those). It is rebuilt at mount from the
+//! inodes' xattrs.
+
+use crate::fs::Fs;
+use crate::inode::Inode;
+use crate::types::{errno, FileType, FsResult, Ino};
+use std::sync::atomic::Ordering;
+
+/// The rule's xattr name.
+pub const RULE_XATTR: &[u8] = b"user.terrace.rule";
+
+/// Bytes a migration pass moves to enforce rules, at most.
+pub const RULE_BUDGET_BYTES: u64 = 64 << 20;
+
+impl Fs {
+    /// The tier id a rule value names, if it names a tier of this pool:
+    /// `pm`, a block tier's kind (`ssd`, `hdd`; the first of that kind), or a
+    /// tier id.
+    pub(crate) fn tier_by_name(&self, value: &[u8]) -> Option<u8> {
+        let v = std::str::from_utf8(value).ok()?.trim();
+        if v == "pm" || v == "0" {
+            return Some(0);
+        }
+        if let Ok(id) = v.parse::<u8>() {
+            return self.tiers.iter().find(|t| t.id == id).map(|t| t.id);
+        }
+        self.tiers.iter().find(|t| t.kind.name() == v).map(|t| t.id)
+    }
+
+    /// The tier a file is pinned to, if it has a rule (naming a tier that
+    /// exists).
+    pub(crate) fn rule_of(&self, i: &Inode) -> Option<u8> {
+        i.xattrs.get(RULE_XATTR).and_then(|v| self.tier_by_name(v))
+    }
+
+    /// Checks a rule value before it is stored.
+    pub(crate) fn check_rule(&self, i: &Inode, value: &[u8]) -> FsResult<()> {
+        if !matches!(i.kind, FileType::Regular | FileType::Directory) {
+            return Err(errno(libc::EPERM));
+        }
+        if self.tier_by_name(value).is_none() {
+            return Err(errno(libc::EINVAL));
+        }
+        Ok(())
+    }
+
+    /// Notes that `ino` has (or may have) a rule.
+    pub(crate) fn note_ruled(&self, ino: Ino) {
+        self.ruled.lock().insert(ino);
+    }
+
+    /// Moves pinned files' data that is not on their tier there, up to
+    /// [`RULE_BUDGET_BYTES`]. Returns the bytes moved.
+    pub(crate) fn enforce_rules(&self) -> u64 {
+        let inos: Vec<Ino> = self.ruled.lock().iter().copied().collect();
+        let mut moved = 0u64;
+        for ino in inos {
+            if moved >= RULE_BUDGET_BYTES || self.migrator.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let want = {
+                let Ok(g) = self.lock(ino) else {
+                    self.ruled.lock().remove(&ino);
+                    continue;
+                };
+                let i = g.as_ref().expect("live");
+                let Some(tier) = self.rule_of(i) else {
+                    self.ruled.lock().remove(&ino);
+                    continue;
+                };
+                let elsewhere =
+                    i.kind == FileType::Regular && i.extents.iter().any(|(_, e)| e.tier != tier);
+                elsewhere.then_some(tier)
+            };
+            if let Some(tier) = want {
+                // A full target is not an error here: the rule is retried
+                // next pass, and writes still honour it as room allows.
+                moved += self.migrate_file(ino, tier).unwrap_or(0);
+            }
+        }
+        moved
+    }
+}

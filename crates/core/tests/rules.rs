@@ -1,0 +1,271 @@
+//! Per-file placement rules (HetFS) and access classification: pinned files'
+//! writes go to their tier, migration never moves them off it and brings
+//! their other data there, directories pass rules to new children (crash-
+//! atomically), bad rules are refused, and the `hetfs` placement policy
+//! streams sequentially written files to disk.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use terrace_core::{format, FormatParams, Fs};
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{BlockMedia, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia};
+
+const SSD: u64 = 128 << 20;
+const RULE: &[u8] = b"user.terrace.rule";
+
+fn mkfs_tiered(pm: &dyn PmMedia) {
+    let tier = |id, kind, size, extent_size, path: &str| TierRecord {
+        id,
+        kind,
+        size,
+        extent_size,
+        path: path.into(),
+    };
+    format(
+        pm,
+        &FormatParams {
+            uuid: [8; 16],
+            inode_count: 64,
+            tiers: vec![
+                tier(0, TierKind::Pm, pm.len(), 0, "pm"),
+                tier(1, TierKind::Ssd, SSD, DEFAULT_EXTENT_SIZE, "ssd"),
+            ],
+            root_uid: 0,
+            root_gid: 0,
+        },
+    )
+    .unwrap();
+}
+
+fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
+    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
+}
+
+fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
+    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
+    String::from_utf8(v)
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+fn new_pool() -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
+    let pm = Arc::new(MemMedia::new(32 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    (pm, ssd, fs)
+}
+
+fn file(fs: &Fs, parent: u64, name: &str) -> u64 {
+    fs.mknod(parent, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap()
+        .ino
+}
+
+#[test]
+fn a_file_pinned_to_the_ssd_takes_even_small_synchronous_writes_there() {
+    let (_, _, fs) = new_pool();
+    let f = file(&fs, 1, "log");
+    fs.setxattr(f, RULE, b"ssd", 0).unwrap();
+    for k in 0..16u64 {
+        fs.write(f, k * 100, &[b'x'; 100]).unwrap();
+        fs.fsync(f, false).unwrap();
+    }
+    assert_eq!(tier_bytes(&fs, f, "pm"), 0);
+    assert!(tier_bytes(&fs, f, "ssd") > 0);
+    assert_eq!(fs.read(f, 0, 1600).unwrap(), vec![b'x'; 1600]);
+    // Without the rule, the same pattern stays on PM.
+    let g = file(&fs, 1, "log2");
+    for k in 0..16u64 {
+        fs.write(g, k * 100, &[b'y'; 100]).unwrap();
+        fs.fsync(g, false).unwrap();
+    }
+    assert_eq!(tier_bytes(&fs, g, "ssd"), 0);
+}
+
+#[test]
+fn a_rule_naming_no_tier_is_refused_and_rules_are_for_files_and_directories() {
+    let (_, _, fs) = new_pool();
+    let f = file(&fs, 1, "f");
+    let e = fs.setxattr(f, RULE, b"tape", 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    let e = fs.setxattr(f, RULE, b"7", 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    assert_eq!(
+        fs.getxattr(f, RULE).unwrap_err().raw_os_error(),
+        Some(libc::ENODATA)
+    );
+    let l = fs.symlink(1, b"l", b"f", CTX).unwrap().ino;
+    let e = fs.setxattr(l, RULE, b"ssd", 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+    // The other names under the prefix stay read-only.
+    let e = fs.setxattr(f, b"user.terrace.tiers", b"x", 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+    for ok in [&b"pm"[..], b"ssd", b"1", b"0"] {
+        fs.setxattr(f, RULE, ok, 0).unwrap();
+    }
+    fs.removexattr(f, RULE).unwrap();
+}
+
+#[test]
+fn new_files_inherit_their_directory_rule_and_keep_it_across_remounts() {
+    let (pm, ssd, fs) = new_pool();
+    let d = fs.mkdir(1, b"archive", 0o755, CTX).unwrap().ino;
+    fs.setxattr(d, RULE, b"ssd", 0).unwrap();
+    let f = file(&fs, d, "a");
+    let sub = fs.mkdir(d, b"sub", 0o755, CTX).unwrap().ino;
+    let g = file(&fs, sub, "b");
+    let outside = file(&fs, 1, "c");
+    for ino in [f, sub, g] {
+        assert_eq!(fs.getxattr(ino, RULE).unwrap(), b"ssd");
+    }
+    assert!(fs.getxattr(outside, RULE).is_err());
+    fs.write(g, 0, &pattern(1, 64 << 10)).unwrap();
+    fs.fsync(g, false).unwrap();
+    assert_eq!(tier_bytes(&fs, g, "pm"), 0);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm, ssd);
+    assert_eq!(fs.getxattr(g, RULE).unwrap(), b"ssd");
+    assert_eq!(fs.read(g, 0, 64 << 10).unwrap(), pattern(1, 64 << 10));
+    let h = file(&fs, sub, "after-remount");
+    assert_eq!(fs.getxattr(h, RULE).unwrap(), b"ssd");
+}
+
+#[test]
+fn a_crash_while_creating_in_a_ruled_directory_leaves_no_file_or_a_file_with_the_rule() {
+    let pm = Arc::new(CrashMedia::new(32 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    let d = fs.mkdir(1, b"d", 0o755, CTX).unwrap().ino;
+    fs.setxattr(d, RULE, b"ssd", 0).unwrap();
+    pm.sync_all().unwrap();
+    let (attr, trace) = pm.trace(|| {
+        fs.mknod(d, b"child", libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap()
+    });
+    let n = trace.len();
+    let mut rng = StdRng::seed_from_u64(base_seed("rule inheritance crash test"));
+    for kk in 0..=n {
+        let mode = if kk % 2 == 0 {
+            LossMode::AllUnflushed
+        } else {
+            LossMode::RandomLines(rng.gen())
+        };
+        let pm2 = Arc::new(MemMedia::from_image(trace.image_at(kk, mode)));
+        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+        assert!(
+            report.is_clean(),
+            "crash at {kk}/{n}: {:?}",
+            report.problems
+        );
+        let fs2 = mount(pm2, Arc::new(MemBlock::from_image(ssd.image())));
+        match fs2.lookup(d, b"child") {
+            Ok(a) => {
+                assert_eq!(a.ino, attr.ino);
+                assert_eq!(
+                    fs2.getxattr(a.ino, RULE).unwrap(),
+                    b"ssd",
+                    "crash at {kk}/{n}"
+                );
+            }
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "crash at {kk}/{n}"),
+        }
+        fs2.check_allocator()
+            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
+    }
+}
+
+#[test]
+fn migration_leaves_a_file_pinned_to_pm_and_moves_the_others() {
+    let (_, _, fs) = new_pool();
+    fs.set_setting("migration_policy", "ziggurat").unwrap();
+    fs.set_setting("migration_age_ns", "0s").unwrap();
+    let pinned = file(&fs, 1, "index");
+    let other = file(&fs, 1, "table");
+    fs.setxattr(pinned, RULE, b"pm", 0).unwrap();
+    fs.write(pinned, 0, &pattern(2, 4 << 20)).unwrap();
+    fs.write(other, 0, &pattern(3, 4 << 20)).unwrap();
+    fs.set_setting("migration_threshold", "1").unwrap();
+    fs.migration_pass();
+    // The pinned file never moved (not down and back up either).
+    let m = fs.status().migration;
+    assert_eq!((m.bytes_down, m.bytes_up), (4 << 20, 0), "{m:?}");
+    assert_eq!(tier_bytes(&fs, pinned, "pm"), 4 << 20);
+    assert_eq!(tier_bytes(&fs, other, "pm"), 0);
+    assert_eq!(tier_bytes(&fs, other, "ssd"), 4 << 20);
+    assert!(fs.read(pinned, 0, 4 << 20).unwrap() == pattern(2, 4 << 20));
+}
+
+#[test]
+fn a_new_rule_brings_the_file_data_to_its_tier_and_clearing_it_restores_automatic_placement() {
+    let (_, _, fs) = new_pool();
+    let f = file(&fs, 1, "f");
+    let data = pattern(4, 3 << 20);
+    fs.write(f, 0, &data).unwrap();
+    assert_eq!(tier_bytes(&fs, f, "pm"), 3 << 20);
+    fs.setxattr(f, RULE, b"ssd", 0).unwrap();
+    fs.migration_pass();
+    assert_eq!(tier_bytes(&fs, f, "pm"), 0);
+    assert_eq!(tier_bytes(&fs, f, "ssd"), 3 << 20);
+    // Pinned down: reads do not bring it back up.
+    for _ in 0..50 {
+        fs.read(f, 0, 3 << 20).unwrap();
+    }
+    fs.migration_pass();
+    assert_eq!(tier_bytes(&fs, f, "ssd"), 3 << 20);
+    fs.setxattr(f, RULE, b"pm", XATTR_REPLACE).unwrap();
+    fs.migration_pass();
+    assert_eq!(tier_bytes(&fs, f, "pm"), 3 << 20);
+    fs.removexattr(f, RULE).unwrap();
+    fs.write(f, 0, &[1u8; 100]).unwrap();
+    fs.fsync(f, false).unwrap();
+    assert!(fs.read(f, 100, data.len() - 100).unwrap() == data[100..]);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn access_traces_classify_files_and_hetfs_streams_sequential_files_to_disk() {
+    let (_, _, fs) = new_pool();
+    fs.set_setting("placement_policy", "hetfs").unwrap();
+    fs.set_setting("sync_threshold_bytes", "64K").unwrap();
+    let seq = file(&fs, 1, "stream");
+    let rnd = file(&fs, 1, "random");
+    let chunk = pattern(5, 256 << 10);
+    for k in 0..32u64 {
+        fs.write(seq, k * (256 << 10), &chunk).unwrap();
+    }
+    let mut rng = StdRng::seed_from_u64(base_seed("hetfs test"));
+    for _ in 0..64 {
+        let b = rng.gen_range(0..1024u64);
+        fs.write(rnd, b * 4096, &[7u8; 4096]).unwrap();
+    }
+    let class = |ino| String::from_utf8(fs.getxattr(ino, b"user.terrace.access").unwrap()).unwrap();
+    assert!(class(seq).starts_with("class=sequential"), "{}", class(seq));
+    assert!(class(rnd).starts_with("class=random"), "{}", class(rnd));
+    fs.fsync(seq, false).unwrap();
+    // Once classified (after 16 requests), the stream went to the SSD.
+    assert!(
+        tier_bytes(&fs, seq, "ssd") >= 16 * (256 << 10),
+        "{}",
+        tier_bytes(&fs, seq, "ssd")
+    );
+    assert_eq!(tier_bytes(&fs, rnd, "ssd"), 0);
+    for k in 0..32u64 {
+        assert!(fs.read(seq, k * (256 << 10), 256 << 10).unwrap() == chunk);
+    }
+}
+
+const XATTR_REPLACE: i32 = 2;

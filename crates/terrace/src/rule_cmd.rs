@@ -1,0 +1,158 @@
+//! `terrace rule PATH… [TIER]`: show, set or clear per-file placement rules
+//! (HetFS). A rule is the stored xattr `user.terrace.rule`; this command
+//! reads and writes it through the mount, so it needs no daemon connection
+//! and follows the file's permissions, like `setfattr` would.
+
+use crate::util::{self, CliError, CliResult};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+const RULE: &str = "user.terrace.rule";
+
+fn cpath(path: &Path) -> std::io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn name() -> CString {
+    CString::new(RULE).expect("no NUL in a constant name")
+}
+
+/// The rule of `path`: `Ok(None)` when it has none.
+fn get(path: &Path) -> std::io::Result<Option<String>> {
+    let p = cpath(path)?;
+    let mut buf = vec![0u8; 256];
+    // Safety: both strings are NUL-terminated and live across the call; `buf`
+    // is writable for `buf.len()` bytes and the kernel writes at most that.
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            name().as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENODATA) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    buf.truncate(n as usize);
+    Ok(Some(String::from_utf8_lossy(&buf).into_owned()))
+}
+
+fn set(path: &Path, tier: &str) -> std::io::Result<()> {
+    let p = cpath(path)?;
+    // Safety: the strings are NUL-terminated and `tier` is readable for its
+    // length during the call.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            name().as_ptr(),
+            tier.as_ptr().cast(),
+            tier.len(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn clear(path: &Path) -> std::io::Result<()> {
+    let p = cpath(path)?;
+    // Safety: both strings are NUL-terminated and live across the call.
+    let r = unsafe { libc::removexattr(p.as_ptr(), name().as_ptr()) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENODATA) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// What an errno means for a rule.
+fn reason(e: &std::io::Error, tier: Option<&str>) -> String {
+    match (e.raw_os_error(), tier) {
+        (Some(libc::EINVAL), Some(t)) => {
+            format!(
+                "this pool has no tier {t:?} (tiers are pm, ssd, hdd or a tier id; `auto` clears)"
+            )
+        }
+        (Some(libc::EOPNOTSUPP), _) => "not on a Terrace mount".into(),
+        (Some(libc::EPERM), _) => {
+            "rules apply to regular files and directories (or: permission denied)".into()
+        }
+        _ => util::os_reason(e),
+    }
+}
+
+/// Whether `path` is on a Terrace mount: only Terrace answers its virtual
+/// xattr `user.terrace.access` (so a rule is never stored as a plain xattr
+/// on another file system).
+fn on_terrace(path: &Path) -> std::io::Result<bool> {
+    let p = cpath(path)?;
+    let n = CString::new("user.terrace.access").expect("no NUL in a constant name");
+    // Safety: both strings are NUL-terminated and live across the call; a
+    // null buffer of size 0 only asks for the value's size.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+    if r >= 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// `terrace rule`.
+pub fn run(paths: &[PathBuf], tier: Option<&str>) -> CliResult {
+    let mut failed = 0;
+    for path in paths {
+        match on_terrace(path) {
+            Ok(true) => {}
+            Ok(false) => {
+                failed += 1;
+                eprintln!(
+                    "terrace: {}",
+                    CliError::at(path, "not on a Terrace mount").msg
+                );
+                continue;
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("terrace: {}", CliError::at(path, util::os_reason(&e)).msg);
+                continue;
+            }
+        }
+        let r = match tier {
+            None => get(path).map(|r| {
+                util::out(&format!(
+                    "{}: {}",
+                    path.display(),
+                    r.as_deref().unwrap_or("auto (no rule)")
+                ))
+            }),
+            Some("auto") => {
+                clear(path).map(|()| util::out(&format!("{}: auto (rule cleared)", path.display())))
+            }
+            Some(t) => {
+                set(path, t).map(|()| util::out(&format!("{}: pinned to {t}", path.display())))
+            }
+        };
+        if let Err(e) = r {
+            failed += 1;
+            eprintln!("terrace: {}", CliError::at(path, reason(&e, tier)).msg);
+        }
+    }
+    if failed > 0 {
+        return Err(CliError::new(String::new()));
+    }
+    Ok(())
+}
