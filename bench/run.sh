@@ -273,6 +273,17 @@ probe_devices() {
         done
         run_clean
     done
+    # Sequential bandwidth of a fresh, preallocated region written once and
+    # synced — the state of a Terrace SSD tier (a fresh fallocated file) when
+    # migration writes to it. The time-based seqwrite above mostly rewrites
+    # blocks it already wrote, which the host file system serves much faster.
+    loop_new probe-disk-fresh 1G disk
+    dev=$REPLY
+    fg_wait fio --name=seqwrite-fresh --filename="$dev" --ioengine=psync --rw=write --bs=1M \
+        --direct=1 --size=1G --end_fsync=1 --output-format=json \
+        --output="$OUT/probe/disk__seqwrite-fresh.json" >/dev/null 2>&1 ||
+        log "warning: probe disk seqwrite-fresh failed"
+    run_clean
 }
 if [ "$BENCH_PROBE" = 1 ]; then
     log "probing raw device speeds (fio, ${BENCH_PROBE_RUNTIME} s per job)"

@@ -519,13 +519,16 @@ impl Fs {
             Some(t) if t != 0 => t,
             _ => self.tiers.first().map(|t| t.id).unwrap_or(0),
         };
-        // One buffer in page order; `store_data` writes each run in one request.
-        let mut buf = Vec::with_capacity((n * BS) as usize);
-        for (_, p) in &pages {
-            buf.extend_from_slice(&p.data);
+        // One block-aligned buffer in page order (O_DIRECT takes it without a
+        // bounce copy; pooled with migration's); `store_data` writes each run
+        // in one request.
+        let mut pooled = self.migrator.take_buf((n * BS) as usize);
+        for (k, (_, p)) in pages.iter().enumerate() {
+            pooled[k * BS as usize..(k + 1) * BS as usize].copy_from_slice(&p.data);
         }
+        let buf = &pooled[..(n * BS) as usize];
         let d = self.alloc_data_on(want, n)?;
-        let d = match self.store_data(&d, &buf) {
+        let d = match self.store_data(&d, buf) {
             Ok(()) => d,
             Err(e) => {
                 // The device failed: retry on PM when it has room, else the
@@ -540,11 +543,15 @@ impl Fs {
                     self.release_data(d);
                     return Err(e);
                 }
-                self.store_data(&d, &buf)?;
+                if let Err(e) = self.store_data(&d, buf) {
+                    self.release_data(d);
+                    self.migrator.give_buf(pooled);
+                    return Err(e);
+                }
                 d
             }
         };
-        drop(buf);
+        self.migrator.give_buf(pooled);
         // Physical block of each page, in page order.
         let mut phys = Vec::with_capacity(n as usize);
         for &(b, k) in &d.runs {

@@ -82,6 +82,9 @@ pub struct Migrator {
     passes: AtomicU64,
     last_reason: Mutex<String>,
     pub(crate) stop: AtomicBool,
+    /// Copy buffers of finished moves, for reuse (at most
+    /// [`BUF_POOL_BYTES`] in all).
+    bufs: Mutex<Vec<terrace_media::AlignedBuf>>,
     /// Per target tier: bytes copied there by migration and the time spent
     /// copying and syncing them (ns).
     per_tier: Mutex<std::collections::BTreeMap<u8, (u64, u64)>>,
@@ -136,7 +139,41 @@ pub struct TierMigration {
     pub bandwidth_bytes_per_sec: u64,
 }
 
+/// A copy buffer that returns to the migrator's pool when dropped.
+struct PooledBuf<'a>(&'a Migrator, Option<terrace_media::AlignedBuf>);
+
+impl Drop for PooledBuf<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.1.take() {
+            self.0.give_buf(b);
+        }
+    }
+}
+
+/// Bytes of copy buffers the migrator keeps for reuse.
+const BUF_POOL_BYTES: usize = 128 << 20;
+
 impl Migrator {
+    /// A block-aligned buffer of at least `len` bytes (contents unspecified):
+    /// a pooled one when one is large enough, else a new one rounded up to
+    /// 1 MiB.
+    pub(crate) fn take_buf(&self, len: usize) -> terrace_media::AlignedBuf {
+        let mut pool = self.bufs.lock();
+        if let Some(k) = pool.iter().position(|b| b.len() >= len) {
+            return pool.swap_remove(k);
+        }
+        drop(pool);
+        terrace_media::AlignedBuf::zeroed(len.div_ceil(1 << 20).max(1) << 20)
+    }
+
+    /// Returns a buffer to the pool (dropped when the pool is full).
+    pub(crate) fn give_buf(&self, b: terrace_media::AlignedBuf) {
+        let mut pool = self.bufs.lock();
+        if pool.iter().map(|b| b.len()).sum::<usize>() + b.len() <= BUF_POOL_BYTES {
+            pool.push(b);
+        }
+    }
+
     pub(crate) fn new(shards: usize) -> Migrator {
         Migrator {
             shards: (0..shards.max(1))
@@ -176,8 +213,9 @@ struct Prepared {
     d: crate::data::DataRuns,
     /// New block of each data block, in piece order.
     phys: Vec<u64>,
-    /// The copied data (for the DRAM cache copy at commit).
-    buf: Vec<u8>,
+    /// The copied data (its first `total` blocks; for the DRAM cache copy
+    /// at commit). Returned to the migrator's buffer pool after the commit.
+    buf: terrace_media::AlignedBuf,
     /// Blocks copied.
     total: u64,
 }
@@ -502,7 +540,9 @@ impl Fs {
         }
         // 2. Copy. Blocks read here may be freed and reused by a concurrent
         // write; step 3 then drops the piece, so stale bytes never commit.
-        let mut buf = vec![0u8; (total * BS) as usize];
+        // A block-aligned buffer (O_DIRECT takes it without a bounce copy),
+        // reused across moves so its pages are not faulted in each time.
+        let mut buf = self.migrator.take_buf((total * BS) as usize);
         let mut at = 0usize;
         for p in pieces.iter().filter(|p| needs_data(p)) {
             let len = (p.blocks * BS) as usize;
@@ -533,7 +573,7 @@ impl Fs {
             }
         };
         if total > 0 {
-            if let Err(e) = self.write_data_unsynced(&d, &buf) {
+            if let Err(e) = self.write_data_unsynced(&d, &buf[..(total * BS) as usize]) {
                 self.release_data(d);
                 return Err(e);
             }
@@ -570,6 +610,9 @@ impl Fs {
             buf,
             total,
         } = p;
+        // The buffer goes back to the pool whichever way this returns.
+        let pooled = PooledBuf(&self.migrator, Some(buf));
+        let buf: &[u8] = pooled.1.as_deref().expect("set above");
         let needs_data = |p: &Piece| match mode {
             Mode::Move => p.copy.map(|c| c.0) != Some(to),
             Mode::Copy => true,

@@ -363,6 +363,16 @@ fn run(cli: Cli) -> CliResult {
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Mount(_)) {
+        // Safety: called first, before any thread exists; restoring the
+        // default action of SIGPIPE makes output into a closed pipe (`terrace
+        // where FILE | head`) end the command quietly, as Unix tools do,
+        // instead of a panic in println!. The daemon (mount) keeps ignoring
+        // SIGPIPE: a client that hangs up must not kill it.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let code = match run(cli) {
         Ok(()) => 0,
         Err(e) => {
