@@ -35,6 +35,18 @@ class Runs:
                 if isinstance(((d.get("devices") or {}).get(role) or {}).get(key), (int, float))]
         return statistics.median(vals) if vals else None
 
+    def per_op(self, key: str = "write_bytes", role: str = "disk"):
+        """Median over runs of the device's `key` divided by the run's operations."""
+        vals = []
+        for d, raw in zip(self.dev, self.raw):
+            v = ((d.get("devices") or {}).get(role) or {}).get(key)
+            ops = raw.get("total_ops")
+            if ops is None and raw.get("jobs"):
+                ops = sum(j["write"].get("total_ios", 0) + j["read"].get("total_ios", 0) for j in raw["jobs"])
+            if isinstance(v, (int, float)) and ops:
+                vals.append(v / ops)
+        return statistics.median(vals) if vals else None
+
     def spread(self) -> str:
         return "" if len(self.values) < 2 else f" ({fmt(min(self.values))}–{fmt(max(self.values))})"
 
@@ -161,16 +173,17 @@ def rows(out: Path, runs: dict) -> list[list[str]]:
         f"{fmt(t10 and t10.median)}{t10.spread() if t10 else ''} / {fmt(t100 and t100.median)}",
         ratio(t10 and t10.median, t100 and t100.median), "≥ 0.7", 0.7)
     # Issue 4: NVMFS writes less to the SSD than Ziggurat on overwrite-heavy work.
+    # Per operation: the runs are timed, so a faster policy does more of them.
     for job, label in (("overwrite", "random 4 KiB async overwrites"),
                        ("zipf-write-1.04", "90/10 sync random writes")):
         n = get((job, PM10 + "@migration_policy=nvmfs"))
         z = get((job, PM10 + "@migration_policy=ziggurat"))
         d = get((job, PM10))
-        nb, zb = (n.dev_median("write_bytes") if n else None), (z.dev_median("write_bytes") if z else None)
-        db = d.dev_median("write_bytes") if d else None
-        mb = lambda v: "n/a" if v is None else f"{v / (1 << 20):,.0f} MiB"  # noqa: E731
-        add(f"4. SSD bytes written, {label}: nvmfs / ziggurat",
-            f"nvmfs {mb(nb)}, ziggurat {mb(zb)}, default {mb(db)}", ratio(nb, zb), "≤ 0.7", 0.7,
+        nb, zb = (n.per_op() if n else None), (z.per_op() if z else None)
+        db = d.per_op() if d else None
+        kb = lambda v: "n/a" if v is None else f"{v / 1024:,.1f} KiB/op"  # noqa: E731
+        add(f"4. SSD bytes written per operation, {label}: nvmfs / ziggurat",
+            f"nvmfs {kb(nb)}, ziggurat {kb(zb)}, default {kb(db)}", ratio(nb, zb), "≤ 0.7", 0.7,
             at_least=False)
     return res
 
