@@ -80,6 +80,13 @@ impl Fs {
     /// [`RULE_BUDGET_BYTES`]. Returns the bytes moved.
     pub(crate) fn enforce_rules(&self) -> u64 {
         let inos: Vec<Ino> = self.ruled.lock().iter().copied().collect();
+        let forced = self.settings.read().migration_params().forced_percent;
+        // A tier past the forced mark takes no more pinned data this pass
+        // (retrying a move that cannot fit would only burn reads).
+        let has_room = |tier: u8| {
+            let (used, cap) = self.tier_use(tier);
+            u128::from(used) * 100 < u128::from(cap) * u128::from(forced)
+        };
         let mut moved = 0u64;
         for ino in inos {
             if moved >= RULE_BUDGET_BYTES || self.migrator.stop.load(Ordering::Relaxed) {
@@ -97,7 +104,7 @@ impl Fs {
                 };
                 let elsewhere =
                     i.kind == FileType::Regular && i.extents.iter().any(|(_, e)| e.tier != tier);
-                elsewhere.then_some(tier)
+                (elsewhere && has_room(tier)).then_some(tier)
             };
             if let Some(tier) = want {
                 // A full target is not an error here: the rule is retried
