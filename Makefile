@@ -19,6 +19,8 @@ DEMO_POOL ?= /dev/shm/terrace-demo.pm
 DEMO_SIZE ?= 512M
 DEMO_DIR  := $(CURDIR)/terrace-demo
 DEMO_MNT  := $(DEMO_DIR)/mnt
+DEMO_SSD  ?= $(DEMO_DIR)/ssd.img
+DEMO_SSD_SIZE ?= 2G
 
 CRASH_ITERATIONS ?= 200
 
@@ -34,7 +36,7 @@ build: setup
 
 # ---------------------------------------------------------------- quick start
 demo: build
-	@scripts/demo.sh "$(TERRACE)" "$(DEMO_POOL)" "$(DEMO_SIZE)" "$(DEMO_MNT)"
+	@scripts/demo.sh "$(TERRACE)" "$(DEMO_POOL)" "$(DEMO_SIZE)" "$(DEMO_MNT)" "$(DEMO_SSD)" "$(DEMO_SSD_SIZE)"
 
 # ---------------------------------------------------------------------- tests
 fmt-check:
