@@ -197,16 +197,6 @@ fn crashes_during_spilled_writes_recover_to_before_or_after() {
     }
 }
 
-fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
-    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
-    String::from_utf8(v)
-        .unwrap()
-        .lines()
-        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
 #[test]
 fn large_asynchronous_overwrites_go_to_the_ssd_and_fsynced_appends_stay_on_pm() {
     let pm = Arc::new(MemMedia::new(16 << 20));

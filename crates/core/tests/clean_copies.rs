@@ -45,21 +45,6 @@ fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
     Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
 }
 
-fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
-    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
-    String::from_utf8(v)
-        .unwrap()
-        .lines()
-        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..len).map(|_| rng.gen()).collect()
-}
-
 /// A pool with the nvmfs policy and an 8 MiB file on PM, half of which the
 /// dirty-list flush has copied to the SSD.
 fn flushed(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, Vec<u8>) {

@@ -43,11 +43,6 @@ fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
     Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
 }
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..len).map(|_| rng.gen()).collect()
-}
-
 #[test]
 fn the_cache_never_exceeds_its_bound_under_a_workload_four_times_larger() {
     let pm = Arc::new(MemMedia::new(4 << 20));

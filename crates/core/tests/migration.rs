@@ -46,19 +46,21 @@ fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
     Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
 }
 
-fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
-    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
-    String::from_utf8(v)
-        .unwrap()
-        .lines()
-        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..len).map(|_| rng.gen()).collect()
+/// Recovers from a crash image — PM image `pm_img`, block device image
+/// `ssd_img` of the same moment — and checks what every crash must leave:
+/// fsck clean, mount without fsck, allocator consistent, and each of `files`
+/// (inode, content) intact. `what` names the crash point in messages.
+fn assert_recovers(pm_img: Vec<u8>, ssd_img: Vec<u8>, files: &[(u64, Vec<u8>)], what: &str) {
+    let pm2 = Arc::new(MemMedia::from_image(pm_img));
+    let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{what}: {:?}", report.problems);
+    let fs2 = mount(pm2, Arc::new(MemBlock::from_image(ssd_img)));
+    fs2.check_allocator()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    for (ino, data) in files {
+        let got = fs2.read(*ino, 0, data.len() + 10).unwrap();
+        assert!(got == *data, "{what}: inode {ino} changed");
+    }
 }
 
 fn pm_percent(fs: &Fs) -> u64 {
@@ -272,25 +274,8 @@ fn crashes_at_any_step_of_migration_keep_every_byte_exactly_once() {
             n,
         ] {
             for mode in [LossMode::AllUnflushed, LossMode::RandomLines(rng.gen())] {
-                let img = trace.image_at(kk, mode);
-                let pm2 = Arc::new(MemMedia::from_image(img));
-                let ssd2 = Arc::new(MemBlock::from_image(ssd_img.clone()));
-                let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
-                assert!(
-                    report.is_clean(),
-                    "seed {seed} crash at {kk}/{n}: {:?}",
-                    report.problems
-                );
-                let fs2 = mount(pm2, ssd2);
-                fs2.check_allocator()
-                    .unwrap_or_else(|e| panic!("seed {seed} crash at {kk}/{n}: {e}"));
-                for (ino, data) in &files {
-                    let got = fs2.read(*ino, 0, data.len() + 10).unwrap();
-                    assert!(
-                        got == *data,
-                        "seed {seed} crash at {kk}/{n}: inode {ino} changed"
-                    );
-                }
+                let what = format!("seed {seed} crash at {kk}/{n}");
+                assert_recovers(trace.image_at(kk, mode), ssd_img.clone(), &files, &what);
             }
         }
     }
@@ -542,22 +527,13 @@ fn crashes_during_extent_recycling_lose_nothing() {
     let mut rng = StdRng::seed_from_u64(base_seed("recycling crash test"));
     let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n]);
+    let files = [(ino, data)];
     for kk in points {
-        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
-        let pm2 = Arc::new(MemMedia::from_image(img));
-        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
-        assert!(
-            report.is_clean(),
-            "crash at {kk}/{n}: {:?}",
-            report.problems
-        );
-        let dev = MemBlock::from_image(ssd.image_at(&base, e0 + kk as u64));
-        let fs2 = mount(pm2, Arc::new(dev));
-        fs2.check_allocator()
-            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
-        assert!(
-            fs2.read(ino, 0, data.len()).unwrap() == data,
-            "crash at {kk}/{n}: data changed"
+        assert_recovers(
+            trace.image_at(kk, LossMode::RandomLines(rng.gen())),
+            ssd.image_at(&base, e0 + kk as u64),
+            &files,
+            &format!("crash at {kk}/{n}"),
         );
     }
 }
@@ -653,21 +629,13 @@ fn crashes_during_reverse_migration_keep_every_byte() {
     let mut rng = StdRng::seed_from_u64(base_seed("reverse migration crash test"));
     let mut points: Vec<usize> = (0..10).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n]);
+    let files = [(f.ino, data)];
     for kk in points {
-        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
-        let pm2 = Arc::new(MemMedia::from_image(img));
-        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
-        assert!(
-            report.is_clean(),
-            "crash at {kk}/{n}: {:?}",
-            report.problems
-        );
-        let fs2 = mount(pm2, Arc::new(MemBlock::from_image(img_ssd.clone())));
-        fs2.check_allocator()
-            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
-        assert!(
-            fs2.read(f.ino, 0, data.len()).unwrap() == data,
-            "crash at {kk}/{n}"
+        assert_recovers(
+            trace.image_at(kk, LossMode::RandomLines(rng.gen())),
+            img_ssd.clone(),
+            &files,
+            &format!("crash at {kk}/{n}"),
         );
     }
 }
@@ -724,21 +692,13 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
     let ssd_img = ssd.crash_image(BlockLoss::AllUnsynced);
     let mut points: Vec<usize> = (0..6).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n / 2, n]);
+    let files = [(f.ino, data)];
     for kk in points {
-        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
-        let pm2 = Arc::new(MemMedia::from_image(img));
-        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
-        assert!(
-            report.is_clean(),
-            "crash at {kk}/{n}: {:?}",
-            report.problems
-        );
-        let fs2 = mount(pm2, Arc::new(MemBlock::from_image(ssd_img.clone())));
-        fs2.check_allocator()
-            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
-        assert!(
-            fs2.read(f.ino, 0, data.len()).unwrap() == data,
-            "crash at {kk}/{n}"
+        assert_recovers(
+            trace.image_at(kk, LossMode::RandomLines(rng.gen())),
+            ssd_img.clone(),
+            &files,
+            &format!("crash at {kk}/{n}"),
         );
     }
 }
@@ -783,24 +743,12 @@ fn crashes_while_several_files_share_a_sync_window_lose_nothing() {
     let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n / 3, n / 2, n]);
     for kk in points {
-        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
-        let pm2 = Arc::new(MemMedia::from_image(img));
-        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
-        assert!(
-            report.is_clean(),
-            "crash at {kk}/{n}: {:?}",
-            report.problems
+        assert_recovers(
+            trace.image_at(kk, LossMode::RandomLines(rng.gen())),
+            ssd.image_at(&base, e0 + kk as u64),
+            &files,
+            &format!("crash at {kk}/{n}"),
         );
-        let dev = MemBlock::from_image(ssd.image_at(&base, e0 + kk as u64));
-        let fs2 = mount(pm2, Arc::new(dev));
-        fs2.check_allocator()
-            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
-        for (ino, data) in &files {
-            assert!(
-                fs2.read(*ino, 0, data.len()).unwrap() == *data,
-                "crash at {kk}/{n}: inode {ino} changed"
-            );
-        }
     }
 }
 

@@ -44,21 +44,6 @@ fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
     Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
 }
 
-fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
-    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
-    String::from_utf8(v)
-        .unwrap()
-        .lines()
-        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..len).map(|_| rng.gen()).collect()
-}
-
 fn new_pool() -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
     let pm = Arc::new(MemMedia::new(32 << 20));
     let ssd = Arc::new(MemBlock::new(SSD));

@@ -636,3 +636,22 @@ pub fn base_seed(test: &str) -> u64 {
     eprintln!("{test}: base seed {seed} (set TERRACE_SEED to repeat)");
     seed
 }
+
+/// Bytes of file `ino` on tier `tier` (`pm`, `ssd`, `ssd-copy`, `dram`, …),
+/// from the virtual xattr `user.terrace.extents`.
+pub fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
+    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
+    String::from_utf8(v)
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// `len` pseudo-random bytes from `seed`.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    use rand::SeedableRng;
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
