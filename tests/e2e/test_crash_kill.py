@@ -189,7 +189,8 @@ def run_crash_loop(strict_prefix: bool, tiered: bool = False) -> None:
         options = None
         if tiered:
             helpers.mkfs(pool, "48M", extra=["--tier", f"ssd:{ssd}:512M"])
-            options = "migration_threshold=10,migration_age_ns=0s,group_migration_bytes=1M"
+            options = os.environ.get(
+                "CRASH_TIER_OPTIONS", "migration_threshold=10,migration_age_ns=0s,group_migration_bytes=1M")
         else:
             helpers.mkfs(pool, POOL_SIZE)
         loop = CrashLoop(pool, mnt, Path(logdir), seed, strict_prefix, options)

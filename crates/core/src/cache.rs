@@ -37,6 +37,8 @@
 //!   inode number), taken before the inode lock; the device I/O runs without
 //!   the inode lock, so reads and writes of the file continue meanwhile. A page
 //!   rewritten during its write-back stays dirty (its sequence number moved on).
+//!   The write-back commits only if the inode's generation is unchanged: a
+//!   file deleted during its write-back may have its slot reused by another.
 
 use crate::fs::Fs;
 use crate::inode::Inode;
@@ -498,7 +500,7 @@ impl Fs {
     /// while the writer fills the cache again.
     pub(crate) fn flush_inode_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
         let _wb = self.cache.wb_locks[ino as usize % WB_STRIPES].lock();
-        let (pages, size, mtime, rule) = {
+        let (pages, size, mtime, rule, generation) = {
             let Ok(g) = self.lock(ino) else {
                 self.cache.drop_dirty(ino, 0, true);
                 return Ok(());
@@ -511,7 +513,7 @@ impl Fs {
             let pages = oldest_writes(&i.dirty, max_bytes / BS);
             let size = pages.iter().map(|(_, p)| p.end).max().unwrap_or(0);
             let mtime = pages.iter().map(|(_, p)| p.mtime).max().unwrap_or(0);
-            (pages, size, mtime, self.rule_of(i))
+            (pages, size, mtime, self.rule_of(i), i.generation)
         };
         let n = pages.len() as u64;
         // The file's pinned block tier (rules), else the first block tier.
@@ -565,6 +567,13 @@ impl Fs {
             }
         };
         let i = g.as_mut().expect("live");
+        if i.generation != generation {
+            // The file was deleted (its pages discarded) and its slot reused
+            // by another file during the write-back: nothing here is its.
+            drop(g);
+            self.release_data(d);
+            return Ok(());
+        }
         let size_after = i.attr.size.max(size);
         let mut entries: Vec<Entry> = Vec::new();
         let mut k = 0usize;

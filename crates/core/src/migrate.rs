@@ -206,6 +206,9 @@ struct Piece {
 /// ([`Fs::prepare_move`] → sync → [`Fs::commit_move`]).
 struct Prepared {
     ino: Ino,
+    /// The inode's generation when the pieces were captured: a slot freed
+    /// and reused by another file before the commit has a newer one.
+    generation: u32,
     from: u8,
     to: u8,
     mode: Mode,
@@ -499,10 +502,10 @@ impl Fs {
         mode: Mode,
     ) -> FsResult<Option<Prepared>> {
         // 1. Capture.
-        let pieces: Vec<Piece> = {
+        let (generation, pieces): (u32, Vec<Piece>) = {
             let g = self.lock(ino)?;
             let i = g.as_ref().expect("live");
-            ranges
+            let pieces = ranges
                 .iter()
                 .flat_map(|&(start, n)| i.extents.overlaps(start, n))
                 .filter(|(_, e)| match mode {
@@ -521,7 +524,8 @@ impl Fs {
                     seq: e.seq,
                     copy: e.copy,
                 })
-                .collect()
+                .collect();
+            (i.generation, pieces)
         };
         // Pieces whose data must be copied; the others only need an entry
         // (a clean copy already on `to` is promoted, a copy is dropped).
@@ -584,6 +588,7 @@ impl Fs {
         }
         Ok(Some(Prepared {
             ino,
+            generation,
             from,
             to,
             mode,
@@ -601,6 +606,7 @@ impl Fs {
     fn commit_move(&self, p: Prepared) -> FsResult<u64> {
         let Prepared {
             ino,
+            generation,
             from,
             to,
             mode,
@@ -627,6 +633,14 @@ impl Fs {
             }
         };
         let i = g.as_mut().expect("live");
+        if i.generation != generation {
+            // The file was deleted and its slot reused by another file since
+            // the capture: its mappings (even ones with the same blocks and
+            // sequence numbers — both restart per file) are not ours.
+            drop(g);
+            self.release_data(d);
+            return Ok(0);
+        }
         let mut entries: Vec<Entry> = Vec::new();
         let mut unused: Vec<(u8, u64, u64)> = Vec::new();
         let mut kept = 0u64;
@@ -1370,5 +1384,88 @@ impl Fs {
         };
         let Ok(policy) = policy else { return 0 };
         self.drain(0, to, goal, &params, &*policy, Mode::Evict)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{format, FormatParams};
+    use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+    use terrace_media::{MemBlock, MemMedia};
+
+    fn pool() -> Fs {
+        let pm = Arc::new(MemMedia::new(16 << 20));
+        let tier = |id, kind, size, extent_size| TierRecord {
+            id,
+            kind,
+            size,
+            extent_size,
+            path: "t".into(),
+        };
+        format(
+            &*pm,
+            &FormatParams {
+                uuid: [3; 16],
+                inode_count: 16,
+                tiers: vec![
+                    tier(0, TierKind::Pm, 16 << 20, 0),
+                    tier(1, TierKind::Ssd, 32 << 20, DEFAULT_EXTENT_SIZE),
+                ],
+                root_uid: 0,
+                root_gid: 0,
+            },
+        )
+        .unwrap();
+        Fs::mount_with_tiers(pm, vec![(1, Arc::new(MemBlock::new(32 << 20)))]).unwrap()
+    }
+
+    #[test]
+    fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot() {
+        let fs = pool();
+        let ctx = crate::Ctx { uid: 0, gid: 0 };
+        let f = fs.mknod(1, b"old", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        fs.write(f.ino, 0, &[1u8; 4096]).unwrap();
+        let old_block = fs
+            .lock(f.ino)
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .extents
+            .find(0)
+            .unwrap()
+            .1;
+        // The move is copied but not committed (a large sync window) ...
+        let mut batch = MoveBatch::new(&fs, u64::MAX);
+        batch.add(f.ino, 0, 1, &[(0, 1)], Mode::Move).unwrap();
+        // ... while the file is deleted and a new file takes its slot, its
+        // first write landing on the same PM block with the same per-file
+        // sequence number: everything the old checks compared is equal.
+        fs.unlink(1, b"old").unwrap();
+        fs.forget(f.ino, 1);
+        let g = fs.mknod(1, b"new", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        fs.write(g.ino, 0, &[2u8; 4096]).unwrap();
+        let new_block = fs
+            .lock(g.ino)
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .extents
+            .find(0)
+            .unwrap()
+            .1;
+        assert_eq!(
+            g.ino, f.ino,
+            "the slot was not reused: the test proves nothing"
+        );
+        assert_eq!(
+            (new_block.block, new_block.seq),
+            (old_block.block, old_block.seq)
+        );
+        let (moved, r) = batch.finish();
+        r.unwrap();
+        assert_eq!(moved, 0);
+        assert_eq!(fs.read(g.ino, 0, 4096).unwrap(), vec![2u8; 4096]);
+        fs.check_allocator().unwrap();
     }
 }
