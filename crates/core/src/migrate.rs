@@ -1420,21 +1420,18 @@ mod tests {
         Fs::mount_with_tiers(pm, vec![(1, Arc::new(MemBlock::new(32 << 20)))]).unwrap()
     }
 
+    fn first_extent(fs: &Fs, ino: Ino) -> crate::inode::Extent {
+        let g = fs.lock(ino).unwrap();
+        g.as_ref().unwrap().extents.find(0).unwrap().1
+    }
+
     #[test]
     fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot() {
         let fs = pool();
         let ctx = crate::Ctx { uid: 0, gid: 0 };
         let f = fs.mknod(1, b"old", libc::S_IFREG | 0o644, 0, ctx).unwrap();
         fs.write(f.ino, 0, &[1u8; 4096]).unwrap();
-        let old_block = fs
-            .lock(f.ino)
-            .unwrap()
-            .as_ref()
-            .unwrap()
-            .extents
-            .find(0)
-            .unwrap()
-            .1;
+        let old_block = first_extent(&fs, f.ino);
         // The move is copied but not committed (a large sync window) ...
         let mut batch = MoveBatch::new(&fs, u64::MAX);
         batch.add(f.ino, 0, 1, &[(0, 1)], Mode::Move).unwrap();
@@ -1445,15 +1442,7 @@ mod tests {
         fs.forget(f.ino, 1);
         let g = fs.mknod(1, b"new", libc::S_IFREG | 0o644, 0, ctx).unwrap();
         fs.write(g.ino, 0, &[2u8; 4096]).unwrap();
-        let new_block = fs
-            .lock(g.ino)
-            .unwrap()
-            .as_ref()
-            .unwrap()
-            .extents
-            .find(0)
-            .unwrap()
-            .1;
+        let new_block = first_extent(&fs, g.ino);
         assert_eq!(
             g.ino, f.ino,
             "the slot was not reused: the test proves nothing"
