@@ -103,7 +103,7 @@ full)
     : "${BENCH_WORKLOADS=zipf fileserver webproxy varmail sqlite-delete sqlite-persist sqlite-wal rocksdb}"
     : "${BENCH_ZIPF_THETAS:=1.04 0.88 0.71 0.44 0}"
     : "${BENCH_DATASET:=1G}" "${BENCH_KV_OPS:=20000}"
-    : "${BENCH_SWEEPS=sync_threshold_bytes=4K,64K,1M,16M,1G size_counter_threshold=1,4,16,64 group_migration_bytes=128K,2M,16M migration_policy=default,ziggurat,nvmfs placement_policy=ziggurat,block-first,pm-only}"
+    : "${BENCH_SWEEPS=sync_threshold_bytes=4K,64K,1M,16M,1G size_counter_threshold=1,4,16,64 group_migration_bytes=128K,2M,16M migration_policy=default,ziggurat,nvmfs placement_policy=ziggurat,block-first,pm-only,hetfs}"
     : "${BENCH_SWEEP_WORKLOADS=zipf varmail rocksdb}"
     : "${BENCH_PROBE_RUNTIME:=5}"
     : "${BENCH_PAIRS=$TARGET_PAIRS}"
