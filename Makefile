@@ -3,7 +3,7 @@
 #   make demo         build and mount a default pool in ./terrace-demo/mnt, print its status
 #   make test         everything CI runs: fmt, clippy, unit/model tests, FUSE end-to-end tests
 #   make crash-long   the long kill -9 crash loop (200 iterations)
-#   make bench        full benchmark (3 runs per job, medians; hours) -> docs/results/, docs/benchmarks.md
+#   make bench        full benchmark (3 runs per job, medians; about two hours) -> docs/results/, docs/benchmarks.md
 #   make bench-quick  short benchmark, a subset of every workload (< 10 minutes)
 #   make bench-setup  install the benchmark's tools (fio, xfsprogs, mergerfs, rocksdb-tools, matplotlib, ...)
 #   make clean-mounts lazily unmount every stale Terrace test/demo/bench mount

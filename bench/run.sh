@@ -40,8 +40,8 @@
 #
 # Usage: bench/run.sh [quick|full|targets]  (default: quick)
 #   quick    short runs, 1 repetition, small data set, a subset of every workload type (< 10 minutes)
-#   full     3 repetitions (medians and min/max), every workload, locality and system, and the
-#            targets (hours)
+#   full     3 repetitions (medians and min/max), every workload, locality and system, the
+#            sweeps and the targets (about two hours)
 #   targets  only the targets, 3 repetitions (about 30 minutes)
 # Environment knobs (defaults depend on the mode; see the case below):
 #   BENCH_TARGETS="terrace fuse shm ext4"     systems of the micro jobs
@@ -57,6 +57,7 @@
 #                                             e.g. migration_policy=default,ziggurat,nvmfs for each migration policy
 #   BENCH_SWEEP_SYSTEM=terrace-pm5  BENCH_SWEEP_WORKLOADS="zipf varmail"  BENCH_SWEEP_THETA=0.88
 #   BENCH_KV_OPS                              fillseq/fillrandom operations (sync)
+#   BENCH_SQLITE_DIVISOR=1                    the SQLite databases are BENCH_DATASET / this
 #   BENCH_PAIRS="ext4-loop:syncappend ..."    SYSTEM:GROUP measurements of the targets ("" = none)
 #   BENCH_PAIR_THETA=1.04                     Zipf theta of a zipf pair
 #   BENCH_FB_WORKERS=1                        processes of the file-server/web-proxy/mail-server loop
@@ -96,15 +97,18 @@ quick)
     : "${BENCH_PAIRS=ext4-loop:syncappend terrace-pm10:syncappend terrace-pm100@group_migration_bytes=16M:migrate}"
     ;;
 full)
-    : "${BENCH_RUNTIME:=10}" "${BENCH_RAMP:=2}" "${BENCH_REPS:=3}" "${BENCH_SIZE:=256M}"
+    # Sized to finish in about two hours on 2 cores: 5 s per measurement, 3 repetitions,
+    # a 512 MiB data set (the SQLite databases a quarter of it), every system, workload
+    # and Zipf locality; the sweeps on two workloads with three values per setting.
+    : "${BENCH_RUNTIME:=5}" "${BENCH_RAMP:=1}" "${BENCH_REPS:=3}" "${BENCH_SIZE:=256M}"
     : "${BENCH_SEQ_SIZE:=1G}" "${BENCH_META_FILES:=100000}" "${BENCH_POOL_SIZE:=4G}"
     : "${BENCH_JOBS=randwrite-fsync-1j randwrite-fsync-2j randread seqwrite seqread metadata}"
     : "${BENCH_SYSTEMS=ext4-loop ext4-dj xfs-ml shm mergerfs-pm25 terrace-pm5 terrace-pm25 terrace-pm100}"
     : "${BENCH_WORKLOADS=zipf fileserver webproxy varmail sqlite-delete sqlite-persist sqlite-wal rocksdb}"
     : "${BENCH_ZIPF_THETAS:=1.04 0.88 0.71 0.44 0}"
-    : "${BENCH_DATASET:=1G}" "${BENCH_KV_OPS:=20000}"
-    : "${BENCH_SWEEPS=sync_threshold_bytes=4K,64K,1M,16M,1G size_counter_threshold=1,4,16,64 group_migration_bytes=128K,2M,16M migration_policy=default,ziggurat,nvmfs placement_policy=ziggurat,block-first,pm-only,hetfs}"
-    : "${BENCH_SWEEP_WORKLOADS=zipf varmail rocksdb}"
+    : "${BENCH_DATASET:=512M}" "${BENCH_KV_OPS:=10000}" "${BENCH_SQLITE_DIVISOR:=4}"
+    : "${BENCH_SWEEPS=sync_threshold_bytes=4K,1M,16M size_counter_threshold=1,4,16 group_migration_bytes=128K,2M,16M migration_policy=default,ziggurat,nvmfs placement_policy=block-first,pm-only,hetfs}"
+    : "${BENCH_SWEEP_WORKLOADS=zipf varmail}"
     : "${BENCH_PROBE_RUNTIME:=5}"
     : "${BENCH_PAIRS=$TARGET_PAIRS}"
     ;;
@@ -134,7 +138,7 @@ esac
 : "${BENCH_PAIRS=}"
 : "${BENCH_PAIR_THETA:=1.04}"
 : "${BENCH_RAMP:=2}" "${BENCH_SIZE:=256M}" "${BENCH_SEQ_SIZE:=1G}" "${BENCH_META_FILES:=100000}"
-: "${BENCH_POOL_SIZE:=4G}" "${BENCH_KV_OPS:=20000}" "${BENCH_ZIPF_THETAS:=0.88}"
+: "${BENCH_POOL_SIZE:=4G}" "${BENCH_KV_OPS:=20000}" "${BENCH_ZIPF_THETAS:=0.88}" "${BENCH_SQLITE_DIVISOR:=1}"
 : "${BENCH_SWEEP_WORKLOADS=zipf}"
 export BENCH_RUNTIME BENCH_RAMP BENCH_SIZE BENCH_SEQ_SIZE BENCH_DIRECT
 
@@ -244,7 +248,7 @@ done
     metadata_files="$BENCH_META_FILES" terrace_pool="pm:/dev/shm:$BENCH_POOL_SIZE" \
     terrace_mount_opts="$BENCH_TERRACE_OPTS" \
     ext4_dir="$BENCH_EXT4_DIR ($(findmnt -no FSTYPE -T "$BENCH_EXT4_DIR" 2>/dev/null || echo ?))" \
-    dataset="$BENCH_DATASET" disk_size="$BENCH_DISK_SIZE" journal_size="$BENCH_JOURNAL_SIZE" \
+    dataset="$BENCH_DATASET" sqlite_db_bytes="$((DATASET_BYTES / BENCH_SQLITE_DIVISOR))" disk_size="$BENCH_DISK_SIZE" journal_size="$BENCH_JOURNAL_SIZE" \
     disk_dir="$BENCH_DISK_DIR ($(findmnt -no FSTYPE -T "$BENCH_DISK_DIR" 2>/dev/null || echo ?))" \
     zipf_thetas="$BENCH_ZIPF_THETAS" zipf_jobs="$BENCH_ZIPF_JOBS" zipf_file_mb="$ZIPF_FILE_MB" \
     fb_files="$FB_FILES" fb_workers="$BENCH_FB_WORKERS" kv_ops="$BENCH_KV_OPS" \
@@ -409,7 +413,7 @@ init_group() {
         ;;
     sqlite-*)
         fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/sqlite_bench.py" init "$work" --mode "${group#sqlite-}" \
-            --bytes "$DATASET_BYTES" >"$base.init.json" 2>"$base.err" || rc=$?
+            --bytes "$((DATASET_BYTES / BENCH_SQLITE_DIVISOR))" >"$base.init.json" 2>"$base.err" || rc=$?
         ;;
     rocksdb)
         fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/kv.py" preload "$work" \
