@@ -29,6 +29,12 @@ pub struct Extent {
     /// A second, clean copy of the same data: `(tier, first block)` (NVMFS;
     /// see `terrace_format::CopyEntry`). Reads use the primary location.
     pub copy: Option<(u8, u64)>,
+    /// Writes this location has seen (DRAM only, saturating): one more than
+    /// the extent that held the write's first block before, the same for a
+    /// migration. Rebuilt by log replay at mount (each replayed write entry
+    /// counts), so it counts the writes still in the log. NVMFS's
+    /// frequency-aware flush order reads it.
+    pub writes: u8,
 }
 
 impl Extent {
@@ -471,6 +477,12 @@ impl Inode {
         self.amtime
             .on_write(&[], w.blocks as u64, w.mtime.max(0) as u64);
         self.data_seq += 1;
+        let prior = self.extents.find(w.file_block).map_or(0, |(_, e)| e.writes);
+        let writes = if w.wflags & terrace_format::WRITE_FLAG_MOVED == 0 {
+            prior.saturating_add(1)
+        } else {
+            prior
+        };
         self.extents.map(
             w.file_block,
             Extent {
@@ -481,6 +493,7 @@ impl Inode {
                 mtime: w.mtime,
                 seq: self.data_seq,
                 copy: None,
+                writes,
             },
         )
     }
@@ -603,6 +616,7 @@ mod tests {
             mtime: 0,
             seq: 0,
             copy: None,
+            writes: 1,
         }
     }
 

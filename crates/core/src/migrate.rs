@@ -914,7 +914,10 @@ impl Fs {
                 }
             }
             let need = mig::should_migrate(counted, cap, threshold, params.forced_percent, running);
-            if need.is_needed() {
+            // NVMFS keeps PM's dirty data between its own marks (the flush
+            // below); the migration threshold applies to it only when forced.
+            let own_marks = from == 0 && policy.name() == "nvmfs" && !need.is_forced();
+            if need.is_needed() && !own_marks {
                 self.migrator.running.fetch_or(bit, Ordering::Relaxed);
                 let obs = mig::CopyObservation {
                     need,
@@ -941,7 +944,7 @@ impl Fs {
                 self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
             }
             if from == 0 && policy.name() == "nvmfs" {
-                moved += self.nvmfs_flush(to, cap, pm_split, &params, &np, &*policy);
+                moved += self.nvmfs_flush(to, cap, pm_split, &np);
             }
         }
         moved += self.reverse_pass(io, &params);
@@ -971,17 +974,16 @@ impl Fs {
 
     /// NVMFS's dirty list: when dirty PM data passes the high mark of its
     /// target share (which the adaptive split moves toward the list with more
-    /// hits per page), write clean copies of the least recently written
-    /// files to the block tier in `nvmfs_extent_bytes` groups, down to the low
-    /// mark. The PM copies stay and serve reads.
+    /// hits per page), write clean copies of the dirty data that least
+    /// deserves PM (`nvmfs_flush_order`, over every file) to the block tier in
+    /// `nvmfs_extent_bytes` requests, down to the low mark. The PM copies stay
+    /// and serve reads.
     fn nvmfs_flush(
         &self,
         to: u8,
         cap: u64,
         (clean, dirty): (u64, u64),
-        params: &mig::MigrationParams,
         np: &terrace_policy::nvmfs::NvmfsParams,
-        policy: &(dyn mig::MigrationPolicy + Send + Sync),
     ) -> u64 {
         use terrace_policy::nvmfs::{self, AdaptiveSplit, PageKind};
         let m = &self.migrator;
@@ -1014,11 +1016,65 @@ impl Fs {
         if pages == 0 {
             return 0;
         }
-        let p = mig::MigrationParams {
-            group_bytes: np.extent_bytes,
-            ..*params
-        };
-        self.drain(0, to, pages * BS, &p, policy, Mode::Copy)
+        let runs = nvmfs::flush_choice(&self.pm_dirty_runs(), pages, now, np.order, np.decay_ns);
+        self.copy_runs(&runs, to, np.extent_blocks())
+    }
+
+    /// Every run of dirty PM data (no clean copy), except of files pinned
+    /// to PM by a rule.
+    fn pm_dirty_runs(&self) -> Vec<terrace_policy::nvmfs::DirtyRun> {
+        let mut out = Vec::new();
+        for slot in &self.table {
+            let g = slot.lock();
+            let Some(i) = g.as_ref() else { continue };
+            if i.extents.pm_clean_dirty().1 == 0 || self.rule_of(i) == Some(0) {
+                continue;
+            }
+            out.extend(
+                i.extents
+                    .iter()
+                    .filter(|(_, e)| e.tier == 0 && e.copy.is_none())
+                    .map(|(fb, e)| terrace_policy::nvmfs::DirtyRun {
+                        ino: i.ino,
+                        file_block: fb,
+                        blocks: e.blocks,
+                        mtime_ns: e.mtime.max(0) as u64,
+                        writes: e.writes,
+                    }),
+            );
+        }
+        out
+    }
+
+    /// Writes clean copies of `runs` (per inode, in file order) to tier `to`,
+    /// in requests of at most `unit` blocks; returns the bytes copied.
+    fn copy_runs(&self, runs: &[terrace_policy::nvmfs::PageRun], to: u8, unit: u64) -> u64 {
+        let total: u64 = runs.iter().map(|r| r.blocks * BS).sum();
+        let window = (total / 4).max(unit * BS).min(MOVE_SYNC_WINDOW_BYTES);
+        let mut batch = MoveBatch::new(self, window);
+        'files: for file in runs.chunk_by(|a, b| a.ino == b.ino) {
+            if self.migrator.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let entries: Vec<EntrySnapshot> = file
+                .iter()
+                .map(|r| EntrySnapshot {
+                    file_block: r.file_block,
+                    blocks: r.blocks,
+                    mtime_ns: 0,
+                    tier: 0,
+                })
+                .collect();
+            for group in mig::batch_groups(&mig::group_entries(&entries, unit), unit) {
+                let ranges: Vec<(u64, u64)> =
+                    group.iter().map(|g| (g.file_block, g.blocks)).collect();
+                if batch.add(file[0].ino, 0, to, &ranges, Mode::Copy).is_err() {
+                    // Target full or failing: try again next pass.
+                    break 'files;
+                }
+            }
+        }
+        batch.finish().0
     }
 
     fn io_counters(&self) -> IoCounters {
@@ -1356,6 +1412,18 @@ fn snapshot_entries(i: &Inode) -> Vec<EntrySnapshot> {
 }
 
 impl Fs {
+    /// Counts writes over PM data, clean and dirty, for the adaptive split
+    /// only (the hit ratio in `terrace status` counts reads).
+    pub(crate) fn note_pm_write_hits(&self, clean: u64, dirty: u64) {
+        let m = &self.migrator;
+        if clean > 0 {
+            m.window_clean_hits.fetch_add(clean, Ordering::Relaxed);
+        }
+        if dirty > 0 {
+            m.window_dirty_hits.fetch_add(dirty, Ordering::Relaxed);
+        }
+    }
+
     /// Counts PM reads of clean and dirty data (NVMFS's hit counters).
     pub(crate) fn note_pm_hits(&self, clean: u64, dirty: u64) {
         let m = &self.migrator;

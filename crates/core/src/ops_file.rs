@@ -229,6 +229,18 @@ impl Fs {
         });
         let counter =
             terrace_policy::size_predictor::next_counter((fb0, nblocks), prev, &size_params);
+        if !self.tiers.is_empty() {
+            // NVMFS's split counts writes over PM data as hits on its list.
+            let (mut clean, mut dirty) = (0, 0);
+            for (_, e) in i.extents.overlaps(fb0, nblocks) {
+                match (e.tier, e.copy) {
+                    (0, Some(_)) => clean += e.blocks,
+                    (0, None) => dirty += e.blocks,
+                    _ => {}
+                }
+            }
+            self.note_pm_write_hits(clean, dirty);
+        }
         let synchronous =
             i.sync
                 .on_write(data.len() as u64, now.max(0) as u64, o_sync, &sync_params);

@@ -45,13 +45,22 @@ fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
     Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
 }
 
-/// A pool with the nvmfs policy and an 8 MiB file on PM, half of which the
-/// dirty-list flush has copied to the SSD.
-fn flushed(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, Vec<u8>) {
+/// A pool with the nvmfs policy whose dirty list flushes from 60% of its
+/// target down to 30%.
+fn nvmfs_pool(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
     let fs = mount(pm, ssd);
     fs.set_setting("migration_policy", "nvmfs").unwrap();
     fs.set_setting("migration_threshold", "99").unwrap();
     fs.set_setting("migration_age_ns", "0s").unwrap();
+    fs.set_setting("nvmfs_dirty_low_percent", "30").unwrap();
+    fs.set_setting("nvmfs_dirty_high_percent", "60").unwrap();
+    fs
+}
+
+/// A pool with the nvmfs policy and an 8 MiB file on PM, half of which the
+/// dirty-list flush has copied to the SSD.
+fn flushed(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, Vec<u8>) {
+    let fs = nvmfs_pool(pm, ssd);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(1, 8 << 20);
     for (k, c) in data.chunks(256 << 10).enumerate() {
@@ -99,6 +108,64 @@ fn flushed_data_stays_on_pm_with_a_clean_copy_on_the_ssd() {
     let fs = mount(pm, ssd);
     assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), copies);
     assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+}
+
+/// Bytes of clean copies of the file's first `limit` bytes.
+fn copy_bytes_below(fs: &Fs, ino: u64, limit: u64) -> u64 {
+    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
+    String::from_utf8(v)
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some("ssd-copy"))
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let off: u64 = w.next().unwrap().parse().unwrap();
+            let len: u64 = w.next().unwrap().parse().unwrap();
+            (off + len).min(limit).saturating_sub(off)
+        })
+        .sum()
+}
+
+/// Writes 8 MiB in 4 KiB writes, the first 256 KiB nine times before the
+/// rest once, runs one migration pass with `order`, and returns the bytes
+/// flushed and the bytes of the first 256 KiB among them.
+fn flush_after_skewed_writes(order: &str) -> (u64, u64) {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = nvmfs_pool(pm, ssd);
+    fs.set_setting("nvmfs_flush_order", order).unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let mut data = pattern(3, 8 << 20);
+    const HOT: usize = 256 << 10;
+    for round in 0..9u8 {
+        for (k, c) in data[..HOT].chunks_mut(4096).enumerate() {
+            c[0] = round;
+            fs.write(f.ino, k as u64 * 4096, c).unwrap();
+        }
+    }
+    for (k, c) in data[HOT..].chunks(4096).enumerate() {
+        fs.write(f.ino, (HOT + k * 4096) as u64, c).unwrap();
+    }
+    let copied = fs.migration_pass();
+    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+    (copied, copy_bytes_below(&fs, f.ino, HOT as u64))
+}
+
+#[test]
+fn nvmfs_flush_stops_at_the_low_mark_and_keeps_often_rewritten_blocks_on_pm() {
+    let (copied, hot) = flush_after_skewed_writes("frequency");
+    assert!(copied > 0, "the dirty list passed its high mark but nothing was flushed");
+    assert!(
+        copied < 6 << 20,
+        "flushed {copied} bytes: more than down to the low mark"
+    );
+    assert_eq!(hot, 0, "the blocks written nine times were flushed first");
+    // NVMFS's LRU order flushes them first: they were written longest ago.
+    let (copied, hot) = flush_after_skewed_writes("lru");
+    assert!(copied > 0 && copied < 6 << 20);
+    assert_eq!(hot, 256 << 10, "lru flushes the least recently written first");
 }
 
 #[test]

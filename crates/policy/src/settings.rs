@@ -30,7 +30,7 @@ use crate::migration::{
     migration_policy, migration_policy_names, MigrationParams, MigrationPolicy, ThresholdMode,
     BLOCK_BYTES,
 };
-use crate::nvmfs::{NvmfsParams, SplitParams};
+use crate::nvmfs::{FlushOrder, NvmfsParams, SplitParams};
 use crate::placement::{placement_policy, placement_policy_names, PlacementPolicy};
 use crate::size_predictor::SizeParams;
 use crate::sync_predictor::SyncParams;
@@ -101,6 +101,8 @@ pub struct Settings {
     /// NVMFS: window over which clean and dirty hits are counted (ns).
     #[serde(deserialize_with = "de_duration")]
     pub nvmfs_window_ns: u64,
+    /// NVMFS: which dirty data is flushed first ([`FlushOrder::NAMES`]).
+    pub nvmfs_flush_order: String,
     /// Cleaner: recycle extents only while free extents are below this share
     /// of all extents (percent; 0 = never).
     pub cleaner_free_percent: u8,
@@ -138,6 +140,7 @@ impl Default for Settings {
             nvmfs_dirty_low_percent: nvmfs.dirty_low_percent,
             nvmfs_extent_bytes: nvmfs.extent_bytes,
             nvmfs_window_ns: nvmfs.window_ns,
+            nvmfs_flush_order: nvmfs.order.name().to_string(),
             cleaner_free_percent: cleaner.free_percent,
             cleaner_fragmentation_percent: cleaner.fragmentation_percent,
         }
@@ -248,7 +251,13 @@ const KEYS: &[(&str, &str)] = &[
     (
         "nvmfs_window_ns",
         "duration, at least 1ms; clean and dirty hits are counted over this window, then the \
-         split between the lists moves toward the one with more hits per page (default 10s)",
+         split between the lists moves toward the one with more hits per page (default 2s)",
+    ),
+    (
+        "nvmfs_flush_order",
+        "frequency or lru; which dirty PM data the nvmfs policy flushes first: frequency \
+         (default) flushes the lowest ln(writes) - age/30s first, keeping often rewritten \
+         blocks on PM; lru is NVMFS's least recently written first",
     ),
     (
         "cleaner_free_percent",
@@ -392,6 +401,12 @@ impl Settings {
                 }
                 self.nvmfs_window_ns = v;
             }
+            "nvmfs_flush_order" => {
+                let order = FlushOrder::parse(value).ok_or_else(|| {
+                    bad(format!("expected one of: {}", FlushOrder::NAMES.join(", ")))
+                })?;
+                self.nvmfs_flush_order = order.name().to_string();
+            }
             "cleaner_free_percent" => {
                 self.cleaner_free_percent = parse_percent(value, 0, 100).map_err(bad)?
             }
@@ -428,6 +443,7 @@ impl Settings {
             "nvmfs_dirty_low_percent" => self.nvmfs_dirty_low_percent.to_string(),
             "nvmfs_extent_bytes" => format_size(self.nvmfs_extent_bytes),
             "nvmfs_window_ns" => format_duration(self.nvmfs_window_ns),
+            "nvmfs_flush_order" => self.nvmfs_flush_order.clone(),
             "cleaner_free_percent" => self.cleaner_free_percent.to_string(),
             "cleaner_fragmentation_percent" => self.cleaner_fragmentation_percent.to_string(),
             _ => return None,
@@ -498,6 +514,8 @@ impl Settings {
             extent_bytes: self.nvmfs_extent_bytes,
             window_ns: self.nvmfs_window_ns,
             split: SplitParams::default(),
+            order: FlushOrder::parse(&self.nvmfs_flush_order).unwrap_or(FlushOrder::Frequency),
+            ..NvmfsParams::default()
         }
     }
 
@@ -863,6 +881,10 @@ mod tests {
         assert_eq!(s.nvmfs_params().dirty_low_percent, 85);
         s.set("nvmfs_extent_bytes", "1M").unwrap();
         assert_eq!(s.nvmfs_params().extent_blocks(), 256);
+        assert_eq!(s.nvmfs_params().order, FlushOrder::Frequency);
+        s.set("nvmfs_flush_order", " lru").unwrap();
+        assert_eq!(s.nvmfs_params().order, FlushOrder::Lru);
+        assert_eq!(s.get("nvmfs_flush_order").as_deref(), Some("lru"));
         s.set("cleaner_free_percent", "0").unwrap();
         assert_eq!(s.cleaner_params().free_percent, 0);
     }
@@ -905,6 +927,7 @@ mod tests {
             ),
             ("nvmfs_extent_bytes", "128M", "from 4K to 64M"),
             ("nvmfs_window_ns", "10us", "at least 1ms"),
+            ("nvmfs_flush_order", "mru", "one of: frequency, lru"),
             ("cleaner_free_percent", "101", "from 0 to 100"),
             ("cleaner_fragmentation_percent", "0", "from 1 to 100"),
         ];
