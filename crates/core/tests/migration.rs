@@ -705,12 +705,22 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
 
 #[test]
 fn crashes_while_several_files_share_a_sync_window_lose_nothing() {
+    // One worker: every file in one window, one sync; two workers (files
+    // moved in parallel): one window, and one sync, each.
+    for threads in [1u64, 2] {
+        several_files_share_a_sync_window(threads);
+    }
+}
+
+fn several_files_share_a_sync_window(threads: u64) {
     let pm = Arc::new(CrashMedia::new(32 << 20));
     let ssd = Arc::new(TimedBlock::new(SSD, pm.clone()));
     mkfs_tiered(&*pm);
     let fs = mount(pm.clone(), ssd.clone());
     fs.set_setting("migration_threshold", "95").unwrap();
-    let mut rng = StdRng::seed_from_u64(base_seed("sync window crash test"));
+    fs.set_setting("migration_threads", &threads.to_string())
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(base_seed("sync window crash test") + threads);
     let mut files = Vec::new();
     for n in 0..6u64 {
         let f = fs
@@ -736,9 +746,12 @@ fn crashes_while_several_files_share_a_sync_window_lose_nothing() {
     assert!(failed.is_empty(), "{failed:?}");
     let total: u64 = files.iter().map(|f| f.1.len() as u64).sum();
     assert!(moved >= total, "moved {moved} of {total}");
-    // One sync for the whole window, not one per file.
+    // One sync per worker's window, not one per file.
     let syncs: std::collections::BTreeSet<u64> = ssd.synced.lock().iter().map(|s| s.0).collect();
-    assert_eq!(syncs.len(), 1, "syncs at PM events {syncs:?}");
+    assert!(
+        (1..=threads as usize).contains(&syncs.len()),
+        "{threads} workers: syncs at PM events {syncs:?}"
+    );
     let n = trace.len();
     let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n / 3, n / 2, n]);
@@ -747,7 +760,7 @@ fn crashes_while_several_files_share_a_sync_window_lose_nothing() {
             trace.image_at(kk, LossMode::RandomLines(rng.gen())),
             ssd.image_at(&base, e0 + kk as u64),
             &files,
-            &format!("crash at {kk}/{n}"),
+            &format!("{threads} workers, crash at {kk}/{n}"),
         );
     }
 }
