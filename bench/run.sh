@@ -80,7 +80,7 @@ TERRACE=$REPO/target/release/terrace
 PASSTHROUGH=$REPO/target/release/examples/passthrough
 
 # The measurements behind the targets (bench/targets.py): SYSTEM:GROUP pairs.
-TARGET_PAIRS="ext4-loop:syncappend terrace-pm10:syncappend ext4-loop:seqbig terrace-pm10:seqbig ext4-loop:overwrite terrace-pm10:overwrite terrace-pm10@migration_policy=ziggurat:overwrite terrace-pm10@migration_policy=nvmfs:overwrite terrace-pm10:zipf terrace-pm100:zipf terrace-pm10@migration_policy=ziggurat:zipf terrace-pm10@migration_policy=nvmfs:zipf terrace-pm100@group_migration_bytes=64K:migrate terrace-pm100@group_migration_bytes=256K:migrate terrace-pm100@group_migration_bytes=1M:migrate terrace-pm100@group_migration_bytes=4M:migrate terrace-pm100@group_migration_bytes=16M:migrate terrace-pm100@group_migration_bytes=64M:migrate"
+TARGET_PAIRS="ext4-loop:syncappend terrace-pm10:syncappend ext4-loop:seqbig terrace-pm10:seqbig ext4-loop:overwrite terrace-pm10:overwrite terrace-pm10@migration_policy=ziggurat:overwrite terrace-pm10@migration_policy=nvmfs:overwrite terrace-pm10@migration_policy=nvmfs@nvmfs_flush_order=lru:overwrite terrace-pm10:zipf terrace-pm100:zipf terrace-pm10@migration_policy=ziggurat:zipf terrace-pm10@migration_policy=nvmfs:zipf terrace-pm10@migration_policy=nvmfs@nvmfs_flush_order=lru:zipf terrace-pm100@group_migration_bytes=64K:migrate terrace-pm100@group_migration_bytes=256K:migrate terrace-pm100@group_migration_bytes=1M:migrate terrace-pm100@group_migration_bytes=4M:migrate terrace-pm100@group_migration_bytes=16M:migrate terrace-pm100@group_migration_bytes=64M:migrate"
 
 case $MODE in
 quick)

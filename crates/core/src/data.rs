@@ -145,7 +145,8 @@ impl Fs {
     /// Reads `dst.len()` bytes starting `off_in_block` bytes into `block` of
     /// block tier `tier`, through the DRAM cache. `left` is how many blocks of
     /// the write entry remain from `block` on: a miss reads up to
-    /// `max_read_unit_bytes` of them (at least what `dst` needs) and caches them.
+    /// `max_read_unit_bytes` of them (at least what `dst` needs) — only what
+    /// `dst` needs when `read_ahead` is off — and caches them.
     pub(crate) fn read_block_tier(
         &self,
         tier: u8,
@@ -153,8 +154,13 @@ impl Fs {
         left: u64,
         off_in_block: u64,
         dst: &mut [u8],
+        read_ahead: bool,
     ) -> FsResult<()> {
-        let unit = (self.settings.read().max_read_unit_bytes / BS).max(1);
+        let unit = if read_ahead {
+            (self.settings.read().max_read_unit_bytes / BS).max(1)
+        } else {
+            1
+        };
         let mut blk = block + off_in_block / BS;
         let mut left = left - off_in_block / BS;
         let mut skip = (off_in_block % BS) as usize;

@@ -144,6 +144,10 @@ impl Fs {
         }
         let end = (off + size as u64).min(fsize);
         let mut out = vec![0u8; (end - off) as usize];
+        // A miss on a block tier reads ahead a whole read unit, except for a
+        // file read at random (its access class), which gets what it asked
+        // for: reading ahead there only costs device time.
+        let read_ahead = i.access.class() != terrace_policy::AccessClass::Random;
         let mut pos = off;
         while pos < end {
             let fb = pos / BS;
@@ -156,7 +160,7 @@ impl Fs {
                         self.read_data(0, block, pos % BS, dst)?;
                     } else {
                         let left = s + e.blocks - fb;
-                        self.read_block_tier(e.tier, block, left, pos % BS, dst)?;
+                        self.read_block_tier(e.tier, block, left, pos % BS, dst, read_ahead)?;
                     }
                     pos = run_end;
                 }

@@ -156,7 +156,10 @@ fn flush_after_skewed_writes(order: &str) -> (u64, u64) {
 #[test]
 fn nvmfs_flush_stops_at_the_low_mark_and_keeps_often_rewritten_blocks_on_pm() {
     let (copied, hot) = flush_after_skewed_writes("frequency");
-    assert!(copied > 0, "the dirty list passed its high mark but nothing was flushed");
+    assert!(
+        copied > 0,
+        "the dirty list passed its high mark but nothing was flushed"
+    );
     assert!(
         copied < 6 << 20,
         "flushed {copied} bytes: more than down to the low mark"
@@ -165,7 +168,11 @@ fn nvmfs_flush_stops_at_the_low_mark_and_keeps_often_rewritten_blocks_on_pm() {
     // NVMFS's LRU order flushes them first: they were written longest ago.
     let (copied, hot) = flush_after_skewed_writes("lru");
     assert!(copied > 0 && copied < 6 << 20);
-    assert_eq!(hot, 256 << 10, "lru flushes the least recently written first");
+    assert_eq!(
+        hot,
+        256 << 10,
+        "lru flushes the least recently written first"
+    );
 }
 
 #[test]

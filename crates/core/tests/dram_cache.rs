@@ -185,6 +185,52 @@ fn reads_of_ssd_data_miss_once_per_read_unit_then_hit() {
 }
 
 #[test]
+fn random_reads_of_ssd_data_read_only_the_blocks_asked_for() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let a = fs.mknod(1, b"r", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(6, 8 << 20);
+    for (k, c) in data.chunks(1 << 20).enumerate() {
+        fs.write(a.ino, (k as u64) << 20, c).unwrap();
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm, ssd.clone());
+    fs.set_setting("max_read_unit_bytes", "256K").unwrap();
+    let mut rng = StdRng::seed_from_u64(base_seed("random read unit test"));
+    let blocks = (8 << 20) / 4096u64;
+    let mut read_one = |fs: &Fs| {
+        let k = rng.gen_range(0..blocks);
+        let got = fs.read(a.ino, k * 4096, 4096).unwrap();
+        assert!(got[..] == data[(k * 4096) as usize..(k * 4096 + 4096) as usize]);
+    };
+    // Until the file's access class says "random", misses read ahead.
+    for _ in 0..64 {
+        read_one(&fs);
+    }
+    let before = ssd.stats();
+    for _ in 0..200 {
+        read_one(&fs);
+    }
+    let after = ssd.stats();
+    let requests = after.read_requests - before.read_requests;
+    assert!(requests > 100, "only {requests} of 200 random reads missed");
+    assert_eq!(
+        after.read_bytes - before.read_bytes,
+        requests * 4096,
+        "random reads read ahead"
+    );
+    assert_eq!(
+        after.max_read_bytes,
+        256 << 10,
+        "the first reads read ahead"
+    );
+}
+
+#[test]
 fn after_a_crash_each_file_shows_its_fsynced_writes_and_a_prefix_of_the_rest() {
     let base = base_seed("dram cache crash test");
     for k in 0..40 {

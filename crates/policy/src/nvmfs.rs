@@ -372,9 +372,7 @@ pub fn keep_score(run: &DirtyRun, now_ns: u64, order: FlushOrder, decay_ns: u64)
     let age = now_ns.saturating_sub(run.mtime_ns) as f64;
     match order {
         FlushOrder::Lru => -age,
-        FlushOrder::Frequency => {
-            f64::from(run.writes.max(1)).ln() - age / (decay_ns.max(1) as f64)
-        }
+        FlushOrder::Frequency => f64::from(run.writes.max(1)).ln() - age / (decay_ns.max(1) as f64),
     }
 }
 
@@ -491,7 +489,10 @@ mod tests {
 
     #[test]
     fn list_with_more_hits_per_page_grows() {
-        assert_eq!(AdaptiveSplit::new(&SplitParams::default(), 0).dirty_percent(), 80);
+        assert_eq!(
+            AdaptiveSplit::new(&SplitParams::default(), 0).dirty_percent(),
+            80
+        );
         let p = SplitParams {
             initial_percent: 50,
             ..SplitParams::default()
@@ -615,11 +616,23 @@ mod tests {
 
     #[test]
     fn lru_order_flushes_the_least_recently_written_first() {
-        let runs = [run(1, 0, 1, 90, 1), run(1, 5, 1, 50, 9), run(2, 3, 1, 70, 1)];
+        let runs = [
+            run(1, 0, 1, 90, 1),
+            run(1, 5, 1, 50, 9),
+            run(2, 3, 1, 70, 1),
+        ];
         let got = flush_choice(&runs, 2, NOW, FlushOrder::Lru, DECAY);
         let want = vec![
-            PageRun { ino: 1, file_block: 5, blocks: 1 },
-            PageRun { ino: 2, file_block: 3, blocks: 1 },
+            PageRun {
+                ino: 1,
+                file_block: 5,
+                blocks: 1,
+            },
+            PageRun {
+                ino: 2,
+                file_block: 3,
+                blocks: 1,
+            },
         ];
         assert_eq!(got, want);
     }
@@ -629,9 +642,23 @@ mod tests {
         // Block 5 was written 9 times, 10 s before block 0's single write.
         let runs = [run(1, 0, 1, 90, 1), run(1, 5, 1, 80, 9)];
         let got = flush_choice(&runs, 1, NOW, FlushOrder::Frequency, DECAY);
-        assert_eq!(got, vec![PageRun { ino: 1, file_block: 0, blocks: 1 }]);
+        assert_eq!(
+            got,
+            vec![PageRun {
+                ino: 1,
+                file_block: 0,
+                blocks: 1
+            }]
+        );
         let lru = flush_choice(&runs, 1, NOW, FlushOrder::Lru, DECAY);
-        assert_eq!(lru, vec![PageRun { ino: 1, file_block: 5, blocks: 1 }]);
+        assert_eq!(
+            lru,
+            vec![PageRun {
+                ino: 1,
+                file_block: 5,
+                blocks: 1
+            }]
+        );
     }
 
     #[test]
@@ -649,13 +676,25 @@ mod tests {
 
     #[test]
     fn flush_choice_takes_exactly_the_pages_asked_cutting_the_last_run() {
-        let runs = [run(1, 0, 8, 10, 1), run(2, 100, 8, 20, 1), run(3, 0, 8, 30, 1)];
+        let runs = [
+            run(1, 0, 8, 10, 1),
+            run(2, 100, 8, 20, 1),
+            run(3, 0, 8, 30, 1),
+        ];
         let got = flush_choice(&runs, 11, NOW, FlushOrder::Lru, DECAY);
         assert_eq!(
             got,
             vec![
-                PageRun { ino: 1, file_block: 0, blocks: 8 },
-                PageRun { ino: 2, file_block: 100, blocks: 3 },
+                PageRun {
+                    ino: 1,
+                    file_block: 0,
+                    blocks: 8
+                },
+                PageRun {
+                    ino: 2,
+                    file_block: 100,
+                    blocks: 3
+                },
             ]
         );
         assert!(flush_choice(&runs, 0, NOW, FlushOrder::Frequency, DECAY).is_empty());

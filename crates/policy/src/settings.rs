@@ -190,7 +190,7 @@ const KEYS: &[(&str, &str)] = &[
     (
         "max_read_unit_bytes",
         "size; a cache miss reads the rest of the write entry it falls in, up to this much \
-         (default 1M)",
+         (default 1M); files read at random read only what they ask for",
     ),
     (
         "migration_policy",
