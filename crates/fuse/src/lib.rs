@@ -19,6 +19,10 @@
 //!   set-user/group-ID bits and `security.capability` on unprivileged writes,
 //!   truncates and on chown, so the kernel no longer asks for
 //!   `security.capability` before every write (a whole extra round trip).
+//! - After replying, a thread polls the device for a short window when
+//!   requests are arriving back to back ([`poll`]; mount option `poll_us`).
+
+pub mod poll;
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
@@ -52,16 +56,25 @@ pub struct FuseAdapter {
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
     /// Files are opened with `FOPEN_DIRECT_IO` (the kernel allows mmap of them).
     direct_io: bool,
+    /// Polls the device after replies while requests come back to back.
+    poller: Arc<poll::RequestPoller>,
 }
 
 impl FuseAdapter {
     /// Wraps a mounted core file system.
     pub fn new(fs: Arc<Fs>) -> FuseAdapter {
+        FuseAdapter::with_poll_window(fs, Duration::ZERO)
+    }
+
+    /// Wraps a mounted core file system; threads poll the device for up to
+    /// `window` after a reply while requests arrive back to back.
+    pub fn with_poll_window(fs: Arc<Fs>, window: Duration) -> FuseAdapter {
         FuseAdapter {
             fs,
             killpriv: false,
             notifier: Arc::default(),
             direct_io: false,
+            poller: Arc::new(poll::RequestPoller::new(window)),
         }
     }
 
@@ -241,6 +254,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _poll = self.poller.arrived();
         reply_entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
     }
 
@@ -252,6 +266,7 @@ impl Filesystem for FuseAdapter {
     // is not exported, so it cannot be overridden).
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _poll = self.poller.arrived();
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(errno_of(&e)),
@@ -276,6 +291,7 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _poll = self.poller.arrived();
         let mut mode = mode;
         let chown = uid.is_some() || gid.is_some();
         // Truncate by an unprivileged caller and any chown drop the set-ID bits
@@ -307,6 +323,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _poll = self.poller.arrived();
         match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno_of(&e)),
@@ -323,6 +340,7 @@ impl Filesystem for FuseAdapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _poll = self.poller.arrived();
         reply_entry(
             reply,
             self.fs
@@ -339,6 +357,7 @@ impl Filesystem for FuseAdapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let _poll = self.poller.arrived();
         reply_entry(
             reply,
             self.fs.mkdir(parent.0, name.as_bytes(), mode, ctx(req)),
@@ -346,10 +365,12 @@ impl Filesystem for FuseAdapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _poll = self.poller.arrived();
         reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _poll = self.poller.arrived();
         reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
     }
 
@@ -361,6 +382,7 @@ impl Filesystem for FuseAdapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _poll = self.poller.arrived();
         reply_entry(
             reply,
             self.fs.symlink(
@@ -382,6 +404,7 @@ impl Filesystem for FuseAdapter {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _poll = self.poller.arrived();
         let bits = flags.bits();
         let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
         if bits & !known != 0 {
@@ -416,10 +439,12 @@ impl Filesystem for FuseAdapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _poll = self.poller.arrived();
         reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _poll = self.poller.arrived();
         match self.fs.open(ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(errno_of(&e)),
@@ -437,6 +462,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _poll = self.poller.arrived();
         match self.fs.read(ino.0, offset, size as usize) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno_of(&e)),
@@ -455,6 +481,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _poll = self.poller.arrived();
         // O_SYNC and O_DSYNC (which O_SYNC includes) make a write synchronous.
         let o_sync = flags.0 & libc::O_DSYNC != 0;
         match self.fs.write_hinted(ino.0, offset, data, o_sync) {
@@ -476,6 +503,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _poll = self.poller.arrived();
         // Every write is committed when it returns; close has nothing to push.
         reply.ok();
     }
@@ -490,6 +518,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _poll = self.poller.arrived();
         reply_empty(reply, self.fs.release(ino.0));
     }
 
@@ -501,10 +530,12 @@ impl Filesystem for FuseAdapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _poll = self.poller.arrived();
         reply_empty(reply, self.fs.fsync(ino.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _poll = self.poller.arrived();
         match self
             .fs
             .open(ino.0, flags.0 & !(libc::O_ACCMODE | libc::O_TRUNC))
@@ -522,6 +553,7 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _poll = self.poller.arrived();
         let mut off = offset;
         let mut added = false;
         loop {
@@ -569,6 +601,7 @@ impl Filesystem for FuseAdapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _poll = self.poller.arrived();
         reply_empty(reply, self.fs.release(ino.0));
     }
 
@@ -580,10 +613,12 @@ impl Filesystem for FuseAdapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _poll = self.poller.arrived();
         reply_empty(reply, self.fs.fsync(ino.0, datasync));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _poll = self.poller.arrived();
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
@@ -600,6 +635,7 @@ impl Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _poll = self.poller.arrived();
         reply_empty(
             reply,
             self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
@@ -607,6 +643,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _poll = self.poller.arrived();
         match self.fs.getxattr(ino.0, name.as_bytes()) {
             Ok(v) => reply_xattr(reply, size, &v),
             Err(e) => reply.error(errno_of(&e)),
@@ -614,6 +651,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _poll = self.poller.arrived();
         match self.fs.listxattr(ino.0) {
             Ok(names) => {
                 let mut buf = Vec::new();
@@ -628,10 +666,12 @@ impl Filesystem for FuseAdapter {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _poll = self.poller.arrived();
         reply_empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _poll = self.poller.arrived();
         // Mounted with default_permissions: the kernel has already checked.
         reply.ok();
     }
@@ -646,6 +686,7 @@ impl Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _poll = self.poller.arrived();
         let mode = match mode & libc::S_IFMT {
             0 | libc::S_IFREG => libc::S_IFREG | (mode & 0o7777),
             _ => {
@@ -686,6 +727,7 @@ impl Filesystem for FuseAdapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _poll = self.poller.arrived();
         let m = match mode {
             0 => FallocateMode::Allocate,
             libc::FALLOC_FL_KEEP_SIZE => FallocateMode::AllocateKeepSize,
@@ -700,6 +742,11 @@ impl Filesystem for FuseAdapter {
         reply_empty(reply, self.fs.fallocate(ino.0, offset, length, m));
     }
 }
+
+/// Default polling window after a reply (µs): longer than the gap between an
+/// application's back-to-back requests (a write and its fsync: a few µs), short
+/// enough that a poll that finds nothing wastes little.
+pub const DEFAULT_POLL_US: u64 = 50;
 
 /// How to mount. `Default` is a private, read-write mount with two threads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -726,6 +773,9 @@ pub struct MountOptions {
     pub dirsync: bool,
     /// Threads serving requests.
     pub threads: usize,
+    /// How long (µs) a thread polls the device after a reply while requests
+    /// arrive back to back ([`poll`]); 0 = never.
+    pub poll_us: u64,
 }
 
 impl Default for MountOptions {
@@ -742,6 +792,7 @@ impl Default for MountOptions {
             sync: false,
             dirsync: false,
             threads: 2,
+            poll_us: DEFAULT_POLL_US,
         }
     }
 }
@@ -778,10 +829,20 @@ impl MountOptions {
                             ))
                         }
                     }
+                } else if let Some(n) = opt.strip_prefix("poll_us=") {
+                    match n.parse::<u64>() {
+                        Ok(n) if n <= 10_000 => self.poll_us = n,
+                        _ => {
+                            return Err(format!(
+                                "mount option {opt:?}: poll_us must be a number of microseconds from 0 to 10000"
+                            ))
+                        }
+                    }
                 } else {
                     return Err(format!(
                         "unknown mount option {opt:?} (known: allow_other, allow_root, default_permissions, ro, rw, \
-                         suid, nosuid, dev, nodev, exec, noexec, atime, noatime, sync, async, dirsync, threads=N)"
+                         suid, nosuid, dev, nodev, exec, noexec, atime, noatime, sync, async, dirsync, threads=N, \
+                         poll_us=N)"
                     ));
                 }
             }
@@ -883,10 +944,15 @@ pub fn mount(
     on_end: impl FnOnce(io::Result<()>) + Send + 'static,
 ) -> io::Result<Mounted> {
     let config = opts.to_config();
-    let adapter = FuseAdapter::new(fs);
+    let adapter = FuseAdapter::with_poll_window(fs, Duration::from_micros(opts.poll_us));
     let notifier = adapter.notifier.clone();
+    let poller = adapter.poller.clone();
     let session = fuser::Session::new(adapter, mountpoint, &config)?;
     let _ = notifier.set(session.notifier());
+    if !poller.window().is_zero() {
+        use std::os::fd::AsFd;
+        poller.set_device(session.as_fd().try_clone_to_owned()?);
+    }
     let thread = std::thread::Builder::new()
         .name("fuse-session".into())
         .spawn(move || {
@@ -987,6 +1053,11 @@ mod tests {
         assert!(o.allow_other && o.read_only && o.atime == Some(false) && o.threads == 4);
         assert!(o.apply("bogus").is_err());
         assert!(o.apply("threads=0").is_err());
+        assert_eq!(o.poll_us, DEFAULT_POLL_US);
+        o.apply("poll_us=0").unwrap();
+        assert_eq!(o.poll_us, 0);
+        assert!(o.apply("poll_us=fast").is_err());
+        assert!(o.apply("poll_us=20000").is_err());
         let c = o.to_config();
         assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
         assert_eq!(c.acl, SessionACL::All);

@@ -212,6 +212,9 @@ Mount options (-o, comma-separated, repeatable):
   noexec          forbid executing programs
   sync, dirsync   synchronous (directory) updates
   threads=N       FUSE request threads (default 2)
+  poll_us=N       after a reply, poll for the next request up to N µs when
+                  requests come back to back, saving a wake-up (default 50;
+                  0 = never poll)
   KEY=VALUE       any setting listed by `terrace set MOUNTPOINT`, e.g.
                   sync_threshold_bytes=4M, placement_policy=pm-only
   default_permissions is always on: the kernel checks permissions.
