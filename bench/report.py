@@ -119,7 +119,10 @@ def describe_machine() -> dict:
             m = re.search(r'^PRETTY_NAME="?([^"\n]*)', f.read(), re.M)
             distro = m.group(1) if m else ""
     commit = _sh("git", "rev-parse", "--short", "HEAD")
-    if commit and _sh("git", "status", "--porcelain", "--untracked-files=no"):
+    # Results files (which the run itself replaces) do not make the code dirty.
+    if commit and _sh(
+        "git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results"
+    ):
         commit += " (with uncommitted changes)"
     return {
         "hostname": socket.gethostname(),
