@@ -29,6 +29,10 @@ use terrace_format::{
 };
 use terrace_media::PmMedia;
 
+/// How long an inode allocation waits for deleted inodes the kernel still
+/// references before it fails with ENOSPC (see [`Fs::alloc_slot`]).
+const ZOMBIE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A locked inode slot of the DRAM table.
 pub type Slot<'a> = MutexGuard<'a, Option<Box<Inode>>>;
 
@@ -347,12 +351,30 @@ impl Fs {
         Ok(Locked { guards })
     }
 
-    /// Takes a free inode slot number.
+    /// Takes a free inode slot number. When none is free but deleted inodes
+    /// still wait for the kernel to drop its references (its `forget` comes
+    /// asynchronously, possibly on another FUSE thread after the application
+    /// already saw the unlink finish), waits up to [`ZOMBIE_WAIT`] for one of
+    /// them before failing with ENOSPC.
     pub(crate) fn alloc_slot(&self) -> FsResult<Ino> {
-        self.free_slots
-            .lock()
-            .pop()
-            .ok_or_else(|| errno(libc::ENOSPC))
+        let deadline = std::time::Instant::now() + ZOMBIE_WAIT;
+        loop {
+            if let Some(ino) = self.free_slots.lock().pop() {
+                return Ok(ino);
+            }
+            if std::time::Instant::now() >= deadline || !self.has_zombies() {
+                return Err(errno(libc::ENOSPC));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Whether some deleted inode still waits for its last kernel reference.
+    fn has_zombies(&self) -> bool {
+        self.table.iter().any(|slot| {
+            slot.try_lock()
+                .is_some_and(|g| g.as_ref().is_some_and(|i| i.zombie))
+        })
     }
 
     /// Returns a slot number to the free list (the DRAM slot must be empty).

@@ -419,6 +419,17 @@ impl Fs {
         }
     }
 
+    /// PM use has reached its migration threshold now (dynamic or static).
+    pub(crate) fn pm_over_threshold(&self) -> bool {
+        if self.tiers.is_empty() {
+            return false;
+        }
+        let params = self.settings.read().migration_params();
+        let threshold = mig::migration_threshold(params.threshold, self.io_counters());
+        let (used, cap) = self.tier_use(0);
+        cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(threshold)
+    }
+
     /// PM use passes the forced mark: foreground writes go straight down.
     pub(crate) fn pm_forced(&self) -> bool {
         if self.tiers.is_empty() {

@@ -233,6 +233,8 @@ impl Fs {
         });
         let counter =
             terrace_policy::size_predictor::next_counter((fb0, nblocks), prev, &size_params);
+        let fresh_large = prev.is_none()
+            && terrace_policy::size_predictor::is_large_fresh(data.len() as u64, &size_params);
         if !self.tiers.is_empty() {
             // NVMFS's split counts writes over PM data as hits on its list.
             let (mut clean, mut dirty) = (0, 0);
@@ -253,6 +255,8 @@ impl Fs {
         let obs = terrace_policy::WriteObservation {
             synchronous,
             large: terrace_policy::size_predictor::is_large(counter, &size_params),
+            fresh_large,
+            pm_over_threshold: fresh_large && self.pm_over_threshold(),
             write_bytes: nblocks * BS,
             pm_free_bytes: pm_free,
             pm_capacity_bytes: self.alloc.total() * BS,

@@ -248,6 +248,58 @@ fn large_asynchronous_overwrites_go_to_the_ssd_and_fsynced_appends_stay_on_pm() 
 }
 
 #[test]
+fn large_new_asynchronous_data_goes_to_the_ssd_once_pm_passes_its_threshold() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm, 64);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    // A static threshold, and no migration thread to move data meanwhile.
+    fs.set_setting("migration_threshold", "40").unwrap();
+    let early = fs
+        .mknod(1, b"early", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    fs.write(early.ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    assert_eq!(
+        tier_bytes(&fs, early.ino, "ssd") + tier_bytes(&fs, early.ino, "dram"),
+        0,
+        "new data went down while PM was nearly empty"
+    );
+    // Fill PM past 40% with small writes (small new data stays on PM).
+    let filler = fs
+        .mknod(1, b"filler", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    for k in 0..(8 << 20) / 65536u64 {
+        fs.write(filler.ino, k * 65536, &vec![2u8; 65536]).unwrap();
+    }
+    assert!(fs.status().tiers[0].used * 100 >= fs.status().tiers[0].capacity * 40);
+    let late = fs.mknod(1, b"late", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    for k in 0..4u64 {
+        fs.write(late.ino, k << 20, &vec![3u8; 1 << 20]).unwrap();
+    }
+    // Small new data still goes to PM past the threshold.
+    fs.write(late.ino, 4 << 20, &vec![4u8; 4096]).unwrap();
+    fs.fsync(late.ino, false).unwrap();
+    assert_eq!(
+        tier_bytes(&fs, late.ino, "ssd"),
+        4 << 20,
+        "large new data stayed on PM"
+    );
+    assert_eq!(tier_bytes(&fs, late.ino, "pm"), 4096);
+    let mut want = vec![3u8; 4 << 20];
+    want.extend_from_slice(&[4u8; 4096]);
+    assert_eq!(fs.read(late.ino, 0, (4 << 20) + 4096).unwrap(), want);
+    // Turned off, large new data stays on PM again.
+    fs.set_setting("size_fresh_large_bytes", "0").unwrap();
+    let off = fs.mknod(1, b"off", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    fs.write(off.ino, 0, &vec![5u8; 1 << 20]).unwrap();
+    assert_eq!(
+        tier_bytes(&fs, off.ino, "ssd") + tier_bytes(&fs, off.ino, "dram"),
+        0
+    );
+    fs.check_allocator().unwrap();
+}
+
+#[test]
 fn settings_change_at_run_time_and_bad_values_change_nothing() {
     let pm = Arc::new(MemMedia::new(16 << 20));
     let ssd = Arc::new(MemBlock::new(SSD));

@@ -103,3 +103,44 @@ fn log_compaction_bounds_log_growth_of_an_overwritten_file() {
         vec![(19999u32) as u8; 4096]
     );
 }
+
+#[test]
+fn a_create_waits_briefly_for_a_deleted_inode_the_kernel_still_references() {
+    let media = Arc::new(MemMedia::new(4 << 20));
+    mkfs(&*media, 8);
+    let fs = Arc::new(Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap());
+    let mut names = Vec::new();
+    loop {
+        let name = format!("f{}", names.len());
+        match fs.mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX) {
+            Ok(_) => names.push(name),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+                break;
+            }
+        }
+    }
+    // The kernel looked the file up (it holds a reference), then it is
+    // unlinked: its slot is free only once the kernel forgets it.
+    let victim = fs.lookup(1, names[0].as_bytes()).unwrap();
+    fs.unlink(1, names[0].as_bytes()).unwrap();
+    let forgetter = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            // The kernel's references: the lookup above and the mknod's.
+            fs.forget(victim.ino, 2);
+        })
+    };
+    fs.mknod(1, b"again", libc::S_IFREG | 0o644, 0, CTX)
+        .expect("the create waits for the pending forget instead of failing");
+    forgetter.join().unwrap();
+    // With nothing pending, a full table fails at once.
+    let t = std::time::Instant::now();
+    let e = fs
+        .mknod(1, b"more", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    assert!(t.elapsed() < std::time::Duration::from_millis(100));
+    fs.check_allocator().unwrap();
+}

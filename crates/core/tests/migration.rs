@@ -570,6 +570,9 @@ fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
     fs.set_setting("migration_age_ns", "0s").unwrap();
     fs.set_setting("migration_threshold", "20").unwrap();
     fs.set_setting("migration_threads", "3").unwrap();
+    // The data must start on PM: large new writes would otherwise go to the
+    // SSD directly once PM passes its threshold.
+    fs.set_setting("size_fresh_large_bytes", "0").unwrap();
     let mut files = Vec::new();
     for n in 0..6u64 {
         let f = fs

@@ -98,6 +98,11 @@ pub struct WriteObservation {
     /// The write-size predictor's verdict for this write
     /// ([`is_large`](crate::is_large) of its new counter).
     pub large: bool,
+    /// The write overwrites nothing (new data) and is large by its own size
+    /// ([`is_large_fresh`](crate::size_predictor::is_large_fresh)).
+    pub fresh_large: bool,
+    /// PM use has reached its migration threshold.
+    pub pm_over_threshold: bool,
     /// Bytes this write needs on its tier (whole blocks).
     pub write_bytes: u64,
     /// Free bytes on PM now.
@@ -154,7 +159,11 @@ fn by_rule(obs: &WriteObservation) -> Option<Placement> {
 
 /// Ziggurat's policy: synchronous or small writes to PM, large asynchronous
 /// writes to the first block tier through the cache; a full PM spills to the
-/// first block tier (written through when synchronous).
+/// first block tier (written through when synchronous). "Large" is the
+/// write-size predictor's verdict on rewrites, or, for new data (no
+/// predecessor), the write's own size once PM has passed its migration
+/// threshold (Ziggurat §3.2 sends large new asynchronous writes to disk; while
+/// PM is below its threshold they may as well use it).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Ziggurat;
 
@@ -170,7 +179,10 @@ impl PlacementPolicy for Ziggurat {
         let Some(tier) = obs.first_block_tier else {
             return Placement::Pm;
         };
-        if obs.large && !obs.synchronous {
+        // Large new data goes down only once PM is past its threshold: until
+        // then PM has room to spare and migration moves it later if it cools.
+        let large = obs.large || (obs.fresh_large && obs.pm_over_threshold);
+        if large && !obs.synchronous {
             Placement::BlockViaCache { tier }
         } else {
             pm_or_spill(obs)
@@ -272,6 +284,8 @@ mod tests {
         WriteObservation {
             synchronous,
             large,
+            fresh_large: false,
+            pm_over_threshold: false,
             write_bytes: 4096,
             pm_free_bytes: 64 * MIB,
             pm_capacity_bytes: 128 * MIB,
@@ -303,6 +317,28 @@ mod tests {
         assert_eq!(place("ziggurat", &obs(true, false)), Placement::Pm);
         assert_eq!(place("ziggurat", &obs(true, true)), Placement::Pm);
         assert_eq!(place("ziggurat", &obs(false, false)), Placement::Pm);
+    }
+
+    #[test]
+    fn ziggurat_sends_large_new_async_data_down_only_once_pm_passes_its_threshold() {
+        let mut o = obs(false, false);
+        o.fresh_large = true;
+        assert_eq!(place("ziggurat", &o), Placement::Pm, "PM below threshold");
+        o.pm_over_threshold = true;
+        assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 1 });
+        o.synchronous = true;
+        assert_eq!(
+            place("ziggurat", &o),
+            Placement::Pm,
+            "synchronous stays on PM"
+        );
+        let mut small = obs(false, false);
+        small.pm_over_threshold = true;
+        assert_eq!(
+            place("ziggurat", &small),
+            Placement::Pm,
+            "small new data stays on PM"
+        );
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct Settings {
     pub size_counter_threshold: u8,
     /// Write-size predictor: writes shorter than this many blocks are small.
     pub size_min_write_blocks: u64,
+    /// Write-size predictor: new data written in pieces of at least this many
+    /// bytes is large (0 = never).
+    #[serde(deserialize_with = "de_size")]
+    pub size_fresh_large_bytes: u64,
     /// Name of the placement policy (see
     /// [`placement_policy_names`]).
     pub placement_policy: String,
@@ -123,6 +127,7 @@ impl Default for Settings {
             sync_idle_reset_ns: sync.idle_reset_ns,
             size_counter_threshold: size.threshold,
             size_min_write_blocks: size.min_write_blocks,
+            size_fresh_large_bytes: size.fresh_large_bytes,
             placement_policy: placement_policy_names()[0].to_string(),
             dram_cache_bytes: 256 << 20,
             writeback_age_ns: 5_000_000_000,
@@ -166,6 +171,12 @@ const KEYS: &[(&str, &str)] = &[
         "size_min_write_blocks",
         "blocks; shorter writes are small and reset the counter (default 4, the slides'; \
          0 = no size check)",
+    ),
+    (
+        "size_fresh_large_bytes",
+        "size; a write of new data (no earlier write in its range) at least this large is \
+         large, and goes to a block tier when asynchronous once PM has passed its migration \
+         threshold (Ziggurat §3.2) (default 512K; 0 = new data is never large)",
     ),
     (
         "placement_policy",
@@ -290,6 +301,9 @@ impl Settings {
                     .trim()
                     .parse()
                     .map_err(|_| bad("expected a whole number from 0 to 255".into()))?
+            }
+            "size_fresh_large_bytes" => {
+                self.size_fresh_large_bytes = parse_size(value).map_err(bad)?
             }
             "size_min_write_blocks" => {
                 self.size_min_write_blocks = value
@@ -426,6 +440,7 @@ impl Settings {
             "sync_idle_reset_ns" => format_duration(self.sync_idle_reset_ns),
             "size_counter_threshold" => self.size_counter_threshold.to_string(),
             "size_min_write_blocks" => self.size_min_write_blocks.to_string(),
+            "size_fresh_large_bytes" => format_size(self.size_fresh_large_bytes),
             "placement_policy" => self.placement_policy.clone(),
             "dram_cache_bytes" => format_size(self.dram_cache_bytes),
             "writeback_age_ns" => format_duration(self.writeback_age_ns),
@@ -463,6 +478,7 @@ impl Settings {
         SizeParams {
             threshold: self.size_counter_threshold,
             min_write_blocks: self.size_min_write_blocks,
+            fresh_large_bytes: self.size_fresh_large_bytes,
         }
     }
 

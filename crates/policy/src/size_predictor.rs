@@ -30,9 +30,15 @@
 //!   `seq_count >> 2 != 0`, i.e. at least 4, which is `threshold = 3` here.
 //! - The authors' code also ignores predecessors written more than 30 s ago;
 //!   the caller does that here, if it wants to, by passing `None`.
-//! - A file's first writes, and appends, have no predecessor, so they are never
-//!   large: they land on PM and reach the block tiers by migration (or because
-//!   PM is full), as in Ziggurat.
+//! - A file's first writes, and appends, have no predecessor, so their counter
+//!   is 0. Ziggurat still sends *large* ones of an asynchronous file to disk
+//!   (§3.2: "the three writes are large and Ziggurat predicts that the accesses
+//!   are asynchronous, so Ziggurat steers these writes to disk"). Here a write
+//!   with no predecessor of at least [`SizeParams::fresh_large_bytes`]
+//!   (default 512 KiB, one NVMFS extent) is large ([`is_large_fresh`]); the
+//!   placement policy sends it down only once PM is past its migration
+//!   threshold, so an empty PM still takes new data (see
+//!   [`crate::placement`]).
 //!
 //! Slides' worked example (entries are `offset, length, counter`, in blocks):
 //! `write(0,4)` over `(0,4,3)` gives `(0,4,4)`; `write(6,1)` gives `(6,1,0)`;
@@ -46,6 +52,9 @@ pub struct SizeParams {
     /// Writes shorter than this many blocks are small: their counter is 0
     /// (slides: 4). 0 turns the size check off.
     pub min_write_blocks: u64,
+    /// A write with no predecessor (new data) of at least this many bytes is
+    /// large ([`is_large_fresh`]); 0 = never.
+    pub fresh_large_bytes: u64,
 }
 
 impl Default for SizeParams {
@@ -53,6 +62,7 @@ impl Default for SizeParams {
         SizeParams {
             threshold: 4,
             min_write_blocks: 4,
+            fresh_large_bytes: 512 << 10,
         }
     }
 }
@@ -129,12 +139,31 @@ pub fn is_large(counter: u8, params: &SizeParams) -> bool {
     counter > params.threshold
 }
 
+/// Whether a write of `write_bytes` that overwrites no entry (new data: a
+/// hole or past the end of the file) is large (Ziggurat §3.2).
+pub fn is_large_fresh(write_bytes: u64, params: &SizeParams) -> bool {
+    params.fresh_large_bytes != 0 && write_bytes >= params.fresh_large_bytes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn p() -> SizeParams {
         SizeParams::default()
+    }
+
+    #[test]
+    fn new_data_is_large_from_the_fresh_size_on_and_never_when_off() {
+        let p = p();
+        assert!(!is_large_fresh(256 << 10, &p));
+        assert!(is_large_fresh(512 << 10, &p));
+        assert!(is_large_fresh(1 << 20, &p));
+        let off = SizeParams {
+            fresh_large_bytes: 0,
+            ..p
+        };
+        assert!(!is_large_fresh(1 << 30, &off));
     }
 
     #[test]

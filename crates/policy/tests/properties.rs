@@ -127,7 +127,7 @@ proptest! {
         e_start in 0u64..1000, e_blocks in 1u64..64, e_counter: u8,
         min_write_blocks in 0u64..8, threshold: u8,
     ) {
-        let p = SizeParams { threshold, min_write_blocks };
+        let p = SizeParams { threshold, min_write_blocks, ..SizeParams::default() };
         let c = next_counter((start, blocks), Some((e_start, e_blocks, e_counter)), &p);
         prop_assert!(c == 0 || c == e_counter.saturating_add(1));
     }
@@ -140,7 +140,7 @@ proptest! {
         let start = e_start + offset % e_blocks;
         let covered = len.min(e_start + e_blocks - start);
         prop_assume!(covered * 2 < e_blocks);
-        let p = SizeParams { threshold: 4, min_write_blocks };
+        let p = SizeParams { threshold: 4, min_write_blocks, ..SizeParams::default() };
         prop_assert_eq!(next_counter((start, len), Some((e_start, e_blocks, e_counter)), &p), 0);
     }
 
@@ -168,7 +168,7 @@ proptest! {
 
     #[test]
     fn large_iff_counter_above_threshold(counter: u8, threshold: u8) {
-        let p = SizeParams { threshold, min_write_blocks: 4 };
+        let p = SizeParams { threshold, min_write_blocks: 4, ..SizeParams::default() };
         prop_assert_eq!(is_large(counter, &p), counter > threshold);
     }
 
@@ -218,11 +218,12 @@ proptest! {
     fn placement_is_pm_or_an_available_block_tier(
         synchronous: bool, large: bool, write_bytes in 0u64..(1 << 30), pm_free in 0u64..(1 << 30),
         tier in prop::option::of(1u8..4), pin in prop::option::of(0u8..4), class in 0u8..4,
+        fresh_large: bool, pm_over_threshold: bool,
     ) {
         let access = [AccessClass::Unknown, AccessClass::Sequential, AccessClass::Random,
                       AccessClass::ByteGranular][class as usize];
         let obs = WriteObservation {
-            synchronous, large, write_bytes,
+            synchronous, large, fresh_large, pm_over_threshold, write_bytes,
             pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
             first_block_tier: tier,
             rule: pin.map(|tier| TierRule::Pin { tier }),
@@ -243,9 +244,10 @@ proptest! {
     #[test]
     fn ziggurat_keeps_sync_writes_on_pm_while_it_has_room(
         large: bool, write_bytes in 0u64..(1 << 30), pm_free in 0u64..(1 << 30), tier in prop::option::of(1u8..4),
+        fresh_large: bool, pm_over_threshold: bool,
     ) {
         let obs = WriteObservation {
-            synchronous: true, large, write_bytes,
+            synchronous: true, large, fresh_large, pm_over_threshold, write_bytes,
             pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
             first_block_tier: tier, rule: None, access: AccessClass::Unknown,
         };
