@@ -253,8 +253,9 @@ fn large_new_asynchronous_data_goes_to_the_ssd_once_pm_passes_its_threshold() {
     let ssd = Arc::new(MemBlock::new(SSD));
     mkfs_tiered(&*pm, 64);
     let fs = mount_tiered(pm.clone(), ssd.clone());
-    // A static threshold, and no migration thread to move data meanwhile.
+    // A static threshold, and the rule on (it is off by default).
     fs.set_setting("migration_threshold", "40").unwrap();
+    fs.set_setting("size_fresh_large_bytes", "512K").unwrap();
     let early = fs
         .mknod(1, b"early", libc::S_IFREG | 0o644, 0, CTX)
         .unwrap();

@@ -176,7 +176,8 @@ const KEYS: &[(&str, &str)] = &[
         "size_fresh_large_bytes",
         "size; a write of new data (no earlier write in its range) at least this large is \
          large, and goes to a block tier when asynchronous once PM has passed its migration \
-         threshold (Ziggurat §3.2) (default 512K; 0 = new data is never large)",
+         threshold (Ziggurat §3.2) (default 0 = new data is never large: measured slower \
+         here, see docs/benchmarks.md)",
     ),
     (
         "placement_policy",
