@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from helpers import (assert_clean_error, assert_fsck_clean, mounted_pool, temp_mountpoint,
@@ -182,3 +183,54 @@ def test_rules_pin_files_through_the_mount_and_directories_pass_them_on():
             assert sha256(mnt / "archive" / "2025" / "big.bin") == digest
     cp = terrace("rule", "/etc/hostname", "ssd", check=False)
     assert_clean_error(cp, mentions=["Terrace"])
+
+
+def daemon_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_full_tiered_pool_says_enospc_at_write_keeps_what_it_took_and_stays_idle():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        with mounted_pool(pool, mnt) as m:
+            vfs = os.statvfs(mnt)
+            # df shows the pool (every tier), not its PM tier.
+            assert vfs.f_blocks * vfs.f_frsize >= 72 << 20, vfs
+            big = mnt / "big"
+            h = hashlib.sha256()
+            written = 0
+            chunk = bytes(range(256)) * 4096  # 1 MiB
+            with open(big, "wb", buffering=0) as f:
+                try:
+                    for _ in range(200):
+                        n = f.write(chunk)
+                        assert n == len(chunk)
+                        h.update(chunk)
+                        written += n
+                    raise AssertionError("200 MiB fitted in an 80 MiB pool")
+                except OSError as e:
+                    assert e.errno == 28, e  # ENOSPC, from write() itself
+                # Everything write() accepted can be made durable.
+                os.fsync(f.fileno())
+            assert written >= 56 << 20, written
+            assert big.stat().st_size == written
+            assert sha256(big) == h.hexdigest()
+            vfs = os.statvfs(mnt)
+            assert vfs.f_bavail * vfs.f_frsize < 4 << 20, vfs
+            # A full pool gives the mover nothing to do: it must not spin.
+            pid = m.pid or m.status()["pid"]
+            time.sleep(1)
+            before = daemon_cpu_seconds(pid)
+            time.sleep(5)
+            used = daemon_cpu_seconds(pid) - before
+            assert used < 0.25, f"the idle daemon used {used:.2f} s of CPU in 5 s on a full pool"
+        assert_fsck_clean(pool, "after filling the pool")
+        with mounted_pool(pool, mnt):
+            assert sha256(mnt / "big") == h.hexdigest()
+            os.unlink(mnt / "big")
+            with open(mnt / "again", "wb") as f:
+                f.write(chunk * 8)
+                os.fsync(f.fileno())
+        assert_fsck_clean(pool, "after freeing space and writing again")

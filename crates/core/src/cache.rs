@@ -40,6 +40,7 @@
 //!   The write-back commits only if the inode's generation is unchanged: a
 //!   file deleted during its write-back may have its slot reused by another.
 
+use crate::data::DataRuns;
 use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::types::{errno, FsResult, Ino};
@@ -198,6 +199,11 @@ impl PageCache {
         self.kick();
     }
 
+    /// Dirty pages in the cache: each needs a new block at write-back.
+    pub(crate) fn dirty_blocks(&self) -> u64 {
+        self.state.lock().dirty / BS
+    }
+
     /// Counters now.
     pub fn stats(&self) -> CacheStats {
         let s = self.state.lock();
@@ -344,6 +350,27 @@ fn oldest_writes(dirty: &BTreeMap<u64, DirtyPage>, max_pages: u64) -> Vec<(u64, 
     out
 }
 
+/// Blocks a write-back holds for pages still counted dirty; released when
+/// the write-back ends (its pages committed and dropped, or it failed).
+struct InflightBlocks<'a> {
+    counter: &'a std::sync::atomic::AtomicU64,
+    n: u64,
+}
+
+impl<'a> InflightBlocks<'a> {
+    fn new(counter: &'a std::sync::atomic::AtomicU64, n: u64) -> Self {
+        counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        InflightBlocks { counter, n }
+    }
+}
+
+impl Drop for InflightBlocks<'_> {
+    fn drop(&mut self) {
+        self.counter
+            .fetch_sub(self.n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Fs {
     /// The page cache.
     pub fn cache(&self) -> &PageCache {
@@ -446,6 +473,14 @@ impl Fs {
                 },
             ));
         }
+        // Each page not already dirty will need a block at write-back: claim
+        // the room now (ENOSPC here, not a lost write later).
+        let new_pages = fresh
+            .iter()
+            .filter(|(fb, _)| !i.dirty.contains_key(fb))
+            .count() as u64;
+        let _room = self.room_lock.lock();
+        self.check_room(new_pages)?;
         // Nothing fails from here on: the write is all in, or not at all.
         let visible = i.size();
         for (fb, mut p) in fresh {
@@ -529,40 +564,67 @@ impl Fs {
             pooled[k * BS as usize..(k + 1) * BS as usize].copy_from_slice(&p.data);
         }
         let buf = &pooled[..(n * BS) as usize];
-        let d = self.alloc_data_on(want, n)?;
-        let d = match self.store_data(&d, buf) {
-            Ok(()) => d,
+        // These pages hold their room while dirty; the blocks taken for them
+        // now must not count twice until the commit drops them from the cache.
+        let _inflight = InflightBlocks::new(&self.wb_inflight_blocks, n);
+        // Usually one piece on `want`; near a full pool the pages may be
+        // spread over several tiers (each page was promised a block, not a
+        // tier). They all commit together, so the writes stay whole.
+        let pieces = match self.alloc_data_spread(want, n) {
+            Ok(p) => p,
+            Err(e) => {
+                self.migrator.give_buf(pooled);
+                return Err(e);
+            }
+        };
+        let release = |pieces: Vec<DataRuns>| {
+            for d in pieces {
+                self.release_data(d);
+            }
+        };
+        let pieces = match self.store_pieces(&pieces, buf) {
+            Ok(()) => pieces,
             Err(e) => {
                 // The device failed: retry on PM when it has room, else the
                 // pages stay dirty and the error goes to the caller.
-                let failed_tier = d.tier;
-                self.release_data(d);
-                if failed_tier == 0 || self.pm_data_free_bytes() < n * BS {
+                let only_pm = pieces.iter().all(|d| d.tier == 0);
+                release(pieces);
+                if only_pm || self.pm_data_free_bytes() < n * BS {
+                    self.migrator.give_buf(pooled);
                     return Err(e);
                 }
-                let d = self.alloc_data_on(0, n)?;
-                if d.tier != 0 {
-                    self.release_data(d);
-                    return Err(e);
-                }
+                let d = match self.alloc_data_on(0, n) {
+                    Ok(d) if d.tier == 0 => d,
+                    Ok(d) => {
+                        self.release_data(d);
+                        self.migrator.give_buf(pooled);
+                        return Err(e);
+                    }
+                    Err(e2) => {
+                        self.migrator.give_buf(pooled);
+                        return Err(e2);
+                    }
+                };
                 if let Err(e) = self.store_data(&d, buf) {
                     self.release_data(d);
                     self.migrator.give_buf(pooled);
                     return Err(e);
                 }
-                d
+                vec![d]
             }
         };
         self.migrator.give_buf(pooled);
-        // Physical block of each page, in page order.
-        let mut phys = Vec::with_capacity(n as usize);
-        for &(b, k) in &d.runs {
-            phys.extend(b..b + k);
+        // Tier and physical block of each page, in page order.
+        let mut phys: Vec<(u8, u64)> = Vec::with_capacity(n as usize);
+        for d in &pieces {
+            for &(b, k) in &d.runs {
+                phys.extend((b..b + k).map(|x| (d.tier, x)));
+            }
         }
         let mut g = match self.lock(ino) {
             Ok(g) => g,
             Err(_) => {
-                self.release_data(d);
+                release(pieces);
                 return Ok(());
             }
         };
@@ -571,7 +633,7 @@ impl Fs {
             // The file was deleted (its pages discarded) and its slot reused
             // by another file during the write-back: nothing here is its.
             drop(g);
-            self.release_data(d);
+            release(pieces);
             return Ok(());
         }
         let size_after = i.attr.size.max(size);
@@ -579,10 +641,11 @@ impl Fs {
         let mut k = 0usize;
         while k < pages.len() {
             let (fb, ref p) = pages[k];
+            let (tier, block) = phys[k];
             let mut len = 1usize;
             while k + len < pages.len()
                 && pages[k + len].0 == fb + len as u64
-                && phys[k + len] == phys[k] + len as u64
+                && phys[k + len] == (tier, block + len as u64)
                 && pages[k + len].1.counter == p.counter
             {
                 len += 1;
@@ -590,10 +653,10 @@ impl Fs {
             entries.push(Entry::Write(WriteEntry {
                 file_block: fb,
                 blocks: len as u32,
-                tier: d.tier,
+                tier,
                 size_counter: p.counter,
                 wflags: 0,
-                block: phys[k],
+                block,
                 size_after,
                 mtime,
             }));
@@ -601,37 +664,60 @@ impl Fs {
         }
         if let Err(e) = self.commit_one(i, entries) {
             drop(g);
-            self.release_data(d);
+            release(pieces);
             return Err(e);
         }
         // The commit point has passed: the pages are in the log.
         let mut done = 0u64;
-        let mut clean_runs: Vec<(u64, Vec<Arc<[u8]>>)> = Vec::new();
+        let mut clean_runs: Vec<(u8, u64, Vec<Arc<[u8]>>)> = Vec::new();
         for (k, (fb, p)) in pages.into_iter().enumerate() {
             if i.dirty.get(&fb).is_some_and(|q| q.seq == p.seq) {
                 i.dirty.remove(&fb);
                 done += 1;
             }
-            if d.tier != 0 {
+            let (tier, block) = phys[k];
+            if tier != 0 {
                 match clean_runs.last_mut() {
-                    Some((first, v)) if *first + v.len() as u64 == phys[k] => v.push(p.data),
-                    _ => clean_runs.push((phys[k], vec![p.data])),
+                    Some((t, first, v)) if *t == tier && *first + v.len() as u64 == block => {
+                        v.push(p.data)
+                    }
+                    _ => clean_runs.push((tier, block, vec![p.data])),
                 }
             }
         }
         let all = i.dirty.is_empty();
         // Still under the inode lock: once it is released a rewrite may free
         // these blocks, and a clean copy inserted after that would outlive them.
-        for (first, v) in clean_runs {
-            self.cache.put_clean(d.tier, first, v);
+        for (tier, first, v) in clean_runs {
+            self.cache.put_clean(tier, first, v);
         }
         drop(g);
         self.cache.drop_dirty(ino, done, all);
         {
+            let requests: u64 = pieces.iter().map(|d| d.runs.len() as u64).sum();
             let mut s = self.cache.state.lock();
             s.stats.writebacks += 1;
             s.stats.writeback_bytes += n * BS;
-            s.stats.writeback_requests += d.runs.len() as u64;
+            s.stats.writeback_requests += requests;
+        }
+        Ok(())
+    }
+
+    /// Writes each piece's share of `buf` (in piece order) and syncs every
+    /// block tier written, before anything may reference the blocks.
+    fn store_pieces(&self, pieces: &[DataRuns], buf: &[u8]) -> FsResult<()> {
+        let mut at = 0usize;
+        for d in pieces {
+            let len = (d.runs.iter().map(|r| r.1).sum::<u64>() * BS) as usize;
+            self.write_data_unsynced(d, &buf[at..at + len])?;
+            at += len;
+        }
+        let mut synced: Vec<u8> = Vec::new();
+        for d in pieces {
+            if d.tier != 0 && !synced.contains(&d.tier) {
+                self.tier(d.tier)?.media.sync()?;
+                synced.push(d.tier);
+            }
         }
         Ok(())
     }

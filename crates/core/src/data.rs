@@ -49,6 +49,108 @@ impl Fs {
         Ok(d)
     }
 
+    /// Blocks the pool can still give to new data: free PM blocks beyond the
+    /// log reserve plus allocatable blocks of every block tier, less one block
+    /// for every dirty page of the DRAM cache (each needs a new block when it
+    /// is written back; blocks a write-back already holds for its pages are
+    /// not counted twice).
+    ///
+    /// Invariant kept by [`Fs::check_room`]: a write accepted into the cache
+    /// always finds a block at write-back, so an application that got a
+    /// successful `write()` never loses it to ENOSPC later (as ext4's delayed
+    /// allocation reserves space at `write()`).
+    pub(crate) fn data_room_blocks(&self) -> u64 {
+        let pm = self.alloc.free().saturating_sub(self.pm_reserve_blocks());
+        let tiers: u64 = self.tiers.iter().map(|t| t.space.free_blocks()).sum();
+        let inflight = self
+            .wb_inflight_blocks
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (pm + tiers + inflight).saturating_sub(self.cache.dirty_blocks())
+    }
+
+    /// ENOSPC when `n` new blocks of data would eat into the room dirty
+    /// cached pages need (pools with block tiers; a PM-only pool has no cache
+    /// and its allocator says ENOSPC by itself).
+    pub(crate) fn check_room(&self, n: u64) -> FsResult<()> {
+        if !self.tiers.is_empty() && n > self.data_room_blocks() {
+            return Err(errno(libc::ENOSPC));
+        }
+        Ok(())
+    }
+
+    /// Allocates `n` blocks for new foreground data (a write, a zeroed block,
+    /// fallocate) on `want` or wherever there is room, keeping the room dirty
+    /// cached pages need.
+    /// `want` = 0 means "PM first" without counting an overflow.
+    pub(crate) fn alloc_new_data(&self, want: u8, n: u64) -> FsResult<DataRuns> {
+        if self.tiers.is_empty() {
+            return self.alloc_data(n);
+        }
+        let _room = self.room_lock.lock();
+        self.check_room(n)?;
+        if want == 0 {
+            self.alloc_data(n)
+        } else {
+            self.alloc_data_on(want, n)
+        }
+    }
+
+    /// Allocates `n` blocks on `want` if it has room, else spread over the
+    /// tiers with room: as much as fits on `want`, then PM (beyond the log
+    /// reserve), then the other block tiers. Pieces are in that order and
+    /// together hold exactly `n` blocks. ENOSPC (nothing kept) when all tiers
+    /// together lack room. Used by write-back, whose pages were promised a
+    /// block each ([`Fs::data_room_blocks`]) but not all on one tier.
+    pub(crate) fn alloc_data_spread(&self, want: u8, n: u64) -> FsResult<Vec<DataRuns>> {
+        if let Ok(d) = self.alloc_data_on(want, n) {
+            return Ok(vec![d]);
+        }
+        let mut pieces: Vec<DataRuns> = Vec::new();
+        let mut need = n;
+        let mut order: Vec<u8> = Vec::with_capacity(self.tiers.len() + 1);
+        if want != 0 {
+            order.push(want);
+        }
+        order.push(0);
+        order.extend(self.tiers.iter().map(|t| t.id).filter(|&id| id != want));
+        for id in order {
+            if need == 0 {
+                break;
+            }
+            let runs = if id == 0 {
+                let room = self.alloc.free().saturating_sub(self.pm_reserve_blocks());
+                let take = room.min(need);
+                if take == 0 {
+                    continue;
+                }
+                self.alloc.alloc(take).map(|r| (take, r))
+            } else {
+                let Some(t) = self.tiers.iter().find(|t| t.id == id) else {
+                    continue;
+                };
+                let take = t.space.free_blocks().min(need);
+                if take == 0 {
+                    continue;
+                }
+                t.space.alloc(take).map(|r| (take, r))
+            };
+            if let Some((take, runs)) = runs {
+                pieces.push(DataRuns { tier: id, runs });
+                need -= take;
+            }
+        }
+        if need > 0 {
+            for d in pieces {
+                self.release_data(d);
+            }
+            return Err(errno(libc::ENOSPC));
+        }
+        self.counters
+            .placement_overflows
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(pieces)
+    }
+
     /// Free PM bytes available to data (the log reserve excluded).
     pub(crate) fn pm_data_free_bytes(&self) -> u64 {
         self.alloc.free().saturating_sub(self.pm_reserve_blocks()) * BS

@@ -100,6 +100,12 @@ pub struct Fs {
         parking_lot::RwLock<Box<dyn terrace_policy::PlacementPolicy + Send + Sync>>,
     /// The DRAM page cache in front of the block tiers.
     pub(crate) cache: crate::cache::PageCache,
+    /// Blocks allocated by write-backs whose pages are still counted dirty
+    /// (between their allocation and their commit): see [`Fs::data_room_blocks`].
+    pub(crate) wb_inflight_blocks: std::sync::atomic::AtomicU64,
+    /// Serialises "is there room" checks with the claims that follow them
+    /// (cached writes), so two writers cannot both take the last blocks.
+    pub(crate) room_lock: parking_lot::Mutex<()>,
     /// File data stored to and loaded from PM (for `terrace status`).
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
     /// Cold lists, migration state and thread.
@@ -251,6 +257,8 @@ impl Fs {
             cache: crate::cache::PageCache::new(
                 terrace_policy::Settings::default().dram_cache_bytes,
             ),
+            wb_inflight_blocks: std::sync::atomic::AtomicU64::new(0),
+            room_lock: parking_lot::Mutex::new(()),
             pm_io: terrace_media::BlockStatsCounter::new(),
             migrator: crate::migrate::Migrator::new(
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -553,23 +553,8 @@ impl Fs {
         if pieces.is_empty() {
             return Ok(None);
         }
-        // 2. Copy. Blocks read here may be freed and reused by a concurrent
-        // write; step 3 then drops the piece, so stale bytes never commit.
-        // A block-aligned buffer (O_DIRECT takes it without a bounce copy),
-        // reused across moves so its pages are not faulted in each time.
-        let mut buf = self.migrator.take_buf((total * BS) as usize);
-        let mut at = 0usize;
-        for p in pieces.iter().filter(|p| needs_data(p)) {
-            let len = (p.blocks * BS) as usize;
-            if p.tier == 0 {
-                self.media.read(p.block * BS, &mut buf[at..at + len]);
-            } else {
-                self.tier(p.tier)?
-                    .media
-                    .read_blocks(p.block, &mut buf[at..at + len])?;
-            }
-            at += len;
-        }
+        // 2. Room on the target first: a full target costs no buffer and no
+        // copy (a pass over a full pool stays cheap).
         let d = if total == 0 {
             crate::data::DataRuns {
                 tier: to,
@@ -587,9 +572,32 @@ impl Fs {
                 None => return Err(errno(libc::ENOSPC)),
             }
         };
+        // 3. Copy. Blocks read here may be freed and reused by a concurrent
+        // write; the commit then drops the piece, so stale bytes never commit.
+        // A block-aligned buffer (O_DIRECT takes it without a bounce copy),
+        // reused across moves so its pages are not faulted in each time.
+        let mut buf = self.migrator.take_buf((total * BS) as usize);
+        let mut at = 0usize;
+        for p in pieces.iter().filter(|p| needs_data(p)) {
+            let len = (p.blocks * BS) as usize;
+            if p.tier == 0 {
+                self.media.read(p.block * BS, &mut buf[at..at + len]);
+            } else {
+                let read = self
+                    .tier(p.tier)
+                    .and_then(|t| t.media.read_blocks(p.block, &mut buf[at..at + len]));
+                if let Err(e) = read {
+                    self.release_data(d);
+                    self.migrator.give_buf(buf);
+                    return Err(e);
+                }
+            }
+            at += len;
+        }
         if total > 0 {
             if let Err(e) = self.write_data_unsynced(&d, &buf[..(total * BS) as usize]) {
                 self.release_data(d);
+                self.migrator.give_buf(buf);
                 return Err(e);
             }
         }

@@ -326,7 +326,7 @@ impl Fs {
             buf[at..at + old.len()].copy_from_slice(&old);
         }
         buf[head..head + data.len()].copy_from_slice(data);
-        let d = self.alloc_data_on(want, nblocks)?;
+        let d = self.alloc_new_data(want, nblocks)?;
         let placed = if d.tier == 0 {
             &self.counters.placed_pm
         } else {
@@ -385,7 +385,7 @@ impl Fs {
         let mut blk = self.read_locked(i, fb * BS, BS as usize)?;
         blk.resize(BS as usize, 0);
         blk[from..to].fill(0);
-        let d = self.alloc_data(1)?;
+        let d = self.alloc_new_data(0, 1)?;
         if let Err(e) = self.store_data(&d, &blk) {
             self.release_data(d);
             return Err(e);
@@ -513,7 +513,7 @@ impl Fs {
                         let zero = vec![0u8; (256 * BS) as usize];
                         while need > 0 {
                             let chunk = need.min(256);
-                            let d = self.alloc_data(chunk)?;
+                            let d = self.alloc_new_data(0, chunk)?;
                             let stored = self.store_data(&d, &zero[..(chunk * BS) as usize]);
                             entries.extend(write_entries(&d, fb, 0, a.size, a.mtime));
                             taken.push(d);
@@ -579,10 +579,20 @@ impl Fs {
     pub fn statfs(&self) -> StatFs {
         let sb = self.sb.lock();
         let free_slots = self.free_slots.lock().len() as u64;
+        // Every tier counts: `df` shows the pool, not its PM tier. Free space
+        // on a tiered pool is what new data can still get (dirty cached pages
+        // hold theirs already).
+        let (blocks, bfree, bavail) = if self.tiers.is_empty() {
+            (sb.pool_blocks, self.alloc.free(), self.alloc.free())
+        } else {
+            let cap: u64 = self.tiers.iter().map(|t| t.space.capacity_blocks()).sum();
+            let room = self.data_room_blocks();
+            (sb.pool_blocks + cap, room, room)
+        };
         StatFs {
-            blocks: sb.pool_blocks,
-            bfree: self.alloc.free(),
-            bavail: self.alloc.free(),
+            blocks,
+            bfree,
+            bavail,
             files: sb.inode_count - 1,
             ffree: free_slots,
             bsize: BS as u32,

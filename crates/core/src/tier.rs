@@ -176,6 +176,16 @@ impl ExtentSpace {
         }
     }
 
+    /// Blocks that can still be allocated (cheap: no walk over the extents).
+    pub fn free_blocks(&self) -> u64 {
+        self.inner.lock().free_blocks
+    }
+
+    /// Blocks the tier can hold (extent 0, the tier's own header, excluded).
+    pub fn capacity_blocks(&self) -> u64 {
+        self.extents.saturating_sub(1) * self.extent_blocks
+    }
+
     /// Current numbers.
     pub fn stats(&self) -> SpaceStats {
         let g = self.inner.lock();

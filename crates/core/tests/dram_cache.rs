@@ -407,3 +407,74 @@ fn lowering_the_bound_at_run_time_shrinks_the_cache() {
     assert!(st.clean_bytes + st.dirty_bytes <= 1 << 20, "{st:?}");
     assert!(fs.set_setting("dram_cache_bytes", "100K").is_err());
 }
+
+#[test]
+fn a_full_pool_refuses_cached_writes_with_enospc_and_keeps_every_accepted_byte() {
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    // A cache larger than the room left on the SSD: without a reservation
+    // per dirty page it would accept writes the pool cannot hold.
+    fs.set_setting("dram_cache_bytes", "256M").unwrap();
+    let st = fs.statfs();
+    assert!(
+        st.blocks * 4096 >= (4 << 20) + SSD - (4 << 20),
+        "statfs counts every tier: {} blocks",
+        st.blocks
+    );
+    let mut files: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut refused = None;
+    'fill: for f in 0..8u64 {
+        let a = fs
+            .mknod(1, format!("f{f}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        let mut data = Vec::new();
+        for k in 0..32u64 {
+            let chunk = pattern(f * 100 + k, 1 << 20);
+            match fs.write(a.ino, data.len() as u64, &chunk) {
+                Ok(n) => {
+                    assert_eq!(n, chunk.len());
+                    data.extend_from_slice(&chunk);
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    files.push((a.ino, data));
+                    break 'fill;
+                }
+            }
+        }
+        files.push((a.ino, data));
+    }
+    let e = refused.expect("8 x 32 MiB cannot fit in a 100 MiB pool");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    let accepted: usize = files.iter().map(|(_, d)| d.len()).sum();
+    assert!(accepted > 64 << 20, "the pool took only {accepted} bytes");
+    assert!(
+        fs.statfs().bavail * 4096 < 2 << 20,
+        "statfs still shows room"
+    );
+    // Everything write() accepted can be made durable.
+    for (ino, _) in &files {
+        fs.fsync(*ino, false)
+            .unwrap_or_else(|e| panic!("fsync of inode {ino} after ENOSPC: {e}"));
+    }
+    assert_eq!(fs.cache().stats().dirty_bytes, 0);
+    for (ino, data) in &files {
+        assert!(
+            fs.read(*ino, 0, data.len() + 1).unwrap() == *data,
+            "inode {ino}"
+        );
+    }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm.clone(), ssd.clone());
+    for (ino, data) in &files {
+        assert!(
+            fs.read(*ino, 0, data.len() + 1).unwrap() == *data,
+            "inode {ino} after remount"
+        );
+    }
+    fs.check_allocator().unwrap();
+}
