@@ -350,6 +350,10 @@ fn oldest_writes(dirty: &BTreeMap<u64, DirtyPage>, max_pages: u64) -> Vec<(u64, 
     out
 }
 
+/// Pages written back to consecutive blocks of one tier: (tier, first block,
+/// page contents), kept as clean copies.
+type CleanRun = (u8, u64, Vec<Arc<[u8]>>);
+
 /// Blocks a write-back holds for pages still counted dirty; released when
 /// the write-back ends (its pages committed and dropped, or it failed).
 struct InflightBlocks<'a> {
@@ -669,7 +673,7 @@ impl Fs {
         }
         // The commit point has passed: the pages are in the log.
         let mut done = 0u64;
-        let mut clean_runs: Vec<(u8, u64, Vec<Arc<[u8]>>)> = Vec::new();
+        let mut clean_runs: Vec<CleanRun> = Vec::new();
         for (k, (fb, p)) in pages.into_iter().enumerate() {
             if i.dirty.get(&fb).is_some_and(|q| q.seq == p.seq) {
                 i.dirty.remove(&fb);
