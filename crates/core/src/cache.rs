@@ -709,7 +709,7 @@ impl Fs {
 
     /// Writes each piece's share of `buf` (in piece order) and syncs every
     /// block tier written, before anything may reference the blocks.
-    fn store_pieces(&self, pieces: &[DataRuns], buf: &[u8]) -> FsResult<()> {
+    pub(crate) fn store_pieces(&self, pieces: &[DataRuns], buf: &[u8]) -> FsResult<()> {
         let mut at = 0usize;
         for d in pieces {
             let len = (d.runs.iter().map(|r| r.1).sum::<u64>() * BS) as usize;

@@ -95,6 +95,22 @@ impl Fs {
         }
     }
 
+    /// [`Fs::alloc_new_data`] that may spread the blocks over several tiers
+    /// ([`Fs::alloc_data_spread`]) when no single tier has room for all.
+    pub(crate) fn alloc_new_pieces(&self, want: u8, n: u64) -> FsResult<Vec<DataRuns>> {
+        if self.tiers.is_empty() {
+            return Ok(vec![self.alloc_data(n)?]);
+        }
+        let _room = self.room_lock.lock();
+        self.check_room(n)?;
+        if want == 0 {
+            if let Ok(d) = self.alloc_data(n) {
+                return Ok(vec![d]);
+            }
+        }
+        self.alloc_data_spread(want, n)
+    }
+
     /// Allocates `n` blocks on `want` if it has room, else spread over the
     /// tiers with room: as much as fits on `want`, then PM (beyond the log
     /// reserve), then the other block tiers. Pieces are in that order and

@@ -326,21 +326,33 @@ impl Fs {
             buf[at..at + old.len()].copy_from_slice(&old);
         }
         buf[head..head + data.len()].copy_from_slice(data);
-        let d = self.alloc_new_data(want, nblocks)?;
-        let placed = if d.tier == 0 {
+        // One tier when it has room; near a full pool the blocks may come
+        // from several (the write still commits at once).
+        let pieces = self.alloc_new_pieces(want, nblocks)?;
+        let placed = if pieces[0].tier == 0 {
             &self.counters.placed_pm
         } else {
             &self.counters.placed_block
         };
         placed.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.store_data(&d, &buf) {
-            self.release_data(d);
+        let release = |pieces: Vec<DataRuns>| {
+            for d in pieces {
+                self.release_data(d);
+            }
+        };
+        if let Err(e) = self.store_pieces(&pieces, &buf) {
+            release(pieces);
             return Err(e);
         }
         let size_after = i.attr.size.max(end);
-        let entries = write_entries(&d, fb0, counter, size_after, now);
+        let mut entries = Vec::new();
+        let mut fb = fb0;
+        for d in &pieces {
+            entries.extend(write_entries(d, fb, counter, size_after, now));
+            fb += d.runs.iter().map(|r| r.1).sum::<u64>();
+        }
         if let Err(e) = self.commit_one(i, entries) {
-            self.release_data(d);
+            release(pieces);
             return Err(e);
         }
         self.counters.writes.fetch_add(1, Ordering::Relaxed);

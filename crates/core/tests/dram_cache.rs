@@ -478,3 +478,38 @@ fn a_full_pool_refuses_cached_writes_with_enospc_and_keeps_every_accepted_byte()
     }
     fs.check_allocator().unwrap();
 }
+
+#[test]
+fn writes_fill_a_tiered_pool_to_the_last_megabyte_even_when_no_single_tier_has_room() {
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    // 1 MiB writes bypass a 1 MiB cache: each is written through, to one
+    // tier when one has room, else spread over PM and the SSD.
+    fs.set_setting("dram_cache_bytes", "1M").unwrap();
+    let a = fs.mknod(1, b"fill", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let mut data = Vec::new();
+    let err = loop {
+        let chunk = pattern(data.len() as u64, 1 << 20);
+        match fs.write(a.ino, data.len() as u64, &chunk) {
+            Ok(_) => data.extend_from_slice(&chunk),
+            Err(e) => break e,
+        }
+        assert!(data.len() < 200 << 20, "the pool never filled");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    let left = fs.statfs().bavail * 4096;
+    assert!(
+        left < 1 << 20,
+        "ENOSPC with {left} bytes of room left (split over the tiers)"
+    );
+    fs.fsync(a.ino, false).unwrap();
+    assert!(fs.read(a.ino, 0, data.len() + 1).unwrap() == data);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm.clone(), ssd.clone());
+    assert!(fs.read(a.ino, 0, data.len() + 1).unwrap() == data);
+    fs.check_allocator().unwrap();
+}
