@@ -525,12 +525,16 @@ impl Fs {
                         let zero = vec![0u8; (256 * BS) as usize];
                         while need > 0 {
                             let chunk = need.min(256);
-                            let d = self.alloc_new_data(0, chunk)?;
-                            let stored = self.store_data(&d, &zero[..(chunk * BS) as usize]);
-                            entries.extend(write_entries(&d, fb, 0, a.size, a.mtime));
-                            taken.push(d);
-                            stored?;
-                            fb += chunk;
+                            // Near a full pool a chunk may come from several
+                            // tiers; all pieces are recorded (released on error).
+                            let first = taken.len();
+                            taken.extend(self.alloc_new_pieces(0, chunk)?);
+                            for d in &taken[first..] {
+                                let k = d.runs.iter().map(|r| r.1).sum::<u64>();
+                                self.store_data(d, &zero[..(k * BS) as usize])?;
+                                entries.extend(write_entries(d, fb, 0, a.size, a.mtime));
+                                fb += k;
+                            }
                             need -= chunk;
                         }
                     }

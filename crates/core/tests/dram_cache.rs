@@ -513,3 +513,30 @@ fn writes_fill_a_tiered_pool_to_the_last_megabyte_even_when_no_single_tier_has_r
     assert!(fs.read(a.ino, 0, data.len() + 1).unwrap() == data);
     fs.check_allocator().unwrap();
 }
+
+#[test]
+fn fallocate_larger_than_pm_takes_blocks_from_every_tier_and_reads_zeros() {
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    let a = fs
+        .mknod(1, b"prealloc", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    let len = 12u64 << 20;
+    fs.fallocate(a.ino, 0, len, terrace_core::FallocateMode::Allocate)
+        .unwrap();
+    assert_eq!(fs.getattr(a.ino).unwrap().size, len);
+    assert!(tier_bytes(&fs, a.ino, "ssd") > 0, "nothing beyond PM");
+    assert!(fs
+        .read(a.ino, 0, len as usize)
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm.clone(), ssd.clone());
+    assert_eq!(fs.getattr(a.ino).unwrap().size, len);
+    fs.check_allocator().unwrap();
+}
