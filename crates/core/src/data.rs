@@ -59,6 +59,11 @@ impl Fs {
     /// always finds a block at write-back, so an application that got a
     /// successful `write()` never loses it to ENOSPC later (as ext4's delayed
     /// allocation reserves space at `write()`).
+    ///
+    /// PM data that also has a copy on a block tier is not counted, though it
+    /// could be dropped for free: near a full pool this refuses up to that
+    /// much too early, until the migration thread evicts those PM copies
+    /// (it does once PM passes its eviction mark).
     pub(crate) fn data_room_blocks(&self) -> u64 {
         let pm = self.alloc.free().saturating_sub(self.pm_reserve_blocks());
         let tiers: u64 = self.tiers.iter().map(|t| t.space.free_blocks()).sum();
