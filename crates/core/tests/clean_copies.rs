@@ -264,3 +264,28 @@ fn crashes_during_flush_and_eviction_lose_nothing() {
         );
     }
 }
+
+#[test]
+fn clean_pm_copies_can_be_evicted_even_when_pm_is_full() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let copied = fs.migration_pass();
+    assert!(copied >= 1 << 20, "no clean copies ({copied} bytes)");
+    // Fill what is left of PM with another file's data.
+    let f = fs.mknod(1, b"fill", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let mut off = 0u64;
+    while fs.status().tiers[0].used + (512 << 10) < fs.status().tiers[0].capacity {
+        fs.write(f.ino, off, &pattern(off, 256 << 10)).unwrap();
+        off += 256 << 10;
+        assert!(off < 64 << 20, "PM never filled");
+    }
+    let freed = fs.evict_clean(u64::MAX);
+    assert!(
+        freed >= copied,
+        "evicted {freed} of {copied} bytes of clean copies"
+    );
+    assert!(fs.read(ino, 0, data.len() + 1).unwrap() == data);
+    fs.check_allocator().unwrap();
+}
