@@ -273,10 +273,12 @@ fn clean_pm_copies_can_be_evicted_even_when_pm_is_full() {
     let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
     let copied = fs.migration_pass();
     assert!(copied >= 1 << 20, "no clean copies ({copied} bytes)");
-    // Fill what is left of PM with another file's data.
+    // Fill PM (past the forced mark, after which writes go to the SSD) with
+    // another file's data.
     let f = fs.mknod(1, b"fill", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let mut off = 0u64;
-    while fs.status().tiers[0].used + (512 << 10) < fs.status().tiers[0].capacity {
+    let pm_use = |fs: &Fs| fs.status().tiers[0].used * 100 / fs.status().tiers[0].capacity;
+    while pm_use(&fs) < 85 {
         fs.write(f.ino, off, &pattern(off, 256 << 10)).unwrap();
         off += 256 << 10;
         assert!(off < 64 << 20, "PM never filled");
