@@ -234,3 +234,84 @@ def test_a_full_tiered_pool_says_enospc_at_write_keeps_what_it_took_and_stays_id
                 f.write(chunk * 8)
                 os.fsync(f.fileno())
         assert_fsck_clean(pool, "after freeing space and writing again")
+
+
+def _fallocate(fd: int, mode: int, off: int, length: int) -> None:
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    if libc.fallocate(ctypes.c_int(fd), ctypes.c_int(mode), ctypes.c_long(off), ctypes.c_long(length)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _random_file_ops(terrace_path: Path, ref_path: Path, seed: int, steps: int = 300) -> None:
+    """Apply the same random writes, truncates, hole punches, fallocates,
+    fsyncs and shared-mmap stores to a file on Terrace and one on a native file
+    system, comparing sizes after every step and contents on every read."""
+    import mmap
+    import random
+    rnd = random.Random(seed)
+    fa = os.open(terrace_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fb = os.open(ref_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    limit = 48 << 20
+    try:
+        for step in range(steps):
+            op = rnd.random()
+            if op < 0.45:
+                off = rnd.randrange(limit)
+                data = rnd.randbytes(rnd.choice([1, 100, 4096, 5000, 65536, 1 << 20, 3 << 20]))
+                assert os.pwrite(fa, data, off) == os.pwrite(fb, data, off) == len(data)
+                what = f"pwrite({off}, {len(data)})"
+            elif op < 0.55:
+                size = rnd.randrange(limit)
+                os.ftruncate(fa, size)
+                os.ftruncate(fb, size)
+                what = f"ftruncate({size})"
+            elif op < 0.7:
+                off, n = rnd.randrange(limit), rnd.randrange(1, 4 << 20)
+                mode = rnd.choice([0, 3])  # allocate, or PUNCH_HOLE | KEEP_SIZE
+                _fallocate(fa, mode, off, n)
+                _fallocate(fb, mode, off, n)
+                what = f"fallocate(mode {mode}, {off}, {n})"
+            elif op < 0.75:
+                os.fsync(fa)
+                what = "fsync"
+            elif op < 0.8:
+                size = os.fstat(fb).st_size
+                what = "mmap (file too small)"
+                if size >= 8192:
+                    off = rnd.randrange(size - 4096) & ~4095
+                    pos, data = rnd.randrange(3996), rnd.randbytes(100)
+                    for fd in (fa, fb):
+                        with mmap.mmap(fd, off + 4096, mmap.MAP_SHARED,
+                                       mmap.PROT_READ | mmap.PROT_WRITE) as m:
+                            m[off + pos:off + pos + 100] = data
+                            m.flush()
+                    what = f"mmap store at {off + pos}"
+            else:
+                off = rnd.randrange(max(os.fstat(fb).st_size, 1))
+                n = rnd.choice([1, 4096, 100000, 1 << 20, 5 << 20])
+                assert os.pread(fa, n, off) == os.pread(fb, n, off), \
+                    f"seed {seed} step {step}: pread({off}, {n}) differs from the native file"
+                what = f"pread({off}, {n})"
+            assert os.fstat(fa).st_size == os.fstat(fb).st_size, \
+                f"seed {seed} step {step}: size differs after {what}"
+    finally:
+        os.close(fa)
+        os.close(fb)
+    assert sha256(terrace_path) == sha256(ref_path), f"seed {seed}: final contents differ"
+
+
+def test_random_file_operations_on_a_tiered_pool_match_a_native_file_system(tmp_path):
+    with temp_pool_path() as pool, ssd_file(512) as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:512M")
+        with mounted_pool(pool, mnt):
+            # A small cache and PM: data lives on PM, in the cache and on the SSD.
+            terrace("set", mnt, "dram_cache_bytes", "8M")
+            for seed, policy in [(1, "ziggurat"), (2, "ziggurat"), (3, "nvmfs"), (4, "nvmfs"), (5, "default")]:
+                terrace("set", mnt, "migration_policy", policy)
+                _random_file_ops(mnt / f"f{seed}", tmp_path / f"f{seed}", seed)
+        assert_fsck_clean(pool, "after random file operations")
+        with mounted_pool(pool, mnt):
+            for seed in range(1, 6):
+                assert sha256(mnt / f"f{seed}") == sha256(tmp_path / f"f{seed}"), f"f{seed} after remount"
