@@ -219,6 +219,7 @@ def test_a_full_tiered_pool_says_enospc_at_write_keeps_what_it_took_and_stays_id
             assert sha256(big) == h.hexdigest()
             vfs = os.statvfs(mnt)
             assert vfs.f_bavail * vfs.f_frsize < 4 << 20, vfs
+            assert abs(m.status()["room_bytes"] - vfs.f_bavail * vfs.f_frsize) < 1 << 20
             # A full pool gives the mover nothing to do: it must not spin.
             pid = m.pid or m.status()["pid"]
             time.sleep(1)

@@ -83,6 +83,9 @@ pub struct Status {
     pub log_bytes: u64,
     /// Data blocks in use on PM.
     pub data_blocks: u64,
+    /// Bytes new data can still get, over every tier (what `df` shows as
+    /// available): dirty pages of the DRAM cache hold theirs already.
+    pub room_bytes: u64,
     /// Was the pool cleanly unmounted before this mount.
     pub clean_last_time: bool,
     /// Mounts so far.
@@ -202,6 +205,7 @@ impl Fs {
             log_pages,
             log_bytes: log_pages * BLOCK_SIZE,
             data_blocks,
+            room_bytes: self.statfs().bavail * terrace_format::BLOCK_SIZE,
             clean_last_time: self.report.was_clean,
             mount_count: sb.mount_count,
             recovery: self.report.clone(),

@@ -110,6 +110,11 @@ pub fn render_status(st: &Value) -> String {
         pct(iu, it)
     ));
     line(format!(
+        "  room          {} for new data (dirty cached pages hold {})",
+        util::human_bytes(n(st, "room_bytes")),
+        util::human_bytes(st.get("cache").map(|c| n(c, "dirty_bytes")).unwrap_or(0))
+    ));
+    line(format!(
         "  logs          {} pages ({})",
         n(st, "log_pages"),
         util::human_bytes(n(st, "log_bytes"))
