@@ -26,6 +26,8 @@
 #           seqbig      1 MiB sequential asynchronous writes of 4x PM size, then fsync
 #           overwrite   random 4 KiB asynchronous overwrites of a file 4x PM size
 #                       (with each migration policy: SSD write traffic)
+#           overwrite-hot  the same file, overwrites only in its first 3/4 of PM size
+#                       (NVMFS paper Fig. 8, "modified IOZONE": a hot region that fits)
 #           zipf        90/10 synchronous random writes, PM at 10% vs 100% of the data
 #           migrate     `terrace migrate` of data written in 64 KiB writes: group migration
 #                       bandwidth against the raw device's sequential write bandwidth (probe),
@@ -80,7 +82,7 @@ TERRACE=$REPO/target/release/terrace
 PASSTHROUGH=$REPO/target/release/examples/passthrough
 
 # The measurements behind the targets (bench/targets.py): SYSTEM:GROUP pairs.
-TARGET_PAIRS="ext4-loop:syncappend terrace-pm10:syncappend ext4-loop:seqbig terrace-pm10:seqbig ext4-loop:overwrite terrace-pm10:overwrite terrace-pm10@migration_policy=ziggurat:overwrite terrace-pm10@migration_policy=nvmfs:overwrite terrace-pm10@migration_policy=nvmfs@nvmfs_flush_order=lru:overwrite terrace-pm10:zipf terrace-pm100:zipf terrace-pm10@migration_policy=ziggurat:zipf terrace-pm10@migration_policy=nvmfs:zipf terrace-pm10@migration_policy=nvmfs@nvmfs_flush_order=lru:zipf terrace-pm100@group_migration_bytes=64K:migrate terrace-pm100@group_migration_bytes=256K:migrate terrace-pm100@group_migration_bytes=1M:migrate terrace-pm100@group_migration_bytes=4M:migrate terrace-pm100@group_migration_bytes=16M:migrate terrace-pm100@group_migration_bytes=64M:migrate"
+TARGET_PAIRS="ext4-loop:syncappend terrace-pm10:syncappend ext4-loop:seqbig terrace-pm10:seqbig ext4-loop:overwrite terrace-pm10:overwrite terrace-pm10@migration_policy=ziggurat:overwrite terrace-pm10@migration_policy=nvmfs:overwrite terrace-pm10@migration_policy=nvmfs@nvmfs_flush_order=lru:overwrite terrace-pm10@migration_policy=ziggurat:overwrite-hot terrace-pm10@migration_policy=nvmfs:overwrite-hot terrace-pm10:overwrite-hot terrace-pm10:zipf terrace-pm100:zipf terrace-pm10@migration_policy=ziggurat:zipf terrace-pm10@migration_policy=nvmfs:zipf terrace-pm10@migration_policy=nvmfs@nvmfs_flush_order=lru:zipf terrace-pm100@group_migration_bytes=64K:migrate terrace-pm100@group_migration_bytes=256K:migrate terrace-pm100@group_migration_bytes=1M:migrate terrace-pm100@group_migration_bytes=4M:migrate terrace-pm100@group_migration_bytes=16M:migrate terrace-pm100@group_migration_bytes=64M:migrate"
 
 case $MODE in
 quick)
@@ -235,8 +237,8 @@ for w in $BENCH_WORKLOADS; do
 done
 for pair in $BENCH_PAIRS; do
     case ${pair##*:} in
-    syncappend | seqbig | overwrite | zipf | migrate) ;;
-    *) die "unknown group in BENCH_PAIRS: $pair (syncappend, seqbig, overwrite, zipf, migrate)" ;;
+    syncappend | seqbig | overwrite | overwrite-hot | zipf | migrate) ;;
+    *) die "unknown group in BENCH_PAIRS: $pair (syncappend, seqbig, overwrite, overwrite-hot, zipf, migrate)" ;;
     esac
 done
 
@@ -370,6 +372,11 @@ measure() {
         fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" "$job" "$work" \
             --seconds "$BENCH_RUNTIME" --output "$out" >/dev/null 2>"$err" || ok=0
         ;;
+    overwrite-hot)
+        fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" overwrite "$work" \
+            --seconds "$BENCH_RUNTIME" --region-bytes "$((PM10_BYTES * 3 / 4))" \
+            --output "$out" >/dev/null 2>"$err" || ok=0
+        ;;
     seqbig)
         fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" seqwrite "$work" \
             --bytes "$BIG_BYTES" --output "$out" >/dev/null 2>"$err" || ok=0
@@ -423,7 +430,7 @@ init_group() {
         fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" init-syncappend "$work" \
             --files 1000 >"$base.init.json" 2>"$base.err" || rc=$?
         ;;
-    overwrite)
+    overwrite | overwrite-hot)
         fg_wait timeout "$job_timeout" "$BENCH_PYTHON" "$BENCH/tiering.py" init-overwrite "$work" \
             --bytes "$BIG_BYTES" >"$base.init.json" 2>"$base.err" || rc=$?
         ;;

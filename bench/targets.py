@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 RAW_NAME = re.compile(r"^(?P<system>.+?)__(?P<job>.+)__r(?P<rep>\d+)\.json$")
-JOBS = ("syncappend", "seqbig", "overwrite", "migrate")
+JOBS = ("syncappend", "seqbig", "overwrite", "overwrite-hot", "migrate")
 PM10 = "terrace-pm10"
 
 
@@ -175,6 +175,8 @@ def rows(out: Path, runs: dict) -> list[list[str]]:
     # Issue 4: NVMFS writes less to the SSD than Ziggurat on overwrite-heavy work.
     # Per operation: the runs are timed, so a faster policy does more of them.
     for job, label in (("overwrite", "random 4 KiB async overwrites"),
+                       ("overwrite-hot", "random 4 KiB async overwrites of a hot region of ¾ PM size "
+                        "(NVMFS Fig. 8, modified IOZONE)"),
                        ("zipf-write-1.04", "90/10 sync random writes")):
         n = get((job, PM10 + "@migration_policy=nvmfs"))
         z = get((job, PM10 + "@migration_policy=ziggurat"))

@@ -14,10 +14,11 @@ one JSON result; `init` commands prepare a data set and are not measured.
       time includes the fsync: {"mb_per_s", "bytes", "seconds"}.
   tiering.py init-overwrite DIR --bytes B
       one file of B bytes written sequentially in 1 MiB writes, then fsync.
-  tiering.py overwrite DIR --seconds S --output OUT.json
+  tiering.py overwrite DIR --seconds S [--region-bytes R] --output OUT.json
       asynchronous random 4 KiB overwrites (pwrite at 4 KiB-aligned offsets,
       uniform, fixed seed) of that file for S seconds, then one fsync
-      (included in the time): {"ops_per_s", "total_ops", "seconds"}.
+      (included in the time): {"ops_per_s", "total_ops", "seconds"}. With R,
+      only the first R bytes of the file are overwritten (a hot region).
   tiering.py init-migrate DIR --bytes B --write-size W
       files of 8 MiB up to B bytes, each written in W-byte writes, then fsync:
       many small adjacent write entries, the case group migration coalesces.
@@ -122,6 +123,11 @@ def cmd_overwrite(a) -> dict:
     blocks = size // BLOCK
     if blocks == 0:
         raise SystemExit("overwrite: overwrite.dat is empty (run init-overwrite first)")
+    # --region-bytes: overwrite only the file's first bytes (the NVMFS paper's
+    # "modified IOZONE", Fig. 8: random writes to the first 3 GB of a large
+    # file with 4 GB of NVRAM, i.e. a hot region of 3/4 of the fast tier).
+    if a.region_bytes:
+        blocks = max(1, min(blocks, a.region_bytes // BLOCK))
     rng = random.Random(42)
     buf = payload(BLOCK, 9)
     fd = os.open(path, os.O_WRONLY)
@@ -138,7 +144,8 @@ def cmd_overwrite(a) -> dict:
     finally:
         os.close(fd)
     secs = time.perf_counter() - start
-    return {"ops_per_s": ops / secs, "total_ops": ops, "seconds": secs, "file_bytes": size}
+    return {"ops_per_s": ops / secs, "total_ops": ops, "seconds": secs, "file_bytes": size,
+            "region_bytes": blocks * BLOCK}
 
 
 def cmd_init_migrate(a) -> dict:
@@ -203,7 +210,8 @@ def main() -> int:
     add("syncappend", cmd_syncappend, secs)
     add("seqwrite", cmd_seqwrite, nbytes)
     add("init-overwrite", cmd_init_overwrite, nbytes)
-    add("overwrite", cmd_overwrite, secs)
+    region = lambda s: s.add_argument("--region-bytes", type=int, default=0)  # noqa: E731
+    add("overwrite", cmd_overwrite, secs, region)
     add("init-migrate", cmd_init_migrate, nbytes, wsize)
     add("migrate", cmd_migrate, mount)
     a = p.parse_args()
