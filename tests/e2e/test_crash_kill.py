@@ -251,3 +251,49 @@ def test_fsynced_file_survives_a_kill_right_after_it_is_written(terrace_bin, poo
     with helpers.mounted_pool(pool, mountpoint):
         with open(os.path.join(mountpoint, "f"), "rb") as f:
             assert f.read() == b"durable"
+
+
+def test_on_a_pm_only_pool_fsync_needs_no_request_and_unsynced_writes_survive_a_kill(
+        terrace_bin, pool, mountpoint):
+    """On a PM-only pool every write() is durable when it returns (design.md
+    section 7), so fsync has nothing to do: the daemon answers the first one
+    ENOSYS and the kernel completes the rest itself (one round trip saved per
+    fsync). What makes that safe is checked here: after kill -9, every record
+    whose write() returned is there, fsync'd or not, and dirty pages of a shared
+    mapping still reach the pool through msync (the kernel writes them back
+    before it skips the fsync request)."""
+    import mmap
+    m = helpers.mount(pool, mountpoint)
+    try:
+        path = os.path.join(mountpoint, "journal")
+        records = [b"record %06d " % i + bytes([65 + i % 26]) * 50 + b"\n" for i in range(400)]
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for i, r in enumerate(records):
+                assert os.write(fd, r) == len(r)
+                if i < 100:
+                    os.fsync(fd)
+                elif i < 200:
+                    os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        mpath = os.path.join(mountpoint, "mapped")
+        with open(mpath, "wb") as f:
+            f.truncate(1 << 16)
+        with open(mpath, "r+b") as f, mmap.mmap(f.fileno(), 1 << 16) as mm:
+            mm[4096:4096 + 11] = b"mmap stores"
+            mm.flush()
+        st = m.status()
+        assert st["fsync_in_kernel"] is True, st
+        assert st["fsyncs"] <= 2, f"{st['fsyncs']} fsync requests reached the daemon after the first"
+        m.kill()
+    finally:
+        helpers.lazy_unmount(mountpoint)
+    cp = helpers.fsck(pool)
+    assert cp.returncode == 0, helpers.describe(cp, "fsck after kill -9")
+    with helpers.mounted_pool(pool, mountpoint):
+        with open(os.path.join(mountpoint, "journal"), "rb") as f:
+            assert f.read() == b"".join(records)
+        with open(os.path.join(mountpoint, "mapped"), "rb") as f:
+            data = f.read()
+        assert data[4096:4096 + 11] == b"mmap stores" and len(data) == 1 << 16

@@ -82,6 +82,23 @@ def test_data_beyond_pm_capacity_lands_on_the_ssd_tier_and_survives_remount():
         assert_fsck_clean(pool, "after deleting the spilled file")
 
 
+def test_on_a_tiered_pool_every_fsync_reaches_the_daemon():
+    """With a block tier the DRAM cache may hold dirty data, so each fsync must
+    reach the daemon (unlike a PM-only pool, where the kernel completes them)."""
+    import json
+    with temp_pool_path() as pool, ssd_file(64) as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        with mounted_pool(pool, mnt):
+            with open(mnt / "f", "wb") as f:
+                for i in range(30):
+                    f.write(b"x" * 4096)
+                    f.flush()
+                    os.fsync(f.fileno())
+            st = json.loads(terrace("status", "--json", mnt).stdout)
+            assert st["fsync_in_kernel"] is False
+            assert st["fsyncs"] >= 30, st["fsyncs"]
+
+
 def test_mounting_without_the_ssd_tier_is_a_clear_error():
     with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")

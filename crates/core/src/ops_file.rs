@@ -362,6 +362,19 @@ impl Fs {
         Ok(data.len())
     }
 
+    /// True when `fsync` has nothing to do on this pool, ever: there is no
+    /// block tier (so no DRAM cache holds dirty data; every write and every
+    /// metadata operation is durable on PM when it returns, design.md §7)
+    /// and the PM media needs no msync ([`PmMedia::fence_is_durable`]: DAX or
+    /// tmpfs). Fixed for the life of the mount. The FUSE adapter then tells
+    /// the kernel that fsync needs no request, which saves one round trip
+    /// per `fsync`/`fdatasync`.
+    ///
+    /// [`PmMedia::fence_is_durable`]: terrace_media::PmMedia::fence_is_durable
+    pub fn fsync_is_noop(&self) -> bool {
+        self.tiers.is_empty() && self.media.fence_is_durable()
+    }
+
     /// Makes an inode's data and metadata durable: writes back its cached
     /// pages (merged into large requests) and commits them; data on PM is
     /// durable when the write returns, so for it this only matters on media

@@ -100,8 +100,12 @@ pub struct Status {
     pub reads: u64,
     /// Bytes read by applications.
     pub bytes_read: u64,
-    /// fsync calls.
+    /// fsync calls the daemon handled.
     pub fsyncs: u64,
+    /// fsync never has work to do on this pool ([`crate::Fs::fsync_is_noop`]):
+    /// after the first, the kernel completes fsyncs without a request, so
+    /// `fsyncs` stops counting.
+    pub fsync_in_kernel: bool,
     /// Log commits / journaled commits / compactions.
     pub commits: u64,
     /// Commits through the journal.
@@ -214,6 +218,7 @@ impl Fs {
             reads: c.reads.load(Ordering::Relaxed),
             bytes_read: c.bytes_read.load(Ordering::Relaxed),
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            fsync_in_kernel: self.fsync_is_noop(),
             commits: c.commits.load(Ordering::Relaxed),
             journaled_commits: c.journaled_commits.load(Ordering::Relaxed),
             compactions: c.compactions.load(Ordering::Relaxed),

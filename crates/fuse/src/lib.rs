@@ -19,6 +19,10 @@
 //!   set-user/group-ID bits and `security.capability` on unprivileged writes,
 //!   truncates and on chown, so the kernel no longer asks for
 //!   `security.capability` before every write (a whole extra round trip).
+//! - On a pool where fsync never has work to do (PM only, on DAX or tmpfs:
+//!   every write is durable when it returns), the first fsync is answered
+//!   ENOSYS, which the kernel treats as success and remembers: later fsyncs
+//!   and fdatasyncs complete in the kernel without a round trip.
 //! - After replying, a thread polls the device for a short window when
 //!   requests are arriving back to back ([`poll`]; mount option `poll_us`).
 
@@ -216,6 +220,18 @@ fn reply_empty(reply: ReplyEmpty, r: io::Result<()>) {
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno_of(&e)),
+    }
+}
+
+/// Replies to fsync/fsyncdir. When fsync can never have work to do on this
+/// pool ([`Fs::fsync_is_noop`]), a successful one is answered ENOSYS: the
+/// kernel takes that as success and from then on completes every
+/// fsync/fdatasync (resp. fsyncdir) of the mount itself, without a request —
+/// after writing back any dirty mmap pages, which it always does first.
+fn reply_fsync(reply: ReplyEmpty, r: io::Result<()>, noop: bool) {
+    match r {
+        Ok(()) if noop => reply.error(Errno::ENOSYS),
+        r => reply_empty(reply, r),
     }
 }
 
@@ -531,7 +547,11 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _poll = self.poller.arrived();
-        reply_empty(reply, self.fs.fsync(ino.0, datasync));
+        reply_fsync(
+            reply,
+            self.fs.fsync(ino.0, datasync),
+            self.fs.fsync_is_noop(),
+        );
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -614,7 +634,11 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _poll = self.poller.arrived();
-        reply_empty(reply, self.fs.fsync(ino.0, datasync));
+        reply_fsync(
+            reply,
+            self.fs.fsync(ino.0, datasync),
+            self.fs.fsync_is_noop(),
+        );
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -108,6 +108,10 @@ impl<M: PmMedia> PmMedia for FaultMedia<M> {
         self.inner.sync_all()
     }
 
+    fn fence_is_durable(&self) -> bool {
+        self.inner.fence_is_durable()
+    }
+
     fn describe(&self) -> String {
         format!("{} (fault-injecting)", self.inner.describe())
     }

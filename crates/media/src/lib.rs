@@ -89,6 +89,14 @@ pub trait PmMedia: Send + Sync {
     fn sync_all(&self) -> std::io::Result<()> {
         Ok(())
     }
+    /// True when `fence` alone makes flushed stores durable and `sync_all`
+    /// has nothing to add (no msync to issue, no deferred error to report):
+    /// DAX, tmpfs and test media. False for a page-cache mapping of an
+    /// ordinary file or block device. Lets the file system tell the kernel
+    /// that `fsync` needs no request (see `Fs::fsync_is_noop`).
+    fn fence_is_durable(&self) -> bool {
+        true
+    }
     /// One-line description for status output (path, kind, flush instruction).
     fn describe(&self) -> String;
 }

@@ -387,6 +387,10 @@ impl PmMedia for PmFile {
         Ok(())
     }
 
+    fn fence_is_durable(&self) -> bool {
+        self.kind != PmKind::File
+    }
+
     fn describe(&self) -> String {
         format!(
             "{} ({}, {})",

@@ -135,12 +135,17 @@ pub fn render_status(st: &Value) -> String {
         ));
     }
     line(format!(
-        "  since mount   {} writes ({}), {} reads ({}), {} fsyncs",
+        "  since mount   {} writes ({}), {} reads ({}), {} fsyncs{}",
         n(st, "writes"),
         util::human_bytes(n(st, "bytes_written")),
         n(st, "reads"),
         util::human_bytes(n(st, "bytes_read")),
-        n(st, "fsyncs")
+        n(st, "fsyncs"),
+        if st["fsync_in_kernel"].as_bool() == Some(true) {
+            " (PM only: writes are durable on return, so the kernel completes fsync without asking)"
+        } else {
+            ""
+        }
     ));
     line(format!(
         "                {} log commits ({} journaled), {} log compactions",
