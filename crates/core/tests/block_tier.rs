@@ -327,3 +327,21 @@ fn settings_change_at_run_time_and_bad_values_change_nothing() {
     assert_eq!(tier_bytes(&fs, f.ino, "ssd"), 256 << 10);
     assert_eq!(fs.status().placement_policy, "block-first");
 }
+
+#[test]
+fn fsync_needs_no_work_only_on_pools_without_block_tiers() {
+    // PM only: every write is durable when it returns (the FUSE adapter then
+    // lets the kernel complete fsync without a request).
+    let pm = Arc::new(MemMedia::new(2 << 20));
+    mkfs(&*pm, 64);
+    let fs = Fs::mount(pm.clone() as Arc<dyn PmMedia>).unwrap();
+    assert!(fs.fsync_is_noop());
+    fs.unmount().unwrap();
+    // With a block tier the DRAM cache may hold dirty data: fsync has work.
+    let pm = Arc::new(MemMedia::new(2 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm, 64);
+    let fs = mount_tiered(pm, ssd);
+    assert!(!fs.fsync_is_noop());
+    fs.unmount().unwrap();
+}

@@ -450,6 +450,8 @@ mod tests {
         let pm = PmFile::create(d.path().join("x"), 8192).unwrap();
         assert_eq!(pm.kind(), PmKind::Tmpfs);
         assert!(pm.describe().contains("(tmpfs, "));
+        // Memory is the media: a fence is all fsync could add.
+        assert!(pm.fence_is_durable());
     }
 
     #[test]
@@ -494,6 +496,10 @@ mod tests {
     fn file_kind_fence_msyncs_flushed_range() {
         let d = tempfile::tempdir_in("/var/tmp").unwrap();
         let pm = PmFile::create(d.path().join("f"), 3 * PAGE).unwrap();
+        // An ordinary file needs the msync fsync does (and its error).
+        if pm.kind() == PmKind::File {
+            assert!(!pm.fence_is_durable());
+        }
         pm.write(PAGE - 4, &[7u8; 8]);
         pm.flush(PAGE - 4, 8);
         pm.fence();
