@@ -45,7 +45,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use terrace_core::{Attr, Ctx, FallocateMode, FileType, Fs, RenameFlags, SetAttr, SetTime};
 
 /// How long the kernel may cache attributes and names.
-const TTL: Duration = Duration::from_secs(1);
+const TTL: Duration = Duration::from_secs(86_400);
 /// Largest write request asked of the kernel (it caps requests at 1 MiB here anyway).
 const MAX_WRITE: u32 = 1 << 20;
 /// Directory entries fetched from the core per batch while filling a reply.
