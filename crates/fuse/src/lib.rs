@@ -44,7 +44,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use terrace_core::{Attr, Ctx, FallocateMode, FileType, Fs, RenameFlags, SetAttr, SetTime};
 
-/// How long the kernel may cache attributes and names.
+/// How long the kernel may cache attributes and names: a day. The mount is
+/// the only way to the pool (one daemon per pool), so every change reaches the
+/// core through the kernel, which updates or invalidates what it caches
+/// (writes and reads invalidate the times they change, link/unlink/rename
+/// the names, setattr/setxattr the attributes); what the daemon changes on
+/// its own (set-ID bits after an unprivileged write) it invalidates itself.
+/// Migration moves data between tiers without changing any attribute.
 const TTL: Duration = Duration::from_secs(86_400);
 /// Largest write request asked of the kernel (it caps requests at 1 MiB here anyway).
 const MAX_WRITE: u32 = 1 << 20;
