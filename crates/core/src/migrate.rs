@@ -1468,15 +1468,20 @@ fn snapshot_entries(i: &Inode) -> Vec<EntrySnapshot> {
 }
 
 impl Fs {
-    /// Counts writes over PM data, clean and dirty, for the adaptive split
-    /// only (the hit ratio in `terrace status` counts reads).
+    /// Counts writes over PM data for the adaptive split only (the hit ratio
+    /// in `terrace status` counts reads). Every such write is a hit of the
+    /// *dirty* list, also over clean data: the write makes that data dirty
+    /// (its copy is freed), so it shows the data is written, and the clean
+    /// list — which exists to serve reads from PM of data that is also on
+    /// disk — gains nothing from it. Counting it for the clean list would
+    /// shrink the dirty target under rewrites, flushing more of exactly the
+    /// data that is rewritten next.
     pub(crate) fn note_pm_write_hits(&self, clean: u64, dirty: u64) {
-        let m = &self.migrator;
-        if clean > 0 {
-            m.window_clean_hits.fetch_add(clean, Ordering::Relaxed);
-        }
-        if dirty > 0 {
-            m.window_dirty_hits.fetch_add(dirty, Ordering::Relaxed);
+        let n = clean + dirty;
+        if n > 0 {
+            self.migrator
+                .window_dirty_hits
+                .fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -1547,6 +1552,39 @@ mod tests {
     fn first_extent(fs: &Fs, ino: Ino) -> crate::inode::Extent {
         let g = fs.lock(ino).unwrap();
         g.as_ref().unwrap().extents.find(0).unwrap().1
+    }
+
+    #[test]
+    fn rewrites_of_clean_pm_data_count_for_the_dirty_list_and_reads_for_the_clean_one() {
+        let fs = pool();
+        let ctx = crate::Ctx { uid: 0, gid: 0 };
+        let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        fs.write(f.ino, 0, &[1u8; 8 * 4096]).unwrap();
+        // Clean copies of all 8 blocks on the SSD tier; the PM side stays.
+        fs.move_ranges(f.ino, 0, 1, &[(0, 8)], Mode::Copy).unwrap();
+        assert!(first_extent(&fs, f.ino).copy.is_some());
+        let m = &fs.migrator;
+        let hits = || {
+            (
+                m.window_clean_hits.load(Ordering::Relaxed),
+                m.window_dirty_hits.load(Ordering::Relaxed),
+            )
+        };
+        let before = hits();
+        fs.read(f.ino, 0, 4096).unwrap();
+        let after_read = hits();
+        assert!(
+            after_read.0 > before.0,
+            "a read of clean data is a clean hit"
+        );
+        // Rewriting clean data shows that it is written: a dirty-list hit.
+        fs.write(f.ino, 4096, &[2u8; 2 * 4096]).unwrap();
+        let after_write = hits();
+        assert_eq!(
+            after_write.0, after_read.0,
+            "a rewrite counted for the clean list"
+        );
+        assert_eq!(after_write.1, after_read.1 + 2);
     }
 
     #[test]
