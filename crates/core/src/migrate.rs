@@ -78,7 +78,7 @@ pub struct Migrator {
     pub(crate) window_clean_hits: AtomicU64,
     pub(crate) window_dirty_hits: AtomicU64,
     split: Mutex<Option<terrace_policy::nvmfs::AdaptiveSplit>>,
-    flushing: AtomicBool,
+    flush_run: Mutex<terrace_policy::nvmfs::FlushRun>,
     passes: AtomicU64,
     last_reason: Mutex<String>,
     pub(crate) stop: AtomicBool,
@@ -1066,9 +1066,7 @@ impl Fs {
             }
             sp.dirty_target_pages(cap / BS)
         };
-        let running = m.flushing.load(Ordering::Relaxed);
-        let pages = nvmfs::flush_pages(dirty, target, running, np);
-        m.flushing.store(pages > 0, Ordering::Relaxed);
+        let pages = m.flush_run.lock().next_pass(dirty, target, np);
         if pages == 0 {
             return 0;
         }

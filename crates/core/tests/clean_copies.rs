@@ -291,3 +291,57 @@ fn clean_pm_copies_can_be_evicted_even_when_pm_is_full() {
     assert!(fs.read(ino, 0, data.len() + 1).unwrap() == data);
     fs.check_allocator().unwrap();
 }
+
+/// A working set between the dirty list's low and high marks, rewritten over
+/// and over: the flush brings the list down once, and when the rewrites
+/// re-dirty data as fast as it is flushed (the list stops shrinking) it stops
+/// instead of copying the same data to the SSD on every pass.
+#[test]
+fn rewrites_of_a_working_set_above_the_low_mark_do_not_keep_the_flush_running() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = nvmfs_pool(pm, ssd);
+    // The split stays at its initial 80%: the data area of a 16 MiB pool is
+    // 14-16 MiB, so the dirty target is 11.2-12.8 MiB, the high mark (60%)
+    // 6.7-7.7 MiB and the low mark (30%) 3.4-3.9 MiB.
+    fs.set_setting("nvmfs_window_ns", "1h").unwrap();
+    const BLOCK: usize = 4096;
+    let cold = fs.mknod(1, b"cold", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let hot = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let cold_data = pattern(5, 3 << 20);
+    let mut hot_data = pattern(6, 5 << 20);
+    // 4 KiB writes: small, so they stay on PM however often they repeat.
+    for (k, c) in cold_data.chunks(BLOCK).enumerate() {
+        fs.write(cold.ino, (k * BLOCK) as u64, c).unwrap();
+    }
+    for (k, c) in hot_data.chunks(BLOCK).enumerate() {
+        fs.write(hot.ino, (k * BLOCK) as u64, c).unwrap();
+    }
+    // 8 MiB dirty: past the high mark.
+    fs.migration_pass();
+    let first = fs.status().migration.bytes_copied;
+    assert!(first > 0, "8 MiB of dirty data passed the high mark");
+    let mut per_round = Vec::new();
+    for round in 0..8u64 {
+        // Rewrite all of the 5 MiB working set (clean copies become dirty).
+        for (k, c) in hot_data.chunks_mut(BLOCK).enumerate() {
+            c[..8].copy_from_slice(&(round * 1_000_000 + k as u64).to_le_bytes());
+            fs.write(hot.ino, (k * BLOCK) as u64, c).unwrap();
+        }
+        let before = fs.status().migration.bytes_copied;
+        fs.migration_pass();
+        per_round.push(fs.status().migration.bytes_copied - before);
+    }
+    // The first rewrite found the list smaller than at the first flush (the
+    // cold data went): the flush went on. From then on each pass saw as much
+    // dirty data as the one before: no more copies, and 5 MiB is below the
+    // high mark, so none start again.
+    assert!(
+        per_round[2..].iter().all(|&b| b == 0),
+        "the flush kept copying rewritten data: {per_round:?} bytes per round"
+    );
+    assert!(fs.read(hot.ino, 0, hot_data.len()).unwrap() == hot_data);
+    assert!(fs.read(cold.ino, 0, cold_data.len()).unwrap() == cold_data);
+    fs.check_allocator().unwrap();
+}

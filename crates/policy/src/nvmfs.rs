@@ -26,9 +26,10 @@
 //! # Flushing
 //!
 //! Dirty data is flushed when the dirty list reaches its high mark (80% of its
-//! target) and until it is down to its low mark (50%) ([`flush_pages`]; the
-//! caller keeps whether a flush is running, as NVMFS's background thread
-//! does). The pages flushed are taken from the LRU end of the dirty list, in
+//! target) and until it is down to its low mark (50%) ([`flush_pages`]), or
+//! until it stops gaining on the writes that re-dirty flushed data
+//! ([`FlushRun`] keeps whether a flush is running between passes, as NVMFS's
+//! background thread does). The pages flushed are taken from the LRU end of the dirty list, in
 //! whole extents (512 KiB, "the minimum flushing unit"), and sorted by inode
 //! and file block before being cut into extents ([`flush_extents`]) so that
 //! pages adjacent in a file are adjacent on the device and read back
@@ -223,6 +224,40 @@ impl AdaptiveSplit {
         self.dirty_hits = 0;
         self.window_start_ns = now_ns;
         self.dirty_percent
+    }
+}
+
+/// NVMFS's background flush between two passes: whether a flush is running
+/// and how many dirty pages the previous pass saw.
+///
+/// A running flush continues toward the low mark only while it gains. When
+/// the dirty list has not shrunk since the previous pass, writes re-dirty
+/// data as fast as it is flushed: the set of data being written is larger
+/// than the low mark, and flushing more of it only adds block-tier writes
+/// (each flushed page is written again, and flushed again, in a loop that
+/// never reaches the mark). The flush then stops, and starts again only when
+/// the dirty list reaches the high mark. A flush that makes progress behaves
+/// exactly as [`flush_pages`] says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlushRun {
+    running: bool,
+    dirty_at_last_pass: u64,
+}
+
+impl FlushRun {
+    /// Whether the last pass flushed.
+    pub fn running(&self) -> bool {
+        self.running
+    }
+
+    /// The pages to flush in this pass, with `dirty_pages` dirty now and a
+    /// dirty target of `dirty_target_pages`; remembers what it saw.
+    pub fn next_pass(&mut self, dirty_pages: u64, dirty_target_pages: u64, p: &NvmfsParams) -> u64 {
+        let gaining = dirty_pages < self.dirty_at_last_pass;
+        let pages = flush_pages(dirty_pages, dirty_target_pages, self.running && gaining, p);
+        self.running = pages > 0;
+        self.dirty_at_last_pass = dirty_pages;
+        pages
     }
 }
 
@@ -545,6 +580,39 @@ mod tests {
         assert!(s.window_over(110, 10));
         s.on_window_end(0, 0, 110, &p);
         assert!(!s.window_over(119, 10));
+    }
+
+    #[test]
+    fn a_flush_that_gains_runs_down_to_the_low_mark() {
+        let p = NvmfsParams::default();
+        let mut f = FlushRun::default();
+        // Target 100 pages: high 80, low 50.
+        assert_eq!(f.next_pass(79, 100, &p), 0);
+        assert_eq!(f.next_pass(85, 100, &p), 35);
+        assert!(f.running());
+        // The pass flushed some of it (writes added a few): continue.
+        assert_eq!(f.next_pass(70, 100, &p), 20);
+        assert_eq!(f.next_pass(55, 100, &p), 5);
+        assert_eq!(f.next_pass(50, 100, &p), 0);
+        assert!(!f.running());
+        // Below the high mark nothing starts again.
+        assert_eq!(f.next_pass(75, 100, &p), 0);
+    }
+
+    #[test]
+    fn a_flush_that_writes_re_dirty_as_fast_as_it_flushes_stops_until_the_high_mark() {
+        let p = NvmfsParams::default();
+        let mut f = FlushRun::default();
+        assert_eq!(f.next_pass(81, 100, &p), 31);
+        // Writes re-dirtied everything flushed (the working set is 75 pages,
+        // above the low mark): the list did not shrink, so the flush stops.
+        assert_eq!(f.next_pass(75, 100, &p), 25);
+        assert_eq!(f.next_pass(75, 100, &p), 0);
+        assert!(!f.running());
+        assert_eq!(f.next_pass(76, 100, &p), 0);
+        assert_eq!(f.next_pass(74, 100, &p), 0);
+        // The high mark starts a new flush.
+        assert_eq!(f.next_pass(80, 100, &p), 30);
     }
 
     #[test]
