@@ -156,14 +156,17 @@ const BUF_POOL_BYTES: usize = 128 << 20;
 impl Migrator {
     /// A block-aligned buffer of at least `len` bytes (contents unspecified):
     /// a pooled one when one is large enough, else a new one rounded up to
-    /// 1 MiB.
+    /// 2 MiB, so that every copy and write-back buffer is backed by huge
+    /// pages where the kernel allows it (large device requests, see
+    /// [`terrace_media::AlignedBuf`]).
     pub(crate) fn take_buf(&self, len: usize) -> terrace_media::AlignedBuf {
         let mut pool = self.bufs.lock();
         if let Some(k) = pool.iter().position(|b| b.len() >= len) {
             return pool.swap_remove(k);
         }
         drop(pool);
-        terrace_media::AlignedBuf::zeroed(len.div_ceil(1 << 20).max(1) << 20)
+        let huge = terrace_media::HUGE_BUF_BYTES;
+        terrace_media::AlignedBuf::zeroed(len.div_ceil(huge).max(1) * huge)
     }
 
     /// Returns a buffer to the pool (dropped when the pool is full).

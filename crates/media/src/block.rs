@@ -239,11 +239,32 @@ impl BlockStatsCounter {
     }
 }
 
-/// A zero-initialised heap buffer whose start is aligned to [`BLOCK_SIZE`], as
+/// Buffers of at least this many bytes are mapped on their own, aligned to
+/// 2 MiB and backed by transparent huge pages where the kernel allows it
+/// ([`AlignedBuf::zeroed`]).
+pub const HUGE_BUF_BYTES: usize = 2 << 20;
+
+/// A zero-initialised buffer whose start is aligned to [`BLOCK_SIZE`], as
 /// O_DIRECT needs. Dereferences to `[u8]` of the requested length.
+///
+/// # Why large buffers use huge pages
+/// An O_DIRECT request is built from the physical pages of the caller's
+/// buffer, and a block device takes at most `max_segments` of them in one
+/// request (128 on a loop device, whose segments may be up to 64 KiB). With
+/// 4 KiB pages that caps a request at 512 KiB whatever the write's length;
+/// with a 2 MiB page each segment is a full 64 KiB and requests reach the
+/// device's `max_sectors_kb` (1280 KiB on a loop device). Measured on this
+/// project's VM (loop device over a preallocated disk file, 410 MiB in 16 MiB
+/// O_DIRECT writes, one `fdatasync`): 511 KiB requests and 287–306 MiB/s
+/// with 4 KiB pages, 1256 KiB requests and 516–616 MiB/s with huge pages
+/// (docs/design.md §5a). Large buffers are therefore their own anonymous
+/// mapping, aligned to 2 MiB and advised `MADV_HUGEPAGE`; where transparent
+/// huge pages are off they are ordinary pages and nothing else changes.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// Bytes of the buffer's own mapping (0: allocated from the heap).
+    mapped: usize,
 }
 
 // Safety: `AlignedBuf` owns its allocation exclusively (like `Box<[u8]>`);
@@ -259,13 +280,69 @@ impl AlignedBuf {
             .expect("AlignedBuf length overflows the address space")
     }
 
-    /// `len` zero bytes, aligned to 4096.
+    /// `len` zero bytes, aligned to 4096 (to 2 MiB from [`HUGE_BUF_BYTES`]).
     pub fn zeroed(len: usize) -> AlignedBuf {
+        if len >= HUGE_BUF_BYTES {
+            if let Some(b) = Self::mapped_huge(len) {
+                return b;
+            }
+        }
         let layout = Self::layout(len);
         // Safety: `layout` has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len }
+        AlignedBuf {
+            ptr,
+            len,
+            mapped: 0,
+        }
+    }
+
+    /// A private anonymous mapping of `len` bytes rounded up to 2 MiB, starting
+    /// on a 2 MiB boundary, advised to use huge pages. Fresh anonymous memory
+    /// reads as zeros. `None` when the kernel refuses the mapping (the caller
+    /// then uses the heap).
+    fn mapped_huge(len: usize) -> Option<AlignedBuf> {
+        const HUGE: usize = 2 << 20;
+        let size = len.checked_next_multiple_of(HUGE)?;
+        let span = size.checked_add(HUGE)?;
+        // Safety: a new private anonymous mapping; no existing memory is
+        // touched and the result is checked before use.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let base = raw as usize;
+        let start = base.next_multiple_of(HUGE);
+        let head = start - base;
+        let tail = span - head - size;
+        // Safety: both ranges lie inside the mapping just made and outside
+        // [start, start + size), which is all that is kept.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + size) as *mut libc::c_void, tail);
+            }
+            // Advice only: where transparent huge pages are off it fails and
+            // the buffer keeps ordinary pages.
+            libc::madvise(start as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
+        }
+        Some(AlignedBuf {
+            ptr: NonNull::new(start as *mut u8)?,
+            len,
+            mapped: size,
+        })
     }
 
     /// An aligned copy of `data`.
@@ -278,6 +355,12 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if self.mapped > 0 {
+            // Safety: `ptr` and `mapped` are exactly the range kept by
+            // `mapped_huge`, unmapped exactly once, here.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
+            return;
+        }
         // Safety: `ptr` came from `alloc_zeroed` with this same layout and is
         // freed exactly once, here.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
@@ -405,6 +488,53 @@ mod tests {
             assert!(is_block_aligned(c.as_ptr()));
         }
         assert_eq!(&AlignedBuf::from_slice(b"abc")[..], b"abc");
+    }
+
+    #[test]
+    fn large_aligned_bufs_start_on_a_huge_page_boundary_and_are_zeroed() {
+        for len in [HUGE_BUF_BYTES, HUGE_BUF_BYTES + 4096 + 7, 16 << 20] {
+            let mut b = AlignedBuf::zeroed(len);
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % (2 << 20), 0);
+            assert!(b.iter().all(|&x| x == 0));
+            b.fill(9);
+            let c = b.clone();
+            assert_eq!(&c[..], &b[..]);
+            assert_eq!(c.as_ptr() as usize % (2 << 20), 0);
+        }
+    }
+
+    /// Kilobytes of transparent huge pages backing the mapping that starts at
+    /// `start`, from /proc/self/smaps.
+    fn anon_huge_kib(start: usize) -> Option<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let head = format!("{start:x}-");
+        let block = smaps.split_once(&format!("\n{head}"))?.1;
+        block
+            .lines()
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    #[test]
+    fn large_aligned_bufs_get_huge_pages_when_the_kernel_offers_them() {
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !(mode.contains("[always]") || mode.contains("[madvise]")) {
+            eprintln!("transparent huge pages are off here ({mode:?}): nothing to check");
+            return;
+        }
+        let mut b = AlignedBuf::zeroed(8 << 20);
+        b.fill(1);
+        let kib = anon_huge_kib(b.as_ptr() as usize).expect("the buffer's mapping is in smaps");
+        assert!(
+            kib >= 2048,
+            "8 MiB buffer backed by {kib} KiB of huge pages"
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod pm;
 
 pub use block::{
     check_block_range, AlignedBuf, BlockMedia, BlockStats, BlockStatsCounter, MemBlock, BLOCK_SIZE,
+    HUGE_BUF_BYTES,
 };
 pub use block_crash::{BlockCrashState, BlockEvent, BlockLoss, BlockTrace, CrashBlock};
 pub use block_fault::{FaultBlock, InjectedFaults};
