@@ -259,10 +259,33 @@ impl Fs {
         let first = block + off_in_block / BS;
         let skip = (off_in_block % BS) as usize;
         let nblocks = (skip + dst.len()).div_ceil(BS as usize);
-        let mut buf = vec![0u8; nblocks * BS as usize];
-        t.media.read_blocks(first, &mut buf)?;
+        let len = nblocks * BS as usize;
+        let mut buf = self.read_buf(len);
+        t.media.read_blocks(first, &mut buf[..len])?;
         dst.copy_from_slice(&buf[skip..skip + dst.len()]);
+        self.give_read_buf(buf);
         Ok(())
+    }
+
+    /// A buffer for a block-tier read of `len` bytes. Reads longer than 512
+    /// KiB — what a loop device takes in one request from scattered 4 KiB
+    /// pages — use the migrator's pooled, huge-page-backed buffers, so they
+    /// reach the device in requests of up to its limit and need no O_DIRECT
+    /// bounce copy ([`terrace_media::AlignedBuf`]); shorter ones a plain
+    /// heap buffer.
+    fn read_buf(&self, len: usize) -> ReadBuf {
+        if len > 512 << 10 {
+            ReadBuf::Pooled(self.migrator.take_buf(len))
+        } else {
+            ReadBuf::Heap(vec![0u8; len])
+        }
+    }
+
+    /// Returns a buffer from [`Fs::read_buf`].
+    fn give_read_buf(&self, buf: ReadBuf) {
+        if let ReadBuf::Pooled(b) = buf {
+            self.migrator.give_buf(b);
+        }
     }
 
     /// Reads `dst.len()` bytes starting `off_in_block` bytes into `block` of
@@ -301,19 +324,47 @@ impl Fs {
             let need = (skip + dst.len() - at).div_ceil(BS as usize) as u64;
             let n = left.min(unit.max(need)).max(1);
             let t = self.tier(tier)?;
-            let mut buf = vec![0u8; (n * BS) as usize];
-            t.media.read_blocks(blk, &mut buf)?;
+            let len = (n * BS) as usize;
+            let mut read = self.read_buf(len);
+            let buf = &mut read[..len];
+            t.media.read_blocks(blk, buf)?;
             self.cache.note_misses(n);
             let take = (dst.len() - at).min((n * BS) as usize - skip);
             dst[at..at + take].copy_from_slice(&buf[skip..skip + take]);
             at += take;
             let pages: Vec<std::sync::Arc<[u8]>> =
                 buf.chunks(BS as usize).map(std::sync::Arc::from).collect();
+            self.give_read_buf(read);
             self.cache.put_clean(tier, blk, pages);
             blk += n;
             left = left.saturating_sub(n);
             skip = 0;
         }
         Ok(())
+    }
+}
+
+/// A read buffer of [`Fs::read_buf`] (at least the length asked for).
+enum ReadBuf {
+    Heap(Vec<u8>),
+    Pooled(terrace_media::AlignedBuf),
+}
+
+impl std::ops::Deref for ReadBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadBuf::Heap(v) => v,
+            ReadBuf::Pooled(b) => b,
+        }
+    }
+}
+
+impl std::ops::DerefMut for ReadBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            ReadBuf::Heap(v) => v,
+            ReadBuf::Pooled(b) => b,
+        }
     }
 }
