@@ -192,6 +192,14 @@ impl PageAllocator {
         Some(runs)
     }
 
+    /// Whether the next allocation starts in the shard that holds `block`
+    /// (for tests that need a block to be handed out again).
+    pub fn next_shard_holds(&self, block: u64) -> bool {
+        let next = self.next_shard.load(Ordering::Relaxed) % self.shards.len();
+        let sh = &self.shards[next];
+        (sh.start..sh.end).contains(&block)
+    }
+
     /// Allocates one block.
     pub fn alloc_one(&self) -> Option<u64> {
         self.alloc(1).map(|r| r[0].0)

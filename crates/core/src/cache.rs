@@ -121,6 +121,10 @@ struct State {
     tick: u64,
     /// Files with dirty pages and when they first became dirty.
     dirty_files: HashMap<Ino, Instant>,
+    /// Log bytes promised to each dirty file's write-back commit (`space.rs`).
+    log_promise: HashMap<Ino, u64>,
+    /// Sum of `log_promise`.
+    log_promise_bytes: u64,
     stats: CacheStats,
 }
 
@@ -204,6 +208,23 @@ impl PageCache {
         self.state.lock().dirty / BS
     }
 
+    /// Log bytes promised to the write-back commits of all dirty files, and
+    /// what file `ino` holds of them.
+    pub(crate) fn log_promise(&self, ino: Ino) -> (u64, u64) {
+        let s = self.state.lock();
+        (
+            s.log_promise_bytes,
+            s.log_promise.get(&ino).copied().unwrap_or(0),
+        )
+    }
+
+    /// Sets the log bytes promised to `ino`'s write-back commit.
+    pub(crate) fn set_log_promise(&self, ino: Ino, bytes: u64) {
+        let mut s = self.state.lock();
+        let old = s.log_promise.insert(ino, bytes).unwrap_or(0);
+        s.log_promise_bytes = s.log_promise_bytes - old + bytes;
+    }
+
     /// Counters now.
     pub fn stats(&self) -> CacheStats {
         let s = self.state.lock();
@@ -216,6 +237,11 @@ impl PageCache {
 
     pub(crate) fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Wakes the write-back thread.
+    pub(crate) fn wake_writeback(&self) {
+        self.kick();
     }
 
     fn kick(&self) {
@@ -309,6 +335,9 @@ impl PageCache {
         s.dirty -= n * BS;
         if all {
             s.dirty_files.remove(&ino);
+            if let Some(b) = s.log_promise.remove(&ino) {
+                s.log_promise_bytes -= b;
+            }
         } else if let Some(t) = s.dirty_files.get_mut(&ino) {
             // Rewritten during its write-back: its age starts again.
             *t = Instant::now();
@@ -483,8 +512,21 @@ impl Fs {
             .iter()
             .filter(|(fb, _)| !i.dirty.contains_key(fb))
             .count() as u64;
+        if i.dirty.is_empty() {
+            i.dirty_runs = 0;
+        }
+        let runs = if new_pages > 0 {
+            i.dirty_runs + 1
+        } else {
+            i.dirty_runs
+        };
+        let promise =
+            crate::space::writeback_log_bytes(&i.log, runs, i.dirty.len() as u64 + new_pages);
         let _room = self.room_lock.lock();
         self.check_room(new_pages)?;
+        self.check_log_promise(i.ino, promise)?;
+        self.cache.set_log_promise(i.ino, promise);
+        i.dirty_runs = runs;
         // Nothing fails from here on: the write is all in, or not at all.
         let visible = i.size();
         for (fb, mut p) in fresh {
@@ -538,8 +580,8 @@ impl Fs {
     /// room waits for one part, not for the whole file, and the device works
     /// while the writer fills the cache again.
     pub(crate) fn flush_inode_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
-        let _wb = self.cache.wb_locks[ino as usize % WB_STRIPES].lock();
-        let (pages, size, mtime, rule, generation) = {
+        let wb = self.cache.wb_locks[ino as usize % WB_STRIPES].lock();
+        let (pages, size, mtime, rule, generation, whole) = {
             let Ok(g) = self.lock(ino) else {
                 self.cache.drop_dirty(ino, 0, true);
                 return Ok(());
@@ -552,7 +594,8 @@ impl Fs {
             let pages = oldest_writes(&i.dirty, max_bytes / BS);
             let size = pages.iter().map(|(_, p)| p.end).max().unwrap_or(0);
             let mtime = pages.iter().map(|(_, p)| p.mtime).max().unwrap_or(0);
-            (pages, size, mtime, self.rule_of(i), i.generation)
+            let whole = pages.len() == i.dirty.len();
+            (pages, size, mtime, self.rule_of(i), i.generation, whole)
         };
         let n = pages.len() as u64;
         // The file's pinned block tier (rules), else the first block tier.
@@ -666,9 +709,17 @@ impl Fs {
             }));
             k += len;
         }
-        if let Err(e) = self.commit_one(i, entries) {
+        // The log room promised to this file covers a commit of all its
+        // dirty pages (`space.rs`); a part of them may have more runs than
+        // the whole, so a part may not take promised blocks. When it finds
+        // no other room, the whole file goes in one commit instead.
+        if let Err(e) = self.commit_one_in(i, entries, whole) {
             drop(g);
             release(pieces);
+            if !whole && e.raw_os_error() == Some(libc::ENOSPC) {
+                drop(wb);
+                return self.flush_inode_part(ino, u64::MAX);
+            }
             return Err(e);
         }
         // The commit point has passed: the pages are in the log.

@@ -25,7 +25,9 @@ pub struct DataRuns {
 }
 
 impl Fs {
-    /// PM blocks kept free for log pages: data stops going to PM below this.
+    /// PM blocks kept free for log pages (the metadata reserve): data stops
+    /// going to PM below this, beyond the blocks promised to write-back
+    /// (`space.rs`).
     pub(crate) fn pm_reserve_blocks(&self) -> u64 {
         (self.alloc.total() / 64).max(32)
     }
@@ -65,7 +67,9 @@ impl Fs {
     /// much too early, until the migration thread evicts those PM copies
     /// (it does once PM passes its eviction mark).
     pub(crate) fn data_room_blocks(&self) -> u64 {
-        let pm = self.alloc.free().saturating_sub(self.pm_reserve_blocks());
+        let pm = self
+            .pm_free_unpromised()
+            .saturating_sub(self.pm_reserve_blocks());
         let tiers: u64 = self.tiers.iter().map(|t| t.space.free_blocks()).sum();
         let inflight = self
             .wb_inflight_blocks
@@ -139,7 +143,9 @@ impl Fs {
                 break;
             }
             let runs = if id == 0 {
-                let room = self.alloc.free().saturating_sub(self.pm_reserve_blocks());
+                let room = self
+                    .pm_free_unpromised()
+                    .saturating_sub(self.pm_reserve_blocks());
                 let take = room.min(need);
                 if take == 0 {
                     continue;
@@ -174,13 +180,15 @@ impl Fs {
 
     /// Free PM bytes available to data (the log reserve excluded).
     pub(crate) fn pm_data_free_bytes(&self) -> u64 {
-        self.alloc.free().saturating_sub(self.pm_reserve_blocks()) * BS
+        self.pm_free_unpromised()
+            .saturating_sub(self.pm_reserve_blocks())
+            * BS
     }
 
     /// Allocates `n` blocks for file data (all on one tier), PM first. ENOSPC
     /// only when no tier has room.
     pub(crate) fn alloc_data(&self, n: u64) -> FsResult<DataRuns> {
-        if self.alloc.free() >= n + self.pm_reserve_blocks() || self.tiers.is_empty() {
+        if self.pm_free_unpromised() >= n + self.pm_reserve_blocks() || self.tiers.is_empty() {
             if let Some(runs) = self.alloc.alloc(n) {
                 return Ok(DataRuns { tier: 0, runs });
             }

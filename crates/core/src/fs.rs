@@ -83,6 +83,8 @@ pub struct Fs {
     pub(crate) table: Vec<Mutex<Option<Box<Inode>>>>,
     pub(crate) free_slots: Mutex<Vec<Ino>>,
     pub(crate) alloc: PageAllocator,
+    /// Small log pages (slabs inside pool blocks): see `log_space`.
+    pub(crate) log_space: crate::log_space::LogSpace,
     pub(crate) journal: Journal,
     pub(crate) rename_lock: Mutex<()>,
     pub(crate) next_fh: AtomicU64,
@@ -108,6 +110,8 @@ pub struct Fs {
     pub(crate) room_lock: parking_lot::Mutex<()>,
     /// File data stored to and loaded from PM (for `terrace status`).
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
+    /// Counters of the PM room rules (`space.rs`).
+    pub(crate) space_stats: crate::space::SpaceStats,
     /// Cold lists, migration state and thread.
     pub(crate) migrator: crate::migrate::Migrator,
     /// Extent recycling counters.
@@ -196,6 +200,7 @@ impl Fs {
             orphans,
             rolled_back,
             alloc,
+            log_space,
             ..
         } = sc;
         let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
@@ -240,6 +245,7 @@ impl Fs {
             table,
             free_slots: Mutex::new(free),
             alloc,
+            log_space,
             journal: Journal::default(),
             rename_lock: Mutex::new(()),
             next_fh: AtomicU64::new(1),
@@ -260,6 +266,7 @@ impl Fs {
             wb_inflight_blocks: std::sync::atomic::AtomicU64::new(0),
             room_lock: parking_lot::Mutex::new(()),
             pm_io: terrace_media::BlockStatsCounter::new(),
+            space_stats: Default::default(),
             migrator: crate::migrate::Migrator::new(
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
@@ -318,13 +325,23 @@ impl Fs {
     }
 
     /// Persists everything and marks the pool cleanly unmounted. Idempotent.
+    ///
+    /// Cached data is written back first, while migration still runs (it
+    /// may have to free PM for the commits: [`Fs::persist_cached`]). When
+    /// that fails, nothing is marked and the error is returned: the pool is
+    /// still mounted as far as the core is concerned, its cached data kept,
+    /// and a later call tries again. Only a pool with nothing cached left is
+    /// marked clean.
     pub fn unmount(&self) -> std::io::Result<()> {
-        if self.unmounted.swap(true, Ordering::SeqCst) {
+        if self.unmounted.load(Ordering::SeqCst) {
             return Ok(());
         }
+        self.persist_cached()?;
         self.stop_migration();
         self.stop_writeback();
+        // Anything cached since (a last request in flight) goes too.
         self.flush_all()?;
+        self.unmounted.store(true, Ordering::SeqCst);
         self.media.fence();
         self.media.sync_all()?;
         let mut sb = self.sb.lock();
@@ -332,6 +349,43 @@ impl Fs {
         sb.generation += 1;
         crate::mkfs::write_superblock(&*self.media, &sb);
         self.media.sync_all()
+    }
+
+    /// Stops the migration and write-back threads and persists nothing: the
+    /// state a crash leaves (for tests that drop the `Fs` and mount again).
+    pub fn stop_background_for_crash_test(&self) {
+        self.stop_migration();
+        self.stop_writeback();
+    }
+
+    /// Writes back every dirty cached page (what an unmount must persist).
+    /// A write-back that finds no room retries while migration frees PM —
+    /// up to a minute without progress — so a pool that filled PM in a burst
+    /// still persists everything it acknowledged.
+    pub fn persist_cached(&self) -> std::io::Result<()> {
+        let mut last_left = u64::MAX;
+        let mut progress_at = std::time::Instant::now();
+        loop {
+            match self.flush_all() {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    let left = self.cache.dirty_blocks();
+                    if left < last_left {
+                        last_left = left;
+                        progress_at = std::time::Instant::now();
+                    } else if progress_at.elapsed() > std::time::Duration::from_secs(60) {
+                        return Err(e);
+                    }
+                    if self.migration_thread_running() {
+                        self.kick_migration();
+                    } else if self.migration_pass() == 0 {
+                        return Err(e);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Locks one inode; ENOENT when the slot holds no live inode.
@@ -410,9 +464,7 @@ impl Fs {
         self.discard_dirty(inode);
         self.unlist(inode);
         let pages = std::mem::take(&mut inode.log.pages);
-        for p in pages {
-            self.alloc.free_run(p / BLOCK_SIZE, 1);
-        }
+        self.log_space.free_all(&self.alloc, pages);
         let all = inode.extents.unmap(0, u64::MAX);
         self.free_runs(all);
         inode.log = Default::default();
@@ -429,16 +481,17 @@ impl Fs {
         let mut staged = Vec::with_capacity(parts.len());
         for (ino, entries) in &parts {
             let inode = l.get(*ino);
-            match inode
-                .log
-                .stage(&*self.media, &self.alloc, *ino, inode_offset(*ino), entries)
-            {
+            match inode.log.stage(
+                &*self.media,
+                &self.log_room(false),
+                *ino,
+                inode_offset(*ino),
+                entries,
+            ) {
                 Ok(s) => staged.push(s),
                 Err(e) => {
                     for s in staged {
-                        for p in s.new_pages {
-                            self.alloc.free_run(p / BLOCK_SIZE, 1);
-                        }
+                        self.log_room(true).give_back(s.new_pages);
                     }
                     return Err(e);
                 }
@@ -479,9 +532,21 @@ impl Fs {
 
     /// Commits entries to one locked inode's log.
     pub(crate) fn commit_one(&self, inode: &mut Inode, entries: Vec<Entry>) -> FsResult<()> {
+        self.commit_one_in(inode, entries, false)
+    }
+
+    /// Commits entries to one locked inode's log; `background` commits
+    /// (write-back of cached data, migration) may take the PM blocks promised
+    /// to write-back (`space.rs`), foreground ones may not.
+    pub(crate) fn commit_one_in(
+        &self,
+        inode: &mut Inode,
+        entries: Vec<Entry>,
+        background: bool,
+    ) -> FsResult<()> {
         let st = inode.log.stage(
             &*self.media,
-            &self.alloc,
+            &self.log_room(background),
             inode.ino,
             inode_offset(inode.ino),
             &entries,
@@ -507,14 +572,19 @@ impl Fs {
     /// Compacts a log whose dead entries outnumber the live ones by far: writes a
     /// fresh chain with the inode's current state and swaps head and tail through
     /// the journal. Failure (no space) leaves the old log in place.
+    ///
+    /// "By far": the log takes at least four times the bytes its live entries
+    /// need (counted at 64 bytes each) and more than one smallest page, so a
+    /// small file's log that a few attribute changes grew past its first page
+    /// goes back to one small page, and a log is rewritten only after its dead
+    /// part has doubled since the last time.
     pub(crate) fn maybe_compact(&self, inode: &mut Inode) {
-        let pages = inode.log.pages.len() as u64;
-        if pages < 8 {
+        let bytes: u64 = inode.log.pages.iter().map(|p| p.size).sum();
+        if bytes <= terrace_format::LOG_PAGE_MIN {
             return;
         }
-        let live = inode.live_entries();
-        // About 60 live entries fit in a page; compact when 4x more pages than needed.
-        if pages < 4 * (live / 60 + 1) {
+        let need = inode.live_entries() * 64 + terrace_format::LOG_PAGE_HEADER;
+        if bytes < 4 * need {
             return;
         }
         let entries = inode.snapshot_entries();
@@ -522,7 +592,7 @@ impl Fs {
         // Stage into a new chain without touching the slot's head word.
         let st = match fresh.stage(
             &*self.media,
-            &self.alloc,
+            &self.log_room(false),
             inode.ino,
             scratch_slot(),
             &entries,
@@ -530,7 +600,7 @@ impl Fs {
             Ok(s) => s,
             Err(_) => return,
         };
-        let head = st.new_pages[0];
+        let head = st.new_pages[0].off;
         let base = inode_offset(inode.ino);
         self.journal.commit(
             &*self.media,
@@ -540,9 +610,7 @@ impl Fs {
             ],
         );
         let old = std::mem::take(&mut inode.log.pages);
-        for p in old {
-            self.alloc.free_run(p / BLOCK_SIZE, 1);
-        }
+        self.log_space.free_all(&self.alloc, old);
         inode.log = crate::log::Log {
             head,
             tail: st.new_tail,
@@ -571,11 +639,16 @@ impl Fs {
             .into_iter()
             .map(|(s, n)| (s, n, "free"))
             .collect();
+        let mut small = Vec::new();
         for slot in &self.table {
             let g = slot.lock();
             if let Some(i) = g.as_ref() {
                 for p in &i.log.pages {
-                    runs.push((p / BLOCK_SIZE, 1, "log"));
+                    if p.size >= BLOCK_SIZE {
+                        runs.push((p.off / BLOCK_SIZE, 1, "log"));
+                    } else {
+                        small.push(*p);
+                    }
                 }
                 for (_, e) in i.extents.iter() {
                     for (tier, block, blocks) in e.runs() {
@@ -586,6 +659,11 @@ impl Fs {
                 }
             }
         }
+        let slabs = crate::log_space::bitmaps_of(small);
+        if slabs != self.log_space.bitmaps() {
+            return Err("the small-log-page slabs differ from the live logs' pages".into());
+        }
+        runs.extend(slabs.keys().map(|&b| (b, 1, "log slab")));
         runs.sort_unstable();
         let sb = self.sb.lock();
         let mut expect = sb.pool_start;

@@ -150,7 +150,7 @@ pub fn repair(
             }
         }
         let any = !fixes.is_empty();
-        append_fixes(&*media, alloc, &sc, fixes, &mut report);
+        append_fixes(&*media, &sc.log_space, alloc, &sc, fixes, &mut report);
         if any {
             let sc2 = scan(&*media, true, progress)?;
             summarize(&sc2, &mut report);
@@ -163,6 +163,7 @@ pub fn repair(
 
 fn append_fixes(
     media: &dyn PmMedia,
+    space: &crate::log_space::LogSpace,
     alloc: &PageAllocator,
     sc: &Scan,
     fixes: Vec<(Ino, Entry, String)>,
@@ -174,9 +175,14 @@ fn append_fixes(
             continue;
         };
         let log = logs.entry(ino).or_insert_with(|| inode.log.clone());
+        let room = crate::log_space::LogRoom {
+            space,
+            alloc,
+            keep_free: 0,
+        };
         match log.stage(
             media,
-            alloc,
+            &room,
             ino,
             inode_offset(ino),
             std::slice::from_ref(&e),

@@ -345,6 +345,10 @@ pub struct Inode {
     /// Pages written to the DRAM cache and not yet in the log, by file page
     /// (see `cache`). Their content is newer than the extent map's.
     pub dirty: BTreeMap<u64, crate::cache::DirtyPage>,
+    /// At least the number of runs of consecutive pages in `dirty` (each
+    /// cached write adds at most one; reset when `dirty` empties): bounds
+    /// the entries the file's write-back commits (`space.rs`).
+    pub dirty_runs: u64,
     /// File size including the dirty pages (meaningful while `dirty` is not
     /// empty; `attr.size` is the committed size).
     pub cached_size: u64,
@@ -355,6 +359,8 @@ pub struct Inode {
     /// The key under which the file is in the cold lists (its amtime when it
     /// was last listed), `None` when not listed.
     pub cold_key: Option<u64>,
+    /// Key in the PM cold lists (files with data on PM), if listed.
+    pub pm_cold_key: Option<u64>,
     /// Blocks of this file read from block tiers (reverse-migration heat).
     pub block_reads: u64,
     /// Counts write entries applied (see [`Extent::seq`]).
@@ -394,10 +400,12 @@ impl Inode {
             zombie: false,
             sync: terrace_policy::SyncPredictor::new(),
             dirty: BTreeMap::new(),
+            dirty_runs: 0,
             cached_size: 0,
             cached_mtime: 0,
             amtime: terrace_policy::Amtime::new(),
             cold_key: None,
+            pm_cold_key: None,
             block_reads: 0,
             data_seq: 0,
             access: Default::default(),

@@ -1,6 +1,9 @@
 //! Per-inode logs on PM: appending entries and walking them back.
 //!
-//! A log is a chain of 4 KiB log pages (header: `next` page offset, owner inode).
+//! A log is a chain of log pages (header: `next` page offset, owner word with
+//! the page's size class). A log's first page is small (256 bytes, or what
+//! its first entry needs) and each further page doubles up to 4 KiB, so a
+//! file with few entries shares a pool block with others (`log_space`).
 //! Committed entries are those from `head + LOG_PAGE_HEADER` up to `tail`. The
 //! walk never reads past `tail`, so whatever appending does beyond it (a `next`
 //! pointer to a page that is later freed, half-written entries) is invisible until
@@ -10,11 +13,11 @@
 //! tail and returns the new tail without publishing it; the caller publishes it
 //! (one 8-byte store, or several through the journal) — the commit point.
 
-use crate::alloc::PageAllocator;
+use crate::log_space::{LogPage, LogRoom};
 use crate::types::{errno, FsResult};
 use terrace_format::{
-    Entry, FormatError, BLOCK_SIZE, ENTRY_HEADER, INODE_OFF_LOG_HEAD, LOG_PAGE_HEADER,
-    LOG_PAGE_OFF_NEXT, LOG_PAGE_OFF_OWNER,
+    log_page_owner_word, log_page_size, Entry, FormatError, ENTRY_HEADER, INODE_OFF_LOG_HEAD,
+    LOG_PAGE_HEADER, LOG_PAGE_MAX, LOG_PAGE_MIN, LOG_PAGE_OFF_NEXT, LOG_PAGE_OFF_OWNER,
 };
 use terrace_media::PmMedia;
 
@@ -25,8 +28,8 @@ pub struct Log {
     pub head: u64,
     /// Committed end (0 = empty log).
     pub tail: u64,
-    /// Page offsets in chain order.
-    pub pages: Vec<u64>,
+    /// Pages in chain order.
+    pub pages: Vec<LogPage>,
     /// Committed entries (PageEnd markers not counted).
     pub entries: u64,
 }
@@ -37,14 +40,17 @@ pub struct Staged {
     /// Tail to publish.
     pub new_tail: u64,
     /// Pages the entries needed, chained after the current last page.
-    pub new_pages: Vec<u64>,
+    pub new_pages: Vec<LogPage>,
     /// Entries written.
     pub added: u64,
 }
 
-fn page_start(pos: u64) -> u64 {
-    // `pos` is inside a page or exactly at its end (never at a page's first byte).
-    (pos - 1) / BLOCK_SIZE * BLOCK_SIZE
+/// Size of the page to chain after `last` for an entry of `len` bytes: double
+/// the last page (256 bytes for a first page), at most 4 KiB, and at least
+/// what the entry needs with the header.
+pub fn next_page_size(last: Option<&LogPage>, len: u64) -> u64 {
+    let grown = last.map_or(LOG_PAGE_MIN, |p| (p.size * 2).min(LOG_PAGE_MAX));
+    grown.max((len + LOG_PAGE_HEADER).next_power_of_two())
 }
 
 impl Log {
@@ -55,7 +61,7 @@ impl Log {
     pub fn stage(
         &self,
         media: &dyn PmMedia,
-        alloc: &PageAllocator,
+        room: &LogRoom<'_>,
         owner: u64,
         slot_off: u64,
         entries: &[Entry],
@@ -69,37 +75,36 @@ impl Log {
             for e in entries {
                 let bytes = e.encode();
                 let len = bytes.len() as u64;
-                let room = if st.new_tail == 0 {
-                    0
-                } else {
-                    page_start(st.new_tail) + BLOCK_SIZE - st.new_tail
+                let left = match last_page {
+                    Some(p) if st.new_tail != 0 => p.end() - st.new_tail,
+                    _ => 0,
                 };
-                if len > room {
-                    if room >= ENTRY_HEADER as u64 {
+                if len > left {
+                    if left >= ENTRY_HEADER as u64 {
                         let pe = Entry::PageEnd.encode();
                         media.write(st.new_tail, &pe);
                         media.flush(st.new_tail, pe.len() as u64);
                     }
-                    let block = alloc.alloc_one().ok_or_else(|| errno(libc::ENOSPC))?;
-                    let page = block * BLOCK_SIZE;
+                    let size = next_page_size(last_page.as_ref(), len);
+                    let page = room.take(size).ok_or_else(|| errno(libc::ENOSPC))?;
                     st.new_pages.push(page);
                     let mut hdr = [0u8; LOG_PAGE_HEADER as usize];
                     hdr[LOG_PAGE_OFF_OWNER as usize..LOG_PAGE_OFF_OWNER as usize + 8]
-                        .copy_from_slice(&owner.to_le_bytes());
-                    media.write(page, &hdr);
-                    media.flush(page, LOG_PAGE_HEADER);
+                        .copy_from_slice(&log_page_owner_word(owner, size).to_le_bytes());
+                    media.write(page.off, &hdr);
+                    media.flush(page.off, LOG_PAGE_HEADER);
                     match last_page {
                         Some(prev) => {
-                            media.store_u64(prev + LOG_PAGE_OFF_NEXT, page);
-                            media.flush(prev + LOG_PAGE_OFF_NEXT, 8);
+                            media.store_u64(prev.off + LOG_PAGE_OFF_NEXT, page.off);
+                            media.flush(prev.off + LOG_PAGE_OFF_NEXT, 8);
                         }
                         None => {
-                            media.store_u64(slot_off + INODE_OFF_LOG_HEAD, page);
+                            media.store_u64(slot_off + INODE_OFF_LOG_HEAD, page.off);
                             media.flush(slot_off + INODE_OFF_LOG_HEAD, 8);
                         }
                     }
                     last_page = Some(page);
-                    st.new_tail = page + LOG_PAGE_HEADER;
+                    st.new_tail = page.off + LOG_PAGE_HEADER;
                 }
                 media.write(st.new_tail, &bytes);
                 media.flush(st.new_tail, len);
@@ -111,9 +116,7 @@ impl Log {
         match result {
             Ok(()) => Ok(st),
             Err(e) => {
-                for p in st.new_pages {
-                    alloc.free_run(p / BLOCK_SIZE, 1);
-                }
+                room.give_back(st.new_pages);
                 Err(e)
             }
         }
@@ -124,7 +127,7 @@ impl Log {
         if self.head != 0 {
             self.head
         } else {
-            st.new_pages.first().copied().unwrap_or(0)
+            st.new_pages.first().map_or(0, |p| p.off)
         }
     }
 
@@ -154,7 +157,7 @@ pub struct Walked {
     /// Entries in order, with the PM offset just past each.
     pub entries: Vec<(Entry, u64)>,
     /// Pages in chain order.
-    pub pages: Vec<u64>,
+    pub pages: Vec<LogPage>,
 }
 
 /// Reads the committed entries of a log. `pool` is the byte range log pages must
@@ -170,8 +173,8 @@ pub fn walk(
     if tail == 0 {
         return Ok(w);
     }
-    let bad_page = |p: u64| p % BLOCK_SIZE != 0 || p < pool.start || p + BLOCK_SIZE > pool.end;
-    let max_pages = (pool.end - pool.start) / BLOCK_SIZE;
+    let misplaced = |p: u64| p % LOG_PAGE_MIN != 0 || p < pool.start || p >= pool.end;
+    let max_pages = (pool.end - pool.start) / LOG_PAGE_MIN;
     let mut last_good = 0;
     let err = |at: u64, last_good: u64, what: String| {
         Err(WalkError {
@@ -180,24 +183,36 @@ pub fn walk(
             what,
         })
     };
-    if bad_page(head) {
-        return err(
-            head,
-            0,
-            format!("log head {head:#x} is not a page of the pool"),
-        );
-    }
-    let mut page = head;
+    // Reads a page's header and checks its size class and place.
+    let open = |p: u64, buf: &mut Vec<u8>| -> Result<LogPage, String> {
+        if misplaced(p) {
+            return Err(format!("log page {p:#x} is not in the pool"));
+        }
+        let mut hdr = [0u8; LOG_PAGE_HEADER as usize];
+        media.read(p, &mut hdr);
+        let class = hdr[LOG_PAGE_OFF_OWNER as usize + 7];
+        let size = log_page_size(class)
+            .ok_or_else(|| format!("log page {p:#x} has a bad size class {class}"))?;
+        if p % size != 0 || p + size > pool.end {
+            return Err(format!("log page {p:#x} of {size} bytes is misplaced"));
+        }
+        buf.resize(size as usize, 0);
+        media.read(p, buf);
+        Ok(LogPage { off: p, size })
+    };
+    let mut buf = Vec::with_capacity(LOG_PAGE_MAX as usize);
+    let mut page = match open(head, &mut buf) {
+        Ok(p) => p,
+        Err(what) => return err(head, 0, format!("log head: {what}")),
+    };
     w.pages.push(page);
-    let mut pos = page + LOG_PAGE_HEADER;
-    let mut buf = vec![0u8; BLOCK_SIZE as usize];
-    media.read(page, &mut buf);
+    let mut pos = page.off + LOG_PAGE_HEADER;
     loop {
         if pos == tail {
             return Ok(w);
         }
-        let in_page = (pos - page) as usize;
-        let page_over = in_page + ENTRY_HEADER > BLOCK_SIZE as usize;
+        let in_page = (pos - page.off) as usize;
+        let page_over = in_page + ENTRY_HEADER > page.size as usize;
         if page_over || buf[in_page] == 1 {
             if !page_over {
                 if let Err(e) = Entry::decode(&buf[in_page..]) {
@@ -205,26 +220,31 @@ pub fn walk(
                 }
             }
             let next = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
-            if next == 0 || bad_page(next) {
+            if next == 0 {
                 return err(
                     pos,
                     last_good,
-                    format!("log chain breaks at page {page:#x} before the tail {tail:#x}"),
+                    format!(
+                        "log chain breaks at page {:#x} before the tail {tail:#x}",
+                        page.off
+                    ),
                 );
             }
             if w.pages.len() as u64 >= max_pages {
                 return err(pos, last_good, "log chain loops".into());
             }
-            page = next;
+            page = match open(next, &mut buf) {
+                Ok(p) => p,
+                Err(what) => return err(pos, last_good, what),
+            };
             w.pages.push(page);
-            media.read(page, &mut buf);
-            pos = page + LOG_PAGE_HEADER;
+            pos = page.off + LOG_PAGE_HEADER;
             continue;
         }
         match Entry::decode(&buf[in_page..]) {
             Ok((e, len)) => {
                 pos += len as u64;
-                if pos > tail && page_start(tail) == page {
+                if pos > tail && tail > page.off && tail <= page.end() {
                     return err(pos, last_good, "entry crosses the log tail".into());
                 }
                 last_good = pos;
@@ -241,8 +261,18 @@ pub fn walk(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alloc::PageAllocator;
+    use crate::log_space::LogSpace;
     use terrace_format::AttrEntry;
     use terrace_media::MemMedia;
+
+    fn room<'a>(ls: &'a LogSpace, a: &'a PageAllocator) -> LogRoom<'a> {
+        LogRoom {
+            space: ls,
+            alloc: a,
+            keep_free: 0,
+        }
+    }
 
     fn attr(n: u32) -> Entry {
         Entry::Attr(AttrEntry {
@@ -255,8 +285,11 @@ mod tests {
     fn staged_entries_are_invisible_until_the_tail_moves() {
         let m = MemMedia::new(64 * 4096);
         let a = PageAllocator::new(4, 60, 2);
+        let ls = LogSpace::default();
         let mut log = Log::default();
-        let st = log.stage(&m, &a, 7, 0, &[attr(1), attr(2)]).unwrap();
+        let st = log
+            .stage(&m, &room(&ls, &a), 7, 0, &[attr(1), attr(2)])
+            .unwrap();
         assert_eq!(
             walk(&m, log.head, log.tail, 16384..64 * 4096)
                 .unwrap()
@@ -276,6 +309,7 @@ mod tests {
     fn entries_spanning_many_pages_walk_back_in_order() {
         let m = MemMedia::new(64 * 4096);
         let a = PageAllocator::new(4, 60, 2);
+        let ls = LogSpace::default();
         let mut log = Log::default();
         let names: Vec<Entry> = (0..300)
             .map(|i| Entry::DentryAdd {
@@ -285,7 +319,7 @@ mod tests {
             })
             .collect();
         for chunk in names.chunks(7) {
-            let st = log.stage(&m, &a, 3, 0, chunk).unwrap();
+            let st = log.stage(&m, &room(&ls, &a), 3, 0, chunk).unwrap();
             log.apply(st);
         }
         let w = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap();
@@ -301,9 +335,10 @@ mod tests {
     fn corrupt_entry_is_reported_with_a_safe_tail() {
         let m = MemMedia::new(64 * 4096);
         let a = PageAllocator::new(4, 60, 2);
+        let ls = LogSpace::default();
         let mut log = Log::default();
         let st = log
-            .stage(&m, &a, 3, 0, &[attr(1), attr(2), attr(3)])
+            .stage(&m, &room(&ls, &a), 3, 0, &[attr(1), attr(2), attr(3)])
             .unwrap();
         log.apply(st);
         let second = log.head + LOG_PAGE_HEADER + 64;
@@ -316,6 +351,7 @@ mod tests {
     fn staging_that_runs_out_of_pages_frees_what_it_took() {
         let m = MemMedia::new(8 * 4096);
         let a = PageAllocator::new(4, 2, 1);
+        let ls = LogSpace::default();
         let log = Log::default();
         let big: Vec<Entry> = (0..200)
             .map(|i| Entry::DentryAdd {
@@ -325,7 +361,9 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            log.stage(&m, &a, 1, 0, &big).unwrap_err().raw_os_error(),
+            log.stage(&m, &room(&ls, &a), 1, 0, &big)
+                .unwrap_err()
+                .raw_os_error(),
             Some(libc::ENOSPC)
         );
         assert_eq!(a.free(), 2);

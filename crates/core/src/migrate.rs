@@ -60,7 +60,14 @@ const BS: u64 = BLOCK_SIZE;
 /// Migration state and counters (shown by `terrace status`).
 #[derive(Default)]
 pub struct Migrator {
+    /// Cold lists of every regular file with data, by amtime (sharded).
     pub(crate) shards: Vec<Mutex<Shard>>,
+    /// The same for the files that have data on PM: draining PM walks these,
+    /// so files already moved down never fill a pass's list (before
+    /// 2026-11-24 the 256 coldest files of the first list were all on the
+    /// SSD after one pass over a burst of small files, and every later pass
+    /// moved nothing while PM stayed full).
+    pub(crate) pm_shards: Vec<Mutex<Shard>>,
     /// Tiers being drained now (bit per tier id), for the hysteresis.
     running: AtomicU64,
     bytes_down: AtomicU64,
@@ -80,6 +87,9 @@ pub struct Migrator {
     split: Mutex<Option<terrace_policy::nvmfs::AdaptiveSplit>>,
     flush_run: Mutex<terrace_policy::nvmfs::FlushRun>,
     passes: AtomicU64,
+    /// PM data use the last pass compared with the threshold (percent of
+    /// PM's data capacity; clean copies left out when the policy keeps them).
+    pm_counted_percent: AtomicU64,
     last_reason: Mutex<String>,
     pub(crate) stop: AtomicBool,
     /// Copy buffers of finished moves, for reuse (at most
@@ -104,6 +114,10 @@ pub struct MigrationStatus {
     pub reason: String,
     /// PM's migration threshold now (percent of capacity).
     pub pm_threshold_percent: u8,
+    /// PM data use the last pass compared with that threshold (percent of
+    /// PM's capacity for data: logs left out, and clean copies too when the
+    /// policy keeps them).
+    pub pm_counted_percent: u64,
     /// Bytes moved to a lower tier.
     pub bytes_down: u64,
     /// Bytes moved up to PM.
@@ -180,6 +194,9 @@ impl Migrator {
     pub(crate) fn new(shards: usize) -> Migrator {
         Migrator {
             shards: (0..shards.max(1))
+                .map(|_| Mutex::new(Shard::new()))
+                .collect(),
+            pm_shards: (0..shards.max(1))
                 .map(|_| Mutex::new(Shard::new()))
                 .collect(),
             ..Default::default()
@@ -370,35 +387,43 @@ impl Fs {
     /// Puts a file in (or takes it out of) the cold lists after its amtime
     /// changed. Called with the inode locked.
     pub(crate) fn relist(&self, i: &mut Inode) {
-        let new = if i.kind == FileType::Regular && !i.zombie && i.attr.nlink > 0 {
-            i.amtime.value()
-        } else {
-            None
-        };
-        if new == i.cold_key {
-            return;
-        }
+        let listed = i.kind == FileType::Regular && !i.zombie && i.attr.nlink > 0;
+        let new = if listed { i.amtime.value() } else { None };
+        let new_pm = new.filter(|_| i.extents.pm_clean_dirty() != (0, 0));
         let m = &self.migrator;
-        m.shards[shard_index(i.ino, m.shards.len())]
-            .lock()
-            .update(i.ino, i.cold_key, new);
-        i.cold_key = new;
+        let k = shard_index(i.ino, m.shards.len());
+        if new != i.cold_key {
+            m.shards[k].lock().update(i.ino, i.cold_key, new);
+            i.cold_key = new;
+        }
+        if new_pm != i.pm_cold_key {
+            m.pm_shards[k].lock().update(i.ino, i.pm_cold_key, new_pm);
+            i.pm_cold_key = new_pm;
+        }
     }
 
     /// Takes a file out of the cold lists (it is being freed).
     pub(crate) fn unlist(&self, i: &mut Inode) {
-        if let Some(k) = i.cold_key.take() {
-            let m = &self.migrator;
-            m.shards[shard_index(i.ino, m.shards.len())]
-                .lock()
-                .update(i.ino, Some(k), None);
+        let m = &self.migrator;
+        let k = shard_index(i.ino, m.shards.len());
+        if let Some(old) = i.cold_key.take() {
+            m.shards[k].lock().update(i.ino, Some(old), None);
+        }
+        if let Some(old) = i.pm_cold_key.take() {
+            m.pm_shards[k].lock().update(i.ino, Some(old), None);
         }
     }
 
-    /// Up to `n` coldest files `(amtime, ino)`, coldest first, over all shards.
-    pub(crate) fn coldest_files(&self, n: usize) -> Vec<(u64, Ino)> {
+    /// Up to `n` coldest files `(amtime, ino)` with data on tier `from`
+    /// (PM), or with data anywhere (other tiers), coldest first.
+    pub(crate) fn coldest_files(&self, from: u8, n: usize) -> Vec<(u64, Ino)> {
+        let lists = if from == 0 {
+            &self.migrator.pm_shards
+        } else {
+            &self.migrator.shards
+        };
         let mut all: Vec<(u64, Ino)> = Vec::new();
-        for s in &self.migrator.shards {
+        for s in lists {
             all.extend(s.lock().iter().take(n));
         }
         all.sort_unstable();
@@ -406,11 +431,16 @@ impl Fs {
         all
     }
 
-    /// Used and total data bytes of tier `id`.
+    /// Used and total data bytes of tier `id`. On PM both leave out the
+    /// blocks that hold logs: migration moves data, and logs stay on PM, so
+    /// a PM that metadata fills beyond the threshold must not keep migration
+    /// running with nothing to move (status shows metadata on its own line).
     pub(crate) fn tier_use(&self, id: u8) -> (u64, u64) {
         if id == 0 {
             let total = self.alloc.total();
-            ((total - self.alloc.free()) * BS, total * BS)
+            let meta = self.log_space.blocks().min(total);
+            let used = (total - self.alloc.free()).saturating_sub(meta);
+            (used * BS, (total - meta) * BS)
         } else if let Some(t) = self.tiers.iter().find(|t| t.id == id) {
             let st = t.space.stats();
             (
@@ -759,7 +789,9 @@ impl Fs {
             return Ok(0);
         }
         let n_entries = entries.len() as u64;
-        if let Err(e) = self.commit_one(i, entries) {
+        // Moves down free a PM block for each one they log: they may use
+        // the blocks promised to write-back. Moves up take PM like any write.
+        if let Err(e) = self.commit_one_in(i, entries, to != 0) {
             drop(g);
             self.release_data(d);
             return Err(e);
@@ -972,6 +1004,11 @@ impl Fs {
                     counted = used.saturating_sub(pm_split.0 * BS);
                 }
             }
+            if from == 0 {
+                self.migrator
+                    .pm_counted_percent
+                    .store(counted * 100 / cap.max(1), Ordering::Relaxed);
+            }
             let need = mig::should_migrate(counted, cap, threshold, params.forced_percent, running);
             // NVMFS keeps PM's dirty data between its own marks (the flush
             // below); the migration threshold applies to it only when forced.
@@ -1152,7 +1189,7 @@ impl Fs {
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
         mode: Mode,
     ) -> u64 {
-        let files = self.coldest_files(256);
+        let files = self.coldest_files(from, 256);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let workers = params.threads_for(cpus).clamp(1, files.len().max(1));
         // Files are handed out coldest first; each worker moves whole files,
@@ -1393,6 +1430,11 @@ impl Fs {
         *self.migrator.thread.lock() = Some(h);
     }
 
+    /// Whether the migration thread runs (so waiting for it can help).
+    pub(crate) fn migration_thread_running(&self) -> bool {
+        self.migrator.thread.lock().is_some() && !self.migrator.stop.load(Ordering::Relaxed)
+    }
+
     /// Wakes the migration thread (PM passed its threshold).
     pub(crate) fn kick_migration(&self) {
         self.migrator.kick();
@@ -1422,6 +1464,7 @@ impl Fs {
             running: m.running.load(Ordering::Relaxed) != 0,
             reason: m.last_reason.lock().clone(),
             pm_threshold_percent: mig::migration_threshold(params.threshold, self.io_counters()),
+            pm_counted_percent: m.pm_counted_percent.load(Ordering::Relaxed),
             bytes_down: m.bytes_down.load(Ordering::Relaxed),
             bytes_up: m.bytes_up.load(Ordering::Relaxed),
             entries_moved: m.entries_moved.load(Ordering::Relaxed),
@@ -1592,7 +1635,8 @@ mod tests {
     fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot() {
         let fs = pool();
         let ctx = crate::Ctx { uid: 0, gid: 0 };
-        let f = fs.mknod(1, b"old", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        let d = fs.mkdir(1, b"d", 0o755, ctx).unwrap().ino;
+        let f = fs.mknod(d, b"old", libc::S_IFREG | 0o644, 0, ctx).unwrap();
         fs.write(f.ino, 0, &[1u8; 4096]).unwrap();
         let old_block = first_extent(&fs, f.ino);
         // The move is copied but not committed (a large sync window) ...
@@ -1601,9 +1645,19 @@ mod tests {
         // ... while the file is deleted and a new file takes its slot, its
         // first write landing on the same PM block with the same per-file
         // sequence number: everything the old checks compared is equal.
-        fs.unlink(1, b"old").unwrap();
+        fs.unlink(d, b"old").unwrap();
         fs.forget(f.ino, 1);
-        let g = fs.mknod(1, b"new", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        let g = fs.mknod(d, b"new", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        // Log pages (whole or in slabs) come from the same allocator, which
+        // starts each allocation in the next shard: turn it to the shard of
+        // the old block, where first fit finds that block again.
+        for _ in 0..fs.alloc.shard_count() {
+            if fs.alloc.next_shard_holds(old_block.block) {
+                break;
+            }
+            let b = fs.alloc.alloc_one().unwrap();
+            fs.alloc.free_run(b, 1);
+        }
         fs.write(g.ino, 0, &[2u8; 4096]).unwrap();
         let new_block = first_extent(&fs, g.ino);
         assert_eq!(

@@ -80,6 +80,7 @@ impl Fs {
         rdev: u64,
         ctx: Ctx,
     ) -> FsResult<Attr> {
+        self.wait_for_pm_room();
         let kind = FileType::from_mode(mode).ok_or_else(|| errno(libc::EINVAL))?;
         if kind == FileType::Directory || kind == FileType::Symlink {
             return Err(errno(libc::EINVAL));
@@ -89,11 +90,13 @@ impl Fs {
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, ctx: Ctx) -> FsResult<Attr> {
+        self.wait_for_pm_room();
         self.create_inode(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, ctx, None)
     }
 
     /// Creates a symbolic link to `target`.
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], ctx: Ctx) -> FsResult<Attr> {
+        self.wait_for_pm_room();
         if target.is_empty() {
             return Err(errno(libc::ENOENT));
         }
@@ -204,13 +207,13 @@ impl Fs {
         if !initial.is_empty() {
             match child.log.stage(
                 &*self.media,
-                &self.alloc,
+                &self.log_room(false),
                 ino,
                 crate::fs::scratch_slot(),
                 &initial,
             ) {
                 Ok(st) => {
-                    slot.log_head = st.new_pages[0];
+                    slot.log_head = st.new_pages[0].off;
                     slot.log_tail = st.new_tail;
                     child.log.apply(st);
                     for e in &initial {
@@ -385,6 +388,7 @@ impl Fs {
 
     /// Adds a new name `newname` in `newparent` for `ino`.
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
+        self.wait_for_pm_room();
         check_name(newname)?;
         let mut l = self.lock_set(&[ino, newparent])?;
         if l.get(ino).kind == FileType::Directory {
@@ -442,6 +446,7 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
+        self.wait_for_pm_room();
         check_name(name)?;
         check_name(newname)?;
         if is_dot(name) || is_dot(newname) {

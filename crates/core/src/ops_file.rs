@@ -198,6 +198,7 @@ impl Fs {
     /// before returning when the write is synchronous); so do writes that do
     /// not fit in PM any more. PM writes are copy-on-write and committed here.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
+        self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         match i.kind {
@@ -421,6 +422,7 @@ impl Fs {
 
     /// Changes attributes (chmod, chown, truncate, utimes).
     pub fn setattr(&self, ino: Ino, s: SetAttr) -> FsResult<Attr> {
+        self.wait_for_pm_room();
         let mut g = if s.size.is_some() || s.mtime.is_some() {
             self.lock_clean(ino)?
         } else {
@@ -497,6 +499,7 @@ impl Fs {
 
     /// Allocates or deallocates a byte range.
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
+        self.wait_for_pm_room();
         let mut g = self.lock_clean(ino)?;
         let i = g.as_mut().expect("live");
         match i.kind {
@@ -653,6 +656,7 @@ impl Fs {
 
     /// Sets an extended attribute (`flags`: [`XATTR_CREATE`], [`XATTR_REPLACE`]).
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         Self::check_xattr_name(i, name)?;

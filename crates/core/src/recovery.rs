@@ -170,6 +170,8 @@ pub struct Scan {
     pub rolled_back: usize,
     /// The allocator (None when block ownership is inconsistent).
     pub alloc: Option<PageAllocator>,
+    /// Small log pages' slabs (meaningful when `alloc` is `Some`).
+    pub log_space: crate::log_space::LogSpace,
     /// Runs that live write entries use on each block tier.
     pub block_used: std::collections::BTreeMap<u8, Vec<Run>>,
 }
@@ -421,11 +423,15 @@ fn scan_view(
     }
     // Block ownership.
     let mut used: Vec<(Run, Ino)> = Vec::new();
+    let mut small_pages: Vec<(crate::log_space::LogPage, Ino)> = Vec::new();
     let mut block_used: std::collections::BTreeMap<u8, Vec<(Run, Ino)>> = Default::default();
     for ino in &keys {
         let inode = &inodes[ino];
         for p in &inode.log.pages {
-            used.push(((p / BLOCK_SIZE, 1), *ino));
+            if p.size >= BLOCK_SIZE {
+                used.push(((p.off / BLOCK_SIZE, 1), *ino));
+            }
+            small_pages.push((*p, *ino));
         }
         // Primary blocks and clean copies alike are owned.
         let runs = inode.extents.iter().flat_map(|(fb, ext)| {
@@ -491,8 +497,35 @@ fn scan_view(
         }
         block_used_runs.insert(tier, runs.into_iter().map(|x| x.0).collect::<Vec<Run>>());
     }
-    used.sort_unstable();
+    // Small log pages: no two may overlap; each slab block is owned once.
     let mut ownership_ok = true;
+    small_pages.sort_unstable();
+    let log_space = match crate::log_space::LogSpace::from_pages(small_pages.iter().map(|x| x.0)) {
+        Ok((space, blocks)) => {
+            for b in blocks {
+                let i = small_pages.partition_point(|(p, _)| p.off < b * BLOCK_SIZE);
+                let owner = small_pages.get(i).map_or(0, |x| x.1);
+                used.push(((b, 1), owner));
+            }
+            Some(space)
+        }
+        Err(e) => {
+            ownership_ok = false;
+            let owner = small_pages
+                .iter()
+                .find(|(p, _)| *p == e.page)
+                .map_or(0, |x| x.1);
+            problems.push(Problem::BlockOwnership {
+                ino: owner,
+                what: format!(
+                    "log page {:#x} overlaps another inode's log page",
+                    e.page.off
+                ),
+            });
+            None
+        }
+    };
+    used.sort_unstable();
     for w in used.windows(2) {
         let ((s0, n0), i0) = w[0];
         let ((s1, _), i1) = w[1];
@@ -504,7 +537,7 @@ fn scan_view(
             });
         }
     }
-    let alloc = if ownership_ok {
+    let alloc = if ownership_ok && log_space.is_some() {
         let shards = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2)
@@ -526,6 +559,7 @@ fn scan_view(
         orphans,
         rolled_back: 0,
         alloc,
+        log_space: log_space.unwrap_or_default(),
         block_used: block_used_runs,
     }
 }

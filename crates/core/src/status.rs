@@ -79,7 +79,7 @@ pub struct Status {
     pub inodes_total: u64,
     /// Log pages in use.
     pub log_pages: u64,
-    /// Bytes of logs.
+    /// PM bytes the log pages take (pages are 256 B to 4 KiB).
     pub log_bytes: u64,
     /// Data blocks in use on PM.
     pub data_blocks: u64,
@@ -143,6 +143,7 @@ impl Fs {
         let sb = self.superblock();
         let mut inodes_used = 0;
         let mut log_pages = 0;
+        let mut log_bytes = 0;
         let mut data_blocks = 0;
         let mut sync_predictions = terrace_policy::SyncAccuracy::default();
         let mut entries_per_tier = [0u64; 256];
@@ -154,6 +155,7 @@ impl Fs {
                 sync_predictions.add(i.sync.accuracy());
                 inodes_used += 1;
                 log_pages += i.log.pages.len() as u64;
+                log_bytes += i.log.pages.iter().map(|p| p.size).sum::<u64>();
                 for (_, e) in i.extents.iter() {
                     entries_per_tier[e.tier as usize] += 1;
                     if e.tier == 0 {
@@ -207,7 +209,7 @@ impl Fs {
             inodes_used,
             inodes_total: sb.inode_count - 1,
             log_pages,
-            log_bytes: log_pages * BLOCK_SIZE,
+            log_bytes,
             data_blocks,
             room_bytes: self.statfs().bavail * terrace_format::BLOCK_SIZE,
             clean_last_time: self.report.was_clean,

@@ -122,12 +122,56 @@ impl InodeSlot {
 pub const LOG_PAGE_HEADER: u64 = 16;
 /// Offset of `next` (PM byte offset of the next log page, 0 = none) in a log page.
 pub const LOG_PAGE_OFF_NEXT: u64 = 0;
-/// Offset of the owner inode number in a log page.
+/// Offset of the owner word in a log page: the owner inode number in the low
+/// 56 bits, the page's size class in the top byte (byte 15 of the page).
 pub const LOG_PAGE_OFF_OWNER: u64 = 8;
+/// Smallest log page (format version 3). Log pages are 256, 512, 1024, 2048 or
+/// 4096 bytes, each aligned to its size; the small ones share pool blocks.
+pub const LOG_PAGE_MIN: u64 = 256;
+/// Largest log page: one pool block.
+pub const LOG_PAGE_MAX: u64 = crate::BLOCK_SIZE;
+
+/// Size in bytes of a log page of size class `class` (the top byte of its
+/// owner word): 0 is a whole block (every page of version-2 pools), 1..=4
+/// are 256, 512, 1024 and 2048 bytes. `None` for any other class.
+pub fn log_page_size(class: u8) -> Option<u64> {
+    match class {
+        0 => Some(LOG_PAGE_MAX),
+        1..=4 => Some(LOG_PAGE_MIN << (class - 1)),
+        _ => None,
+    }
+}
+
+/// Size class of a log page of `size` bytes (a power of two in 256..=4096).
+pub fn log_page_class(size: u64) -> u8 {
+    debug_assert!(size.is_power_of_two() && (LOG_PAGE_MIN..=LOG_PAGE_MAX).contains(&size));
+    if size >= LOG_PAGE_MAX {
+        0
+    } else {
+        (size / LOG_PAGE_MIN).trailing_zeros() as u8 + 1
+    }
+}
+
+/// The owner word of a log page: owner inode and size class.
+pub fn log_page_owner_word(owner: u64, size: u64) -> u64 {
+    owner & ((1 << 56) - 1) | u64::from(log_page_class(size)) << 56
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_page_classes_round_trip_and_class_0_is_a_block() {
+        for size in [256u64, 512, 1024, 2048, 4096] {
+            assert_eq!(log_page_size(log_page_class(size)), Some(size));
+        }
+        assert_eq!(log_page_size(0), Some(crate::BLOCK_SIZE));
+        assert_eq!(log_page_size(5), None);
+        let w = log_page_owner_word(77, 512);
+        assert_eq!(w & 0xff_ffff_ffff_ffff, 77);
+        assert_eq!(log_page_size((w >> 56) as u8), Some(512));
+    }
 
     #[test]
     fn slot_round_trips() {

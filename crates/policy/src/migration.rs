@@ -375,6 +375,15 @@ pub fn cold_entries(file: &FileSnapshot, from_tier: u8, now_ns: u64, age_ns: u64
         // average of the file's blocks on this tier (module doc).
         entries = older(tier_amtime(file, from_tier));
     }
+    if entries.is_empty() && !whole_file {
+        // Every block on this tier has the same age (a file written at one
+        // time, as each file of an extract or a mail spool): none is older
+        // than the average, so the rules above never pick any, and a burst
+        // of young files could fill PM with nothing movable (issue 15). The
+        // cold list already hands out the coldest files first: such a file
+        // moves whole when its turn comes.
+        entries = on_tier().copied().collect();
+    }
     entries.sort_by_key(|e| e.file_block);
     ColdChoice {
         whole_file,
@@ -770,6 +779,14 @@ mod tests {
     }
 
     #[test]
+    fn a_young_file_written_at_one_time_moves_whole_when_its_turn_comes() {
+        let f = file(7 * SEC, vec![e(0, 2, 7 * SEC), e(2, 3, 7 * SEC)]);
+        let c = cold_entries(&f, 0, 8 * SEC, 30 * SEC);
+        assert!(!c.whole_file);
+        assert_eq!(c.entries.len(), 2, "{c:?}");
+    }
+
+    #[test]
     fn recent_file_migrates_only_entries_older_than_amtime() {
         // The slides' file: (0,2,2) (2,2,4) (4,2,6) (6,2,8), amtime 5.
         let f = file(
@@ -791,9 +808,11 @@ mod tests {
     }
 
     #[test]
-    fn recent_file_written_at_one_time_has_no_cold_part() {
+    fn recent_file_written_at_one_time_is_recent_but_movable() {
         let f = file(SEC, vec![e(0, 4, SEC), e(4, 4, SEC)]);
-        assert!(cold_entries(&f, 0, SEC, 30 * SEC).entries.is_empty());
+        let c = cold_entries(&f, 0, SEC, 30 * SEC);
+        assert!(!c.whole_file);
+        assert_eq!(c.entries.len(), 2);
         // Clock before the file's mtime: recent.
         assert!(!cold_entries(&f, 0, 0, 30 * SEC).whole_file);
     }

@@ -684,27 +684,33 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
                 }
                 break;
             }
-            Event::Umount { lazy, stream } => match mounted.unmount(lazy) {
-                Ok(()) if lazy => {
-                    log("detached lazily; finishing when the last open file closes");
-                    reply(
+            Event::Umount { lazy, stream } => {
+                match persist_before_detach(&fs).and_then(|()| mounted.unmount(lazy)) {
+                    Ok(()) if lazy => {
+                        log("detached lazily; finishing when the last open file closes");
+                        reply(
+                            &stream,
+                            &json!({"ok": true, "pid": std::process::id(), "detached": true}),
+                        );
+                    }
+                    Ok(()) => waiting.push(stream),
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => waiting.push(stream), // already detached
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => reply(
                         &stream,
-                        &json!({"ok": true, "pid": std::process::id(), "detached": true}),
-                    );
-                }
-                Ok(()) => waiting.push(stream),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => waiting.push(stream), // already detached
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => reply(
-                    &stream,
-                    &json!({"ok": false, "error": format!(
+                        &json!({"ok": false, "error": format!(
                         "{}: target is busy (open files or a working directory inside); close them, or use `terrace umount --lazy`",
                         mnt.display())}),
-                ),
-                Err(e) => reply(
-                    &stream,
-                    &json!({"ok": false, "error": format!("{}: {}", mnt.display(), util::os_reason(&e))}),
-                ),
-            },
+                    ),
+                    Err(e) if e.kind() == io::ErrorKind::Other => reply(
+                        &stream,
+                        &json!({"ok": false, "error": format!("{}: {e}", mnt.display())}),
+                    ),
+                    Err(e) => reply(
+                        &stream,
+                        &json!({"ok": false, "error": format!("{}: {}", mnt.display(), util::os_reason(&e))}),
+                    ),
+                }
+            }
             Event::Signal(s) => {
                 signals_seen += 1;
                 if signals_seen > 1 {
@@ -713,6 +719,10 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
                     break;
                 }
                 log(format!("signal {s}: unmounting"));
+                if let Err(e) = persist_before_detach(&fs) {
+                    log(format!("{e}; signal again to exit anyway"));
+                    continue;
+                }
                 match mounted.unmount(false) {
                     Ok(()) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
@@ -767,4 +777,18 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
         std::process::exit(if r.is_ok() { 0 } else { 1 });
     }
     r.map_err(|e| CliError::at(&cfg.pool, format!("persisting failed: {e}")))
+}
+
+/// Writes back every cached write before the mount point is detached, so a
+/// pool whose cached data cannot be persisted stays mounted (its data kept
+/// and readable) instead of disappearing with acknowledged writes unwritten.
+fn persist_before_detach(fs: &Fs) -> io::Result<()> {
+    fs.persist_cached().map_err(|e| {
+        let msg = format!(
+            "not unmounting: cached writes could not be persisted ({}); the pool stays mounted with them, free space or fix the device and unmount again",
+            util::os_reason(&e)
+        );
+        log(msg.clone());
+        io::Error::other(msg)
+    })
 }

@@ -1,0 +1,228 @@
+//! PM room for metadata: what is promised to write-back, what foreground
+//! operations may take, and waiting for migration when PM is full.
+//!
+//! PM holds everything that makes a commit (inode slots, the journal, log
+//! pages) and, beside it, file data. Data can live on any tier; logs live on
+//! PM only. So PM must never be so full of data that a commit cannot find a
+//! log page — above all the commit of cached data that was already
+//! acknowledged to an application. The rules (docs/design.md §5f):
+//!
+//! 1. *Promise.* A write accepted into the DRAM cache promises its file's
+//!    write-back commit the log bytes it will need
+//!    ([`log_bytes_needed`]: one 48-byte write entry per dirty page at worst,
+//!    in pages that double from the file's current last page). The write
+//!    fails with ENOSPC at `write()` when PM does not have that many free
+//!    blocks beyond what is already promised ([`Fs::check_log_promise`]).
+//!    The promise is dropped when the file has no dirty page left.
+//! 2. *Floor.* Foreground log pages and PM data never take the promised
+//!    blocks ([`Fs::log_room`] with `background = false`, `Fs::alloc_data`);
+//!    write-back commits and moves down to a block tier may (they free more
+//!    PM than they take, or they are what the promise is for).
+//! 3. *Throttle.* A modifying operation that finds PM's free blocks under
+//!    half the metadata reserve ([`Fs::pm_reserve_blocks`]) beyond the
+//!    promise first wakes migration and waits for it to free PM
+//!    ([`Fs::wait_for_pm_room`]), as long as migration keeps freeing blocks —
+//!    instead of failing with ENOSPC while the block tiers have room.
+//!
+//! Lock order: the room lock (`Fs::room_lock`) is taken under an inode lock
+//! and before the cache's state lock; waiting happens with no lock held.
+
+use crate::fs::Fs;
+use crate::log::{next_page_size, Log};
+use crate::log_space::LogRoom;
+use crate::types::{errno, FsResult};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use terrace_format::{BLOCK_SIZE, LOG_PAGE_HEADER};
+
+/// Bytes of one write entry (what a write-back commits per run of pages).
+const WRITE_ENTRY_BYTES: u64 = 48;
+
+/// How long [`Fs::wait_for_pm_room`] waits without PM getting any freer.
+const STALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// Log bytes a commit of `entries` write entries appended to `log` can take
+/// on PM, at most: nothing when they fit in the last page, else the pages
+/// chained after it (each double the previous, up to 4 KiB).
+pub fn log_bytes_needed(log: &Log, entries: u64) -> u64 {
+    if entries == 0 {
+        return 0;
+    }
+    let want = entries * WRITE_ENTRY_BYTES;
+    let last = log.pages.last().copied();
+    let room = match last {
+        Some(p) if log.tail != 0 => p.end() - log.tail,
+        _ => 0,
+    };
+    if want <= room {
+        return 0;
+    }
+    let mut left = want - room;
+    let mut total = 0;
+    let mut prev = last;
+    while left > 0 {
+        let size = next_page_size(prev.as_ref(), WRITE_ENTRY_BYTES);
+        total += size;
+        // An entry never crosses a page: a page holds whole entries only.
+        let holds = (size - LOG_PAGE_HEADER) / WRITE_ENTRY_BYTES * WRITE_ENTRY_BYTES;
+        left = left.saturating_sub(holds);
+        prev = Some(crate::log_space::LogPage { off: 0, size });
+    }
+    total
+}
+
+/// Log bytes the write-back of a file's dirty pages can take in one commit
+/// (`Fs::flush_inode_part` of the whole file): one write entry per run of
+/// consecutive dirty pages (at most `runs`, never more than `pages`), plus
+/// one per 512 KiB extent the target may split a run at, plus four for a
+/// write-back spread over several tiers.
+pub fn writeback_log_bytes(log: &Log, runs: u64, pages: u64) -> u64 {
+    if pages == 0 {
+        return 0;
+    }
+    let entries = runs.min(pages) + pages / 128 + 4;
+    log_bytes_needed(log, entries)
+}
+
+/// PM blocks that hold `bytes` of log pages, with room for one partly used
+/// slab block per small page size.
+pub fn promise_blocks(bytes: u64) -> u64 {
+    if bytes == 0 {
+        0
+    } else {
+        bytes.div_ceil(BLOCK_SIZE) + 4
+    }
+}
+
+impl Fs {
+    /// PM blocks promised to the write-back commits of cached data.
+    pub(crate) fn promised_blocks(&self) -> u64 {
+        promise_blocks(self.cache.log_promise(0).0)
+    }
+
+    /// Where a log's new pages come from: background commits (write-back,
+    /// moves down) may take promised blocks, foreground ones may not.
+    pub(crate) fn log_room(&self, background: bool) -> LogRoom<'_> {
+        LogRoom {
+            space: &self.log_space,
+            alloc: &self.alloc,
+            keep_free: if background {
+                0
+            } else {
+                self.promised_blocks()
+            },
+        }
+    }
+
+    /// ENOSPC when PM cannot hold the log bytes `ino`'s write-back will need
+    /// (`bytes`, replacing what the file was promised before) on top of
+    /// everything promised to other files. Called under the room lock.
+    pub(crate) fn check_log_promise(&self, ino: u64, bytes: u64) -> FsResult<()> {
+        let (total, mine) = self.cache.log_promise(ino);
+        let after = promise_blocks(total - mine + bytes);
+        if after > self.alloc.free() {
+            self.space_stats
+                .promise_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(errno(libc::ENOSPC));
+        }
+        Ok(())
+    }
+
+    /// Free PM blocks beyond what is promised to write-back.
+    pub(crate) fn pm_free_unpromised(&self) -> u64 {
+        self.alloc.free().saturating_sub(self.promised_blocks())
+    }
+
+    /// Waits, with no lock held, until PM has room for metadata: at least
+    /// half the metadata reserve free beyond the promised blocks. While it is
+    /// short, migration is woken (it moves data down and frees PM); the wait
+    /// ends when the room is back, or when PM has not become freer for
+    /// [`STALL_LIMIT`] (the operation then goes on and fails with ENOSPC if
+    /// it really finds no room). Pools without block tiers, or without a
+    /// migration thread, never wait.
+    pub(crate) fn wait_for_pm_room(&self) {
+        if self.tiers.is_empty()
+            || self.unmounted.load(Ordering::Relaxed)
+            || !self.migration_thread_running()
+        {
+            return;
+        }
+        let low = self.pm_reserve_blocks() / 2;
+        if self.pm_free_unpromised() >= low {
+            return;
+        }
+        let start = Instant::now();
+        let mut best = self.alloc.free();
+        let mut progress_at = start;
+        self.space_stats.waits.fetch_add(1, Ordering::Relaxed);
+        loop {
+            self.kick_migration();
+            // Dirty cached pages hold promises; writing them back frees them.
+            self.cache.wake_writeback();
+            std::thread::sleep(Duration::from_millis(2));
+            if self.pm_free_unpromised() >= self.pm_reserve_blocks() {
+                break;
+            }
+            let free = self.alloc.free();
+            if free > best {
+                best = free;
+                progress_at = Instant::now();
+            } else if progress_at.elapsed() > STALL_LIMIT || self.unmounted.load(Ordering::Relaxed)
+            {
+                self.space_stats.stalls.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+        self.space_stats
+            .wait_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Counters of the room rules (for `terrace status`).
+#[derive(Debug, Default)]
+pub struct SpaceStats {
+    /// Operations that waited for migration to free PM.
+    pub waits: std::sync::atomic::AtomicU64,
+    /// Total time they waited.
+    pub wait_ns: std::sync::atomic::AtomicU64,
+    /// Waits that ended because PM stopped getting freer.
+    pub stalls: std::sync::atomic::AtomicU64,
+    /// Cached writes refused because PM could not hold their log entries.
+    pub promise_refusals: std::sync::atomic::AtomicU64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log_space::LogPage;
+
+    #[test]
+    fn a_new_file_needs_one_small_page_for_a_few_entries() {
+        let log = Log::default();
+        assert_eq!(log_bytes_needed(&log, 0), 0);
+        assert_eq!(log_bytes_needed(&log, 1), 256);
+        assert_eq!(log_bytes_needed(&log, 4), 256);
+        // 5 entries: 240 bytes fit in 256 - 16; the sixth needs the next page.
+        assert_eq!(log_bytes_needed(&log, 5), 256);
+        assert_eq!(log_bytes_needed(&log, 6), 256 + 512);
+    }
+
+    #[test]
+    fn entries_that_fit_after_the_tail_need_nothing_and_pages_double() {
+        let log = Log {
+            head: 4096,
+            tail: 4096 + 16 + 48,
+            pages: vec![LogPage {
+                off: 4096,
+                size: 256,
+            }],
+            entries: 1,
+        };
+        assert_eq!(log_bytes_needed(&log, 4), 0);
+        assert_eq!(log_bytes_needed(&log, 5), 512);
+        let big = log_bytes_needed(&log, 1000);
+        assert!((1000 * 48..=2 * 1000 * 48 + 4096).contains(&big), "{big}");
+    }
+}

@@ -1,0 +1,256 @@
+//! Space and durability with many small files on a PM tier that is small next
+//! to the data (issue 15): every acknowledged write survives unmount and
+//! remount, no ENOSPC while the pool has room, and PM falls under the
+//! migration threshold after a burst.
+
+mod common;
+use common::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use terrace_core::{format, FormatParams, Fs};
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
+
+fn mkfs_tiered(pm: &dyn PmMedia, ssd: u64, inodes: u64) {
+    let p = FormatParams {
+        uuid: [15; 16],
+        inode_count: inodes,
+        tiers: vec![
+            TierRecord {
+                id: 0,
+                kind: TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "pm".into(),
+            },
+            TierRecord {
+                id: 1,
+                kind: TierKind::Ssd,
+                size: ssd,
+                extent_size: DEFAULT_EXTENT_SIZE,
+                path: "ssd".into(),
+            },
+        ],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(pm, &p).unwrap();
+}
+
+fn mount(pm: &Arc<MemMedia>, ssd: &Arc<MemBlock>) -> Arc<Fs> {
+    let pm: Arc<dyn PmMedia> = pm.clone();
+    let ssd: Arc<dyn BlockMedia> = ssd.clone();
+    Arc::new(Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}")))
+}
+
+fn content(i: u32, len: usize) -> Vec<u8> {
+    pattern(u64::from(i) * 7919 + 1, len)
+}
+
+/// Writes `n` files of `len` bytes into a few directories with write-back and
+/// migration running, as `tar` would (create, write, chmod). Returns the
+/// files whose every call succeeded, and the first error.
+fn write_files(fs: &Fs, n: u32, len: usize) -> (Vec<(u64, u32)>, Option<std::io::Error>) {
+    let dirs: Vec<u64> = (0..4)
+        .map(|d| {
+            fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let mut done = Vec::new();
+    for i in 0..n {
+        let dir = dirs[i as usize % dirs.len()];
+        let r = (|| {
+            let a = fs.mknod(
+                dir,
+                format!("f{i}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                CTX,
+            )?;
+            fs.write(a.ino, 0, &content(i, len))?;
+            fs.setattr(
+                a.ino,
+                terrace_core::SetAttr {
+                    mode: Some(0o600),
+                    ..Default::default()
+                },
+            )?;
+            Ok::<u64, std::io::Error>(a.ino)
+        })();
+        match r {
+            Ok(ino) => done.push((ino, i)),
+            Err(e) => return (done, Some(e)),
+        }
+    }
+    (done, None)
+}
+
+fn check_files(fs: &Fs, files: &[(u64, u32)], len: usize, when: &str) {
+    let mut bad = 0;
+    for &(ino, i) in files {
+        let got = fs.read(ino, 0, len + 1).unwrap();
+        if got != content(i, len) {
+            bad += 1;
+        }
+    }
+    assert_eq!(
+        bad,
+        0,
+        "{bad} of {} acknowledged files differ {when}",
+        files.len()
+    );
+}
+
+/// Issue 15, reproduction 1 (scaled: PM 4 MiB, files of 8 KiB, three times
+/// the PM in data): write() and close() all succeed, and every file is whole
+/// after unmount and remount.
+#[test]
+fn many_small_files_on_a_small_pm_lose_no_acknowledged_write() {
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(MemBlock::new(64 << 20));
+    mkfs_tiered(&*pm, 64 << 20, 4000);
+    let fs = mount(&pm, &ssd);
+    fs.set_setting("dram_cache_bytes", "8M").unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    let (files, err) = write_files(&fs, 1500, 8192);
+    assert!(
+        err.is_none(),
+        "ENOSPC while the pool has room: {err:?} after {} files; status: {:?}",
+        files.len(),
+        (
+            fs.status().log_pages,
+            fs.status().data_blocks,
+            fs.status().room_bytes
+        )
+    );
+    check_files(&fs, &files, 8192, "before unmount");
+    fs.unmount().expect("unmount persists everything");
+    drop(fs);
+    let fs = mount(&pm, &ssd);
+    check_files(&fs, &files, 8192, "after remount");
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
+/// What migration compares with its threshold, once a pass has run.
+fn pm_counted_percent(fs: &Fs) -> u64 {
+    std::thread::sleep(Duration::from_millis(150));
+    fs.migration_status().pm_counted_percent
+}
+
+/// Issue 15, reproduction 2 (scaled): a tree about eight times the PM,
+/// files of mixed sizes in nested directories, written with no pause — no
+/// ENOSPC while the SSD has room; then, with no application activity, PM
+/// falls under the migration threshold within seconds, and everything reads
+/// back after unmount and remount.
+#[test]
+fn a_tree_much_larger_than_pm_written_without_pause_gets_no_enospc() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(256 << 20));
+    mkfs_tiered(&*pm, 256 << 20, 16000);
+    let fs = mount(&pm, &ssd);
+    fs.set_setting("dram_cache_bytes", "16M").unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    let mut files: Vec<(u64, u32, usize)> = Vec::new();
+    let mut dirs = vec![1u64];
+    let mut total = 0usize;
+    for i in 0..12000u32 {
+        if i % 50 == 0 {
+            let parent = dirs[(i as usize / 50) % dirs.len()];
+            let d = fs
+                .mkdir(parent, format!("dir{i}").as_bytes(), 0o755, CTX)
+                .unwrap_or_else(|e| panic!("mkdir {i}: {e}"));
+            dirs.push(d.ino);
+        }
+        let dir = *dirs.last().unwrap();
+        let len = [100usize, 3000, 9000, 40000, 40][i as usize % 5];
+        let a = fs
+            .mknod(
+                dir,
+                format!("f{i}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                CTX,
+            )
+            .unwrap_or_else(|e| panic!("create {i} after {total} bytes: {e}"));
+        fs.write(a.ino, 0, &content(i, len))
+            .unwrap_or_else(|e| panic!("write {i} after {total} bytes: {e}"));
+        files.push((a.ino, i, len));
+        total += len;
+    }
+    assert!(total > 7 * (16 << 20), "the tree is {total} bytes");
+    // No activity: migration brings PM under its threshold by itself.
+    let threshold = fs.migration_status().pm_threshold_percent as u64;
+    let start = Instant::now();
+    while pm_counted_percent(&fs) >= threshold {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "PM still at {}% (threshold {threshold}%) after 20 s idle: {:?}",
+            pm_counted_percent(&fs),
+            fs.migration_status().reason
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &(ino, i, len) in &files {
+        assert_eq!(
+            fs.read(ino, 0, len + 1).unwrap(),
+            content(i, len),
+            "file {i}"
+        );
+    }
+    fs.unmount().expect("unmount persists everything");
+    drop(fs);
+    let fs = mount(&pm, &ssd);
+    for &(ino, i, len) in &files {
+        assert_eq!(
+            fs.read(ino, 0, len + 1).unwrap(),
+            content(i, len),
+            "file {i} after remount"
+        );
+    }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
+/// A crash (the daemon killed: PM keeps every store, the DRAM cache is gone)
+/// in the middle of a small-file burst on a full PM: every fsync'd file is
+/// whole after recovery, every other file shows all of its one write or none
+/// of it, and the allocators are consistent.
+#[test]
+fn a_crash_during_a_small_file_burst_keeps_every_fsynced_file() {
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(MemBlock::new(64 << 20));
+    mkfs_tiered(&*pm, 64 << 20, 4000);
+    let fs = mount(&pm, &ssd);
+    fs.set_setting("dram_cache_bytes", "8M").unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    let mut files = Vec::new();
+    for i in 0..2000u32 {
+        let a = fs
+            .mknod(1, format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        fs.write(a.ino, 0, &content(i, 6000)).unwrap();
+        let synced = i % 3 == 0;
+        if synced {
+            fs.fsync(a.ino, false).unwrap();
+        }
+        files.push((a.ino, i, synced));
+    }
+    // The crash: no unmount, no write-back of what is still cached.
+    fs.stop_background_for_crash_test();
+    drop(fs);
+    let fs = mount(&pm, &ssd);
+    for &(ino, i, synced) in &files {
+        let got = fs.read(ino, 0, 6001).unwrap();
+        if synced || !got.is_empty() {
+            assert_eq!(got, content(i, 6000), "file {i} (fsync'd: {synced})");
+        }
+    }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
