@@ -359,8 +359,9 @@ pub struct Inode {
     /// The key under which the file is in the cold lists (its amtime when it
     /// was last listed), `None` when not listed.
     pub cold_key: Option<u64>,
-    /// Key in the PM cold lists (files with data on PM), if listed.
-    pub pm_cold_key: Option<u64>,
+    /// Keys in the two PM cold lists (PM data without a copy; with a clean
+    /// copy), where listed.
+    pub pm_cold_keys: [Option<u64>; 2],
     /// Blocks of this file read from block tiers (reverse-migration heat).
     pub block_reads: u64,
     /// Counts write entries applied (see [`Extent::seq`]).
@@ -405,7 +406,7 @@ impl Inode {
             cached_mtime: 0,
             amtime: terrace_policy::Amtime::new(),
             cold_key: None,
-            pm_cold_key: None,
+            pm_cold_keys: [None, None],
             block_reads: 0,
             data_seq: 0,
             access: Default::default(),

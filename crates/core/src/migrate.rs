@@ -67,7 +67,10 @@ pub struct Migrator {
     /// 2026-11-24 the 256 coldest files of the first list were all on the
     /// SSD after one pass over a burst of small files, and every later pass
     /// moved nothing while PM stayed full).
-    pub(crate) pm_shards: Vec<Mutex<Shard>>,
+    /// Index 0: files with PM data that has no copy elsewhere ("dirty" in
+    /// NVMFS's terms); index 1: files with PM data that has a clean copy.
+    /// Copying drains walk the first, evicting the second, moving both.
+    pub(crate) pm_shards: [Vec<Mutex<Shard>>; 2],
     /// Tiers being drained now (bit per tier id), for the hysteresis.
     running: AtomicU64,
     bytes_down: AtomicU64,
@@ -91,6 +94,14 @@ pub struct Migrator {
     /// PM's data capacity; clean copies left out when the policy keeps them).
     pm_counted_percent: AtomicU64,
     last_reason: Mutex<String>,
+    /// Why the last pass that had to drain a tier moved nothing (empty when
+    /// it moved data): shown as "waiting: …" and logged once by the daemon.
+    waiting: Mutex<String>,
+    /// The error that ended the last failed move, if any since the last
+    /// successful pass.
+    last_failure: Mutex<Option<String>>,
+    /// Notices for the daemon's log, each said once (see `take_notices`).
+    notices: Mutex<Vec<String>>,
     pub(crate) stop: AtomicBool,
     /// Copy buffers of finished moves, for reuse (at most
     /// [`BUF_POOL_BYTES`] in all).
@@ -118,6 +129,9 @@ pub struct MigrationStatus {
     /// PM's capacity for data: logs left out, and clean copies too when the
     /// policy keeps them).
     pub pm_counted_percent: u64,
+    /// Non-empty while a tier is over its threshold and the last pass could
+    /// move nothing: why, in words.
+    pub waiting: String,
     /// Bytes moved to a lower tier.
     pub bytes_down: u64,
     /// Bytes moved up to PM.
@@ -196,9 +210,11 @@ impl Migrator {
             shards: (0..shards.max(1))
                 .map(|_| Mutex::new(Shard::new()))
                 .collect(),
-            pm_shards: (0..shards.max(1))
-                .map(|_| Mutex::new(Shard::new()))
-                .collect(),
+            pm_shards: [0, 1].map(|_| {
+                (0..shards.max(1))
+                    .map(|_| Mutex::new(Shard::new()))
+                    .collect()
+            }),
             ..Default::default()
         }
     }
@@ -389,16 +405,21 @@ impl Fs {
     pub(crate) fn relist(&self, i: &mut Inode) {
         let listed = i.kind == FileType::Regular && !i.zombie && i.attr.nlink > 0;
         let new = if listed { i.amtime.value() } else { None };
-        let new_pm = new.filter(|_| i.extents.pm_clean_dirty() != (0, 0));
+        let (clean, dirty) = i.extents.pm_clean_dirty();
+        let new_pm = [new.filter(|_| dirty > 0), new.filter(|_| clean > 0)];
         let m = &self.migrator;
         let k = shard_index(i.ino, m.shards.len());
         if new != i.cold_key {
             m.shards[k].lock().update(i.ino, i.cold_key, new);
             i.cold_key = new;
         }
-        if new_pm != i.pm_cold_key {
-            m.pm_shards[k].lock().update(i.ino, i.pm_cold_key, new_pm);
-            i.pm_cold_key = new_pm;
+        for (list, key) in new_pm.into_iter().enumerate() {
+            if key != i.pm_cold_keys[list] {
+                m.pm_shards[list][k]
+                    .lock()
+                    .update(i.ino, i.pm_cold_keys[list], key);
+                i.pm_cold_keys[list] = key;
+            }
         }
     }
 
@@ -409,24 +430,33 @@ impl Fs {
         if let Some(old) = i.cold_key.take() {
             m.shards[k].lock().update(i.ino, Some(old), None);
         }
-        if let Some(old) = i.pm_cold_key.take() {
-            m.pm_shards[k].lock().update(i.ino, Some(old), None);
+        for list in 0..2 {
+            if let Some(old) = i.pm_cold_keys[list].take() {
+                m.pm_shards[list][k].lock().update(i.ino, Some(old), None);
+            }
         }
     }
 
-    /// Up to `n` coldest files `(amtime, ino)` with data on tier `from`
-    /// (PM), or with data anywhere (other tiers), coldest first.
-    pub(crate) fn coldest_files(&self, from: u8, n: usize) -> Vec<(u64, Ino)> {
-        let lists = if from == 0 {
-            &self.migrator.pm_shards
-        } else {
-            &self.migrator.shards
+    /// Up to `n` coldest files `(amtime, ino)` that a drain of tier `from`
+    /// in `mode` can work on, coldest first: on PM, files with data that has
+    /// no copy (copying), with a clean copy (evicting), or either (moving);
+    /// on other tiers, files with data anywhere.
+    pub(crate) fn coldest_files(&self, from: u8, mode: Mode, n: usize) -> Vec<(u64, Ino)> {
+        let m = &self.migrator;
+        let lists: Vec<&Vec<Mutex<Shard>>> = match (from, mode) {
+            (0, Mode::Copy) => vec![&m.pm_shards[0]],
+            (0, Mode::Evict) => vec![&m.pm_shards[1]],
+            (0, _) => vec![&m.pm_shards[0], &m.pm_shards[1]],
+            _ => vec![&m.shards],
         };
         let mut all: Vec<(u64, Ino)> = Vec::new();
-        for s in lists {
-            all.extend(s.lock().iter().take(n));
+        for list in lists {
+            for s in list {
+                all.extend(s.lock().iter().take(n));
+            }
         }
         all.sort_unstable();
+        all.dedup();
         all.truncate(n);
         all
     }
@@ -1035,9 +1065,14 @@ impl Fs {
                         ""
                     }
                 );
-                moved += self.drain(from, to, need.bytes_to_free(), &params, &*policy, mode);
+                let here = self.drain(from, to, need.bytes_to_free(), &params, &*policy, mode);
+                moved += here;
+                self.note_drain_result(from, to, here);
             } else {
                 self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
+                if from == 0 {
+                    self.migrator.waiting.lock().clear();
+                }
             }
             if from == 0 && policy.name() == "nvmfs" {
                 moved += self.nvmfs_flush(to, cap, pm_split, &np);
@@ -1189,7 +1224,7 @@ impl Fs {
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
         mode: Mode,
     ) -> u64 {
-        let files = self.coldest_files(from, 256);
+        let files = self.coldest_files(from, mode, 256);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let workers = params.threads_for(cpus).clamp(1, files.len().max(1));
         // Files are handed out coldest first; each worker moves whole files,
@@ -1219,7 +1254,8 @@ impl Fs {
             );
             let (total, r) = batch.finish();
             moved.fetch_add(total - counted, Ordering::Relaxed);
-            if r.is_err() {
+            if let Err(e) = r {
+                *self.migrator.last_failure.lock() = Some(crate::types::describe(&e));
                 failed.store(true, Ordering::Relaxed);
             }
         };
@@ -1322,8 +1358,9 @@ impl Fs {
                     group.iter().map(|g| (g.file_block, g.blocks)).collect();
                 let r = batch.add(ino, from, to, &ranges, mode);
                 publish(batch, counted);
-                if r.is_err() {
+                if let Err(e) = r {
                     // Target full or failing: try again next pass.
+                    *self.migrator.last_failure.lock() = Some(crate::types::describe(&e));
                     failed.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -1430,6 +1467,44 @@ impl Fs {
         *self.migrator.thread.lock() = Some(h);
     }
 
+    /// Records what a drain of `from` achieved: nothing moved while the tier
+    /// is over its threshold is a stall, said in words (status) and queued
+    /// once for the daemon's log; moving again clears it.
+    fn note_drain_result(&self, from: u8, to: u8, moved: u64) {
+        let m = &self.migrator;
+        let failure = m.last_failure.lock().take();
+        let mut waiting = m.waiting.lock();
+        if moved > 0 {
+            if !waiting.is_empty() {
+                m.notices
+                    .lock()
+                    .push(format!("migration from tier {from} moves data again"));
+            }
+            waiting.clear();
+            return;
+        }
+        let why = match failure {
+            Some(e) => format!("moves from tier {from} to tier {to} fail: {e}"),
+            None => format!(
+                "nothing on tier {from} can move to tier {to} (data pinned there by rules, or only in the DRAM cache)"
+            ),
+        };
+        if *waiting != why {
+            m.notices.lock().push(format!("migration stalled: {why}"));
+            *waiting = why;
+        }
+    }
+
+    /// Queues a message for the daemon's log.
+    pub(crate) fn notice(&self, msg: String) {
+        self.migrator.notices.lock().push(msg);
+    }
+
+    /// Messages for the daemon's log (each returned once).
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.migrator.notices.lock())
+    }
+
     /// Whether the migration thread runs (so waiting for it can help).
     pub(crate) fn migration_thread_running(&self) -> bool {
         self.migrator.thread.lock().is_some() && !self.migrator.stop.load(Ordering::Relaxed)
@@ -1465,6 +1540,7 @@ impl Fs {
             reason: m.last_reason.lock().clone(),
             pm_threshold_percent: mig::migration_threshold(params.threshold, self.io_counters()),
             pm_counted_percent: m.pm_counted_percent.load(Ordering::Relaxed),
+            waiting: m.waiting.lock().clone(),
             bytes_down: m.bytes_down.load(Ordering::Relaxed),
             bytes_up: m.bytes_up.load(Ordering::Relaxed),
             entries_moved: m.entries_moved.load(Ordering::Relaxed),

@@ -134,6 +134,43 @@ impl Fs {
         self.alloc.free().saturating_sub(self.promised_blocks())
     }
 
+    /// How PM's room stands now.
+    pub fn space_status(&self) -> SpaceStatus {
+        let sb = self.superblock();
+        let log_blocks = self.log_space.blocks();
+        let free = self.alloc.free();
+        let reserve = self.pm_reserve_blocks();
+        let promised = self.promised_blocks();
+        let st = &self.space_stats;
+        let state = if self.tiers.is_empty() {
+            if free == 0 {
+                "PM full".to_string()
+            } else {
+                String::new()
+            }
+        } else if free.saturating_sub(promised) < reserve {
+            format!(
+                "PM full ({} free, {} kept for logs): new data goes to the block tiers, new metadata waits for migration",
+                crate::status::human(free * BLOCK_SIZE),
+                crate::status::human(reserve * BLOCK_SIZE)
+            )
+        } else {
+            String::new()
+        };
+        SpaceStatus {
+            pm_metadata_bytes: (sb.pool_start + log_blocks) * BLOCK_SIZE,
+            pm_log_bytes: log_blocks * BLOCK_SIZE,
+            pm_free_bytes: free * BLOCK_SIZE,
+            pm_reserve_bytes: reserve * BLOCK_SIZE,
+            promised_bytes: promised * BLOCK_SIZE,
+            waits: st.waits.load(Ordering::Relaxed),
+            wait_ms: st.wait_ns.load(Ordering::Relaxed) / 1_000_000,
+            stalls: st.stalls.load(Ordering::Relaxed),
+            promise_refusals: st.promise_refusals.load(Ordering::Relaxed),
+            state,
+        }
+    }
+
     /// Waits, with no lock held, until PM has room for metadata: at least
     /// half the metadata reserve free beyond the promised blocks. While it is
     /// short, migration is woken (it moves data down and frees PM); the wait
@@ -170,7 +207,13 @@ impl Fs {
                 progress_at = Instant::now();
             } else if progress_at.elapsed() > STALL_LIMIT || self.unmounted.load(Ordering::Relaxed)
             {
-                self.space_stats.stalls.fetch_add(1, Ordering::Relaxed);
+                if self.space_stats.stalls.fetch_add(1, Ordering::Relaxed) == 0 {
+                    self.notice(format!(
+                        "PM has no room for metadata and migration freed none for {} s: operations go on and may fail with ENOSPC ({})",
+                        STALL_LIMIT.as_secs(),
+                        self.migration_status().waiting
+                    ));
+                }
                 break;
             }
         }
@@ -178,6 +221,32 @@ impl Fs {
             .wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
+}
+
+/// How PM's room stands, for `terrace status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SpaceStatus {
+    /// PM bytes that hold metadata: superblocks, journal, inode table and
+    /// the blocks holding log pages.
+    pub pm_metadata_bytes: u64,
+    /// Of those, the blocks holding log pages.
+    pub pm_log_bytes: u64,
+    /// Free PM bytes.
+    pub pm_free_bytes: u64,
+    /// PM bytes kept for log pages: data stops going to PM below this.
+    pub pm_reserve_bytes: u64,
+    /// PM bytes promised to the write-back commits of cached data.
+    pub promised_bytes: u64,
+    /// Operations that waited for migration to free PM, and for how long.
+    pub waits: u64,
+    /// Total wait, milliseconds.
+    pub wait_ms: u64,
+    /// Waits that ended because PM stopped getting freer.
+    pub stalls: u64,
+    /// Cached writes refused because PM could not hold their log entries.
+    pub promise_refusals: u64,
+    /// PM's state in words ("" when there is room).
+    pub state: String,
 }
 
 /// Counters of the room rules (for `terrace status`).

@@ -83,6 +83,8 @@ pub struct Status {
     pub log_bytes: u64,
     /// Data blocks in use on PM.
     pub data_blocks: u64,
+    /// PM room: metadata, reserve, promises, waits (`space.rs`).
+    pub space: crate::space::SpaceStatus,
     /// Bytes new data can still get, over every tier (what `df` shows as
     /// available): dirty pages of the DRAM cache hold theirs already.
     pub room_bytes: u64,
@@ -131,6 +133,22 @@ pub struct Status {
     pub cleaner: crate::clean::CleanerStatus,
     /// All settings.
     pub settings: terrace_policy::Settings,
+}
+
+/// Bytes in binary units ("3.2 MiB"), for messages.
+pub fn human(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 fn hex(b: &[u8]) -> String {
@@ -211,6 +229,7 @@ impl Fs {
             log_pages,
             log_bytes,
             data_blocks,
+            space: self.space_status(),
             room_bytes: self.statfs().bavail * terrace_format::BLOCK_SIZE,
             clean_last_time: self.report.was_clean,
             mount_count: sb.mount_count,

@@ -14,6 +14,15 @@ pub fn errno(e: i32) -> std::io::Error {
     std::io::Error::from_raw_os_error(e)
 }
 
+/// An error in words without the "(os error N)" suffix, for status lines.
+pub fn describe(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
 /// Type of an inode, from the `S_IFMT` bits of its mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum FileType {

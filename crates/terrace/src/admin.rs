@@ -119,6 +119,31 @@ pub fn render_status(st: &Value) -> String {
         n(st, "log_pages"),
         util::human_bytes(n(st, "log_bytes"))
     ));
+    if let Some(sp) = st.get("space") {
+        let (meta, logs) = (n(sp, "pm_metadata_bytes"), n(sp, "pm_log_bytes"));
+        line(format!(
+            "  metadata      {} of PM: superblocks, journal and inode table {}, log blocks {}{}",
+            util::human_bytes(meta),
+            util::human_bytes(meta - logs.min(meta)),
+            util::human_bytes(logs),
+            logs.checked_div(iu)
+                .map(|b| format!(" ({} per inode in use)", util::human_bytes(b)))
+                .unwrap_or_default()
+        ));
+        if n(sp, "promised_bytes") > 0 || n(sp, "waits") > 0 || n(sp, "promise_refusals") > 0 {
+            line(format!(
+                "                {} of PM promised to write-back commits; {} waits for migration ({} ms, {} gave up), {} cached writes refused for log room",
+                util::human_bytes(n(sp, "promised_bytes")),
+                n(sp, "waits"),
+                n(sp, "wait_ms"),
+                n(sp, "stalls"),
+                n(sp, "promise_refusals")
+            ));
+        }
+        if !s(sp, "state").is_empty() {
+            line(format!("  PM            {}", s(sp, "state")));
+        }
+    }
     line(format!(
         "  data on PM    {} blocks ({})",
         n(st, "data_blocks"),
@@ -205,10 +230,10 @@ pub fn render_status(st: &Value) -> String {
         line(format!(
             "  migration     policy {}, {}; PM threshold now {}%{}",
             s(m, "policy"),
-            if m.get("running").and_then(Value::as_bool) == Some(true) {
-                "running"
-            } else {
-                "idle"
+            match (m.get("running").and_then(Value::as_bool), s(m, "waiting")) {
+                (Some(true), "") => "running".to_string(),
+                (Some(true), w) => format!("waiting: {w}"),
+                _ => "idle".to_string(),
             },
             n(m, "pm_threshold_percent"),
             match s(m, "reason") {

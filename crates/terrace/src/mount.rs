@@ -598,6 +598,7 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
     if !cfg.options.read_only {
         fs.start_migration();
     }
+    spawn_notice_logger(&fs);
     // Reads write no access times on read-only and noatime mounts.
     if cfg.options.read_only || cfg.options.atime == Some(false) {
         fs.set_atime_mode(terrace_core::AtimeMode::Never);
@@ -791,4 +792,20 @@ fn persist_before_detach(fs: &Fs) -> io::Result<()> {
         log(msg.clone());
         io::Error::other(msg)
     })
+}
+
+/// Logs what the core has to say on its own (a migration that stalls and
+/// why, once; operations that waited for PM room and gave up), once a second
+/// while the pool is mounted.
+fn spawn_notice_logger(fs: &Arc<Fs>) {
+    let weak = Arc::downgrade(fs);
+    let _ = std::thread::Builder::new()
+        .name("terrace-notices".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let Some(fs) = weak.upgrade() else { return };
+            for n in fs.take_notices() {
+                log(n);
+            }
+        });
 }
