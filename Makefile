@@ -5,6 +5,7 @@
 #   make crash-long   the long kill -9 crash loop (200 iterations)
 #   make bench        full benchmark (3 runs per job, medians; about two hours) -> docs/results/, docs/benchmarks.md
 #   make bench-quick  short benchmark, a subset of every workload (< 10 minutes)
+#   make bench-small-files  small-file capacity: 1,000,000 files on a pool with PM at 1%, vs ext4 (~15 minutes)
 #   make bench-setup  install the benchmark's tools (fio, xfsprogs, mergerfs, rocksdb-tools, matplotlib, ...)
 #   make clean-mounts lazily unmount every stale Terrace test/demo/bench mount
 
@@ -24,7 +25,7 @@ DEMO_SSD_SIZE ?= 2G
 
 CRASH_ITERATIONS ?= 200
 
-.PHONY: all demo test crash-long bench bench-quick bench-setup clean-mounts setup build fmt-check clippy unit e2e
+.PHONY: all demo test crash-long bench bench-quick bench-small-files bench-setup clean-mounts setup build fmt-check clippy unit e2e
 
 all: build
 
@@ -68,6 +69,10 @@ bench: build bench-setup
 
 bench-quick: build bench-setup
 	bench/run.sh quick
+
+SMALL_FILES ?= 1000000
+bench-small-files: build
+	$(PYTHON) bench/small_files.py --files $(SMALL_FILES)
 
 # ------------------------------------------------------------------ cleaning
 clean-mounts:

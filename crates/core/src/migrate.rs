@@ -1268,7 +1268,24 @@ impl Fs {
                 }
             });
         }
-        moved.into_inner()
+        let claimed = picker.into_inner().1;
+        let moved = moved.into_inner();
+        if moved == 0
+            && claimed == 0
+            && mode != Mode::Evict
+            && !failed.into_inner()
+            && !params.whole_when_uniform
+        {
+            // Nothing among the coldest files had a cold part: a second
+            // round takes files written at one time whole
+            // (`MigrationParams::whole_when_uniform`).
+            let second = mig::MigrationParams {
+                whole_when_uniform: true,
+                ..*params
+            };
+            return self.drain(from, to, goal, &second, policy, mode);
+        }
+        moved
     }
 
     /// One drain worker's loop: takes the next coldest file until the goal is
@@ -1465,6 +1482,19 @@ impl Fs {
             })
             .expect("spawn the migration thread");
         *self.migrator.thread.lock() = Some(h);
+    }
+
+    /// A drain that moves (no clean copies) `goal` bytes of the coldest data
+    /// from tier `from` to `to`, choosing with `policy`. Returns bytes moved.
+    pub(crate) fn drain_for(
+        &self,
+        from: u8,
+        to: u8,
+        goal: u64,
+        params: &mig::MigrationParams,
+        policy: &(dyn mig::MigrationPolicy + Send + Sync),
+    ) -> u64 {
+        self.drain(from, to, goal, params, policy, Mode::Move)
     }
 
     /// Records what a drain of `from` achieved: nothing moved while the tier

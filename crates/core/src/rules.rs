@@ -32,6 +32,7 @@ use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::types::{errno, FileType, FsResult, Ino};
 use std::sync::atomic::Ordering;
+use terrace_format::BLOCK_SIZE;
 
 /// The rule's xattr name.
 pub const RULE_XATTR: &[u8] = b"user.terrace.rule";
@@ -76,6 +77,18 @@ impl Fs {
         self.ruled.lock().insert(ino);
     }
 
+    /// Moves `bytes` of unpinned PM data down to the first block tier, so
+    /// that data pinned to PM finds room. Returns the bytes moved.
+    fn make_pm_room_for_pins(&self, bytes: u64) -> u64 {
+        let Some(to) = self.tiers.first().map(|t| t.id) else {
+            return 0;
+        };
+        let params = self.settings.read().migration_params();
+        let policy = terrace_policy::migration::migration_policy("ziggurat")
+            .expect("the ziggurat policy exists");
+        self.drain_for(0, to, bytes, &params, &*policy)
+    }
+
     /// Moves pinned files' data that is not on their tier there, up to
     /// [`RULE_BUDGET_BYTES`]. Returns the bytes moved.
     pub(crate) fn enforce_rules(&self) -> u64 {
@@ -102,9 +115,30 @@ impl Fs {
                     self.ruled.lock().remove(&ino);
                     continue;
                 };
-                let elsewhere =
-                    i.kind == FileType::Regular && i.extents.iter().any(|(_, e)| e.tier != tier);
-                (elsewhere && has_room(tier)).then_some(tier)
+                let elsewhere: u64 = if i.kind == FileType::Regular {
+                    i.extents
+                        .iter()
+                        .filter(|(_, e)| e.tier != tier)
+                        .map(|(_, e)| e.blocks * BLOCK_SIZE)
+                        .sum()
+                } else {
+                    0
+                };
+                if tier == 0 && elsewhere > 0 {
+                    // A PM pin on a PM without room for it: unpinned data
+                    // moves down to make the room (drains skip files pinned
+                    // to PM), whatever the threshold says.
+                    let short = elsewhere
+                        .min(RULE_BUDGET_BYTES)
+                        .saturating_sub(self.pm_data_free_bytes());
+                    drop(g);
+                    if short > 0 {
+                        moved += self.make_pm_room_for_pins(short);
+                    }
+                    has_room(0).then_some(0)
+                } else {
+                    (elsewhere > 0 && has_room(tier)).then_some(tier)
+                }
             };
             if let Some(tier) = want {
                 // A full target is not an error here: the rule is retried

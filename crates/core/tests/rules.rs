@@ -254,3 +254,45 @@ fn access_traces_classify_files_and_hetfs_streams_sequential_files_to_disk() {
 }
 
 const XATTR_REPLACE: i32 = 2;
+
+/// Issue 15, point 5: a file pinned to PM while PM is full of other files'
+/// data gets its place: migration moves unpinned data down to make room, and
+/// the pinned data comes up.
+#[test]
+fn a_file_pinned_to_a_full_pm_makes_migration_evict_unpinned_data_for_it() {
+    let (_, _, fs) = new_pool();
+    fs.set_setting("migration_policy", "ziggurat").unwrap();
+    // A threshold PM never reaches: only the rule can make room.
+    fs.set_setting("migration_threshold", "99").unwrap();
+    let pinned = file(&fs, 1, "index");
+    fs.setxattr(pinned, RULE, b"ssd", 0).unwrap();
+    fs.write(pinned, 0, &pattern(2, 4 << 20)).unwrap();
+    fs.fsync(pinned, false).unwrap();
+    // Other files fill PM to the brim (the rest spills to the SSD).
+    let mut others = Vec::new();
+    for k in 0..12 {
+        let f = file(&fs, 1, &format!("t{k}"));
+        fs.write(f, 0, &pattern(10 + k, 3 << 20)).unwrap();
+        others.push(f);
+    }
+    let pm = &fs.status().tiers[0];
+    assert!(pm.used * 100 / pm.capacity >= 90, "PM is not full: {pm:?}");
+    fs.setxattr(pinned, RULE, b"pm", XATTR_REPLACE).unwrap();
+    for _ in 0..10 {
+        fs.migration_pass();
+        if tier_bytes(&fs, pinned, "pm") == 4 << 20 {
+            break;
+        }
+    }
+    assert_eq!(
+        tier_bytes(&fs, pinned, "pm"),
+        4 << 20,
+        "the pinned file did not get PM: {:?}",
+        fs.status().migration
+    );
+    assert!(fs.read(pinned, 0, 4 << 20).unwrap() == pattern(2, 4 << 20));
+    for (k, f) in others.iter().enumerate() {
+        assert!(fs.read(*f, 0, 3 << 20).unwrap() == pattern(10 + k as u64, 3 << 20));
+    }
+    fs.check_allocator().unwrap();
+}

@@ -254,3 +254,63 @@ fn a_crash_during_a_small_file_burst_keeps_every_fsynced_file() {
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
+
+/// Issue 15, point 4: when cached writes cannot be persisted at unmount (the
+/// SSD fails every write and PM has no room to take them instead), unmount
+/// fails and marks nothing; the data stays readable, and once the device
+/// works again unmount persists all of it.
+#[test]
+fn an_unmount_that_cannot_persist_keeps_the_data_and_succeeds_later() {
+    use terrace_media::FaultBlock;
+    let pm = Arc::new(MemMedia::new(4 << 20));
+    let ssd = Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
+    mkfs_tiered(&*pm, 64 << 20, 1000);
+    let fs = {
+        let p: Arc<dyn PmMedia> = pm.clone();
+        let s: Arc<dyn BlockMedia> = ssd.clone();
+        Fs::mount_with_tiers(p, vec![(1, s)]).unwrap()
+    };
+    // Fill PM with data so a failed write-back cannot fall back to it.
+    fs.set_setting("placement_policy", "pm-only").unwrap();
+    let filler = fs
+        .mknod(1, b"filler", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    let mut off = 0u64;
+    while fs.status().cache.dirty_bytes == 0 {
+        fs.write(filler.ino, off, &[9u8; 65536]).unwrap();
+        off += 65536;
+    }
+    fs.fsync(filler.ino, false).unwrap();
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let a = fs
+        .mknod(1, b"cached", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    let data = pattern(77, 1 << 20);
+    if let Err(e) = fs.write(a.ino, 0, &data) {
+        panic!(
+            "{e}: {:?} {:?}",
+            fs.status().cache,
+            fs.status().placement_overflows
+        );
+    }
+    assert!(fs.status().cache.dirty_bytes > 0, "the write is not cached");
+    ssd.fail_writes_after(0);
+    let e = fs
+        .unmount()
+        .expect_err("unmount must fail while nothing can persist the data");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert!(fs.read(a.ino, 0, data.len()).unwrap() == data);
+    ssd.heal();
+    fs.unmount()
+        .expect("unmount persists once the device works");
+    drop(fs);
+    let fs = {
+        let p: Arc<dyn PmMedia> = pm.clone();
+        let s: Arc<dyn BlockMedia> = ssd.clone();
+        Fs::mount_with_tiers(p, vec![(1, s)]).unwrap()
+    };
+    assert!(fs.mount_report().was_clean);
+    assert!(fs.read(a.ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}

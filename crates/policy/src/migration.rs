@@ -168,6 +168,14 @@ pub struct MigrationParams {
     pub reverse_pm_low_percent: u8,
     /// Migration threads; 0 = one per core ([`MigrationParams::threads_for`]).
     pub threads: u32,
+    /// Not a setting: set by a drain's second round, after a first round
+    /// over the coldest files chose nothing. A young file whose blocks on the
+    /// tier all have one age (written at one time: none is older than any
+    /// average, so the rules never pick any) then moves whole. Without it a
+    /// burst of small files written once fills PM with nothing movable
+    /// (issue 15); in the first round it is off, so a file rewritten in
+    /// place (a WAL of one block) is not taken before older data of others.
+    pub whole_when_uniform: bool,
 }
 
 impl Default for MigrationParams {
@@ -180,6 +188,7 @@ impl Default for MigrationParams {
             reverse_read_ratio: 4,
             reverse_pm_low_percent: 50,
             threads: 0,
+            whole_when_uniform: false,
         }
     }
 }
@@ -376,19 +385,45 @@ pub fn cold_entries(file: &FileSnapshot, from_tier: u8, now_ns: u64, age_ns: u64
         entries = older(tier_amtime(file, from_tier));
     }
     if entries.is_empty() && !whole_file {
-        // Every block on this tier has the same age (a file written at one
-        // time, as each file of an extract or a mail spool): none is older
-        // than the average, so the rules above never pick any, and a burst
-        // of young files could fill PM with nothing movable (issue 15). The
-        // cold list already hands out the coldest files first: such a file
-        // moves whole when its turn comes.
-        entries = on_tier().copied().collect();
+        // Averages are whole nanoseconds: entries 1 ns apart can all be "not
+        // older" than a truncated average. The oldest ones are older.
+        if let (Some(lo), Some(hi)) = (
+            on_tier().map(|e| e.mtime_ns).min(),
+            on_tier().map(|e| e.mtime_ns).max(),
+        ) {
+            if lo < hi {
+                entries = on_tier().filter(|e| e.mtime_ns == lo).copied().collect();
+            }
+        }
     }
     entries.sort_by_key(|e| e.file_block);
     ColdChoice {
         whole_file,
         entries,
     }
+}
+
+/// [`cold_entries`], and when that picks nothing and `whole_when_uniform` is
+/// set ([`MigrationParams::whole_when_uniform`]), every entry of the file on
+/// the tier: its blocks there all have one age (otherwise the older ones
+/// would have been picked).
+pub fn cold_entries_with(
+    file: &FileSnapshot,
+    from_tier: u8,
+    now_ns: u64,
+    params: &MigrationParams,
+) -> ColdChoice {
+    let mut c = cold_entries(file, from_tier, now_ns, params.age_ns);
+    if c.entries.is_empty() && params.whole_when_uniform {
+        c.entries = file
+            .entries
+            .iter()
+            .filter(|e| e.tier == from_tier && e.blocks > 0)
+            .copied()
+            .collect();
+        c.entries.sort_by_key(|e| e.file_block);
+    }
+    c
 }
 
 /// Average mtime of the file's blocks on `tier`, weighted by length (`None`
@@ -588,7 +623,7 @@ impl MigrationPolicy for ZigguratMigration {
         now_ns: u64,
         params: &MigrationParams,
     ) -> ColdChoice {
-        cold_entries(file, from_tier, now_ns, params.age_ns)
+        cold_entries_with(file, from_tier, now_ns, params)
     }
 
     fn keep_clean_copy(&self, _obs: &CopyObservation) -> bool {
@@ -779,11 +814,23 @@ mod tests {
     }
 
     #[test]
-    fn a_young_file_written_at_one_time_moves_whole_when_its_turn_comes() {
+    fn a_young_file_written_at_one_time_moves_whole_only_in_a_second_round() {
         let f = file(7 * SEC, vec![e(0, 2, 7 * SEC), e(2, 3, 7 * SEC)]);
-        let c = cold_entries(&f, 0, 8 * SEC, 30 * SEC);
+        let first = MigrationParams::default();
+        assert!(cold_entries_with(&f, 0, 8 * SEC, &first).entries.is_empty());
+        let second = MigrationParams {
+            whole_when_uniform: true,
+            ..first
+        };
+        let c = cold_entries_with(&f, 0, 8 * SEC, &second);
         assert!(!c.whole_file);
-        assert_eq!(c.entries.len(), 2, "{c:?}");
+        assert_eq!(c.entries, vec![e(0, 2, 7 * SEC), e(2, 3, 7 * SEC)]);
+        // A file with blocks of different ages is chosen as before.
+        let g = file(7 * SEC, vec![e(0, 2, 2 * SEC), e(2, 3, 7 * SEC)]);
+        assert_eq!(
+            cold_entries_with(&g, 0, 8 * SEC, &second).entries,
+            vec![e(0, 2, 2 * SEC)]
+        );
     }
 
     #[test]
@@ -808,11 +855,9 @@ mod tests {
     }
 
     #[test]
-    fn recent_file_written_at_one_time_is_recent_but_movable() {
+    fn recent_file_written_at_one_time_has_no_cold_part() {
         let f = file(SEC, vec![e(0, 4, SEC), e(4, 4, SEC)]);
-        let c = cold_entries(&f, 0, SEC, 30 * SEC);
-        assert!(!c.whole_file);
-        assert_eq!(c.entries.len(), 2);
+        assert!(cold_entries(&f, 0, SEC, 30 * SEC).entries.is_empty());
         // Clock before the file's mtime: recent.
         assert!(!cold_entries(&f, 0, 0, 30 * SEC).whole_file);
     }

@@ -505,6 +505,7 @@ impl Settings {
             reverse_read_ratio: self.reverse_read_ratio,
             reverse_pm_low_percent: self.reverse_pm_low_percent,
             threads: self.migration_threads,
+            whole_when_uniform: false,
         }
     }
 

@@ -9,9 +9,9 @@ use terrace_policy::cleaner::{
 };
 use terrace_policy::cold_list::{coldest, ColdLists, Shard};
 use terrace_policy::migration::{
-    batch_groups, cold_entries, dynamic_threshold, group_entries, is_old, reverse_candidates,
-    should_migrate, tier_amtime, EntrySnapshot, FileReads, FileSnapshot, Group, IoCounters,
-    MigrationNeed, MigrationParams, BLOCK_BYTES,
+    batch_groups, cold_entries, cold_entries_with, dynamic_threshold, group_entries, is_old,
+    reverse_candidates, should_migrate, tier_amtime, EntrySnapshot, FileReads, FileSnapshot, Group,
+    IoCounters, MigrationNeed, MigrationParams, BLOCK_BYTES,
 };
 use terrace_policy::nvmfs::{
     evict_choice, flush_extents, flush_pages, AdaptiveSplit, NvmfsParams, PageKind, PageRef,
@@ -106,15 +106,26 @@ proptest! {
                 }
             }
             if want.is_empty() {
-                // Every block on the tier has one age: the file moves whole.
-                want = on_tier.iter().filter(|e| e.blocks > 0).copied().collect();
+                // Truncated averages: the oldest entries, if not all are equal.
+                let lo = on_tier.iter().map(|e| e.mtime_ns).min();
+                let hi = on_tier.iter().map(|e| e.mtime_ns).max();
+                if lo < hi {
+                    want = on_tier.iter().filter(|e| Some(e.mtime_ns) == lo).copied().collect();
+                }
             }
             prop_assert_eq!(&c.entries, &want);
             // Whenever the tier holds entries of different ages, something
             // older than the rest is chosen: migration never stalls on them.
-            // Nor on a file whose blocks there all have one age.
-            if on_tier.iter().any(|e| e.blocks > 0) {
+            let ages: std::collections::BTreeSet<u64> = on_tier.iter().map(|e| e.mtime_ns).collect();
+            if ages.len() > 1 {
                 prop_assert!(!c.entries.is_empty());
+            }
+            // A drain's second round takes a file whose blocks there all have
+            // one age whole: nothing on the tier is left unchoosable.
+            let second = MigrationParams { whole_when_uniform: true, ..MigrationParams::default() };
+            let c2 = cold_entries_with(&f, tier, now, &MigrationParams { age_ns: age, ..second });
+            if on_tier.iter().any(|e| e.blocks > 0) {
+                prop_assert!(!c2.entries.is_empty());
             }
         }
     }
