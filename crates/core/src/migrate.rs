@@ -1215,7 +1215,7 @@ impl Fs {
 
     /// Moves cold data from `from` to `to` until `goal` bytes moved or no
     /// candidate is left.
-    fn drain(
+    pub(crate) fn drain(
         &self,
         from: u8,
         to: u8,
@@ -1482,19 +1482,6 @@ impl Fs {
             })
             .expect("spawn the migration thread");
         *self.migrator.thread.lock() = Some(h);
-    }
-
-    /// A drain that moves (no clean copies) `goal` bytes of the coldest data
-    /// from tier `from` to `to`, choosing with `policy`. Returns bytes moved.
-    pub(crate) fn drain_for(
-        &self,
-        from: u8,
-        to: u8,
-        goal: u64,
-        params: &mig::MigrationParams,
-        policy: &(dyn mig::MigrationPolicy + Send + Sync),
-    ) -> u64 {
-        self.drain(from, to, goal, params, policy, Mode::Move)
     }
 
     /// Records what a drain of `from` achieved: nothing moved while the tier

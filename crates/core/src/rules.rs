@@ -86,7 +86,7 @@ impl Fs {
         let params = self.settings.read().migration_params();
         let policy = terrace_policy::migration::migration_policy("ziggurat")
             .expect("the ziggurat policy exists");
-        self.drain_for(0, to, bytes, &params, &*policy)
+        self.drain(0, to, bytes, &params, &*policy, crate::migrate::Mode::Move)
     }
 
     /// Moves pinned files' data that is not on their tier there, up to

@@ -19,10 +19,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use terrace_core::{format, fsck, FileType, FormatParams, Fs};
+use terrace_core::{fsck, FileType, Fs};
 use terrace_format::{
-    inode_offset, pool_start_block, TierKind, TierRecord, BLOCK_SIZE, DEFAULT_EXTENT_SIZE,
-    INODE_OFF_LOG_HEAD, INODE_OFF_STATE, INODE_USED, LOG_PAGE_OFF_NEXT,
+    inode_offset, pool_start_block, BLOCK_SIZE, INODE_OFF_LOG_HEAD, INODE_OFF_STATE, INODE_USED,
+    LOG_PAGE_OFF_NEXT,
 };
 use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
 
@@ -31,29 +31,7 @@ const SSD: u64 = 16 << 20;
 const INODES: u64 = 128;
 
 fn mkfs_tiered(pm: &dyn PmMedia) {
-    let p = FormatParams {
-        uuid: [7; 16],
-        inode_count: INODES,
-        tiers: vec![
-            TierRecord {
-                id: 0,
-                kind: TierKind::Pm,
-                size: pm.len(),
-                extent_size: 0,
-                path: "pm".into(),
-            },
-            TierRecord {
-                id: 1,
-                kind: TierKind::Ssd,
-                size: SSD,
-                extent_size: DEFAULT_EXTENT_SIZE,
-                path: "ssd".into(),
-            },
-        ],
-        root_uid: 0,
-        root_gid: 0,
-    };
-    format(pm, &p).unwrap();
+    mkfs_pm_ssd(pm, SSD, INODES);
 }
 
 fn open(pm: &Arc<MemMedia>, ssd: &Arc<MemBlock>) -> std::io::Result<Fs> {

@@ -7,36 +7,13 @@ use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
-use terrace_core::{format, FormatParams, Fs};
-use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_core::Fs;
 use terrace_media::{BlockMedia, FaultBlock, MemBlock, MemMedia, PmMedia};
 
 const SSD: u64 = 96 << 20;
 
 fn mkfs_tiered(pm: &dyn PmMedia) {
-    let p = FormatParams {
-        uuid: [5; 16],
-        inode_count: 64,
-        tiers: vec![
-            TierRecord {
-                id: 0,
-                kind: TierKind::Pm,
-                size: pm.len(),
-                extent_size: 0,
-                path: "pm".into(),
-            },
-            TierRecord {
-                id: 1,
-                kind: TierKind::Ssd,
-                size: SSD,
-                extent_size: DEFAULT_EXTENT_SIZE,
-                path: "ssd".into(),
-            },
-        ],
-        root_uid: 0,
-        root_gid: 0,
-    };
-    format(pm, &p).unwrap();
+    mkfs_pm_ssd(pm, SSD, 64);
 }
 
 fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {

@@ -7,40 +7,31 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terrace_core::{format, FormatParams, Fs};
-use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_core::Fs;
 use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
-
-fn mkfs_tiered(pm: &dyn PmMedia, ssd: u64, inodes: u64) {
-    let p = FormatParams {
-        uuid: [15; 16],
-        inode_count: inodes,
-        tiers: vec![
-            TierRecord {
-                id: 0,
-                kind: TierKind::Pm,
-                size: pm.len(),
-                extent_size: 0,
-                path: "pm".into(),
-            },
-            TierRecord {
-                id: 1,
-                kind: TierKind::Ssd,
-                size: ssd,
-                extent_size: DEFAULT_EXTENT_SIZE,
-                path: "ssd".into(),
-            },
-        ],
-        root_uid: 0,
-        root_gid: 0,
-    };
-    format(pm, &p).unwrap();
-}
 
 fn mount(pm: &Arc<MemMedia>, ssd: &Arc<MemBlock>) -> Arc<Fs> {
     let pm: Arc<dyn PmMedia> = pm.clone();
     let ssd: Arc<dyn BlockMedia> = ssd.clone();
     Arc::new(Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}")))
+}
+
+/// A pool of `pm_mib` PM and `ssd_mib` SSD with a DRAM cache of `cache`,
+/// write-back and migration running (as the daemon runs it).
+fn running_pool(
+    pm_mib: u64,
+    ssd_mib: u64,
+    inodes: u64,
+    cache: &str,
+) -> (Arc<MemMedia>, Arc<MemBlock>, Arc<Fs>) {
+    let pm = Arc::new(MemMedia::new(pm_mib << 20));
+    let ssd = Arc::new(MemBlock::new(ssd_mib << 20));
+    mkfs_pm_ssd(&*pm, ssd_mib << 20, inodes);
+    let fs = mount(&pm, &ssd);
+    fs.set_setting("dram_cache_bytes", cache).unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    (pm, ssd, fs)
 }
 
 fn content(i: u32, len: usize) -> Vec<u8> {
@@ -108,13 +99,7 @@ fn check_files(fs: &Fs, files: &[(u64, u32)], len: usize, when: &str) {
 /// after unmount and remount.
 #[test]
 fn many_small_files_on_a_small_pm_lose_no_acknowledged_write() {
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(MemBlock::new(64 << 20));
-    mkfs_tiered(&*pm, 64 << 20, 4000);
-    let fs = mount(&pm, &ssd);
-    fs.set_setting("dram_cache_bytes", "8M").unwrap();
-    fs.start_writeback();
-    fs.start_migration();
+    let (pm, ssd, fs) = running_pool(4, 64, 4000, "8M");
     let (files, err) = write_files(&fs, 1500, 8192);
     assert!(
         err.is_none(),
@@ -148,13 +133,7 @@ fn pm_counted_percent(fs: &Fs) -> u64 {
 /// back after unmount and remount.
 #[test]
 fn a_tree_much_larger_than_pm_written_without_pause_gets_no_enospc() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(256 << 20));
-    mkfs_tiered(&*pm, 256 << 20, 16000);
-    let fs = mount(&pm, &ssd);
-    fs.set_setting("dram_cache_bytes", "16M").unwrap();
-    fs.start_writeback();
-    fs.start_migration();
+    let (pm, ssd, fs) = running_pool(16, 256, 16000, "16M");
     let mut files: Vec<(u64, u32, usize)> = Vec::new();
     let mut dirs = vec![1u64];
     let mut total = 0usize;
@@ -222,13 +201,7 @@ fn a_tree_much_larger_than_pm_written_without_pause_gets_no_enospc() {
 /// of it, and the allocators are consistent.
 #[test]
 fn a_crash_during_a_small_file_burst_keeps_every_fsynced_file() {
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(MemBlock::new(64 << 20));
-    mkfs_tiered(&*pm, 64 << 20, 4000);
-    let fs = mount(&pm, &ssd);
-    fs.set_setting("dram_cache_bytes", "8M").unwrap();
-    fs.start_writeback();
-    fs.start_migration();
+    let (pm, ssd, fs) = running_pool(4, 64, 4000, "8M");
     let mut files = Vec::new();
     for i in 0..2000u32 {
         let a = fs
@@ -264,7 +237,7 @@ fn an_unmount_that_cannot_persist_keeps_the_data_and_succeeds_later() {
     use terrace_media::FaultBlock;
     let pm = Arc::new(MemMedia::new(4 << 20));
     let ssd = Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
-    mkfs_tiered(&*pm, 64 << 20, 1000);
+    mkfs_pm_ssd(&*pm, 64 << 20, 1000);
     let fs = {
         let p: Arc<dyn PmMedia> = pm.clone();
         let s: Arc<dyn BlockMedia> = ssd.clone();

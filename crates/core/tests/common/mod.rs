@@ -29,6 +29,34 @@ pub fn mkfs(media: &dyn PmMedia, inodes: u64) {
     format(media, &p).expect("format");
 }
 
+/// Formats `pm` as a pool with `inodes` slots and one SSD tier (id 1) of
+/// `ssd_bytes`, with 512 KiB extents.
+pub fn mkfs_pm_ssd(pm: &dyn PmMedia, ssd_bytes: u64, inodes: u64) {
+    let p = FormatParams {
+        uuid: [15; 16],
+        inode_count: inodes,
+        tiers: vec![
+            TierRecord {
+                id: 0,
+                kind: TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "pm".into(),
+            },
+            TierRecord {
+                id: 1,
+                kind: TierKind::Ssd,
+                size: ssd_bytes,
+                extent_size: terrace_format::DEFAULT_EXTENT_SIZE,
+                path: "ssd".into(),
+            },
+        ],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(pm, &p).expect("format");
+}
+
 pub const CTX: Ctx = Ctx { uid: 0, gid: 0 };
 
 /// Canonical summary of one name in the tree.
