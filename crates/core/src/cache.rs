@@ -166,6 +166,9 @@ impl State {
 /// The DRAM page cache (one per mounted pool).
 pub struct PageCache {
     state: Mutex<State>,
+    /// `State::log_promise_bytes`, readable without the state lock (every
+    /// modifying operation checks PM room first: `Fs::wait_for_pm_room`).
+    promise_bytes: AtomicU64,
     bound: AtomicU64,
     seq: AtomicU64,
     wb_locks: Vec<Mutex<()>>,
@@ -180,6 +183,7 @@ impl PageCache {
     pub fn new(bound: u64) -> PageCache {
         PageCache {
             state: Mutex::new(State::default()),
+            promise_bytes: AtomicU64::new(0),
             bound: AtomicU64::new(bound),
             seq: AtomicU64::new(1),
             wb_locks: (0..WB_STRIPES).map(|_| Mutex::new(())).collect(),
@@ -223,6 +227,14 @@ impl PageCache {
         let mut s = self.state.lock();
         let old = s.log_promise.insert(ino, bytes).unwrap_or(0);
         s.log_promise_bytes = s.log_promise_bytes - old + bytes;
+        self.promise_bytes
+            .store(s.log_promise_bytes, Ordering::Relaxed);
+    }
+
+    /// Log bytes promised to all dirty files' write-back commits, without
+    /// taking the state lock.
+    pub(crate) fn log_promise_total(&self) -> u64 {
+        self.promise_bytes.load(Ordering::Relaxed)
     }
 
     /// Counters now.
@@ -337,6 +349,8 @@ impl PageCache {
             s.dirty_files.remove(&ino);
             if let Some(b) = s.log_promise.remove(&ino) {
                 s.log_promise_bytes -= b;
+                self.promise_bytes
+                    .store(s.log_promise_bytes, Ordering::Relaxed);
             }
         } else if let Some(t) = s.dirty_files.get_mut(&ino) {
             // Rewritten during its write-back: its age starts again.

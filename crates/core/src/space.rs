@@ -97,7 +97,7 @@ pub fn promise_blocks(bytes: u64) -> u64 {
 impl Fs {
     /// PM blocks promised to the write-back commits of cached data.
     pub(crate) fn promised_blocks(&self) -> u64 {
-        promise_blocks(self.cache.log_promise(0).0)
+        promise_blocks(self.cache.log_promise_total())
     }
 
     /// Where a log's new pages come from: background commits (write-back,
@@ -179,14 +179,10 @@ impl Fs {
     /// it really finds no room). Pools without block tiers, or without a
     /// migration thread, never wait.
     pub(crate) fn wait_for_pm_room(&self) {
-        if self.tiers.is_empty()
-            || self.unmounted.load(Ordering::Relaxed)
-            || !self.migration_thread_running()
-        {
+        if self.tiers.is_empty() || self.pm_free_unpromised() >= self.pm_reserve_blocks() / 2 {
             return;
         }
-        let low = self.pm_reserve_blocks() / 2;
-        if self.pm_free_unpromised() >= low {
+        if self.unmounted.load(Ordering::Relaxed) || !self.migration_thread_running() {
             return;
         }
         let start = Instant::now();
