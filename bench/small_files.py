@@ -15,6 +15,12 @@ then Terrace's `status`: PM used, metadata, log bytes per inode. Results go to
 stdout as a Markdown table and to bench/results/small-files-<date>.json.
 
   bench/small_files.py [--files N] [--pm SIZE] [--ssd SIZE]
+  bench/small_files.py --tar DIR [DIR ...] [--pm-percent 5]
+
+With --tar: a tar archive of the directories (system trees: headers, Python
+modules, documentation) is extracted onto ext4 and onto Terrace with a PM tier
+of --pm-percent of the archive's size; both extracts are timed and checked
+against the archive with `tar --compare` after an unmount and a remount.
 
 Needs root (mounts, loop devices) and target/release/terrace.
 """
@@ -129,16 +135,68 @@ def terrace_mount(pm: str, ssd: str, inodes: int):
             mnt.rmdir()
 
 
+def tar_extract(dirs: list[str], pm_percent: int) -> None:
+    tar = SCRATCH / f"bench-small-tree-{os.getpid()}.tar"
+    try:
+        sh("tar", "-C", "/", "-cf", tar, *[d.lstrip("/") for d in dirs], timeout=1200)
+        size = tar.stat().st_size
+        files = int(sh("sh", "-c", f"tar -tf {tar} | grep -vc '/$'").stdout.strip())
+        pm_mib = max(8, size * pm_percent // 100 >> 20)
+        res = {"dirs": dirs, "tar_bytes": size, "files": files, "pm_mib": pm_mib,
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        drop_caches()
+        with ext4_mount("100G") as mnt:
+            start = time.monotonic()
+            sh("tar", "-C", mnt, "-xf", tar, timeout=3600)
+            os.sync()
+            res["ext4_s"] = time.monotonic() - start
+        drop_caches()
+        with terrace_mount(f"{pm_mib}M", "99G", files + 5000) as (pool, mnt):
+            start = time.monotonic()
+            cp = sh("tar", "-C", mnt, "-xf", tar, check=False, timeout=3600)
+            res["terrace_s"] = time.monotonic() - start
+            res["terrace_tar_exit"] = cp.returncode
+            res["terrace_tar_errors"] = cp.stderr[-2000:]
+            st = json.loads(sh(TERRACE, "status", mnt, "--json").stdout)
+            res["terrace_pm_metadata_bytes"] = st["space"]["pm_metadata_bytes"]
+            res["terrace_waits"] = st["space"]["waits"]
+            sh(TERRACE, "umount", mnt, timeout=600)
+            sh(TERRACE, "mount", pool, mnt, "--daemon")
+            cmp = sh("tar", "-C", mnt, "--compare", "-f", tar, check=False, timeout=3600)
+            res["terrace_compare_exit"] = cmp.returncode
+            res["terrace_compare_diffs"] = len(cmp.stdout.splitlines())
+        out = ROOT / "bench" / "results"
+        out.mkdir(exist_ok=True)
+        (out / f"tar-extract-pm{pm_percent}-{datetime.date.today()}.json").write_text(json.dumps(res, indent=2) + "\n")
+        print(f"\ntar extract of {files:,} files ({size / 2**20:.0f} MiB) from {' '.join(dirs)}; "
+              f"Terrace PM {pm_mib} MiB ({pm_percent}% of the archive) + SSD 99 GiB\n")
+        print("| system | extract (s) | MB/s | Terrace / ext4 |")
+        print("|---|---:|---:|---:|")
+        print(f"| ext4 (loop device) | {res['ext4_s']:.1f} | {size / 1e6 / res['ext4_s']:.0f} | |")
+        print(f"| Terrace | {res['terrace_s']:.1f} | {size / 1e6 / res['terrace_s']:.0f} | "
+              f"{res['ext4_s'] / res['terrace_s']:.2f}x |")
+        print(f"\ntar exit on Terrace: {cp.returncode}; `tar --compare` after remount: exit "
+              f"{cmp.returncode}, {res['terrace_compare_diffs']} differences; "
+              f"PM metadata {res['terrace_pm_metadata_bytes'] / 2**20:.1f} MiB; {res['terrace_waits']} waits for migration")
+    finally:
+        tar.unlink(missing_ok=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--files", type=int, default=1_000_000)
     ap.add_argument("--pm", default="1G")
     ap.add_argument("--ssd", default="99G")
+    ap.add_argument("--tar", nargs="+", metavar="DIR")
+    ap.add_argument("--pm-percent", type=int, default=5)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root (mounts and loop devices)")
     if not TERRACE.exists():
         raise SystemExit(f"build first: {TERRACE} is missing (cargo build --release)")
+    if args.tar:
+        tar_extract(args.tar, args.pm_percent)
+        return
     n = args.files
     res = {"files": n, "pm": args.pm, "ssd": args.ssd,
            "machine": {"host": platform.node(), "kernel": platform.release(),
