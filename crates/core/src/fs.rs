@@ -507,7 +507,10 @@ impl Fs {
                     inode.log.head_after(s),
                 ));
             }
-            words.push((inode_offset(*ino) + INODE_OFF_LOG_TAIL, s.new_tail));
+            words.push((
+                inode_offset(*ino) + INODE_OFF_LOG_TAIL,
+                terrace_format::encode_tail(s.new_tail),
+            ));
         }
         words.extend(extra);
         self.journal.commit(&*self.media, &words);
@@ -555,7 +558,10 @@ impl Fs {
         // Commit point of every single-inode operation: the log tail store.
         self.journal.commit(
             &*self.media,
-            &[(inode_offset(inode.ino) + INODE_OFF_LOG_TAIL, tail)],
+            &[(
+                inode_offset(inode.ino) + INODE_OFF_LOG_TAIL,
+                terrace_format::encode_tail(tail),
+            )],
         );
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         inode.log.apply(st);
@@ -608,7 +614,10 @@ impl Fs {
             &*self.media,
             &[
                 (base + INODE_OFF_LOG_HEAD, head),
-                (base + INODE_OFF_LOG_TAIL, st.new_tail),
+                (
+                    base + INODE_OFF_LOG_TAIL,
+                    terrace_format::encode_tail(st.new_tail),
+                ),
             ],
         );
         let old = std::mem::take(&mut inode.log.pages);

@@ -103,7 +103,10 @@ pub fn repair(
                 rescan = true;
             }
             Problem::BadLog { ino, safe_tail, .. } => {
-                media.store_u64(inode_offset(*ino) + INODE_OFF_LOG_TAIL, *safe_tail);
+                media.store_u64(
+                    inode_offset(*ino) + INODE_OFF_LOG_TAIL,
+                    terrace_format::encode_tail(*safe_tail),
+                );
                 media.persist(inode_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
                 report.repaired.push(format!(
                     "truncated the log of inode {ino} to its last good entry"
@@ -189,7 +192,10 @@ fn append_fixes(
         ) {
             Ok(st) => {
                 media.fence();
-                media.store_u64(inode_offset(ino) + INODE_OFF_LOG_TAIL, st.new_tail);
+                media.store_u64(
+                    inode_offset(ino) + INODE_OFF_LOG_TAIL,
+                    terrace_format::encode_tail(st.new_tail),
+                );
                 media.persist(inode_offset(ino) + INODE_OFF_LOG_TAIL, 8);
                 log.apply(st);
                 report.repaired.push(what);

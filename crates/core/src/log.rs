@@ -88,11 +88,17 @@ impl Log {
                     let size = next_page_size(last_page.as_ref(), len);
                     let page = room.take(size).ok_or_else(|| errno(libc::ENOSPC))?;
                     st.new_pages.push(page);
-                    let mut hdr = [0u8; LOG_PAGE_HEADER as usize];
-                    hdr[LOG_PAGE_OFF_OWNER as usize..LOG_PAGE_OFF_OWNER as usize + 8]
+                    // The whole page is written: header, then zeros. A page
+                    // (above all a small one in a slab) reuses bytes that
+                    // held another log's entries, valid checksums and all;
+                    // were they left, a damaged tail word pointing past the
+                    // last entry would replay them as this inode's (found by
+                    // corrupt_images). Zeros there are refused by the walk.
+                    let mut fresh = vec![0u8; size as usize];
+                    fresh[LOG_PAGE_OFF_OWNER as usize..LOG_PAGE_OFF_OWNER as usize + 8]
                         .copy_from_slice(&log_page_owner_word(owner, size).to_le_bytes());
-                    media.write(page.off, &hdr);
-                    media.flush(page.off, LOG_PAGE_HEADER);
+                    media.write(page.off, &fresh);
+                    media.flush(page.off, size);
                     match last_page {
                         Some(prev) => {
                             media.store_u64(prev.off + LOG_PAGE_OFF_NEXT, page.off);
@@ -160,11 +166,13 @@ pub struct Walked {
     pub pages: Vec<LogPage>,
 }
 
-/// Reads the committed entries of a log. `pool` is the byte range log pages must
-/// lie in. Fails on a bad checksum, a pointer outside the pool, or a chain longer
-/// than the pool (a cycle).
+/// Reads the committed entries of the log of inode `owner`. `pool` is the
+/// byte range log pages must lie in. Fails on a bad checksum, a pointer
+/// outside the pool, a page another inode owns (a damaged head or `next`
+/// word), or a chain longer than the pool (a cycle).
 pub fn walk(
     media: &dyn PmMedia,
+    owner: u64,
     head: u64,
     tail: u64,
     pool: std::ops::Range<u64>,
@@ -191,6 +199,17 @@ pub fn walk(
         let mut hdr = [0u8; LOG_PAGE_HEADER as usize];
         media.read(p, &mut hdr);
         let class = hdr[LOG_PAGE_OFF_OWNER as usize + 7];
+        let word = u64::from_le_bytes(
+            hdr[LOG_PAGE_OFF_OWNER as usize..LOG_PAGE_OFF_OWNER as usize + 8]
+                .try_into()
+                .expect("8 bytes"),
+        );
+        if word & ((1 << 56) - 1) != owner {
+            return Err(format!(
+                "log page {p:#x} belongs to inode {}",
+                word & ((1 << 56) - 1)
+            ));
+        }
         let size = log_page_size(class)
             .ok_or_else(|| format!("log page {p:#x} has a bad size class {class}"))?;
         if p % size != 0 || p + size > pool.end {
@@ -291,14 +310,14 @@ mod tests {
             .stage(&m, &room(&ls, &a), 7, 0, &[attr(1), attr(2)])
             .unwrap();
         assert_eq!(
-            walk(&m, log.head, log.tail, 16384..64 * 4096)
+            walk(&m, 7, log.head, log.tail, 16384..64 * 4096)
                 .unwrap()
                 .entries
                 .len(),
             0
         );
         log.apply(st);
-        let w = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap();
+        let w = walk(&m, 7, log.head, log.tail, 16384..64 * 4096).unwrap();
         assert_eq!(
             w.entries.iter().map(|e| e.0.clone()).collect::<Vec<_>>(),
             vec![attr(1), attr(2)]
@@ -322,7 +341,7 @@ mod tests {
             let st = log.stage(&m, &room(&ls, &a), 3, 0, chunk).unwrap();
             log.apply(st);
         }
-        let w = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap();
+        let w = walk(&m, 3, log.head, log.tail, 16384..64 * 4096).unwrap();
         assert_eq!(
             w.entries.into_iter().map(|e| e.0).collect::<Vec<_>>(),
             names
@@ -343,7 +362,7 @@ mod tests {
         log.apply(st);
         let second = log.head + LOG_PAGE_HEADER + 64;
         m.write(second + 20, &[0xff]);
-        let e = walk(&m, log.head, log.tail, 16384..64 * 4096).unwrap_err();
+        let e = walk(&m, 3, log.head, log.tail, 16384..64 * 4096).unwrap_err();
         assert_eq!(e.last_good, second);
     }
 

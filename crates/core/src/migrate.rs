@@ -188,6 +188,14 @@ impl Migrator {
     /// pages where the kernel allows it (large device requests, see
     /// [`terrace_media::AlignedBuf`]).
     pub(crate) fn take_buf(&self, len: usize) -> terrace_media::AlignedBuf {
+        if len <= SMALL_BUF_BYTES {
+            // A small file's blocks: a heap buffer of their size. A pooled
+            // buffer is 2 MiB on huge pages, and moves keep theirs until the
+            // sync window commits, so each 4 KiB file took (faulted and
+            // zeroed) a fresh 2 MiB mapping: small-file migration and
+            // write-back ran at about 5 MiB/s (issue 15's bursts).
+            return terrace_media::AlignedBuf::zeroed(len.max(1).next_multiple_of(BS as usize));
+        }
         let mut pool = self.bufs.lock();
         if let Some(k) = pool.iter().position(|b| b.len() >= len) {
             return pool.swap_remove(k);
@@ -199,6 +207,9 @@ impl Migrator {
 
     /// Returns a buffer to the pool (dropped when the pool is full).
     pub(crate) fn give_buf(&self, b: terrace_media::AlignedBuf) {
+        if b.len() <= SMALL_BUF_BYTES {
+            return;
+        }
         let mut pool = self.bufs.lock();
         if pool.iter().map(|b| b.len()).sum::<usize>() + b.len() <= BUF_POOL_BYTES {
             pool.push(b);
@@ -258,6 +269,10 @@ struct Prepared {
     /// Blocks copied.
     total: u64,
 }
+
+/// Copies up to this size use a heap buffer of their own size instead of a
+/// pooled huge-page buffer ([`Migrator::take_buf`]).
+const SMALL_BUF_BYTES: usize = 512 << 10;
 
 /// Bytes of prepared moves after which a [`MoveBatch`] syncs and commits.
 pub const MOVE_SYNC_WINDOW_BYTES: u64 = 64 << 20;

@@ -325,7 +325,7 @@ fn scan_view(
             });
             continue;
         };
-        let walked = match walk(media, slot.log_head, slot.log_tail, pool.clone()) {
+        let walked = match walk(media, ino, slot.log_head, slot.log_tail, pool.clone()) {
             Ok(w) => w,
             Err(e) => {
                 problems.push(Problem::BadLog {
@@ -333,7 +333,7 @@ fn scan_view(
                     what: format!("{} at {:#x}", e.what, e.at),
                     safe_tail: e.last_good,
                 });
-                walk(media, slot.log_head, e.last_good, pool.clone()).unwrap_or_default()
+                walk(media, ino, slot.log_head, e.last_good, pool.clone()).unwrap_or_default()
             }
         };
         for (e, _) in &walked.entries {

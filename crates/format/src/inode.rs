@@ -38,6 +38,38 @@ pub const INODE_FREE: u64 = 0;
 /// Slot state: in use.
 pub const INODE_USED: u64 = 1;
 
+/// Bits of the tail word that hold the PM offset; the 16 above them hold a
+/// check of it (format version 3).
+const TAIL_OFFSET_BITS: u32 = 48;
+
+fn tail_check(off: u64) -> u64 {
+    // Never 0: a check of 0 marks a tail written by a version-2 build.
+    u64::from(crc(&off.to_le_bytes()[..6]) & 0xffff).max(1)
+}
+
+/// The tail word stored for a log tail at PM offset `off` (0: no log). The
+/// tail is the one word of a log that no entry checksum covers, so it carries
+/// its own 16-bit check: a damaged tail is refused instead of replaying a
+/// prefix of the log, or entries staged beyond it that never committed.
+pub fn encode_tail(off: u64) -> u64 {
+    if off == 0 {
+        0
+    } else {
+        off | tail_check(off) << TAIL_OFFSET_BITS
+    }
+}
+
+/// The PM offset of a stored tail word. Words with a zero check are taken as
+/// written by version-2 builds (no check); any other check must match.
+pub fn decode_tail(word: u64) -> Result<u64, FormatError> {
+    let off = word & ((1 << TAIL_OFFSET_BITS) - 1);
+    match word >> TAIL_OFFSET_BITS {
+        0 => Ok(off),
+        c if off != 0 && c == tail_check(off) => Ok(off),
+        _ => Err(FormatError::BadChecksum),
+    }
+}
+
 /// Byte offset in the PM tier of inode slot `ino`.
 pub fn inode_offset(ino: u64) -> u64 {
     crate::INODE_TABLE_BLOCK * BLOCK_SIZE + ino * INODE_SIZE as u64
@@ -73,7 +105,11 @@ impl InodeSlot {
     pub fn encode(&self) -> [u8; INODE_SIZE] {
         let mut b = [0u8; INODE_SIZE];
         put_u64(&mut b, INODE_OFF_LOG_HEAD as usize, self.log_head);
-        put_u64(&mut b, INODE_OFF_LOG_TAIL as usize, self.log_tail);
+        put_u64(
+            &mut b,
+            INODE_OFF_LOG_TAIL as usize,
+            encode_tail(self.log_tail),
+        );
         put_u64(&mut b, INODE_OFF_STATE as usize, self.state);
         put_u32(&mut b, OFF_MODE, self.mode);
         put_u32(&mut b, OFF_UID, self.uid);
@@ -95,7 +131,7 @@ impl InodeSlot {
         }
         let slot = InodeSlot {
             log_head: u64_at(b, INODE_OFF_LOG_HEAD as usize),
-            log_tail: u64_at(b, INODE_OFF_LOG_TAIL as usize),
+            log_tail: 0,
             state: u64_at(b, INODE_OFF_STATE as usize),
             mode: u32_at(b, OFF_MODE),
             uid: u32_at(b, OFF_UID),
@@ -105,12 +141,18 @@ impl InodeSlot {
             btime_ns: i64_at(b, OFF_BTIME),
             parent_hint: u64_at(b, OFF_PARENT),
         };
+        let mut slot = slot;
         match slot.state {
-            INODE_FREE => Ok(slot),
+            INODE_FREE => Ok(InodeSlot {
+                // A free slot's words are not read.
+                log_tail: decode_tail(u64_at(b, INODE_OFF_LOG_TAIL as usize)).unwrap_or(0),
+                ..slot
+            }),
             INODE_USED => {
                 if crc(&b[STATIC_RANGE]) != u32_at(b, OFF_CRC) {
                     return Err(FormatError::BadChecksum);
                 }
+                slot.log_tail = decode_tail(u64_at(b, INODE_OFF_LOG_TAIL as usize))?;
                 Ok(slot)
             }
             _ => Err(FormatError::Invalid("inode state")),
@@ -160,6 +202,25 @@ pub fn log_page_owner_word(owner: u64, size: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_words_carry_a_check_that_refuses_any_flipped_bit() {
+        for off in [4096u64 * 9 + 80, 1 << 30, (1 << 40) - 8, 16] {
+            let w = encode_tail(off);
+            assert_eq!(decode_tail(w), Ok(off));
+            for bit in 0..64 {
+                let d = decode_tail(w ^ (1 << bit));
+                assert!(
+                    d.is_err() || bit >= 48 && d == Ok(off) && (w ^ (1 << bit)) >> 48 == 0,
+                    "bit {bit} of the tail of {off}: {d:?}"
+                );
+            }
+        }
+        assert_eq!(encode_tail(0), 0);
+        assert_eq!(decode_tail(0), Ok(0));
+        // A tail written by a version-2 build (no check) still reads.
+        assert_eq!(decode_tail(4096 * 9 + 80), Ok(4096 * 9 + 80));
+    }
 
     #[test]
     fn log_page_classes_round_trip_and_class_0_is_a_block() {
