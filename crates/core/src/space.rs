@@ -176,13 +176,21 @@ impl Fs {
     /// short, migration is woken (it moves data down and frees PM); the wait
     /// ends when the room is back, or when PM has not become freer for
     /// [`STALL_LIMIT`] (the operation then goes on and fails with ENOSPC if
-    /// it really finds no room). Pools without block tiers, or without a
+    /// it really finds no room; later operations do not wait again until PM
+    /// is freer than it was then). Pools without block tiers, or without a
     /// migration thread, never wait.
     pub(crate) fn wait_for_pm_room(&self) {
         if self.tiers.is_empty() || self.pm_free_unpromised() >= self.pm_reserve_blocks() / 2 {
             return;
         }
         if self.unmounted.load(Ordering::Relaxed) || !self.migration_thread_running() {
+            return;
+        }
+        // After a wait that gave up, later operations do not wait again
+        // until PM is freer than it was then: a PM that holds little but
+        // metadata would otherwise cost every operation the whole limit.
+        let stalled_at = self.space_stats.stalled_at_free.load(Ordering::Relaxed);
+        if stalled_at != 0 && self.alloc.free() < stalled_at {
             return;
         }
         let start = Instant::now();
@@ -195,6 +203,7 @@ impl Fs {
             self.cache.wake_writeback();
             std::thread::sleep(Duration::from_millis(2));
             if self.pm_free_unpromised() >= self.pm_reserve_blocks() {
+                self.space_stats.stalled_at_free.store(0, Ordering::Relaxed);
                 break;
             }
             let free = self.alloc.free();
@@ -203,6 +212,9 @@ impl Fs {
                 progress_at = Instant::now();
             } else if progress_at.elapsed() > STALL_LIMIT || self.unmounted.load(Ordering::Relaxed)
             {
+                self.space_stats
+                    .stalled_at_free
+                    .store(free + 1, Ordering::Relaxed);
                 if self.space_stats.stalls.fetch_add(1, Ordering::Relaxed) == 0 {
                     self.notice(format!(
                         "PM has no room for metadata and migration freed none for {} s: operations go on and may fail with ENOSPC ({})",
@@ -256,6 +268,9 @@ pub struct SpaceStats {
     pub stalls: std::sync::atomic::AtomicU64,
     /// Cached writes refused because PM could not hold their log entries.
     pub promise_refusals: std::sync::atomic::AtomicU64,
+    /// 1 + free PM blocks when the last wait gave up (0: it did not):
+    /// operations do not wait again until PM has more free blocks.
+    pub stalled_at_free: std::sync::atomic::AtomicU64,
 }
 
 #[cfg(test)]
