@@ -424,29 +424,7 @@ impl BlockMedia for TimedBlock {
 }
 
 fn mkfs_small_ssd(pm: &dyn PmMedia) {
-    let p = FormatParams {
-        uuid: [7; 16],
-        inode_count: 64,
-        tiers: vec![
-            TierRecord {
-                id: 0,
-                kind: TierKind::Pm,
-                size: pm.len(),
-                extent_size: 0,
-                path: "pm".into(),
-            },
-            TierRecord {
-                id: 1,
-                kind: TierKind::Ssd,
-                size: SMALL_SSD,
-                extent_size: DEFAULT_EXTENT_SIZE,
-                path: "ssd".into(),
-            },
-        ],
-        root_uid: 0,
-        root_gid: 0,
-    };
-    format(pm, &p).unwrap();
+    mkfs_pm_ssd(pm, SMALL_SSD, 64);
 }
 
 #[test]
