@@ -121,10 +121,9 @@ struct State {
     tick: u64,
     /// Files with dirty pages and when they first became dirty.
     dirty_files: HashMap<Ino, Instant>,
-    /// Log bytes promised to each dirty file's write-back commit (`space.rs`).
+    /// Log bytes promised to each dirty file's write-back commit (`space.rs`);
+    /// their sum is `PageCache::promise_bytes`.
     log_promise: HashMap<Ino, u64>,
-    /// Sum of `log_promise`.
-    log_promise_bytes: u64,
     stats: CacheStats,
 }
 
@@ -166,8 +165,9 @@ impl State {
 /// The DRAM page cache (one per mounted pool).
 pub struct PageCache {
     state: Mutex<State>,
-    /// `State::log_promise_bytes`, readable without the state lock (every
-    /// modifying operation checks PM room first: `Fs::wait_for_pm_room`).
+    /// Sum of `State::log_promise`, changed under the state lock and read
+    /// without it (every modifying operation checks PM room first:
+    /// `Fs::wait_for_pm_room`).
     promise_bytes: AtomicU64,
     bound: AtomicU64,
     seq: AtomicU64,
@@ -217,7 +217,7 @@ impl PageCache {
     pub(crate) fn log_promise(&self, ino: Ino) -> (u64, u64) {
         let s = self.state.lock();
         (
-            s.log_promise_bytes,
+            self.promise_bytes.load(Ordering::Relaxed),
             s.log_promise.get(&ino).copied().unwrap_or(0),
         )
     }
@@ -226,9 +226,11 @@ impl PageCache {
     pub(crate) fn set_log_promise(&self, ino: Ino, bytes: u64) {
         let mut s = self.state.lock();
         let old = s.log_promise.insert(ino, bytes).unwrap_or(0);
-        s.log_promise_bytes = s.log_promise_bytes - old + bytes;
-        self.promise_bytes
-            .store(s.log_promise_bytes, Ordering::Relaxed);
+        // Under the state lock, so the sum always matches the map.
+        self.promise_bytes.store(
+            self.promise_bytes.load(Ordering::Relaxed) - old + bytes,
+            Ordering::Relaxed,
+        );
     }
 
     /// Log bytes promised to all dirty files' write-back commits, without
@@ -348,9 +350,7 @@ impl PageCache {
         if all {
             s.dirty_files.remove(&ino);
             if let Some(b) = s.log_promise.remove(&ino) {
-                s.log_promise_bytes -= b;
-                self.promise_bytes
-                    .store(s.log_promise_bytes, Ordering::Relaxed);
+                self.promise_bytes.fetch_sub(b, Ordering::Relaxed);
             }
         } else if let Some(t) = s.dirty_files.get_mut(&ino) {
             // Rewritten during its write-back: its age starts again.

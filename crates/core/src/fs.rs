@@ -491,7 +491,7 @@ impl Fs {
                 Ok(s) => staged.push(s),
                 Err(e) => {
                     for s in staged {
-                        self.log_room(true).give_back(s.new_pages);
+                        self.log_space.free_all(&self.alloc, s.new_pages);
                     }
                     return Err(e);
                 }

@@ -45,11 +45,12 @@ pub struct Staged {
     pub added: u64,
 }
 
-/// Size of the page to chain after `last` for an entry of `len` bytes: double
-/// the last page (256 bytes for a first page), at most 4 KiB, and at least
-/// what the entry needs with the header.
-pub fn next_page_size(last: Option<&LogPage>, len: u64) -> u64 {
-    let grown = last.map_or(LOG_PAGE_MIN, |p| (p.size * 2).min(LOG_PAGE_MAX));
+/// Size of the page to chain after a last page of `last` bytes (`None`: a
+/// first page) for an entry of `len` bytes: double the last page (256 bytes
+/// for a first page), at most 4 KiB, and at least what the entry needs with
+/// the header.
+pub fn next_page_size(last: Option<u64>, len: u64) -> u64 {
+    let grown = last.map_or(LOG_PAGE_MIN, |size| (size * 2).min(LOG_PAGE_MAX));
     grown.max((len + LOG_PAGE_HEADER).next_power_of_two())
 }
 
@@ -85,7 +86,7 @@ impl Log {
                         media.write(st.new_tail, &pe);
                         media.flush(st.new_tail, pe.len() as u64);
                     }
-                    let size = next_page_size(last_page.as_ref(), len);
+                    let size = next_page_size(last_page.map(|p| p.size), len);
                     let page = room.take(size).ok_or_else(|| errno(libc::ENOSPC))?;
                     st.new_pages.push(page);
                     // The whole page is written: header, then zeros. A page

@@ -79,8 +79,6 @@ struct Slabs {
     used: BTreeMap<u64, u16>,
     /// Per small class: slab blocks with an aligned free run of that class.
     fits: [BTreeSet<u64>; SMALL_CLASSES],
-    /// Bytes of live small pages.
-    bytes: u64,
     /// Whole-block log pages handed out.
     whole: u64,
 }
@@ -160,7 +158,6 @@ impl LogSpace {
                 return Err(PageOverlap { page: p });
             }
             *u |= mask;
-            s.bytes += p.size;
         }
         let blocks: Vec<u64> = used.keys().copied().collect();
         for (b, u) in used {
@@ -206,7 +203,6 @@ impl LogSpace {
             size,
         };
         s.set(block, used | page.units().1);
-        s.bytes += size;
         Some(page)
     }
 
@@ -224,7 +220,6 @@ impl LogSpace {
         debug_assert_eq!(used & mask, mask, "freeing a small log page twice");
         let left = used & !mask;
         s.set(block, left);
-        s.bytes -= page.size;
         if left == 0 {
             alloc.free_run(block, 1);
         }
@@ -235,12 +230,6 @@ impl LogSpace {
         for p in pages {
             self.free(alloc, p);
         }
-    }
-
-    /// Pool blocks the slabs hold, and the bytes of live small pages in them.
-    pub fn usage(&self) -> (u64, u64) {
-        let s = self.slabs.lock();
-        (s.used.len() as u64, s.bytes)
     }
 
     /// Pool blocks that hold log pages: slab blocks and whole-block pages.
@@ -285,7 +274,8 @@ mod tests {
             .all(|p| p.off / BLOCK_SIZE == p.end().div_ceil(BLOCK_SIZE) - 1));
         ls.free_all(&a, p);
         assert_eq!(a.free(), 4);
-        assert_eq!(ls.usage(), (0, 0));
+        assert!(ls.bitmaps().is_empty());
+        assert_eq!(ls.blocks(), 0);
     }
 
     #[test]
@@ -318,7 +308,7 @@ mod tests {
         }
         let (rebuilt, blocks) = LogSpace::from_pages(live.iter().copied()).unwrap();
         assert_eq!(rebuilt.bitmaps(), ls.bitmaps());
-        assert_eq!(blocks.len() as u64, ls.usage().0);
+        assert_eq!(blocks.len(), ls.bitmaps().len());
         assert_eq!(rebuilt.blocks(), ls.blocks());
         assert_eq!(ls.blocks(), 64 - a.free());
     }

@@ -80,7 +80,6 @@ impl Fs {
         rdev: u64,
         ctx: Ctx,
     ) -> FsResult<Attr> {
-        self.wait_for_pm_room();
         let kind = FileType::from_mode(mode).ok_or_else(|| errno(libc::EINVAL))?;
         if kind == FileType::Directory || kind == FileType::Symlink {
             return Err(errno(libc::EINVAL));
@@ -90,13 +89,11 @@ impl Fs {
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, ctx: Ctx) -> FsResult<Attr> {
-        self.wait_for_pm_room();
         self.create_inode(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, ctx, None)
     }
 
     /// Creates a symbolic link to `target`.
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], ctx: Ctx) -> FsResult<Attr> {
-        self.wait_for_pm_room();
         if target.is_empty() {
             return Err(errno(libc::ENOENT));
         }
@@ -126,6 +123,8 @@ impl Fs {
         symlink: Option<&[u8]>,
     ) -> FsResult<Attr> {
         check_name(name)?;
+        // Before any lock: the wait may be long (`space.rs`).
+        self.wait_for_pm_room();
         let mut pg = self.lock(parent)?;
         let p = pg.as_mut().expect("live");
         let d = p.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;

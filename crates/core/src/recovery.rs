@@ -423,7 +423,7 @@ fn scan_view(
     }
     // Block ownership.
     let mut used: Vec<(Run, Ino)> = Vec::new();
-    let mut small_pages: Vec<(crate::log_space::LogPage, Ino)> = Vec::new();
+    let mut log_pages: Vec<(crate::log_space::LogPage, Ino)> = Vec::new();
     let mut block_used: std::collections::BTreeMap<u8, Vec<(Run, Ino)>> = Default::default();
     for ino in &keys {
         let inode = &inodes[ino];
@@ -431,7 +431,7 @@ fn scan_view(
             if p.size >= BLOCK_SIZE {
                 used.push(((p.off / BLOCK_SIZE, 1), *ino));
             }
-            small_pages.push((*p, *ino));
+            log_pages.push((*p, *ino));
         }
         // Primary blocks and clean copies alike are owned.
         let runs = inode.extents.iter().flat_map(|(fb, ext)| {
@@ -497,21 +497,22 @@ fn scan_view(
         }
         block_used_runs.insert(tier, runs.into_iter().map(|x| x.0).collect::<Vec<Run>>());
     }
-    // Small log pages: no two may overlap; each slab block is owned once.
+    // Small log pages: no two may overlap; each slab block is owned once
+    // (whole-block pages are in `used` already).
     let mut ownership_ok = true;
-    small_pages.sort_unstable();
-    let log_space = match crate::log_space::LogSpace::from_pages(small_pages.iter().map(|x| x.0)) {
+    log_pages.sort_unstable();
+    let log_space = match crate::log_space::LogSpace::from_pages(log_pages.iter().map(|x| x.0)) {
         Ok((space, blocks)) => {
             for b in blocks {
-                let i = small_pages.partition_point(|(p, _)| p.off < b * BLOCK_SIZE);
-                let owner = small_pages.get(i).map_or(0, |x| x.1);
+                let i = log_pages.partition_point(|(p, _)| p.off < b * BLOCK_SIZE);
+                let owner = log_pages.get(i).map_or(0, |x| x.1);
                 used.push(((b, 1), owner));
             }
             Some(space)
         }
         Err(e) => {
             ownership_ok = false;
-            let owner = small_pages
+            let owner = log_pages
                 .iter()
                 .find(|(p, _)| *p == e.page)
                 .map_or(0, |x| x.1);

@@ -9,8 +9,9 @@
 //!
 //! 1. *Promise.* A write accepted into the DRAM cache promises its file's
 //!    write-back commit the log bytes it will need
-//!    ([`log_bytes_needed`]: one 48-byte write entry per dirty page at worst,
-//!    in pages that double from the file's current last page). The write
+//!    ([`writeback_log_bytes`]: one 48-byte write entry per run of dirty
+//!    pages, per 512 KiB extent boundary and per extra tier, in pages that
+//!    double from the file's current last page). The write
 //!    fails with ENOSPC at `write()` when PM does not have that many free
 //!    blocks beyond what is already promised ([`Fs::check_log_promise`]).
 //!    The promise is dropped when the file has no dirty page left.
@@ -59,14 +60,14 @@ pub fn log_bytes_needed(log: &Log, entries: u64) -> u64 {
     }
     let mut left = want - room;
     let mut total = 0;
-    let mut prev = last;
+    let mut prev = last.map(|p| p.size);
     while left > 0 {
-        let size = next_page_size(prev.as_ref(), WRITE_ENTRY_BYTES);
+        let size = next_page_size(prev, WRITE_ENTRY_BYTES);
         total += size;
         // An entry never crosses a page: a page holds whole entries only.
         let holds = (size - LOG_PAGE_HEADER) / WRITE_ENTRY_BYTES * WRITE_ENTRY_BYTES;
         left = left.saturating_sub(holds);
-        prev = Some(crate::log_space::LogPage { off: 0, size });
+        prev = Some(size);
     }
     total
 }
@@ -144,19 +145,16 @@ impl Fs {
         let st = &self.space_stats;
         let state = if self.tiers.is_empty() {
             if free == 0 {
-                "PM full".to_string()
+                "PM full"
             } else {
-                String::new()
+                ""
             }
-        } else if free.saturating_sub(promised) < reserve {
-            format!(
-                "PM full ({} free, {} kept for logs): new data goes to the block tiers, new metadata waits for migration",
-                crate::status::human(free * BLOCK_SIZE),
-                crate::status::human(reserve * BLOCK_SIZE)
-            )
+        } else if self.pm_free_unpromised() < reserve {
+            "PM full: new data goes to the block tiers, new metadata waits for migration"
         } else {
-            String::new()
-        };
+            ""
+        }
+        .to_string();
         SpaceStatus {
             pm_metadata_bytes: (sb.pool_start + log_blocks) * BLOCK_SIZE,
             pm_log_bytes: log_blocks * BLOCK_SIZE,

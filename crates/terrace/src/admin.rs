@@ -141,7 +141,12 @@ pub fn render_status(st: &Value) -> String {
             ));
         }
         if !s(sp, "state").is_empty() {
-            line(format!("  PM            {}", s(sp, "state")));
+            line(format!(
+                "  PM            {} ({} free, {} kept for logs)",
+                s(sp, "state"),
+                util::human_bytes(n(sp, "pm_free_bytes")),
+                util::human_bytes(n(sp, "pm_reserve_bytes"))
+            ));
         }
     }
     line(format!(

@@ -720,8 +720,9 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
                     break;
                 }
                 log(format!("signal {s}: unmounting"));
-                if let Err(e) = persist_before_detach(&fs) {
-                    log(format!("{e}; signal again to exit anyway"));
+                if persist_before_detach(&fs).is_err() {
+                    // Said in the log already; the pool stays mounted.
+                    log("signal again to exit anyway");
                     continue;
                 }
                 match mounted.unmount(false) {
