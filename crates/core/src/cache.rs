@@ -485,6 +485,10 @@ impl Fs {
         now: i64,
         reserved: u64,
     ) -> FsResult<()> {
+        // A file whose log migration moved to a block tier gets it back on
+        // PM first, so the promise below is for an ordinary PM log and the
+        // write-back commit never has to recall (ENOSPC here, not later).
+        self.recall_log(i, false)?;
         let end = off + data.len() as u64;
         let fb0 = off / BS;
         let fb1 = (end - 1) / BS;
@@ -727,6 +731,7 @@ impl Fs {
         // dirty pages (`space.rs`); a part of them may have more runs than
         // the whole, so a part may not take promised blocks. When it finds
         // no other room, the whole file goes in one commit instead.
+        let committed_runs = entries.len() as u64;
         if let Err(e) = self.commit_one_in(i, entries, whole) {
             drop(g);
             release(pieces);
@@ -755,6 +760,18 @@ impl Fs {
             }
         }
         let all = i.dirty.is_empty();
+        if !all {
+            // Taking a part out of the dirty pages can split each remaining
+            // run they touched in two: the file's run bound, and with it the
+            // log room promised to its next write-back commit, grow by the
+            // runs just committed (else, after many parts, the final commit
+            // could need more room than was promised).
+            i.dirty_runs += committed_runs;
+            let promise =
+                crate::space::writeback_log_bytes(&i.log, i.dirty_runs, i.dirty.len() as u64);
+            let _room = self.room_lock.lock();
+            self.cache.set_log_promise(ino, promise);
+        }
         // Still under the inode lock: once it is released a rewrite may free
         // these blocks, and a clean copy inserted after that would outlive them.
         for (tier, first, v) in clean_runs {

@@ -133,6 +133,11 @@ impl Fs {
                 Err(_) => break,
             }
         }
+        // Logs that log migration put in the victims move too.
+        let logs = self.logs_in_extents(tier, &set);
+        if !logs.is_empty() {
+            let _ = self.move_logs(&logs, tier);
+        }
         let freed = t.space.extents_freed() - freed_before;
         s.moved_blocks.fetch_add(moved, Ordering::Relaxed);
         s.extents_recycled.fetch_add(freed, Ordering::Relaxed);

@@ -118,6 +118,8 @@ pub struct Fs {
     pub(crate) cleaner_stats: crate::clean::CleanerStats,
     /// Inodes with a placement rule (see `rules`).
     pub(crate) ruled: Mutex<std::collections::BTreeSet<Ino>>,
+    /// Log migration state (`log_migrate`).
+    pub(crate) log_migration: crate::log_migrate::LogMigration,
 }
 
 /// When reads update the access time.
@@ -151,7 +153,7 @@ impl Fs {
         devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)>,
     ) -> Result<Fs, OpenError> {
         // Refuse before writing anything when a tier that holds data is missing.
-        let sc = scan(&*media, false, &mut |_, _| {})?;
+        let sc = scan(&*media, &devices, false, &mut |_, _| {})?;
         for (tier, runs) in &sc.block_used {
             if !runs.is_empty() && !devices.iter().any(|(id, _)| id == tier) {
                 return Err(OpenError::MissingTier(*tier));
@@ -272,6 +274,7 @@ impl Fs {
             ),
             cleaner_stats: Default::default(),
             ruled: Mutex::new(Default::default()),
+            log_migration: Default::default(),
         };
         for slot in &fs.table {
             if let Some(i) = slot.lock().as_mut() {
@@ -465,9 +468,94 @@ impl Fs {
         self.unlist(inode);
         let pages = std::mem::take(&mut inode.log.pages);
         self.log_space.free_all(&self.alloc, pages);
-        let all = inode.extents.unmap(0, u64::MAX);
+        let mut all = inode.extents.unmap(0, u64::MAX);
+        if let Some(t) = inode.log.on_tier.take() {
+            all.push((t.tier, t.block, t.blocks));
+        }
         self.free_runs(all);
         inode.log = Default::default();
+    }
+
+    /// Stages `entries` for a commit to `inode` and returns them with the
+    /// slot words whose publication commits them. A log on PM gets them
+    /// beyond its tail (the tail word; the head word too when the log was
+    /// empty and `journal_head` is set). A log on a block tier is *recalled*
+    /// in the same commit: a fresh PM chain holds the inode's whole state
+    /// (the entries compaction writes) followed by `entries`, and the words
+    /// publish its head, its tail and the slot state "log on PM" together
+    /// (design.md §5d, log migration). The blob is freed after the commit.
+    pub(crate) fn stage_commit(
+        &self,
+        inode: &Inode,
+        entries: &[Entry],
+        background: bool,
+        journal_head: bool,
+    ) -> FsResult<StagedCommit> {
+        let base = inode_offset(inode.ino);
+        let room = self.log_room(background);
+        if let Some(t) = inode.log.on_tier {
+            let mut all = inode.snapshot_entries();
+            all.extend_from_slice(entries);
+            // The slot's head word names the blob until the commit: stage
+            // without storing a head there.
+            let st = crate::log::Log::default().stage(
+                &*self.media,
+                &room,
+                inode.ino,
+                scratch_slot(),
+                &all,
+            )?;
+            let head = st.new_pages[0].off;
+            let words = vec![
+                (base + INODE_OFF_LOG_HEAD, head),
+                (
+                    base + INODE_OFF_LOG_TAIL,
+                    terrace_format::encode_tail(st.new_tail),
+                ),
+                (base + INODE_OFF_STATE, terrace_format::INODE_USED),
+            ];
+            return Ok(StagedCommit {
+                st,
+                words,
+                recalled: Some(t),
+            });
+        }
+        let st = inode
+            .log
+            .stage(&*self.media, &room, inode.ino, base, entries)?;
+        let mut words = Vec::with_capacity(2);
+        if inode.log.head == 0 && journal_head {
+            // The head was stored ahead; journal it too so a rollback is exact.
+            words.push((base + INODE_OFF_LOG_HEAD, inode.log.head_after(&st)));
+        }
+        words.push((
+            base + INODE_OFF_LOG_TAIL,
+            terrace_format::encode_tail(st.new_tail),
+        ));
+        Ok(StagedCommit {
+            st,
+            words,
+            recalled: None,
+        })
+    }
+
+    /// Applies a committed [`StagedCommit`] to the inode's DRAM log; returns
+    /// the blob a recall released (to free with the other released runs).
+    fn apply_staged(inode: &mut Inode, sc: StagedCommit) -> Option<Released> {
+        if sc.recalled.is_some() {
+            inode.log = crate::log::Log::default();
+        }
+        inode.log.apply(sc.st);
+        sc.recalled.map(|t| (t.tier, t.block, t.blocks))
+    }
+
+    /// Brings a log that migration moved to a block tier back to PM (one
+    /// commit with no new entry); nothing when the log is on PM.
+    pub(crate) fn recall_log(&self, inode: &mut Inode, background: bool) -> FsResult<()> {
+        if inode.log.on_tier.is_none() {
+            return Ok(());
+        }
+        self.commit_one_in(inode, Vec::new(), background)
     }
 
     /// Commits entries to several logs atomically, plus extra `(address, value)`
@@ -478,40 +566,21 @@ impl Fs {
         parts: Vec<(Ino, Vec<Entry>)>,
         extra: Vec<(u64, u64)>,
     ) -> FsResult<()> {
-        let mut staged = Vec::with_capacity(parts.len());
+        let mut staged: Vec<StagedCommit> = Vec::with_capacity(parts.len());
+        let journal_head = parts.len() + extra.len() > 1;
         for (ino, entries) in &parts {
             let inode = l.get(*ino);
-            match inode.log.stage(
-                &*self.media,
-                &self.log_room(false),
-                *ino,
-                inode_offset(*ino),
-                entries,
-            ) {
+            match self.stage_commit(inode, entries, false, journal_head) {
                 Ok(s) => staged.push(s),
                 Err(e) => {
                     for s in staged {
-                        self.log_space.free_all(&self.alloc, s.new_pages);
+                        self.log_space.free_all(&self.alloc, s.st.new_pages);
                     }
                     return Err(e);
                 }
             }
         }
-        let mut words: Vec<(u64, u64)> = Vec::with_capacity(parts.len() + extra.len());
-        for ((ino, _), s) in parts.iter().zip(&staged) {
-            let inode = l.get(*ino);
-            if inode.log.head == 0 && parts.len() + extra.len() > 1 {
-                // The head was stored ahead; journal it too so a rollback is exact.
-                words.push((
-                    inode_offset(*ino) + INODE_OFF_LOG_HEAD,
-                    inode.log.head_after(s),
-                ));
-            }
-            words.push((
-                inode_offset(*ino) + INODE_OFF_LOG_TAIL,
-                terrace_format::encode_tail(s.new_tail),
-            ));
-        }
+        let mut words: Vec<(u64, u64)> = staged.iter().flat_map(|s| s.words.clone()).collect();
         words.extend(extra);
         self.journal.commit(&*self.media, &words);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -523,7 +592,7 @@ impl Fs {
         let mut released = Vec::new();
         for ((ino, entries), s) in parts.into_iter().zip(staged) {
             let inode = l.get(ino);
-            inode.log.apply(s);
+            released.extend(Fs::apply_staged(inode, s));
             for e in &entries {
                 released.extend(inode.apply(e));
             }
@@ -547,25 +616,12 @@ impl Fs {
         entries: Vec<Entry>,
         background: bool,
     ) -> FsResult<()> {
-        let st = inode.log.stage(
-            &*self.media,
-            &self.log_room(background),
-            inode.ino,
-            inode_offset(inode.ino),
-            &entries,
-        )?;
-        let tail = st.new_tail;
-        // Commit point of every single-inode operation: the log tail store.
-        self.journal.commit(
-            &*self.media,
-            &[(
-                inode_offset(inode.ino) + INODE_OFF_LOG_TAIL,
-                terrace_format::encode_tail(tail),
-            )],
-        );
+        let sc = self.stage_commit(inode, &entries, background, false)?;
+        // Commit point of every single-inode operation: the log tail store
+        // (with a recall, the journal slot that publishes head, tail and state).
+        self.journal.commit(&*self.media, &sc.words);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        inode.log.apply(st);
-        let mut released = Vec::new();
+        let mut released: Vec<Released> = Fs::apply_staged(inode, sc).into_iter().collect();
         for e in &entries {
             released.extend(inode.apply(e));
         }
@@ -623,6 +679,7 @@ impl Fs {
         let old = std::mem::take(&mut inode.log.pages);
         self.log_space.free_all(&self.alloc, old);
         inode.log = crate::log::Log {
+            on_tier: None,
             head,
             tail: st.new_tail,
             pages: st.new_pages,
@@ -705,6 +762,11 @@ impl Fs {
                         .filter(|r| r.0 == t.id)
                         .map(|r| r.2)
                         .sum::<u64>();
+                    referenced += i
+                        .log
+                        .on_tier
+                        .filter(|l| l.tier == t.id)
+                        .map_or(0, |l| l.blocks);
                 }
             }
             let valid = t.space.stats().valid_blocks;
@@ -723,6 +785,16 @@ impl Fs {
 /// slot 0 is never used, so its head word may be scribbled on.
 pub(crate) fn scratch_slot() -> u64 {
     inode_offset(0)
+}
+
+/// Entries staged for one inode's commit (see [`Fs::stage_commit`]).
+pub(crate) struct StagedCommit {
+    /// The staged entries and pages.
+    pub(crate) st: crate::log::Staged,
+    /// Slot words to publish, `(address, value)`.
+    pub(crate) words: Vec<(u64, u64)>,
+    /// The log was on a block tier: this blob is freed after the commit.
+    pub(crate) recalled: Option<crate::log::TierLog>,
 }
 
 /// Several locked inodes.

@@ -12,7 +12,7 @@
 //! directory with two parents and a missing root are reported, not repaired.
 
 use crate::alloc::PageAllocator;
-use crate::recovery::{scan, OpenError, Problem, Scan};
+use crate::recovery::{scan, OpenError, Problem, Scan, TierDevices};
 use crate::types::Ino;
 use std::sync::Arc;
 use terrace_format::{
@@ -71,9 +71,10 @@ fn summarize(sc: &Scan, report: &mut FsckReport) {
 /// to a read-only overlay, not to the pool).
 pub fn check(
     media: &dyn PmMedia,
+    tiers: &TierDevices,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<FsckReport, OpenError> {
-    let sc = scan(media, false, progress)?;
+    let sc = scan(media, tiers, false, progress)?;
     let mut report = FsckReport {
         open_transactions: sc.rolled_back,
         ..Default::default()
@@ -85,11 +86,12 @@ pub fn check(
 /// Repairs a pool in place, then checks it again.
 pub fn repair(
     media: Arc<dyn PmMedia>,
+    tiers: &TierDevices,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<FsckReport, OpenError> {
     let mut report = FsckReport::default();
     // Pass 1: problems below the log level (slots, logs, journal).
-    let sc = scan(&*media, true, progress)?;
+    let sc = scan(&*media, tiers, true, progress)?;
     report.open_transactions = sc.rolled_back;
     let mut rescan = false;
     for p in &sc.problems {
@@ -100,6 +102,26 @@ pub fn repair(
                 report
                     .repaired
                     .push(format!("freed broken inode slot {ino}"));
+                rescan = true;
+            }
+            Problem::BadLog { ino, .. }
+                if media.load_u64(inode_offset(*ino) + INODE_OFF_STATE)
+                    == terrace_format::INODE_USED_TIER_LOG =>
+            {
+                // An unreadable log blob on a block tier: the inode keeps
+                // what its slot says (an empty log on PM). State first: a
+                // crash in between leaves a PM log that does not walk, which
+                // the next repair truncates.
+                media.store_u64(
+                    inode_offset(*ino) + INODE_OFF_STATE,
+                    terrace_format::INODE_USED,
+                );
+                media.persist(inode_offset(*ino) + INODE_OFF_STATE, 8);
+                media.store_u64(inode_offset(*ino) + INODE_OFF_LOG_TAIL, 0);
+                media.persist(inode_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
+                report.repaired.push(format!(
+                    "emptied the log of inode {ino} (its log on a block tier is unreadable)"
+                ));
                 rescan = true;
             }
             Problem::BadLog { ino, safe_tail, .. } => {
@@ -130,7 +152,7 @@ pub fn repair(
             .push(format!("freed {} orphan inodes", sc.orphans.len()));
     }
     let sc = if rescan {
-        scan(&*media, true, progress)?
+        scan(&*media, tiers, true, progress)?
     } else {
         sc
     };
@@ -155,7 +177,7 @@ pub fn repair(
         let any = !fixes.is_empty();
         append_fixes(&*media, &sc.log_space, alloc, &sc, fixes, &mut report);
         if any {
-            let sc2 = scan(&*media, true, progress)?;
+            let sc2 = scan(&*media, tiers, true, progress)?;
             summarize(&sc2, &mut report);
             return Ok(report);
         }
@@ -183,6 +205,40 @@ fn append_fixes(
             alloc,
             keep_free: 0,
         };
+        if log.on_tier.is_some() {
+            // A log on a block tier comes back to PM with the fix: the
+            // inode's state, then the fix, in a fresh chain published with
+            // the slot state through the journal (as a recall does).
+            let mut all = inode.snapshot_entries();
+            all.push(e);
+            let fresh = crate::log::Log::default();
+            match fresh.stage(media, &room, ino, crate::fs::scratch_slot(), &all) {
+                Ok(st) => {
+                    let base = inode_offset(ino);
+                    crate::journal::Journal::default().commit(
+                        media,
+                        &[
+                            (
+                                base + terrace_format::INODE_OFF_LOG_HEAD,
+                                st.new_pages[0].off,
+                            ),
+                            (
+                                base + INODE_OFF_LOG_TAIL,
+                                terrace_format::encode_tail(st.new_tail),
+                            ),
+                            (base + INODE_OFF_STATE, terrace_format::INODE_USED),
+                        ],
+                    );
+                    *log = crate::log::Log::default();
+                    log.apply(st);
+                    report.repaired.push(what);
+                }
+                Err(err) => report
+                    .problems
+                    .push(format!("could not repair inode {ino}: {err}")),
+            }
+            continue;
+        }
         match log.stage(
             media,
             &room,

@@ -15,6 +15,7 @@ pub mod fsck;
 pub mod inode;
 pub mod journal;
 pub mod log;
+pub mod log_migrate;
 pub mod log_space;
 pub mod migrate;
 pub mod mkfs;

@@ -21,9 +21,29 @@ use terrace_format::{
 };
 use terrace_media::PmMedia;
 
+/// A log that migration moved to a block tier (a `terrace_format::LogBlob`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierLog {
+    /// Tier id.
+    pub tier: u8,
+    /// First block of the blob on the tier.
+    pub block: u64,
+    /// Blocks the blob takes.
+    pub blocks: u64,
+    /// The blob's length in bytes (the slot's tail).
+    pub bytes: u64,
+}
+
 /// DRAM view of one inode's log.
+///
+/// Either on PM (`head`, `tail`, `pages`) or, after log migration, a blob on
+/// a block tier (`on_tier`; then `head` and `tail` are 0 and `pages` empty).
+/// A commit to an inode whose log is on a tier first writes the inode's
+/// state back into a fresh PM log in the same commit (`Fs::stage_commit`).
 #[derive(Debug, Clone, Default)]
 pub struct Log {
+    /// Where the log is when it is not on PM.
+    pub on_tier: Option<TierLog>,
     /// PM byte offset of the first page (0 = empty log).
     pub head: u64,
     /// Committed end (0 = empty log).

@@ -100,6 +100,8 @@ pub struct Migrator {
     /// The error that ended the last failed move, if any since the last
     /// successful pass.
     last_failure: Mutex<Option<String>>,
+    /// The last log-migration failure logged (each different one once).
+    pub(crate) last_log_failure: Mutex<String>,
     /// Notices for the daemon's log, each said once (see `take_notices`).
     notices: Mutex<Vec<String>>,
     pub(crate) stop: AtomicBool,
@@ -1093,6 +1095,9 @@ impl Fs {
                 moved += self.nvmfs_flush(to, cap, pm_split, &np);
             }
         }
+        // Logs of cold files leave PM when data moving was not enough.
+        let need = self.log_migration_need(mig::migration_threshold(params.threshold, io));
+        moved += self.migrate_logs(need);
         moved += self.reverse_pass(io, &params);
         if !self.ruled.lock().is_empty() {
             moved += self.enforce_rules();

@@ -18,11 +18,15 @@ use crate::inode::Inode;
 use crate::log::walk;
 use crate::types::{FileType, Ino};
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use terrace_format::{
-    inode_offset, FormatError, InodeSlot, Superblock, BLOCK_SIZE, INODE_SIZE, INODE_USED, ROOT_INO,
-    SUPERBLOCK_A_BLOCK, SUPERBLOCK_B_BLOCK,
+    decode_tier_log_head, inode_offset, is_used_state, FormatError, InodeSlot, LogBlob, Superblock,
+    BLOCK_SIZE, INODE_SIZE, INODE_USED_TIER_LOG, ROOT_INO, SUPERBLOCK_A_BLOCK, SUPERBLOCK_B_BLOCK,
 };
-use terrace_media::PmMedia;
+use terrace_media::{BlockMedia, PmMedia};
+
+/// The block-tier devices a scan may read logs from: `(tier id, device)`.
+pub type TierDevices = [(u8, Arc<dyn BlockMedia>)];
 
 /// Why a pool cannot be opened at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +116,13 @@ pub enum Problem {
     },
     /// The root directory is missing or not a directory.
     BadRoot,
+    /// A log that migration moved to a block tier whose device was not given.
+    LogOnMissingTier {
+        /// Inode.
+        ino: Ino,
+        /// Tier.
+        tier: u8,
+    },
     /// A journal slot with unreadable records.
     BadJournal {
         /// Slot index.
@@ -152,6 +163,10 @@ impl std::fmt::Display for Problem {
             Problem::BlockOwnership { ino, what } => write!(f, "inode {ino}: {what}"),
             Problem::BadRoot => write!(f, "the root directory is missing"),
             Problem::BadJournal { slot, what } => write!(f, "journal slot {slot}: {what}"),
+            Problem::LogOnMissingTier { ino, tier } => write!(
+                f,
+                "inode {ino}: its log is on block tier {tier}, whose device is missing"
+            ),
         }
     }
 }
@@ -250,6 +265,7 @@ impl PmMedia for Overlay<'_> {
 /// written to.
 pub fn scan(
     media: &dyn PmMedia,
+    tiers: &TierDevices,
     write: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Scan, OpenError> {
@@ -266,7 +282,7 @@ pub fn scan(
         inner: media,
         words,
     };
-    let mut sc = scan_view(&view, sb, problems, progress);
+    let mut sc = scan_view(&view, tiers, sb, problems, progress);
     sc.rolled_back = rolled_back;
     if write {
         finish_recovery(media, &mut sc);
@@ -291,8 +307,35 @@ pub fn finish_recovery(media: &dyn PmMedia, sc: &mut Scan) {
     media.fence();
 }
 
+/// Reads the log blob of inode `ino` (slot generation `generation`) that
+/// its slot places on tier `tier` at `block`, `bytes` long. `Ok(None)`: the
+/// tier's device was not given.
+fn read_log_blob(
+    tiers: &TierDevices,
+    ino: Ino,
+    generation: u32,
+    (tier, block, bytes): (u8, u64, u64),
+) -> Result<Option<LogBlob>, String> {
+    let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier) else {
+        return Ok(None);
+    };
+    let blocks = bytes.div_ceil(BLOCK_SIZE);
+    if block == 0 || block.saturating_add(blocks) > dev.blocks() {
+        return Err(format!(
+            "log blob at block {block} of tier {tier} lies outside the device"
+        ));
+    }
+    let mut buf = vec![0u8; (blocks * BLOCK_SIZE) as usize];
+    dev.read_blocks(block, &mut buf)
+        .map_err(|e| format!("log blob on tier {tier} at block {block}: {e}"))?;
+    LogBlob::decode(&buf, bytes, ino, generation)
+        .map(Some)
+        .map_err(|e| format!("log blob on tier {tier} at block {block}: {e:?}"))
+}
+
 fn scan_view(
     media: &dyn PmMedia,
+    tiers: &TierDevices,
     sb: Superblock,
     mut problems: Vec<Problem>,
     progress: &mut dyn FnMut(u64, u64),
@@ -308,7 +351,7 @@ fn scan_view(
         }
         let raw = &table[(ino as usize) * INODE_SIZE..(ino as usize + 1) * INODE_SIZE];
         let slot = match InodeSlot::decode(raw) {
-            Ok(s) if s.state == INODE_USED => s,
+            Ok(s) if is_used_state(s.state) => s,
             Ok(_) => continue,
             Err(e) => {
                 problems.push(Problem::BadSlot {
@@ -325,6 +368,49 @@ fn scan_view(
             });
             continue;
         };
+        if slot.state == INODE_USED_TIER_LOG {
+            // The log was moved to a block tier (log migration): one blob.
+            let (tier, block) = decode_tier_log_head(slot.log_head);
+            let bytes = slot.log_tail;
+            let blocks = bytes.div_ceil(BLOCK_SIZE);
+            let rec = sb
+                .tiers
+                .iter()
+                .find(|t| t.id == tier && t.kind != terrace_format::TierKind::Pm);
+            if !rec
+                .is_some_and(|r| block > 0 && block.saturating_add(blocks) <= r.size / BLOCK_SIZE)
+            {
+                problems.push(Problem::BadLog {
+                    ino,
+                    what: format!("log on tier {tier} at block {block}: no such place"),
+                    safe_tail: 0,
+                });
+                inodes.insert(ino, inode);
+                continue;
+            }
+            match read_log_blob(tiers, ino, slot.generation, (tier, block, bytes)) {
+                Ok(Some(blob)) => {
+                    for e in &blob.entries {
+                        inode.apply(e);
+                    }
+                    inode.log.entries = blob.entries.len() as u64;
+                }
+                Ok(None) => problems.push(Problem::LogOnMissingTier { ino, tier }),
+                Err(what) => problems.push(Problem::BadLog {
+                    ino,
+                    what,
+                    safe_tail: 0,
+                }),
+            }
+            inode.log.on_tier = Some(crate::log::TierLog {
+                tier,
+                block,
+                blocks,
+                bytes,
+            });
+            inodes.insert(ino, inode);
+            continue;
+        }
         let walked = match walk(media, ino, slot.log_head, slot.log_tail, pool.clone()) {
             Ok(w) => w,
             Err(e) => {
@@ -432,6 +518,13 @@ fn scan_view(
                 used.push(((p.off / BLOCK_SIZE, 1), *ino));
             }
             log_pages.push((*p, *ino));
+        }
+        if let Some(t) = inode.log.on_tier {
+            // Checked against the tier's size when it was read.
+            block_used
+                .entry(t.tier)
+                .or_default()
+                .push(((t.block, t.blocks), *ino));
         }
         // Primary blocks and clean copies alike are owned.
         let runs = inode.extents.iter().flat_map(|(fb, ext)| {

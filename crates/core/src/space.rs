@@ -2,8 +2,9 @@
 //! operations may take, and waiting for migration when PM is full.
 //!
 //! PM holds everything that makes a commit (inode slots, the journal, log
-//! pages) and, beside it, file data. Data can live on any tier; logs live on
-//! PM only. So PM must never be so full of data that a commit cannot find a
+//! pages) and, beside it, file data. Data can live on any tier; logs are
+//! written on PM (log migration moves cold ones to a block tier, and any
+//! commit brings one back first). So PM must never be so full of data that a commit cannot find a
 //! log page — above all the commit of cached data that was already
 //! acknowledged to an application. The rules (docs/design.md §5f):
 //!
@@ -297,6 +298,7 @@ mod tests {
                 size: 256,
             }],
             entries: 1,
+            ..Log::default()
         };
         assert_eq!(log_bytes_needed(&log, 4), 0);
         assert_eq!(log_bytes_needed(&log, 5), 512);

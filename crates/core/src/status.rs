@@ -129,6 +129,8 @@ pub struct Status {
     pub cache: crate::cache::CacheStats,
     /// Migration between tiers.
     pub migration: crate::migrate::MigrationStatus,
+    /// Logs moved to block tiers (`log_migrate`).
+    pub log_migration: crate::log_migrate::LogMigrationStatus,
     /// Extent recycling on block tiers.
     pub cleaner: crate::clean::CleanerStatus,
     /// All settings.
@@ -234,6 +236,7 @@ impl Fs {
             sync_predictions,
             cache: self.cache.stats(),
             migration: self.migration_status(),
+            log_migration: self.log_migration_status(),
             cleaner: self.cleaner_status(),
             settings: self.settings(),
         }

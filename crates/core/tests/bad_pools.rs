@@ -36,10 +36,10 @@ fn a_refused_mount_leaves_the_pool_byte_for_byte_unchanged() {
     assert!(matches!(err, OpenError::Corrupt(_)), "{err}");
     assert!(err.to_string().contains("checksum"), "{err}");
     assert!(m.image() == before, "a refused mount wrote to the pool");
-    let report = fsck::check(&*m, &mut |_, _| {}).unwrap();
+    let report = fsck::check(&*m, &[], &mut |_, _| {}).unwrap();
     assert!(!report.is_clean());
     assert!(m.image() == before, "fsck without repair wrote to the pool");
-    let repaired = fsck::repair(m.clone() as Arc<dyn PmMedia>, &mut |_, _| {}).unwrap();
+    let repaired = fsck::repair(m.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {}).unwrap();
     assert!(repaired.is_clean(), "{:?}", repaired.problems);
     let fs = Fs::mount(m.clone() as Arc<dyn PmMedia>).unwrap();
     fs.check_allocator().unwrap();

@@ -95,7 +95,8 @@ fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
     ssd.heal();
     fs.write(a.ino, 8 << 20, &vec![5u8; 2 << 20]).unwrap();
     fs.unmount().unwrap();
-    let report = terrace_core::fsck::check(&*pm, &mut |_, _| {}).unwrap();
+    let tiers: [(u8, Arc<dyn BlockMedia>); 1] = [(1, ssd.clone())];
+    let report = terrace_core::fsck::check(&*pm, &tiers, &mut |_, _| {}).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
 }
 

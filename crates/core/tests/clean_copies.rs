@@ -226,7 +226,9 @@ fn crashes_during_flush_and_eviction_lose_nothing() {
     for kk in points {
         let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
         let pm2 = Arc::new(MemMedia::from_image(img));
-        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+        let tiers: [(u8, Arc<dyn BlockMedia>); 1] =
+            [(1, Arc::new(MemBlock::from_image(img_ssd.clone())))];
+        let report = terrace_core::fsck::check(&*pm2, &tiers, &mut |_, _| {}).unwrap();
         assert!(
             report.is_clean(),
             "seed {base} crash at {kk}/{n}: {:?}",

@@ -206,7 +206,7 @@ fn run_case(
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let pm = Arc::new(MemMedia::from_image(pm_img));
         let ssd = Arc::new(MemBlock::from_image(ssd_img));
-        let checked = fsck::check(&*pm, &mut |_, _| {});
+        let checked = fsck::check(&*pm, &[], &mut |_, _| {});
         let was_clean = matches!(&checked, Ok(r) if r.is_clean());
         let mounted = match open(&pm, &ssd) {
             Ok(fs) => {
@@ -235,7 +235,8 @@ fn run_case(
             let _ = fs.unmount();
         }
         // Repair never panics either, and a pool it calls clean mounts.
-        if fsck::repair(pm.clone() as Arc<dyn PmMedia>, &mut |_, _| {}).is_ok_and(|r| r.is_clean())
+        if fsck::repair(pm.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {})
+            .is_ok_and(|r| r.is_clean())
         {
             let fs = open(&pm, &ssd).map_err(|e| format!("repaired pool does not mount: {e}"))?;
             exercise(&fs);

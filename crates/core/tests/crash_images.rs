@@ -13,7 +13,7 @@ use terrace_media::{CrashMedia, LossMode, MemMedia, PmMedia};
 
 fn check_image(img: Vec<u8>, before: &Tree, after: &Tree, must_be_after: bool, ctx: &str) {
     let media = Arc::new(MemMedia::from_image(img));
-    let report = terrace_core::fsck::check(&*media, &mut |_, _| {})
+    let report = terrace_core::fsck::check(&*media, &[], &mut |_, _| {})
         .unwrap_or_else(|e| panic!("{ctx}: fsck cannot read: {e}"));
     assert!(
         report.is_clean(),
@@ -35,7 +35,7 @@ fn check_image(img: Vec<u8>, before: &Tree, after: &Tree, must_be_after: bool, c
         );
     }
     fs.unmount().unwrap();
-    let report = terrace_core::fsck::check(&*media, &mut |_, _| {}).unwrap();
+    let report = terrace_core::fsck::check(&*media, &[], &mut |_, _| {}).unwrap();
     assert!(
         report.is_clean(),
         "{ctx}: fsck after recovery: {:?}",

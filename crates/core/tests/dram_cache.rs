@@ -333,7 +333,8 @@ fn a_failing_ssd_makes_write_back_retry_on_pm_or_fail_fsync_with_eio() {
     fs.fsync(a.ino, false).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let report = terrace_core::fsck::check(&*pm, &mut |_, _| {}).unwrap();
+    let tiers: [(u8, Arc<dyn BlockMedia>); 1] = [(1, ssd.clone())];
+    let report = terrace_core::fsck::check(&*pm, &tiers, &mut |_, _| {}).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
     let fs = mount(pm, ssd);
     assert!(fs.read(a.ino, 0, 4 << 20).unwrap() == expect);

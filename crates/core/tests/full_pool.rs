@@ -59,7 +59,7 @@ fn enospc_when_full_keeps_every_written_byte() {
         assert_eq!(&fs.read(*ino, 0, data.len() + 1).unwrap(), data);
     }
     fs.unmount().unwrap();
-    assert!(terrace_core::fsck::check(&*media, &mut |_, _| {})
+    assert!(terrace_core::fsck::check(&*media, &[], &mut |_, _| {})
         .unwrap()
         .is_clean());
 }

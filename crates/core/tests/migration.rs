@@ -30,9 +30,10 @@ fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
 /// (inode, content) intact. `what` names the crash point in messages.
 fn assert_recovers(pm_img: Vec<u8>, ssd_img: Vec<u8>, files: &[(u64, Vec<u8>)], what: &str) {
     let pm2 = Arc::new(MemMedia::from_image(pm_img));
-    let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+    let ssd2: Arc<dyn BlockMedia> = Arc::new(MemBlock::from_image(ssd_img));
+    let report = terrace_core::fsck::check(&*pm2, &[(1, ssd2.clone())], &mut |_, _| {}).unwrap();
     assert!(report.is_clean(), "{what}: {:?}", report.problems);
-    let fs2 = mount(pm2, Arc::new(MemBlock::from_image(ssd_img)));
+    let fs2 = mount(pm2, ssd2);
     fs2.check_allocator()
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     for (ino, data) in files {
@@ -107,7 +108,8 @@ fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let report = terrace_core::fsck::check(&*pm, &mut |_, _| {}).unwrap();
+    let tiers: [(u8, Arc<dyn BlockMedia>); 1] = [(1, ssd.clone())];
+    let report = terrace_core::fsck::check(&*pm, &tiers, &mut |_, _| {}).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
     let fs = mount(pm, ssd);
     assert!(fs.read(table.ino, 0, data.len()).unwrap() == data);
@@ -361,67 +363,6 @@ fn fragmented_pool(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, 
 }
 
 const SMALL_SSD: u64 = 16 << 20;
-
-/// A block device for crash tests next to a traced `CrashMedia`: it records
-/// each write, and at each sync stamps the writes synced so far with the PM
-/// event count, so the device image matching any PM crash point can be built
-/// (writes synced before that point survive, later ones are lost).
-struct TimedBlock {
-    dev: MemBlock,
-    pm: Arc<CrashMedia>,
-    pending: parking_lot::Mutex<Vec<(u64, Vec<u8>)>>,
-    synced: parking_lot::Mutex<Vec<(u64, u64, Vec<u8>)>>,
-}
-
-impl TimedBlock {
-    fn new(len: u64, pm: Arc<CrashMedia>) -> TimedBlock {
-        TimedBlock {
-            dev: MemBlock::new(len),
-            pm,
-            pending: Default::default(),
-            synced: Default::default(),
-        }
-    }
-
-    /// The device as a crash after PM event `pm_events` would leave it.
-    fn image_at(&self, base: &[u8], pm_events: u64) -> Vec<u8> {
-        let mut img = base.to_vec();
-        for (tag, block, data) in self.synced.lock().iter() {
-            if *tag <= pm_events {
-                let at = (*block * 4096) as usize;
-                img[at..at + data.len()].copy_from_slice(data);
-            }
-        }
-        img
-    }
-}
-
-impl BlockMedia for TimedBlock {
-    fn len(&self) -> u64 {
-        self.dev.len()
-    }
-    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.dev.read_blocks(block, buf)
-    }
-    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
-        self.pending.lock().push((block, data.to_vec()));
-        self.dev.write_blocks(block, data)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        let tag = self.pm.events_len();
-        let mut p = self.pending.lock();
-        self.synced
-            .lock()
-            .extend(p.drain(..).map(|(b, d)| (tag, b, d)));
-        self.dev.sync()
-    }
-    fn describe(&self) -> String {
-        "timed test block device".into()
-    }
-    fn stats(&self) -> terrace_media::BlockStats {
-        self.dev.stats()
-    }
-}
 
 fn mkfs_small_ssd(pm: &dyn PmMedia) {
     mkfs_pm_ssd(pm, SMALL_SSD, 64);

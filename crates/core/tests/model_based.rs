@@ -41,7 +41,7 @@ fn run_sequence(seed: u64, steps: usize) {
     fs.check_allocator()
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     fs.unmount().unwrap();
-    let report = terrace_core::fsck::check(&*media, &mut |_, _| {}).unwrap();
+    let report = terrace_core::fsck::check(&*media, &[], &mut |_, _| {}).unwrap();
     assert!(
         report.is_clean(),
         "seed {seed}: fsck: {:?}",

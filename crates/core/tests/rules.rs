@@ -150,7 +150,9 @@ fn a_crash_while_creating_in_a_ruled_directory_leaves_no_file_or_a_file_with_the
             LossMode::RandomLines(rng.gen())
         };
         let pm2 = Arc::new(MemMedia::from_image(trace.image_at(kk, mode)));
-        let report = terrace_core::fsck::check(&*pm2, &mut |_, _| {}).unwrap();
+        let tiers: [(u8, Arc<dyn BlockMedia>); 1] =
+            [(1, Arc::new(MemBlock::from_image(ssd.image())))];
+        let report = terrace_core::fsck::check(&*pm2, &tiers, &mut |_, _| {}).unwrap();
         assert!(
             report.is_clean(),
             "crash at {kk}/{n}: {:?}",

@@ -8,8 +8,10 @@
 //! Slot words that commit state, each one aligned 8-byte store:
 //! - `log_tail` (offset 8): commit word of every single-inode operation.
 //! - `log_head` (offset 0): only meaningful while `log_tail != 0`.
-//! - `state` (offset 16): 0 free, 1 in use. An in-use slot that no directory
-//!   entry reaches is an orphan; mount frees it.
+//! - `state` (offset 16): 0 free, 1 in use with its log on PM, 2 in use with
+//!   its log moved to a block tier (format version 4: `log_head` then names
+//!   the tier and block of a [`crate::LogBlob`], `log_tail` its length). An
+//!   in-use slot that no directory entry reaches is an orphan; mount frees it.
 
 use crate::le::*;
 use crate::{crc, FormatError, BLOCK_SIZE};
@@ -35,8 +37,30 @@ const STATIC_RANGE: std::ops::Range<usize> = 24..120;
 
 /// Slot state: free.
 pub const INODE_FREE: u64 = 0;
-/// Slot state: in use.
+/// Slot state: in use, its log on PM.
 pub const INODE_USED: u64 = 1;
+/// Slot state: in use, its log moved to a block tier as one blob (format
+/// version 4, Ziggurat's log migration): `log_head` holds
+/// [`encode_tier_log_head`] and `log_tail` the blob's length in bytes,
+/// encoded with [`encode_tail`] like a PM tail.
+pub const INODE_USED_TIER_LOG: u64 = 2;
+
+/// True for the states of a slot in use (log on PM or on a block tier).
+pub fn is_used_state(state: u64) -> bool {
+    state == INODE_USED || state == INODE_USED_TIER_LOG
+}
+
+/// The `log_head` word of a slot whose log is a blob on block tier `tier`
+/// starting at block `block`: the tier id in the top byte, the block below.
+pub fn encode_tier_log_head(tier: u8, block: u64) -> u64 {
+    u64::from(tier) << 56 | block & ((1 << 56) - 1)
+}
+
+/// The tier id and first block of a `log_head` word written by
+/// [`encode_tier_log_head`].
+pub fn decode_tier_log_head(word: u64) -> (u8, u64) {
+    ((word >> 56) as u8, word & ((1 << 56) - 1))
+}
 
 /// Bits of the tail word that hold the PM offset; the 16 above them hold a
 /// check of it (format version 3).
@@ -82,7 +106,7 @@ pub struct InodeSlot {
     pub log_head: u64,
     /// PM byte offset just past the last committed entry, 0 when no log.
     pub log_tail: u64,
-    /// [`INODE_FREE`] or [`INODE_USED`].
+    /// [`INODE_FREE`], [`INODE_USED`] or [`INODE_USED_TIER_LOG`].
     pub state: u64,
     /// File type and permission bits at creation (`st_mode`).
     pub mode: u32,
@@ -148,11 +172,14 @@ impl InodeSlot {
                 log_tail: decode_tail(u64_at(b, INODE_OFF_LOG_TAIL as usize)).unwrap_or(0),
                 ..slot
             }),
-            INODE_USED => {
+            INODE_USED | INODE_USED_TIER_LOG => {
                 if crc(&b[STATIC_RANGE]) != u32_at(b, OFF_CRC) {
                     return Err(FormatError::BadChecksum);
                 }
                 slot.log_tail = decode_tail(u64_at(b, INODE_OFF_LOG_TAIL as usize))?;
+                if slot.state == INODE_USED_TIER_LOG && slot.log_tail == 0 {
+                    return Err(FormatError::Invalid("a log on a block tier of 0 bytes"));
+                }
                 Ok(slot)
             }
             _ => Err(FormatError::Invalid("inode state")),

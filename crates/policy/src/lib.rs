@@ -49,6 +49,7 @@ pub mod access;
 pub mod amtime;
 pub mod cleaner;
 pub mod cold_list;
+pub mod log_migration;
 pub mod migration;
 pub mod nvmfs;
 pub mod placement;

@@ -84,6 +84,9 @@ pub struct Settings {
     /// A file unmodified for longer than this (ns) migrates whole.
     #[serde(deserialize_with = "de_duration")]
     pub migration_age_ns: u64,
+    /// Logs of cold files move to a block tier when PM is short of room
+    /// (Ziggurat's log migration).
+    pub log_migration: bool,
     /// Largest group of coalesced entries in group migration (bytes).
     #[serde(deserialize_with = "de_size")]
     pub group_migration_bytes: u64,
@@ -137,6 +140,7 @@ impl Default for Settings {
             migration_threshold: mig.threshold,
             migration_forced_percent: mig.forced_percent,
             migration_age_ns: mig.age_ns,
+            log_migration: true,
             group_migration_bytes: mig.group_bytes,
             reverse_read_ratio: mig.reverse_read_ratio,
             reverse_pm_low_percent: mig.reverse_pm_low_percent,
@@ -225,6 +229,13 @@ const KEYS: &[(&str, &str)] = &[
         "migration_age_ns",
         "duration; a file not modified for longer than this migrates whole, a more recent one \
          only its entries older than its average mtime (default 30s)",
+    ),
+    (
+        "log_migration",
+        "on or off; when PM is over its migration threshold after data moved (or short of \
+         room for metadata), the logs of files unchanged for migration_age_ns whose data is \
+         all off PM move to the first block tier, and come back at the file's next change \
+         (default on)",
     ),
     (
         "group_migration_bytes",
@@ -364,6 +375,13 @@ impl Settings {
                 self.migration_forced_percent = parse_percent(value, 50, 100).map_err(bad)?
             }
             "migration_age_ns" => self.migration_age_ns = parse_duration(value).map_err(bad)?,
+            "log_migration" => {
+                self.log_migration = match value.trim() {
+                    "on" | "true" | "1" | "yes" => true,
+                    "off" | "false" | "0" | "no" => false,
+                    _ => return Err(bad("on or off".into())),
+                }
+            }
             "group_migration_bytes" => {
                 self.group_migration_bytes = parse_blocks(value, 4 << 10, 1 << 30).map_err(bad)?
             }
@@ -451,6 +469,7 @@ impl Settings {
             "migration_threshold" => self.migration_threshold.to_string(),
             "migration_forced_percent" => self.migration_forced_percent.to_string(),
             "migration_age_ns" => format_duration(self.migration_age_ns),
+            "log_migration" => if self.log_migration { "on" } else { "off" }.to_string(),
             "group_migration_bytes" => format_size(self.group_migration_bytes),
             "reverse_read_ratio" => self.reverse_read_ratio.to_string(),
             "reverse_pm_low_percent" => self.reverse_pm_low_percent.to_string(),

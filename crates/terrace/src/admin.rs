@@ -119,6 +119,17 @@ pub fn render_status(st: &Value) -> String {
         n(st, "log_pages"),
         util::human_bytes(n(st, "log_bytes"))
     ));
+    if let Some(lm) = st.get("log_migration") {
+        if n(lm, "logs_on_tiers") > 0 || n(lm, "moved") > 0 {
+            line(format!(
+                "  cold logs     {} on block tiers ({}); {} moved off PM since mount, freeing {} of PM",
+                n(lm, "logs_on_tiers"),
+                util::human_bytes(n(lm, "tier_log_blocks") * 4096),
+                n(lm, "moved"),
+                util::human_bytes(n(lm, "pm_bytes_freed"))
+            ));
+        }
+    }
     if let Some(sp) = st.get("space") {
         let (meta, logs) = (n(sp, "pm_metadata_bytes"), n(sp, "pm_log_bytes"));
         line(format!(
@@ -496,9 +507,22 @@ pub fn fsck(pool: &Path, repair: bool, as_json: bool) -> CliResult {
             b.set_position(done);
         }
     };
+    // Logs that log migration moved live on the block tiers: fsck reads them
+    // there. A tier that cannot be opened is left out (its logs are
+    // reported as on a missing device, never repaired away).
+    let mut tiers: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
+    for t in sb.tiers.iter().filter(|t| t.id != 0) {
+        match terrace_media::BlockFile::open(&t.path) {
+            Ok(f) => tiers.push((t.id, Arc::new(f))),
+            Err(e) => util::warn(format!(
+                "tier {} ({}) cannot be opened: {e}; logs stored there are not checked",
+                t.id, t.path
+            )),
+        }
+    }
     let result = if repair {
         let media: Arc<dyn PmMedia> = Arc::new(pm);
-        let r = terrace_core::fsck::repair(media.clone(), &mut progress);
+        let r = terrace_core::fsck::repair(media.clone(), &tiers, &mut progress);
         if let Err(e) = media.sync_all() {
             return Err(CliError::at(
                 pool,
@@ -507,7 +531,7 @@ pub fn fsck(pool: &Path, repair: bool, as_json: bool) -> CliResult {
         }
         r
     } else {
-        terrace_core::fsck::check(&pm, &mut progress)
+        terrace_core::fsck::check(&pm, &tiers, &mut progress)
     };
     if let Some(b) = &bar {
         b.finish_and_clear();

@@ -1,0 +1,443 @@
+//! Log migration (Ziggurat §4): logs of cold files leave PM for a block tier.
+//!
+//! A small file costs PM its 128-byte slot and a log of a few hundred bytes
+//! as long as its log stays there, so without this the number of files a
+//! pool holds is bounded by PM, not by the pool. A log moves as one *blob*
+//! (`terrace_format::LogBlob`): the entries that describe the inode's whole
+//! state — what log compaction writes — in fresh blocks of the tier.
+//!
+//! Steps, for a batch of inodes:
+//! 1. *Capture* under each inode's lock: the inode qualifies (no data on PM,
+//!    no dirty cached page, still linked); its blob is encoded from the DRAM
+//!    state, and the log's identity (head, tail, place) is noted.
+//! 2. *Write*: blocks for every blob are allocated on the tier (one
+//!    contiguous run each, in the open extent, so a batch is one sequential
+//!    request), written, and the device is synced once.
+//! 3. *Commit* under each inode's lock again, if its log is unchanged: one
+//!    journal transaction publishes the slot's head (tier and block), tail
+//!    (blob length) and state 2 together — the commit point. Then the PM
+//!    pages (or the blob the log had before) are freed. A log that changed
+//!    meanwhile keeps its place and its new blocks are released.
+//!
+//! A crash before a commit leaves the PM log (the new blocks are free at the
+//! next mount, tier space being derived); after it, the blob, durable since
+//! step 2. A later change of the inode recalls the log in its own commit
+//! (`Fs::stage_commit`). The cleaner moves blobs out of extents it recycles
+//! with the same steps ([`Fs::move_logs`] with a blob as the source).
+//!
+//! Lock order: inode lock, then the tier's space lock, the journal, the PM
+//! allocator (as every commit). Device I/O happens with no lock held.
+
+use crate::fs::Fs;
+use crate::inode::Inode;
+use crate::log::{Log, TierLog};
+use crate::types::{errno, FsResult, Ino};
+use std::sync::atomic::{AtomicU64, Ordering};
+use terrace_format::{
+    encode_tier_log_head, inode_offset, LogBlob, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
+    INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED_TIER_LOG,
+};
+use terrace_policy::log_migration::{self as policy, LogMigrationNeed, LogPressure};
+
+/// Slots a pass looks at, at most, per call (the scan resumes where it
+/// stopped at the next call).
+const SCAN_SLOTS: u64 = 1 << 16;
+/// Least time unchanged for a log to move when PM is short of room.
+const ANY_MIN_AGE_NS: u64 = 1_000_000_000;
+/// Blobs written with one device sync.
+const BATCH_BLOBS: usize = 1024;
+
+/// Log migration counters and the scan cursor.
+#[derive(Default)]
+pub struct LogMigration {
+    cursor: AtomicU64,
+    /// Logs moved to a block tier since mount.
+    pub(crate) moved: AtomicU64,
+    /// PM bytes of log pages those moves freed.
+    pub(crate) pm_bytes_freed: AtomicU64,
+    /// Blobs the cleaner moved within a tier.
+    pub(crate) relocated: AtomicU64,
+}
+
+/// One log captured for a move.
+struct Captured {
+    ino: Ino,
+    generation: u32,
+    /// The log as it was: a move commits only if it is still so.
+    head: u64,
+    tail: u64,
+    on_tier: Option<TierLog>,
+    blob: Vec<u8>,
+    bytes: u64,
+    entries: u64,
+}
+
+/// What `terrace status` shows about log migration.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct LogMigrationStatus {
+    /// Inodes whose log is on a block tier now.
+    pub logs_on_tiers: u64,
+    /// Blocks those logs take on the block tiers.
+    pub tier_log_blocks: u64,
+    /// Logs moved off PM since mount.
+    pub moved: u64,
+    /// PM bytes of log pages freed by those moves.
+    pub pm_bytes_freed: u64,
+}
+
+impl Fs {
+    /// Whether `i`'s log may move off PM now: no data on PM (its next move
+    /// would recall the log), nothing cached, still linked, and a log on PM
+    /// that is not empty; cold unless `any_age`.
+    fn log_can_move(i: &Inode, now: i64, age_ns: u64, any_age: bool) -> bool {
+        i.log.on_tier.is_none()
+            && i.log.tail != 0
+            && !i.zombie
+            && i.attr.nlink > 0
+            && i.dirty.is_empty()
+            && !Fs::has_pm_data(i)
+            && policy::log_is_old_enough(now, i.attr.mtime.max(i.attr.ctime), age_ns, any_age)
+    }
+
+    /// Whether any block of the file (primary or copy) is on PM.
+    fn has_pm_data(i: &Inode) -> bool {
+        let (clean, dirty) = i.extents.pm_clean_dirty();
+        clean + dirty > 0
+            || i.extents
+                .iter()
+                .any(|(_, e)| e.copy.is_some_and(|(t, _)| t == 0))
+    }
+
+    fn capture(i: &Inode) -> Captured {
+        let blob = LogBlob {
+            owner: i.ino,
+            generation: i.generation,
+            entries: i.snapshot_entries(),
+        };
+        let entries = blob.entries.len() as u64;
+        let enc = blob.encode();
+        Captured {
+            ino: i.ino,
+            generation: i.generation,
+            head: i.log.head,
+            tail: i.log.tail,
+            on_tier: i.log.on_tier,
+            bytes: LogBlob::len_of(&enc),
+            blob: enc,
+            entries,
+        }
+    }
+
+    /// What a migration pass should do about logs now.
+    pub(crate) fn log_migration_need(&self, threshold_percent: u8) -> LogMigrationNeed {
+        if self.tiers.is_empty() || !self.settings.read().log_migration {
+            return LogMigrationNeed::None;
+        }
+        let total = self.alloc.total();
+        policy::log_migration_need(&LogPressure {
+            pool_blocks: total,
+            used_blocks: total - self.alloc.free(),
+            log_blocks: self.log_space.blocks(),
+            free_unpromised_blocks: self.pm_free_unpromised(),
+            reserve_blocks: self.pm_reserve_blocks(),
+            threshold_percent,
+        })
+    }
+
+    /// Moves logs off PM to the first block tier as `need` asks, scanning
+    /// the inode table from where the last call stopped. Returns the PM
+    /// bytes of log pages freed.
+    pub(crate) fn migrate_logs(&self, need: LogMigrationNeed) -> u64 {
+        let goal_blocks = match need {
+            LogMigrationNeed::None => return 0,
+            LogMigrationNeed::Cold { blocks } | LogMigrationNeed::Any { blocks } => blocks,
+        };
+        let Some(to) = self.tiers.first().map(|t| t.id) else {
+            return 0;
+        };
+        // Even when PM is short of room, a file changed within the last
+        // second is left alone: a directory that a burst of creates keeps
+        // changing would otherwise move and come back (its whole state
+        // rewritten each time) over and over.
+        let age_ns = match need {
+            LogMigrationNeed::Any { .. } => {
+                let a = self.settings.read().migration_age_ns;
+                a.min(ANY_MIN_AGE_NS)
+            }
+            _ => self.settings.read().migration_age_ns,
+        };
+        let any_age = false;
+        let goal = goal_blocks * BLOCK_SIZE;
+        let n = self.table.len() as u64;
+        if n < 2 {
+            return 0;
+        }
+        let now = crate::fs::now_ns();
+        let cursor = &self.log_migration.cursor;
+        let mut freed = 0u64;
+        let mut batch: Vec<Captured> = Vec::new();
+        let mut batch_bytes = 0u64;
+        for _ in 0..SCAN_SLOTS.min(n) {
+            if freed + batch_bytes >= goal {
+                break;
+            }
+            let ino = cursor.fetch_add(1, Ordering::Relaxed) % n;
+            let Some(g) = self.table[ino as usize].try_lock() else {
+                continue;
+            };
+            let Some(i) = g.as_ref() else { continue };
+            if !Fs::log_can_move(i, now, age_ns, any_age) {
+                continue;
+            }
+            batch_bytes += i.log.pages.iter().map(|p| p.size).sum::<u64>();
+            batch.push(Fs::capture(i));
+            drop(g);
+            if batch.len() >= BATCH_BLOBS {
+                match self.write_and_commit_logs(std::mem::take(&mut batch), to, now, age_ns) {
+                    Ok(f) => freed += f,
+                    Err(e) => {
+                        self.note_log_failure(&e);
+                        return freed;
+                    }
+                }
+                batch_bytes = 0;
+            }
+        }
+        if !batch.is_empty() {
+            match self.write_and_commit_logs(batch, to, now, age_ns) {
+                Ok(f) => freed += f,
+                Err(e) => self.note_log_failure(&e),
+            }
+        }
+        freed
+    }
+
+    fn note_log_failure(&self, e: &std::io::Error) {
+        let msg = format!("log migration failed: {e}");
+        let mut last = self.migrator.last_log_failure.lock();
+        if *last != msg {
+            self.notice(msg.clone());
+            *last = msg;
+        }
+    }
+
+    /// Moves the logs of `inos` to block tier `to` now, whatever their age
+    /// (their files must still have no data on PM and nothing cached); a log
+    /// already on a tier is rewritten into fresh blocks of `to` (the cleaner
+    /// empties extents that way). Returns how many moved.
+    pub fn move_logs(&self, inos: &[Ino], to: u8) -> FsResult<u64> {
+        self.tier(to)?;
+        let now = crate::fs::now_ns();
+        let mut batch = Vec::new();
+        for &ino in inos {
+            let g = self.lock(ino)?;
+            let Some(i) = g.as_ref() else { continue };
+            let movable = if i.log.on_tier.is_some() {
+                !i.zombie
+            } else {
+                Fs::log_can_move(i, now, 0, true)
+            };
+            if movable {
+                batch.push(Fs::capture(i));
+            }
+        }
+        let before = self.log_migration.moved.load(Ordering::Relaxed)
+            + self.log_migration.relocated.load(Ordering::Relaxed);
+        self.write_and_commit_logs(batch, to, now, 0)?;
+        Ok(self.log_migration.moved.load(Ordering::Relaxed)
+            + self.log_migration.relocated.load(Ordering::Relaxed)
+            - before)
+    }
+
+    /// Steps 2 and 3 of the module docs for captured logs. Returns the PM
+    /// bytes of log pages freed.
+    fn write_and_commit_logs(
+        &self,
+        batch: Vec<Captured>,
+        to: u8,
+        now: i64,
+        age_ns: u64,
+    ) -> FsResult<u64> {
+        let t = self.tier(to)?;
+        let eb = t.space.extent_blocks();
+        // Step 2: one contiguous run per blob.
+        let mut placed: Vec<(Captured, u64)> = Vec::with_capacity(batch.len());
+        let mut full = false;
+        for c in batch {
+            let n = c.blob.len() as u64 / BLOCK_SIZE;
+            if n > eb || full {
+                continue;
+            }
+            let Some(runs) = t.space.alloc(n) else {
+                full = true;
+                continue;
+            };
+            if let [(start, got)] = runs[..] {
+                debug_assert_eq!(got, n);
+                placed.push((c, start));
+            } else {
+                // Split across extents: the next allocation starts a fresh
+                // extent; give these back and try once more.
+                for (s, k) in runs {
+                    t.space.release(s, k);
+                }
+                match t.space.alloc(n).as_deref() {
+                    Some(&[(start, _)]) => placed.push((c, start)),
+                    Some(more) => {
+                        for &(s, k) in more {
+                            t.space.release(s, k);
+                        }
+                    }
+                    None => full = true,
+                }
+            }
+        }
+        if placed.is_empty() {
+            return if full {
+                Err(errno(libc::ENOSPC))
+            } else {
+                Ok(0)
+            };
+        }
+        placed.sort_by_key(|p| p.1);
+        let release_all = |placed: &[(Captured, u64)]| {
+            for (c, b) in placed {
+                t.space.release(*b, c.blob.len() as u64 / BLOCK_SIZE);
+            }
+        };
+        // Adjacent blobs go out in one request.
+        let mut i = 0;
+        while i < placed.len() {
+            let start = placed[i].1;
+            let mut buf: Vec<u8> = placed[i].0.blob.clone();
+            let mut j = i + 1;
+            while j < placed.len() && placed[j].1 == start + buf.len() as u64 / BLOCK_SIZE {
+                buf.extend_from_slice(&placed[j].0.blob);
+                j += 1;
+            }
+            if let Err(e) = t.media.write_blocks(start, &buf) {
+                release_all(&placed);
+                return Err(e);
+            }
+            i = j;
+        }
+        // The blobs are durable before any slot points at them.
+        if let Err(e) = t.media.sync() {
+            release_all(&placed);
+            return Err(e);
+        }
+        // Step 3.
+        let mut freed = 0;
+        for (c, block) in placed {
+            let blocks = c.blob.len() as u64 / BLOCK_SIZE;
+            let Ok(mut g) = self.lock(c.ino) else {
+                t.space.release(block, blocks);
+                continue;
+            };
+            let Some(i) = g.as_mut() else {
+                t.space.release(block, blocks);
+                continue;
+            };
+            let unchanged = i.generation == c.generation
+                && i.log.head == c.head
+                && i.log.tail == c.tail
+                && i.log.on_tier == c.on_tier
+                && !i.zombie
+                && i.dirty.is_empty()
+                && (c.on_tier.is_some() || Fs::log_can_move(i, now, age_ns, true));
+            if !unchanged {
+                t.space.release(block, blocks);
+                continue;
+            }
+            let base = inode_offset(c.ino);
+            // Commit point of a log move: the journal slot that publishes
+            // the slot's head, tail and state together.
+            self.journal.commit(
+                &*self.media,
+                &[
+                    (base + INODE_OFF_LOG_HEAD, encode_tier_log_head(to, block)),
+                    (
+                        base + INODE_OFF_LOG_TAIL,
+                        terrace_format::encode_tail(c.bytes),
+                    ),
+                    (base + INODE_OFF_STATE, INODE_USED_TIER_LOG),
+                ],
+            );
+            let pages = std::mem::take(&mut i.log.pages);
+            let pm_bytes: u64 = pages.iter().map(|p| p.size).sum();
+            self.log_space.free_all(&self.alloc, pages);
+            let old_blob = i.log.on_tier;
+            i.log = Log {
+                on_tier: Some(TierLog {
+                    tier: to,
+                    block,
+                    blocks,
+                    bytes: c.bytes,
+                }),
+                entries: c.entries,
+                ..Log::default()
+            };
+            drop(g);
+            let lm = &self.log_migration;
+            match old_blob {
+                Some(o) => {
+                    self.free_runs(vec![(o.tier, o.block, o.blocks)]);
+                    lm.relocated.fetch_add(1, Ordering::Relaxed);
+                }
+                None => {
+                    freed += pm_bytes;
+                    lm.moved.fetch_add(1, Ordering::Relaxed);
+                    lm.pm_bytes_freed.fetch_add(pm_bytes, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(freed)
+    }
+
+    /// The inodes whose log blob lies in one of `extents` of tier `tier`
+    /// (for the cleaner).
+    pub(crate) fn logs_in_extents(
+        &self,
+        tier: u8,
+        extents: &std::collections::BTreeSet<u64>,
+    ) -> Vec<Ino> {
+        let Ok(t) = self.tier(tier) else {
+            return Vec::new();
+        };
+        let eb = t.space.extent_blocks();
+        let mut v = Vec::new();
+        for slot in &self.table {
+            let g = slot.lock();
+            if let Some(l) = g.as_ref().and_then(|i| i.log.on_tier) {
+                if l.tier == tier && extents.contains(&(l.block / eb)) {
+                    v.push(g.as_ref().map_or(0, |i| i.ino));
+                }
+            }
+        }
+        v
+    }
+
+    /// Log migration numbers for `terrace status`.
+    pub fn log_migration_status(&self) -> LogMigrationStatus {
+        let mut st = LogMigrationStatus {
+            moved: self.log_migration.moved.load(Ordering::Relaxed),
+            pm_bytes_freed: self.log_migration.pm_bytes_freed.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        for slot in &self.table {
+            if let Some(l) = slot.lock().as_ref().and_then(|i| i.log.on_tier) {
+                st.logs_on_tiers += 1;
+                st.tier_log_blocks += l.blocks;
+            }
+        }
+        st
+    }
+
+    /// Where inode `ino`'s log is: `None` on PM, else its tier and blob.
+    pub fn log_place(&self, ino: Ino) -> FsResult<Option<(u8, u64, u64)>> {
+        let g = self.lock(ino)?;
+        Ok(g.as_ref()
+            .and_then(|i| i.log.on_tier)
+            .map(|l| (l.tier, l.block, l.blocks)))
+    }
+}

@@ -1,0 +1,422 @@
+//! Log migration (Ziggurat §4, issue 15): logs of cold files move to a block
+//! tier and come back at the next change; everything they describe survives
+//! remounts and crashes at any step; a burst of small files on a tiny PM
+//! moves logs instead of failing.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use terrace_core::{Fs, SetAttr};
+use terrace_media::{BlockMedia, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia};
+
+const SSD: u64 = 64 << 20;
+
+fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
+    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
+}
+
+fn fsck_clean(pm: &dyn PmMedia, ssd: Arc<dyn BlockMedia>, what: &str) {
+    let r = terrace_core::fsck::check(pm, &[(1, ssd)], &mut |_, _| {}).unwrap();
+    assert!(r.is_clean(), "{what}: {:?}", r.problems);
+}
+
+/// `n` small files in two directories, their data moved to the SSD (so
+/// their logs may move too). Returns the files with their contents.
+fn small_files(fs: &Fs, n: u32) -> Vec<(u64, Vec<u8>)> {
+    let dirs: Vec<u64> = (0..2)
+        .map(|d| {
+            fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let mut files = Vec::new();
+    for i in 0..n {
+        let dir = dirs[i as usize % 2];
+        let a = fs
+            .mknod(
+                dir,
+                format!("f{i}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                CTX,
+            )
+            .unwrap();
+        let data = pattern(u64::from(i) + 5, 300 + (i as usize * 977) % 9000);
+        fs.write(a.ino, 0, &data).unwrap();
+        fs.setxattr(a.ino, b"user.n", format!("{i}").as_bytes(), 0)
+            .unwrap();
+        files.push((a.ino, data));
+    }
+    for (ino, _) in &files {
+        fs.migrate_file(*ino, 1).unwrap();
+    }
+    files
+}
+
+/// Every file reads back whole, with the xattr `small_files` gave it (the
+/// file's number, which is also the start of its content's seed).
+fn check_files(fs: &Fs, files: &[(u64, Vec<u8>)], what: &str) {
+    for (ino, data) in files {
+        let got = fs.read(*ino, 0, data.len() + 10).unwrap();
+        assert!(got == *data, "{what}: inode {ino} changed");
+        let x = fs.getxattr(*ino, b"user.n").unwrap();
+        let n: u64 = String::from_utf8(x).unwrap().parse().unwrap();
+        let k = data.len().min(16);
+        assert!(
+            pattern(n + 5, 16)[..k] == data[..k],
+            "{what}: xattr of {ino} is {n}"
+        );
+    }
+}
+
+fn on_tier(fs: &Fs, files: &[(u64, Vec<u8>)]) -> usize {
+    files
+        .iter()
+        .filter(|(ino, _)| fs.log_place(*ino).unwrap().is_some())
+        .count()
+}
+
+#[test]
+fn cold_logs_move_to_the_ssd_free_pm_and_read_back_after_a_remount() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 512);
+    let fs = mount(pm.clone(), ssd.clone());
+    let files = small_files(&fs, 200);
+    let dirs = [
+        fs.lookup(1, b"d0").unwrap().ino,
+        fs.lookup(1, b"d1").unwrap().ino,
+    ];
+    let tree = fs_tree(&fs);
+    let logs_before = fs.space_status().pm_log_bytes;
+    let mut inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    inos.extend(dirs);
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), 202);
+    assert_eq!(on_tier(&fs, &files), 200);
+    let logs_after = fs.space_status().pm_log_bytes;
+    assert!(
+        logs_after * 10 < logs_before,
+        "PM log blocks {logs_before} -> {logs_after}"
+    );
+    let st = fs.log_migration_status();
+    assert_eq!(st.logs_on_tiers, 202);
+    fs.check_allocator().unwrap();
+    check_files(&fs, &files, "after the move");
+    assert_same_tree(&fs_tree(&fs), &tree, "after the move");
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&*pm, ssd.clone(), "after the move");
+    let fs = mount(pm.clone(), ssd.clone());
+    assert_eq!(on_tier(&fs, &files), 200);
+    fs.check_allocator().unwrap();
+    check_files(&fs, &files, "remounted");
+    assert_same_tree(&fs_tree(&fs), &tree, "remounted");
+}
+
+#[test]
+fn any_change_brings_a_log_back_to_pm_and_persists() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 512);
+    let fs = mount(pm.clone(), ssd.clone());
+    let mut files = small_files(&fs, 12);
+    let d0 = fs.lookup(1, b"d0").unwrap().ino;
+    let d1 = fs.lookup(1, b"d1").unwrap().ino;
+    let mut inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    inos.extend([d0, d1]);
+    fs.move_logs(&inos, 1).unwrap();
+    let tier_valid = |fs: &Fs| fs.status().tiers[1].extents.unwrap().valid_blocks;
+    // chmod, write, truncate, xattr, rename, link, unlink: each on a file
+    // (or directory) whose log is on the SSD.
+    let (a, b, c, d, e, f) = (
+        files[0].0, files[1].0, files[2].0, files[3].0, files[4].0, files[5].0,
+    );
+    fs.setattr(
+        a,
+        SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(fs.log_place(a).unwrap().is_none());
+    fs.write(b, 100, b"rewritten").unwrap();
+    files[1].1[100..109].copy_from_slice(b"rewritten");
+    assert!(fs.log_place(b).unwrap().is_none());
+    fs.setattr(
+        c,
+        SetAttr {
+            size: Some(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    files[2].1.truncate(10);
+    fs.setxattr(d, b"user.n", b"3", 0).unwrap();
+    fs.rename(d0, b"f4", d1, b"moved", Default::default())
+        .unwrap();
+    assert!(fs.log_place(d0).unwrap().is_none() && fs.log_place(d1).unwrap().is_none());
+    fs.link(f, d1, b"second-name").unwrap();
+    let before_unlink = tier_valid(&fs);
+    let g = files[6].0;
+    let g_blocks = fs.log_place(g).unwrap().unwrap().2;
+    fs.unlink(d0, b"f6").unwrap();
+    fs.forget(g, 1);
+    fs.check_allocator().unwrap();
+    assert!(
+        tier_valid(&fs) < before_unlink,
+        "the unlinked file's blob ({g_blocks} blocks) and data were freed"
+    );
+    files.remove(6);
+    // The rename moved inode e: its own log stays on the SSD (nothing of it changed).
+    let _ = e;
+    let tree = fs_tree(&fs);
+    check_files(&fs, &files, "after the changes");
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&*pm, ssd.clone(), "after the changes");
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.check_allocator().unwrap();
+    assert_same_tree(&fs_tree(&fs), &tree, "remounted");
+    check_files(&fs, &files, "remounted");
+    assert_eq!(fs.getattr(a).unwrap().mode & 0o7777, 0o600);
+    assert_eq!(fs.getattr(f).unwrap().nlink, 2);
+}
+
+#[test]
+fn logs_move_only_for_files_with_no_data_on_pm_and_nothing_cached() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 64);
+    let fs = mount(pm.clone(), ssd.clone());
+    let a = fs
+        .mknod(1, b"on-pm", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap()
+        .ino;
+    fs.write(a, 0, &[1u8; 5000]).unwrap();
+    assert_eq!(fs.move_logs(&[a], 1).unwrap(), 0, "its data is on PM");
+    fs.migrate_file(a, 1).unwrap();
+    assert_eq!(fs.move_logs(&[a], 1).unwrap(), 1);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn the_cleaner_moves_blobs_out_of_the_extents_it_recycles() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 512);
+    let fs = mount(pm.clone(), ssd.clone());
+    // Files without data: their blobs are all their extents hold.
+    let inos: Vec<u64> = (0..40)
+        .map(|i| {
+            let a = fs
+                .mknod(1, format!("e{i}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            fs.setxattr(a.ino, b"user.k", format!("{i}").as_bytes(), 0)
+                .unwrap();
+            a.ino
+        })
+        .collect();
+    // Reading the tree sets each file's access time (relatime: the first
+    // read after a change), a change that brings its log back; later reads
+    // change nothing.
+    let tree = fs_tree(&fs);
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), 40);
+    assert_same_tree(&fs_tree(&fs), &tree, "after the move");
+    // 1 MiB of data behind the blobs, so their extent is no longer the
+    // open one (the cleaner never picks that).
+    let big = fs
+        .mknod(1, b"big", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap()
+        .ino;
+    fs.write(big, 0, &vec![3u8; 1 << 20]).unwrap();
+    fs.migrate_file(big, 1).unwrap();
+    let tree = fs_tree(&fs);
+    let places: Vec<u64> = inos
+        .iter()
+        .map(|i| fs.log_place(*i).unwrap().unwrap().1)
+        .collect();
+    let extents: std::collections::BTreeSet<u64> = places.iter().map(|b| b / 128).collect();
+    let victims: Vec<u64> = extents.iter().copied().collect();
+    assert_eq!(fs.recycle(1, &victims), victims.len() as u64);
+    for (k, ino) in inos.iter().enumerate() {
+        let now = fs.log_place(*ino).unwrap().expect("still on the SSD").1;
+        assert!(
+            !extents.contains(&(now / 128)),
+            "inode {ino}'s blob stayed at block {now} (was {})",
+            places[k]
+        );
+    }
+    fs.check_allocator().unwrap();
+    assert_same_tree(&fs_tree(&fs), &tree, "after recycling");
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm, ssd);
+    assert_same_tree(&fs_tree(&fs), &tree, "remounted");
+}
+
+/// Crash at every PM event of a batch of log moves and of a recall, with
+/// the SSD image of the same moment (blobs synced before that event only):
+/// fsck is clean, the pool mounts, the allocator and tier space agree, and
+/// the tree is the one before or after the operation.
+#[test]
+fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
+    let pm = Arc::new(CrashMedia::new(16 << 20));
+    let ssd = Arc::new(TimedBlock::new(SSD, pm.clone()));
+    mkfs_pm_ssd(&*pm, SSD, 512);
+    let fs = mount(pm.clone(), ssd.clone());
+    let files = small_files(&fs, 24);
+    let d0 = fs.lookup(1, b"d0").unwrap().ino;
+    let mut inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    inos.push(d0);
+    pm.sync_all().unwrap();
+    let mut rng = StdRng::seed_from_u64(base_seed("log migration crash test"));
+    let check = |pm_img: Vec<u8>, ssd_img: Vec<u8>, trees: &[&Tree], what: &str| {
+        let pm2 = Arc::new(MemMedia::from_image(pm_img));
+        let ssd2: Arc<dyn BlockMedia> = Arc::new(MemBlock::from_image(ssd_img));
+        fsck_clean(&*pm2, ssd2.clone(), what);
+        let fs2 = mount(pm2, ssd2);
+        fs2.check_allocator()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let got = fs_tree(&fs2);
+        assert!(
+            trees.iter().any(|t| **t == got),
+            "{what}: {}",
+            diff_trees(&got, trees[0])
+        );
+        for (ino, data) in &files {
+            let r = fs2.read(*ino, 0, data.len() + 10).unwrap();
+            assert!(r == *data, "{what}: inode {ino} changed");
+        }
+    };
+    let snapshot = |ssd: &TimedBlock| {
+        let mut b = vec![0u8; SSD as usize];
+        ssd.read_blocks(0, &mut b).unwrap();
+        ssd.synced.lock().clear();
+        b
+    };
+
+    // 1. A batch of moves.
+    let tree = fs_tree(&fs);
+    let base = snapshot(&ssd);
+    let e0 = pm.events_len();
+    let (moved, trace) = pm.trace(|| fs.move_logs(&inos, 1).unwrap());
+    assert_eq!(moved, inos.len() as u64);
+    let n = trace.len();
+    for k in 0..=n {
+        let mode = if k % 2 == 0 {
+            LossMode::AllUnflushed
+        } else {
+            LossMode::RandomLines(rng.gen())
+        };
+        check(
+            trace.image_at(k, mode),
+            ssd.image_at(&base, e0 + k as u64),
+            &[&tree],
+            &format!("move, crash at {k}/{n}"),
+        );
+    }
+
+    // 2. A recall: chmod of a file and a create in a directory whose logs
+    //    are on the SSD (one journal transaction each).
+    pm.sync_all().unwrap();
+    let base = snapshot(&ssd);
+    let e0 = pm.events_len();
+    let before = fs_tree(&fs);
+    let ((), trace) = pm.trace(|| {
+        fs.setattr(
+            files[3].0,
+            SetAttr {
+                mode: Some(0o640),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    });
+    let after = fs_tree(&fs);
+    let n = trace.len();
+    for k in 0..=n {
+        check(
+            trace.image_at(k, LossMode::RandomLines(rng.gen())),
+            ssd.image_at(&base, e0 + k as u64),
+            &[&before, &after],
+            &format!("recall by chmod, crash at {k}/{n}"),
+        );
+    }
+    pm.sync_all().unwrap();
+    let base = snapshot(&ssd);
+    let e0 = pm.events_len();
+    let before = fs_tree(&fs);
+    let ((), trace) = pm.trace(|| {
+        fs.mknod(d0, b"new", libc::S_IFREG | 0o600, 0, CTX).unwrap();
+    });
+    let after = fs_tree(&fs);
+    let n = trace.len();
+    for k in 0..=n {
+        check(
+            trace.image_at(k, LossMode::RandomLines(rng.gen())),
+            ssd.image_at(&base, e0 + k as u64),
+            &[&before, &after],
+            &format!("recall by create, crash at {k}/{n}"),
+        );
+    }
+}
+
+/// Issue 15's burst at small scale: far more small files than PM could hold
+/// the logs of, written with migration and write-back running. Logs move to
+/// the SSD, nothing fails, and everything reads back after a remount.
+#[test]
+fn a_burst_of_small_files_larger_than_pm_moves_their_logs_instead_of_failing() {
+    let pm = Arc::new(MemMedia::new(8 << 20));
+    let ssd = Arc::new(MemBlock::new(256 << 20));
+    mkfs_pm_ssd(&*pm, 256 << 20, 30_000);
+    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    fs.set_setting("dram_cache_bytes", "16M").unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    let dirs: Vec<u64> = (0..8)
+        .map(|d| {
+            fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let n = 24_000u32;
+    let mut files = Vec::new();
+    for i in 0..n {
+        let dir = dirs[i as usize % dirs.len()];
+        let a = fs
+            .mknod(
+                dir,
+                format!("file-{i}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                CTX,
+            )
+            .unwrap_or_else(|e| panic!("create {i}: {e}"));
+        let data = pattern(u64::from(i), 64 + i as usize % 200);
+        fs.write(a.ino, 0, &data)
+            .unwrap_or_else(|e| panic!("write {i}: {e}"));
+        files.push((a.ino, data));
+    }
+    let st = fs.log_migration_status();
+    let pool = fs.superblock().pool_blocks * 4096;
+    // 24,000 logs of at least 256 bytes each do not fit this PM's pool.
+    assert!(
+        u64::from(n) * 256 > pool,
+        "the test must need log migration"
+    );
+    assert!(st.moved > 0 && st.logs_on_tiers > 0, "{st:?}");
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&*pm, ssd.clone(), "after the burst");
+    let fs = mount(pm.clone(), ssd.clone());
+    fs.check_allocator().unwrap();
+    for (ino, data) in &files {
+        let got = fs.read(*ino, 0, data.len() + 10).unwrap();
+        assert!(got == *data, "inode {ino} changed");
+    }
+}
