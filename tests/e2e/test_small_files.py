@@ -97,3 +97,32 @@ def test_kill_9_during_a_small_file_burst_on_a_full_pm_keeps_every_fsynced_file(
                 if i in synced or got:
                     assert got == body(i), f"f{i} (fsync'd: {i in synced}) has {len(got)} bytes"
         assert_fsck_clean(pool, "after the remount")
+
+
+def test_more_small_files_than_pm_can_hold_the_logs_of_move_their_logs_to_the_ssd():
+    """48,000 small files on a 16 MiB PM tier whose pool (about 9 MiB beside
+    the inode table) cannot hold 48,000 logs of 256 bytes: log migration
+    moves cold logs to the SSD, every create and write succeeds, status shows
+    the logs on the SSD, and after unmount (fsck reads the logs there) and
+    remount every file has its content."""
+    n = 48_000
+    with scratch_file("ssd.img") as ssd, temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:1G", "--inodes", "50000")
+        body = lambda i: f"file {i}\n".encode() * (1 + i % 9)  # noqa: E731
+        with mounted_pool(pool, mnt) as m:
+            for d in range(8):
+                (mnt / f"d{d}").mkdir()
+            for i in range(n):
+                (mnt / f"d{i % 8}" / f"f{i}").write_bytes(body(i))
+            st = m.status()
+            pool_bytes = st["tiers"][0]["capacity"]
+            assert n * 256 > pool_bytes, ("the test must need log migration", pool_bytes)
+            lm = st["log_migration"]
+            assert lm["moved"] > 0 and lm["logs_on_tiers"] > 0, lm
+            text = terrace("status", str(mnt)).stdout
+            assert "cold logs" in text, text
+        assert_fsck_clean(pool, "after unmounting with logs on the SSD")
+        with mounted_pool(pool, mnt):
+            bad = [i for i in range(n) if (mnt / f"d{i % 8}" / f"f{i}").read_bytes() != body(i)]
+            assert not bad, f"{len(bad)} files differ after remount, e.g. {bad[:5]}"
+        assert_fsck_clean(pool, "after the remount")
