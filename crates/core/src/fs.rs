@@ -342,6 +342,7 @@ impl Fs {
         self.persist_cached()?;
         self.stop_migration();
         self.stop_writeback();
+        self.persist_lazy_atimes();
         // Anything cached since (a last request in flight) goes too.
         self.flush_all()?;
         self.unmounted.store(true, Ordering::SeqCst);
@@ -543,7 +544,9 @@ impl Fs {
     /// the blob a recall released (to free with the other released runs).
     fn apply_staged(inode: &mut Inode, sc: StagedCommit) -> Option<Released> {
         if sc.recalled.is_some() {
+            // The recalled state holds the DRAM attributes, lazy atime too.
             inode.log = crate::log::Log::default();
+            inode.lazy_atime = false;
         }
         inode.log.apply(sc.st);
         sc.recalled.map(|t| (t.tier, t.block, t.blocks))

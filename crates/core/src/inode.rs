@@ -368,6 +368,10 @@ pub struct Inode {
     pub data_seq: u64,
     /// HetFS access trace (DRAM only; empty at mount).
     pub access: terrace_policy::AccessTrace,
+    /// `attr.atime` was set by a read while the log is on a block tier and
+    /// is not in the log yet (lazytime: written with the inode's next
+    /// commit, its next log move, or at unmount; see `log_migrate`).
+    pub lazy_atime: bool,
 }
 
 impl Inode {
@@ -410,6 +414,7 @@ impl Inode {
             block_reads: 0,
             data_seq: 0,
             access: Default::default(),
+            lazy_atime: false,
         })
     }
 

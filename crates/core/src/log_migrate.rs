@@ -67,6 +67,8 @@ struct Captured {
     head: u64,
     tail: u64,
     on_tier: Option<TierLog>,
+    /// The access time the blob holds.
+    atime: i64,
     blob: Vec<u8>,
     bytes: u64,
     entries: u64,
@@ -122,6 +124,7 @@ impl Fs {
             head: i.log.head,
             tail: i.log.tail,
             on_tier: i.log.on_tier,
+            atime: i.attr.atime,
             bytes: LogBlob::len_of(&enc),
             blob: enc,
             entries,
@@ -230,7 +233,7 @@ impl Fs {
         let now = crate::fs::now_ns();
         let mut batch = Vec::new();
         for &ino in inos {
-            let g = self.lock(ino)?;
+            let Ok(g) = self.lock(ino) else { continue };
             let Some(i) = g.as_ref() else { continue };
             let movable = if i.log.on_tier.is_some() {
                 !i.zombie
@@ -367,6 +370,8 @@ impl Fs {
             let pm_bytes: u64 = pages.iter().map(|p| p.size).sum();
             self.log_space.free_all(&self.alloc, pages);
             let old_blob = i.log.on_tier;
+            // A read after the capture may have set a newer lazy atime.
+            i.lazy_atime = i.lazy_atime && i.attr.atime != c.atime;
             i.log = Log {
                 on_tier: Some(TierLog {
                     tier: to,
@@ -392,6 +397,31 @@ impl Fs {
             }
         }
         Ok(freed)
+    }
+
+    /// Writes the access times that reads set lazily (logs on block tiers)
+    /// into fresh blobs: at unmount, so a clean unmount keeps them. A tier
+    /// without room keeps the old blobs (those atimes are lost, as with
+    /// lazytime after a crash), and says so in the daemon's log.
+    pub(crate) fn persist_lazy_atimes(&self) {
+        let mut by_tier: std::collections::BTreeMap<u8, Vec<Ino>> = Default::default();
+        for slot in &self.table {
+            if let Some(i) = slot.lock().as_ref() {
+                if let (true, Some(l)) = (i.lazy_atime, i.log.on_tier) {
+                    by_tier.entry(l.tier).or_default().push(i.ino);
+                }
+            }
+        }
+        for (tier, inos) in by_tier {
+            for chunk in inos.chunks(BATCH_BLOBS) {
+                if let Err(e) = self.move_logs(chunk, tier) {
+                    self.notice(format!(
+                        "access times of {} files were not written at unmount: {e}",
+                        chunk.len()
+                    ));
+                }
+            }
+        }
     }
 
     /// The inodes whose log blob lies in one of `extents` of tier `tier`

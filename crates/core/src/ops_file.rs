@@ -128,9 +128,18 @@ impl Fs {
         if *self.atime.read() == crate::fs::AtimeMode::Relative
             && (a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime > 86_400_000_000_000)
         {
-            let mut na = a;
-            na.atime = now;
-            let _ = self.commit_one(i, vec![Entry::Attr(na)]);
+            if i.log.on_tier.is_some() {
+                // A cold file whose log is on a block tier: recalling the
+                // log for an access time would bring every file read once
+                // after a change back to PM. Kept in DRAM (as Linux's
+                // lazytime) until the next commit, log move or unmount.
+                i.attr.atime = now;
+                i.lazy_atime = true;
+            } else {
+                let mut na = a;
+                na.atime = now;
+                let _ = self.commit_one(i, vec![Entry::Attr(na)]);
+            }
         }
         Ok(data)
     }

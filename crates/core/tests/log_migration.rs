@@ -187,6 +187,34 @@ fn any_change_brings_a_log_back_to_pm_and_persists() {
 }
 
 #[test]
+fn reads_of_files_with_logs_on_the_ssd_keep_them_there_and_atime_survives_unmount() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 64);
+    let fs = mount(pm.clone(), ssd.clone());
+    let files = small_files(&fs, 4);
+    let inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), 4);
+    let before = fs.getattr(inos[0]).unwrap().atime;
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    // relatime: the first read after a change sets the access time.
+    check_files(&fs, &files, "read");
+    let after = fs.getattr(inos[0]).unwrap().atime;
+    assert!(after > before, "atime {before:?} -> {after:?}");
+    assert_eq!(on_tier(&fs, &files), 4, "a read must not bring a log back");
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&*pm, ssd.clone(), "after unmount");
+    let fs = mount(pm, ssd);
+    assert_eq!(
+        fs.getattr(inos[0]).unwrap().atime,
+        after,
+        "atime lost at unmount"
+    );
+    assert_eq!(on_tier(&fs, &files), 4);
+}
+
+#[test]
 fn logs_move_only_for_files_with_no_data_on_pm_and_nothing_cached() {
     let pm = Arc::new(MemMedia::new(16 << 20));
     let ssd = Arc::new(MemBlock::new(SSD));
@@ -220,9 +248,6 @@ fn the_cleaner_moves_blobs_out_of_the_extents_it_recycles() {
             a.ino
         })
         .collect();
-    // Reading the tree sets each file's access time (relatime: the first
-    // read after a change), a change that brings its log back; later reads
-    // change nothing.
     let tree = fs_tree(&fs);
     assert_eq!(fs.move_logs(&inos, 1).unwrap(), 40);
     assert_same_tree(&fs_tree(&fs), &tree, "after the move");
