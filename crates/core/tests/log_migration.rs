@@ -345,49 +345,35 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
         );
     }
 
-    // 2. A recall: chmod of a file and a create in a directory whose logs
+    // 2. Recalls: chmod of a file and a create in a directory whose logs
     //    are on the SSD (one journal transaction each).
-    pm.sync_all().unwrap();
-    let base = snapshot(&ssd);
-    let e0 = pm.events_len();
-    let before = fs_tree(&fs);
-    let ((), trace) = pm.trace(|| {
-        fs.setattr(
-            files[3].0,
-            SetAttr {
-                mode: Some(0o640),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let recall = |name: &str, rng: &mut StdRng, op: &dyn Fn()| {
+        pm.sync_all().unwrap();
+        let base = snapshot(&ssd);
+        let e0 = pm.events_len();
+        let before = fs_tree(&fs);
+        let ((), trace) = pm.trace(op);
+        let after = fs_tree(&fs);
+        let n = trace.len();
+        for k in 0..=n {
+            check(
+                trace.image_at(k, LossMode::RandomLines(rng.gen())),
+                ssd.image_at(&base, e0 + k as u64),
+                &[&before, &after],
+                &format!("recall by {name}, crash at {k}/{n}"),
+            );
+        }
+    };
+    recall("chmod", &mut rng, &|| {
+        let mode = SetAttr {
+            mode: Some(0o640),
+            ..Default::default()
+        };
+        fs.setattr(files[3].0, mode).unwrap();
     });
-    let after = fs_tree(&fs);
-    let n = trace.len();
-    for k in 0..=n {
-        check(
-            trace.image_at(k, LossMode::RandomLines(rng.gen())),
-            ssd.image_at(&base, e0 + k as u64),
-            &[&before, &after],
-            &format!("recall by chmod, crash at {k}/{n}"),
-        );
-    }
-    pm.sync_all().unwrap();
-    let base = snapshot(&ssd);
-    let e0 = pm.events_len();
-    let before = fs_tree(&fs);
-    let ((), trace) = pm.trace(|| {
+    recall("create", &mut rng, &|| {
         fs.mknod(d0, b"new", libc::S_IFREG | 0o600, 0, CTX).unwrap();
     });
-    let after = fs_tree(&fs);
-    let n = trace.len();
-    for k in 0..=n {
-        check(
-            trace.image_at(k, LossMode::RandomLines(rng.gen())),
-            ssd.image_at(&base, e0 + k as u64),
-            &[&before, &after],
-            &format!("recall by create, crash at {k}/{n}"),
-        );
-    }
 }
 
 /// Issue 15's burst at small scale: far more small files than PM could hold
