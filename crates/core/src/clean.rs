@@ -75,9 +75,16 @@ impl Fs {
         // The reverse map for the victims: (inode, file block, blocks, copy?)
         // — a victim block is either an extent's data or its clean copy.
         let mut work: Vec<(Ino, u64, u64, bool)> = Vec::new();
+        // And the inodes whose log blob (log migration) lies in a victim.
+        let mut logs: Vec<Ino> = Vec::new();
         for slot in &self.table {
             let g = slot.lock();
             let Some(i) = g.as_ref() else { continue };
+            if let Some(l) = i.log.on_tier {
+                if l.tier == tier && set.contains(&(l.block / eb)) {
+                    logs.push(i.ino);
+                }
+            }
             for (fb, e) in i.extents.iter() {
                 let mut places = Vec::new();
                 if e.tier == tier {
@@ -133,8 +140,9 @@ impl Fs {
                 Err(_) => break,
             }
         }
-        // Logs that log migration put in the victims move too.
-        let logs = self.logs_in_extents(tier, &set);
+        // The blobs move too — those still there: moving a file's data
+        // above committed to it, which brought its log back to PM.
+        logs.retain(|&ino| self.log_place(ino).is_ok_and(|p| p.is_some()));
         if !logs.is_empty() {
             let _ = self.move_logs(&logs, tier);
         }

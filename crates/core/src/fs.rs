@@ -495,26 +495,7 @@ impl Fs {
         let base = inode_offset(inode.ino);
         let room = self.log_room(background);
         if let Some(t) = inode.log.on_tier {
-            let mut all = inode.snapshot_entries();
-            all.extend_from_slice(entries);
-            // The slot's head word names the blob until the commit: stage
-            // without storing a head there.
-            let st = crate::log::Log::default().stage(
-                &*self.media,
-                &room,
-                inode.ino,
-                scratch_slot(),
-                &all,
-            )?;
-            let head = st.new_pages[0].off;
-            let words = vec![
-                (base + INODE_OFF_LOG_HEAD, head),
-                (
-                    base + INODE_OFF_LOG_TAIL,
-                    terrace_format::encode_tail(st.new_tail),
-                ),
-                (base + INODE_OFF_STATE, terrace_format::INODE_USED),
-            ];
+            let (st, words) = stage_recall(&*self.media, &room, inode, entries)?;
             return Ok(StagedCommit {
                 st,
                 words,
@@ -782,6 +763,33 @@ impl Fs {
         }
         Ok(())
     }
+}
+
+/// Stages, for an inode whose log is on a block tier, a fresh PM chain with
+/// the inode's whole state (the entries compaction writes) followed by
+/// `entries`, and returns it with the slot words that publish it — head,
+/// tail and state 1 — to be stored in one journal transaction (log recall,
+/// design.md §5g). The slot's head word names the blob until then, so the
+/// chain is staged without storing a head there.
+pub(crate) fn stage_recall(
+    media: &dyn PmMedia,
+    room: &crate::log_space::LogRoom<'_>,
+    inode: &Inode,
+    entries: &[Entry],
+) -> FsResult<(crate::log::Staged, Vec<(u64, u64)>)> {
+    let mut all = inode.snapshot_entries();
+    all.extend_from_slice(entries);
+    let st = crate::log::Log::default().stage(media, room, inode.ino, scratch_slot(), &all)?;
+    let base = inode_offset(inode.ino);
+    let words = vec![
+        (base + INODE_OFF_LOG_HEAD, st.new_pages[0].off),
+        (
+            base + INODE_OFF_LOG_TAIL,
+            terrace_format::encode_tail(st.new_tail),
+        ),
+        (base + INODE_OFF_STATE, terrace_format::INODE_USED),
+    ];
+    Ok((st, words))
 }
 
 /// A scratch address for staging a chain whose head must not be stored in a slot:

@@ -209,26 +209,9 @@ fn append_fixes(
             // A log on a block tier comes back to PM with the fix: the
             // inode's state, then the fix, in a fresh chain published with
             // the slot state through the journal (as a recall does).
-            let mut all = inode.snapshot_entries();
-            all.push(e);
-            let fresh = crate::log::Log::default();
-            match fresh.stage(media, &room, ino, crate::fs::scratch_slot(), &all) {
-                Ok(st) => {
-                    let base = inode_offset(ino);
-                    crate::journal::Journal::default().commit(
-                        media,
-                        &[
-                            (
-                                base + terrace_format::INODE_OFF_LOG_HEAD,
-                                st.new_pages[0].off,
-                            ),
-                            (
-                                base + INODE_OFF_LOG_TAIL,
-                                terrace_format::encode_tail(st.new_tail),
-                            ),
-                            (base + INODE_OFF_STATE, terrace_format::INODE_USED),
-                        ],
-                    );
+            match crate::fs::stage_recall(media, &room, inode, std::slice::from_ref(&e)) {
+                Ok((st, words)) => {
+                    crate::journal::Journal::default().commit(media, &words);
                     *log = crate::log::Log::default();
                     log.apply(st);
                     report.repaired.push(what);

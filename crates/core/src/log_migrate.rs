@@ -74,6 +74,15 @@ struct Captured {
     entries: u64,
 }
 
+/// What one batch of log moves did.
+#[derive(Debug, Default)]
+struct LogsMoved {
+    /// Logs that took their new place (off PM, or to a fresh blob).
+    moved: u64,
+    /// PM bytes of log pages freed.
+    pm_bytes_freed: u64,
+}
+
 /// What `terrace status` shows about log migration.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct LogMigrationStatus {
@@ -162,14 +171,10 @@ impl Fs {
         // second is left alone: a directory that a burst of creates keeps
         // changing would otherwise move and come back (its whole state
         // rewritten each time) over and over.
-        let age_ns = match need {
-            LogMigrationNeed::Any { .. } => {
-                let a = self.settings.read().migration_age_ns;
-                a.min(ANY_MIN_AGE_NS)
-            }
-            _ => self.settings.read().migration_age_ns,
-        };
-        let any_age = false;
+        let mut age_ns = self.settings.read().migration_age_ns;
+        if matches!(need, LogMigrationNeed::Any { .. }) {
+            age_ns = age_ns.min(ANY_MIN_AGE_NS);
+        }
         let goal = goal_blocks * BLOCK_SIZE;
         let n = self.table.len() as u64;
         if n < 2 {
@@ -189,15 +194,15 @@ impl Fs {
                 continue;
             };
             let Some(i) = g.as_ref() else { continue };
-            if !Fs::log_can_move(i, now, age_ns, any_age) {
+            if !Fs::log_can_move(i, now, age_ns, false) {
                 continue;
             }
             batch_bytes += i.log.pages.iter().map(|p| p.size).sum::<u64>();
             batch.push(Fs::capture(i));
             drop(g);
             if batch.len() >= BATCH_BLOBS {
-                match self.write_and_commit_logs(std::mem::take(&mut batch), to, now, age_ns) {
-                    Ok(f) => freed += f,
+                match self.write_and_commit_logs(std::mem::take(&mut batch), to) {
+                    Ok(done) => freed += done.pm_bytes_freed,
                     Err(e) => {
                         self.note_log_failure(&e);
                         return freed;
@@ -207,8 +212,8 @@ impl Fs {
             }
         }
         if !batch.is_empty() {
-            match self.write_and_commit_logs(batch, to, now, age_ns) {
-                Ok(f) => freed += f,
+            match self.write_and_commit_logs(batch, to) {
+                Ok(done) => freed += done.pm_bytes_freed,
                 Err(e) => self.note_log_failure(&e),
             }
         }
@@ -244,23 +249,12 @@ impl Fs {
                 batch.push(Fs::capture(i));
             }
         }
-        let before = self.log_migration.moved.load(Ordering::Relaxed)
-            + self.log_migration.relocated.load(Ordering::Relaxed);
-        self.write_and_commit_logs(batch, to, now, 0)?;
-        Ok(self.log_migration.moved.load(Ordering::Relaxed)
-            + self.log_migration.relocated.load(Ordering::Relaxed)
-            - before)
+        let done = self.write_and_commit_logs(batch, to)?;
+        Ok(done.moved)
     }
 
-    /// Steps 2 and 3 of the module docs for captured logs. Returns the PM
-    /// bytes of log pages freed.
-    fn write_and_commit_logs(
-        &self,
-        batch: Vec<Captured>,
-        to: u8,
-        now: i64,
-        age_ns: u64,
-    ) -> FsResult<u64> {
+    /// Steps 2 and 3 of the module docs for captured logs.
+    fn write_and_commit_logs(&self, batch: Vec<Captured>, to: u8) -> FsResult<LogsMoved> {
         let t = self.tier(to)?;
         let eb = t.space.extent_blocks();
         // Step 2: one contiguous run per blob.
@@ -299,7 +293,7 @@ impl Fs {
             return if full {
                 Err(errno(libc::ENOSPC))
             } else {
-                Ok(0)
+                Ok(LogsMoved::default())
             };
         }
         placed.sort_by_key(|p| p.1);
@@ -330,7 +324,7 @@ impl Fs {
             return Err(e);
         }
         // Step 3.
-        let mut freed = 0;
+        let mut done = LogsMoved::default();
         for (c, block) in placed {
             let blocks = c.blob.len() as u64 / BLOCK_SIZE;
             let Ok(mut g) = self.lock(c.ino) else {
@@ -347,7 +341,7 @@ impl Fs {
                 && i.log.on_tier == c.on_tier
                 && !i.zombie
                 && i.dirty.is_empty()
-                && (c.on_tier.is_some() || Fs::log_can_move(i, now, age_ns, true));
+                && (c.on_tier.is_some() || Fs::log_can_move(i, 0, 0, true));
             if !unchanged {
                 t.space.release(block, blocks);
                 continue;
@@ -384,19 +378,20 @@ impl Fs {
             };
             drop(g);
             let lm = &self.log_migration;
+            done.moved += 1;
             match old_blob {
                 Some(o) => {
                     self.free_runs(vec![(o.tier, o.block, o.blocks)]);
                     lm.relocated.fetch_add(1, Ordering::Relaxed);
                 }
                 None => {
-                    freed += pm_bytes;
+                    done.pm_bytes_freed += pm_bytes;
                     lm.moved.fetch_add(1, Ordering::Relaxed);
                     lm.pm_bytes_freed.fetch_add(pm_bytes, Ordering::Relaxed);
                 }
             }
         }
-        Ok(freed)
+        Ok(done)
     }
 
     /// Writes the access times that reads set lazily (logs on block tiers)
@@ -422,29 +417,6 @@ impl Fs {
                 }
             }
         }
-    }
-
-    /// The inodes whose log blob lies in one of `extents` of tier `tier`
-    /// (for the cleaner).
-    pub(crate) fn logs_in_extents(
-        &self,
-        tier: u8,
-        extents: &std::collections::BTreeSet<u64>,
-    ) -> Vec<Ino> {
-        let Ok(t) = self.tier(tier) else {
-            return Vec::new();
-        };
-        let eb = t.space.extent_blocks();
-        let mut v = Vec::new();
-        for slot in &self.table {
-            let g = slot.lock();
-            if let Some(l) = g.as_ref().and_then(|i| i.log.on_tier) {
-                if l.tier == tier && extents.contains(&(l.block / eb)) {
-                    v.push(g.as_ref().map_or(0, |i| i.ino));
-                }
-            }
-        }
-        v
     }
 
     /// Log migration numbers for `terrace status`.
