@@ -173,16 +173,17 @@ def summary(path, follow: bool = True, with_size: bool = True) -> tuple:
             (os.major(st.st_rdev), os.minor(st.st_rdev)) if kind(st) in ("CHR", "BLK") else None)
 
 
-def run_as(uid: int, gid: int, fn, *args):
-    """Run fn(*args) in a forked child with the given uid/gid (no supplementary
-    groups); return its value or re-raise its OSError (with the same errno)."""
+def run_as(uid: int, gid: int, fn, *args, groups: tuple = ()):
+    """Run fn(*args) in a forked child with the given uid/gid (and supplementary
+    `groups`, none by default); return its value or re-raise its OSError (with
+    the same errno)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never return into pytest
         code = 0
         try:
             os.close(r)
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setgid(gid)
             os.setuid(uid)
             try:
@@ -1085,6 +1086,77 @@ def test_chown_changes_owner_and_clears_setuid(both):
         return after_chown, (st2.st_uid, st2.st_gid), (lst.st_uid, lst.st_gid), os.stat(p).st_uid
 
     assert both(chown, expect=OK) == ((1234, 5678, "0o755", True), (1234, 42), (77, 88), 1234)
+
+
+# The cases of xfstests generic/683-684 (and more modification paths): which
+# set-ID bits a modification by an unprivileged user, a user in the file's
+# group, or root leaves behind.
+SETID_MODES = [0o6666, 0o6676, 0o6766, 0o6777, 0o2676, 0o2777, 0o2666, 0o4666]
+SETID_CALLERS = {
+    "nobody": (NOBODY, NOBODY, ()),
+    "in_group": (NOBODY, NOBODY, (4242,)),  # the file's group as a supplementary group
+    "root": (0, 0, ()),
+}
+
+
+def _setid_modify(how: str, p: str) -> None:
+    if how == "truncate":
+        os.truncate(p, 100)
+        return
+    with opened(p, os.O_WRONLY) as fd:
+        if how == "write":
+            os.pwrite(fd, b"y", 10)
+        elif how == "fallocate":
+            fallocate(fd, 0, 64 * 1024, 64 * 1024)
+        elif how == "fallocate_keep_size":
+            fallocate(fd, FALLOC_FL_KEEP_SIZE, 64 * 1024, 64 * 1024)
+        elif how == "punch_hole":
+            fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 4096)
+        elif how == "ftruncate":
+            os.ftruncate(fd, 100)
+        else:
+            raise AssertionError(how)
+
+
+@pytest.mark.parametrize("caller", sorted(SETID_CALLERS))
+@pytest.mark.parametrize("how", ["write", "fallocate", "fallocate_keep_size", "punch_hole",
+                                 "truncate", "ftruncate"])
+def test_modifications_drop_set_id_bits_exactly_as_the_native_file_system_does(both, how, caller):
+    uid, gid, groups = SETID_CALLERS[caller]
+
+    def modify_all(root):
+        os.chmod(root, 0o777)
+        seen = []
+        for i, mode in enumerate(SETID_MODES):
+            p = j(root, f"f{i}")
+            write_file(p, pattern(8192, i))
+            os.chown(p, 0, 4242)
+            os.chmod(p, mode)
+            run_as(uid, gid, _setid_modify, how, p, groups=groups)
+            seen.append((oct(mode), oct(stat.S_IMODE(os.stat(p).st_mode))))
+        return seen
+
+    seen = both(modify_all, expect=OK)
+    if caller == "nobody":  # the security property, stated without the reference
+        assert all(int(after, 8) & 0o6000 == 0 for _, after in seen), seen
+
+
+def test_a_mount_by_root_honours_set_user_id_programs_and_device_nodes_like_ext4(both):
+    """mount(8) by root gives suid,dev (xfstests generic/184, 434, vfstest's
+    "setid binaries on regular mounts"); nosuid,nodev are options, not defaults."""
+
+    def setid_program_and_device(root):
+        prog = j(root, "id")
+        shutil.copy("/usr/bin/id", prog)
+        os.chmod(prog, 0o4755)
+        euid = run_as(NOBODY, NOBODY, lambda: subprocess.run(
+            [prog, "-u"], capture_output=True, text=True, check=True).stdout.strip())
+        os.mknod(j(root, "null"), stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        with opened(j(root, "null"), os.O_WRONLY) as fd:
+            written = os.write(fd, b"x")
+        return euid, written
+
+    assert both(setid_program_and_device, expect=OK) == ("0", 1)
 
 
 @pytest.mark.parametrize("when", [T_OLD, 0, 1, 2**33 * 10**9 + 999_999_999, 1_700_000_000_000_000_001])

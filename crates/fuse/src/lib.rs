@@ -29,6 +29,7 @@
 //!   requests are arriving back to back ([`poll`]; mount option `poll_us`).
 
 pub mod poll;
+pub mod setid;
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
@@ -109,39 +110,33 @@ impl FuseAdapter {
 /// Name of the xattr holding file capabilities.
 const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
-/// Permission bits of `a` after an unprivileged modification by `uid`/`gid`:
-/// set-user-ID goes; set-group-ID goes when the file is group-executable or
-/// the caller is not root and not in the file's group (as the VFS does).
-fn kill_suid_sgid(a: &Attr, uid: u32, gid: u32) -> u32 {
-    let mut m = a.mode & 0o7777;
-    if a.kind == FileType::Directory {
-        return m;
-    }
-    m &= !libc::S_ISUID;
-    if m & libc::S_ISGID != 0 && (m & libc::S_IXGRP != 0 || (uid != 0 && gid != a.gid)) {
-        m &= !libc::S_ISGID;
-    }
-    m
-}
-
 impl FuseAdapter {
-    /// Clears set-ID bits and file capabilities after an unprivileged write.
-    fn kill_priv(&self, ino: u64, req: &Request) {
+    /// Clears set-ID bits (as [`setid::bits_after_modification`] decides) and
+    /// file capabilities after `caller` modified the data or size of `ino`.
+    fn kill_priv(&self, ino: u64, caller: &setid::Caller) {
         let Ok(a) = self.fs.getattr(ino) else { return };
-        let keep = kill_suid_sgid(&a, req.uid(), req.gid());
-        let mode = SetAttr {
-            mode: Some(keep),
-            ..SetAttr::default()
-        };
-        if keep != a.mode & 0o7777 && self.fs.setattr(ino, mode).is_ok() {
-            // The kernel still caches the old mode: drop its attributes (only;
-            // offset -1 leaves the page cache alone and takes no inode lock).
-            if let Some(n) = self.notifier.get() {
-                let _ = n.inval_inode(INodeNo(ino), -1, 0);
-            }
+        let keep = setid::bits_after_modification(a.mode, a.gid, caller);
+        if keep != a.mode & 0o7777 {
+            self.set_mode_and_tell_the_kernel(ino, keep);
         }
         if self.fs.getxattr(ino, SECURITY_CAPABILITY).is_ok() {
             let _ = self.fs.removexattr(ino, SECURITY_CAPABILITY);
+        }
+    }
+
+    /// Sets the permission bits of `ino` on the daemon's own initiative and
+    /// drops the kernel's cached attributes (which still hold the old mode).
+    fn set_mode_and_tell_the_kernel(&self, ino: u64, mode: u32) {
+        let change = SetAttr {
+            mode: Some(mode),
+            ..SetAttr::default()
+        };
+        if self.fs.setattr(ino, change).is_ok() {
+            // Offset -1 drops the attributes only: the page cache stays and no
+            // inode lock is taken.
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            }
         }
     }
 }
@@ -318,15 +313,20 @@ impl Filesystem for FuseAdapter {
         let _poll = self.poller.arrived();
         let mut mode = mode;
         let chown = uid.is_some() || gid.is_some();
-        // Truncate by an unprivileged caller and any chown drop the set-ID bits
-        // of a non-directory (the kernel leaves it to us under KILLPRIV_V2).
-        if self.killpriv && mode.is_none() && (chown || (size.is_some() && req.uid() != 0)) {
+        // Truncate by an unprivileged caller and any chown drop set-ID bits and
+        // file capabilities (the kernel leaves it to us under KILLPRIV_V2).
+        if self.killpriv && mode.is_none() && (chown || size.is_some()) {
             if let Ok(a) = self.fs.getattr(ino.0) {
-                let keep = kill_suid_sgid(&a, req.uid(), req.gid());
+                let caller = setid::Caller::of(req);
+                let keep = if chown {
+                    setid::bits_after_chown(a.mode, a.gid, &caller)
+                } else {
+                    setid::bits_after_modification(a.mode, a.gid, &caller)
+                };
                 if keep != a.mode & 0o7777 {
                     mode = Some(keep);
                 }
-                if chown {
+                if self.fs.getxattr(ino.0, SECURITY_CAPABILITY).is_ok() {
                     let _ = self.fs.removexattr(ino.0, SECURITY_CAPABILITY);
                 }
             }
@@ -511,7 +511,7 @@ impl Filesystem for FuseAdapter {
         match self.fs.write_hinted(ino.0, offset, data, o_sync) {
             Ok(n) => {
                 if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                    self.kill_priv(ino.0, req);
+                    self.kill_priv(ino.0, &setid::Caller::of(req).unprivileged());
                 }
                 reply.written(n as u32)
             }
@@ -756,7 +756,7 @@ impl Filesystem for FuseAdapter {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -776,6 +776,11 @@ impl Filesystem for FuseAdapter {
                 return;
             }
         };
+        // The kernel sends no kill flag with fallocate: like the VFS
+        // (file_modified), drop set-ID bits first, then change the file.
+        if self.killpriv {
+            self.kill_priv(ino.0, &setid::Caller::of(req));
+        }
         reply_empty(reply, self.fs.fallocate(ino.0, offset, length, m));
     }
 }
@@ -796,9 +801,10 @@ pub struct MountOptions {
     pub allow_root: bool,
     /// Read-only mount.
     pub read_only: bool,
-    /// Honour set-user-ID bits (default off: nosuid).
+    /// Honour set-user-ID bits (`suid`; [`MountOptions::for_user`] turns it
+    /// on for root, as mount(8) does).
     pub suid: bool,
-    /// Honour device nodes (default off: nodev).
+    /// Honour device nodes (`dev`; on for root like `suid`).
     pub dev: bool,
     /// Allow executing programs (default on).
     pub exec: bool,
@@ -835,6 +841,17 @@ impl Default for MountOptions {
 }
 
 impl MountOptions {
+    /// The defaults for a mount made by `uid`: root gets `suid,dev` like any
+    /// mount(8) of a local file system; anyone else `nosuid,nodev`, like
+    /// fusermount3 imposes on unprivileged FUSE mounts.
+    pub fn for_user(uid: u32) -> MountOptions {
+        MountOptions {
+            suid: uid == 0,
+            dev: uid == 0,
+            ..MountOptions::default()
+        }
+    }
+
     /// Applies one `-o` option (`allow_other`, `ro`, `noatime`, …). Errors name
     /// options this file system does not know.
     pub fn apply(&mut self, opt: &str) -> Result<(), String> {
@@ -1050,38 +1067,6 @@ mod tests {
     }
 
     #[test]
-    fn set_id_bits_are_killed_like_the_vfs_does() {
-        let mut a = Attr {
-            ino: 2,
-            generation: 1,
-            kind: FileType::Regular,
-            mode: libc::S_IFREG | 0o6777,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size: 0,
-            blocks: 0,
-            atime: 0,
-            mtime: 0,
-            ctime: 0,
-            btime: 0,
-        };
-        assert_eq!(kill_suid_sgid(&a, 1000, 1000), 0o777);
-        a.mode = libc::S_IFREG | 0o6767; // setgid without group execute
-        assert_eq!(
-            kill_suid_sgid(&a, 1000, 1000),
-            0o767,
-            "caller outside the group"
-        );
-        assert_eq!(kill_suid_sgid(&a, 1000, 0), 0o2767, "caller in the group");
-        assert_eq!(kill_suid_sgid(&a, 0, 5), 0o2767, "root");
-        a.kind = FileType::Directory;
-        a.mode = libc::S_IFDIR | 0o2777;
-        assert_eq!(kill_suid_sgid(&a, 1000, 1000), 0o2777);
-    }
-
-    #[test]
     fn mount_options_parse() {
         let mut o = MountOptions::default();
         for s in ["allow_other", "ro", "noatime", "threads=4"] {
@@ -1095,6 +1080,13 @@ mod tests {
         assert_eq!(o.poll_us, 0);
         assert!(o.apply("poll_us=fast").is_err());
         assert!(o.apply("poll_us=20000").is_err());
+        let root = MountOptions::for_user(0);
+        assert!(root.suid && root.dev);
+        let user = MountOptions::for_user(1000);
+        assert!(!user.suid && !user.dev);
+        let c = root.to_config();
+        assert!(c.mount_options.contains(&MountOption::Suid));
+        assert!(c.mount_options.contains(&MountOption::Dev));
         let c = o.to_config();
         assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
         assert_eq!(c.acl, SessionACL::All);

@@ -208,7 +208,8 @@ Mount options (-o, comma-separated, repeatable):
   allow_root      let root access it too
   ro              read-only mount
   noatime         do not update access times
-  suid, dev       honour set-user-ID bits / device nodes (default: nosuid, nodev)
+  nosuid, nodev   ignore set-user-ID bits / device nodes (the default when
+                  not mounted by root; root gets suid, dev, as with mount(8))
   noexec          forbid executing programs
   sync, dirsync   synchronous (directory) updates
   threads=N       FUSE request threads (default 2)

@@ -49,12 +49,15 @@ pub struct MountConfig {
 }
 
 impl MountConfig {
-    /// A foreground mount with default options.
+    /// A foreground mount with the default options of the user running it
+    /// (`suid,dev` for root, `nosuid,nodev` otherwise).
     pub fn new(pool: PathBuf, mountpoint: PathBuf) -> MountConfig {
+        // Safety: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
         MountConfig {
             pool,
             mountpoint,
-            options: MountOptions::default(),
+            options: MountOptions::for_user(euid),
             raw_options: Vec::new(),
             settings: Vec::new(),
             daemon: false,
