@@ -162,9 +162,11 @@ Tiers:
   now and used for data placement by later versions.
 
 Safety:
-  mkfs refuses to overwrite an existing Terrace pool or tier, or a file or device
-  that holds ext2/3/4, XFS, btrfs or swap, unless --force is given. It never
-  formats a mounted pool or a mounted device.
+  mkfs never formats any tier of a mounted pool (its PM file or a block-tier
+  image or device: the daemon holds a lock on each) nor a mounted device, with
+  or without --force. It refuses to overwrite an unmounted Terrace pool or
+  tier (naming the pool), or a file or device that holds ext2/3/4, XFS, btrfs
+  or swap, unless --force is given.
 
 Examples:
   # A 1 GiB pool with its PM tier emulated on /dev/shm:
@@ -195,7 +197,9 @@ struct MkfsArgs {
 
 const MOUNT_AFTER: &str = "\
 POOL is the path of the pool's pm tier; its superblock names the other tiers,
-which must be present with matching tier headers. The mount point must be an
+which must be present with matching tier headers (pool, id, kind, size) and
+at least their recorded size (a truncated or replaced image is refused); the
+daemon locks every tier file while it serves the pool. The mount point must be an
 existing directory that is not already a mount point.
 
 By default terrace serves the mount in the foreground until Ctrl-C, SIGTERM,

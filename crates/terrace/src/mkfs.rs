@@ -74,6 +74,8 @@ struct Target {
     exists: bool,
     is_blockdev: bool,
     current_len: u64,
+    /// The target's lock, held until the pool is written (existing targets).
+    lock: Option<File>,
 }
 
 fn device_len(f: &File) -> io::Result<u64> {
@@ -116,6 +118,24 @@ fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
         Err(e) => return Err(CliError::at(raw, util::os_reason(&e))),
     };
     let path = util::abs_path(raw);
+    // First, before any other check (and whatever --force says): a tier of a
+    // mounted pool is never touched. Its daemon holds the lock of every tier
+    // file; the mount table and the tier header catch a pool whose daemon
+    // holds no lock on this file (another name for the same file, an older
+    // daemon).
+    let mut lock = None;
+    let mut head = Vec::new();
+    if exists {
+        head = util::read_head(&path, HEAD).map_err(|e| CliError::at(raw, util::os_reason(&e)))?;
+        match util::lock_tier(&path) {
+            Ok(Some(l)) => lock = Some(l),
+            Ok(None) => return Err(CliError::at(raw, util::tier_in_use_reason(&path, &head))),
+            Err(e) => return Err(CliError::at(raw, util::os_reason(&e))),
+        }
+        if util::mounted_owner(&path, &head).is_some() {
+            return Err(CliError::at(raw, util::tier_in_use_reason(&path, &head)));
+        }
+    }
     let kind = spec.kind.name();
     let size = match spec.size {
         Some(s) => s,
@@ -189,16 +209,12 @@ fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
             ),
         ));
     }
-    if exists {
-        let head =
-            util::read_head(&path, HEAD).map_err(|e| CliError::at(raw, util::os_reason(&e)))?;
-        if let Some(what) = util::detect_content(&head) {
-            if !force {
-                return Err(CliError::at(
-                    raw,
-                    format!("holds {what}; add --force to overwrite it"),
-                ));
-            }
+    if exists && !force {
+        if let Some(what) = describe_content(&head) {
+            return Err(CliError::at(
+                raw,
+                format!("holds {what}; add --force to overwrite it"),
+            ));
         }
     }
     Ok(Target {
@@ -208,7 +224,35 @@ fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
         exists,
         is_blockdev,
         current_len,
+        lock,
     })
+}
+
+/// What an existing target holds, naming the pool when it is a Terrace tier.
+fn describe_content(head: &[u8]) -> Option<String> {
+    let bs = BLOCK_SIZE as usize;
+    if let Ok(h) = TierHeader::decode(head) {
+        return Some(format!(
+            "tier {} ({}) of the Terrace pool {}, which is not mounted",
+            h.id,
+            h.kind.name(),
+            util::fmt_uuid(&h.pool_uuid)
+        ));
+    }
+    if head.len() >= 2 * bs {
+        if let Ok(sb) = terrace_format::Superblock::choose(&head[..bs], &head[bs..2 * bs]) {
+            let state = if sb.clean {
+                "not mounted"
+            } else {
+                "not mounted, and not cleanly unmounted last time"
+            };
+            return Some(format!(
+                "the Terrace pool {} ({state})",
+                util::fmt_uuid(&sb.uuid)
+            ));
+        }
+    }
+    util::detect_content(head).map(str::to_string)
 }
 
 fn new_uuid() -> [u8; 16] {
@@ -276,10 +320,15 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
     specs.extend(cfg.tiers.iter().filter(|t| t.kind != TierKind::Pm));
     let mut targets = Vec::new();
     for s in specs {
-        let t = examine(s, cfg.force)?;
-        if targets.iter().any(|o: &Target| o.path == t.path) {
+        // Before examine, which locks the target (a second lock on the same
+        // file would fail as "in use").
+        if targets
+            .iter()
+            .any(|o: &Target| o.path == util::abs_path(&s.path))
+        {
             return Err(CliError::at(&s.path, "named by two tiers"));
         }
+        let t = examine(s, cfg.force)?;
         if t.spec.kind != TierKind::Pm && t.size < es * 2 {
             return Err(CliError::at(
                 &s.path,
@@ -288,15 +337,9 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
         }
         targets.push(t);
     }
-    // Hold every existing target's lock until the pool is written (refuses mounted pools).
-    let mut locks = Vec::new();
-    for t in targets.iter().filter(|t| t.exists) {
-        match util::lock_pool(&t.path) {
-            Ok(Some(l)) => locks.push(l),
-            Ok(None) => return Err(CliError::at(&t.spec.path, util::busy_reason(&t.path))),
-            Err(e) => return Err(CliError::at(&t.spec.path, util::os_reason(&e))),
-        }
-    }
+    // Every existing target's lock (taken by `examine`) is held until the
+    // pool is written.
+    let mut locks: Vec<File> = targets.iter_mut().filter_map(|t| t.lock.take()).collect();
     let uuid = new_uuid();
     let mut records = Vec::new();
     for (i, t) in targets.iter().enumerate() {

@@ -122,13 +122,38 @@ struct Prepared {
     mnt: PathBuf,
     pm: PmFile,
     lock: File,
+    /// Locks of the block tiers, held as long as `lock`.
+    tier_locks: Vec<File>,
     sb: Superblock,
 }
 
-fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult {
+/// Checks every block tier against the superblock — present, its header
+/// naming this pool, tier id, kind, size and extent size, and the file or
+/// device at least as long as the tier — and takes its lock (held for the
+/// daemon's life, like the PM file's: `mkfs` refuses a locked file).
+fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<File>> {
+    let mut locks = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
         let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
         let p = Path::new(&t.path);
+        match util::lock_tier(p) {
+            Ok(Some(l)) => locks.push(l),
+            Ok(None) => {
+                return Err(CliError::at(
+                    pool,
+                    format!("{what} is in use by another terrace process (a mount, fsck or mkfs holds its lock)"),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(CliError::at(pool, format!("{what} is missing")))
+            }
+            Err(e) => {
+                return Err(CliError::at(
+                    pool,
+                    format!("{what}: {}", util::os_reason(&e)),
+                ))
+            }
+        }
         let head = match util::read_head(p, terrace_format::BLOCK_SIZE as usize) {
             Ok(h) => h,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -178,8 +203,28 @@ fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult {
                 ),
             ));
         }
+        if h.size != t.size || h.extent_size != t.extent_size {
+            return Err(CliError::at(
+                pool,
+                format!(
+                    "{what}: its header says {} bytes in extents of {}, the pool expects {} in extents of {} (replaced by another image?)",
+                    h.size, h.extent_size, t.size, t.extent_size
+                ),
+            ));
+        }
+        let len = util::media_len(p)
+            .map_err(|e| CliError::at(pool, format!("{what}: {}", util::os_reason(&e))))?;
+        if len < t.size {
+            return Err(CliError::at(
+                pool,
+                format!(
+                    "{what} is {len} bytes, shorter than the tier's {} bytes: the image was truncated; restore it (a tier shorter than its size is refused)",
+                    t.size
+                ),
+            ));
+        }
     }
-    Ok(())
+    Ok(locks)
 }
 
 /// Every check that must pass before anything is written.
@@ -221,7 +266,7 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
     };
     let pm = PmFile::open(&pool).map_err(|e| CliError::new(e.to_string()))?;
     let sb = terrace_core::recovery::read_superblock(&pm).map_err(|e| CliError::at(raw, e))?;
-    check_tiers(raw, &sb)?;
+    let tier_locks = check_tiers(raw, &sb)?;
 
     let m = &cfg.mountpoint;
     match std::fs::metadata(m) {
@@ -257,6 +302,7 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
         mnt,
         pm,
         lock,
+        tier_locks,
         sb,
     })
 }
@@ -561,6 +607,7 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
         mnt,
         pm,
         lock,
+        tier_locks,
         sb,
     } = p;
     let files = util::run_files(&mnt);
@@ -746,6 +793,7 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
         mounted.join();
     }
     let r = fs.unmount();
+    drop(tier_locks);
     drop(lock);
     remove_run_files(&files);
     match &r {

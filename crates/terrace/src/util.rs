@@ -227,6 +227,121 @@ pub fn lock_pool(path: &Path) -> io::Result<Option<File>> {
     }
 }
 
+/// Takes the exclusive lock of a tier file (the pool's PM file or a block
+/// tier's file or device): the same `flock` as [`lock_pool`]. A mounted
+/// daemon holds it on every tier for as long as it serves the pool, and
+/// `mkfs` takes it on every existing target before writing, so a tier of a
+/// live pool can never be formatted. `Ok(None)` when someone else holds it.
+pub fn lock_tier(path: &Path) -> io::Result<Option<File>> {
+    lock_pool(path)
+}
+
+/// A Terrace pool mounted now, as the mount table and its superblock say.
+#[derive(Debug, Clone)]
+pub struct MountedPool {
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// Its PM tier (the mount source).
+    pub pool: PathBuf,
+    /// Its superblock as read now (tier records, uuid).
+    pub sb: terrace_format::Superblock,
+}
+
+/// Every FUSE mount whose source is a file holding a Terrace superblock.
+pub fn mounted_pools() -> Vec<MountedPool> {
+    let mut v = Vec::new();
+    for m in mounts()
+        .into_iter()
+        .filter(|m| m.fstype.starts_with("fuse"))
+    {
+        let pool = PathBuf::from(&m.source);
+        if !pool.is_absolute() {
+            continue;
+        }
+        let Ok(head) = read_head(&pool, 2 * terrace_format::BLOCK_SIZE as usize) else {
+            continue;
+        };
+        if head.len() < 2 * terrace_format::BLOCK_SIZE as usize {
+            continue;
+        }
+        let (a, b) = head.split_at(terrace_format::BLOCK_SIZE as usize);
+        if let Ok(sb) = terrace_format::Superblock::choose(a, b) {
+            v.push(MountedPool {
+                mount_point: m.mount_point,
+                pool,
+                sb,
+            });
+        }
+    }
+    v
+}
+
+/// Device and inode of a path, to recognise one file under two names.
+fn file_id(path: &Path) -> Option<(u64, u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::metadata(path).ok()?;
+    // A block device is known by the device it names, not by its node.
+    if m.file_type().is_block_device() {
+        return Some((u64::MAX, m.rdev(), 0));
+    }
+    Some((m.dev(), m.ino(), 1))
+}
+
+/// The mounted pool that `path` is a tier of, with the tier's id: the file
+/// is one of the pool's tiers (same file or device, whatever the name), or
+/// `head` (its first bytes) is a block-tier header or superblock naming a
+/// mounted pool's uuid.
+pub fn mounted_owner(path: &Path, head: &[u8]) -> Option<(MountedPool, u8)> {
+    let id = file_id(path);
+    let uuid = terrace_format::TierHeader::decode(head)
+        .ok()
+        .map(|h| (h.pool_uuid, h.id))
+        .or_else(|| {
+            let bs = terrace_format::BLOCK_SIZE as usize;
+            (head.len() >= 2 * bs)
+                .then(|| terrace_format::Superblock::choose(&head[..bs], &head[bs..2 * bs]).ok())
+                .flatten()
+                .map(|sb| (sb.uuid, 0))
+        });
+    for p in mounted_pools() {
+        for t in &p.sb.tiers {
+            let same_file = id.is_some() && file_id(Path::new(&t.path)) == id;
+            if same_file || Path::new(&t.path) == path {
+                let tier = t.id;
+                return Some((p, tier));
+            }
+        }
+        if let Some((u, tier)) = uuid {
+            if u == p.sb.uuid {
+                return Some((p, tier));
+            }
+        }
+    }
+    None
+}
+
+/// Why a tier file cannot be formatted because a mounted pool (or another
+/// terrace process) uses it, for error messages.
+pub fn tier_in_use_reason(path: &Path, head: &[u8]) -> String {
+    match mounted_owner(path, head) {
+        Some((p, tier)) => {
+            let what = p
+                .sb
+                .tiers
+                .iter()
+                .find(|t| t.id == tier)
+                .map_or_else(|| format!("tier {tier}"), |t| format!("tier {tier} ({})", t.kind.name()));
+            format!(
+                "is {what} of the pool mounted on {} (pool {}); unmount it first (`terrace umount {}`); --force does not override this",
+                p.mount_point.display(),
+                p.pool.display(),
+                p.mount_point.display()
+            )
+        }
+        None => "is in use by another terrace process (a mount, fsck or mkfs holds its lock); --force does not override this".into(),
+    }
+}
+
 /// Why a pool is busy, for error messages.
 pub fn busy_reason(pool: &Path) -> String {
     let ms = mounts_of_pool(pool);
@@ -258,6 +373,18 @@ pub fn read_head(path: &Path, len: usize) -> io::Result<Vec<u8>> {
     }
     buf.truncate(n);
     Ok(buf)
+}
+
+/// Length of a regular file or block device.
+pub fn media_len(path: &Path) -> io::Result<u64> {
+    use std::io::Seek;
+    use std::os::unix::fs::FileTypeExt;
+    let m = std::fs::metadata(path)?;
+    if m.file_type().is_block_device() {
+        File::open(path)?.seek(io::SeekFrom::End(0))
+    } else {
+        Ok(m.len())
+    }
 }
 
 /// What a file or device already holds, judged by well-known magic numbers.

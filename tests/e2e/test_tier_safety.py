@@ -1,0 +1,166 @@
+"""Every tier knows its pool and its mount (issue 20, finding 2).
+
+A mounted pool holds an exclusive lock on every tier file, so `terrace mkfs`
+refuses any of them — the PM file or a block-tier image — with or without
+--force; a block-tier image of another, unmounted pool is refused without
+--force (naming the pool); and a tier image that was truncated or replaced
+while the pool was unmounted is refused at mount with a one-line error that
+names the tier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import helpers
+from helpers import (assert_clean_error, assert_fsck_clean, mounted_pool, sha256_file,
+                     temp_mountpoint, temp_pool_path, terrace, unique_name)
+
+MiB = 1 << 20
+
+
+@contextlib.contextmanager
+def ssd_file(tag: str = "ssd"):
+    """A path for an SSD tier image on the disk (/var/tmp), removed afterwards."""
+    parent = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
+    path = Path(parent) / (unique_name(tag) + ".img")
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def write_file(path: Path, size: int, seed: int) -> str:
+    h = hashlib.sha256()
+    block = bytes((seed * 31 + k) % 251 for k in range(4096)) * 16
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            b = block[:min(left, len(block))]
+            f.write(b)
+            h.update(b)
+            left -= len(b)
+        f.flush()
+        os.fsync(f.fileno())
+    return h.hexdigest()
+
+
+def digest(path: Path) -> str:
+    return sha256_file(path)
+
+
+def fill(mnt: Path) -> dict:
+    """Small files on PM and a large one that spills to the SSD tier."""
+    files = {}
+    (mnt / "d").mkdir()
+    for i in range(20):
+        p = mnt / "d" / f"small{i}"
+        files[p] = write_file(p, 4096 * (i + 1), i)
+    big = mnt / "big"
+    files[big] = write_file(big, 48 * MiB, 99)  # 3x the PM tier
+    return files
+
+
+def check(files: dict) -> None:
+    for p, d in files.items():
+        assert digest(p) == d, f"{p} changed"
+
+
+def tier_uuid(image: Path) -> str:
+    """The pool uuid in a block-tier header (bytes 8..24), hyphenated."""
+    with open(image, "rb") as f:
+        h = f.read(24)[8:24].hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def test_mkfs_cannot_clobber_any_tier_of_a_mounted_pool_even_with_force():
+    """The finding: with a pool mounted, `mkfs --force` naming its SSD image
+    (with another PM file) used to shrink the image and destroy the pool."""
+    with temp_pool_path() as pool, temp_pool_path("other") as other, ssd_file() as ssd, \
+            temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            files = fill(mnt)
+            ssd_size = ssd.stat().st_size
+            attempts = [
+                # the finding: another PM file, the live pool's SSD image, a new size
+                ["--force", "--tier", f"pm:{other}:64M", "--tier", f"ssd:{ssd}:64M"],
+                ["--force", "--tier", f"pm:{other}:64M", "--tier", f"ssd:{ssd}"],
+                ["--tier", f"pm:{other}:64M", "--tier", f"ssd:{ssd}"],
+                # the live SSD image as a PM tier, the live PM file as a block tier
+                ["--force", "--tier", f"pm:{ssd}:64M"],
+                ["--force", "--tier", f"pm:{other}:64M", "--tier", f"hdd:{pool}"],
+                # the live PM file itself
+                ["--force", "--tier", f"pm:{pool}:16M"],
+            ]
+            for args in attempts:
+                cp = terrace("mkfs", *args, check=False)
+                msg = assert_clean_error(cp)
+                assert "mounted" in msg, helpers.describe(cp, "the error does not say the pool is mounted")
+                assert str(mnt) in msg, helpers.describe(cp, "the error does not name the mount point")
+                assert ssd.stat().st_size == ssd_size, f"mkfs {args} resized the live SSD image"
+                assert not other.exists(), f"mkfs {args} failed but created {other}"
+                check(files)
+            # The lock itself: every tier file is locked by the daemon.
+            for tier in (pool, ssd):
+                with open(tier, "rb") as f:
+                    try:
+                        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        raise AssertionError(f"{tier} is not locked by the mounted pool")
+                    except BlockingIOError:
+                        pass
+            check(files)
+        assert_fsck_clean(pool, "after mkfs attempts on the mounted pool")
+        with mounted_pool(pool, mnt):
+            check(files)
+        assert_fsck_clean(pool, "after the remount")
+
+
+def test_mkfs_refuses_a_block_tier_of_another_pool_without_force_and_names_it():
+    with temp_pool_path() as pool, temp_pool_path("other") as other, ssd_file() as ssd:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        before = digest(ssd)
+        cp = terrace("mkfs", "--tier", f"pm:{other}:16M", "--tier", f"ssd:{ssd}", check=False)
+        msg = assert_clean_error(cp, mentions=[str(ssd), tier_uuid(ssd), "--force"])
+        assert "tier 1" in msg, msg
+        assert digest(ssd) == before, "mkfs without --force wrote to another pool's tier"
+        assert not other.exists()
+        # --force overrides a clean, unmounted pool.
+        terrace("mkfs", "--force", "--tier", f"pm:{other}:16M", "--tier", f"ssd:{ssd}")
+        assert digest(ssd) != before
+
+
+def test_mount_refuses_a_truncated_block_tier_with_a_clear_error():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            fill(mnt)
+        pm_before = digest(pool)
+        os.truncate(ssd, 128 * MiB)
+        cp = helpers.run([helpers.TERRACE_BIN, "mount", pool, mnt, "--daemon"], check=False)
+        if helpers.is_mounted(mnt):
+            helpers.unmount(helpers.Mount(pool, mnt))
+        msg = assert_clean_error(cp, mentions=[str(ssd), "tier 1"])
+        assert re.search(r"truncated|shorter", msg), msg
+        assert digest(pool) == pm_before, "a refused mount wrote to the PM tier"
+
+
+def test_mount_refuses_a_block_tier_replaced_by_another_pools_image():
+    with temp_pool_path() as pool, temp_pool_path("other") as other, ssd_file() as ssd, \
+            ssd_file("ssd2") as ssd2, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        terrace("mkfs", "--tier", f"pm:{other}:16M", "--tier", f"ssd:{ssd2}:64M")
+        os.replace(ssd2, ssd)
+        pm_before = digest(pool)
+        cp = helpers.run([helpers.TERRACE_BIN, "mount", pool, mnt, "--daemon"], check=False)
+        if helpers.is_mounted(mnt):
+            helpers.unmount(helpers.Mount(pool, mnt))
+        assert_clean_error(cp, mentions=[str(ssd), "tier 1", "another pool"])
+        assert digest(pool) == pm_before
