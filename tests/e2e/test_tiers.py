@@ -333,3 +333,49 @@ def test_random_file_operations_on_a_tiered_pool_match_a_native_file_system(tmp_
         with mounted_pool(pool, mnt):
             for seed in range(1, 6):
                 assert sha256(mnt / f"f{seed}") == sha256(tmp_path / f"f{seed}"), f"f{seed} after remount"
+
+
+def test_bytes_damaged_in_the_ssd_image_are_never_served_and_fsck_data_finds_them():
+    """Issue 20, finding 1: 19 bytes written into a file's extent in the SSD
+    image were read back as the file's, and fsck said clean."""
+    import errno
+    import json
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        data = os.urandom(1 << 20)
+        with mounted_pool(pool, mnt):
+            (mnt / "f").write_bytes(data)
+            (mnt / "other").write_bytes(b"unharmed" * 1000)
+            terrace("migrate", mnt, mnt / "f", mnt / "other")
+            ext = where(mnt / "f")["extents"]
+            assert [e["tier"] for e in ext] == ["ssd"], ext
+            block = ext[0]["block"]
+        assert_fsck_clean(pool, "before the damage")
+        cp = terrace("fsck", "--data", pool)
+        assert "0 damaged" in cp.stdout, cp.stdout
+        with open(ssd, "r+b") as f:  # 19 bytes into the file's 4th block
+            f.seek((block + 3) * 4096 + 100)
+            f.write(b"nineteen bad bytes!")
+        cp = terrace("fsck", "--data", pool, check=False)
+        assert cp.returncode == 1, cp.stdout + cp.stderr
+        assert "checksum mismatch" in cp.stdout and "1 damaged" in cp.stdout, cp.stdout
+        with mounted_pool(pool, mnt) as m:
+            with open(mnt / "f", "rb") as f:
+                assert f.read(3 * 4096) == data[:3 * 4096]
+                f.seek(3 * 4096 + 50)
+                try:
+                    got = f.read(200)
+                    raise AssertionError(f"damaged bytes were served: {got[:40]!r}")
+                except OSError as e:
+                    assert e.errno == errno.EIO, e
+                f.seek(4 * 4096)
+                assert f.read() == data[4 * 4096:]
+            assert (mnt / "other").read_bytes() == b"unharmed" * 1000
+            st = json.loads(terrace("status", "--json", mnt).stdout)
+            assert st["checksum_errors"] >= 1 and st["checksummed_reads"] > 0, st
+            assert "DAMAGED" in terrace("status", mnt).stdout
+            # Migration does not carry the damage to PM.
+            cp = terrace("migrate", "--to", "pm", mnt, mnt / "f", check=False)
+            assert cp.returncode != 0
+            assert where(mnt / "f")["extents"][0]["tier"] == "ssd"
+            assert m.alive()

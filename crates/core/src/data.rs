@@ -230,6 +230,9 @@ impl Fs {
         let t = self.tier(d.tier)?;
         for &(b, n) in &d.runs {
             let len = (n * BS) as usize;
+            // The blocks are fresh (never rewritten while referenced): their
+            // checksums can be recorded before the entry that will use them.
+            t.sums.record(b, &buf[at..at + len]);
             t.media.write_blocks(b, &buf[at..at + len])?;
             at += len;
         }
@@ -270,6 +273,7 @@ impl Fs {
         let len = nblocks * BS as usize;
         let mut buf = self.read_buf(len);
         t.media.read_blocks(first, &mut buf[..len])?;
+        self.verify_read(tier, first, &buf[..len])?;
         dst.copy_from_slice(&buf[skip..skip + dst.len()]);
         self.give_read_buf(buf);
         Ok(())
@@ -336,12 +340,21 @@ impl Fs {
             let mut read = self.read_buf(len);
             let buf = &mut read[..len];
             t.media.read_blocks(blk, buf)?;
+            // The blocks this read needs must match their checksums; of the
+            // read-ahead, only the blocks before a mismatch are kept.
+            let good = self.verified_prefix(tier, blk, buf) as u64;
+            if good < need.min(n) {
+                self.give_read_buf(read);
+                return Err(crate::types::errno(libc::EIO));
+            }
             self.cache.note_misses(n);
             let take = (dst.len() - at).min((n * BS) as usize - skip);
             dst[at..at + take].copy_from_slice(&buf[skip..skip + take]);
             at += take;
-            let pages: Vec<std::sync::Arc<[u8]>> =
-                buf.chunks(BS as usize).map(std::sync::Arc::from).collect();
+            let pages: Vec<std::sync::Arc<[u8]>> = buf[..(good * BS) as usize]
+                .chunks(BS as usize)
+                .map(std::sync::Arc::from)
+                .collect();
             self.give_read_buf(read);
             self.cache.put_clean(tier, blk, pages);
             blk += n;

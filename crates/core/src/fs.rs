@@ -61,6 +61,10 @@ pub struct Counters {
     pub placed_block: AtomicU64,
     /// Writes that went to another tier than the policy chose (it was full).
     pub placement_overflows: AtomicU64,
+    /// Blocks read from block tiers whose checksum matched.
+    pub checksummed_reads: AtomicU64,
+    /// Blocks read from block tiers whose checksum did not match (EIO).
+    pub checksum_errors: AtomicU64,
 }
 
 /// What mount found about the previous session.
@@ -92,6 +96,9 @@ pub struct Fs {
     pub counters: Counters,
     pub(crate) report: MountReport,
     pub(crate) unmounted: std::sync::atomic::AtomicBool,
+    /// Mounted read-only ([`Fs::mount_read_only`]): nothing is written to
+    /// any tier, not even the superblock.
+    pub(crate) read_only: bool,
     pub(crate) atime: parking_lot::RwLock<AtimeMode>,
     /// Mounted block tiers, in tier-id order.
     pub(crate) tiers: Vec<crate::tier::BlockTier>,
@@ -152,6 +159,26 @@ impl Fs {
         media: Arc<dyn PmMedia>,
         devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)>,
     ) -> Result<Fs, OpenError> {
+        Fs::open_pool(media, devices, false)
+    }
+
+    /// Opens a pool read-only: nothing is written to any tier — no recovery,
+    /// no superblock update at mount or unmount — and [`Fs::is_read_only`]
+    /// tells the callers that would write (migration, settings, write-back)
+    /// to stay away. A pool that needs recovery (not cleanly unmounted, or
+    /// with open journal transactions) is refused: recovery writes.
+    pub fn mount_read_only(
+        media: Arc<dyn PmMedia>,
+        devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)>,
+    ) -> Result<Fs, OpenError> {
+        Fs::open_pool(media, devices, true)
+    }
+
+    fn open_pool(
+        media: Arc<dyn PmMedia>,
+        devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)>,
+        read_only: bool,
+    ) -> Result<Fs, OpenError> {
         // Refuse before writing anything when a tier that holds data is missing.
         let sc = scan(&*media, &devices, false, &mut |_, _| {})?;
         for (tier, runs) in &sc.block_used {
@@ -160,7 +187,17 @@ impl Fs {
             }
         }
         let mut sc = sc;
-        crate::recovery::finish_recovery(&*media, &mut sc);
+        if read_only {
+            if !sc.sb.clean || sc.rolled_back > 0 {
+                return Err(OpenError::Corrupt(
+                    "the pool was not cleanly unmounted and needs recovery, which writes: \
+                     mount it read-write once (recovery runs at mount) before mounting it read-only"
+                        .into(),
+                ));
+            }
+        } else {
+            crate::recovery::finish_recovery(&*media, &mut sc);
+        }
         let mut tiers = Vec::new();
         for (id, dev) in devices {
             let Some(rec) = sc
@@ -181,20 +218,25 @@ impl Fs {
                 used,
             )
             .map_err(|e| OpenError::Corrupt(format!("tier {id}: {e}")))?;
+            let sums = sc
+                .sums
+                .remove(&id)
+                .unwrap_or_else(|| crate::sums::BlockSums::new(blocks));
             tiers.push(crate::tier::BlockTier {
                 id,
                 kind: rec.kind,
                 media: dev,
                 space,
+                sums,
             });
         }
         tiers.sort_by_key(|t| t.id);
-        let mut fs = Fs::from_scan(media, sc)?;
+        let mut fs = Fs::from_scan(media, sc, read_only)?;
         fs.tiers = tiers;
         Ok(fs)
     }
 
-    fn from_scan(media: Arc<dyn PmMedia>, sc: Scan) -> Result<Fs, OpenError> {
+    fn from_scan(media: Arc<dyn PmMedia>, sc: Scan, read_only: bool) -> Result<Fs, OpenError> {
         let Scan {
             mut sb,
             inodes,
@@ -233,14 +275,16 @@ impl Fs {
             .filter(|&i| table[i as usize].get_mut().is_none())
             .collect();
         free.shrink_to_fit();
-        sb.clean = false;
-        sb.generation += 1;
-        sb.mount_count += 1;
-        // A read-write mount may write entries of the current version (e.g.
-        // copy entries): older builds must refuse the pool from now on.
-        sb.version = terrace_format::FORMAT_VERSION;
-        sb.last_mount_unix = (now_ns() / 1_000_000_000) as u64;
-        crate::mkfs::write_superblock(&*media, &sb);
+        if !read_only {
+            sb.clean = false;
+            sb.generation += 1;
+            sb.mount_count += 1;
+            // A read-write mount may write entries of the current version (e.g.
+            // copy entries): older builds must refuse the pool from now on.
+            sb.version = terrace_format::FORMAT_VERSION;
+            sb.last_mount_unix = (now_ns() / 1_000_000_000) as u64;
+            crate::mkfs::write_superblock(&*media, &sb);
+        }
         let fs = Fs {
             media,
             sb: Mutex::new(sb),
@@ -254,7 +298,13 @@ impl Fs {
             counters: Counters::default(),
             report,
             unmounted: std::sync::atomic::AtomicBool::new(false),
-            atime: parking_lot::RwLock::new(AtimeMode::default()),
+            read_only,
+            // Reads of a read-only mount set no access time: it would be written.
+            atime: parking_lot::RwLock::new(if read_only {
+                AtimeMode::Never
+            } else {
+                AtimeMode::default()
+            }),
             tiers: Vec::new(),
             settings: parking_lot::RwLock::new(terrace_policy::Settings::default()),
             placement: parking_lot::RwLock::new(
@@ -307,6 +357,11 @@ impl Fs {
         Ok(())
     }
 
+    /// True for a read-only mount ([`Fs::mount_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// The current settings.
     pub fn settings(&self) -> terrace_policy::Settings {
         self.settings.read().clone()
@@ -314,6 +369,9 @@ impl Fs {
 
     /// Sets when reads update the access time.
     pub fn set_atime_mode(&self, mode: AtimeMode) {
+        if self.read_only {
+            return; // always `Never`
+        }
         *self.atime.write() = mode;
     }
 
@@ -337,6 +395,14 @@ impl Fs {
     /// marked clean.
     pub fn unmount(&self) -> std::io::Result<()> {
         if self.unmounted.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.read_only {
+            // Nothing was written and nothing is: the pool stays as clean
+            // as it was.
+            self.stop_migration();
+            self.stop_writeback();
+            self.unmounted.store(true, Ordering::SeqCst);
             return Ok(());
         }
         self.persist_cached()?;
@@ -494,8 +560,18 @@ impl Fs {
     ) -> FsResult<StagedCommit> {
         let base = inode_offset(inode.ino);
         let room = self.log_room(background);
+        // Data on block tiers commits with its checksums (sums.rs).
+        let sums = self.sums_entries_for(entries);
+        let with_sums;
+        let entries = if sums.is_empty() {
+            entries
+        } else {
+            with_sums = [entries, &sums[..]].concat();
+            &with_sums[..]
+        };
         if let Some(t) = inode.log.on_tier {
-            let (st, words) = stage_recall(&*self.media, &room, inode, entries)?;
+            let (st, words) =
+                stage_recall(&*self.media, &room, inode, entries, &self.sums_tables())?;
             return Ok(StagedCommit {
                 st,
                 words,
@@ -635,7 +711,12 @@ impl Fs {
         if bytes < 3 * need {
             return;
         }
-        let entries = inode.snapshot_entries();
+        // Checksums of block-tier data are live too (counted only now: it
+        // takes a walk over the extents).
+        if bytes < 3 * (need + inode.sums_log_bytes()) {
+            return;
+        }
+        let entries = crate::sums::with_sums(inode.snapshot_entries(), &self.sums_tables());
         let fresh = crate::log::Log::default();
         // Stage into a new chain without touching the slot's head word.
         let st = match fresh.stage(
@@ -776,8 +857,9 @@ pub(crate) fn stage_recall(
     room: &crate::log_space::LogRoom<'_>,
     inode: &Inode,
     entries: &[Entry],
+    sums: &crate::sums::SumsTables<'_>,
 ) -> FsResult<(crate::log::Staged, Vec<(u64, u64)>)> {
-    let mut all = inode.snapshot_entries();
+    let mut all = crate::sums::with_sums(inode.snapshot_entries(), sums);
     all.extend_from_slice(entries);
     let st = crate::log::Log::default().stage(media, room, inode.ino, scratch_slot(), &all)?;
     let base = inode_offset(inode.ino);

@@ -461,6 +461,9 @@ impl Inode {
                 self.data_seq += 1;
                 self.extents.apply_copy(c, self.data_seq)
             }
+            // Checksums live in the tiers' tables (sums.rs); replay at mount
+            // reads them from the log itself.
+            Entry::Sums { .. } => Vec::new(),
         }
     }
 
@@ -605,6 +608,24 @@ impl Inode {
         }
         v.push(Entry::Attr(self.attr));
         v
+    }
+
+    /// Log bytes the checksums of this file's block-tier data take in a
+    /// compacted log (at most).
+    pub fn sums_log_bytes(&self) -> u64 {
+        self.extents
+            .iter()
+            .map(|(_, e)| {
+                let mut n = 0;
+                if e.tier != 0 {
+                    n += crate::sums::sums_log_bytes(e.blocks);
+                }
+                if e.copy.is_some_and(|(t, _)| t != 0) {
+                    n += crate::sums::sums_log_bytes(e.blocks);
+                }
+                n
+            })
+            .sum()
     }
 
     /// Number of entries a compacted log would hold.

@@ -26,6 +26,7 @@ pub mod recovery;
 pub mod rules;
 pub mod space;
 pub mod status;
+pub mod sums;
 pub mod tier;
 pub mod types;
 

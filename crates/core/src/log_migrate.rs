@@ -119,11 +119,11 @@ impl Fs {
                 .any(|(_, e)| e.copy.is_some_and(|(t, _)| t == 0))
     }
 
-    fn capture(i: &Inode) -> Captured {
+    fn capture(&self, i: &Inode) -> Captured {
         let blob = LogBlob {
             owner: i.ino,
             generation: i.generation,
-            entries: i.snapshot_entries(),
+            entries: crate::sums::with_sums(i.snapshot_entries(), &self.sums_tables()),
         };
         let entries = blob.entries.len() as u64;
         let enc = blob.encode();
@@ -198,7 +198,7 @@ impl Fs {
                 continue;
             }
             batch_bytes += i.log.pages.iter().map(|p| p.size).sum::<u64>();
-            batch.push(Fs::capture(i));
+            batch.push(self.capture(i));
             drop(g);
             if batch.len() >= BATCH_BLOBS {
                 match self.write_and_commit_logs(std::mem::take(&mut batch), to) {
@@ -246,7 +246,7 @@ impl Fs {
                 Fs::log_can_move(i, now, 0, true)
             };
             if movable {
-                batch.push(Fs::capture(i));
+                batch.push(self.capture(i));
             }
         }
         let done = self.write_and_commit_logs(batch, to)?;

@@ -665,7 +665,8 @@ impl Fs {
             } else {
                 let read = self
                     .tier(p.tier)
-                    .and_then(|t| t.media.read_blocks(p.block, &mut buf[at..at + len]));
+                    .and_then(|t| t.media.read_blocks(p.block, &mut buf[at..at + len]))
+                    .and_then(|()| self.verify_read(p.tier, p.block, &buf[at..at + len]));
                 if let Err(e) = read {
                     self.release_data(d);
                     self.migrator.give_buf(buf);

@@ -189,6 +189,63 @@ pub struct Scan {
     pub log_space: crate::log_space::LogSpace,
     /// Runs that live write entries use on each block tier.
     pub block_used: std::collections::BTreeMap<u8, Vec<Run>>,
+    /// Checksums of the block-tier blocks the replayed inodes reference,
+    /// by tier id (`sums.rs`).
+    pub sums: std::collections::BTreeMap<u8, crate::sums::BlockSums>,
+}
+
+impl Scan {
+    /// The checksum tables, as commits and fsck repairs take them.
+    pub fn sums_tables(&self) -> crate::sums::SumsTables<'_> {
+        self.sums.iter().map(|(id, s)| (*id, s)).collect()
+    }
+}
+
+/// Records, from the Sums entries of one replayed inode's log (in log
+/// order), the checksums of the blocks the inode references now. Its log
+/// may still hold checksums of blocks it gave up, which another file may
+/// own since; those are left out.
+fn keep_referenced_sums(
+    inode: &Inode,
+    entries: &mut dyn Iterator<Item = &terrace_format::Entry>,
+    sums: &std::collections::BTreeMap<u8, crate::sums::BlockSums>,
+) {
+    let mut found = entries
+        .filter(|e| matches!(e, terrace_format::Entry::Sums { .. }))
+        .peekable();
+    if found.peek().is_none() {
+        return;
+    }
+    let mut refs: Vec<(u8, u64, u64)> = Vec::new();
+    for (_, e) in inode.extents.iter() {
+        if e.tier != 0 {
+            refs.push((e.tier, e.block, e.blocks));
+        }
+        if let Some((t, b)) = e.copy.filter(|&(t, _)| t != 0) {
+            refs.push((t, b, e.blocks));
+        }
+    }
+    refs.sort_unstable();
+    let referenced = |tier: u8, b: u64| {
+        let i = refs.partition_point(|&(t, s, _)| (t, s) <= (tier, b));
+        i > 0 && {
+            let (t, s, n) = refs[i - 1];
+            t == tier && b < s + n
+        }
+    };
+    for e in found {
+        if let terrace_format::Entry::Sums { tier, block, crcs } = e {
+            let Some(table) = sums.get(tier) else {
+                continue;
+            };
+            for (i, c) in crcs.iter().enumerate() {
+                let b = block + i as u64;
+                if referenced(*tier, b) {
+                    table.set(b, *c);
+                }
+            }
+        }
+    }
 }
 
 /// Reads and checks both superblock copies.
@@ -345,6 +402,12 @@ fn scan_view(
     let mut table = vec![0u8; (n * INODE_SIZE as u64) as usize];
     media.read(inode_offset(0), &mut table);
     let mut inodes: HashMap<Ino, Inode> = HashMap::new();
+    let sums: std::collections::BTreeMap<u8, crate::sums::BlockSums> = sb
+        .tiers
+        .iter()
+        .filter(|t| t.kind != terrace_format::TierKind::Pm)
+        .map(|t| (t.id, crate::sums::BlockSums::new(t.size / BLOCK_SIZE)))
+        .collect();
     for ino in 1..n {
         if ino % 4096 == 0 {
             progress(ino, n);
@@ -393,6 +456,7 @@ fn scan_view(
                     for e in &blob.entries {
                         inode.apply(e);
                     }
+                    keep_referenced_sums(&inode, &mut blob.entries.iter(), &sums);
                     inode.log.entries = blob.entries.len() as u64;
                 }
                 Ok(None) => problems.push(Problem::LogOnMissingTier { ino, tier }),
@@ -425,6 +489,7 @@ fn scan_view(
         for (e, _) in &walked.entries {
             inode.apply(e);
         }
+        keep_referenced_sums(&inode, &mut walked.entries.iter().map(|(e, _)| e), &sums);
         inode.log.head = if slot.log_tail == 0 { 0 } else { slot.log_head };
         inode.log.tail = slot.log_tail;
         inode.log.entries = walked.entries.len() as u64;
@@ -655,5 +720,6 @@ fn scan_view(
         alloc,
         log_space: log_space.unwrap_or_default(),
         block_used: block_used_runs,
+        sums,
     }
 }

@@ -35,7 +35,7 @@ use crate::log_space::LogRoom;
 use crate::types::{errno, FsResult};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use terrace_format::{BLOCK_SIZE, LOG_PAGE_HEADER};
+use terrace_format::{BLOCK_SIZE, LOG_PAGE_HEADER, SUMS_PER_ENTRY};
 
 /// Bytes of one write entry (what a write-back commits per run of pages).
 const WRITE_ENTRY_BYTES: u64 = 48;
@@ -78,12 +78,54 @@ pub fn log_bytes_needed(log: &Log, entries: u64) -> u64 {
 /// consecutive dirty pages (at most `runs`, never more than `pages`), plus
 /// one per 512 KiB extent the target may split a run at, plus four for a
 /// write-back spread over several tiers.
+///
+/// The commit also holds the checksums of the blocks written (`sums.rs`):
+/// 4 bytes per page in Sums entries of up to 128 blocks of physically
+/// consecutive blocks — a write-back allocates its blocks in runs broken only
+/// at extent boundaries (one per 128 pages, as above) and between tiers.
 pub fn writeback_log_bytes(log: &Log, runs: u64, pages: u64) -> u64 {
     if pages == 0 {
         return 0;
     }
     let entries = runs.min(pages) + pages / 128 + 4;
-    log_bytes_needed(log, entries)
+    let sums_entries = 2 * (pages / 128) + 8;
+    let bytes = entries * WRITE_ENTRY_BYTES + sums_entries * 32 + 4 * pages;
+    log_bytes_needed_for(
+        log,
+        bytes,
+        terrace_format::sums_entry_len(SUMS_PER_ENTRY) as u64,
+    )
+}
+
+/// Log bytes `bytes` of entries, none longer than `max_entry`, appended to
+/// `log` can take on PM, at most: nothing when they fit in the last page;
+/// else new pages (each double the previous, up to 4 KiB, and large enough
+/// for `max_entry`), each counted as holding only its size less the header
+/// and less what a page end may waste (an entry never crosses a page).
+pub fn log_bytes_needed_for(log: &Log, bytes: u64, max_entry: u64) -> u64 {
+    if bytes == 0 {
+        return 0;
+    }
+    let last = log.pages.last().copied();
+    let room = match last {
+        Some(p) if log.tail != 0 => p.end() - log.tail,
+        _ => 0,
+    };
+    if bytes <= room {
+        return 0;
+    }
+    // The first entry may not fit the rest of the last page: count it all anew.
+    let mut left = bytes;
+    let mut total = 0;
+    let mut prev = last.map(|p| p.size);
+    while left > 0 {
+        let size = next_page_size(prev, max_entry);
+        total += size;
+        let holds = (size - LOG_PAGE_HEADER).saturating_sub(max_entry - 8);
+        left = left.saturating_sub(holds.max(8));
+        prev = Some(size);
+    }
+    total
 }
 
 /// PM blocks that hold `bytes` of log pages, with room for one partly used

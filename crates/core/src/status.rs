@@ -122,6 +122,11 @@ pub struct Status {
     pub placed_block: u64,
     /// Writes that overflowed their chosen tier.
     pub placement_overflows: u64,
+    /// Block-tier data blocks read and verified against their checksum.
+    pub checksummed_reads: u64,
+    /// Block-tier data blocks whose checksum did not match (reads failed
+    /// with EIO; the daemon's log names tier and block).
+    pub checksum_errors: u64,
     /// Synchronicity predictions settled so far and how many were right
     /// ("synchronous" right when an fsync followed within the threshold).
     pub sync_predictions: terrace_policy::SyncAccuracy,
@@ -233,6 +238,8 @@ impl Fs {
             placed_pm: c.placed_pm.load(Ordering::Relaxed),
             placed_block: c.placed_block.load(Ordering::Relaxed),
             placement_overflows: c.placement_overflows.load(Ordering::Relaxed),
+            checksummed_reads: c.checksummed_reads.load(Ordering::Relaxed),
+            checksum_errors: c.checksum_errors.load(Ordering::Relaxed),
             sync_predictions,
             cache: self.cache.stats(),
             migration: self.migration_status(),

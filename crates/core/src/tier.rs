@@ -239,6 +239,8 @@ pub struct BlockTier {
     pub media: Arc<dyn BlockMedia>,
     /// Its space.
     pub space: ExtentSpace,
+    /// Checksums of the data blocks on it (`sums.rs`).
+    pub sums: crate::sums::BlockSums,
 }
 
 #[cfg(test)]

@@ -20,7 +20,12 @@
 //! | XattrSet (7)  | 8 name_len u8, 10 value_len u16, 16 name, value — padded to 8 |
 //! | XattrDel (8)  | 8 name_len u8, 16 name — padded to 8 |
 //! | Copy (9)      | 8 file_block u64, 16 blocks u32, 20 tier u8, 21 op u8, 24 block u64 — 32 bytes |
+//! | Sums (10)     | 8 block u64, 16 tier u8, 17 reserved u8, 18 count u16, 20 reserved u32, 24 count × crc32c u32 — padded to 8 |
 //!
+//! A Sums entry gives the crc32c of each of `count` (1..=[`SUMS_PER_ENTRY`])
+//! blocks of block-tier data starting at `block` on `tier`: the checksums of
+//! the data a Write or Copy entry of the same commit points at (format
+//! version 5).
 //! Times are nanoseconds since the epoch. `Write.size_after` and `Write.mtime` make
 //! a write one entry: file size, mtime and ctime change with the data.
 
@@ -51,6 +56,17 @@ pub enum EntryKind {
     XattrDel = 8,
     /// A second, clean copy of file data added, promoted or dropped (NVMFS).
     Copy = 9,
+    /// Checksums of blocks of block-tier data.
+    Sums = 10,
+}
+
+/// Most block checksums one Sums entry carries (the entry is then 536 bytes,
+/// so a log page wastes little at its end).
+pub const SUMS_PER_ENTRY: usize = 128;
+
+/// Bytes of a Sums entry with `n` checksums.
+pub const fn sums_entry_len(n: usize) -> usize {
+    (24 + 4 * n).div_ceil(8) * 8
 }
 
 /// What a [`CopyEntry`] does to the file blocks it names.
@@ -178,6 +194,15 @@ pub enum Entry {
     },
     /// See [`CopyEntry`].
     Copy(CopyEntry),
+    /// crc32c of each block of `[block, block + crcs.len())` on `tier`.
+    Sums {
+        /// Block tier id (never 0: PM data has no checksums).
+        tier: u8,
+        /// First block on the tier.
+        block: u64,
+        /// One checksum per block (1..=[`SUMS_PER_ENTRY`]).
+        crcs: Vec<u32>,
+    },
 }
 
 fn pad8(n: usize) -> usize {
@@ -196,6 +221,7 @@ impl Entry {
             Entry::DentryDel { name } | Entry::XattrDel { name } => pad8(16 + name.len()),
             Entry::XattrSet { name, value } => pad8(16 + name.len() + value.len()),
             Entry::Copy(_) => 32,
+            Entry::Sums { crcs, .. } => sums_entry_len(crcs.len()),
         }
     }
 
@@ -210,6 +236,7 @@ impl Entry {
             Entry::XattrSet { .. } => EntryKind::XattrSet,
             Entry::XattrDel { .. } => EntryKind::XattrDel,
             Entry::Copy(_) => EntryKind::Copy,
+            Entry::Sums { .. } => EntryKind::Sums,
         }
     }
 
@@ -272,6 +299,14 @@ impl Entry {
                 put_u8(&mut b, 20, c.tier);
                 put_u8(&mut b, 21, c.op as u8);
                 put_u64(&mut b, 24, c.block);
+            }
+            Entry::Sums { tier, block, crcs } => {
+                put_u64(&mut b, 8, *block);
+                put_u8(&mut b, 16, *tier);
+                put_u16(&mut b, 18, crcs.len() as u16);
+                for (i, c) in crcs.iter().enumerate() {
+                    put_u32(&mut b, 24 + 4 * i, *c);
+                }
             }
         }
         let c = crc(&b);
@@ -398,6 +433,18 @@ impl Entry {
                     block: u64_at(b, 24),
                 })
             }
+            10 => {
+                need(24)?;
+                let n = u16_at(b, 18) as usize;
+                if n == 0 || n > SUMS_PER_ENTRY || 24 + 4 * n > len {
+                    return Err(FormatError::Invalid("checksum count"));
+                }
+                Entry::Sums {
+                    tier: u8_at(b, 16),
+                    block: u64_at(b, 8),
+                    crcs: (0..n).map(|i| u32_at(b, 24 + 4 * i)).collect(),
+                }
+            }
             _ => return Err(FormatError::Invalid("entry kind")),
         };
         Ok((e, len))
@@ -467,6 +514,18 @@ mod tests {
                 op: CopyOp::Promote,
                 block: 1 << 30,
             }),
+            Entry::Sums {
+                tier: 2,
+                block: 1 << 35,
+                crcs: vec![0xdead_beef],
+            },
+            Entry::Sums {
+                tier: 1,
+                block: 77,
+                crcs: (0..SUMS_PER_ENTRY as u32)
+                    .map(|i| i.wrapping_mul(0x9e37_79b9))
+                    .collect(),
+            },
         ]
     }
 
@@ -495,6 +554,24 @@ mod tests {
     }
 
     #[test]
+    fn a_sums_entry_with_a_bad_count_is_refused() {
+        let e = Entry::Sums {
+            tier: 1,
+            block: 9,
+            crcs: vec![1, 2, 3],
+        };
+        for bad in [0u16, 5, SUMS_PER_ENTRY as u16 + 1] {
+            let mut b = e.encode();
+            put_u16(&mut b, 18, bad);
+            put_u32(&mut b, 4, 0);
+            let c = crc(&b);
+            put_u32(&mut b, 4, c);
+            assert!(Entry::decode(&b).is_err(), "count {bad}");
+        }
+        assert_eq!(e.encoded_len(), 40);
+    }
+
+    #[test]
     fn largest_entries_fit_in_a_log_page() {
         let page = crate::BLOCK_SIZE as usize - crate::LOG_PAGE_HEADER as usize;
         let x = Entry::XattrSet {
@@ -502,5 +579,6 @@ mod tests {
             value: vec![0; crate::XATTR_VALUE_MAX],
         };
         assert!(x.encoded_len() <= page);
+        assert!(sums_entry_len(SUMS_PER_ENTRY) <= page);
     }
 }

@@ -122,8 +122,7 @@ impl Caller {
 
     /// The caller is in group `gid` (its fsgid or a supplementary group).
     pub fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid
-            || (self.status().groups.as_ref()).is_some_and(|g| g.contains(&gid))
+        self.gid == gid || (self.status().groups.as_ref()).is_some_and(|g| g.contains(&gid))
     }
 }
 

@@ -119,6 +119,22 @@ pub fn render_status(st: &Value) -> String {
         n(st, "log_pages"),
         util::human_bytes(n(st, "log_bytes"))
     ));
+    if st
+        .get("tiers")
+        .and_then(|t| t.as_array())
+        .is_some_and(|t| t.len() > 1)
+    {
+        let bad = n(st, "checksum_errors");
+        line(format!(
+            "  checksums     {} block-tier blocks read and verified, {}",
+            n(st, "checksummed_reads"),
+            if bad == 0 {
+                "no damage found".to_string()
+            } else {
+                format!("{bad} DAMAGED (reads of them failed with EIO; see the daemon log)")
+            }
+        ));
+    }
     if let Some(lm) = st.get("log_migration") {
         if n(lm, "logs_on_tiers") > 0 || n(lm, "moved") > 0 {
             line(format!(
@@ -452,9 +468,9 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
     }
 }
 
-/// `terrace fsck POOL [--repair] [--json]`. Exit codes: 0 clean, 1 problems
-/// remain, 2 cannot check.
-pub fn fsck(pool: &Path, repair: bool, as_json: bool) -> CliResult {
+/// `terrace fsck POOL [--repair] [--data] [--json]`. Exit codes: 0 clean, 1
+/// problems remain, 2 cannot check.
+pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
     let cannot = |e: CliError| e.code(2);
     if let Err(e) = std::fs::metadata(pool) {
         return Err(cannot(CliError::at(pool, util::os_reason(&e))));
@@ -529,7 +545,16 @@ pub fn fsck(pool: &Path, repair: bool, as_json: bool) -> CliResult {
                 format!("cannot persist the repairs: {}", util::os_reason(&e)),
             ));
         }
-        r
+        match r {
+            Ok(fixed) if data => terrace_core::fsck::check_data(&*media, &tiers, &mut progress)
+                .map(|mut d| {
+                    d.repaired = fixed.repaired;
+                    d
+                }),
+            other => other,
+        }
+    } else if data {
+        terrace_core::fsck::check_data(&pm, &tiers, &mut progress)
     } else {
         terrace_core::fsck::check(&pm, &tiers, &mut progress)
     };
@@ -590,6 +615,21 @@ pub fn fsck(pool: &Path, repair: bool, as_json: bool) -> CliResult {
                     "freed"
                 } else {
                     "the next mount frees them"
+                }
+            ));
+        }
+        if data {
+            util::out(&format!(
+                "  block-tier data: {} blocks verified, {} damaged{}",
+                rep.checked_blocks,
+                rep.bad_blocks,
+                if rep.unverified_blocks > 0 {
+                    format!(
+                        ", {} without a checksum (written before format 5)",
+                        rep.unverified_blocks
+                    )
+                } else {
+                    String::new()
                 }
             ));
         }

@@ -210,7 +210,9 @@ and returns; the daemon logs to /run/terrace/<mountpoint>.log (removed after\na 
 Mount options (-o, comma-separated, repeatable):
   allow_other     let all users access the file system (FUSE option)
   allow_root      let root access it too
-  ro              read-only mount
+  ro              read-only mount: nothing is written to any tier (a pool
+                  that was not cleanly unmounted is refused: mount it
+                  read-write once); migrate and set are refused
   noatime         do not update access times
   nosuid, nodev   ignore set-user-ID bits / device nodes (the default when
                   not mounted by root; root gets suid, dev, as with mount(8))
@@ -323,6 +325,7 @@ Exit status: 0 clean, 1 problems remain, 2 cannot check (not a pool, mounted, â€
 Examples:
   terrace fsck /dev/shm/pool
   terrace fsck --repair /dev/shm/pool
+  terrace fsck --data /dev/shm/pool
   terrace fsck --json /dev/shm/pool";
 
 #[derive(Args, Debug)]
@@ -333,6 +336,10 @@ struct FsckArgs {
     /// Fix what can be fixed safely.
     #[arg(long)]
     repair: bool,
+    /// Also read every block of file data on the block tiers and verify its
+    /// checksum (damaged blocks are problems; takes as long as reading them).
+    #[arg(long)]
+    data: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -361,7 +368,7 @@ fn run(cli: Cli) -> CliResult {
         }
         Cmd::Umount(a) => admin::umount(&a.mountpoint, a.lazy),
         Cmd::Status(a) => admin::status(&a.mountpoint, a.json),
-        Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.json),
+        Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.data, a.json),
         Cmd::Where(a) => where_cmd::run(&a.path, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths),

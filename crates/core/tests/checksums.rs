@@ -1,0 +1,208 @@
+//! Checksums of block-tier data (issue 20, finding 1): bytes damaged on the
+//! SSD are never served — a read of them fails with EIO, the rest of the
+//! file still reads, migration does not carry the damage to PM — and the
+//! checksums outlive remounts, log migration and the reuse of blocks by
+//! another file.
+
+mod common;
+use common::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use terrace_core::Fs;
+use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
+
+const SSD: u64 = 32 << 20;
+const BS: u64 = 4096;
+
+fn mount(pm: &MemMedia, ssd: &MemBlock) -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
+    let pm = Arc::new(MemMedia::from_image(pm.image()));
+    let ssd = Arc::new(MemBlock::from_image(ssd.image()));
+    let fs = Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)])
+        .unwrap_or_else(|e| panic!("mount: {e}"));
+    (pm, ssd, fs)
+}
+
+fn pattern(seed: u8, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed as u32) as u8
+                ^ seed
+        })
+        .collect()
+}
+
+/// `(file offset, length, tier name, block)` of each extent of `ino`.
+fn extents(fs: &Fs, ino: u64) -> Vec<(u64, u64, String, u64)> {
+    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
+    String::from_utf8(v)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].to_string(),
+                f[3].parse().unwrap_or(u64::MAX),
+            )
+        })
+        .collect()
+}
+
+/// A pool with one 1 MiB file moved to the SSD; returns its images, the
+/// file's inode, its data and the SSD block of its first byte.
+fn pool_with_a_file_on_the_ssd() -> (MemMedia, MemBlock, u64, Vec<u8>, u64) {
+    let pm = Arc::new(MemMedia::new(8 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 256);
+    let fs =
+        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(7, 1 << 20);
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.migrate_file(f.ino, 1).unwrap();
+    let ext = extents(&fs, f.ino);
+    assert!(
+        ext.iter().all(|e| e.2 == "ssd"),
+        "the file is on the SSD: {ext:?}"
+    );
+    let first = ext.iter().find(|e| e.0 == 0).unwrap().3;
+    fs.unmount().unwrap();
+    (
+        MemMedia::from_image(pm.image()),
+        MemBlock::from_image(ssd.image()),
+        f.ino,
+        data,
+        first,
+    )
+}
+
+fn damage(ssd: &MemBlock, block: u64, at: usize, len: usize) {
+    let mut b = vec![0u8; BS as usize];
+    ssd.read_blocks(block, &mut b).unwrap();
+    for x in &mut b[at..at + len] {
+        *x ^= 0x5a;
+    }
+    ssd.write_blocks(block, &b).unwrap();
+}
+
+#[test]
+fn nineteen_damaged_bytes_on_the_ssd_read_as_eio_never_as_wrong_bytes() {
+    let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
+    // The reproduction of the issue: 19 bytes written into the file's extent.
+    damage(&ssd, first + 3, 100, 19);
+    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let e = fs.read(ino, 0, data.len()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    let e = fs.read(ino, 3 * BS + 50, 100).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    assert!(fs.counters.checksum_errors.load(Ordering::Relaxed) >= 1);
+    // What is not damaged still reads, exactly.
+    assert_eq!(
+        fs.read(ino, 0, 3 * BS as usize).unwrap(),
+        &data[..3 * BS as usize]
+    );
+    let tail = 4 * BS as usize;
+    assert_eq!(
+        fs.read(ino, tail as u64, data.len() - tail).unwrap(),
+        &data[tail..]
+    );
+    assert!(fs.counters.checksummed_reads.load(Ordering::Relaxed) > 0);
+}
+
+#[test]
+fn undamaged_data_reads_back_verified_after_remount() {
+    let (pm, ssd, ino, data, _) = pool_with_a_file_on_the_ssd();
+    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
+    assert_eq!(
+        fs.counters.checksummed_reads.load(Ordering::Relaxed),
+        data.len() as u64 / BS,
+        "every block was checked against a checksum from the log"
+    );
+    assert_eq!(fs.counters.checksum_errors.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn migration_does_not_carry_damaged_ssd_data_to_pm() {
+    let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
+    damage(&ssd, first + 100, 0, 1);
+    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let e = fs.migrate_file(ino, 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    // The damaged block is still where it was, and still refused.
+    let bad = extents(&fs, ino)
+        .into_iter()
+        .find(|e| e.0 <= 100 * BS && 100 * BS < e.0 + e.1)
+        .unwrap();
+    assert_eq!(bad.2, "ssd");
+    assert_eq!(
+        fs.read(ino, 100 * BS, 10).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    assert_eq!(fs.read(ino, 0, 4096).unwrap(), &data[..4096]);
+}
+
+#[test]
+fn checksums_move_with_a_log_that_log_migration_put_on_the_ssd() {
+    let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
+    let (pm2, ssd2, fs) = mount(&pm, &ssd);
+    assert_eq!(fs.move_logs(&[ino], 1).unwrap(), 1, "the log moved");
+    fs.unmount().unwrap();
+    drop(fs);
+    damage(&ssd2, first + 5, 4000, 96);
+    let (_pm, _ssd, fs) = mount(&pm2, &ssd2);
+    assert_eq!(
+        fs.read(ino, 5 * BS, 4096).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    assert_eq!(
+        fs.read(ino, 0, 5 * BS as usize).unwrap(),
+        &data[..5 * BS as usize]
+    );
+}
+
+#[test]
+fn blocks_reused_by_another_file_are_checked_against_their_new_data_after_remount() {
+    // SSD: the header extent and three 512 KiB extents.
+    let ssd_bytes = 4 * (512 << 10);
+    let pm = Arc::new(MemMedia::new(8 << 20));
+    let ssd = Arc::new(MemBlock::new(ssd_bytes));
+    mkfs_pm_ssd(&*pm, ssd_bytes, 256);
+    let fs =
+        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
+    // `b` gets the lower inode number: its log replays before `a`'s.
+    let b = fs.mknod(1, b"b", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let a = fs.mknod(1, b"a", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    assert!(b.ino < a.ino);
+    // Live xattrs keep a's log from being compacted (which would drop the
+    // stale checksums this test is about).
+    for k in 0..40 {
+        let name = format!("user.k{k}");
+        fs.setxattr(a.ino, name.as_bytes(), &[k as u8; 64], 0)
+            .unwrap();
+    }
+    let half = 512 << 10;
+    fs.write(a.ino, 0, &pattern(1, half)).unwrap();
+    fs.migrate_file(a.ino, 1).unwrap();
+    let old = extents(&fs, a.ino)[0].3;
+    // Rewritten on PM: a's SSD blocks are freed, its log keeps their
+    // checksums.
+    fs.write(a.ino, 0, &pattern(2, half)).unwrap();
+    assert!(extents(&fs, a.ino).iter().all(|e| e.2 == "pm"));
+    let bdata = pattern(3, half);
+    fs.write(b.ino, 0, &bdata).unwrap();
+    fs.migrate_file(b.ino, 1).unwrap();
+    assert_eq!(
+        extents(&fs, b.ino)[0].3,
+        old,
+        "b took the blocks a gave up (the case this test is about)"
+    );
+    fs.unmount().unwrap();
+    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    assert_eq!(fs.read(b.ino, 0, half).unwrap(), bdata);
+    assert_eq!(fs.read(a.ino, 0, half).unwrap(), pattern(2, half));
+    assert_eq!(fs.counters.checksum_errors.load(Ordering::Relaxed), 0);
+}
