@@ -100,6 +100,8 @@ pub struct Fs {
     /// any tier, not even the superblock.
     pub(crate) read_only: bool,
     pub(crate) atime: parking_lot::RwLock<AtimeMode>,
+    /// The running or last scrub (`scrub.rs`).
+    pub(crate) scrub_state: parking_lot::Mutex<Option<crate::scrub::ScrubReport>>,
     /// Mounted block tiers, in tier-id order.
     pub(crate) tiers: Vec<crate::tier::BlockTier>,
     /// Tunable options (one registry for CLI, config file and `terrace set`).
@@ -305,6 +307,7 @@ impl Fs {
             } else {
                 AtimeMode::default()
             }),
+            scrub_state: parking_lot::Mutex::new(None),
             tiers: Vec::new(),
             settings: parking_lot::RwLock::new(terrace_policy::Settings::default()),
             placement: parking_lot::RwLock::new(

@@ -24,6 +24,7 @@ pub mod ops_file;
 pub mod placement_view;
 pub mod recovery;
 pub mod rules;
+pub mod scrub;
 pub mod space;
 pub mod status;
 pub mod sums;

@@ -122,6 +122,8 @@ pub struct Status {
     pub placed_block: u64,
     /// Writes that overflowed their chosen tier.
     pub placement_overflows: u64,
+    /// The running scrub, or the last one since mount.
+    pub scrub: Option<crate::scrub::ScrubReport>,
     /// Block-tier data blocks read and verified against their checksum.
     pub checksummed_reads: u64,
     /// Block-tier data blocks whose checksum did not match (reads failed
@@ -238,6 +240,7 @@ impl Fs {
             placed_pm: c.placed_pm.load(Ordering::Relaxed),
             placed_block: c.placed_block.load(Ordering::Relaxed),
             placement_overflows: c.placement_overflows.load(Ordering::Relaxed),
+            scrub: self.scrub_status(),
             checksummed_reads: c.checksummed_reads.load(Ordering::Relaxed),
             checksum_errors: c.checksum_errors.load(Ordering::Relaxed),
             sync_predictions,

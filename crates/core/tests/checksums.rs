@@ -206,3 +206,88 @@ fn blocks_reused_by_another_file_are_checked_against_their_new_data_after_remoun
     assert_eq!(fs.read(a.ino, 0, half).unwrap(), pattern(2, half));
     assert_eq!(fs.counters.checksum_errors.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn scrub_finds_every_damaged_block_and_reports_those_no_copy_can_repair() {
+    let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
+    damage(&ssd, first + 10, 0, 1);
+    damage(&ssd, first + 200, 4095, 1);
+    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let r = fs.scrub(0, true);
+    assert!(!r.running && r.finished_unix > 0);
+    assert_eq!(r.total_blocks, data.len() as u64 / BS);
+    assert_eq!(r.read_blocks, r.total_blocks);
+    assert_eq!(r.bad_blocks, 2);
+    assert_eq!(r.checked_blocks, r.total_blocks - 2);
+    assert_eq!(r.repaired_blocks, 0);
+    assert_eq!(r.unrepairable.len(), 2, "{:?}", r.unrepairable);
+    assert!(r.unrepairable[0].contains(&format!("inode {ino}, bytes {}", 10 * BS)));
+    assert_eq!(fs.scrub_status(), Some(r.clone()));
+    assert!(fs.status().scrub.is_some_and(|s| s.bad_blocks == 2));
+    // Nothing was changed: the damaged blocks still fail, the rest reads.
+    assert!(fs.read(ino, 10 * BS, 1).is_err());
+    assert_eq!(
+        fs.read(ino, 0, 10 * BS as usize).unwrap(),
+        &data[..10 * BS as usize]
+    );
+}
+
+#[test]
+fn scrub_drops_a_damaged_clean_copy_and_the_data_stays_readable() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 64);
+    let fs =
+        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
+    for (k, v) in [
+        ("migration_policy", "nvmfs"),
+        ("migration_threshold", "99"),
+        ("migration_age_ns", "0s"),
+        ("nvmfs_dirty_low_percent", "30"),
+        ("nvmfs_dirty_high_percent", "60"),
+    ] {
+        fs.set_setting(k, v).unwrap();
+    }
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(9, 8 << 20);
+    for (k, c) in data.chunks(256 << 10).enumerate() {
+        fs.write(f.ino, (k as u64) << 18, c).unwrap();
+    }
+    assert!(fs.migration_pass() > 0, "NVMFS made clean copies");
+    let copies = tier_bytes(&fs, f.ino, "ssd-copy");
+    assert!(copies > 0);
+    let copy_at = extents(&fs, f.ino)
+        .into_iter()
+        .find(|e| e.2 == "ssd-copy")
+        .unwrap();
+    damage(&ssd, copy_at.3 + 1, 7, 3);
+    let r = fs.scrub(0, true);
+    assert_eq!((r.bad_blocks, r.repaired_blocks), (1, 1), "{r:?}");
+    assert!(r.unrepairable.is_empty());
+    assert_eq!(tier_bytes(&fs, f.ino, "ssd-copy"), copies - BS);
+    assert_eq!(fs.read(f.ino, 0, data.len()).unwrap(), data);
+    fs.check_allocator().unwrap();
+    // A second scrub finds nothing left to repair; so does a remount's.
+    let again = fs.scrub(0, true);
+    assert_eq!(again.bad_blocks, 0, "{again:?}");
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = Fs::mount_with_tiers(pm as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
+    assert_eq!(fs.scrub(0, true).bad_blocks, 0);
+    assert_eq!(fs.read(f.ino, 0, data.len()).unwrap(), data);
+}
+
+#[test]
+fn a_rate_bounded_scrub_takes_at_least_the_time_its_rate_allows() {
+    let (pm, ssd, _ino, data, _) = pool_with_a_file_on_the_ssd();
+    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let t = std::time::Instant::now();
+    // 1 MiB at 4 MiB/s: at least ~250 ms (the first chunk is free).
+    let r = fs.scrub(4 << 20, true);
+    assert_eq!(r.checked_blocks, data.len() as u64 / BS);
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+}

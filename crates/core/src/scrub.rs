@@ -1,0 +1,349 @@
+//! Online scrub (`terrace scrub MOUNTPOINT`, like `zpool scrub`): reads every
+//! block of file data on the block tiers — primary locations and NVMFS clean
+//! copies — checks it against its checksum (`sums.rs`) and repairs what a
+//! good second location allows, while the pool stays in use.
+//!
+//! Repairs, each one commit of one Copy entry, made only if the file's
+//! mapping of the block is still the one that was read:
+//! - a damaged clean copy is dropped (its blocks are freed; the primary is
+//!   intact, and NVMFS makes a new copy when it flushes again);
+//! - a damaged primary block whose clean copy is good is replaced by it
+//!   (the copy is promoted, the damaged block freed).
+//!
+//! A damaged block with no good copy cannot be repaired: it is reported
+//! (file and offset), and reads of it keep failing with EIO until the file
+//! range is rewritten or deleted. A read-only mount scrubs without repairing.
+//!
+//! One scrub runs at a time, in its own thread, at a bounded rate (bytes per
+//! second of reads, 0 = unbounded); [`Fs::scrub_status`] shows it running and
+//! then the last one's result. Unmount stops it between chunks.
+
+use crate::fs::Fs;
+use crate::types::{errno, FsResult, Ino};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use terrace_format::{CopyEntry, CopyOp, Entry, BLOCK_SIZE};
+
+const BS: u64 = BLOCK_SIZE;
+/// Blocks read per request.
+const CHUNK_BLOCKS: u64 = 256;
+
+/// What a scrub found and did (the running one, or the last one).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ScrubReport {
+    /// Still running.
+    pub running: bool,
+    /// When it started / finished (seconds since the epoch; 0 = not yet).
+    pub started_unix: u64,
+    /// When it finished.
+    pub finished_unix: u64,
+    /// Repairs were allowed (read-write mount, not `--no-repair`).
+    pub repair: bool,
+    /// Block-tier blocks to read (primary locations and copies).
+    pub total_blocks: u64,
+    /// Blocks read so far.
+    pub read_blocks: u64,
+    /// Blocks whose checksum matched.
+    pub checked_blocks: u64,
+    /// Blocks without a checksum (written before format 5).
+    pub unverified_blocks: u64,
+    /// Blocks that were damaged or could not be read.
+    pub bad_blocks: u64,
+    /// Damaged blocks repaired from a good copy (or dropped copies).
+    pub repaired_blocks: u64,
+    /// Damaged blocks with no good copy: "inode N, bytes A..B (tier T block B)".
+    pub unrepairable: Vec<String>,
+    /// Stopped before the end (unmount).
+    pub stopped: bool,
+}
+
+/// One location of mapped data to read: a primary run or a copy.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    file_block: u64,
+    blocks: u64,
+    /// Location read: the primary (`copy == false`) or the clean copy.
+    tier: u8,
+    block: u64,
+    copy: bool,
+    /// The mapping when captured, to check before a repair.
+    seq: u64,
+    primary: (u8, u64),
+    second: Option<(u8, u64)>,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Fs {
+    /// Starts a scrub in its own thread; EBUSY when one is running.
+    /// `rate` bounds the bytes read per second (0 = unbounded).
+    pub fn start_scrub(self: &Arc<Self>, rate: u64, repair: bool) -> FsResult<()> {
+        {
+            let mut st = self.scrub_state.lock();
+            if st.as_ref().is_some_and(|r| r.running) {
+                return Err(errno(libc::EBUSY));
+            }
+            *st = Some(ScrubReport {
+                running: true,
+                started_unix: unix_now(),
+                repair: repair && !self.is_read_only(),
+                ..Default::default()
+            });
+        }
+        let fs = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("scrub".into())
+            .spawn(move || {
+                fs.scrub(rate, repair);
+            })
+            .map(|_| ())
+            .map_err(|e| {
+                *self.scrub_state.lock() = None;
+                e
+            })
+    }
+
+    /// The running scrub's progress, or the last scrub's result.
+    pub fn scrub_status(&self) -> Option<ScrubReport> {
+        self.scrub_state.lock().clone()
+    }
+
+    /// Runs a scrub in the calling thread and returns its report (also kept
+    /// for [`Fs::scrub_status`]).
+    pub fn scrub(&self, rate: u64, repair: bool) -> ScrubReport {
+        let repair = repair && !self.is_read_only();
+        let started = Instant::now();
+        let inos = self.inodes_with_block_data();
+        let total: u64 = inos.iter().map(|(_, n)| *n).sum();
+        *self.scrub_state.lock() = Some(ScrubReport {
+            running: true,
+            started_unix: unix_now(),
+            repair,
+            total_blocks: total,
+            ..Default::default()
+        });
+        let mut buf = vec![0u8; (CHUNK_BLOCKS * BS) as usize];
+        let mut read_bytes = 0u64;
+        'files: for (ino, _) in inos {
+            for p in self.scrub_pieces(ino) {
+                let mut off = 0;
+                while off < p.blocks {
+                    if self.unmounted.load(Ordering::Relaxed) {
+                        self.update_scrub(|r| r.stopped = true);
+                        break 'files;
+                    }
+                    let n = (p.blocks - off).min(CHUNK_BLOCKS);
+                    let chunk = &mut buf[..(n * BS) as usize];
+                    self.scrub_chunk(ino, &p, off, chunk, repair);
+                    off += n;
+                    read_bytes += n * BS;
+                    if rate > 0 {
+                        let due = Duration::from_secs_f64(read_bytes as f64 / rate as f64);
+                        if let Some(wait) = due.checked_sub(started.elapsed()) {
+                            std::thread::sleep(wait.min(Duration::from_secs(1)));
+                        }
+                    }
+                }
+            }
+        }
+        self.update_scrub(|r| {
+            r.running = false;
+            r.finished_unix = unix_now();
+        });
+        let r = self.scrub_status().unwrap_or_default();
+        self.notice(format!(
+            "scrub {}: {} blocks verified, {} damaged, {} repaired, {} unrepairable",
+            if r.stopped { "stopped" } else { "finished" },
+            r.checked_blocks,
+            r.bad_blocks,
+            r.repaired_blocks,
+            r.unrepairable.len()
+        ));
+        r
+    }
+
+    fn update_scrub(&self, f: impl FnOnce(&mut ScrubReport)) {
+        let mut st = self.scrub_state.lock();
+        f(st.get_or_insert_with(ScrubReport::default));
+    }
+
+    /// Inodes with data on block tiers, with their number of such blocks.
+    fn inodes_with_block_data(&self) -> Vec<(Ino, u64)> {
+        let mut out = Vec::new();
+        for (ino, slot) in self.table.iter().enumerate() {
+            let g = slot.lock();
+            let Some(i) = g.as_ref().filter(|i| !i.zombie) else {
+                continue;
+            };
+            let n: u64 = i
+                .extents
+                .iter()
+                .map(|(_, e)| {
+                    u64::from(e.tier != 0) * e.blocks
+                        + u64::from(e.copy.is_some_and(|(t, _)| t != 0)) * e.blocks
+                })
+                .sum();
+            if n > 0 {
+                out.push((ino as Ino, n));
+            }
+        }
+        out
+    }
+
+    /// The block-tier locations of one inode's data, captured under its lock.
+    fn scrub_pieces(&self, ino: Ino) -> Vec<Piece> {
+        let Ok(g) = self.lock(ino) else {
+            return Vec::new();
+        };
+        let Some(i) = g.as_ref() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (fb, e) in i.extents.iter() {
+            let base = Piece {
+                file_block: fb,
+                blocks: e.blocks,
+                tier: e.tier,
+                block: e.block,
+                copy: false,
+                seq: e.seq,
+                primary: (e.tier, e.block),
+                second: e.copy,
+            };
+            if e.tier != 0 {
+                out.push(base);
+            }
+            if let Some((t, b)) = e.copy.filter(|&(t, _)| t != 0) {
+                out.push(Piece {
+                    tier: t,
+                    block: b,
+                    copy: true,
+                    ..base
+                });
+            }
+        }
+        out
+    }
+
+    /// Reads and checks `chunk.len()` blocks of piece `p` from block `off`
+    /// of it on, repairing what can be.
+    fn scrub_chunk(&self, ino: Ino, p: &Piece, off: u64, chunk: &mut [u8], repair: bool) {
+        let n = chunk.len() as u64 / BS;
+        let first = p.block + off;
+        let read = self
+            .tier(p.tier)
+            .and_then(|t| t.media.read_blocks(first, chunk));
+        let sums = self.sums_of(p.tier);
+        let mut bad: Vec<u64> = Vec::new(); // block offsets in the piece
+        let (mut checked, mut unverified) = (0, 0);
+        match read {
+            Ok(()) => {
+                for (k, data) in chunk.chunks(BS as usize).enumerate() {
+                    match sums.and_then(|s| s.get(first + k as u64)) {
+                        None => unverified += 1,
+                        Some(want) if crate::sums::block_crc(data) == want => checked += 1,
+                        Some(_) => bad.push(off + k as u64),
+                    }
+                }
+            }
+            Err(_) => bad.extend(off..off + n),
+        }
+        self.update_scrub(|r| {
+            r.read_blocks += n;
+            r.checked_blocks += checked;
+            r.unverified_blocks += unverified;
+            r.bad_blocks += bad.len() as u64;
+        });
+        for k in bad {
+            self.counters
+                .checksum_errors
+                .fetch_add(1, Ordering::Relaxed);
+            let repaired = repair && matches!(self.repair_block(ino, p, k), Ok(true));
+            match repaired {
+                true => self.update_scrub(|r| r.repaired_blocks += 1),
+                false => {
+                    let at = (p.file_block + k) * BS;
+                    let what = format!(
+                        "inode {ino}, bytes {at}..{} ({} on tier {} block {}): damaged, {}",
+                        at + BS,
+                        if p.copy { "clean copy" } else { "data" },
+                        p.tier,
+                        p.block + k,
+                        if repair {
+                            "no good copy to repair it from"
+                        } else {
+                            "not repaired (read-only)"
+                        }
+                    );
+                    self.notice(format!("scrub: {what}"));
+                    self.update_scrub(|r| r.unrepairable.push(what));
+                }
+            }
+        }
+    }
+
+    /// Repairs block `k` of piece `p` if the mapping is unchanged and a good
+    /// second location exists; true when repaired.
+    fn repair_block(&self, ino: Ino, p: &Piece, k: u64) -> FsResult<bool> {
+        let fb = p.file_block + k;
+        let entry = if p.copy {
+            // The primary is intact: forget the damaged copy.
+            let (t, b) = p.second.expect("a copy piece has a copy");
+            Entry::Copy(CopyEntry {
+                file_block: fb,
+                blocks: 1,
+                tier: t,
+                op: CopyOp::Drop,
+                block: b + k,
+            })
+        } else {
+            let Some((t, b)) = p.second else {
+                return Ok(false);
+            };
+            if !self.location_is_good(t, b + k) {
+                return Ok(false);
+            }
+            Entry::Copy(CopyEntry {
+                file_block: fb,
+                blocks: 1,
+                tier: t,
+                op: CopyOp::Promote,
+                block: b + k,
+            })
+        };
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().ok_or_else(|| errno(libc::ENOENT))?;
+        let unchanged = i.extents.find(fb).is_some_and(|(s, e)| {
+            e.seq == p.seq
+                && (e.tier, e.block + (fb - s)) == (p.primary.0, p.primary.1 + k)
+                && e.copy.map(|(t, b)| (t, b + (fb - s))) == p.second.map(|(t, b)| (t, b + k))
+        });
+        if !unchanged {
+            return Ok(false);
+        }
+        self.commit_one_in(i, vec![entry], true)?;
+        Ok(true)
+    }
+
+    /// Block `block` of tier `tier` reads back and matches its checksum (PM
+    /// blocks have none and count as good).
+    fn location_is_good(&self, tier: u8, block: u64) -> bool {
+        if tier == 0 {
+            return true;
+        }
+        let mut b = vec![0u8; BS as usize];
+        let Ok(t) = self.tier(tier) else { return false };
+        if t.media.read_blocks(block, &mut b).is_err() {
+            return false;
+        }
+        match t.sums.get(block) {
+            Some(want) => crate::sums::block_crc(&b) == want,
+            None => true,
+        }
+    }
+}
