@@ -102,9 +102,8 @@ impl Fs {
                 fs.scrub(rate, repair);
             })
             .map(|_| ())
-            .map_err(|e| {
+            .inspect_err(|_| {
                 *self.scrub_state.lock() = None;
-                e
             })
     }
 
