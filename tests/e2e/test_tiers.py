@@ -379,3 +379,32 @@ def test_bytes_damaged_in_the_ssd_image_are_never_served_and_fsck_data_finds_the
             assert cp.returncode != 0
             assert where(mnt / "f")["extents"][0]["tier"] == "ssd"
             assert m.alive()
+
+
+def test_scrub_reads_every_block_online_reports_damage_and_status_shows_the_result():
+    import json
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        data = os.urandom(2 << 20)
+        with mounted_pool(pool, mnt):
+            (mnt / "f").write_bytes(data)
+            terrace("migrate", mnt, mnt / "f")
+            block = where(mnt / "f")["extents"][0]["block"]
+            cp = terrace("scrub", mnt)
+            assert "512 verified, 0 damaged" in cp.stdout, cp.stdout
+            # Damage the file's data behind the daemon's back (the SSD image
+            # is the device), then scrub again while mounted.
+            with open(ssd, "r+b") as f:
+                f.seek((block + 7) * 4096 + 9)
+                f.write(b"rot")
+                os.fsync(f.fileno())
+            cp = terrace("scrub", "--json", mnt, check=False)
+            assert cp.returncode == 1, cp.stdout + cp.stderr
+            r = json.loads(cp.stdout)
+            assert (r["bad_blocks"], r["checked_blocks"], r["repaired_blocks"]) == (1, 511, 0), r
+            assert "bytes 28672..32768" in r["unrepairable"][0], r
+            st = json.loads(terrace("status", "--json", mnt).stdout)
+            assert st["scrub"]["bad_blocks"] == 1 and not st["scrub"]["running"], st["scrub"]
+            assert "1 damaged" in terrace("status", mnt).stdout
+            cp = terrace("scrub", "--rate", "fast", mnt, check=False)
+            assert cp.returncode == 2 and "--rate" in cp.stderr, cp.stderr

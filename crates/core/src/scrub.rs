@@ -30,7 +30,7 @@ const BS: u64 = BLOCK_SIZE;
 const CHUNK_BLOCKS: u64 = 256;
 
 /// What a scrub found and did (the running one, or the last one).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScrubReport {
     /// Still running.
     pub running: bool,

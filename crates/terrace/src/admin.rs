@@ -11,7 +11,7 @@ use terrace_media::{PmFile, PmMedia};
 /// How long `terrace umount` waits for the mount to go and the daemon to exit.
 const UMOUNT_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn no_daemon(mnt: &Path, shown: &Path) -> CliError {
+pub(crate) fn no_daemon(mnt: &Path, shown: &Path) -> CliError {
     match util::mount_at(mnt) {
         Some(m) if m.fstype.starts_with("fuse") => CliError::at(
             shown,
@@ -20,6 +20,12 @@ fn no_daemon(mnt: &Path, shown: &Path) -> CliError {
         Some(m) => CliError::at(shown, format!("not a Terrace mount ({} from {})", m.fstype, m.source)),
         None => CliError::at(shown, "not mounted (no terrace daemon serves it)"),
     }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn n(v: &Value, k: &str) -> u64 {
@@ -134,6 +140,27 @@ pub fn render_status(st: &Value) -> String {
                 format!("{bad} DAMAGED (reads of them failed with EIO; see the daemon log)")
             }
         ));
+    }
+    if let Some(sc) = st
+        .get("scrub")
+        .and_then(|v| serde_json::from_value::<terrace_core::scrub::ScrubReport>(v.clone()).ok())
+    {
+        line(if sc.running {
+            format!(
+                "  scrub         running: {} of {} blocks read, {} damaged, {} repaired",
+                sc.read_blocks, sc.total_blocks, sc.bad_blocks, sc.repaired_blocks
+            )
+        } else {
+            format!(
+                "  scrub         last {} {} s ago: {} blocks verified, {} damaged, {} repaired, {} not repairable",
+                if sc.stopped { "stopped" } else { "finished" },
+                unix_now().saturating_sub(sc.finished_unix),
+                sc.checked_blocks,
+                sc.bad_blocks,
+                sc.repaired_blocks,
+                sc.unrepairable.len()
+            )
+        });
     }
     if let Some(lm) = st.get("log_migration") {
         if n(lm, "logs_on_tiers") > 0 || n(lm, "moved") > 0 {

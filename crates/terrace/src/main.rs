@@ -6,6 +6,7 @@ mod migrate_cmd;
 mod mkfs;
 mod mount;
 mod rule_cmd;
+mod scrub_cmd;
 mod util;
 mod where_cmd;
 
@@ -53,6 +54,43 @@ enum Cmd {
     Migrate(MigrateArgs),
     /// Show, set or clear per-file placement rules (pin a file or directory to a tier).
     Rule(RuleArgs),
+    /// Read and verify every block of data on the block tiers of a mounted
+    /// pool, repairing from clean copies.
+    Scrub(ScrubArgs),
+}
+
+const SCRUB_AFTER: &str = "\
+Reads every block of file data on the block tiers (SSD, HDD) of a mounted pool
+-- primary locations and NVMFS clean copies -- and checks it against the crc32c
+stored with it, while the pool stays in use. A damaged clean copy is dropped
+(the data on PM is intact; a new copy is made later); damaged data whose clean
+copy is good is replaced by the copy. Damage with no good copy is listed (file
+and offset): reads of it fail with EIO until the range is rewritten. PM data is
+not checksummed. The scrub runs in the daemon; this command follows it with a
+progress bar (Ctrl-C stops following, not the scrub; `terrace status` shows it).
+
+Exit status: 0 nothing damaged is left, 1 damage was not repaired, 2 the scrub
+could not run.
+
+Examples:
+  terrace scrub /mnt/terrace
+  terrace scrub --rate 100M /mnt/terrace     # at most 100 MiB/s of reads
+  terrace scrub --no-repair --json /mnt/terrace";
+
+#[derive(Args, Debug)]
+#[command(after_help = SCRUB_AFTER)]
+struct ScrubArgs {
+    /// Where the pool is mounted.
+    mountpoint: PathBuf,
+    /// Read at most this many bytes per second (K/M/G; default: no limit).
+    #[arg(long, value_name = "SIZE")]
+    rate: Option<String>,
+    /// Only report damage, repair nothing.
+    #[arg(long)]
+    no_repair: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 const RULE_AFTER: &str = "\
@@ -373,6 +411,7 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths),
         Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
+        Cmd::Scrub(a) => scrub_cmd::run(&a.mountpoint, a.rate.as_deref(), !a.no_repair, a.json),
     }
 }
 
