@@ -91,8 +91,13 @@ fn invalid(path: &Path, msg: impl fmt::Display) -> io::Error {
 }
 
 fn open_rw(path: &Path, direct: bool) -> io::Result<File> {
+    open_mode(path, direct, true)
+}
+
+/// Opens for reading, and for writing when `writable`.
+fn open_mode(path: &Path, direct: bool, writable: bool) -> io::Result<File> {
     let mut o = OpenOptions::new();
-    o.read(true).write(true);
+    o.read(true).write(writable);
     if direct {
         o.custom_flags(libc::O_DIRECT);
     }
@@ -130,8 +135,8 @@ enum DirectFailure {
 }
 
 /// Opens `path` with O_DIRECT and reads block 0 through it as a probe.
-fn open_direct(path: &Path) -> Result<File, DirectFailure> {
-    let file = match open_rw(path, true) {
+fn open_direct(path: &Path, writable: bool) -> Result<File, DirectFailure> {
+    let file = match open_mode(path, true, writable) {
         Ok(f) => f,
         Err(e) if is_einval(&e) => {
             return Err(DirectFailure::Refused(
@@ -171,7 +176,14 @@ impl BlockFile {
     /// Opens an existing regular file or block device with the given direct
     /// I/O policy.
     pub fn open_with(path: impl AsRef<Path>, direct: DirectIo) -> io::Result<BlockFile> {
-        Self::open_inner(path.as_ref(), direct, None)
+        Self::open_inner(path.as_ref(), direct, None, true)
+    }
+
+    /// Opens an existing regular file or block device for reading only
+    /// (a read-only mount), preferring O_DIRECT: every write fails (EBADF),
+    /// so nothing can reach the media.
+    pub fn open_read_only(path: impl AsRef<Path>) -> io::Result<BlockFile> {
+        Self::open_inner(path.as_ref(), DirectIo::Prefer, None, false)
     }
 
     /// [`create_with`](Self::create_with) preferring O_DIRECT.
@@ -228,11 +240,16 @@ impl BlockFile {
             ));
         }
         drop(file);
-        Self::open_inner(path, direct, Some(size))
+        Self::open_inner(path, direct, Some(size), true)
     }
 
-    fn open_inner(path: &Path, mode: DirectIo, limit: Option<u64>) -> io::Result<BlockFile> {
-        let plain = open_rw(path, false).map_err(|e| with_path(path, "open", e))?;
+    fn open_inner(
+        path: &Path,
+        mode: DirectIo,
+        limit: Option<u64>,
+        writable: bool,
+    ) -> io::Result<BlockFile> {
+        let plain = open_mode(path, false, writable).map_err(|e| with_path(path, "open", e))?;
         let (raw_len, block_device) = media_len(path, &plain)?;
         let raw_len = limit.map_or(raw_len, |l| l.min(raw_len));
         let len = raw_len - raw_len % BLOCK_SIZE;
@@ -253,7 +270,7 @@ impl BlockFile {
                         .to_string(),
                 ),
             ),
-            DirectIo::Prefer | DirectIo::Require => match open_direct(path) {
+            DirectIo::Prefer | DirectIo::Require => match open_direct(path, writable) {
                 Ok(f) => (f, true, None),
                 Err(DirectFailure::Refused(why)) if mode == DirectIo::Prefer => (
                     plain,
@@ -529,6 +546,34 @@ mod tests {
             assert!(BlockFile::open_with(&path, DirectIo::Require)
                 .unwrap()
                 .is_direct());
+        }
+    }
+
+    #[test]
+    fn a_read_only_open_reads_and_refuses_every_write() {
+        for parent in ["/tmp", "/dev/shm"] {
+            let Some(dir) = tempdir_in(parent) else {
+                continue;
+            };
+            let path = dir.path().join("tier");
+            let f = BlockFile::create(&path, 64 << 10).unwrap();
+            let data = AlignedBuf::from_slice(&pattern(0, 2));
+            f.write_blocks(3, &data).unwrap();
+            f.sync().unwrap();
+            drop(f);
+            let before = std::fs::read(&path).unwrap();
+            let r = BlockFile::open_read_only(&path).unwrap();
+            let mut back = AlignedBuf::zeroed(2 * B);
+            r.read_blocks(3, &mut back).unwrap();
+            assert_eq!(&back[..], &pattern(0, 2)[..]);
+            let e = r.write_blocks(0, &data).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+            assert_eq!(std::fs::read(&path).unwrap(), before, "{parent}");
+            // No write permission is needed.
+            let mut perm = std::fs::metadata(&path).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o444);
+            std::fs::set_permissions(&path, perm).unwrap();
+            BlockFile::open_read_only(&path).unwrap();
         }
     }
 

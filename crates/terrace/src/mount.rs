@@ -266,6 +266,15 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
     };
     let pm = PmFile::open(&pool).map_err(|e| CliError::new(e.to_string()))?;
     let sb = terrace_core::recovery::read_superblock(&pm).map_err(|e| CliError::at(raw, e))?;
+    if cfg.options.read_only && !sb.clean {
+        return Err(CliError::at(
+            raw,
+            format!(
+                "was not cleanly unmounted and needs recovery, which writes: mount it read-write once (recovery runs at mount) and unmount it before mounting it read-only (`terrace fsck {}` checks it without writing)",
+                raw.display()
+            ),
+        ));
+    }
     let tier_locks = check_tiers(raw, &sb)?;
 
     let m = &cfg.mountpoint;
@@ -431,6 +440,79 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
     }
 }
 
+/// The answer to a request that would write on a read-only mount (EROFS).
+/// (The clients put the mount point in front of the message.)
+fn read_only_error(what: &str) -> Value {
+    json!({
+        "ok": false,
+        "errno": libc::EROFS,
+        "error": format!(
+            "read-only mount: {what} (nothing is written to a pool mounted with -o ro; remount it read-write)"
+        ),
+    })
+}
+
+/// The PM tier of a read-only mount: reads pass through, writes never reach
+/// the media. The core writes nothing on a read-only mount (no recovery,
+/// no superblock update, no commit: the kernel refuses every modifying
+/// call with EROFS, the daemon starts no migration or write-back); this
+/// guard makes that a property of the mount rather than of every code path
+/// — a write that got here anyway is dropped, counted and logged once.
+struct ReadOnlyPm {
+    inner: PmFile,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+impl ReadOnlyPm {
+    fn new(inner: PmFile) -> ReadOnlyPm {
+        ReadOnlyPm {
+            inner,
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn refuse(&self, off: u64, len: u64) {
+        if self
+            .dropped
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            log(format!(
+                "bug: a write of {len} bytes at {off} to the PM tier of a read-only mount was dropped (further ones are dropped silently)"
+            ));
+        }
+    }
+}
+
+impl terrace_media::PmMedia for ReadOnlyPm {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        self.inner.read(off, buf)
+    }
+    fn write(&self, off: u64, data: &[u8]) {
+        self.refuse(off, data.len() as u64)
+    }
+    fn store_u64(&self, off: u64, _: u64) {
+        self.refuse(off, 8)
+    }
+    fn flush(&self, _: u64, _: u64) {}
+    fn fence(&self) {}
+    fn load_u64(&self, off: u64) -> u64 {
+        self.inner.load_u64(off)
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn fence_is_durable(&self) -> bool {
+        true
+    }
+    fn describe(&self) -> String {
+        format!("{}, read-only", self.inner.describe())
+    }
+}
+
 /// Serves control connections until the process exits.
 fn control_loop(
     listener: UnixListener,
@@ -466,6 +548,7 @@ fn control_loop(
                     o.insert("pid".into(), json!(std::process::id()));
                     o.insert("mountpoint".into(), json!(mnt.to_string_lossy()));
                     o.insert("pool".into(), json!(pool.to_string_lossy()));
+                    o.insert("read_only".into(), json!(fs.is_read_only()));
                 }
                 reply(&stream, &json!({"ok": true, "status": st}));
             }
@@ -500,6 +583,10 @@ fn control_loop(
                     );
                     continue;
                 }
+                if fs.is_read_only() {
+                    reply(&stream, &read_only_error("settings cannot change"));
+                    continue;
+                }
                 let key = match req.get("key").and_then(Value::as_str).unwrap_or("") {
                     "policy" => "migration_policy",
                     k => k,
@@ -520,6 +607,10 @@ fn control_loop(
                         &stream,
                         &json!({"ok": false, "error": "permission denied: only root or the mounting user may migrate"}),
                     );
+                    continue;
+                }
+                if fs.is_read_only() {
+                    reply(&stream, &read_only_error("data cannot migrate"));
                     continue;
                 }
                 // One file ("ino") or several ("inos": their moves share
@@ -554,9 +645,31 @@ fn control_loop(
                     reply(&stream, &answer);
                 });
             }
+            Some("scrub") => {
+                let uid = peer_uid(&stream);
+                if uid != Some(0) && uid != Some(me) {
+                    reply(
+                        &stream,
+                        &json!({"ok": false, "error": "permission denied: only root or the mounting user may scrub"}),
+                    );
+                    continue;
+                }
+                // Runs in its own thread; the client follows it through the
+                // status. A read-only mount scrubs without repairing.
+                let rate = req.get("rate").and_then(Value::as_u64).unwrap_or(0);
+                let repair = req.get("repair").and_then(Value::as_bool).unwrap_or(true);
+                let answer = match fs.start_scrub(rate, repair) {
+                    Ok(()) => json!({"ok": true}),
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                        json!({"ok": false, "error": "a scrub is already running"})
+                    }
+                    Err(e) => json!({"ok": false, "error": util::os_reason(&e)}),
+                };
+                reply(&stream, &answer);
+            }
             _ => reply(
                 &stream,
-                &json!({"ok": false, "error": "unknown command (known: status, umount, settings, set, migrate)"}),
+                &json!({"ok": false, "error": "unknown command (known: status, umount, settings, set, migrate, scrub)"}),
             ),
         }
     }
@@ -612,9 +725,16 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
     } = p;
     let files = util::run_files(&mnt);
     let listener = prepare_run_files(&files, &cfg.mountpoint)?;
+    let read_only = cfg.options.read_only;
     let mut devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
-        match terrace_media::BlockFile::open(&t.path) {
+        // Read-only mounts open block tiers O_RDONLY: no write can reach them.
+        let opened = if read_only {
+            terrace_media::BlockFile::open_read_only(&t.path)
+        } else {
+            terrace_media::BlockFile::open(&t.path)
+        };
+        match opened {
             Ok(f) => {
                 if let Some(why) = f.fallback_reason() {
                     log(format!("warning: tier {} ({}): {why}", t.id, t.path));
@@ -630,7 +750,12 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
             }
         }
     }
-    let fs = match Fs::mount_with_tiers(Arc::new(pm), devices) {
+    let mounted = if read_only {
+        Fs::mount_read_only(Arc::new(ReadOnlyPm::new(pm)), devices)
+    } else {
+        Fs::mount_with_tiers(Arc::new(pm), devices)
+    };
+    let fs = match mounted {
         Ok(f) => Arc::new(f),
         Err(e) => {
             remove_run_files(&files);
@@ -644,8 +769,9 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
             return Err(CliError::new(e));
         }
     }
-    fs.start_writeback();
-    if !cfg.options.read_only {
+    // A read-only mount has nothing to write back and must move nothing.
+    if !read_only {
+        fs.start_writeback();
         fs.start_migration();
     }
     spawn_notice_logger(&fs);
@@ -799,9 +925,13 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
     match &r {
         Ok(()) => {
             log(format!(
-                "unmounted {}; {} persisted and marked clean",
+                "unmounted {}; {}",
                 mnt.display(),
-                pool.display()
+                if read_only {
+                    format!("{} was read-only: nothing was written", pool.display())
+                } else {
+                    format!("{} persisted and marked clean", pool.display())
+                }
             ));
             if cfg.child {
                 // A clean run leaves nothing worth keeping; failures keep their log.

@@ -1,0 +1,99 @@
+//! Read-only mounts (`Fs::mount_read_only`): nothing is written to any tier
+//! — no recovery, no superblock update at mount or unmount, no access time
+//! on reads — and a pool that needs recovery is refused (issue 20, finding 3).
+
+mod common;
+use common::*;
+use std::sync::Arc;
+use terrace_core::{Fs, OpenError};
+use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
+
+const SSD: u64 = 32 << 20;
+
+/// Files of a test pool: inode and contents.
+type Files = Vec<(u64, Vec<u8>)>;
+
+/// A tiered pool with files on PM and on the SSD tier, cleanly unmounted.
+fn populated() -> (Arc<MemMedia>, Arc<MemBlock>, Files) {
+    let pm = Arc::new(MemMedia::new(2 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 64);
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
+        .expect("mount");
+    let mut files = Vec::new();
+    for (i, len) in [(0u8, 5000usize), (1, 6 << 20), (2, 100)] {
+        let name = format!("f{i}");
+        let a = fs
+            .mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        let data: Vec<u8> = (0..len).map(|k| (k as u8) ^ i.wrapping_mul(37)).collect();
+        fs.write(a.ino, 0, &data).unwrap();
+        fs.fsync(a.ino, false).unwrap();
+        files.push((a.ino, data));
+    }
+    assert!(
+        fs.status().tiers[1].used > 0,
+        "nothing reached the SSD tier"
+    );
+    fs.unmount().unwrap();
+    (pm, ssd, files)
+}
+
+#[test]
+fn a_read_only_mount_reads_everything_and_writes_nothing() {
+    let (pm, ssd, files) = populated();
+    let (pm_before, ssd_before) = (pm.image(), ssd.image());
+    let fs = Fs::mount_read_only(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
+        .expect("ro mount of a clean pool");
+    assert!(fs.is_read_only());
+    for (ino, data) in &files {
+        assert_eq!(&fs.read(*ino, 0, data.len()).unwrap(), data);
+        fs.getattr(*ino).unwrap();
+    }
+    fs.set_atime_mode(terrace_core::AtimeMode::Relative); // ignored
+    for (ino, data) in &files {
+        assert_eq!(&fs.read(*ino, 0, data.len()).unwrap(), data);
+    }
+    fs.status();
+    assert!(pm.image() == pm_before, "a read-only mount wrote to PM");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(pm.image() == pm_before, "a read-only unmount wrote to PM");
+    assert!(
+        ssd.image() == ssd_before,
+        "a read-only mount wrote to the SSD"
+    );
+    // Still clean, and the same mount count: a read-write mount follows.
+    let fs =
+        Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)]).unwrap();
+    assert!(fs.mount_report().was_clean);
+    for (ino, data) in &files {
+        assert_eq!(&fs.read(*ino, 0, data.len()).unwrap(), data);
+    }
+}
+
+#[test]
+fn a_pool_that_needs_recovery_is_refused_read_only_without_writes() {
+    let (pm, ssd, files) = populated();
+    {
+        // A mount that ends in a crash: the pool is left not clean.
+        let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
+            .unwrap();
+        fs.write(files[0].0, 0, b"changed").unwrap();
+        fs.stop_background_for_crash_test();
+    }
+    let (pm_before, ssd_before) = (pm.image(), ssd.image());
+    let e = Fs::mount_read_only(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
+        .err()
+        .expect("refused");
+    assert!(matches!(e, OpenError::Corrupt(_)), "{e}");
+    assert!(e.to_string().contains("mount it read-write once"), "{e}");
+    assert!(pm.image() == pm_before && ssd.image() == ssd_before);
+    // Recovered by a read-write mount, it mounts read-only again.
+    Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
+        .unwrap()
+        .unmount()
+        .unwrap();
+    let fs = Fs::mount_read_only(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
+    assert_eq!(&fs.read(files[0].0, 0, 7).unwrap(), b"changed");
+}

@@ -1,0 +1,133 @@
+"""`-o ro` means nothing is written (issue 20, finding 3).
+
+An ro mount writes nothing to any tier: no superblock update at mount or
+unmount, no migration, write-back, access time, log move or recovery. The
+control commands that would write (`terrace migrate`, `terrace set`) fail
+with a clear "read-only mount" error, and `terrace rule` fails with EROFS.
+A pool that needs recovery is refused read-only. Checked by hashing every
+tier file (the PM file and the SSD image) before and after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import helpers
+from helpers import (assert_clean_error, assert_fsck_clean, mounted_pool, sha256_file,
+                     temp_mountpoint, temp_pool_path, terrace, unique_name)
+
+MiB = 1 << 20
+
+
+@contextlib.contextmanager
+def ssd_file(tag: str = "ssd"):
+    parent = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
+    path = Path(parent) / (unique_name(tag) + ".img")
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def write_file(path: Path, size: int, seed: int) -> str:
+    h = hashlib.sha256()
+    block = bytes((seed * 13 + k) % 253 for k in range(4096)) * 16
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            b = block[:min(left, len(block))]
+            f.write(b)
+            h.update(b)
+            left -= len(b)
+        f.flush()
+        os.fsync(f.fileno())
+    return h.hexdigest()
+
+
+def populated_pool(pool: Path, ssd: Path, mnt: Path) -> dict:
+    """A tiered pool with small files on PM and data on the SSD tier,
+    cleanly unmounted; returns {relative path: sha256}."""
+    terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:128M")
+    files = {}
+    with mounted_pool(pool, mnt):
+        (mnt / "d").mkdir()
+        for i in range(30):
+            files[f"d/s{i}"] = write_file(mnt / "d" / f"s{i}", 1000 * (i + 1), i)
+        files["big"] = write_file(mnt / "big", 40 * MiB, 7)  # spills to the SSD
+        terrace("migrate", mnt, mnt / "d")  # and some small files moved down
+        os.symlink("d/s1", mnt / "link")
+        st = json.loads(terrace("where", "--json", mnt / "big").stdout)
+        assert st["bytes_per_tier"].get("ssd", 0) > 0, st
+    return files
+
+
+def hashes(*paths: Path) -> dict:
+    return {str(p): sha256_file(p) for p in paths}
+
+
+def test_an_ro_mount_writes_nothing_to_any_tier():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        files = populated_pool(pool, ssd, mnt)
+        before = hashes(pool, ssd)
+        with mounted_pool(pool, mnt, "ro"):
+            for rel, digest in files.items():
+                assert sha256_file(mnt / rel) == digest, rel
+                os.stat(mnt / rel)
+            assert os.readlink(mnt / "link") == "d/s1"
+            assert sorted(os.listdir(mnt / "d")) == sorted(f"s{i}" for i in range(30))
+            terrace("status", mnt)
+            status = json.loads(terrace("status", "--json", mnt).stdout)
+            assert status.get("read_only") is True, status.get("read_only")
+            terrace("where", mnt / "big")
+            # Commands that would write fail with a clear read-only error.
+            for args in (["migrate", "--to", "pm", mnt], ["migrate", mnt],
+                         ["migrate", "--to", "pm", mnt, mnt / "big"]):
+                cp = terrace(*args, check=False)
+                msg = assert_clean_error(cp, one_line=False)
+                assert "read-only mount" in msg, helpers.describe(cp, "no read-only error")
+            cp = terrace("set", mnt, "sync_threshold_bytes", "4M", check=False)
+            assert_clean_error(cp, mentions=["read-only mount"])
+            cp = terrace("rule", mnt / "d", "pm", check=False)
+            assert_clean_error(cp, mentions=["read-only"])
+            # Writes through the mount fail with EROFS.
+            helpers.assert_errno(30, open, mnt / "new", "w")  # EROFS
+            time.sleep(1.5)  # time for any background thread to act
+            assert hashes(pool, ssd) == before, "a tier changed while mounted read-only"
+        assert hashes(pool, ssd) == before, "an ro mount + unmount changed a tier file"
+        assert_fsck_clean(pool, "after an ro mount")
+        # The pool still mounts read-write afterwards, with everything there.
+        with mounted_pool(pool, mnt):
+            for rel, digest in files.items():
+                assert sha256_file(mnt / rel) == digest, rel
+
+
+def test_an_ro_mount_of_a_pool_that_needs_recovery_is_refused_cleanly():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        m = helpers.mount(pool, mnt)
+        try:
+            write_file(mnt / "f", 100_000, 3)
+            m.kill()  # a crash: the pool is not marked clean
+        finally:
+            helpers.lazy_unmount(mnt)
+        before = hashes(pool, ssd)
+        cp = terrace("mount", pool, mnt, "--daemon", "-o", "ro", check=False)
+        if helpers.is_mounted(mnt):
+            helpers.unmount(helpers.Mount(pool, mnt))
+        msg = assert_clean_error(cp, mentions=[str(pool), "read-write"])
+        assert "fsck" in msg, msg
+        assert hashes(pool, ssd) == before, "a refused ro mount wrote to a tier"
+        # Mounted read-write once, it recovers; then ro works.
+        with mounted_pool(pool, mnt):
+            pass
+        before = hashes(pool, ssd)
+        with mounted_pool(pool, mnt, "ro"):
+            assert (mnt / "f").stat().st_size == 100_000
+        assert hashes(pool, ssd) == before
