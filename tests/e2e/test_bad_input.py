@@ -409,3 +409,78 @@ def test_fsck_of_random_bytes_reports_an_error_without_writing(pool_path):
     assert cp.returncode in (1, 2), helpers.describe(cp, "fsck of random bytes")
     assert not helpers.looks_like_panic(cp)
     assert sha256_file(pool_path) == before
+
+
+# ---------------------------------------------------------------------------
+# settings: one validation of the finished settings, before any write
+# (issue 20, finding 5)
+# ---------------------------------------------------------------------------
+
+
+BAD_SETTINGS = {
+    "o-bad-size": (["-o", "sync_threshold_bytes=lots"], None),
+    "o-out-of-range": (["-o", "migration_threads=5000"], None),
+    "o-cross-key": (["-o", "nvmfs_dirty_low_percent=60,nvmfs_dirty_high_percent=40"], None),
+    "o-cross-key-reversed": (["-o", "nvmfs_dirty_high_percent=40,nvmfs_dirty_low_percent=60"], None),
+    "o-cross-key-split": (["-o", "nvmfs_dirty_high_percent=40", "-o", "nvmfs_dirty_low_percent=60"], None),
+    "dram-cache-too-small": (["--dram-cache", "1K"], None),
+    "config-out-of-range": ([], "migration_threads = 5000\n"),
+    "config-bad-percent": ([], "writeback_dirty_percent = 0\n"),
+    "config-bad-policy": ([], 'placement_policy = "fastest"\n'),
+    "config-cross-key": ([], "nvmfs_dirty_high_percent = 40\nnvmfs_dirty_low_percent = 60\n"),
+    "config-unknown-key": ([], "sync_treshold = 4096\n"),
+    "config-wrong-type": ([], "log_migration = 3\n"),
+    "config-not-toml": ([], "this is = = not toml\n"),
+    "config-and-o-cross-key": (["-o", "nvmfs_dirty_low_percent=60"], "nvmfs_dirty_high_percent = 40\n"),
+}
+
+
+@pytest.mark.parametrize("args,config", list(BAD_SETTINGS.values()), ids=list(BAD_SETTINGS))
+def test_bad_settings_fail_in_one_line_and_leave_every_pool_byte_unchanged(pool, mountpoint, tmp_path,
+                                                                            args, config):
+    extra = list(args)
+    if config is not None:
+        cfg = tmp_path / "terrace.toml"
+        cfg.write_text(config)
+        extra += ["--config", str(cfg)]
+    before = sha256_file(pool)
+    cp = attempt_mount(pool, mountpoint, *extra)
+    assert_clean_error(cp)
+    assert not helpers.is_mounted(mountpoint)
+    assert sha256_file(pool) == before, "a refused setting still wrote to the pool"
+    # The same settings in the foreground (no daemon) are refused the same way.
+    cp = terrace("mount", pool, mountpoint, *extra, check=False, timeout=60)
+    if helpers.is_mounted(mountpoint):
+        helpers.unmount(helpers.Mount(pool, mountpoint))
+    assert_clean_error(cp)
+    assert sha256_file(pool) == before
+
+
+GOOD_CROSS_KEY = {
+    "o": (["-o", "nvmfs_dirty_low_percent=30,nvmfs_dirty_high_percent=40"], None),
+    "o-reversed": (["-o", "nvmfs_dirty_high_percent=40,nvmfs_dirty_low_percent=30"], None),
+    "config": ([], "nvmfs_dirty_low_percent = 30\nnvmfs_dirty_high_percent = 40\n"),
+    "config-and-o": (["-o", "nvmfs_dirty_high_percent=40"], "nvmfs_dirty_low_percent = 30\n"),
+}
+
+
+@pytest.mark.parametrize("args,config", list(GOOD_CROSS_KEY.values()), ids=list(GOOD_CROSS_KEY))
+def test_cross_key_settings_are_checked_together_in_any_order(pool, mountpoint, tmp_path, args, config):
+    """Low 30 / high 40 is valid whatever the order (each alone is not, against
+    the other's default: low 50, high 80)."""
+    extra = list(args)
+    if config is not None:
+        cfg = tmp_path / "terrace.toml"
+        cfg.write_text(config)
+        extra += ["--config", str(cfg)]
+    terrace("mount", pool, mountpoint, "--daemon", *extra, timeout=60)
+    m = helpers.Mount(pool, mountpoint)
+    try:
+        st = m.status()["settings"]
+        assert (st["nvmfs_dirty_low_percent"], st["nvmfs_dirty_high_percent"]) == (30, 40), st
+        # At run time the finished settings are checked too: high below low is refused.
+        cp = terrace("set", mountpoint, "nvmfs_dirty_high_percent", "20", check=False)
+        assert_clean_error(cp, mentions=["nvmfs_dirty_low_percent"])
+        assert m.status()["settings"]["nvmfs_dirty_high_percent"] == 40
+    finally:
+        helpers.unmount(m)

@@ -340,7 +340,9 @@ impl Fs {
         Ok(fs)
     }
 
-    /// Changes one setting (`terrace set`); a bad key or value changes nothing.
+    /// Changes one setting (`terrace set`): applied to a copy of the
+    /// current settings, the copy validated as a whole, then swapped in; a
+    /// bad key or value changes nothing.
     pub fn set_setting(&self, key: &str, value: &str) -> Result<(), String> {
         // `policy` is short for the migration policy (`terrace set MNT policy nvmfs`).
         let key = if key == "policy" {
@@ -350,6 +352,14 @@ impl Fs {
         };
         let mut next = self.settings.read().clone();
         next.set(key, value)?;
+        self.apply_settings(next)
+    }
+
+    /// Replaces every setting at once (a mount's `-o` options and config
+    /// file, validated as a whole before the pool was opened): nothing
+    /// changes unless `next` passes [`terrace_policy::Settings::validate`].
+    pub fn apply_settings(&self, next: terrace_policy::Settings) -> Result<(), String> {
+        next.validate()?;
         let policy = next.placement()?;
         *self.placement.write() = policy;
         let bound = next.dram_cache_bytes;

@@ -1,13 +1,29 @@
 //! Every tunable of the policies in one key/value registry.
 //!
-//! One table serves the three ways of changing a setting — the command line
-//! (`-o key=value`), the config file (TOML, one `key = value` per setting) and
-//! run-time changes (`terrace set MOUNTPOINT KEY VALUE`) — so a key means the
-//! same thing and accepts the same values everywhere, and the help text lives
-//! next to the parser. Values are text in [`Settings::set`] and
-//! [`Settings::get`] (sizes like `1M`, durations like `30s`), and `get` returns
-//! text that `set` accepts back. In a config file a size or duration may be a
-//! plain integer (bytes, ns) or such a string.
+//! One table, [`KEYS`], declares every key once: its name, its kind (the
+//! type, the parser and the accepted range), its default and its help text,
+//! and how it is read from and stored into [`Settings`]. The three ways of
+//! changing settings — the command line (`-o key=value`), the config file
+//! (TOML, one `key = value` per setting) and run-time changes (`terrace set
+//! MOUNTPOINT KEY VALUE`) — go through it, so a key means the same thing and
+//! accepts the same values everywhere. Values are text in [`Settings::set`]
+//! and [`Settings::get`] (sizes like `1M`, durations like `30s`), and `get`
+//! returns text that `set` accepts back. In a config file a size may be a
+//! plain integer (bytes), a duration a plain integer (ns), a switch a
+//! boolean; [`Settings::config_text`] turns such a value into the key's text.
+//!
+//! Checking happens in two steps, whatever the source:
+//! 1. each value is parsed and range-checked on its own by its key's kind
+//!    ([`Settings::check_value`]);
+//! 2. the finished settings — every value given applied, in any order — are
+//!    checked as a whole once by [`Settings::validate`]: every value in its
+//!    range again, then the rules that tie keys together (see [`RULES`]:
+//!    `nvmfs_dirty_low_percent` below `nvmfs_dirty_high_percent`).
+//!
+//! [`Settings::with`] does both for a batch (a mount's `-o` options and
+//! config file together: `-o nvmfs_dirty_low_percent=30,nvmfs_dirty_high_percent=40`
+//! is accepted in either order), and [`Settings::set`] for one key (applied to
+//! a copy, validated, then swapped in: on error nothing changes).
 //!
 //! Settings are values; the components they tune (predictor parameters, the
 //! placement and migration policy objects) are built from them with
@@ -15,11 +31,6 @@
 //! [`Settings::placement`], [`Settings::migration_params`],
 //! [`Settings::migration`], [`Settings::nvmfs_params`] and
 //! [`Settings::cleaner_params`].
-//!
-//! `set` checks each value on its own, and `nvmfs_dirty_low_percent` against
-//! the current `nvmfs_dirty_high_percent` (low < high; raise the high mark
-//! first). A config file is not cross-checked; the parameter builders keep
-//! the result usable (a low mark above the high mark acts as the high mark).
 
 use std::fmt;
 
@@ -35,17 +46,17 @@ use crate::placement::{placement_policy, placement_policy_names, PlacementPolicy
 use crate::size_predictor::SizeParams;
 use crate::sync_predictor::SyncParams;
 
-/// The policies' tunables.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// The policies' tunables. Build them with [`Settings::default`] and change
+/// them with [`Settings::set`] or [`Settings::with`], which keep them valid;
+/// a struct changed field by field can be checked with
+/// [`Settings::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Settings {
     /// Synchronicity predictor: an interval between `fsync`s shorter than this
     /// (bytes) makes a file synchronous.
-    #[serde(deserialize_with = "de_size")]
     pub sync_threshold_bytes: u64,
     /// Synchronicity predictor: quiet time after which a file is asynchronous
     /// again (ns).
-    #[serde(deserialize_with = "de_duration")]
     pub sync_idle_reset_ns: u64,
     /// Write-size predictor: a counter larger than this is "large".
     pub size_counter_threshold: u8,
@@ -53,42 +64,36 @@ pub struct Settings {
     pub size_min_write_blocks: u64,
     /// Write-size predictor: new data written in pieces of at least this many
     /// bytes is large (0 = never).
-    #[serde(deserialize_with = "de_size")]
     pub size_fresh_large_bytes: u64,
     /// Name of the placement policy (see
     /// [`placement_policy_names`]).
     pub placement_policy: String,
     /// Bound of the DRAM page cache for block-tier data (bytes).
-    #[serde(deserialize_with = "de_size")]
     pub dram_cache_bytes: u64,
     /// Dirty data older than this is written back even when the cache is not
     /// under pressure (ns).
-    #[serde(deserialize_with = "de_duration")]
     pub writeback_age_ns: u64,
     /// Write-back starts when dirty data passes this percentage of the cache.
     pub writeback_dirty_percent: u8,
     /// Largest read from a block tier into the cache (bytes): a miss reads the
     /// rest of the write entry it falls in, up to this much.
-    #[serde(deserialize_with = "de_size")]
     pub max_read_unit_bytes: u64,
     /// Name of the migration policy (see [`migration_policy_names`]).
     pub migration_policy: String,
     /// When migration down starts: a fixed percentage of the upper tier, or
     /// dynamic from the read/write ratio (in a config file: `"dynamic"` or a
     /// number).
-    #[serde(serialize_with = "ser_threshold", deserialize_with = "de_threshold")]
+    #[serde(serialize_with = "ser_threshold")]
     pub migration_threshold: ThresholdMode,
     /// Above this use (percent) migration is forced and foreground writes go
     /// to the next tier (100 = never).
     pub migration_forced_percent: u8,
     /// A file unmodified for longer than this (ns) migrates whole.
-    #[serde(deserialize_with = "de_duration")]
     pub migration_age_ns: u64,
     /// Logs of cold files move to a block tier when PM is short of room
     /// (Ziggurat's log migration).
     pub log_migration: bool,
     /// Largest group of coalesced entries in group migration (bytes).
-    #[serde(deserialize_with = "de_size")]
     pub group_migration_bytes: u64,
     /// Reverse migration when reads are at least this many times the writes
     /// (0 = never).
@@ -103,10 +108,8 @@ pub struct Settings {
     /// NVMFS: flushing continues down to this share (percent).
     pub nvmfs_dirty_low_percent: u8,
     /// NVMFS: flush unit (bytes).
-    #[serde(deserialize_with = "de_size")]
     pub nvmfs_extent_bytes: u64,
     /// NVMFS: window over which clean and dirty hits are counted (ns).
-    #[serde(deserialize_with = "de_duration")]
     pub nvmfs_window_ns: u64,
     /// NVMFS: which dirty data is flushed first ([`FlushOrder::NAMES`]).
     pub nvmfs_flush_order: String,
@@ -119,370 +122,733 @@ pub struct Settings {
 }
 
 impl Default for Settings {
+    /// Every key's default from [`KEYS`].
     fn default() -> Self {
-        let sync = SyncParams::default();
-        let size = SizeParams::default();
-        let mig = MigrationParams::default();
-        let nvmfs = NvmfsParams::default();
-        let cleaner = CleanerParams::default();
-        Settings {
-            sync_threshold_bytes: sync.threshold_bytes,
-            sync_idle_reset_ns: sync.idle_reset_ns,
-            size_counter_threshold: size.threshold,
-            size_min_write_blocks: size.min_write_blocks,
-            size_fresh_large_bytes: size.fresh_large_bytes,
-            placement_policy: placement_policy_names()[0].to_string(),
-            dram_cache_bytes: 256 << 20,
-            writeback_age_ns: 5_000_000_000,
-            writeback_dirty_percent: 25,
-            max_read_unit_bytes: 1 << 20,
-            migration_policy: migration_policy_names()[0].to_string(),
-            migration_threshold: mig.threshold,
-            migration_forced_percent: mig.forced_percent,
-            migration_age_ns: mig.age_ns,
-            log_migration: true,
-            group_migration_bytes: mig.group_bytes,
-            reverse_read_ratio: mig.reverse_read_ratio,
-            reverse_pm_low_percent: mig.reverse_pm_low_percent,
-            migration_threads: mig.threads,
-            nvmfs_dirty_high_percent: nvmfs.dirty_high_percent,
-            nvmfs_dirty_low_percent: nvmfs.dirty_low_percent,
-            nvmfs_extent_bytes: nvmfs.extent_bytes,
-            nvmfs_window_ns: nvmfs.window_ns,
-            nvmfs_flush_order: nvmfs.order.name().to_string(),
-            cleaner_free_percent: cleaner.free_percent,
-            cleaner_fragmentation_percent: cleaner.fragmentation_percent,
+        let mut s = Settings {
+            sync_threshold_bytes: 0,
+            sync_idle_reset_ns: 0,
+            size_counter_threshold: 0,
+            size_min_write_blocks: 0,
+            size_fresh_large_bytes: 0,
+            placement_policy: String::new(),
+            dram_cache_bytes: 0,
+            writeback_age_ns: 0,
+            writeback_dirty_percent: 0,
+            max_read_unit_bytes: 0,
+            migration_policy: String::new(),
+            migration_threshold: ThresholdMode::Dynamic,
+            migration_forced_percent: 0,
+            migration_age_ns: 0,
+            log_migration: false,
+            group_migration_bytes: 0,
+            reverse_read_ratio: 0,
+            reverse_pm_low_percent: 0,
+            migration_threads: 0,
+            nvmfs_dirty_high_percent: 0,
+            nvmfs_dirty_low_percent: 0,
+            nvmfs_extent_bytes: 0,
+            nvmfs_window_ns: 0,
+            nvmfs_flush_order: String::new(),
+            cleaner_free_percent: 0,
+            cleaner_fragmentation_percent: 0,
+        };
+        for k in KEYS {
+            (k.put)(&mut s, (k.default)());
+        }
+        s
+    }
+}
+
+/// A setting's value, typed by its key's [`Kind`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A size, duration (ns) or whole number.
+    Num(u64),
+    /// On or off.
+    Switch(bool),
+    /// A name from a fixed list.
+    Name(String),
+    /// A migration threshold.
+    Threshold(ThresholdMode),
+}
+
+impl Value {
+    fn num(&self) -> u64 {
+        match self {
+            Value::Num(n) => *n,
+            _ => unreachable!("a numeric key stores numbers only"),
+        }
+    }
+    fn switch(&self) -> bool {
+        match self {
+            Value::Switch(b) => *b,
+            _ => unreachable!("a switch stores booleans only"),
+        }
+    }
+    fn name(&self) -> String {
+        match self {
+            Value::Name(n) => n.clone(),
+            _ => unreachable!("a name key stores names only"),
+        }
+    }
+    fn threshold(&self) -> ThresholdMode {
+        match self {
+            Value::Threshold(t) => *t,
+            _ => unreachable!("a threshold key stores thresholds only"),
         }
     }
 }
 
-const KEYS: &[(&str, &str)] = &[
-    (
-        "sync_threshold_bytes",
+/// The type of a key: how its text is parsed, what range it accepts and how
+/// its value is written back as text.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// A size in bytes (`4096`, `64K`, `1M`; binary units), from `min` to
+    /// `max`, in whole 4K blocks when `blocks`.
+    Size {
+        /// Smallest value.
+        min: u64,
+        /// Largest value.
+        max: u64,
+        /// Must be a multiple of 4K.
+        blocks: bool,
+    },
+    /// A duration in ns (`30s`, `500ms`, `2m`; a bare number is seconds, and
+    /// in a config file a bare integer is ns), at least `min`.
+    Duration {
+        /// Shortest value (ns).
+        min: u64,
+    },
+    /// A whole number from `min` to `max`; with `percent` a trailing `%` is
+    /// accepted.
+    Number {
+        /// Smallest value.
+        min: u64,
+        /// Largest value.
+        max: u64,
+        /// A percentage (`50%` is accepted).
+        percent: bool,
+    },
+    /// `on` or `off` (also true/false, yes/no, 1/0).
+    Switch,
+    /// One of a list of names (case-insensitive).
+    Name {
+        /// What a name names, for messages ("policy", "order").
+        noun: &'static str,
+        /// The accepted names.
+        names: fn() -> &'static [&'static str],
+    },
+    /// `dynamic` or a whole percentage from 1 to 99.
+    Threshold,
+}
+
+impl Kind {
+    /// Parses and range-checks `text`.
+    pub fn parse(&self, text: &str) -> Result<Value, String> {
+        let t = text.trim();
+        let v = match *self {
+            Kind::Size { .. } => Value::Num(parse_size(t)?),
+            Kind::Duration { .. } => Value::Num(parse_duration(t)?),
+            Kind::Number { percent, .. } => {
+                let t = if percent {
+                    t.strip_suffix('%').unwrap_or(t).trim()
+                } else {
+                    t
+                };
+                Value::Num(t.parse().map_err(|_| self.expected())?)
+            }
+            Kind::Switch => Value::Switch(match t.to_ascii_lowercase().as_str() {
+                "on" | "true" | "1" | "yes" => true,
+                "off" | "false" | "0" | "no" => false,
+                _ => return Err(self.expected()),
+            }),
+            Kind::Name { .. } => Value::Name(t.to_ascii_lowercase()),
+            Kind::Threshold => Value::Threshold(parse_threshold(t)?),
+        };
+        self.check(&v)?;
+        Ok(v)
+    }
+
+    /// Checks that a value is in this kind's range.
+    pub fn check(&self, v: &Value) -> Result<(), String> {
+        let ok = match (*self, v) {
+            (Kind::Size { min, max, blocks }, Value::Num(n)) => {
+                (min..=max).contains(n) && (!blocks || n % BLOCK_BYTES == 0)
+            }
+            (Kind::Duration { min }, Value::Num(n)) => *n >= min,
+            (Kind::Number { min, max, .. }, Value::Num(n)) => (min..=max).contains(n),
+            (Kind::Switch, Value::Switch(_)) => true,
+            (Kind::Name { names, .. }, Value::Name(n)) => names().contains(&n.as_str()),
+            (Kind::Threshold, Value::Threshold(t)) => match t {
+                ThresholdMode::Dynamic => true,
+                ThresholdMode::Static(p) => (1..=99).contains(p),
+            },
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(self.expected())
+        }
+    }
+
+    /// The text form of a value of this kind (accepted back by `parse`).
+    pub fn format(&self, v: &Value) -> String {
+        match (*self, v) {
+            (Kind::Size { .. }, Value::Num(n)) => format_size(*n),
+            (Kind::Duration { .. }, Value::Num(n)) => format_duration(*n),
+            (_, Value::Num(n)) => n.to_string(),
+            (_, Value::Switch(b)) => if *b { "on" } else { "off" }.to_string(),
+            (_, Value::Name(n)) => n.clone(),
+            (_, Value::Threshold(t)) => t.to_string(),
+        }
+    }
+
+    /// What this kind accepts, for error messages.
+    pub fn expected(&self) -> String {
+        match *self {
+            Kind::Size { min, max, blocks } => {
+                let whole = if blocks {
+                    format!(" in whole {} blocks", format_size(BLOCK_BYTES))
+                } else {
+                    String::new()
+                };
+                match (min, max) {
+                    (0, u64::MAX) => format!("expected a size such as 4096, 64K or 1M{whole}"),
+                    (min, u64::MAX) => {
+                        format!("expected a size of at least {}{whole}", format_size(min))
+                    }
+                    (min, max) => format!(
+                        "expected a size from {} to {}{whole}",
+                        format_size(min),
+                        format_size(max)
+                    ),
+                }
+            }
+            Kind::Duration { min: 0 } => "expected a duration such as 30s, 500ms or 2m".into(),
+            Kind::Duration { min } => {
+                format!("expected a duration of at least {}", format_duration(min))
+            }
+            Kind::Number {
+                min: 0,
+                max: u64::MAX,
+                ..
+            } => "expected a whole number".into(),
+            Kind::Number { min, max, .. } => {
+                format!("expected a whole number from {min} to {max}")
+            }
+            Kind::Switch => "expected on or off".into(),
+            Kind::Name { noun, names } => {
+                format!("no such {noun}; known: {}", names().join(", "))
+            }
+            Kind::Threshold => "expected dynamic or a whole number from 1 to 99".into(),
+        }
+    }
+}
+
+/// One setting, declared once: everything the parsers, the checks, the
+/// defaults and `terrace set`'s listing need.
+pub struct Key {
+    /// Its name (`-o NAME=…`, `NAME = …` in a config file, `terrace set`).
+    pub name: &'static str,
+    /// Type, parser and range.
+    pub kind: Kind,
+    /// Its default value.
+    pub default: fn() -> Value,
+    /// One-line help (`terrace set MOUNTPOINT`).
+    pub help: &'static str,
+    /// Reads it from settings.
+    get: fn(&Settings) -> Value,
+    /// Stores a value of its kind (already range-checked).
+    put: fn(&mut Settings, Value),
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Key")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A key stored in a numeric field of type `$t` (the kind's range fits it:
+/// checked by a unit test).
+macro_rules! num_key {
+    ($field:ident: $t:ty, $kind:expr, $default:expr, $help:expr) => {
+        Key {
+            name: stringify!($field),
+            kind: $kind,
+            default: || Value::Num(u64::from($default)),
+            help: $help,
+            get: |s| Value::Num(u64::from(s.$field)),
+            put: |s, v| {
+                s.$field = <$t>::try_from(v.num()).expect("the kind's range fits the field")
+            },
+        }
+    };
+}
+
+/// A key stored in a `String` field (a name from a list).
+macro_rules! name_key {
+    ($field:ident, $noun:expr, $names:expr, $default:expr, $help:expr) => {
+        Key {
+            name: stringify!($field),
+            kind: Kind::Name {
+                noun: $noun,
+                names: $names,
+            },
+            default: || Value::Name(String::from($default)),
+            help: $help,
+            get: |s| Value::Name(s.$field.clone()),
+            put: |s, v| s.$field = v.name(),
+        }
+    };
+}
+
+const ANY_SIZE: Kind = Kind::Size {
+    min: 0,
+    max: u64::MAX,
+    blocks: false,
+};
+const ANY_DURATION: Kind = Kind::Duration { min: 0 };
+const fn percent(min: u64, max: u64) -> Kind {
+    Kind::Number {
+        min,
+        max,
+        percent: true,
+    }
+}
+const fn number(min: u64, max: u64) -> Kind {
+    Kind::Number {
+        min,
+        max,
+        percent: false,
+    }
+}
+fn flush_order_names() -> &'static [&'static str] {
+    FlushOrder::NAMES
+}
+
+/// Every key, in a stable order (the order `terrace set` lists them).
+pub static KEYS: &[Key] = &[
+    num_key!(
+        sync_threshold_bytes: u64,
+        ANY_SIZE,
+        SyncParams::default().threshold_bytes,
         "size; fewer bytes than this between two fsyncs make a file synchronous, its small \
-         writes stay on PM (default 1M, the authors' code; the paper used 4M)",
+         writes stay on PM (default 1M, the authors' code; the paper used 4M)"
     ),
-    (
-        "sync_idle_reset_ns",
-        "duration; a file quiet this long is predicted asynchronous again (default 30s)",
+    num_key!(
+        sync_idle_reset_ns: u64,
+        ANY_DURATION,
+        SyncParams::default().idle_reset_ns,
+        "duration; a file quiet this long is predicted asynchronous again (default 30s)"
     ),
-    (
-        "size_counter_threshold",
+    num_key!(
+        size_counter_threshold: u8,
+        number(0, 255),
+        SizeParams::default().threshold,
         "0-255; a write entry counter larger than this marks rewrites of a range as large \
-         and stable, sent to a block tier when asynchronous (default 4, the paper's)",
+         and stable, sent to a block tier when asynchronous (default 4, the paper's)"
     ),
-    (
-        "size_min_write_blocks",
+    num_key!(
+        size_min_write_blocks: u64,
+        number(0, u64::MAX),
+        SizeParams::default().min_write_blocks,
         "blocks; shorter writes are small and reset the counter (default 4, the slides'; \
-         0 = no size check)",
+         0 = no size check)"
     ),
-    (
-        "size_fresh_large_bytes",
+    num_key!(
+        size_fresh_large_bytes: u64,
+        ANY_SIZE,
+        SizeParams::default().fresh_large_bytes,
         "size; a write of new data (no earlier write in its range) at least this large is \
          large, and goes to a block tier when asynchronous once PM has passed its migration \
          threshold (Ziggurat §3.2) (default 0 = new data is never large: measured slower \
-         here, see docs/benchmarks.md)",
+         here, see docs/benchmarks.md)"
     ),
-    (
-        "placement_policy",
+    name_key!(
+        placement_policy,
+        "policy",
+        placement_policy_names,
+        placement_policy_names()[0],
         "where new writes go: ziggurat (sync or small to PM, large async to disk), \
          pm-only, block-first, hetfs (by each file's access class: sequential async \
-         streams to disk, random and byte-granular to PM) (default ziggurat)",
+         streams to disk, random and byte-granular to PM) (default ziggurat)"
     ),
-    (
-        "dram_cache_bytes",
-        "size; bound of the DRAM page cache in front of the block tiers (default 256M; \
-         `terrace mount --dram-cache` sets it at mount; lowering it at run time writes back \
-         and evicts down to the new bound)",
+    num_key!(
+        dram_cache_bytes: u64,
+        Kind::Size {
+            min: 1 << 20,
+            max: u64::MAX,
+            blocks: false
+        },
+        256u64 << 20,
+        "size, at least 1M; bound of the DRAM page cache in front of the block tiers \
+         (default 256M; `terrace mount --dram-cache` sets it at mount; lowering it at run \
+         time writes back and evicts down to the new bound)"
     ),
-    (
-        "writeback_age_ns",
-        "duration; dirty cached data older than this is written back (default 5s)",
+    num_key!(
+        writeback_age_ns: u64,
+        ANY_DURATION,
+        5_000_000_000u64,
+        "duration; dirty cached data older than this is written back (default 5s)"
     ),
-    (
-        "writeback_dirty_percent",
-        "1-100; write-back starts when dirty data passes this share of the cache (default 25)",
+    num_key!(
+        writeback_dirty_percent: u8,
+        percent(1, 100),
+        25u8,
+        "1-100; write-back starts when dirty data passes this share of the cache (default 25)"
     ),
-    (
-        "max_read_unit_bytes",
-        "size; a cache miss reads the rest of the write entry it falls in, up to this much \
-         (default 1M); files read at random read only what they ask for",
+    num_key!(
+        max_read_unit_bytes: u64,
+        Kind::Size {
+            min: 4 << 10,
+            max: 64 << 20,
+            blocks: false
+        },
+        1u64 << 20,
+        "size, 4K-64M; a cache miss reads the rest of the write entry it falls in, up to \
+         this much (default 1M); files read at random read only what they ask for"
     ),
-    (
-        "migration_policy",
+    name_key!(
+        migration_policy,
+        "policy",
+        migration_policy_names,
+        migration_policy_names()[0],
         "how data migrates down: default (ziggurat's cold-part choice, PM copy kept clean \
          unless migration is forced), ziggurat (cold part by amtime, PM copy freed), nvmfs \
-         (whole file, least recently written first, PM copy kept clean) (default default)",
+         (whole file, least recently written first, PM copy kept clean) (default default)"
     ),
-    (
-        "migration_threshold",
-        "dynamic, or 1-99; migration down starts when PM use passes this percentage and runs \
-         until it is below it; dynamic rises from 50 to 90 as reads outnumber writes \
-         (default dynamic)",
-    ),
-    (
-        "migration_forced_percent",
+    Key {
+        name: "migration_threshold",
+        kind: Kind::Threshold,
+        default: || Value::Threshold(MigrationParams::default().threshold),
+        help: "dynamic, or 1-99; migration down starts when PM use passes this percentage \
+               and runs until it is below it; dynamic rises from 50 to 90 as reads \
+               outnumber writes (default dynamic)",
+        get: |s| Value::Threshold(s.migration_threshold),
+        put: |s, v| s.migration_threshold = v.threshold(),
+    },
+    num_key!(
+        migration_forced_percent: u8,
+        percent(50, 100),
+        MigrationParams::default().forced_percent,
         "50-100; above this PM use migration is forced and new writes go to the next tier \
-         (default 95; 100 = never)",
+         (default 95; 100 = never)"
     ),
-    (
-        "migration_age_ns",
+    num_key!(
+        migration_age_ns: u64,
+        ANY_DURATION,
+        MigrationParams::default().age_ns,
         "duration; a file not modified for longer than this migrates whole, a more recent one \
-         only its entries older than its average mtime (default 30s)",
+         only its entries older than its average mtime (default 30s)"
     ),
-    (
-        "log_migration",
-        "on or off; when PM is over its migration threshold after data moved (or short of \
-         room for metadata), the logs of files unchanged for migration_age_ns whose data is \
-         all off PM move to the first block tier, and come back at the file's next change \
-         (default on)",
-    ),
-    (
-        "group_migration_bytes",
+    Key {
+        name: "log_migration",
+        kind: Kind::Switch,
+        default: || Value::Switch(true),
+        help: "on or off; when PM is over its migration threshold after data moved (or short \
+               of room for metadata), the logs of files unchanged for migration_age_ns whose \
+               data is all off PM move to the first block tier, and come back at the file's \
+               next change (default on)",
+        get: |s| Value::Switch(s.log_migration),
+        put: |s, v| s.log_migration = v.switch(),
+    },
+    num_key!(
+        group_migration_bytes: u64,
+        Kind::Size {
+            min: 4 << 10,
+            max: 1 << 30,
+            blocks: true
+        },
+        MigrationParams::default().group_bytes,
         "size, 4K-1G in whole 4K blocks; adjacent small entries are coalesced into one \
-         sequential write of up to this much (default 16M, the paper's best)",
+         sequential write of up to this much (default 16M, the paper's best)"
     ),
-    (
-        "reverse_read_ratio",
+    num_key!(
+        reverse_read_ratio: u64,
+        number(0, u64::MAX),
+        MigrationParams::default().reverse_read_ratio,
         "whole number; data moves back up to PM when reads are at least this many times the \
-         writes (default 4; 0 = never)",
+         writes (default 4; 0 = never)"
     ),
-    (
-        "reverse_pm_low_percent",
+    num_key!(
+        reverse_pm_low_percent: u8,
+        percent(1, 99),
+        MigrationParams::default().reverse_pm_low_percent,
         "1-99; reverse migration only while PM use is below this percentage, and not beyond \
-         it (default 50)",
+         it (default 50)"
     ),
-    (
-        "migration_threads",
-        "0-1024; migration threads (default 0 = one per core)",
+    num_key!(
+        migration_threads: u32,
+        number(0, 1024),
+        MigrationParams::default().threads,
+        "0-1024; migration threads (default 0 = one per core)"
     ),
-    (
-        "nvmfs_dirty_high_percent",
+    num_key!(
+        nvmfs_dirty_high_percent: u8,
+        percent(1, 100),
+        NvmfsParams::default().dirty_high_percent,
         "1-100; flushing dirty PM data down starts when the dirty list reaches this share of \
-         its target (default 80, NVMFS's); must stay above nvmfs_dirty_low_percent",
+         its target (default 80, NVMFS's); must stay above nvmfs_dirty_low_percent"
     ),
-    (
-        "nvmfs_dirty_low_percent",
+    num_key!(
+        nvmfs_dirty_low_percent: u8,
+        percent(0, 99),
+        NvmfsParams::default().dirty_low_percent,
         "0-99; flushing continues until the dirty list is down to this share of its target \
-         (default 50, NVMFS's); must stay below nvmfs_dirty_high_percent",
+         (default 50, NVMFS's); must stay below nvmfs_dirty_high_percent"
     ),
-    (
-        "nvmfs_extent_bytes",
+    num_key!(
+        nvmfs_extent_bytes: u64,
+        Kind::Size {
+            min: 4 << 10,
+            max: 64 << 20,
+            blocks: true
+        },
+        NvmfsParams::default().extent_bytes,
         "size, 4K-64M in whole 4K blocks; dirty data is flushed in units of this much, sorted \
-         by file position (default 512K, NVMFS's extent)",
+         by file position (default 512K, NVMFS's extent)"
     ),
-    (
-        "nvmfs_window_ns",
+    num_key!(
+        nvmfs_window_ns: u64,
+        Kind::Duration { min: 1_000_000 },
+        NvmfsParams::default().window_ns,
         "duration, at least 1ms; clean and dirty hits are counted over this window, then the \
-         split between the lists moves toward the one with more hits per page (default 2s)",
+         split between the lists moves toward the one with more hits per page (default 2s)"
     ),
-    (
-        "nvmfs_flush_order",
+    name_key!(
+        nvmfs_flush_order,
+        "order",
+        flush_order_names,
+        NvmfsParams::default().order.name(),
         "frequency or lru; which dirty PM data the nvmfs policy flushes first: frequency \
-         (default) flushes the lowest ln(writes) - age/30s first, keeping often rewritten \
-         blocks on PM; lru is NVMFS's least recently written first",
+         flushes the lowest ln(writes) - age/30s first, keeping often rewritten blocks on \
+         PM; lru is NVMFS's least recently written first (default frequency)"
     ),
-    (
-        "cleaner_free_percent",
+    num_key!(
+        cleaner_free_percent: u8,
+        percent(0, 100),
+        CleanerParams::default().free_percent,
         "0-100; block-tier extents are recycled only while free extents are fewer than this \
-         share of all extents (default 10; 0 = never)",
+         share of all extents (default 10; 0 = never)"
     ),
-    (
-        "cleaner_fragmentation_percent",
+    num_key!(
+        cleaner_fragmentation_percent: u8,
+        percent(1, 100),
+        CleanerParams::default().fragmentation_percent,
         "1-100; extents are recycled only while extent use (ideal / actual, the fragmentation \
          `terrace status` shows) is below this, and only extents used less than this \
-         (default 80)",
+         (default 80)"
     ),
 ];
 
+/// A rule that ties keys together, checked on the finished settings by
+/// [`Settings::validate`] (after every value has been applied, so the order
+/// in which keys are given does not matter).
+pub struct Rule {
+    /// The keys it concerns.
+    pub keys: &'static [&'static str],
+    /// `Err(why)` when the settings break it.
+    pub check: fn(&Settings) -> Result<(), String>,
+}
+
+/// Every cross-key rule.
+pub static RULES: &[Rule] = &[Rule {
+    keys: &["nvmfs_dirty_low_percent", "nvmfs_dirty_high_percent"],
+    check: |s| {
+        if s.nvmfs_dirty_low_percent < s.nvmfs_dirty_high_percent {
+            Ok(())
+        } else {
+            Err(format!(
+                "nvmfs_dirty_low_percent ({}) must be below nvmfs_dirty_high_percent ({})",
+                s.nvmfs_dirty_low_percent, s.nvmfs_dirty_high_percent
+            ))
+        }
+    },
+}];
+
+/// A value as a config file holds it (TOML or any serde format).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigValue {
+    /// An integer: bytes for a size, ns for a duration.
+    Int(i128),
+    /// A boolean (switches).
+    Bool(bool),
+    /// Text, parsed like `-o` text (`"1M"`, `"30s"`, `"dynamic"`).
+    Text(String),
+    /// Anything else (a float, an array, a table): refused, with its type.
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for ConfigValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ConfigValue, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ConfigValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "a setting's value (an integer, a boolean or text)")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Bool(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Int(v.into()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Int(v.into()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Other("a fractional number"))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Text(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                _: A,
+            ) -> Result<ConfigValue, A::Error> {
+                Ok(ConfigValue::Other("a list"))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                _: A,
+            ) -> Result<ConfigValue, A::Error> {
+                Ok(ConfigValue::Other("a table"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A config file's settings: a map of key → value, each value checked by
+/// its key's parser and the whole validated once ([`Settings::with`]).
+impl<'de> Deserialize<'de> for Settings {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Settings, D::Error> {
+        let map: std::collections::BTreeMap<String, ConfigValue> =
+            std::collections::BTreeMap::deserialize(d)?;
+        let mut pairs = Vec::with_capacity(map.len());
+        for (k, v) in &map {
+            pairs.push((
+                k.clone(),
+                Settings::config_text(k, v).map_err(serde::de::Error::custom)?,
+            ));
+        }
+        Settings::default()
+            .with(&pairs)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 impl Settings {
-    /// Every key with a one-line help text, in a stable order.
-    pub fn keys() -> &'static [(&'static str, &'static str)] {
-        KEYS
+    /// Every key with its one-line help text, in a stable order.
+    pub fn keys() -> Vec<(&'static str, &'static str)> {
+        KEYS.iter().map(|k| (k.name, k.help)).collect()
     }
 
-    /// Sets `key` from its text form. On error nothing changes and the message
-    /// names the key and says what is accepted.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let bad = |why: String| format!("bad value {value:?} for {key}: {why}");
-        match key {
-            "sync_threshold_bytes" => self.sync_threshold_bytes = parse_size(value).map_err(bad)?,
-            "sync_idle_reset_ns" => self.sync_idle_reset_ns = parse_duration(value).map_err(bad)?,
-            "size_counter_threshold" => {
-                self.size_counter_threshold = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("expected a whole number from 0 to 255".into()))?
+    /// The declaration of `key`.
+    pub fn key(key: &str) -> Option<&'static Key> {
+        KEYS.iter().find(|k| k.name == key)
+    }
+
+    fn known(key: &str) -> Result<&'static Key, String> {
+        Settings::key(key).ok_or_else(|| unknown_key(key))
+    }
+
+    /// Parses and range-checks one value on its own (no cross-key rule):
+    /// `Ok` when [`with`](Self::with) would accept it for `key` — unless a
+    /// rule tying it to other keys fails on the finished settings.
+    pub fn check_value(key: &str, value: &str) -> Result<(), String> {
+        let k = Settings::known(key)?;
+        k.kind
+            .parse(value)
+            .map(|_| ())
+            .map_err(|why| format!("bad value {value:?} for {key}: {why}"))
+    }
+
+    /// The text form of a config-file value for `key`: an integer is bytes
+    /// for a size and ns for a duration, a boolean is a switch, text is as
+    /// on the command line. The text still goes through the key's parser.
+    pub fn config_text(key: &str, value: &ConfigValue) -> Result<String, String> {
+        let k = Settings::known(key)?;
+        let text = match value {
+            ConfigValue::Text(t) => t.clone(),
+            ConfigValue::Bool(b) if matches!(k.kind, Kind::Switch) => {
+                if *b { "on" } else { "off" }.to_string()
             }
-            "size_fresh_large_bytes" => {
-                self.size_fresh_large_bytes = parse_size(value).map_err(bad)?
+            ConfigValue::Bool(b) => {
+                return Err(format!("bad value {b} for {key}: {}", k.kind.expected()))
             }
-            "size_min_write_blocks" => {
-                self.size_min_write_blocks = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("expected a whole number of blocks".into()))?
+            ConfigValue::Int(n) if *n < 0 => {
+                return Err(format!("bad value {n} for {key}: must not be negative"))
             }
-            "placement_policy" => {
-                let name = value.trim();
-                if placement_policy(name).is_none() {
-                    return Err(bad(format!(
-                        "no such policy; known: {}",
-                        placement_policy_names().join(", ")
-                    )));
-                }
-                self.placement_policy = name.to_string();
+            ConfigValue::Int(n) if matches!(k.kind, Kind::Duration { .. }) => format!("{n}ns"),
+            ConfigValue::Int(n) => n.to_string(),
+            ConfigValue::Other(what) => {
+                return Err(format!(
+                    "bad value for {key}: {what}; {}",
+                    k.kind.expected()
+                ))
             }
-            "dram_cache_bytes" => {
-                let v = parse_size(value).map_err(bad)?;
-                if v < 1 << 20 {
-                    return Err(bad("the DRAM cache needs at least 1M".into()));
-                }
-                self.dram_cache_bytes = v;
-            }
-            "writeback_age_ns" => self.writeback_age_ns = parse_duration(value).map_err(bad)?,
-            "writeback_dirty_percent" => {
-                let v: u8 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("expected a whole number from 1 to 100".into()))?;
-                if !(1..=100).contains(&v) {
-                    return Err(bad("expected a whole number from 1 to 100".into()));
-                }
-                self.writeback_dirty_percent = v;
-            }
-            "max_read_unit_bytes" => {
-                let v = parse_size(value).map_err(bad)?;
-                if !(4096..=64 << 20).contains(&v) {
-                    return Err(bad("expected a size from 4K to 64M".into()));
-                }
-                self.max_read_unit_bytes = v;
-            }
-            "migration_policy" => {
-                let name = value.trim();
-                if migration_policy(name).is_none() {
-                    return Err(bad(format!(
-                        "no such policy; known: {}",
-                        migration_policy_names().join(", ")
-                    )));
-                }
-                self.migration_policy = name.to_string();
-            }
-            "migration_threshold" => {
-                self.migration_threshold = parse_threshold(value).map_err(bad)?
-            }
-            "migration_forced_percent" => {
-                self.migration_forced_percent = parse_percent(value, 50, 100).map_err(bad)?
-            }
-            "migration_age_ns" => self.migration_age_ns = parse_duration(value).map_err(bad)?,
-            "log_migration" => {
-                self.log_migration = match value.trim() {
-                    "on" | "true" | "1" | "yes" => true,
-                    "off" | "false" | "0" | "no" => false,
-                    _ => return Err(bad("on or off".into())),
-                }
-            }
-            "group_migration_bytes" => {
-                self.group_migration_bytes = parse_blocks(value, 4 << 10, 1 << 30).map_err(bad)?
-            }
-            "reverse_read_ratio" => {
-                self.reverse_read_ratio = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("expected a whole number (0 = never)".into()))?
-            }
-            "reverse_pm_low_percent" => {
-                self.reverse_pm_low_percent = parse_percent(value, 1, 99).map_err(bad)?
-            }
-            "migration_threads" => {
-                let v: u32 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("expected a whole number from 0 to 1024".into()))?;
-                if v > 1024 {
-                    return Err(bad("expected a whole number from 0 to 1024".into()));
-                }
-                self.migration_threads = v;
-            }
-            "nvmfs_dirty_high_percent" => {
-                let v = parse_percent(value, 1, 100).map_err(bad)?;
-                if v <= self.nvmfs_dirty_low_percent {
-                    return Err(bad(format!(
-                        "must be above nvmfs_dirty_low_percent ({})",
-                        self.nvmfs_dirty_low_percent
-                    )));
-                }
-                self.nvmfs_dirty_high_percent = v;
-            }
-            "nvmfs_dirty_low_percent" => {
-                let v = parse_percent(value, 0, 99).map_err(bad)?;
-                if v >= self.nvmfs_dirty_high_percent {
-                    return Err(bad(format!(
-                        "must be below nvmfs_dirty_high_percent ({})",
-                        self.nvmfs_dirty_high_percent
-                    )));
-                }
-                self.nvmfs_dirty_low_percent = v;
-            }
-            "nvmfs_extent_bytes" => {
-                self.nvmfs_extent_bytes = parse_blocks(value, 4 << 10, 64 << 20).map_err(bad)?
-            }
-            "nvmfs_window_ns" => {
-                let v = parse_duration(value).map_err(bad)?;
-                if v < 1_000_000 {
-                    return Err(bad("expected a duration of at least 1ms".into()));
-                }
-                self.nvmfs_window_ns = v;
-            }
-            "nvmfs_flush_order" => {
-                let order = FlushOrder::parse(value).ok_or_else(|| {
-                    bad(format!("expected one of: {}", FlushOrder::NAMES.join(", ")))
-                })?;
-                self.nvmfs_flush_order = order.name().to_string();
-            }
-            "cleaner_free_percent" => {
-                self.cleaner_free_percent = parse_percent(value, 0, 100).map_err(bad)?
-            }
-            "cleaner_fragmentation_percent" => {
-                self.cleaner_fragmentation_percent = parse_percent(value, 1, 100).map_err(bad)?
-            }
-            _ => return Err(unknown_key(key)),
+        };
+        Settings::check_value(key, &text)?;
+        Ok(text)
+    }
+
+    /// These settings with every `(key, text)` applied in order (a key given
+    /// twice takes its last value), each parsed and range-checked by its key,
+    /// then the result validated as a whole ([`validate`](Self::validate)).
+    /// `self` is not changed; the first problem is the error.
+    pub fn with<K: AsRef<str>, V: AsRef<str>>(&self, pairs: &[(K, V)]) -> Result<Settings, String> {
+        let mut next = self.clone();
+        for (key, value) in pairs {
+            let (key, value) = (key.as_ref(), value.as_ref());
+            let k = Settings::known(key)?;
+            let v = k
+                .kind
+                .parse(value)
+                .map_err(|why| format!("bad value {value:?} for {key}: {why}"))?;
+            (k.put)(&mut next, v);
         }
+        next.validate()?;
+        Ok(next)
+    }
+
+    /// Checks finished settings: every value in its key's range, then every
+    /// rule that ties keys together ([`RULES`]).
+    pub fn validate(&self) -> Result<(), String> {
+        for k in KEYS {
+            let v = (k.get)(self);
+            k.kind.check(&v).map_err(|why| {
+                format!("bad value {:?} for {}: {why}", k.kind.format(&v), k.name)
+            })?;
+        }
+        for r in RULES {
+            (r.check)(self)?;
+        }
+        Ok(())
+    }
+
+    /// Sets `key` from its text form: applied to a copy, the copy validated
+    /// as a whole, then swapped in. On error nothing changes and the message
+    /// names the key and says what is accepted (or which rule the new value
+    /// breaks).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        Settings::check_value(key, value)?;
+        let next = self
+            .with(&[(key, value)])
+            .map_err(|why| format!("bad value {value:?} for {key}: {why}"))?;
+        *self = next;
         Ok(())
     }
 
     /// The text form of `key`'s value (accepted back by [`set`](Self::set)), or
     /// `None` for an unknown key.
     pub fn get(&self, key: &str) -> Option<String> {
-        Some(match key {
-            "sync_threshold_bytes" => format_size(self.sync_threshold_bytes),
-            "sync_idle_reset_ns" => format_duration(self.sync_idle_reset_ns),
-            "size_counter_threshold" => self.size_counter_threshold.to_string(),
-            "size_min_write_blocks" => self.size_min_write_blocks.to_string(),
-            "size_fresh_large_bytes" => format_size(self.size_fresh_large_bytes),
-            "placement_policy" => self.placement_policy.clone(),
-            "dram_cache_bytes" => format_size(self.dram_cache_bytes),
-            "writeback_age_ns" => format_duration(self.writeback_age_ns),
-            "writeback_dirty_percent" => self.writeback_dirty_percent.to_string(),
-            "max_read_unit_bytes" => format_size(self.max_read_unit_bytes),
-            "migration_policy" => self.migration_policy.clone(),
-            "migration_threshold" => self.migration_threshold.to_string(),
-            "migration_forced_percent" => self.migration_forced_percent.to_string(),
-            "migration_age_ns" => format_duration(self.migration_age_ns),
-            "log_migration" => if self.log_migration { "on" } else { "off" }.to_string(),
-            "group_migration_bytes" => format_size(self.group_migration_bytes),
-            "reverse_read_ratio" => self.reverse_read_ratio.to_string(),
-            "reverse_pm_low_percent" => self.reverse_pm_low_percent.to_string(),
-            "migration_threads" => self.migration_threads.to_string(),
-            "nvmfs_dirty_high_percent" => self.nvmfs_dirty_high_percent.to_string(),
-            "nvmfs_dirty_low_percent" => self.nvmfs_dirty_low_percent.to_string(),
-            "nvmfs_extent_bytes" => format_size(self.nvmfs_extent_bytes),
-            "nvmfs_window_ns" => format_duration(self.nvmfs_window_ns),
-            "nvmfs_flush_order" => self.nvmfs_flush_order.clone(),
-            "cleaner_free_percent" => self.cleaner_free_percent.to_string(),
-            "cleaner_fragmentation_percent" => self.cleaner_fragmentation_percent.to_string(),
-            _ => return None,
-        })
+        let k = Settings::key(key)?;
+        Some(k.kind.format(&(k.get)(self)))
     }
 
     /// The synchronicity predictor's parameters.
@@ -567,7 +933,7 @@ impl Settings {
 }
 
 fn unknown_key(key: &str) -> String {
-    let names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+    let names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
     format!(
         "unknown setting {key:?}; known settings: {}",
         names.join(", ")
@@ -582,20 +948,6 @@ fn parse_percent(s: &str, lo: u8, hi: u8) -> Result<u8, String> {
     let v: u8 = t.parse().map_err(|_| why())?;
     if !(lo..=hi).contains(&v) {
         return Err(why());
-    }
-    Ok(v)
-}
-
-/// Parses a size from `lo` to `hi` bytes that is a whole number of blocks.
-fn parse_blocks(s: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    let v = parse_size(s)?;
-    if !(lo..=hi).contains(&v) || v % BLOCK_BYTES != 0 {
-        return Err(format!(
-            "expected a size from {} to {} in whole {} blocks",
-            format_size(lo),
-            format_size(hi),
-            format_size(BLOCK_BYTES)
-        ));
     }
     Ok(v)
 }
@@ -689,82 +1041,12 @@ pub fn format_duration(ns: u64) -> String {
     format!("{ns}ns")
 }
 
-/// A config-file value that is an integer or a string to parse: a `noun` such
-/// as "size", with an `example` of the text form.
-fn de_number_or_text<'de, D: Deserializer<'de>>(
-    d: D,
-    noun: &'static str,
-    example: &'static str,
-    parse: fn(&str) -> Result<u64, String>,
-) -> Result<u64, D::Error> {
-    struct V {
-        noun: &'static str,
-        example: &'static str,
-        parse: fn(&str) -> Result<u64, String>,
-    }
-    impl serde::de::Visitor<'_> for V {
-        type Value = u64;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(
-                f,
-                "a {} (an integer, or text such as {:?})",
-                self.noun, self.example
-            )
-        }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
-            Ok(v)
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
-            u64::try_from(v).map_err(|_| E::custom(format!("a {} must not be negative", self.noun)))
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<u64, E> {
-            (self.parse)(v).map_err(|e| E::custom(format!("bad {} {v:?}: {e}", self.noun)))
-        }
-    }
-    d.deserialize_any(V {
-        noun,
-        example,
-        parse,
-    })
-}
-
-/// A threshold in a config file: `"dynamic"`, a number, or a number as text.
-fn de_threshold<'de, D: Deserializer<'de>>(d: D) -> Result<ThresholdMode, D::Error> {
-    struct V;
-    impl serde::de::Visitor<'_> for V {
-        type Value = ThresholdMode;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "\"dynamic\" or a percentage from 1 to 99")
-        }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ThresholdMode, E> {
-            parse_threshold(&v.to_string())
-                .map_err(|e| E::custom(format!("bad threshold {v}: {e}")))
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ThresholdMode, E> {
-            parse_threshold(&v.to_string())
-                .map_err(|e| E::custom(format!("bad threshold {v}: {e}")))
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ThresholdMode, E> {
-            parse_threshold(v).map_err(|e| E::custom(format!("bad threshold {v:?}: {e}")))
-        }
-    }
-    d.deserialize_any(V)
-}
-
 /// A threshold as a number, or the string `"dynamic"`.
 fn ser_threshold<S: Serializer>(t: &ThresholdMode, s: S) -> Result<S::Ok, S::Error> {
     match *t {
         ThresholdMode::Static(p) => s.serialize_u8(p),
         ThresholdMode::Dynamic => s.serialize_str("dynamic"),
     }
-}
-
-fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    de_number_or_text(d, "size", "1M", parse_size)
-}
-
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    de_number_or_text(d, "duration", "30s", parse_duration)
 }
 
 #[cfg(test)]
@@ -882,7 +1164,10 @@ mod tests {
         assert!(Settings::deserialize(unknown).is_err());
         let bad = MapDeserializer::<_, DeError>::new([("sync_idle_reset_ns", "soon")].into_iter());
         let e = Settings::deserialize(bad).unwrap_err().to_string();
-        assert!(e.contains("bad duration \"soon\""), "{e}");
+        assert!(
+            e.contains("bad value \"soon\" for sync_idle_reset_ns"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -955,16 +1240,16 @@ mod tests {
             (
                 "nvmfs_dirty_high_percent",
                 "50",
-                "above nvmfs_dirty_low_percent (50)",
+                "nvmfs_dirty_low_percent (50) must be below nvmfs_dirty_high_percent (50)",
             ),
             (
                 "nvmfs_dirty_low_percent",
                 "80",
-                "below nvmfs_dirty_high_percent (80)",
+                "nvmfs_dirty_low_percent (80) must be below nvmfs_dirty_high_percent (80)",
             ),
             ("nvmfs_extent_bytes", "128M", "from 4K to 64M"),
             ("nvmfs_window_ns", "10us", "at least 1ms"),
-            ("nvmfs_flush_order", "mru", "one of: frequency, lru"),
+            ("nvmfs_flush_order", "mru", "known: frequency, lru"),
             ("cleaner_free_percent", "101", "from 0 to 100"),
             ("cleaner_fragmentation_percent", "0", "from 1 to 100"),
         ];
@@ -990,13 +1275,206 @@ mod tests {
         assert_eq!(s.migration_threshold, ThresholdMode::Static(75));
         let bad = MapDeserializer::<_, DeError>::new([("migration_threshold", 150u64)].into_iter());
         let e = Settings::deserialize(bad).unwrap_err().to_string();
-        assert!(e.contains("bad threshold 150"), "{e}");
+        assert!(
+            e.contains("bad value \"150\" for migration_threshold: expected dynamic"),
+            "{e}"
+        );
         let sizes = MapDeserializer::<_, DeError>::new(
             [("group_migration_bytes", "1M"), ("nvmfs_window_ns", "5s")].into_iter(),
         );
         let s = Settings::deserialize(sizes).unwrap();
         assert_eq!(s.group_migration_bytes, 1 << 20);
         assert_eq!(s.nvmfs_window_ns, 5_000_000_000);
+    }
+
+    fn low_high(first: (&str, &str), second: (&str, &str)) -> Result<Settings, String> {
+        Settings::default().with(&[first, second])
+    }
+
+    #[test]
+    fn cross_key_rules_see_the_finished_settings_whatever_the_order() {
+        // Low 30 / high 40 is valid, though each is not against the other's
+        // default (low 50, high 80).
+        let low = ("nvmfs_dirty_low_percent", "30");
+        let high = ("nvmfs_dirty_high_percent", "40");
+        let a = low_high(low, high).unwrap();
+        let b = low_high(high, low).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            (a.nvmfs_dirty_low_percent, a.nvmfs_dirty_high_percent),
+            (30, 40)
+        );
+        // Low 60 / high 40 is refused in either order, naming both keys.
+        for (x, y) in [
+            (("nvmfs_dirty_low_percent", "60"), high),
+            (high, ("nvmfs_dirty_low_percent", "60")),
+        ] {
+            let e = low_high(x, y).unwrap_err();
+            assert!(
+                e.contains(
+                    "nvmfs_dirty_low_percent (60) must be below nvmfs_dirty_high_percent (40)"
+                ),
+                "{e}"
+            );
+        }
+        // One key at a time, `set` checks against the current other key.
+        let mut s = a.clone();
+        let e = s.set("nvmfs_dirty_high_percent", "20").unwrap_err();
+        assert!(
+            e.starts_with("bad value \"20\" for nvmfs_dirty_high_percent: "),
+            "{e}"
+        );
+        assert_eq!(s, a, "a refused set changed something");
+        s.set("nvmfs_dirty_high_percent", "90").unwrap();
+        s.set("nvmfs_dirty_low_percent", "85").unwrap();
+        // A key given twice takes its last value.
+        let t = Settings::default()
+            .with(&[("migration_threads", "3"), ("migration_threads", "5")])
+            .unwrap();
+        assert_eq!(t.migration_threads, 5);
+    }
+
+    #[test]
+    fn config_files_go_through_the_same_parsers_ranges_and_rules() {
+        let cfg = |pairs: Vec<(&'static str, ConfigValue)>| {
+            let m: std::collections::BTreeMap<String, ConfigValue> =
+                pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let text: Vec<(String, String)> = m
+                .iter()
+                .map(|(k, v)| Settings::config_text(k, v).map(|t| (k.clone(), t)))
+                .collect::<Result<_, _>>()?;
+            Settings::default().with(&text)
+        };
+        use ConfigValue::*;
+        // Ranges: refused from a config file as from `-o`.
+        for (key, v, why) in [
+            ("migration_threads", Int(5000), "from 0 to 1024"),
+            ("writeback_dirty_percent", Int(0), "from 1 to 100"),
+            ("size_counter_threshold", Int(300), "from 0 to 255"),
+            ("dram_cache_bytes", Int(4096), "at least 1M"),
+            ("nvmfs_window_ns", Int(5), "at least 1ms"),
+            (
+                "placement_policy",
+                Text("fastest".into()),
+                "known: ziggurat",
+            ),
+            ("log_migration", Int(3), "on or off"),
+            ("log_migration", Text("maybe".into()), "on or off"),
+            ("sync_threshold_bytes", Bool(true), "expected a size"),
+            ("sync_threshold_bytes", Int(-1), "must not be negative"),
+            (
+                "sync_threshold_bytes",
+                Other("a fractional number"),
+                "fractional",
+            ),
+            ("sync_treshold", Int(1), "unknown setting"),
+        ] {
+            let e = cfg(vec![(key, v.clone())]).unwrap_err();
+            assert!(e.contains(why) && e.contains(key), "{key} = {v:?}: {e}");
+        }
+        // The same deserializer path (`toml::from_str::<Settings>`) refuses them.
+        let bad = MapDeserializer::<_, DeError>::new([("migration_threads", 5000u64)].into_iter());
+        let e = Settings::deserialize(bad).unwrap_err().to_string();
+        assert!(e.contains("from 0 to 1024"), "{e}");
+        // Cross-key rules: on the whole file, whatever the key order.
+        let e = cfg(vec![
+            ("nvmfs_dirty_high_percent", Int(40)),
+            ("nvmfs_dirty_low_percent", Int(60)),
+        ])
+        .unwrap_err();
+        assert!(e.contains("must be below"), "{e}");
+        let s = cfg(vec![
+            ("nvmfs_dirty_high_percent", Int(40)),
+            ("nvmfs_dirty_low_percent", Int(30)),
+        ])
+        .unwrap();
+        assert_eq!(
+            (s.nvmfs_dirty_low_percent, s.nvmfs_dirty_high_percent),
+            (30, 40)
+        );
+        // Typed values: integers are bytes and ns, booleans switches.
+        let s = cfg(vec![
+            ("sync_idle_reset_ns", Int(1500)),
+            ("sync_threshold_bytes", Int(8192)),
+            ("log_migration", Bool(false)),
+            ("migration_threshold", Int(70)),
+        ])
+        .unwrap();
+        assert_eq!(s.sync_idle_reset_ns, 1500);
+        assert_eq!(s.sync_threshold_bytes, 8192);
+        assert!(!s.log_migration);
+        assert_eq!(s.migration_threshold, ThresholdMode::Static(70));
+        assert_eq!(
+            Settings::config_text("sync_idle_reset_ns", &Int(1500)).unwrap(),
+            "1500ns"
+        );
+    }
+
+    #[test]
+    fn every_key_is_declared_once_with_a_valid_default_named_in_its_help() {
+        let d = Settings::default();
+        d.validate().unwrap();
+        let mut names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), KEYS.len(), "a key is declared twice");
+        for k in KEYS {
+            let default = (k.default)();
+            k.kind.check(&default).unwrap();
+            let text = k.kind.format(&default);
+            assert_eq!(k.kind.parse(&text).unwrap(), default, "{}", k.name);
+            assert!(
+                k.help.contains(&format!("default {text}")),
+                "{}: the help does not name the default {text:?}",
+                k.name
+            );
+            for r in RULES {
+                for key in r.keys {
+                    assert!(Settings::key(key).is_some(), "rule names unknown key {key}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_range_fits_its_field() {
+        // Storing a key's largest and smallest values must not overflow the
+        // field (`put` would panic).
+        for k in KEYS {
+            let bounds = match k.kind {
+                Kind::Number { min, max, .. } | Kind::Size { min, max, .. } => [min, max],
+                Kind::Duration { min } => [min, u64::MAX],
+                _ => continue,
+            };
+            for b in bounds {
+                let mut s = Settings::default();
+                (k.put)(&mut s, Value::Num(b));
+                assert_eq!((k.get)(&s), Value::Num(b), "{}", k.name);
+            }
+        }
+    }
+
+    #[test]
+    fn validate_checks_settings_changed_field_by_field() {
+        let s = Settings {
+            writeback_dirty_percent: 0,
+            ..Settings::default()
+        };
+        let e = s.validate().unwrap_err();
+        assert!(
+            e.contains("writeback_dirty_percent") && e.contains("from 1 to 100"),
+            "{e}"
+        );
+        let s = Settings {
+            placement_policy: "fastest".into(),
+            ..Settings::default()
+        };
+        assert!(s.validate().unwrap_err().contains("known: ziggurat"));
+        let s = Settings {
+            nvmfs_dirty_low_percent: 90,
+            ..Settings::default()
+        };
+        assert!(s.validate().unwrap_err().contains("must be below"));
     }
 
     #[test]

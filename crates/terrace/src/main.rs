@@ -266,6 +266,11 @@ Mount options (-o, comma-separated, repeatable):
 
 Settings can also come from a config file (--config FILE, TOML with one
 `key = value` per setting) and change at run time with `terrace set`.
+Every value goes through its key's parser and range check wherever it comes
+from; then the finished settings (config file, then -o, then --dram-cache,
+a later value of a key winning) are validated as a whole — rules between
+keys such as nvmfs_dirty_low_percent < nvmfs_dirty_high_percent, in any
+order — before the pool is opened: a bad setting writes nothing.
 --dram-cache SIZE bounds the DRAM page cache in front of the block tiers
 (default 256M; same as -o dram_cache_bytes=SIZE).
 

@@ -39,8 +39,9 @@ pub struct MountConfig {
     pub options: MountOptions,
     /// The `-o` arguments as given (passed on to the daemon).
     pub raw_options: Vec<String>,
-    /// Settings (`key=value` options, `--dram-cache`, `--config`), applied in
-    /// order after mount.
+    /// Settings (`key=value` options, `--dram-cache`, `--config`) as text,
+    /// each checked on its own when given; [`MountConfig::finished_settings`]
+    /// applies them in order and validates the result as a whole.
     pub settings: Vec<(String, String)>,
     /// Detach into the background.
     pub daemon: bool,
@@ -71,10 +72,7 @@ impl MountConfig {
             for part in o.split(',') {
                 let part = part.trim();
                 if let Some((k, v)) = part.split_once('=') {
-                    if terrace_policy::Settings::keys()
-                        .iter()
-                        .any(|(key, _)| *key == k)
-                    {
+                    if terrace_policy::Settings::key(k).is_some() {
                         self.add_setting(k, v)?;
                         continue;
                     }
@@ -86,33 +84,45 @@ impl MountConfig {
         Ok(())
     }
 
-    /// Adds one setting, checked now so a bad value fails before mounting.
+    /// Adds one setting, its value parsed and range-checked now (by its
+    /// key's parser) so a bad value fails at once with the key's name; rules
+    /// between keys are checked on the finished settings.
     pub fn add_setting(&mut self, key: &str, value: &str) -> CliResult {
-        terrace_policy::Settings::default()
-            .set(key, value)
-            .map_err(CliError::new)?;
+        terrace_policy::Settings::check_value(key, value).map_err(CliError::new)?;
         self.settings.push((key.to_string(), value.to_string()));
         Ok(())
     }
 
     /// Adds every setting of a config file (TOML, `key = value` per setting;
-    /// sizes and durations as numbers or text such as "1M", "30s").
+    /// sizes as bytes or text such as "1M", durations as ns or text such as
+    /// "30s", switches as booleans or "on"/"off"). Each value goes through
+    /// its key's parser, as `-o` values do.
     pub fn add_config_file(&mut self, path: &Path) -> CliResult {
         let text =
             std::fs::read_to_string(path).map_err(|e| CliError::at(path, util::os_reason(&e)))?;
-        let parsed: terrace_policy::Settings = toml::from_str(&text)
-            .map_err(|e| CliError::at(path, format!("bad config file: {}", e.message())))?;
-        let table: toml::Table = toml::from_str(&text)
-            .map_err(|e| CliError::at(path, format!("bad config file: {}", e.message())))?;
-        parsed.placement().map_err(|e| CliError::at(path, e))?;
-        for key in table.keys() {
-            let value = parsed.get(key).ok_or_else(|| {
-                CliError::at(path, format!("unknown setting {key:?} in config file"))
+        let table: std::collections::BTreeMap<String, terrace_policy::settings::ConfigValue> =
+            toml::from_str(&text).map_err(|e| {
+                CliError::at(
+                    path,
+                    format!("bad config file: {}", e.message().replace('\n', " ")),
+                )
             })?;
-            self.settings.push((key.clone(), value.clone()));
-            self.raw_options.push(format!("{key}={value}"));
+        for (key, value) in &table {
+            let text = terrace_policy::Settings::config_text(key, value)
+                .map_err(|e| CliError::at(path, e))?;
+            self.raw_options.push(format!("{key}={text}"));
+            self.settings.push((key.clone(), text));
         }
         Ok(())
+    }
+
+    /// The settings the mount will use: the defaults with every setting
+    /// given (config file, then `-o`, then `--dram-cache`) applied in order,
+    /// validated as a whole — before anything is opened or written.
+    pub fn finished_settings(&self) -> CliResult<terrace_policy::Settings> {
+        terrace_policy::Settings::default()
+            .with(&self.settings)
+            .map_err(|e| CliError::new(format!("invalid settings: {e}")))
     }
 }
 
@@ -318,13 +328,15 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
 
 /// Runs `terrace mount`.
 pub fn run(cfg: &MountConfig) -> CliResult {
+    // Settings first: a bad one fails before the pool is even opened.
+    let settings = cfg.finished_settings()?;
     let p = precheck(cfg)?;
     if cfg.daemon && !cfg.child {
         let (pool, mnt) = (p.pool.clone(), p.mnt.clone());
         drop(p); // the daemon takes the lock itself
         return spawn_daemon(cfg, &pool, &mnt);
     }
-    serve(cfg, p)
+    serve(cfg, p, settings)
 }
 
 fn spawn_daemon(cfg: &MountConfig, pool: &Path, mnt: &Path) -> CliResult {
@@ -569,7 +581,7 @@ fn control_loop(
             }
             Some("settings") => {
                 let keys: Vec<Value> = terrace_policy::Settings::keys()
-                    .iter()
+                    .into_iter()
                     .map(|(k, help)| json!({"key": k, "value": fs.settings().get(k), "help": help}))
                     .collect();
                 reply(&stream, &json!({"ok": true, "settings": keys}));
@@ -714,7 +726,7 @@ fn remove_run_files(files: &RunFiles) {
     }
 }
 
-fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
+fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> CliResult {
     let Prepared {
         pool,
         mnt,
@@ -762,12 +774,11 @@ fn serve(cfg: &MountConfig, p: Prepared) -> CliResult {
             return Err(CliError::at(&cfg.pool, e));
         }
     };
-    for (k, v) in &cfg.settings {
-        if let Err(e) = fs.set_setting(k, v) {
-            remove_run_files(&files);
-            let _ = fs.unmount();
-            return Err(CliError::new(e));
-        }
+    // Validated before the pool was opened; this only installs them.
+    if let Err(e) = fs.apply_settings(settings) {
+        remove_run_files(&files);
+        let _ = fs.unmount();
+        return Err(CliError::new(format!("invalid settings: {e}")));
     }
     // A read-only mount has nothing to write back and must move nothing.
     if !read_only {
