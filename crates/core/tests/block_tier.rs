@@ -139,7 +139,9 @@ fn crashes_during_spilled_writes_recover_to_before_or_after() {
         let seed = base.wrapping_add(k);
         let mut rng = StdRng::seed_from_u64(seed);
         let pm = Arc::new(CrashMedia::new(1 << 20));
-        let ssd = Arc::new(CrashBlock::new(SSD));
+        // One clock for both media: each PM crash point gets the device
+        // image of the same moment (unsynced writes kept or lost at random).
+        let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
         mkfs_tiered(&*pm, 64);
         let fs = mount_tiered(pm.clone(), ssd.clone());
         let mut model = Model::default();
@@ -150,11 +152,13 @@ fn crashes_during_spilled_writes_recover_to_before_or_after() {
             let after = model.tree();
             let (got, trace) = pm.trace(|| apply_fs(&fs, &op));
             assert_eq!(got, want);
-            // Block data is synced before any PM commit of the operation.
-            let ssd_img = ssd.crash_image(terrace_media::BlockLoss::AllUnsynced);
             let n = trace.len();
             for kk in [rng.gen_range(0..=n), rng.gen_range(0..=n), n] {
                 let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
+                let ssd_img = ssd.image_at_time(
+                    trace.time_after(kk),
+                    terrace_media::BlockLoss::RandomBlocks(rng.gen()),
+                );
                 let pm2 = Arc::new(MemMedia::from_image(img));
                 let ssd2 = Arc::new(MemBlock::from_image(ssd_img.clone()));
                 let fs2 = mount_tiered(pm2, ssd2);
@@ -322,4 +326,46 @@ fn fsync_needs_no_work_only_on_pools_without_block_tiers() {
     let fs = mount_tiered(pm, ssd);
     assert!(!fs.fsync_is_noop());
     fs.unmount().unwrap();
+}
+
+/// Every PM crash point of the write-back (fsync) of cached data bound for
+/// the SSD, each paired with the SSD image of the same moment (one clock;
+/// unsynced device writes lost): the file is either as before the fsync
+/// (empty) or whole. Fails when the write-back commits before its device
+/// sync (design.md §5a).
+#[test]
+fn a_write_back_never_commits_before_its_data_is_durable_on_the_device() {
+    let pm = Arc::new(CrashMedia::new(4 << 20));
+    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
+    mkfs_tiered(&*pm, 64);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fs.write(f.ino, 0, &data).unwrap();
+    pm.sync_all().unwrap();
+    let ((), trace) = pm.trace(|| fs.fsync(f.ino, false).unwrap());
+    let n = trace.len();
+    assert!(n > 0, "the fsync wrote nothing back");
+    for kk in 0..=n {
+        let what = format!("crash at {kk}/{n}");
+        let pm2 = Arc::new(MemMedia::from_image(
+            trace.image_at(kk, LossMode::AllUnflushed),
+        ));
+        let ssd2 = Arc::new(MemBlock::from_image(
+            ssd.image_at_time(trace.time_after(kk), terrace_media::BlockLoss::AllUnsynced),
+        ));
+        let fs2 = mount_tiered(pm2, ssd2);
+        let got = fs2
+            .read(f.ino, 0, data.len())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(
+            got.is_empty() || got == data,
+            "{what}: {} bytes, not whole",
+            got.len()
+        );
+        if kk == n {
+            assert!(got == data, "{what}: the fsync'd data is missing");
+        }
+    }
 }

@@ -207,24 +207,23 @@ fn crashes_during_flush_and_eviction_lose_nothing() {
     let base = base_seed("clean copy crash test");
     let mut rng = StdRng::seed_from_u64(base);
     let pm = Arc::new(CrashMedia::new(16 << 20));
-    let ssd = Arc::new(CrashBlock::new(SSD));
+    // One clock: each PM crash point is paired with the device image of the
+    // same moment (copies whose sync came later are missing or torn).
+    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
     mkfs_tiered(&*pm);
     let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
     pm.sync_all().unwrap();
     ssd.sync().unwrap();
-    // Flush, then evict; neither rewrites blocks in place, and block-tier
-    // blocks are never reused within this trace, so the final device image
-    // holds every block any crash point's PM image may reference.
     let ((), trace) = pm.trace(|| {
         fs.migration_pass();
         fs.evict_clean(u64::MAX);
     });
-    let img_ssd = ssd.crash_image(BlockLoss::AllUnsynced);
     let n = trace.len();
     let mut points: Vec<usize> = (0..10).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n]);
     for kk in points {
         let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
+        let img_ssd = ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen()));
         let pm2 = Arc::new(MemMedia::from_image(img));
         let tiers: [(u8, Arc<dyn BlockMedia>); 1] =
             [(1, Arc::new(MemBlock::from_image(img_ssd.clone())))];

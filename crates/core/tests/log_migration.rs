@@ -9,7 +9,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use terrace_core::{Fs, SetAttr};
-use terrace_media::{BlockMedia, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia};
+use terrace_media::{
+    BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia,
+};
 
 const SSD: u64 = 64 << 20;
 
@@ -290,7 +292,7 @@ fn the_cleaner_moves_blobs_out_of_the_extents_it_recycles() {
 #[test]
 fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
     let pm = Arc::new(CrashMedia::new(16 << 20));
-    let ssd = Arc::new(TimedBlock::new(SSD, pm.clone()));
+    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
     mkfs_pm_ssd(&*pm, SSD, 512);
     let fs = mount(pm.clone(), ssd.clone());
     let files = small_files(&fs, 24);
@@ -317,17 +319,14 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
             assert!(r == *data, "{what}: inode {ino} changed");
         }
     };
-    let snapshot = |ssd: &TimedBlock| {
-        let mut b = vec![0u8; SSD as usize];
-        ssd.read_blocks(0, &mut b).unwrap();
-        ssd.synced.lock().clear();
-        b
+    // The device at the moment of PM crash point k (one clock; blobs
+    // written but not yet synced are kept or lost at random).
+    let ssd_at = |trace: &terrace_media::CrashTrace, k: usize, rng: &mut StdRng| {
+        ssd.image_at_time(trace.time_after(k), BlockLoss::RandomBlocks(rng.gen()))
     };
 
     // 1. A batch of moves.
     let tree = fs_tree(&fs);
-    let base = snapshot(&ssd);
-    let e0 = pm.events_len();
     let (moved, trace) = pm.trace(|| fs.move_logs(&inos, 1).unwrap());
     assert_eq!(moved, inos.len() as u64);
     let n = trace.len();
@@ -339,7 +338,7 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
         };
         check(
             trace.image_at(k, mode),
-            ssd.image_at(&base, e0 + k as u64),
+            ssd_at(&trace, k, &mut rng),
             &[&tree],
             &format!("move, crash at {k}/{n}"),
         );
@@ -349,8 +348,6 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
     //    are on the SSD (one journal transaction each).
     let recall = |name: &str, rng: &mut StdRng, op: &dyn Fn()| {
         pm.sync_all().unwrap();
-        let base = snapshot(&ssd);
-        let e0 = pm.events_len();
         let before = fs_tree(&fs);
         let ((), trace) = pm.trace(op);
         let after = fs_tree(&fs);
@@ -358,7 +355,7 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
         for k in 0..=n {
             check(
                 trace.image_at(k, LossMode::RandomLines(rng.gen())),
-                ssd.image_at(&base, e0 + k as u64),
+                ssd_at(&trace, k, rng),
                 &[&before, &after],
                 &format!("recall by {name}, crash at {k}/{n}"),
             );

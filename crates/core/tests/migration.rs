@@ -221,7 +221,7 @@ fn crashes_at_any_step_of_migration_keep_every_byte_exactly_once() {
         let seed = base.wrapping_add(k);
         let mut rng = StdRng::seed_from_u64(seed);
         let pm = Arc::new(CrashMedia::new(8 << 20));
-        let ssd = Arc::new(CrashBlock::new(SSD));
+        let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
         mkfs_tiered(&*pm);
         let fs = mount(pm.clone(), ssd.clone());
         fs.set_setting("migration_age_ns", "0s").unwrap();
@@ -244,7 +244,6 @@ fn crashes_at_any_step_of_migration_keep_every_byte_exactly_once() {
         let (moved, trace) = pm.trace(|| fs.migration_pass());
         assert!(moved > 0, "seed {seed}: nothing migrated");
         let n = trace.len();
-        let ssd_img = ssd.crash_image(BlockLoss::AllUnsynced);
         for kk in [
             0,
             n / 4,
@@ -253,9 +252,18 @@ fn crashes_at_any_step_of_migration_keep_every_byte_exactly_once() {
             rng.gen_range(0..=n),
             n,
         ] {
-            for mode in [LossMode::AllUnflushed, LossMode::RandomLines(rng.gen())] {
+            // The device as it was at the same moment (one clock).
+            let t = trace.time_after(kk);
+            for (mode, loss) in [
+                (LossMode::AllUnflushed, BlockLoss::AllUnsynced),
+                (
+                    LossMode::RandomLines(rng.gen()),
+                    BlockLoss::RandomBlocks(rng.gen()),
+                ),
+            ] {
                 let what = format!("seed {seed} crash at {kk}/{n}");
-                assert_recovers(trace.image_at(kk, mode), ssd_img.clone(), &files, &what);
+                let ssd_img = ssd.image_at_time(t, loss);
+                assert_recovers(trace.image_at(kk, mode), ssd_img, &files, &what);
             }
         }
     }
@@ -406,18 +414,12 @@ fn fragmented_extents_are_recycled_and_cleaning_efficiency_is_reported() {
 #[test]
 fn crashes_during_extent_recycling_lose_nothing() {
     let pm = Arc::new(CrashMedia::new(16 << 20));
-    let ssd = Arc::new(TimedBlock::new(SMALL_SSD, pm.clone()));
+    let ssd = Arc::new(CrashBlock::timed(SMALL_SSD, pm.clock()));
     mkfs_small_ssd(&*pm);
     let (fs, ino, data) = fragmented_pool(pm.clone(), ssd.clone());
     fs.set_setting("cleaner_free_percent", "50").unwrap();
     pm.sync_all().unwrap();
-    let base = {
-        let mut b = vec![0u8; SMALL_SSD as usize];
-        ssd.read_blocks(0, &mut b).unwrap();
-        b
-    };
-    ssd.synced.lock().clear();
-    let e0 = pm.events_len();
+    ssd.sync().unwrap();
     let (recycled, trace) = pm.trace(|| fs.clean_pass());
     assert!(recycled > 0);
     let n = trace.len();
@@ -428,7 +430,7 @@ fn crashes_during_extent_recycling_lose_nothing() {
     for kk in points {
         assert_recovers(
             trace.image_at(kk, LossMode::RandomLines(rng.gen())),
-            ssd.image_at(&base, e0 + kk as u64),
+            ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen())),
             &files,
             &format!("crash at {kk}/{n}"),
         );
@@ -507,7 +509,7 @@ fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
 #[test]
 fn crashes_during_reverse_migration_keep_every_byte() {
     let pm = Arc::new(CrashMedia::new(32 << 20));
-    let ssd = Arc::new(CrashBlock::new(SSD));
+    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
     mkfs_tiered(&*pm);
     let fs = mount(pm.clone(), ssd.clone());
     fs.set_setting("placement_policy", "block-first").unwrap();
@@ -524,7 +526,6 @@ fn crashes_during_reverse_migration_keep_every_byte() {
     ssd.sync().unwrap();
     let (moved, trace) = pm.trace(|| fs.migration_pass());
     assert!(moved >= 1 << 20, "reverse migration did not run");
-    let img_ssd = ssd.crash_image(BlockLoss::AllUnsynced);
     let n = trace.len();
     let mut rng = StdRng::seed_from_u64(base_seed("reverse migration crash test"));
     let mut points: Vec<usize> = (0..10).map(|_| rng.gen_range(0..=n)).collect();
@@ -533,7 +534,7 @@ fn crashes_during_reverse_migration_keep_every_byte() {
     for kk in points {
         assert_recovers(
             trace.image_at(kk, LossMode::RandomLines(rng.gen())),
-            img_ssd.clone(),
+            ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen())),
             &files,
             &format!("crash at {kk}/{n}"),
         );
@@ -545,7 +546,7 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
     let base = base_seed("scattered migration test");
     let mut rng = StdRng::seed_from_u64(base);
     let pm = Arc::new(CrashMedia::new(32 << 20));
-    let ssd = Arc::new(CrashBlock::new(SSD));
+    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
     mkfs_tiered(&*pm);
     let fs = mount(pm.clone(), ssd.clone());
     fs.set_setting("migration_threshold", "95").unwrap();
@@ -589,14 +590,13 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
     fs.check_allocator().unwrap();
     // A crash anywhere in the batched move loses nothing.
     let n = trace.len();
-    let ssd_img = ssd.crash_image(BlockLoss::AllUnsynced);
     let mut points: Vec<usize> = (0..6).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n / 2, n]);
     let files = [(f.ino, data)];
     for kk in points {
         assert_recovers(
             trace.image_at(kk, LossMode::RandomLines(rng.gen())),
-            ssd_img.clone(),
+            ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen())),
             &files,
             &format!("crash at {kk}/{n}"),
         );
@@ -614,7 +614,7 @@ fn crashes_while_several_files_share_a_sync_window_lose_nothing() {
 
 fn several_files_share_a_sync_window(threads: u64) {
     let pm = Arc::new(CrashMedia::new(32 << 20));
-    let ssd = Arc::new(TimedBlock::new(SSD, pm.clone()));
+    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
     mkfs_tiered(&*pm);
     let fs = mount(pm.clone(), ssd.clone());
     fs.set_setting("migration_threshold", "95").unwrap();
@@ -633,24 +633,23 @@ fn several_files_share_a_sync_window(threads: u64) {
         files.push((f.ino, data));
     }
     pm.sync_all().unwrap();
-    let base = {
-        let mut b = vec![0u8; SSD as usize];
-        ssd.read_blocks(0, &mut b).unwrap();
-        b
-    };
-    ssd.synced.lock().clear();
+    ssd.sync().unwrap();
+    ssd.clear_events();
     let inos: Vec<u64> = files.iter().map(|f| f.0).collect();
-    let e0 = pm.events_len();
     let (r, trace) = pm.trace(|| fs.migrate_files(&inos, 1).unwrap());
     let (moved, failed) = r;
     assert!(failed.is_empty(), "{failed:?}");
     let total: u64 = files.iter().map(|f| f.1.len() as u64).sum();
     assert!(moved >= total, "moved {moved} of {total}");
     // One sync per worker's window, not one per file.
-    let syncs: std::collections::BTreeSet<u64> = ssd.synced.lock().iter().map(|s| s.0).collect();
+    let syncs = ssd
+        .events()
+        .iter()
+        .filter(|e| **e == terrace_media::BlockEvent::Sync)
+        .count();
     assert!(
-        (1..=threads as usize).contains(&syncs.len()),
-        "{threads} workers: syncs at PM events {syncs:?}"
+        (1..=threads as usize).contains(&syncs),
+        "{threads} workers: {syncs} device syncs"
     );
     let n = trace.len();
     let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
@@ -658,7 +657,7 @@ fn several_files_share_a_sync_window(threads: u64) {
     for kk in points {
         assert_recovers(
             trace.image_at(kk, LossMode::RandomLines(rng.gen())),
-            ssd.image_at(&base, e0 + kk as u64),
+            ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen())),
             &files,
             &format!("{threads} workers, crash at {kk}/{n}"),
         );
@@ -696,4 +695,33 @@ fn a_hot_region_rewritten_on_pm_over_an_old_file_on_disk_still_migrates() {
     assert!(tier_bytes(&fs, f.ino, "pm") < before);
     assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
     fs.check_allocator().unwrap();
+}
+
+/// Every PM crash point of a move down, each paired with the SSD image of
+/// the same moment (one clock; unsynced device writes lost): the file reads
+/// back whole. This is the test that fails when a move commits before the
+/// device sync its data needs (design.md §5a).
+#[test]
+fn a_move_never_commits_before_its_data_is_durable_on_the_device() {
+    let pm = Arc::new(CrashMedia::new(8 << 20));
+    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
+    mkfs_tiered(&*pm);
+    let fs = mount(pm.clone(), ssd.clone());
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(77, 600_000);
+    fs.write(f.ino, 0, &data).unwrap();
+    pm.sync_all().unwrap();
+    let (moved, trace) = pm.trace(|| fs.migrate_file(f.ino, 1).unwrap());
+    assert!(moved > 0);
+    assert_eq!(tier_bytes(&fs, f.ino, "pm"), 0);
+    let files = [(f.ino, data)];
+    let n = trace.len();
+    for kk in 0..=n {
+        assert_recovers(
+            trace.image_at(kk, LossMode::AllUnflushed),
+            ssd.image_at_time(trace.time_after(kk), BlockLoss::AllUnsynced),
+            &files,
+            &format!("crash at {kk}/{n}"),
+        );
+    }
 }

@@ -47,6 +47,9 @@ use std::collections::BTreeSet;
 use std::io;
 
 use parking_lot::Mutex;
+use std::sync::Arc;
+
+use crate::replay::{EventClock, Replay, Trace};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -131,10 +134,10 @@ impl BlockCrashState {
         }
     }
 
-    fn apply(&mut self, op: &Op) {
+    fn apply(&mut self, op: &BlockOp) {
         match op {
-            Op::Write { block, data } => self.write(*block, data),
-            Op::Sync => self.sync(),
+            BlockOp::Write { block, data } => self.write(*block, data),
+            BlockOp::Sync => self.sync(),
         }
     }
 
@@ -154,79 +157,39 @@ impl BlockCrashState {
     }
 }
 
-/// A recorded operation with its data, for replay.
+/// A recorded block operation with its data, for replay ([`BlockTrace`]).
+#[doc(hidden)]
 #[derive(Clone, Debug)]
-enum Op {
+pub enum BlockOp {
     Write { block: u64, data: Box<[u8]> },
     Sync,
 }
 
-impl Op {
-    fn event(&self) -> BlockEvent {
-        match self {
-            Op::Write { block, data } => BlockEvent::Write {
+impl Replay for BlockCrashState {
+    type Op = BlockOp;
+    type Event = BlockEvent;
+    type Loss = BlockLoss;
+    fn apply(&mut self, op: &BlockOp) {
+        BlockCrashState::apply(self, op)
+    }
+    fn event(op: &BlockOp) -> BlockEvent {
+        match op {
+            BlockOp::Write { block, data } => BlockEvent::Write {
                 block: *block,
                 len: data.len() as u64,
             },
-            Op::Sync => BlockEvent::Sync,
+            BlockOp::Sync => BlockEvent::Sync,
         }
+    }
+    fn image(&self, loss: BlockLoss) -> Vec<u8> {
+        BlockCrashState::image(self, loss)
     }
 }
 
 /// The events of a traced operation and the state before it: replays any
-/// prefix to build the state of a crash after that many events.
-#[derive(Clone, Debug)]
-pub struct BlockTrace {
-    base: BlockCrashState,
-    ops: Vec<Op>,
-}
-
-impl BlockTrace {
-    /// Number of events; crash points are `0..=len()`.
-    pub fn len(&self) -> usize {
-        self.ops.len()
-    }
-
-    /// True when the operation recorded no event.
-    pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
-    }
-
-    /// The recorded events, in order.
-    pub fn events(&self) -> Vec<BlockEvent> {
-        self.ops.iter().map(Op::event).collect()
-    }
-
-    /// The state after the first `k` events (`k <= len()`).
-    pub fn state_at(&self, k: usize) -> BlockCrashState {
-        assert!(
-            k <= self.ops.len(),
-            "crash point {k} beyond {} events",
-            self.ops.len()
-        );
-        let mut s = self.base.clone();
-        for op in &self.ops[..k] {
-            s.apply(op);
-        }
-        s
-    }
-
-    /// Crash image after the first `k` events.
-    pub fn image_at(&self, k: usize, mode: BlockLoss) -> Vec<u8> {
-        self.state_at(k).image(mode)
-    }
-
-    /// Calls `f(k, state)` for every crash point `k` in `0..=len()`, in order,
-    /// replaying the trace once.
-    pub fn for_each_state(&self, mut f: impl FnMut(usize, &BlockCrashState)) {
-        let mut s = self.base.clone();
-        f(0, &s);
-        for (i, op) in self.ops.iter().enumerate() {
-            s.apply(op);
-            f(i + 1, &s);
-        }
-    }
-}
+/// prefix (or, with a clock shared with the PM media, the moment of a PM
+/// crash point) to build the state of a crash then (see [`Trace`]).
+pub type BlockTrace = Trace<BlockCrashState>;
 
 #[derive(Debug)]
 struct Inner {
@@ -237,15 +200,18 @@ struct Inner {
     events: Vec<BlockEvent>,
     /// Open trace: base state and ops since `start_trace`.
     trace: Option<BlockTrace>,
+    /// Stamps every event (shared with the PM media of the same test).
+    clock: Arc<EventClock>,
 }
 
 impl Inner {
-    fn record(&mut self, op: Op) {
+    fn record(&mut self, op: BlockOp) {
         self.state.apply(&op);
         self.count += 1;
-        self.events.push(op.event());
+        let time = self.clock.tick();
+        self.events.push(<BlockCrashState as Replay>::event(&op));
         if let Some(t) = &mut self.trace {
-            t.ops.push(op);
+            t.push(time, op);
         }
     }
 }
@@ -275,9 +241,26 @@ impl CrashBlock {
                 count: 0,
                 events: Vec::new(),
                 trace: None,
+                clock: Arc::new(EventClock::new()),
             }),
             stats: BlockStatsCounter::new(),
         }
+    }
+
+    /// Stamps this media's events with `clock` from now on: share the PM
+    /// media's clock ([`crate::CrashMedia::clock`]) to build the device image
+    /// of the moment of any PM crash point ([`Trace::state_at_time`]).
+    pub fn set_clock(&self, clock: Arc<EventClock>) {
+        self.inner.lock().clock = clock;
+    }
+
+    /// A zero-filled device of `len` bytes on `clock`, already tracing (for
+    /// crash tests paired with a traced PM media).
+    pub fn timed(len: u64, clock: Arc<EventClock>) -> CrashBlock {
+        let b = CrashBlock::new(len);
+        b.set_clock(clock);
+        b.start_trace();
+        b
     }
 
     /// Events (non-empty writes and syncs) recorded since creation.
@@ -315,10 +298,8 @@ impl CrashBlock {
     pub fn start_trace(&self) {
         let mut g = self.inner.lock();
         let base = g.state.clone();
-        g.trace = Some(BlockTrace {
-            base,
-            ops: Vec::new(),
-        });
+        let start = g.clock.now();
+        g.trace = Some(BlockTrace::new(base, start));
     }
 
     /// Ends the trace begun by [`start_trace`](Self::start_trace). Panics if none is open.
@@ -328,6 +309,19 @@ impl CrashBlock {
             .trace
             .take()
             .expect("finish_trace without start_trace")
+    }
+
+    /// The crash image at clock time `t` of the open trace (a [`timed`]
+    /// device traces from its creation). Panics when no trace is open.
+    ///
+    /// [`timed`]: CrashBlock::timed
+    pub fn image_at_time(&self, t: u64, loss: BlockLoss) -> Vec<u8> {
+        self.inner
+            .lock()
+            .trace
+            .as_ref()
+            .expect("image_at_time needs an open trace")
+            .image_at_time(t, loss)
     }
 
     /// Runs `f` between `start_trace` and `finish_trace`.
@@ -356,7 +350,7 @@ impl BlockMedia for CrashBlock {
         let mut g = self.inner.lock();
         check_block_range(g.state.live.len() as u64, block, data.len())?;
         if !data.is_empty() {
-            g.record(Op::Write {
+            g.record(BlockOp::Write {
                 block,
                 data: data.into(),
             });
@@ -366,7 +360,7 @@ impl BlockMedia for CrashBlock {
     }
 
     fn sync(&self) -> io::Result<()> {
-        self.inner.lock().record(Op::Sync);
+        self.inner.lock().record(BlockOp::Sync);
         self.stats.record_sync();
         Ok(())
     }

@@ -54,6 +54,9 @@
 use std::collections::BTreeMap;
 
 use parking_lot::Mutex;
+use std::sync::Arc;
+
+use crate::replay::{EventClock, Replay, Trace};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -179,11 +182,11 @@ impl CrashState {
         }
     }
 
-    fn apply(&mut self, op: &Op) {
+    fn apply(&mut self, op: &PmOp) {
         match op {
-            Op::Store { off, data } => self.store(*off, data),
-            Op::Flush { off, len } => self.flush(*off, *len),
-            Op::Fence => self.fence(),
+            PmOp::Store { off, data } => self.store(*off, data),
+            PmOp::Flush { off, len } => self.flush(*off, *len),
+            PmOp::Fence => self.fence(),
         }
     }
 
@@ -223,83 +226,44 @@ impl CrashState {
 }
 
 /// A recorded operation with its data, for replay.
+/// A recorded PM operation with its data, for replay ([`CrashTrace`]).
+#[doc(hidden)]
 #[derive(Clone, Debug)]
-enum Op {
+pub enum PmOp {
     Store { off: u64, data: Box<[u8]> },
     Flush { off: u64, len: u64 },
     Fence,
 }
 
-impl Op {
-    fn event(&self) -> CrashEvent {
-        match self {
-            Op::Store { off, data } => CrashEvent::Store {
+impl Replay for CrashState {
+    type Op = PmOp;
+    type Event = CrashEvent;
+    type Loss = LossMode;
+    fn apply(&mut self, op: &PmOp) {
+        CrashState::apply(self, op)
+    }
+    fn event(op: &PmOp) -> CrashEvent {
+        match op {
+            PmOp::Store { off, data } => CrashEvent::Store {
                 off: *off,
                 len: data.len() as u64,
             },
-            Op::Flush { off, len } => CrashEvent::Flush {
+            PmOp::Flush { off, len } => CrashEvent::Flush {
                 off: *off,
                 len: *len,
             },
-            Op::Fence => CrashEvent::Fence,
+            PmOp::Fence => CrashEvent::Fence,
         }
+    }
+    fn image(&self, loss: LossMode) -> Vec<u8> {
+        CrashState::image(self, loss)
     }
 }
 
 /// The events of a traced operation and the state before it: replays any
-/// prefix to build the state of a crash after that many events.
-#[derive(Clone, Debug)]
-pub struct CrashTrace {
-    base: CrashState,
-    ops: Vec<Op>,
-}
-
-impl CrashTrace {
-    /// Number of events; crash points are `0..=len()`.
-    pub fn len(&self) -> usize {
-        self.ops.len()
-    }
-
-    /// True when the operation recorded no event.
-    pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
-    }
-
-    /// The recorded events, in order.
-    pub fn events(&self) -> Vec<CrashEvent> {
-        self.ops.iter().map(Op::event).collect()
-    }
-
-    /// The state after the first `k` events (`k <= len()`).
-    pub fn state_at(&self, k: usize) -> CrashState {
-        assert!(
-            k <= self.ops.len(),
-            "crash point {k} beyond {} events",
-            self.ops.len()
-        );
-        let mut s = self.base.clone();
-        for op in &self.ops[..k] {
-            s.apply(op);
-        }
-        s
-    }
-
-    /// Crash image after the first `k` events.
-    pub fn image_at(&self, k: usize, mode: LossMode) -> Vec<u8> {
-        self.state_at(k).image(mode)
-    }
-
-    /// Calls `f(k, state)` for every crash point `k` in `0..=len()`, in order,
-    /// replaying the trace once.
-    pub fn for_each_state(&self, mut f: impl FnMut(usize, &CrashState)) {
-        let mut s = self.base.clone();
-        f(0, &s);
-        for (i, op) in self.ops.iter().enumerate() {
-            s.apply(op);
-            f(i + 1, &s);
-        }
-    }
-}
+/// prefix to build the state of a crash after that many events (see
+/// [`Trace`]).
+pub type CrashTrace = Trace<CrashState>;
 
 #[derive(Debug)]
 struct Inner {
@@ -310,18 +274,21 @@ struct Inner {
     events: Vec<CrashEvent>,
     /// Open trace: base state and ops since `start_trace`.
     trace: Option<CrashTrace>,
+    /// Stamps every event (shared with other media of the same test).
+    clock: Arc<EventClock>,
     /// Freeze when `count` reaches this.
     freeze_at: Option<u64>,
     frozen: Option<CrashState>,
 }
 
 impl Inner {
-    fn record(&mut self, op: Op) {
+    fn record(&mut self, op: PmOp) {
         self.state.apply(&op);
         self.count += 1;
-        self.events.push(op.event());
+        let time = self.clock.tick();
+        self.events.push(<CrashState as Replay>::event(&op));
         if let Some(t) = &mut self.trace {
-            t.ops.push(op);
+            t.push(time, op);
         }
         if self.freeze_at == Some(self.count) {
             self.freeze_at = None;
@@ -352,10 +319,22 @@ impl CrashMedia {
                 count: 0,
                 events: Vec::new(),
                 trace: None,
+                clock: Arc::new(EventClock::new()),
                 freeze_at: None,
                 frozen: None,
             }),
         }
+    }
+
+    /// Stamps this media's events with `clock` from now on (share it with
+    /// the block media of the same test: [`crate::replay`]).
+    pub fn set_clock(&self, clock: Arc<EventClock>) {
+        self.inner.lock().clock = clock;
+    }
+
+    /// The clock that stamps this media's events.
+    pub fn clock(&self) -> Arc<EventClock> {
+        self.inner.lock().clock.clone()
     }
 
     /// Events (stores, flushes, fences) recorded since creation.
@@ -393,10 +372,8 @@ impl CrashMedia {
     pub fn start_trace(&self) {
         let mut g = self.inner.lock();
         let base = g.state.clone();
-        g.trace = Some(CrashTrace {
-            base,
-            ops: Vec::new(),
-        });
+        let start = g.clock.now();
+        g.trace = Some(CrashTrace::new(base, start));
     }
 
     /// Ends the trace begun by [`start_trace`](Self::start_trace). Panics if none is open.
@@ -452,7 +429,7 @@ impl PmMedia for CrashMedia {
     }
 
     fn write(&self, off: u64, data: &[u8]) {
-        self.inner.lock().record(Op::Store {
+        self.inner.lock().record(PmOp::Store {
             off,
             data: data.into(),
         });
@@ -464,11 +441,11 @@ impl PmMedia for CrashMedia {
     }
 
     fn flush(&self, off: u64, len: u64) {
-        self.inner.lock().record(Op::Flush { off, len });
+        self.inner.lock().record(PmOp::Flush { off, len });
     }
 
     fn fence(&self) {
-        self.inner.lock().record(Op::Fence);
+        self.inner.lock().record(PmOp::Fence);
     }
 
     fn describe(&self) -> String {

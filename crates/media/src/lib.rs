@@ -29,6 +29,7 @@ pub mod fault;
 pub mod mem;
 pub mod persist;
 pub mod pm;
+pub mod replay;
 
 pub use block::{
     check_block_range, AlignedBuf, BlockMedia, BlockStats, BlockStatsCounter, MemBlock, BLOCK_SIZE,
@@ -41,6 +42,7 @@ pub use crash::{CrashEvent, CrashMedia, CrashState, CrashTrace, LossMode};
 pub use fault::{FaultMedia, POISON_BYTE};
 pub use mem::MemMedia;
 pub use pm::{PmFile, PmKind};
+pub use replay::{EventClock, Replay, Trace};
 
 /// Size of a CPU cache line: the unit in which stores reach persistence.
 pub const CACHE_LINE: u64 = 64;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use terrace_core::{format, Ctx, FileType, FormatParams, Fs, RenameFlags, SetAttr};
 use terrace_format::{TierKind, TierRecord};
-use terrace_media::{BlockMedia, CrashMedia, MemBlock, PmMedia};
+use terrace_media::PmMedia;
 
 /// Formats `media` as a pool with `inodes` slots.
 pub fn mkfs(media: &dyn PmMedia, inodes: u64) {
@@ -682,65 +682,4 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     use rand::SeedableRng;
     let mut rng = StdRng::seed_from_u64(seed);
     (0..len).map(|_| rng.gen()).collect()
-}
-
-/// A block device for crash tests next to a traced `CrashMedia`: it records
-/// each write, and at each sync stamps the writes synced so far with the PM
-/// event count, so the device image matching any PM crash point can be built
-/// (writes synced before that point survive, later ones are lost).
-pub struct TimedBlock {
-    dev: MemBlock,
-    pm: Arc<CrashMedia>,
-    pending: parking_lot::Mutex<Vec<(u64, Vec<u8>)>>,
-    pub synced: parking_lot::Mutex<Vec<(u64, u64, Vec<u8>)>>,
-}
-
-impl TimedBlock {
-    pub fn new(len: u64, pm: Arc<CrashMedia>) -> TimedBlock {
-        TimedBlock {
-            dev: MemBlock::new(len),
-            pm,
-            pending: Default::default(),
-            synced: Default::default(),
-        }
-    }
-
-    /// The device as a crash after PM event `pm_events` would leave it.
-    pub fn image_at(&self, base: &[u8], pm_events: u64) -> Vec<u8> {
-        let mut img = base.to_vec();
-        for (tag, block, data) in self.synced.lock().iter() {
-            if *tag <= pm_events {
-                let at = (*block * 4096) as usize;
-                img[at..at + data.len()].copy_from_slice(data);
-            }
-        }
-        img
-    }
-}
-
-impl BlockMedia for TimedBlock {
-    fn len(&self) -> u64 {
-        self.dev.len()
-    }
-    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.dev.read_blocks(block, buf)
-    }
-    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
-        self.pending.lock().push((block, data.to_vec()));
-        self.dev.write_blocks(block, data)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        let tag = self.pm.events_len();
-        let mut p = self.pending.lock();
-        self.synced
-            .lock()
-            .extend(p.drain(..).map(|(b, d)| (tag, b, d)));
-        self.dev.sync()
-    }
-    fn describe(&self) -> String {
-        "timed test block device".into()
-    }
-    fn stats(&self) -> terrace_media::BlockStats {
-        self.dev.stats()
-    }
 }
