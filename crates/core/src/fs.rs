@@ -139,6 +139,8 @@ pub enum AtimeMode {
     /// As Linux `relatime`: once after each change, or once a day.
     #[default]
     Relative,
+    /// As Linux `strictatime`: on every read.
+    Strict,
 }
 
 /// Current time in ns since the epoch.

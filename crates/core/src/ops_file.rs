@@ -122,12 +122,18 @@ impl Fs {
         self.counters
             .bytes_read
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        // relatime: update atime once after each change, or once a day.
+        // relatime: update atime once after each change, or once a day;
+        // strictatime: on every read.
         let now = now_ns();
         let a = i.attr;
-        if *self.atime.read() == crate::fs::AtimeMode::Relative
-            && (a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime > 86_400_000_000_000)
-        {
+        let due = match *self.atime.read() {
+            crate::fs::AtimeMode::Never => false,
+            crate::fs::AtimeMode::Strict => true,
+            crate::fs::AtimeMode::Relative => {
+                a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime > 86_400_000_000_000
+            }
+        };
+        if due {
             if i.log.on_tier.is_some() {
                 // A cold file whose log is on a block tier: recalling the
                 // log for an access time would bring every file read once

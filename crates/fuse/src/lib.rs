@@ -790,6 +790,19 @@ impl Filesystem for FuseAdapter {
 /// enough that a poll that finds nothing wastes little.
 pub const DEFAULT_POLL_US: u64 = 50;
 
+/// When reads update a file's access time (mount options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimeOption {
+    /// `relatime` (default): when the access time is not after the last
+    /// change, or is a day old.
+    #[default]
+    Relative,
+    /// `strictatime`: on every read.
+    Strict,
+    /// `noatime`: never.
+    Never,
+}
+
 /// How to mount. `Default` is a private, read-write mount with two threads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
@@ -808,8 +821,9 @@ pub struct MountOptions {
     pub dev: bool,
     /// Allow executing programs (default on).
     pub exec: bool,
-    /// `Some(false)` = noatime, `Some(true)` = atime, `None` = kernel default.
-    pub atime: Option<bool>,
+    /// When reads update access times: `relatime` (default), `strictatime`,
+    /// `noatime`.
+    pub atime: AtimeOption,
     /// Synchronous updates (`sync`).
     pub sync: bool,
     /// Synchronous directory updates (`dirsync`).
@@ -831,7 +845,7 @@ impl Default for MountOptions {
             suid: false,
             dev: false,
             exec: true,
-            atime: None,
+            atime: AtimeOption::Relative,
             sync: false,
             dirsync: false,
             threads: 2,
@@ -868,8 +882,15 @@ impl MountOptions {
             "nodev" => self.dev = false,
             "exec" => self.exec = true,
             "noexec" => self.exec = false,
-            "atime" | "relatime" | "strictatime" => self.atime = Some(true),
-            "noatime" => self.atime = Some(false),
+            "atime" | "relatime" => self.atime = AtimeOption::Relative,
+            "strictatime" => self.atime = AtimeOption::Strict,
+            "noatime" => self.atime = AtimeOption::Never,
+            // Directories get no access time from reads in Terrace (as with
+            // `nodiratime`); `diratime` is accepted for mount(8) and fstab.
+            "nodiratime" | "diratime" => {}
+            // Access times set by reads are written with the file's next
+            // commit already where that matters (logs on a block tier).
+            "lazytime" | "nolazytime" => {}
             "sync" => self.sync = true,
             "async" => self.sync = false,
             "dirsync" => self.dirsync = true,
@@ -895,7 +916,7 @@ impl MountOptions {
                 } else {
                     return Err(format!(
                         "unknown mount option {opt:?} (known: allow_other, allow_root, default_permissions, ro, rw, \
-                         suid, nosuid, dev, nodev, exec, noexec, atime, noatime, sync, async, dirsync, threads=N, \
+                         suid, nosuid, dev, nodev, exec, noexec, atime, relatime, strictatime, noatime, nodiratime, lazytime, sync, async, dirsync, threads=N, \
                          poll_us=N)"
                     ));
                 }
@@ -927,10 +948,10 @@ impl MountOptions {
         if self.dev {
             o.push(MountOption::Dev);
         }
-        match self.atime {
-            Some(true) => o.push(MountOption::Atime),
-            Some(false) => o.push(MountOption::NoAtime),
-            None => {}
+        // The daemon keeps access times itself (the kernel leaves them to a
+        // FUSE file system); the kernel is told only about noatime.
+        if self.atime == AtimeOption::Never {
+            o.push(MountOption::NoAtime);
         }
         if self.sync {
             o.push(MountOption::Sync);
@@ -1072,7 +1093,16 @@ mod tests {
         for s in ["allow_other", "ro", "noatime", "threads=4"] {
             o.apply(s).unwrap();
         }
-        assert!(o.allow_other && o.read_only && o.atime == Some(false) && o.threads == 4);
+        assert!(o.allow_other && o.read_only && o.atime == AtimeOption::Never && o.threads == 4);
+        for (opt, want) in [
+            ("strictatime", AtimeOption::Strict),
+            ("relatime", AtimeOption::Relative),
+            ("nodiratime", AtimeOption::Relative),
+        ] {
+            o.apply(opt).unwrap();
+            assert_eq!(o.atime, want, "{opt}");
+        }
+        o.apply("noatime").unwrap();
         assert!(o.apply("bogus").is_err());
         assert!(o.apply("threads=0").is_err());
         assert_eq!(o.poll_us, DEFAULT_POLL_US);

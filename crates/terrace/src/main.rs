@@ -251,7 +251,11 @@ Mount options (-o, comma-separated, repeatable):
   ro              read-only mount: nothing is written to any tier (a pool
                   that was not cleanly unmounted is refused: mount it
                   read-write once); migrate and set are refused
-  noatime         do not update access times
+  relatime        reads update the access time when it is not after the last
+                  change, or is a day old (the default, as on Linux)
+  strictatime     every read updates the access time
+  noatime         reads never update access times (nodiratime, lazytime
+                  are accepted; directories get no access time from reads)
   nosuid, nodev   ignore set-user-ID bits / device nodes (the default when
                   not mounted by root; root gets suid, dev, as with mount(8))
   noexec          forbid executing programs

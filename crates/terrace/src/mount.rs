@@ -787,9 +787,12 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     }
     spawn_notice_logger(&fs);
     // Reads write no access times on read-only and noatime mounts.
-    if cfg.options.read_only || cfg.options.atime == Some(false) {
-        fs.set_atime_mode(terrace_core::AtimeMode::Never);
-    }
+    fs.set_atime_mode(match cfg.options.atime {
+        _ if cfg.options.read_only => terrace_core::AtimeMode::Never,
+        terrace_fuse::AtimeOption::Never => terrace_core::AtimeMode::Never,
+        terrace_fuse::AtimeOption::Strict => terrace_core::AtimeMode::Strict,
+        terrace_fuse::AtimeOption::Relative => terrace_core::AtimeMode::Relative,
+    });
     let rep = fs.mount_report().clone();
     if !rep.was_clean {
         log(format!(

@@ -1,0 +1,60 @@
+"""Mount options a file system is expected to honour (xfstests generic/003,
+120): access-time rules relatime (default), strictatime and noatime, and the
+options mount(8) and fstab pass along (nodiratime, lazytime) are accepted."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import helpers
+
+DAY = 86_400 * 10**9
+
+
+def _read(p):
+    with open(p, "rb") as f:
+        f.read()
+
+
+def _atime_changes(p, steps) -> list[bool]:
+    """For each step (a callable run before a read), whether the read changed atime."""
+    out = []
+    for prepare in steps:
+        prepare()
+        before = os.stat(p).st_atime_ns
+        time.sleep(0.01)
+        _read(p)
+        out.append(os.stat(p).st_atime_ns != before)
+    return out
+
+
+@pytest.mark.parametrize("option, expect", [
+    # relatime: a read after a change updates atime, the next read does not,
+    # a read when atime is a day old does.
+    (None, [True, False, True]),
+    ("relatime,nodiratime,lazytime", [True, False, True]),
+    ("strictatime", [True, True, True]),
+    ("noatime", [False, False, False]),
+])
+def test_reads_update_access_times_by_the_mount_option(tmp_path, option, expect):
+    with helpers.temp_pool_path() as pool, helpers.temp_mountpoint() as mnt:
+        helpers.mkfs(pool, "64M")
+        with helpers.mounted_pool(pool, mnt, option):
+            p = mnt / "f"
+            p.write_bytes(b"data")
+            now = time.time_ns()
+
+            def changed():  # atime equal to mtime: "not after the last change"
+                os.utime(p, ns=(now - 10**9, now - 10**9))
+
+            def nothing():
+                pass
+
+            def day_old():
+                os.utime(p, ns=(now - 2 * DAY, now - 3 * DAY))
+
+            got = _atime_changes(p, [changed, nothing, day_old])
+            assert got == expect, f"-o {option}: {got}"
