@@ -40,12 +40,16 @@ impl Fs {
         if name.len() > NAME_MAX {
             return Err(errno(libc::ENAMETOOLONG));
         }
-        let child = {
+        // "." of any inode is the inode itself: the kernel asks for it to
+        // turn an NFS file handle (inode number and generation) back into
+        // a file whose inode it no longer caches (export support).
+        let child = if name == b"." {
+            parent
+        } else {
             let p = self.lock(parent)?;
             let p = p.as_ref().expect("live");
             let d = p.dir.as_ref().ok_or_else(|| errno(libc::ENOTDIR))?;
             match name {
-                b"." => parent,
                 b".." => d.parent,
                 _ => d.get(name).ok_or_else(|| errno(libc::ENOENT))?.0,
             }

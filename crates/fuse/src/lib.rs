@@ -257,6 +257,11 @@ impl Filesystem for FuseAdapter {
         let _ = config.set_max_write(MAX_WRITE);
         // The core locks per inode, so lookups and readdirs in one directory may run in parallel.
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // File handles (open_by_handle_at, an NFS re-export): node ids are
+        // inode numbers and generations are the slots', both stable across
+        // mounts; the kernel finds an uncached inode by looking up "." in it
+        // (and a directory's parent by ".."), which the core answers.
+        let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
         // Without this the kernel asks for "security.capability" before every
         // write (one more round trip per write); with it, we kill privileges.
         self.killpriv = config
