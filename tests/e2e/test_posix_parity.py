@@ -1141,6 +1141,28 @@ def test_modifications_drop_set_id_bits_exactly_as_the_native_file_system_does(b
         assert all(int(after, 8) & 0o6000 == 0 for _, after in seen), seen
 
 
+def test_a_directory_read_while_its_entries_are_renamed_sees_each_once(both):
+    """xfstests generic/736: rename every entry to a temporary name and back
+    while reading the directory; the read must end (ext4 returns each once)."""
+
+    def read_while_renaming(root):
+        d = j(root, "d")
+        os.mkdir(d)
+        for i in range(1, 3001):
+            open(j(d, str(i)), "w").close()
+        seen = []
+        with os.scandir(d) as it:
+            for e in it:
+                seen.append(e.name)
+                if len(seen) > 9000:
+                    break
+                os.rename(j(d, e.name), j(d, "TEMPFILE"))
+                os.rename(j(d, "TEMPFILE"), j(d, e.name))
+        return len(seen), len(set(seen)), sorted(os.listdir(d)) == sorted(str(i) for i in range(1, 3001))
+
+    assert both(read_while_renaming, expect=OK) == (3000, 3000, True)
+
+
 def test_a_mount_by_root_honours_set_user_id_programs_and_device_nodes_like_ext4(both):
     """mount(8) by root gives suid,dev (xfstests generic/184, 434, vfstest's
     "setid binaries on regular mounts"); nosuid,nodev are options, not defaults."""

@@ -295,6 +295,26 @@ impl DirIndex {
         Some((ino, dt))
     }
 
+    /// The readdir cookie of `name`.
+    pub fn cookie_of(&self, name: &[u8]) -> Option<u64> {
+        self.names.get(name).map(|&(_, _, c)| c)
+    }
+
+    /// Gives `name` the cookie `cookie` (free: the name that had it is gone),
+    /// so a name renamed within its directory keeps its place in readdir
+    /// order — a directory read while its entries are renamed sees each
+    /// once, instead of meeting every renamed entry again at the end.
+    pub fn move_to_cookie(&mut self, name: &[u8], cookie: u64) {
+        if self.order.contains_key(&cookie) {
+            return;
+        }
+        if let Some(e) = self.names.get_mut(name) {
+            self.order.remove(&e.2);
+            e.2 = cookie;
+            self.order.insert(cookie, name.to_vec());
+        }
+    }
+
     /// Looks a name up.
     pub fn get(&self, name: &[u8]) -> Option<(Ino, u8)> {
         self.names.get(name).map(|&(i, d, _)| (i, d))

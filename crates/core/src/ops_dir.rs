@@ -602,8 +602,18 @@ impl Fs {
                 }
             }
             let freed = tx.extra.first().map(|_| dst.expect("victim").0);
+            // A new name in the same directory takes the old one's readdir
+            // position (DRAM only: cookies live as long as the mount).
+            let keep_cookie = (parent == newparent && dst.is_none() && !flags.exchange)
+                .then(|| l.get(parent).dir.as_ref().and_then(|d| d.cookie_of(name)))
+                .flatten();
             let (parts, extra) = tx.parts();
             self.commit(&mut l, parts, extra)?;
+            if let Some(c) = keep_cookie {
+                if let Some(d) = l.get(parent).dir.as_mut() {
+                    d.move_to_cookie(newname, c);
+                }
+            }
             if src_is_dir && parent != newparent {
                 l.get(src).dir.as_mut().expect("dir").parent = newparent;
             }
