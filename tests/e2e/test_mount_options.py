@@ -58,3 +58,31 @@ def test_reads_update_access_times_by_the_mount_option(tmp_path, option, expect)
 
             got = _atime_changes(p, [changed, nothing, day_old])
             assert got == expect, f"-o {option}: {got}"
+
+
+def test_a_mount_right_after_umount_waits_for_the_old_daemon_instead_of_failing():
+    """xfstests generic/604: `umount &` then mount 10 ms later. The unmount
+    writes cached data back to the SSD first, so the second mount arrives
+    while the old daemon still holds the pool."""
+    import subprocess
+    import tempfile
+    with helpers.temp_pool_path() as pool, helpers.temp_mountpoint() as mnt, \
+            tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        ssd = os.path.join(tmp, "ssd.img")
+        helpers.terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:512M")
+        m = helpers.mount(pool, mnt, "placement_policy=block-first,writeback_age_ns=1h")
+        try:
+            data = os.urandom(1 << 20)
+            for i in range(64):
+                (mnt / str(i)).write_bytes(data)
+            um = subprocess.Popen(["umount", str(mnt)])
+            time.sleep(0.01)
+            m2 = helpers.mount(pool, mnt)
+            assert um.wait(timeout=60) == 0
+            assert helpers.is_mounted(mnt)
+            assert len(os.listdir(mnt)) == 64
+            assert (mnt / "63").read_bytes() == data
+            m = m2
+        finally:
+            helpers.unmount(m)
+        helpers.assert_fsck_clean(pool, "after the quick remount")

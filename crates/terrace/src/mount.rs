@@ -237,6 +237,10 @@ fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<File>> {
     Ok(locks)
 }
 
+/// How long a mount waits for a pool that another daemon still holds (it
+/// may be finishing an unmount) before saying it is busy.
+const BUSY_WAIT: Duration = Duration::from_secs(3);
+
 /// Every check that must pass before anything is written.
 fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
     let raw = &cfg.pool;
@@ -269,10 +273,19 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
             ))
         }
     }
-    let lock = match util::lock_pool(&pool) {
-        Ok(Some(l)) => l,
-        Ok(None) => return Err(CliError::at(raw, util::busy_reason(&pool))),
-        Err(e) => return Err(CliError::at(raw, util::os_reason(&e))),
+    // A pool being unmounted stays locked until its daemon has persisted
+    // it and exited: a mount right after `umount` (a script, xfstests
+    // generic/604) waits for that instead of failing.
+    let deadline = std::time::Instant::now() + BUSY_WAIT;
+    let lock = loop {
+        match util::lock_pool(&pool) {
+            Ok(Some(l)) => break l,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Ok(None) => return Err(CliError::at(raw, util::busy_reason(&pool))),
+            Err(e) => return Err(CliError::at(raw, util::os_reason(&e))),
+        }
     };
     let pm = PmFile::open(&pool).map_err(|e| CliError::new(e.to_string()))?;
     let sb = terrace_core::recovery::read_superblock(&pm).map_err(|e| CliError::at(raw, e))?;
