@@ -722,7 +722,8 @@ impl Fs {
         if bytes <= terrace_format::LOG_PAGE_MIN {
             return;
         }
-        let need = inode.live_entries() * 64 + terrace_format::LOG_PAGE_HEADER;
+        let need =
+            inode.live_entries() * 64 + inode.xattr_value_bytes() + terrace_format::LOG_PAGE_HEADER;
         if bytes < 3 * need {
             return;
         }

@@ -58,6 +58,22 @@ impl Extent {
     }
 }
 
+/// The entries that set xattr `name` to `value`: one XattrSet with the first
+/// [`terrace_format::XATTR_CHUNK`] bytes, then XattrAppend entries with the
+/// rest (they commit together).
+pub fn xattr_entries(name: &[u8], value: &[u8]) -> Vec<Entry> {
+    let mut chunks = value.chunks(terrace_format::XATTR_CHUNK);
+    let mut v = vec![Entry::XattrSet {
+        name: name.to_vec(),
+        value: chunks.next().unwrap_or(&[]).to_vec(),
+    }];
+    v.extend(chunks.map(|c| Entry::XattrAppend {
+        name: name.to_vec(),
+        value: c.to_vec(),
+    }));
+    v
+}
+
 /// A physical run that a change of the extent map released.
 pub type Released = (u8, u64, u64);
 
@@ -477,6 +493,13 @@ impl Inode {
                 self.xattrs.remove(name);
                 Vec::new()
             }
+            Entry::XattrAppend { name, value } => {
+                self.xattrs
+                    .entry(name.clone())
+                    .or_default()
+                    .extend_from_slice(value);
+                Vec::new()
+            }
             Entry::Copy(c) => {
                 self.data_seq += 1;
                 self.extents.apply_copy(c, self.data_seq)
@@ -621,10 +644,7 @@ impl Inode {
             }
         }
         for (k, val) in &self.xattrs {
-            v.push(Entry::XattrSet {
-                name: k.clone(),
-                value: val.clone(),
-            });
+            v.extend(xattr_entries(k, val));
         }
         v.push(Entry::Attr(self.attr));
         v
@@ -653,8 +673,18 @@ impl Inode {
         (self.extents.len()
             + self.extents.with_copies() as usize
             + self.dir.as_ref().map_or(0, |d| d.len())
-            + self.xattrs.len()
+            + self
+                .xattrs
+                .values()
+                .map(|v| v.len().div_ceil(terrace_format::XATTR_CHUNK).max(1))
+                .sum::<usize>()
             + 1) as u64
+    }
+
+    /// Bytes of xattr values beyond what [`Inode::live_entries`] counts at
+    /// 64 bytes an entry (values are up to 64 KiB).
+    pub fn xattr_value_bytes(&self) -> u64 {
+        self.xattrs.values().map(|v| v.len() as u64).sum()
     }
 }
 

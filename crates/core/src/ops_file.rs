@@ -676,7 +676,7 @@ impl Fs {
         let i = g.as_mut().expect("live");
         Self::check_xattr_name(i, name)?;
         if value.len() > XATTR_VALUE_MAX {
-            return Err(errno(libc::ENOSPC));
+            return Err(errno(libc::E2BIG));
         }
         let rule = name == crate::rules::RULE_XATTR;
         if rule {
@@ -691,16 +691,9 @@ impl Fs {
         }
         let mut a = i.attr;
         a.ctime = now_ns();
-        self.commit_one(
-            i,
-            vec![
-                Entry::XattrSet {
-                    name: name.to_vec(),
-                    value: value.to_vec(),
-                },
-                Entry::Attr(a),
-            ],
-        )?;
+        let mut entries = crate::inode::xattr_entries(name, value);
+        entries.push(Entry::Attr(a));
+        self.commit_one(i, entries)?;
         if rule {
             self.note_ruled(ino);
             self.kick_migration();

@@ -20,6 +20,7 @@
 //! | XattrSet (7)  | 8 name_len u8, 10 value_len u16, 16 name, value — padded to 8 |
 //! | XattrDel (8)  | 8 name_len u8, 16 name — padded to 8 |
 //! | Copy (9)      | 8 file_block u64, 16 blocks u32, 20 tier u8, 21 op u8, 24 block u64 — 32 bytes |
+//! | XattrAppend (11) | as XattrSet: 8 name_len u8, 10 value_len u16, 16 name, value — padded to 8 |
 //! | Sums (10)     | 8 block u64, 16 tier u8, 17 reserved u8, 18 count u16, 20 reserved u32, 24 count × crc32c u32 — padded to 8 |
 //!
 //! A Sums entry gives the crc32c of each of `count` (1..=[`SUMS_PER_ENTRY`])
@@ -58,6 +59,8 @@ pub enum EntryKind {
     Copy = 9,
     /// Checksums of blocks of block-tier data.
     Sums = 10,
+    /// More bytes of the value of an xattr set earlier in the same commit.
+    XattrAppend = 11,
 }
 
 /// Most block checksums one Sums entry carries (the entry is then 536 bytes,
@@ -194,6 +197,14 @@ pub enum Entry {
     },
     /// See [`CopyEntry`].
     Copy(CopyEntry),
+    /// Append `value` to the xattr `name` (set by an XattrSet entry earlier
+    /// in the same commit): values longer than [`crate::XATTR_CHUNK`].
+    XattrAppend {
+        /// Full name.
+        name: Vec<u8>,
+        /// The next bytes of the value.
+        value: Vec<u8>,
+    },
     /// crc32c of each block of `[block, block + crcs.len())` on `tier`.
     Sums {
         /// Block tier id (never 0: PM data has no checksums).
@@ -219,7 +230,9 @@ impl Entry {
             Entry::Punch { .. } => 24,
             Entry::DentryAdd { name, .. } => pad8(24 + name.len()),
             Entry::DentryDel { name } | Entry::XattrDel { name } => pad8(16 + name.len()),
-            Entry::XattrSet { name, value } => pad8(16 + name.len() + value.len()),
+            Entry::XattrSet { name, value } | Entry::XattrAppend { name, value } => {
+                pad8(16 + name.len() + value.len())
+            }
             Entry::Copy(_) => 32,
             Entry::Sums { crcs, .. } => sums_entry_len(crcs.len()),
         }
@@ -237,6 +250,7 @@ impl Entry {
             Entry::XattrDel { .. } => EntryKind::XattrDel,
             Entry::Copy(_) => EntryKind::Copy,
             Entry::Sums { .. } => EntryKind::Sums,
+            Entry::XattrAppend { .. } => EntryKind::XattrAppend,
         }
     }
 
@@ -287,7 +301,7 @@ impl Entry {
                 put_u8(&mut b, 8, name.len() as u8);
                 b[16..16 + name.len()].copy_from_slice(name);
             }
-            Entry::XattrSet { name, value } => {
+            Entry::XattrSet { name, value } | Entry::XattrAppend { name, value } => {
                 put_u8(&mut b, 8, name.len() as u8);
                 put_u16(&mut b, 10, value.len() as u16);
                 b[16..16 + name.len()].copy_from_slice(name);
@@ -433,6 +447,18 @@ impl Entry {
                     block: u64_at(b, 24),
                 })
             }
+            11 => {
+                need(16)?;
+                let n = u8_at(b, 8) as usize;
+                let v = u16_at(b, 10) as usize;
+                if 16 + n + v > len {
+                    return Err(FormatError::Invalid("xattr length"));
+                }
+                Entry::XattrAppend {
+                    name: name_at(16, n)?,
+                    value: b[16 + n..16 + n + v].to_vec(),
+                }
+            }
             10 => {
                 need(24)?;
                 let n = u16_at(b, 18) as usize;
@@ -507,6 +533,10 @@ mod tests {
             Entry::XattrDel {
                 name: b"trusted.x".to_vec(),
             },
+            Entry::XattrAppend {
+                name: b"user.big".to_vec(),
+                value: vec![7; 3584],
+            },
             Entry::Copy(CopyEntry {
                 file_block: 7,
                 blocks: 128,
@@ -576,7 +606,7 @@ mod tests {
         let page = crate::BLOCK_SIZE as usize - crate::LOG_PAGE_HEADER as usize;
         let x = Entry::XattrSet {
             name: vec![b'n'; crate::XATTR_NAME_MAX],
-            value: vec![0; crate::XATTR_VALUE_MAX],
+            value: vec![0; crate::XATTR_CHUNK],
         };
         assert!(x.encoded_len() <= page);
         assert!(sums_entry_len(SUMS_PER_ENTRY) <= page);

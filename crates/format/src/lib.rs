@@ -52,8 +52,13 @@ pub const NAME_MAX: usize = 255;
 pub const SYMLINK_MAX: usize = 4095;
 /// Longest xattr name, in bytes.
 pub const XATTR_NAME_MAX: usize = 255;
-/// Largest xattr value, in bytes: one entry must fit in a log page.
-pub const XATTR_VALUE_MAX: usize = 3584;
+/// Largest xattr value, in bytes: the VFS limit (`XATTR_SIZE_MAX`). Values
+/// longer than [`XATTR_CHUNK`] are logged as an XattrSet entry followed by
+/// XattrAppend entries in the same commit (format 5).
+pub const XATTR_VALUE_MAX: usize = 65536;
+/// Most value bytes one XattrSet or XattrAppend entry carries (with the
+/// longest name it still fits in a log page).
+pub const XATTR_CHUNK: usize = 3584;
 /// Inode number of the root directory. Slot 0 is never used.
 pub const ROOT_INO: u64 = 1;
 
