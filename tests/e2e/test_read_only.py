@@ -88,7 +88,8 @@ def test_an_ro_mount_writes_nothing_to_any_tier():
             terrace("where", mnt / "big")
             # Commands that would write fail with a clear read-only error.
             for args in (["migrate", "--to", "pm", mnt], ["migrate", mnt],
-                         ["migrate", "--to", "pm", mnt, mnt / "big"]):
+                         ["migrate", "--to", "pm", mnt, mnt / "big"],
+                         ["migrate", mnt, mnt / "link"]):  # nothing to move: still refused
                 cp = terrace(*args, check=False)
                 msg = assert_clean_error(cp, one_line=False)
                 assert "read-only mount" in msg, helpers.describe(cp, "no read-only error")

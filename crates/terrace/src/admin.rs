@@ -459,10 +459,17 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
                     ),
                 ));
             }
-            util::out(&format!(
-                "terrace: unmounted {}; the pool is persisted and marked clean",
-                mnt.display()
-            ));
+            if v.get("read_only").and_then(Value::as_bool) == Some(true) {
+                util::out(&format!(
+                    "terrace: unmounted {}; the mount was read-only: nothing was written",
+                    mnt.display()
+                ));
+            } else {
+                util::out(&format!(
+                    "terrace: unmounted {}; the pool is persisted and marked clean",
+                    mnt.display()
+                ));
+            }
             Ok(())
         }
         Err(ControlError::Failed(m)) => Err(CliError::at(mnt, m)),

@@ -106,6 +106,12 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
         Ok(v)
     };
     let st = ask(&json!({"cmd": "status"}), Duration::from_secs(10))?;
+    if st.pointer("/status/read_only").and_then(Value::as_bool) == Some(true) {
+        return Err(CliError::at(
+            mnt,
+            "read-only mount: data cannot migrate (remount it read-write)",
+        ));
+    }
     let tiers: Vec<Value> = st
         .pointer("/status/tiers")
         .and_then(Value::as_array)

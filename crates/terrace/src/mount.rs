@@ -967,7 +967,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             for s in &waiting {
                 reply(
                     s,
-                    &json!({"ok": true, "pid": std::process::id(), "clean": true}),
+                    &json!({"ok": true, "pid": std::process::id(), "clean": true, "read_only": read_only}),
                 );
             }
         }
