@@ -3,6 +3,7 @@
 #   make demo         build and mount a default pool in ./terrace-demo/mnt, print its status
 #   make test         everything CI runs: fmt, clippy, unit/model tests, FUSE end-to-end tests
 #   make crash-long   the long kill -9 crash loop (200 iterations)
+#   make xfstests     xfstests on Terrace mounts (XFSTESTS_CONFIG=pm|tiered, XFSTESTS_ARGS="-g quick") -> docs/results/
 #   make bench        full benchmark (3 runs per job, medians; about two hours) -> docs/results/, docs/benchmarks.md
 #   make bench-quick  short benchmark, a subset of every workload (< 10 minutes)
 #   make bench-small-files  small-file capacity: 1,000,000 files on a pool with PM at 1%, vs ext4 (~15 minutes)
@@ -25,7 +26,7 @@ DEMO_SSD_SIZE ?= 2G
 
 CRASH_ITERATIONS ?= 200
 
-.PHONY: all demo test crash-long bench bench-quick bench-small-files bench-setup clean-mounts setup build fmt-check clippy unit e2e
+.PHONY: all demo test crash-long xfstests bench bench-quick bench-small-files bench-setup clean-mounts setup build fmt-check clippy unit e2e
 
 all: build
 
@@ -57,6 +58,12 @@ test: setup fmt-check clippy unit e2e
 
 crash-long: build
 	CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(PYTHON) -m pytest -q tests/e2e/test_crash_kill.py
+
+# Not part of `make test`; options: tests/xfstests/run.sh --help.
+XFSTESTS_CONFIG ?= pm
+XFSTESTS_ARGS   ?= -g quick
+xfstests: build
+	tests/xfstests/run.sh --config $(XFSTESTS_CONFIG) --terrace "$(TERRACE)" $(XFSTESTS_ARGS)
 
 # ----------------------------------------------------------------- benchmarks
 # bench/run.sh sets up every system (loop devices, mkfs, mounts) and tears it all
