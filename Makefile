@@ -3,6 +3,7 @@
 #   make demo         build and mount a default pool in ./terrace-demo/mnt, print its status
 #   make test         everything CI runs: fmt, clippy, unit/model tests, FUSE end-to-end tests
 #   make crash-long   the long kill -9 crash loop (200 iterations)
+#   make faults       the long fault campaign: EIO/ENOSPC/lost syncs under random operations, a tier image filled, truncated, kill -9 during scrub and repair -> docs/reliability.md
 #   make xfstests     xfstests on Terrace mounts (XFSTESTS_CONFIG=pm|tiered, XFSTESTS_ARGS="-g quick") -> docs/results/
 #   make bench        full benchmark (3 runs per job, medians; about two hours) -> docs/results/, docs/benchmarks.md
 #   make bench-quick  short benchmark, a subset of every workload (< 10 minutes)
@@ -58,6 +59,26 @@ test: setup fmt-check clippy unit e2e
 
 crash-long: build
 	CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(PYTHON) -m pytest -q tests/e2e/test_crash_kill.py
+
+# The long fault campaign (issue 20; the short form runs in `make unit` and
+# `make e2e`): the core campaign with FAULT_ROUNDS rounds per base seed (and
+# FAULT_THREAD_ROUNDS with the background threads), then the e2e fault tests;
+# the counts (JSON lines) go to FAULT_REPORT and their totals are printed as
+# the table of docs/reliability.md. Any lost or wrong byte or panic fails it.
+FAULT_SEEDS         ?= 1000000 2000000 3000000 4000000
+FAULT_ROUNDS        ?= 500
+FAULT_THREAD_ROUNDS ?= 100
+FAULT_REPORT        ?= $(CURDIR)/target/faults-report.jsonl
+.PHONY: faults
+faults: build
+	rm -f "$(FAULT_REPORT)"
+	for seed in $(FAULT_SEEDS); do \
+		TERRACE_FAULT_SEED=$$seed TERRACE_FAULT_ROUNDS=$(FAULT_ROUNDS) \
+		TERRACE_FAULT_THREAD_ROUNDS=$(FAULT_THREAD_ROUNDS) TERRACE_FAULT_REPORT="$(FAULT_REPORT)" \
+			$(CARGO) test --release -p terrace-core --test fault_campaign -- --nocapture --test-threads 2; \
+	done
+	$(PYTHON) -m pytest -q -s tests/e2e/test_faults.py
+	$(PYTHON) scripts/fault_summary.py "$(FAULT_REPORT)"
 
 # Not part of `make test`; options: tests/xfstests/run.sh --help.
 XFSTESTS_CONFIG ?= pm

@@ -229,7 +229,9 @@ impl Fs {
             tiers.push(crate::tier::BlockTier {
                 id,
                 kind: rec.kind,
-                media: dev,
+                // A failed sync must reach every thread whose unsynced
+                // writes it may have lost (Linux tells one fsync only).
+                media: Arc::new(terrace_media::PerWriterSync::new(dev)),
                 space,
                 sums,
             });

@@ -289,6 +289,22 @@ impl CrashBlock {
         self.inner.lock().state.image(mode)
     }
 
+    /// A failed write-back of a buffered file, as Linux handles it: every
+    /// block written since the last sync keeps what reads see but is never
+    /// made durable by a later sync — the kernel marks the failed pages
+    /// clean and reports the error to one `fsync` only (errseq), so a
+    /// caller that syncs after another caller saw the error gets success.
+    /// Crash images show those blocks' durable (older) contents unless
+    /// they are written again. Returns how many blocks were lost. Not
+    /// recorded as an event: panics while a trace is open.
+    pub fn lose_unsynced(&self) -> usize {
+        let mut g = self.inner.lock();
+        assert!(g.trace.is_none(), "lose_unsynced during a trace");
+        let n = g.state.unsynced.len();
+        g.state.unsynced.clear();
+        n
+    }
+
     /// A copy of the whole state (both images and the unsynced blocks).
     pub fn snapshot(&self) -> BlockCrashState {
         self.inner.lock().state.clone()
@@ -382,6 +398,32 @@ mod tests {
 
     fn all_modes() -> impl Iterator<Item = BlockLoss> {
         std::iter::once(BlockLoss::AllUnsynced).chain((0..SEEDS).map(BlockLoss::RandomBlocks))
+    }
+
+    #[test]
+    fn lost_unsynced_writes_stay_readable_but_never_become_durable() {
+        let m = CrashBlock::new(4 * BLOCK_SIZE);
+        m.write_blocks(0, &[1; BLOCK]).unwrap();
+        m.sync().unwrap();
+        m.write_blocks(0, &[2; BLOCK]).unwrap();
+        m.write_blocks(1, &[3; BLOCK]).unwrap();
+        assert_eq!(m.lose_unsynced(), 2);
+        let mut b = [0u8; BLOCK];
+        m.read_blocks(0, &mut b).unwrap();
+        assert_eq!(b, [2; BLOCK], "reads still see the lost write");
+        m.sync().unwrap();
+        for mode in all_modes() {
+            let img = m.crash_image(mode);
+            assert_eq!(&img[..BLOCK], &[1; BLOCK][..], "{mode:?}");
+            assert_eq!(&img[BLOCK..2 * BLOCK], &[0; BLOCK][..], "{mode:?}");
+        }
+        // Written again, a block becomes durable at the next sync.
+        m.write_blocks(1, &[4; BLOCK]).unwrap();
+        m.sync().unwrap();
+        assert_eq!(
+            &m.crash_image(BlockLoss::AllUnsynced)[BLOCK..2 * BLOCK],
+            &[4; BLOCK][..]
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! - block tiers ([`BlockMedia`], 4 KiB blocks, fallible I/O): `BlockFile`
 //!   (a file or block device, O_DIRECT when the file system honours it),
 //!   `MemBlock`, `CrashBlock` (unsynced blocks lost at a crash) and `FaultBlock`
-//!   (EIO after a countdown).
+//!   (EIO after a countdown), and `PerWriterSync`, which the file system
+//!   puts around every tier so that a failed sync reaches every writer whose
+//!   unsynced data it may have lost (Linux reports it to one `fsync` only).
 //! - `fault::FaultMedia`: wraps another media and poisons ranges, so reads of
 //!   them return a recognisable pattern (PM stores cannot fail; media errors
 //!   show up as bad loads).
@@ -24,6 +26,7 @@ pub mod block;
 pub mod block_crash;
 pub mod block_fault;
 pub mod block_file;
+pub mod block_sync;
 pub mod crash;
 pub mod fault;
 pub mod mem;
@@ -38,6 +41,7 @@ pub use block::{
 pub use block_crash::{BlockCrashState, BlockEvent, BlockLoss, BlockTrace, CrashBlock};
 pub use block_fault::{FaultBlock, InjectedFaults};
 pub use block_file::{BlockFile, DirectIo};
+pub use block_sync::PerWriterSync;
 pub use crash::{CrashEvent, CrashMedia, CrashState, CrashTrace, LossMode};
 pub use fault::{FaultMedia, POISON_BYTE};
 pub use mem::MemMedia;

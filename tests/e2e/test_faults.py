@@ -1,0 +1,383 @@
+"""Real faults through a mount (issue 20, fault campaign).
+
+The core campaign (crates/core/tests/fault_campaign.rs) injects EIO through
+fault media; these tests use faults a real daemon meets, on real files:
+
+(a) the SSD tier image lives on a small tmpfs that fills up: writes and
+    fsyncs fail with ENOSPC or EIO, the daemon stays up, nothing fsync'd is
+    lost, and once the file system has room again unmount persists the rest;
+(b) the SSD image is truncated while mounted: reads of data beyond its end
+    fail with EIO (never wrong bytes, never a panic), status answers, unmount
+    works, and the next mount refuses the image with a clear error;
+(c) the daemon is killed (SIGKILL) during `terrace scrub` of a damaged pool,
+    and `terrace fsck --repair` is killed at random points: the pool mounts,
+    fsck is clean or reports only the injected damage, and no fsync'd byte is
+    lost.
+
+Every test unmounts what it mounts (Terrace and tmpfs) even when it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import helpers
+from helpers import (assert_clean_error, assert_fsck_clean, mounted_pool, temp_mountpoint,
+                     temp_pool_path, terrace, unique_name)
+
+MiB = 1 << 20
+BS = 4096
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_tmpfs(size: str):
+    """A dedicated tmpfs of `size` mounted under /tmp; unmounted and removed
+    afterwards (lazily if something still holds it)."""
+    d = Path(tempfile.mkdtemp(prefix=unique_name("tmpfs") + "-", dir=helpers.MOUNT_PARENT))
+    mounted = False
+    try:
+        helpers.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", d])
+        mounted = True
+        yield d
+    finally:
+        if mounted:
+            cp = helpers.run(["umount", d], check=False)
+            if cp.returncode != 0:
+                helpers.run(["umount", "-l", d], check=False)
+        with contextlib.suppress(OSError):
+            d.rmdir()
+
+
+@contextlib.contextmanager
+def ssd_file(tag: str = "ssd"):
+    """A path for an SSD tier image on the disk (/var/tmp), removed afterwards."""
+    parent = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
+    path = Path(parent) / (unique_name(tag) + ".img")
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def data_of(seed: int, size: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Write `data` to `path` and fsync it; raises OSError on any failure."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view[:MiB])
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def read_blocks_or_eio(path: Path, want: bytes) -> tuple[int, int]:
+    """Reads `path` 4 KiB at a time: each read must return exactly the
+    expected bytes or fail with EIO. Returns (blocks read, blocks EIO)."""
+    ok = eio = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for off in range(0, len(want), BS):
+            try:
+                got = os.pread(fd, BS, off)
+            except OSError as e:
+                assert e.errno == errno.EIO, f"{path} at {off}: {e}"
+                eio += 1
+                continue
+            assert got == want[off:off + BS], f"{path} at {off}: wrong bytes served"
+            ok += 1
+    finally:
+        os.close(fd)
+    return ok, eio
+
+
+def umount_retrying_busy(mnt: Path, wait: float = 10):
+    """`terrace umount MNT`, retried while the kernel says the mount is busy
+    (another process passing through it, e.g. a scan of /tmp); returns the
+    last result."""
+    deadline = time.monotonic() + wait
+    while True:
+        cp = terrace("umount", mnt, check=False, timeout=120)
+        if cp.returncode == 0 or "busy" not in cp.stderr or time.monotonic() > deadline:
+            return cp
+        time.sleep(0.2)
+
+
+def status(mnt: Path) -> dict:
+    return json.loads(terrace("status", "--json", mnt, timeout=30).stdout)
+
+
+def where(path: Path) -> dict:
+    return json.loads(terrace("where", "--json", path).stdout)
+
+
+def ssd_blocks(path: Path) -> list[tuple[int, int]]:
+    """(file offset, SSD block) of every 4 KiB block of `path` on the SSD."""
+    out = []
+    for e in where(path)["extents"]:
+        if e["tier"] == "ssd":
+            for k in range(e["length"] // BS):
+                out.append((e["offset"] + k * BS, e["block"] + k))
+    return out
+
+
+def fsck_json(pool: Path, *args) -> tuple[int, dict]:
+    cp = helpers.fsck(pool, "--json", *args)
+    assert not helpers.looks_like_panic(cp), helpers.describe(cp, "fsck panicked")
+    try:
+        return cp.returncode, json.loads(cp.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(helpers.describe(cp, "fsck --json printed no JSON"))
+
+
+# --------------------------------------------------------------------------
+# (a) the file system holding the SSD image fills up
+# --------------------------------------------------------------------------
+
+
+def test_ssd_image_on_a_full_tmpfs_fails_writes_keeps_fsynced_data_and_the_daemon():
+    with small_tmpfs("12M") as fsdir, temp_pool_path() as pool, temp_mountpoint() as mnt:
+        ssd = fsdir / "ssd.img"
+        # The image is sparse: it claims 64 MiB on a 12 MiB tmpfs.
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        acked: dict[str, str] = {}
+        failed: dict[str, int] = {}
+        with mounted_pool(pool, mnt) as m:
+            # Writes go to the SSD through a small cache; when the device
+            # fails, write-back falls back to PM until PM is full too.
+            terrace("set", mnt, "placement_policy", "block-first")
+            terrace("set", mnt, "dram_cache_bytes", "4M")
+            for i in range(48):
+                name = f"f{i:02d}"
+                data = data_of(i, MiB)
+                try:
+                    write_synced(mnt / name, data)
+                    acked[name] = sha(data)
+                except OSError as e:
+                    assert e.errno in (errno.ENOSPC, errno.EIO), f"{name}: {e}"
+                    failed[name] = e.errno
+                if len(failed) >= 8:
+                    break
+            assert failed, "the tmpfs never filled up"
+            assert len(acked) >= 10, f"only {len(acked)} files fitted"
+            # The daemon is alive and answers; fsync'd data reads back.
+            st = status(mnt)
+            assert st["pid"] == m.pid or m.pid is None, st["pid"]
+            assert m.alive()
+            for name, digest in acked.items():
+                assert sha((mnt / name).read_bytes()) == digest, f"{name} changed"
+            st = status(mnt)
+            assert "No space left" in st["migration"]["waiting"], st["migration"]
+            # The writes that failed may have left data in the cache that
+            # cannot be persisted (unmount would wait for room, then refuse
+            # and keep the mount). The application gives up on them: once
+            # they are deleted, nothing is pending and unmount works on the
+            # full file system.
+            for name in failed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(mnt / name)
+            cp = umount_retrying_busy(mnt)
+            assert cp.returncode == 0, helpers.describe(cp, "umount failed with nothing pending")
+            assert helpers.wait_until(lambda: not helpers.is_mounted(mnt), 10)
+        assert_fsck_clean(pool, "after the SSD's file system filled up")
+        code, report = fsck_json(pool, "--data")
+        assert code == 0 and report["bad_blocks"] == 0, report
+        with mounted_pool(pool, mnt):
+            for name, digest in acked.items():
+                assert sha((mnt / name).read_bytes()) == digest, f"{name} lost after remount"
+        print(f"\n(a) full tmpfs: {len(acked)} files fsync'd and kept, "
+              f"{len(failed)} writes failed ({sorted(set(errno.errorcode[e] for e in failed.values()))})")
+
+
+# --------------------------------------------------------------------------
+# (b) the SSD image truncated while mounted
+# --------------------------------------------------------------------------
+
+
+def test_ssd_image_truncated_while_mounted_gives_eio_never_wrong_bytes():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:32M", "--tier", f"ssd:{ssd}:64M")
+        big = data_of(1, 8 * MiB)
+        small = data_of(2, 20000)
+        with mounted_pool(pool, mnt) as m:
+            write_synced(mnt / "big", big)
+            write_synced(mnt / "small", small)
+            terrace("migrate", mnt, mnt / "big")
+            blocks = ssd_blocks(mnt / "big")
+            assert len(blocks) == len(big) // BS, where(mnt / "big")
+            # Cut the image in the middle of the file's data, and keep the
+            # daemon from serving the file out of its cache.
+            cut = (blocks[len(blocks) // 2][1] * BS)
+            terrace("set", mnt, "dram_cache_bytes", "1M")
+            os.truncate(ssd, cut)
+            ok, eio = read_blocks_or_eio(mnt / "big", big)
+            assert eio > 0, "reads beyond the end of the truncated image did not fail"
+            assert ok > 0, "reads before the cut failed too"
+            # Whole-file reads fail with EIO, not with wrong bytes.
+            try:
+                got = (mnt / "big").read_bytes()
+                raise AssertionError(f"a read across the cut succeeded ({len(got)} bytes)")
+            except OSError as e:
+                assert e.errno == errno.EIO, e
+            assert (mnt / "small").read_bytes() == small
+            st = status(mnt)
+            assert st["pid"], st
+            assert m.alive()
+            # New writes still work (the tier file grows again past the cut).
+            write_synced(mnt / "after", data_of(3, 100000))
+            assert (mnt / "after").read_bytes() == data_of(3, 100000)
+            assert helpers.unmount(m), "terrace umount failed after the truncation"
+        assert not helpers.is_mounted(mnt)
+        # The image is shorter than the tier: the next mount refuses it.
+        if ssd.stat().st_size < 64 * MiB:
+            cp = helpers.run([helpers.TERRACE_BIN, "mount", pool, mnt, "--daemon"], check=False)
+            if helpers.is_mounted(mnt):
+                helpers.unmount(helpers.Mount(pool, mnt))
+            msg = assert_clean_error(cp, mentions=[str(ssd), "tier 1"])
+            assert "truncated" in msg or "shorter" in msg, msg
+        # Back to its size (zeros where the data was): it mounts, and what was
+        # cut off is damage that is reported, never served.
+        os.truncate(ssd, 64 * MiB)
+        assert_fsck_clean(pool, "after the image was restored to its size")
+        code, report = fsck_json(pool, "--data")
+        assert code == 1 and report["bad_blocks"] > 0, report
+        with mounted_pool(pool, mnt):
+            ok, eio = read_blocks_or_eio(mnt / "big", big)
+            assert eio == report["bad_blocks"], (eio, report["bad_blocks"])
+            assert (mnt / "small").read_bytes() == small
+            assert (mnt / "after").read_bytes() == data_of(3, 100000)
+        print(f"\n(b) truncated image: {ok} blocks read back, {eio} EIO")
+
+
+# --------------------------------------------------------------------------
+# (c) the daemon killed during scrub, fsck --repair killed
+# --------------------------------------------------------------------------
+
+
+def test_daemon_killed_during_scrub_of_a_damaged_pool_loses_nothing():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:32M", "--tier", f"ssd:{ssd}:256M")
+        files = {f"f{i}": data_of(100 + i, 3 * MiB) for i in range(12)}
+        damaged: dict[str, int] = {}
+        with mounted_pool(pool, mnt) as m:
+            for name, data in files.items():
+                write_synced(mnt / name, data)
+            terrace("migrate", mnt, *[mnt / n for n in files])
+            # Damage one block of four files behind the daemon's back.
+            with open(ssd, "r+b") as f:
+                for name in ["f1", "f4", "f7", "f10"]:
+                    off, block = ssd_blocks(mnt / name)[37]
+                    f.seek(block * BS + 123)
+                    f.write(b"rot")
+                    damaged[name] = off
+                os.fsync(f.fileno())
+            # A slow scrub (36 MiB at 6 MiB/s), killed with its daemon.
+            scrub = subprocess.Popen([str(helpers.TERRACE_BIN), "scrub", "--rate", "6M", str(mnt)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                assert helpers.wait_until(
+                    lambda: (status(mnt).get("scrub") or {}).get("read_blocks", 0) > 512, 15), \
+                    "the scrub did not start"
+                assert (status(mnt)["scrub"] or {}).get("running"), "the scrub ended too soon"
+                m.kill()
+                out, err = scrub.communicate(timeout=20)
+            finally:
+                if scrub.poll() is None:
+                    scrub.kill()
+                    scrub.wait()
+            assert scrub.returncode != 0, "scrub succeeded although its daemon died"
+            assert b"panicked" not in err, err
+        # The next mount works; every fsync'd byte is there except the
+        # injected damage, which is EIO.
+        with mounted_pool(pool, mnt) as m:
+            assert m.status()["recovery"]["was_clean"] is False
+            for name, data in files.items():
+                if name in damaged:
+                    ok, eio = read_blocks_or_eio(mnt / name, data)
+                    assert eio == 1, f"{name}: {eio} damaged blocks, injected 1"
+                else:
+                    assert sha((mnt / name).read_bytes()) == sha(data), f"{name} changed"
+            cp = terrace("scrub", "--json", mnt, check=False, timeout=120)
+            r = json.loads(cp.stdout)
+            assert r["bad_blocks"] == len(damaged), r
+        assert_fsck_clean(pool, "after a daemon was killed during scrub")
+        code, report = fsck_json(pool, "--data")
+        assert code == 1 and report["bad_blocks"] == len(damaged), report
+
+
+def test_fsck_repair_killed_at_random_points_leaves_a_pool_that_repairs_and_mounts():
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:128M",
+                "--inodes", "4096")
+        files = {f"keep{i}": data_of(200 + i, (i + 1) * 70000) for i in range(16)}
+        with mounted_pool(pool, mnt) as m:
+            for name, data in files.items():
+                write_synced(mnt / name, data)
+            terrace("migrate", mnt, *[mnt / n for n in list(files)[:8]])
+            # Orphans: files unlinked while open when the daemon dies.
+            fds = []
+            try:
+                for i in range(300):
+                    p = mnt / f"orphan{i}"
+                    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+                    os.write(fd, b"x" * 5000)
+                    fds.append(fd)
+                    os.unlink(p)
+                m.kill()
+            finally:
+                for fd in fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+        code, before = fsck_json(pool)
+        assert len(before["orphans"]) >= 300, before
+        assert not before["problems"], before
+        rnd = random.Random(7)
+        interrupted = 0
+        for k in range(12):
+            p = subprocess.Popen([str(helpers.TERRACE_BIN), "fsck", "--repair", "--data", str(pool)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            time.sleep(rnd.uniform(0, 0.08))
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                interrupted += 1
+            out, err = p.communicate(timeout=60)
+            assert b"panicked" not in err, err
+            code, mid = fsck_json(pool)
+            # Interrupted or not: nothing but what the crash left (orphans,
+            # open transactions) is reported.
+            assert not mid["problems"], (k, mid)
+        cp = helpers.fsck(pool, "--repair")
+        assert cp.returncode == 0, helpers.describe(cp, "the last repair failed")
+        code, after = fsck_json(pool, "--data")
+        assert code == 0 and not after["orphans"] and after["bad_blocks"] == 0, after
+        with mounted_pool(pool, mnt):
+            for name, data in files.items():
+                assert sha((mnt / name).read_bytes()) == sha(data), f"{name} changed"
+            assert not [p for p in os.listdir(mnt) if p.startswith("orphan")]
+        assert_fsck_clean(pool, "after the repairs and a remount")
+        print(f"\n(c) fsck --repair: {interrupted} of 12 runs killed mid-way")
