@@ -301,6 +301,34 @@ def temp_mountpoint(tag: str = "mnt") -> Iterator[Path]:
             lazy_unmount(mnt)
         shutil.rmtree(base, ignore_errors=True)
 
+@contextlib.contextmanager
+def temp_ssd_image(tag: str = "ssd") -> Iterator[Path]:
+    """A path for an SSD tier image on the disk (/var/tmp), removed afterwards."""
+    parent = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
+    path = Path(parent) / (unique_name(tag) + ".img")
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def write_pattern_file(path: os.PathLike, size: int, seed: int) -> str:
+    """Write `size` bytes of a pattern chosen by `seed`, fsync, return the sha256."""
+    h = hashlib.sha256()
+    block = bytes((seed * 31 + k) % 251 for k in range(4096)) * 16
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            b = block[:min(left, len(block))]
+            f.write(b)
+            h.update(b)
+            left -= len(b)
+        f.flush()
+        os.fsync(f.fileno())
+    return h.hexdigest()
+
+
 
 def mkfs(pool: os.PathLike, size: str = "256M", *, inodes: Optional[int] = None,
          extra: Sequence[str] = ()) -> subprocess.CompletedProcess:

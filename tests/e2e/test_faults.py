@@ -63,18 +63,6 @@ def small_tmpfs(size: str):
             d.rmdir()
 
 
-@contextlib.contextmanager
-def ssd_file(tag: str = "ssd"):
-    """A path for an SSD tier image on the disk (/var/tmp), removed afterwards."""
-    parent = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
-    path = Path(parent) / (unique_name(tag) + ".img")
-    try:
-        yield path
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-
 def data_of(seed: int, size: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
@@ -220,7 +208,7 @@ def test_ssd_image_on_a_full_tmpfs_fails_writes_keeps_fsynced_data_and_the_daemo
 
 
 def test_ssd_image_truncated_while_mounted_gives_eio_never_wrong_bytes():
-    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:32M", "--tier", f"ssd:{ssd}:64M")
         big = data_of(1, 8 * MiB)
         small = data_of(2, 20000)
@@ -280,7 +268,7 @@ def test_ssd_image_truncated_while_mounted_gives_eio_never_wrong_bytes():
 
 
 def test_daemon_killed_during_scrub_of_a_damaged_pool_loses_nothing():
-    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:32M", "--tier", f"ssd:{ssd}:256M")
         files = {f"f{i}": data_of(100 + i, 3 * MiB) for i in range(12)}
         damaged: dict[str, int] = {}
@@ -331,7 +319,7 @@ def test_daemon_killed_during_scrub_of_a_damaged_pool_loses_nothing():
 
 
 def test_fsck_repair_killed_at_random_points_leaves_a_pool_that_repairs_and_mounts():
-    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:128M",
                 "--inodes", "4096")
         files = {f"keep{i}": data_of(200 + i, (i + 1) * 70000) for i in range(16)}

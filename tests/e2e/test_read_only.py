@@ -10,45 +10,16 @@ tier file (the PM file and the SSD image) before and after.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import helpers
 from helpers import (assert_clean_error, assert_fsck_clean, mounted_pool, sha256_file,
-                     temp_mountpoint, temp_pool_path, terrace, unique_name)
+                     temp_mountpoint, temp_pool_path, terrace)
 
 MiB = 1 << 20
-
-
-@contextlib.contextmanager
-def ssd_file(tag: str = "ssd"):
-    parent = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
-    path = Path(parent) / (unique_name(tag) + ".img")
-    try:
-        yield path
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-
-def write_file(path: Path, size: int, seed: int) -> str:
-    h = hashlib.sha256()
-    block = bytes((seed * 13 + k) % 253 for k in range(4096)) * 16
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            b = block[:min(left, len(block))]
-            f.write(b)
-            h.update(b)
-            left -= len(b)
-        f.flush()
-        os.fsync(f.fileno())
-    return h.hexdigest()
 
 
 def populated_pool(pool: Path, ssd: Path, mnt: Path) -> dict:
@@ -59,8 +30,8 @@ def populated_pool(pool: Path, ssd: Path, mnt: Path) -> dict:
     with mounted_pool(pool, mnt):
         (mnt / "d").mkdir()
         for i in range(30):
-            files[f"d/s{i}"] = write_file(mnt / "d" / f"s{i}", 1000 * (i + 1), i)
-        files["big"] = write_file(mnt / "big", 40 * MiB, 7)  # spills to the SSD
+            files[f"d/s{i}"] = helpers.write_pattern_file(mnt / "d" / f"s{i}", 1000 * (i + 1), i)
+        files["big"] = helpers.write_pattern_file(mnt / "big", 40 * MiB, 7)  # spills to the SSD
         terrace("migrate", mnt, mnt / "d")  # and some small files moved down
         os.symlink("d/s1", mnt / "link")
         st = json.loads(terrace("where", "--json", mnt / "big").stdout)
@@ -73,7 +44,7 @@ def hashes(*paths: Path) -> dict:
 
 
 def test_an_ro_mount_writes_nothing_to_any_tier():
-    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
         files = populated_pool(pool, ssd, mnt)
         before = hashes(pool, ssd)
         with mounted_pool(pool, mnt, "ro"):
@@ -110,11 +81,11 @@ def test_an_ro_mount_writes_nothing_to_any_tier():
 
 
 def test_an_ro_mount_of_a_pool_that_needs_recovery_is_refused_cleanly():
-    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
         m = helpers.mount(pool, mnt)
         try:
-            write_file(mnt / "f", 100_000, 3)
+            helpers.write_pattern_file(mnt / "f", 100_000, 3)
             m.kill()  # a crash: the pool is not marked clean
         finally:
             helpers.lazy_unmount(mnt)

@@ -10,46 +10,16 @@ names the tier.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import helpers
 from helpers import (assert_clean_error, assert_fsck_clean, mounted_pool, sha256_file,
-                     temp_mountpoint, temp_pool_path, terrace, unique_name)
+                     temp_mountpoint, temp_pool_path, terrace)
 
 MiB = 1 << 20
-
-
-@contextlib.contextmanager
-def ssd_file(tag: str = "ssd"):
-    """A path for an SSD tier image on the disk (/var/tmp), removed afterwards."""
-    parent = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
-    path = Path(parent) / (unique_name(tag) + ".img")
-    try:
-        yield path
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-
-def write_file(path: Path, size: int, seed: int) -> str:
-    h = hashlib.sha256()
-    block = bytes((seed * 31 + k) % 251 for k in range(4096)) * 16
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            b = block[:min(left, len(block))]
-            f.write(b)
-            h.update(b)
-            left -= len(b)
-        f.flush()
-        os.fsync(f.fileno())
-    return h.hexdigest()
 
 
 def digest(path: Path) -> str:
@@ -62,9 +32,9 @@ def fill(mnt: Path) -> dict:
     (mnt / "d").mkdir()
     for i in range(20):
         p = mnt / "d" / f"small{i}"
-        files[p] = write_file(p, 4096 * (i + 1), i)
+        files[p] = helpers.write_pattern_file(p, 4096 * (i + 1), i)
     big = mnt / "big"
-    files[big] = write_file(big, 48 * MiB, 99)  # 3x the PM tier
+    files[big] = helpers.write_pattern_file(big, 48 * MiB, 99)  # 3x the PM tier
     return files
 
 
@@ -83,7 +53,7 @@ def tier_uuid(image: Path) -> str:
 def test_mkfs_cannot_clobber_any_tier_of_a_mounted_pool_even_with_force():
     """The finding: with a pool mounted, `mkfs --force` naming its SSD image
     (with another PM file) used to shrink the image and destroy the pool."""
-    with temp_pool_path() as pool, temp_pool_path("other") as other, ssd_file() as ssd, \
+    with temp_pool_path() as pool, temp_pool_path("other") as other, helpers.temp_ssd_image() as ssd, \
             temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M")
         with mounted_pool(pool, mnt):
@@ -124,7 +94,7 @@ def test_mkfs_cannot_clobber_any_tier_of_a_mounted_pool_even_with_force():
 
 
 def test_mkfs_refuses_a_block_tier_of_another_pool_without_force_and_names_it():
-    with temp_pool_path() as pool, temp_pool_path("other") as other, ssd_file() as ssd:
+    with temp_pool_path() as pool, temp_pool_path("other") as other, helpers.temp_ssd_image() as ssd:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
         before = digest(ssd)
         cp = terrace("mkfs", "--tier", f"pm:{other}:16M", "--tier", f"ssd:{ssd}", check=False)
@@ -138,7 +108,7 @@ def test_mkfs_refuses_a_block_tier_of_another_pool_without_force_and_names_it():
 
 
 def test_mount_refuses_a_truncated_block_tier_with_a_clear_error():
-    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M")
         with mounted_pool(pool, mnt):
             fill(mnt)
@@ -153,8 +123,8 @@ def test_mount_refuses_a_truncated_block_tier_with_a_clear_error():
 
 
 def test_mount_refuses_a_block_tier_replaced_by_another_pools_image():
-    with temp_pool_path() as pool, temp_pool_path("other") as other, ssd_file() as ssd, \
-            ssd_file("ssd2") as ssd2, temp_mountpoint() as mnt:
+    with temp_pool_path() as pool, temp_pool_path("other") as other, helpers.temp_ssd_image() as ssd, \
+            helpers.temp_ssd_image("ssd2") as ssd2, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
         terrace("mkfs", "--tier", f"pm:{other}:16M", "--tier", f"ssd:{ssd2}:64M")
         os.replace(ssd2, ssd)

@@ -364,6 +364,16 @@ impl Entry {
             }
             Ok(b[off..off + n].to_vec())
         };
+        // Name and value of an XattrSet or XattrAppend entry.
+        let xattr = || -> Result<(Vec<u8>, Vec<u8>), FormatError> {
+            need(16)?;
+            let n = u8_at(b, 8) as usize;
+            let v = u16_at(b, 10) as usize;
+            if 16 + n + v > len {
+                return Err(FormatError::Invalid("xattr length"));
+            }
+            Ok((name_at(16, n)?, b[16 + n..16 + n + v].to_vec()))
+        };
         let e = match u8_at(b, 0) {
             1 => Entry::PageEnd,
             2 => {
@@ -415,16 +425,8 @@ impl Entry {
                 }
             }
             7 => {
-                need(16)?;
-                let n = u8_at(b, 8) as usize;
-                let v = u16_at(b, 10) as usize;
-                if 16 + n + v > len {
-                    return Err(FormatError::Invalid("xattr length"));
-                }
-                Entry::XattrSet {
-                    name: name_at(16, n)?,
-                    value: b[16 + n..16 + n + v].to_vec(),
-                }
+                let (name, value) = xattr()?;
+                Entry::XattrSet { name, value }
             }
             8 => {
                 need(16)?;
@@ -448,16 +450,8 @@ impl Entry {
                 })
             }
             11 => {
-                need(16)?;
-                let n = u8_at(b, 8) as usize;
-                let v = u16_at(b, 10) as usize;
-                if 16 + n + v > len {
-                    return Err(FormatError::Invalid("xattr length"));
-                }
-                Entry::XattrAppend {
-                    name: name_at(16, n)?,
-                    value: b[16 + n..16 + n + v].to_vec(),
-                }
+                let (name, value) = xattr()?;
+                Entry::XattrAppend { name, value }
             }
             10 => {
                 need(24)?;

@@ -578,12 +578,7 @@ fn control_loop(
                 reply(&stream, &json!({"ok": true, "status": st}));
             }
             Some("umount") => {
-                let uid = peer_uid(&stream);
-                if uid != Some(0) && uid != Some(me) {
-                    reply(
-                        &stream,
-                        &json!({"ok": false, "error": "permission denied: only root or the mounting user may unmount"}),
-                    );
+                if !may_control(&stream, me, "unmount") {
                     continue;
                 }
                 let lazy = req.get("lazy").and_then(Value::as_bool).unwrap_or(false);
@@ -600,12 +595,7 @@ fn control_loop(
                 reply(&stream, &json!({"ok": true, "settings": keys}));
             }
             Some("set") => {
-                let uid = peer_uid(&stream);
-                if uid != Some(0) && uid != Some(me) {
-                    reply(
-                        &stream,
-                        &json!({"ok": false, "error": "permission denied: only root or the mounting user may change settings"}),
-                    );
+                if !may_control(&stream, me, "change settings") {
                     continue;
                 }
                 if fs.is_read_only() {
@@ -626,12 +616,7 @@ fn control_loop(
                 }
             }
             Some("migrate") => {
-                let uid = peer_uid(&stream);
-                if uid != Some(0) && uid != Some(me) {
-                    reply(
-                        &stream,
-                        &json!({"ok": false, "error": "permission denied: only root or the mounting user may migrate"}),
-                    );
+                if !may_control(&stream, me, "migrate") {
                     continue;
                 }
                 if fs.is_read_only() {
@@ -671,12 +656,7 @@ fn control_loop(
                 });
             }
             Some("scrub") => {
-                let uid = peer_uid(&stream);
-                if uid != Some(0) && uid != Some(me) {
-                    reply(
-                        &stream,
-                        &json!({"ok": false, "error": "permission denied: only root or the mounting user may scrub"}),
-                    );
+                if !may_control(&stream, me, "scrub") {
                     continue;
                 }
                 // Runs in its own thread; the client follows it through the
@@ -727,6 +707,20 @@ fn prepare_run_files(files: &RunFiles, mnt: &Path) -> CliResult<UnixListener> {
     std::fs::write(&files.pid, format!("{}\n", std::process::id()))
         .map_err(|e| CliError::at(&files.pid, util::os_reason(&e)))?;
     Ok(l)
+}
+
+/// Whether the peer of `stream` may `what` (root or the mounting user);
+/// if not, it has been told so.
+fn may_control(stream: &UnixStream, me: u32, what: &str) -> bool {
+    let uid = peer_uid(stream);
+    if uid == Some(0) || uid == Some(me) {
+        return true;
+    }
+    reply(
+        stream,
+        &json!({"ok": false, "error": format!("permission denied: only root or the mounting user may {what}")}),
+    );
+    false
 }
 
 fn remove_run_files(files: &RunFiles) {
