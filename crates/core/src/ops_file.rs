@@ -563,7 +563,21 @@ impl Fs {
                             for d in &taken[first..] {
                                 let k = d.runs.iter().map(|r| r.1).sum::<u64>();
                                 self.store_data(d, &zero[..(k * BS) as usize])?;
-                                entries.extend(write_entries(d, fb, 0, a.size, a.mtime));
+                                // Zeros on a block tier carry no Sums entries:
+                                // a fallocate of the whole pool would otherwise
+                                // need 4 bytes of PM log per block in one commit.
+                                entries.extend(
+                                    write_entries(d, fb, 0, a.size, a.mtime).into_iter().map(
+                                        |mut e| {
+                                            if let Entry::Write(w) = &mut e {
+                                                if w.tier != 0 {
+                                                    w.wflags |= terrace_format::WRITE_FLAG_ZEROED;
+                                                }
+                                            }
+                                            e
+                                        },
+                                    ),
+                                );
                                 fb += k;
                             }
                             need -= chunk;

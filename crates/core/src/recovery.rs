@@ -210,8 +210,13 @@ fn keep_referenced_sums(
     entries: &mut dyn Iterator<Item = &terrace_format::Entry>,
     sums: &std::collections::BTreeMap<u8, crate::sums::BlockSums>,
 ) {
+    use terrace_format::Entry;
     let mut found = entries
-        .filter(|e| matches!(e, terrace_format::Entry::Sums { .. }))
+        .filter(|e| match e {
+            Entry::Sums { .. } => true,
+            Entry::Write(w) => w.tier != 0 && w.wflags & terrace_format::WRITE_FLAG_ZEROED != 0,
+            _ => false,
+        })
         .peekable();
     if found.peek().is_none() {
         return;
@@ -233,17 +238,27 @@ fn keep_referenced_sums(
             t == tier && b < s + n
         }
     };
+    let set = |tier: u8, b: u64, crc: u32| {
+        if let Some(table) = sums.get(&tier) {
+            if referenced(tier, b) {
+                table.set(b, crc);
+            }
+        }
+    };
     for e in found {
-        if let terrace_format::Entry::Sums { tier, block, crcs } = e {
-            let Some(table) = sums.get(tier) else {
-                continue;
-            };
-            for (i, c) in crcs.iter().enumerate() {
-                let b = block + i as u64;
-                if referenced(*tier, b) {
-                    table.set(b, *c);
+        match e {
+            Entry::Sums { tier, block, crcs } => {
+                for (i, c) in crcs.iter().enumerate() {
+                    set(*tier, block + i as u64, *c);
                 }
             }
+            Entry::Write(w) => {
+                let zero = crate::sums::zero_block_crc();
+                for b in w.block..w.block + u64::from(w.blocks) {
+                    set(w.tier, b, zero);
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -39,6 +39,13 @@ pub fn block_crc(data: &[u8]) -> u32 {
     terrace_format::crc(data)
 }
 
+/// crc32c of a block of zeros (the checksum of blocks a Write entry flagged
+/// `WRITE_FLAG_ZEROED` maps).
+pub fn zero_block_crc() -> u32 {
+    static CRC: OnceLock<u32> = OnceLock::new();
+    *CRC.get_or_init(|| block_crc(&[0u8; BLOCK_SIZE as usize]))
+}
+
 struct Chunk {
     crc: Box<[AtomicU32]>,
     /// One bit per block: its checksum is known.
@@ -173,7 +180,14 @@ pub fn sums_entries_in(tables: &SumsTables<'_>, entries: &[Entry]) -> Vec<Entry>
     let mut runs: Vec<(u8, u64, u64)> = Vec::new();
     for e in entries {
         let (tier, block, n) = match e {
-            Entry::Write(w) if w.tier != 0 && w.wflags & terrace_format::WRITE_FLAG_ZERO == 0 => {
+            // Zero-filled blocks (fallocate) need no Sums entry: their
+            // checksum is known (`zero_block_crc`).
+            Entry::Write(w)
+                if w.tier != 0
+                    && w.wflags
+                        & (terrace_format::WRITE_FLAG_ZERO | terrace_format::WRITE_FLAG_ZEROED)
+                        == 0 =>
+            {
                 (w.tier, w.block, w.blocks as u64)
             }
             Entry::Copy(c) if c.tier != 0 && c.op == terrace_format::CopyOp::Add => {

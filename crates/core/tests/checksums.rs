@@ -291,3 +291,38 @@ fn a_rate_bounded_scrub_takes_at_least_the_time_its_rate_allows() {
         t.elapsed()
     );
 }
+
+#[test]
+fn zeros_fallocated_on_the_ssd_are_checked_without_sums_entries_even_after_a_remount() {
+    // PM too small for the checksums of the whole preallocation in one
+    // commit (xfstests generic/103: fallocate of nearly all the room).
+    let pm = Arc::new(MemMedia::new(2 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 64);
+    let fs = Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)])
+        .unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let len = 24 << 20;
+    fs.fallocate(f.ino, 0, len, terrace_core::FallocateMode::Allocate)
+        .unwrap();
+    let on_ssd = extents(&fs, f.ino)
+        .into_iter()
+        .find(|e| e.2 == "ssd")
+        .expect("part of the preallocation is on the SSD");
+    // 4 bytes of log per block would be 24 KiB here; zeros take none.
+    let log = fs.status().log_bytes;
+    assert!(log < 8 << 10, "the preallocation logged {log} bytes");
+    fs.unmount().unwrap();
+    drop(fs);
+    damage(&ssd, on_ssd.3 + 2, 0, 1);
+    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let good = fs.read(f.ino, on_ssd.0, 2 * BS as usize).unwrap();
+    assert!(good.iter().all(|&b| b == 0));
+    assert_eq!(
+        fs.read(f.ino, on_ssd.0 + 2 * BS, 10)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EIO),
+        "a damaged preallocated block is refused (its checksum is the zero block's)"
+    );
+}

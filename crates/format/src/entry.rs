@@ -152,6 +152,9 @@ pub const WRITE_FLAG_ZERO: u16 = 1;
 /// file's size, mtime and ctime are left alone, and `mtime` is the time the
 /// data was last modified (kept for the migration profiler).
 pub const WRITE_FLAG_MOVED: u16 = 2;
+/// Write flag (format 5): the blocks were written full of zeros (fallocate);
+/// their checksum is the crc32c of a zero block, so no Sums entry follows.
+pub const WRITE_FLAG_ZEROED: u16 = 4;
 
 /// A decoded log entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
