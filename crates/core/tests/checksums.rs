@@ -299,8 +299,8 @@ fn zeros_fallocated_on_the_ssd_are_checked_without_sums_entries_even_after_a_rem
     let pm = Arc::new(MemMedia::new(2 << 20));
     let ssd = Arc::new(MemBlock::new(SSD));
     mkfs_pm_ssd(&*pm, SSD, 64);
-    let fs = Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)])
-        .unwrap();
+    let fs =
+        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let len = 24 << 20;
     fs.fallocate(f.ino, 0, len, terrace_core::FallocateMode::Allocate)
