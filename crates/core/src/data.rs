@@ -62,10 +62,10 @@ impl Fs {
     /// successful `write()` never loses it to ENOSPC later (as ext4's delayed
     /// allocation reserves space at `write()`).
     ///
-    /// PM data that also has a copy on a block tier is not counted, though it
-    /// could be dropped for free: near a full pool this refuses up to that
-    /// much too early, until the migration thread evicts those PM copies
-    /// (it does once PM passes its eviction mark).
+    /// PM data that also has a copy on a block tier, and data being moved,
+    /// take room on two tiers here though one side is (or can be made) free:
+    /// a write refused for room waits for the moves and drops those PM
+    /// copies, then tries again ([`Fs::retry_freeing_room`]).
     pub(crate) fn data_room_blocks(&self) -> u64 {
         let pm = self
             .pm_free_unpromised()

@@ -82,6 +82,15 @@ pub struct Migrator {
     data_bytes: AtomicU64,
     bytes_copied: AtomicU64,
     bytes_evicted: AtomicU64,
+    /// Target blocks of moves and copies written but not yet committed
+    /// (pending in a [`MoveBatch`]): until the commit their data takes room
+    /// on two tiers, after it one side is free (a move) or can be dropped for
+    /// free (a clean copy), so a write refused for room waits for them
+    /// (`Fs::retry_freeing_room`).
+    pub(crate) move_blocks_pending: AtomicU64,
+    /// Windows of moves committed ([`MoveBatch`] flushes), so that a waiter
+    /// sees one end.
+    pub(crate) move_windows_done: AtomicU64,
     /// PM reads of clean / dirty data (NVMFS's adaptive split).
     pub(crate) clean_hits: AtomicU64,
     pub(crate) dirty_hits: AtomicU64,
@@ -272,6 +281,19 @@ struct Prepared {
     total: u64,
 }
 
+/// Counts [`Migrator::move_blocks_pending`] down by its blocks, and one
+/// more window done, when dropped.
+struct PendingMoves<'a>(&'a Migrator, u64);
+
+impl Drop for PendingMoves<'_> {
+    fn drop(&mut self) {
+        self.0
+            .move_blocks_pending
+            .fetch_sub(self.1, Ordering::Relaxed);
+        self.0.move_windows_done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Copies up to this size use a heap buffer of their own size instead of a
 /// pooled huge-page buffer ([`Migrator::take_buf`]).
 const SMALL_BUF_BYTES: usize = 512 << 10;
@@ -343,6 +365,9 @@ impl<'a> MoveBatch<'a> {
         }
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
+        // Counted down once every pending move is committed or released.
+        let blocks: u64 = pending.iter().map(|p| p.total).sum();
+        let _done = PendingMoves(&self.fs.migrator, blocks);
         let mut copied: std::collections::BTreeMap<u8, u64> = Default::default();
         for p in &pending {
             *copied.entry(p.d.tier).or_default() += p.total * BS;
@@ -652,6 +677,18 @@ impl Fs {
                 None => return Err(errno(libc::ENOSPC)),
             }
         };
+        // The target blocks count as pending from their allocation until
+        // committed or released (`MoveBatch::flush`; the error paths below).
+        let copying = total;
+        self.migrator
+            .move_blocks_pending
+            .fetch_add(copying, Ordering::Relaxed);
+        let release = |d| {
+            self.release_data(d);
+            self.migrator
+                .move_blocks_pending
+                .fetch_sub(copying, Ordering::Relaxed);
+        };
         // 3. Copy. Blocks read here may be freed and reused by a concurrent
         // write; the commit then drops the piece, so stale bytes never commit.
         // A block-aligned buffer (O_DIRECT takes it without a bounce copy),
@@ -668,7 +705,7 @@ impl Fs {
                     .and_then(|t| t.media.read_blocks(p.block, &mut buf[at..at + len]))
                     .and_then(|()| self.verify_read(p.tier, p.block, &buf[at..at + len]));
                 if let Err(e) = read {
-                    self.release_data(d);
+                    release(d);
                     self.migrator.give_buf(buf);
                     return Err(e);
                 }
@@ -677,7 +714,7 @@ impl Fs {
         }
         if total > 0 {
             if let Err(e) = self.write_data_unsynced(&d, &buf[..(total * BS) as usize]) {
-                self.release_data(d);
+                release(d);
                 self.migrator.give_buf(buf);
                 return Err(e);
             }

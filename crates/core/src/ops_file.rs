@@ -212,7 +212,17 @@ impl Fs {
     /// tier. Block-tier writes go to the DRAM cache (written back later, or
     /// before returning when the write is synchronous); so do writes that do
     /// not fit in PM any more. PM writes are copy-on-write and committed here.
+    ///
+    /// All or nothing: ENOSPC (after waiting for moves in flight and dropping PM copies
+    /// of clean data, see
+    /// [`Fs::retry_freeing_room`]) leaves the file as it was.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
+        let blocks = (data.len() as u64).div_ceil(BS) + 1;
+        self.retry_freeing_room(blocks, || self.write_once(ino, off, data, o_sync))
+    }
+
+    /// One try of [`Fs::write_hinted`].
+    fn write_once(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
         self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
@@ -513,7 +523,15 @@ impl Fs {
     }
 
     /// Allocates or deallocates a byte range.
+    ///
+    /// All or nothing, like [`Fs::write_hinted`].
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
+        let blocks = len.div_ceil(BS).saturating_add(2);
+        self.retry_freeing_room(blocks, || self.fallocate_once(ino, off, len, mode))
+    }
+
+    /// One try of [`Fs::fallocate`].
+    fn fallocate_once(&self, ino: Ino, off: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
         self.wait_for_pm_room();
         let mut g = self.lock_clean(ino)?;
         let i = g.as_mut().expect("live");

@@ -40,6 +40,9 @@ use terrace_format::{BLOCK_SIZE, LOG_PAGE_HEADER, SUMS_PER_ENTRY};
 /// Bytes of one write entry (what a write-back commits per run of pages).
 const WRITE_ENTRY_BYTES: u64 = 48;
 
+/// How many times [`Fs::retry_freeing_room`] tries an operation again.
+const ROOM_RETRIES: u32 = 8;
+
 /// How long [`Fs::wait_for_pm_room`] waits without PM getting any freer.
 const STALL_LIMIT: Duration = Duration::from_secs(10);
 
@@ -208,6 +211,8 @@ impl Fs {
             wait_ms: st.wait_ns.load(Ordering::Relaxed) / 1_000_000,
             stalls: st.stalls.load(Ordering::Relaxed),
             promise_refusals: st.promise_refusals.load(Ordering::Relaxed),
+            copies_dropped_for_room_bytes: st.copies_dropped_for_room.load(Ordering::Relaxed),
+            room_retries: st.room_retries.load(Ordering::Relaxed),
             state,
         }
     }
@@ -270,6 +275,77 @@ impl Fs {
             .wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
+
+    /// Runs `op`, a foreground operation that takes about `blocks` blocks of
+    /// new data room and does all or nothing, once more each time it fails
+    /// with ENOSPC and room may have come back since: a window of moves in
+    /// flight ended, or dropping PM copies of clean data freed PM (at most
+    /// [`ROOM_RETRIES`] more times).
+    ///
+    /// Why: the data of a move or copy in flight takes room on two tiers
+    /// until its commit, and so does PM data with a clean copy on a block
+    /// tier (a policy that keeps copies, NVMFS), though one side is free
+    /// after the commit or can be dropped for free. Near a full pool, the
+    /// room rule (`Fs::check_room`) would otherwise refuse writes while a
+    /// migration window of such data (several MiB) is still reclaimable.
+    pub(crate) fn retry_freeing_room<T>(
+        &self,
+        blocks: u64,
+        mut op: impl FnMut() -> FsResult<T>,
+    ) -> FsResult<T> {
+        let mut tries = 0;
+        loop {
+            let r = op();
+            match &r {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOSPC)
+                        && tries < ROOM_RETRIES
+                        && self.reclaim_room(blocks) =>
+                {
+                    tries += 1
+                }
+                _ => return r,
+            }
+        }
+    }
+
+    /// Waits (at most [`STALL_LIMIT`]) for the window of moves in flight, if
+    /// any, to end, then drops the PM side of clean data, coldest first,
+    /// until `blocks` blocks plus the metadata reserve are freed. Whether
+    /// room may have come back. Called with no lock held.
+    fn reclaim_room(&self, blocks: u64) -> bool {
+        if self.tiers.is_empty() {
+            return false;
+        }
+        let m = &self.migrator;
+        let mut waited = false;
+        if m.move_blocks_pending.load(Ordering::Relaxed) > 0 {
+            let windows = m.move_windows_done.load(Ordering::Relaxed);
+            let start = Instant::now();
+            while m.move_blocks_pending.load(Ordering::Relaxed) > 0
+                && m.move_windows_done.load(Ordering::Relaxed) == windows
+                && start.elapsed() < STALL_LIMIT
+                && !self.unmounted.load(Ordering::Relaxed)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            waited = true;
+        }
+        let mut freed = 0;
+        if self.pm_clean_dirty().0 > 0 {
+            let goal = blocks.saturating_add(self.pm_reserve_blocks()) * BLOCK_SIZE;
+            freed = self.evict_clean(goal);
+            self.space_stats
+                .copies_dropped_for_room
+                .fetch_add(freed, Ordering::Relaxed);
+        }
+        if waited || freed > 0 {
+            self.space_stats
+                .room_retries
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        waited || freed > 0
+    }
 }
 
 /// How PM's room stands, for `terrace status`.
@@ -294,6 +370,11 @@ pub struct SpaceStatus {
     pub stalls: u64,
     /// Cached writes refused because PM could not hold their log entries.
     pub promise_refusals: u64,
+    /// Bytes of PM copies of clean data dropped because a write found no room.
+    pub copies_dropped_for_room_bytes: u64,
+    /// Operations refused for room that were tried again after moves in
+    /// flight ended or clean copies were dropped.
+    pub room_retries: u64,
     /// PM's state in words ("" when there is room).
     pub state: String,
 }
@@ -309,6 +390,11 @@ pub struct SpaceStats {
     pub stalls: std::sync::atomic::AtomicU64,
     /// Cached writes refused because PM could not hold their log entries.
     pub promise_refusals: std::sync::atomic::AtomicU64,
+    /// Bytes of PM copies of clean data dropped because a write found no
+    /// room ([`Fs::retry_freeing_room`]).
+    pub copies_dropped_for_room: std::sync::atomic::AtomicU64,
+    /// Operations refused for room that were tried again.
+    pub room_retries: std::sync::atomic::AtomicU64,
     /// 1 + free PM blocks when the last wait gave up (0: it did not):
     /// operations do not wait again until PM has more free blocks.
     pub stalled_at_free: std::sync::atomic::AtomicU64,

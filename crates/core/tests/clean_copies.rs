@@ -323,3 +323,42 @@ fn rewrites_of_a_working_set_above_the_low_mark_do_not_keep_the_flush_running() 
     assert!(fs.read(cold.ino, 0, cold_data.len()).unwrap() == cold_data);
     fs.check_allocator().unwrap();
 }
+
+#[test]
+fn a_pool_full_but_for_clean_copies_takes_writes_for_all_of_its_room() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_tiered(&*pm);
+    let fs = nvmfs_pool(pm.clone(), ssd.clone());
+    let room0 = fs.statfs().bavail * 4096;
+    drop(fs);
+    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let copied = fs.migration_pass();
+    assert!(copied >= 1 << 20, "the flush made {copied} bytes of copies");
+    // Fill the rest of the pool; clean copies take room on both tiers until
+    // a write that finds no other room drops their PM side.
+    let g = fs.mknod(1, b"g", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let chunk = pattern(2, 1 << 20);
+    let mut written = 0u64;
+    loop {
+        match fs.write(g.ino, written, &chunk) {
+            Ok(n) => written += n as u64,
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                break;
+            }
+        }
+        fs.fsync(g.ino, false).unwrap();
+    }
+    let total = written + data.len() as u64;
+    assert!(
+        total + (2 << 20) >= room0,
+        "ENOSPC with {} MiB of {} MiB of room used ({} MiB were clean copies)",
+        total >> 20,
+        room0 >> 20,
+        copied >> 20
+    );
+    assert!(fs.status().space.copies_dropped_for_room_bytes > 0);
+    assert!(fs.read(ino, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+}
