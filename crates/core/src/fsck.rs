@@ -123,12 +123,7 @@ fn verify_data(
     inos.sort_unstable();
     for ino in inos {
         for (fb, e) in sc.inodes[ino].extents.iter() {
-            if e.tier != 0 {
-                runs.push((*ino, fb, e.tier, e.block, e.blocks));
-            }
-            if let Some((t, b)) = e.copy.filter(|&(t, _)| t != 0) {
-                runs.push((*ino, fb, t, b, e.blocks));
-            }
+            runs.extend(e.block_tier_runs().map(|(t, b, n, _)| (*ino, fb, t, b, n)));
         }
     }
     let total: u64 = runs.iter().map(|r| r.4).sum();
@@ -157,12 +152,10 @@ fn verify_data(
             }
             for (i, data) in chunk.chunks(BS as usize).enumerate() {
                 let b = block + off + i as u64;
-                match sums.and_then(|s| s.get(b)) {
+                match sums.and_then(|s| s.check(b, data)) {
                     None => report.unverified_blocks += 1,
-                    Some(want) if crate::sums::block_crc(data) == want => {
-                        report.checked_blocks += 1
-                    }
-                    Some(_) => {
+                    Some(true) => report.checked_blocks += 1,
+                    Some(false) => {
                         report.bad_blocks += 1;
                         report.problems.push(format!(
                             "inode {ino}: file block {} on tier {tier} block {b}: checksum mismatch (the data is damaged; reads of it fail with EIO)",

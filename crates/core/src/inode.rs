@@ -56,6 +56,18 @@ impl Extent {
         }
         v
     }
+
+    /// The runs of this extent on block tiers (its data's and its copy's),
+    /// as `(tier, first block, blocks, is the copy)`: what carries block
+    /// checksums (`sums.rs`).
+    pub fn block_tier_runs(&self) -> impl Iterator<Item = (u8, u64, u64, bool)> {
+        let data = (self.tier != 0).then_some((self.tier, self.block, self.blocks, false));
+        let copy = self
+            .copy
+            .filter(|&(t, _)| t != 0)
+            .map(|(t, b)| (t, b, self.blocks, true));
+        data.into_iter().chain(copy)
+    }
 }
 
 /// The entries that set xattr `name` to `value`: one XattrSet with the first
@@ -655,16 +667,8 @@ impl Inode {
     pub fn sums_log_bytes(&self) -> u64 {
         self.extents
             .iter()
-            .map(|(_, e)| {
-                let mut n = 0;
-                if e.tier != 0 {
-                    n += crate::sums::sums_log_bytes(e.blocks);
-                }
-                if e.copy.is_some_and(|(t, _)| t != 0) {
-                    n += crate::sums::sums_log_bytes(e.blocks);
-                }
-                n
-            })
+            .flat_map(|(_, e)| e.block_tier_runs())
+            .map(|(_, _, n, _)| crate::sums::sums_log_bytes(n))
             .sum()
     }
 

@@ -643,6 +643,20 @@ impl Fs {
                 .collect();
             (i.generation, pieces)
         };
+        // A clean copy is promoted without copying data (an eviction, or a
+        // move to the copy's tier) only when it reads back intact: else the
+        // move copies the data, and an eviction leaves the piece alone (the
+        // PM side may be the only good data; scrub drops the damaged copy).
+        let mut pieces = pieces;
+        if matches!(mode, Mode::Move | Mode::Evict) {
+            pieces.retain_mut(|p| match p.copy {
+                Some((t, b)) if t == to && !self.copy_is_intact(t, b, p.blocks) => {
+                    p.copy = None;
+                    mode == Mode::Move
+                }
+                _ => true,
+            });
+        }
         // Pieces whose data must be copied; the others only need an entry
         // (a clean copy already on `to` is promoted, a copy is dropped).
         let needs_data = |p: &Piece| match mode {

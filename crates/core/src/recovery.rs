@@ -221,15 +221,12 @@ fn keep_referenced_sums(
     if found.peek().is_none() {
         return;
     }
-    let mut refs: Vec<(u8, u64, u64)> = Vec::new();
-    for (_, e) in inode.extents.iter() {
-        if e.tier != 0 {
-            refs.push((e.tier, e.block, e.blocks));
-        }
-        if let Some((t, b)) = e.copy.filter(|&(t, _)| t != 0) {
-            refs.push((t, b, e.blocks));
-        }
-    }
+    let mut refs: Vec<(u8, u64, u64)> = inode
+        .extents
+        .iter()
+        .flat_map(|(_, e)| e.block_tier_runs())
+        .map(|(t, b, n, _)| (t, b, n))
+        .collect();
     refs.sort_unstable();
     let referenced = |tier: u8, b: u64| {
         let i = refs.partition_point(|&(t, s, _)| (t, s) <= (tier, b));

@@ -182,10 +182,8 @@ impl Fs {
             let n: u64 = i
                 .extents
                 .iter()
-                .map(|(_, e)| {
-                    u64::from(e.tier != 0) * e.blocks
-                        + u64::from(e.copy.is_some_and(|(t, _)| t != 0)) * e.blocks
-                })
+                .flat_map(|(_, e)| e.block_tier_runs())
+                .map(|(_, _, n, _)| n)
                 .sum();
             if n > 0 {
                 out.push((ino as Ino, n));
@@ -204,27 +202,19 @@ impl Fs {
         };
         let mut out = Vec::new();
         for (fb, e) in i.extents.iter() {
-            let base = Piece {
-                file_block: fb,
-                blocks: e.blocks,
-                tier: e.tier,
-                block: e.block,
-                copy: false,
-                seq: e.seq,
-                primary: (e.tier, e.block),
-                second: e.copy,
-            };
-            if e.tier != 0 {
-                out.push(base);
-            }
-            if let Some((t, b)) = e.copy.filter(|&(t, _)| t != 0) {
-                out.push(Piece {
-                    tier: t,
-                    block: b,
-                    copy: true,
-                    ..base
-                });
-            }
+            out.extend(
+                e.block_tier_runs()
+                    .map(|(tier, block, blocks, copy)| Piece {
+                        file_block: fb,
+                        blocks,
+                        tier,
+                        block,
+                        copy,
+                        seq: e.seq,
+                        primary: (e.tier, e.block),
+                        second: e.copy,
+                    }),
+            );
         }
         out
     }
@@ -243,10 +233,10 @@ impl Fs {
         match read {
             Ok(()) => {
                 for (k, data) in chunk.chunks(BS as usize).enumerate() {
-                    match sums.and_then(|s| s.get(first + k as u64)) {
+                    match sums.and_then(|s| s.check(first + k as u64, data)) {
                         None => unverified += 1,
-                        Some(want) if crate::sums::block_crc(data) == want => checked += 1,
-                        Some(_) => bad.push(off + k as u64),
+                        Some(true) => checked += 1,
+                        Some(false) => bad.push(off + k as u64),
                     }
                 }
             }
@@ -340,9 +330,6 @@ impl Fs {
         if t.media.read_blocks(block, &mut b).is_err() {
             return false;
         }
-        match t.sums.get(block) {
-            Some(want) => crate::sums::block_crc(&b) == want,
-            None => true,
-        }
+        t.sums.check(block, &b) != Some(false)
     }
 }

@@ -109,6 +109,12 @@ impl BlockSums {
         Some(c.crc[i].load(Ordering::Relaxed))
     }
 
+    /// Whether `data`, read from `block`, matches its checksum (`None`: the
+    /// block has none). The one place data is checked against the table.
+    pub fn check(&self, block: u64, data: &[u8]) -> Option<bool> {
+        self.get(block).map(|want| block_crc(data) == want)
+    }
+
     /// Forgets the checksums of `[block, block + n)`.
     pub fn forget(&self, block: u64, n: u64) {
         for b in block..block.saturating_add(n) {
@@ -259,6 +265,31 @@ impl Fs {
         }
     }
 
+    /// Whether the `blocks` blocks from `first` on of tier `tier` read back
+    /// and match their checksums (PM has none: always true). A mismatch is
+    /// counted and logged.
+    pub(crate) fn copy_is_intact(&self, tier: u8, first: u64, blocks: u64) -> bool {
+        if tier == 0 {
+            return true;
+        }
+        let Ok(t) = self.tier(tier) else {
+            return false;
+        };
+        let mut buf = vec![0u8; (blocks.min(256) * BLOCK_SIZE) as usize];
+        let mut at = 0;
+        while at < blocks {
+            let n = (blocks - at).min(256);
+            let chunk = &mut buf[..(n * BLOCK_SIZE) as usize];
+            if t.media.read_blocks(first + at, chunk).is_err()
+                || self.verified_prefix(tier, first + at, chunk) as u64 != n
+            {
+                return false;
+            }
+            at += n;
+        }
+        true
+    }
+
     /// How many leading blocks of `buf` (read from block `first` of `tier`
     /// on) match their checksums (blocks without one count as matching). The
     /// first mismatch is counted and logged.
@@ -270,21 +301,22 @@ impl Fs {
         let mut checked = 0u64;
         for (i, b) in buf.chunks(BLOCK_SIZE as usize).enumerate() {
             let blk = first + i as u64;
-            if let Some(want) = sums.get(blk) {
-                let got = block_crc(b);
-                if got != want {
+            match sums.check(blk, b) {
+                None => {}
+                Some(true) => checked += 1,
+                Some(false) => {
                     self.counters
                         .checksummed_reads
                         .fetch_add(checked, Ordering::Relaxed);
                     self.counters
                         .checksum_errors
                         .fetch_add(1, Ordering::Relaxed);
+                    let (got, want) = (block_crc(b), sums.get(blk).unwrap_or_default());
                     self.notice(format!(
                         "checksum mismatch on tier {tier}, block {blk} (crc32c {got:08x}, recorded {want:08x}): the data there is damaged and is never served; reads of it fail with EIO"
                     ));
                     return i;
                 }
-                checked += 1;
             }
         }
         self.counters

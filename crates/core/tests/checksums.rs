@@ -277,6 +277,70 @@ fn scrub_drops_a_damaged_clean_copy_and_the_data_stays_readable() {
     assert_eq!(fs.read(f.ino, 0, data.len()).unwrap(), data);
 }
 
+/// An NVMFS pool with an 8 MiB file on PM whose first clean copy on the
+/// SSD has one damaged block; returns the pool, the file and its data.
+fn pool_with_a_damaged_clean_copy() -> (Arc<MemMedia>, Arc<MemBlock>, Fs, u64, Vec<u8>) {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    mkfs_pm_ssd(&*pm, SSD, 64);
+    let fs =
+        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
+    for (k, v) in [
+        ("migration_policy", "nvmfs"),
+        ("migration_threshold", "99"),
+        ("migration_age_ns", "0s"),
+        ("nvmfs_dirty_low_percent", "30"),
+        ("nvmfs_dirty_high_percent", "60"),
+    ] {
+        fs.set_setting(k, v).unwrap();
+    }
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(9, 8 << 20);
+    for (k, c) in data.chunks(256 << 10).enumerate() {
+        fs.write(f.ino, (k as u64) << 18, c).unwrap();
+    }
+    assert!(fs.migration_pass() > 0, "NVMFS made clean copies");
+    let copy_at = extents(&fs, f.ino)
+        .into_iter()
+        .find(|e| e.2 == "ssd-copy")
+        .unwrap();
+    damage(&ssd, copy_at.3 + 1, 7, 3);
+    (pm, ssd, fs, f.ino, data)
+}
+
+#[test]
+fn eviction_keeps_the_pm_side_of_data_whose_clean_copy_is_damaged() {
+    let (_pm, _ssd, fs, ino, data) = pool_with_a_damaged_clean_copy();
+    let copies = tier_bytes(&fs, ino, "ssd-copy");
+    let freed = fs.evict_clean(u64::MAX);
+    assert!(freed > 0, "the intact copies are evicted");
+    assert!(
+        freed < copies,
+        "the PM side of the damaged copy was dropped too"
+    );
+    assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
+    assert!(fs.counters.checksum_errors.load(Ordering::Relaxed) >= 1);
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn moving_data_down_rewrites_it_instead_of_promoting_a_damaged_clean_copy() {
+    let (pm, ssd, fs, ino, data) = pool_with_a_damaged_clean_copy();
+    fs.migrate_file(ino, 1).unwrap();
+    assert_eq!(tier_bytes(&fs, ino, "pm"), 0);
+    assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = Fs::mount_with_tiers(pm as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
+    assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
+    assert_eq!(
+        fs.scrub(0, true).bad_blocks,
+        0,
+        "the damaged copy is no longer referenced"
+    );
+}
+
 #[test]
 fn a_rate_bounded_scrub_takes_at_least_the_time_its_rate_allows() {
     let (pm, ssd, _ino, data, _) = pool_with_a_file_on_the_ssd();
