@@ -134,3 +134,44 @@ def test_mount_refuses_a_block_tier_replaced_by_another_pools_image():
             helpers.unmount(helpers.Mount(pool, mnt))
         assert_clean_error(cp, mentions=[str(ssd), "tier 1", "another pool"])
         assert digest(pool) == pm_before
+
+
+def test_fsck_reports_a_block_tier_that_is_truncated_replaced_or_damaged_and_reads_nothing_from_it():
+    """fsck checks each block tier's header against the superblock as mount
+    does (it used to read another pool's image and say "clean")."""
+    with temp_pool_path() as pool, temp_pool_path("other") as other, helpers.temp_ssd_image() as ssd, \
+            helpers.temp_ssd_image("ssd2") as ssd2, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        with mounted_pool(pool, mnt):
+            (mnt / "big").write_bytes(os.urandom(24 * MiB))
+        assert_fsck_clean(pool, "before any damage")
+        good = ssd.read_bytes()
+
+        def fsck_says(*mentions: str) -> None:
+            cp = terrace("fsck", "--data", pool, check=False)
+            assert cp.returncode != 0, cp.stdout + cp.stderr
+            out = cp.stdout + cp.stderr
+            for m in mentions:
+                assert m in out, out
+
+        # Damaged header (one byte of the uuid).
+        with open(ssd, "r+b") as f:
+            f.seek(9)
+            b = f.read(1)
+            f.seek(9)
+            f.write(bytes([b[0] ^ 0xFF]))
+        fsck_says(str(ssd), "tier 1", "damaged")
+        # Truncated.
+        ssd.write_bytes(good)
+        os.truncate(ssd, 32 * MiB)
+        fsck_says(str(ssd), "tier 1", "truncated")
+        # Replaced by another pool's image.
+        terrace("mkfs", "--tier", f"pm:{other}:16M", "--tier", f"ssd:{ssd2}:64M")
+        os.replace(ssd2, ssd)
+        fsck_says(str(ssd), "tier 1", "another pool")
+        # Missing.
+        ssd.unlink()
+        fsck_says(str(ssd), "tier 1", "missing")
+        # Restored: clean again.
+        ssd.write_bytes(good)
+        assert_fsck_clean(pool, "after restoring the image")

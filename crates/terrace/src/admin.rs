@@ -560,8 +560,15 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
     // Logs that log migration moved live on the block tiers: fsck reads them
     // there. A tier that cannot be opened is left out (its logs are
     // reported as on a missing device, never repaired away).
+    // A tier whose header does not name this pool and tier, or that is
+    // missing or truncated, is a problem of the pool; nothing is read from it.
+    let mut tier_problems: Vec<String> = Vec::new();
     let mut tiers: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
+        if let Err(e) = crate::tier_check::check_tier(t, &sb) {
+            tier_problems.push(e);
+            continue;
+        }
         match terrace_media::BlockFile::open(&t.path) {
             Ok(f) => tiers.push((t.id, Arc::new(f))),
             Err(e) => util::warn(format!(
@@ -595,7 +602,8 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let rep = result.map_err(|e| cannot(CliError::at(pool, e)))?;
+    let mut rep = result.map_err(|e| cannot(CliError::at(pool, e)))?;
+    rep.problems.splice(0..0, tier_problems);
     let clean = rep.is_clean();
     if as_json {
         let mut v = serde_json::to_value(&rep).unwrap_or_else(|_| json!({}));

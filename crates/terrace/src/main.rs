@@ -7,6 +7,7 @@ mod mkfs;
 mod mount;
 mod rule_cmd;
 mod scrub_cmd;
+mod tier_check;
 mod util;
 mod where_cmd;
 

@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use terrace_core::Fs;
-use terrace_format::{Superblock, TierHeader};
+use terrace_format::Superblock;
 use terrace_fuse::MountOptions;
 use terrace_media::{PmFile, PmKind};
 
@@ -164,75 +164,7 @@ fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<File>> {
                 ))
             }
         }
-        let head = match util::read_head(p, terrace_format::BLOCK_SIZE as usize) {
-            Ok(h) => h,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(CliError::at(pool, format!("{what} is missing")))
-            }
-            Err(e) => {
-                return Err(CliError::at(
-                    pool,
-                    format!("{what}: {}", util::os_reason(&e)),
-                ))
-            }
-        };
-        let h = match TierHeader::decode(&head) {
-            Ok(h) => h,
-            Err(terrace_format::FormatError::BadMagic) => {
-                return Err(CliError::at(
-                    pool,
-                    format!("{what} holds no Terrace tier header (wrong file or device?)"),
-                ))
-            }
-            Err(e) => {
-                return Err(CliError::at(
-                    pool,
-                    format!("{what}: tier header is damaged ({e:?})"),
-                ))
-            }
-        };
-        if h.pool_uuid != sb.uuid {
-            return Err(CliError::at(
-                pool,
-                format!(
-                    "{what} belongs to another pool ({}, this pool is {})",
-                    util::fmt_uuid(&h.pool_uuid),
-                    util::fmt_uuid(&sb.uuid)
-                ),
-            ));
-        }
-        if h.id != t.id || h.kind != t.kind {
-            return Err(CliError::at(
-                pool,
-                format!(
-                    "{what}: its header says tier {} ({}), the pool expects tier {} ({})",
-                    h.id,
-                    h.kind.name(),
-                    t.id,
-                    t.kind.name()
-                ),
-            ));
-        }
-        if h.size != t.size || h.extent_size != t.extent_size {
-            return Err(CliError::at(
-                pool,
-                format!(
-                    "{what}: its header says {} bytes in extents of {}, the pool expects {} in extents of {} (replaced by another image?)",
-                    h.size, h.extent_size, t.size, t.extent_size
-                ),
-            ));
-        }
-        let len = util::media_len(p)
-            .map_err(|e| CliError::at(pool, format!("{what}: {}", util::os_reason(&e))))?;
-        if len < t.size {
-            return Err(CliError::at(
-                pool,
-                format!(
-                    "{what} is {len} bytes, shorter than the tier's {} bytes: the image was truncated; restore it (a tier shorter than its size is refused)",
-                    t.size
-                ),
-            ));
-        }
+        crate::tier_check::check_tier(t, sb).map_err(|e| CliError::at(pool, e))?;
     }
     Ok(locks)
 }
