@@ -182,8 +182,21 @@ def test_ssd_image_on_a_full_tmpfs_fails_writes_keeps_fsynced_data_and_the_daemo
             st = status(mnt)
             assert "No space left" in st["migration"]["waiting"], st["migration"]
             # The writes that failed may have left data in the cache that
-            # cannot be persisted (unmount would wait for room, then refuse
-            # and keep the mount). The application gives up on them: once
+            # cannot be persisted: unmount refuses soon (the device is full,
+            # no migration can help; it used to wait a minute), says why,
+            # and keeps the mount with its data readable.
+            assert status(mnt)["cache"]["dirty_bytes"] > 0, "the failed writes left nothing cached"
+            t0 = time.monotonic()
+            cp = umount_retrying_busy(mnt)
+            took = time.monotonic() - t0
+            assert cp.returncode != 0, "umount with unpersistable cached writes succeeded"
+            assert took < 20, f"umount took {took:.0f} s to give up on a full device"
+            assert "space" in cp.stderr.lower(), cp.stderr
+            assert helpers.is_mounted(mnt) and m.alive()
+            assert status(mnt)["device_full_errors"] > 0
+            for name, digest in acked.items():
+                assert sha((mnt / name).read_bytes()) == digest
+            # The application gives up on the failed writes: once
             # they are deleted, nothing is pending and unmount works on the
             # full file system.
             for name in failed:

@@ -801,7 +801,7 @@ impl Fs {
         let mut synced: Vec<u8> = Vec::new();
         for d in pieces {
             if d.tier != 0 && !synced.contains(&d.tier) {
-                self.tier(d.tier)?.media.sync()?;
+                self.sync_tier(d.tier)?;
                 synced.push(d.tier);
             }
         }

@@ -207,7 +207,7 @@ impl Fs {
     pub(crate) fn store_data(&self, d: &DataRuns, buf: &[u8]) -> FsResult<()> {
         self.write_data_unsynced(d, buf)?;
         if d.tier != 0 {
-            self.tier(d.tier)?.media.sync()?;
+            self.sync_tier(d.tier)?;
         }
         Ok(())
     }
@@ -233,10 +233,38 @@ impl Fs {
             // The blocks are fresh (never rewritten while referenced): their
             // checksums can be recorded before the entry that will use them.
             t.sums.record(b, &buf[at..at + len]);
-            t.media.write_blocks(b, &buf[at..at + len])?;
+            t.media
+                .write_blocks(b, &buf[at..at + len])
+                .map_err(|e| self.device_error(t.id, e))?;
             at += len;
         }
         Ok(())
+    }
+
+    /// Syncs block tier `id`, noting a device that is full.
+    pub(crate) fn sync_tier(&self, id: u8) -> FsResult<()> {
+        self.tier(id)?
+            .media
+            .sync()
+            .map_err(|e| self.device_error(id, e))
+    }
+
+    /// Notes an error of block tier `id`'s device: ENOSPC there means the
+    /// device (or the file system holding its image) is full — counted, and
+    /// logged once per mount — which no migration can help.
+    pub(crate) fn device_error(&self, id: u8, e: std::io::Error) -> std::io::Error {
+        if e.raw_os_error() == Some(libc::ENOSPC)
+            && self
+                .counters
+                .device_full_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                == 0
+        {
+            self.notice(format!(
+                "tier {id}: its device, or the file system holding its image, is full (ENOSPC on a write to allocated blocks): writes that need it fail until it has room"
+            ));
+        }
+        e
     }
 
     /// Returns allocated but unused blocks.

@@ -65,6 +65,10 @@ pub struct Counters {
     pub checksummed_reads: AtomicU64,
     /// Blocks read from block tiers whose checksum did not match (EIO).
     pub checksum_errors: AtomicU64,
+    /// Writes or syncs of data to a block tier that failed with ENOSPC from
+    /// the device itself (the file system holding a sparse image is full),
+    /// not from Terrace's own allocator.
+    pub device_full_errors: AtomicU64,
 }
 
 /// What mount found about the previous session.
@@ -452,15 +456,24 @@ impl Fs {
     pub fn persist_cached(&self) -> std::io::Result<()> {
         let mut last_left = u64::MAX;
         let mut progress_at = std::time::Instant::now();
+        let device_full = self.counters.device_full_errors.load(Ordering::Relaxed);
         loop {
             match self.flush_all() {
                 Ok(()) => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                     let left = self.cache.dirty_blocks();
+                    // A full device is not helped by migration (it moves
+                    // data *to* the block tiers): give up soon.
+                    let limit =
+                        if self.counters.device_full_errors.load(Ordering::Relaxed) > device_full {
+                            std::time::Duration::from_secs(2)
+                        } else {
+                            std::time::Duration::from_secs(60)
+                        };
                     if left < last_left {
                         last_left = left;
                         progress_at = std::time::Instant::now();
-                    } else if progress_at.elapsed() > std::time::Duration::from_secs(60) {
+                    } else if progress_at.elapsed() > limit {
                         return Err(e);
                     }
                     if self.migration_thread_running() {

@@ -377,7 +377,7 @@ impl<'a> MoveBatch<'a> {
         tiers.dedup();
         let mut synced = Ok(());
         for t in tiers.into_iter().filter(|&t| t != 0) {
-            synced = synced.and_then(|()| self.fs.tier(t).and_then(|t| t.media.sync()));
+            synced = synced.and_then(|()| self.fs.sync_tier(t));
         }
         if let Err(e) = synced {
             for p in pending {

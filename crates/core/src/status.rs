@@ -129,6 +129,9 @@ pub struct Status {
     /// Block-tier data blocks whose checksum did not match (reads failed
     /// with EIO; the daemon's log names tier and block).
     pub checksum_errors: u64,
+    /// Writes or syncs that a block tier's device refused with ENOSPC (the
+    /// file system holding its image is full).
+    pub device_full_errors: u64,
     /// Synchronicity predictions settled so far and how many were right
     /// ("synchronous" right when an fsync followed within the threshold).
     pub sync_predictions: terrace_policy::SyncAccuracy,
@@ -243,6 +246,7 @@ impl Fs {
             scrub: self.scrub_status(),
             checksummed_reads: c.checksummed_reads.load(Ordering::Relaxed),
             checksum_errors: c.checksum_errors.load(Ordering::Relaxed),
+            device_full_errors: c.device_full_errors.load(Ordering::Relaxed),
             sync_predictions,
             cache: self.cache.stats(),
             migration: self.migration_status(),
