@@ -27,7 +27,9 @@ pub struct DataRuns {
 impl Fs {
     /// PM blocks kept free for log pages (the metadata reserve): data stops
     /// going to PM below this, beyond the blocks promised to write-back
-    /// (`space.rs`).
+    /// (`space.rs`). PM-only pools keep it too (since 2026-11-25), so a
+    /// pool that data filled can still commit a hole punch, an unlink or a
+    /// truncate (xfstests generic/256), as ext4's reserved blocks allow.
     pub(crate) fn pm_reserve_blocks(&self) -> u64 {
         (self.alloc.total() / 64).max(32)
     }
@@ -188,7 +190,7 @@ impl Fs {
     /// Allocates `n` blocks for file data (all on one tier), PM first. ENOSPC
     /// only when no tier has room.
     pub(crate) fn alloc_data(&self, n: u64) -> FsResult<DataRuns> {
-        if self.pm_free_unpromised() >= n + self.pm_reserve_blocks() || self.tiers.is_empty() {
+        if self.pm_free_unpromised() >= n + self.pm_reserve_blocks() {
             if let Some(runs) = self.alloc.alloc(n) {
                 return Ok(DataRuns { tier: 0, runs });
             }

@@ -662,7 +662,13 @@ impl Fs {
         // on a tiered pool is what new data can still get (dirty cached pages
         // hold theirs already).
         let (blocks, bfree, bavail) = if self.tiers.is_empty() {
-            (sb.pool_blocks, self.alloc.free(), self.alloc.free())
+            // The metadata reserve is free but not available to data.
+            let free = self.alloc.free();
+            (
+                sb.pool_blocks,
+                free,
+                free.saturating_sub(self.pm_reserve_blocks()),
+            )
         } else {
             let cap: u64 = self.tiers.iter().map(|t| t.space.capacity_blocks()).sum();
             let room = self.data_room_blocks();
