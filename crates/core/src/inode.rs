@@ -204,6 +204,42 @@ impl ExtentMap {
         out
     }
 
+    /// Applies a shift entry (COLLAPSE_RANGE / INSERT_RANGE): a collapse
+    /// unmaps `[start, start + n)` and moves every extent after it down by
+    /// `n`; an insert splits the extent covering `start` and moves every
+    /// extent from `start` on up by `n`. Moved extents get `seq` (migration
+    /// then sees their mapping changed). Returns the runs a collapse releases.
+    pub fn shift(
+        &mut self,
+        start: u64,
+        n: u64,
+        op: terrace_format::ShiftOp,
+        seq: u64,
+    ) -> Vec<Released> {
+        use terrace_format::ShiftOp;
+        let (out, from) = match op {
+            ShiftOp::Collapse => (self.unmap(start, n), start.saturating_add(n)),
+            ShiftOp::Insert => {
+                self.split_at(start);
+                (Vec::new(), start)
+            }
+        };
+        let keys: Vec<u64> = self.map.range(from..).map(|(&s, _)| s).collect();
+        let moved: Vec<(u64, Extent)> = keys
+            .into_iter()
+            .map(|s| (s, self.take(s).expect("key exists")))
+            .collect();
+        for (s, mut e) in moved {
+            e.seq = seq;
+            let to = match op {
+                ShiftOp::Collapse => s - n,
+                ShiftOp::Insert => s.saturating_add(n),
+            };
+            self.put(to, e);
+        }
+        out
+    }
+
     /// Maps `[start, start + ext.blocks)` to `ext`, returning the runs it displaced.
     pub fn map(&mut self, start: u64, ext: Extent) -> Vec<Released> {
         let out = self.unmap(start, ext.blocks);
@@ -516,6 +552,17 @@ impl Inode {
                 self.data_seq += 1;
                 self.extents.apply_copy(c, self.data_seq)
             }
+            Entry::Shift {
+                file_block,
+                blocks,
+                op,
+            } => {
+                if *op == terrace_format::ShiftOp::Collapse {
+                    self.forget_amtime(*file_block, *blocks);
+                }
+                self.data_seq += 1;
+                self.extents.shift(*file_block, *blocks, *op, self.data_seq)
+            }
             // Checksums live in the tiers' tables (sums.rs); replay at mount
             // reads them from the log itself.
             Entry::Sums { .. } => Vec::new(),
@@ -771,6 +818,35 @@ mod tests {
         assert_eq!(m.find(4), Some((3, ext(2, 500))));
         assert_eq!(m.find(5), Some((5, ext(5, 105))));
         assert_eq!(m.mapped_blocks(), 10);
+    }
+
+    #[test]
+    fn collapse_and_insert_move_later_extents_and_keep_their_blocks() {
+        use terrace_format::ShiftOp;
+        let mut m = ExtentMap::default();
+        m.map(0, ext(4, 100));
+        m.map(6, ext(4, 200));
+        // Insert 3 blocks at block 2: the first extent splits.
+        assert!(m.shift(2, 3, ShiftOp::Insert, 9).is_empty());
+        assert_eq!(m.find(1).map(|(s, e)| (s, e.block)), Some((0, 100)));
+        assert!(m.find(2).is_none() && m.find(4).is_none());
+        assert_eq!(
+            m.find(5).map(|(s, e)| (s, e.block, e.seq)),
+            Some((5, 102, 9))
+        );
+        assert_eq!(m.find(9).map(|(s, e)| (s, e.block)), Some((9, 200)));
+        assert_eq!(m.mapped_blocks(), 8);
+        // Collapse it again, plus one block of the second extent's start.
+        let rel = m.shift(2, 3, ShiftOp::Collapse, 10);
+        assert!(rel.is_empty());
+        let rel = m.shift(6, 1, ShiftOp::Collapse, 11);
+        assert_eq!(rel, vec![(0, 200, 1)]);
+        assert_eq!(m.find(3).map(|(s, e)| (s, e.block)), Some((2, 102)));
+        assert_eq!(
+            m.find(6).map(|(s, e)| (s, e.block, e.blocks)),
+            Some((6, 201, 3))
+        );
+        assert_eq!(m.mapped_blocks(), 7);
     }
 
     #[test]

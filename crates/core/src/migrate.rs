@@ -1797,6 +1797,36 @@ mod tests {
     }
 
     #[test]
+    fn a_move_prepared_before_a_collapse_or_insert_never_lands_on_the_shifted_blocks() {
+        let ctx = crate::Ctx { uid: 0, gid: 0 };
+        for mode in [
+            crate::FallocateMode::CollapseRange,
+            crate::FallocateMode::InsertRange,
+        ] {
+            let fs = pool();
+            let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+            let data: Vec<u8> = (0..8 * 4096u32).map(|i| (i / 4096 + 1) as u8).collect();
+            fs.write(f.ino, 0, &data).unwrap();
+            // A move of file blocks 2..6 to the SSD is copied, not committed ...
+            let mut batch = MoveBatch::new(&fs, u64::MAX);
+            batch.add(f.ino, 0, 1, &[(2, 4)], Mode::Move).unwrap();
+            // ... while the file's blocks shift by one.
+            fs.fallocate(f.ino, 4096, 4096, mode).unwrap();
+            let mut want = data.clone();
+            if mode == crate::FallocateMode::CollapseRange {
+                want.drain(4096..8192);
+            } else {
+                want.splice(4096..4096, std::iter::repeat(0).take(4096));
+            }
+            let (moved, r) = batch.finish();
+            r.unwrap();
+            assert_eq!(moved, 0, "{mode:?}: a stale move committed");
+            assert_eq!(fs.read(f.ino, 0, want.len() + 1).unwrap(), want, "{mode:?}");
+            fs.check_allocator().unwrap();
+        }
+    }
+
+    #[test]
     fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot() {
         let fs = pool();
         let ctx = crate::Ctx { uid: 0, gid: 0 };

@@ -445,6 +445,47 @@ impl Fs {
         Ok(Some((e, d)))
     }
 
+    /// Allocates `n` zero-filled blocks for file blocks `[fb, fb + n)` (PM
+    /// first; near a full pool pieces may come from several tiers) and adds
+    /// their write entries (size and mtime from `a`) to `entries`. Every
+    /// piece taken is recorded in `taken`, to be released on error.
+    fn zero_fill(
+        &self,
+        mut fb: u64,
+        n: u64,
+        a: &terrace_format::AttrEntry,
+        taken: &mut Vec<DataRuns>,
+        entries: &mut Vec<Entry>,
+    ) -> FsResult<()> {
+        let zero = vec![0u8; (256 * BS) as usize];
+        let mut need = n;
+        while need > 0 {
+            let chunk = need.min(256);
+            let first = taken.len();
+            taken.extend(self.alloc_new_pieces(0, chunk)?);
+            for d in &taken[first..] {
+                let k = d.runs.iter().map(|r| r.1).sum::<u64>();
+                self.store_data(d, &zero[..(k * BS) as usize])?;
+                // Zeros on a block tier carry no Sums entries: a fallocate
+                // of the whole pool would otherwise need 4 bytes of PM log
+                // per block in one commit.
+                entries.extend(write_entries(d, fb, 0, a.size, a.mtime).into_iter().map(
+                    |mut e| {
+                        if let Entry::Write(w) = &mut e {
+                            if w.tier != 0 {
+                                w.wflags |= terrace_format::WRITE_FLAG_ZEROED;
+                            }
+                        }
+                        e
+                    },
+                ));
+                fb += k;
+            }
+            need -= chunk;
+        }
+        Ok(())
+    }
+
     /// Changes attributes (chmod, chown, truncate, utimes).
     pub fn setattr(&self, ino: Ino, s: SetAttr) -> FsResult<Attr> {
         self.wait_for_pm_room();
@@ -570,40 +611,94 @@ impl Fs {
                             .next_start_after(fb)
                             .unwrap_or(u64::MAX)
                             .min(last + 1);
-                        let mut need = hole_end - fb;
-                        let zero = vec![0u8; (256 * BS) as usize];
-                        while need > 0 {
-                            let chunk = need.min(256);
-                            // Near a full pool a chunk may come from several
-                            // tiers; all pieces are recorded (released on error).
-                            let first = taken.len();
-                            taken.extend(self.alloc_new_pieces(0, chunk)?);
-                            for d in &taken[first..] {
-                                let k = d.runs.iter().map(|r| r.1).sum::<u64>();
-                                self.store_data(d, &zero[..(k * BS) as usize])?;
-                                // Zeros on a block tier carry no Sums entries:
-                                // a fallocate of the whole pool would otherwise
-                                // need 4 bytes of PM log per block in one commit.
-                                entries.extend(
-                                    write_entries(d, fb, 0, a.size, a.mtime).into_iter().map(
-                                        |mut e| {
-                                            if let Entry::Write(w) = &mut e {
-                                                if w.tier != 0 {
-                                                    w.wflags |= terrace_format::WRITE_FLAG_ZEROED;
-                                                }
-                                            }
-                                            e
-                                        },
-                                    ),
-                                );
-                                fb += k;
-                            }
-                            need -= chunk;
-                        }
+                        self.zero_fill(fb, hole_end - fb, &a, &mut taken, &mut entries)?;
+                        fb = hole_end;
                     }
                     if a.size != i.attr.size {
                         a.mtime = now;
                     }
+                }
+                FallocateMode::ZeroRange | FallocateMode::ZeroRangeKeepSize => {
+                    if mode == FallocateMode::ZeroRange && end > a.size {
+                        a.size = end;
+                    }
+                    // Like a hole punch followed by an allocation: fresh
+                    // zero-filled blocks replace every whole block of the
+                    // range (the old ones are freed after the commit), the
+                    // mapped partial blocks at its ends are rewritten with
+                    // their part of the range zeroed, and partial blocks in
+                    // holes get zero-filled blocks. One commit.
+                    let fb0 = off / BS;
+                    let last = (end - 1) / BS;
+                    let head_partial = off % BS != 0;
+                    // The last block is partial and not the head block.
+                    let tail_partial = end % BS != 0 && !(head_partial && fb0 == last);
+                    let (mut fill_from, mut fill_to) = (fb0, last + 1);
+                    if head_partial {
+                        let to = if fb0 == last && end % BS != 0 {
+                            (end % BS) as usize
+                        } else {
+                            BS as usize
+                        };
+                        if let Some((e, b)) =
+                            self.zeroed_block(i, fb0, (off % BS) as usize, to, a.size, now)?
+                        {
+                            entries.push(e);
+                            taken.push(b);
+                            fill_from = fb0 + 1;
+                        }
+                    }
+                    if tail_partial {
+                        if let Some((e, b)) =
+                            self.zeroed_block(i, last, 0, (end % BS) as usize, a.size, now)?
+                        {
+                            entries.push(e);
+                            taken.push(b);
+                            fill_to = last;
+                        }
+                    }
+                    a.mtime = now;
+                    if fill_to > fill_from {
+                        self.zero_fill(
+                            fill_from,
+                            fill_to - fill_from,
+                            &a,
+                            &mut taken,
+                            &mut entries,
+                        )?;
+                    }
+                }
+                FallocateMode::CollapseRange | FallocateMode::InsertRange => {
+                    // ext4's checks, in its order.
+                    if off % BS != 0 || len % BS != 0 {
+                        return Err(errno(libc::EINVAL));
+                    }
+                    let op = if mode == FallocateMode::CollapseRange {
+                        if end >= a.size {
+                            return Err(errno(libc::EINVAL));
+                        }
+                        a.size -= len;
+                        terrace_format::ShiftOp::Collapse
+                    } else {
+                        if len > MAX_FILE_SIZE - a.size {
+                            return Err(errno(libc::EFBIG));
+                        }
+                        if off >= a.size {
+                            return Err(errno(libc::EINVAL));
+                        }
+                        a.size += len;
+                        terrace_format::ShiftOp::Insert
+                    };
+                    // The extents move; their data stays where it is (so do
+                    // its checksums, which name tier blocks, not file
+                    // blocks). One Shift entry and the new size commit
+                    // together.
+                    entries.push(Entry::Shift {
+                        file_block: off / BS,
+                        blocks: len / BS,
+                        op,
+                    });
+                    a.mtime = now;
                 }
                 FallocateMode::PunchHole => {
                     let first_full = off.div_ceil(BS);

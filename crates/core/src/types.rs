@@ -203,4 +203,16 @@ pub enum FallocateMode {
     AllocateKeepSize,
     /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`: deallocate, reads give zeros.
     PunchHole,
+    /// `FALLOC_FL_ZERO_RANGE`: the range reads as zeros and stays allocated;
+    /// the size grows when the range ends past EOF.
+    ZeroRange,
+    /// `FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE`: as [`FallocateMode::ZeroRange`]
+    /// without changing the size.
+    ZeroRangeKeepSize,
+    /// `FALLOC_FL_COLLAPSE_RANGE`: remove the (block-aligned) range, shift
+    /// later data down; the size shrinks by the length.
+    CollapseRange,
+    /// `FALLOC_FL_INSERT_RANGE`: shift data from the (block-aligned) offset
+    /// up by the length, leaving a hole; the size grows by the length.
+    InsertRange,
 }

@@ -22,11 +22,15 @@
 //! | Copy (9)      | 8 file_block u64, 16 blocks u32, 20 tier u8, 21 op u8, 24 block u64 — 32 bytes |
 //! | XattrAppend (11) | as XattrSet: 8 name_len u8, 10 value_len u16, 16 name, value — padded to 8 |
 //! | Sums (10)     | 8 block u64, 16 tier u8, 17 reserved u8, 18 count u16, 20 reserved u32, 24 count × crc32c u32 — padded to 8 |
+//! | Shift (12)    | 8 file_block u64, 16 blocks u64, 24 op u8 (0 collapse, 1 insert), 25..32 reserved (0) — 32 bytes |
 //!
 //! A Sums entry gives the crc32c of each of `count` (1..=[`SUMS_PER_ENTRY`])
 //! blocks of block-tier data starting at `block` on `tier`: the checksums of
 //! the data a Write or Copy entry of the same commit points at (format
 //! version 5).
+//!
+//! A Shift entry (format version 6) moves file blocks without touching their
+//! data (`fallocate` COLLAPSE_RANGE / INSERT_RANGE): see [`ShiftOp`].
 //! Times are nanoseconds since the epoch. `Write.size_after` and `Write.mtime` make
 //! a write one entry: file size, mtime and ctime change with the data.
 
@@ -61,6 +65,19 @@ pub enum EntryKind {
     Sums = 10,
     /// More bytes of the value of an xattr set earlier in the same commit.
     XattrAppend = 11,
+    /// File blocks shifted down (collapse) or up (insert) (format 6).
+    Shift = 12,
+}
+
+/// What a Shift entry does to the file blocks from `file_block` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShiftOp {
+    /// `[file_block, file_block + blocks)` is unmapped (its blocks freed) and
+    /// every extent after it moves down by `blocks` (COLLAPSE_RANGE).
+    Collapse = 0,
+    /// Every extent at or after `file_block` (split there) moves up by
+    /// `blocks`, leaving a hole of `blocks` at `file_block` (INSERT_RANGE).
+    Insert = 1,
 }
 
 /// Most block checksums one Sums entry carries (the entry is then 536 bytes,
@@ -217,6 +234,15 @@ pub enum Entry {
         /// One checksum per block (1..=[`SUMS_PER_ENTRY`]).
         crcs: Vec<u32>,
     },
+    /// Shift file blocks from `file_block` on by `blocks` (see [`ShiftOp`]).
+    Shift {
+        /// First file block of the collapsed range / of the insertion.
+        file_block: u64,
+        /// Number of blocks removed or inserted.
+        blocks: u64,
+        /// Direction.
+        op: ShiftOp,
+    },
 }
 
 fn pad8(n: usize) -> usize {
@@ -238,6 +264,7 @@ impl Entry {
             }
             Entry::Copy(_) => 32,
             Entry::Sums { crcs, .. } => sums_entry_len(crcs.len()),
+            Entry::Shift { .. } => 32,
         }
     }
 
@@ -254,6 +281,7 @@ impl Entry {
             Entry::Copy(_) => EntryKind::Copy,
             Entry::Sums { .. } => EntryKind::Sums,
             Entry::XattrAppend { .. } => EntryKind::XattrAppend,
+            Entry::Shift { .. } => EntryKind::Shift,
         }
     }
 
@@ -324,6 +352,15 @@ impl Entry {
                 for (i, c) in crcs.iter().enumerate() {
                     put_u32(&mut b, 24 + 4 * i, *c);
                 }
+            }
+            Entry::Shift {
+                file_block,
+                blocks,
+                op,
+            } => {
+                put_u64(&mut b, 8, *file_block);
+                put_u64(&mut b, 16, *blocks);
+                put_u8(&mut b, 24, *op as u8);
             }
         }
         let c = crc(&b);
@@ -468,6 +505,18 @@ impl Entry {
                     crcs: (0..n).map(|i| u32_at(b, 24 + 4 * i)).collect(),
                 }
             }
+            12 => {
+                need(32)?;
+                Entry::Shift {
+                    file_block: u64_at(b, 8),
+                    blocks: u64_at(b, 16),
+                    op: match u8_at(b, 24) {
+                        0 => ShiftOp::Collapse,
+                        1 => ShiftOp::Insert,
+                        _ => return Err(FormatError::Invalid("shift operation")),
+                    },
+                }
+            }
             _ => return Err(FormatError::Invalid("entry kind")),
         };
         Ok((e, len))
@@ -541,6 +590,16 @@ mod tests {
                 op: CopyOp::Promote,
                 block: 1 << 30,
             }),
+            Entry::Shift {
+                file_block: 5,
+                blocks: 1 << 30,
+                op: ShiftOp::Collapse,
+            },
+            Entry::Shift {
+                file_block: 0,
+                blocks: 1,
+                op: ShiftOp::Insert,
+            },
             Entry::Sums {
                 tier: 2,
                 block: 1 << 35,

@@ -770,14 +770,10 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _poll = self.poller.arrived();
-        let m = match mode {
-            0 => FallocateMode::Allocate,
-            libc::FALLOC_FL_KEEP_SIZE => FallocateMode::AllocateKeepSize,
-            x if x == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
-                FallocateMode::PunchHole
-            }
-            _ => {
-                reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        let m = match fallocate_mode(mode) {
+            Ok(m) => m,
+            Err(e) => {
+                reply.error(Errno::from_i32(e));
                 return;
             }
         };
@@ -788,6 +784,29 @@ impl Filesystem for FuseAdapter {
         }
         reply_empty(reply, self.fs.fallocate(ino.0, offset, length, m));
     }
+}
+
+/// The [`FallocateMode`] of fallocate(2) mode bits, or the errno ext4 (and
+/// the VFS before it) gives a combination it refuses: COLLAPSE_RANGE and
+/// INSERT_RANGE with any other flag are EINVAL, every other unsupported
+/// combination (PUNCH_HOLE without KEEP_SIZE, PUNCH_HOLE with ZERO_RANGE,
+/// unknown bits) EOPNOTSUPP.
+pub fn fallocate_mode(mode: i32) -> Result<FallocateMode, i32> {
+    use libc::{
+        FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_INSERT_RANGE as INSERT,
+        FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO,
+    };
+    Ok(match mode {
+        0 => FallocateMode::Allocate,
+        KEEP => FallocateMode::AllocateKeepSize,
+        x if x == PUNCH | KEEP => FallocateMode::PunchHole,
+        ZERO => FallocateMode::ZeroRange,
+        x if x == ZERO | KEEP => FallocateMode::ZeroRangeKeepSize,
+        COLLAPSE => FallocateMode::CollapseRange,
+        INSERT => FallocateMode::InsertRange,
+        x if x & (COLLAPSE | INSERT) != 0 => return Err(libc::EINVAL),
+        _ => return Err(libc::EOPNOTSUPP),
+    })
 }
 
 /// Default polling window after a reply (µs): longer than the gap between an
@@ -1084,6 +1103,33 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fallocate_modes_map_as_ext4_accepts_and_refuses_them() {
+        use FallocateMode::*;
+        let ok = [
+            (0, Allocate),
+            (1, AllocateKeepSize),
+            (3, PunchHole),
+            (0x10, ZeroRange),
+            (0x11, ZeroRangeKeepSize),
+            (0x08, CollapseRange),
+            (0x20, InsertRange),
+        ];
+        for (bits, m) in ok {
+            assert_eq!(fallocate_mode(bits), Ok(m), "mode {bits:#x}");
+        }
+        for bits in [0x02, 0x12, 0x13, 0x04, 0x40, 0x80, 0x100] {
+            assert_eq!(
+                fallocate_mode(bits),
+                Err(libc::EOPNOTSUPP),
+                "mode {bits:#x}"
+            );
+        }
+        for bits in [0x09, 0x21, 0x28, 0x18, 0x0a] {
+            assert_eq!(fallocate_mode(bits), Err(libc::EINVAL), "mode {bits:#x}");
+        }
+    }
 
     #[test]
     fn time_conversion_round_trips() {
