@@ -282,7 +282,8 @@ impl Fs {
     /// Waits (at most [`STALL_LIMIT`]) for the window of moves in flight, if
     /// any, to end, then drops the PM side of clean data, coldest first,
     /// until `blocks` blocks plus the metadata reserve are freed. Whether
-    /// room may have come back. Called with no lock held.
+    /// room may have come back (also when the pool has `blocks` of room by
+    /// now). Called with no lock held.
     fn reclaim_room(&self, blocks: u64) -> bool {
         if self.tiers.is_empty() {
             return false;
@@ -309,12 +310,15 @@ impl Fs {
                 .copies_dropped_for_room
                 .fetch_add(freed, Ordering::Relaxed);
         }
-        if waited || freed > 0 {
+        // Migration may have freed room meanwhile (e.g. promoted clean
+        // copies while this thread waited for nothing).
+        let again = waited || freed > 0 || self.data_room_blocks() >= blocks;
+        if again {
             self.space_stats
                 .room_retries
                 .fetch_add(1, Ordering::Relaxed);
         }
-        waited || freed > 0
+        again
     }
 }
 
