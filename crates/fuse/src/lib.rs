@@ -8,10 +8,12 @@
 //!   `access` just says yes.
 //! - No writeback cache: every `write()` reaches the core (the placement
 //!   predictor must see the real write sizes). Files are opened with
-//!   `FOPEN_DIRECT_IO` when the kernel offers `FUSE_DIRECT_IO_ALLOW_MMAP`, so a
-//!   write() of up to 1 MiB is one request and one atomic commit (through the
-//!   page cache the kernel splits writes at partial pages); otherwise with
-//!   `FOPEN_KEEP_CACHE`.
+//!   `FOPEN_DIRECT_IO` when opened for writing and the kernel offers
+//!   `FUSE_DIRECT_IO_ALLOW_MMAP`, so a write() of up to 1 MiB is one request
+//!   and one atomic commit (through the page cache the kernel splits writes at
+//!   partial pages); opens for reading only read through the kernel's page
+//!   cache, kept while the file is unchanged ([`page_cache`]). Kernels
+//!   without that flag get `FOPEN_KEEP_CACHE` for every open.
 //! - Locks (`getlk`/`setlk`) are not implemented: fuser does not ask for
 //!   `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`, so the kernel keeps POSIX locks and
 //!   flocks locally, which is correct for a single-host file system.
@@ -28,6 +30,7 @@
 //! - After replying, a thread polls the device for a short window when
 //!   requests are arriving back to back ([`poll`]; mount option `poll_us`).
 
+pub mod page_cache;
 pub mod poll;
 pub mod setid;
 
@@ -67,8 +70,11 @@ pub struct FuseAdapter {
     killpriv: bool,
     /// Sends invalidations to the kernel (set once the session exists).
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
-    /// Files are opened with `FOPEN_DIRECT_IO` (the kernel allows mmap of them).
+    /// Files opened for writing get `FOPEN_DIRECT_IO` (the kernel allows mmap
+    /// of them); read-only opens read through the kernel's page cache.
     direct_io: bool,
+    /// Page-cache state of files opened for reading only.
+    cached: page_cache::CachedOpens,
     /// Polls the device after replies while requests come back to back.
     poller: Arc<poll::RequestPoller>,
 }
@@ -87,6 +93,7 @@ impl FuseAdapter {
             killpriv: false,
             notifier: Arc::default(),
             direct_io: false,
+            cached: page_cache::CachedOpens::default(),
             poller: Arc::new(poll::RequestPoller::new(window)),
         }
     }
@@ -96,13 +103,44 @@ impl FuseAdapter {
         &self.fs
     }
 
-    /// How regular files are opened: direct I/O when the kernel allows mmap of
-    /// direct-I/O files (atomic writes), else through a kept page cache.
-    fn open_flags(&self) -> FopenFlags {
-        if self.direct_io {
-            FopenFlags::FOPEN_DIRECT_IO
-        } else {
+    /// Whether an open with `flags` reads through the kernel's page cache
+    /// under [`page_cache`]'s rules: a read-only open, when writers use
+    /// direct I/O.
+    fn cached_open(&self, flags: i32) -> bool {
+        self.direct_io && flags & libc::O_ACCMODE == libc::O_RDONLY
+    }
+
+    /// How regular files are opened (after the core's open of `ino`
+    /// succeeded): direct I/O for writers when the kernel allows mmap of
+    /// direct-I/O files (atomic writes); read-only opens through the page
+    /// cache, kept while the file is unchanged; everything through a kept
+    /// page cache on kernels without direct-I/O mmap.
+    fn open_flags(&self, ino: u64, flags: i32) -> FopenFlags {
+        if !self.direct_io {
             FopenFlags::FOPEN_KEEP_CACHE
+        } else if self.cached_open(flags) {
+            if self.cached.open(ino) {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            }
+        } else {
+            FopenFlags::FOPEN_DIRECT_IO
+        }
+    }
+
+    /// The data of `ino` from byte `offset` on (`len` bytes, 0: to the end)
+    /// changed other than from the kernel's page cache: drops the kernel's
+    /// pages of that range while read-only opens may hold them (before the
+    /// change is acknowledged), and marks the file so the next read-only
+    /// open drops the rest.
+    fn data_changed(&self, ino: u64, offset: u64, len: u64) {
+        if self.direct_io && self.cached.changed(ino) {
+            if let Some(n) = self.notifier.get() {
+                let off = i64::try_from(offset).unwrap_or(i64::MAX);
+                let len = i64::try_from(len).unwrap_or(0);
+                let _ = n.inval_inode(INodeNo(ino), off, len);
+            }
         }
     }
 }
@@ -283,6 +321,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.cached.forget(ino.0);
         self.fs.forget(ino.0, nlookup);
     }
 
@@ -346,7 +385,15 @@ impl Filesystem for FuseAdapter {
             ctime: ctime.map(time_to_ns),
         };
         match self.fs.setattr(ino.0, s) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => {
+                if size.is_some() {
+                    // The kernel cuts its own pages at a truncate made
+                    // through it; the file is still marked changed, so the
+                    // next read-only open starts from a clean page cache.
+                    self.cached.changed(ino.0);
+                }
+                reply.attr(&TTL, &file_attr(&a))
+            }
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -475,7 +522,7 @@ impl Filesystem for FuseAdapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _poll = self.poller.arrived();
         match self.fs.open(ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
+            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags(ino.0, flags.0)),
             Err(e) => reply.error(errno_of(&e)),
         }
     }
@@ -518,6 +565,9 @@ impl Filesystem for FuseAdapter {
                 if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                     self.kill_priv(ino.0, &setid::Caller::of(req).unprivileged());
                 }
+                if !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+                    self.data_changed(ino.0, offset, n as u64);
+                }
                 reply.written(n as u32)
             }
             Err(e) => reply.error(errno_of(&e)),
@@ -547,12 +597,15 @@ impl Filesystem for FuseAdapter {
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         let _poll = self.poller.arrived();
+        if self.cached_open(flags.0) {
+            self.cached.release(ino.0);
+        }
         reply_empty(reply, self.fs.release(ino.0));
     }
 
@@ -749,7 +802,7 @@ impl Filesystem for FuseAdapter {
                 &file_attr(&attr),
                 Generation(u64::from(attr.generation)),
                 FileHandle(fh),
-                self.open_flags(),
+                self.open_flags(attr.ino, flags),
             ),
             Err(e) => {
                 // The kernel never learns of the entry: drop the reference mknod counted.
@@ -782,7 +835,12 @@ impl Filesystem for FuseAdapter {
         if self.killpriv {
             self.kill_priv(ino.0, &setid::Caller::of(req));
         }
-        reply_empty(reply, self.fs.fallocate(ino.0, offset, length, m));
+        let r = self.fs.fallocate(ino.0, offset, length, m);
+        if r.is_ok() {
+            // Collapse and insert move everything after the range.
+            self.data_changed(ino.0, offset, 0);
+        }
+        reply_empty(reply, r);
     }
 }
 

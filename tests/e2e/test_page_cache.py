@@ -1,0 +1,169 @@
+"""The kernel's page cache serves reads of files opened for reading only
+(issue 16, step 1), and stays coherent with every change made through the
+mount: a reader holding cached pages sees a write, truncate, hole punch or
+mmap store made through another descriptor or process as soon as that call
+returns; migration between tiers changes nothing it sees; and a re-read of
+a cached file does not reach the daemon.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import helpers
+from helpers import mounted_pool, temp_mountpoint, temp_pool_path, terrace
+
+MiB = 1 << 20
+FALLOC_FL_KEEP_SIZE = 1
+FALLOC_FL_PUNCH_HOLE = 2
+
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+
+
+def punch(fd: int, off: int, length: int) -> None:
+    if libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def pattern(seed: int, n: int) -> bytes:
+    return bytes((i * 31 + seed) & 0xFF for i in range(256)) * (n // 256)
+
+
+def read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    out = bytearray()
+    off = 0
+    while off < size:
+        b = os.pread(fd, 128 << 10, off)
+        if not b:
+            break
+        out += b
+        off += len(b)
+    return bytes(out)
+
+
+def other_process_reads(path: Path) -> bytes:
+    code = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
+    return subprocess.run([sys.executable, "-c", code, str(path)], check=True,
+                          capture_output=True, timeout=60).stdout
+
+
+def daemon_reads(m: helpers.Mount) -> int:
+    return m.status()["reads"]
+
+
+def test_a_cached_reader_sees_every_change_made_through_another_descriptor_at_once():
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        with mounted_pool(pool, mnt):
+            path = mnt / "f"
+            model = bytearray(pattern(1, 2 * MiB))
+            path.write_bytes(model)
+            reader = os.open(path, os.O_RDONLY)
+            writer = os.open(path, os.O_RDWR)
+            try:
+                assert read_all(reader) == model  # now cached in the kernel
+
+                new = pattern(2, 4096)
+                os.pwrite(writer, new, 12288)
+                model[12288:12288 + 4096] = new
+                assert read_all(reader) == model, "a cached reader missed a pwrite"
+                assert other_process_reads(path) == model
+
+                punch(writer, 65536, 3 * 4096)
+                model[65536:65536 + 3 * 4096] = bytes(3 * 4096)
+                assert read_all(reader) == model, "a cached reader missed a hole punch"
+
+                with mmap.mmap(writer, 0) as mm:
+                    mm[200_000:200_005] = b"mmap!"
+                    mm.flush()
+                model[200_000:200_005] = b"mmap!"
+                assert read_all(reader) == model, "a cached reader missed an mmap store"
+
+                os.ftruncate(writer, MiB + 100)
+                del model[MiB + 100:]
+                assert read_all(reader) == model, "a cached reader missed a truncate"
+
+                os.pwrite(writer, b"tail", MiB + 100)
+                model += b"tail"
+                assert read_all(reader) == model, "a cached reader missed an extending write"
+                assert other_process_reads(path) == model
+            finally:
+                os.close(writer)
+                os.close(reader)
+            # Closed and reopened: a change made while no reader was open is
+            # seen by the next reader (its open drops the stale pages).
+            r = os.open(path, os.O_RDONLY)
+            assert read_all(r) == model
+            os.close(r)
+            with open(path, "r+b") as w:
+                w.seek(4096)
+                w.write(b"X" * 100)
+            model[4096:4196] = b"X" * 100
+            r = os.open(path, os.O_RDONLY)
+            try:
+                assert read_all(r) == model, "a reopened reader saw stale cached pages"
+            finally:
+                os.close(r)
+        with mounted_pool(pool, mnt):
+            assert (mnt / "f").read_bytes() == model
+
+
+def test_rereads_of_a_cached_file_do_not_reach_the_daemon():
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        with mounted_pool(pool, mnt) as m:
+            path = mnt / "hot"
+            data = pattern(3, 4 * MiB)
+            path.write_bytes(data)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                assert read_all(fd) == data
+                before = daemon_reads(m)
+                for _ in range(5):
+                    assert read_all(fd) == data
+                    for off in range(0, len(data), 64 << 10):
+                        assert os.pread(fd, 4096, off) == data[off:off + 4096]
+                after = daemon_reads(m)
+            finally:
+                os.close(fd)
+            assert after == before, f"{after - before} reads of a cached file reached the daemon"
+            # A new read-only open of the unchanged file keeps the pages.
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                before = daemon_reads(m)
+                assert read_all(fd) == data
+                assert daemon_reads(m) == before, "reopening an unchanged file dropped its pages"
+            finally:
+                os.close(fd)
+
+
+def test_migration_between_tiers_changes_nothing_a_cached_reader_sees():
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:32M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            path = mnt / "m"
+            model = bytearray(pattern(4, 8 * MiB))
+            path.write_bytes(model)
+            reader = os.open(path, os.O_RDONLY)
+            try:
+                assert read_all(reader) == model
+                terrace("migrate", mnt, "--to", "ssd", timeout=300)
+                assert read_all(reader) == model
+                with open(path, "r+b") as w:
+                    w.seek(MiB)
+                    w.write(b"after-migration")
+                model[MiB:MiB + 15] = b"after-migration"
+                assert read_all(reader) == model, "a cached reader missed a write after migration"
+                terrace("migrate", mnt, "--to", "pm", timeout=300)
+                assert read_all(reader) == model
+                assert other_process_reads(path) == model
+            finally:
+                os.close(reader)
