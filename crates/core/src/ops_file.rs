@@ -122,18 +122,9 @@ impl Fs {
         self.counters
             .bytes_read
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        // relatime: update atime once after each change, or once a day;
-        // strictatime: on every read.
         let now = now_ns();
         let a = i.attr;
-        let due = match *self.atime.read() {
-            crate::fs::AtimeMode::Never => false,
-            crate::fs::AtimeMode::Strict => true,
-            crate::fs::AtimeMode::Relative => {
-                a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime > 86_400_000_000_000
-            }
-        };
-        if due {
+        if self.atime_due([a.atime, a.mtime, a.ctime], now) {
             if i.log.on_tier.is_some() {
                 // A cold file whose log is on a block tier: recalling the
                 // log for an access time would bring every file read once
@@ -148,6 +139,27 @@ impl Fs {
             }
         }
         Ok(data)
+    }
+
+    /// Whether a read now must update the access time of a file with
+    /// `[atime, mtime, ctime]` (ns): relatime — once after each change, or
+    /// once a day; strictatime — on every read; noatime — never.
+    fn atime_due(&self, [atime, mtime, ctime]: [i64; 3], now: i64) -> bool {
+        match *self.atime.read() {
+            crate::fs::AtimeMode::Never => false,
+            crate::fs::AtimeMode::Strict => true,
+            crate::fs::AtimeMode::Relative => {
+                atime <= mtime || atime <= ctime || now - atime > 86_400_000_000_000
+            }
+        }
+    }
+
+    /// Whether the next read of `ino` must update its access time (see
+    /// [`Fs::read`]): a reader through the kernel's page cache lets that
+    /// read reach the daemon (false for a file that does not exist).
+    pub fn atime_due_now(&self, ino: Ino) -> bool {
+        self.getattr(ino)
+            .is_ok_and(|a| self.atime_due([a.atime, a.mtime, a.ctime], now_ns()))
     }
 
     /// Reads from a locked inode without side effects (dirty cached pages

@@ -75,6 +75,9 @@ pub struct FuseAdapter {
     direct_io: bool,
     /// Page-cache state of files opened for reading only.
     cached: page_cache::CachedOpens,
+    /// The kernel agreed to `FUSE_NO_OPENDIR_SUPPORT`: opendir is answered
+    /// ENOSYS once and never sent again (nor releasedir).
+    no_opendir: bool,
     /// Polls the device after replies while requests come back to back.
     poller: Arc<poll::RequestPoller>,
 }
@@ -94,6 +97,7 @@ impl FuseAdapter {
             notifier: Arc::default(),
             direct_io: false,
             cached: page_cache::CachedOpens::default(),
+            no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
         }
     }
@@ -119,7 +123,11 @@ impl FuseAdapter {
         if !self.direct_io {
             FopenFlags::FOPEN_KEEP_CACHE
         } else if self.cached_open(flags) {
-            if self.cached.open(ino) {
+            // A read due to update the access time (relatime: the first
+            // after a change) must reach the daemon: such an open drops the
+            // kernel's pages, later reads of it are served from the cache.
+            let atime_due = self.fs.atime_due_now(ino);
+            if self.cached.open(ino) && !atime_due {
                 FopenFlags::FOPEN_KEEP_CACHE
             } else {
                 FopenFlags::empty()
@@ -236,6 +244,27 @@ pub fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a negative lookup reply (only its node id, 0, counts).
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 fn ctx(req: &Request) -> Ctx {
     Ctx {
         uid: req.uid(),
@@ -312,12 +341,30 @@ impl Filesystem for FuseAdapter {
         self.direct_io = config
             .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
             .is_ok();
+        // A symlink's target never changes: the kernel may keep it.
+        let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
+        // opendir/releasedir have nothing to do (readdir needs no handle and
+        // the kernel's reference keeps an open directory alive): the first
+        // opendir is answered ENOSYS and the kernel sends no more of them.
+        self.no_opendir = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _poll = self.poller.arrived();
-        reply_entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // A negative entry (node id 0): the kernel remembers for TTL that
+            // the name is absent, so `stat` of a missing file (git status,
+            // include and import searches) costs no round trip the second
+            // time. Every create or rename to the name passes through the
+            // kernel, which replaces the negative entry then.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                reply.entry(&TTL, &negative_attr(), Generation(0))
+            }
+            r => reply_entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -627,6 +674,10 @@ impl Filesystem for FuseAdapter {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _poll = self.poller.arrived();
+        if self.no_opendir {
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         match self
             .fs
             .open(ino.0, flags.0 & !(libc::O_ACCMODE | libc::O_TRUNC))
