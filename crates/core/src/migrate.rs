@@ -88,8 +88,9 @@ pub struct Migrator {
     /// free (a clean copy), so a write refused for room waits for them
     /// (`Fs::retry_freeing_room`).
     pub(crate) move_blocks_pending: AtomicU64,
-    /// Windows of moves committed ([`MoveBatch`] flushes), so that a waiter
-    /// sees one end.
+    /// Windows of moves committed ([`MoveBatch`] flushes and moves that copy
+    /// nothing), so that a waiter sees one end and a write refused for room
+    /// sees that room may have come back while it ran.
     pub(crate) move_windows_done: AtomicU64,
     /// PM reads of clean / dirty data (NVMFS's adaptive split).
     pub(crate) clean_hits: AtomicU64,
@@ -347,7 +348,13 @@ impl<'a> MoveBatch<'a> {
             return Ok(());
         };
         if p.total == 0 {
-            self.moved += self.fs.commit_move(p)?;
+            // Promotions and drops commit at once; they still free room.
+            let r = self.fs.commit_move(p);
+            self.fs
+                .migrator
+                .move_windows_done
+                .fetch_add(1, Ordering::Relaxed);
+            self.moved += r?;
             return Ok(());
         }
         self.pending_bytes += p.total * BS;
@@ -673,7 +680,19 @@ impl Fs {
             return Ok(None);
         }
         // 2. Room on the target first: a full target costs no buffer and no
-        // copy (a pass over a full pool stays cheap).
+        // copy (a pass over a full pool stays cheap). The target blocks count
+        // as pending from just before their allocation until committed or
+        // released (`MoveBatch::flush`; the error paths below), so a write
+        // refused for room meanwhile knows to wait for them.
+        let copying = total;
+        self.migrator
+            .move_blocks_pending
+            .fetch_add(copying, Ordering::Relaxed);
+        let not_pending = || {
+            self.migrator
+                .move_blocks_pending
+                .fetch_sub(copying, Ordering::Relaxed);
+        };
         let d = if total == 0 {
             crate::data::DataRuns {
                 tier: to,
@@ -682,26 +701,30 @@ impl Fs {
         } else if to == 0 {
             match self.alloc.alloc(total) {
                 Some(runs) => crate::data::DataRuns { tier: 0, runs },
-                None => return Err(errno(libc::ENOSPC)),
+                None => {
+                    not_pending();
+                    return Err(errno(libc::ENOSPC));
+                }
             }
         } else {
-            let t = self.tier(to)?;
+            let t = match self.tier(to) {
+                Ok(t) => t,
+                Err(e) => {
+                    not_pending();
+                    return Err(e);
+                }
+            };
             match t.space.alloc(total) {
                 Some(runs) => crate::data::DataRuns { tier: to, runs },
-                None => return Err(errno(libc::ENOSPC)),
+                None => {
+                    not_pending();
+                    return Err(errno(libc::ENOSPC));
+                }
             }
         };
-        // The target blocks count as pending from their allocation until
-        // committed or released (`MoveBatch::flush`; the error paths below).
-        let copying = total;
-        self.migrator
-            .move_blocks_pending
-            .fetch_add(copying, Ordering::Relaxed);
         let release = |d| {
             self.release_data(d);
-            self.migrator
-                .move_blocks_pending
-                .fetch_sub(copying, Ordering::Relaxed);
+            not_pending();
         };
         // 3. Copy. Blocks read here may be freed and reused by a concurrent
         // write; the commit then drops the piece, so stale bytes never commit.

@@ -265,12 +265,16 @@ impl Fs {
     ) -> FsResult<T> {
         let mut tries = 0;
         loop {
+            // Moves committed while `op` ran may have freed its room already.
+            let moves_before = self.migrator.move_windows_done.load(Ordering::Relaxed);
             let r = op();
             match &r {
                 Err(e)
                     if e.raw_os_error() == Some(libc::ENOSPC)
                         && tries < ROOM_RETRIES
-                        && self.reclaim_room(blocks) =>
+                        && (self.migrator.move_windows_done.load(Ordering::Relaxed)
+                            != moves_before
+                            || self.reclaim_room(blocks)) =>
                 {
                     tries += 1
                 }
@@ -279,46 +283,67 @@ impl Fs {
         }
     }
 
-    /// Waits (at most [`STALL_LIMIT`]) for the window of moves in flight, if
-    /// any, to end, then drops the PM side of clean data, coldest first,
-    /// until `blocks` blocks plus the metadata reserve are freed. Whether
-    /// room may have come back (also when the pool has `blocks` of room by
-    /// now). Called with no lock held.
+    /// Waits for the window of moves in flight, if any, to end, then drops
+    /// the PM side of clean data, coldest first, until `blocks` blocks plus
+    /// the metadata reserve are freed; again while either did something and
+    /// the room is still short (at most four rounds). Whether room may have
+    /// come back (also when the pool has `blocks` of room by now). Called
+    /// with no lock held.
     fn reclaim_room(&self, blocks: u64) -> bool {
         if self.tiers.is_empty() {
             return false;
         }
-        let m = &self.migrator;
-        let mut waited = false;
-        if m.move_blocks_pending.load(Ordering::Relaxed) > 0 {
-            let windows = m.move_windows_done.load(Ordering::Relaxed);
-            let start = Instant::now();
-            while m.move_blocks_pending.load(Ordering::Relaxed) > 0
-                && m.move_windows_done.load(Ordering::Relaxed) == windows
-                && start.elapsed() < STALL_LIMIT
-                && !self.unmounted.load(Ordering::Relaxed)
-            {
-                std::thread::sleep(Duration::from_millis(1));
+        let mut progressed = false;
+        // A window of moves may start between the refusal and this look
+        // (its blocks then count on both tiers until it commits): look again
+        // after each wait, a few times.
+        for _ in 0..4 {
+            let waited = self.wait_for_moves_in_flight();
+            let mut freed = 0;
+            if self.pm_clean_dirty().0 > 0 {
+                let goal = blocks.saturating_add(self.pm_reserve_blocks()) * BLOCK_SIZE;
+                freed = self.evict_clean(goal);
+                self.space_stats
+                    .copies_dropped_for_room
+                    .fetch_add(freed, Ordering::Relaxed);
             }
-            waited = true;
+            // Migration may also have freed room meanwhile (e.g. promoted
+            // clean copies, which is never "in flight").
+            if self.data_room_blocks() >= blocks {
+                progressed = true;
+                break;
+            }
+            let moving = self.migrator.move_blocks_pending.load(Ordering::Relaxed) > 0;
+            if !waited && freed == 0 && !moving {
+                break;
+            }
+            progressed = true;
         }
-        let mut freed = 0;
-        if self.pm_clean_dirty().0 > 0 {
-            let goal = blocks.saturating_add(self.pm_reserve_blocks()) * BLOCK_SIZE;
-            freed = self.evict_clean(goal);
-            self.space_stats
-                .copies_dropped_for_room
-                .fetch_add(freed, Ordering::Relaxed);
-        }
-        // Migration may have freed room meanwhile (e.g. promoted clean
-        // copies while this thread waited for nothing).
-        let again = waited || freed > 0 || self.data_room_blocks() >= blocks;
-        if again {
+        if progressed {
             self.space_stats
                 .room_retries
                 .fetch_add(1, Ordering::Relaxed);
         }
-        again
+        progressed
+    }
+
+    /// Waits (at most [`STALL_LIMIT`]) for the window of moves in flight, if
+    /// any, to end; whether there was one.
+    fn wait_for_moves_in_flight(&self) -> bool {
+        let m = &self.migrator;
+        if m.move_blocks_pending.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let windows = m.move_windows_done.load(Ordering::Relaxed);
+        let start = Instant::now();
+        while m.move_blocks_pending.load(Ordering::Relaxed) > 0
+            && m.move_windows_done.load(Ordering::Relaxed) == windows
+            && start.elapsed() < STALL_LIMIT
+            && !self.unmounted.load(Ordering::Relaxed)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
     }
 }
 
