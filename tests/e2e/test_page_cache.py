@@ -167,3 +167,40 @@ def test_migration_between_tiers_changes_nothing_a_cached_reader_sees():
                 assert other_process_reads(path) == model
             finally:
                 os.close(reader)
+
+
+def test_names_the_kernel_remembers_as_missing_appear_as_soon_as_they_are_made():
+    """Lookups of missing names are cached by the kernel (negative entries);
+    every way of making the name through the mount replaces them."""
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        with mounted_pool(pool, mnt):
+            (mnt / "src").write_bytes(b"source")
+
+            def rename_to(p):
+                (mnt / "tmp").write_bytes(b"r")
+                os.rename(mnt / "tmp", p)
+
+            makers = {
+                "created": lambda p: p.write_bytes(b"new"),
+                "mkdir": lambda p: p.mkdir(),
+                "symlink": lambda p: p.symlink_to("src"),
+                "hardlink": lambda p: os.link(mnt / "src", p),
+                "renamed": rename_to,
+                "mknod": lambda p: os.mkfifo(p),
+            }
+            for name, make in makers.items():
+                p = mnt / name
+                for _ in range(3):
+                    assert not p.exists() and not os.path.lexists(p)
+                make(p)
+                assert os.path.lexists(p), f"{name}: still missing after it was made"
+                assert name in os.listdir(mnt)
+            # Removed again: missing at once, and made again: there at once.
+            os.unlink(mnt / "created")
+            assert not (mnt / "created").exists()
+            (mnt / "created").write_bytes(b"again")
+            assert (mnt / "created").read_bytes() == b"again"
+            # A symlink's target (now cached by the kernel) reads right.
+            assert os.readlink(mnt / "symlink") == "src"
+            assert (mnt / "symlink").read_bytes() == b"source"
