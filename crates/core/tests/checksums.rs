@@ -234,38 +234,14 @@ fn scrub_finds_every_damaged_block_and_reports_those_no_copy_can_repair() {
 
 #[test]
 fn scrub_drops_a_damaged_clean_copy_and_the_data_stays_readable() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 64);
-    let fs =
-        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
-    for (k, v) in [
-        ("migration_policy", "nvmfs"),
-        ("migration_threshold", "99"),
-        ("migration_age_ns", "0s"),
-        ("nvmfs_dirty_low_percent", "30"),
-        ("nvmfs_dirty_high_percent", "60"),
-    ] {
-        fs.set_setting(k, v).unwrap();
-    }
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
-    let data = pattern(9, 8 << 20);
-    for (k, c) in data.chunks(256 << 10).enumerate() {
-        fs.write(f.ino, (k as u64) << 18, c).unwrap();
-    }
-    assert!(fs.migration_pass() > 0, "NVMFS made clean copies");
-    let copies = tier_bytes(&fs, f.ino, "ssd-copy");
+    let (pm, ssd, fs, ino, data) = pool_with_a_damaged_clean_copy();
+    let copies = tier_bytes(&fs, ino, "ssd-copy");
     assert!(copies > 0);
-    let copy_at = extents(&fs, f.ino)
-        .into_iter()
-        .find(|e| e.2 == "ssd-copy")
-        .unwrap();
-    damage(&ssd, copy_at.3 + 1, 7, 3);
     let r = fs.scrub(0, true);
     assert_eq!((r.bad_blocks, r.repaired_blocks), (1, 1), "{r:?}");
     assert!(r.unrepairable.is_empty());
-    assert_eq!(tier_bytes(&fs, f.ino, "ssd-copy"), copies - BS);
-    assert_eq!(fs.read(f.ino, 0, data.len()).unwrap(), data);
+    assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), copies - BS);
+    assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
     fs.check_allocator().unwrap();
     // A second scrub finds nothing left to repair; so does a remount's.
     let again = fs.scrub(0, true);
@@ -274,7 +250,7 @@ fn scrub_drops_a_damaged_clean_copy_and_the_data_stays_readable() {
     drop(fs);
     let fs = Fs::mount_with_tiers(pm as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
     assert_eq!(fs.scrub(0, true).bad_blocks, 0);
-    assert_eq!(fs.read(f.ino, 0, data.len()).unwrap(), data);
+    assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
 }
 
 /// An NVMFS pool with an 8 MiB file on PM whose first clean copy on the
