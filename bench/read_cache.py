@@ -6,10 +6,11 @@ mounted in turn), in the same run. Also `tar -c` of a tree, second pass.
 
     bench/read_cache.py OLD_TERRACE NEW_TERRACE [ROUNDS] > result.json
 """
-import json, os, random, subprocess, sys, tempfile, time, platform
+import os, random, subprocess, sys, time
 
-OLD, NEW = sys.argv[1], sys.argv[2]
-ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import same_run  # noqa: E402
+
 SIZE = 256 << 20
 
 
@@ -59,37 +60,5 @@ def measure(d):
             "tar_warm_s": round(tar_pipe_s, 3)}
 
 
-def terrace_run(binary):
-    pm = f"/dev/shm/terrace-readcache-{os.getpid()}.pm"
-    mnt = tempfile.mkdtemp(prefix="terrace-readcache-")
-    subprocess.run([binary, "mkfs", "--force", "--tier", f"pm:{pm}:1G"], check=True,
-                   capture_output=True)
-    subprocess.run([binary, "mount", pm, mnt, "--daemon"], check=True, capture_output=True)
-    try:
-        return measure(mnt)
-    finally:
-        subprocess.run([binary, "umount", mnt], capture_output=True)
-        os.rmdir(mnt)
-        os.unlink(pm)
-
-
-def ext4_run():
-    d = tempfile.mkdtemp(prefix="terrace-readcache-ext4-", dir="/var/tmp")
-    try:
-        return measure(d)
-    finally:
-        subprocess.run(["rm", "-rf", d])
-
-
-runs = []
-for r in range(ROUNDS):
-    for name, fn in (("ext4", ext4_run), ("old", lambda: terrace_run(OLD)),
-                     ("new", lambda: terrace_run(NEW))):
-        res = fn()
-        res.update({"fs": name, "round": r + 1})
-        runs.append(res)
-        print(json.dumps(res), file=sys.stderr)
-mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
-print(json.dumps({"machine": f"{platform.release()}, {os.cpu_count()} CPUs, {mem} GiB RAM",
-                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "runs": runs}, indent=2))
+if __name__ == "__main__":
+    same_run.main(measure, "1G", ())

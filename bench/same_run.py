@@ -1,0 +1,56 @@
+"""Same-run comparison of ext4 (a folder on the disk, /var/tmp) with two
+Terrace builds (a PM-only pool on /dev/shm each), alternated per round; the
+result is JSON on stdout with the machine, and one line per run on stderr.
+
+Used by read_cache.py and metadata_cache.py: each gives a `measure(dir)`
+that returns a dict of numbers.
+"""
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def terrace_run(binary, measure, pm_size, mkfs_extra=()):
+    pm = f"/dev/shm/terrace-bench-{os.getpid()}.pm"
+    mnt = tempfile.mkdtemp(prefix="terrace-bench-")
+    subprocess.run([binary, "mkfs", "--force", "--tier", f"pm:{pm}:{pm_size}", *mkfs_extra],
+                   check=True, capture_output=True)
+    subprocess.run([binary, "mount", pm, mnt, "--daemon"], check=True, capture_output=True)
+    try:
+        return measure(mnt)
+    finally:
+        subprocess.run([binary, "umount", mnt], capture_output=True)
+        os.rmdir(mnt)
+        os.unlink(pm)
+
+
+def ext4_run(measure):
+    d = tempfile.mkdtemp(prefix="terrace-bench-ext4-", dir="/var/tmp")
+    try:
+        return measure(d)
+    finally:
+        subprocess.run(["rm", "-rf", d])
+
+
+def main(measure, pm_size, mkfs_extra=()):
+    """`SCRIPT OLD_TERRACE NEW_TERRACE [ROUNDS]`: runs `measure` on ext4, OLD
+    and NEW in turn, ROUNDS times (default 3), and prints the JSON."""
+    old, new = sys.argv[1], sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    runs = []
+    for r in range(rounds):
+        for name, fn in (("ext4", lambda: ext4_run(measure)),
+                         ("old", lambda: terrace_run(old, measure, pm_size, mkfs_extra)),
+                         ("new", lambda: terrace_run(new, measure, pm_size, mkfs_extra))):
+            res = fn()
+            res.update({"fs": name, "round": r + 1})
+            runs.append(res)
+            print(json.dumps(res), file=sys.stderr)
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
+    print(json.dumps({"machine": f"{platform.release()}, {os.cpu_count()} CPUs, {mem} GiB RAM",
+                      "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "runs": runs}, indent=2))
