@@ -625,7 +625,7 @@ impl Fs {
         mode: Mode,
     ) -> FsResult<Option<Prepared>> {
         // 1. Capture.
-        let (generation, pieces): (u32, Vec<Piece>) = {
+        let (generation, mut pieces): (u32, Vec<Piece>) = {
             let g = self.lock(ino)?;
             let i = g.as_ref().expect("live");
             let pieces = ranges
@@ -654,10 +654,9 @@ impl Fs {
         // move to the copy's tier) only when it reads back intact: else the
         // move copies the data, and an eviction leaves the piece alone (the
         // PM side may be the only good data; scrub drops the damaged copy).
-        let mut pieces = pieces;
         if matches!(mode, Mode::Move | Mode::Evict) {
             pieces.retain_mut(|p| match p.copy {
-                Some((t, b)) if t == to && !self.copy_is_intact(t, b, p.blocks) => {
+                Some((t, b)) if t == to && !self.blocks_intact(t, b, p.blocks, true) => {
                     p.copy = None;
                     mode == Mode::Move
                 }

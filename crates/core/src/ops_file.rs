@@ -225,9 +225,9 @@ impl Fs {
     /// before returning when the write is synchronous); so do writes that do
     /// not fit in PM any more. PM writes are copy-on-write and committed here.
     ///
-    /// All or nothing: ENOSPC (after waiting for moves in flight and dropping PM copies
-    /// of clean data, see
-    /// [`Fs::retry_freeing_room`]) leaves the file as it was.
+    /// All or nothing: ENOSPC (after waiting for moves in flight and dropping
+    /// PM copies of clean data, see [`Fs::retry_freeing_room`]) leaves the
+    /// file as it was.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
         let blocks = (data.len() as u64).div_ceil(BS) + 1;
         self.retry_freeing_room(blocks, || self.write_once(ino, off, data, o_sync))
@@ -457,6 +457,50 @@ impl Fs {
         Ok(Some((e, d)))
     }
 
+    /// Rewrites the mapped partial blocks at the ends of the byte range
+    /// `[off, end)` with their part of the range zeroed ([`Fs::zeroed_block`];
+    /// one block when both ends fall in it), adding their entries and blocks
+    /// to `entries` and `taken`. Returns whether the head block and the tail
+    /// block were rewritten (a partial end in a hole needs nothing).
+    fn zero_partial_ends(
+        &self,
+        i: &Inode,
+        (off, end): (u64, u64),
+        size_after: u64,
+        mtime: i64,
+        entries: &mut Vec<Entry>,
+        taken: &mut Vec<DataRuns>,
+    ) -> FsResult<(bool, bool)> {
+        let (head, last) = (off / BS, (end - 1) / BS);
+        let head_partial = off % BS != 0;
+        let mut done = (false, false);
+        if head_partial {
+            let to = if head == last && end % BS != 0 {
+                (end % BS) as usize
+            } else {
+                BS as usize
+            };
+            if let Some((e, b)) =
+                self.zeroed_block(i, head, (off % BS) as usize, to, size_after, mtime)?
+            {
+                entries.push(e);
+                taken.push(b);
+                done.0 = true;
+            }
+        }
+        // A partial last block other than the head block.
+        if end % BS != 0 && !(head_partial && head == last) {
+            if let Some((e, b)) =
+                self.zeroed_block(i, last, 0, (end % BS) as usize, size_after, mtime)?
+            {
+                entries.push(e);
+                taken.push(b);
+                done.1 = true;
+            }
+        }
+        Ok(done)
+    }
+
     /// Allocates `n` zero-filled blocks for file blocks `[fb, fb + n)` (PM
     /// first; near a full pool pieces may come from several tiers) and adds
     /// their write entries (size and mtime from `a`) to `entries`. Every
@@ -640,35 +684,17 @@ impl Fs {
                     // mapped partial blocks at its ends are rewritten with
                     // their part of the range zeroed, and partial blocks in
                     // holes get zero-filled blocks. One commit.
-                    let fb0 = off / BS;
-                    let last = (end - 1) / BS;
-                    let head_partial = off % BS != 0;
-                    // The last block is partial and not the head block.
-                    let tail_partial = end % BS != 0 && !(head_partial && fb0 == last);
-                    let (mut fill_from, mut fill_to) = (fb0, last + 1);
-                    if head_partial {
-                        let to = if fb0 == last && end % BS != 0 {
-                            (end % BS) as usize
-                        } else {
-                            BS as usize
-                        };
-                        if let Some((e, b)) =
-                            self.zeroed_block(i, fb0, (off % BS) as usize, to, a.size, now)?
-                        {
-                            entries.push(e);
-                            taken.push(b);
-                            fill_from = fb0 + 1;
-                        }
-                    }
-                    if tail_partial {
-                        if let Some((e, b)) =
-                            self.zeroed_block(i, last, 0, (end % BS) as usize, a.size, now)?
-                        {
-                            entries.push(e);
-                            taken.push(b);
-                            fill_to = last;
-                        }
-                    }
+                    let (fb0, last) = (off / BS, (end - 1) / BS);
+                    let (head_done, tail_done) = self.zero_partial_ends(
+                        i,
+                        (off, end),
+                        a.size,
+                        now,
+                        &mut entries,
+                        &mut taken,
+                    )?;
+                    let fill_from = if head_done { fb0 + 1 } else { fb0 };
+                    let fill_to = if tail_done { last } else { last + 1 };
                     a.mtime = now;
                     if fill_to > fill_from {
                         self.zero_fill(
@@ -715,36 +741,19 @@ impl Fs {
                 FallocateMode::PunchHole => {
                     let first_full = off.div_ceil(BS);
                     let end_full = end / BS;
-                    if off % BS != 0 {
-                        let fb = off / BS;
-                        let to = if fb == (end - 1) / BS && end % BS != 0 {
-                            (end % BS) as usize
-                        } else {
-                            BS as usize
-                        };
-                        if let Some((e, b)) =
-                            self.zeroed_block(i, fb, (off % BS) as usize, to, a.size, a.mtime)?
-                        {
-                            entries.push(e);
-                            taken.push(b);
-                        }
-                    }
+                    self.zero_partial_ends(
+                        i,
+                        (off, end),
+                        a.size,
+                        a.mtime,
+                        &mut entries,
+                        &mut taken,
+                    )?;
                     if end_full > first_full {
                         entries.push(Entry::Punch {
                             file_block: first_full,
                             blocks: end_full - first_full,
                         });
-                    }
-                    if end % BS != 0
-                        && end / BS >= first_full
-                        && (off / BS != end / BS || off % BS == 0)
-                    {
-                        if let Some((e, b)) =
-                            self.zeroed_block(i, end / BS, 0, (end % BS) as usize, a.size, a.mtime)?
-                        {
-                            entries.push(e);
-                            taken.push(b);
-                        }
                     }
                     a.mtime = now;
                 }

@@ -294,7 +294,7 @@ impl Fs {
             let Some((t, b)) = p.second else {
                 return Ok(false);
             };
-            if !self.location_is_good(t, b + k) {
+            if !self.blocks_intact(t, b + k, 1, false) {
                 return Ok(false);
             }
             Entry::Copy(CopyEntry {
@@ -317,19 +317,5 @@ impl Fs {
         }
         self.commit_one_in(i, vec![entry], true)?;
         Ok(true)
-    }
-
-    /// Block `block` of tier `tier` reads back and matches its checksum (PM
-    /// blocks have none and count as good).
-    fn location_is_good(&self, tier: u8, block: u64) -> bool {
-        if tier == 0 {
-            return true;
-        }
-        let mut b = vec![0u8; BS as usize];
-        let Ok(t) = self.tier(tier) else { return false };
-        if t.media.read_blocks(block, &mut b).is_err() {
-            return false;
-        }
-        t.sums.check(block, &b) != Some(false)
     }
 }

@@ -266,9 +266,11 @@ impl Fs {
     }
 
     /// Whether the `blocks` blocks from `first` on of tier `tier` read back
-    /// and match their checksums (PM has none: always true). A mismatch is
-    /// counted and logged.
-    pub(crate) fn copy_is_intact(&self, tier: u8, first: u64, blocks: u64) -> bool {
+    /// and match their checksums (PM has none, nor do blocks written before
+    /// format 5: they count as intact). With `report`, a mismatch is counted
+    /// and logged (`verified_prefix`); scrub, which counts what it finds
+    /// itself, asks without.
+    pub(crate) fn blocks_intact(&self, tier: u8, first: u64, blocks: u64, report: bool) -> bool {
         if tier == 0 {
             return true;
         }
@@ -280,9 +282,18 @@ impl Fs {
         while at < blocks {
             let n = (blocks - at).min(256);
             let chunk = &mut buf[..(n * BLOCK_SIZE) as usize];
-            if t.media.read_blocks(first + at, chunk).is_err()
-                || self.verified_prefix(tier, first + at, chunk) as u64 != n
-            {
+            if t.media.read_blocks(first + at, chunk).is_err() {
+                return false;
+            }
+            let intact = if report {
+                self.verified_prefix(tier, first + at, chunk) as u64 == n
+            } else {
+                chunk
+                    .chunks(BLOCK_SIZE as usize)
+                    .enumerate()
+                    .all(|(k, b)| t.sums.check(first + at + k as u64, b) != Some(false))
+            };
+            if !intact {
                 return false;
             }
             at += n;
