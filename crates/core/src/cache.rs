@@ -597,7 +597,23 @@ impl Fs {
     /// under cache pressure goes in such parts, so a writer that waits for
     /// room waits for one part, not for the whole file, and the device works
     /// while the writer fills the cache again.
+    ///
+    /// The pages were promised their blocks ([`Fs::data_room_blocks`]), but a
+    /// move in flight holds blocks on two tiers until its commit and may
+    /// hold some of them: a write-back short of room waits for such moves
+    /// and drops clean PM copies, then tries again
+    /// ([`Fs::retry_freeing_room`]), rather than fail an fsync with ENOSPC.
+    /// Called with no lock held; not by a thread that holds uncommitted
+    /// moves of its own (it would wait for itself): that one calls
+    /// [`Fs::write_back_part`] and commits its moves first.
     pub(crate) fn flush_inode_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
+        let blocks = (max_bytes / BS).min(self.cache.dirty_blocks()).max(1);
+        self.retry_freeing_room(blocks, || self.write_back_part(ino, max_bytes))
+    }
+
+    /// One try of [`Fs::flush_inode_part`]: ENOSPC when the tiers lack the
+    /// blocks right now.
+    pub(crate) fn write_back_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
         let wb = self.cache.wb_locks[ino as usize % WB_STRIPES].lock();
         let (pages, size, mtime, rule, generation, whole) = {
             let Ok(g) = self.lock(ino) else {
@@ -737,7 +753,7 @@ impl Fs {
             release(pieces);
             if !whole && e.raw_os_error() == Some(libc::ENOSPC) {
                 drop(wb);
-                return self.flush_inode_part(ino, u64::MAX);
+                return self.write_back_part(ino, u64::MAX);
             }
             return Err(e);
         }

@@ -713,6 +713,14 @@ impl Fs {
                     return Err(e);
                 }
             };
+            // A copy keeps its source: it may take only room that no dirty
+            // cached page was promised (a move gives its source back at the
+            // commit; a write-back short of room waits for it).
+            let _room = (mode == Mode::Copy).then(|| self.room_lock.lock());
+            if mode == Mode::Copy && self.data_room_blocks() < total {
+                not_pending();
+                return Err(errno(libc::ENOSPC));
+            }
             match t.space.alloc(total) {
                 Some(runs) => crate::data::DataRuns { tier: to, runs },
                 None => {
@@ -1054,7 +1062,15 @@ impl Fs {
         tiers: &[u8],
         gb: u64,
     ) -> FsResult<()> {
-        self.flush_inode(ino)?;
+        // This thread's uncommitted moves may hold the room the write-back
+        // needs: commit them before waiting for room.
+        if let Err(e) = self.write_back_part(ino, u64::MAX) {
+            if e.raw_os_error() != Some(libc::ENOSPC) {
+                return Err(e);
+            }
+            batch.flush()?;
+            self.flush_inode(ino)?;
+        }
         let entries: Vec<EntrySnapshot> = {
             let g = self.lock(ino)?;
             let i = g.as_ref().expect("live");

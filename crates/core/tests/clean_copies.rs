@@ -362,3 +362,43 @@ fn a_pool_full_but_for_clean_copies_takes_writes_for_all_of_its_room() {
     assert!(fs.read(ino, 0, data.len()).unwrap() == data);
     fs.check_allocator().unwrap();
 }
+
+#[test]
+fn clean_copies_never_take_the_room_promised_to_dirty_cached_pages() {
+    // A small SSD: PM data of an nvmfs pool, and a file pinned to the SSD
+    // whose dirty cached pages were promised the rest of the pool's room.
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd_size = 16 << 20;
+    let ssd = Arc::new(MemBlock::new(ssd_size));
+    mkfs_pm_ssd(&*pm, ssd_size, 64);
+    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let hot = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    fs.setxattr(hot.ino, b"user.terrace.rule", b"ssd", 0)
+        .unwrap();
+    let mut hot_data = Vec::new();
+    loop {
+        let chunk = pattern(2 + hot_data.len() as u64, 256 << 10);
+        match fs.write(hot.ino, hot_data.len() as u64, &chunk) {
+            Ok(_) => hot_data.extend_from_slice(&chunk),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+                break;
+            }
+        }
+        assert!(hot_data.len() < 64 << 20, "the pool never filled");
+    }
+    assert!(fs.cache().stats().dirty_bytes > 4 << 20);
+    // The dirty list is past its high mark, but a copy now would take SSD
+    // blocks the cached pages need: the pass makes none.
+    fs.migration_pass();
+    assert_eq!(
+        tier_bytes(&fs, ino, "ssd-copy"),
+        0,
+        "a clean copy took room promised to dirty pages"
+    );
+    fs.fsync(hot.ino, false).unwrap();
+    assert_eq!(fs.status().space.copies_dropped_for_room_bytes, 0);
+    assert!(fs.read(hot.ino, 0, hot_data.len() + 1).unwrap() == hot_data);
+    assert!(fs.read(ino, 0, data.len() + 1).unwrap() == data);
+    fs.check_allocator().unwrap();
+}

@@ -518,3 +518,70 @@ fn fallocate_larger_than_pm_takes_blocks_from_every_tier_and_reads_zeros() {
     assert_eq!(fs.getattr(a.ino).unwrap().size, len);
     fs.check_allocator().unwrap();
 }
+
+#[test]
+fn fsync_waits_for_a_move_in_flight_instead_of_failing_with_enospc() {
+    // Dirty cached pages hold room for their blocks. A move from PM to the
+    // SSD takes SSD blocks before it frees its PM blocks (at its commit):
+    // for that while the pool has less free space than the dirty pages
+    // were promised, and a write-back then must wait for the move, not
+    // fail an fsync with ENOSPC.
+    let pm = Arc::new(MemMedia::new(8 << 20));
+    let ssd_size = 16 << 20;
+    let ssd = Arc::new(FaultBlock::new(MemBlock::new(ssd_size)));
+    mkfs_pm_ssd(&*pm, ssd_size, 64);
+    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    let cold = fs.mknod(1, b"cold", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let cold_data = pattern(1, 2 << 20);
+    fs.write(cold.ino, 0, &cold_data).unwrap();
+    fs.fsync(cold.ino, false).unwrap();
+    assert_eq!(tier_bytes(&fs, cold.ino, "pm"), 2 << 20);
+    // A file pinned to the SSD fills the pool with dirty cached pages.
+    let hot = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    fs.setxattr(hot.ino, b"user.terrace.rule", b"ssd", 0)
+        .unwrap();
+    let mut hot_data = Vec::new();
+    let err = loop {
+        let chunk = pattern(2 + hot_data.len() as u64, 256 << 10);
+        match fs.write(hot.ino, hot_data.len() as u64, &chunk) {
+            Ok(_) => hot_data.extend_from_slice(&chunk),
+            Err(e) => break e,
+        }
+        assert!(hot_data.len() < 64 << 20, "the pool never filled");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    assert!(
+        fs.cache().stats().dirty_bytes > 4 << 20,
+        "the writes were not cached: {:?}",
+        fs.cache().stats()
+    );
+    // Move the cold file to the SSD, and keep the move in flight (its
+    // sync held) while the hot file is synced.
+    ssd.hold_syncs();
+    let mover = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.migrate_file(cold.ino, 1))
+    };
+    let start = std::time::Instant::now();
+    while ssd.syncs_waiting() == 0 {
+        assert!(start.elapsed().as_secs() < 10, "the move never synced");
+        std::thread::yield_now();
+    }
+    let syncer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.fsync(hot.ino, false))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let early = syncer.is_finished();
+    ssd.release_syncs();
+    let synced = syncer.join().unwrap();
+    assert!(
+        !early || synced.is_ok(),
+        "fsync did not wait for the move in flight: {synced:?}"
+    );
+    synced.unwrap();
+    assert_eq!(mover.join().unwrap().unwrap(), 2 << 20);
+    assert!(fs.read(hot.ino, 0, hot_data.len() + 1).unwrap() == hot_data);
+    assert!(fs.read(cold.ino, 0, cold_data.len() + 1).unwrap() == cold_data);
+    fs.check_allocator().unwrap();
+}

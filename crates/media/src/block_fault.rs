@@ -12,13 +12,17 @@
 //! ([`io::ErrorKind::InvalidInput`]) are rejected before the countdown and do
 //! not consume it. [`FaultBlock::injected`] counts the failures injected.
 //!
+//! [`FaultBlock::hold_syncs`] makes syncs wait (a slow device) until
+//! [`FaultBlock::release_syncs`], so a test can keep work that waits for a
+//! sync in flight while it checks what else the file system does meanwhile.
+//!
 //! [`stats`](BlockMedia::stats) are the inner media's, so they count only the
 //! requests that succeeded. Wrap an `Arc<CrashBlock>` to combine failures with
 //! crash images.
 
 use std::io;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::block::{check_block_range, BlockMedia, BlockStats};
 
@@ -68,6 +72,10 @@ struct State {
     writes: Countdown,
     syncs: Countdown,
     injected: InjectedFaults,
+    /// Syncs wait while this is set ([`FaultBlock::hold_syncs`]).
+    holding_syncs: bool,
+    /// Syncs waiting now.
+    syncs_waiting: u64,
 }
 
 fn eio() -> io::Error {
@@ -80,6 +88,8 @@ fn eio() -> io::Error {
 pub struct FaultBlock<B: BlockMedia> {
     inner: B,
     state: Mutex<State>,
+    /// Signalled when syncs are released.
+    released: Condvar,
 }
 
 impl<B: BlockMedia> FaultBlock<B> {
@@ -88,6 +98,7 @@ impl<B: BlockMedia> FaultBlock<B> {
         FaultBlock {
             inner,
             state: Mutex::new(State::default()),
+            released: Condvar::new(),
         }
     }
 
@@ -107,6 +118,23 @@ impl<B: BlockMedia> FaultBlock<B> {
     /// [`heal`](Self::heal).
     pub fn fail_sync_after(&self, n: u64) {
         self.state.lock().syncs = Countdown::After(n);
+    }
+
+    /// Every later sync waits (does not return) until
+    /// [`release_syncs`](Self::release_syncs).
+    pub fn hold_syncs(&self) {
+        self.state.lock().holding_syncs = true;
+    }
+
+    /// Lets held syncs and every later one through.
+    pub fn release_syncs(&self) {
+        self.state.lock().holding_syncs = false;
+        self.released.notify_all();
+    }
+
+    /// Syncs waiting now because of [`hold_syncs`](Self::hold_syncs).
+    pub fn syncs_waiting(&self) -> u64 {
+        self.state.lock().syncs_waiting
     }
 
     /// Disarms every countdown: operations succeed again. Counts are kept.
@@ -171,6 +199,13 @@ impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
     fn sync(&self) -> io::Result<()> {
         {
             let mut s = self.state.lock();
+            if s.holding_syncs {
+                s.syncs_waiting += 1;
+                while s.holding_syncs {
+                    self.released.wait(&mut s);
+                }
+                s.syncs_waiting -= 1;
+            }
             if s.syncs.tick() {
                 s.injected.syncs += 1;
                 return Err(eio());
@@ -259,5 +294,26 @@ mod tests {
         m.heal();
         m.sync().unwrap();
         assert_eq!(&crash.crash_image(BlockLoss::AllUnsynced)[..B], &[5; B][..]);
+    }
+
+    #[test]
+    fn held_syncs_wait_until_released() {
+        let m = Arc::new(FaultBlock::new(MemBlock::new(4 * BLOCK_SIZE)));
+        m.hold_syncs();
+        let waiter = {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || m.sync())
+        };
+        let start = std::time::Instant::now();
+        while m.syncs_waiting() == 0 {
+            assert!(start.elapsed().as_secs() < 10, "the sync never started");
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "a held sync returned");
+        m.release_syncs();
+        waiter.join().unwrap().unwrap();
+        assert_eq!(m.syncs_waiting(), 0);
+        m.sync().unwrap();
     }
 }
