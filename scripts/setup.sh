@@ -31,6 +31,7 @@ declare -A PKG_FOR_CMD=(
     [mkfs.ext4]=e2fsprogs
     [losetup]=util-linux
     [findmnt]=util-linux
+    [gcc]=gcc
 )
 
 # Commands in /sbin and /usr/sbin are not always on a non-root PATH.

@@ -297,3 +297,63 @@ def test_on_a_pm_only_pool_fsync_needs_no_request_and_unsynced_writes_survive_a_
         with open(os.path.join(mountpoint, "mapped"), "rb") as f:
             data = f.read()
         assert data[4096:4096 + 11] == b"mmap stores" and len(data) == 1 << 16
+
+
+_ALIGNED_WRITER = r"""
+import os, random, sys
+path, seed = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(seed)
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+k = 0
+while True:
+    pages = rnd.choice([1, 2, 3, 16, 64, 255, 256])
+    rec = b"".join(k.to_bytes(8, "little") + p.to_bytes(8, "little") + bytes([k & 0xFF]) * 4080
+                   for p in range(pages))
+    try:
+        os.write(fd, rec)
+    except OSError:
+        break
+    k += 1
+    if k == 1:
+        print("writing", flush=True)
+"""
+
+
+@pytest.mark.pool(size="1G")
+def test_page_aligned_writes_through_a_read_write_descriptor_stay_whole_across_kills(
+        terrace_bin, pool, mountpoint):
+    """Read-write opens go through the kernel's page cache (design.md 5b,
+    5g0): a write() that starts on a page boundary is one request up to
+    1 MiB, so after kill -9 the file is a sequence of whole writes, never
+    part of one (ext4 does not promise even that)."""
+    for it in range(4):
+        seed = 1000 + it
+        path = os.path.join(mountpoint, f"aligned{it}")
+        m = helpers.mount(pool, mountpoint)
+        try:
+            w = subprocess.Popen([sys.executable, "-c", _ALIGNED_WRITER, path, str(seed)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            assert w.stdout.readline().strip() == "writing"
+            time.sleep(0.05 + 0.05 * it)
+            m.kill()
+            w.wait(timeout=60)
+        finally:
+            helpers.lazy_unmount(mountpoint)
+        cp = helpers.fsck(pool)
+        assert cp.returncode == 0, helpers.describe(cp, f"fsck after kill -9 ({it})")
+        with helpers.mounted_pool(pool, mountpoint):
+            with open(path, "rb") as f:
+                data = f.read()
+            os.unlink(path)
+        rnd = random.Random(seed)
+        off = k = 0
+        while off < len(data):
+            pages = rnd.choice([1, 2, 3, 16, 64, 255, 256])
+            rec = b"".join(k.to_bytes(8, "little") + p.to_bytes(8, "little") + bytes([k & 0xFF]) * 4080
+                           for p in range(pages))
+            got = data[off:off + len(rec)]
+            assert got == rec, (f"run {it}: write {k} ({pages} pages at {off}) is "
+                                f"{'torn' if len(got) < len(rec) else 'wrong'}: {len(got)} of {len(rec)} bytes")
+            off += len(rec)
+            k += 1
+        assert k > 0, f"run {it}: nothing was written before the kill"

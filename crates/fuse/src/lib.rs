@@ -6,14 +6,17 @@
 //! Choices (see the design notes):
 //! - `default_permissions` is always on: the kernel checks permissions, so
 //!   `access` just says yes.
-//! - No writeback cache: every `write()` reaches the core (the placement
-//!   predictor must see the real write sizes). Files are opened with
-//!   `FOPEN_DIRECT_IO` when opened for writing and the kernel offers
+//! - No writeback cache: every `write()` reaches the core when it is made
+//!   (the placement predictor must see the real writes). Files opened
+//!   write-only get `FOPEN_DIRECT_IO` when the kernel offers
 //!   `FUSE_DIRECT_IO_ALLOW_MMAP`, so a write() of up to 1 MiB is one request
-//!   and one atomic commit (through the page cache the kernel splits writes at
-//!   partial pages); opens for reading only read through the kernel's page
-//!   cache, kept while the file is unchanged ([`page_cache`]). Kernels
-//!   without that flag get `FOPEN_KEEP_CACHE` for every open.
+//!   and one atomic commit (through the page cache the kernel splits writes
+//!   at partial pages); opens for reading — read-only and read-write — go
+//!   through the kernel's page cache (write-through for writes), kept while
+//!   the file is unchanged ([`page_cache`]): reads of hot data are memory
+//!   copies, and a shared mapping and write() of one descriptor share one
+//!   copy of each page. Kernels without that flag get `FOPEN_KEEP_CACHE` for
+//!   every open.
 //! - Locks (`getlk`/`setlk`) are not implemented: fuser does not ask for
 //!   `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`, so the kernel keeps POSIX locks and
 //!   flocks locally, which is correct for a single-host file system.
@@ -70,8 +73,8 @@ pub struct FuseAdapter {
     killpriv: bool,
     /// Sends invalidations to the kernel (set once the session exists).
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
-    /// Files opened for writing get `FOPEN_DIRECT_IO` (the kernel allows mmap
-    /// of them); read-only opens read through the kernel's page cache.
+    /// Files opened write-only get `FOPEN_DIRECT_IO` (the kernel allows mmap
+    /// of them); other opens go through the kernel's page cache.
     direct_io: bool,
     /// Page-cache state of files opened for reading only.
     cached: page_cache::CachedOpens,
@@ -107,18 +110,19 @@ impl FuseAdapter {
         &self.fs
     }
 
-    /// Whether an open with `flags` reads through the kernel's page cache
-    /// under [`page_cache`]'s rules: a read-only open, when writers use
-    /// direct I/O.
+    /// Whether an open with `flags` goes through the kernel's page cache
+    /// under [`page_cache`]'s rules: an open for reading (read-only or
+    /// read-write) when write-only opens use direct I/O.
     fn cached_open(&self, flags: i32) -> bool {
-        self.direct_io && flags & libc::O_ACCMODE == libc::O_RDONLY
+        self.direct_io && flags & libc::O_ACCMODE != libc::O_WRONLY
     }
 
     /// How regular files are opened (after the core's open of `ino`
-    /// succeeded): direct I/O for writers when the kernel allows mmap of
-    /// direct-I/O files (atomic writes); read-only opens through the page
-    /// cache, kept while the file is unchanged; everything through a kept
-    /// page cache on kernels without direct-I/O mmap.
+    /// succeeded): direct I/O for write-only opens when the kernel allows
+    /// mmap of direct-I/O files (atomic writes); opens for reading
+    /// (read-only and read-write) through the page cache, kept while the
+    /// file is unchanged; everything through a kept page cache on kernels
+    /// without direct-I/O mmap.
     fn open_flags(&self, ino: u64, flags: i32) -> FopenFlags {
         if !self.direct_io {
             FopenFlags::FOPEN_KEEP_CACHE
@@ -139,8 +143,8 @@ impl FuseAdapter {
 
     /// The data of `ino` from byte `offset` on (`len` bytes, 0: to the end)
     /// changed other than from the kernel's page cache: drops the kernel's
-    /// pages of that range while read-only opens may hold them (before the
-    /// change is acknowledged), and marks the file so the next read-only
+    /// pages of that range while cached opens may hold them (before the
+    /// change is acknowledged), and marks the file so the next cached
     /// open drops the rest.
     fn data_changed(&self, ino: u64, offset: u64, len: u64) {
         if self.direct_io && self.cached.changed(ino) {
@@ -436,7 +440,7 @@ impl Filesystem for FuseAdapter {
                 if size.is_some() {
                     // The kernel cuts its own pages at a truncate made
                     // through it; the file is still marked changed, so the
-                    // next read-only open starts from a clean page cache.
+                    // next cached open starts from a clean page cache.
                     self.cached.changed(ino.0);
                 }
                 reply.attr(&TTL, &file_attr(&a))
@@ -612,7 +616,12 @@ impl Filesystem for FuseAdapter {
                 if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                     self.kill_priv(ino.0, &setid::Caller::of(req).unprivileged());
                 }
-                if !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+                // Writes through a cached (read-write) open went through
+                // the kernel's page cache, which holds their bytes already
+                // (write-through), as do write-backs of mapped pages; only
+                // writes that bypassed it change what cached opens see.
+                let bypassed_cache = !self.cached_open(flags.0) || flags.0 & libc::O_DIRECT != 0;
+                if bypassed_cache && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
                     self.data_changed(ino.0, offset, n as u64);
                 }
                 reply.written(n as u32)

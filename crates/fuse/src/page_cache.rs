@@ -1,47 +1,55 @@
-//! Which opens read through the kernel's page cache, and when the kernel
-//! must drop pages of a file (issue 16, step 1).
+//! Which opens go through the kernel's page cache, and when the kernel
+//! must drop pages of a file (issue 16).
 //!
-//! Files opened for writing use direct I/O (`FOPEN_DIRECT_IO`): every
+//! Files opened write-only use direct I/O (`FOPEN_DIRECT_IO`): every
 //! `write()` of up to 1 MiB is one request and one atomic commit in the core,
 //! and the synchronicity and size predictors see the application's own
-//! writes. Files opened for reading only use the kernel's page cache
-//! (`FOPEN_KEEP_CACHE` while it is still valid), so a re-read of hot data is
-//! a memory copy, not a round trip to the daemon.
+//! writes (logs, appenders, copies). Files opened for reading — read-only or
+//! read-write — use the kernel's page cache (`FOPEN_KEEP_CACHE` while it is
+//! still valid), so a re-read of hot data is a memory copy, not a round trip
+//! to the daemon. Their writes are write-through (no writeback cache): each
+//! reaches the daemon before `write()` returns, and the kernel keeps the
+//! bytes in its pages. One page cache per file also makes a shared mapping
+//! and `write()` of one descriptor agree: with direct I/O the kernel's
+//! invalidation after each direct write could write back a mapped page
+//! re-dirtied with stale bytes over the write (xfstests generic/346).
 //!
 //! The daemon is the pool's only writer and every change of a file's data
 //! reaches it through this mount; migration, write-back, scrub and log moves
 //! never change a file's bytes. So the kernel's pages of a file can only
-//! become stale through a change made here:
-//! - a write through a direct-I/O open, fallocate, or a size change: the
-//!   file is marked *stale*, and when read-only opens of it are live, the
-//!   changed range is invalidated in the kernel before the change is
-//!   acknowledged (a reader that had the old bytes cached sees the new ones
-//!   as soon as the writer's call returns);
-//! - the next read-only open of a stale file is answered without
+//! become stale through a change made here that bypassed them:
+//! - a write through a direct-I/O (write-only) open or with `O_DIRECT`,
+//!   fallocate, or a size change: the file is marked *stale*, and when cached
+//!   opens of it are live, the changed range is invalidated in the kernel
+//!   before the change is acknowledged (a reader that had the old bytes
+//!   cached sees the new ones as soon as the writer's call returns; the
+//!   kernel cuts its pages itself at a truncate);
+//! - the next cached open of a stale file is answered without
 //!   `FOPEN_KEEP_CACHE`, which makes the kernel drop all of the file's pages
 //!   at that open.
 //!
-//! Writes the kernel sends from its page cache (`FUSE_WRITE_CACHE`: dirty
-//! pages of a shared mapping) carry bytes the cache already holds: they mark
-//! nothing and invalidate nothing (invalidating pages under write-back from
-//! inside their own write request would wait on itself).
+//! Writes through a cached open, and writes the kernel sends from its page
+//! cache (`FUSE_WRITE_CACHE`: dirty pages of a shared mapping), carry bytes
+//! the cache already holds: they mark nothing and invalidate nothing
+//! (invalidating pages from inside such a write request would wait on the
+//! page locks the kernel holds for it).
 //!
 //! Invariant: a file whose entry is missing or stale has no page in the
-//! kernel that a read-only open may keep. Entries are dropped when the
-//! kernel forgets the inode (its pages go with it).
+//! kernel that a cached open may keep. Entries are dropped when the kernel
+//! forgets the inode (its pages go with it).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Entry {
-    /// Live read-only opens (their reads fill the page cache).
+    /// Live cached opens (their reads and writes fill the page cache).
     opens: u32,
     /// The data changed since the pages were cached.
     stale: bool,
 }
 
-/// The page-cache state of every file opened for reading only.
+/// The page-cache state of every file opened through the page cache.
 #[derive(Debug, Default)]
 pub struct CachedOpens {
     files: Mutex<HashMap<u64, Entry>>,
@@ -53,7 +61,7 @@ impl CachedOpens {
         self.files.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A read-only open of `ino`: whether the kernel may keep the pages it
+    /// A cached open of `ino`: whether the kernel may keep the pages it
     /// holds (`FOPEN_KEEP_CACHE`) — false the first time and after a change,
     /// and the kernel then drops them at this open.
     pub fn open(&self, ino: u64) -> bool {
@@ -68,7 +76,7 @@ impl CachedOpens {
         keep
     }
 
-    /// The release of a read-only open of `ino`.
+    /// The release of a cached open of `ino`.
     pub fn release(&self, ino: u64) {
         if let Some(e) = self.files().get_mut(&ino) {
             e.opens = e.opens.saturating_sub(1);
@@ -76,7 +84,7 @@ impl CachedOpens {
     }
 
     /// The data of `ino` changed (not from the kernel's own page cache):
-    /// true when read-only opens are live, so the caller must invalidate the
+    /// true when cached opens are live, so the caller must invalidate the
     /// changed range in the kernel before it replies.
     pub fn changed(&self, ino: u64) -> bool {
         match self.files().get_mut(&ino) {

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Read-write opens (issue 16, step 2): what changes when files opened
+read-write go through the kernel's page cache instead of direct I/O, on ext4
+(the disk), on Terrace built OLD and NEW (PM-only pool on /dev/shm, mounted
+in turn), in the same run:
+
+- sync_write_rdwr_us: 4 KiB pwrite + fdatasync at random offsets of a
+  64 MiB file opened O_RDWR (the sync-write lead must not shrink);
+- sync_write_wronly_us: the same through an O_WRONLY descriptor (control:
+  that path did not change);
+- pread_rdwr_4k_us: cached 4 KiB random preads through the O_RDWR
+  descriptor that wrote the file and read it once;
+- sqlite_wal_s: SQLite in WAL mode, synchronous=NORMAL: 50,000 rows of 100
+  bytes in 50 transactions, then two full scans (the database and its WAL
+  are opened read-write).
+
+    bench/rw_opens.py OLD_TERRACE NEW_TERRACE [ROUNDS] > result.json
+"""
+import os, random, sqlite3, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import same_run  # noqa: E402
+
+SIZE = 64 << 20
+
+
+def sync_writes(path, flags, n=5000):
+    fd = os.open(path, flags)
+    try:
+        rnd = random.Random(2)
+        buf = os.urandom(4096)
+        offs = [rnd.randrange(0, SIZE // 4096) * 4096 for _ in range(n)]
+        t = time.perf_counter()
+        for o in offs:
+            os.pwrite(fd, buf, o)
+            os.fdatasync(fd)
+        return (time.perf_counter() - t) / n * 1e6
+    finally:
+        os.close(fd)
+
+
+def measure(d):
+    path = os.path.join(d, "data")
+    with open(path, "wb") as f:
+        blk = os.urandom(1 << 20)
+        for _ in range(SIZE >> 20):
+            f.write(blk)
+        os.fsync(f.fileno())
+    rdwr = sync_writes(path, os.O_RDWR)
+    wronly = sync_writes(path, os.O_WRONLY)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        off = 0
+        while os.pread(fd, 1 << 20, off):
+            off += 1 << 20
+        rnd = random.Random(1)
+        offs = [rnd.randrange(0, SIZE // 4096) * 4096 for _ in range(100_000)]
+        t = time.perf_counter()
+        for o in offs:
+            os.pread(fd, 4096, o)
+        pread_us = (time.perf_counter() - t) / len(offs) * 1e6
+    finally:
+        os.close(fd)
+    db = os.path.join(d, "bench.db")
+    t = time.perf_counter()
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+    val = os.urandom(100)
+    for tx in range(50):
+        con.execute("BEGIN")
+        con.executemany("INSERT INTO t(v) VALUES (?)", ((val,) for _ in range(1000)))
+        con.execute("COMMIT")
+    for _ in range(2):
+        con.execute("SELECT sum(length(v)) FROM t").fetchone()
+    con.close()
+    sqlite_s = time.perf_counter() - t
+    return {"sync_write_rdwr_us": round(rdwr, 2), "sync_write_wronly_us": round(wronly, 2),
+            "pread_rdwr_4k_us": round(pread_us, 3), "sqlite_wal_s": round(sqlite_s, 3)}
+
+
+if __name__ == "__main__":
+    same_run.main(measure, "1G", ())
