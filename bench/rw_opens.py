@@ -24,7 +24,7 @@ import same_run  # noqa: E402
 SIZE = 64 << 20
 
 
-def sync_writes(path, flags, n=5000):
+def sync_writes(path, flags, n=2000):
     fd = os.open(path, flags)
     try:
         rnd = random.Random(2)
@@ -39,15 +39,22 @@ def sync_writes(path, flags, n=5000):
         os.close(fd)
 
 
-def measure(d):
-    path = os.path.join(d, "data")
+def fill(path):
     with open(path, "wb") as f:
         blk = os.urandom(1 << 20)
         for _ in range(SIZE >> 20):
             f.write(blk)
         os.fsync(f.fileno())
-    rdwr = sync_writes(path, os.O_RDWR)
-    wronly = sync_writes(path, os.O_WRONLY)
+
+
+def measure(d):
+    # A file of its own for each job, so that pages one job leaves in the
+    # kernel's cache do not cost the next one (a direct write drops them).
+    for name in ("w", "rw", "data"):
+        fill(os.path.join(d, name))
+    wronly = sync_writes(os.path.join(d, "w"), os.O_WRONLY)
+    rdwr = sync_writes(os.path.join(d, "rw"), os.O_RDWR)
+    path = os.path.join(d, "data")
     fd = os.open(path, os.O_RDWR)
     try:
         off = 0
