@@ -1149,7 +1149,7 @@ impl Fs {
             let need = mig::should_migrate(counted, cap, threshold, params.forced_percent, running);
             // NVMFS keeps PM's dirty data between its own marks (the flush
             // below); the migration threshold applies to it only when forced.
-            let own_marks = from == 0 && policy.name() == "nvmfs" && !need.is_forced();
+            let own_marks = from == 0 && policy.flushes_dirty_list() && !need.is_forced();
             if need.is_needed() && !own_marks {
                 self.migrator.running.fetch_or(bit, Ordering::Relaxed);
                 let obs = mig::CopyObservation {
@@ -1181,7 +1181,7 @@ impl Fs {
                     self.migrator.waiting.lock().clear();
                 }
             }
-            if from == 0 && policy.name() == "nvmfs" {
+            if from == 0 && policy.flushes_dirty_list() {
                 moved += self.nvmfs_flush(to, cap, pm_split, &np);
             }
         }
@@ -1232,7 +1232,7 @@ impl Fs {
         let target = {
             let mut g = m.split.lock();
             let sp = g.get_or_insert_with(|| AdaptiveSplit::new(&np.split, now));
-            // Feed this window's hits (scaled down to bound the work; only
+            // Feed this window's hits (scaled down as they always were; only
             // their ratio matters).
             let mut c = m.window_clean_hits.swap(0, Ordering::Relaxed);
             let mut d = m.window_dirty_hits.swap(0, Ordering::Relaxed);
@@ -1240,12 +1240,8 @@ impl Fs {
                 c /= 2;
                 d /= 2;
             }
-            for _ in 0..c {
-                sp.on_hit(PageKind::Clean);
-            }
-            for _ in 0..d {
-                sp.on_hit(PageKind::Dirty);
-            }
+            sp.on_hits(PageKind::Clean, c);
+            sp.on_hits(PageKind::Dirty, d);
             if sp.window_over(now, np.window_ns) {
                 sp.on_window_end(clean, dirty, now, &np.split);
             }

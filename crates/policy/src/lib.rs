@@ -65,7 +65,7 @@ pub use migration::{
     migration_policy, migration_policy_names, ColdChoice, EntrySnapshot, FileSnapshot, Group,
     IoCounters, MigrationNeed, MigrationParams, MigrationPolicy, ThresholdMode,
 };
-pub use nvmfs::{AdaptiveSplit, FlushRun, NvmfsParams, PageKind, PageRef, SplitParams};
+pub use nvmfs::{AdaptiveSplit, FlushRun, NvmfsParams, PageKind, SplitParams};
 pub use placement::{
     placement_policy, placement_policy_names, Placement, PlacementPolicy, TierRule,
     WriteObservation, PM_TIER,

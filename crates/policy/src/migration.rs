@@ -39,7 +39,7 @@
 //! Bytes counted as *used* are the caller's to choose; with the NVMFS
 //! behaviour (clean copies, [`MigrationPolicy::keep_clean_copy`]), PM blocks
 //! that only hold a clean copy of data already on a block tier should not be
-//! counted, since evicting them is free ([`crate::nvmfs::evict_choice`]).
+//! counted, since evicting them is free (see [`crate::nvmfs`]).
 //!
 //! # Which data moves
 //!
@@ -605,6 +605,13 @@ pub trait MigrationPolicy: fmt::Debug {
     /// Whether the PM blocks of data just migrated down stay as a clean copy
     /// (evictable at no cost, [`crate::nvmfs`]) instead of being freed.
     fn keep_clean_copy(&self, obs: &CopyObservation) -> bool;
+    /// Whether PM's dirty data is kept between the NVMFS dirty list's own
+    /// marks by its flush ([`crate::nvmfs::FlushRun`]) instead of the
+    /// migration threshold, which then applies only when migration is
+    /// forced. False unless a policy opts in.
+    fn flushes_dirty_list(&self) -> bool {
+        false
+    }
 }
 
 /// Ziggurat (§5): cold part by amtime, PM copy freed.
@@ -662,6 +669,10 @@ impl MigrationPolicy for NvmfsMigration {
     }
 
     fn keep_clean_copy(&self, _obs: &CopyObservation) -> bool {
+        true
+    }
+
+    fn flushes_dirty_list(&self) -> bool {
         true
     }
 }
@@ -1026,5 +1037,13 @@ mod tests {
         assert!(!keep("ziggurat", &bg) && !keep("ziggurat", &forced));
         assert!(keep("nvmfs", &bg) && keep("nvmfs", &forced));
         assert!(keep("default", &bg) && !keep("default", &forced));
+    }
+
+    #[test]
+    fn only_nvmfs_keeps_pm_dirty_data_between_the_dirty_lists_own_marks() {
+        for name in migration_policy_names() {
+            let p = migration_policy(name).unwrap();
+            assert_eq!(p.flushes_dirty_list(), *name == "nvmfs", "{name}");
+        }
     }
 }

@@ -29,11 +29,10 @@
 //! target) and until it is down to its low mark (50%) ([`flush_pages`]), or
 //! until it stops gaining on the writes that re-dirty flushed data
 //! ([`FlushRun`] keeps whether a flush is running between passes, as NVMFS's
-//! background thread does). The pages flushed are taken from the LRU end of the dirty list, in
-//! whole extents (512 KiB, "the minimum flushing unit"), and sorted by inode
-//! and file block before being cut into extents ([`flush_extents`]) so that
-//! pages adjacent in a file are adjacent on the device and read back
-//! sequentially. A flushed page becomes clean (both copies valid) and goes to
+//! background thread does). The runs flushed ([`flush_choice`]) are sorted by inode
+//! and file block, and the caller copies them in units of whole extents
+//! (512 KiB, "the minimum flushing unit"), so that pages adjacent in a file
+//! are adjacent on the device and read back sequentially. A flushed page becomes clean (both copies valid) and goes to
 //! the LRU end of the clean list.
 //!
 //! # Which dirty data is flushed first
@@ -55,16 +54,14 @@
 //!
 //! # Eviction
 //!
-//! When PM space is needed, clean pages are evicted first, least recently used
-//! first: their block-tier copy is valid, so eviction is only a pointer change
-//! ([`evict_choice`]). Dirty pages must be flushed before they can go; the
-//! choice says how many.
+//! When PM space is needed, clean pages are evicted first, coldest first:
+//! their block-tier copy is valid, so eviction is only a pointer change (the
+//! core's eviction mode of migration). Dirty pages must be flushed or moved
+//! before they can go.
 //!
 //! Where Terrace differs: NVMFS keeps every file page on one list; Terrace
 //! calls the page-granular functions with whatever unit the caller tracks
 //! (a block of a write entry).
-
-use std::collections::BTreeMap;
 
 /// Which list a page is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -171,9 +168,14 @@ impl AdaptiveSplit {
 
     /// A read or write hit a PM page on list `kind`.
     pub fn on_hit(&mut self, kind: PageKind) {
+        self.on_hits(kind, 1);
+    }
+
+    /// `n` reads or writes hit PM pages on list `kind`.
+    pub fn on_hits(&mut self, kind: PageKind, n: u64) {
         match kind {
-            PageKind::Clean => self.clean_hits = self.clean_hits.saturating_add(1),
-            PageKind::Dirty => self.dirty_hits = self.dirty_hits.saturating_add(1),
+            PageKind::Clean => self.clean_hits = self.clean_hits.saturating_add(n),
+            PageKind::Dirty => self.dirty_hits = self.dirty_hits.saturating_add(n),
         }
     }
 
@@ -288,15 +290,6 @@ pub fn flush_pages(
     }
 }
 
-/// A PM page of a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PageRef {
-    /// Inode number.
-    pub ino: u64,
-    /// File block.
-    pub file_block: u64,
-}
-
 /// Consecutive blocks of one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PageRun {
@@ -306,54 +299,6 @@ pub struct PageRun {
     pub file_block: u64,
     /// Length in blocks.
     pub blocks: u64,
-}
-
-/// One extent's worth of dirty pages, written with one sequential write.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FlushExtent {
-    /// Runs in the order they are laid out in the extent (by inode, then file
-    /// block).
-    pub runs: Vec<PageRun>,
-    /// Pages in the extent (at most the extent size).
-    pub blocks: u64,
-}
-
-/// The dirty pages to flush, as extents: the first `pages` of `dirty_lru`
-/// (least recently used first), rounded up to whole extents of
-/// `extent_blocks` as long as there are dirty pages, sorted by inode and file
-/// block and cut into extents; each extent's pages are coalesced into runs.
-/// Duplicate pages are flushed once.
-pub fn flush_extents(dirty_lru: &[PageRef], pages: u64, extent_blocks: u64) -> Vec<FlushExtent> {
-    let eb = extent_blocks.max(1);
-    let want = pages.div_ceil(eb).saturating_mul(eb);
-    let take = usize::try_from(want)
-        .unwrap_or(usize::MAX)
-        .min(dirty_lru.len());
-    let mut chosen: Vec<PageRef> = dirty_lru[..take].to_vec();
-    chosen.sort_unstable();
-    chosen.dedup();
-    chosen
-        .chunks(eb as usize)
-        .map(|chunk| {
-            let mut runs: Vec<PageRun> = Vec::new();
-            for pg in chunk {
-                match runs.last_mut() {
-                    Some(r) if r.ino == pg.ino && r.file_block + r.blocks == pg.file_block => {
-                        r.blocks += 1
-                    }
-                    _ => runs.push(PageRun {
-                        ino: pg.ino,
-                        file_block: pg.file_block,
-                        blocks: 1,
-                    }),
-                }
-            }
-            FlushExtent {
-                runs,
-                blocks: chunk.len() as u64,
-            }
-        })
-        .collect()
 }
 
 /// The order in which dirty data is flushed (module doc).
@@ -449,69 +394,9 @@ pub fn flush_choice(
     out
 }
 
-/// What to do to free PM pages.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Eviction {
-    /// Clean pages to drop (their block-tier copy becomes the file's data).
-    pub clean: Vec<PageRef>,
-    /// Dirty pages to flush first, then evict, for the rest of the need.
-    pub flush_first: u64,
-    /// Pages that cannot be freed at all (the need exceeds both lists).
-    pub unmet: u64,
-}
-
-/// Frees `need_pages`: clean pages first from the LRU end of `clean_lru`
-/// (cost free), the rest from the `dirty_pages` dirty pages, which must be
-/// flushed first.
-pub fn evict_choice(need_pages: u64, clean_lru: &[PageRef], dirty_pages: u64) -> Eviction {
-    let n = usize::try_from(need_pages)
-        .unwrap_or(usize::MAX)
-        .min(clean_lru.len());
-    let rest = need_pages - n as u64;
-    let flush_first = rest.min(dirty_pages);
-    Eviction {
-        clean: clean_lru[..n].to_vec(),
-        flush_first,
-        unmet: rest - flush_first,
-    }
-}
-
-/// Runs of a set of pages, per inode in file order (a helper for callers that
-/// turn evicted or flushed pages back into ranges).
-pub fn page_runs(pages: &[PageRef]) -> Vec<PageRun> {
-    let mut by_ino: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for p in pages {
-        by_ino.entry(p.ino).or_default().push(p.file_block);
-    }
-    let mut runs = Vec::new();
-    for (ino, mut blocks) in by_ino {
-        blocks.sort_unstable();
-        blocks.dedup();
-        for b in blocks {
-            match runs.last_mut() {
-                Some(PageRun {
-                    ino: i,
-                    file_block,
-                    blocks: n,
-                }) if *i == ino && *file_block + *n == b => *n += 1,
-                _ => runs.push(PageRun {
-                    ino,
-                    file_block: b,
-                    blocks: 1,
-                }),
-            }
-        }
-    }
-    runs
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pg(ino: u64, file_block: u64) -> PageRef {
-        PageRef { ino, file_block }
-    }
 
     fn hits(s: &mut AdaptiveSplit, clean: u64, dirty: u64) {
         for _ in 0..clean {
@@ -624,49 +509,6 @@ mod tests {
         assert_eq!(flush_pages(60, 100, true, &p), 10);
         assert_eq!(flush_pages(50, 100, true, &p), 0);
         assert_eq!(flush_pages(0, 0, false, &p), 0);
-    }
-
-    #[test]
-    fn flush_takes_lru_pages_in_whole_extents_sorted_by_file_position() {
-        // LRU order: file 2 block 1, file 1 block 5, file 1 block 4, file 2 block 0, file 1 block 9.
-        let lru = [pg(2, 1), pg(1, 5), pg(1, 4), pg(2, 0), pg(1, 9)];
-        let ex = flush_extents(&lru, 3, 2);
-        // 3 pages round up to 2 extents of 2 = the 4 least recently used pages.
-        assert_eq!(ex.len(), 2);
-        assert_eq!(
-            ex[0].runs,
-            vec![PageRun {
-                ino: 1,
-                file_block: 4,
-                blocks: 2
-            }]
-        );
-        assert_eq!(
-            ex[1].runs,
-            vec![PageRun {
-                ino: 2,
-                file_block: 0,
-                blocks: 2
-            }]
-        );
-        assert!(flush_extents(&lru, 0, 128).is_empty());
-        let all = flush_extents(&lru, 3, 128);
-        assert_eq!(all.len(), 1);
-        assert_eq!(all[0].blocks, 5);
-        assert_eq!(all[0].runs.len(), 3);
-    }
-
-    #[test]
-    fn eviction_takes_clean_pages_first_and_flushes_only_the_shortfall() {
-        let clean = [pg(1, 0), pg(1, 1), pg(2, 7)];
-        let e = evict_choice(2, &clean, 10);
-        assert_eq!(e.clean, vec![pg(1, 0), pg(1, 1)]);
-        assert_eq!((e.flush_first, e.unmet), (0, 0));
-        let e = evict_choice(5, &clean, 10);
-        assert_eq!(e.clean.len(), 3);
-        assert_eq!((e.flush_first, e.unmet), (2, 0));
-        let e = evict_choice(20, &clean, 10);
-        assert_eq!((e.flush_first, e.unmet), (10, 7));
     }
 
     fn run(ino: u64, file_block: u64, blocks: u64, mtime_s: u64, writes: u8) -> DirtyRun {
@@ -782,23 +624,7 @@ mod tests {
     }
 
     #[test]
-    fn page_runs_coalesce_per_file() {
-        let runs = page_runs(&[pg(2, 3), pg(1, 1), pg(1, 0), pg(2, 5), pg(2, 4), pg(1, 1)]);
-        assert_eq!(
-            runs,
-            vec![
-                PageRun {
-                    ino: 1,
-                    file_block: 0,
-                    blocks: 2
-                },
-                PageRun {
-                    ino: 2,
-                    file_block: 3,
-                    blocks: 3
-                },
-            ]
-        );
+    fn the_default_extent_is_512_kib_of_pages() {
         assert_eq!(NvmfsParams::default().extent_blocks(), 128);
     }
 }
