@@ -1,0 +1,119 @@
+//! `terrace migrate`: moving whole files on request.
+
+use super::*;
+
+impl Fs {
+    /// Moves all of a file's data that is not on tier `to` there (`terrace
+    /// migrate`), in groups of `group_migration_bytes`. Returns bytes moved.
+    pub fn migrate_file(&self, ino: Ino, to: u8) -> FsResult<u64> {
+        let (moved, mut errors) = self.migrate_files(&[ino], to)?;
+        match errors.pop() {
+            Some((_, e)) => Err(e),
+            None => Ok(moved),
+        }
+    }
+
+    /// [`Fs::migrate_file`] for several files at once: their groups share
+    /// sync windows ([`MoveBatch`]), so many small files cost one device sync
+    /// per window rather than one each, and `migration_threads` workers move
+    /// files in parallel (each file by one worker), so the target device has
+    /// more than one request in flight. Returns the bytes moved and the files
+    /// that failed (a file that fails does not stop the others); `Err` only
+    /// for a bad target tier.
+    pub fn migrate_files(
+        &self,
+        inos: &[Ino],
+        to: u8,
+    ) -> FsResult<(u64, Vec<(Ino, std::io::Error)>)> {
+        if to != 0 && !self.tiers.iter().any(|t| t.id == to) {
+            return Err(errno(libc::EINVAL));
+        }
+        let params = self.settings.read().migration_params();
+        let gb = params.group_blocks();
+        let window = MOVE_SYNC_WINDOW_BYTES.max(gb * BS);
+        let tiers: Vec<u8> = std::iter::once(0)
+            .chain(self.tiers.iter().map(|t| t.id))
+            .filter(|&t| t != to)
+            .collect();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = params.threads_for(cpus).clamp(1, inos.len().max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || -> (u64, Vec<(Ino, std::io::Error)>) {
+            let mut batch = MoveBatch::new(self, window);
+            let mut errors = Vec::new();
+            let mut last = None;
+            while !self.migrator.stop.load(Ordering::Relaxed) {
+                let Some(&ino) = inos.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    break;
+                };
+                last = Some(ino);
+                if let Err(e) = self.add_file_to_batch(&mut batch, ino, to, &tiers, gb) {
+                    errors.push((ino, e));
+                }
+            }
+            let (moved, r) = batch.finish();
+            if let (Err(e), Some(ino)) = (r, last) {
+                // The last window's sync failed: none of it committed.
+                errors.push((ino, e));
+            }
+            (moved, errors)
+        };
+        if workers == 1 {
+            return Ok(work());
+        }
+        let results: Vec<(u64, Vec<(Ino, std::io::Error)>)> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..workers).map(|_| sc.spawn(work)).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a migration worker panicked"))
+                .collect()
+        });
+        let mut moved = 0;
+        let mut errors = Vec::new();
+        for (m, e) in results {
+            moved += m;
+            errors.extend(e);
+        }
+        Ok((moved, errors))
+    }
+
+    /// Adds every group of file `ino` that is not on tier `to` (from each of
+    /// `tiers`) to `batch`, after writing back its cached writes so that what
+    /// moves is the file's current data.
+    pub(super) fn add_file_to_batch(
+        &self,
+        batch: &mut MoveBatch<'_>,
+        ino: Ino,
+        to: u8,
+        tiers: &[u8],
+        gb: u64,
+    ) -> FsResult<()> {
+        // This thread's uncommitted moves may hold the room the write-back
+        // needs: commit them before waiting for room.
+        if let Err(e) = self.write_back_part(ino, u64::MAX) {
+            if e.raw_os_error() != Some(libc::ENOSPC) {
+                return Err(e);
+            }
+            batch.flush()?;
+            self.flush_inode(ino)?;
+        }
+        let entries: Vec<EntrySnapshot> = {
+            let g = self.lock(ino)?;
+            let i = g.as_ref().expect("live");
+            if i.kind != FileType::Regular {
+                return Ok(());
+            }
+            snapshot_entries(i)
+        };
+        for &from in tiers {
+            let mine: Vec<EntrySnapshot> =
+                entries.iter().filter(|e| e.tier == from).copied().collect();
+            for group in mig::batch_groups(&mig::group_entries(&mine, gb), gb) {
+                let ranges: Vec<(u64, u64)> =
+                    group.iter().map(|g| (g.file_block, g.blocks)).collect();
+                batch.add(ino, from, to, &ranges, Mode::Move)?;
+            }
+        }
+        Ok(())
+    }
+}

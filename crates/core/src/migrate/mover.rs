@@ -1,0 +1,612 @@
+//! The move mechanism (module docs of `migrate`, steps 1–4): capture the
+//! pieces of a range, copy them to fresh blocks of the target tier, make
+//! them durable once per window of moves ([`MoveBatch`]), commit each move.
+
+use super::*;
+
+/// One piece of a group still on the source tier.
+#[derive(Clone, Copy)]
+pub(super) struct Piece {
+    file_block: u64,
+    blocks: u64,
+    tier: u8,
+    block: u64,
+    counter: u8,
+    mtime: i64,
+    seq: u64,
+    copy: Option<(u8, u64)>,
+}
+
+/// A move whose data is written to the target but not yet committed
+/// ([`Fs::prepare_move`] → sync → [`Fs::commit_move`]).
+pub(super) struct Prepared {
+    ino: Ino,
+    /// The inode's generation when the pieces were captured: a slot freed
+    /// and reused by another file before the commit has a newer one.
+    generation: u32,
+    from: u8,
+    to: u8,
+    mode: Mode,
+    pieces: Vec<Piece>,
+    d: crate::data::DataRuns,
+    /// New block of each data block, in piece order.
+    phys: Vec<u64>,
+    /// The copied data (its first `total` blocks; for the DRAM cache copy
+    /// at commit). Returned to the migrator's buffer pool after the commit.
+    buf: terrace_media::AlignedBuf,
+    /// Blocks copied.
+    total: u64,
+}
+
+/// Counts [`Migrator::move_blocks_pending`] down by its blocks, and one
+/// more window done, when dropped.
+pub(super) struct PendingMoves<'a>(&'a Migrator, u64);
+
+impl Drop for PendingMoves<'_> {
+    fn drop(&mut self) {
+        self.0
+            .move_blocks_pending
+            .fetch_sub(self.1, Ordering::Relaxed);
+        self.0.move_windows_done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Bytes of prepared moves after which a [`MoveBatch`] syncs and commits.
+pub const MOVE_SYNC_WINDOW_BYTES: u64 = 64 << 20;
+
+/// Moves collected so that one device sync covers many of them: each
+/// [`MoveBatch::add`] copies a batch of pieces (one sequential request) and
+/// keeps it uncommitted; once `window` bytes are pending, or at
+/// [`MoveBatch::finish`], every target tier is synced once and then each move
+/// commits. A crash before a move's commit leaves its old mapping (the new
+/// blocks are free at the next mount); no committed entry ever points at
+/// data that is not durable.
+pub(crate) struct MoveBatch<'a> {
+    fs: &'a Fs,
+    pending: Vec<Prepared>,
+    pending_bytes: u64,
+    window: u64,
+    started: Option<Instant>,
+    moved: u64,
+}
+
+impl<'a> MoveBatch<'a> {
+    /// A batch that syncs after `window` bytes (0: after every move).
+    pub(crate) fn new(fs: &'a Fs, window: u64) -> MoveBatch<'a> {
+        MoveBatch {
+            fs,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            window,
+            started: None,
+            moved: 0,
+        }
+    }
+
+    /// Prepares a move of the pieces of `ranges` (see [`Fs::move_ranges`]);
+    /// moves without data to copy commit at once. An error (target full or
+    /// failing) leaves the moves prepared so far pending: `finish` still
+    /// commits them.
+    pub(crate) fn add(
+        &mut self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        ranges: &[(u64, u64)],
+        mode: Mode,
+    ) -> FsResult<()> {
+        self.started.get_or_insert_with(Instant::now);
+        let Some(p) = self.fs.prepare_move(ino, from, to, ranges, mode)? else {
+            return Ok(());
+        };
+        if p.total == 0 {
+            // Promotions and drops commit at once; they still free room.
+            let r = self.fs.commit_move(p);
+            self.fs
+                .migrator
+                .move_windows_done
+                .fetch_add(1, Ordering::Relaxed);
+            self.moved += r?;
+            return Ok(());
+        }
+        self.pending_bytes += p.total * BS;
+        self.pending.push(p);
+        if self.pending_bytes >= self.window {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the target tiers of the pending moves once, then commits them.
+    pub(super) fn flush(&mut self) -> FsResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        // Counted down once every pending move is committed or released.
+        let blocks: u64 = pending.iter().map(|p| p.total).sum();
+        let _done = PendingMoves(&self.fs.migrator, blocks);
+        let mut copied: std::collections::BTreeMap<u8, u64> = Default::default();
+        for p in &pending {
+            *copied.entry(p.d.tier).or_default() += p.total * BS;
+        }
+        let mut tiers: Vec<u8> = pending.iter().map(|p| p.d.tier).collect();
+        tiers.sort_unstable();
+        tiers.dedup();
+        let mut synced = Ok(());
+        for t in tiers.into_iter().filter(|&t| t != 0) {
+            synced = synced.and_then(|()| self.fs.sync_tier(t));
+        }
+        if let Err(e) = synced {
+            for p in pending {
+                self.fs.release_data(p.d);
+            }
+            return Err(e);
+        }
+        let mut first_err = None;
+        for p in pending {
+            match self.fs.commit_move(p) {
+                Ok(b) => self.moved += b,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(t0) = self.started.take() {
+            let m = &self.fs.migrator;
+            let ns = t0.elapsed().as_nanos() as u64;
+            m.busy_ns.fetch_add(ns, Ordering::Relaxed);
+            let total: u64 = copied.values().sum();
+            let mut per = m.per_tier.lock();
+            for (tier, bytes) in copied {
+                // The window's time, shared among its target tiers by bytes.
+                let share = (u128::from(ns) * u128::from(bytes) / u128::from(total.max(1))) as u64;
+                let e = per.entry(tier).or_default();
+                e.0 += bytes;
+                e.1 += share;
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Syncs and commits everything pending; returns the bytes moved by all
+    /// of this batch's committed moves, and whether the last window failed
+    /// (then none of its moves committed).
+    pub(crate) fn finish(mut self) -> (u64, FsResult<()>) {
+        let r = self.flush();
+        (self.moved, r)
+    }
+
+    /// Bytes moved by the moves committed so far.
+    pub(crate) fn moved(&self) -> u64 {
+        self.moved
+    }
+}
+
+impl Fs {
+    /// Moves the pieces of `groups` (of file `ino`) that are still on tier
+    /// `from` to tier `to`, one group at a time. Returns the bytes moved.
+    pub fn migrate_groups(&self, ino: Ino, from: u8, to: u8, groups: &[Group]) -> FsResult<u64> {
+        let mut moved = 0;
+        for g in groups {
+            if self.migrator.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            moved += self.migrate_range(ino, from, to, g.file_block, g.blocks)?;
+        }
+        Ok(moved)
+    }
+
+    /// Moves the data of file blocks `[start, start + n)` that is on tier
+    /// `from` to tier `to` (see the module doc for the steps).
+    pub(crate) fn migrate_range(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        start: u64,
+        n: u64,
+    ) -> FsResult<u64> {
+        self.move_range(ino, from, to, start, n, Mode::Move)
+    }
+
+    /// The mechanism behind every data movement (module doc, steps 1–4), in
+    /// one of four [`Mode`]s. Returns the bytes it moved, copied, evicted or
+    /// dropped.
+    pub(crate) fn move_range(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        start: u64,
+        n: u64,
+        mode: Mode,
+    ) -> FsResult<u64> {
+        self.move_ranges(ino, from, to, &[(start, n)], mode)
+    }
+
+    /// [`Fs::move_range`] over several disjoint ranges of file blocks
+    /// (`(first block, blocks)`, in file order) at once: their pieces are
+    /// copied to one contiguous run of the target — one sequential request on
+    /// a block tier — and committed together, one entry per run that is
+    /// contiguous both in the file and on the target.
+    pub(crate) fn move_ranges(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        ranges: &[(u64, u64)],
+        mode: Mode,
+    ) -> FsResult<u64> {
+        let mut batch = MoveBatch::new(self, 0);
+        let r = batch.add(ino, from, to, ranges, mode);
+        let (moved, done) = batch.finish();
+        r.and(done).map(|()| moved)
+    }
+
+    /// Steps 1 and 2 of the mechanism: captures the pieces of `ranges` and
+    /// writes their data to fresh blocks of `to` — not yet made durable on a
+    /// block tier (the caller syncs the tier before [`Fs::commit_move`]).
+    /// `None` when nothing in the ranges qualifies.
+    pub(super) fn prepare_move(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        ranges: &[(u64, u64)],
+        mode: Mode,
+    ) -> FsResult<Option<Prepared>> {
+        // 1. Capture.
+        let (generation, mut pieces): (u32, Vec<Piece>) = {
+            let g = self.lock(ino)?;
+            let i = g.as_ref().expect("live");
+            let pieces = ranges
+                .iter()
+                .flat_map(|&(start, n)| i.extents.overlaps(start, n))
+                .filter(|(_, e)| match mode {
+                    Mode::Move => e.tier == from,
+                    Mode::Copy => e.tier == from && e.copy.is_none(),
+                    Mode::Evict => e.tier == from && e.copy.map(|c| c.0) == Some(to),
+                    Mode::DropCopy => e.copy.map(|c| c.0) == Some(from),
+                })
+                .map(|(fb, e)| Piece {
+                    file_block: fb,
+                    blocks: e.blocks,
+                    tier: e.tier,
+                    block: e.block,
+                    counter: e.counter,
+                    mtime: e.mtime,
+                    seq: e.seq,
+                    copy: e.copy,
+                })
+                .collect();
+            (i.generation, pieces)
+        };
+        // A clean copy is promoted without copying data (an eviction, or a
+        // move to the copy's tier) only when it reads back intact: else the
+        // move copies the data, and an eviction leaves the piece alone (the
+        // PM side may be the only good data; scrub drops the damaged copy).
+        if matches!(mode, Mode::Move | Mode::Evict) {
+            pieces.retain_mut(|p| match p.copy {
+                Some((t, b)) if t == to && !self.blocks_intact(t, b, p.blocks, true) => {
+                    p.copy = None;
+                    mode == Mode::Move
+                }
+                _ => true,
+            });
+        }
+        // Pieces whose data must be copied; the others only need an entry
+        // (a clean copy already on `to` is promoted, a copy is dropped).
+        let needs_data = |p: &Piece| match mode {
+            Mode::Move => p.copy.map(|c| c.0) != Some(to),
+            Mode::Copy => true,
+            Mode::Evict | Mode::DropCopy => false,
+        };
+        let total: u64 = pieces
+            .iter()
+            .filter(|p| needs_data(p))
+            .map(|p| p.blocks)
+            .sum();
+        if pieces.is_empty() {
+            return Ok(None);
+        }
+        // 2. Room on the target first: a full target costs no buffer and no
+        // copy (a pass over a full pool stays cheap). The target blocks count
+        // as pending from just before their allocation until committed or
+        // released (`MoveBatch::flush`; the error paths below), so a write
+        // refused for room meanwhile knows to wait for them.
+        let copying = total;
+        self.migrator
+            .move_blocks_pending
+            .fetch_add(copying, Ordering::Relaxed);
+        let not_pending = || {
+            self.migrator
+                .move_blocks_pending
+                .fetch_sub(copying, Ordering::Relaxed);
+        };
+        let d = if total == 0 {
+            crate::data::DataRuns {
+                tier: to,
+                runs: Vec::new(),
+            }
+        } else if to == 0 {
+            match self.alloc.alloc(total) {
+                Some(runs) => crate::data::DataRuns { tier: 0, runs },
+                None => {
+                    not_pending();
+                    return Err(errno(libc::ENOSPC));
+                }
+            }
+        } else {
+            let t = match self.tier(to) {
+                Ok(t) => t,
+                Err(e) => {
+                    not_pending();
+                    return Err(e);
+                }
+            };
+            // A copy keeps its source: it may take only room that no dirty
+            // cached page was promised (a move gives its source back at the
+            // commit; a write-back short of room waits for it).
+            let _room = (mode == Mode::Copy).then(|| self.room_lock.lock());
+            if mode == Mode::Copy && self.data_room_blocks() < total {
+                not_pending();
+                return Err(errno(libc::ENOSPC));
+            }
+            match t.space.alloc(total) {
+                Some(runs) => crate::data::DataRuns { tier: to, runs },
+                None => {
+                    not_pending();
+                    return Err(errno(libc::ENOSPC));
+                }
+            }
+        };
+        let release = |d| {
+            self.release_data(d);
+            not_pending();
+        };
+        // 3. Copy. Blocks read here may be freed and reused by a concurrent
+        // write; the commit then drops the piece, so stale bytes never commit.
+        // A block-aligned buffer (O_DIRECT takes it without a bounce copy),
+        // reused across moves so its pages are not faulted in each time.
+        let mut buf = self.migrator.take_buf((total * BS) as usize);
+        let mut at = 0usize;
+        for p in pieces.iter().filter(|p| needs_data(p)) {
+            let len = (p.blocks * BS) as usize;
+            if p.tier == 0 {
+                self.media.read(p.block * BS, &mut buf[at..at + len]);
+            } else {
+                let read = self
+                    .tier(p.tier)
+                    .and_then(|t| t.media.read_blocks(p.block, &mut buf[at..at + len]))
+                    .and_then(|()| self.verify_read(p.tier, p.block, &buf[at..at + len]));
+                if let Err(e) = read {
+                    release(d);
+                    self.migrator.give_buf(buf);
+                    return Err(e);
+                }
+            }
+            at += len;
+        }
+        if total > 0 {
+            if let Err(e) = self.write_data_unsynced(&d, &buf[..(total * BS) as usize]) {
+                release(d);
+                self.migrator.give_buf(buf);
+                return Err(e);
+            }
+        }
+        let mut phys = Vec::with_capacity(total as usize);
+        for &(b, k) in &d.runs {
+            phys.extend(b..b + k);
+        }
+        Ok(Some(Prepared {
+            ino,
+            generation,
+            from,
+            to,
+            mode,
+            pieces,
+            d,
+            phys,
+            buf,
+            total,
+        }))
+    }
+
+    /// Steps 3 and 4: commits the prepared pieces whose mapping is unchanged
+    /// (their new data must be durable by now) and frees what is not used.
+    /// Returns the bytes moved, copied, evicted or dropped.
+    pub(super) fn commit_move(&self, p: Prepared) -> FsResult<u64> {
+        let Prepared {
+            ino,
+            generation,
+            from,
+            to,
+            mode,
+            pieces,
+            d,
+            phys,
+            buf,
+            total,
+        } = p;
+        // The buffer goes back to the pool whichever way this returns.
+        let pooled = PooledBuf(&self.migrator, Some(buf));
+        let buf: &[u8] = pooled.1.as_deref().expect("set above");
+        let needs_data = |p: &Piece| match mode {
+            Mode::Move => p.copy.map(|c| c.0) != Some(to),
+            Mode::Copy => true,
+            Mode::Evict | Mode::DropCopy => false,
+        };
+        // 3. Commit the pieces whose mapping is unchanged.
+        let mut g = match self.lock(ino) {
+            Ok(g) => g,
+            Err(_) => {
+                self.release_data(d);
+                return Ok(0);
+            }
+        };
+        let i = g.as_mut().expect("live");
+        if i.generation != generation {
+            // The file was deleted and its slot reused by another file since
+            // the capture: its mappings (even ones with the same blocks and
+            // sequence numbers — both restart per file) are not ours.
+            drop(g);
+            self.release_data(d);
+            return Ok(0);
+        }
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut unused: Vec<(u8, u64, u64)> = Vec::new();
+        let mut kept = 0u64;
+        let mut kept_data: Vec<(usize, u64)> = Vec::new(); // (index in phys, blocks)
+        let mut k = 0usize;
+        for p in &pieces {
+            let data = needs_data(p);
+            // Unchanged: same mapping *and* same sequence number (a rewrite
+            // that reused the same blocks has a newer one).
+            let still = i.extents.find(p.file_block).is_some_and(|(s, e)| {
+                e.seq == p.seq
+                    && e.tier == p.tier
+                    && e.block + (p.file_block - s) == p.block
+                    && s + e.blocks >= p.file_block + p.blocks
+            });
+            if !still {
+                if data {
+                    for b in &phys[k..k + p.blocks as usize] {
+                        unused.push((d.tier, *b, 1));
+                    }
+                    k += p.blocks as usize;
+                }
+                continue;
+            }
+            kept += p.blocks;
+            if !data {
+                let (ctier, cblock) = p.copy.expect("filtered on its copy");
+                entries.push(Entry::Copy(CopyEntry {
+                    file_block: p.file_block,
+                    blocks: p.blocks as u32,
+                    tier: ctier,
+                    op: if mode == Mode::DropCopy {
+                        CopyOp::Drop
+                    } else {
+                        CopyOp::Promote
+                    },
+                    block: cblock,
+                }));
+                continue;
+            }
+            kept_data.push((k, p.blocks));
+            for off in 0..p.blocks {
+                let fb = p.file_block + off;
+                let b = phys[k + off as usize];
+                // Extend the previous entry when file and new blocks both
+                // continue it: a group becomes one entry (its newest mtime).
+                match (mode, entries.last_mut()) {
+                    (Mode::Move, Some(Entry::Write(w)))
+                        if w.file_block + w.blocks as u64 == fb
+                            && w.block + w.blocks as u64 == b
+                            && w.blocks < u32::MAX =>
+                    {
+                        w.blocks += 1;
+                        w.mtime = w.mtime.max(p.mtime);
+                        w.size_counter = w.size_counter.max(p.counter);
+                        continue;
+                    }
+                    (Mode::Copy, Some(Entry::Copy(c)))
+                        if c.file_block + c.blocks as u64 == fb
+                            && c.block + c.blocks as u64 == b
+                            && c.blocks < u32::MAX =>
+                    {
+                        c.blocks += 1;
+                        continue;
+                    }
+                    _ => {}
+                }
+                entries.push(if mode == Mode::Copy {
+                    Entry::Copy(CopyEntry {
+                        file_block: fb,
+                        blocks: 1,
+                        tier: d.tier,
+                        op: CopyOp::Add,
+                        block: b,
+                    })
+                } else {
+                    Entry::Write(WriteEntry {
+                        file_block: fb,
+                        blocks: 1,
+                        tier: d.tier,
+                        size_counter: p.counter,
+                        wflags: WRITE_FLAG_MOVED,
+                        block: b,
+                        size_after: i.attr.size,
+                        mtime: p.mtime,
+                    })
+                });
+            }
+            k += p.blocks as usize;
+        }
+        if entries.is_empty() {
+            drop(g);
+            self.free_runs(unused);
+            return Ok(0);
+        }
+        let n_entries = entries.len() as u64;
+        // Moves down free a PM block for each one they log: they may use
+        // the blocks promised to write-back. Moves up take PM like any write.
+        if let Err(e) = self.commit_one_in(i, entries, to != 0) {
+            drop(g);
+            self.release_data(d);
+            return Err(e);
+        }
+        // Keep a DRAM copy of data moved down while the cache is under half
+        // full — under the inode lock, so the blocks cannot be freed first.
+        if to != 0 && mode == Mode::Move {
+            let c = self.cache.stats();
+            if mig::keep_cache_copy(c.dirty_bytes + c.clean_bytes, c.bound_bytes) {
+                for &(first, blocks) in &kept_data {
+                    let src = &buf[first * BS as usize..(first + blocks as usize) * BS as usize];
+                    let pages: Vec<Arc<[u8]>> = src.chunks(BS as usize).map(Arc::from).collect();
+                    let mut j = 0usize;
+                    while j < pages.len() {
+                        let mut run = 1usize;
+                        while j + run < pages.len()
+                            && phys[first + j + run] == phys[first + j] + run as u64
+                        {
+                            run += 1;
+                        }
+                        self.cache
+                            .put_clean(to, phys[first + j], pages[j..j + run].to_vec());
+                        j += run;
+                    }
+                }
+            }
+        }
+        drop(g);
+        // 4. The old blocks were freed by the commit; free what was not used.
+        self.free_runs(unused);
+        let bytes = kept * BS;
+        let m = &self.migrator;
+        match mode {
+            Mode::Move if from == to => {} // extent recycling: the cleaner counts
+            Mode::Move if to == 0 => {
+                m.bytes_up.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Mode::Move => {
+                m.bytes_down.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Mode::Copy => {
+                m.bytes_copied.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Mode::Evict => {
+                m.bytes_evicted.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Mode::DropCopy => {}
+        }
+        m.groups.fetch_add(1, Ordering::Relaxed);
+        m.entries_moved.fetch_add(n_entries, Ordering::Relaxed);
+        if total > 0 {
+            m.data_bytes.fetch_add(total * BS, Ordering::Relaxed);
+        }
+        Ok(bytes)
+    }
+}

@@ -1,0 +1,157 @@
+//! NVMFS (§III): the adaptive dirty/clean split of PM, the dirty list's
+//! flush to clean copies, and the hit counters that drive the split.
+
+use super::*;
+
+impl Fs {
+    /// PM blocks holding clean data (with a copy on a block tier) and dirty
+    /// data (PM only).
+    pub(crate) fn pm_clean_dirty(&self) -> (u64, u64) {
+        let (mut clean, mut dirty) = (0, 0);
+        if self.tiers.is_empty() {
+            return (0, 0);
+        }
+        for slot in &self.table {
+            if let Some(i) = slot.lock().as_ref() {
+                let (c, d) = i.extents.pm_clean_dirty();
+                clean += c;
+                dirty += d;
+            }
+        }
+        (clean, dirty)
+    }
+
+    /// NVMFS's dirty list: when dirty PM data passes the high mark of its
+    /// target share (which the adaptive split moves toward the list with more
+    /// hits per page), write clean copies of the dirty data that least
+    /// deserves PM (`nvmfs_flush_order`, over every file) to the block tier in
+    /// `nvmfs_extent_bytes` requests, down to the low mark. The PM copies stay
+    /// and serve reads.
+    pub(super) fn nvmfs_flush(
+        &self,
+        to: u8,
+        cap: u64,
+        (clean, dirty): (u64, u64),
+        np: &terrace_policy::nvmfs::NvmfsParams,
+    ) -> u64 {
+        use terrace_policy::nvmfs::{self, AdaptiveSplit, PageKind};
+        let m = &self.migrator;
+        let now = now_ns().max(0) as u64;
+        let target = {
+            let mut g = m.split.lock();
+            let sp = g.get_or_insert_with(|| AdaptiveSplit::new(&np.split, now));
+            // Feed this window's hits (scaled down as they always were; only
+            // their ratio matters).
+            let mut c = m.window_clean_hits.swap(0, Ordering::Relaxed);
+            let mut d = m.window_dirty_hits.swap(0, Ordering::Relaxed);
+            while c + d > 10_000 {
+                c /= 2;
+                d /= 2;
+            }
+            sp.on_hits(PageKind::Clean, c);
+            sp.on_hits(PageKind::Dirty, d);
+            if sp.window_over(now, np.window_ns) {
+                sp.on_window_end(clean, dirty, now, &np.split);
+            }
+            sp.dirty_target_pages(cap / BS)
+        };
+        let pages = m.flush_run.lock().next_pass(dirty, target, np);
+        if pages == 0 {
+            return 0;
+        }
+        let runs = nvmfs::flush_choice(&self.pm_dirty_runs(), pages, now, np.order, np.decay_ns);
+        self.copy_runs(&runs, to, np.extent_blocks())
+    }
+
+    /// Every run of dirty PM data (no clean copy), except of files pinned
+    /// to PM by a rule.
+    pub(super) fn pm_dirty_runs(&self) -> Vec<terrace_policy::nvmfs::DirtyRun> {
+        let mut out = Vec::new();
+        for slot in &self.table {
+            let g = slot.lock();
+            let Some(i) = g.as_ref() else { continue };
+            if i.extents.pm_clean_dirty().1 == 0 || self.rule_of(i) == Some(0) {
+                continue;
+            }
+            out.extend(
+                i.extents
+                    .iter()
+                    .filter(|(_, e)| e.tier == 0 && e.copy.is_none())
+                    .map(|(fb, e)| terrace_policy::nvmfs::DirtyRun {
+                        ino: i.ino,
+                        file_block: fb,
+                        blocks: e.blocks,
+                        mtime_ns: e.mtime.max(0) as u64,
+                        writes: e.writes,
+                    }),
+            );
+        }
+        out
+    }
+
+    /// Writes clean copies of `runs` (per inode, in file order) to tier `to`,
+    /// in requests of at most `unit` blocks; returns the bytes copied.
+    pub(super) fn copy_runs(
+        &self,
+        runs: &[terrace_policy::nvmfs::PageRun],
+        to: u8,
+        unit: u64,
+    ) -> u64 {
+        let total: u64 = runs.iter().map(|r| r.blocks * BS).sum();
+        let window = (total / 4).max(unit * BS).min(MOVE_SYNC_WINDOW_BYTES);
+        let mut batch = MoveBatch::new(self, window);
+        'files: for file in runs.chunk_by(|a, b| a.ino == b.ino) {
+            if self.migrator.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let entries: Vec<EntrySnapshot> = file
+                .iter()
+                .map(|r| EntrySnapshot {
+                    file_block: r.file_block,
+                    blocks: r.blocks,
+                    mtime_ns: 0,
+                    tier: 0,
+                })
+                .collect();
+            for group in mig::batch_groups(&mig::group_entries(&entries, unit), unit) {
+                let ranges: Vec<(u64, u64)> =
+                    group.iter().map(|g| (g.file_block, g.blocks)).collect();
+                if batch.add(file[0].ino, 0, to, &ranges, Mode::Copy).is_err() {
+                    // Target full or failing: try again next pass.
+                    break 'files;
+                }
+            }
+        }
+        batch.finish().0
+    }
+
+    /// Counts writes over PM data for the adaptive split only (the hit ratio
+    /// in `terrace status` counts reads). Every such write is a hit of the
+    /// *dirty* list, also over clean data: the write makes that data dirty
+    /// (its copy is freed), so it shows the data is written, and the clean
+    /// list — which exists to serve reads from PM of data that is also on
+    /// disk — gains nothing from it. Counting it for the clean list would
+    /// shrink the dirty target under rewrites, flushing more of exactly the
+    /// data that is rewritten next.
+    pub(crate) fn note_pm_write_hits(&self, clean: u64, dirty: u64) {
+        let n = clean + dirty;
+        if n > 0 {
+            self.migrator
+                .window_dirty_hits
+                .fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts PM reads of clean and dirty data (NVMFS's hit counters).
+    pub(crate) fn note_pm_hits(&self, clean: u64, dirty: u64) {
+        let m = &self.migrator;
+        if clean > 0 {
+            m.clean_hits.fetch_add(clean, Ordering::Relaxed);
+            m.window_clean_hits.fetch_add(clean, Ordering::Relaxed);
+        }
+        if dirty > 0 {
+            m.dirty_hits.fetch_add(dirty, Ordering::Relaxed);
+            m.window_dirty_hits.fetch_add(dirty, Ordering::Relaxed);
+        }
+    }
+}

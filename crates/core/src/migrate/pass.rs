@@ -1,0 +1,333 @@
+//! The migration pass: which tiers drain, coldest files first, over
+//! `migration_threads` workers; eviction of clean PM copies.
+
+use super::*;
+
+impl Fs {
+    /// One migration pass: drain each tier above its threshold into the next
+    /// one, then reverse-migrate read-hot data when reads dominate. Returns
+    /// the bytes moved.
+    pub fn migration_pass(&self) -> u64 {
+        let (params, policy, np) = {
+            let st = self.settings.read();
+            (st.migration_params(), st.migration(), st.nvmfs_params())
+        };
+        let Ok(policy) = policy else { return 0 };
+        let io = self.io_counters();
+        let mut chain: Vec<u8> = vec![0];
+        chain.extend(self.tiers.iter().map(|t| t.id));
+        let mut moved = 0;
+        let mut pm_split = (0, 0);
+        for w in chain.windows(2) {
+            let (from, to) = (w[0], w[1]);
+            let threshold = mig::migration_threshold(params.threshold, io);
+            let bit = 1u64 << from;
+            let running = self.migrator.running.load(Ordering::Relaxed) & bit != 0;
+            let (mut used, cap) = self.tier_use(from);
+            let mut counted = used;
+            if from == 0 {
+                // One scan of the inode table per pass (and one more after
+                // evicting): the split is only needed to pass's precision.
+                pm_split = self.pm_clean_dirty();
+                let clean = pm_split.0 * BS;
+                // Room for foreground writes: dropping the PM side of clean
+                // data costs no copy, so it goes first once PM passes the
+                // eviction mark (halfway between threshold and full).
+                let evict_mark = u64::from(threshold) + (100 - u64::from(threshold)) / 2;
+                if clean > 0 && u128::from(used) * 100 > u128::from(cap) * u128::from(evict_mark) {
+                    let goal = used.saturating_sub(cap / 100 * u64::from(threshold));
+                    let freed = self.drain(from, to, goal, &params, &*policy, Mode::Evict);
+                    moved += freed;
+                    used = self.tier_use(0).0;
+                    if freed > 0 {
+                        pm_split = self.pm_clean_dirty();
+                    }
+                }
+                // With clean copies kept, only dirty data counts toward the
+                // threshold: the rest can be dropped at any time.
+                let probe = mig::CopyObservation {
+                    need: MigrationNeed::Background { bytes_to_free: 0 },
+                    pm_used: used,
+                    pm_capacity: cap,
+                };
+                if policy.keep_clean_copy(&probe) {
+                    counted = used.saturating_sub(pm_split.0 * BS);
+                }
+            }
+            if from == 0 {
+                self.migrator
+                    .pm_counted_percent
+                    .store(counted * 100 / cap.max(1), Ordering::Relaxed);
+            }
+            let need = mig::should_migrate(counted, cap, threshold, params.forced_percent, running);
+            // NVMFS keeps PM's dirty data between its own marks (the flush
+            // below); the migration threshold applies to it only when forced.
+            let own_marks = from == 0 && policy.flushes_dirty_list() && !need.is_forced();
+            if need.is_needed() && !own_marks {
+                self.migrator.running.fetch_or(bit, Ordering::Relaxed);
+                let obs = mig::CopyObservation {
+                    need,
+                    pm_used: used,
+                    pm_capacity: cap,
+                };
+                let mode = if from == 0 && policy.keep_clean_copy(&obs) {
+                    Mode::Copy
+                } else {
+                    Mode::Move
+                };
+                *self.migrator.last_reason.lock() = format!(
+                    "tier {from} at {}% of capacity, threshold {threshold}%{}{}",
+                    counted * 100 / cap.max(1),
+                    if need.is_forced() { " (forced)" } else { "" },
+                    if mode == Mode::Copy {
+                        " (clean copies kept on PM)"
+                    } else {
+                        ""
+                    }
+                );
+                let here = self.drain(from, to, need.bytes_to_free(), &params, &*policy, mode);
+                moved += here;
+                self.note_drain_result(from, to, here);
+            } else {
+                self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
+                if from == 0 {
+                    self.migrator.waiting.lock().clear();
+                }
+            }
+            if from == 0 && policy.flushes_dirty_list() {
+                moved += self.nvmfs_flush(to, cap, pm_split, &np);
+            }
+        }
+        // Logs of cold files leave PM when data moving was not enough.
+        let need = self.log_migration_need(mig::migration_threshold(params.threshold, io));
+        moved += self.migrate_logs(need);
+        moved += self.reverse_pass(io, &params);
+        if !self.ruled.lock().is_empty() {
+            moved += self.enforce_rules();
+        }
+        self.clean_pass();
+        moved
+    }
+
+    pub(super) fn io_counters(&self) -> IoCounters {
+        IoCounters {
+            reads: self.counters.reads.load(Ordering::Relaxed),
+            writes: self.counters.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Moves cold data from `from` to `to` until `goal` bytes moved or no
+    /// candidate is left.
+    pub(crate) fn drain(
+        &self,
+        from: u8,
+        to: u8,
+        goal: u64,
+        params: &mig::MigrationParams,
+        policy: &(dyn mig::MigrationPolicy + Send + Sync),
+        mode: Mode,
+    ) -> u64 {
+        let files = self.coldest_files(from, mode, 256);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = params.threads_for(cpus).clamp(1, files.len().max(1));
+        // Files are handed out coldest first; each worker moves whole files,
+        // so two workers never work on the same file. The picker (next file,
+        // bytes claimed so far) is one lock: files are chosen and claimed in
+        // coldness order, and none once the claims reach the goal, so
+        // parallel workers move exactly the files one worker would.
+        let picker = Mutex::new((0usize, 0u64));
+        let moved = AtomicU64::new(0);
+        let failed = AtomicBool::new(false);
+        // Moves are synced and committed in windows (see `MoveBatch`): a
+        // quarter of the goal, so space on the source is freed as the pass
+        // goes, at least one group and at most MOVE_SYNC_WINDOW_BYTES.
+        let window = (goal / 4)
+            .max(params.group_blocks() * BS)
+            .min(MOVE_SYNC_WINDOW_BYTES);
+        let work = || {
+            let mut batch = MoveBatch::new(self, window);
+            let mut counted = 0u64;
+            self.drain_files(
+                &mut batch,
+                &mut counted,
+                (from, to, goal, mode),
+                params,
+                policy,
+                (&files, &picker, &moved, &failed),
+            );
+            let (total, r) = batch.finish();
+            moved.fetch_add(total - counted, Ordering::Relaxed);
+            if let Err(e) = r {
+                *self.migrator.last_failure.lock() = Some(crate::types::describe(&e));
+                failed.store(true, Ordering::Relaxed);
+            }
+        };
+        if workers == 1 {
+            work();
+        } else {
+            std::thread::scope(|sc| {
+                for _ in 0..workers {
+                    sc.spawn(work);
+                }
+            });
+        }
+        let claimed = picker.into_inner().1;
+        let moved = moved.into_inner();
+        if moved == 0
+            && claimed == 0
+            && mode != Mode::Evict
+            && !failed.into_inner()
+            && !params.whole_when_uniform
+        {
+            // Nothing among the coldest files had a cold part: a second
+            // round takes files written at one time whole
+            // (`MigrationParams::whole_when_uniform`).
+            let second = mig::MigrationParams {
+                whole_when_uniform: true,
+                ..*params
+            };
+            return self.drain(from, to, goal, &second, policy, mode);
+        }
+        moved
+    }
+
+    /// One drain worker's loop: takes the next coldest file until the goal is
+    /// claimed or met, and adds its chosen data to `batch`.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn drain_files(
+        &self,
+        batch: &mut MoveBatch<'_>,
+        counted: &mut u64,
+        (from, to, goal, mode): (u8, u8, u64, Mode),
+        params: &mig::MigrationParams,
+        policy: &(dyn mig::MigrationPolicy + Send + Sync),
+        (files, picker, moved, failed): (
+            &[(u64, Ino)],
+            &Mutex<(usize, u64)>,
+            &AtomicU64,
+            &AtomicBool,
+        ),
+    ) {
+        let now = now_ns().max(0) as u64;
+        // Publishes what the batch committed so far.
+        let publish = |batch: &MoveBatch<'_>, counted: &mut u64| {
+            let m = batch.moved();
+            moved.fetch_add(m - *counted, Ordering::Relaxed);
+            *counted = m;
+        };
+        loop {
+            if moved.load(Ordering::Relaxed) >= goal
+                || failed.load(Ordering::Relaxed)
+                || self.migrator.stop.load(Ordering::Relaxed)
+            {
+                return;
+            }
+            // Pick the next file with something to move, and claim it.
+            let (ino, entries) = {
+                let mut pk = picker.lock();
+                loop {
+                    let k = pk.0;
+                    pk.0 += 1;
+                    let Some(&(_, ino)) = files.get(k) else {
+                        return;
+                    };
+                    let file = {
+                        let Ok(g) = self.lock(ino) else { continue };
+                        let i = g.as_ref().expect("live");
+                        if self.rule_of(i) == Some(from) {
+                            // Pinned to this tier by its rule: it stays.
+                            continue;
+                        }
+                        FileSnapshot {
+                            ino,
+                            mtime_ns: i.attr.mtime.max(0) as u64,
+                            amtime_ns: i.amtime.value(),
+                            entries: snapshot_entries(i),
+                        }
+                    };
+                    let entries: Vec<EntrySnapshot> = if mode == Mode::Evict {
+                        // Clean data is evicted wherever it is in the file:
+                        // it costs nothing and its copy serves later reads.
+                        file.entries
+                            .iter()
+                            .filter(|e| e.tier == from)
+                            .copied()
+                            .collect()
+                    } else {
+                        policy.choose(&file, from, now, params).entries
+                    };
+                    let bytes: u64 = entries.iter().map(|e| e.blocks * BS).sum();
+                    if bytes == 0 {
+                        continue;
+                    }
+                    if mode != Mode::Evict {
+                        if pk.1 >= goal {
+                            return;
+                        }
+                        pk.1 += bytes;
+                    }
+                    break (ino, entries);
+                }
+            };
+            let gb = params.group_blocks();
+            for group in mig::batch_groups(&mig::group_entries(&entries, gb), gb) {
+                if mode == Mode::Evict && moved.load(Ordering::Relaxed) >= goal {
+                    break;
+                }
+                let ranges: Vec<(u64, u64)> =
+                    group.iter().map(|g| (g.file_block, g.blocks)).collect();
+                let r = batch.add(ino, from, to, &ranges, mode);
+                publish(batch, counted);
+                if let Err(e) = r {
+                    // Target full or failing: try again next pass.
+                    *self.migrator.last_failure.lock() = Some(crate::types::describe(&e));
+                    failed.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Records what a drain of `from` achieved: nothing moved while the tier
+    /// is over its threshold is a stall, said in words (status) and queued
+    /// once for the daemon's log; moving again clears it.
+    pub(super) fn note_drain_result(&self, from: u8, to: u8, moved: u64) {
+        let m = &self.migrator;
+        let failure = m.last_failure.lock().take();
+        let mut waiting = m.waiting.lock();
+        if moved > 0 {
+            if !waiting.is_empty() {
+                m.notices
+                    .lock()
+                    .push(format!("migration from tier {from} moves data again"));
+            }
+            waiting.clear();
+            return;
+        }
+        let why = match failure {
+            Some(e) => format!("moves from tier {from} to tier {to} fail: {e}"),
+            None => format!(
+                "nothing on tier {from} can move to tier {to} (data pinned there by rules, or only in the DRAM cache)"
+            ),
+        };
+        if *waiting != why {
+            m.notices.lock().push(format!("migration stalled: {why}"));
+            *waiting = why;
+        }
+    }
+
+    /// Drops the PM side of clean data (data with a copy on the first block
+    /// tier), coldest files first, until `goal` bytes are freed. No data is
+    /// copied. Returns the bytes freed.
+    pub fn evict_clean(&self, goal: u64) -> u64 {
+        let Some(to) = self.tiers.first().map(|t| t.id) else {
+            return 0;
+        };
+        let (params, policy) = {
+            let st = self.settings.read();
+            (st.migration_params(), st.migration())
+        };
+        let Ok(policy) = policy else { return 0 };
+        self.drain(0, to, goal, &params, &*policy, Mode::Evict)
+    }
+}

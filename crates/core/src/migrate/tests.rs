@@ -1,0 +1,142 @@
+use super::*;
+use crate::{format, FormatParams};
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{MemBlock, MemMedia};
+
+fn pool() -> Fs {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let tier = |id, kind, size, extent_size| TierRecord {
+        id,
+        kind,
+        size,
+        extent_size,
+        path: "t".into(),
+    };
+    format(
+        &*pm,
+        &FormatParams {
+            uuid: [3; 16],
+            inode_count: 16,
+            tiers: vec![
+                tier(0, TierKind::Pm, 16 << 20, 0),
+                tier(1, TierKind::Ssd, 32 << 20, DEFAULT_EXTENT_SIZE),
+            ],
+            root_uid: 0,
+            root_gid: 0,
+        },
+    )
+    .unwrap();
+    Fs::mount_with_tiers(pm, vec![(1, Arc::new(MemBlock::new(32 << 20)))]).unwrap()
+}
+
+fn first_extent(fs: &Fs, ino: Ino) -> crate::inode::Extent {
+    let g = fs.lock(ino).unwrap();
+    g.as_ref().unwrap().extents.find(0).unwrap().1
+}
+
+#[test]
+fn rewrites_of_clean_pm_data_count_for_the_dirty_list_and_reads_for_the_clean_one() {
+    let fs = pool();
+    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    fs.write(f.ino, 0, &[1u8; 8 * 4096]).unwrap();
+    // Clean copies of all 8 blocks on the SSD tier; the PM side stays.
+    fs.move_ranges(f.ino, 0, 1, &[(0, 8)], Mode::Copy).unwrap();
+    assert!(first_extent(&fs, f.ino).copy.is_some());
+    let m = &fs.migrator;
+    let hits = || {
+        (
+            m.window_clean_hits.load(Ordering::Relaxed),
+            m.window_dirty_hits.load(Ordering::Relaxed),
+        )
+    };
+    let before = hits();
+    fs.read(f.ino, 0, 4096).unwrap();
+    let after_read = hits();
+    assert!(
+        after_read.0 > before.0,
+        "a read of clean data is a clean hit"
+    );
+    // Rewriting clean data shows that it is written: a dirty-list hit.
+    fs.write(f.ino, 4096, &[2u8; 2 * 4096]).unwrap();
+    let after_write = hits();
+    assert_eq!(
+        after_write.0, after_read.0,
+        "a rewrite counted for the clean list"
+    );
+    assert_eq!(after_write.1, after_read.1 + 2);
+}
+
+#[test]
+fn a_move_prepared_before_a_collapse_or_insert_never_lands_on_the_shifted_blocks() {
+    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    for mode in [
+        crate::FallocateMode::CollapseRange,
+        crate::FallocateMode::InsertRange,
+    ] {
+        let fs = pool();
+        let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        let data: Vec<u8> = (0..8 * 4096u32).map(|i| (i / 4096 + 1) as u8).collect();
+        fs.write(f.ino, 0, &data).unwrap();
+        // A move of file blocks 2..6 to the SSD is copied, not committed ...
+        let mut batch = MoveBatch::new(&fs, u64::MAX);
+        batch.add(f.ino, 0, 1, &[(2, 4)], Mode::Move).unwrap();
+        // ... while the file's blocks shift by one.
+        fs.fallocate(f.ino, 4096, 4096, mode).unwrap();
+        let mut want = data.clone();
+        if mode == crate::FallocateMode::CollapseRange {
+            want.drain(4096..8192);
+        } else {
+            want.splice(4096..4096, std::iter::repeat(0).take(4096));
+        }
+        let (moved, r) = batch.finish();
+        r.unwrap();
+        assert_eq!(moved, 0, "{mode:?}: a stale move committed");
+        assert_eq!(fs.read(f.ino, 0, want.len() + 1).unwrap(), want, "{mode:?}");
+        fs.check_allocator().unwrap();
+    }
+}
+
+#[test]
+fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot() {
+    let fs = pool();
+    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let d = fs.mkdir(1, b"d", 0o755, ctx).unwrap().ino;
+    let f = fs.mknod(d, b"old", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    fs.write(f.ino, 0, &[1u8; 4096]).unwrap();
+    let old_block = first_extent(&fs, f.ino);
+    // The move is copied but not committed (a large sync window) ...
+    let mut batch = MoveBatch::new(&fs, u64::MAX);
+    batch.add(f.ino, 0, 1, &[(0, 1)], Mode::Move).unwrap();
+    // ... while the file is deleted and a new file takes its slot, its
+    // first write landing on the same PM block with the same per-file
+    // sequence number: everything the old checks compared is equal.
+    fs.unlink(d, b"old").unwrap();
+    fs.forget(f.ino, 1);
+    let g = fs.mknod(d, b"new", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    // Log pages (whole or in slabs) come from the same allocator, which
+    // starts each allocation in the next shard: turn it to the shard of
+    // the old block, where first fit finds that block again.
+    for _ in 0..fs.alloc.shard_count() {
+        if fs.alloc.next_shard_holds(old_block.block) {
+            break;
+        }
+        let b = fs.alloc.alloc_one().unwrap();
+        fs.alloc.free_run(b, 1);
+    }
+    fs.write(g.ino, 0, &[2u8; 4096]).unwrap();
+    let new_block = first_extent(&fs, g.ino);
+    assert_eq!(
+        g.ino, f.ino,
+        "the slot was not reused: the test proves nothing"
+    );
+    assert_eq!(
+        (new_block.block, new_block.seq),
+        (old_block.block, old_block.seq)
+    );
+    let (moved, r) = batch.finish();
+    r.unwrap();
+    assert_eq!(moved, 0);
+    assert_eq!(fs.read(g.ino, 0, 4096).unwrap(), vec![2u8; 4096]);
+    fs.check_allocator().unwrap();
+}
