@@ -17,6 +17,19 @@ pub(super) struct Piece {
     copy: Option<(u8, u64)>,
 }
 
+impl Piece {
+    /// Whether `mode` copies this piece's data to `to`; the others only
+    /// need an entry (a clean copy already on `to` is promoted, a copy is
+    /// dropped).
+    fn needs_data(&self, mode: Mode, to: u8) -> bool {
+        match mode {
+            Mode::Move => self.copy.map(|c| c.0) != Some(to),
+            Mode::Copy => true,
+            Mode::Evict | Mode::DropCopy => false,
+        }
+    }
+}
+
 /// A move whose data is written to the target but not yet committed
 /// ([`Fs::prepare_move`] → sync → [`Fs::commit_move`]).
 pub(super) struct Prepared {
@@ -298,11 +311,7 @@ impl Fs {
         }
         // Pieces whose data must be copied; the others only need an entry
         // (a clean copy already on `to` is promoted, a copy is dropped).
-        let needs_data = |p: &Piece| match mode {
-            Mode::Move => p.copy.map(|c| c.0) != Some(to),
-            Mode::Copy => true,
-            Mode::Evict | Mode::DropCopy => false,
-        };
+        let needs_data = |p: &Piece| p.needs_data(mode, to);
         let total: u64 = pieces
             .iter()
             .filter(|p| needs_data(p))
@@ -433,11 +442,7 @@ impl Fs {
         // The buffer goes back to the pool whichever way this returns.
         let pooled = PooledBuf(&self.migrator, Some(buf));
         let buf: &[u8] = pooled.1.as_deref().expect("set above");
-        let needs_data = |p: &Piece| match mode {
-            Mode::Move => p.copy.map(|c| c.0) != Some(to),
-            Mode::Copy => true,
-            Mode::Evict | Mode::DropCopy => false,
-        };
+        let needs_data = |p: &Piece| p.needs_data(mode, to);
         // 3. Commit the pieces whose mapping is unchanged.
         let mut g = match self.lock(ino) {
             Ok(g) => g,

@@ -3,6 +3,27 @@
 
 use super::*;
 
+/// One drain of a tier (`Fs::drain`), shared by its worker threads.
+#[derive(Clone, Copy)]
+pub(super) struct Drain<'a> {
+    from: u8,
+    to: u8,
+    /// Bytes to move.
+    goal: u64,
+    mode: Mode,
+    params: &'a mig::MigrationParams,
+    policy: &'a (dyn mig::MigrationPolicy + Send + Sync),
+    /// The coldest files, coldest first.
+    files: &'a [(u64, Ino)],
+    /// Next file to hand out, and bytes claimed so far (one lock: files are
+    /// chosen and claimed in coldness order).
+    picker: &'a Mutex<(usize, u64)>,
+    /// Bytes committed by every worker.
+    moved: &'a AtomicU64,
+    /// A worker failed: the others stop.
+    failed: &'a AtomicBool,
+}
+
 impl Fs {
     /// One migration pass: drain each tier above its threshold into the next
     /// one, then reverse-migrate read-hot data when reads dominate. Returns
@@ -144,17 +165,22 @@ impl Fs {
         let window = (goal / 4)
             .max(params.group_blocks() * BS)
             .min(MOVE_SYNC_WINDOW_BYTES);
+        let drain = Drain {
+            from,
+            to,
+            goal,
+            mode,
+            params,
+            policy,
+            files: &files,
+            picker: &picker,
+            moved: &moved,
+            failed: &failed,
+        };
         let work = || {
             let mut batch = MoveBatch::new(self, window);
             let mut counted = 0u64;
-            self.drain_files(
-                &mut batch,
-                &mut counted,
-                (from, to, goal, mode),
-                params,
-                policy,
-                (&files, &picker, &moved, &failed),
-            );
+            self.drain_files(&mut batch, &mut counted, &drain);
             let (total, r) = batch.finish();
             moved.fetch_add(total - counted, Ordering::Relaxed);
             if let Err(e) = r {
@@ -193,21 +219,19 @@ impl Fs {
 
     /// One drain worker's loop: takes the next coldest file until the goal is
     /// claimed or met, and adds its chosen data to `batch`.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn drain_files(
-        &self,
-        batch: &mut MoveBatch<'_>,
-        counted: &mut u64,
-        (from, to, goal, mode): (u8, u8, u64, Mode),
-        params: &mig::MigrationParams,
-        policy: &(dyn mig::MigrationPolicy + Send + Sync),
-        (files, picker, moved, failed): (
-            &[(u64, Ino)],
-            &Mutex<(usize, u64)>,
-            &AtomicU64,
-            &AtomicBool,
-        ),
-    ) {
+    pub(super) fn drain_files(&self, batch: &mut MoveBatch<'_>, counted: &mut u64, d: &Drain<'_>) {
+        let Drain {
+            from,
+            to,
+            goal,
+            mode,
+            params,
+            policy,
+            files,
+            picker,
+            moved,
+            failed,
+        } = *d;
         let now = now_ns().max(0) as u64;
         // Publishes what the batch committed so far.
         let publish = |batch: &MoveBatch<'_>, counted: &mut u64| {
