@@ -246,12 +246,12 @@ fn keep_referenced_sums(
         match e {
             Entry::Sums { tier, block, crcs } => {
                 for (i, c) in crcs.iter().enumerate() {
-                    set(*tier, block + i as u64, *c);
+                    set(*tier, block.saturating_add(i as u64), *c);
                 }
             }
             Entry::Write(w) => {
                 let zero = crate::sums::zero_block_crc();
-                for b in w.block..w.block + u64::from(w.blocks) {
+                for b in w.block..w.block.saturating_add(u64::from(w.blocks)) {
                     set(w.tier, b, zero);
                 }
             }
@@ -624,7 +624,7 @@ fn scan_view(
                     .iter()
                     .find(|t| t.id == e.tier && t.kind != terrace_format::TierKind::Pm);
                 match rec {
-                    Some(r) if e.block + e.blocks <= r.size / BLOCK_SIZE => block_used
+                    Some(r) if fits_within(e.block, e.blocks, r.size / BLOCK_SIZE) => block_used
                         .entry(e.tier)
                         .or_default()
                         .push(((e.block, e.blocks), *ino)),
@@ -642,7 +642,13 @@ fn scan_view(
                 }
                 continue;
             }
-            if e.block < sb.pool_start || e.block + e.blocks > sb.pool_start + sb.pool_blocks {
+            if e.block < sb.pool_start
+                || !fits_within(
+                    e.block,
+                    e.blocks,
+                    sb.pool_start.saturating_add(sb.pool_blocks),
+                )
+            {
                 problems.push(Problem::BlockOwnership {
                     ino: *ino,
                     what: format!("file block {fb} maps to block {} outside the pool", e.block),
@@ -734,4 +740,10 @@ fn scan_view(
         block_used: block_used_runs,
         sums,
     }
+}
+
+/// Whether `blocks` blocks from `first` end at or before `end`, without
+/// overflow (a crafted image with a valid CRC may carry any numbers).
+fn fits_within(first: u64, blocks: u64, end: u64) -> bool {
+    first.checked_add(blocks).is_some_and(|last| last <= end)
 }
