@@ -7,7 +7,10 @@
 
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use terrace_format::{journal_slot_offset, JournalSlot, JOURNAL_MAX_RECORDS, JOURNAL_SLOTS};
+use terrace_format::{
+    journal_slot_offset, JournalSlot, JOURNAL_MAX_RECORDS, JOURNAL_OFF_BODY, JOURNAL_OFF_TXID,
+    JOURNAL_SLOTS,
+};
 use terrace_media::PmMedia;
 
 /// The journal slots of a mounted pool.
@@ -62,18 +65,18 @@ impl Journal {
                 let old: Vec<(u64, u64)> =
                     words.iter().map(|&(a, _)| (a, media.load_u64(a))).collect();
                 let rec = JournalSlot::encode_records(&old);
-                media.write(base + 8, &rec);
-                media.flush(base + 8, rec.len() as u64);
+                media.write(base + JOURNAL_OFF_BODY, &rec);
+                media.flush(base + JOURNAL_OFF_BODY, rec.len() as u64);
                 media.fence();
                 let txid = self.next_txid.fetch_add(1, Ordering::Relaxed);
-                media.store_u64(base, txid);
+                media.store_u64(base + JOURNAL_OFF_TXID, txid);
                 media.persist(base, 8);
                 for &(a, v) in words {
                     media.store_u64(a, v);
                     media.flush(a, 8);
                 }
                 media.fence();
-                media.store_u64(base, 0);
+                media.store_u64(base + JOURNAL_OFF_TXID, 0);
                 // Commit point of a multi-word operation: the journal slot is cleared.
                 media.persist(base, 8);
             }
@@ -147,7 +150,7 @@ mod tests {
         // Simulate a crash after the txid was set and one word was changed.
         let base = journal_slot_offset(3);
         let rec = JournalSlot::encode_records(&[(4096 * 5, 111), (4096 * 6, 222)]);
-        m.write(base + 8, &rec);
+        m.write(base + JOURNAL_OFF_BODY, &rec);
         m.store_u64(base, 9);
         m.store_u64(4096 * 5, 999);
         assert_eq!(recover(&m, true), Ok(1));

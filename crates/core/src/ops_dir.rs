@@ -153,7 +153,8 @@ impl Fs {
         };
         let off = inode_offset(ino);
         let mut old = [0u8; 8];
-        self.media.read(off + 40 - 4, &mut old[..4]);
+        self.media
+            .read(off + terrace_format::INODE_OFF_GENERATION, &mut old[..4]);
         let prev_gen = u32::from_le_bytes(old[..4].try_into().expect("4 bytes"));
         let mut slot = InodeSlot {
             log_head: 0,

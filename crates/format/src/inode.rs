@@ -27,7 +27,11 @@ pub const INODE_OFF_STATE: u64 = 16;
 const OFF_MODE: usize = 24;
 const OFF_UID: usize = 28;
 const OFF_GID: usize = 32;
-const OFF_GENERATION: usize = 36;
+/// Offset of the slot's generation (u32): kept when a slot is freed, so
+/// that its next owner gets a new one (file handles of the old owner go
+/// stale).
+pub const INODE_OFF_GENERATION: u64 = 36;
+const OFF_GENERATION: usize = INODE_OFF_GENERATION as usize;
 const OFF_RDEV: usize = 40;
 const OFF_BTIME: usize = 48;
 const OFF_PARENT: usize = 56;

@@ -30,6 +30,13 @@ pub fn journal_slot_offset(i: usize) -> u64 {
     crate::JOURNAL_BLOCK * BLOCK_SIZE + (i * JOURNAL_SLOT_SIZE) as u64
 }
 
+/// Offset of the transaction id (u64, 0: no open transaction) in a slot.
+pub const JOURNAL_OFF_TXID: u64 = 0;
+
+/// Offset of the part [`JournalSlot::encode_records`] encodes (the record
+/// count, then the records).
+pub const JOURNAL_OFF_BODY: u64 = 8;
+
 /// Offset of the records inside a slot.
 pub const JOURNAL_OFF_RECORDS: usize = 16;
 
