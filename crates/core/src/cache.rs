@@ -611,6 +611,36 @@ impl Fs {
         self.retry_freeing_room(blocks, || self.write_back_part(ino, max_bytes))
     }
 
+    /// Writes `buf` (the pages of a write-back, in page order) to the blocks
+    /// of `pieces`, unsynced. When the device fails, the pages go to PM
+    /// instead if it has room; else the error goes to the caller and the
+    /// pages stay dirty. Returns where the pages are; every block not kept
+    /// is released.
+    fn store_write_back(&self, pieces: Vec<DataRuns>, buf: &[u8]) -> FsResult<Vec<DataRuns>> {
+        let n = buf.len() as u64 / BS;
+        let e = match self.store_pieces(&pieces, buf) {
+            Ok(()) => return Ok(pieces),
+            Err(e) => e,
+        };
+        let only_pm = pieces.iter().all(|d| d.tier == 0);
+        for d in pieces {
+            self.release_data(d);
+        }
+        if only_pm || self.pm_data_free_bytes() < n * BS {
+            return Err(e);
+        }
+        let d = self.alloc_data_on(0, n)?;
+        if d.tier != 0 {
+            self.release_data(d);
+            return Err(e);
+        }
+        if let Err(e) = self.store_data(&d, buf) {
+            self.release_data(d);
+            return Err(e);
+        }
+        Ok(vec![d])
+    }
+
     /// One try of [`Fs::flush_inode_part`]: ENOSPC when the tiers lack the
     /// blocks right now.
     pub(crate) fn write_back_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
@@ -640,61 +670,24 @@ impl Fs {
         // One block-aligned buffer in page order (O_DIRECT takes it without a
         // bounce copy; pooled with migration's); `store_data` writes each run
         // in one request.
-        let mut pooled = self.migrator.take_buf((n * BS) as usize);
+        let mut pooled = self.migrator.take_pooled((n * BS) as usize);
         for (k, (_, p)) in pages.iter().enumerate() {
             pooled[k * BS as usize..(k + 1) * BS as usize].copy_from_slice(&p.data);
         }
-        let buf = &pooled[..(n * BS) as usize];
         // These pages hold their room while dirty; the blocks taken for them
         // now must not count twice until the commit drops them from the cache.
         let _inflight = InflightBlocks::new(&self.wb_inflight_blocks, n);
         // Usually one piece on `want`; near a full pool the pages may be
         // spread over several tiers (each page was promised a block, not a
         // tier). They all commit together, so the writes stay whole.
-        let pieces = match self.alloc_data_spread(want, n) {
-            Ok(p) => p,
-            Err(e) => {
-                self.migrator.give_buf(pooled);
-                return Err(e);
-            }
-        };
+        let pieces = self.alloc_data_spread(want, n)?;
+        let pieces = self.store_write_back(pieces, &pooled[..(n * BS) as usize])?;
         let release = |pieces: Vec<DataRuns>| {
             for d in pieces {
                 self.release_data(d);
             }
         };
-        let pieces = match self.store_pieces(&pieces, buf) {
-            Ok(()) => pieces,
-            Err(e) => {
-                // The device failed: retry on PM when it has room, else the
-                // pages stay dirty and the error goes to the caller.
-                let only_pm = pieces.iter().all(|d| d.tier == 0);
-                release(pieces);
-                if only_pm || self.pm_data_free_bytes() < n * BS {
-                    self.migrator.give_buf(pooled);
-                    return Err(e);
-                }
-                let d = match self.alloc_data_on(0, n) {
-                    Ok(d) if d.tier == 0 => d,
-                    Ok(d) => {
-                        self.release_data(d);
-                        self.migrator.give_buf(pooled);
-                        return Err(e);
-                    }
-                    Err(e2) => {
-                        self.migrator.give_buf(pooled);
-                        return Err(e2);
-                    }
-                };
-                if let Err(e) = self.store_data(&d, buf) {
-                    self.release_data(d);
-                    self.migrator.give_buf(pooled);
-                    return Err(e);
-                }
-                vec![d]
-            }
-        };
-        self.migrator.give_buf(pooled);
+        drop(pooled);
         // Tier and physical block of each page, in page order.
         let mut phys: Vec<(u8, u64)> = Vec::with_capacity(n as usize);
         for d in &pieces {

@@ -4,16 +4,46 @@
 
 use super::*;
 
-/// A copy buffer that returns to the migrator's pool when dropped.
-pub(super) struct PooledBuf<'a>(
-    pub(super) &'a Migrator,
-    pub(super) Option<terrace_media::AlignedBuf>,
-);
+/// A buffer of the pool that returns to it when dropped, whichever way its
+/// user returns ([`Migrator::take_pooled`]).
+pub(crate) struct PooledBuf<'a> {
+    pool: &'a Migrator,
+    buf: Option<terrace_media::AlignedBuf>,
+}
+
+impl<'a> PooledBuf<'a> {
+    /// Guards `buf`, to be returned to `pool`.
+    pub(crate) fn new(pool: &'a Migrator, buf: terrace_media::AlignedBuf) -> PooledBuf<'a> {
+        PooledBuf {
+            pool,
+            buf: Some(buf),
+        }
+    }
+
+    /// The buffer itself, no longer returned by this guard (its new owner
+    /// returns it, or guards it again).
+    pub(crate) fn into_inner(mut self) -> terrace_media::AlignedBuf {
+        self.buf.take().expect("a guarded buffer")
+    }
+}
+
+impl std::ops::Deref for PooledBuf<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.buf.as_deref().expect("a guarded buffer")
+    }
+}
+
+impl std::ops::DerefMut for PooledBuf<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.buf.as_deref_mut().expect("a guarded buffer")
+    }
+}
 
 impl Drop for PooledBuf<'_> {
     fn drop(&mut self) {
-        if let Some(b) = self.1.take() {
-            self.0.give_buf(b);
+        if let Some(b) = self.buf.take() {
+            self.pool.give_buf(b);
         }
     }
 }
@@ -47,6 +77,11 @@ impl Migrator {
         drop(pool);
         let huge = terrace_media::HUGE_BUF_BYTES;
         terrace_media::AlignedBuf::zeroed(len.div_ceil(huge).max(1) * huge)
+    }
+
+    /// [`Migrator::take_buf`] behind a guard that returns it to the pool.
+    pub(crate) fn take_pooled(&self, len: usize) -> PooledBuf<'_> {
+        PooledBuf::new(self, self.take_buf(len))
     }
 
     /// Returns a buffer to the pool (dropped when the pool is full).

@@ -69,7 +69,7 @@ mod status;
 mod tests;
 mod thread;
 
-use buffers::PooledBuf;
+pub(crate) use buffers::PooledBuf;
 pub(crate) use mover::MoveBatch;
 pub use mover::MOVE_SYNC_WINDOW_BYTES;
 use status::snapshot_entries;

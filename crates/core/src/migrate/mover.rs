@@ -379,7 +379,7 @@ impl Fs {
         // write; the commit then drops the piece, so stale bytes never commit.
         // A block-aligned buffer (O_DIRECT takes it without a bounce copy),
         // reused across moves so its pages are not faulted in each time.
-        let mut buf = self.migrator.take_buf((total * BS) as usize);
+        let mut buf = self.migrator.take_pooled((total * BS) as usize);
         let mut at = 0usize;
         for p in pieces.iter().filter(|p| needs_data(p)) {
             let len = (p.blocks * BS) as usize;
@@ -392,7 +392,6 @@ impl Fs {
                     .and_then(|()| self.verify_read(p.tier, p.block, &buf[at..at + len]));
                 if let Err(e) = read {
                     release(d);
-                    self.migrator.give_buf(buf);
                     return Err(e);
                 }
             }
@@ -401,7 +400,6 @@ impl Fs {
         if total > 0 {
             if let Err(e) = self.write_data_unsynced(&d, &buf[..(total * BS) as usize]) {
                 release(d);
-                self.migrator.give_buf(buf);
                 return Err(e);
             }
         }
@@ -418,7 +416,7 @@ impl Fs {
             pieces,
             d,
             phys,
-            buf,
+            buf: buf.into_inner(),
             total,
         }))
     }
@@ -440,8 +438,7 @@ impl Fs {
             total,
         } = p;
         // The buffer goes back to the pool whichever way this returns.
-        let pooled = PooledBuf(&self.migrator, Some(buf));
-        let buf: &[u8] = pooled.1.as_deref().expect("set above");
+        let buf = PooledBuf::new(&self.migrator, buf);
         let needs_data = |p: &Piece| p.needs_data(mode, to);
         // 3. Commit the pieces whose mapping is unchanged.
         let mut g = match self.lock(ino) {
