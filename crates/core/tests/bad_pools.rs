@@ -9,9 +9,7 @@ use terrace_format::{inode_offset, INODE_OFF_LOG_HEAD, LOG_PAGE_HEADER};
 use terrace_media::{MemMedia, PmMedia};
 
 fn pool_with_dir_and_file() -> (Arc<MemMedia>, u64) {
-    let m = Arc::new(MemMedia::new(8 << 20));
-    mkfs(&*m, 64);
-    let fs = Fs::mount(m.clone() as Arc<dyn PmMedia>).unwrap();
+    let (m, fs) = pm_pool(8 << 20, 64);
     let d = fs.mkdir(1, b"d", 0o755, CTX).unwrap();
     let f = fs
         .mknod(d.ino, b"f", libc::S_IFREG | 0o644, 0, CTX)
@@ -41,7 +39,7 @@ fn a_refused_mount_leaves_the_pool_byte_for_byte_unchanged() {
     assert!(m.image() == before, "fsck without repair wrote to the pool");
     let repaired = fsck::repair(m.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {}).unwrap();
     assert!(repaired.is_clean(), "{:?}", repaired.problems);
-    let fs = Fs::mount(m.clone() as Arc<dyn PmMedia>).unwrap();
+    let fs = mount(m.clone());
     fs.check_allocator().unwrap();
 }
 
@@ -69,7 +67,7 @@ fn not_a_pool_and_newer_versions_are_refused_without_writes() {
 fn one_damaged_superblock_copy_is_survived_and_two_are_reported() {
     let (m, _) = pool_with_dir_and_file();
     m.write(100, &[0xee; 4]);
-    let fs = Fs::mount(m.clone() as Arc<dyn PmMedia>).unwrap();
+    let fs = mount(m.clone());
     assert_eq!(
         fs.lookup(1, b"d").unwrap().kind,
         terrace_core::FileType::Directory

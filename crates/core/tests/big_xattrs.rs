@@ -15,9 +15,7 @@ fn value(seed: u8, n: usize) -> Vec<u8> {
 
 #[test]
 fn values_up_to_64_kib_round_trip_and_larger_ones_are_e2big() {
-    let pm = Arc::new(MemMedia::new(32 << 20));
-    mkfs(&*pm, 64);
-    let fs = Fs::mount(pm.clone() as Arc<dyn PmMedia>).unwrap();
+    let (pm, fs) = pm_pool(32 << 20, 64);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let sizes = [0usize, 1, 3584, 3585, 10_000, 65_535, 65_536];
     for (k, &n) in sizes.iter().enumerate() {
@@ -49,15 +47,13 @@ fn values_up_to_64_kib_round_trip_and_larger_ones_are_e2big() {
     assert!(fs.status().compactions > 0, "the log was never compacted");
     fs.unmount().unwrap();
     drop(fs);
-    let fs = Fs::mount(pm as Arc<dyn PmMedia>).unwrap();
+    let fs = mount(pm);
     check(&fs, "after a remount");
 }
 
 #[test]
 fn a_crash_during_a_64_kib_xattr_commit_leaves_the_old_value_or_the_new_whole() {
-    let pm = Arc::new(CrashMedia::new(16 << 20));
-    mkfs(&*pm, 64);
-    let fs = Fs::mount(pm.clone() as Arc<dyn PmMedia>).unwrap();
+    let (pm, fs) = pm_pool_on(CrashMedia::new(16 << 20), 64);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let old = value(1, 20_000);
     let new = value(2, 65_536);

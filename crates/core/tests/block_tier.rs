@@ -8,26 +8,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use terrace_core::{Fs, OpenError};
-use terrace_media::{
-    BlockMedia, CrashBlock, CrashMedia, FaultBlock, LossMode, MemBlock, MemMedia, PmMedia,
-};
+use terrace_media::{FaultBlock, LossMode, MemBlock, MemMedia, PmMedia};
 
 const SSD: u64 = 32 << 20;
 
-fn mkfs_tiered(pm: &dyn PmMedia, inodes: u64) {
-    mkfs_pm_ssd(pm, SSD, inodes);
-}
-
-fn mount_tiered(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
-    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
-}
-
 #[test]
 fn writes_spill_to_the_ssd_tier_when_pm_is_full_and_read_back_after_remount() {
-    let pm = Arc::new(MemMedia::new(2 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm, 64);
-    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(2 << 20, SSD, 64);
     let a = fs.mknod(1, b"big", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let mut expect = Vec::new();
     for i in 0..40u32 {
@@ -55,10 +42,7 @@ fn writes_spill_to_the_ssd_tier_when_pm_is_full_and_read_back_after_remount() {
 
 #[test]
 fn mounting_without_a_tier_that_holds_data_is_refused_without_writes() {
-    let pm = Arc::new(MemMedia::new(2 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm, 64);
-    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let (pm, _, fs) = tiered_pool(2 << 20, SSD, 64);
     let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     fs.write(a.ino, 0, &vec![1u8; 3 << 20]).unwrap();
     fs.unmount().unwrap();
@@ -73,10 +57,11 @@ fn mounting_without_a_tier_that_holds_data_is_refused_without_writes() {
 
 #[test]
 fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
-    let pm = Arc::new(MemMedia::new(2 << 20));
-    let ssd = Arc::new(FaultBlock::new(MemBlock::new(SSD)));
-    mkfs_tiered(&*pm, 64);
-    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool_on(
+        MemMedia::new(2 << 20),
+        FaultBlock::new(MemBlock::new(SSD)),
+        64,
+    );
     // Writes of more than half the cache bypass it: this one is written through.
     fs.set_setting("dram_cache_bytes", "2M").unwrap();
     let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
@@ -95,9 +80,7 @@ fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
     ssd.heal();
     fs.write(a.ino, 8 << 20, &vec![5u8; 2 << 20]).unwrap();
     fs.unmount().unwrap();
-    let tiers: [(u8, Arc<dyn BlockMedia>); 1] = [(1, ssd.clone())];
-    let report = terrace_core::fsck::check(&*pm, &tiers, &mut |_, _| {}).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after unmount");
 }
 
 #[test]
@@ -105,10 +88,7 @@ fn random_sequences_with_a_small_pm_tier_match_the_model() {
     let base = base_seed("tiered model test");
     for k in 0..150 {
         let seed = base.wrapping_add(k);
-        let pm = Arc::new(MemMedia::new(1 << 20));
-        let ssd = Arc::new(MemBlock::new(SSD));
-        mkfs_tiered(&*pm, 64);
-        let mut fs = mount_tiered(pm.clone(), ssd.clone());
+        let (pm, ssd, mut fs) = tiered_pool(1 << 20, SSD, 64);
         let mut model = Model::default();
         let mut rng = StdRng::seed_from_u64(seed);
         for step in 0..60 {
@@ -117,15 +97,8 @@ fn random_sequences_with_a_small_pm_tier_match_the_model() {
                 drop(fs);
                 fs = mount_tiered(pm.clone(), ssd.clone());
             }
-            let op = random_op(&model, &mut rng);
-            let want = apply_model(&mut model, &op);
-            let got = apply_fs(&fs, &op);
-            assert_eq!(got, want, "seed {seed} step {step}: {op:?}");
-            assert_same_tree(
-                &fs_tree(&fs),
-                &model.tree(),
-                &format!("seed {seed} step {step} {op:?}"),
-            );
+            let ctx = format!("seed {seed} step {step}");
+            random_step(&fs, &mut model, &mut rng, &ctx);
         }
         fs.check_allocator()
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
@@ -138,12 +111,9 @@ fn crashes_during_spilled_writes_recover_to_before_or_after() {
     for k in 0..4 {
         let seed = base.wrapping_add(k);
         let mut rng = StdRng::seed_from_u64(seed);
-        let pm = Arc::new(CrashMedia::new(1 << 20));
         // One clock for both media: each PM crash point gets the device
         // image of the same moment (unsynced writes kept or lost at random).
-        let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-        mkfs_tiered(&*pm, 64);
-        let fs = mount_tiered(pm.clone(), ssd.clone());
+        let (pm, ssd, fs) = crash_pool(1 << 20, SSD, 64);
         let mut model = Model::default();
         for step in 0..30 {
             let op = random_op(&model, &mut rng);
@@ -154,13 +124,9 @@ fn crashes_during_spilled_writes_recover_to_before_or_after() {
             assert_eq!(got, want);
             let n = trace.len();
             for kk in [rng.gen_range(0..=n), rng.gen_range(0..=n), n] {
-                let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
-                let ssd_img = ssd.image_at_time(
-                    trace.time_after(kk),
-                    terrace_media::BlockLoss::RandomBlocks(rng.gen()),
-                );
+                let (img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
                 let pm2 = Arc::new(MemMedia::from_image(img));
-                let ssd2 = Arc::new(MemBlock::from_image(ssd_img.clone()));
+                let ssd2 = Arc::new(MemBlock::from_image(ssd_img));
                 let fs2 = mount_tiered(pm2, ssd2);
                 fs2.check_allocator().unwrap();
                 let t = fs_tree(&fs2);
@@ -181,10 +147,7 @@ fn crashes_during_spilled_writes_recover_to_before_or_after() {
 
 #[test]
 fn large_asynchronous_overwrites_go_to_the_ssd_and_fsynced_appends_stay_on_pm() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm, 64);
-    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
     assert_eq!(fs.settings().placement_policy, "ziggurat");
     let big = fs
         .mknod(1, b"table", libc::S_IFREG | 0o644, 0, CTX)
@@ -231,10 +194,7 @@ fn large_asynchronous_overwrites_go_to_the_ssd_and_fsynced_appends_stay_on_pm() 
 
 #[test]
 fn large_new_asynchronous_data_goes_to_the_ssd_once_pm_passes_its_threshold() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm, 64);
-    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
     // A static threshold, and the rule on (it is off by default).
     fs.set_setting("migration_threshold", "40").unwrap();
     fs.set_setting("size_fresh_large_bytes", "512K").unwrap();
@@ -284,10 +244,7 @@ fn large_new_asynchronous_data_goes_to_the_ssd_once_pm_passes_its_threshold() {
 
 #[test]
 fn settings_change_at_run_time_and_bad_values_change_nothing() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm, 64);
-    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
     assert!(fs
         .set_setting("placement_policy", "no-such-policy")
         .is_err());
@@ -314,16 +271,11 @@ fn settings_change_at_run_time_and_bad_values_change_nothing() {
 fn fsync_needs_no_work_only_on_pools_without_block_tiers() {
     // PM only: every write is durable when it returns (the FUSE adapter then
     // lets the kernel complete fsync without a request).
-    let pm = Arc::new(MemMedia::new(2 << 20));
-    mkfs(&*pm, 64);
-    let fs = Fs::mount(pm.clone() as Arc<dyn PmMedia>).unwrap();
+    let (_, fs) = pm_pool(2 << 20, 64);
     assert!(fs.fsync_is_noop());
     fs.unmount().unwrap();
     // With a block tier the DRAM cache may hold dirty data: fsync has work.
-    let pm = Arc::new(MemMedia::new(2 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm, 64);
-    let fs = mount_tiered(pm, ssd);
+    let (_, _, fs) = tiered_pool(2 << 20, SSD, 64);
     assert!(!fs.fsync_is_noop());
     fs.unmount().unwrap();
 }
@@ -335,10 +287,7 @@ fn fsync_needs_no_work_only_on_pools_without_block_tiers() {
 /// sync (design.md §5a).
 #[test]
 fn a_write_back_never_commits_before_its_data_is_durable_on_the_device() {
-    let pm = Arc::new(CrashMedia::new(4 << 20));
-    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-    mkfs_tiered(&*pm, 64);
-    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(4 << 20, SSD, 64);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 251) as u8).collect();

@@ -9,16 +9,17 @@ use common::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use terrace_core::Fs;
-use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
+use terrace_media::{BlockMedia, MemBlock, MemMedia};
 
 const SSD: u64 = 32 << 20;
 const BS: u64 = 4096;
 
-fn mount(pm: &MemMedia, ssd: &MemBlock) -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
+/// Mounts copies of `pm` and `ssd` (they stay as they are); returns the
+/// copies and the pool.
+fn mount_copy(pm: &MemMedia, ssd: &MemBlock) -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
     let pm = Arc::new(MemMedia::from_image(pm.image()));
     let ssd = Arc::new(MemBlock::from_image(ssd.image()));
-    let fs = Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)])
-        .unwrap_or_else(|e| panic!("mount: {e}"));
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     (pm, ssd, fs)
 }
 
@@ -33,32 +34,10 @@ fn pattern(seed: u8, n: usize) -> Vec<u8> {
         .collect()
 }
 
-/// `(file offset, length, tier name, block)` of each extent of `ino`.
-fn extents(fs: &Fs, ino: u64) -> Vec<(u64, u64, String, u64)> {
-    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
-    String::from_utf8(v)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (
-                f[0].parse().unwrap(),
-                f[1].parse().unwrap(),
-                f[2].to_string(),
-                f[3].parse().unwrap_or(u64::MAX),
-            )
-        })
-        .collect()
-}
-
 /// A pool with one 1 MiB file moved to the SSD; returns its images, the
 /// file's inode, its data and the SSD block of its first byte.
 fn pool_with_a_file_on_the_ssd() -> (MemMedia, MemBlock, u64, Vec<u8>, u64) {
-    let pm = Arc::new(MemMedia::new(8 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 256);
-    let fs =
-        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
+    let (pm, ssd, fs) = tiered_pool(8 << 20, SSD, 256);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(7, 1 << 20);
     fs.write(f.ino, 0, &data).unwrap();
@@ -93,7 +72,7 @@ fn nineteen_damaged_bytes_on_the_ssd_read_as_eio_never_as_wrong_bytes() {
     let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
     // The reproduction of the issue: 19 bytes written into the file's extent.
     damage(&ssd, first + 3, 100, 19);
-    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
     let e = fs.read(ino, 0, data.len()).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO));
     let e = fs.read(ino, 3 * BS + 50, 100).unwrap_err();
@@ -115,7 +94,7 @@ fn nineteen_damaged_bytes_on_the_ssd_read_as_eio_never_as_wrong_bytes() {
 #[test]
 fn undamaged_data_reads_back_verified_after_remount() {
     let (pm, ssd, ino, data, _) = pool_with_a_file_on_the_ssd();
-    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
     assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
     assert_eq!(
         fs.counters.checksummed_reads.load(Ordering::Relaxed),
@@ -129,7 +108,7 @@ fn undamaged_data_reads_back_verified_after_remount() {
 fn migration_does_not_carry_damaged_ssd_data_to_pm() {
     let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
     damage(&ssd, first + 100, 0, 1);
-    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
     let e = fs.migrate_file(ino, 0).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO));
     // The damaged block is still where it was, and still refused.
@@ -148,12 +127,12 @@ fn migration_does_not_carry_damaged_ssd_data_to_pm() {
 #[test]
 fn checksums_move_with_a_log_that_log_migration_put_on_the_ssd() {
     let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
-    let (pm2, ssd2, fs) = mount(&pm, &ssd);
+    let (pm2, ssd2, fs) = mount_copy(&pm, &ssd);
     assert_eq!(fs.move_logs(&[ino], 1).unwrap(), 1, "the log moved");
     fs.unmount().unwrap();
     drop(fs);
     damage(&ssd2, first + 5, 4000, 96);
-    let (_pm, _ssd, fs) = mount(&pm2, &ssd2);
+    let (_pm, _ssd, fs) = mount_copy(&pm2, &ssd2);
     assert_eq!(
         fs.read(ino, 5 * BS, 4096).unwrap_err().raw_os_error(),
         Some(libc::EIO)
@@ -168,11 +147,7 @@ fn checksums_move_with_a_log_that_log_migration_put_on_the_ssd() {
 fn blocks_reused_by_another_file_are_checked_against_their_new_data_after_remount() {
     // SSD: the header extent and three 512 KiB extents.
     let ssd_bytes = 4 * (512 << 10);
-    let pm = Arc::new(MemMedia::new(8 << 20));
-    let ssd = Arc::new(MemBlock::new(ssd_bytes));
-    mkfs_pm_ssd(&*pm, ssd_bytes, 256);
-    let fs =
-        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
+    let (pm, ssd, fs) = tiered_pool(8 << 20, ssd_bytes, 256);
     // `b` gets the lower inode number: its log replays before `a`'s.
     let b = fs.mknod(1, b"b", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let a = fs.mknod(1, b"a", libc::S_IFREG | 0o644, 0, CTX).unwrap();
@@ -201,7 +176,7 @@ fn blocks_reused_by_another_file_are_checked_against_their_new_data_after_remoun
         "b took the blocks a gave up (the case this test is about)"
     );
     fs.unmount().unwrap();
-    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
     assert_eq!(fs.read(b.ino, 0, half).unwrap(), bdata);
     assert_eq!(fs.read(a.ino, 0, half).unwrap(), pattern(2, half));
     assert_eq!(fs.counters.checksum_errors.load(Ordering::Relaxed), 0);
@@ -212,7 +187,7 @@ fn scrub_finds_every_damaged_block_and_reports_those_no_copy_can_repair() {
     let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
     damage(&ssd, first + 10, 0, 1);
     damage(&ssd, first + 200, 4095, 1);
-    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
     let r = fs.scrub(0, true);
     assert!(!r.running && r.finished_unix > 0);
     assert_eq!(r.total_blocks, data.len() as u64 / BS);
@@ -248,7 +223,7 @@ fn scrub_drops_a_damaged_clean_copy_and_the_data_stays_readable() {
     assert_eq!(again.bad_blocks, 0, "{again:?}");
     fs.unmount().unwrap();
     drop(fs);
-    let fs = Fs::mount_with_tiers(pm as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
+    let fs = mount_tiered(pm, ssd);
     assert_eq!(fs.scrub(0, true).bad_blocks, 0);
     assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
 }
@@ -256,20 +231,8 @@ fn scrub_drops_a_damaged_clean_copy_and_the_data_stays_readable() {
 /// An NVMFS pool with an 8 MiB file on PM whose first clean copy on the
 /// SSD has one damaged block; returns the pool, the file and its data.
 fn pool_with_a_damaged_clean_copy() -> (Arc<MemMedia>, Arc<MemBlock>, Fs, u64, Vec<u8>) {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 64);
-    let fs =
-        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
-    for (k, v) in [
-        ("migration_policy", "nvmfs"),
-        ("migration_threshold", "99"),
-        ("migration_age_ns", "0s"),
-        ("nvmfs_dirty_low_percent", "30"),
-        ("nvmfs_dirty_high_percent", "60"),
-    ] {
-        fs.set_setting(k, v).unwrap();
-    }
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
+    use_nvmfs(&fs);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(9, 8 << 20);
     for (k, c) in data.chunks(256 << 10).enumerate() {
@@ -308,7 +271,7 @@ fn moving_data_down_rewrites_it_instead_of_promoting_a_damaged_clean_copy() {
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = Fs::mount_with_tiers(pm as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
+    let fs = mount_tiered(pm, ssd);
     assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
     assert_eq!(
         fs.scrub(0, true).bad_blocks,
@@ -320,7 +283,7 @@ fn moving_data_down_rewrites_it_instead_of_promoting_a_damaged_clean_copy() {
 #[test]
 fn a_rate_bounded_scrub_takes_at_least_the_time_its_rate_allows() {
     let (pm, ssd, _ino, data, _) = pool_with_a_file_on_the_ssd();
-    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
     let t = std::time::Instant::now();
     // 1 MiB at 4 MiB/s: at least ~250 ms (the first chunk is free).
     let r = fs.scrub(4 << 20, true);
@@ -336,11 +299,7 @@ fn a_rate_bounded_scrub_takes_at_least_the_time_its_rate_allows() {
 fn zeros_fallocated_on_the_ssd_are_checked_without_sums_entries_even_after_a_remount() {
     // PM too small for the checksums of the whole preallocation in one
     // commit (xfstests generic/103: fallocate of nearly all the room).
-    let pm = Arc::new(MemMedia::new(2 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 64);
-    let fs =
-        Fs::mount_with_tiers(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd.clone() as _)]).unwrap();
+    let (pm, ssd, fs) = tiered_pool(2 << 20, SSD, 64);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let len = 24 << 20;
     fs.fallocate(f.ino, 0, len, terrace_core::FallocateMode::Allocate)
@@ -355,7 +314,7 @@ fn zeros_fallocated_on_the_ssd_are_checked_without_sums_entries_even_after_a_rem
     fs.unmount().unwrap();
     drop(fs);
     damage(&ssd, on_ssd.3 + 2, 0, 1);
-    let (_pm, _ssd, fs) = mount(&pm, &ssd);
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
     let good = fs.read(f.ino, on_ssd.0, 2 * BS as usize).unwrap();
     assert!(good.iter().all(|&b| b == 0));
     assert_eq!(

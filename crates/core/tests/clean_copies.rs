@@ -6,52 +6,28 @@ mod common;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
 use terrace_core::Fs;
-use terrace_media::{
-    BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia,
-};
+use terrace_media::{BlockMedia, PmMedia};
 
 const SSD: u64 = 64 << 20;
 
-fn mkfs_tiered(pm: &dyn PmMedia) {
-    mkfs_pm_ssd(pm, SSD, 64);
-}
-
-fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
-    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
-}
-
-/// A pool with the nvmfs policy whose dirty list flushes from 60% of its
-/// target down to 30%.
-fn nvmfs_pool(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
-    let fs = mount(pm, ssd);
-    fs.set_setting("migration_policy", "nvmfs").unwrap();
-    fs.set_setting("migration_threshold", "99").unwrap();
-    fs.set_setting("migration_age_ns", "0s").unwrap();
-    fs.set_setting("nvmfs_dirty_low_percent", "30").unwrap();
-    fs.set_setting("nvmfs_dirty_high_percent", "60").unwrap();
-    fs
-}
-
-/// A pool with the nvmfs policy and an 8 MiB file on PM, half of which the
-/// dirty-list flush has copied to the SSD.
-fn flushed(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, Vec<u8>) {
-    let fs = nvmfs_pool(pm, ssd);
+/// Gives `fs` the nvmfs policy ([`use_nvmfs`]) and an 8 MiB file on PM,
+/// more than the dirty list's high mark (the next migration pass copies
+/// part of it to the SSD). Returns the file and its content.
+fn flushed(fs: &Fs) -> (u64, Vec<u8>) {
+    use_nvmfs(fs);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(1, 8 << 20);
     for (k, c) in data.chunks(256 << 10).enumerate() {
         fs.write(f.ino, (k as u64) << 18, c).unwrap();
     }
-    (fs, f.ino, data)
+    (f.ino, data)
 }
 
 #[test]
 fn flushed_data_stays_on_pm_with_a_clean_copy_on_the_ssd() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
+    let (ino, data) = flushed(&fs);
     assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), 0);
     let copied = fs.migration_pass();
     assert!(
@@ -78,28 +54,21 @@ fn flushed_data_stays_on_pm_with_a_clean_copy_on_the_ssd() {
     // Copies survive a clean remount and a crash (no unmount).
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm.clone(), ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), copies);
     fs.check_allocator().unwrap();
     drop(fs);
-    let fs = mount(pm, ssd);
+    let fs = mount_tiered(pm, ssd);
     assert_eq!(tier_bytes(&fs, ino, "ssd-copy"), copies);
     assert!(fs.read(ino, 0, data.len()).unwrap() == data);
 }
 
 /// Bytes of clean copies of the file's first `limit` bytes.
 fn copy_bytes_below(fs: &Fs, ino: u64, limit: u64) -> u64 {
-    let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
-    String::from_utf8(v)
-        .unwrap()
-        .lines()
-        .filter(|l| l.split_whitespace().nth(2) == Some("ssd-copy"))
-        .map(|l| {
-            let mut w = l.split_whitespace();
-            let off: u64 = w.next().unwrap().parse().unwrap();
-            let len: u64 = w.next().unwrap().parse().unwrap();
-            (off + len).min(limit).saturating_sub(off)
-        })
+    extents(fs, ino)
+        .into_iter()
+        .filter(|e| e.2 == "ssd-copy")
+        .map(|(off, len, _, _)| (off + len).min(limit).saturating_sub(off))
         .sum()
 }
 
@@ -107,10 +76,8 @@ fn copy_bytes_below(fs: &Fs, ino: u64, limit: u64) -> u64 {
 /// rest once, runs one migration pass with `order`, and returns the bytes
 /// flushed and the bytes of the first 256 KiB among them.
 fn flush_after_skewed_writes(order: &str) -> (u64, u64) {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = nvmfs_pool(pm, ssd);
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
+    use_nvmfs(&fs);
     fs.set_setting("nvmfs_flush_order", order).unwrap();
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let mut data = pattern(3, 8 << 20);
@@ -154,10 +121,8 @@ fn nvmfs_flush_stops_at_the_low_mark_and_keeps_often_rewritten_blocks_on_pm() {
 
 #[test]
 fn evicting_clean_data_from_pm_writes_nothing_to_the_ssd() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let (_, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
+    let (ino, data) = flushed(&fs);
     let copied = fs.migration_pass();
     let pm_before = tier_bytes(&fs, ino, "pm");
     let ssd_writes = ssd.stats().write_bytes;
@@ -174,21 +139,17 @@ fn evicting_clean_data_from_pm_writes_nothing_to_the_ssd() {
 
 #[test]
 fn writing_to_clean_data_drops_its_copy() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let (fs, ino, mut data) = flushed(pm.clone(), ssd.clone());
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
+    let (ino, mut data) = flushed(&fs);
     fs.migration_pass();
     let copies = tier_bytes(&fs, ino, "ssd-copy");
     assert!(copies >= 64 << 10);
     // Find a copied range and overwrite 64 KiB of it.
-    let line = String::from_utf8(fs.getxattr(ino, b"user.terrace.extents").unwrap())
+    let off = extents(&fs, ino)
+        .into_iter()
+        .find(|e| e.2 == "ssd-copy")
         .unwrap()
-        .lines()
-        .find(|l| l.split_whitespace().nth(2) == Some("ssd-copy"))
-        .unwrap()
-        .to_string();
-    let off: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+        .0;
     let new = vec![0xabu8; 64 << 10];
     fs.write(ino, off, &new).unwrap();
     data[off as usize..off as usize + new.len()].copy_from_slice(&new);
@@ -206,12 +167,10 @@ fn writing_to_clean_data_drops_its_copy() {
 fn crashes_during_flush_and_eviction_lose_nothing() {
     let base = base_seed("clean copy crash test");
     let mut rng = StdRng::seed_from_u64(base);
-    let pm = Arc::new(CrashMedia::new(16 << 20));
     // One clock: each PM crash point is paired with the device image of the
     // same moment (copies whose sync came later are missing or torn).
-    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-    mkfs_tiered(&*pm);
-    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(16 << 20, SSD, 64);
+    let (ino, data) = flushed(&fs);
     pm.sync_all().unwrap();
     ssd.sync().unwrap();
     let ((), trace) = pm.trace(|| {
@@ -222,33 +181,20 @@ fn crashes_during_flush_and_eviction_lose_nothing() {
     let mut points: Vec<usize> = (0..10).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n]);
     for kk in points {
-        let img = trace.image_at(kk, LossMode::RandomLines(rng.gen()));
-        let img_ssd = ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen()));
-        let pm2 = Arc::new(MemMedia::from_image(img));
-        let tiers: [(u8, Arc<dyn BlockMedia>); 1] =
-            [(1, Arc::new(MemBlock::from_image(img_ssd.clone())))];
-        let report = terrace_core::fsck::check(&*pm2, &tiers, &mut |_, _| {}).unwrap();
-        assert!(
-            report.is_clean(),
-            "seed {base} crash at {kk}/{n}: {:?}",
-            report.problems
-        );
-        let fs2 = mount(pm2, Arc::new(MemBlock::from_image(img_ssd.clone())));
-        fs2.check_allocator()
-            .unwrap_or_else(|e| panic!("seed {base} crash at {kk}/{n}: {e}"));
+        let (img, img_ssd) = random_crash_images(&trace, &ssd, kk, &mut rng);
+        let what = format!("seed {base} crash at {kk}/{n}");
+        let (_, fs2) = recover(img, Some(img_ssd), Fsck::Metadata, &what);
         assert!(
             fs2.read(ino, 0, data.len()).unwrap() == data,
-            "seed {base} crash at {kk}/{n}: data changed"
+            "{what}: data changed"
         );
     }
 }
 
 #[test]
 fn clean_pm_copies_can_be_evicted_even_when_pm_is_full() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
+    let (ino, data) = flushed(&fs);
     let copied = fs.migration_pass();
     assert!(copied >= 1 << 20, "no clean copies ({copied} bytes)");
     // Fill PM (past the forced mark, after which writes go to the SSD) with
@@ -276,10 +222,8 @@ fn clean_pm_copies_can_be_evicted_even_when_pm_is_full() {
 /// instead of copying the same data to the SSD on every pass.
 #[test]
 fn rewrites_of_a_working_set_above_the_low_mark_do_not_keep_the_flush_running() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = nvmfs_pool(pm, ssd);
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
+    use_nvmfs(&fs);
     // The split stays at its initial 80%: the data area of a 16 MiB pool is
     // 14-16 MiB, so the dirty target is 11.2-12.8 MiB, the high mark (60%)
     // 6.7-7.7 MiB and the low mark (30%) 3.4-3.9 MiB.
@@ -326,13 +270,12 @@ fn rewrites_of_a_working_set_above_the_low_mark_do_not_keep_the_flush_running() 
 
 #[test]
 fn a_pool_full_but_for_clean_copies_takes_writes_for_all_of_its_room() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = nvmfs_pool(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
+    use_nvmfs(&fs);
     let room0 = fs.statfs().bavail * 4096;
     drop(fs);
-    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let fs = mount_tiered(pm, ssd);
+    let (ino, data) = flushed(&fs);
     let copied = fs.migration_pass();
     assert!(copied >= 1 << 20, "the flush made {copied} bytes of copies");
     // Fill the rest of the pool; clean copies take room on both tiers until
@@ -367,11 +310,8 @@ fn a_pool_full_but_for_clean_copies_takes_writes_for_all_of_its_room() {
 fn clean_copies_never_take_the_room_promised_to_dirty_cached_pages() {
     // A small SSD: PM data of an nvmfs pool, and a file pinned to the SSD
     // whose dirty cached pages were promised the rest of the pool's room.
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd_size = 16 << 20;
-    let ssd = Arc::new(MemBlock::new(ssd_size));
-    mkfs_pm_ssd(&*pm, ssd_size, 64);
-    let (fs, ino, data) = flushed(pm.clone(), ssd.clone());
+    let (_, _, fs) = tiered_pool(16 << 20, 16 << 20, 64);
+    let (ino, data) = flushed(&fs);
     let hot = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     fs.setxattr(hot.ino, b"user.terrace.rule", b"ssd", 0)
         .unwrap();

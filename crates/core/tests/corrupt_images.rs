@@ -30,10 +30,6 @@ const PM: u64 = 4 << 20;
 const SSD: u64 = 16 << 20;
 const INODES: u64 = 128;
 
-fn mkfs_tiered(pm: &dyn PmMedia) {
-    mkfs_pm_ssd(pm, SSD, INODES);
-}
-
 fn open(pm: &Arc<MemMedia>, ssd: &Arc<MemBlock>) -> std::io::Result<Fs> {
     Fs::mount_with_tiers(
         pm.clone() as Arc<dyn PmMedia>,
@@ -45,10 +41,7 @@ fn open(pm: &Arc<MemMedia>, ssd: &Arc<MemBlock>) -> std::io::Result<Fs> {
 /// A pool worth damaging: `(pm image, ssd image)` after a clean unmount, and
 /// the same pool while still mounted (a crash image).
 fn build_pool(seed: u64) -> [(Vec<u8>, Vec<u8>); 2] {
-    let pm = Arc::new(MemMedia::new(PM));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = open(&pm, &ssd).unwrap();
+    let (pm, ssd, fs) = tiered_pool(PM, SSD, INODES);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut model = Model::default();
     for _ in 0..300 {

@@ -8,22 +8,13 @@ mod common;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
-use terrace_media::{CrashMedia, LossMode, MemMedia, PmMedia};
+use terrace_media::{CrashMedia, LossMode};
 
+/// Recovers the crash image `img` of a PM-only pool ([`recover`]): it holds
+/// the tree `before` or `after` the operation (`after` when
+/// `must_be_after`), and passes fsck again once unmounted.
 fn check_image(img: Vec<u8>, before: &Tree, after: &Tree, must_be_after: bool, ctx: &str) {
-    let media = Arc::new(MemMedia::from_image(img));
-    let report = terrace_core::fsck::check(&*media, &[], &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("{ctx}: fsck cannot read: {e}"));
-    assert!(
-        report.is_clean(),
-        "{ctx}: fsck before mount: {:?}",
-        report.problems
-    );
-    let fs = terrace_core::Fs::mount(media.clone() as Arc<dyn PmMedia>)
-        .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
-    fs.check_allocator()
-        .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+    let (media, fs) = recover(img, None, Fsck::Metadata, ctx);
     let t = fs_tree(&fs);
     if must_be_after || before == after {
         assert_same_tree(&t, after, ctx);
@@ -35,18 +26,16 @@ fn check_image(img: Vec<u8>, before: &Tree, after: &Tree, must_be_after: bool, c
         );
     }
     fs.unmount().unwrap();
-    let report = terrace_core::fsck::check(&*media, &[], &mut |_, _| {}).unwrap();
-    assert!(
-        report.is_clean(),
-        "{ctx}: fsck after recovery: {:?}",
-        report.problems
+    assert_fsck_clean(
+        &*media,
+        None,
+        Fsck::Metadata,
+        &format!("{ctx}: after recovery"),
     );
 }
 
 fn run(seed: u64, steps: usize, points_per_op: usize) {
-    let media = Arc::new(CrashMedia::new(4 << 20));
-    mkfs(&*media, 128);
-    let fs = mount(media.clone() as Arc<dyn PmMedia>);
+    let (media, fs) = pm_pool_on(CrashMedia::new(4 << 20), 128);
     let mut model = Model::default();
     let mut rng = StdRng::seed_from_u64(seed);
     for step in 0..steps {
@@ -95,9 +84,7 @@ fn every_crash_point_recovers_to_before_or_after_each_operation() {
 #[test]
 fn crashes_while_small_logs_share_slab_blocks_recover_to_before_or_after() {
     let mut rng = StdRng::seed_from_u64(base_seed("small log pages crash test"));
-    let media = Arc::new(CrashMedia::new(2 << 20));
-    mkfs(&*media, 128);
-    let fs = mount(media.clone() as Arc<dyn PmMedia>);
+    let (media, fs) = pm_pool_on(CrashMedia::new(2 << 20), 128);
     let mut model = Model::default();
     let root: Vec<Vec<u8>> = Vec::new();
     let name = |p: &str, i: usize| format!("{p}{i}").into_bytes();

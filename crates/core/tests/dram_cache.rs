@@ -8,24 +8,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use terrace_core::Fs;
-use terrace_media::{BlockMedia, FaultBlock, MemBlock, MemMedia, PmMedia};
+use terrace_media::{BlockMedia, FaultBlock, MemBlock, MemMedia};
 
 const SSD: u64 = 96 << 20;
 
-fn mkfs_tiered(pm: &dyn PmMedia) {
-    mkfs_pm_ssd(pm, SSD, 64);
-}
-
-fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
-    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
-}
-
 #[test]
 fn the_cache_never_exceeds_its_bound_under_a_workload_four_times_larger() {
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
+    let fs = Arc::new(fs);
     fs.set_setting("dram_cache_bytes", "4M").unwrap();
     fs.start_writeback();
     // Two writers (sequential appends; the PM tier fills after ~3 MiB), and
@@ -60,7 +50,7 @@ fn the_cache_never_exceeds_its_bound_under_a_workload_four_times_larger() {
     assert!(st.tiers[1].used > 0);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm.clone(), ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     for (ino, data) in files {
         assert!(fs.read(ino, 0, data.len()).unwrap() == data);
     }
@@ -69,10 +59,7 @@ fn the_cache_never_exceeds_its_bound_under_a_workload_four_times_larger() {
 
 #[test]
 fn write_back_merges_adjacent_pages_into_large_sequential_requests() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (_, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let a = fs.mknod(1, b"seq", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(7, 16 << 20);
@@ -97,10 +84,7 @@ fn write_back_merges_adjacent_pages_into_large_sequential_requests() {
 fn random_asynchronous_overwrites_reach_the_ssd_as_large_requests() {
     // PM holds about a quarter of the file; the rest lives on the SSD, and
     // random 4 KiB rewrites of it are gathered by the cache.
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
     fs.set_setting("dram_cache_bytes", "8M").unwrap();
     let a = fs.mknod(1, b"rand", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let mut expect = pattern(3, 16 << 20);
@@ -129,17 +113,14 @@ fn random_asynchronous_overwrites_reach_the_ssd_as_large_requests() {
     assert!(fs.read(a.ino, 0, expect.len()).unwrap() == expect);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm, ssd);
+    let fs = mount_tiered(pm, ssd);
     assert!(fs.read(a.ino, 0, expect.len()).unwrap() == expect);
     fs.check_allocator().unwrap();
 }
 
 #[test]
 fn reads_of_ssd_data_miss_once_per_read_unit_then_hit() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let a = fs.mknod(1, b"r", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(5, 4 << 20);
@@ -147,7 +128,7 @@ fn reads_of_ssd_data_miss_once_per_read_unit_then_hit() {
     fs.write(a.ino, 1 << 20, &data[1 << 20..]).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm, ssd.clone());
+    let fs = mount_tiered(pm, ssd.clone());
     fs.set_setting("max_read_unit_bytes", "256K").unwrap();
     let reads0 = ssd.stats().read_requests;
     for k in 0..256u64 {
@@ -163,10 +144,7 @@ fn reads_of_ssd_data_miss_once_per_read_unit_then_hit() {
 
 #[test]
 fn random_reads_of_ssd_data_read_only_the_blocks_asked_for() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let a = fs.mknod(1, b"r", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(6, 8 << 20);
@@ -175,7 +153,7 @@ fn random_reads_of_ssd_data_read_only_the_blocks_asked_for() {
     }
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm, ssd.clone());
+    let fs = mount_tiered(pm, ssd.clone());
     // A small read unit: the warm-up's read-ahead then caches at most 64 × 4
     // of the file's 2,048 blocks, so most measured reads must miss whatever
     // the seed (with 256K units the warm-up could cache most of the file).
@@ -212,10 +190,7 @@ fn after_a_crash_each_file_shows_its_fsynced_writes_and_a_prefix_of_the_rest() {
     for k in 0..40 {
         let seed = base.wrapping_add(k);
         let mut rng = StdRng::seed_from_u64(seed);
-        let pm = Arc::new(MemMedia::new(4 << 20));
-        let ssd = Arc::new(MemBlock::new(SSD));
-        mkfs_tiered(&*pm);
-        let fs = mount(pm.clone(), ssd.clone());
+        let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
         fs.set_setting("placement_policy", "block-first").unwrap();
         fs.set_setting("dram_cache_bytes", "2M").unwrap();
         // Odd seeds: asynchronous files, more writes and fewer syncs, so
@@ -261,7 +236,7 @@ fn after_a_crash_each_file_shows_its_fsynced_writes_and_a_prefix_of_the_rest() {
         }
         // Crash: the daemon dies; the dirty pages in DRAM die with it.
         drop(fs);
-        let fs = mount(pm.clone(), ssd.clone());
+        let fs = mount_tiered(pm.clone(), ssd.clone());
         for (ino, states, synced) in &files {
             let size = fs.getattr(*ino).unwrap().size as usize;
             let got = fs.read(*ino, 0, size).unwrap();
@@ -281,10 +256,11 @@ fn after_a_crash_each_file_shows_its_fsynced_writes_and_a_prefix_of_the_rest() {
 
 #[test]
 fn a_failing_ssd_makes_write_back_retry_on_pm_or_fail_fsync_with_eio() {
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(FaultBlock::new(MemBlock::new(SSD)));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool_on(
+        MemMedia::new(4 << 20),
+        FaultBlock::new(MemBlock::new(SSD)),
+        64,
+    );
     fs.set_setting("placement_policy", "block-first").unwrap();
     let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let old = pattern(1, 4 << 20);
@@ -333,19 +309,14 @@ fn a_failing_ssd_makes_write_back_retry_on_pm_or_fail_fsync_with_eio() {
     fs.fsync(a.ino, false).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let tiers: [(u8, Arc<dyn BlockMedia>); 1] = [(1, ssd.clone())];
-    let report = terrace_core::fsck::check(&*pm, &tiers, &mut |_, _| {}).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
-    let fs = mount(pm, ssd);
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after unmount");
+    let fs = mount_tiered(pm, ssd);
     assert!(fs.read(a.ino, 0, 4 << 20).unwrap() == expect);
 }
 
 #[test]
 fn truncate_and_pm_writes_after_cached_writes_keep_write_order() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let a = fs.mknod(1, b"t", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     fs.write(a.ino, 0, &vec![1u8; 300_000]).unwrap();
@@ -365,16 +336,13 @@ fn truncate_and_pm_writes_after_cached_writes_keep_write_order() {
     assert!(fs.read(a.ino, 0, 200_000).unwrap() == expect);
     // Without an unmount (a crash), the same state: nothing was left cached.
     drop(fs);
-    let fs = mount(pm, ssd);
+    let fs = mount_tiered(pm, ssd);
     assert!(fs.read(a.ino, 0, 200_000).unwrap() == expect);
 }
 
 #[test]
 fn lowering_the_bound_at_run_time_shrinks_the_cache() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let a = fs.mknod(1, b"s", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     fs.write(a.ino, 0, &pattern(9, 8 << 20)).unwrap();
@@ -388,10 +356,7 @@ fn lowering_the_bound_at_run_time_shrinks_the_cache() {
 
 #[test]
 fn a_full_pool_refuses_cached_writes_with_enospc_and_keeps_every_accepted_byte() {
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
     // A cache larger than the room left on the SSD: without a reservation
     // per dirty page it would accept writes the pool cannot hold.
     fs.set_setting("dram_cache_bytes", "256M").unwrap();
@@ -447,7 +412,7 @@ fn a_full_pool_refuses_cached_writes_with_enospc_and_keeps_every_accepted_byte()
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm.clone(), ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     for (ino, data) in &files {
         assert!(
             fs.read(*ino, 0, data.len() + 1).unwrap() == *data,
@@ -459,10 +424,7 @@ fn a_full_pool_refuses_cached_writes_with_enospc_and_keeps_every_accepted_byte()
 
 #[test]
 fn writes_fill_a_tiered_pool_to_the_last_megabyte_even_when_no_single_tier_has_room() {
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
     // 1 MiB writes bypass a 1 MiB cache: each is written through, to one
     // tier when one has room, else spread over PM and the SSD.
     fs.set_setting("dram_cache_bytes", "1M").unwrap();
@@ -487,17 +449,14 @@ fn writes_fill_a_tiered_pool_to_the_last_megabyte_even_when_no_single_tier_has_r
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm.clone(), ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     assert!(fs.read(a.ino, 0, data.len() + 1).unwrap() == data);
     fs.check_allocator().unwrap();
 }
 
 #[test]
 fn fallocate_larger_than_pm_takes_blocks_from_every_tier_and_reads_zeros() {
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
     let a = fs
         .mknod(1, b"prealloc", libc::S_IFREG | 0o644, 0, CTX)
         .unwrap();
@@ -514,7 +473,7 @@ fn fallocate_larger_than_pm_takes_blocks_from_every_tier_and_reads_zeros() {
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm.clone(), ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     assert_eq!(fs.getattr(a.ino).unwrap().size, len);
     fs.check_allocator().unwrap();
 }
@@ -526,11 +485,9 @@ fn fsync_waits_for_a_move_in_flight_instead_of_failing_with_enospc() {
     // for that while the pool has less free space than the dirty pages
     // were promised, and a write-back then must wait for the move, not
     // fail an fsync with ENOSPC.
-    let pm = Arc::new(MemMedia::new(8 << 20));
-    let ssd_size = 16 << 20;
-    let ssd = Arc::new(FaultBlock::new(MemBlock::new(ssd_size)));
-    mkfs_pm_ssd(&*pm, ssd_size, 64);
-    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    let ssd = FaultBlock::new(MemBlock::new(16 << 20));
+    let (_, ssd, fs) = tiered_pool_on(MemMedia::new(8 << 20), ssd, 64);
+    let fs = Arc::new(fs);
     let cold = fs.mknod(1, b"cold", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let cold_data = pattern(1, 2 << 20);
     fs.write(cold.ino, 0, &cold_data).unwrap();

@@ -8,12 +8,9 @@ mod common;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
 use terrace_core::ops_file::MAX_FILE_SIZE;
 use terrace_core::{FallocateMode, Fs, SetAttr};
-use terrace_media::{
-    BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia,
-};
+use terrace_media::{BlockLoss, CrashMedia, LossMode, PmMedia};
 
 const BS: u64 = 4096;
 const SSD: u64 = 96 << 20;
@@ -193,49 +190,30 @@ fn run_model(
     }
 }
 
-fn pm_pool() -> (Arc<MemMedia>, Fs) {
-    let pm = Arc::new(MemMedia::new(32 << 20));
-    mkfs(&*pm, 64);
-    let fs = mount(pm.clone() as Arc<dyn PmMedia>);
-    (pm, fs)
-}
-
-fn mount_tiered(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
-    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
-}
-
 #[test]
 fn every_mode_matches_a_byte_model_on_a_pm_only_pool_and_after_remounts() {
     let base = base_seed("fallocate modes, PM only");
     for k in 0..env_u64("TERRACE_FALLOC_SEQUENCES", 6) {
         let seed = base.wrapping_add(k);
-        let (pm, fs) = pm_pool();
-        let ino = fs
-            .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
-            .unwrap()
-            .ino;
+        let (pm, fs) = pm_pool(32 << 20, 64);
+        let ino = file(&fs, 1, "f");
         let mut model = Vec::new();
         run_model(&fs, ino, seed, 150, &mut model, &mut |fs, _| {
             fs.check_allocator().unwrap()
         });
         fs.unmount().unwrap();
         drop(fs);
-        let fs = mount(pm.clone() as Arc<dyn PmMedia>);
+        let fs = mount(pm.clone());
         fs.check_allocator().unwrap();
         assert_content(&fs, ino, &model, &format!("seed {seed} after remount"));
         // More operations on the replayed state (Shift entries replayed).
         run_model(&fs, ino, seed ^ 0x5eed, 60, &mut model, &mut |_, _| {});
         drop(fs);
         // A crash-like remount (no unmount): replay of the whole log.
-        let fs = mount(pm.clone() as Arc<dyn PmMedia>);
+        let fs = mount(pm.clone());
         assert_content(&fs, ino, &model, &format!("seed {seed} after replay"));
         fs.unmount().unwrap();
-        let report = terrace_core::fsck::check(&*pm, &[], &mut |_, _| {}).unwrap();
-        assert!(
-            report.is_clean(),
-            "seed {seed}: fsck: {:?}",
-            report.problems
-        );
+        assert_fsck_clean(&*pm, None, Fsck::Metadata, &format!("seed {seed}"));
     }
 }
 
@@ -244,17 +222,11 @@ fn every_mode_matches_a_byte_model_on_a_tiered_pool_with_cached_data() {
     let base = base_seed("fallocate modes, tiered");
     for k in 0..env_u64("TERRACE_FALLOC_SEQUENCES", 4) {
         let seed = base.wrapping_add(k);
-        let pm = Arc::new(MemMedia::new(8 << 20));
-        let ssd = Arc::new(MemBlock::new(SSD));
-        mkfs_pm_ssd(&*pm, SSD, 64);
-        let fs = mount_tiered(pm.clone(), ssd.clone());
+        let (pm, ssd, fs) = tiered_pool(8 << 20, SSD, 64);
         // Writes go to the SSD through the DRAM cache and stay there until
         // an fsync (or the fallocate itself) writes them back.
         fs.set_setting("placement_policy", "block-first").unwrap();
-        let ino = fs
-            .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
-            .unwrap()
-            .ino;
+        let ino = file(&fs, 1, "f");
         let mut model = Vec::new();
         let mut rng = StdRng::seed_from_u64(seed ^ 1);
         let (mut saw_dirty, mut saw_ssd) = (false, false);
@@ -276,24 +248,15 @@ fn every_mode_matches_a_byte_model_on_a_tiered_pool_with_cached_data() {
         fs.check_allocator().unwrap();
         assert_content(&fs, ino, &model, &format!("seed {seed} after remount"));
         fs.unmount().unwrap();
-        let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, ssd.clone())];
-        let report = terrace_core::fsck::check_data(&*pm, &tiers, &mut |_, _| {}).unwrap();
-        assert!(
-            report.is_clean(),
-            "seed {seed}: fsck --data: {:?}",
-            report.problems
-        );
+        assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Data, &format!("seed {seed}"));
     }
 }
 
 #[test]
 fn refused_requests_give_ext4s_errors_and_leave_the_file_alone() {
     use FallocateMode::*;
-    let (_pm, fs) = pm_pool();
-    let ino = fs
-        .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap()
-        .ino;
+    let (_pm, fs) = pm_pool(32 << 20, 64);
+    let ino = file(&fs, 1, "f");
     let data = pattern(3, 10 * BS as usize + 123);
     fs.write(ino, 0, &data).unwrap();
     let size = data.len() as u64;
@@ -335,11 +298,8 @@ fn refused_requests_give_ext4s_errors_and_leave_the_file_alone() {
 #[test]
 fn zero_range_leaves_the_range_allocated_and_extends_only_without_keep_size() {
     use FallocateMode::*;
-    let (_pm, fs) = pm_pool();
-    let ino = fs
-        .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap()
-        .ino;
+    let (_pm, fs) = pm_pool(32 << 20, 64);
+    let ino = file(&fs, 1, "f");
     fs.write(ino, 0, &pattern(1, 3 * BS as usize)).unwrap();
     // A hole of 5 blocks, then 2 blocks of data.
     fs.write(ino, 8 * BS, &pattern(2, 2 * BS as usize)).unwrap();
@@ -365,11 +325,8 @@ fn zero_range_leaves_the_range_allocated_and_extends_only_without_keep_size() {
 #[test]
 fn collapse_and_insert_keep_the_blocks_and_only_move_them() {
     use FallocateMode::*;
-    let (_pm, fs) = pm_pool();
-    let ino = fs
-        .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap()
-        .ino;
+    let (_pm, fs) = pm_pool(32 << 20, 64);
+    let ino = file(&fs, 1, "f");
     let data = pattern(9, 64 * BS as usize + 77);
     fs.write(ino, 0, &data).unwrap();
     let free0 = fs.statfs().bfree;
@@ -398,22 +355,7 @@ fn check_crash_image(
     must_be_new: bool,
     ctx: &str,
 ) {
-    let media = Arc::new(MemMedia::from_image(pm));
-    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = ssd
-        .map(|img| {
-            vec![(
-                1u8,
-                Arc::new(MemBlock::from_image(img)) as Arc<dyn BlockMedia>,
-            )]
-        })
-        .unwrap_or_default();
-    let report = terrace_core::fsck::check_data(&*media, &tiers, &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("{ctx}: fsck cannot read: {e}"));
-    assert!(report.is_clean(), "{ctx}: fsck: {:?}", report.problems);
-    let fs = Fs::mount_with_tiers(media as Arc<dyn PmMedia>, tiers)
-        .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
-    fs.check_allocator()
-        .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+    let (_, fs) = recover(pm, ssd, Fsck::Data, ctx);
     let got = content(&fs, ino);
     if must_be_new {
         assert!(
@@ -447,10 +389,7 @@ fn crash_ops() -> Vec<(FallocateMode, u64, u64)> {
 }
 
 fn crash_file(fs: &Fs) -> (u64, Vec<u8>) {
-    let ino = fs
-        .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap()
-        .ino;
+    let ino = file(fs, 1, "f");
     let mut model = pattern(5, 24 * BS as usize + 100);
     model[10 * BS as usize..12 * BS as usize].fill(0);
     fs.write(ino, 0, &model[..10 * BS as usize]).unwrap();
@@ -461,9 +400,7 @@ fn crash_file(fs: &Fs) -> (u64, Vec<u8>) {
 #[test]
 fn a_crash_at_any_point_of_each_mode_leaves_the_old_or_the_new_file_on_pm() {
     let mut rng = StdRng::seed_from_u64(base_seed("fallocate modes crash, PM"));
-    let media = Arc::new(CrashMedia::new(4 << 20));
-    mkfs(&*media, 32);
-    let fs = mount(media.clone() as Arc<dyn PmMedia>);
+    let (media, fs) = pm_pool_on(CrashMedia::new(4 << 20), 32);
     let (ino, mut model) = crash_file(&fs);
     for (m, off, len) in crash_ops() {
         let old = model.clone();
@@ -493,10 +430,7 @@ fn a_crash_at_any_point_of_each_mode_leaves_the_old_or_the_new_file_on_pm() {
 #[test]
 fn a_crash_at_any_point_of_each_mode_leaves_the_old_or_the_new_file_on_a_tiered_pool() {
     let mut rng = StdRng::seed_from_u64(base_seed("fallocate modes crash, tiered"));
-    let pm = Arc::new(CrashMedia::new(4 << 20));
-    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-    mkfs_pm_ssd(&*pm, SSD, 32);
-    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(4 << 20, SSD, 32);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let (ino, mut model) = crash_file(&fs);
     fs.flush_inode(ino).unwrap();

@@ -1427,13 +1427,8 @@ fn fault_campaign_with_background_threads() {
 /// writers' unsynced blocks); the migration's sync then succeeds.
 #[test]
 fn a_sync_error_seen_by_another_writer_does_not_let_lost_writes_commit() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(Ssd::new(32 << 20));
-    mkfs_pm_ssd(&*pm, 32 << 20, 64);
-    let fs = Arc::new(
-        Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as _)])
-            .unwrap_or_else(|e| panic!("mount: {e}")),
-    );
+    let (pm, ssd, fs) = tiered_pool_on(MemMedia::new(16 << 20), Ssd::new(32 << 20), 64);
+    let fs = Arc::new(fs);
     fs.set_setting("dram_cache_bytes", "1M").unwrap();
     let a = fs.mknod(1, b"a", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let b = fs.mknod(1, b"b", libc::S_IFREG | 0o644, 0, CTX).unwrap();
@@ -1465,7 +1460,7 @@ fn a_sync_error_seen_by_another_writer_does_not_let_lost_writes_commit() {
     let ssd2 = Arc::new(MemBlock::from_image(
         ssd.inner().crash_image(BlockLoss::AllUnsynced),
     ));
-    let fs2 = Fs::mount_with_tiers(pm2, vec![(1, ssd2 as _)]).unwrap();
+    let fs2 = mount_tiered(pm2, ssd2);
     let got = fs2.read(a.ino, 0, data.len());
     assert!(
         matches!(&got, Ok(d) if *d == data),

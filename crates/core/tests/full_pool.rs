@@ -5,13 +5,10 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use terrace_core::Fs;
-use terrace_media::{MemMedia, PmMedia};
 
 #[test]
 fn enospc_when_full_keeps_every_written_byte() {
-    let media = Arc::new(MemMedia::new(2 << 20));
-    mkfs(&*media, 64);
-    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let (media, fs) = pm_pool(2 << 20, 64);
     let mut files = Vec::new();
     let mut err = None;
     'outer: for i in 0..1000u32 {
@@ -54,21 +51,17 @@ fn enospc_when_full_keeps_every_written_byte() {
     fs.write(a.ino, 0, &[7u8; 4096]).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let fs = mount(media.clone());
     for (ino, data) in files.iter().skip(1) {
         assert_eq!(&fs.read(*ino, 0, data.len() + 1).unwrap(), data);
     }
     fs.unmount().unwrap();
-    assert!(terrace_core::fsck::check(&*media, &[], &mut |_, _| {})
-        .unwrap()
-        .is_clean());
+    assert_fsck_clean(&*media, None, Fsck::Metadata, "after unmount");
 }
 
 #[test]
 fn large_sparse_offsets_beyond_4gib_read_back() {
-    let media = Arc::new(MemMedia::new(4 << 20));
-    mkfs(&*media, 64);
-    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let (_, fs) = pm_pool(4 << 20, 64);
     let a = fs.mknod(1, b"big", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let off = 5u64 << 30;
     fs.write(a.ino, off, b"tail").unwrap();
@@ -80,9 +73,7 @@ fn large_sparse_offsets_beyond_4gib_read_back() {
 
 #[test]
 fn log_compaction_bounds_log_growth_of_an_overwritten_file() {
-    let media = Arc::new(MemMedia::new(8 << 20));
-    mkfs(&*media, 64);
-    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let (media, fs) = pm_pool(8 << 20, 64);
     let a = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     for i in 0..20000u32 {
         fs.write(a.ino, (i as u64 % 4) * 4096, &[i as u8; 4096])
@@ -97,7 +88,7 @@ fn log_compaction_bounds_log_growth_of_an_overwritten_file() {
     );
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
-    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let fs = mount(media.clone());
     assert_eq!(
         fs.read(a.ino, 3 * 4096, 4096).unwrap(),
         vec![(19999u32) as u8; 4096]
@@ -106,9 +97,8 @@ fn log_compaction_bounds_log_growth_of_an_overwritten_file() {
 
 #[test]
 fn a_create_waits_briefly_for_a_deleted_inode_the_kernel_still_references() {
-    let media = Arc::new(MemMedia::new(4 << 20));
-    mkfs(&*media, 8);
-    let fs = Arc::new(Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap());
+    let (_, fs) = pm_pool(4 << 20, 8);
+    let fs = Arc::new(fs);
     let mut names = Vec::new();
     loop {
         let name = format!("f{}", names.len());
@@ -152,9 +142,7 @@ fn a_create_waits_briefly_for_a_deleted_inode_the_kernel_still_references() {
 #[test]
 fn a_pm_only_pool_filled_with_data_still_punches_holes() {
     const BS: u64 = 4096;
-    let media = Arc::new(MemMedia::new(8 << 20));
-    mkfs(&*media, 64);
-    let fs = Fs::mount(media.clone() as Arc<dyn PmMedia>).unwrap();
+    let (_, fs) = pm_pool(8 << 20, 64);
     let f = fs
         .mknod(1, b"punched", libc::S_IFREG | 0o644, 0, CTX)
         .unwrap();

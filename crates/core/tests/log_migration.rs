@@ -9,48 +9,22 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use terrace_core::{Fs, SetAttr};
-use terrace_media::{
-    BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia,
-};
+use terrace_media::{BlockLoss, LossMode, PmMedia};
 
 const SSD: u64 = 64 << 20;
-
-fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
-    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
-}
-
-fn fsck_clean(pm: &dyn PmMedia, ssd: Arc<dyn BlockMedia>, what: &str) {
-    let r = terrace_core::fsck::check(pm, &[(1, ssd)], &mut |_, _| {}).unwrap();
-    assert!(r.is_clean(), "{what}: {:?}", r.problems);
-}
 
 /// `n` small files in two directories, their data moved to the SSD (so
 /// their logs may move too). Returns the files with their contents.
 fn small_files(fs: &Fs, n: u32) -> Vec<(u64, Vec<u8>)> {
-    let dirs: Vec<u64> = (0..2)
-        .map(|d| {
-            fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX)
-                .unwrap()
-                .ino
-        })
-        .collect();
+    let dirs = mkdirs(fs, 2);
     let mut files = Vec::new();
     for i in 0..n {
-        let dir = dirs[i as usize % 2];
-        let a = fs
-            .mknod(
-                dir,
-                format!("f{i}").as_bytes(),
-                libc::S_IFREG | 0o644,
-                0,
-                CTX,
-            )
-            .unwrap();
+        let ino = file(fs, dirs[i as usize % 2], &format!("f{i}"));
         let data = pattern(u64::from(i) + 5, 300 + (i as usize * 977) % 9000);
-        fs.write(a.ino, 0, &data).unwrap();
-        fs.setxattr(a.ino, b"user.n", format!("{i}").as_bytes(), 0)
+        fs.write(ino, 0, &data).unwrap();
+        fs.setxattr(ino, b"user.n", format!("{i}").as_bytes(), 0)
             .unwrap();
-        files.push((a.ino, data));
+        files.push((ino, data));
     }
     for (ino, _) in &files {
         fs.migrate_file(*ino, 1).unwrap();
@@ -61,9 +35,8 @@ fn small_files(fs: &Fs, n: u32) -> Vec<(u64, Vec<u8>)> {
 /// Every file reads back whole, with the xattr `small_files` gave it (the
 /// file's number, which is also the start of its content's seed).
 fn check_files(fs: &Fs, files: &[(u64, Vec<u8>)], what: &str) {
+    assert_files(fs, files, what);
     for (ino, data) in files {
-        let got = fs.read(*ino, 0, data.len() + 10).unwrap();
-        assert!(got == *data, "{what}: inode {ino} changed");
         let x = fs.getxattr(*ino, b"user.n").unwrap();
         let n: u64 = String::from_utf8(x).unwrap().parse().unwrap();
         let k = data.len().min(16);
@@ -83,10 +56,7 @@ fn on_tier(fs: &Fs, files: &[(u64, Vec<u8>)]) -> usize {
 
 #[test]
 fn cold_logs_move_to_the_ssd_free_pm_and_read_back_after_a_remount() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 512);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
     let files = small_files(&fs, 200);
     let dirs = [
         fs.lookup(1, b"d0").unwrap().ino,
@@ -110,8 +80,8 @@ fn cold_logs_move_to_the_ssd_free_pm_and_read_back_after_a_remount() {
     assert_same_tree(&fs_tree(&fs), &tree, "after the move");
     fs.unmount().unwrap();
     drop(fs);
-    fsck_clean(&*pm, ssd.clone(), "after the move");
-    let fs = mount(pm.clone(), ssd.clone());
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after the move");
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     assert_eq!(on_tier(&fs, &files), 200);
     fs.check_allocator().unwrap();
     check_files(&fs, &files, "remounted");
@@ -120,10 +90,7 @@ fn cold_logs_move_to_the_ssd_free_pm_and_read_back_after_a_remount() {
 
 #[test]
 fn any_change_brings_a_log_back_to_pm_and_persists() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 512);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
     let mut files = small_files(&fs, 12);
     let d0 = fs.lookup(1, b"d0").unwrap().ino;
     let d1 = fs.lookup(1, b"d1").unwrap().ino;
@@ -179,8 +146,8 @@ fn any_change_brings_a_log_back_to_pm_and_persists() {
     check_files(&fs, &files, "after the changes");
     fs.unmount().unwrap();
     drop(fs);
-    fsck_clean(&*pm, ssd.clone(), "after the changes");
-    let fs = mount(pm.clone(), ssd.clone());
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after the changes");
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     fs.check_allocator().unwrap();
     assert_same_tree(&fs_tree(&fs), &tree, "remounted");
     check_files(&fs, &files, "remounted");
@@ -190,10 +157,7 @@ fn any_change_brings_a_log_back_to_pm_and_persists() {
 
 #[test]
 fn reads_of_files_with_logs_on_the_ssd_keep_them_there_and_atime_survives_unmount() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 64);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
     let files = small_files(&fs, 4);
     let inos: Vec<u64> = files.iter().map(|f| f.0).collect();
     assert_eq!(fs.move_logs(&inos, 1).unwrap(), 4);
@@ -206,8 +170,8 @@ fn reads_of_files_with_logs_on_the_ssd_keep_them_there_and_atime_survives_unmoun
     assert_eq!(on_tier(&fs, &files), 4, "a read must not bring a log back");
     fs.unmount().unwrap();
     drop(fs);
-    fsck_clean(&*pm, ssd.clone(), "after unmount");
-    let fs = mount(pm, ssd);
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after unmount");
+    let fs = mount_tiered(pm, ssd);
     assert_eq!(
         fs.getattr(inos[0]).unwrap().atime,
         after,
@@ -218,14 +182,8 @@ fn reads_of_files_with_logs_on_the_ssd_keep_them_there_and_atime_survives_unmoun
 
 #[test]
 fn logs_move_only_for_files_with_no_data_on_pm_and_nothing_cached() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 64);
-    let fs = mount(pm.clone(), ssd.clone());
-    let a = fs
-        .mknod(1, b"on-pm", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap()
-        .ino;
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
+    let a = file(&fs, 1, "on-pm");
     fs.write(a, 0, &[1u8; 5000]).unwrap();
     assert_eq!(fs.move_logs(&[a], 1).unwrap(), 0, "its data is on PM");
     fs.migrate_file(a, 1).unwrap();
@@ -235,19 +193,14 @@ fn logs_move_only_for_files_with_no_data_on_pm_and_nothing_cached() {
 
 #[test]
 fn the_cleaner_moves_blobs_out_of_the_extents_it_recycles() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 512);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
     // Files without data: their blobs are all their extents hold.
     let inos: Vec<u64> = (0..40)
         .map(|i| {
-            let a = fs
-                .mknod(1, format!("e{i}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            let ino = file(&fs, 1, &format!("e{i}"));
+            fs.setxattr(ino, b"user.k", format!("{i}").as_bytes(), 0)
                 .unwrap();
-            fs.setxattr(a.ino, b"user.k", format!("{i}").as_bytes(), 0)
-                .unwrap();
-            a.ino
+            ino
         })
         .collect();
     let tree = fs_tree(&fs);
@@ -255,10 +208,7 @@ fn the_cleaner_moves_blobs_out_of_the_extents_it_recycles() {
     assert_same_tree(&fs_tree(&fs), &tree, "after the move");
     // 1 MiB of data behind the blobs, so their extent is no longer the
     // open one (the cleaner never picks that).
-    let big = fs
-        .mknod(1, b"big", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap()
-        .ino;
+    let big = file(&fs, 1, "big");
     fs.write(big, 0, &vec![3u8; 1 << 20]).unwrap();
     fs.migrate_file(big, 1).unwrap();
     let tree = fs_tree(&fs);
@@ -281,7 +231,7 @@ fn the_cleaner_moves_blobs_out_of_the_extents_it_recycles() {
     assert_same_tree(&fs_tree(&fs), &tree, "after recycling");
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm, ssd);
+    let fs = mount_tiered(pm, ssd);
     assert_same_tree(&fs_tree(&fs), &tree, "remounted");
 }
 
@@ -291,10 +241,7 @@ fn the_cleaner_moves_blobs_out_of_the_extents_it_recycles() {
 /// the tree is the one before or after the operation.
 #[test]
 fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
-    let pm = Arc::new(CrashMedia::new(16 << 20));
-    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-    mkfs_pm_ssd(&*pm, SSD, 512);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(16 << 20, SSD, 512);
     let files = small_files(&fs, 24);
     let d0 = fs.lookup(1, b"d0").unwrap().ino;
     let mut inos: Vec<u64> = files.iter().map(|f| f.0).collect();
@@ -302,27 +249,13 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
     pm.sync_all().unwrap();
     let mut rng = StdRng::seed_from_u64(base_seed("log migration crash test"));
     let check = |pm_img: Vec<u8>, ssd_img: Vec<u8>, trees: &[&Tree], what: &str| {
-        let pm2 = Arc::new(MemMedia::from_image(pm_img));
-        let ssd2: Arc<dyn BlockMedia> = Arc::new(MemBlock::from_image(ssd_img));
-        fsck_clean(&*pm2, ssd2.clone(), what);
-        let fs2 = mount(pm2, ssd2);
-        fs2.check_allocator()
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let fs2 = assert_recovers(pm_img, ssd_img, &files, what);
         let got = fs_tree(&fs2);
         assert!(
             trees.iter().any(|t| **t == got),
             "{what}: {}",
             diff_trees(&got, trees[0])
         );
-        for (ino, data) in &files {
-            let r = fs2.read(*ino, 0, data.len() + 10).unwrap();
-            assert!(r == *data, "{what}: inode {ino} changed");
-        }
-    };
-    // The device at the moment of PM crash point k (one clock; blobs
-    // written but not yet synced are kept or lost at random).
-    let ssd_at = |trace: &terrace_media::CrashTrace, k: usize, rng: &mut StdRng| {
-        ssd.image_at_time(trace.time_after(k), BlockLoss::RandomBlocks(rng.gen()))
     };
 
     // 1. A batch of moves.
@@ -336,9 +269,12 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
         } else {
             LossMode::RandomLines(rng.gen())
         };
+        // The device at the same moment (one clock; blobs written but not
+        // yet synced are kept or lost at random).
+        let ssd_img = ssd.image_at_time(trace.time_after(k), BlockLoss::RandomBlocks(rng.gen()));
         check(
             trace.image_at(k, mode),
-            ssd_at(&trace, k, &mut rng),
+            ssd_img,
             &[&tree],
             &format!("move, crash at {k}/{n}"),
         );
@@ -353,9 +289,10 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
         let after = fs_tree(&fs);
         let n = trace.len();
         for k in 0..=n {
+            let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, k, rng);
             check(
-                trace.image_at(k, LossMode::RandomLines(rng.gen())),
-                ssd_at(&trace, k, rng),
+                pm_img,
+                ssd_img,
                 &[&before, &after],
                 &format!("recall by {name}, crash at {k}/{n}"),
             );
@@ -378,37 +315,20 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
 /// the SSD, nothing fails, and everything reads back after a remount.
 #[test]
 fn a_burst_of_small_files_larger_than_pm_moves_their_logs_instead_of_failing() {
-    let pm = Arc::new(MemMedia::new(8 << 20));
-    let ssd = Arc::new(MemBlock::new(256 << 20));
-    mkfs_pm_ssd(&*pm, 256 << 20, 30_000);
-    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    let (pm, ssd, fs) = tiered_pool(8 << 20, 256 << 20, 30_000);
+    let fs = Arc::new(fs);
     fs.set_setting("dram_cache_bytes", "16M").unwrap();
     fs.start_writeback();
     fs.start_migration();
-    let dirs: Vec<u64> = (0..8)
-        .map(|d| {
-            fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX)
-                .unwrap()
-                .ino
-        })
-        .collect();
+    let dirs = mkdirs(&fs, 8);
     let n = 24_000u32;
     let mut files = Vec::new();
     for i in 0..n {
-        let dir = dirs[i as usize % dirs.len()];
-        let a = fs
-            .mknod(
-                dir,
-                format!("file-{i}").as_bytes(),
-                libc::S_IFREG | 0o644,
-                0,
-                CTX,
-            )
-            .unwrap_or_else(|e| panic!("create {i}: {e}"));
+        let ino = file(&fs, dirs[i as usize % dirs.len()], &format!("file-{i}"));
         let data = pattern(u64::from(i), 64 + i as usize % 200);
-        fs.write(a.ino, 0, &data)
+        fs.write(ino, 0, &data)
             .unwrap_or_else(|e| panic!("write {i}: {e}"));
-        files.push((a.ino, data));
+        files.push((ino, data));
     }
     let st = fs.log_migration_status();
     let pool = fs.superblock().pool_blocks * 4096;
@@ -420,11 +340,8 @@ fn a_burst_of_small_files_larger_than_pm_moves_their_logs_instead_of_failing() {
     assert!(st.moved > 0 && st.logs_on_tiers > 0, "{st:?}");
     fs.unmount().unwrap();
     drop(fs);
-    fsck_clean(&*pm, ssd.clone(), "after the burst");
-    let fs = mount(pm.clone(), ssd.clone());
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after the burst");
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     fs.check_allocator().unwrap();
-    for (ino, data) in &files {
-        let got = fs.read(*ino, 0, data.len() + 10).unwrap();
-        assert!(got == *data, "inode {ino} changed");
-    }
+    assert_files(&fs, &files, "after the burst");
 }

@@ -8,39 +8,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use terrace_core::{format, FormatParams, Fs};
-use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
-use terrace_media::{
-    BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia,
-};
+use terrace_core::Fs;
+use terrace_format::TierKind;
+use terrace_media::{BlockLoss, BlockMedia, LossMode, MemBlock, MemMedia, PmMedia};
 
 const SSD: u64 = 128 << 20;
-
-fn mkfs_tiered(pm: &dyn PmMedia) {
-    mkfs_pm_ssd(pm, SSD, 64);
-}
-
-fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
-    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
-}
-
-/// Recovers from a crash image — PM image `pm_img`, block device image
-/// `ssd_img` of the same moment — and checks what every crash must leave:
-/// fsck clean, mount without fsck, allocator consistent, and each of `files`
-/// (inode, content) intact. `what` names the crash point in messages.
-fn assert_recovers(pm_img: Vec<u8>, ssd_img: Vec<u8>, files: &[(u64, Vec<u8>)], what: &str) {
-    let pm2 = Arc::new(MemMedia::from_image(pm_img));
-    let ssd2: Arc<dyn BlockMedia> = Arc::new(MemBlock::from_image(ssd_img));
-    let report = terrace_core::fsck::check(&*pm2, &[(1, ssd2.clone())], &mut |_, _| {}).unwrap();
-    assert!(report.is_clean(), "{what}: {:?}", report.problems);
-    let fs2 = mount(pm2, ssd2);
-    fs2.check_allocator()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    for (ino, data) in files {
-        let got = fs2.read(*ino, 0, data.len() + 10).unwrap();
-        assert!(got == *data, "{what}: inode {ino} changed");
-    }
-}
 
 fn pm_percent(fs: &Fs) -> u64 {
     let t = &fs.status().tiers[0];
@@ -49,10 +21,7 @@ fn pm_percent(fs: &Fs) -> u64 {
 
 #[test]
 fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     fs.set_setting("migration_age_ns", "0s").unwrap();
     fs.set_setting("migration_threshold", "30").unwrap();
@@ -108,19 +77,14 @@ fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let tiers: [(u8, Arc<dyn BlockMedia>); 1] = [(1, ssd.clone())];
-    let report = terrace_core::fsck::check(&*pm, &tiers, &mut |_, _| {}).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
-    let fs = mount(pm, ssd);
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after unmount");
+    let fs = mount_tiered(pm, ssd);
     assert!(fs.read(table.ino, 0, data.len()).unwrap() == data);
 }
 
 #[test]
 fn migration_does_not_change_size_or_times() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     fs.write(f.ino, 0, &pattern(2, 300_000)).unwrap();
     let a = fs.getattr(f.ino).unwrap();
@@ -133,7 +97,7 @@ fn migration_does_not_change_size_or_times() {
     assert_eq!((a.size, a.mtime, a.ctime), (b.size, b.mtime, b.ctime));
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm, ssd);
+    let fs = mount_tiered(pm, ssd);
     let c = fs.getattr(f.ino).unwrap();
     assert_eq!((a.size, a.mtime, a.ctime), (c.size, c.mtime, c.ctime));
     assert_eq!(tier_bytes(&fs, f.ino, "pm"), 0);
@@ -141,10 +105,8 @@ fn migration_does_not_change_size_or_times() {
 
 #[test]
 fn a_workload_five_times_pm_keeps_pm_near_its_threshold_without_enospc() {
-    let pm = Arc::new(MemMedia::new(8 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    let (_, _, fs) = tiered_pool(8 << 20, SSD, 64);
+    let fs = Arc::new(fs);
     fs.set_setting("migration_age_ns", "0s").unwrap();
     fs.set_setting("migration_threshold", "60").unwrap();
     fs.set_setting("group_migration_bytes", "1M").unwrap();
@@ -186,10 +148,7 @@ fn a_workload_five_times_pm_keeps_pm_near_its_threshold_without_enospc() {
 
 #[test]
 fn reverse_migration_brings_a_read_hot_file_back_to_pm() {
-    let pm = Arc::new(MemMedia::new(32 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (_, _, fs) = tiered_pool(32 << 20, SSD, 64);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let f = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(4, 2 << 20);
@@ -220,10 +179,7 @@ fn crashes_at_any_step_of_migration_keep_every_byte_exactly_once() {
     for k in 0..6 {
         let seed = base.wrapping_add(k);
         let mut rng = StdRng::seed_from_u64(seed);
-        let pm = Arc::new(CrashMedia::new(8 << 20));
-        let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-        mkfs_tiered(&*pm);
-        let fs = mount(pm.clone(), ssd.clone());
+        let (pm, ssd, fs) = crash_pool(8 << 20, SSD, 64);
         fs.set_setting("migration_age_ns", "0s").unwrap();
         fs.set_setting("migration_threshold", "5").unwrap();
         fs.set_setting("group_migration_bytes", "256K").unwrap();
@@ -271,10 +227,8 @@ fn crashes_at_any_step_of_migration_keep_every_byte_exactly_once() {
 
 #[test]
 fn readers_and_writers_see_correct_data_while_migration_runs() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = Arc::new(mount(pm.clone(), ssd.clone()));
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
+    let fs = Arc::new(fs);
     fs.set_setting("migration_age_ns", "0s").unwrap();
     fs.set_setting("migration_threshold", "1").unwrap();
     fs.set_setting("group_migration_bytes", "64K").unwrap();
@@ -345,10 +299,10 @@ fn readers_and_writers_see_correct_data_while_migration_runs() {
     fs.check_allocator().unwrap();
 }
 
-/// A 12 MiB file on a 16 MiB SSD tier with every other 64 KiB punched out:
-/// 24 extents half valid, few free extents.
-fn fragmented_pool(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, Vec<u8>) {
-    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap();
+/// Writes a 12 MiB file to the 16 MiB SSD tier of `fs` and punches out
+/// every other 64 KiB: 24 extents half valid, few free extents. Returns the
+/// file and its content.
+fn fragment(fs: &Fs) -> (u64, Vec<u8>) {
     fs.set_setting("placement_policy", "block-first").unwrap();
     fs.set_setting("migration_threshold", "99").unwrap();
     let f = fs.mknod(1, b"frag", libc::S_IFREG | 0o644, 0, CTX).unwrap();
@@ -367,21 +321,15 @@ fn fragmented_pool(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> (Fs, u64, 
         .unwrap();
         data[(k * (64 << 10)) as usize..((k + 1) * (64 << 10)) as usize].fill(0);
     }
-    (fs, f.ino, data)
+    (f.ino, data)
 }
 
 const SMALL_SSD: u64 = 16 << 20;
 
-fn mkfs_small_ssd(pm: &dyn PmMedia) {
-    mkfs_pm_ssd(pm, SMALL_SSD, 64);
-}
-
 #[test]
 fn fragmented_extents_are_recycled_and_cleaning_efficiency_is_reported() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let ssd = Arc::new(MemBlock::new(SMALL_SSD));
-    mkfs_small_ssd(&*pm);
-    let (fs, ino, data) = fragmented_pool(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SMALL_SSD, 64);
+    let (ino, data) = fragment(&fs);
     let before = fs.status().tiers[1].extents.unwrap();
     assert!(before.fragmentation_pct <= 55, "{before:?}");
     // Plenty of free extents: nothing to do.
@@ -407,16 +355,14 @@ fn fragmented_extents_are_recycled_and_cleaning_efficiency_is_reported() {
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm, ssd);
+    let fs = mount_tiered(pm, ssd);
     assert!(fs.read(ino, 0, data.len()).unwrap() == data);
 }
 
 #[test]
 fn crashes_during_extent_recycling_lose_nothing() {
-    let pm = Arc::new(CrashMedia::new(16 << 20));
-    let ssd = Arc::new(CrashBlock::timed(SMALL_SSD, pm.clock()));
-    mkfs_small_ssd(&*pm);
-    let (fs, ino, data) = fragmented_pool(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(16 << 20, SMALL_SSD, 64);
+    let (ino, data) = fragment(&fs);
     fs.set_setting("cleaner_free_percent", "50").unwrap();
     pm.sync_all().unwrap();
     ssd.sync().unwrap();
@@ -428,12 +374,8 @@ fn crashes_during_extent_recycling_lose_nothing() {
     points.extend([0, n]);
     let files = [(ino, data)];
     for kk in points {
-        assert_recovers(
-            trace.image_at(kk, LossMode::RandomLines(rng.gen())),
-            ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen())),
-            &files,
-            &format!("crash at {kk}/{n}"),
-        );
+        let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
+        assert_recovers(pm_img, ssd_img, &files, &format!("crash at {kk}/{n}"));
     }
 }
 
@@ -442,28 +384,11 @@ fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
     let pm = Arc::new(MemMedia::new(16 << 20));
     let ssd = Arc::new(MemBlock::new(16 << 20));
     let hdd = Arc::new(MemBlock::new(64 << 20));
-    let tier = |id, kind, size, path: &str| TierRecord {
-        id,
-        kind,
-        size,
-        extent_size: if id == 0 { 0 } else { DEFAULT_EXTENT_SIZE },
-        path: path.into(),
-    };
-    format(
+    mkfs_tiers(
         &*pm,
-        &FormatParams {
-            uuid: [9; 16],
-            inode_count: 64,
-            tiers: vec![
-                tier(0, TierKind::Pm, 16 << 20, "pm"),
-                tier(1, TierKind::Ssd, 16 << 20, "ssd"),
-                tier(2, TierKind::Hdd, 64 << 20, "hdd"),
-            ],
-            root_uid: 0,
-            root_gid: 0,
-        },
-    )
-    .unwrap();
+        &[(TierKind::Ssd, 16 << 20), (TierKind::Hdd, 64 << 20)],
+        64,
+    );
     let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap();
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     fs.set_setting("migration_age_ns", "0s").unwrap();
@@ -508,10 +433,7 @@ fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
 
 #[test]
 fn crashes_during_reverse_migration_keep_every_byte() {
-    let pm = Arc::new(CrashMedia::new(32 << 20));
-    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(32 << 20, SSD, 64);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let f = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(40, 1 << 20);
@@ -532,12 +454,8 @@ fn crashes_during_reverse_migration_keep_every_byte() {
     points.extend([0, n]);
     let files = [(f.ino, data)];
     for kk in points {
-        assert_recovers(
-            trace.image_at(kk, LossMode::RandomLines(rng.gen())),
-            ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen())),
-            &files,
-            &format!("crash at {kk}/{n}"),
-        );
+        let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
+        assert_recovers(pm_img, ssd_img, &files, &format!("crash at {kk}/{n}"));
     }
 }
 
@@ -545,10 +463,7 @@ fn crashes_during_reverse_migration_keep_every_byte() {
 fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
     let base = base_seed("scattered migration test");
     let mut rng = StdRng::seed_from_u64(base);
-    let pm = Arc::new(CrashMedia::new(32 << 20));
-    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(32 << 20, SSD, 64);
     fs.set_setting("migration_threshold", "95").unwrap();
     let f = fs
         .mknod(1, b"table", libc::S_IFREG | 0o644, 0, CTX)
@@ -594,12 +509,8 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
     points.extend([0, n / 2, n]);
     let files = [(f.ino, data)];
     for kk in points {
-        assert_recovers(
-            trace.image_at(kk, LossMode::RandomLines(rng.gen())),
-            ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen())),
-            &files,
-            &format!("crash at {kk}/{n}"),
-        );
+        let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
+        assert_recovers(pm_img, ssd_img, &files, &format!("crash at {kk}/{n}"));
     }
 }
 
@@ -613,10 +524,7 @@ fn crashes_while_several_files_share_a_sync_window_lose_nothing() {
 }
 
 fn several_files_share_a_sync_window(threads: u64) {
-    let pm = Arc::new(CrashMedia::new(32 << 20));
-    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(32 << 20, SSD, 64);
     fs.set_setting("migration_threshold", "95").unwrap();
     fs.set_setting("migration_threads", &threads.to_string())
         .unwrap();
@@ -655,9 +563,10 @@ fn several_files_share_a_sync_window(threads: u64) {
     let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n / 3, n / 2, n]);
     for kk in points {
+        let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
         assert_recovers(
-            trace.image_at(kk, LossMode::RandomLines(rng.gen())),
-            ssd.image_at_time(trace.time_after(kk), BlockLoss::RandomBlocks(rng.gen())),
+            pm_img,
+            ssd_img,
             &files,
             &format!("{threads} workers, crash at {kk}/{n}"),
         );
@@ -666,10 +575,7 @@ fn several_files_share_a_sync_window(threads: u64) {
 
 #[test]
 fn a_hot_region_rewritten_on_pm_over_an_old_file_on_disk_still_migrates() {
-    let pm = Arc::new(MemMedia::new(32 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm, ssd);
+    let (_, _, fs) = tiered_pool(32 << 20, SSD, 64);
     fs.set_setting("migration_threshold", "95").unwrap();
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     // A file that is recent (so it does not move whole) ...
@@ -703,10 +609,7 @@ fn a_hot_region_rewritten_on_pm_over_an_old_file_on_disk_still_migrates() {
 /// device sync its data needs (design.md §5a).
 #[test]
 fn a_move_never_commits_before_its_data_is_durable_on_the_device() {
-    let pm = Arc::new(CrashMedia::new(8 << 20));
-    let ssd = Arc::new(CrashBlock::timed(SSD, pm.clock()));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = crash_pool(8 << 20, SSD, 64);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(77, 600_000);
     fs.write(f.ino, 0, &data).unwrap();

@@ -6,13 +6,9 @@ mod common;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
-use terrace_media::{MemMedia, PmMedia};
 
 fn run_sequence(seed: u64, steps: usize) {
-    let media = Arc::new(MemMedia::new(8 << 20));
-    mkfs(&*media, 256);
-    let mut fs = mount(media.clone() as Arc<dyn PmMedia>);
+    let (media, mut fs) = pm_pool(8 << 20, 256);
     let mut model = Model::default();
     let mut rng = StdRng::seed_from_u64(seed);
     for step in 0..steps {
@@ -22,17 +18,10 @@ fn run_sequence(seed: u64, steps: usize) {
                 fs.unmount().unwrap();
             }
             drop(fs);
-            fs = mount(media.clone() as Arc<dyn PmMedia>);
+            fs = mount(media.clone());
         }
-        let op = random_op(&model, &mut rng);
-        let want = apply_model(&mut model, &op);
-        let got = apply_fs(&fs, &op);
-        assert_eq!(got, want, "seed {seed} step {step}: {op:?}");
-        assert_same_tree(
-            &fs_tree(&fs),
-            &model.tree(),
-            &format!("seed {seed} step {step} after {op:?}"),
-        );
+        let ctx = format!("seed {seed} step {step}");
+        random_step(&fs, &mut model, &mut rng, &ctx);
         if step % 10 == 0 {
             fs.check_allocator()
                 .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
@@ -41,12 +30,7 @@ fn run_sequence(seed: u64, steps: usize) {
     fs.check_allocator()
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     fs.unmount().unwrap();
-    let report = terrace_core::fsck::check(&*media, &[], &mut |_, _| {}).unwrap();
-    assert!(
-        report.is_clean(),
-        "seed {seed}: fsck: {:?}",
-        report.problems
-    );
+    assert_fsck_clean(&*media, None, Fsck::Metadata, &format!("seed {seed}"));
 }
 
 #[test]

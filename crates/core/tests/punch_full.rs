@@ -4,15 +4,11 @@
 
 mod common;
 use common::*;
-use std::sync::Arc;
-use terrace_core::{FallocateMode, Fs};
-use terrace_media::{MemMedia, PmMedia};
+use terrace_core::FallocateMode;
 
 #[test]
 fn block_aligned_holes_can_be_punched_in_a_full_pool_and_free_space() {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    mkfs(&*pm, 64);
-    let fs = Fs::mount(pm as Arc<dyn PmMedia>).unwrap();
+    let (_, fs) = pm_pool(16 << 20, 64);
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o666, 0, CTX).unwrap();
     fs.write(f.ino, 0, &vec![7u8; 1 << 20]).unwrap();
     fs.fsync(f.ino, false).unwrap();

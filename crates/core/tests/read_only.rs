@@ -15,11 +15,7 @@ type Files = Vec<(u64, Vec<u8>)>;
 
 /// A tiered pool with files on PM and on the SSD tier, cleanly unmounted.
 fn populated() -> (Arc<MemMedia>, Arc<MemBlock>, Files) {
-    let pm = Arc::new(MemMedia::new(2 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_pm_ssd(&*pm, SSD, 64);
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
-        .expect("mount");
+    let (pm, ssd, fs) = tiered_pool(2 << 20, SSD, 64);
     let mut files = Vec::new();
     for (i, len) in [(0u8, 5000usize), (1, 6 << 20), (2, 100)] {
         let name = format!("f{i}");
@@ -64,8 +60,7 @@ fn a_read_only_mount_reads_everything_and_writes_nothing() {
         "a read-only mount wrote to the SSD"
     );
     // Still clean, and the same mount count: a read-write mount follows.
-    let fs =
-        Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)]).unwrap();
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     assert!(fs.mount_report().was_clean);
     for (ino, data) in &files {
         assert_eq!(&fs.read(*ino, 0, data.len()).unwrap(), data);
@@ -77,8 +72,7 @@ fn a_pool_that_needs_recovery_is_refused_read_only_without_writes() {
     let (pm, ssd, files) = populated();
     {
         // A mount that ends in a crash: the pool is left not clean.
-        let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
-            .unwrap();
+        let fs = mount_tiered(pm.clone(), ssd.clone());
         fs.write(files[0].0, 0, b"changed").unwrap();
         fs.stop_background_for_crash_test();
     }
@@ -90,10 +84,7 @@ fn a_pool_that_needs_recovery_is_refused_read_only_without_writes() {
     assert!(e.to_string().contains("mount it read-write once"), "{e}");
     assert!(pm.image() == pm_before && ssd.image() == ssd_before);
     // Recovered by a read-write mount, it mounts read-only again.
-    Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
-        .unwrap()
-        .unmount()
-        .unwrap();
+    mount_tiered(pm.clone(), ssd.clone()).unmount().unwrap();
     let fs = Fs::mount_read_only(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
     assert_eq!(&fs.read(files[0].0, 0, 7).unwrap(), b"changed");
 }

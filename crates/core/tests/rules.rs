@@ -8,59 +8,15 @@ mod common;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
-use terrace_core::{format, FormatParams, Fs};
-use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
-use terrace_media::{BlockMedia, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia};
+use terrace_media::{CrashMedia, LossMode, MemBlock, PmMedia};
 
+const PM: u64 = 32 << 20;
 const SSD: u64 = 128 << 20;
 const RULE: &[u8] = b"user.terrace.rule";
 
-fn mkfs_tiered(pm: &dyn PmMedia) {
-    let tier = |id, kind, size, extent_size, path: &str| TierRecord {
-        id,
-        kind,
-        size,
-        extent_size,
-        path: path.into(),
-    };
-    format(
-        pm,
-        &FormatParams {
-            uuid: [8; 16],
-            inode_count: 64,
-            tiers: vec![
-                tier(0, TierKind::Pm, pm.len(), 0, "pm"),
-                tier(1, TierKind::Ssd, SSD, DEFAULT_EXTENT_SIZE, "ssd"),
-            ],
-            root_uid: 0,
-            root_gid: 0,
-        },
-    )
-    .unwrap();
-}
-
-fn mount(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
-    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
-}
-
-fn new_pool() -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
-    let pm = Arc::new(MemMedia::new(32 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
-    (pm, ssd, fs)
-}
-
-fn file(fs: &Fs, parent: u64, name: &str) -> u64 {
-    fs.mknod(parent, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap()
-        .ino
-}
-
 #[test]
 fn a_file_pinned_to_the_ssd_takes_even_small_synchronous_writes_there() {
-    let (_, _, fs) = new_pool();
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
     let f = file(&fs, 1, "log");
     fs.setxattr(f, RULE, b"ssd", 0).unwrap();
     for k in 0..16u64 {
@@ -81,7 +37,7 @@ fn a_file_pinned_to_the_ssd_takes_even_small_synchronous_writes_there() {
 
 #[test]
 fn a_rule_naming_no_tier_is_refused_and_rules_are_for_files_and_directories() {
-    let (_, _, fs) = new_pool();
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
     let f = file(&fs, 1, "f");
     let e = fs.setxattr(f, RULE, b"tape", 0).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
@@ -105,7 +61,7 @@ fn a_rule_naming_no_tier_is_refused_and_rules_are_for_files_and_directories() {
 
 #[test]
 fn new_files_inherit_their_directory_rule_and_keep_it_across_remounts() {
-    let (pm, ssd, fs) = new_pool();
+    let (pm, ssd, fs) = tiered_pool(PM, SSD, 64);
     let d = fs.mkdir(1, b"archive", 0o755, CTX).unwrap().ino;
     fs.setxattr(d, RULE, b"ssd", 0).unwrap();
     let f = file(&fs, d, "a");
@@ -121,7 +77,7 @@ fn new_files_inherit_their_directory_rule_and_keep_it_across_remounts() {
     assert_eq!(tier_bytes(&fs, g, "pm"), 0);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm, ssd);
+    let fs = mount_tiered(pm, ssd);
     assert_eq!(fs.getxattr(g, RULE).unwrap(), b"ssd");
     assert_eq!(fs.read(g, 0, 64 << 10).unwrap(), pattern(1, 64 << 10));
     let h = file(&fs, sub, "after-remount");
@@ -130,10 +86,7 @@ fn new_files_inherit_their_directory_rule_and_keep_it_across_remounts() {
 
 #[test]
 fn a_crash_while_creating_in_a_ruled_directory_leaves_no_file_or_a_file_with_the_rule() {
-    let pm = Arc::new(CrashMedia::new(32 << 20));
-    let ssd = Arc::new(MemBlock::new(SSD));
-    mkfs_tiered(&*pm);
-    let fs = mount(pm.clone(), ssd.clone());
+    let (pm, ssd, fs) = tiered_pool_on(CrashMedia::new(PM), MemBlock::new(SSD), 64);
     let d = fs.mkdir(1, b"d", 0o755, CTX).unwrap().ino;
     fs.setxattr(d, RULE, b"ssd", 0).unwrap();
     pm.sync_all().unwrap();
@@ -149,35 +102,26 @@ fn a_crash_while_creating_in_a_ruled_directory_leaves_no_file_or_a_file_with_the
         } else {
             LossMode::RandomLines(rng.gen())
         };
-        let pm2 = Arc::new(MemMedia::from_image(trace.image_at(kk, mode)));
-        let tiers: [(u8, Arc<dyn BlockMedia>); 1] =
-            [(1, Arc::new(MemBlock::from_image(ssd.image())))];
-        let report = terrace_core::fsck::check(&*pm2, &tiers, &mut |_, _| {}).unwrap();
-        assert!(
-            report.is_clean(),
-            "crash at {kk}/{n}: {:?}",
-            report.problems
+        let what = format!("crash at {kk}/{n}");
+        let (_, fs2) = recover(
+            trace.image_at(kk, mode),
+            Some(ssd.image()),
+            Fsck::Metadata,
+            &what,
         );
-        let fs2 = mount(pm2, Arc::new(MemBlock::from_image(ssd.image())));
         match fs2.lookup(d, b"child") {
             Ok(a) => {
                 assert_eq!(a.ino, attr.ino);
-                assert_eq!(
-                    fs2.getxattr(a.ino, RULE).unwrap(),
-                    b"ssd",
-                    "crash at {kk}/{n}"
-                );
+                assert_eq!(fs2.getxattr(a.ino, RULE).unwrap(), b"ssd", "{what}");
             }
-            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "crash at {kk}/{n}"),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{what}"),
         }
-        fs2.check_allocator()
-            .unwrap_or_else(|e| panic!("crash at {kk}/{n}: {e}"));
     }
 }
 
 #[test]
 fn migration_leaves_a_file_pinned_to_pm_and_moves_the_others() {
-    let (_, _, fs) = new_pool();
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     fs.set_setting("migration_age_ns", "0s").unwrap();
     let pinned = file(&fs, 1, "index");
@@ -198,7 +142,7 @@ fn migration_leaves_a_file_pinned_to_pm_and_moves_the_others() {
 
 #[test]
 fn a_new_rule_brings_the_file_data_to_its_tier_and_clearing_it_restores_automatic_placement() {
-    let (_, _, fs) = new_pool();
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
     let f = file(&fs, 1, "f");
     let data = pattern(4, 3 << 20);
     fs.write(f, 0, &data).unwrap();
@@ -225,7 +169,7 @@ fn a_new_rule_brings_the_file_data_to_its_tier_and_clearing_it_restores_automati
 
 #[test]
 fn access_traces_classify_files_and_hetfs_streams_sequential_files_to_disk() {
-    let (_, _, fs) = new_pool();
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
     fs.set_setting("placement_policy", "hetfs").unwrap();
     fs.set_setting("sync_threshold_bytes", "64K").unwrap();
     let seq = file(&fs, 1, "stream");
@@ -262,7 +206,7 @@ const XATTR_REPLACE: i32 = 2;
 /// the pinned data comes up.
 #[test]
 fn a_file_pinned_to_a_full_pm_makes_migration_evict_unpinned_data_for_it() {
-    let (_, _, fs) = new_pool();
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     // A threshold PM never reaches: only the rule can make room.
     fs.set_setting("migration_threshold", "99").unwrap();

@@ -8,12 +8,7 @@ use common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use terrace_core::Fs;
-use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
-
-fn mount(pm: &Arc<MemMedia>, ssd: Arc<dyn BlockMedia>) -> Arc<Fs> {
-    let pm: Arc<dyn PmMedia> = pm.clone();
-    Arc::new(Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}")))
-}
+use terrace_media::{MemBlock, MemMedia};
 
 /// A pool of `pm_mib` PM and `ssd_mib` SSD with a DRAM cache of `cache`,
 /// write-back and migration running (as the daemon runs it).
@@ -23,10 +18,8 @@ fn running_pool(
     inodes: u64,
     cache: &str,
 ) -> (Arc<MemMedia>, Arc<MemBlock>, Arc<Fs>) {
-    let pm = Arc::new(MemMedia::new(pm_mib << 20));
-    let ssd = Arc::new(MemBlock::new(ssd_mib << 20));
-    mkfs_pm_ssd(&*pm, ssd_mib << 20, inodes);
-    let fs = mount(&pm, ssd.clone());
+    let (pm, ssd, fs) = tiered_pool(pm_mib << 20, ssd_mib << 20, inodes);
+    let fs = Arc::new(fs);
     fs.set_setting("dram_cache_bytes", cache).unwrap();
     fs.start_writeback();
     fs.start_migration();
@@ -41,13 +34,7 @@ fn content(i: u32, len: usize) -> Vec<u8> {
 /// migration running, as `tar` would (create, write, chmod). Returns the
 /// files whose every call succeeded, and the first error.
 fn write_files(fs: &Fs, n: u32, len: usize) -> (Vec<(u64, u32)>, Option<std::io::Error>) {
-    let dirs: Vec<u64> = (0..4)
-        .map(|d| {
-            fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX)
-                .unwrap()
-                .ino
-        })
-        .collect();
+    let dirs = mkdirs(fs, 4);
     let mut done = Vec::new();
     for i in 0..n {
         let dir = dirs[i as usize % dirs.len()];
@@ -113,7 +100,7 @@ fn many_small_files_on_a_small_pm_lose_no_acknowledged_write() {
     check_files(&fs, &files, 8192, "before unmount");
     fs.unmount().expect("unmount persists everything");
     drop(fs);
-    let fs = mount(&pm, ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     check_files(&fs, &files, 8192, "after remount");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
@@ -182,7 +169,7 @@ fn a_tree_much_larger_than_pm_written_without_pause_gets_no_enospc() {
     }
     fs.unmount().expect("unmount persists everything");
     drop(fs);
-    let fs = mount(&pm, ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     for &(ino, i, len) in &files {
         assert_eq!(
             fs.read(ino, 0, len + 1).unwrap(),
@@ -216,7 +203,7 @@ fn a_crash_during_a_small_file_burst_keeps_every_fsynced_file() {
     // The crash: no unmount, no write-back of what is still cached.
     fs.stop_background_for_crash_test();
     drop(fs);
-    let fs = mount(&pm, ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     for &(ino, i, synced) in &files {
         let got = fs.read(ino, 0, 6001).unwrap();
         if synced || !got.is_empty() {
@@ -234,10 +221,11 @@ fn a_crash_during_a_small_file_burst_keeps_every_fsynced_file() {
 #[test]
 fn an_unmount_that_cannot_persist_keeps_the_data_and_succeeds_later() {
     use terrace_media::FaultBlock;
-    let pm = Arc::new(MemMedia::new(4 << 20));
-    let ssd = Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
-    mkfs_pm_ssd(&*pm, 64 << 20, 1000);
-    let fs = mount(&pm, ssd.clone());
+    let (pm, ssd, fs) = tiered_pool_on(
+        MemMedia::new(4 << 20),
+        FaultBlock::new(MemBlock::new(64 << 20)),
+        1000,
+    );
     // Fill PM with data so a failed write-back cannot fall back to it.
     fs.set_setting("placement_policy", "pm-only").unwrap();
     let filler = fs
@@ -266,7 +254,7 @@ fn an_unmount_that_cannot_persist_keeps_the_data_and_succeeds_later() {
     fs.unmount()
         .expect("unmount persists once the device works");
     drop(fs);
-    let fs = mount(&pm, ssd.clone());
+    let fs = mount_tiered(pm.clone(), ssd.clone());
     assert!(fs.mount_report().was_clean);
     assert!(fs.read(a.ino, 0, data.len()).unwrap() == data);
     fs.check_allocator().unwrap();

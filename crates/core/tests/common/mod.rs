@@ -1,61 +1,20 @@
-//! Shared test support: pools on test media, a reference model of a POSIX
-//! namespace, random operations applied to both, and a canonical view of the
-//! whole tree used to compare them.
+//! Shared test support: a reference model of a POSIX namespace, random
+//! operations applied to both it and the file system, a canonical view of the
+//! whole tree used to compare them, and small helpers; pools on test media
+//! (`pools`) and recovery from crash images (`crash`).
 #![allow(dead_code)]
+
+mod crash;
+mod pools;
+#[allow(unused_imports)]
+pub use crash::*;
+#[allow(unused_imports)]
+pub use pools::*;
 
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use terrace_core::{format, Ctx, FileType, FormatParams, Fs, RenameFlags, SetAttr};
-use terrace_format::{TierKind, TierRecord};
-use terrace_media::PmMedia;
-
-/// Formats `media` as a pool with `inodes` slots.
-pub fn mkfs(media: &dyn PmMedia, inodes: u64) {
-    let p = FormatParams {
-        uuid: [9; 16],
-        inode_count: inodes,
-        tiers: vec![TierRecord {
-            id: 0,
-            kind: TierKind::Pm,
-            size: media.len(),
-            extent_size: 0,
-            path: "test".into(),
-        }],
-        root_uid: 0,
-        root_gid: 0,
-    };
-    format(media, &p).expect("format");
-}
-
-/// Formats `pm` as a pool with `inodes` slots and one SSD tier (id 1) of
-/// `ssd_bytes`, with 512 KiB extents.
-pub fn mkfs_pm_ssd(pm: &dyn PmMedia, ssd_bytes: u64, inodes: u64) {
-    let p = FormatParams {
-        uuid: [15; 16],
-        inode_count: inodes,
-        tiers: vec![
-            TierRecord {
-                id: 0,
-                kind: TierKind::Pm,
-                size: pm.len(),
-                extent_size: 0,
-                path: "pm".into(),
-            },
-            TierRecord {
-                id: 1,
-                kind: TierKind::Ssd,
-                size: ssd_bytes,
-                extent_size: terrace_format::DEFAULT_EXTENT_SIZE,
-                path: "ssd".into(),
-            },
-        ],
-        root_uid: 0,
-        root_gid: 0,
-    };
-    format(pm, &p).expect("format");
-}
+use terrace_core::{Ctx, FileType, Fs, RenameFlags, SetAttr};
 
 pub const CTX: Ctx = Ctx { uid: 0, gid: 0 };
 
@@ -244,6 +203,14 @@ impl Model {
         out
     }
 
+    /// Names `id` `name` in directory `dir` (replacing what had the name)
+    /// and makes `dir` its parent.
+    fn place(&mut self, dir: u64, name: &[u8], id: u64) {
+        let d = self.inodes.get_mut(&dir).unwrap();
+        d.children.insert(name.to_vec(), id);
+        self.inodes.get_mut(&id).unwrap().parent = dir;
+    }
+
     fn is_ancestor(&self, a: u64, mut d: u64) -> bool {
         loop {
             if d == a {
@@ -334,6 +301,25 @@ fn model_dir(m: &Model, path: &[Vec<u8>]) -> Option<u64> {
     Some(cur)
 }
 
+/// The regular file `n` in directory `p` of the model, for an operation on
+/// its data: else the errno it must fail with (ENOENT, EISDIR for a
+/// directory, `other` for any other type).
+fn model_file<'a>(
+    m: &'a mut Model,
+    p: &[Vec<u8>],
+    n: &[u8],
+    other: i32,
+) -> Result<&'a mut MInode, i32> {
+    let d = model_dir(m, p).ok_or(libc::ENOENT)?;
+    let c = *m.inodes[&d].children.get(n).ok_or(libc::ENOENT)?;
+    let i = m.inodes.get_mut(&c).unwrap();
+    match i.kind {
+        FileType::Regular => Ok(i),
+        FileType::Directory => Err(libc::EISDIR),
+        _ => Err(other),
+    }
+}
+
 /// Applies an op to the model; `Err(errno)` as the file system must return.
 pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
     use libc::*;
@@ -366,14 +352,7 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
             Ok(())
         }
         Op::Write(p, n, off, len, byte) => {
-            let d = model_dir(m, p).ok_or(ENOENT)?;
-            let c = child(m, d, n).ok_or(ENOENT)?;
-            let i = m.inodes.get_mut(&c).unwrap();
-            match i.kind {
-                FileType::Regular => {}
-                FileType::Directory => return Err(EISDIR),
-                _ => return Err(EINVAL),
-            }
+            let i = model_file(m, p, n, EINVAL)?;
             let end = *off as usize + len;
             if i.data.len() < end {
                 i.data.resize(end, 0);
@@ -384,26 +363,12 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
             Ok(())
         }
         Op::Truncate(p, n, size) => {
-            let d = model_dir(m, p).ok_or(ENOENT)?;
-            let c = child(m, d, n).ok_or(ENOENT)?;
-            let i = m.inodes.get_mut(&c).unwrap();
-            match i.kind {
-                FileType::Regular => {}
-                FileType::Directory => return Err(EISDIR),
-                _ => return Err(EINVAL),
-            }
+            let i = model_file(m, p, n, EINVAL)?;
             i.data.resize(*size as usize, 0);
             Ok(())
         }
         Op::PunchHole(p, n, off, len) => {
-            let d = model_dir(m, p).ok_or(ENOENT)?;
-            let c = child(m, d, n).ok_or(ENOENT)?;
-            let i = m.inodes.get_mut(&c).unwrap();
-            match i.kind {
-                FileType::Regular => {}
-                FileType::Directory => return Err(EISDIR),
-                _ => return Err(ENODEV),
-            }
+            let i = model_file(m, p, n, ENODEV)?;
             let s = (*off as usize).min(i.data.len());
             let e = ((off + len) as usize).min(i.data.len());
             i.data[s..e].fill(0);
@@ -470,19 +435,8 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
                 }
             }
             if exchange {
-                let t = t.unwrap();
-                m.inodes
-                    .get_mut(&sd)
-                    .unwrap()
-                    .children
-                    .insert(sn.clone(), t);
-                m.inodes
-                    .get_mut(&dd)
-                    .unwrap()
-                    .children
-                    .insert(dn.clone(), s);
-                m.inodes.get_mut(&s).unwrap().parent = dd;
-                m.inodes.get_mut(&t).unwrap().parent = sd;
+                m.place(sd, sn, t.unwrap());
+                m.place(dd, dn, s);
                 return Ok(());
             }
             if let Some(t) = t {
@@ -497,12 +451,7 @@ pub fn apply_model(m: &mut Model, op: &Op) -> Result<(), i32> {
                 }
             }
             m.inodes.get_mut(&sd).unwrap().children.remove(sn);
-            m.inodes
-                .get_mut(&dd)
-                .unwrap()
-                .children
-                .insert(dn.clone(), s);
-            m.inodes.get_mut(&s).unwrap().parent = dd;
+            m.place(dd, dn, s);
             if let Some(t) = t {
                 if t_dir || m.nlink(t) == 0 {
                     m.inodes.remove(&t);
@@ -615,9 +564,15 @@ pub fn apply_fs(fs: &Fs, op: &Op) -> Result<(), i32> {
     }
 }
 
-/// Mounts a pool on `media`.
-pub fn mount(media: Arc<dyn PmMedia>) -> Fs {
-    Fs::mount(media).unwrap_or_else(|e| panic!("mount failed: {e}"))
+/// Applies one random operation to `model` and to `fs`: both must give the
+/// same result (errno) and then hold the same tree. `ctx` names the step in
+/// messages.
+pub fn random_step(fs: &Fs, model: &mut Model, rng: &mut StdRng, ctx: &str) {
+    let op = random_op(model, rng);
+    let want = apply_model(model, &op);
+    let got = apply_fs(fs, &op);
+    assert_eq!(got, want, "{ctx}: {op:?}");
+    assert_same_tree(&fs_tree(fs), &model.tree(), &format!("{ctx} after {op:?}"));
 }
 
 /// A short description of how two trees differ (the full Debug output is huge).
@@ -665,15 +620,34 @@ pub fn base_seed(test: &str) -> u64 {
     seed
 }
 
-/// Bytes of file `ino` on tier `tier` (`pm`, `ssd`, `ssd-copy`, `dram`, …),
-/// from the virtual xattr `user.terrace.extents`.
-pub fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
+/// `(file offset, length, tier name, block)` of each extent of `ino`, from
+/// the virtual xattr `user.terrace.extents` (block `u64::MAX` where it shows
+/// none: data in the DRAM cache). A value cut at the xattr size limit ends
+/// in ` ...`: only the extents before it are listed.
+pub fn extents(fs: &Fs, ino: u64) -> Vec<(u64, u64, String, u64)> {
     let v = fs.getxattr(ino, b"user.terrace.extents").unwrap();
     String::from_utf8(v)
         .unwrap()
         .lines()
-        .filter(|l| l.split_whitespace().nth(2) == Some(tier))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .filter(|l| l.trim() != "...")
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].to_string(),
+                f[3].parse().unwrap_or(u64::MAX),
+            )
+        })
+        .collect()
+}
+
+/// Bytes of file `ino` on tier `tier` (`pm`, `ssd`, `ssd-copy`, `dram`, …).
+pub fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
+    extents(fs, ino)
+        .into_iter()
+        .filter(|e| e.2 == tier)
+        .map(|e| e.1)
         .sum()
 }
 

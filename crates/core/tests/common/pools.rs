@@ -1,0 +1,150 @@
+//! Pools to test on: formatted on memory media (PM only, or PM with block
+//! tiers), mounted, fresh or on crash-simulating media; and the files and
+//! directories tests make in them.
+
+use super::CTX;
+use std::sync::Arc;
+use terrace_core::{format, FormatParams, Fs};
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{BlockMedia, CrashBlock, CrashMedia, MemBlock, MemMedia, PmMedia};
+
+/// Formats `media` as a pool with `inodes` slots.
+pub fn mkfs(media: &dyn PmMedia, inodes: u64) {
+    let p = FormatParams {
+        uuid: [9; 16],
+        inode_count: inodes,
+        tiers: vec![TierRecord {
+            id: 0,
+            kind: TierKind::Pm,
+            size: media.len(),
+            extent_size: 0,
+            path: "test".into(),
+        }],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(media, &p).expect("format");
+}
+
+/// Formats `pm` as a pool with `inodes` slots and block tiers 1, 2, … of
+/// the kinds and sizes in `blocks`, with 512 KiB extents.
+pub fn mkfs_tiers(pm: &dyn PmMedia, blocks: &[(TierKind, u64)], inodes: u64) {
+    let tier = |id: u8, kind: TierKind, size, extent_size| TierRecord {
+        id,
+        kind,
+        size,
+        extent_size,
+        path: kind.name().into(),
+    };
+    let mut tiers = vec![tier(0, TierKind::Pm, pm.len(), 0)];
+    for (id, &(kind, size)) in (1..).zip(blocks) {
+        tiers.push(tier(id, kind, size, DEFAULT_EXTENT_SIZE));
+    }
+    let p = FormatParams {
+        uuid: [15; 16],
+        inode_count: inodes,
+        tiers,
+        root_uid: 0,
+        root_gid: 0,
+    };
+    format(pm, &p).expect("format");
+}
+
+/// Formats `pm` as a pool with `inodes` slots and one SSD tier (id 1) of
+/// `ssd_bytes`, with 512 KiB extents.
+pub fn mkfs_pm_ssd(pm: &dyn PmMedia, ssd_bytes: u64, inodes: u64) {
+    mkfs_tiers(pm, &[(TierKind::Ssd, ssd_bytes)], inodes);
+}
+
+/// Mounts a pool on `media`.
+pub fn mount(media: Arc<dyn PmMedia>) -> Fs {
+    Fs::mount(media).unwrap_or_else(|e| panic!("mount failed: {e}"))
+}
+
+/// Mounts the pool on `pm` with `ssd` as its tier 1.
+pub fn mount_tiered(pm: Arc<dyn PmMedia>, ssd: Arc<dyn BlockMedia>) -> Fs {
+    Fs::mount_with_tiers(pm, vec![(1, ssd)]).unwrap_or_else(|e| panic!("mount: {e}"))
+}
+
+/// Formats `pm` as a PM-only pool with `inodes` slots and mounts it.
+pub fn pm_pool_on<P: PmMedia + 'static>(pm: P, inodes: u64) -> (Arc<P>, Fs) {
+    let pm = Arc::new(pm);
+    mkfs(&*pm, inodes);
+    let fs = mount(pm.clone());
+    (pm, fs)
+}
+
+/// [`pm_pool_on`] memory media of `bytes`.
+pub fn pm_pool(bytes: u64, inodes: u64) -> (Arc<MemMedia>, Fs) {
+    pm_pool_on(MemMedia::new(bytes), inodes)
+}
+
+/// Formats `pm` as a pool with `inodes` slots and `ssd` as its SSD tier
+/// (id 1, [`mkfs_pm_ssd`]), and mounts it. Returns both media and the pool.
+pub fn tiered_pool_on<P, B>(pm: P, ssd: B, inodes: u64) -> (Arc<P>, Arc<B>, Fs)
+where
+    P: PmMedia + 'static,
+    B: BlockMedia + 'static,
+{
+    let (pm, ssd) = (Arc::new(pm), Arc::new(ssd));
+    mkfs_pm_ssd(&*pm, ssd.len(), inodes);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    (pm, ssd, fs)
+}
+
+/// [`tiered_pool_on`] memory media: `pm_bytes` of PM, an SSD of `ssd_bytes`.
+pub fn tiered_pool(
+    pm_bytes: u64,
+    ssd_bytes: u64,
+    inodes: u64,
+) -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
+    tiered_pool_on(MemMedia::new(pm_bytes), MemBlock::new(ssd_bytes), inodes)
+}
+
+/// [`tiered_pool`] on crash-simulating media with one clock: each PM crash
+/// point of a trace has the device image of the same moment
+/// (`CrashBlock::image_at_time` of `CrashTrace::time_after`).
+pub fn crash_pool(
+    pm_bytes: u64,
+    ssd_bytes: u64,
+    inodes: u64,
+) -> (Arc<CrashMedia>, Arc<CrashBlock>, Fs) {
+    let pm = CrashMedia::new(pm_bytes);
+    let ssd = CrashBlock::timed(ssd_bytes, pm.clock());
+    tiered_pool_on(pm, ssd, inodes)
+}
+
+/// Creates the regular file `name` (mode 0644) in directory `parent`;
+/// returns its inode.
+pub fn file(fs: &Fs, parent: u64, name: &str) -> u64 {
+    fs.mknod(parent, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap_or_else(|e| panic!("create {name}: {e}"))
+        .ino
+}
+
+/// Creates the directories `d0`, `d1`, … (`n` of them) in the root; returns
+/// their inodes.
+pub fn mkdirs(fs: &Fs, n: u32) -> Vec<u64> {
+    (0..n)
+        .map(|d| {
+            fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX)
+                .unwrap()
+                .ino
+        })
+        .collect()
+}
+
+/// Gives `fs` the nvmfs migration policy: no moves for space below 99% PM,
+/// no minimum age, and a dirty list that flushes (copies to the SSD) from
+/// 60% of its target down to 30%.
+pub fn use_nvmfs(fs: &Fs) {
+    for (k, v) in [
+        ("migration_policy", "nvmfs"),
+        ("migration_threshold", "99"),
+        ("migration_age_ns", "0s"),
+        ("nvmfs_dirty_low_percent", "30"),
+        ("nvmfs_dirty_high_percent", "60"),
+    ] {
+        fs.set_setting(k, v).unwrap();
+    }
+}
