@@ -45,7 +45,7 @@ use crate::fs::{now_ns, Fs};
 use crate::inode::Inode;
 use crate::types::{errno, FileType, FsResult, Ino};
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -127,7 +127,7 @@ pub struct Migrator {
 }
 
 /// What `terrace status` shows about migration.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MigrationStatus {
     /// The migration policy.
     pub policy: String,
@@ -169,7 +169,7 @@ pub struct MigrationStatus {
 }
 
 /// Migration into one tier (`terrace status`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierMigration {
     /// Target tier id.
     pub tier: u8,
