@@ -80,7 +80,7 @@ impl std::fmt::Debug for DirtyPage {
 }
 
 /// Counters of the cache, shown by `terrace status`.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct CacheStats {
     /// The bound (bytes).
     pub bound_bytes: u64,

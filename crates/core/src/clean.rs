@@ -17,7 +17,7 @@
 
 use crate::fs::Fs;
 use crate::types::Ino;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use terrace_policy::cleaner;
@@ -32,7 +32,7 @@ pub struct CleanerStats {
 }
 
 /// What `terrace status` shows about extent recycling.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct CleanerStatus {
     /// Cleaning rounds run.
     pub rounds: u64,

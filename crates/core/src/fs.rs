@@ -72,7 +72,7 @@ pub struct Counters {
 }
 
 /// What mount found about the previous session.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct MountReport {
     /// The pool was cleanly unmounted last time.
     pub was_clean: bool,

@@ -84,7 +84,7 @@ struct LogsMoved {
 }
 
 /// What `terrace status` shows about log migration.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct LogMigrationStatus {
     /// Inodes whose log is on a block tier now.
     pub logs_on_tiers: u64,

@@ -348,7 +348,7 @@ impl Fs {
 }
 
 /// How PM's room stands, for `terrace status`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SpaceStatus {
     /// PM bytes that hold metadata: superblocks, journal, inode table and
     /// the blocks holding log pages.

@@ -1,17 +1,18 @@
 //! The numbers `terrace status` shows.
 
 use crate::fs::Fs;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use terrace_format::BLOCK_SIZE;
 
 /// One tier's use.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierStatus {
     /// Tier id.
     pub id: u8,
     /// `pm`, `ssd` or `hdd`.
-    pub kind: &'static str,
+    #[serde(deserialize_with = "kind_name")]
+    pub kind: KindName,
     /// Path at mkfs.
     pub path: String,
     /// Capacity in bytes (data pool for PM).
@@ -31,8 +32,22 @@ pub struct TierStatus {
     pub io: Option<IoStats>,
 }
 
+/// `&'static str`, named so that serde does not take the field for one
+/// borrowed from the input (which would tie `Status`'s `Deserialize` to
+/// `'static` input); [`kind_name`] reads it.
+type KindName = &'static str;
+
+/// A tier kind's name read back as the `&'static str` of
+/// [`terrace_format::TierKind::name`] (the control client reads the status).
+fn kind_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    let name = String::deserialize(d)?;
+    terrace_format::TierKind::parse(&name)
+        .map(terrace_format::TierKind::name)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown tier kind {name:?}")))
+}
+
 /// Requests a block device served since mount.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct IoStats {
     /// Read requests.
     pub read_requests: u64,
@@ -65,7 +80,7 @@ impl From<terrace_media::BlockStats> for IoStats {
 }
 
 /// Status of a mounted pool.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
     /// Pool id.
     pub uuid: String,

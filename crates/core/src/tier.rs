@@ -46,7 +46,7 @@ struct SpaceInner {
 }
 
 /// Numbers `terrace status` shows for a tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SpaceStats {
     /// Extents in the tier (extent 0 excluded).
     pub extents: u64,

@@ -82,7 +82,7 @@ impl Default for SyncParams {
 ///
 /// Only settled predictions are counted (see the module documentation); writes
 /// of the interval still open are not.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SyncAccuracy {
     /// Writes predicted synchronous whose interval turned out synchronous.
     pub predicted_sync_correct: u64,

@@ -1,11 +1,15 @@
 //! `terrace status`, `terrace umount` and `terrace fsck`.
 
+use crate::control::protocol::{
+    DaemonStatus, GetStatus, ListSettings, SetSetting, Unmount, UnmountReply,
+};
 use crate::control::{self, ControlError};
 use crate::util::{self, CliError, CliResult};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use terrace_core::status::Status;
 use terrace_media::{PmFile, PmMedia};
 
 /// How long `terrace umount` waits for the mount to go and the daemon to exit.
@@ -28,22 +32,12 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn n(v: &Value, k: &str) -> u64 {
-    v.get(k).and_then(Value::as_u64).unwrap_or(0)
-}
-
-fn s<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or("?")
-}
-
-/// The kind (pm, ssd, hdd) of tier `id` in a status document.
-fn tier_kind(st: &Value, id: u64) -> String {
-    st.get("tiers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|t| n(t, "id") == id)
-        .map_or_else(|| format!("tier {id}"), |t| s(t, "kind").to_string())
+/// The kind (pm, ssd, hdd) of tier `id` in a status.
+fn tier_kind(st: &Status, id: u8) -> String {
+    st.tiers
+        .iter()
+        .find(|t| t.id == id)
+        .map_or_else(|| format!("tier {id}"), |t| t.kind.to_string())
 }
 
 fn pct(used: u64, total: u64) -> String {
@@ -54,86 +48,68 @@ fn pct(used: u64, total: u64) -> String {
     }
 }
 
-/// Renders a status object as the human table.
-pub fn render_status(st: &Value) -> String {
+/// Renders a mount's status as the human table.
+pub fn render_status(daemon: &DaemonStatus) -> String {
+    let st = &daemon.core;
     let mut o = String::new();
     let mut line = |l: String| {
         o.push_str(&l);
         o.push('\n');
     };
-    line(format!(
-        "Terrace pool {}",
-        util::fmt_uuid_hex(s(st, "uuid"))
-    ));
+    line(format!("Terrace pool {}", util::fmt_uuid_hex(&st.uuid)));
     line(format!(
         "  mounted on    {}  (daemon pid {})",
-        s(st, "mountpoint"),
-        n(st, "pid")
+        daemon.mountpoint, daemon.pid
     ));
-    line(format!("  pool          {}", s(st, "pool")));
-    line(format!("  media         {}", s(st, "media")));
-    let clean = st
-        .get("clean_last_time")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    line(format!("  pool          {}", daemon.pool));
+    line(format!("  media         {}", st.media));
     line(format!(
         "  last unmount  {}",
-        if clean {
+        if st.clean_last_time {
             "clean"
         } else {
             "NOT clean (recovered at this mount)"
         }
     ));
-    line(format!("  mounts        {}", n(st, "mount_count")));
+    line(format!("  mounts        {}", st.mount_count));
     line(String::new());
     line(format!(
         "  {:<4} {:<4} {:>11} {:>11} {:>6}  {:<7} {}",
         "TIER", "KIND", "CAPACITY", "USED", "USE", "ACTIVE", "PATH"
     ));
-    for t in st
-        .get("tiers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let (cap, used) = (n(t, "capacity"), n(t, "used"));
-        let active = t.get("active").and_then(Value::as_bool).unwrap_or(false);
+    for t in &st.tiers {
         line(format!(
             "  {:<4} {:<4} {:>11} {:>11} {:>6}  {:<7} {}",
-            n(t, "id"),
-            s(t, "kind"),
-            util::human_bytes(cap),
-            util::human_bytes(used),
-            pct(used, cap),
-            if active { "yes" } else { "not yet" },
-            s(t, "path")
+            t.id,
+            t.kind,
+            util::human_bytes(t.capacity),
+            util::human_bytes(t.used),
+            pct(t.used, t.capacity),
+            if t.active { "yes" } else { "not yet" },
+            t.path
         ));
     }
     line(String::new());
-    let (iu, it) = (n(st, "inodes_used"), n(st, "inodes_total"));
+    let (iu, it) = (st.inodes_used, st.inodes_total);
     line(format!(
         "  inodes        {iu} used of {it} ({})",
         pct(iu, it)
     ));
     line(format!(
         "  room          {} for new data (dirty cached pages hold {})",
-        util::human_bytes(n(st, "room_bytes")),
-        util::human_bytes(st.get("cache").map(|c| n(c, "dirty_bytes")).unwrap_or(0))
+        util::human_bytes(st.room_bytes),
+        util::human_bytes(st.cache.dirty_bytes)
     ));
     line(format!(
         "  logs          {} pages ({})",
-        n(st, "log_pages"),
-        util::human_bytes(n(st, "log_bytes"))
+        st.log_pages,
+        util::human_bytes(st.log_bytes)
     ));
-    if st
-        .get("tiers")
-        .and_then(|t| t.as_array())
-        .is_some_and(|t| t.len() > 1)
-    {
-        let bad = n(st, "checksum_errors");
+    if st.tiers.len() > 1 {
+        let bad = st.checksum_errors;
         line(format!(
             "  checksums     {} block-tier blocks read and verified, {}",
-            n(st, "checksummed_reads"),
+            st.checksummed_reads,
             if bad == 0 {
                 "no damage found".to_string()
             } else {
@@ -141,10 +117,7 @@ pub fn render_status(st: &Value) -> String {
             }
         ));
     }
-    if let Some(sc) = st
-        .get("scrub")
-        .and_then(|v| serde_json::from_value::<terrace_core::scrub::ScrubReport>(v.clone()).ok())
-    {
+    if let Some(sc) = &st.scrub {
         line(if sc.running {
             format!(
                 "  scrub         running: {} of {} blocks read, {} damaged, {} repaired",
@@ -162,70 +135,66 @@ pub fn render_status(st: &Value) -> String {
             )
         });
     }
-    if let Some(lm) = st.get("log_migration") {
-        if n(lm, "logs_on_tiers") > 0 || n(lm, "moved") > 0 {
-            line(format!(
-                "  cold logs     {} on block tiers ({}); {} moved off PM since mount, freeing {} of PM",
-                n(lm, "logs_on_tiers"),
-                util::human_bytes(n(lm, "tier_log_blocks") * 4096),
-                n(lm, "moved"),
-                util::human_bytes(n(lm, "pm_bytes_freed"))
-            ));
-        }
-    }
-    if let Some(sp) = st.get("space") {
-        let (meta, logs) = (n(sp, "pm_metadata_bytes"), n(sp, "pm_log_bytes"));
+    let lm = &st.log_migration;
+    if lm.logs_on_tiers > 0 || lm.moved > 0 {
         line(format!(
-            "  metadata      {} of PM: superblocks, journal and inode table {}, log blocks {}{}",
-            util::human_bytes(meta),
-            util::human_bytes(meta - logs.min(meta)),
-            util::human_bytes(logs),
-            logs.checked_div(iu)
-                .map(|b| format!(" ({} per inode in use)", util::human_bytes(b)))
-                .unwrap_or_default()
+            "  cold logs     {} on block tiers ({}); {} moved off PM since mount, freeing {} of PM",
+            lm.logs_on_tiers,
+            util::human_bytes(lm.tier_log_blocks * 4096),
+            lm.moved,
+            util::human_bytes(lm.pm_bytes_freed)
         ));
-        if n(sp, "promised_bytes") > 0 || n(sp, "waits") > 0 || n(sp, "promise_refusals") > 0 {
-            line(format!(
-                "                {} of PM promised to write-back commits; {} waits for migration ({} ms, {} gave up), {} cached writes refused for log room",
-                util::human_bytes(n(sp, "promised_bytes")),
-                n(sp, "waits"),
-                n(sp, "wait_ms"),
-                n(sp, "stalls"),
-                n(sp, "promise_refusals")
-            ));
-        }
-        if !s(sp, "state").is_empty() {
-            line(format!(
-                "  PM            {} ({} free, {} kept for logs)",
-                s(sp, "state"),
-                util::human_bytes(n(sp, "pm_free_bytes")),
-                util::human_bytes(n(sp, "pm_reserve_bytes"))
-            ));
-        }
+    }
+    let sp = &st.space;
+    let (meta, logs) = (sp.pm_metadata_bytes, sp.pm_log_bytes);
+    line(format!(
+        "  metadata      {} of PM: superblocks, journal and inode table {}, log blocks {}{}",
+        util::human_bytes(meta),
+        util::human_bytes(meta - logs.min(meta)),
+        util::human_bytes(logs),
+        logs.checked_div(iu)
+            .map(|b| format!(" ({} per inode in use)", util::human_bytes(b)))
+            .unwrap_or_default()
+    ));
+    if sp.promised_bytes > 0 || sp.waits > 0 || sp.promise_refusals > 0 {
+        line(format!(
+            "                {} of PM promised to write-back commits; {} waits for migration ({} ms, {} gave up), {} cached writes refused for log room",
+            util::human_bytes(sp.promised_bytes),
+            sp.waits,
+            sp.wait_ms,
+            sp.stalls,
+            sp.promise_refusals
+        ));
+    }
+    if !sp.state.is_empty() {
+        line(format!(
+            "  PM            {} ({} free, {} kept for logs)",
+            sp.state,
+            util::human_bytes(sp.pm_free_bytes),
+            util::human_bytes(sp.pm_reserve_bytes)
+        ));
     }
     line(format!(
         "  data on PM    {} blocks ({})",
-        n(st, "data_blocks"),
-        util::human_bytes(n(st, "data_blocks") * 4096)
+        st.data_blocks,
+        util::human_bytes(st.data_blocks * 4096)
     ));
-    if let Some(r) = st.get("recovery") {
-        let was_clean = r.get("was_clean").and_then(Value::as_bool).unwrap_or(false);
-        line(format!(
-            "  recovery      {}: {} transactions rolled back, {} orphan inodes freed, {} link-count warnings",
-            if was_clean { "none needed" } else { "ran at mount" },
-            n(r, "rolled_back"),
-            n(r, "orphans_freed"),
-            n(r, "link_count_warnings")
-        ));
-    }
+    let r = &st.recovery;
+    line(format!(
+        "  recovery      {}: {} transactions rolled back, {} orphan inodes freed, {} link-count warnings",
+        if r.was_clean { "none needed" } else { "ran at mount" },
+        r.rolled_back,
+        r.orphans_freed,
+        r.link_count_warnings
+    ));
     line(format!(
         "  since mount   {} writes ({}), {} reads ({}), {} fsyncs{}",
-        n(st, "writes"),
-        util::human_bytes(n(st, "bytes_written")),
-        n(st, "reads"),
-        util::human_bytes(n(st, "bytes_read")),
-        n(st, "fsyncs"),
-        if st["fsync_in_kernel"].as_bool() == Some(true) {
+        st.writes,
+        util::human_bytes(st.bytes_written),
+        st.reads,
+        util::human_bytes(st.bytes_read),
+        st.fsyncs,
+        if st.fsync_in_kernel {
             " (PM only: writes are durable on return, so the kernel completes fsync without asking)"
         } else {
             ""
@@ -233,149 +202,125 @@ pub fn render_status(st: &Value) -> String {
     ));
     line(format!(
         "                {} log commits ({} journaled), {} log compactions",
-        n(st, "commits"),
-        n(st, "journaled_commits"),
-        n(st, "compactions")
+        st.commits, st.journaled_commits, st.compactions
     ));
     line(String::new());
     line(format!(
         "  {:<4} {:>9} {:>11} {:>11} {:>10} {:>10} {:>9}",
         "I/O", "ENTRIES", "WRITTEN", "READ", "AVG WRITE", "AVG READ", "FRAG"
     ));
-    for t in st
-        .get("tiers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let io = t.get("io").cloned().unwrap_or(Value::Null);
+    for t in &st.tiers {
+        let io = |f: fn(&terrace_core::status::IoStats) -> u64| {
+            util::human_bytes(t.io.as_ref().map_or(0, f))
+        };
         let frag = t
-            .get("extents")
-            .and_then(|e| e.get("fragmentation_pct"))
-            .and_then(Value::as_u64)
-            .map(|f| format!("{f}%"))
+            .extents
+            .map(|e| format!("{}%", e.fragmentation_pct))
             .unwrap_or_else(|| "-".into());
         line(format!(
             "  {:<4} {:>9} {:>11} {:>11} {:>10} {:>10} {:>9}",
-            s(t, "kind"),
-            n(t, "write_entries"),
-            util::human_bytes(n(&io, "write_bytes")),
-            util::human_bytes(n(&io, "read_bytes")),
-            util::human_bytes(n(&io, "avg_write_bytes")),
-            util::human_bytes(n(&io, "avg_read_bytes")),
+            t.kind,
+            t.write_entries,
+            io(|io| io.write_bytes),
+            io(|io| io.read_bytes),
+            io(|io| io.avg_write_bytes),
+            io(|io| io.avg_read_bytes),
             frag
         ));
     }
-    if let Some(c) = st.get("cache") {
-        line(String::new());
-        let (hits, misses) = (n(c, "hits"), n(c, "misses"));
-        line(format!(
-            "  DRAM cache    {} of {} ({} dirty, {} clean, peak {}); hit ratio {}",
-            util::human_bytes(n(c, "dirty_bytes") + n(c, "clean_bytes")),
-            util::human_bytes(n(c, "bound_bytes")),
-            util::human_bytes(n(c, "dirty_bytes")),
-            util::human_bytes(n(c, "clean_bytes")),
-            util::human_bytes(n(c, "peak_bytes")),
-            pct(hits, hits + misses)
-        ));
-        line(format!(
-            "                {} write-backs, {} in {} requests",
-            n(c, "writebacks"),
-            util::human_bytes(n(c, "writeback_bytes")),
-            n(c, "writeback_requests")
-        ));
-    }
-    if let Some(m) = st.get("migration") {
-        line(format!(
-            "  migration     policy {}, {}; PM threshold now {}%{}",
-            s(m, "policy"),
-            match (m.get("running").and_then(Value::as_bool), s(m, "waiting")) {
-                (Some(true), "") => "running".to_string(),
-                (Some(true), w) => format!("waiting: {w}"),
-                _ => "idle".to_string(),
-            },
-            n(m, "pm_threshold_percent"),
-            match s(m, "reason") {
-                "" => String::new(),
-                r => format!(" (last: {r})"),
-            }
-        ));
-        line(format!(
-            "                {} moved down, {} moved up, {} entries in {} groups, {}/s while copying",
-            util::human_bytes(n(m, "bytes_down")),
-            util::human_bytes(n(m, "bytes_up")),
-            n(m, "entries_moved"),
-            n(m, "groups"),
-            util::human_bytes(n(m, "bandwidth_bytes_per_sec"))
-        ));
-        let per: Vec<String> = m
-            .get("per_tier")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|t| {
-                let id = n(t, "tier");
-                let name = tier_kind(st, id);
-                format!(
-                    "{name} {} at {}/s",
-                    util::human_bytes(n(t, "bytes")),
-                    util::human_bytes(n(t, "bandwidth_bytes_per_sec"))
-                )
-            })
-            .collect();
-        if !per.is_empty() {
-            line(format!("                copied into: {}", per.join(", ")));
+    let c = &st.cache;
+    line(String::new());
+    line(format!(
+        "  DRAM cache    {} of {} ({} dirty, {} clean, peak {}); hit ratio {}",
+        util::human_bytes(c.dirty_bytes + c.clean_bytes),
+        util::human_bytes(c.bound_bytes),
+        util::human_bytes(c.dirty_bytes),
+        util::human_bytes(c.clean_bytes),
+        util::human_bytes(c.peak_bytes),
+        pct(c.hits, c.hits + c.misses)
+    ));
+    line(format!(
+        "                {} write-backs, {} in {} requests",
+        c.writebacks,
+        util::human_bytes(c.writeback_bytes),
+        c.writeback_requests
+    ));
+    let m = &st.migration;
+    line(format!(
+        "  migration     policy {}, {}; PM threshold now {}%{}",
+        m.policy,
+        match (m.running, m.waiting.as_str()) {
+            (true, "") => "running".to_string(),
+            (true, w) => format!("waiting: {w}"),
+            _ => "idle".to_string(),
+        },
+        m.pm_threshold_percent,
+        match m.reason.as_str() {
+            "" => String::new(),
+            r => format!(" (last: {r})"),
         }
-        line(format!(
-            "                clean copies: {} of PM data has a copy on disk; {} copied, {} evicted for free; clean-hit ratio {}",
-            util::human_bytes(n(m, "clean_pm_blocks") * 4096),
-            util::human_bytes(n(m, "bytes_copied")),
-            util::human_bytes(n(m, "bytes_evicted")),
-            m.get("clean_hit_ratio")
-                .and_then(Value::as_f64)
-                .map(|r| format!("{:.0}%", r * 100.0))
-                .unwrap_or_else(|| "-".into())
-        ));
+    ));
+    line(format!(
+        "                {} moved down, {} moved up, {} entries in {} groups, {}/s while copying",
+        util::human_bytes(m.bytes_down),
+        util::human_bytes(m.bytes_up),
+        m.entries_moved,
+        m.groups,
+        util::human_bytes(m.bandwidth_bytes_per_sec)
+    ));
+    let per: Vec<String> = m
+        .per_tier
+        .iter()
+        .map(|t| {
+            format!(
+                "{} {} at {}/s",
+                tier_kind(st, t.tier),
+                util::human_bytes(t.bytes),
+                util::human_bytes(t.bandwidth_bytes_per_sec)
+            )
+        })
+        .collect();
+    if !per.is_empty() {
+        line(format!("                copied into: {}", per.join(", ")));
     }
-    if let Some(c) = st.get("cleaner") {
-        line(format!(
-            "  recycling     {} extents recycled in {} rounds, {} valid blocks moved; efficiency {}",
-            n(c, "extents_recycled"),
-            n(c, "rounds"),
-            n(c, "moved_blocks"),
-            c.get("efficiency")
-                .and_then(Value::as_f64)
-                .map(|e| format!("{e:.2}"))
-                .unwrap_or_else(|| "-".into())
-        ));
-    }
-    for t in st
-        .get("tiers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(wa) = t.get("write_amplification").and_then(Value::as_f64) {
+    line(format!(
+        "                clean copies: {} of PM data has a copy on disk; {} copied, {} evicted for free; clean-hit ratio {}",
+        util::human_bytes(m.clean_pm_blocks * 4096),
+        util::human_bytes(m.bytes_copied),
+        util::human_bytes(m.bytes_evicted),
+        m.clean_hit_ratio
+            .map(|r| format!("{:.0}%", r * 100.0))
+            .unwrap_or_else(|| "-".into())
+    ));
+    let c = &st.cleaner;
+    line(format!(
+        "  recycling     {} extents recycled in {} rounds, {} valid blocks moved; efficiency {}",
+        c.extents_recycled,
+        c.rounds,
+        c.moved_blocks,
+        c.efficiency
+            .map(|e| format!("{e:.2}"))
+            .unwrap_or_else(|| "-".into())
+    ));
+    for t in &st.tiers {
+        if let Some(wa) = t.write_amplification {
             line(format!(
                 "  {:<13} write amplification {wa:.2} (bytes written to it / bytes applications wrote)",
-                s(t, "kind")
+                t.kind
             ));
         }
     }
-    let sp = st.get("sync_predictions").cloned().unwrap_or(Value::Null);
+    let sp = &st.sync_predictions;
     line(format!(
         "  placement     policy {}: {} writes to PM, {} to block tiers, {} overflowed",
-        s(st, "placement_policy"),
-        n(st, "placed_pm"),
-        n(st, "placed_block"),
-        n(st, "placement_overflows")
+        st.placement_policy, st.placed_pm, st.placed_block, st.placement_overflows
     ));
     line(format!(
         "  predictions   synchronous right {} of {}, asynchronous right {} of {}",
-        n(&sp, "predicted_sync_correct"),
-        n(&sp, "predicted_sync_total"),
-        n(&sp, "predicted_async_correct"),
-        n(&sp, "predicted_async_total")
+        sp.predicted_sync_correct,
+        sp.predicted_sync_total,
+        sp.predicted_async_correct,
+        sp.predicted_async_total
     ));
     o.pop();
     o
@@ -385,21 +330,17 @@ pub fn render_status(st: &Value) -> String {
 pub fn status(mnt: &Path, as_json: bool) -> CliResult {
     let abs = util::abs_path(mnt);
     let files = util::run_files(&abs);
-    let v = match control::request(
-        &files.socket,
-        &json!({"cmd": "status"}),
-        Duration::from_secs(10),
-    ) {
-        Ok(v) => v,
+    let st = match control::call(&files.socket, GetStatus {}, Duration::from_secs(10)) {
+        Ok(r) => r.status,
         Err(ControlError::NoDaemon) => return Err(no_daemon(&abs, mnt)),
         Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m)),
+        Err(ControlError::Refused(r)) => return Err(CliError::at(mnt, r.error)),
     };
-    if let Some(e) = control::answer_error(&v) {
-        return Err(CliError::at(mnt, e));
-    }
-    let st = v.get("status").cloned().unwrap_or(Value::Null);
     if as_json {
-        util::out(&serde_json::to_string_pretty(&st).unwrap_or_default());
+        // Through a JSON value, whose objects keep their keys sorted: the
+        // output lists the fields in the same order as always.
+        let v = serde_json::to_value(&st).unwrap_or_default();
+        util::out(&serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         util::out(&render_status(&st));
     }
@@ -425,32 +366,16 @@ fn wait_gone(mnt: &Path, pid: Option<i32>, timeout: Duration) -> bool {
 pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
     let abs = util::abs_path(mnt);
     let files = util::run_files(&abs);
-    let pid_file: Option<i32> = std::fs::read_to_string(&files.pid)
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
-    match control::request(
-        &files.socket,
-        &json!({"cmd": "umount", "lazy": lazy}),
-        Duration::from_secs(120),
-    ) {
-        Ok(v) => {
-            if let Some(e) = control::answer_error(&v) {
-                return Err(CliError::new(e));
-            }
-            let pid = v
-                .get("pid")
-                .and_then(Value::as_i64)
-                .map(|p| p as i32)
-                .or(pid_file);
-            if v.get("detached").and_then(Value::as_bool) == Some(true) {
-                util::out(&format!(
-                    "terrace: detached {}; the daemon (pid {}) closes the pool when the last open file closes",
-                    mnt.display(),
-                    pid.unwrap_or(0)
-                ));
-                return Ok(());
-            }
-            if !wait_gone(&abs, pid, UMOUNT_TIMEOUT) {
+    match control::call(&files.socket, Unmount { lazy }, Duration::from_secs(120)) {
+        Ok(UnmountReply::Detached { pid, .. }) => {
+            util::out(&format!(
+                "terrace: detached {}; the daemon (pid {pid}) closes the pool when the last open file closes",
+                mnt.display(),
+            ));
+            Ok(())
+        }
+        Ok(UnmountReply::Done { pid, read_only, .. }) => {
+            if !wait_gone(&abs, Some(pid as i32), UMOUNT_TIMEOUT) {
                 return Err(CliError::at(
                     mnt,
                     format!(
@@ -459,7 +384,7 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
                     ),
                 ));
             }
-            if v.get("read_only").and_then(Value::as_bool) == Some(true) {
+            if read_only {
                 util::out(&format!(
                     "terrace: unmounted {}; the mount was read-only: nothing was written",
                     mnt.display()
@@ -472,6 +397,7 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
             }
             Ok(())
         }
+        Err(ControlError::Refused(r)) => Err(CliError::new(r.error)),
         Err(ControlError::Failed(m)) => Err(CliError::at(mnt, m)),
         Err(ControlError::NoDaemon) => {
             let Some(m) = util::mount_at(&abs) else {
@@ -712,41 +638,37 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
 pub fn set(mnt: &Path, key: Option<&str>, value: Option<&str>) -> CliResult {
     let abs = util::abs_path(mnt);
     let files = util::run_files(&abs);
-    let req = match (key, value) {
-        (Some(k), Some(v)) => json!({"cmd": "set", "key": k, "value": v}),
-        _ => json!({"cmd": "settings"}),
+    let failed = |e: ControlError| match e {
+        ControlError::NoDaemon => no_daemon(&abs, mnt),
+        ControlError::Failed(m) => CliError::at(mnt, m),
+        ControlError::Refused(r) => CliError::at(mnt, r.error),
     };
-    let v = match control::request(&files.socket, &req, Duration::from_secs(10)) {
-        Ok(v) => v,
-        Err(ControlError::NoDaemon) => return Err(no_daemon(&abs, mnt)),
-        Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m)),
-    };
-    if let Some(e) = control::answer_error(&v) {
-        return Err(CliError::at(mnt, e));
-    }
-    if let (Some(k), Some(_)) = (key, value) {
-        util::out(&format!("{k} = {}", s(&v, "value")));
+    let timeout = Duration::from_secs(10);
+    if let (Some(k), Some(v)) = (key, value) {
+        let req = SetSetting {
+            key: k.into(),
+            value: v.into(),
+        };
+        let now = control::call(&files.socket, req, timeout).map_err(failed)?;
+        util::out(&format!("{k} = {}", now.value));
         return Ok(());
     }
-    let rows = v
-        .get("settings")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let rows = control::call(&files.socket, ListSettings {}, timeout)
+        .map_err(failed)?
+        .settings;
     let mut found = false;
     for r in &rows {
-        let k = s(r, "key");
-        if key.is_some_and(|want| want != k) {
+        if key.is_some_and(|want| want != r.key) {
             continue;
         }
         found = true;
-        util::out(&format!("{k} = {}", s(r, "value")));
+        util::out(&format!("{} = {}", r.key, r.value));
         if key.is_none() {
-            util::out(&format!("    {}", s(r, "help")));
+            util::out(&format!("    {}", r.help));
         }
     }
     if let (Some(k), false) = (key, found) {
-        let known: Vec<&str> = rows.iter().map(|r| s(r, "key")).collect();
+        let known: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
         return Err(CliError::new(format!(
             "unknown setting {k:?}; known: {}",
             known.join(", ")

@@ -2,6 +2,7 @@
 
 mod admin;
 mod control;
+mod daemon;
 mod migrate_cmd;
 mod mkfs;
 mod mount;

@@ -2,38 +2,31 @@
 //! to a tier by hand, with a progress bar over the bytes to move.
 //!
 //! The command walks the given paths (the whole mount by default) on this
-//! side, and asks the daemon to migrate one regular file at a time (control
-//! command `migrate` with the inode number and the target tier id), so the
-//! progress bar advances file by file and Ctrl-C stops between files.
+//! side, and asks the daemon to migrate its regular files a few at a time
+//! (control request [`MigrateFiles`]: inode numbers and the target tier id;
+//! see [`requests`]), so the progress bar advances as they move and Ctrl-C
+//! stops between requests.
 
+use crate::control::protocol::{GetStatus, MigrateFiles};
 use crate::control::{self, ControlError};
 use crate::util::{self, CliError, CliResult};
-use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use terrace_core::status::TierStatus;
 
 /// Resolves a tier given by name (`pm`, `ssd`, `hdd`) or id against the
 /// tiers listed by the daemon's status.
-fn resolve_tier(tiers: &[Value], want: &str) -> Result<u64, String> {
+fn resolve_tier<'a>(tiers: &'a [TierStatus], want: &str) -> Result<&'a TierStatus, String> {
     let names: Vec<String> = tiers
         .iter()
-        .map(|t| {
-            format!(
-                "{} ({})",
-                t.get("kind").and_then(Value::as_str).unwrap_or("?"),
-                t.get("id").and_then(Value::as_u64).unwrap_or(0)
-            )
-        })
+        .map(|t| format!("{} ({})", t.kind, t.id))
         .collect();
-    let hit = tiers.iter().find(|t| {
-        t.get("kind").and_then(Value::as_str) == Some(want)
-            || t.get("id").and_then(Value::as_u64).map(|i| i.to_string()) == Some(want.into())
-    });
+    let hit = tiers
+        .iter()
+        .find(|t| t.kind == want || t.id.to_string() == want);
     match hit {
-        Some(t) if t.get("active").and_then(Value::as_bool) == Some(true) => {
-            Ok(t.get("id").and_then(Value::as_u64).unwrap_or(0))
-        }
+        Some(t) if t.active => Ok(t),
         Some(_) => Err(format!("tier {want} is not mounted")),
         None => Err(format!(
             "no tier {want:?} in this pool (tiers: {})",
@@ -89,46 +82,31 @@ fn requests(todo: &[(PathBuf, u64, u64)]) -> Vec<&[(PathBuf, u64, u64)]> {
 pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
     let abs = util::abs_path(mnt);
     let files = util::run_files(&abs);
-    let ask = |req: &Value, timeout: Duration| -> Result<Value, CliError> {
-        let v = match control::request(&files.socket, req, timeout) {
-            Ok(v) => v,
-            Err(ControlError::NoDaemon) => {
-                return Err(CliError::at(
-                    mnt,
-                    "no Terrace daemon serves this mount point (is it mounted?)",
-                ))
-            }
-            Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m)),
-        };
-        if let Some(e) = control::answer_error(&v) {
-            return Err(CliError::at(mnt, e));
-        }
-        Ok(v)
+    let failed = |e: ControlError| match e {
+        ControlError::NoDaemon => CliError::at(
+            mnt,
+            "no Terrace daemon serves this mount point (is it mounted?)",
+        ),
+        ControlError::Failed(m) => CliError::at(mnt, m),
+        ControlError::Refused(r) => CliError::at(mnt, r.error),
     };
-    let st = ask(&json!({"cmd": "status"}), Duration::from_secs(10))?;
-    if st.pointer("/status/read_only").and_then(Value::as_bool) == Some(true) {
+    let st = control::call(&files.socket, GetStatus {}, Duration::from_secs(10))
+        .map_err(failed)?
+        .status;
+    if st.read_only {
         return Err(CliError::at(
             mnt,
             "read-only mount: data cannot migrate (remount it read-write)",
         ));
     }
-    let tiers: Vec<Value> = st
-        .pointer("/status/tiers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let to_id = match to {
-        Some(t) => resolve_tier(&tiers, t).map_err(CliError::new)?,
-        None => tiers
-            .iter()
-            .filter_map(|t| t.get("id").and_then(Value::as_u64))
-            .find(|&id| id != 0)
-            .ok_or_else(|| {
-                CliError::new(
-                    "this pool has no block tier to migrate to; give --to pm to move data up",
-                )
-            })?,
+    let tiers = &st.core.tiers;
+    let target = match to {
+        Some(t) => resolve_tier(tiers, t).map_err(CliError::new)?,
+        None => tiers.iter().find(|t| t.id != 0).ok_or_else(|| {
+            CliError::new("this pool has no block tier to migrate to; give --to pm to move data up")
+        })?,
     };
+    let to_id = target.id;
     let dev = std::fs::metadata(&abs)
         .map_err(|e| CliError::at(mnt, util::os_reason(&e)))?
         .dev();
@@ -159,7 +137,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
         bar.set_style(style.progress_chars("=> "));
     }
     let mut moved = 0u64;
-    let mut failed = 0usize;
+    let mut failures = 0usize;
     // Files go in requests of up to REQUEST_BYTES (or REQUEST_FILES files):
     // the daemon moves a request's files with shared device syncs, and the
     // progress bar advances per request.
@@ -172,30 +150,21 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
                 .unwrap_or_default(),
         );
         let inos: Vec<u64> = chunk.iter().map(|t| t.1).collect();
-        match ask(
-            &json!({"cmd": "migrate", "inos": inos, "to": to_id}),
-            Duration::from_secs(3600),
-        ) {
-            Ok(v) => {
-                moved += v.get("bytes").and_then(Value::as_u64).unwrap_or(0);
-                for f in v
-                    .get("failed")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    failed += 1;
-                    let ino = f.get("ino").and_then(Value::as_u64).unwrap_or(0);
-                    let err = f.get("error").and_then(Value::as_str).unwrap_or("failed");
+        let req = MigrateFiles { inos, to: to_id };
+        match control::call(&files.socket, req, Duration::from_secs(3600)).map_err(failed) {
+            Ok(r) => {
+                moved += r.bytes;
+                for f in &r.failed {
+                    failures += 1;
                     let path = chunk
                         .iter()
-                        .find(|t| t.1 == ino)
-                        .map_or_else(|| format!("inode {ino}"), |t| t.0.display().to_string());
-                    bar.suspend(|| eprintln!("terrace: {path}: {err}"));
+                        .find(|t| t.1 == f.ino)
+                        .map_or_else(|| format!("inode {}", f.ino), |t| t.0.display().to_string());
+                    bar.suspend(|| eprintln!("terrace: {path}: {}", f.error));
                 }
             }
             Err(e) => {
-                failed += chunk.len();
+                failures += chunk.len();
                 for (path, _, _) in chunk {
                     bar.suspend(|| eprintln!("terrace: {}: {}", path.display(), e.msg));
                 }
@@ -204,23 +173,18 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
         bar.inc(chunk.iter().map(|t| t.2).sum());
     }
     bar.finish_and_clear();
-    let name = tiers
-        .iter()
-        .find(|t| t.get("id").and_then(Value::as_u64) == Some(to_id))
-        .and_then(|t| t.get("kind").and_then(Value::as_str))
-        .unwrap_or("?")
-        .to_string();
     util::out(&format!(
-        "terrace: moved {} of {} files to {name} (tier {to_id}){}",
+        "terrace: moved {} of {} files to {} (tier {to_id}){}",
         util::human_bytes(moved),
         todo.len(),
-        if failed > 0 {
-            format!("; {failed} files failed")
+        target.kind,
+        if failures > 0 {
+            format!("; {failures} files failed")
         } else {
             String::new()
         }
     ));
-    if failed > 0 {
+    if failures > 0 {
         return Err(CliError::new(String::new()));
     }
     Ok(())

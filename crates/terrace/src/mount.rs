@@ -2,31 +2,26 @@
 //! through FUSE — in the foreground, or as a detached daemon (`--daemon`).
 //!
 //! The serving process (foreground or daemon) holds the pool's advisory lock,
-//! listens on the control socket (see [`crate::control`]), and stops cleanly on
+//! listens on the control socket (see [`crate::control`]; run files and
+//! `--daemon` in [`crate::daemon`]), and stops cleanly on
 //! `terrace umount`, SIGTERM, SIGINT or SIGHUP, or when someone unmounts the
 //! mount point: the FUSE session ends first, then [`Fs::unmount`] persists
 //! everything and marks the pool clean. A second signal exits at once.
 
-use crate::util::{self, CliError, CliResult, RunFiles};
-use serde_json::{json, Value};
+use crate::control::protocol::{Refusal, Unmount, UnmountReply};
+use crate::control::server::{Responder, Server};
+use crate::daemon::{self, remove_run_files};
+use crate::util::{self, CliError, CliResult};
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::io::AsRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use terrace_core::Fs;
 use terrace_format::Superblock;
 use terrace_fuse::MountOptions;
 use terrace_media::{PmFile, PmKind};
-
-/// How long `mount --daemon` waits for the mount to appear.
-const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What `terrace mount` was asked to do.
 #[derive(Debug, Clone)]
@@ -279,134 +274,22 @@ pub fn run(cfg: &MountConfig) -> CliResult {
     if cfg.daemon && !cfg.child {
         let (pool, mnt) = (p.pool.clone(), p.mnt.clone());
         drop(p); // the daemon takes the lock itself
-        return spawn_daemon(cfg, &pool, &mnt);
+        return daemon::spawn(&cfg.raw_options, &pool, &mnt);
     }
     serve(cfg, p, settings)
-}
-
-fn spawn_daemon(cfg: &MountConfig, pool: &Path, mnt: &Path) -> CliResult {
-    let files = util::run_files(mnt);
-    let dir = util::runtime_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::at(&dir, util::os_reason(&e)))?;
-    let log =
-        File::create(&files.log).map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
-    let log2 = log
-        .try_clone()
-        .map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::new(format!("cannot find the terrace executable: {e}")))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("mount")
-        .arg(pool)
-        .arg(mnt)
-        .arg("--foreground-child");
-    for o in &cfg.raw_options {
-        cmd.arg("-o").arg(o);
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::from(log))
-        .stderr(Stdio::from(log2))
-        .current_dir("/");
-    // Safety: setsid is async-signal-safe; it detaches the daemon from our
-    // terminal and process group.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| CliError::new(format!("cannot start the daemon: {e}")))?;
-    let start = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(st)) => {
-                let text = std::fs::read_to_string(&files.log).unwrap_or_default();
-                let text = text.trim();
-                if text.is_empty() {
-                    return Err(CliError::new(format!(
-                        "the daemon exited ({st}) before mounting"
-                    )));
-                }
-                // The daemon's own one-line errors, as it wrote them.
-                eprintln!("{text}");
-                return Err(CliError::new("").code(st.code().filter(|&c| c != 0).unwrap_or(1)));
-            }
-            Ok(None) => {}
-            Err(e) => return Err(CliError::new(format!("waiting for the daemon: {e}"))),
-        }
-        if util::mount_at(mnt).is_some_and(|m| m.fstype.starts_with("fuse"))
-            && files.socket.exists()
-        {
-            util::out(&format!(
-                "terrace: mounted {} on {} (daemon pid {}, log {})",
-                pool.display(),
-                mnt.display(),
-                child.id(),
-                files.log.display()
-            ));
-            return Ok(());
-        }
-        if start.elapsed() > DAEMON_START_TIMEOUT {
-            // Safety: signalling our own child.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            return Err(CliError::at(
-                mnt,
-                format!(
-                    "the mount did not appear within {} s; see {}",
-                    DAEMON_START_TIMEOUT.as_secs(),
-                    files.log.display()
-                ),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 enum Event {
     Signal(i32),
     SessionEnded(io::Result<()>),
-    Umount { lazy: bool, stream: UnixStream },
+    Umount {
+        lazy: bool,
+        reply: Responder<Unmount>,
+    },
 }
 
 fn log(msg: impl std::fmt::Display) {
     eprintln!("terrace[{}]: {msg}", std::process::id());
-}
-
-fn reply(mut s: &UnixStream, v: &Value) {
-    let mut line = v.to_string();
-    line.push('\n');
-    let _ = s.write_all(line.as_bytes());
-}
-
-/// Uid of the process at the other end of a Unix socket.
-fn peer_uid(s: &UnixStream) -> Option<u32> {
-    // Safety: getsockopt fills a ucred of the given length for a socket we own.
-    unsafe {
-        let mut cred: libc::ucred = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        let r = libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
-            &mut len,
-        );
-        (r == 0).then_some(cred.uid)
-    }
-}
-
-/// The answer to a request that would write on a read-only mount (EROFS).
-/// (The clients put the mount point in front of the message.)
-fn read_only_error(what: &str) -> Value {
-    json!({
-        "ok": false,
-        "errno": libc::EROFS,
-        "error": format!(
-            "read-only mount: {what} (nothing is written to a pool mounted with -o ro; remount it read-write)"
-        ),
-    })
 }
 
 /// The PM tier of a read-only mount: reads pass through, writes never reach
@@ -470,201 +353,6 @@ impl terrace_media::PmMedia for ReadOnlyPm {
     }
 }
 
-/// Serves control connections until the process exits.
-fn control_loop(
-    listener: UnixListener,
-    fs: Arc<Fs>,
-    tx: mpsc::Sender<Event>,
-    pool: PathBuf,
-    mnt: PathBuf,
-) {
-    // Safety: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-        let mut line = String::new();
-        if BufReader::new(&stream).read_line(&mut line).is_err() {
-            continue;
-        }
-        let req: Value = match serde_json::from_str(line.trim()) {
-            Ok(v) => v,
-            Err(e) => {
-                reply(
-                    &stream,
-                    &json!({"ok": false, "error": format!("bad request: {e}")}),
-                );
-                continue;
-            }
-        };
-        match req.get("cmd").and_then(Value::as_str) {
-            Some("status") => {
-                let mut st = serde_json::to_value(fs.status()).unwrap_or_else(|_| json!({}));
-                if let Some(o) = st.as_object_mut() {
-                    o.insert("pid".into(), json!(std::process::id()));
-                    o.insert("mountpoint".into(), json!(mnt.to_string_lossy()));
-                    o.insert("pool".into(), json!(pool.to_string_lossy()));
-                    o.insert("read_only".into(), json!(fs.is_read_only()));
-                }
-                reply(&stream, &json!({"ok": true, "status": st}));
-            }
-            Some("umount") => {
-                if !may_control(&stream, me, "unmount") {
-                    continue;
-                }
-                let lazy = req.get("lazy").and_then(Value::as_bool).unwrap_or(false);
-                let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-                if tx.send(Event::Umount { lazy, stream }).is_err() {
-                    return;
-                }
-            }
-            Some("settings") => {
-                let keys: Vec<Value> = terrace_policy::Settings::keys()
-                    .into_iter()
-                    .map(|(k, help)| json!({"key": k, "value": fs.settings().get(k), "help": help}))
-                    .collect();
-                reply(&stream, &json!({"ok": true, "settings": keys}));
-            }
-            Some("set") => {
-                if !may_control(&stream, me, "change settings") {
-                    continue;
-                }
-                if fs.is_read_only() {
-                    reply(&stream, &read_only_error("settings cannot change"));
-                    continue;
-                }
-                let key = match req.get("key").and_then(Value::as_str).unwrap_or("") {
-                    "policy" => "migration_policy",
-                    k => k,
-                };
-                let value = req.get("value").and_then(Value::as_str).unwrap_or("");
-                match fs.set_setting(key, value) {
-                    Ok(()) => reply(
-                        &stream,
-                        &json!({"ok": true, "key": key, "value": fs.settings().get(key)}),
-                    ),
-                    Err(e) => reply(&stream, &json!({"ok": false, "error": e})),
-                }
-            }
-            Some("migrate") => {
-                if !may_control(&stream, me, "migrate") {
-                    continue;
-                }
-                if fs.is_read_only() {
-                    reply(&stream, &read_only_error("data cannot migrate"));
-                    continue;
-                }
-                // One file ("ino") or several ("inos": their moves share
-                // device syncs); failures are reported per file.
-                let inos: Vec<u64> = match req.get("inos").and_then(Value::as_array) {
-                    Some(a) => a.iter().filter_map(Value::as_u64).collect(),
-                    None => vec![req.get("ino").and_then(Value::as_u64).unwrap_or(0)],
-                };
-                let to = req.get("to").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                let fs = fs.clone();
-                // Long work: answer from its own thread so status stays responsive.
-                std::thread::spawn(move || {
-                    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-                    let answer = match u8::try_from(to) {
-                        Ok(to) => {
-                            match fs.migrate_files(&inos, to) {
-                                Ok((bytes, failed)) if failed.is_empty() || inos.len() > 1 => {
-                                    let failed: Vec<Value> = failed
-                                    .iter()
-                                    .map(|(ino, e)| json!({"ino": ino, "error": util::os_reason(e)}))
-                                    .collect();
-                                    json!({"ok": true, "bytes": bytes, "failed": failed})
-                                }
-                                Ok((_, failed)) => {
-                                    json!({"ok": false, "error": util::os_reason(&failed[0].1)})
-                                }
-                                Err(e) => json!({"ok": false, "error": util::os_reason(&e)}),
-                            }
-                        }
-                        Err(_) => json!({"ok": false, "error": "no such tier"}),
-                    };
-                    reply(&stream, &answer);
-                });
-            }
-            Some("scrub") => {
-                if !may_control(&stream, me, "scrub") {
-                    continue;
-                }
-                // Runs in its own thread; the client follows it through the
-                // status. A read-only mount scrubs without repairing.
-                let rate = req.get("rate").and_then(Value::as_u64).unwrap_or(0);
-                let repair = req.get("repair").and_then(Value::as_bool).unwrap_or(true);
-                let answer = match fs.start_scrub(rate, repair) {
-                    Ok(()) => json!({"ok": true}),
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                        json!({"ok": false, "error": "a scrub is already running"})
-                    }
-                    Err(e) => json!({"ok": false, "error": util::os_reason(&e)}),
-                };
-                reply(&stream, &answer);
-            }
-            _ => reply(
-                &stream,
-                &json!({"ok": false, "error": "unknown command (known: status, umount, settings, set, migrate, scrub)"}),
-            ),
-        }
-    }
-}
-
-fn prepare_run_files(files: &RunFiles, mnt: &Path) -> CliResult<UnixListener> {
-    let dir = util::runtime_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::at(&dir, util::os_reason(&e)))?;
-    if files.socket.exists() {
-        match UnixStream::connect(&files.socket) {
-            Ok(_) => {
-                let pid = std::fs::read_to_string(&files.pid).unwrap_or_default();
-                return Err(CliError::at(
-                    mnt,
-                    format!(
-                        "another terrace daemon (pid {}) still serves this mount point",
-                        pid.trim()
-                    ),
-                ));
-            }
-            Err(_) => {
-                let _ = std::fs::remove_file(&files.socket); // stale
-            }
-        }
-    }
-    let l = UnixListener::bind(&files.socket)
-        .map_err(|e| CliError::at(&files.socket, util::os_reason(&e)))?;
-    // Anyone may ask for the status; unmounting checks the peer's uid.
-    let _ = std::fs::set_permissions(&files.socket, std::fs::Permissions::from_mode(0o666));
-    std::fs::write(&files.pid, format!("{}\n", std::process::id()))
-        .map_err(|e| CliError::at(&files.pid, util::os_reason(&e)))?;
-    Ok(l)
-}
-
-/// Whether the peer of `stream` may `what` (root or the mounting user);
-/// if not, it has been told so.
-fn may_control(stream: &UnixStream, me: u32, what: &str) -> bool {
-    let uid = peer_uid(stream);
-    if uid == Some(0) || uid == Some(me) {
-        return true;
-    }
-    reply(
-        stream,
-        &json!({"ok": false, "error": format!("permission denied: only root or the mounting user may {what}")}),
-    );
-    false
-}
-
-fn remove_run_files(files: &RunFiles) {
-    let mine = std::fs::read_to_string(&files.pid)
-        .map(|s| s.trim() == std::process::id().to_string())
-        .unwrap_or(false);
-    if mine {
-        let _ = std::fs::remove_file(&files.socket);
-        let _ = std::fs::remove_file(&files.pid);
-    }
-}
-
 fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> CliResult {
     let Prepared {
         pool,
@@ -675,7 +363,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         sb,
     } = p;
     let files = util::run_files(&mnt);
-    let listener = prepare_run_files(&files, &cfg.mountpoint)?;
+    let listener = daemon::claim_run_files(&files, &cfg.mountpoint)?;
     let read_only = cfg.options.read_only;
     let mut devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
@@ -772,10 +460,20 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             .map_err(|e| CliError::new(format!("cannot start a thread: {e}")))?;
     }
     {
-        let (fs, tx, pool, mnt) = (fs.clone(), tx.clone(), pool.clone(), mnt.clone());
-        std::thread::Builder::new()
-            .name("control".into())
-            .spawn(move || control_loop(listener, fs, tx, pool, mnt))
+        let server = Server {
+            fs: fs.clone(),
+            pool: pool.clone(),
+            mnt: mnt.clone(),
+        };
+        let tx = tx.clone();
+        server
+            .spawn(listener, move |u, reply| {
+                tx.send(Event::Umount {
+                    lazy: u.lazy,
+                    reply,
+                })
+                .is_ok()
+            })
             .map_err(|e| CliError::new(format!("cannot start a thread: {e}")))?;
     }
     let mut opts = cfg.options.clone();
@@ -803,7 +501,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         mnt.display()
     ));
 
-    let mut waiting: Vec<UnixStream> = Vec::new();
+    let mut waiting: Vec<Responder<Unmount>> = Vec::new();
     let mut signals_seen = 0;
     let mut forced = false;
     while let Ok(ev) = rx.recv() {
@@ -814,31 +512,27 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
                 }
                 break;
             }
-            Event::Umount { lazy, stream } => {
+            Event::Umount { lazy, reply } => {
                 match persist_before_detach(&fs).and_then(|()| mounted.unmount(lazy)) {
                     Ok(()) if lazy => {
                         log("detached lazily; finishing when the last open file closes");
-                        reply(
-                            &stream,
-                            &json!({"ok": true, "pid": std::process::id(), "detached": true}),
-                        );
+                        reply.answer(&Ok(UnmountReply::Detached {
+                            pid: std::process::id(),
+                            detached: true,
+                        }));
                     }
-                    Ok(()) => waiting.push(stream),
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => waiting.push(stream), // already detached
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => reply(
-                        &stream,
-                        &json!({"ok": false, "error": format!(
+                    Ok(()) => waiting.push(reply),
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => waiting.push(reply), // already detached
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => reply.refuse(format!(
                         "{}: target is busy (open files or a working directory inside); close them, or use `terrace umount --lazy`",
-                        mnt.display())}),
-                    ),
-                    Err(e) if e.kind() == io::ErrorKind::Other => reply(
-                        &stream,
-                        &json!({"ok": false, "error": format!("{}: {e}", mnt.display())}),
-                    ),
-                    Err(e) => reply(
-                        &stream,
-                        &json!({"ok": false, "error": format!("{}: {}", mnt.display(), util::os_reason(&e))}),
-                    ),
+                        mnt.display()
+                    )),
+                    Err(e) if e.kind() == io::ErrorKind::Other => {
+                        reply.refuse(format!("{}: {e}", mnt.display()))
+                    }
+                    Err(e) => {
+                        reply.refuse(format!("{}: {}", mnt.display(), util::os_reason(&e)))
+                    }
                 }
             }
             Event::Signal(s) => {
@@ -890,20 +584,19 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
                 // A clean run leaves nothing worth keeping; failures keep their log.
                 let _ = std::fs::remove_file(&files.log);
             }
-            for s in &waiting {
-                reply(
-                    s,
-                    &json!({"ok": true, "pid": std::process::id(), "clean": true, "read_only": read_only}),
-                );
+            for w in &waiting {
+                w.answer(&Ok(UnmountReply::Done {
+                    pid: std::process::id(),
+                    clean: true,
+                    read_only,
+                }));
             }
         }
         Err(e) => {
             log(format!("persisting {} failed: {e}", pool.display()));
-            for s in &waiting {
-                reply(
-                    s,
-                    &json!({"ok": false, "error": format!("persisting {} failed: {e}", pool.display())}),
-                );
+            let why = Refusal::new(format!("persisting {} failed: {e}", pool.display()));
+            for w in &waiting {
+                w.answer(&Err(why.clone()));
             }
         }
     }

@@ -2,14 +2,14 @@
 //! and verifies every block of file data on the block tiers of a mounted
 //! pool, repairing from clean copies where it can (`core/src/scrub.rs`).
 //!
-//! The daemon runs the scrub in its own thread (control command `scrub`);
-//! this command then follows it through the status (`status.scrub`, typed as
-//! [`ScrubReport`]) with a progress bar, and prints the result. Ctrl-C stops
+//! The daemon runs the scrub in its own thread (control request
+//! [`StartScrub`]); this command then follows it through the status
+//! (`status.scrub`, a [`ScrubReport`]) with a progress bar, and prints the result. Ctrl-C stops
 //! following, not the scrub: `terrace status` shows it running.
 
+use crate::control::protocol::{GetStatus, StartScrub, SCRUB_ALREADY_RUNNING};
 use crate::control::{self, ControlError};
 use crate::util::{self, CliError, CliResult};
-use serde_json::json;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Duration;
@@ -17,22 +17,14 @@ use terrace_core::scrub::ScrubReport;
 
 /// The scrub part of the daemon's status.
 fn current(socket: &Path, mnt: &Path) -> CliResult<Option<ScrubReport>> {
-    let v = match control::request(socket, &json!({"cmd": "status"}), Duration::from_secs(10)) {
-        Ok(v) => v,
-        Err(ControlError::NoDaemon) => {
-            return Err(CliError::at(
-                mnt,
-                "the terrace daemon stopped answering during the scrub (it may have died; the next mount recovers the pool)",
-            ))
-        }
-        Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m)),
-    };
-    let scrub = v.get("status").and_then(|s| s.get("scrub")).cloned();
-    match scrub {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(s) => serde_json::from_value(s)
-            .map(Some)
-            .map_err(|e| CliError::at(mnt, format!("bad scrub status from the daemon: {e}"))),
+    match control::call(socket, GetStatus {}, Duration::from_secs(10)) {
+        Ok(r) => Ok(r.status.core.scrub),
+        Err(ControlError::NoDaemon) => Err(CliError::at(
+            mnt,
+            "the terrace daemon stopped answering during the scrub (it may have died; the next mount recovers the pool)",
+        )),
+        Err(ControlError::Failed(m)) => Err(CliError::at(mnt, m)),
+        Err(ControlError::Refused(r)) => Err(CliError::at(mnt, r.error)),
     }
 }
 
@@ -50,20 +42,18 @@ pub fn run(mnt: &Path, rate: Option<&str>, repair: bool, as_json: bool) -> CliRe
     };
     let abs = util::abs_path(mnt);
     let files = util::run_files(&abs);
-    let req = json!({"cmd": "scrub", "rate": rate, "repair": repair});
-    let v = match control::request(&files.socket, &req, Duration::from_secs(10)) {
-        Ok(v) => v,
+    let req = StartScrub { rate, repair };
+    match control::call(&files.socket, req, Duration::from_secs(10)) {
+        Ok(_started) => {}
         Err(ControlError::NoDaemon) => return Err(crate::admin::no_daemon(&abs, mnt).code(2)),
         Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m).code(2)),
-    };
-    if let Some(e) = control::answer_error(&v) {
-        if !e.contains("already running") {
-            return Err(CliError::at(mnt, e).code(2));
+        Err(ControlError::Refused(r)) if r.error == SCRUB_ALREADY_RUNNING => {
+            util::warn(format!(
+                "{}: a scrub is already running: following it",
+                mnt.display()
+            ));
         }
-        util::warn(format!(
-            "{}: a scrub is already running: following it",
-            mnt.display()
-        ));
+        Err(ControlError::Refused(r)) => return Err(CliError::at(mnt, r.error).code(2)),
     }
     let bar = (!as_json && std::io::stderr().is_terminal()).then(|| {
         let b =

@@ -45,7 +45,7 @@ use crate::fs::{now_ns, Fs};
 use crate::inode::Inode;
 use crate::types::{errno, FileType, FsResult, Ino};
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};

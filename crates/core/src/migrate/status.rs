@@ -4,7 +4,7 @@
 use super::*;
 
 /// What `terrace status` shows about migration.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MigrationStatus {
     /// The migration policy.
     pub policy: String,
@@ -46,7 +46,7 @@ pub struct MigrationStatus {
 }
 
 /// Migration into one tier (`terrace status`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierMigration {
     /// Target tier id.
     pub tier: u8,

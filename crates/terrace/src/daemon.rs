@@ -1,0 +1,147 @@
+//! Daemonising `terrace mount --daemon`, and the run-time files of a serving
+//! process (control socket and pid file; the log of a detached daemon).
+//!
+//! `--daemon` starts this same executable again as
+//! `terrace mount POOL MNT --foreground-child -o …`, in a new session
+//! (setsid), its output in the log file, and returns once the mount and its
+//! control socket are there — or with the child's own error if it exits
+//! first.
+
+use crate::util::{self, CliError, CliResult, RunFiles};
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `mount --daemon` waits for the mount to appear.
+const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Starts the detached daemon serving `pool` on `mnt` (both absolute) with
+/// the `-o` arguments `raw_options`, and waits until it serves.
+pub fn spawn(raw_options: &[String], pool: &Path, mnt: &Path) -> CliResult {
+    let files = util::run_files(mnt);
+    let dir = util::runtime_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::at(&dir, util::os_reason(&e)))?;
+    let log =
+        File::create(&files.log).map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::new(format!("cannot find the terrace executable: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(pool)
+        .arg(mnt)
+        .arg("--foreground-child");
+    for o in raw_options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log2))
+        .current_dir("/");
+    // Safety: setsid is async-signal-safe; it detaches the daemon from our
+    // terminal and process group.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CliError::new(format!("cannot start the daemon: {e}")))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => {
+                let text = std::fs::read_to_string(&files.log).unwrap_or_default();
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(CliError::new(format!(
+                        "the daemon exited ({st}) before mounting"
+                    )));
+                }
+                // The daemon's own one-line errors, as it wrote them.
+                eprintln!("{text}");
+                return Err(CliError::new("").code(st.code().filter(|&c| c != 0).unwrap_or(1)));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(CliError::new(format!("waiting for the daemon: {e}"))),
+        }
+        if util::mount_at(mnt).is_some_and(|m| m.fstype.starts_with("fuse"))
+            && files.socket.exists()
+        {
+            util::out(&format!(
+                "terrace: mounted {} on {} (daemon pid {}, log {})",
+                pool.display(),
+                mnt.display(),
+                child.id(),
+                files.log.display()
+            ));
+            return Ok(());
+        }
+        if start.elapsed() > DAEMON_START_TIMEOUT {
+            // Safety: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            return Err(CliError::at(
+                mnt,
+                format!(
+                    "the mount did not appear within {} s; see {}",
+                    DAEMON_START_TIMEOUT.as_secs(),
+                    files.log.display()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Takes the run-time files of the mount point `mnt` (as given, for
+/// messages) for this process: binds the control socket (replacing a stale
+/// one; refused while another daemon answers on it) and writes the pid
+/// file. Returns the socket's listener.
+pub fn claim_run_files(files: &RunFiles, mnt: &Path) -> CliResult<UnixListener> {
+    let dir = util::runtime_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::at(&dir, util::os_reason(&e)))?;
+    if files.socket.exists() {
+        match UnixStream::connect(&files.socket) {
+            Ok(_) => {
+                let pid = std::fs::read_to_string(&files.pid).unwrap_or_default();
+                return Err(CliError::at(
+                    mnt,
+                    format!(
+                        "another terrace daemon (pid {}) still serves this mount point",
+                        pid.trim()
+                    ),
+                ));
+            }
+            Err(_) => {
+                let _ = std::fs::remove_file(&files.socket); // stale
+            }
+        }
+    }
+    let l = UnixListener::bind(&files.socket)
+        .map_err(|e| CliError::at(&files.socket, util::os_reason(&e)))?;
+    // Anyone may ask for the status; the control server checks the peer's
+    // uid for the rest.
+    let _ = std::fs::set_permissions(&files.socket, std::fs::Permissions::from_mode(0o666));
+    std::fs::write(&files.pid, format!("{}\n", std::process::id()))
+        .map_err(|e| CliError::at(&files.pid, util::os_reason(&e)))?;
+    Ok(l)
+}
+
+/// Removes the socket and pid file if they are still this process's.
+pub fn remove_run_files(files: &RunFiles) {
+    let mine = std::fs::read_to_string(&files.pid)
+        .map(|s| s.trim() == std::process::id().to_string())
+        .unwrap_or(false);
+    if mine {
+        let _ = std::fs::remove_file(&files.socket);
+        let _ = std::fs::remove_file(&files.pid);
+    }
+}
