@@ -11,6 +11,7 @@
 #   make bench-small-files  small-file capacity: 1,000,000 files on a pool with PM at 1%, vs ext4 (~15 minutes)
 #   make bench-setup  install the benchmark's tools (fio, xfsprogs, mergerfs, rocksdb-tools, matplotlib, ...)
 #   make clean-mounts lazily unmount every stale Terrace test/demo/bench mount
+#   make install      terrace into $(PREFIX)/bin (default /usr/local) and the mount(8) helper link /sbin/mount.fuse.terrace
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -28,9 +29,23 @@ DEMO_SSD_SIZE ?= 2G
 
 CRASH_ITERATIONS ?= 200
 
-.PHONY: all demo test crash-long xfstests xfstests-short bench bench-quick bench-small-files bench-setup clean-mounts setup build fmt-check clippy unit e2e
+.PHONY: all install demo test crash-long xfstests xfstests-short bench bench-quick bench-small-files bench-setup clean-mounts setup build fmt-check clippy unit e2e
 
 all: build
+
+# `mount -t fuse.terrace` and fstab (README "mount(8) and /etc/fstab"): the
+# binary, and /sbin/mount.fuse.terrace linked to it unless that name is taken
+# by another file (without the link, mount(8) goes through mount.fuse3, which
+# finds terrace in PATH).
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 "$(TERRACE)" "$(DESTDIR)$(PREFIX)/bin/terrace"
+	@helper="$(DESTDIR)/sbin/mount.fuse.terrace"; \
+	if [ ! -e "$$helper" ] || [ -L "$$helper" ]; then \
+		ln -sfn "$(PREFIX)/bin/terrace" "$$helper" && echo "linked $$helper -> $(PREFIX)/bin/terrace"; \
+	else \
+		echo "kept $$helper (not a link; mount(8) runs it for fuse.terrace)"; \
+	fi
 
 setup:
 	@scripts/setup.sh

@@ -6,6 +6,7 @@ mod daemon;
 mod migrate_cmd;
 mod mkfs;
 mod mount;
+mod mount_helper;
 mod rule_cmd;
 mod scrub_cmd;
 mod tier_check;
@@ -427,7 +428,17 @@ fn run(cli: Cli) -> CliResult {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // Run by mount(8) or mount.fuse3 (`mount -t fuse.terrace`, fstab)?
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match mount_helper::parse(&argv) {
+        mount_helper::HelperCall::Cli => Cli::parse_from(argv),
+        mount_helper::HelperCall::Mount(args) => Cli::parse_from(args),
+        mount_helper::HelperCall::Fake => std::process::exit(0),
+        mount_helper::HelperCall::Usage(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(1);
+        }
+    };
     if !matches!(cli.cmd, Cmd::Mount(_)) {
         // Safety: called first, before any thread exists; restoring the
         // default action of SIGPIPE makes output into a closed pipe (`terrace

@@ -1,0 +1,222 @@
+//! `mount -t fuse.terrace POOL DIR -o OPTS` and /etc/fstab: the two ways a
+//! mount helper runs this binary, turned into `terrace mount --daemon`.
+//!
+//! - **mount.fuse3** (what mount(8) runs for any `fuse.*` type that has no
+//!   helper of its own, through /sbin/mount.fuse): it drops the options
+//!   only mount(8) understands and runs `terrace POOL DIR -o OPTS`, finding
+//!   `terrace` in PATH. No subcommand: the first argument is the pool.
+//! - **/sbin/mount.fuse.terrace** as a link to this binary (mount(8) runs
+//!   it directly when it exists): `mount.fuse.terrace POOL DIR [-sfnvrw]
+//!   [-N NS] [-o OPTS] [-t fuse.terrace]`.
+//!
+//! Either way the mount must be in place when the helper returns, so it
+//! becomes `terrace mount --daemon -o OPTS POOL DIR`, after dropping the
+//! options that mean something only to mount(8) or fstab (`defaults`,
+//! `auto`, `noauto`, `user`, `users`, `nouser`, `owner`, `group`, `nofail`,
+//! `_netdev`, `x-*`, `comment=*`, and `subtype=`/`fsname=`, which Terrace
+//! sets itself) and turning `-r`/`-w` into `ro`/`rw`. Every other option
+//! goes to `terrace mount` unchanged, which refuses the ones it does not
+//! know: that refusal is the mount's error, with exit status 1 or 2 as
+//! mount(8) expects of a helper that failed.
+
+use std::ffi::{OsStr, OsString};
+
+/// Names this binary answers to as a mount(8) helper.
+const HELPER_NAMES: &[&str] = &["mount.fuse.terrace", "mount.terrace"];
+
+/// The subcommands and flags of the CLI: a first argument that is none of
+/// them is a pool given by mount.fuse3.
+const CLI_WORDS: &[&str] = &[
+    "mkfs", "mount", "umount", "status", "fsck", "where", "set", "migrate", "rule", "scrub", "help",
+];
+
+/// Options that only mount(8) or fstab use.
+fn mount8_only(opt: &str) -> bool {
+    matches!(
+        opt,
+        "defaults"
+            | "auto"
+            | "noauto"
+            | "user"
+            | "users"
+            | "nouser"
+            | "owner"
+            | "group"
+            | "nofail"
+            | "_netdev"
+    ) || opt.starts_with("x-")
+        || opt.starts_with("comment=")
+        || opt.starts_with("subtype=")
+        || opt.starts_with("fsname=")
+}
+
+/// What a helper invocation asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HelperCall {
+    /// Not a helper invocation: parse the arguments as the CLI.
+    Cli,
+    /// Mount: the argument list of the equivalent `terrace mount` command.
+    Mount(Vec<OsString>),
+    /// `-f` (fake): do everything but mount, i.e. nothing.
+    Fake,
+    /// A malformed helper command line, with the message to print.
+    Usage(String),
+}
+
+/// Recognises a helper invocation from the whole argument vector
+/// (`argv[0]` included).
+pub fn parse(argv: &[OsString]) -> HelperCall {
+    let Some(argv0) = argv.first() else {
+        return HelperCall::Cli;
+    };
+    let name = std::path::Path::new(argv0)
+        .file_name()
+        .and_then(OsStr::to_str)
+        .unwrap_or("");
+    let as_helper = HELPER_NAMES.contains(&name);
+    let first = argv.get(1).and_then(|a| a.to_str());
+    // mount.fuse3 passes the source as written in fstab: a path. A first
+    // argument that is no path is a mistyped subcommand, left to the CLI's
+    // error.
+    let from_mount_fuse = !as_helper
+        && argv.len() >= 3
+        && first.is_some_and(|a| a.contains('/') && !a.starts_with('-') && !CLI_WORDS.contains(&a));
+    if !as_helper && !from_mount_fuse {
+        return HelperCall::Cli;
+    }
+    if argv.len() < 3 {
+        return HelperCall::Usage(format!(
+            "usage: {name} POOL DIR [-sfnvrw] [-o OPTIONS] (a mount(8) helper: `mount -t fuse.terrace POOL DIR`)"
+        ));
+    }
+    let (pool, dir) = (argv[1].clone(), argv[2].clone());
+    let mut opts: Vec<String> = Vec::new();
+    let mut fake = false;
+    let mut rest = argv[3..].iter();
+    while let Some(a) = rest.next() {
+        let Some(a) = a.to_str() else {
+            return HelperCall::Usage(format!("{name}: an argument is not valid UTF-8"));
+        };
+        match a {
+            "-o" => match rest.next().and_then(|v| v.to_str()) {
+                Some(v) => opts.push(v.to_string()),
+                None => return HelperCall::Usage(format!("{name}: -o needs a value")),
+            },
+            "-t" | "-N" => {
+                // The type (fuse.terrace) and a mount namespace: nothing to do.
+                if rest.next().is_none() {
+                    return HelperCall::Usage(format!("{name}: {a} needs a value"));
+                }
+            }
+            "-r" => opts.push("ro".into()),
+            "-w" => opts.push("rw".into()),
+            "-f" => fake = true,
+            "-s" | "-n" | "-v" | "-i" | "--" => {}
+            _ if a.starts_with("-o") => opts.push(a[2..].to_string()),
+            _ => return HelperCall::Usage(format!("{name}: unexpected argument {a:?}")),
+        }
+    }
+    if fake {
+        return HelperCall::Fake;
+    }
+    let kept: Vec<&str> = opts
+        .iter()
+        .flat_map(|o| o.split(','))
+        .map(str::trim)
+        .filter(|o| !o.is_empty() && !mount8_only(o))
+        .collect();
+    let mut out: Vec<OsString> = vec!["terrace".into(), "mount".into(), "--daemon".into()];
+    if !kept.is_empty() {
+        out.push("-o".into());
+        out.push(kept.join(",").into());
+    }
+    out.push(pool);
+    out.push(dir);
+    HelperCall::Mount(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_cli_is_left_alone() {
+        for v in [
+            &["terrace", "mount", "--daemon", "/p", "/m"][..],
+            &["terrace", "status", "/m"],
+            &["terrace", "--help"],
+            &["terrace"],
+            &["/usr/bin/terrace", "help", "mount"],
+            // A mistyped subcommand is no pool.
+            &["terrace", "statsu", "/mnt/t"],
+        ] {
+            assert_eq!(parse(&args(v)), HelperCall::Cli, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn mount_fuse3_runs_it_with_the_pool_first_and_fstab_options_are_dropped() {
+        let got = parse(&args(&[
+            "terrace",
+            "/dev/shm/pool.pm",
+            "/mnt/t",
+            "-o",
+            "rw,defaults,_netdev,nofail,x-systemd.automount,allow_other,noatime,subtype=terrace",
+        ]));
+        assert_eq!(
+            got,
+            HelperCall::Mount(args(&[
+                "terrace",
+                "mount",
+                "--daemon",
+                "-o",
+                "rw,allow_other,noatime",
+                "/dev/shm/pool.pm",
+                "/mnt/t"
+            ]))
+        );
+    }
+
+    #[test]
+    fn the_mount_helper_name_takes_mount8_flags() {
+        let got = parse(&args(&[
+            "/sbin/mount.fuse.terrace",
+            "/p",
+            "/m",
+            "-n",
+            "-r",
+            "-t",
+            "fuse.terrace",
+            "-odefaults",
+        ]));
+        assert_eq!(
+            got,
+            HelperCall::Mount(args(&[
+                "terrace", "mount", "--daemon", "-o", "ro", "/p", "/m"
+            ]))
+        );
+        assert_eq!(
+            parse(&args(&["mount.fuse.terrace", "/p", "/m", "-f"])),
+            HelperCall::Fake
+        );
+        assert_eq!(
+            parse(&args(&["mount.fuse.terrace", "/p", "/m", "-o", "defaults"])),
+            HelperCall::Mount(args(&["terrace", "mount", "--daemon", "/p", "/m"]))
+        );
+    }
+
+    #[test]
+    fn malformed_helper_calls_say_how_to_call_it() {
+        for v in [
+            &["mount.fuse.terrace", "/p"][..],
+            &["mount.fuse.terrace", "/p", "/m", "-o"],
+            &["mount.fuse.terrace", "/p", "/m", "--bogus"],
+        ] {
+            assert!(matches!(parse(&args(v)), HelperCall::Usage(_)), "{v:?}");
+        }
+    }
+}
