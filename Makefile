@@ -11,7 +11,7 @@
 #   make bench-small-files  small-file capacity: 1,000,000 files on a pool with PM at 1%, vs ext4 (~15 minutes)
 #   make bench-setup  install the benchmark's tools (fio, xfsprogs, mergerfs, rocksdb-tools, matplotlib, ...)
 #   make clean-mounts lazily unmount every stale Terrace test/demo/bench mount
-#   make install      terrace into $(PREFIX)/bin (default /usr/local) and the mount(8) helper link /sbin/mount.fuse.terrace
+#   make install      terrace into $(PREFIX)/bin (default /usr/local), the mount(8) helper link /sbin/mount.fuse.terrace, the systemd unit terrace@.service
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -46,6 +46,9 @@ install: build
 	else \
 		echo "kept $$helper (not a link; mount(8) runs it for fuse.terrace)"; \
 	fi
+	install -D -m 0644 dist/systemd/terrace@.service "$(DESTDIR)/etc/systemd/system/terrace@.service"
+	sed -i 's#/usr/local/bin/terrace#$(PREFIX)/bin/terrace#g' "$(DESTDIR)/etc/systemd/system/terrace@.service"
+	install -d "$(DESTDIR)/etc/terrace"
 
 setup:
 	@scripts/setup.sh

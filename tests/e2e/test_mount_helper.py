@@ -99,3 +99,69 @@ def test_a_mount_fuse_terrace_link_to_the_binary_is_a_mount8_helper():
         finally:
             if is_mounted(mnt):
                 helpers.lazy_unmount(mnt)
+
+
+UNIT = Path(__file__).resolve().parents[2] / "dist" / "systemd" / "terrace@.service"
+
+
+def _unit_lines(text: str, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(key + "=")]
+
+
+def test_the_systemd_unit_verifies_and_its_exec_lines_mount_notify_and_unmount_cleanly():
+    """systemd is not PID 1 here: the unit is checked by `systemd-analyze
+    verify`, and its ExecStart/ExecStop lines are run as systemd would run
+    them (instance = escaped mount point, variables from the env file, a
+    notification socket) — the mount says READY=1 once it is in place, and
+    ExecStop leaves the pool clean."""
+    import socket
+    analyze = shutil.which("systemd-analyze")
+    text = UNIT.read_text()
+    with temp_pool_path() as pool, temp_mountpoint() as mnt, tempfile.TemporaryDirectory() as d:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        instance = subprocess.run(["systemd-escape", "--path", str(mnt)], capture_output=True,
+                                  text=True, check=True).stdout.strip() if shutil.which("systemd-escape") \
+            else str(mnt).strip("/").replace("/", "-")
+        unit_text = text.replace("/usr/local/bin/terrace", str(TERRACE_BIN))
+        if analyze:
+            unit = Path(d) / f"terrace@{instance}.service"
+            unit.write_text(unit_text)
+            cp = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=120)
+            # Unknown keys are only warnings: any output is a finding.
+            assert cp.returncode == 0 and not (cp.stdout + cp.stderr).strip(), \
+                f"systemd-analyze verify: {cp.stdout}{cp.stderr}"
+        env_vars = {"POOL": str(pool), "OPTIONS": "allow_other,noatime,_netdev"}
+        (start,) = _unit_lines(unit_text, "ExecStart")
+        (stop,) = _unit_lines(unit_text, "ExecStop")
+
+        def expand(line: str) -> list[str]:
+            line = line.lstrip("-").replace("%f", str(mnt)).replace("%i", instance)
+            for k, v in env_vars.items():
+                line = line.replace("${" + k + "}", v)
+            return line.split()
+
+        notify_path = Path(d) / "notify"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(notify_path))
+        sock.settimeout(30)
+        env = dict(os.environ, NOTIFY_SOCKET=str(notify_path))
+        proc = subprocess.Popen(expand(start), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            msg = sock.recv(256).decode()
+            assert msg.startswith("READY=1"), msg
+            assert f"MAINPID={proc.pid}" in msg, msg
+            assert is_mounted(mnt), "READY=1 came before the mount was in place"
+            (mnt / "f").write_bytes(b"under systemd")
+            cp = subprocess.run(expand(stop), capture_output=True, text=True, timeout=120)
+            assert cp.returncode == 0, cp.stderr
+            assert sock.recv(256).decode() == "STOPPING=1"
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()
+        finally:
+            sock.close()
+            if proc.poll() is None:
+                proc.kill()
+            if is_mounted(mnt):
+                helpers.lazy_unmount(mnt)
+        helpers.assert_fsck_clean(pool, "after the unit's ExecStop")
+        with helpers.mounted_pool(pool, mnt):
+            assert (mnt / "f").read_bytes() == b"under systemd"

@@ -9,6 +9,7 @@ mod mount;
 mod mount_helper;
 mod rule_cmd;
 mod scrub_cmd;
+mod sd_notify;
 mod tier_check;
 mod util;
 mod where_cmd;

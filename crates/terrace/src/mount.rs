@@ -61,11 +61,15 @@ impl MountConfig {
         }
     }
 
-    /// Applies comma-separated `-o` arguments.
+    /// Applies comma-separated `-o` arguments (options only mount(8) and
+    /// fstab use are accepted and ignored: `mount_helper::mount8_only`).
     pub fn apply_options(&mut self, opts: &[String]) -> CliResult {
         for o in opts {
             for part in o.split(',') {
                 let part = part.trim();
+                if crate::mount_helper::mount8_only(part) {
+                    continue;
+                }
                 if let Some((k, v)) = part.split_once('=') {
                     if terrace_policy::Settings::key(k).is_some() {
                         self.add_setting(k, v)?;
@@ -500,6 +504,8 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         fs.media().describe(),
         mnt.display()
     ));
+    // Under systemd (Type=notify): the mount is in place.
+    crate::sd_notify::ready();
 
     let mut waiting: Vec<Responder<Unmount>> = Vec::new();
     let mut signals_seen = 0;
@@ -562,6 +568,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             }
         }
     }
+    crate::sd_notify::stopping();
     if !forced {
         mounted.join();
     }

@@ -30,8 +30,9 @@ const CLI_WORDS: &[&str] = &[
     "mkfs", "mount", "umount", "status", "fsck", "where", "set", "migrate", "rule", "scrub", "help",
 ];
 
-/// Options that only mount(8) or fstab use.
-fn mount8_only(opt: &str) -> bool {
+/// Options that only mount(8) or fstab use (also accepted, and ignored, by
+/// `terrace mount -o`, so an fstab line's options work everywhere).
+pub fn mount8_only(opt: &str) -> bool {
     matches!(
         opt,
         "defaults"
