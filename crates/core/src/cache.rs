@@ -44,10 +44,10 @@ use crate::data::DataRuns;
 use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::types::{errno, FsResult, Ino};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use terrace_format::{Entry, WriteEntry, BLOCK_SIZE};
 
@@ -172,10 +172,8 @@ pub struct PageCache {
     bound: AtomicU64,
     seq: AtomicU64,
     wb_locks: Vec<Mutex<()>>,
-    wake: Condvar,
-    wake_lock: Mutex<bool>,
-    stop: AtomicBool,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The write-back thread ([`crate::worker`]).
+    worker: crate::worker::Worker,
 }
 
 impl PageCache {
@@ -187,10 +185,7 @@ impl PageCache {
             bound: AtomicU64::new(bound),
             seq: AtomicU64::new(1),
             wb_locks: (0..WB_STRIPES).map(|_| Mutex::new(())).collect(),
-            wake: Condvar::new(),
-            wake_lock: Mutex::new(false),
-            stop: AtomicBool::new(false),
-            thread: Mutex::new(None),
+            worker: crate::worker::Worker::default(),
         }
     }
 
@@ -259,8 +254,7 @@ impl PageCache {
     }
 
     fn kick(&self) {
-        *self.wake_lock.lock() = true;
-        self.wake.notify_one();
+        self.worker.kick();
     }
 
     /// Clean copy of block `(tier, block)`, if cached.
@@ -884,52 +878,31 @@ impl Fs {
                 // try again on a later pass rather than spin.
                 break;
             }
-            if self.cache.stop.load(Ordering::Relaxed) {
+            if self.cache.worker.stopping() {
                 break;
             }
         }
     }
 
-    /// Starts the write-back thread. It holds only a weak reference, wakes
-    /// when dirty data passes the threshold or every 100 ms, and stops at
-    /// [`Fs::unmount`].
+    /// Starts the write-back thread: a pass every 100 ms, or at once when
+    /// dirty data passes the threshold; stops at [`Fs::unmount`].
     pub fn start_writeback(self: &Arc<Self>) {
-        let weak: Weak<Fs> = Arc::downgrade(self);
-        let h = std::thread::Builder::new()
-            .name("terrace-writeback".into())
-            .spawn(move || loop {
-                let Some(fs) = weak.upgrade() else { return };
-                if fs.cache.stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                {
-                    let mut woke = fs.cache.wake_lock.lock();
-                    if !*woke {
-                        fs.cache
-                            .wake
-                            .wait_for(&mut woke, Duration::from_millis(100));
-                    }
-                    *woke = false;
-                }
-                if fs.cache.stop.load(Ordering::Relaxed) {
-                    return;
-                }
+        crate::worker::Worker::start(
+            self,
+            "terrace-writeback",
+            Duration::from_millis(100),
+            |fs| &fs.cache.worker,
+            |fs| {
                 fs.writeback_pass();
-            })
-            .expect("spawn the write-back thread");
-        *self.cache.thread.lock() = Some(h);
+                // Never idle: a kick means dirty data passed the threshold.
+                true
+            },
+        );
     }
 
     /// Stops the write-back thread (if running) and waits for it.
     pub(crate) fn stop_writeback(&self) {
-        self.cache.stop.store(true, Ordering::Relaxed);
-        self.cache.kick();
-        let h = self.cache.thread.lock().take();
-        if let Some(h) = h {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
+        self.cache.worker.stop();
     }
 }
 

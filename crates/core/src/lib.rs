@@ -30,6 +30,7 @@ pub mod status;
 pub mod sums;
 pub mod tier;
 pub mod types;
+mod worker;
 
 pub use fs::{AtimeMode, Fs, MountReport};
 pub use mkfs::{format, FormatParams};

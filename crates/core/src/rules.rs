@@ -31,7 +31,6 @@
 use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::types::{errno, FileType, FsResult, Ino};
-use std::sync::atomic::Ordering;
 use terrace_format::BLOCK_SIZE;
 
 /// The rule's xattr name.
@@ -102,7 +101,7 @@ impl Fs {
         };
         let mut moved = 0u64;
         for ino in inos {
-            if moved >= RULE_BUDGET_BYTES || self.migrator.stop.load(Ordering::Relaxed) {
+            if moved >= RULE_BUDGET_BYTES || self.migrator.worker.stopping() {
                 break;
             }
             let want = {

@@ -42,7 +42,7 @@ impl Fs {
             let mut batch = MoveBatch::new(self, window);
             let mut errors = Vec::new();
             let mut last = None;
-            while !self.migrator.stop.load(Ordering::Relaxed) {
+            while !self.migrator.worker.stopping() {
                 let Some(&ino) = inos.get(next.fetch_add(1, Ordering::Relaxed)) else {
                     break;
                 };

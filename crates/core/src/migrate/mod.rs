@@ -47,7 +47,7 @@ use crate::types::{errno, FileType, FsResult, Ino};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use terrace_format::{CopyEntry, CopyOp, Entry, WriteEntry, BLOCK_SIZE, WRITE_FLAG_MOVED};
 use terrace_policy::cold_list::{shard_index, Shard};
@@ -132,16 +132,14 @@ pub struct Migrator {
     pub(crate) last_log_failure: Mutex<String>,
     /// Notices for the daemon's log, each said once (see `take_notices`).
     notices: Mutex<Vec<String>>,
-    pub(crate) stop: AtomicBool,
+    /// The migration thread ([`crate::worker`]).
+    pub(crate) worker: crate::worker::Worker,
     /// Copy buffers of finished moves, for reuse (at most
     /// [`BUF_POOL_BYTES`] in all).
     bufs: Mutex<Vec<terrace_media::AlignedBuf>>,
     /// Per target tier: bytes copied there by migration and the time spent
     /// copying and syncing them (ns).
     per_tier: Mutex<std::collections::BTreeMap<u8, (u64, u64)>>,
-    wake: parking_lot::Condvar,
-    wake_lock: Mutex<bool>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Migrator {
@@ -157,11 +155,6 @@ impl Migrator {
             }),
             ..Default::default()
         }
-    }
-
-    fn kick(&self) {
-        *self.wake_lock.lock() = true;
-        self.wake.notify_one();
     }
 }
 

@@ -203,7 +203,7 @@ impl Fs {
     pub fn migrate_groups(&self, ino: Ino, from: u8, to: u8, groups: &[Group]) -> FsResult<u64> {
         let mut moved = 0;
         for g in groups {
-            if self.migrator.stop.load(Ordering::Relaxed) {
+            if self.migrator.worker.stopping() {
                 break;
             }
             moved += self.migrate_range(ino, from, to, g.file_block, g.blocks)?;

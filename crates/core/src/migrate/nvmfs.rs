@@ -101,7 +101,7 @@ impl Fs {
         let window = (total / 4).max(unit * BS).min(MOVE_SYNC_WINDOW_BYTES);
         let mut batch = MoveBatch::new(self, window);
         'files: for file in runs.chunk_by(|a, b| a.ino == b.ino) {
-            if self.migrator.stop.load(Ordering::Relaxed) {
+            if self.migrator.worker.stopping() {
                 break;
             }
             let entries: Vec<EntrySnapshot> = file

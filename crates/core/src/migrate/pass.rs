@@ -242,7 +242,7 @@ impl Fs {
         loop {
             if moved.load(Ordering::Relaxed) >= goal
                 || failed.load(Ordering::Relaxed)
-                || self.migrator.stop.load(Ordering::Relaxed)
+                || self.migrator.worker.stopping()
             {
                 return;
             }
