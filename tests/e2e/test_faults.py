@@ -151,8 +151,9 @@ def fsck_json(pool: Path, *args) -> tuple[int, dict]:
 def test_ssd_image_on_a_full_tmpfs_fails_writes_keeps_fsynced_data_and_the_daemon():
     with small_tmpfs("12M") as fsdir, temp_pool_path() as pool, temp_mountpoint() as mnt:
         ssd = fsdir / "ssd.img"
-        # The image is sparse: it claims 64 MiB on a 12 MiB tmpfs.
-        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        # The image is sparse: it claims 64 MiB on a 12 MiB tmpfs (mkfs
+        # allows that only with --force).
+        terrace("mkfs", "--force", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
         acked: dict[str, str] = {}
         failed: dict[str, int] = {}
         with mounted_pool(pool, mnt) as m:

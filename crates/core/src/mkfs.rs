@@ -25,9 +25,18 @@ pub struct FormatParams {
 /// Smallest PM tier `mkfs` accepts.
 pub const MIN_PM_SIZE: u64 = 1 << 20;
 
-/// Default inode count for a PM tier of `pm_size` bytes.
+/// Default inode count for a PM tier of `pm_size` bytes (no block tier).
 pub fn default_inode_count(pm_size: u64) -> u64 {
-    (pm_size / (16 * 1024)).max(64)
+    default_pool_inode_count(pm_size, 0)
+}
+
+/// Default inode count of a pool with `pm_size` bytes of PM and
+/// `block_bytes` bytes of block tiers: one slot per 16 KiB of PM plus one per
+/// 64 KiB of block tiers, at least 64 — and at most one per 2 KiB of PM, so
+/// that the inode table (128 bytes a slot, on PM) takes at most 1/16 of PM.
+pub fn default_pool_inode_count(pm_size: u64, block_bytes: u64) -> u64 {
+    let n = pm_size / (16 << 10) + block_bytes / (64 << 10);
+    n.min(pm_size / (2 << 10)).max(64)
 }
 
 /// Writes an empty pool: superblocks, cleared journal and inode table, root directory.

@@ -1204,15 +1204,21 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
     for prog in ["fusermount3", "fusermount"] {
         let mut cmd = std::process::Command::new(prog);
         cmd.arg(if lazy { "-uz" } else { "-u" }).arg(mountpoint);
-        cmd.stdin(std::process::Stdio::null());
-        if let Ok(st) = cmd.status() {
-            if st.success() {
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        // Its message goes into the error (printed once, by the caller), not
+        // straight to our stderr.
+        if let Ok(out) = cmd.output() {
+            if out.status.success() {
                 return Ok(());
             }
-            return Err(io::Error::other(format!(
-                "{prog} -u {} failed",
-                mountpoint.display()
-            )));
+            let said = String::from_utf8_lossy(&out.stderr);
+            let said = said.lines().map(str::trim).find(|l| !l.is_empty());
+            return Err(io::Error::other(match said {
+                Some(l) => l.to_string(),
+                None => format!("{prog} -u {} failed", mountpoint.display()),
+            }));
         }
     }
     Err(err)

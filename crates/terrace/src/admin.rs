@@ -1,7 +1,7 @@
 //! `terrace status`, `terrace umount` and `terrace fsck`.
 
 use crate::control::protocol::{
-    DaemonStatus, GetStatus, ListSettings, SetSetting, Unmount, UnmountReply,
+    self, DaemonStatus, GetStatus, ListSettings, SetSetting, Unmount, UnmountReply,
 };
 use crate::control::{self, ControlError};
 use crate::util::{self, CliError, CliResult};
@@ -213,8 +213,11 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         let io = |f: fn(&terrace_core::status::IoStats) -> u64| {
             util::human_bytes(t.io.as_ref().map_or(0, f))
         };
+        // Extent use of the extents holding data (100% = no fragmentation);
+        // a tier without data has none to measure.
         let frag = t
             .extents
+            .filter(|e| e.valid_blocks > 0)
             .map(|e| format!("{}%", e.fragmentation_pct))
             .unwrap_or_else(|| "-".into());
         line(format!(
@@ -329,7 +332,10 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
 /// `terrace status MOUNTPOINT [--json]`.
 pub fn status(mnt: &Path, as_json: bool) -> CliResult {
     let abs = util::abs_path(mnt);
-    let files = util::run_files(&abs);
+    let files = util::RunFiles {
+        socket: util::control_socket(&abs),
+        ..util::run_files(&abs)
+    };
     let st = match control::call(&files.socket, GetStatus {}, Duration::from_secs(10)) {
         Ok(r) => r.status,
         Err(ControlError::NoDaemon) => return Err(no_daemon(&abs, mnt)),
@@ -365,7 +371,10 @@ fn wait_gone(mnt: &Path, pid: Option<i32>, timeout: Duration) -> bool {
 /// `terrace umount MOUNTPOINT [--lazy]`.
 pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
     let abs = util::abs_path(mnt);
-    let files = util::run_files(&abs);
+    let files = util::RunFiles {
+        socket: util::control_socket(&abs),
+        ..util::run_files(&abs)
+    };
     match control::call(&files.socket, Unmount { lazy }, Duration::from_secs(120)) {
         Ok(UnmountReply::Detached { pid, .. }) => {
             util::out(&format!(
@@ -413,7 +422,10 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && !lazy => {
                     return Err(CliError::at(mnt, "target is busy (open files or a working directory inside); close them, or use --lazy"));
                 }
-                Err(_) => terrace_fuse::unmount(&abs, true),
+                // umount2 failed for another reason: try detaching. A
+                // failed fusermount (not privileged) fails the same way
+                // lazily; its message is reported once, below.
+                Err(e) if e.raw_os_error().is_some() && !lazy => terrace_fuse::unmount(&abs, true),
                 ok => ok,
             };
             r.map_err(|e| CliError::at(mnt, format!("cannot unmount: {}", util::os_reason(&e))))?;
@@ -637,7 +649,10 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
 /// mounted pool at run time.
 pub fn set(mnt: &Path, key: Option<&str>, value: Option<&str>) -> CliResult {
     let abs = util::abs_path(mnt);
-    let files = util::run_files(&abs);
+    let files = util::RunFiles {
+        socket: util::control_socket(&abs),
+        ..util::run_files(&abs)
+    };
     let failed = |e: ControlError| match e {
         ControlError::NoDaemon => no_daemon(&abs, mnt),
         ControlError::Failed(m) => CliError::at(mnt, m),
@@ -658,11 +673,13 @@ pub fn set(mnt: &Path, key: Option<&str>, value: Option<&str>) -> CliResult {
         .settings;
     let mut found = false;
     for r in &rows {
-        if key.is_some_and(|want| want != r.key) {
+        // The same names as `set MOUNTPOINT KEY VALUE` accepts (`policy`),
+        // shown as typed.
+        if key.is_some_and(|want| protocol::setting_name(want) != r.key) {
             continue;
         }
         found = true;
-        util::out(&format!("{} = {}", r.key, r.value));
+        util::out(&format!("{} = {}", key.unwrap_or(&r.key), r.value));
         if key.is_none() {
             util::out(&format!("    {}", r.help));
         }

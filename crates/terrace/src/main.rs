@@ -103,13 +103,17 @@ its writes go to that tier, background migration never moves it off, and data
 it already has elsewhere is moved there by the migration thread (when the tier
 has room). A rule on a directory is inherited by the files and directories
 created in it afterwards. Rules are stored in the pool (the xattr
-user.terrace.rule) and survive remounts; `auto` removes one. Without TIER the
-current rules are shown.
+user.terrace.rule) and survive remounts; `auto` removes one.
+
+Without TIER, the rule of PATH is shown; for a directory, then every file and
+directory below it that has a rule, one `PATH: TIER` line each (symbolic
+links are not followed). `terrace rule MOUNTPOINT` lists every rule of the pool.
 
 Examples:
   terrace rule /mnt/terrace/db/wal.log pm        # keep the WAL on PM
   terrace rule /mnt/terrace/archive hdd          # new files in archive/ go to HDD
   terrace rule /mnt/terrace/db/wal.log           # show
+  terrace rule /mnt/terrace                      # list every rule
   terrace rule /mnt/terrace/archive auto         # back to automatic placement
   setfattr -n user.terrace.rule -v ssd FILE      # the same with setfattr";
 
@@ -118,7 +122,8 @@ Examples:
 struct RuleArgs {
     /// A file or directory on a Terrace mount.
     path: PathBuf,
-    /// pm, ssd, hdd, a tier id, or auto (no rule). Omit to show the rule.
+    /// pm, ssd, hdd, a tier id, or auto (no rule). Omit to show the rule
+    /// (and, for a directory, the rules below it).
     tier: Option<String>,
 }
 
@@ -153,6 +158,7 @@ Without KEY, lists every setting with its value and meaning. With KEY, shows
 that setting; with KEY and VALUE, changes it at once for the mounted pool.
 Sizes take K/M/G/T (binary units), durations ns/us/ms/s/m/h (a bare number
 is seconds). Settings are not stored in the pool: they reset at the next mount.
+`policy` is short for migration_policy, with or without VALUE.
 
 Examples:
   terrace set /mnt/terrace
@@ -176,7 +182,8 @@ struct SetArgs {
 const WHERE_AFTER: &str = "\
 Lists the extents of a file on a Terrace mount: file offset, length, tier
 (pm, ssd, hdd), block address on that tier, and the write-size predictor's
-counter, then the bytes held by each tier. The same information, on one line,
+counter, then the bytes held by each tier. A directory or other file that
+is not a regular file has no data blocks, and is named as such. The same information, on one line,
 is in the read-only xattr user.terrace.tiers:
   getfattr -n user.terrace.tiers FILE
 
@@ -200,8 +207,33 @@ Tiers:
   (created sparse if absent) or a block device; SIZE takes K, M, G or T
   (binary units) and may be left out for an existing file or device to use all
   of it. Exactly one pm tier is required (at least 1M); ssd/hdd tiers need at
-  least 16M. Sizes must be multiples of 4K. Block tiers are recorded in the pool
-  now and used for data placement by later versions.
+  least 16M. Sizes must be multiples of 4K. PATH may contain ':' (the part after
+  the last ':' is the size unless the whole rest names an existing file).
+
+  The pm tier holds all metadata (superblocks, journal, inode table, logs) and
+  the hot data. Block tiers (ssd, hdd) hold file data: large asynchronous
+  writes go to them directly (see placement_policy), cold data migrates down
+  to them when PM fills and back up when it is rewritten, through a DRAM page
+  cache; their data blocks are checksummed (terrace scrub), and the logs of
+  cold files can move there too. Ordered as given: the first block tier is
+  the first one data migrates to.
+
+Space:
+  A tier file must fit in the free space of the file system holding it (what
+  the file already holds counts; tiers on the same file system are added up),
+  though it is created sparse. A pm tier larger than that is always refused:
+  PM is mapped, and a write to a page the file system cannot back kills the
+  daemon. A block tier larger than that is refused unless --force, which
+  creates it sparse anyway (thin provisioning: its writes fail with ENOSPC
+  once the file system fills). Block devices are used up to their size.
+
+Inodes:
+  The inode count is fixed at mkfs. By default it is one slot per 16 KiB of
+  PM plus one per 64 KiB of block tiers (at least 64), but at most one per
+  2 KiB of PM: each slot takes 128 bytes of PM, so the inode table stays
+  within 1/16 of PM (e.g. 256M PM alone: 16,384 slots; with a 4G SSD:
+  81,920). Each file in use also needs log space on PM (256 bytes or more)
+  while its log is there. --inodes N sets the count.
 
 Safety:
   mkfs never formats any tier of a mounted pool (its PM file or a block-tier
@@ -209,6 +241,10 @@ Safety:
   or without --force. It refuses to overwrite an unmounted Terrace pool or
   tier (naming the pool), or a file or device that holds ext2/3/4, XFS, btrfs
   or swap, unless --force is given.
+
+Exit status: 0 formatted, 2 bad command line (a tier spec, size, --inodes or
+--extent-size that cannot work), 1 anything else (a target in use, holding
+data, or without room).
 
 Examples:
   # A 1 GiB pool with its PM tier emulated on /dev/shm:
@@ -226,13 +262,15 @@ struct MkfsArgs {
     /// A tier as KIND:PATH:SIZE (repeat for each tier), e.g. pm:/dev/shm/pool:1G.
     #[arg(long = "tier", value_name = "KIND:PATH:SIZE", required = true, value_parser = mkfs::parse_tier)]
     tiers: Vec<mkfs::TierSpec>,
-    /// Number of inode slots (default: one per 16 KiB of PM, at least 64).
+    /// Number of inode slots (default: one per 16 KiB of PM plus one per 64
+    /// KiB of block tiers, at most one per 2 KiB of PM; see below).
     #[arg(long, value_name = "N")]
     inodes: Option<u64>,
     /// Extent size of the SSD/HDD tiers (power of two, 4K to 1G).
     #[arg(long, value_name = "SIZE", default_value = "512K", value_parser = util::parse_size)]
     extent_size: u64,
-    /// Overwrite an existing pool or file system.
+    /// Overwrite an existing pool or file system; allow a block-tier file
+    /// larger than the free space of its file system.
     #[arg(long)]
     force: bool,
 }
@@ -342,6 +380,14 @@ const STATUS_AFTER: &str = "\
 Shows the pool's id and media, each tier's capacity and use, inodes in use,
 log space, data blocks, whether the pool was cleanly unmounted before this
 mount, what recovery did, and I/O counters since mount.
+
+FRAG, per block tier, is NVMFS's extent use: the fewest extents that could
+hold the tier's data over the extents that do hold it (100% = no
+fragmentation; the cleaner recycles extents when it falls below 80%), and
+\"-\" for a tier that holds no data.
+
+Anyone may ask for the status; only root and the user who mounted the pool
+may change it (set, migrate, scrub, umount).
 
 --json prints the same as one JSON object (the fields of the core's Status,
 plus \"pid\", \"mountpoint\" and \"pool\").

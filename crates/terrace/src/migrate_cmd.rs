@@ -81,7 +81,10 @@ fn requests(todo: &[(PathBuf, u64, u64)]) -> Vec<&[(PathBuf, u64, u64)]> {
 /// `terrace migrate`.
 pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
     let abs = util::abs_path(mnt);
-    let files = util::run_files(&abs);
+    let files = util::RunFiles {
+        socket: util::control_socket(&abs),
+        ..util::run_files(&abs)
+    };
     let failed = |e: ControlError| match e {
         ControlError::NoDaemon => CliError::at(
             mnt,

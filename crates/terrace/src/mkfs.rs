@@ -28,23 +28,40 @@ pub struct TierSpec {
 
 /// Parses `KIND:PATH:SIZE` (SIZE may be omitted for an existing file or device).
 pub fn parse_tier(s: &str) -> Result<TierSpec, String> {
+    parse_tier_with(s, &|p| p.exists())
+}
+
+/// [`parse_tier`], with `exists` telling whether a path exists. A path may
+/// contain ':': the part after the last ':' is the size unless it contains a
+/// '/' or the whole rest names an existing file (used at its own size).
+fn parse_tier_with(s: &str, exists: &dyn Fn(&Path) -> bool) -> Result<TierSpec, String> {
     let (kind, rest) = s
         .split_once(':')
         .ok_or_else(|| format!("{s:?}: expected KIND:PATH:SIZE, e.g. pm:/dev/shm/pool:1G"))?;
     let kind = TierKind::parse(&kind.to_ascii_lowercase())
         .ok_or_else(|| format!("{s:?}: unknown tier kind {kind:?} (use pm, ssd or hdd)"))?;
-    // The size is after the last ':' when it parses as one; paths may contain ':'.
+    let empty_path = || format!("{s:?}: the path is empty (expected KIND:PATH:SIZE)");
     let (path, size) = match rest.rsplit_once(':') {
-        Some((p, sz)) if !p.is_empty() && sz.chars().next().is_some_and(|c| c.is_ascii_digit()) => {
-            (
-                p,
-                Some(util::parse_size(sz).map_err(|e| format!("{s:?}: {e}"))?),
-            )
-        }
-        _ => (rest, None),
+        None => (rest, None),
+        Some((p, sz)) => match util::parse_size(sz) {
+            Ok(_) | Err(_) if p.is_empty() && !exists(Path::new(rest)) => return Err(empty_path()),
+            Ok(n) => (p, Some(n)),
+            Err(_) if sz.contains('/') || exists(Path::new(rest)) => (rest, None),
+            Err(e) => {
+                let why = if sz.trim().is_empty() {
+                    "nothing after the last ':' (leave out \":SIZE\" to use an existing file at its size)".to_string()
+                } else if sz.trim_start().starts_with('-') {
+                    "a size cannot be negative".to_string()
+                } else {
+                    let prefix = format!("size {sz:?} ");
+                    e.strip_prefix(&prefix).unwrap_or(&e).to_string()
+                };
+                return Err(format!("{s:?}: bad size {sz:?}: {why}"));
+            }
+        },
     };
     if path.is_empty() {
-        return Err(format!("{s:?}: the path is empty"));
+        return Err(empty_path());
     }
     Ok(TierSpec {
         kind,
@@ -58,7 +75,8 @@ pub fn parse_tier(s: &str) -> Result<TierSpec, String> {
 pub struct MkfsConfig {
     /// Tiers in command-line order.
     pub tiers: Vec<TierSpec>,
-    /// Inode slots (0 = default: one per 16 KiB of PM).
+    /// Inode slots (0 = default: from the pool's size, see
+    /// [`terrace_core::mkfs::default_pool_inode_count`]).
     pub inodes: u64,
     /// Extent size of block tiers.
     pub extent_size: u64,
@@ -144,17 +162,19 @@ fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
             return Err(CliError::at(
                 raw,
                 format!(
-                    "needs a size: --tier {kind}:{}:SIZE (e.g. 1G)",
+                    "does not exist, so it needs a size: --tier {kind}:{}:SIZE (e.g. 1G)",
                     raw.display()
                 ),
-            ));
+            )
+            .code(2));
         }
     };
     if size % BLOCK_SIZE != 0 {
         return Err(CliError::at(
             raw,
             format!("size {size} is not a multiple of {BLOCK_SIZE} bytes"),
-        ));
+        )
+        .code(2));
     }
     let min = if spec.kind == TierKind::Pm {
         MIN_PM
@@ -169,7 +189,8 @@ fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
                 util::human_bytes(min),
                 util::human_bytes(size)
             ),
-        ));
+        )
+        .code(2));
     }
     if is_blockdev && size > current_len {
         return Err(CliError::at(
@@ -226,6 +247,67 @@ fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
         current_len,
         lock,
     })
+}
+
+/// Refuses tier files larger than the free space of the file systems that
+/// hold them (counting what each file already has, and every tier on the
+/// same file system). A PM tier is always refused: a write to a page its
+/// file system cannot back kills the daemon (SIGBUS). A block tier is
+/// refused unless `force`: its writes would fail with ENOSPC once the file
+/// system fills.
+fn check_free_space(targets: &[Target], force: bool) -> CliResult {
+    use std::os::unix::fs::MetadataExt;
+    let mut wanted: Vec<(u64, u64)> = Vec::new(); // (device, bytes still to allocate)
+    for t in targets.iter().filter(|t| !t.is_blockdev) {
+        let (dev, allocated) = match std::fs::metadata(&t.path) {
+            Ok(m) => (m.dev(), m.blocks() * 512),
+            Err(_) => {
+                let parent = t.path.parent().unwrap_or(Path::new("/"));
+                let m = std::fs::metadata(parent)
+                    .map_err(|e| CliError::at(parent, util::os_reason(&e)))?;
+                (m.dev(), 0)
+            }
+        };
+        let free = util::free_space(&t.path)
+            .map_err(|e| CliError::at(&t.spec.path, util::os_reason(&e)))?;
+        let need = t.size.saturating_sub(allocated);
+        let before: u64 = wanted.iter().filter(|w| w.0 == dev).map(|w| w.1).sum();
+        wanted.push((dev, need));
+        if before + need <= free {
+            continue;
+        }
+        let others = if before > 0 {
+            format!(
+                " (after {} for the other tiers there)",
+                util::human_bytes(before)
+            )
+        } else {
+            String::new()
+        };
+        let short = format!(
+            "a {} tier of {} does not fit: its file system has {} free{others}",
+            t.spec.kind.name(),
+            util::human_bytes(t.size),
+            util::human_bytes(free)
+        );
+        if t.spec.kind == TierKind::Pm {
+            return Err(CliError::at(
+                &t.spec.path,
+                format!("{short}; PM must be fully backed (a write to a page that cannot be backed kills the daemon), so use a smaller size"),
+            ));
+        }
+        if !force {
+            return Err(CliError::at(
+                &t.spec.path,
+                format!("{short}; use a smaller size, or add --force to create it sparse anyway (writes fail with ENOSPC once that file system fills)"),
+            ));
+        }
+        util::warn(format!(
+            "{}: {short}; created sparse anyway (--force): writes to it fail with ENOSPC once that file system fills",
+            t.spec.path.display()
+        ));
+    }
+    Ok(())
 }
 
 /// What an existing target holds, naming the pool when it is a Terrace tier.
@@ -289,24 +371,24 @@ fn write_tier_header(t: &Target, h: &TierHeader) -> io::Result<()> {
 pub fn run(cfg: &MkfsConfig) -> CliResult {
     let pms = cfg.tiers.iter().filter(|t| t.kind == TierKind::Pm).count();
     if pms != 1 {
-        return Err(CliError::new(format!(
+        return Err(CliError::usage(format!(
             "a pool needs exactly one pm tier (got {pms}); e.g. terrace mkfs --tier pm:/dev/shm/pool:1G"
         )));
     }
     if cfg.tiers.len() > MAX_TIERS {
-        return Err(CliError::new(format!(
+        return Err(CliError::usage(format!(
             "at most {MAX_TIERS} tiers (got {})",
             cfg.tiers.len()
         )));
     }
     let es = cfg.extent_size;
     if es < BLOCK_SIZE || !es.is_power_of_two() || es > (1 << 30) {
-        return Err(CliError::new(format!(
+        return Err(CliError::usage(format!(
             "--extent-size {es}: must be a power of two from 4K to 1G (default 512K)"
         )));
     }
     if cfg.inodes != 0 && cfg.inodes < 16 {
-        return Err(CliError::new(format!(
+        return Err(CliError::usage(format!(
             "--inodes {}: at least 16",
             cfg.inodes
         )));
@@ -326,16 +408,31 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
             .iter()
             .any(|o: &Target| o.path == util::abs_path(&s.path))
         {
-            return Err(CliError::at(&s.path, "named by two tiers"));
+            return Err(CliError::at(&s.path, "named by two tiers").code(2));
         }
         let t = examine(s, cfg.force)?;
         if t.spec.kind != TierKind::Pm && t.size < es * 2 {
-            return Err(CliError::at(
-                &s.path,
-                "too small for two extents; lower --extent-size",
-            ));
+            return Err(
+                CliError::at(&s.path, "too small for two extents; lower --extent-size").code(2),
+            );
         }
         targets.push(t);
+    }
+    check_free_space(&targets, cfg.force)?;
+    let pm_size = targets[0].size;
+    let inodes = match cfg.inodes {
+        0 => {
+            let block: u64 = targets[1..].iter().map(|t| t.size).sum();
+            terrace_core::mkfs::default_pool_inode_count(pm_size, block)
+        }
+        n => n,
+    };
+    if terrace_format::pool_start_block(inodes) + 16 > pm_size / BLOCK_SIZE {
+        return Err(CliError::usage(format!(
+            "--inodes {inodes}: the inode table ({} bytes a slot) leaves no room for data in a pm tier of {}",
+            terrace_format::INODE_SIZE,
+            util::human_bytes(pm_size)
+        )));
     }
     // Every existing target's lock (taken by `examine`) is held until the
     // pool is written.
@@ -399,7 +496,7 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
     }
     let params = terrace_core::FormatParams {
         uuid,
-        inode_count: cfg.inodes,
+        inode_count: inodes,
         tiers: records.clone(),
         // Safety: geteuid/getegid cannot fail.
         root_uid: unsafe { libc::geteuid() },
@@ -460,5 +557,57 @@ mod tests {
         assert!(parse_tier("pm").is_err());
         assert!(parse_tier("pm:").is_err());
         assert!(parse_tier("pm:/x:1Q").is_err());
+    }
+
+    #[test]
+    fn bad_tier_specs_name_the_bad_part() {
+        let none = |_: &Path| false;
+        let err = |s: &str| parse_tier_with(s, &none).unwrap_err();
+        let e = err("pm:/path:abc");
+        assert!(e.contains("bad size \"abc\""), "{e}");
+        let e = err("pm:/path:-5M");
+        assert!(
+            e.contains("bad size \"-5M\"") && e.contains("negative"),
+            "{e}"
+        );
+        let e = err("pm::1M");
+        assert!(e.contains("the path is empty"), "{e}");
+        let e = err("pm:/path:");
+        assert!(e.contains("bad size \"\""), "{e}");
+        let e = err("pm:/path:1Q");
+        assert!(
+            e.contains("bad size \"1Q\"") && e.contains("unknown unit"),
+            "{e}"
+        );
+        for e in [err("pm:/path:abc"), err("pm:/path:-5M"), err("pm::1M")] {
+            assert!(!e.contains("needs a size"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_path_with_a_colon_is_taken_whole_when_it_exists_or_ends_in_a_directory() {
+        let exists = |p: &Path| p == Path::new("/data/a:b.img");
+        let t = parse_tier_with("hdd:/data/a:b.img", &exists).unwrap();
+        assert_eq!((t.path, t.size), (PathBuf::from("/data/a:b.img"), None));
+        let t = parse_tier_with("ssd:/mnt/x:y/img", &|_| false).unwrap();
+        assert_eq!((t.path, t.size), (PathBuf::from("/mnt/x:y/img"), None));
+        let t = parse_tier_with("hdd:/data/a:b.img:64M", &exists).unwrap();
+        assert_eq!(t.size, Some(64 << 20));
+    }
+
+    #[test]
+    fn default_inodes_count_the_whole_pool_with_the_table_bounded_on_pm() {
+        use terrace_core::mkfs::{default_inode_count, default_pool_inode_count};
+        let (m, g) = (1u64 << 20, 1u64 << 30);
+        // PM only: as before, one per 16 KiB of PM.
+        assert_eq!(default_pool_inode_count(256 * m, 0), 16384);
+        assert_eq!(default_inode_count(256 * m), 16384);
+        // 256M PM + 4G SSD: the SSD adds one per 64 KiB.
+        assert_eq!(default_pool_inode_count(256 * m, 4 * g), 16384 + 65536);
+        // A huge HDD: the table stays within 1/16 of PM.
+        let n = default_pool_inode_count(256 * m, 1 << 40);
+        assert_eq!(n, 256 * m / 2048);
+        assert!(n * terrace_format::INODE_SIZE as u64 <= 256 * m / 16);
+        assert_eq!(default_pool_inode_count(m, 0), 64);
     }
 }

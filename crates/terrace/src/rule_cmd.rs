@@ -111,6 +111,79 @@ fn on_terrace(path: &Path) -> std::io::Result<bool> {
     }
 }
 
+/// How `ruled_below` reads a path's rule.
+type Rule<'a> = &'a dyn Fn(&Path) -> std::io::Result<Option<String>>;
+
+/// Every file and directory below `dir` (in name order, depth first) whose
+/// `rule` is set, with the rule; symbolic links are not followed and other
+/// file systems mounted below are not entered. Entries that cannot be read
+/// are returned apart, with their error.
+#[allow(clippy::type_complexity)]
+fn ruled_below(dir: &Path, rule: Rule) -> (Vec<(PathBuf, String)>, Vec<(PathBuf, std::io::Error)>) {
+    use std::os::unix::fs::MetadataExt;
+    let (mut found, mut errors) = (Vec::new(), Vec::new());
+    match std::fs::metadata(dir) {
+        Ok(m) => walk(dir, m.dev(), rule, &mut found, &mut errors),
+        Err(e) => errors.push((dir.to_path_buf(), e)),
+    }
+    (found, errors)
+}
+
+fn walk(
+    dir: &Path,
+    dev: u64,
+    rule: Rule,
+    found: &mut Vec<(PathBuf, String)>,
+    errors: &mut Vec<(PathBuf, std::io::Error)>,
+) {
+    use std::os::unix::fs::MetadataExt;
+    let mut names: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(it) => it.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+        Err(e) => {
+            errors.push((dir.to_path_buf(), e));
+            return;
+        }
+    };
+    names.sort();
+    for p in names {
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if m.dev() != dev || !(m.is_file() || m.is_dir()) {
+            continue; // symbolic links, special files, other mounts
+        }
+        match rule(&p) {
+            Ok(Some(r)) => found.push((p.clone(), r)),
+            Ok(None) => {}
+            Err(e) => errors.push((p.clone(), e)),
+        }
+        if m.is_dir() {
+            walk(&p, dev, rule, found, errors);
+        }
+    }
+}
+
+/// `terrace rule DIR`: the directory's own rule, then every rule below it.
+fn list(dir: &Path) -> std::io::Result<usize> {
+    let own = get(dir)?;
+    util::out(&format!(
+        "{}: {}",
+        dir.display(),
+        own.as_deref().unwrap_or("auto (no rule)")
+    ));
+    let (found, errors) = ruled_below(dir, &get);
+    for (p, r) in &found {
+        util::out(&format!("{}: {r}", p.display()));
+    }
+    if found.is_empty() {
+        util::out("  (no file or directory below it has a rule)");
+    }
+    for (p, e) in &errors {
+        eprintln!("terrace: {}", CliError::at(p, reason(e, None)).msg);
+    }
+    Ok(errors.len())
+}
+
 /// `terrace rule`.
 pub fn run(paths: &[PathBuf], tier: Option<&str>) -> CliResult {
     let mut failed = 0;
@@ -132,6 +205,7 @@ pub fn run(paths: &[PathBuf], tier: Option<&str>) -> CliResult {
             }
         }
         let r = match tier {
+            None if path.is_dir() => list(path).map(|errors| failed += errors),
             None => get(path).map(|r| {
                 util::out(&format!(
                     "{}: {}",
@@ -155,4 +229,61 @@ pub fn run(paths: &[PathBuf], tier: Option<&str>) -> CliResult {
         return Err(CliError::new(String::new()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_listing_finds_every_rule_below_it_in_name_order() {
+        let root = std::env::temp_dir().join(format!("terrace-rules-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in ["a/deep", "b"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in ["a/deep/wal.log", "a/x", "b/y", "z"] {
+            std::fs::write(root.join(f), b"").unwrap();
+        }
+        std::os::unix::fs::symlink(root.join("a"), root.join("link")).unwrap();
+        // Ruled: a/deep (pm), a/deep/wal.log (pm), b/y (hdd), z (ssd).
+        let rule = |p: &Path| -> std::io::Result<Option<String>> {
+            let rel = p
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            Ok(match rel.as_str() {
+                "a/deep" | "a/deep/wal.log" => Some("pm".into()),
+                "b/y" => Some("hdd".into()),
+                "z" => Some("ssd".into()),
+                _ => None,
+            })
+        };
+        let (found, errors) = ruled_below(&root, &rule);
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(errors.is_empty());
+        let got: Vec<(String, String)> = found
+            .into_iter()
+            .map(|(p, r)| {
+                (
+                    p.strip_prefix(&root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                    r,
+                )
+            })
+            .collect();
+        let want = [
+            ("a/deep", "pm"),
+            ("a/deep/wal.log", "pm"),
+            ("b/y", "hdd"),
+            ("z", "ssd"),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(p, r)| (p.to_string(), r.to_string())).to_vec()
+        );
+    }
 }

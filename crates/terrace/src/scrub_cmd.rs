@@ -41,7 +41,10 @@ pub fn run(mnt: &Path, rate: Option<&str>, repair: bool, as_json: bool) -> CliRe
         None => 0,
     };
     let abs = util::abs_path(mnt);
-    let files = util::run_files(&abs);
+    let files = util::RunFiles {
+        socket: util::control_socket(&abs),
+        ..util::run_files(&abs)
+    };
     let req = StartScrub { rate, repair };
     match control::call(&files.socket, req, Duration::from_secs(10)) {
         Ok(_started) => {}

@@ -29,6 +29,11 @@ impl CliError {
     pub fn at(path: &Path, reason: impl fmt::Display) -> CliError {
         CliError::new(format!("{}: {reason}", path.display()))
     }
+    /// A mistake on the command line, found after parsing: exit code 2, as
+    /// clap's own usage errors.
+    pub fn usage(msg: impl Into<String>) -> CliError {
+        CliError::new(msg).code(2)
+    }
     /// Same error with another exit code.
     pub fn code(mut self, code: i32) -> CliError {
         self.code = code;
@@ -150,6 +155,8 @@ pub struct MountEntry {
     pub fstype: String,
     /// Mount source (for Terrace: the pool path).
     pub source: String,
+    /// Who mounted it (`user_id=` of a FUSE mount's options).
+    pub owner_uid: Option<u32>,
 }
 
 fn unescape_mount(s: &str) -> String {
@@ -172,6 +179,14 @@ fn unescape_mount(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The `user_id=N` of a FUSE mount's super options.
+fn fuse_owner(super_opts: &str) -> Option<u32> {
+    super_opts
+        .split(',')
+        .find_map(|o| o.strip_prefix("user_id="))
+        .and_then(|n| n.parse().ok())
+}
+
 /// The current mount table (empty when /proc is unavailable).
 pub fn mounts() -> Vec<MountEntry> {
     let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
@@ -191,6 +206,7 @@ pub fn mounts() -> Vec<MountEntry> {
             mount_point: PathBuf::from(unescape_mount(lf[4])),
             fstype: rf[0].to_string(),
             source: unescape_mount(rf[1]),
+            owner_uid: rf.get(2).and_then(|o| fuse_owner(o)),
         });
     }
     v
@@ -476,6 +492,59 @@ pub fn run_files(mnt: &Path) -> RunFiles {
     }
 }
 
+/// The control socket of the daemon serving the absolute mount point `mnt`:
+/// in this user's runtime directory when there is one there, otherwise in
+/// the runtime directory of the user who mounted it (a daemon started by
+/// root listens in /run/terrace, which other users look in only here).
+pub fn control_socket(mnt: &Path) -> PathBuf {
+    let own = run_files(mnt).socket;
+    if own.exists() || std::env::var_os("TERRACE_RUN_DIR").is_some() {
+        return own;
+    }
+    let Some(uid) = mount_at(mnt).and_then(|m| m.owner_uid) else {
+        return own;
+    };
+    let name = own.file_name().map(PathBuf::from).unwrap_or_default();
+    let dirs = if uid == 0 {
+        vec![PathBuf::from("/run/terrace")]
+    } else {
+        vec![
+            PathBuf::from(format!("/run/user/{uid}/terrace")),
+            PathBuf::from(format!("/tmp/terrace-{uid}")),
+        ]
+    };
+    dirs.into_iter()
+        .map(|d| d.join(&name))
+        // A socket in a directory this user may not enter still counts: the
+        // error then says so.
+        .find(|s| match std::fs::metadata(s) {
+            Ok(_) => true,
+            Err(e) => e.kind() == io::ErrorKind::PermissionDenied,
+        })
+        .unwrap_or(own)
+}
+
+/// Bytes free for unprivileged users on the file system holding `path` (or,
+/// when it does not exist yet, its directory).
+pub fn free_space(path: &Path) -> io::Result<u64> {
+    let at = if path.exists() {
+        path.to_path_buf()
+    } else {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    };
+    let c = std::ffi::CString::new(at.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // Safety: `c` is NUL-terminated and `st` is a writable statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 /// True while process `pid` exists and is not a zombie.
 pub fn process_alive(pid: i32) -> bool {
     if pid <= 0 {
@@ -543,5 +612,14 @@ mod tests {
     fn mountinfo_unescapes() {
         assert_eq!(unescape_mount("/mnt/a\\040b"), "/mnt/a b");
         assert_eq!(unescape_mount("plain"), "plain");
+    }
+
+    #[test]
+    fn the_owner_of_a_fuse_mount_is_its_user_id_option() {
+        assert_eq!(
+            fuse_owner("rw,user_id=1000,group_id=1000,default_permissions"),
+            Some(1000)
+        );
+        assert_eq!(fuse_owner("rw,relatime"), None);
     }
 }

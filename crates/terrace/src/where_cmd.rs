@@ -69,6 +69,29 @@ fn bytes_per_tier(rows: &[(u64, u64, String, String, String)]) -> BTreeMap<Strin
     per_tier
 }
 
+/// What a file that is not a regular file is ("a directory"), for the
+/// note under its (empty) extent list; `None` for a regular file.
+fn not_a_file(ft: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    Some(if ft.is_file() {
+        return None;
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    })
+}
+
 /// Prints the extents of `path` with their tier and address.
 pub fn run(path: &Path, as_json: bool) -> CliResult {
     let raw = match getxattr(path, "user.terrace.extents") {
@@ -129,7 +152,13 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
         println!("{o:>14} {l:>12}  {t:<4} {b:>12} {c:>7}");
     }
     if rows.is_empty() {
-        println!("  (no data blocks: empty or sparse file)");
+        match std::fs::metadata(path)
+            .ok()
+            .and_then(|m| not_a_file(m.file_type()))
+        {
+            Some(what) => println!("  (no data blocks: {what}, not a regular file)"),
+            None => println!("  (no data blocks: empty or sparse file)"),
+        }
     }
     let summary: Vec<String> = per_tier
         .iter()
@@ -152,7 +181,18 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
 
 #[cfg(test)]
 mod tests {
-    use super::bytes_per_tier;
+    use super::{bytes_per_tier, not_a_file};
+
+    #[test]
+    fn directories_and_devices_are_named_and_regular_files_are_not() {
+        let kind = |p: &str| not_a_file(std::fs::metadata(p).unwrap().file_type());
+        assert_eq!(kind("/"), Some("a directory"));
+        assert_eq!(kind("/dev/null"), Some("a character device"));
+        let f = std::env::temp_dir().join(format!("terrace-where-{}", std::process::id()));
+        std::fs::write(&f, b"").unwrap();
+        assert_eq!(kind(f.to_str().unwrap()), None);
+        let _ = std::fs::remove_file(&f);
+    }
 
     fn row(off: u64, len: u64, tier: &str) -> (u64, u64, String, String, String) {
         (off, len, tier.into(), "0".into(), "0".into())

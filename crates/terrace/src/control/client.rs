@@ -29,6 +29,16 @@ pub fn call<C: Call>(socket: &Path, req: C, timeout: Duration) -> Result<C::Repl
         {
             return Err(ControlError::NoDaemon)
         }
+        Err(e)
+            if e.kind() == io::ErrorKind::PermissionDenied
+                || e.raw_os_error() == Some(libc::EPERM) =>
+        {
+            return Err(ControlError::Failed(format!(
+                "permission denied: only root and the user who mounted it may ask its daemon \
+                 (the control socket {} refuses this user)",
+                socket.display()
+            )))
+        }
         Err(e) => {
             return Err(ControlError::Failed(format!(
                 "cannot reach the daemon at {}: {e}",

@@ -339,6 +339,15 @@ calls! {
     StartScrub => Scrub, ScrubStarted;
 }
 
+/// The setting a name given to `terrace set` names: `policy` is short for
+/// `migration_policy`; every other name is the setting's own.
+pub fn setting_name(key: &str) -> &str {
+    match key {
+        "policy" => "migration_policy",
+        k => k,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -471,5 +480,12 @@ mod tests {
         );
         // A reply missing a field is an error, not a zero.
         assert!(decode_answer::<MigrateReply>(r#"{"ok":true,"failed":[]}"#).is_err());
+    }
+
+    #[test]
+    fn policy_names_the_migration_policy_and_other_names_themselves() {
+        assert_eq!(setting_name("policy"), "migration_policy");
+        assert_eq!(setting_name("placement_policy"), "placement_policy");
+        assert_eq!(setting_name("no_such_key"), "no_such_key");
     }
 }

@@ -198,10 +198,7 @@ impl Server {
     }
 
     fn set(&self, s: &SetSetting) -> Answer<SetReply> {
-        let key = match s.key.as_str() {
-            "policy" => "migration_policy",
-            k => k,
-        };
+        let key = protocol::setting_name(&s.key);
         self.fs.set_setting(key, &s.value).map_err(Refusal::new)?;
         Ok(SetReply {
             key: key.into(),
@@ -278,6 +275,24 @@ mod tests {
         };
         terrace_core::format(&*pm, &params).expect("format");
         Arc::new(Fs::mount_with_tiers(pm, vec![(1, ssd)]).expect("mount"))
+    }
+
+    #[test]
+    fn an_empty_block_tier_shows_no_fragmentation() {
+        let fs = tiered_fs();
+        let server = Server {
+            fs: fs.clone(),
+            pool: "/dev/shm/pool".into(),
+            mnt: "/mnt/t".into(),
+        };
+        let text = crate::admin::render_status(&server.status().status);
+        let io_row = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("I/O"))
+            .find(|l| l.trim_start().starts_with("ssd"))
+            .expect("an I/O row for the ssd tier");
+        assert!(io_row.trim_end().ends_with(" -"), "{io_row}");
+        fs.unmount().unwrap();
     }
 
     #[test]

@@ -1,0 +1,170 @@
+"""CLI rough edges (issue 18): precise mkfs errors with usage exit codes, tier
+files that must fit their file system, inode counts from the whole pool,
+`set KEY` for every name `set KEY VALUE` takes, `rule DIR` listings, `where
+DIR`, non-root status and umount, FRAG of an empty tier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import helpers
+from helpers import assert_clean_error, mounted_pool, temp_mountpoint, temp_pool_path, terrace
+from test_faults import small_tmpfs
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def as_nobody(*args) -> "helpers.subprocess.CompletedProcess":
+    return helpers.run([*NOBODY, helpers.TERRACE_BIN, *args], check=False)
+
+
+@pytest.mark.parametrize("spec, names", [
+    ("pm:{p}:abc", 'bad size "abc"'),
+    ("pm:{p}:-5M", 'bad size "-5M"'),
+    ("pm::1M", "the path is empty"),
+])
+def test_bad_tier_specs_name_the_bad_part_and_exit_2(pool_path, spec, names):
+    cp = terrace("mkfs", "--tier", spec.format(p=pool_path), check=False)
+    msg = assert_clean_error(cp)
+    assert names in msg and "needs a size" not in msg, helpers.describe(cp, "imprecise error")
+    assert cp.returncode == 2, helpers.describe(cp, "a bad tier spec is a usage error (exit 2)")
+    assert not pool_path.exists()
+
+
+@pytest.mark.parametrize("specs", [["pm:{p}"], ["pm:{p}:1000"], ["pm:{p}:12K"], ["ssd:{p}:1G"],
+                                   ["pm:{p}:64M", "pm:{p}.2:64M"]],
+                         ids=["no-size", "unaligned", "too-small", "no-pm", "two-pm"])
+def test_every_mkfs_command_line_mistake_exits_2_like_clap(pool_path, specs):
+    args = []
+    for s in specs:
+        args += ["--tier", s.format(p=pool_path)]
+    cp = terrace("mkfs", *args, check=False)
+    assert_clean_error(cp)
+    assert cp.returncode == 2, helpers.describe(cp, "expected exit status 2 (usage error)")
+
+
+def test_a_pm_tier_larger_than_its_file_system_is_refused_even_with_force():
+    with small_tmpfs("12M") as d:
+        for extra in ([], ["--force"]):
+            cp = terrace("mkfs", *extra, "--tier", f"pm:{d}/pm:64M", check=False)
+            msg = assert_clean_error(cp, mentions=[f"{d}/pm"])
+            assert "free" in msg and "MiB" in msg, helpers.describe(cp, "no free space named")
+            assert cp.returncode == 1
+            assert not (d / "pm").exists(), "mkfs failed but created the PM file"
+
+
+def test_a_block_tier_larger_than_its_file_system_needs_force_and_warns():
+    with small_tmpfs("24M") as d, temp_pool_path() as pool:
+        ssd = d / "ssd.img"
+        cp = terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M", check=False)
+        msg = assert_clean_error(cp, mentions=[str(ssd), "--force"])
+        assert "free" in msg
+        assert not ssd.exists() and not pool.exists()
+        cp = terrace("mkfs", "--force", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        assert "warning" in cp.stderr and str(ssd) in cp.stderr, helpers.describe(cp, "no warning")
+        # One that fits needs no --force.
+        cp = terrace("mkfs", "--force", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:16M")
+        assert "warning" not in cp.stderr
+
+
+def test_the_default_inode_count_counts_the_block_tiers():
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd:
+        alone = terrace("mkfs", "--tier", f"pm:{pool}:256M").stdout
+        tiered = terrace("mkfs", "--force", "--tier", f"pm:{pool}:256M", "--tier", f"ssd:{ssd}:4G").stdout
+    count = lambda out: int(re.search(r"inodes: (\d+)", out).group(1))  # noqa: E731
+    assert count(alone) == 16383
+    assert count(tiered) == 81919, tiered
+
+
+def test_mkfs_help_describes_what_block_tiers_do_now(terrace_bin):
+    text = terrace("mkfs", "--help").stdout
+    assert "later versions" not in text
+    for word in ("migrate", "Inodes:", "free space", "--force"):
+        assert word in text, f"mkfs --help does not mention {word!r}"
+
+
+@pytest.mark.pool(size="64M")
+def test_set_with_one_argument_shows_the_names_the_two_argument_form_takes(terrace_mount):
+    mnt = terrace_mount.path
+    assert terrace("set", mnt, "policy").stdout.strip() == "policy = default"
+    terrace("set", mnt, "policy", "nvmfs")
+    assert terrace("set", mnt, "policy").stdout.strip() == "policy = nvmfs"
+    assert terrace("set", mnt, "migration_policy").stdout.strip() == "migration_policy = nvmfs"
+
+
+def test_rule_of_a_directory_lists_the_rules_below_it():
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:64M")
+        with mounted_pool(pool, mnt):
+            (mnt / "d" / "e").mkdir(parents=True)
+            for f in ("d/e/wal", "d/plain", "top"):
+                (mnt / f).write_bytes(b"x")
+            terrace("rule", mnt / "d" / "e" / "wal", "pm")
+            terrace("rule", mnt / "top", "ssd")
+            lines = terrace("rule", mnt).stdout.splitlines()
+            assert lines == [f"{mnt}: auto (no rule)", f"{mnt}/d/e/wal: pm", f"{mnt}/top: ssd"], lines
+            lines = terrace("rule", mnt / "d" / "e").stdout.splitlines()
+            assert lines == [f"{mnt}/d/e: auto (no rule)", f"{mnt}/d/e/wal: pm"], lines
+            out = terrace("rule", mnt / "d" / "plain").stdout.strip()
+            assert out == f"{mnt}/d/plain: auto (no rule)"
+
+
+@pytest.mark.pool(size="64M")
+def test_where_of_a_directory_says_it_is_a_directory(terrace_mount):
+    d = terrace_mount.path / "dir"
+    d.mkdir()
+    out = terrace("where", d).stdout
+    assert "a directory" in out and "empty or sparse file" not in out, out
+
+
+@pytest.mark.pool(size="64M")
+def test_anyone_may_read_the_status_of_a_root_mount(terrace_mount):
+    cp = as_nobody("status", terrace_mount.path)
+    assert cp.returncode == 0, helpers.describe(cp, "status as nobody")
+    assert "Terrace pool" in cp.stdout
+
+
+def test_a_control_socket_that_refuses_the_user_is_named_not_called_dead(monkeypatch):
+    run_dir = Path(tempfile.mkdtemp(prefix="terrace-run-"))
+    os.chmod(run_dir, 0o700)
+    monkeypatch.setenv("TERRACE_RUN_DIR", str(run_dir))
+    try:
+        with temp_pool_path() as pool, temp_mountpoint() as mnt:
+            helpers.mkfs(pool, "64M")
+            with mounted_pool(pool, mnt):
+                cp = as_nobody("status", mnt)
+                msg = assert_clean_error(cp)
+                assert "permission denied" in msg and "may have died" not in msg, msg
+                assert "root" in msg
+    finally:
+        with contextlib.suppress(OSError):
+            for f in run_dir.iterdir():
+                f.unlink()
+            run_dir.rmdir()
+
+
+@pytest.mark.pool(size="64M")
+def test_a_failed_non_root_umount_prints_the_fusermount_error_once(terrace_mount):
+    terrace_mount.kill()
+    cp = as_nobody("umount", terrace_mount.path)
+    assert cp.returncode != 0
+    lines = [ln for ln in cp.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, helpers.describe(cp, "expected the error once, on one line")
+    assert lines[0].startswith("terrace: ")
+
+
+def test_an_empty_block_tier_shows_no_fragmentation():
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:64M")
+        with mounted_pool(pool, mnt):
+            text = terrace("status", mnt).stdout
+    io = text[text.index("  I/O"):].splitlines()
+    ssd_row = next(ln for ln in io if ln.strip().startswith("ssd"))
+    assert ssd_row.split()[-1] == "-", ssd_row
