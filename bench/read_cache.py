@@ -6,7 +6,7 @@ mounted in turn), in the same run. Also `tar -c` of a tree, second pass.
 
     bench/read_cache.py OLD_TERRACE NEW_TERRACE [ROUNDS] > result.json
 """
-import os, random, subprocess, sys, time
+import os, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import same_run  # noqa: E402
@@ -29,15 +29,7 @@ def measure(d):
             f.write(small)
     fd = os.open(path, os.O_RDONLY)
     try:
-        off = 0
-        while os.pread(fd, 1 << 20, off):
-            off += 1 << 20
-        rnd = random.Random(1)
-        offs = [rnd.randrange(0, SIZE // 4096) * 4096 for _ in range(100_000)]
-        t = time.perf_counter()
-        for o in offs:
-            os.pread(fd, 4096, o)
-        us_4k = (time.perf_counter() - t) / len(offs) * 1e6
+        us_4k = same_run.cached_pread_4k_us(fd, SIZE)
         t = time.perf_counter()
         off = 0
         while True:

@@ -14,6 +14,21 @@ import tempfile
 import time
 
 
+def cached_pread_4k_us(fd, size, n=100_000):
+    """Reads the whole file of `size` bytes behind `fd` once (so it is
+    cached), then times `n` random 4 KiB preads of it; µs per read."""
+    import random
+    off = 0
+    while os.pread(fd, 1 << 20, off):
+        off += 1 << 20
+    rnd = random.Random(1)
+    offs = [rnd.randrange(0, size // 4096) * 4096 for _ in range(n)]
+    t = time.perf_counter()
+    for o in offs:
+        os.pread(fd, 4096, o)
+    return (time.perf_counter() - t) / len(offs) * 1e6
+
+
 def terrace_run(binary, measure, pm_size, mkfs_extra=()):
     pm = f"/dev/shm/terrace-bench-{os.getpid()}.pm"
     mnt = tempfile.mkdtemp(prefix="terrace-bench-")
