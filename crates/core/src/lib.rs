@@ -31,6 +31,7 @@ pub mod sums;
 pub mod tier;
 pub mod types;
 mod worker;
+pub mod writeback;
 
 pub use fs::{AtimeMode, Fs, MountReport};
 pub use mkfs::{format, FormatParams};
