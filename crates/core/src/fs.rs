@@ -5,7 +5,8 @@
 //! ascending inode-number order ([`Fs::lock_set`]), after a first unlocked lookup
 //! pass, and re-validates what it looked up once it holds the locks. Renames also
 //! hold `rename_lock`, so directory parents (the only thing a loop check reads)
-//! change one rename at a time.
+//! change one rename at a time. The order of every lock in the core is written
+//! once, in docs/design.md section 4a.
 //!
 //! # Transactions
 //! An operation builds log entries per inode, then [`Fs::commit`] stages them
