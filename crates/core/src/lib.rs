@@ -6,6 +6,8 @@
 //! → `fs` (table, locking, transactions) → `ops_dir` / `ops_file` (operations) →
 //! `recovery` (mount) and `fsck`.
 
+#![forbid(unsafe_code)]
+
 pub mod alloc;
 pub mod cache;
 pub mod clean;

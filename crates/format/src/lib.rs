@@ -25,6 +25,7 @@
 //!   is mapped by a live write entry; allocation state is never stored, it is
 //!   rebuilt at mount.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod entry;

@@ -43,6 +43,7 @@
 //! the authors' code disagree, or where a paper leaves a choice open, each
 //! module says which one it follows and why.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod access;
