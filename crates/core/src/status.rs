@@ -47,7 +47,7 @@ fn kind_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<&'static str, D::
 }
 
 /// Requests a block device served since mount.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct IoStats {
     /// Read requests.
     pub read_requests: u64,

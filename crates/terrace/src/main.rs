@@ -3,6 +3,7 @@
 mod admin;
 mod control;
 mod daemon;
+mod iostat_cmd;
 mod migrate_cmd;
 mod mkfs;
 mod mount;
@@ -58,6 +59,8 @@ enum Cmd {
     Migrate(MigrateArgs),
     /// Show, set or clear per-file placement rules (pin a file or directory to a tier).
     Rule(RuleArgs),
+    /// Watch a mounted pool's I/O per tier, live (like `zpool iostat -v`).
+    Iostat(IostatArgs),
     /// Read and verify every block of data on the block tiers of a mounted
     /// pool, repairing from clean copies.
     Scrub(ScrubArgs),
@@ -116,6 +119,34 @@ Examples:
   terrace rule /mnt/terrace                      # list every rule
   terrace rule /mnt/terrace/archive auto         # back to automatic placement
   setfattr -n user.terrace.rule -v ssd FILE      # the same with setfattr";
+
+const IOSTAT_AFTER: &str = "\
+Every INTERVAL seconds (default 1), one table: per tier (0:pm, 1:ssd, ...) the
+device read and write requests and bytes per second and the syncs per second;
+then for the whole mount the reads and writes applications made through it,
+migration down (to slower tiers) and up (reverse migration), and the share of
+block-tier reads the DRAM cache served. All are rates over the interval, from
+the daemon's counters. Runs until Ctrl-C, or COUNT tables.
+
+Examples:
+  terrace iostat /mnt/terrace            # every second
+  terrace iostat /mnt/terrace 5 12       # every 5 s for a minute
+  terrace iostat /mnt/terrace 1 --json   # one JSON object per line";
+
+#[derive(Args, Debug)]
+#[command(after_help = IOSTAT_AFTER)]
+struct IostatArgs {
+    /// Where the pool is mounted.
+    mountpoint: PathBuf,
+    /// Seconds between tables (0.01 to 86400).
+    #[arg(default_value_t = 1.0)]
+    interval: f64,
+    /// Stop after this many tables.
+    count: Option<u64>,
+    /// One JSON object per interval instead of a table.
+    #[arg(long)]
+    json: bool,
+}
 
 #[derive(Args, Debug)]
 #[command(after_help = RULE_AFTER)]
@@ -470,6 +501,7 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths),
         Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
+        Cmd::Iostat(a) => iostat_cmd::run(&a.mountpoint, a.interval, a.count, a.json),
         Cmd::Scrub(a) => scrub_cmd::run(&a.mountpoint, a.rate.as_deref(), !a.no_repair, a.json),
     }
 }

@@ -27,7 +27,8 @@ const HELPER_NAMES: &[&str] = &["mount.fuse.terrace", "mount.terrace"];
 /// The subcommands and flags of the CLI: a first argument that is none of
 /// them is a pool given by mount.fuse3.
 const CLI_WORDS: &[&str] = &[
-    "mkfs", "mount", "umount", "status", "fsck", "where", "set", "migrate", "rule", "scrub", "help",
+    "mkfs", "mount", "umount", "status", "fsck", "where", "set", "migrate", "rule", "scrub",
+    "iostat", "help",
 ];
 
 /// Options that only mount(8) or fstab use (also accepted, and ignored, by

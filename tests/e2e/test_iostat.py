@@ -1,0 +1,67 @@
+"""`terrace iostat MNT [INTERVAL [COUNT]] [--json]` (issue 18): a live view of
+a mounted pool's I/O per tier, as rates over each interval."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import helpers
+from helpers import TERRACE_BIN, mounted_pool, temp_mountpoint, temp_pool_path, terrace
+
+
+def test_iostat_shows_the_writes_made_during_each_interval_per_tier_and_for_the_mount():
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            stop = threading.Event()
+
+            def writer():
+                block = os.urandom(64 << 10)
+                with open(mnt / "f", "wb", buffering=0) as f:
+                    while not stop.is_set():
+                        f.write(block)
+                        if f.tell() > 32 << 20:
+                            f.seek(0)
+                        time.sleep(0.001)
+
+            t = threading.Thread(target=writer)
+            t.start()
+            try:
+                cp = subprocess.run([str(TERRACE_BIN), "iostat", str(mnt), "0.3", "3", "--json"],
+                                    capture_output=True, text=True, timeout=60)
+            finally:
+                stop.set()
+                t.join()
+            assert cp.returncode == 0, cp.stderr
+            lines = [json.loads(x) for x in cp.stdout.splitlines()]
+            assert len(lines) == 3, cp.stdout
+            for r in lines:
+                assert 0.25 < r["interval_s"] < 2.0, r
+                assert [t["kind"] for t in r["tiers"]] == ["pm", "ssd"], r
+                assert r["writes_s"] > 0 and r["write_bytes_s"] > 0, r
+                assert r["tiers"][0]["write_bytes_s"] > 0, f"PM took no writes: {r}"
+            # Idle now: nothing moves (only the view's own requests).
+            cp = subprocess.run([str(TERRACE_BIN), "iostat", str(mnt), "0.2", "1", "--json"],
+                                capture_output=True, text=True, timeout=60)
+            idle = json.loads(cp.stdout)
+            assert idle["write_bytes_s"] == 0, idle
+            # The table form.
+            cp = subprocess.run([str(TERRACE_BIN), "iostat", str(mnt), "0.1", "1"],
+                                capture_output=True, text=True, timeout=60)
+            assert cp.returncode == 0 and "0:pm" in cp.stdout and "1:ssd" in cp.stdout, cp.stdout
+
+
+def test_iostat_refuses_bad_intervals_and_a_path_with_no_pool_clearly():
+    with temp_mountpoint() as mnt:
+        for args, code in ((["0"], 2), (["-1"], 2), (["nan"], 2), (["1", "0"], 2)):
+            cp = subprocess.run([str(TERRACE_BIN), "iostat", str(mnt), *args],
+                                capture_output=True, text=True, timeout=30)
+            assert cp.returncode == code, (args, cp.returncode, cp.stderr)
+            assert "panicked" not in cp.stderr and cp.stderr.strip(), (args, cp.stderr)
+        cp = subprocess.run([str(TERRACE_BIN), "iostat", str(mnt), "0.1", "1"],
+                            capture_output=True, text=True, timeout=30)
+        assert cp.returncode != 0 and "panicked" not in cp.stderr and cp.stderr.strip(), cp.stderr
