@@ -300,6 +300,24 @@ def temp_mountpoint(tag: str = "mnt") -> Iterator[Path]:
         if is_mounted(mnt):
             lazy_unmount(mnt)
         shutil.rmtree(base, ignore_errors=True)
+        # Daemon logs are kept after unmounts (issue 18); a test's go with it.
+        for p in (daemon_log(mnt), Path(str(daemon_log(mnt)) + ".old")):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def daemon_log(mnt: os.PathLike) -> Path:
+    """The log of the detached daemon serving `mnt` (as root: in /run/terrace;
+    names as `util::sanitize_mountpoint`, for the short paths tests use)."""
+    name = ""
+    for c in str(mnt).lstrip("/"):
+        if c == "/":
+            name += "-"
+        elif c.isascii() and (c.isalnum() or c in "._"):
+            name += c
+        else:
+            name += "%{:02x}".format(ord(c))
+    return Path(os.environ.get("TERRACE_RUN_DIR", "/run/terrace")) / f"{name}.log"
 
 @contextlib.contextmanager
 def temp_ssd_image(tag: str = "ssd") -> Iterator[Path]:

@@ -65,3 +65,21 @@ def test_iostat_refuses_bad_intervals_and_a_path_with_no_pool_clearly():
         cp = subprocess.run([str(TERRACE_BIN), "iostat", str(mnt), "0.1", "1"],
                             capture_output=True, text=True, timeout=30)
         assert cp.returncode != 0 and "panicked" not in cp.stderr and cp.stderr.strip(), cp.stderr
+
+
+def test_a_detached_daemons_log_outlives_the_unmount_and_keeps_every_mount():
+    """Issue 18: the log of `terrace mount --daemon` used to be deleted at a
+    clean unmount; now it lasts, one run after another, and a failed mount
+    still shows only its own error."""
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        log = helpers.daemon_log(mnt)
+        for _ in range(2):
+            with mounted_pool(pool, mnt):
+                (mnt / "f").write_bytes(b"x")
+        assert log.exists(), f"{log} is gone after a clean unmount"
+        text = log.read_text()
+        assert text.count("mounted ") >= 2 and text.count("unmounted ") == 2, text
+        # A mount that fails says only its own error, not the old lines.
+        cp = terrace("mount", str(pool) + ".missing", str(mnt), "--daemon", check=False)
+        assert cp.returncode != 0 and "unmounted" not in cp.stderr, cp.stderr

@@ -19,14 +19,48 @@ use std::time::{Duration, Instant};
 /// How long `mount --daemon` waits for the mount to appear.
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A detached daemon's log is kept across mounts and unmounts (what
+/// happened to a pool stays readable after it is unmounted); when it passed
+/// this size at a mount, it is renamed to `.old` (replacing the previous one)
+/// and a new one is started.
+const LOG_ROTATE_BYTES: u64 = 1 << 20;
+
+/// Opens the log of a detached daemon for appending (rotating a large one);
+/// with the offset this run's lines start at.
+fn open_log(path: &Path) -> CliResult<(File, u64)> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > LOG_ROTATE_BYTES) {
+        let mut old = path.as_os_str().to_owned();
+        old.push(".old");
+        let _ = std::fs::rename(path, old);
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| CliError::at(path, util::os_reason(&e)))?;
+    let start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok((log, start))
+}
+
+/// What the log holds from byte `start` on (this run's lines).
+fn read_log_from(path: &Path, start: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = String::new();
+    if let Ok(mut f) = File::open(path) {
+        if f.seek(SeekFrom::Start(start)).is_ok() {
+            let _ = f.read_to_string(&mut text);
+        }
+    }
+    text
+}
+
 /// Starts the detached daemon serving `pool` on `mnt` (both absolute) with
 /// the `-o` arguments `raw_options`, and waits until it serves.
 pub fn spawn(raw_options: &[String], pool: &Path, mnt: &Path) -> CliResult {
     let files = util::run_files(mnt);
     let dir = util::runtime_dir();
     std::fs::create_dir_all(&dir).map_err(|e| CliError::at(&dir, util::os_reason(&e)))?;
-    let log =
-        File::create(&files.log).map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
+    let (log, log_start) = open_log(&files.log)?;
     let log2 = log
         .try_clone()
         .map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
@@ -59,7 +93,7 @@ pub fn spawn(raw_options: &[String], pool: &Path, mnt: &Path) -> CliResult {
     loop {
         match child.try_wait() {
             Ok(Some(st)) => {
-                let text = std::fs::read_to_string(&files.log).unwrap_or_default();
+                let text = read_log_from(&files.log, log_start);
                 let text = text.trim();
                 if text.is_empty() {
                     return Err(CliError::new(format!(

@@ -587,10 +587,6 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
                     format!("{} persisted and marked clean", pool.display())
                 }
             ));
-            if cfg.child {
-                // A clean run leaves nothing worth keeping; failures keep their log.
-                let _ = std::fs::remove_file(&files.log);
-            }
             for w in &waiting {
                 w.answer(&Ok(UnmountReply::Done {
                     pid: std::process::id(),
