@@ -230,7 +230,9 @@ impl Fs {
     /// file as it was.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
         let blocks = (data.len() as u64).div_ceil(BS) + 1;
-        self.retry_freeing_room(blocks, || self.write_once(ino, off, data, o_sync))
+        let r = self.retry_freeing_room(blocks, || self.write_once(ino, off, data, o_sync));
+        self.say_room(&r, blocks);
+        r
     }
 
     /// One try of [`Fs::write_hinted`].
@@ -624,7 +626,9 @@ impl Fs {
     /// All or nothing, like [`Fs::write_hinted`].
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
         let blocks = len.div_ceil(BS).saturating_add(2);
-        self.retry_freeing_room(blocks, || self.fallocate_once(ino, off, len, mode))
+        let r = self.retry_freeing_room(blocks, || self.fallocate_once(ino, off, len, mode));
+        self.say_room(&r, blocks);
+        r
     }
 
     /// One try of [`Fs::fallocate`].

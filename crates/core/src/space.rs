@@ -283,6 +283,29 @@ impl Fs {
         }
     }
 
+    /// Says in the daemon's log when new data starts being refused for room
+    /// (`r` is ENOSPC) and when it is accepted again — each change once, not
+    /// once per write. For foreground writes and fallocate; `blocks` is what
+    /// the request asked for.
+    pub(crate) fn say_room<T>(&self, r: &FsResult<T>, blocks: u64) {
+        let full = &self.space_stats.full;
+        match r {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                if !full.swap(true, Ordering::Relaxed) {
+                    self.notice(format!(
+                        "the pool is full: writes are refused with ENOSPC (a request for {} KiB; {} KiB of room left)",
+                        blocks * BLOCK_SIZE / 1024,
+                        self.data_room_blocks() * BLOCK_SIZE / 1024
+                    ));
+                }
+            }
+            Ok(_) if full.load(Ordering::Relaxed) && full.swap(false, Ordering::Relaxed) => {
+                self.notice("the pool has room again: writes are accepted".into());
+            }
+            _ => {}
+        }
+    }
+
     /// Waits for the window of moves in flight, if any, to end, then drops
     /// the PM side of clean data, coldest first, until `blocks` blocks plus
     /// the metadata reserve are freed; again while either did something and
@@ -397,6 +420,9 @@ pub struct SpaceStats {
     /// 1 + free PM blocks when the last wait gave up (0: it did not):
     /// operations do not wait again until PM has more free blocks.
     pub stalled_at_free: std::sync::atomic::AtomicU64,
+    /// Set when a data write was refused for room, until one succeeds: the
+    /// daemon's log says each change once, not once per refused write.
+    pub full: std::sync::atomic::AtomicBool,
 }
 
 #[cfg(test)]

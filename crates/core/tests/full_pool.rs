@@ -189,3 +189,39 @@ fn a_pm_only_pool_filled_with_data_still_punches_holes() {
     }
     fs.check_allocator().unwrap();
 }
+
+#[test]
+fn the_log_says_once_when_the_pool_fills_and_once_when_it_has_room_again() {
+    let (_media, fs) = pm_pool(2 << 20, 64);
+    let a = fs.mknod(1, b"fill", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let mut off = 0u64;
+    while fs.write(a.ino, off, &[1u8; 65536]).is_ok() {
+        off += 65536;
+    }
+    for _ in 0..5 {
+        let e = fs.write(a.ino, off, &[1u8; 65536]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    }
+    let notes = fs.take_notices();
+    let full: Vec<_> = notes
+        .iter()
+        .filter(|n| n.contains("the pool is full"))
+        .collect();
+    assert_eq!(full.len(), 1, "{notes:?}");
+    fs.setattr(
+        a.ino,
+        terrace_core::SetAttr {
+            size: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.write(a.ino, 0, &[2u8; 4096]).unwrap();
+    fs.write(a.ino, 4096, &[2u8; 4096]).unwrap();
+    let notes = fs.take_notices();
+    assert_eq!(
+        notes.iter().filter(|n| n.contains("room again")).count(),
+        1,
+        "{notes:?}"
+    );
+}
