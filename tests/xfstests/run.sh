@@ -69,7 +69,19 @@ EOF
 CONFIG=${XFSTESTS_CONFIG:-pm}
 WORK=${XFSTESTS_WORK:-/var/tmp/terrace-xfstests}
 TERRACE_SRC=${TERRACE:-$REPO/target/release/terrace}
-TARBALL=${XFSTESTS_TARBALL:-$REPO/../shared/third_party/xfstests-63a29724.tar.gz}
+TARBALL_NAME=xfstests-63a29724.tar.gz
+# The pinned source: XFSTESTS_TARBALL, else shared/third_party/ beside the
+# checkout or beside any folder above it (a clean clone elsewhere finds it
+# too); empty when none is found (a build of it in WORK is then reused).
+find_tarball() {
+    local d=$REPO
+    while [ -n "$d" ] && [ "$d" != / ]; do
+        [ -r "$d/../shared/third_party/$TARBALL_NAME" ] &&
+            { readlink -f "$d/../shared/third_party/$TARBALL_NAME"; return; }
+        d=$(dirname "$d")
+    done
+}
+TARBALL=${XFSTESTS_TARBALL:-$(find_tarball)}
 REPORT=${XFSTESTS_REPORT:-}
 WRITE_REPORT=1
 EXPECTED=${XFSTESTS_EXPECTED:-$HERE/expected-failures}
@@ -117,7 +129,13 @@ if [ "$UNINSTALL" = 1 ]; then
 fi
 
 [ "$(id -u)" = 0 ] || die "must run as root (it installs packages, creates users, mounts)"
-[ -r "$TARBALL" ] || die "xfstests tarball not found: $TARBALL"
+if [ -z "$TARBALL" ] || [ ! -r "$TARBALL" ]; then
+    # Without the tarball, an earlier build of the same pinned source will do.
+    [ -f "$WORK/xfstests/.terrace-build" ] && [ -x "$WORK/xfstests/ltp/fsstress" ] ||
+        die "xfstests tarball not found (${TARBALL:-$TARBALL_NAME}: set XFSTESTS_TARBALL, or put the checkout beside shared/third_party/) and no earlier build in $WORK/xfstests"
+    say "xfstests tarball not found; reusing the build in $WORK/xfstests"
+    TARBALL=
+fi
 
 case $CONFIG in
     pm)
@@ -172,7 +190,7 @@ id 123456-fsgqa >/dev/null 2>&1 || useradd -m 123456-fsgqa ||
 
 # --------------------------------------------------------------- xfstests build
 SRC=$WORK/xfstests
-SHA=$(sha256sum "$TARBALL" | cut -d' ' -f1)
+SHA=$([ -n "$TARBALL" ] && sha256sum "$TARBALL" | cut -d' ' -f1 || cat "$SRC/.terrace-build")
 if [ -f "$SRC/.terrace-build" ] && [ "$(cat "$SRC/.terrace-build")" = "$SHA" ] && [ -x "$SRC/ltp/fsstress" ]; then
     say "reusing the xfstests build in $SRC"
 else
@@ -336,7 +354,7 @@ REPORT_ARGS=(--config "$CONFIG" --check-log "$RUN/check.log" --results "$RUN/res
              --command "tests/xfstests/run.sh --config $CONFIG$([ "$TERRACE_SRC" = "$REPO/target/release/terrace" ] || printf ' --terrace %s' "$TERRACE_SRC") ${CHECK_ARGS[*]}"
              --check-rc "$CHECK_RC" --seconds $((END - START))
              --terrace-version "$TERRACE_VERSION" --git-rev "$GIT_REV"
-             --xfstests "$(basename "$TARBALL")"
+             --xfstests "$TARBALL_NAME"
              --pools "TEST: mkfs ${TEST_TIERS[*]}; SCRATCH: mkfs ${SCRATCH_TIERS[*]}"
              --mount-opts "allow_other${POOL_OPTS:+,$POOL_OPTS}"
              --options "scratch fsck after each test: $([ "$FSCK_SCRATCH" = 1 ] && echo yes || echo no); sized scratch mkfs: $([ "$SIZED_MKFS" = 1 ] && echo yes || echo no)")

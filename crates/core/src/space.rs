@@ -290,14 +290,15 @@ impl Fs {
     pub(crate) fn say_room<T>(&self, r: &FsResult<T>, blocks: u64) {
         let full = &self.space_stats.full;
         match r {
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                if !full.swap(true, Ordering::Relaxed) {
-                    self.notice(format!(
-                        "the pool is full: writes are refused with ENOSPC (a request for {} KiB; {} KiB of room left)",
-                        blocks * BLOCK_SIZE / 1024,
-                        self.data_room_blocks() * BLOCK_SIZE / 1024
-                    ));
-                }
+            Err(e)
+                if e.raw_os_error() == Some(libc::ENOSPC)
+                    && !full.swap(true, Ordering::Relaxed) =>
+            {
+                self.notice(format!(
+                    "the pool is full: writes are refused with ENOSPC (a request for {} KiB; {} KiB of room left)",
+                    blocks * BLOCK_SIZE / 1024,
+                    self.data_room_blocks() * BLOCK_SIZE / 1024
+                ));
             }
             Ok(_) if full.load(Ordering::Relaxed) && full.swap(false, Ordering::Relaxed) => {
                 self.notice("the pool has room again: writes are accepted".into());
