@@ -62,6 +62,8 @@ pub struct Counters {
     pub placed_block: AtomicU64,
     /// Writes that went to another tier than the policy chose (it was full).
     pub placement_overflows: AtomicU64,
+    /// Where writes went, per class of write.
+    pub placement: crate::placement_stats::PlacementStats,
     /// Blocks read from block tiers whose checksum matched.
     pub checksummed_reads: AtomicU64,
     /// Blocks read from block tiers whose checksum did not match (EIO).

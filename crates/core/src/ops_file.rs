@@ -13,6 +13,7 @@
 use crate::data::DataRuns;
 use crate::fs::{now_ns, Fs};
 use crate::inode::Inode;
+use crate::placement_stats::{Landing, WriteClass};
 use crate::types::*;
 use std::sync::atomic::Ordering;
 use terrace_format::{Entry, WriteEntry, BLOCK_SIZE, XATTR_NAME_MAX, XATTR_VALUE_MAX};
@@ -306,6 +307,7 @@ impl Fs {
                 .map(|tier| terrace_policy::TierRule::Pin { tier }),
             access: i.access.class(),
         };
+        let class = WriteClass::of(obs.synchronous, obs.large || fresh_large, data.len() as u64);
         let want = self.placement.read().place(&obs).tier();
         // Past the forced mark, foreground writes go straight down while
         // migration makes room on PM.
@@ -333,6 +335,15 @@ impl Fs {
                     &self.counters.placement_overflows
                 })
                 .fetch_add(1, Ordering::Relaxed);
+                self.counters.placement.note(
+                    class,
+                    if want != 0 {
+                        Landing::BlockChosen
+                    } else {
+                        Landing::BlockOverflow
+                    },
+                    data.len() as u64,
+                );
                 if synchronous || o_sync {
                     self.flush_inode(ino)?;
                 }
@@ -375,6 +386,14 @@ impl Fs {
             &self.counters.placed_block
         };
         placed.fetch_add(1, Ordering::Relaxed);
+        let landing = match (pieces[0].tier, want) {
+            (0, _) => Landing::Pm,
+            (_, 0) => Landing::BlockOverflow,
+            _ => Landing::BlockChosen,
+        };
+        self.counters
+            .placement
+            .note(class, landing, data.len() as u64);
         let release = |pieces: Vec<DataRuns>| {
             for d in pieces {
                 self.release_data(d);

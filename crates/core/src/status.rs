@@ -137,6 +137,10 @@ pub struct Status {
     pub placed_block: u64,
     /// Writes that overflowed their chosen tier.
     pub placement_overflows: u64,
+    /// Where writes went per class (synchronous, small and large
+    /// asynchronous), and why.
+    #[serde(default)]
+    pub placement_by_class: crate::placement_stats::PlacementByClass,
     /// The running scrub, or the last one since mount.
     pub scrub: Option<crate::scrub::ScrubReport>,
     /// Block-tier data blocks read and verified against their checksum.
@@ -258,6 +262,7 @@ impl Fs {
             placed_pm: c.placed_pm.load(Ordering::Relaxed),
             placed_block: c.placed_block.load(Ordering::Relaxed),
             placement_overflows: c.placement_overflows.load(Ordering::Relaxed),
+            placement_by_class: c.placement.snapshot(),
             scrub: self.scrub_status(),
             checksummed_reads: c.checksummed_reads.load(Ordering::Relaxed),
             checksum_errors: c.checksum_errors.load(Ordering::Relaxed),

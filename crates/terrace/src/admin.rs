@@ -318,6 +318,25 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         "  placement     policy {}: {} writes to PM, {} to block tiers, {} overflowed",
         st.placement_policy, st.placed_pm, st.placed_block, st.placement_overflows
     ));
+    let pc = &st.placement_by_class;
+    for (name, c) in [
+        ("synchronous", &pc.sync),
+        ("async small", &pc.async_small),
+        ("async large", &pc.async_large),
+    ] {
+        if c.pm_writes + c.block_writes + c.overflow_writes == 0 {
+            continue;
+        }
+        line(format!(
+            "    {name:<11} {} to PM ({}), {} to block tiers by choice ({}), {} to block tiers because PM was full ({})",
+            c.pm_writes,
+            util::human_bytes(c.pm_bytes),
+            c.block_writes,
+            util::human_bytes(c.block_bytes),
+            c.overflow_writes,
+            util::human_bytes(c.overflow_bytes)
+        ));
+    }
     line(format!(
         "  predictions   synchronous right {} of {}, asynchronous right {} of {}",
         sp.predicted_sync_correct,
