@@ -1,0 +1,116 @@
+//! Extended attributes: get, set, list and remove, each set or removal one
+//! log commit of the inode (values up to 64 KiB: several entries appended in
+//! one commit, format 5).
+
+use crate::fs::{now_ns, Fs};
+use crate::inode::Inode;
+use crate::types::*;
+use terrace_format::{Entry, XATTR_NAME_MAX, XATTR_VALUE_MAX};
+
+/// `setxattr` flag: fail if the attribute exists.
+pub const XATTR_CREATE: i32 = 1;
+/// `setxattr` flag: fail if the attribute does not exist.
+pub const XATTR_REPLACE: i32 = 2;
+
+impl Fs {
+    fn check_xattr_name(i: &Inode, name: &[u8]) -> FsResult<()> {
+        if name.is_empty() || name.len() > XATTR_NAME_MAX {
+            return Err(errno(libc::ERANGE));
+        }
+        if name.starts_with(crate::placement_view::VIRTUAL_PREFIX)
+            && name != crate::rules::RULE_XATTR
+        {
+            // Terrace's own names are read-only views (but for the rule).
+            return Err(errno(libc::EPERM));
+        }
+        if name.starts_with(b"user.") {
+            if !matches!(i.kind, FileType::Regular | FileType::Directory) {
+                return Err(errno(libc::EPERM));
+            }
+            Ok(())
+        } else if name.starts_with(b"trusted.") || name.starts_with(b"security.") {
+            Ok(())
+        } else {
+            Err(errno(libc::EOPNOTSUPP))
+        }
+    }
+
+    /// Sets an extended attribute (`flags`: [`XATTR_CREATE`], [`XATTR_REPLACE`]).
+    pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        self.wait_for_pm_room();
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        Self::check_xattr_name(i, name)?;
+        if value.len() > XATTR_VALUE_MAX {
+            return Err(errno(libc::E2BIG));
+        }
+        let rule = name == crate::rules::RULE_XATTR;
+        if rule {
+            self.check_rule(i, value)?;
+        }
+        let exists = i.xattrs.contains_key(name);
+        if flags & XATTR_CREATE != 0 && exists {
+            return Err(errno(libc::EEXIST));
+        }
+        if flags & XATTR_REPLACE != 0 && !exists {
+            return Err(errno(libc::ENODATA));
+        }
+        let mut a = i.attr;
+        a.ctime = now_ns();
+        let mut entries = crate::inode::xattr_entries(name, value);
+        entries.push(Entry::Attr(a));
+        self.commit_one(i, entries)?;
+        if rule {
+            self.note_ruled(ino);
+            self.kick_migration();
+        }
+        Ok(())
+    }
+
+    /// Reads an extended attribute.
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        let g = self.lock(ino)?;
+        let i = g.as_ref().expect("live");
+        if let Some(v) = self.virtual_xattr(i, name) {
+            return Ok(v);
+        }
+        Self::check_xattr_name(i, name).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EPERM) {
+                errno(libc::ENODATA)
+            } else {
+                e
+            }
+        })?;
+        i.xattrs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| errno(libc::ENODATA))
+    }
+
+    /// Names of all extended attributes.
+    pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        let g = self.lock(ino)?;
+        Ok(g.as_ref().expect("live").xattrs.keys().cloned().collect())
+    }
+
+    /// Removes an extended attribute.
+    pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        Self::check_xattr_name(i, name)?;
+        if !i.xattrs.contains_key(name) {
+            return Err(errno(libc::ENODATA));
+        }
+        let mut a = i.attr;
+        a.ctime = now_ns();
+        self.commit_one(
+            i,
+            vec![
+                Entry::XattrDel {
+                    name: name.to_vec(),
+                },
+                Entry::Attr(a),
+            ],
+        )
+    }
+}
