@@ -348,19 +348,25 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
     o
 }
 
+/// The status of the daemon serving `mnt`, or the error to print (no
+/// daemon, a failed or refused request). For `status` and `iostat`.
+pub(crate) fn fetch_status(mnt: &Path) -> CliResult<DaemonStatus> {
+    let abs = util::abs_path(mnt);
+    match control::call(
+        &util::control_socket(&abs),
+        GetStatus {},
+        Duration::from_secs(10),
+    ) {
+        Ok(r) => Ok(r.status),
+        Err(ControlError::NoDaemon) => Err(no_daemon(&abs, mnt)),
+        Err(ControlError::Failed(m)) => Err(CliError::at(mnt, m)),
+        Err(ControlError::Refused(r)) => Err(CliError::at(mnt, r.error)),
+    }
+}
+
 /// `terrace status MOUNTPOINT [--json]`.
 pub fn status(mnt: &Path, as_json: bool) -> CliResult {
-    let abs = util::abs_path(mnt);
-    let files = util::RunFiles {
-        socket: util::control_socket(&abs),
-        ..util::run_files(&abs)
-    };
-    let st = match control::call(&files.socket, GetStatus {}, Duration::from_secs(10)) {
-        Ok(r) => r.status,
-        Err(ControlError::NoDaemon) => return Err(no_daemon(&abs, mnt)),
-        Err(ControlError::Failed(m)) => return Err(CliError::at(mnt, m)),
-        Err(ControlError::Refused(r)) => return Err(CliError::at(mnt, r.error)),
-    };
+    let st = fetch_status(mnt)?;
     if as_json {
         // Through a JSON value, whose objects keep their keys sorted: the
         // output lists the fields in the same order as always.

@@ -5,9 +5,8 @@
 //! hits — each as a rate over the interval, computed from two `status`
 //! answers of the daemon (its counters since mount).
 
-use crate::admin::no_daemon;
-use crate::control::protocol::{DaemonStatus, GetStatus};
-use crate::control::{self, ControlError};
+use crate::admin::fetch_status;
+use crate::control::protocol::DaemonStatus;
 use crate::util::{self, CliError, CliResult};
 use serde::Serialize;
 use std::path::Path;
@@ -163,14 +162,7 @@ pub fn run(mnt: &Path, interval: f64, count: Option<u64>, json: bool) -> CliResu
             "count 0: nothing to show (omit COUNT to run until Ctrl-C)",
         ));
     }
-    let abs = util::abs_path(mnt);
-    let socket = util::control_socket(&abs);
-    let fetch = || match control::call(&socket, GetStatus {}, Duration::from_secs(10)) {
-        Ok(r) => Ok((r.status, Instant::now())),
-        Err(ControlError::NoDaemon) => Err(no_daemon(&abs, mnt)),
-        Err(ControlError::Failed(m)) => Err(CliError::at(mnt, m)),
-        Err(ControlError::Refused(r)) => Err(CliError::at(mnt, r.error)),
-    };
+    let fetch = || fetch_status(mnt).map(|st| (st, Instant::now()));
     let (mut prev, mut at) = fetch()?;
     let mut shown = 0u64;
     loop {
