@@ -289,12 +289,20 @@ impl Fs {
             i.sync
                 .on_write(data.len() as u64, now.max(0) as u64, o_sync, &sync_params);
         i.access.record(off, data.len() as u64, true);
+        let now_u = now.max(0) as u64;
+        let placement_stats = &self.counters.placement;
+        if synchronous || o_sync {
+            placement_stats.note_sync_write(now_u);
+        }
         let pm_free = self.pm_data_free_bytes();
         let obs = terrace_policy::WriteObservation {
             synchronous,
             large: terrace_policy::size_predictor::is_large(counter, &size_params),
             fresh_large,
-            pm_over_threshold: fresh_large && self.pm_over_threshold(),
+            pm_over_threshold: self.pm_over_threshold(),
+            pm_saturated: self.pm_forced(),
+            sync_writers_active: placement_stats
+                .sync_writers_active(now_u, terrace_policy::placement::SYNC_WRITER_WINDOW_NS),
             write_bytes: nblocks * BS,
             pm_free_bytes: pm_free,
             pm_capacity_bytes: self.alloc.total() * BS,
@@ -305,13 +313,15 @@ impl Fs {
             access: i.access.class(),
         };
         let class = WriteClass::of(obs.synchronous, obs.large || fresh_large, data.len() as u64);
-        let want = self.placement.read().place(&obs).tier();
-        // Past the forced mark, foreground writes go straight down while
-        // migration makes room on PM.
-        let pm_full = pm_free < nblocks * BS || self.pm_forced();
-        if pm_full {
+        let chosen = self.placement.read().place(&obs).tier();
+        let want = chosen;
+        // PM use past the forced mark is the policy's to handle (load-aware
+        // routing sends asynchronous writes down); here only a PM without
+        // room for this write sends it to a block tier anyway.
+        if obs.pm_saturated || pm_free < nblocks * BS {
             self.kick_migration();
         }
+        let pm_full = pm_free < nblocks * BS;
         let to_cache = !self.tiers.is_empty() && (want != 0 || pm_full);
         if to_cache {
             drop(g);
@@ -383,7 +393,7 @@ impl Fs {
             &self.counters.placed_block
         };
         placed.fetch_add(1, Ordering::Relaxed);
-        let landing = match (pieces[0].tier, want) {
+        let landing = match (pieces[0].tier, chosen) {
             (0, _) => Landing::Pm,
             (_, 0) => Landing::BlockOverflow,
             _ => Landing::BlockChosen,

@@ -4,15 +4,17 @@
 //! predictor) or small, each counted where it landed — PM,
 //! a block tier the policy chose, or a block tier because PM had no room for
 //! it (an overflow) — so a user can check the placement policy protects what
-//! it should (`terrace status`).
+//! it should (`terrace status`). It also remembers when the last synchronous
+//! write arrived, which the placement policies read as "a synchronous writer
+//! is active" (`terrace_policy::placement`, keeping PM for the writes that
+//! wait).
 
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Asynchronous writes of at least this size count as large (a streaming
-/// writer's requests; the write-size predictor calls a write large only once
-/// its location was rewritten in large pieces).
-pub const LARGE_WRITE_BYTES: u64 = 128 << 10;
+/// Asynchronous writes of at least this size count as large: the placement
+/// policies' bulk writes ([`terrace_policy::placement::BULK_WRITE_BYTES`]).
+pub const LARGE_WRITE_BYTES: u64 = terrace_policy::placement::BULK_WRITE_BYTES;
 
 /// A write's class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,9 +60,23 @@ struct ClassCounters {
 #[derive(Default)]
 pub struct PlacementStats {
     classes: [ClassCounters; 3],
+    /// Wall-clock ns of the last write predicted synchronous (0: none yet).
+    last_sync_write_ns: AtomicU64,
 }
 
 impl PlacementStats {
+    /// Remembers that a write predicted synchronous arrived at `now_ns`.
+    pub fn note_sync_write(&self, now_ns: u64) {
+        self.last_sync_write_ns.fetch_max(now_ns, Ordering::Relaxed);
+    }
+
+    /// Whether a synchronous write arrived within `window_ns` before
+    /// `now_ns`.
+    pub fn sync_writers_active(&self, now_ns: u64, window_ns: u64) -> bool {
+        let last = self.last_sync_write_ns.load(Ordering::Relaxed);
+        last != 0 && now_ns.saturating_sub(last) < window_ns
+    }
+
     /// Counts a write of `bytes` of `class` that landed as `landing`.
     pub fn note(&self, class: WriteClass, landing: Landing, bytes: u64) {
         let c = &self.classes[class as usize];
@@ -135,5 +151,17 @@ mod tests {
         assert_eq!(p.async_large.overflow_bytes, 1 << 20);
         assert_eq!(p.async_small.block_writes, 1);
         assert_eq!(p.sync.block_writes + p.sync.overflow_writes, 0);
+    }
+
+    #[test]
+    fn a_synchronous_writer_counts_as_active_for_the_window_after_its_last_write() {
+        let s = PlacementStats::default();
+        assert!(!s.sync_writers_active(1_000, 500), "none seen yet");
+        s.note_sync_write(1_000);
+        assert!(s.sync_writers_active(1_400, 500));
+        assert!(!s.sync_writers_active(1_500, 500));
+        // A late note of an earlier write never moves the mark back.
+        s.note_sync_write(900);
+        assert!(s.sync_writers_active(1_400, 500));
     }
 }

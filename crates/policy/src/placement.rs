@@ -17,6 +17,31 @@
 //! synchronous or small → PM; large and asynchronous → the first (fastest)
 //! block tier through the cache.
 //!
+//! # Keeping PM for the writes that wait (issue 22)
+//!
+//! A small PM shared by a synchronous writer (a database's WAL: 4 KiB writes,
+//! `fsync` after each) and a bulk stream (large asynchronous writes) must go
+//! to the synchronous writer: its latency is what PM buys, while the stream
+//! goes as fast through the DRAM cache to disk. Two rules, in every
+//! automatic policy, for asynchronous writes only:
+//!
+//! - **Bulk yields to synchronous writers.** While a synchronous writer is
+//!   active ([`WriteObservation::sync_writers_active`]: a write predicted
+//!   synchronous within [`SYNC_WRITER_WINDOW_NS`]), a bulk write (at least
+//!   [`BULK_WRITE_BYTES`], or predicted large) goes to PM only while PM use is
+//!   below the migration threshold — space migration never has to free —
+//!   and to the first block tier through the cache above it. The room
+//!   between the threshold and full stays for the synchronous writers, and
+//!   migration then moves only what is cold. With no synchronous writer
+//!   active, a lone stream keeps using PM up to the forced mark (measured
+//!   faster for one sequential writer, docs/benchmarks.md 3b).
+//! - **Load-aware routing** (Orthus, FAST '21: when the fast device is the
+//!   bottleneck, send the excess to the slow one rather than queue behind
+//!   it): once PM use passes the forced mark, migration is not keeping up,
+//!   and every asynchronous write goes to the first block tier through the
+//!   cache ([`WriteObservation::pm_saturated`]). Synchronous writes keep PM
+//!   until it has no room left for them.
+//!
 //! # Why a full PM never means ENOSPC
 //!
 //! When PM lacks room for a write, the write goes to the first block tier
@@ -37,6 +62,16 @@ use std::fmt;
 
 /// Tier id of the PM tier (tier 0 in the superblock's tier list).
 pub const PM_TIER: u8 = 0;
+
+/// Asynchronous writes of at least this size are bulk: a streaming writer's
+/// requests (the write-size predictor only calls a write large once its
+/// location was rewritten in large pieces, so new data needs its own test).
+pub const BULK_WRITE_BYTES: u64 = 128 << 10;
+
+/// A synchronous writer counts as active for this long after its last
+/// synchronous write (10 s: a database committing every few seconds keeps
+/// its PM between commits).
+pub const SYNC_WRITER_WINDOW_NS: u64 = 10_000_000_000;
 
 /// Where one write goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +138,13 @@ pub struct WriteObservation {
     pub fresh_large: bool,
     /// PM use has reached its migration threshold.
     pub pm_over_threshold: bool,
+    /// PM use has passed the forced mark: migration is not keeping up with
+    /// the writes PM takes (load-aware routing sends asynchronous writes
+    /// down).
+    pub pm_saturated: bool,
+    /// A write predicted synchronous reached the file system within
+    /// [`SYNC_WRITER_WINDOW_NS`] (any file).
+    pub sync_writers_active: bool,
     /// Bytes this write needs on its tier (whole blocks).
     pub write_bytes: u64,
     /// Free bytes on PM now.
@@ -121,6 +163,22 @@ impl WriteObservation {
     /// Whether PM has room for this write.
     pub fn pm_has_room(&self) -> bool {
         self.write_bytes <= self.pm_free_bytes
+    }
+
+    /// Whether this is a bulk write: asynchronous, and large by prediction
+    /// or by its own size ([`BULK_WRITE_BYTES`]).
+    pub fn bulk(&self) -> bool {
+        !self.synchronous && (self.large || self.write_bytes >= BULK_WRITE_BYTES)
+    }
+
+    /// Whether an asynchronous write must leave PM to others (the rules of
+    /// "Keeping PM for the writes that wait" in the module docs): PM is
+    /// saturated, or this is bulk while a synchronous writer is active and
+    /// PM is past its migration threshold.
+    pub fn yields_pm(&self) -> bool {
+        !self.synchronous
+            && (self.pm_saturated
+                || (self.bulk() && self.sync_writers_active && self.pm_over_threshold))
     }
 }
 
@@ -182,7 +240,7 @@ impl PlacementPolicy for Ziggurat {
         // Large new data goes down only once PM is past its threshold: until
         // then PM has room to spare and migration moves it later if it cools.
         let large = obs.large || (obs.fresh_large && obs.pm_over_threshold);
-        if large && !obs.synchronous {
+        if (large && !obs.synchronous) || obs.yields_pm() {
             Placement::BlockViaCache { tier }
         } else {
             pm_or_spill(obs)
@@ -250,6 +308,7 @@ impl PlacementPolicy for HetFs {
         };
         match obs.access {
             AccessClass::Sequential if !obs.synchronous => Placement::BlockViaCache { tier },
+            _ if obs.yields_pm() => Placement::BlockViaCache { tier },
             AccessClass::Random | AccessClass::ByteGranular => pm_or_spill(obs),
             _ => Ziggurat.place(obs),
         }
@@ -286,6 +345,8 @@ mod tests {
             large,
             fresh_large: false,
             pm_over_threshold: false,
+            pm_saturated: false,
+            sync_writers_active: false,
             write_bytes: 4096,
             pm_free_bytes: 64 * MIB,
             pm_capacity_bytes: 128 * MIB,
@@ -437,6 +498,79 @@ mod tests {
         o.access = AccessClass::Sequential;
         o.rule = Some(TierRule::Pin { tier: PM_TIER });
         assert_eq!(place("hetfs", &o), Placement::Pm);
+    }
+
+    fn bulk(o: WriteObservation) -> WriteObservation {
+        WriteObservation {
+            write_bytes: BULK_WRITE_BYTES,
+            ..o
+        }
+    }
+
+    #[test]
+    fn bulk_writes_leave_pm_past_its_threshold_while_a_synchronous_writer_is_active() {
+        for name in ["ziggurat", "hetfs"] {
+            let mut o = bulk(obs(false, false));
+            o.pm_over_threshold = true;
+            assert_eq!(place(name, &o), Placement::Pm, "{name}: no sync writer");
+            o.sync_writers_active = true;
+            assert_eq!(
+                place(name, &o),
+                Placement::BlockViaCache { tier: 1 },
+                "{name}"
+            );
+            o.pm_over_threshold = false;
+            assert_eq!(place(name, &o), Placement::Pm, "{name}: below threshold");
+        }
+    }
+
+    #[test]
+    fn small_and_synchronous_writes_keep_pm_beside_a_synchronous_writer() {
+        let mut small = obs(false, false);
+        small.sync_writers_active = true;
+        small.pm_over_threshold = true;
+        assert_eq!(place("ziggurat", &small), Placement::Pm);
+        let mut sync = bulk(obs(true, false));
+        sync.sync_writers_active = true;
+        sync.pm_over_threshold = true;
+        assert_eq!(place("ziggurat", &sync), Placement::Pm);
+    }
+
+    #[test]
+    fn a_saturated_pm_sends_every_asynchronous_write_down_and_keeps_synchronous_ones() {
+        for name in ["ziggurat", "hetfs"] {
+            let mut o = obs(false, false);
+            o.pm_saturated = true;
+            o.pm_over_threshold = true;
+            assert_eq!(
+                place(name, &o),
+                Placement::BlockViaCache { tier: 1 },
+                "{name}"
+            );
+            o.access = crate::access::AccessClass::Random;
+            assert_eq!(
+                place(name, &o),
+                Placement::BlockViaCache { tier: 1 },
+                "{name}"
+            );
+            o.synchronous = true;
+            assert_eq!(place(name, &o), Placement::Pm, "{name}: sync keeps PM");
+            assert_eq!(
+                place(name, &full(o)),
+                Placement::BlockSyncWriteThrough { tier: 1 },
+                "{name}: sync overflows only when PM has no room"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pin_to_pm_outranks_the_protection_of_synchronous_writers() {
+        let mut o = bulk(obs(false, true));
+        o.sync_writers_active = true;
+        o.pm_over_threshold = true;
+        o.pm_saturated = true;
+        o.rule = Some(TierRule::Pin { tier: PM_TIER });
+        assert_eq!(place("ziggurat", &o), Placement::Pm);
     }
 
     #[test]

@@ -96,7 +96,9 @@ impl Fs {
         cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(threshold)
     }
 
-    /// PM use passes the forced mark: foreground writes go straight down.
+    /// PM use passes the forced mark: migration is not keeping up, and the
+    /// placement policies send asynchronous writes straight down
+    /// (load-aware routing; synchronous writes keep PM while it has room).
     pub(crate) fn pm_forced(&self) -> bool {
         if self.tiers.is_empty() {
             return false;

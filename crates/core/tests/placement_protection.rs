@@ -1,0 +1,89 @@
+//! Issue 22: a synchronous writer keeps PM while a bulk stream runs beside
+//! it, and a lone bulk stream still uses PM (up to the forced mark) when no
+//! synchronous writer needs it. Counted with `status.placement_by_class`.
+
+mod common;
+use common::*;
+
+const MIB: u64 = 1 << 20;
+
+/// A WAL: 4 KiB appends with an fsync after each.
+fn wal_writes(fs: &terrace_core::Fs, ino: u64, from: u64, n: u64) {
+    for k in from..from + n {
+        fs.write(ino, k * 4096, &[7u8; 4096]).unwrap();
+        fs.fsync(ino, true).unwrap();
+    }
+}
+
+#[test]
+fn a_synchronous_writer_keeps_pm_while_a_bulk_stream_runs() {
+    // PM 32 MiB; the bulk stream writes four times that in 1 MiB writes,
+    // the WAL 4 MiB in 4 KiB writes interleaved with it. No migration runs,
+    // so PM holds whatever lands on it.
+    let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
+    let wal = file(&fs, 1, "wal");
+    let bulk = file(&fs, 1, "bulk");
+    wal_writes(&fs, wal, 0, 8);
+    for k in 0..128u64 {
+        fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
+        wal_writes(&fs, wal, 8 + k * 8, 8);
+    }
+    let p = fs.status().placement_by_class;
+    assert_eq!(p.sync.pm_writes, 8 + 128 * 8 - 1, "{p:?}");
+    assert_eq!(
+        p.sync.overflow_writes + p.sync.block_writes,
+        0,
+        "synchronous writes left PM: {p:?}"
+    );
+    assert!(
+        p.async_large.block_writes >= 96,
+        "the bulk stream kept taking PM: {p:?}"
+    );
+    // Every WAL block is on PM.
+    let tiers = fs.getxattr(wal, b"user.terrace.tiers").unwrap();
+    let tiers = String::from_utf8(tiers).unwrap();
+    assert!(!tiers.contains(":ssd"), "WAL data on the SSD: {tiers}");
+}
+
+#[test]
+fn a_lone_bulk_stream_still_uses_pm_up_to_the_forced_mark() {
+    let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
+    let bulk = file(&fs, 1, "bulk");
+    for k in 0..64u64 {
+        fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
+    }
+    let p = fs.status().placement_by_class;
+    // Past the dynamic threshold (50% for writes alone) and up to the forced
+    // mark (95%), less the metadata reserve: well over 16 of 32 MiB.
+    assert!(
+        p.async_large.pm_writes >= 24,
+        "a lone stream should fill PM before going down: {p:?}"
+    );
+    assert!(p.async_large.pm_writes < 32, "{p:?}");
+}
+
+#[test]
+fn synchronous_writes_keep_pm_past_the_forced_mark_until_it_has_no_room() {
+    let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
+    let bulk = file(&fs, 1, "bulk");
+    // Fill PM to the forced mark with a lone stream.
+    for k in 0..64u64 {
+        fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
+    }
+    let before = fs.status().placement_by_class;
+    // Small asynchronous writes now go down (PM saturated) ...
+    let small = file(&fs, 1, "small");
+    for k in 0..16u64 {
+        fs.write(small, k * 4096, &[1u8; 4096]).unwrap();
+    }
+    // ... while synchronous ones still land on PM.
+    let wal = file(&fs, 1, "wal");
+    wal_writes(&fs, wal, 0, 16);
+    let p = fs.status().placement_by_class;
+    assert_eq!(
+        p.async_small.pm_writes, before.async_small.pm_writes,
+        "small async writes took a saturated PM: {p:?}"
+    );
+    assert!(p.sync.pm_writes >= 15, "{p:?}");
+    assert_eq!(p.sync.overflow_writes, 0, "{p:?}");
+}
