@@ -1,0 +1,83 @@
+//! Settings from a config file (TOML or any serde format): a value as the
+//! file holds it ([`ConfigValue`]), and [`Settings`] deserialized from a map
+//! of key → value, each value turned into the key's text
+//! ([`Settings::config_text`]) and the whole checked by [`Settings::with`] —
+//! the same parsers, ranges and rules as the command line.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer};
+
+use super::typed::Settings;
+
+/// A value as a config file holds it (TOML or any serde format).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigValue {
+    /// An integer: bytes for a size, ns for a duration.
+    Int(i128),
+    /// A boolean (switches).
+    Bool(bool),
+    /// Text, parsed like `-o` text (`"1M"`, `"30s"`, `"dynamic"`).
+    Text(String),
+    /// Anything else (a float, an array, a table): refused, with its type.
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for ConfigValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ConfigValue, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ConfigValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "a setting's value (an integer, a boolean or text)")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Bool(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Int(v.into()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Int(v.into()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Other("a fractional number"))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ConfigValue, E> {
+                Ok(ConfigValue::Text(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                _: A,
+            ) -> Result<ConfigValue, A::Error> {
+                Ok(ConfigValue::Other("a list"))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                _: A,
+            ) -> Result<ConfigValue, A::Error> {
+                Ok(ConfigValue::Other("a table"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A config file's settings: a map of key → value, each value checked by
+/// its key's parser and the whole validated once ([`Settings::with`]).
+impl<'de> Deserialize<'de> for Settings {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Settings, D::Error> {
+        let map: std::collections::BTreeMap<String, ConfigValue> =
+            std::collections::BTreeMap::deserialize(d)?;
+        let mut pairs = Vec::with_capacity(map.len());
+        for (k, v) in &map {
+            pairs.push((
+                k.clone(),
+                Settings::config_text(k, v).map_err(serde::de::Error::custom)?,
+            ));
+        }
+        Settings::default()
+            .with(&pairs)
+            .map_err(serde::de::Error::custom)
+    }
+}
