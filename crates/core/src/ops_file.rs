@@ -257,9 +257,13 @@ impl Fs {
         let fb1 = (end - 1) / BS;
         let nblocks = fb1 - fb0 + 1;
         // Ziggurat's predictors, then the placement policy.
-        let (sync_params, size_params) = {
+        let (sync_params, size_params, sync_window_ns) = {
             let st = self.settings.read();
-            (st.sync_params(), st.size_params())
+            (
+                st.sync_params(),
+                st.size_params(),
+                st.placement_sync_window_ns,
+            )
         };
         // The entry this write overwrites: a cached write (its pages carry its
         // counter; taken as covering this write's range) or a committed one.
@@ -301,8 +305,7 @@ impl Fs {
             fresh_large,
             pm_over_threshold: self.pm_over_threshold(),
             pm_saturated: self.pm_forced(),
-            sync_writers_active: placement_stats
-                .sync_writers_active(now_u, terrace_policy::placement::SYNC_WRITER_WINDOW_NS),
+            sync_writers_active: placement_stats.sync_writers_active(now_u, sync_window_ns),
             write_bytes: nblocks * BS,
             pm_free_bytes: pm_free,
             pm_capacity_bytes: self.alloc.total() * BS,
@@ -313,8 +316,21 @@ impl Fs {
             access: i.access.class(),
         };
         let class = WriteClass::of(obs.synchronous, obs.large || fresh_large, data.len() as u64);
-        let chosen = self.placement.read().place(&obs).tier();
-        let want = chosen;
+        // `by_choice`: the policy sends the write to a block tier for its own
+        // reasons, not only because PM has no room for it (that is an
+        // overflow in `status`, whoever decided it).
+        let (want, by_choice) = {
+            let policy = self.placement.read();
+            let want = policy.place(&obs).tier();
+            let roomy = terrace_policy::WriteObservation {
+                pm_free_bytes: u64::MAX,
+                ..obs
+            };
+            (
+                want,
+                want != 0 && (obs.pm_has_room() || policy.place(&roomy).tier() != 0),
+            )
+        };
         // PM use past the forced mark is the policy's to handle (load-aware
         // routing sends asynchronous writes down); here only a PM without
         // room for this write sends it to a block tier anyway.
@@ -336,7 +352,7 @@ impl Fs {
                     self.cache_unreserve(bytes);
                 }
                 r?;
-                (if want != 0 {
+                (if by_choice {
                     &self.counters.placed_block
                 } else {
                     &self.counters.placement_overflows
@@ -344,7 +360,7 @@ impl Fs {
                 .fetch_add(1, Ordering::Relaxed);
                 self.counters.placement.note(
                     class,
-                    if want != 0 {
+                    if by_choice {
                         Landing::BlockChosen
                     } else {
                         Landing::BlockOverflow
@@ -393,10 +409,10 @@ impl Fs {
             &self.counters.placed_block
         };
         placed.fetch_add(1, Ordering::Relaxed);
-        let landing = match (pieces[0].tier, chosen) {
+        let landing = match (pieces[0].tier, by_choice) {
             (0, _) => Landing::Pm,
-            (_, 0) => Landing::BlockOverflow,
-            _ => Landing::BlockChosen,
+            (_, false) => Landing::BlockOverflow,
+            (_, true) => Landing::BlockChosen,
         };
         self.counters
             .placement

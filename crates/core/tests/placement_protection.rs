@@ -15,11 +15,31 @@ fn wal_writes(fs: &terrace_core::Fs, ino: u64, from: u64, n: u64) {
     }
 }
 
+/// PM 32 MiB; a bulk stream writes four times that in 1 MiB writes, a WAL
+/// 4 MiB in 4 KiB writes interleaved with it. No migration runs, so PM holds
+/// whatever lands on it. Returns the placement counts.
+fn wal_beside_a_stream(fs: &terrace_core::Fs) -> terrace_core::placement_stats::PlacementByClass {
+    let wal = file(fs, 1, "wal");
+    let bulk = file(fs, 1, "bulk");
+    wal_writes(fs, wal, 0, 8);
+    for k in 0..128u64 {
+        fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
+        wal_writes(fs, wal, 8 + k * 8, 8);
+    }
+    fs.status().placement_by_class
+}
+
+#[test]
+fn without_the_sync_window_the_stream_takes_pm_and_the_wal_overflows() {
+    // The setting is what protects the WAL: with it off, the old behaviour.
+    let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
+    fs.set_setting("placement_sync_window_ns", "0").unwrap();
+    let p = wal_beside_a_stream(&fs);
+    assert!(p.sync.overflow_writes > 0, "{p:?}");
+}
+
 #[test]
 fn a_synchronous_writer_keeps_pm_while_a_bulk_stream_runs() {
-    // PM 32 MiB; the bulk stream writes four times that in 1 MiB writes,
-    // the WAL 4 MiB in 4 KiB writes interleaved with it. No migration runs,
-    // so PM holds whatever lands on it.
     let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
     let wal = file(&fs, 1, "wal");
     let bulk = file(&fs, 1, "bulk");

@@ -27,7 +27,8 @@
 //!
 //! - **Bulk yields to synchronous writers.** While a synchronous writer is
 //!   active ([`WriteObservation::sync_writers_active`]: a write predicted
-//!   synchronous within [`SYNC_WRITER_WINDOW_NS`]), a bulk write (at least
+//!   synchronous within the setting `placement_sync_window_ns`, by default
+//!   [`SYNC_WRITER_WINDOW_NS`]), a bulk write (at least
 //!   [`BULK_WRITE_BYTES`], or predicted large) goes to PM only while PM use is
 //!   below the migration threshold — space migration never has to free —
 //!   and to the first block tier through the cache above it. The room
@@ -68,9 +69,9 @@ pub const PM_TIER: u8 = 0;
 /// location was rewritten in large pieces, so new data needs its own test).
 pub const BULK_WRITE_BYTES: u64 = 128 << 10;
 
-/// A synchronous writer counts as active for this long after its last
-/// synchronous write (10 s: a database committing every few seconds keeps
-/// its PM between commits).
+/// By default a synchronous writer counts as active for this long after its
+/// last synchronous write (10 s: a database committing every few seconds
+/// keeps its PM between commits); the setting `placement_sync_window_ns`.
 pub const SYNC_WRITER_WINDOW_NS: u64 = 10_000_000_000;
 
 /// Where one write goes.
@@ -142,8 +143,8 @@ pub struct WriteObservation {
     /// the writes PM takes (load-aware routing sends asynchronous writes
     /// down).
     pub pm_saturated: bool,
-    /// A write predicted synchronous reached the file system within
-    /// [`SYNC_WRITER_WINDOW_NS`] (any file).
+    /// A write predicted synchronous reached the file system within the
+    /// setting `placement_sync_window_ns` (any file).
     pub sync_writers_active: bool,
     /// Bytes this write needs on its tier (whole blocks).
     pub write_bytes: u64,

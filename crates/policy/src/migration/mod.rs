@@ -32,9 +32,11 @@
 //!
 //! Above a second, *forced* mark (default 95%, [`MigrationParams::forced_percent`])
 //! the tier is nearly full: [`should_migrate`] answers [`MigrationNeed::Forced`]
-//! and foreground writes should go straight to the next tier rather than wait
-//! for migration to free room (Ziggurat: writes "have to either stall before
-//! the migration threads clean up enough space in NVMM, or write to disk").
+//! and asynchronous foreground writes should go straight to the next tier
+//! rather than wait for migration to free room (Ziggurat: writes "have to
+//! either stall before the migration threads clean up enough space in NVMM,
+//! or write to disk"); synchronous ones keep PM while it has room
+//! ([`crate::placement`], load-aware routing).
 //!
 //! Bytes counted as *used* are the caller's to choose; with the NVMFS
 //! behaviour (clean copies, [`MigrationPolicy::keep_clean_copy`]), PM blocks

@@ -9,7 +9,9 @@
 
 use std::fmt;
 
-/// Default percentage above which foreground writes go straight down.
+/// Default percentage above which migration is forced and asynchronous
+/// foreground writes go straight down (synchronous ones keep PM while it has
+/// room: `crate::placement`).
 pub const DEFAULT_FORCED_PERCENT: u8 = 95;
 
 /// Lower bound of the dynamic threshold (percent).

@@ -150,6 +150,14 @@ pub static KEYS: &[Key] = &[
          streams to disk, random and byte-granular to PM) (default ziggurat)"
     ),
     num_key!(
+        placement_sync_window_ns: u64,
+        ANY_DURATION,
+        crate::placement::SYNC_WRITER_WINDOW_NS,
+        "duration; a synchronous writer (fsync after its writes, or O_SYNC) counts as active \
+         this long after its last synchronous write, and while one is, large asynchronous \
+         writes leave PM to it once PM is past its migration threshold (0 = never; default 10s)"
+    ),
+    num_key!(
         dram_cache_bytes: u64,
         Kind::Size {
             min: 1 << 20,
@@ -207,7 +215,7 @@ pub static KEYS: &[Key] = &[
         migration_forced_percent: u8,
         percent(50, 100),
         MigrationParams::default().forced_percent,
-        "50-100; above this PM use migration is forced and new writes go to the next tier \
+        "50-100; above this PM use migration is forced and new asynchronous writes go to the next tier \
          (default 95; 100 = never)"
     ),
     num_key!(

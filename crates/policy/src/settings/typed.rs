@@ -41,6 +41,10 @@ pub struct Settings {
     /// Name of the placement policy (see
     /// [`placement_policy_names`]).
     pub placement_policy: String,
+    /// A synchronous writer counts as active this long after its last
+    /// synchronous write; while one is, bulk writes yield PM past the
+    /// migration threshold (ns; 0 = never, PM is not protected).
+    pub placement_sync_window_ns: u64,
     /// Bound of the DRAM page cache for block-tier data (bytes).
     pub dram_cache_bytes: u64,
     /// Dirty data older than this is written back even when the cache is not
@@ -104,6 +108,7 @@ impl Default for Settings {
             size_min_write_blocks: 0,
             size_fresh_large_bytes: 0,
             placement_policy: String::new(),
+            placement_sync_window_ns: 0,
             dram_cache_bytes: 0,
             writeback_age_ns: 0,
             writeback_dirty_percent: 0,
