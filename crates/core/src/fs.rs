@@ -124,6 +124,9 @@ pub struct Fs {
     /// Serialises "is there room" checks with the claims that follow them
     /// (cached writes), so two writers cannot both take the last blocks.
     pub(crate) room_lock: parking_lot::Mutex<()>,
+    /// Readers of block-tier data without their inode lock, and the frees
+    /// waiting for them (`read_pins`).
+    pub(crate) read_pins: crate::read_pins::ReadPins,
     /// File data stored to and loaded from PM (for `terrace status`).
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
     /// Counters of the PM room rules (`space.rs`).
@@ -331,6 +334,7 @@ impl Fs {
             ),
             wb_inflight_blocks: std::sync::atomic::AtomicU64::new(0),
             room_lock: parking_lot::Mutex::new(()),
+            read_pins: Default::default(),
             pm_io: terrace_media::BlockStatsCounter::new(),
             space_stats: Default::default(),
             migrator: crate::migrate::Migrator::new(
@@ -547,15 +551,29 @@ impl Fs {
         self.free_slots.lock().push(ino);
     }
 
-    /// Returns physical runs to their tier's allocator.
+    /// Returns physical runs to their tier's allocator. Block-tier runs wait
+    /// while a reader holds a read pin (`read_pins`): it may be reading them.
     pub(crate) fn free_runs(&self, runs: Vec<Released>) {
-        for (tier, block, n) in runs {
+        let mut block = Vec::new();
+        for (tier, b, n) in runs {
             if n == 0 {
                 continue;
             }
             if tier == 0 {
-                self.alloc.free_run(block, n);
-            } else if let Some(t) = self.tiers.iter().find(|t| t.id == tier) {
+                self.alloc.free_run(b, n);
+            } else {
+                block.push((tier, b, n));
+            }
+        }
+        let now = self.read_pins.defer_or_free(block);
+        self.free_block_runs(now);
+    }
+
+    /// Returns block-tier runs to their allocators now (their DRAM cache
+    /// pages dropped first).
+    pub(crate) fn free_block_runs(&self, runs: Vec<Released>) {
+        for (tier, block, n) in runs {
+            if let Some(t) = self.tiers.iter().find(|t| t.id == tier) {
                 self.cache.invalidate(tier, block, n);
                 t.space.release(block, n);
             }

@@ -26,6 +26,7 @@ pub mod ops_file;
 pub mod ops_xattr;
 pub mod placement_stats;
 pub mod placement_view;
+pub mod read_pins;
 pub mod recovery;
 pub mod rules;
 pub mod scrub;

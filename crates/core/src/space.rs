@@ -322,7 +322,10 @@ impl Fs {
         // (its blocks then count on both tiers until it commits): look again
         // after each wait, a few times.
         for _ in 0..4 {
-            let waited = self.wait_for_moves_in_flight();
+            // Frees wait for readers of block-tier data (`read_pins`): at
+            // most one device read each.
+            let deferred = self.read_pins.wait_deferred(STALL_LIMIT);
+            let waited = self.wait_for_moves_in_flight() || deferred;
             let mut freed = 0;
             if self.pm_clean_dirty().0 > 0 {
                 let goal = blocks.saturating_add(self.pm_reserve_blocks()) * BLOCK_SIZE;

@@ -14,7 +14,9 @@
 //!
 //! [`FaultBlock::hold_syncs`] makes syncs wait (a slow device) until
 //! [`FaultBlock::release_syncs`], so a test can keep work that waits for a
-//! sync in flight while it checks what else the file system does meanwhile.
+//! sync in flight while it checks what else the file system does meanwhile;
+//! [`FaultBlock::hold_reads`] and [`FaultBlock::release_reads`] do the same
+//! for reads.
 //!
 //! [`stats`](BlockMedia::stats) are the inner media's, so they count only the
 //! requests that succeeded. Wrap an `Arc<CrashBlock>` to combine failures with
@@ -76,6 +78,10 @@ struct State {
     holding_syncs: bool,
     /// Syncs waiting now.
     syncs_waiting: u64,
+    /// Reads wait while this is set ([`FaultBlock::hold_reads`]).
+    holding_reads: bool,
+    /// Reads waiting now.
+    reads_waiting: u64,
 }
 
 fn eio() -> io::Error {
@@ -137,6 +143,23 @@ impl<B: BlockMedia> FaultBlock<B> {
         self.state.lock().syncs_waiting
     }
 
+    /// Every later read waits (does not return) until
+    /// [`release_reads`](Self::release_reads).
+    pub fn hold_reads(&self) {
+        self.state.lock().holding_reads = true;
+    }
+
+    /// Lets held reads and every later one through.
+    pub fn release_reads(&self) {
+        self.state.lock().holding_reads = false;
+        self.released.notify_all();
+    }
+
+    /// Reads waiting now because of [`hold_reads`](Self::hold_reads).
+    pub fn reads_waiting(&self) -> u64 {
+        self.state.lock().reads_waiting
+    }
+
     /// Disarms every countdown: operations succeed again. Counts are kept.
     pub fn heal(&self) {
         let mut s = self.state.lock();
@@ -176,6 +199,13 @@ impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
         check_block_range(self.inner.len(), block, buf.len())?;
         {
             let mut s = self.state.lock();
+            if s.holding_reads {
+                s.reads_waiting += 1;
+                while s.holding_reads {
+                    self.released.wait(&mut s);
+                }
+                s.reads_waiting -= 1;
+            }
             if s.reads.tick() {
                 s.injected.reads += 1;
                 return Err(eio());
