@@ -4,6 +4,7 @@ mod admin;
 mod control;
 mod daemon;
 mod iostat_cmd;
+mod metrics;
 mod migrate_cmd;
 mod mkfs;
 mod mount;
