@@ -6,7 +6,10 @@
 //! reply has been written to the FUSE device ([`RequestLatency::start`]
 //! returns a guard that records when it is dropped, at the end of the
 //! handler). The time a request waits in the kernel's queue and the
-//! application's side of the round trip are not included.
+//! application's side of the round trip are not included. Since a request
+//! is counted just after its reply is sent, a reader may find it missing
+//! for the moment the application has its answer and the handler's thread
+//! has not yet counted it.
 //!
 //! Cost: one clock read when the handler starts and one when it ends, a
 //! search over [`BOUNDS_NS`] and two relaxed atomic additions; no lock and no

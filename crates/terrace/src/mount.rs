@@ -384,8 +384,13 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     // First, so that a port in use fails the mount before anything is claimed.
     let metrics_endpoint = match cfg.metrics {
         Some(addr) => Some(crate::metrics::http::Endpoint::bind(addr).map_err(|e| {
+            let hint = match e.kind() {
+                io::ErrorKind::AddrInUse => " (another process listens there: choose another port)",
+                io::ErrorKind::AddrNotAvailable => " (not an address of this machine)",
+                _ => "",
+            };
             CliError::new(format!(
-                "metrics={addr}: cannot serve metrics there: {}",
+                "metrics={addr}: cannot serve metrics there: {}{hint}",
                 util::os_reason(&e)
             ))
         })?),
