@@ -8,6 +8,7 @@ is closed once the pool is unmounted."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -86,6 +87,10 @@ def test_a_scrape_after_a_write_shows_the_bytes_written_and_the_write_latency_mo
             inf = 'terrace_fuse_request_duration_seconds_bucket{op="write",le="+Inf"}'
             assert after[inf] == after[WRITE_COUNT]
             assert 0 < after['terrace_fuse_request_duration_seconds_sum{op="write"}'] < 60
+            # `terrace status` says where the metrics are.
+            url = f"http://127.0.0.1:{port}/metrics"
+            assert f"metrics       {url}" in terrace("status", mnt).stdout
+            assert json.loads(terrace("status", mnt, "--json").stdout)["metrics"] == url
             # The file's data is as written (metrics change nothing).
             assert (mnt / "f").read_bytes() == data
             # Other paths are not the page.
@@ -117,6 +122,9 @@ def test_a_bad_metrics_address_or_a_port_in_use_fails_the_mount_clearly():
         port = _free_port()
         with mounted_pool(pool, mnt, f"metrics=127.0.0.1:{port}"):
             assert _scrape(port)[1]["terrace_inodes_used"] >= 1
+        # Without the option: no metrics, and the status says nothing of them.
+        with mounted_pool(pool, mnt):
+            assert "metrics" not in json.loads(terrace("status", mnt, "--json").stdout)
         helpers.assert_fsck_clean(pool, "after the refused mounts")
 
 

@@ -498,6 +498,10 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             fs: fs.clone(),
             pool: pool.clone(),
             mnt: mnt.clone(),
+            metrics: metrics_endpoint
+                .as_ref()
+                .and_then(|ep| ep.local_addr().ok())
+                .map(|a| format!("http://{a}/metrics")),
         };
         let tx = tx.clone();
         server
