@@ -4,8 +4,10 @@
 //! Only what a Prometheus scraper (or curl) needs is spoken: `GET` or
 //! `HEAD` of `/metrics` (query strings ignored) gets the page, `/` a pointer
 //! to it, other paths 404 and other methods 405; every answer closes the
-//! connection. A client gets [`IO_TIMEOUT`] to send its request and take the
-//! answer, so a stuck client delays other scrapes by at most that.
+//! connection. A client gets [`IO_TIMEOUT`] in all to send its request and
+//! as long for each write of the answer (a page of a few tens of KiB: one
+//! write, usually), so a stuck or trickling client delays other scrapes, and
+//! the unmount, by seconds at most.
 //!
 //! Invariants: the socket is bound by [`Endpoint::bind`] before anything
 //! else of the mount happens, and closed by [`Serving::stop`] (or when the
@@ -174,11 +176,17 @@ pub fn respond(head: &str, page: &dyn Fn() -> Page) -> (&'static str, &'static s
 
 /// Reads one request from `stream` and answers it.
 fn answer(mut stream: TcpStream, page: &dyn Fn() -> Page) -> io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        // A client trickling bytes gets no more time than one that is silent.
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
