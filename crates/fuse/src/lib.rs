@@ -32,7 +32,11 @@
 //!   once, and the kernel stops sending it.
 //! - After replying, a thread polls the device for a short window when
 //!   requests are arriving back to back ([`poll`]; mount option `poll_us`).
+//! - Given a [`latency::RequestLatency`] at [`mount`], every request is timed
+//!   per operation (the daemon exports the histograms); without one, no
+//!   request reads the clock for it.
 
+pub mod latency;
 pub mod page_cache;
 pub mod poll;
 pub mod setid;
@@ -43,6 +47,7 @@ use fuser::{
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
+use latency::{Op, RequestLatency};
 use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -83,6 +88,16 @@ pub struct FuseAdapter {
     no_opendir: bool,
     /// Polls the device after replies while requests come back to back.
     poller: Arc<poll::RequestPoller>,
+    /// Where request durations go, when someone reads them.
+    latency: Option<Arc<RequestLatency>>,
+}
+
+/// What a handler holds from its request's arrival until it has replied:
+/// the request's timer, then the poller's guard (fields drop in this order,
+/// so the duration is recorded before any polling starts).
+struct Arrival<'a> {
+    _timer: Option<latency::Timer<'a>>,
+    _poll: poll::PollGuard<'a>,
 }
 
 impl FuseAdapter {
@@ -102,6 +117,22 @@ impl FuseAdapter {
             cached: page_cache::CachedOpens::default(),
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
+            latency: None,
+        }
+    }
+
+    /// Times every request into `latency` from now on.
+    pub fn with_latency(mut self, latency: Arc<RequestLatency>) -> FuseAdapter {
+        self.latency = Some(latency);
+        self
+    }
+
+    /// Marks the arrival of a request of `op`; keep the guard until the
+    /// reply has been sent.
+    fn arrived(&self, op: Op) -> Arrival<'_> {
+        Arrival {
+            _timer: self.latency.as_deref().map(|l| l.start(op)),
+            _poll: self.poller.arrived(),
         }
     }
 
@@ -357,7 +388,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Lookup);
         match self.fs.lookup(parent.0, name.as_bytes()) {
             // A negative entry (node id 0): the kernel remembers for TTL that
             // the name is absent, so `stat` of a missing file (git status,
@@ -372,6 +403,8 @@ impl Filesystem for FuseAdapter {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // No reply, so no polling after it: only the timer.
+        let _timer = self.latency.as_deref().map(|l| l.start(Op::Forget));
         self.cached.forget(ino.0);
         self.fs.forget(ino.0, nlookup);
     }
@@ -380,7 +413,7 @@ impl Filesystem for FuseAdapter {
     // is not exported, so it cannot be overridden).
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Getattr);
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(errno_of(&e)),
@@ -405,7 +438,7 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Setattr);
         let mut mode = mode;
         let chown = uid.is_some() || gid.is_some();
         // Truncate by an unprivileged caller and any chown drop set-ID bits and
@@ -450,7 +483,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Readlink);
         match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno_of(&e)),
@@ -467,7 +500,7 @@ impl Filesystem for FuseAdapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Mknod);
         reply_entry(
             reply,
             self.fs
@@ -484,7 +517,7 @@ impl Filesystem for FuseAdapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Mkdir);
         reply_entry(
             reply,
             self.fs.mkdir(parent.0, name.as_bytes(), mode, ctx(req)),
@@ -492,12 +525,12 @@ impl Filesystem for FuseAdapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Unlink);
         reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Rmdir);
         reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
     }
 
@@ -509,7 +542,7 @@ impl Filesystem for FuseAdapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Symlink);
         reply_entry(
             reply,
             self.fs.symlink(
@@ -531,7 +564,7 @@ impl Filesystem for FuseAdapter {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Rename);
         let bits = flags.bits();
         let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
         if bits & !known != 0 {
@@ -566,12 +599,12 @@ impl Filesystem for FuseAdapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Link);
         reply_entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Open);
         match self.fs.open(ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), self.open_flags(ino.0, flags.0)),
             Err(e) => reply.error(errno_of(&e)),
@@ -589,7 +622,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Read);
         match self.fs.read(ino.0, offset, size as usize) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno_of(&e)),
@@ -608,7 +641,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Write);
         // O_SYNC and O_DSYNC (which O_SYNC includes) make a write synchronous.
         let o_sync = flags.0 & libc::O_DSYNC != 0;
         match self.fs.write_hinted(ino.0, offset, data, o_sync) {
@@ -638,7 +671,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Flush);
         // Every write is committed (or in the DRAM cache, whose write-back
         // does not depend on close) when it returns, and locks are the
         // kernel's: close has nothing to push. ENOSYS tells the kernel so
@@ -658,7 +691,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Release);
         if self.cached_open(flags.0) {
             self.cached.release(ino.0);
         }
@@ -673,7 +706,7 @@ impl Filesystem for FuseAdapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Fsync);
         reply_fsync(
             reply,
             self.fs.fsync(ino.0, datasync),
@@ -682,7 +715,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Opendir);
         if self.no_opendir {
             reply.error(Errno::ENOSYS);
             return;
@@ -704,7 +737,7 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Readdir);
         let mut off = offset;
         let mut added = false;
         loop {
@@ -752,7 +785,7 @@ impl Filesystem for FuseAdapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Releasedir);
         reply_empty(reply, self.fs.release(ino.0));
     }
 
@@ -764,7 +797,7 @@ impl Filesystem for FuseAdapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Fsyncdir);
         reply_fsync(
             reply,
             self.fs.fsync(ino.0, datasync),
@@ -773,7 +806,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Statfs);
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
@@ -790,7 +823,7 @@ impl Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Setxattr);
         reply_empty(
             reply,
             self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
@@ -798,7 +831,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Getxattr);
         match self.fs.getxattr(ino.0, name.as_bytes()) {
             Ok(v) => reply_xattr(reply, size, &v),
             Err(e) => reply.error(errno_of(&e)),
@@ -806,7 +839,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Listxattr);
         match self.fs.listxattr(ino.0) {
             Ok(names) => {
                 let mut buf = Vec::new();
@@ -821,12 +854,12 @@ impl Filesystem for FuseAdapter {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Removexattr);
         reply_empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Access);
         // Mounted with default_permissions: the kernel has already checked.
         reply.ok();
     }
@@ -841,7 +874,7 @@ impl Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Create);
         let mode = match mode & libc::S_IFMT {
             0 | libc::S_IFREG => libc::S_IFREG | (mode & 0o7777),
             _ => {
@@ -882,7 +915,7 @@ impl Filesystem for FuseAdapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _poll = self.poller.arrived();
+        let _req = self.arrived(Op::Fallocate);
         let m = match fallocate_mode(mode) {
             Ok(m) => m,
             Err(e) => {
@@ -1153,15 +1186,20 @@ impl Mounted {
 
 /// Mounts `fs` on `mountpoint` and serves it on background threads. When the
 /// session ends (unmounted by anyone, or the connection aborted), `on_end` runs
-/// with the session's result. The caller then calls [`Fs::unmount`].
+/// with the session's result. The caller then calls [`Fs::unmount`]. With
+/// `latency`, every request's duration is recorded there.
 pub fn mount(
     fs: Arc<Fs>,
     mountpoint: &Path,
     opts: &MountOptions,
+    latency: Option<Arc<RequestLatency>>,
     on_end: impl FnOnce(io::Result<()>) + Send + 'static,
 ) -> io::Result<Mounted> {
     let config = opts.to_config();
-    let adapter = FuseAdapter::with_poll_window(fs, Duration::from_micros(opts.poll_us));
+    let mut adapter = FuseAdapter::with_poll_window(fs, Duration::from_micros(opts.poll_us));
+    if let Some(l) = latency {
+        adapter = adapter.with_latency(l);
+    }
     let notifier = adapter.notifier.clone();
     let poller = adapter.poller.clone();
     let session = fuser::Session::new(adapter, mountpoint, &config)?;

@@ -62,6 +62,9 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         daemon.mountpoint, daemon.pid
     ));
     line(format!("  pool          {}", daemon.pool));
+    if let Some(url) = &daemon.metrics {
+        line(format!("  metrics       {url}"));
+    }
     line(format!("  media         {}", st.media));
     line(format!(
         "  last unmount  {}",

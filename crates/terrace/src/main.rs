@@ -4,6 +4,7 @@ mod admin;
 mod control;
 mod daemon;
 mod iostat_cmd;
+mod metrics;
 mod migrate_cmd;
 mod mkfs;
 mod mount;
@@ -337,6 +338,10 @@ Mount options (-o, comma-separated, repeatable):
   poll_us=N       after a reply, poll for the next request up to N µs when
                   requests come back to back, saving a wake-up (default 50;
                   0 = never poll)
+  metrics=IP:PORT serve Prometheus metrics at http://IP:PORT/metrics while
+                  mounted (per-tier capacity, use and I/O, migration, cache,
+                  predictor accuracy, errors, FUSE request latencies), e.g.
+                  metrics=127.0.0.1:9464; a port in use fails the mount
   KEY=VALUE       any setting listed by `terrace set MOUNTPOINT`, e.g.
                   sync_threshold_bytes=4M, placement_policy=pm-only
   default_permissions is always on: the kernel checks permissions.
@@ -354,7 +359,8 @@ order — before the pool is opened: a bad setting writes nothing.
 Examples:
   terrace mount /dev/shm/pool /mnt/terrace                 # foreground
   terrace mount --daemon /dev/shm/pool /mnt/terrace        # background
-  terrace mount --daemon -o allow_other,noatime /dev/shm/pool /mnt/terrace";
+  terrace mount --daemon -o allow_other,noatime /dev/shm/pool /mnt/terrace
+  terrace mount --daemon -o metrics=127.0.0.1:9464 /dev/shm/pool /mnt/terrace";
 
 #[derive(Args, Debug)]
 #[command(after_help = MOUNT_AFTER)]

@@ -7,6 +7,12 @@
 //! `terrace umount`, SIGTERM, SIGINT or SIGHUP, or when someone unmounts the
 //! mount point: the FUSE session ends first, then [`Fs::unmount`] persists
 //! everything and marks the pool clean. A second signal exits at once.
+//!
+//! With `-o metrics=ADDR` it also serves Prometheus metrics
+//! ([`crate::metrics`]): the address is bound before anything else is
+//! claimed (a port in use fails the mount), serving starts once the pool is
+//! mounted, and stops when the FUSE session has ended, before the pool is
+//! persisted.
 
 use crate::control::protocol::{Refusal, Unmount, UnmountReply};
 use crate::control::server::{Responder, Server};
@@ -38,6 +44,8 @@ pub struct MountConfig {
     /// each checked on its own when given; [`MountConfig::finished_settings`]
     /// applies them in order and validates the result as a whole.
     pub settings: Vec<(String, String)>,
+    /// Serve Prometheus metrics on this address (`-o metrics=ADDR`).
+    pub metrics: Option<std::net::SocketAddr>,
     /// Detach into the background.
     pub daemon: bool,
     /// This process is the detached daemon started by `--daemon`.
@@ -56,18 +64,25 @@ impl MountConfig {
             options: MountOptions::for_user(euid),
             raw_options: Vec::new(),
             settings: Vec::new(),
+            metrics: None,
             daemon: false,
             child: false,
         }
     }
 
     /// Applies comma-separated `-o` arguments (options only mount(8) and
-    /// fstab use are accepted and ignored: `mount_helper::mount8_only`).
+    /// fstab use are accepted and ignored: `mount_helper::mount8_only`). A
+    /// bad `metrics=` address is a usage error (exit status 2).
     pub fn apply_options(&mut self, opts: &[String]) -> CliResult {
         for o in opts {
             for part in o.split(',') {
                 let part = part.trim();
                 if crate::mount_helper::mount8_only(part) {
+                    continue;
+                }
+                if let Some(addr) = part.strip_prefix("metrics=") {
+                    let addr = crate::metrics::parse_addr(addr).map_err(CliError::usage)?;
+                    self.metrics = Some(addr);
                     continue;
                 }
                 if let Some((k, v)) = part.split_once('=') {
@@ -366,6 +381,21 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         tier_locks,
         sb,
     } = p;
+    // First, so that a port in use fails the mount before anything is claimed.
+    let metrics_endpoint = match cfg.metrics {
+        Some(addr) => Some(crate::metrics::http::Endpoint::bind(addr).map_err(|e| {
+            let hint = match e.kind() {
+                io::ErrorKind::AddrInUse => " (another process listens there: choose another port)",
+                io::ErrorKind::AddrNotAvailable => " (not an address of this machine)",
+                _ => "",
+            };
+            CliError::new(format!(
+                "metrics={addr}: cannot serve metrics there: {}{hint}",
+                util::os_reason(&e)
+            ))
+        })?),
+        None => None,
+    };
     let files = util::run_files(&mnt);
     let listener = daemon::claim_run_files(&files, &cfg.mountpoint)?;
     let read_only = cfg.options.read_only;
@@ -468,6 +498,10 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             fs: fs.clone(),
             pool: pool.clone(),
             mnt: mnt.clone(),
+            metrics: metrics_endpoint
+                .as_ref()
+                .and_then(|ep| ep.local_addr().ok())
+                .map(|a| format!("http://{a}/metrics")),
         };
         let tx = tx.clone();
         server
@@ -483,7 +517,11 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     let mut opts = cfg.options.clone();
     opts.fsname = pool.to_string_lossy().into_owned();
     let ended = tx.clone();
-    let mounted = match terrace_fuse::mount(fs.clone(), &mnt, &opts, move |r| {
+    // Requests are timed only when someone can read the times.
+    let latency = metrics_endpoint
+        .as_ref()
+        .map(|_| Arc::new(terrace_fuse::latency::RequestLatency::default()));
+    let mounted = match terrace_fuse::mount(fs.clone(), &mnt, &opts, latency.clone(), move |r| {
         let _ = ended.send(Event::SessionEnded(r));
     }) {
         Ok(m) => m,
@@ -494,6 +532,10 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         }
     };
     drop(tx);
+    let metrics = match (metrics_endpoint, latency) {
+        (Some(ep), Some(latency)) => serve_metrics(ep, &fs, latency, read_only),
+        _ => None,
+    };
     let tiers = sb.tiers.len();
     log(format!(
         "mounted {} on {} ({} tier{}, {}); stop with `terrace umount {}` or Ctrl-C",
@@ -572,6 +614,10 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     if !forced {
         mounted.join();
     }
+    // No scrape may look at the pool while it is being persisted.
+    if let Some(m) = metrics {
+        m.stop();
+    }
     let r = fs.unmount();
     drop(tier_locks);
     drop(lock);
@@ -609,6 +655,39 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         std::process::exit(if r.is_ok() { 0 } else { 1 });
     }
     r.map_err(|e| CliError::at(&cfg.pool, format!("persisting failed: {e}")))
+}
+
+/// Starts answering scrapes on `ep` with the status of `fs` and the request
+/// latencies; logs where. A thread that cannot start leaves the mount
+/// without metrics (it is in place already), said in the log.
+fn serve_metrics(
+    ep: crate::metrics::http::Endpoint,
+    fs: &Arc<Fs>,
+    latency: Arc<terrace_fuse::latency::RequestLatency>,
+    read_only: bool,
+) -> Option<crate::metrics::http::Serving> {
+    let addr = ep.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let fs = fs.clone();
+    let page = move || {
+        crate::metrics::collect::render(crate::metrics::collect::Sample {
+            status: fs.status(),
+            latency: latency.snapshot(),
+            read_only,
+        })
+        .map_err(|_| "the page could not be encoded".to_string())
+    };
+    match ep.serve(page) {
+        Ok(s) => {
+            log(format!("serving metrics on http://{addr}/metrics"));
+            Some(s)
+        }
+        Err(e) => {
+            log(format!(
+                "not serving metrics on {addr}: cannot start a thread: {e}"
+            ));
+            None
+        }
+    }
 }
 
 /// Writes back every cached write before the mount point is detached, so a

@@ -184,6 +184,39 @@ mod tests {
     }
 
     #[test]
+    fn an_fstab_line_can_ask_for_metrics() {
+        let got = parse(&args(&[
+            "terrace",
+            "/dev/shm/pool.pm",
+            "/mnt/t",
+            "-o",
+            "defaults,_netdev,metrics=127.0.0.1:9464",
+        ]));
+        assert_eq!(
+            got,
+            HelperCall::Mount(args(&[
+                "terrace",
+                "mount",
+                "--daemon",
+                "-o",
+                "metrics=127.0.0.1:9464",
+                "/dev/shm/pool.pm",
+                "/mnt/t"
+            ]))
+        );
+        // ... and `terrace mount` takes it.
+        let mut cfg = crate::mount::MountConfig::new("/p".into(), "/m".into());
+        cfg.apply_options(&["defaults,_netdev,metrics=127.0.0.1:9464".to_string()])
+            .unwrap();
+        assert_eq!(cfg.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(cfg.raw_options, ["defaults,_netdev,metrics=127.0.0.1:9464"]);
+        let e = cfg
+            .apply_options(&["metrics=9464".to_string()])
+            .unwrap_err();
+        assert_eq!(e.code, 2, "a bad address is a usage error: {}", e.msg);
+    }
+
+    #[test]
     fn the_mount_helper_name_takes_mount8_flags() {
         let got = parse(&args(&[
             "/sbin/mount.fuse.terrace",

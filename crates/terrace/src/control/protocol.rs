@@ -139,6 +139,9 @@ pub struct DaemonStatus {
     pub pool: String,
     /// Mounted read-only.
     pub read_only: bool,
+    /// Where the daemon serves Prometheus metrics (`-o metrics=`), as a URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// The reply to [`Unmount`].

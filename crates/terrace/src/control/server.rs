@@ -79,6 +79,8 @@ pub struct Server {
     pub pool: PathBuf,
     /// Its mount point.
     pub mnt: PathBuf,
+    /// The URL of its metrics, when served.
+    pub metrics: Option<String>,
 }
 
 impl Server {
@@ -179,6 +181,7 @@ impl Server {
                 mountpoint: self.mnt.to_string_lossy().into_owned(),
                 pool: self.pool.to_string_lossy().into_owned(),
                 read_only: self.fs.is_read_only(),
+                metrics: self.metrics.clone(),
             },
         }
     }
@@ -284,6 +287,7 @@ mod tests {
             fs: fs.clone(),
             pool: "/dev/shm/pool".into(),
             mnt: "/mnt/t".into(),
+            metrics: None,
         };
         let text = crate::admin::render_status(&server.status().status);
         let io_row = text
@@ -322,6 +326,7 @@ mod tests {
             fs: fs.clone(),
             pool: "/dev/shm/pool".into(),
             mnt: "/mnt/t".into(),
+            metrics: None,
         };
         let line = protocol::encode_answer(&Ok(server.status()));
         let sent: Value = serde_json::from_str(&line).unwrap();

@@ -1,0 +1,615 @@
+//! One scrape: the core's status and the FUSE request latencies, taken at
+//! the scrape, as Prometheus metric families (names `terrace_*`, units in
+//! the names, counters ending in `_total`).
+//!
+//! Tiers are labelled `tier` (`pm`, `ssd`, `hdd`) and `tier_id` (the id
+//! `terrace status` shows: two tiers of one kind differ by it). Counters
+//! count since the mount. Values that are not counters of events — sums
+//! over the files that exist now, like the predictor's accuracy, or a
+//! throughput the core measured — are gauges. A metric the core has no
+//! value for (no block tier, no scrub yet) is left out rather than
+//! exported as 0.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::fmt;
+use terrace_core::status::Status;
+use terrace_fuse::latency::{OpHistogram, BOUNDS_NS};
+
+/// What one scrape exports.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// The core's status.
+    pub status: Status,
+    /// The request latencies per FUSE operation (operations seen so far).
+    pub latency: Vec<OpHistogram>,
+    /// The mount is read-only.
+    pub read_only: bool,
+}
+
+/// The sample as a page of the Prometheus text format.
+pub fn render(sample: Sample) -> Result<String, fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(sample));
+    let mut page = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut page, &registry)?;
+    Ok(page)
+}
+
+/// Labels of one series.
+type Labels = Vec<(&'static str, String)>;
+
+/// Writes metric families into one encoder.
+struct Families<'a> {
+    enc: DescriptorEncoder<'a>,
+}
+
+impl Families<'_> {
+    fn family(
+        &mut self,
+        name: &str,
+        help: &str,
+        kind: MetricType,
+        each: impl FnOnce(&mut MetricEncoder) -> fmt::Result,
+    ) -> fmt::Result {
+        let mut m = self.enc.encode_descriptor(name, help, None, kind)?;
+        each(&mut m)
+    }
+
+    /// A gauge without labels.
+    fn gauge(&mut self, name: &str, help: &str, v: f64) -> fmt::Result {
+        self.family(name, help, MetricType::Gauge, |m| m.encode_gauge(&v))
+    }
+
+    /// A counter without labels; `name` without the `_total` the encoder adds.
+    fn counter(&mut self, name: &str, help: &str, v: u64) -> fmt::Result {
+        self.family(name, help, MetricType::Counter, |m| {
+            m.encode_counter::<NoLabelSet, _, u64>(&v, None)
+        })
+    }
+
+    /// A gauge with one series per label set (none: the family is left out).
+    fn gauges(&mut self, name: &str, help: &str, rows: &[(Labels, f64)]) -> fmt::Result {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.family(name, help, MetricType::Gauge, |m| {
+            for (labels, v) in rows {
+                m.encode_family(labels)?.encode_gauge(v)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// A counter with one series per label set (none: left out).
+    fn counters(&mut self, name: &str, help: &str, rows: &[(Labels, u64)]) -> fmt::Result {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.family(name, help, MetricType::Counter, |m| {
+            for (labels, v) in rows {
+                m.encode_family(labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(v, None)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+fn tier_labels(kind: &str, id: u8) -> Labels {
+    vec![("tier", kind.to_string()), ("tier_id", id.to_string())]
+}
+
+fn bool_gauge(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+impl Collector for Sample {
+    fn encode(&self, enc: DescriptorEncoder) -> fmt::Result {
+        let mut f = Families { enc };
+        self.pool(&mut f)?;
+        self.tiers(&mut f)?;
+        self.application(&mut f)?;
+        self.placement(&mut f)?;
+        self.migration(&mut f)?;
+        self.cache(&mut f)?;
+        self.predictor(&mut f)?;
+        self.errors(&mut f)?;
+        self.fuse(&mut f)
+    }
+}
+
+impl Sample {
+    fn pool(&self, f: &mut Families) -> fmt::Result {
+        let s = &self.status;
+        f.family(
+            "terrace_pool",
+            "The mounted pool (always 1): its id, policies, and whether the mount is read-only.",
+            MetricType::Info,
+            |m| {
+                let labels: Labels = vec![
+                    ("version", env!("CARGO_PKG_VERSION").to_string()),
+                    ("uuid", s.uuid.clone()),
+                    ("placement_policy", s.placement_policy.clone()),
+                    ("migration_policy", s.migration.policy.clone()),
+                    ("read_only", self.read_only.to_string()),
+                ];
+                m.encode_info(&labels)
+            },
+        )?;
+        f.gauge("terrace_inodes_used", "Live inodes.", s.inodes_used as f64)?;
+        f.gauge(
+            "terrace_inodes_total",
+            "Inode slots of the pool.",
+            s.inodes_total as f64,
+        )?;
+        f.gauge(
+            "terrace_available_bytes",
+            "Bytes new data can still get over every tier (what df shows as available).",
+            s.room_bytes as f64,
+        )?;
+        f.gauge(
+            "terrace_log_bytes",
+            "PM bytes the per-file logs take.",
+            s.log_bytes as f64,
+        )
+    }
+
+    fn tiers(&self, f: &mut Families) -> fmt::Result {
+        let tiers = &self.status.tiers;
+        let rows = |v: &dyn Fn(&terrace_core::status::TierStatus) -> Option<f64>| {
+            tiers
+                .iter()
+                .filter_map(|t| v(t).map(|x| (tier_labels(t.kind, t.id), x)))
+                .collect::<Vec<_>>()
+        };
+        let io_rows = |v: &dyn Fn(&terrace_core::status::IoStats) -> u64| {
+            tiers
+                .iter()
+                .filter_map(|t| t.io.map(|io| (tier_labels(t.kind, t.id), v(&io))))
+                .collect::<Vec<_>>()
+        };
+        f.gauges(
+            "terrace_tier_capacity_bytes",
+            "Capacity of each tier (for PM: its data pool).",
+            &rows(&|t| Some(t.capacity as f64)),
+        )?;
+        f.gauges(
+            "terrace_tier_used_bytes",
+            "Bytes in use on each tier.",
+            &rows(&|t| Some(t.used as f64)),
+        )?;
+        f.gauges(
+            "terrace_tier_active",
+            "1 when the tier is in use by this mount (a block tier needs its device).",
+            &rows(&|t| Some(bool_gauge(t.active))),
+        )?;
+        f.counters(
+            "terrace_tier_read_requests",
+            "Read requests each tier served since mount (PM: data loads by the file system).",
+            &io_rows(&|io| io.read_requests),
+        )?;
+        f.counters(
+            "terrace_tier_read_bytes",
+            "Bytes read from each tier since mount.",
+            &io_rows(&|io| io.read_bytes),
+        )?;
+        f.counters(
+            "terrace_tier_write_requests",
+            "Write requests each tier served since mount (PM: data stores by the file system).",
+            &io_rows(&|io| io.write_requests),
+        )?;
+        f.counters(
+            "terrace_tier_written_bytes",
+            "Bytes written to each tier since mount.",
+            &io_rows(&|io| io.write_bytes),
+        )?;
+        f.counters(
+            "terrace_tier_syncs",
+            "Device cache flushes (fdatasync) of each tier since mount.",
+            &io_rows(&|io| io.syncs),
+        )?;
+        f.gauges(
+            "terrace_tier_write_amplification_ratio",
+            "Bytes written to each block tier / bytes applications wrote, since mount.",
+            &rows(&|t| t.write_amplification),
+        )
+    }
+
+    fn application(&self, f: &mut Families) -> fmt::Result {
+        let s = &self.status;
+        f.counter(
+            "terrace_reads",
+            "Reads through the mount that reached the daemon.",
+            s.reads,
+        )?;
+        f.counter(
+            "terrace_read_bytes",
+            "Bytes read through the mount that reached the daemon.",
+            s.bytes_read,
+        )?;
+        f.counter("terrace_writes", "Writes through the mount.", s.writes)?;
+        f.counter(
+            "terrace_written_bytes",
+            "Bytes written through the mount.",
+            s.bytes_written,
+        )?;
+        f.counter(
+            "terrace_fsyncs",
+            "fsync calls the daemon handled (none reach it once fsync is known to be a no-op on this pool).",
+            s.fsyncs,
+        )?;
+        f.counter("terrace_commits", "Log commits.", s.commits)?;
+        f.counter(
+            "terrace_journaled_commits",
+            "Commits that went through the journal (several inodes at once).",
+            s.journaled_commits,
+        )?;
+        f.counter("terrace_log_compactions", "Log compactions.", s.compactions)?;
+        let sp = &s.space;
+        f.counter(
+            "terrace_pm_room_waits",
+            "Writes that waited for PM room.",
+            sp.waits,
+        )?;
+        f.counter(
+            "terrace_pm_room_wait_milliseconds",
+            "Time writes spent waiting for PM room, ms.",
+            sp.wait_ms,
+        )?;
+        f.counter(
+            "terrace_pm_room_stalls",
+            "Waits for PM room that gave up.",
+            sp.stalls,
+        )
+    }
+
+    fn placement(&self, f: &mut Families) -> fmt::Result {
+        let p = &self.status.placement_by_class;
+        let mut writes = Vec::new();
+        let mut bytes = Vec::new();
+        for (class, c) in [
+            ("sync", &p.sync),
+            ("async_small", &p.async_small),
+            ("async_large", &p.async_large),
+        ] {
+            for (landing, w, b) in [
+                ("pm", c.pm_writes, c.pm_bytes),
+                ("block", c.block_writes, c.block_bytes),
+                ("block_overflow", c.overflow_writes, c.overflow_bytes),
+            ] {
+                let labels: Labels = vec![
+                    ("class", class.to_string()),
+                    ("landing", landing.to_string()),
+                ];
+                writes.push((labels.clone(), w));
+                bytes.push((labels, b));
+            }
+        }
+        f.counters(
+            "terrace_placed_writes",
+            "Writes per class (sync, async_small, async_large) by where they landed: pm, a block tier the policy chose (block), or a block tier because PM was full (block_overflow).",
+            &writes,
+        )?;
+        f.counters("terrace_placed_bytes", "Bytes of those writes.", &bytes)
+    }
+
+    fn migration(&self, f: &mut Families) -> fmt::Result {
+        let m = &self.status.migration;
+        f.counters(
+            "terrace_migration_bytes",
+            "Bytes migration moved: down to slower tiers, up to PM.",
+            &[
+                (vec![("direction", "down".to_string())], m.bytes_down),
+                (vec![("direction", "up".to_string())], m.bytes_up),
+            ],
+        )?;
+        f.counter(
+            "terrace_migration_copied_bytes",
+            "Bytes written to block tiers as clean copies (the PM copy stays).",
+            m.bytes_copied,
+        )?;
+        f.counter(
+            "terrace_migration_evicted_bytes",
+            "PM bytes freed by dropping the PM side of data with a clean copy.",
+            m.bytes_evicted,
+        )?;
+        let kind = |id: u8| {
+            self.status
+                .tiers
+                .iter()
+                .find(|t| t.id == id)
+                .map_or("unknown", |t| t.kind)
+        };
+        f.counters(
+            "terrace_migration_tier_bytes",
+            "Bytes migration wrote to each target tier.",
+            &m.per_tier
+                .iter()
+                .map(|t| (tier_labels(kind(t.tier), t.tier), t.bytes))
+                .collect::<Vec<_>>(),
+        )?;
+        f.gauge(
+            "terrace_migration_bandwidth_bytes_per_second",
+            "Migration throughput while copying (copy, device sync and commit), as the core measured it; 0 before any migration.",
+            m.bandwidth_bytes_per_sec as f64,
+        )?;
+        f.gauge(
+            "terrace_migration_running",
+            "1 while some tier is being drained.",
+            bool_gauge(m.running),
+        )?;
+        if let Some(r) = m.clean_hit_ratio {
+            f.gauge(
+                "terrace_migration_clean_hit_ratio",
+                "PM reads that hit data with a clean copy / all PM reads (NVMFS policy).",
+                r,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn cache(&self, f: &mut Families) -> fmt::Result {
+        let c = &self.status.cache;
+        f.counter(
+            "terrace_cache_hits",
+            "Block-tier reads served from the DRAM page cache.",
+            c.hits,
+        )?;
+        f.counter(
+            "terrace_cache_misses",
+            "Block-tier reads that went to a device.",
+            c.misses,
+        )?;
+        f.gauges(
+            "terrace_cache_bytes",
+            "Bytes in the DRAM page cache, dirty and clean.",
+            &[
+                (vec![("state", "dirty".to_string())], c.dirty_bytes as f64),
+                (vec![("state", "clean".to_string())], c.clean_bytes as f64),
+            ],
+        )?;
+        f.gauge(
+            "terrace_cache_bound_bytes",
+            "Bound of the DRAM page cache.",
+            c.bound_bytes as f64,
+        )?;
+        f.counter(
+            "terrace_cache_writeback_bytes",
+            "Bytes the DRAM page cache wrote back to block tiers.",
+            c.writeback_bytes,
+        )?;
+        f.counter(
+            "terrace_cache_evictions",
+            "Clean pages evicted from the DRAM page cache.",
+            c.evictions,
+        )
+    }
+
+    fn predictor(&self, f: &mut Families) -> fmt::Result {
+        let p = &self.status.sync_predictions;
+        let rows = |sync: u64, asyn: u64| {
+            vec![
+                (vec![("predicted", "sync".to_string())], sync as f64),
+                (vec![("predicted", "async".to_string())], asyn as f64),
+            ]
+        };
+        f.gauges(
+            "terrace_sync_predictions_settled",
+            "Synchronicity predictions settled, summed over the files that exist now.",
+            &rows(p.predicted_sync_total, p.predicted_async_total),
+        )?;
+        f.gauges(
+            "terrace_sync_predictions_correct",
+            "Of those, the predictions that were right.",
+            &rows(p.predicted_sync_correct, p.predicted_async_correct),
+        )?;
+        if let Some(r) = p.ratio() {
+            f.gauge(
+                "terrace_sync_prediction_accuracy_ratio",
+                "Correct / settled synchronicity predictions over the files that exist now.",
+                r,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn errors(&self, f: &mut Families) -> fmt::Result {
+        let s = &self.status;
+        f.counter(
+            "terrace_checksummed_reads",
+            "Block-tier data blocks read and verified against their checksum.",
+            s.checksummed_reads,
+        )?;
+        f.counter(
+            "terrace_checksum_errors",
+            "Block-tier data blocks whose checksum did not match (the read failed with EIO).",
+            s.checksum_errors,
+        )?;
+        f.counter(
+            "terrace_device_full_errors",
+            "Writes or syncs a block tier's device refused with ENOSPC.",
+            s.device_full_errors,
+        )?;
+        if let Some(r) = &s.scrub {
+            f.gauge(
+                "terrace_scrub_running",
+                "1 while a scrub runs (the scrub_* values are the running or the last scrub's).",
+                bool_gauge(r.running),
+            )?;
+            f.gauge(
+                "terrace_scrub_checked_blocks",
+                "Blocks whose checksum matched.",
+                r.checked_blocks as f64,
+            )?;
+            f.gauge(
+                "terrace_scrub_bad_blocks",
+                "Blocks that were damaged or could not be read.",
+                r.bad_blocks as f64,
+            )?;
+            f.gauge(
+                "terrace_scrub_repaired_blocks",
+                "Damaged blocks repaired from a good copy.",
+                r.repaired_blocks as f64,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn fuse(&self, f: &mut Families) -> fmt::Result {
+        if self.latency.is_empty() {
+            return Ok(());
+        }
+        let bounds: Vec<f64> = BOUNDS_NS.iter().map(|&ns| ns as f64 / 1e9).collect();
+        f.family(
+            "terrace_fuse_request_duration_seconds",
+            "Time the daemon took to answer FUSE requests, per operation (from the handler's start to its reply; kernel queueing not included).",
+            MetricType::Histogram,
+            |m| {
+                for h in &self.latency {
+                    let buckets: Vec<(f64, u64)> = bounds
+                        .iter()
+                        .copied()
+                        .chain(std::iter::once(f64::INFINITY))
+                        .zip(h.buckets.iter().copied())
+                        .collect();
+                    let labels: Labels = vec![("op", h.op.name().to_string())];
+                    m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                        h.sum_ns as f64 / 1e9,
+                        h.count(),
+                        &buckets,
+                        None,
+                    )?;
+                }
+                Ok(())
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terrace_fuse::latency::{Op, RequestLatency};
+
+    fn status() -> Status {
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/data/status.json")).unwrap();
+        v["bytes_written"] = 12345.into();
+        v["writes"] = 3.into();
+        v["cache"]["hits"] = 9.into();
+        v["migration"]["bytes_down"] = (1u64 << 20).into();
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// The value of the series `name` (with its labels, as written).
+    fn value(page: &str, series: &str) -> Option<f64> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.parse().unwrap())
+    }
+
+    #[test]
+    fn a_page_has_the_pool_tier_and_request_metrics_with_units_in_names() {
+        let l = RequestLatency::default();
+        l.record(Op::Write, 3_000);
+        l.record(Op::Write, 40_000);
+        l.record(Op::Lookup, 1_000);
+        let page = render(Sample {
+            status: status(),
+            latency: l.snapshot(),
+            read_only: false,
+        })
+        .unwrap();
+        assert_eq!(value(&page, "terrace_written_bytes_total"), Some(12345.0));
+        assert_eq!(value(&page, "terrace_writes_total"), Some(3.0));
+        assert_eq!(value(&page, "terrace_cache_hits_total"), Some(9.0));
+        assert_eq!(
+            value(&page, "terrace_migration_bytes_total{direction=\"down\"}"),
+            Some(1048576.0)
+        );
+        assert!(
+            value(
+                &page,
+                "terrace_tier_capacity_bytes{tier=\"pm\",tier_id=\"0\"}"
+            )
+            .is_some_and(|v| v > 0.0),
+            "{page}"
+        );
+        assert!(page.contains("# TYPE terrace_tier_written_bytes_total counter\n"));
+        assert!(page.contains("# TYPE terrace_fuse_request_duration_seconds histogram\n"));
+        // Buckets are cumulative: 3 µs is in le=5e-6 and above, 40 µs from
+        // le=5e-5 on.
+        let bucket = |le: &str| {
+            value(
+                &page,
+                &format!(
+                    "terrace_fuse_request_duration_seconds_bucket{{op=\"write\",le=\"{le}\"}}"
+                ),
+            )
+        };
+        assert_eq!(bucket("2e-06"), Some(0.0), "{page}");
+        assert_eq!(bucket("5e-06"), Some(1.0), "{page}");
+        assert_eq!(bucket("5e-05"), Some(2.0), "{page}");
+        assert_eq!(bucket("+Inf"), Some(2.0), "{page}");
+        assert_eq!(
+            value(
+                &page,
+                "terrace_fuse_request_duration_seconds_count{op=\"write\"}"
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(
+                &page,
+                "terrace_fuse_request_duration_seconds_sum{op=\"write\"}"
+            ),
+            Some(43e-6)
+        );
+        assert!(!page.contains("op=\"read\""), "ops never seen are left out");
+        assert!(page.contains("terrace_pool_info{version="), "{page}");
+        // No scrub yet, and no write amplification for PM: nothing made up.
+        assert!(!page.contains("terrace_scrub_"));
+        assert!(
+            page.contains("terrace_tier_write_amplification_ratio{tier=\"ssd\",tier_id=\"1\"} 0")
+        );
+        assert!(!page.contains("terrace_tier_write_amplification_ratio{tier=\"pm\""));
+        // Every sample line is `name{labels} value` of a family declared
+        // above it.
+        let mut declared = std::collections::HashSet::new();
+        for line in page.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                declared.insert(rest.split(' ').next().unwrap().to_string());
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap();
+                assert!(name.starts_with("terrace_"), "{line}");
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .filter(|f| declared.contains(*f))
+                    .unwrap_or(name);
+                assert!(declared.contains(family), "undeclared: {line}");
+                let v = line.rsplit(' ').next().unwrap();
+                assert!(v.parse::<f64>().is_ok() || v == "+Inf", "{line}");
+            }
+        }
+    }
+
+    #[test]
+    fn no_request_seen_means_no_histogram_family() {
+        let page = render(Sample {
+            status: status(),
+            latency: Vec::new(),
+            read_only: true,
+        })
+        .unwrap();
+        assert!(!page.contains("terrace_fuse_request_duration_seconds"));
+        assert!(page.contains("read_only=\"true\""));
+    }
+}
