@@ -298,7 +298,13 @@ fn append_fixes(
             // inode's state, then the fix, in a fresh chain published with
             // the slot state through the journal (as a recall does).
             let tables = sc.sums_tables();
-            match crate::fs::stage_recall(media, &room, inode, std::slice::from_ref(&e), &tables) {
+            match crate::commit::stage_recall(
+                media,
+                &room,
+                inode,
+                std::slice::from_ref(&e),
+                &tables,
+            ) {
                 Ok((st, words)) => {
                     crate::journal::Journal::default().commit(media, &words);
                     *log = crate::log::Log::default();

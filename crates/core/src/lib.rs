@@ -3,14 +3,18 @@
 //!
 //! Layers, bottom up: `alloc` (free space) → `log` (per-inode logs on PM) →
 //! `journal` (multi-log atomic commits) → `inode` (DRAM state rebuilt from logs)
-//! → `fs` (table, locking, transactions) → `ops_dir` / `ops_file` (operations) →
-//! `recovery` (mount) and `fsck`.
+//! → `fs` (the mounted object: open, settings, unmount) with `table` (inode
+//! locks), `commit` (transactions) and `counters` → `ops_dir` / `ops_file`
+//! (operations) → `recovery` (mount) and `fsck`. The lock order is in
+//! docs/design.md §4a.
 
 #![forbid(unsafe_code)]
 
 pub mod alloc;
 pub mod cache;
 pub mod clean;
+mod commit;
+pub mod counters;
 pub mod data;
 pub mod fs;
 pub mod fsck;
@@ -33,6 +37,7 @@ pub mod scrub;
 pub mod space;
 pub mod status;
 pub mod sums;
+mod table;
 pub mod tier;
 pub mod types;
 mod worker;

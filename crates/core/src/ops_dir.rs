@@ -8,7 +8,8 @@
 //! - unlink/rmdir/link/rename: the journal slot clearing that publishes every
 //!   involved log tail and slot state together.
 
-use crate::fs::{now_ns, Fs, TxBuilder};
+use crate::commit::TxBuilder;
+use crate::fs::{now_ns, Fs};
 use crate::inode::{Inode, FIRST_COOKIE};
 use crate::types::*;
 use terrace_format::{
@@ -213,7 +214,7 @@ impl Fs {
                 &*self.media,
                 &self.log_room(false),
                 ino,
-                crate::fs::scratch_slot(),
+                crate::commit::scratch_slot(),
                 &initial,
             ) {
                 Ok(st) => {
@@ -378,7 +379,7 @@ impl Fs {
     }
 
     /// Frees an inode whose slot state was just cleared on media.
-    pub(crate) fn drop_inode(&self, l: &mut crate::fs::Locked<'_>, ino: Ino) {
+    pub(crate) fn drop_inode(&self, l: &mut crate::table::Locked<'_>, ino: Ino) {
         let c = l.get(ino);
         c.attr.nlink = 0;
         self.release_inode_space(c);

@@ -75,7 +75,7 @@ impl Drop for InflightBlocks<'_> {
 
 impl Fs {
     /// Locks `ino` with no dirty pages, writing them back first if needed.
-    pub(crate) fn lock_clean(&self, ino: Ino) -> FsResult<crate::fs::Slot<'_>> {
+    pub(crate) fn lock_clean(&self, ino: Ino) -> FsResult<crate::table::Slot<'_>> {
         loop {
             let g = self.lock(ino)?;
             if g.as_ref().map_or(true, |i| i.dirty.is_empty()) {
