@@ -10,14 +10,16 @@ file system:
   each (the job ends with one fsync).
 
 Systems, alternated per round in the same run: ext4 (a folder on the disk,
-/var/tmp), Terrace OLD and NEW on a pool PM 128M + SSD 4G (the SSD tier a
+/var/tmp), Terrace OLD and NEW on a pool PM 128M + SSD 8G (the SSD tier a
 file on the same disk), and NEW on a pool whose PM holds everything
-(PM 2G + SSD 4G: what the placement achieves at best, as both CPUs are shared
+(PM 2G + SSD 8G: what the placement achieves at best, as both CPUs are shared
 by the two groups either way). For Terrace the result also has the write
 classes of `terrace status` (where synchronous writes landed) and where the
 WAL's data is after the run (`user.terrace.tiers`).
 
     bench/mixed_placement.py OLD_TERRACE NEW_TERRACE [ROUNDS] [BULK_JOBS,...] > out.json
+    bench/mixed_placement.py --summarize RUNS.jsonl... > out.json   (the JSON lines
+        a run prints on stderr, from one or more runs: the summary again)
 
 With MIXED_WORKLOAD=rocksdb the synchronous writer is RocksDB instead:
 db_bench fillrandom with --sync=1 (every insert fsyncs its WAL; ROCKS_OPS
@@ -107,10 +109,12 @@ end_fsync=1
         f.write(job)
         path = f.name
     try:
-        out = subprocess.run(["fio", "--output-format=json", path], check=True,
-                             capture_output=True, text=True).stdout
+        p = subprocess.run(["fio", "--output-format=json", path], capture_output=True, text=True)
     finally:
         os.unlink(path)
+    if p.returncode != 0:
+        raise SystemExit(f"fio failed ({p.returncode}) on {d}: {p.stderr.strip()[-500:]}")
+    out = p.stdout
     jobs = json.loads(out)["jobs"]
     wal = next(j for j in jobs if j["jobname"] == "wal")
     bulk = next(j for j in jobs if j["jobname"] == "bulk")
@@ -124,7 +128,7 @@ end_fsync=1
     }
 
 
-def terrace_run(binary, bulk_jobs, pm_size, ssd_size="4G"):
+def terrace_run(binary, bulk_jobs, pm_size, ssd_size="8G"):
     tag = f"terrace-mixed-{os.getpid()}"
     pm = f"/dev/shm/{tag}.pm"
     ssd = f"/var/tmp/{tag}.ssd"
@@ -172,46 +176,69 @@ def ext4_run(bulk_jobs):
         subprocess.run(["rm", "-rf", d])
 
 
-def main():
-    old, new = sys.argv[1], sys.argv[2]
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    bulk_counts = [int(x) for x in sys.argv[4].split(",")] if len(sys.argv) > 4 else [1]
-    systems = [
-        ("ext4", lambda n: ext4_run(n)),
-        ("old-pm128m", lambda n: terrace_run(old, n, "128M")),
-        ("new-pm128m", lambda n: terrace_run(new, n, "128M")),
-        ("new-pm2g", lambda n: terrace_run(new, n, "2G")),
-    ]
-    runs = []
-    for n in bulk_counts:
-        for r in range(rounds):
-            for name, fn in systems:
-                subprocess.run(["sync"])
-                res = fn(n)
-                res.update({"fs": name, "bulk_jobs": n, "round": r + 1})
-                runs.append(res)
-                print(json.dumps(res), file=sys.stderr)
+SYSTEMS = ("ext4", "old-pm128m", "new-pm128m", "new-pm2g")
+
+
+def summarize(runs):
     summary = []
-    for n in bulk_counts:
+    for n in sorted({x["bulk_jobs"] for x in runs}):
         med = {}
-        for name, _ in systems:
+        for name in SYSTEMS:
             sel = [x for x in runs if x["fs"] == name and x["bulk_jobs"] == n]
+            if not sel:
+                continue
             med[name] = {k: statistics.median(x[k] for x in sel)
-                         for k in ("wal_iops", "wal_p99_us", "bulk_mb_s")}
+                         for k in ("wal_iops", "wal_p99_us", "wal_sync_p99_us", "bulk_mb_s")}
+            med[name]["rounds"] = len(sel)
             if name != "ext4":
                 med[name]["sync_writes_overflowed_max"] = max(x["sync_writes_overflowed"] for x in sel)
         row = {"bulk_jobs": n, "median": med}
         for name in ("old-pm128m", "new-pm128m"):
-            row[f"{name}_wal_iops_vs_pm2g"] = med[name]["wal_iops"] / med["new-pm2g"]["wal_iops"]
-            row[f"{name}_bulk_vs_ext4"] = med[name]["bulk_mb_s"] / med["ext4"]["bulk_mb_s"]
+            if name in med and "new-pm2g" in med:
+                row[f"{name}_wal_iops_vs_pm2g"] = med[name]["wal_iops"] / med["new-pm2g"]["wal_iops"]
+            if name in med and "ext4" in med:
+                row[f"{name}_bulk_vs_ext4"] = med[name]["bulk_mb_s"] / med["ext4"]["bulk_mb_s"]
         summary.append(row)
+    return summary
+
+
+def report(runs):
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
     print(json.dumps({"machine": f"{platform.release()}, {os.cpu_count()} CPUs, {mem} GiB RAM",
                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "workload": WORKLOAD, "wal_size": WAL_SIZE if WORKLOAD == "fio" else None,
                       "rocksdb_ops": ROCKS_OPS if WORKLOAD == "rocksdb" else None,
                       "bulk_size_per_job": BULK_SIZE,
-                      "summary": summary, "runs": runs}, indent=2))
+                      "summary": summarize(runs), "runs": runs}, indent=2))
+
+
+def main():
+    if sys.argv[1] == "--summarize":
+        runs = []
+        for path in sys.argv[2:]:
+            with open(path) as f:
+                runs += [json.loads(line) for line in f if line.startswith("{")]
+        report(runs)
+        return
+    old, new = sys.argv[1], sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    bulk_counts = [int(x) for x in sys.argv[4].split(",")] if len(sys.argv) > 4 else [1]
+    run = {
+        "ext4": ext4_run,
+        "old-pm128m": lambda n: terrace_run(old, n, "128M"),
+        "new-pm128m": lambda n: terrace_run(new, n, "128M"),
+        "new-pm2g": lambda n: terrace_run(new, n, "2G"),
+    }
+    runs = []
+    for n in bulk_counts:
+        for r in range(rounds):
+            for name in SYSTEMS:
+                subprocess.run(["sync"])
+                res = run[name](n)
+                res.update({"fs": name, "bulk_jobs": n, "round": r + 1})
+                runs.append(res)
+                print(json.dumps(res), file=sys.stderr)
+    report(runs)
 
 
 if __name__ == "__main__":
