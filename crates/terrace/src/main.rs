@@ -52,7 +52,7 @@ enum Cmd {
     Status(StatusArgs),
     /// Check (and with --repair, fix) an unmounted pool.
     Fsck(FsckArgs),
-    /// Show which tier holds each part of a file.
+    /// Show which tier holds each part of a file (or a directory's files).
     Where(WhereArgs),
     /// List, show or change settings of a mounted pool at run time.
     Set(SetArgs),
@@ -212,22 +212,42 @@ struct SetArgs {
 }
 
 const WHERE_AFTER: &str = "\
-Lists the extents of a file on a Terrace mount: file offset, length, tier
-(pm, ssd, hdd), block address on that tier, and the write-size predictor's
-counter, then the bytes held by each tier. A directory or other file that
-is not a regular file has no data blocks, and is named as such. The same information, on one line,
-is in the read-only xattr user.terrace.tiers:
+For a file on a Terrace mount: where its data lies, then the bytes held by
+each tier (total). By default extents that follow each other in the file on
+the same tier are shown as one run (offset, length, tier, how many extents it
+joins); --all lists every extent with its block address on the tier and the
+write-size predictor's counter. Data cached in DRAM and not yet written back
+shows as tier dram; NVMFS clean copies as <tier>-copy (summed apart).
+
+For a directory: the data of every regular file below it (recursively, not
+following symbolic links), summed by tier.
+
+The listing comes from the mount's daemon and is complete however many
+extents a file has. When the daemon cannot be asked, the read-only xattr
+user.terrace.extents is read instead; it holds about 2,700 extents at most,
+and a listing cut there says so and exits with status 1. The same information,
+on one line, is in the read-only xattr user.terrace.tiers:
   getfattr -n user.terrace.tiers FILE
+
+--json prints one object: for a file its size, \"extents\" (every extent),
+\"runs\" (the coalesced view), \"bytes_per_tier\", \"rule\" and \"access\"; for a
+directory \"files\", \"size\", \"extents\" (a count) and \"bytes_per_tier\".
 
 Examples:
   terrace where /mnt/terrace/db/wal.log
+  terrace where --all /mnt/terrace/db/wal.log
+  terrace where /mnt/terrace/archive
   terrace where --json /mnt/terrace/big.img";
 
 #[derive(Args, Debug)]
 #[command(after_help = WHERE_AFTER)]
 struct WhereArgs {
-    /// A file on a Terrace mount.
+    /// A file or directory on a Terrace mount.
     path: PathBuf,
+    /// List every extent (with its block and counter) instead of runs of
+    /// adjacent extents on the same tier.
+    #[arg(long)]
+    all: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -503,7 +523,7 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Umount(a) => admin::umount(&a.mountpoint, a.lazy),
         Cmd::Status(a) => admin::status(&a.mountpoint, a.json),
         Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.data, a.json),
-        Cmd::Where(a) => where_cmd::run(&a.path, a.json),
+        Cmd::Where(a) => where_cmd::run(&a.path, a.all, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths),
         Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
