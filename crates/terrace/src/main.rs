@@ -161,12 +161,22 @@ struct RuleArgs {
 
 const MIGRATE_AFTER: &str = "\
 Moves the data of the given files (or of every file under the given
-directories; the whole mount when no PATH is given) to one tier now, with a
-progress bar. Without --to, data goes down to the first block tier (ssd);
+directories; the whole mount when no PATH is given) to one tier now. Without --to, data goes down to the first block tier (ssd);
 --to pm brings it up. Background migration does the same by itself when a
 tier passes its threshold (see `terrace set MOUNTPOINT migration_threshold`);
 this command is for doing it by hand. Each file moves crash-safely: a crash
 leaves it where it was or where it was going, never both or neither.
+
+Progress: on a terminal, a bar on stderr counts the bytes that actually move
+(the data of the files not yet on the target tier; files already there are
+skipped) and ends at 100 %. Without a terminal there is no bar. At the end one
+line on stdout sums up what moved, from how many files, in how long and how
+fast; --quiet prints neither. The first 10 files that fail are named on
+stderr, the rest counted. If the daemon dies or stops answering, migrate stops
+with one error: what moved stays moved, the rest stays where it was.
+
+Exit status: 0 everything moved, 1 some file failed or the daemon stopped,
+2 bad command line.
 
 Examples:
   terrace migrate /mnt/terrace                      # everything down to ssd
@@ -183,6 +193,9 @@ struct MigrateArgs {
     /// Target tier: pm, ssd, hdd or a tier id (default: the first block tier).
     #[arg(long, value_name = "TIER")]
     to: Option<String>,
+    /// No progress bar and no summary line (errors are still printed).
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 const SET_AFTER: &str = "\
@@ -525,7 +538,7 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.data, a.json),
         Cmd::Where(a) => where_cmd::run(&a.path, a.all, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
-        Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths),
+        Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths, a.quiet),
         Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
         Cmd::Iostat(a) => iostat_cmd::run(&a.mountpoint, a.interval, a.count, a.json),
         Cmd::Scrub(a) => scrub_cmd::run(&a.mountpoint, a.rate.as_deref(), !a.no_repair, a.json),

@@ -58,7 +58,7 @@ fn human(bytes: u64) -> String {
 /// those bytes count once, as `dram`; clean copies (`<tier>-copy`) are second
 /// locations of data already counted and are summed apart, under their own
 /// names. The sum over the non-copy tiers is the file's allocated size.
-fn bytes_per_tier(rows: &[ExtentRow]) -> BTreeMap<String, u64> {
+pub(crate) fn bytes_per_tier(rows: &[ExtentRow]) -> BTreeMap<String, u64> {
     let mut cached: Vec<(u64, u64)> = rows
         .iter()
         .filter(|r| r.tier == "dram")
