@@ -72,6 +72,9 @@ pub struct Counters {
     /// the device itself (the file system holding a sparse image is full),
     /// not from Terrace's own allocator.
     pub device_full_errors: AtomicU64,
+    /// Reads, writes or syncs of a block tier's device that failed with
+    /// another error (EIO …).
+    pub device_errors: AtomicU64,
 }
 
 /// What mount found about the previous session.
@@ -366,8 +369,18 @@ impl Fs {
             key
         };
         let mut next = self.settings.read().clone();
+        let before = next.get(key);
         next.set(key, value)?;
-        self.apply_settings(next)
+        let after = next.get(key);
+        self.apply_settings(next)?;
+        if before != after {
+            self.notice(format!(
+                "setting {key} changed from {} to {}",
+                before.unwrap_or_default(),
+                after.unwrap_or_default()
+            ));
+        }
+        Ok(())
     }
 
     /// Replaces every setting at once (a mount's `-o` options and config

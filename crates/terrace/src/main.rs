@@ -12,6 +12,7 @@ mod mount_helper;
 mod rule_cmd;
 mod scrub_cmd;
 mod sd_notify;
+mod syslog;
 mod tier_check;
 mod util;
 mod where_cmd;
@@ -350,7 +351,9 @@ existing directory that is not already a mount point.
 By default terrace serves the mount in the foreground until Ctrl-C, SIGTERM,
 `terrace umount MOUNTPOINT` or `umount MOUNTPOINT`; every way persists the pool
 and marks it clean. With --daemon it detaches, waits until the mount is live
-and returns; the daemon logs to /run/terrace/<mountpoint>.log (removed after\na clean unmount).
+and returns; the daemon logs to /run/terrace/<mountpoint>.log (kept across
+unmounts; renamed to .log.old past 1 MiB). Its lines also go to the system log
+(/dev/log: journald or syslog, tag terrace) when there is one.
 
 Mount options (-o, comma-separated, repeatable):
   allow_other     let all users access the file system (FUSE option)
