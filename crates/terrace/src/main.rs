@@ -12,12 +12,13 @@ mod mount_helper;
 mod rule_cmd;
 mod scrub_cmd;
 mod sd_notify;
+mod shell_docs;
 mod syslog;
 mod tier_check;
 mod util;
 mod where_cmd;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use util::CliResult;
 
@@ -66,6 +67,35 @@ enum Cmd {
     /// Read and verify every block of data on the block tiers of a mounted
     /// pool, repairing from clean copies.
     Scrub(ScrubArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Write the manual pages (terrace.1, terrace-SUBCOMMAND.1) into a directory.
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+const COMPLETIONS_AFTER: &str = "\
+Prints the script on stdout; where it goes depends on the shell (`make
+install` puts them there):
+
+Examples:
+  terrace completions bash > /usr/share/bash-completion/completions/terrace
+  terrace completions zsh  > /usr/local/share/zsh/site-functions/_terrace
+  terrace completions fish > ~/.config/fish/completions/terrace.fish
+  source <(terrace completions bash)       # this bash session only";
+
+#[derive(Args, Debug)]
+#[command(after_help = COMPLETIONS_AFTER)]
+struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+struct ManArgs {
+    /// Directory to write the pages into (created if missing).
+    dir: PathBuf,
 }
 
 const SCRUB_AFTER: &str = "\
@@ -545,6 +575,8 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
         Cmd::Iostat(a) => iostat_cmd::run(&a.mountpoint, a.interval, a.count, a.json),
         Cmd::Scrub(a) => scrub_cmd::run(&a.mountpoint, a.rate.as_deref(), !a.no_repair, a.json),
+        Cmd::Completions(a) => shell_docs::completions(Cli::command(), a.shell),
+        Cmd::Man(a) => shell_docs::man_pages(Cli::command(), &a.dir),
     }
 }
 
