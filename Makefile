@@ -11,6 +11,7 @@
 #   make bench-small-files  small-file capacity: 1,000,000 files on a pool with PM at 1%, vs ext4 (~15 minutes)
 #   make bench-setup  install the benchmark's tools (fio, xfsprogs, mergerfs, rocksdb-tools, matplotlib, ...)
 #   make clean-mounts lazily unmount every stale Terrace test/demo/bench mount
+#   make deb          target/terrace_VERSION_amd64.deb (dpkg-deb): binary, mount helper, systemd unit, completions, man pages
 #   make install      terrace into $(PREFIX)/bin (default /usr/local), the mount(8) helper link /sbin/mount.fuse.terrace, the systemd unit terrace@.service, shell completions (bash, zsh, fish) and man pages
 
 SHELL := /bin/bash
@@ -68,6 +69,19 @@ install-docs:
 	"$(TERRACE)" completions fish > "$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/terrace.fish"
 	"$(TERRACE)" man "$(DESTDIR)$(MANDIR)"
 	if [ "$(MANGZIP)" = 1 ]; then gzip -9nf "$(DESTDIR)$(MANDIR)"/terrace*.1; fi
+
+# A Debian package of the release binary: target/terrace_VERSION_ARCH.deb
+# (binary, mount helper link, systemd unit, completions, man pages; Depends:
+# fuse3), built with dpkg-deb by scripts/make-deb.sh. `make deb-package
+# TERRACE=path/to/terrace DEB_DIR=dir` packages a binary built elsewhere.
+DEB_DIR ?= $(CURDIR)/target
+.PHONY: deb deb-package
+deb: setup
+	$(CARGO) build --release -p terrace
+	$(MAKE) --no-print-directory deb-package TERRACE="$${CARGO_TARGET_DIR:-$(CURDIR)/target}/release/terrace"
+
+deb-package:
+	scripts/make-deb.sh "$(TERRACE)" "$(DEB_DIR)"
 
 setup:
 	@scripts/setup.sh
