@@ -38,4 +38,7 @@ pub struct Counters {
     /// the device itself (the file system holding a sparse image is full),
     /// not from Terrace's own allocator.
     pub device_full_errors: AtomicU64,
+    /// Reads, writes or syncs of a block tier's device that failed with
+    /// another error (EIO …).
+    pub device_errors: AtomicU64,
 }

@@ -253,8 +253,22 @@ impl Fs {
 
     /// Notes an error of block tier `id`'s device: ENOSPC there means the
     /// device (or the file system holding its image) is full — counted, and
-    /// logged once per mount — which no migration can help.
+    /// logged once per mount — which no migration can help. Any other error
+    /// (EIO …) is counted and logged at the 1st, 2nd, 4th, 8th … occurrence.
     pub(crate) fn device_error(&self, id: u8, e: std::io::Error) -> std::io::Error {
+        if e.raw_os_error() != Some(libc::ENOSPC) {
+            let n = 1 + self
+                .counters
+                .device_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n.is_power_of_two() {
+                self.notice(format!(
+                    "tier {id}: device error: {e} ({n} device error{} since mount); the operation failed with it",
+                    if n == 1 { "" } else { "s" }
+                ));
+            }
+            return e;
+        }
         if e.raw_os_error() == Some(libc::ENOSPC)
             && self
                 .counters
@@ -369,7 +383,9 @@ impl Fs {
             let len = (n * BS) as usize;
             let mut read = self.read_buf(len);
             let buf = &mut read[..len];
-            t.media.read_blocks(blk, buf)?;
+            t.media
+                .read_blocks(blk, buf)
+                .map_err(|e| self.device_error(tier, e))?;
             // The blocks this read needs must match their checksums; of the
             // read-ahead, only the blocks before a mismatch are kept.
             let good = self.verified_prefix(tier, blk, buf) as u64;

@@ -318,8 +318,18 @@ impl Fs {
             key
         };
         let mut next = self.settings.read().clone();
+        let before = next.get(key);
         next.set(key, value)?;
-        self.apply_settings(next)
+        let after = next.get(key);
+        self.apply_settings(next)?;
+        if before != after {
+            self.notice(format!(
+                "setting {key} changed from {} to {}",
+                before.unwrap_or_default(),
+                after.unwrap_or_default()
+            ));
+        }
+        Ok(())
     }
 
     /// Replaces every setting at once (a mount's `-o` options and config

@@ -13,8 +13,25 @@
 
 use crate::fs::Fs;
 use crate::inode::Inode;
-use crate::types::FileType;
+use crate::types::{FileType, FsResult, Ino};
+use serde::{Deserialize, Serialize};
 use terrace_format::BLOCK_SIZE;
+
+/// One extent of a file as `terrace where` shows it (see [`Fs::extent_rows`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtentRow {
+    /// Offset in the file (bytes).
+    pub offset: u64,
+    /// Length (bytes).
+    pub length: u64,
+    /// Tier name: `pm`, `ssd`, `hdd` (or the tier id), `<tier>-copy` for a
+    /// clean copy, `dram` for cached data not yet written back.
+    pub tier: String,
+    /// First block on the tier; `None` for `dram`.
+    pub block: Option<u64>,
+    /// The write-size predictor's counter of the write it came from.
+    pub counter: u8,
+}
 
 /// Prefix of Terrace's virtual xattrs.
 pub const VIRTUAL_PREFIX: &[u8] = b"user.terrace.";
@@ -29,16 +46,6 @@ pub const XATTR_ACCESS: &[u8] = b"user.terrace.access";
 const MAX_VALUE: usize = 65536;
 
 impl Fs {
-    /// Name of tier `id` (`pm`, `ssd`, `hdd`, or the number).
-    pub(crate) fn tier_name(&self, id: u8) -> String {
-        let sb = self.sb.lock();
-        sb.tiers
-            .iter()
-            .find(|t| t.id == id)
-            .map(|t| t.kind.name().to_string())
-            .unwrap_or_else(|| id.to_string())
-    }
-
     /// The value of a virtual xattr, `None` when `name` is not one.
     pub(crate) fn virtual_xattr(&self, i: &Inode, name: &[u8]) -> Option<Vec<u8>> {
         if name == XATTR_ACCESS {
@@ -64,53 +71,21 @@ impl Fs {
             return Some(Vec::new());
         }
         let mut out = String::new();
-        let mut runs: Vec<(u64, u64, String, String, u8)> = Vec::new();
-        for (fb, e) in i.extents.iter() {
-            runs.push((
-                fb,
-                e.blocks,
-                self.tier_name(e.tier),
-                e.block.to_string(),
-                e.counter,
-            ));
-            if let Some((t, b)) = e.copy {
-                // A clean copy (NVMFS): same data, second location.
-                runs.push((
-                    fb,
-                    e.blocks,
-                    format!("{}-copy", self.tier_name(t)),
-                    b.to_string(),
-                    e.counter,
-                ));
-            }
-        }
-        let mut dirty: Vec<(u64, u64, String, String, u8)> = Vec::new();
-        for (&fb, p) in &i.dirty {
-            match dirty.last_mut() {
-                Some(r) if r.0 + r.1 == fb => r.1 += 1,
-                _ => dirty.push((fb, 1, "dram".into(), "-".into(), p.counter)),
-            }
-        }
-        runs.extend(dirty);
-        for (fb, blocks, tier, block, counter) in runs {
-            let e = (blocks, block, counter);
+        for r in self.rows_of(i) {
+            let block = r.block.map_or_else(|| "-".to_string(), |b| b.to_string());
             let line = if name == XATTR_TIERS {
                 format!(
                     "{}{}+{}:{}@{}",
                     if out.is_empty() { "" } else { " " },
-                    fb * BLOCK_SIZE,
-                    e.0 * BLOCK_SIZE,
-                    tier,
-                    e.1
+                    r.offset,
+                    r.length,
+                    r.tier,
+                    block
                 )
             } else {
                 format!(
                     "{} {} {} {} {}\n",
-                    fb * BLOCK_SIZE,
-                    e.0 * BLOCK_SIZE,
-                    tier,
-                    e.1,
-                    e.2
+                    r.offset, r.length, r.tier, block, r.counter
                 )
             };
             if out.len() + line.len() > MAX_VALUE - 4 {
@@ -120,5 +95,116 @@ impl Fs {
             out.push_str(&line);
         }
         Some(out.into_bytes())
+    }
+
+    /// Every extent of inode `ino`, as `terrace where` lists it: the
+    /// committed extents in file order (each clean copy right after its
+    /// extent, on tier `<tier>-copy`), then the data cached in DRAM and not
+    /// yet written back (tier `dram`, no block), which shadows the committed
+    /// extents it overlaps. Complete however many extents there are (the
+    /// xattr `user.terrace.extents` stops at 64 KiB). Empty for a file that
+    /// is neither regular nor a symbolic link.
+    pub fn extent_rows(&self, ino: Ino) -> FsResult<Vec<ExtentRow>> {
+        let g = self.lock(ino)?;
+        let i = g.as_ref().expect("live");
+        if !matches!(i.kind, FileType::Regular | FileType::Symlink) {
+            return Ok(Vec::new());
+        }
+        Ok(self.rows_of(i))
+    }
+
+    fn rows_of(&self, i: &Inode) -> Vec<ExtentRow> {
+        let names: Vec<(u8, String)> = {
+            let sb = self.sb.lock();
+            sb.tiers
+                .iter()
+                .map(|t| (t.id, t.kind.name().to_string()))
+                .collect()
+        };
+        let name = |id: u8| {
+            names
+                .iter()
+                .find(|(t, _)| *t == id)
+                .map(|(_, n)| n.clone())
+                .unwrap_or_else(|| id.to_string())
+        };
+        let mut rows = Vec::new();
+        for (fb, e) in i.extents.iter() {
+            rows.push(ExtentRow {
+                offset: fb * BLOCK_SIZE,
+                length: e.blocks * BLOCK_SIZE,
+                tier: name(e.tier),
+                block: Some(e.block),
+                counter: e.counter,
+            });
+            if let Some((t, b)) = e.copy {
+                // A clean copy (NVMFS): same data, second location.
+                rows.push(ExtentRow {
+                    offset: fb * BLOCK_SIZE,
+                    length: e.blocks * BLOCK_SIZE,
+                    tier: format!("{}-copy", name(t)),
+                    block: Some(b),
+                    counter: e.counter,
+                });
+            }
+        }
+        let mut dirty: Vec<ExtentRow> = Vec::new();
+        for (&fb, p) in &i.dirty {
+            match dirty.last_mut() {
+                Some(r) if r.offset + r.length == fb * BLOCK_SIZE => r.length += BLOCK_SIZE,
+                _ => dirty.push(ExtentRow {
+                    offset: fb * BLOCK_SIZE,
+                    length: BLOCK_SIZE,
+                    tier: "dram".into(),
+                    block: None,
+                    counter: p.counter,
+                }),
+            }
+        }
+        rows.extend(dirty);
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Ctx;
+    use std::sync::Arc;
+    use terrace_media::{MemMedia, PmMedia};
+
+    #[test]
+    fn extent_rows_list_every_extent_past_the_xattr_limit() {
+        let pm = Arc::new(MemMedia::new(64 << 20));
+        let params = crate::FormatParams {
+            uuid: [3; 16],
+            inode_count: 64,
+            tiers: vec![terrace_format::TierRecord {
+                id: 0,
+                kind: terrace_format::TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "/dev/shm/p".into(),
+            }],
+            root_uid: 0,
+            root_gid: 0,
+        };
+        crate::format(&*pm, &params).unwrap();
+        let fs = crate::Fs::mount(pm).unwrap();
+        let f = fs
+            .mknod(1, b"f", libc::S_IFREG | 0o644, 0, Ctx { uid: 0, gid: 0 })
+            .unwrap();
+        // Every other block: 4,000 extents, far more than 64 KiB of xattr text.
+        for k in 0..4000u64 {
+            fs.write(f.ino, k * 8192, &[1u8; 4096]).unwrap();
+        }
+        fs.fsync(f.ino, false).unwrap();
+        let rows = fs.extent_rows(f.ino).unwrap();
+        assert_eq!(rows.len(), 4000);
+        assert!(rows.iter().all(|r| r.tier == "pm" && r.length == 4096));
+        assert_eq!(rows[3999].offset, 3999 * 8192);
+        let x = fs.getxattr(f.ino, super::XATTR_EXTENTS).unwrap();
+        assert!(x.ends_with(b" ..."), "the xattr is cut");
+        assert!(fs.extent_rows(1).unwrap().is_empty(), "a directory");
+        fs.unmount().unwrap();
     }
 }

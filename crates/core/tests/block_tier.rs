@@ -64,6 +64,11 @@ fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
     );
     // Writes of more than half the cache bypass it: this one is written through.
     fs.set_setting("dram_cache_bytes", "2M").unwrap();
+    // A settings change is a line of the daemon's log.
+    assert_eq!(
+        fs.take_notices(),
+        ["setting dram_cache_bytes changed from 256M to 2M"]
+    );
     let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = vec![9u8; 3 << 20];
     fs.write(a.ino, 0, &data).unwrap();
@@ -74,6 +79,16 @@ fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
         fs.getattr(a.ino).unwrap().size,
         3 << 20,
         "a failed write changed the size"
+    );
+    // One line for the daemon's log (more at the 2nd, 4th, 8th … error).
+    let notes = fs.take_notices();
+    assert_eq!(
+        notes
+            .iter()
+            .filter(|n| n.starts_with("tier 1: device error: "))
+            .count(),
+        1,
+        "{notes:?}"
     );
     assert_eq!(fs.read(a.ino, 0, data.len()).unwrap(), data);
     fs.check_allocator().unwrap();

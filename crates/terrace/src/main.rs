@@ -12,11 +12,13 @@ mod mount_helper;
 mod rule_cmd;
 mod scrub_cmd;
 mod sd_notify;
+mod shell_docs;
+mod syslog;
 mod tier_check;
 mod util;
 mod where_cmd;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use util::CliResult;
 
@@ -52,7 +54,7 @@ enum Cmd {
     Status(StatusArgs),
     /// Check (and with --repair, fix) an unmounted pool.
     Fsck(FsckArgs),
-    /// Show which tier holds each part of a file.
+    /// Show which tier holds each part of a file (or a directory's files).
     Where(WhereArgs),
     /// List, show or change settings of a mounted pool at run time.
     Set(SetArgs),
@@ -65,6 +67,35 @@ enum Cmd {
     /// Read and verify every block of data on the block tiers of a mounted
     /// pool, repairing from clean copies.
     Scrub(ScrubArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Write the manual pages (terrace.1, terrace-SUBCOMMAND.1) into a directory.
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+const COMPLETIONS_AFTER: &str = "\
+Prints the script on stdout; where it goes depends on the shell (`make
+install` puts them there):
+
+Examples:
+  terrace completions bash > /usr/share/bash-completion/completions/terrace
+  terrace completions zsh  > /usr/local/share/zsh/site-functions/_terrace
+  terrace completions fish > ~/.config/fish/completions/terrace.fish
+  source <(terrace completions bash)       # this bash session only";
+
+#[derive(Args, Debug)]
+#[command(after_help = COMPLETIONS_AFTER)]
+struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+struct ManArgs {
+    /// Directory to write the pages into (created if missing).
+    dir: PathBuf,
 }
 
 const SCRUB_AFTER: &str = "\
@@ -161,12 +192,22 @@ struct RuleArgs {
 
 const MIGRATE_AFTER: &str = "\
 Moves the data of the given files (or of every file under the given
-directories; the whole mount when no PATH is given) to one tier now, with a
-progress bar. Without --to, data goes down to the first block tier (ssd);
+directories; the whole mount when no PATH is given) to one tier now. Without --to, data goes down to the first block tier (ssd);
 --to pm brings it up. Background migration does the same by itself when a
 tier passes its threshold (see `terrace set MOUNTPOINT migration_threshold`);
 this command is for doing it by hand. Each file moves crash-safely: a crash
 leaves it where it was or where it was going, never both or neither.
+
+Progress: on a terminal, a bar on stderr counts the bytes that actually move
+(the data of the files not yet on the target tier; files already there are
+skipped) and ends at 100 %. Without a terminal there is no bar. At the end one
+line on stdout sums up what moved, from how many files, in how long and how
+fast; --quiet prints neither. The first 10 files that fail are named on
+stderr, the rest counted. If the daemon dies or stops answering, migrate stops
+with one error: what moved stays moved, the rest stays where it was.
+
+Exit status: 0 everything moved, 1 some file failed or the daemon stopped,
+2 bad command line.
 
 Examples:
   terrace migrate /mnt/terrace                      # everything down to ssd
@@ -183,6 +224,9 @@ struct MigrateArgs {
     /// Target tier: pm, ssd, hdd or a tier id (default: the first block tier).
     #[arg(long, value_name = "TIER")]
     to: Option<String>,
+    /// No progress bar and no summary line (errors are still printed).
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 const SET_AFTER: &str = "\
@@ -212,22 +256,42 @@ struct SetArgs {
 }
 
 const WHERE_AFTER: &str = "\
-Lists the extents of a file on a Terrace mount: file offset, length, tier
-(pm, ssd, hdd), block address on that tier, and the write-size predictor's
-counter, then the bytes held by each tier. A directory or other file that
-is not a regular file has no data blocks, and is named as such. The same information, on one line,
-is in the read-only xattr user.terrace.tiers:
+For a file on a Terrace mount: where its data lies, then the bytes held by
+each tier (total). By default extents that follow each other in the file on
+the same tier are shown as one run (offset, length, tier, how many extents it
+joins); --all lists every extent with its block address on the tier and the
+write-size predictor's counter. Data cached in DRAM and not yet written back
+shows as tier dram; NVMFS clean copies as <tier>-copy (summed apart).
+
+For a directory: the data of every regular file below it (recursively, not
+following symbolic links), summed by tier.
+
+The listing comes from the mount's daemon and is complete however many
+extents a file has. When the daemon cannot be asked, the read-only xattr
+user.terrace.extents is read instead; it holds about 2,700 extents at most,
+and a listing cut there says so and exits with status 1. The same information,
+on one line, is in the read-only xattr user.terrace.tiers:
   getfattr -n user.terrace.tiers FILE
+
+--json prints one object: for a file its size, \"extents\" (every extent),
+\"runs\" (the coalesced view), \"bytes_per_tier\", \"rule\" and \"access\"; for a
+directory \"files\", \"size\", \"extents\" (a count) and \"bytes_per_tier\".
 
 Examples:
   terrace where /mnt/terrace/db/wal.log
+  terrace where --all /mnt/terrace/db/wal.log
+  terrace where /mnt/terrace/archive
   terrace where --json /mnt/terrace/big.img";
 
 #[derive(Args, Debug)]
 #[command(after_help = WHERE_AFTER)]
 struct WhereArgs {
-    /// A file on a Terrace mount.
+    /// A file or directory on a Terrace mount.
     path: PathBuf,
+    /// List every extent (with its block and counter) instead of runs of
+    /// adjacent extents on the same tier.
+    #[arg(long)]
+    all: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -317,7 +381,9 @@ existing directory that is not already a mount point.
 By default terrace serves the mount in the foreground until Ctrl-C, SIGTERM,
 `terrace umount MOUNTPOINT` or `umount MOUNTPOINT`; every way persists the pool
 and marks it clean. With --daemon it detaches, waits until the mount is live
-and returns; the daemon logs to /run/terrace/<mountpoint>.log (removed after\na clean unmount).
+and returns; the daemon logs to /run/terrace/<mountpoint>.log (kept across
+unmounts; renamed to .log.old past 1 MiB). Its lines also go to the system log
+(/dev/log: journald or syslog, tag terrace) when there is one.
 
 Mount options (-o, comma-separated, repeatable):
   allow_other     let all users access the file system (FUSE option)
@@ -503,12 +569,14 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Umount(a) => admin::umount(&a.mountpoint, a.lazy),
         Cmd::Status(a) => admin::status(&a.mountpoint, a.json),
         Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.data, a.json),
-        Cmd::Where(a) => where_cmd::run(&a.path, a.json),
+        Cmd::Where(a) => where_cmd::run(&a.path, a.all, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
-        Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths),
+        Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths, a.quiet),
         Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
         Cmd::Iostat(a) => iostat_cmd::run(&a.mountpoint, a.interval, a.count, a.json),
         Cmd::Scrub(a) => scrub_cmd::run(&a.mountpoint, a.rate.as_deref(), !a.no_repair, a.json),
+        Cmd::Completions(a) => shell_docs::completions(Cli::command(), a.shell),
+        Cmd::Man(a) => shell_docs::man_pages(Cli::command(), &a.dir),
     }
 }
 

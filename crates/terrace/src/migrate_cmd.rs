@@ -1,18 +1,25 @@
 //! `terrace migrate MOUNTPOINT [--to TIER] [PATH...]`: moves the data of files
-//! to a tier by hand, with a progress bar over the bytes to move.
+//! to a tier by hand, with a progress bar over the bytes to move (on stderr,
+//! only on a terminal, not with `--quiet`).
 //!
 //! The command walks the given paths (the whole mount by default) on this
 //! side, and asks the daemon to migrate its regular files a few at a time
 //! (control request [`MigrateFiles`]: inode numbers and the target tier id;
 //! see [`requests`]), so the progress bar advances as they move and Ctrl-C
-//! stops between requests.
+//! stops between requests. What is to move comes first from the daemon's
+//! extent lists ([`GetExtents`]): the data of each file not yet on the
+//! target tier; files already there are not sent. The bar advances by the
+//! bytes each request really moved. If the daemon dies or stops answering,
+//! the command stops with one error.
 
-use crate::control::protocol::{GetStatus, MigrateFiles};
+use crate::control::protocol::{ExtentRow, GetExtents, GetStatus, MigrateFiles, Refusal};
 use crate::control::{self, ControlError};
 use crate::util::{self, CliError, CliResult};
+use crate::where_cmd;
+use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use terrace_core::status::TierStatus;
 
 /// Resolves a tier given by name (`pm`, `ssd`, `hdd`) or id against the
@@ -54,14 +61,19 @@ fn collect(paths: &[PathBuf], dev: u64, out: &mut Vec<(PathBuf, u64, u64)>) -> C
     Ok(())
 }
 
-/// Bytes of file data per migrate request.
+/// Bytes to move per migrate request.
 const REQUEST_BYTES: u64 = 64 << 20;
 /// Files per migrate request.
 const REQUEST_FILES: usize = 256;
+/// Failed files named one by one; the rest are counted.
+const FAILURES_NAMED: usize = 10;
 
-/// Splits the files to move into requests of at most `REQUEST_BYTES` of
-/// data (a larger file is a request of its own) and `REQUEST_FILES` files.
-fn requests(todo: &[(PathBuf, u64, u64)]) -> Vec<&[(PathBuf, u64, u64)]> {
+/// A file to move: path, inode number, bytes to move (an estimate).
+type Todo = (PathBuf, u64, u64);
+
+/// Splits the files to move into requests of at most `REQUEST_BYTES` to
+/// move (a larger file is a request of its own) and `REQUEST_FILES` files.
+fn requests(todo: &[Todo]) -> Vec<&[Todo]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0usize, 0u64);
     for (k, t) in todo.iter().enumerate() {
@@ -78,8 +90,57 @@ fn requests(todo: &[(PathBuf, u64, u64)]) -> Vec<&[(PathBuf, u64, u64)]> {
     out
 }
 
+/// Bytes of a file that are not on tier `to` (named as `where` names
+/// tiers): its data elsewhere, cached data included, clean copies not.
+fn bytes_to_move(rows: &[ExtentRow], to: &str) -> u64 {
+    where_cmd::bytes_per_tier(rows)
+        .iter()
+        .filter(|(t, _)| !t.ends_with("-copy") && t.as_str() != to)
+        .map(|(_, b)| b)
+        .sum()
+}
+
+/// Sets what each file has to move to tier `to`, from the daemon's extent
+/// lists (refused by an older daemon, which does not list extents).
+fn estimate(socket: &Path, files: &mut [Todo], to: &str) -> Result<(), ControlError> {
+    for chunk in files.chunks_mut(REQUEST_FILES) {
+        let inos = chunk.iter().map(|t| t.1).collect();
+        let reply = control::call(socket, GetExtents { inos }, Duration::from_secs(120))?;
+        let rows: std::collections::HashMap<u64, Vec<ExtentRow>> = reply
+            .files
+            .into_iter()
+            .map(|f| (f.ino, f.extents))
+            .collect();
+        for t in chunk.iter_mut() {
+            // A file the daemon could not list (deleted meanwhile) keeps its
+            // size: the migration reports it.
+            if let Some(r) = rows.get(&t.1) {
+                t.2 = bytes_to_move(r, to);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The progress bar: on stderr, only when it is a terminal and not `--quiet`.
+fn progress_bar(total: u64, quiet: bool) -> indicatif::ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "migrating [{bar:40}] {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, {eta}) {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
 /// `terrace migrate`.
-pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
+pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliResult {
     let abs = util::abs_path(mnt);
     let files = util::RunFiles {
         socket: util::control_socket(&abs),
@@ -127,23 +188,32 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
             ));
         }
     }
-    let mut todo = Vec::new();
-    collect(&roots, dev, &mut todo)?;
-    let total: u64 = todo.iter().map(|t| t.2).sum();
-    let bar = indicatif::ProgressBar::with_draw_target(
-        Some(total),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "migrating [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta}) {msg}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
+    let mut all = Vec::new();
+    collect(&roots, dev, &mut all)?;
+    let nfiles = all.len();
+    // The bar counts what moves: each file's data not on the target tier
+    // (files already there are left out); an older daemon that cannot list
+    // extents leaves the file sizes as the estimate.
+    let mut todo = all;
+    match estimate(&files.socket, &mut todo, target.kind) {
+        Ok(()) => todo.retain(|t| t.2 > 0),
+        Err(ControlError::Refused(_)) => {}
+        Err(e) => return Err(failed(e)),
     }
+    let mut total: u64 = todo.iter().map(|t| t.2).sum();
+    let bar = progress_bar(total, quiet);
+    let started = Instant::now();
     let mut moved = 0u64;
     let mut failures = 0usize;
-    // Files go in requests of up to REQUEST_BYTES (or REQUEST_FILES files):
-    // the daemon moves a request's files with shared device syncs, and the
-    // progress bar advances per request.
+    let mut report = |bar: &indicatif::ProgressBar, what: String| {
+        failures += 1;
+        if failures <= FAILURES_NAMED {
+            bar.suspend(|| eprintln!("terrace: {what}"));
+        }
+    };
+    // Files go in requests of up to REQUEST_BYTES to move (or REQUEST_FILES
+    // files): the daemon moves a request's files with shared device syncs,
+    // and the bar advances by the bytes each request moved.
     for chunk in requests(&todo) {
         let first = &chunk[0].0;
         bar.set_message(
@@ -154,39 +224,78 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf]) -> CliResult {
         );
         let inos: Vec<u64> = chunk.iter().map(|t| t.1).collect();
         let req = MigrateFiles { inos, to: to_id };
-        match control::call(&files.socket, req, Duration::from_secs(3600)).map_err(failed) {
+        match control::call(&files.socket, req, Duration::from_secs(3600)) {
             Ok(r) => {
                 moved += r.bytes;
                 for f in &r.failed {
-                    failures += 1;
                     let path = chunk
                         .iter()
                         .find(|t| t.1 == f.ino)
                         .map_or_else(|| format!("inode {}", f.ino), |t| t.0.display().to_string());
-                    bar.suspend(|| eprintln!("terrace: {path}: {}", f.error));
+                    report(&bar, format!("{path}: {}", f.error));
                 }
+                // What the request moved replaces its estimate: the bar
+                // ends at 100 % of what moved.
+                let guess: u64 = chunk.iter().map(|t| t.2).sum();
+                total = total - guess + r.bytes;
+                bar.set_length(total);
+                bar.inc(r.bytes);
             }
+            Err(ControlError::Refused(r)) if chunk.len() == 1 => {
+                report(&bar, format!("{}: {}", first.display(), r.error));
+                total -= chunk[0].2;
+                bar.set_length(total);
+            }
+            // The daemon died, stopped answering or refuses every file: one
+            // error, not one per file left.
             Err(e) => {
-                failures += chunk.len();
-                for (path, _, _) in chunk {
-                    bar.suspend(|| eprintln!("terrace: {}: {}", path.display(), e.msg));
-                }
+                bar.finish_and_clear();
+                let why = match e {
+                    ControlError::NoDaemon => "the daemon is gone".to_string(),
+                    ControlError::Failed(m) | ControlError::Refused(Refusal { error: m, .. }) => m,
+                };
+                return Err(CliError::at(
+                    mnt,
+                    format!(
+                        "migration stopped: {why} ({} moved before; files left where they were)",
+                        util::human_bytes(moved)
+                    ),
+                ));
             }
         }
-        bar.inc(chunk.iter().map(|t| t.2).sum());
     }
-    bar.finish_and_clear();
-    util::out(&format!(
-        "terrace: moved {} of {} files to {} (tier {to_id}){}",
-        util::human_bytes(moved),
-        todo.len(),
-        target.kind,
-        if failures > 0 {
-            format!("; {failures} files failed")
-        } else {
-            String::new()
-        }
-    ));
+    // Left on the terminal at 100 %, above the summary.
+    bar.finish();
+    let secs = started.elapsed().as_secs_f64();
+    if !quiet {
+        util::out(&format!(
+            "terrace: moved {} of {} files to {} (tier {to_id}) in {secs:.1} s{}{}{}",
+            util::human_bytes(moved),
+            todo.len(),
+            target.kind,
+            if secs > 0.0 && moved > 0 {
+                format!(" ({}/s)", util::human_bytes((moved as f64 / secs) as u64))
+            } else {
+                String::new()
+            },
+            match nfiles - todo.len() {
+                0 => String::new(),
+                1 => "; 1 file already there".into(),
+                n => format!("; {n} files already there"),
+            },
+            if failures > 0 {
+                format!("; {failures} files failed")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if failures > FAILURES_NAMED {
+        eprintln!(
+            "terrace: ... and {} more files failed",
+            failures - FAILURES_NAMED
+        );
+    }
     if failures > 0 {
         return Err(CliError::new(String::new()));
     }
@@ -220,5 +329,26 @@ mod tests {
         let sizes: Vec<usize> = requests(&many).iter().map(|c| c.len()).collect();
         assert_eq!(sizes, vec![256, 256, 88]);
         assert!(requests(&[]).is_empty());
+    }
+
+    #[test]
+    fn only_data_off_the_target_tier_is_to_move() {
+        let row = |offset, length, tier: &str| ExtentRow {
+            offset,
+            length,
+            tier: tier.into(),
+            block: None,
+            counter: 0,
+        };
+        let rows = vec![
+            row(0, 8192, "pm"),
+            row(8192, 8192, "ssd"),
+            row(8192, 8192, "pm-copy"),
+            row(4096, 4096, "dram"),
+        ];
+        // The cached block shadows a PM block: 4 KiB of PM and 4 KiB cached.
+        assert_eq!(bytes_to_move(&rows, "ssd"), 8192);
+        assert_eq!(bytes_to_move(&rows, "pm"), 8192 + 4096);
+        assert_eq!(bytes_to_move(&[], "ssd"), 0);
     }
 }

@@ -307,8 +307,12 @@ enum Event {
     },
 }
 
+/// One line of the daemon's log: on stderr (the log file of a detached
+/// daemon) and, when there is one, in the system log ([`crate::syslog`]).
 fn log(msg: impl std::fmt::Display) {
+    let msg = msg.to_string();
     eprintln!("terrace[{}]: {msg}", std::process::id());
+    crate::syslog::send(&msg);
 }
 
 /// The PM tier of a read-only mount: reads pass through, writes never reach
@@ -618,7 +622,11 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     if let Some(m) = metrics {
         m.stop();
     }
+    // What the core said since the logger's last round, and while it
+    // persists: nothing is lost at the unmount.
+    log_notices(&fs);
     let r = fs.unmount();
+    log_notices(&fs);
     drop(tier_locks);
     drop(lock);
     remove_run_files(&files);
@@ -714,8 +722,13 @@ fn spawn_notice_logger(fs: &Arc<Fs>) {
         .spawn(move || loop {
             std::thread::sleep(Duration::from_secs(1));
             let Some(fs) = weak.upgrade() else { return };
-            for n in fs.take_notices() {
-                log(n);
-            }
+            log_notices(&fs);
         });
+}
+
+/// Logs the core's notices not logged yet.
+fn log_notices(fs: &Fs) {
+    for n in fs.take_notices() {
+        log(n);
+    }
 }

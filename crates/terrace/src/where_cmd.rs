@@ -1,14 +1,27 @@
-//! `terrace where PATH`: which tier holds each part of a file.
+//! `terrace where PATH`: which tier holds each part of a file, or, for a
+//! directory, how much of the data of the files below it each tier holds.
 //!
-//! Reads the read-only virtual xattr `user.terrace.extents` of the file through
-//! the mount, so it needs no daemon connection and works for any user who may
-//! read the file's xattrs.
+//! The extents come from the daemon serving the mount, over its control
+//! channel (request [`GetExtents`], by inode number: a file's `st_ino` on the
+//! mount is its inode number in the pool), so the listing is complete however
+//! many extents a file has. When no daemon answers (an older daemon, a
+//! control socket this user cannot reach), the read-only virtual xattr
+//! `user.terrace.extents` is read instead; it stops at 64 KiB (about 2,700
+//! extents), and a listing cut there is flagged and fails with exit code 1.
+//!
+//! By default adjacent extents on the same tier are shown as one run (with
+//! how many extents it joins); `--all` lists every extent with its block
+//! address and write-size counter; `--json` gives both.
 
-use crate::util::{CliError, CliResult};
-use std::collections::BTreeMap;
+use crate::control::protocol::{ExtentRow, GetExtents};
+use crate::control::{self};
+use crate::util::{self, CliError, CliResult};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
     let p = CString::new(path.as_os_str().as_bytes())
@@ -45,18 +58,18 @@ fn human(bytes: u64) -> String {
 /// those bytes count once, as `dram`; clean copies (`<tier>-copy`) are second
 /// locations of data already counted and are summed apart, under their own
 /// names. The sum over the non-copy tiers is the file's allocated size.
-fn bytes_per_tier(rows: &[(u64, u64, String, String, String)]) -> BTreeMap<String, u64> {
+pub(crate) fn bytes_per_tier(rows: &[ExtentRow]) -> BTreeMap<String, u64> {
     let mut cached: Vec<(u64, u64)> = rows
         .iter()
-        .filter(|r| r.2 == "dram")
-        .map(|r| (r.0, r.0 + r.1))
+        .filter(|r| r.tier == "dram")
+        .map(|r| (r.offset, r.offset + r.length))
         .collect();
     cached.sort_unstable();
     let mut per_tier: BTreeMap<String, u64> = BTreeMap::new();
-    for (off, len, tier, _, _) in rows {
-        let (start, end) = (*off, off + len);
-        let mut bytes = *len;
-        if tier != "dram" {
+    for r in rows {
+        let (start, end) = (r.offset, r.offset + r.length);
+        let mut bytes = r.length;
+        if r.tier != "dram" {
             // Cached ranges that overlap [start, end) (they do not overlap
             // each other).
             let first = cached.partition_point(|&(_, e)| e <= start);
@@ -64,9 +77,47 @@ fn bytes_per_tier(rows: &[(u64, u64, String, String, String)]) -> BTreeMap<Strin
                 bytes -= e.min(end) - s.max(start);
             }
         }
-        *per_tier.entry(tier.clone()).or_default() += bytes;
+        *per_tier.entry(r.tier.clone()).or_default() += bytes;
     }
     per_tier
+}
+
+/// Adjacent extents on one tier, shown as one line.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+struct Run {
+    offset: u64,
+    length: u64,
+    tier: String,
+    /// How many extents it joins.
+    extents: u64,
+}
+
+/// Joins extents that follow each other in the file on the same tier
+/// (wherever their blocks are), in file order. Copies and cached data are
+/// tiers of their own here, so their runs sit beside the primary ones.
+fn coalesce(rows: &[ExtentRow]) -> Vec<Run> {
+    let mut out: Vec<Run> = Vec::new();
+    let mut open: HashMap<&str, usize> = HashMap::new();
+    for r in rows {
+        match open.get(r.tier.as_str()) {
+            Some(&k) if out[k].offset + out[k].length == r.offset => {
+                out[k].length += r.length;
+                out[k].extents += 1;
+            }
+            _ => {
+                open.insert(&r.tier, out.len());
+                out.push(Run {
+                    offset: r.offset,
+                    length: r.length,
+                    tier: r.tier.clone(),
+                    extents: 1,
+                });
+            }
+        }
+    }
+    // Stable: a copy stays after its primary at the same offset.
+    out.sort_by_key(|r| r.offset);
+    out
 }
 
 /// What a file that is not a regular file is ("a directory"), for the
@@ -92,38 +143,126 @@ fn not_a_file(ft: std::fs::FileType) -> Option<&'static str> {
     })
 }
 
-/// Prints the extents of `path` with their tier and address.
-pub fn run(path: &Path, as_json: bool) -> CliResult {
-    let raw = match getxattr(path, "user.terrace.extents") {
-        Ok(v) => v,
-        Err(e)
-            if e.raw_os_error() == Some(libc::ENODATA)
-                || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
-        {
-            return Err(CliError::at(path, "not on a Terrace mount"));
+/// The innermost FUSE mount holding `path`, if any.
+fn fuse_mount_of(path: &Path) -> Option<PathBuf> {
+    let abs = util::abs_path(path);
+    util::mounts()
+        .into_iter()
+        .rev()
+        .filter(|m| abs.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len())
+        .filter(|m| m.fstype.starts_with("fuse"))
+        .map(|m| m.mount_point)
+}
+
+/// Files per `extents` request of a directory's summary.
+const REQUEST_FILES: usize = 256;
+
+/// Reads extents: from the daemon while it answers, else from the xattr.
+struct Reader {
+    /// The daemon's control socket, until it fails to answer.
+    socket: Option<PathBuf>,
+    /// Some xattr listing was cut at 64 KiB.
+    cut: bool,
+}
+
+impl Reader {
+    fn new(path: &Path) -> Reader {
+        Reader {
+            socket: fuse_mount_of(path).map(|m| util::control_socket(&m)),
+            cut: false,
         }
-        Err(e) => return Err(CliError::at(path, crate::util::os_reason(&e))),
-    };
-    let text = String::from_utf8_lossy(&raw);
-    let mut rows = Vec::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() != 5 {
-            continue;
-        }
-        let (off, len) = (
-            f[0].parse::<u64>().unwrap_or(0),
-            f[1].parse::<u64>().unwrap_or(0),
-        );
-        rows.push((
-            off,
-            len,
-            f[2].to_string(),
-            f[3].to_string(),
-            f[4].to_string(),
-        ));
     }
+
+    /// The extents of each of `files` (path, inode number), or why not.
+    fn read(&mut self, files: &[(PathBuf, u64)]) -> Vec<Result<Vec<ExtentRow>, String>> {
+        if let Some(socket) = &self.socket {
+            let req = GetExtents {
+                inos: files.iter().map(|f| f.1).collect(),
+            };
+            match control::call(socket, req, Duration::from_secs(120)) {
+                Ok(reply) => {
+                    let mut got: HashMap<u64, Result<Vec<ExtentRow>, String>> = HashMap::new();
+                    for f in reply.files {
+                        got.insert(f.ino, Ok(f.extents));
+                    }
+                    for f in reply.failed {
+                        got.insert(f.ino, Err(f.error));
+                    }
+                    return files
+                        .iter()
+                        .map(|(_, ino)| {
+                            got.remove(ino)
+                                .unwrap_or_else(|| Err("the daemon did not list it".into()))
+                        })
+                        .collect();
+                }
+                // No daemon (or one that does not know the request): the
+                // xattr still answers, up to 64 KiB, and tells a mount that
+                // is not Terrace's.
+                Err(_) => self.socket = None,
+            }
+        }
+        files.iter().map(|(p, _)| self.read_xattr(p)).collect()
+    }
+
+    fn read_xattr(&mut self, path: &Path) -> Result<Vec<ExtentRow>, String> {
+        let raw = match getxattr(path, "user.terrace.extents") {
+            Ok(v) => v,
+            Err(e)
+                if e.raw_os_error() == Some(libc::ENODATA)
+                    || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+            {
+                return Err("not on a Terrace mount".into());
+            }
+            Err(e) => return Err(util::os_reason(&e)),
+        };
+        let text = String::from_utf8_lossy(&raw);
+        if text.ends_with(" ...") {
+            self.cut = true;
+        }
+        Ok(text.lines().filter_map(parse_xattr_line).collect())
+    }
+}
+
+/// One line of `user.terrace.extents`: `offset length tier block counter`.
+fn parse_xattr_line(line: &str) -> Option<ExtentRow> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() != 5 {
+        return None;
+    }
+    Some(ExtentRow {
+        offset: f[0].parse().ok()?,
+        length: f[1].parse().ok()?,
+        tier: f[2].to_string(),
+        block: f[3].parse().ok(),
+        counter: f[4].parse().unwrap_or(0),
+    })
+}
+
+/// The error of a listing cut at the xattr's 64 KiB.
+fn cut_error(path: &Path) -> CliError {
+    CliError::at(
+        path,
+        "listing incomplete: the daemon's control channel did not answer and the xattr \
+         user.terrace.extents stops at 64 KiB (the totals above count only the extents listed)",
+    )
+}
+
+/// `terrace where PATH [--all] [--json]`.
+pub fn run(path: &Path, all: bool, as_json: bool) -> CliResult {
+    let md = std::fs::metadata(path).map_err(|e| CliError::at(path, util::os_reason(&e)))?;
+    let mut reader = Reader::new(path);
+    if md.is_dir() {
+        return directory(path, &md, &mut reader, as_json);
+    }
+    let rows = reader
+        .read(&[(path.to_path_buf(), md.ino())])
+        .pop()
+        .expect("one answer per file")
+        .map_err(|e| CliError::at(path, e))?;
     let per_tier = bytes_per_tier(&rows);
+    let runs = coalesce(&rows);
     // The file's placement rule (stored xattr) and HetFS access class (virtual).
     let rule = getxattr(path, "user.terrace.rule")
         .ok()
@@ -134,54 +273,182 @@ pub fn run(path: &Path, as_json: bool) -> CliResult {
     if as_json {
         let extents: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(o, l, t, b, c)| serde_json::json!({"offset": o, "length": l, "tier": t, "block": b.parse::<u64>().unwrap_or(0), "size_counter": c.parse::<u64>().unwrap_or(0)}))
+            .map(|r| serde_json::json!({"offset": r.offset, "length": r.length, "tier": r.tier, "block": r.block, "size_counter": r.counter}))
             .collect();
-        println!(
-            "{}",
-            serde_json::json!({"path": path, "extents": extents, "bytes_per_tier": per_tier,
-                "rule": rule, "access": access})
+        util::out(
+            &serde_json::json!({"path": path, "size": md.len(), "extents": extents, "runs": runs,
+                "bytes_per_tier": per_tier, "complete": !reader.cut, "rule": rule, "access": access})
+            .to_string(),
         );
-        return Ok(());
+    } else {
+        print_file(path, &md, &rows, &runs, all, &per_tier, rule, access);
     }
-    println!("{}", path.display());
-    println!(
-        "{:>14} {:>12}  {:<4} {:>12} {:>7}",
-        "offset", "length", "tier", "block", "counter"
-    );
-    for (o, l, t, b, c) in &rows {
-        println!("{o:>14} {l:>12}  {t:<4} {b:>12} {c:>7}");
+    if reader.cut {
+        return Err(cut_error(path));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_file(
+    path: &Path,
+    md: &std::fs::Metadata,
+    rows: &[ExtentRow],
+    runs: &[Run],
+    all: bool,
+    per_tier: &BTreeMap<String, u64>,
+    rule: Option<String>,
+    access: Option<String>,
+) {
+    let mut o = String::new();
+    o.push_str(&format!("{}\n", path.display()));
+    if all {
+        o.push_str(&format!(
+            "{:>14} {:>12}  {:<4} {:>12} {:>7}\n",
+            "offset", "length", "tier", "block", "counter"
+        ));
+        for r in rows {
+            let block = r.block.map_or_else(|| "-".to_string(), |b| b.to_string());
+            o.push_str(&format!(
+                "{:>14} {:>12}  {:<4} {:>12} {:>7}\n",
+                r.offset, r.length, r.tier, block, r.counter
+            ));
+        }
+    } else {
+        o.push_str(&format!(
+            "{:>14} {:>12}  {:<4} {:>8}\n",
+            "offset", "length", "tier", "extents"
+        ));
+        for r in runs {
+            o.push_str(&format!(
+                "{:>14} {:>12}  {:<4} {:>8}\n",
+                r.offset, r.length, r.tier, r.extents
+            ));
+        }
     }
     if rows.is_empty() {
-        match std::fs::metadata(path)
-            .ok()
-            .and_then(|m| not_a_file(m.file_type()))
-        {
-            Some(what) => println!("  (no data blocks: {what}, not a regular file)"),
-            None => println!("  (no data blocks: empty or sparse file)"),
+        match not_a_file(md.file_type()) {
+            Some(what) => o.push_str(&format!("  (no data blocks: {what}, not a regular file)\n")),
+            None => o.push_str("  (no data blocks: empty or sparse file)\n"),
         }
     }
     let summary: Vec<String> = per_tier
         .iter()
         .map(|(t, b)| format!("{t} {}", human(*b)))
         .collect();
-    println!(
-        "total: {}",
+    o.push_str(&format!(
+        "total: {}\n",
         if summary.is_empty() {
             "0 B".into()
         } else {
             summary.join(", ")
         }
-    );
-    println!("rule: {}", rule.as_deref().unwrap_or("auto (no rule)"));
+    ));
+    if !all && runs.len() != rows.len() {
+        o.push_str(&format!(
+            "extents: {} in {} runs (--all lists each)\n",
+            rows.len(),
+            runs.len()
+        ));
+    }
+    o.push_str(&format!(
+        "rule: {}",
+        rule.as_deref().unwrap_or("auto (no rule)")
+    ));
     if let Some(a) = access {
-        println!("access: {a}");
+        o.push_str(&format!("\naccess: {a}"));
+    }
+    util::out(&o);
+}
+
+/// Regular files under `dir` (not following symlinks, staying on its file
+/// system), as (path, inode number, size).
+fn files_below(dir: &Path, dev: u64, out: &mut Vec<(PathBuf, u64, u64)>) -> CliResult {
+    let rd = std::fs::read_dir(dir).map_err(|e| CliError::at(dir, util::os_reason(&e)))?;
+    let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    kids.sort();
+    for p in kids {
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue; // gone meanwhile
+        };
+        if md.dev() != dev {
+            continue;
+        }
+        if md.is_file() {
+            out.push((p, md.ino(), md.len()));
+        } else if md.is_dir() {
+            files_below(&p, dev, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// `where DIR`: the data of the regular files below `dir`, summed by tier.
+fn directory(dir: &Path, md: &std::fs::Metadata, reader: &mut Reader, as_json: bool) -> CliResult {
+    let mut files = Vec::new();
+    files_below(dir, md.dev(), &mut files)?;
+    let size: u64 = files.iter().map(|f| f.2).sum();
+    let mut per_tier: BTreeMap<String, u64> = BTreeMap::new();
+    let mut extents = 0usize;
+    let mut read = 0usize;
+    for chunk in files.chunks(REQUEST_FILES) {
+        let batch: Vec<(PathBuf, u64)> = chunk.iter().map(|f| (f.0.clone(), f.1)).collect();
+        for (f, rows) in chunk.iter().zip(reader.read(&batch)) {
+            match rows {
+                Ok(rows) => {
+                    read += 1;
+                    extents += rows.len();
+                    for (t, b) in bytes_per_tier(&rows) {
+                        *per_tier.entry(t).or_default() += b;
+                    }
+                }
+                // Deleted since the walk: not there any more.
+                Err(e)
+                    if e == util::os_reason(&std::io::Error::from_raw_os_error(libc::ENOENT)) => {}
+                Err(e) if e == "not on a Terrace mount" => return Err(CliError::at(dir, e)),
+                Err(e) => util::warn(format!("{}: {e}", f.0.display())),
+            }
+        }
+    }
+    let rule = getxattr(dir, "user.terrace.rule")
+        .ok()
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    if as_json {
+        util::out(
+            &serde_json::json!({"path": dir, "directory": true, "files": read, "size": size,
+                "extents": extents, "bytes_per_tier": per_tier, "complete": !reader.cut, "rule": rule})
+            .to_string(),
+        );
+    } else {
+        let summary: Vec<String> = per_tier
+            .iter()
+            .map(|(t, b)| format!("{t} {}", human(*b)))
+            .collect();
+        util::out(&format!(
+            "{} (a directory): {} files below it, {} ({} bytes) in {} extents\n\
+             total: {}\nrule: {}",
+            dir.display(),
+            read,
+            human(size),
+            size,
+            extents,
+            if summary.is_empty() {
+                "0 B".into()
+            } else {
+                summary.join(", ")
+            },
+            rule.as_deref().unwrap_or("auto (no rule)")
+        ));
+    }
+    if reader.cut {
+        return Err(cut_error(dir));
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{bytes_per_tier, not_a_file};
+    use super::{bytes_per_tier, coalesce, not_a_file, parse_xattr_line, ExtentRow, Run};
 
     #[test]
     fn directories_and_devices_are_named_and_regular_files_are_not() {
@@ -194,8 +461,14 @@ mod tests {
         let _ = std::fs::remove_file(&f);
     }
 
-    fn row(off: u64, len: u64, tier: &str) -> (u64, u64, String, String, String) {
-        (off, len, tier.into(), "0".into(), "0".into())
+    fn row(off: u64, len: u64, tier: &str) -> ExtentRow {
+        ExtentRow {
+            offset: off,
+            length: len,
+            tier: tier.into(),
+            block: (tier != "dram").then_some(off / 4096 + 100),
+            counter: 0,
+        }
     }
 
     #[test]
@@ -218,5 +491,60 @@ mod tests {
             .map(|(_, v)| v)
             .sum();
         assert_eq!(data, 28672);
+    }
+
+    #[test]
+    fn adjacent_extents_on_one_tier_make_one_run() {
+        let run = |offset, length, tier: &str, extents| Run {
+            offset,
+            length,
+            tier: tier.into(),
+            extents,
+        };
+        let rows = vec![
+            row(0, 4096, "pm"),
+            row(4096, 4096, "pm"),
+            row(4096, 4096, "pm-copy"),
+            row(8192, 8192, "ssd"),
+            row(8192, 8192, "ssd-copy"),
+            row(16384, 4096, "ssd"),
+            row(16384, 4096, "ssd-copy"),
+            row(40960, 4096, "ssd"), // after a hole
+            row(0, 8192, "dram"),
+        ];
+        assert_eq!(
+            coalesce(&rows),
+            vec![
+                run(0, 8192, "pm", 2),
+                run(0, 8192, "dram", 1),
+                run(4096, 4096, "pm-copy", 1),
+                run(8192, 12288, "ssd", 2),
+                run(8192, 12288, "ssd-copy", 2),
+                run(40960, 4096, "ssd", 1),
+            ]
+        );
+        // Runs hold the same bytes per tier as the extents.
+        let as_rows: Vec<ExtentRow> = coalesce(&rows)
+            .iter()
+            .map(|r| row(r.offset, r.length, &r.tier))
+            .collect();
+        assert_eq!(bytes_per_tier(&as_rows), bytes_per_tier(&rows));
+        assert!(coalesce(&[]).is_empty());
+    }
+
+    #[test]
+    fn xattr_lines_parse_and_the_cut_marker_does_not() {
+        assert_eq!(
+            parse_xattr_line("8192 4096 ssd 17 2"),
+            Some(ExtentRow {
+                offset: 8192,
+                length: 4096,
+                tier: "ssd".into(),
+                block: Some(17),
+                counter: 2
+            })
+        );
+        assert_eq!(parse_xattr_line("0 4096 dram - 1").unwrap().block, None);
+        assert_eq!(parse_xattr_line(" ..."), None);
     }
 }

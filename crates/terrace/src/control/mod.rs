@@ -20,11 +20,13 @@
 //! - `{"cmd":"migrate","inos":[…],"to":T}` → `{"ok":true,"bytes":N,"failed":[{"ino":N,"error":"…"},…]}`
 //! - `{"cmd":"scrub","rate":N,"repair":B}` → `{"ok":true}` (the scrub runs on;
 //!   the status follows it)
+//! - `{"cmd":"extents","inos":[…]}` → `{"ok":true,"files":[{"ino":N,"extents":[{"offset":N,"length":N,"tier":"…","block":N|null,"counter":N},…]},…],"failed":[{"ino":N,"error":"…"},…]}`
+//!   (every extent, however many; what `terrace where` lists)
 //! - any refusal: `{"ok":false,"error":"…"}` (with `"errno":N` for some);
 //!   an unknown command is refused too.
 //!
 //! `umount`, `set`, `migrate` and `scrub` are for root and the mounting user
-//! only; `status` and `settings` for anyone.
+//! only; `status`, `settings` and `extents` for anyone.
 
 pub mod client;
 pub mod protocol;

@@ -11,6 +11,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+pub use terrace_core::placement_view::ExtentRow;
 
 /// One request, as sent: a JSON object whose `cmd` names the variant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,19 +29,22 @@ pub enum Request {
     Migrate(MigrateFiles),
     /// Start a scrub.
     Scrub(StartScrub),
+    /// Where files' data lies: every extent.
+    Extents(GetExtents),
 }
 
 impl Request {
     /// The `cmd` of every request, in the order the daemon lists them
     /// (a test checks that it names every variant).
-    pub const NAMES: [&'static str; 6] =
-        ["status", "umount", "settings", "set", "migrate", "scrub"];
+    pub const NAMES: [&'static str; 7] = [
+        "status", "umount", "settings", "set", "migrate", "scrub", "extents",
+    ];
 
     /// What the request does, in words, when only root and the mounting user
     /// may make it; `None` when anyone may.
     pub fn privileged(&self) -> Option<&'static str> {
         match self {
-            Request::Status(_) | Request::Settings(_) => None,
+            Request::Status(_) | Request::Settings(_) | Request::Extents(_) => None,
             Request::Umount(_) => Some("unmount"),
             Request::Set(_) => Some("change settings"),
             Request::Migrate(_) => Some("migrate"),
@@ -214,6 +218,32 @@ pub struct FileFailure {
     pub error: String,
 }
 
+/// `extents`: every extent of some files, by inode number (what `terrace
+/// where` lists; complete however many there are).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetExtents {
+    /// Inode numbers of the files (their `st_ino` on the mount).
+    pub inos: Vec<u64>,
+}
+
+/// The reply to [`GetExtents`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtentsReply {
+    /// The files that could be read, in the order asked.
+    pub files: Vec<FileExtents>,
+    /// The files that could not (no such inode), and why.
+    pub failed: Vec<FileFailure>,
+}
+
+/// The extents of one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileExtents {
+    /// Its inode number.
+    pub ino: u64,
+    /// Every extent, as [`terrace_core::Fs::extent_rows`] lists them.
+    pub extents: Vec<ExtentRow>,
+}
+
 /// The reply to [`StartScrub`]: it started.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScrubStarted {}
@@ -340,6 +370,7 @@ calls! {
     SetSetting => Set, SetReply;
     MigrateFiles => Migrate, MigrateReply;
     StartScrub => Scrub, ScrubStarted;
+    GetExtents => Extents, ExtentsReply;
 }
 
 /// The setting a name given to `terrace set` names: `policy` is short for
@@ -366,6 +397,7 @@ mod tests {
             Request::Set(_) => "set",
             Request::Migrate(_) => "migrate",
             Request::Scrub(_) => "scrub",
+            Request::Extents(_) => "extents",
         }
     }
 
@@ -389,6 +421,7 @@ mod tests {
                 repair: false,
             }
             .into(),
+            GetExtents { inos: vec![9] }.into(),
         ]
     }
 
@@ -404,6 +437,7 @@ mod tests {
                 r#"{"cmd":"set","key":"policy","value":"nvmfs"}"#,
                 r#"{"cmd":"migrate","inos":[5,7],"to":1}"#,
                 r#"{"cmd":"scrub","rate":100,"repair":false}"#,
+                r#"{"cmd":"extents","inos":[9]}"#,
             ]
         );
         for (r, line) in every_request().iter().zip(&lines) {
@@ -435,8 +469,9 @@ mod tests {
             }
             .into())
         );
-        let unknown =
-            Refusal::new("unknown command (known: status, umount, settings, set, migrate, scrub)");
+        let unknown = Refusal::new(
+            "unknown command (known: status, umount, settings, set, migrate, scrub, extents)",
+        );
         assert_eq!(decode_request(r#"{"cmd":"fly"}"#), Err(unknown.clone()));
         assert_eq!(decode_request(r#"{}"#), Err(unknown.clone()));
         assert_eq!(decode_request("5"), Err(unknown));

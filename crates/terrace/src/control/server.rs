@@ -3,9 +3,9 @@
 //! (it ends the FUSE session), which answers it when done.
 
 use super::protocol::{
-    self, Answer, Call, DaemonStatus, FileFailure, GetStatus, ListSettings, MigrateFiles,
-    MigrateReply, Refusal, Request, ScrubStarted, SetReply, SetSetting, SettingInfo, SettingsReply,
-    StartScrub, StatusReply, Unmount,
+    self, Answer, Call, DaemonStatus, ExtentsReply, FileExtents, FileFailure, GetExtents,
+    GetStatus, ListSettings, MigrateFiles, MigrateReply, Refusal, Request, ScrubStarted, SetReply,
+    SetSetting, SettingInfo, SettingsReply, StartScrub, StatusReply, Unmount,
 };
 use crate::util;
 use std::io::{self, BufRead, BufReader, Write};
@@ -169,6 +169,16 @@ impl Server {
                     let answer = self.scrub(&s);
                     Responder::<StartScrub>::new(stream).answer(&answer)
                 }
+                Request::Extents(x) => {
+                    let fs = self.fs.clone();
+                    let r = Responder::<GetExtents>::new(stream);
+                    // A file can have millions of extents: build and send
+                    // the answer from its own thread.
+                    std::thread::spawn(move || {
+                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(60)));
+                        r.answer(&Ok(extents(&fs, &x)));
+                    });
+                }
             }
         }
     }
@@ -220,6 +230,24 @@ impl Server {
             Err(e) => Err(Refusal::new(util::os_reason(&e))),
         }
     }
+}
+
+/// Every extent of the files asked for.
+fn extents(fs: &Fs, x: &GetExtents) -> ExtentsReply {
+    let mut reply = ExtentsReply {
+        files: Vec::with_capacity(x.inos.len()),
+        failed: Vec::new(),
+    };
+    for &ino in &x.inos {
+        match fs.extent_rows(ino) {
+            Ok(extents) => reply.files.push(FileExtents { ino, extents }),
+            Err(e) => reply.failed.push(FileFailure {
+                ino,
+                error: util::os_reason(&e),
+            }),
+        }
+    }
+    reply
 }
 
 /// Moves the files; a request for one file is refused when it fails, one
