@@ -325,12 +325,13 @@ impl Fs {
         let fb1 = (end - 1) / BS;
         let nblocks = fb1 - fb0 + 1;
         // Ziggurat's predictors, then the placement policy.
-        let (sync_params, size_params, sync_window_ns) = {
+        let (sync_params, size_params, sync_window_ns, bulk_pm_percent) = {
             let st = self.settings.read();
             (
                 st.sync_params(),
                 st.size_params(),
                 st.placement_sync_window_ns,
+                st.placement_bulk_pm_percent,
             )
         };
         // The entry this write overwrites: a cached write (its pages carry its
@@ -374,6 +375,7 @@ impl Fs {
             pm_over_threshold: self.pm_over_threshold(),
             pm_saturated: self.pm_forced(),
             sync_writers_active: placement_stats.sync_writers_active(now_u, sync_window_ns),
+            pm_over_bulk_limit: self.pm_use_at_least(bulk_pm_percent),
             write_bytes: nblocks * BS,
             pm_free_bytes: pm_free,
             pm_capacity_bytes: self.alloc.total() * BS,

@@ -34,6 +34,7 @@ fn without_the_sync_window_the_stream_takes_pm_and_the_wal_overflows() {
     // The setting is what protects the WAL: with it off, the old behaviour.
     let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
     fs.set_setting("placement_sync_window_ns", "0").unwrap();
+    fs.set_setting("placement_bulk_pm_percent", "100").unwrap();
     let p = wal_beside_a_stream(&fs);
     assert!(p.sync.overflow_writes > 0, "{p:?}");
 }
@@ -66,25 +67,42 @@ fn a_synchronous_writer_keeps_pm_while_a_bulk_stream_runs() {
 }
 
 #[test]
-fn a_lone_bulk_stream_still_uses_pm_up_to_the_forced_mark() {
+fn a_lone_bulk_stream_still_uses_pm_up_to_the_bulk_limit() {
     let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
     let bulk = file(&fs, 1, "bulk");
     for k in 0..64u64 {
         fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
     }
     let p = fs.status().placement_by_class;
-    // Past the dynamic threshold (50% for writes alone) and up to the forced
-    // mark (95%), less the metadata reserve: well over 16 of 32 MiB.
+    // Past the dynamic threshold (50% for writes alone) and up to the bulk
+    // limit (80%): 25 of 32 MiB.
     assert!(
         p.async_large.pm_writes >= 24,
         "a lone stream should fill PM before going down: {p:?}"
     );
-    assert!(p.async_large.pm_writes < 32, "{p:?}");
+    assert!(p.async_large.pm_writes <= 26, "{p:?}");
+}
+
+#[test]
+fn a_synchronous_writer_arriving_after_a_stream_filled_pm_finds_room() {
+    // The stream runs alone first (no synchronous writer yet) and takes PM
+    // up to the bulk limit; the WAL that starts then still lands on PM.
+    let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
+    let bulk = file(&fs, 1, "bulk");
+    for k in 0..64u64 {
+        fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
+    }
+    let wal = file(&fs, 1, "wal");
+    wal_writes(&fs, wal, 0, 1024);
+    let p = fs.status().placement_by_class;
+    assert_eq!(p.sync.overflow_writes, 0, "{p:?}");
+    assert_eq!(p.sync.pm_writes, 1023, "{p:?}");
 }
 
 #[test]
 fn synchronous_writes_keep_pm_past_the_forced_mark_until_it_has_no_room() {
     let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
+    fs.set_setting("placement_bulk_pm_percent", "100").unwrap();
     let bulk = file(&fs, 1, "bulk");
     // Fill PM to the forced mark with a lone stream.
     for k in 0..64u64 {

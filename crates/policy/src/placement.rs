@@ -34,8 +34,12 @@
 //!   and to the first block tier through the cache above it. The room
 //!   between the threshold and full stays for the synchronous writers, and
 //!   migration then moves only what is cold. With no synchronous writer
-//!   active, a lone stream keeps using PM up to the forced mark (measured
-//!   faster for one sequential writer, docs/benchmarks.md 3b).
+//!   active, a lone stream keeps using PM up to the bulk limit
+//!   (`placement_bulk_pm_percent`, default [`DEFAULT_BULK_PM_PERCENT`]:
+//!   faster for one sequential writer than going down at the threshold,
+//!   docs/benchmarks.md 3b), which leaves room for a synchronous writer that
+//!   arrives while migration catches up
+//!   ([`WriteObservation::pm_over_bulk_limit`]).
 //! - **Load-aware routing** (Orthus, FAST '21: when the fast device is the
 //!   bottleneck, send the excess to the slow one rather than queue behind
 //!   it): once PM use passes the forced mark, migration is not keeping up,
@@ -68,6 +72,10 @@ pub const PM_TIER: u8 = 0;
 /// requests (the write-size predictor only calls a write large once its
 /// location was rewritten in large pieces, so new data needs its own test).
 pub const BULK_WRITE_BYTES: u64 = 128 << 10;
+
+/// Default PM use (percent) above which bulk writes go to a block tier even
+/// with no synchronous writer active (the setting `placement_bulk_pm_percent`).
+pub const DEFAULT_BULK_PM_PERCENT: u8 = 80;
 
 /// By default a synchronous writer counts as active for this long after its
 /// last synchronous write (10 s: a database committing every few seconds
@@ -146,6 +154,8 @@ pub struct WriteObservation {
     /// A write predicted synchronous reached the file system within the
     /// setting `placement_sync_window_ns` (any file).
     pub sync_writers_active: bool,
+    /// PM use has reached the bulk limit (`placement_bulk_pm_percent`).
+    pub pm_over_bulk_limit: bool,
     /// Bytes this write needs on its tier (whole blocks).
     pub write_bytes: u64,
     /// Free bytes on PM now.
@@ -174,12 +184,14 @@ impl WriteObservation {
 
     /// Whether an asynchronous write must leave PM to others (the rules of
     /// "Keeping PM for the writes that wait" in the module docs): PM is
-    /// saturated, or this is bulk while a synchronous writer is active and
-    /// PM is past its migration threshold.
+    /// saturated, or this is bulk and PM is past the bulk limit, or past its
+    /// migration threshold while a synchronous writer is active.
     pub fn yields_pm(&self) -> bool {
         !self.synchronous
             && (self.pm_saturated
-                || (self.bulk() && self.sync_writers_active && self.pm_over_threshold))
+                || (self.bulk()
+                    && (self.pm_over_bulk_limit
+                        || (self.sync_writers_active && self.pm_over_threshold))))
     }
 }
 
@@ -348,6 +360,7 @@ mod tests {
             pm_over_threshold: false,
             pm_saturated: false,
             sync_writers_active: false,
+            pm_over_bulk_limit: false,
             write_bytes: 4096,
             pm_free_bytes: 64 * MIB,
             pm_capacity_bytes: 128 * MIB,
@@ -523,6 +536,18 @@ mod tests {
             o.pm_over_threshold = false;
             assert_eq!(place(name, &o), Placement::Pm, "{name}: below threshold");
         }
+    }
+
+    #[test]
+    fn bulk_writes_leave_pm_past_the_bulk_limit_even_with_no_synchronous_writer() {
+        let mut o = bulk(obs(false, false));
+        o.pm_over_threshold = true;
+        assert_eq!(place("ziggurat", &o), Placement::Pm);
+        o.pm_over_bulk_limit = true;
+        assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 1 });
+        let mut small = obs(false, false);
+        small.pm_over_bulk_limit = true;
+        assert_eq!(place("ziggurat", &small), Placement::Pm, "small stays");
     }
 
     #[test]

@@ -218,14 +218,15 @@ proptest! {
     fn placement_is_pm_or_an_available_block_tier(
         synchronous: bool, large: bool, write_bytes in 0u64..(1 << 30), pm_free in 0u64..(1 << 30),
         tier in prop::option::of(1u8..4), pin in prop::option::of(0u8..4), class in 0u8..4,
-        fresh_large: bool, pm_over_threshold: bool, flags in 0u8..4,
+        fresh_large: bool, pm_over_threshold: bool, flags in 0u8..8,
     ) {
-        let (pm_saturated, sync_writers_active) = (flags & 1 != 0, flags & 2 != 0);
+        let (pm_saturated, sync_writers_active, pm_over_bulk_limit) =
+            (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0);
         let access = [AccessClass::Unknown, AccessClass::Sequential, AccessClass::Random,
                       AccessClass::ByteGranular][class as usize];
         let obs = WriteObservation {
             synchronous, large, fresh_large, pm_over_threshold, pm_saturated,
-            sync_writers_active, write_bytes,
+            sync_writers_active, pm_over_bulk_limit, write_bytes,
             pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
             first_block_tier: tier,
             rule: pin.map(|tier| TierRule::Pin { tier }),
@@ -247,10 +248,11 @@ proptest! {
     fn ziggurat_keeps_sync_writes_on_pm_while_it_has_room(
         large: bool, write_bytes in 0u64..(1 << 30), pm_free in 0u64..(1 << 30), tier in prop::option::of(1u8..4),
         fresh_large: bool, pm_over_threshold: bool, pm_saturated: bool, sync_writers_active: bool,
+        pm_over_bulk_limit: bool,
     ) {
         let obs = WriteObservation {
             synchronous: true, large, fresh_large, pm_over_threshold, pm_saturated,
-            sync_writers_active, write_bytes,
+            sync_writers_active, pm_over_bulk_limit, write_bytes,
             pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
             first_block_tier: tier, rule: None, access: AccessClass::Unknown,
         };

@@ -96,6 +96,15 @@ impl Fs {
         cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(threshold)
     }
 
+    /// PM use (as [`Fs::tier_use`] counts it) is at least `percent` of PM.
+    pub(crate) fn pm_use_at_least(&self, percent: u8) -> bool {
+        if self.tiers.is_empty() {
+            return false;
+        }
+        let (used, cap) = self.tier_use(0);
+        cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(percent)
+    }
+
     /// PM use passes the forced mark: migration is not keeping up, and the
     /// placement policies send asynchronous writes straight down
     /// (load-aware routing; synchronous writes keep PM while it has room).

@@ -158,6 +158,14 @@ pub static KEYS: &[Key] = &[
          writes leave PM to it once PM is past its migration threshold (0 = never; default 10s)"
     ),
     num_key!(
+        placement_bulk_pm_percent: u8,
+        percent(1, 100),
+        crate::placement::DEFAULT_BULK_PM_PERCENT,
+        "1-100; large asynchronous writes take PM only while its use is below this, so that a \
+         synchronous writer arriving later finds room while migration catches up (default 80; \
+         100 = up to the forced mark)"
+    ),
+    num_key!(
         dram_cache_bytes: u64,
         Kind::Size {
             min: 1 << 20,

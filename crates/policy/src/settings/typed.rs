@@ -45,6 +45,9 @@ pub struct Settings {
     /// synchronous write; while one is, bulk writes yield PM past the
     /// migration threshold (ns; 0 = never, PM is not protected).
     pub placement_sync_window_ns: u64,
+    /// Bulk asynchronous writes take PM only while its use is below this
+    /// percentage, synchronous writer or not (room kept for one arriving).
+    pub placement_bulk_pm_percent: u8,
     /// Bound of the DRAM page cache for block-tier data (bytes).
     pub dram_cache_bytes: u64,
     /// Dirty data older than this is written back even when the cache is not
@@ -109,6 +112,7 @@ impl Default for Settings {
             size_fresh_large_bytes: 0,
             placement_policy: String::new(),
             placement_sync_window_ns: 0,
+            placement_bulk_pm_percent: 0,
             dram_cache_bytes: 0,
             writeback_age_ns: 0,
             writeback_dirty_percent: 0,
