@@ -237,8 +237,9 @@ impl Fs {
         let c = &self.counters;
         // In a statement of its own: a guard taken inside the literal below
         // would live until the literal is built, and `migration_status` and
-        // `settings` read the settings lock again (a second read waits behind
-        // a queued writer: `terrace status` beside `terrace set` deadlocked).
+        // `settings` read the settings lock again: a second read waits behind
+        // a queued writer, so `terrace status` beside `terrace set` could
+        // deadlock (parking_lot's RwLock is fair).
         let placement_policy = self.settings.read().placement_policy.clone();
         Status {
             uuid: hex(&sb.uuid),
