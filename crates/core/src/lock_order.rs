@@ -402,6 +402,29 @@ mod rule_tests {
         assert!(!allowed(shard, slabs));
         assert!(!allowed(slabs, leaf));
     }
+
+    /// Unchecked builds pay nothing: the wrappers are the plain locks.
+    #[cfg(not(any(debug_assertions, feature = "lock-order")))]
+    #[test]
+    fn unchecked_wrappers_are_the_size_of_the_plain_locks() {
+        use std::mem::size_of;
+        assert_eq!(
+            size_of::<Mutex<u64>>(),
+            size_of::<parking_lot::Mutex<u64>>()
+        );
+        assert_eq!(
+            size_of::<MutexGuard<'_, u64>>(),
+            size_of::<parking_lot::MutexGuard<'_, u64>>()
+        );
+        assert_eq!(
+            size_of::<RwLock<u64>>(),
+            size_of::<parking_lot::RwLock<u64>>()
+        );
+        assert_eq!(
+            size_of::<RwLockReadGuard<'_, u64>>(),
+            size_of::<parking_lot::RwLockReadGuard<'_, u64>>()
+        );
+    }
 }
 
 #[cfg(all(test, any(debug_assertions, feature = "lock-order")))]
