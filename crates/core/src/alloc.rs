@@ -10,7 +10,7 @@
 //! is handed out at most once until it is freed; freeing a block that is already
 //! free is a bug and panics in debug builds.
 
-use parking_lot::Mutex;
+use crate::lock_order::{Leaf, Mutex, Rank};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -52,7 +52,7 @@ impl PageAllocator {
             v.push(Shard {
                 start: s,
                 end: e,
-                free: Mutex::new(m),
+                free: Mutex::new(Rank::Leaf(Leaf::PageAllocator), m),
             });
             s = e;
         }

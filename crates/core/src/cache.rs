@@ -43,8 +43,8 @@
 
 use crate::fs::Fs;
 use crate::inode::Inode;
+use crate::lock_order::{Mutex, MutexGuard, Rank};
 use crate::types::{errno, FsResult, Ino};
-use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -180,11 +180,13 @@ impl PageCache {
     /// An empty cache of `bound` bytes.
     pub fn new(bound: u64) -> PageCache {
         PageCache {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(Rank::leaf("page-cache state"), State::default()),
             promise_bytes: AtomicU64::new(0),
             bound: AtomicU64::new(bound),
             seq: AtomicU64::new(1),
-            wb_locks: (0..WB_STRIPES).map(|_| Mutex::new(())).collect(),
+            wb_locks: (0..WB_STRIPES)
+                .map(|_| Mutex::new(Rank::Writeback, ()))
+                .collect(),
             worker: crate::worker::Worker::default(),
         }
     }
@@ -259,7 +261,7 @@ impl PageCache {
 
     /// The write-back lock of `ino` (striped by inode number): taken before
     /// the inode lock for the whole of one write-back of the file.
-    pub(crate) fn writeback_lock(&self, ino: Ino) -> parking_lot::MutexGuard<'_, ()> {
+    pub(crate) fn writeback_lock(&self, ino: Ino) -> MutexGuard<'_, ()> {
         self.wb_locks[ino as usize % WB_STRIPES].lock()
     }
 

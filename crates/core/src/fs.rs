@@ -15,9 +15,9 @@
 use crate::alloc::PageAllocator;
 use crate::inode::{Inode, Released};
 use crate::journal::Journal;
+use crate::lock_order::{Mutex, Rank, RwLock};
 use crate::recovery::{scan, OpenError, Problem, Scan};
 use crate::types::Ino;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -58,16 +58,15 @@ pub struct Fs {
     /// Mounted read-only ([`Fs::mount_read_only`]): nothing is written to
     /// any tier, not even the superblock.
     pub(crate) read_only: bool,
-    pub(crate) atime: parking_lot::RwLock<AtimeMode>,
+    pub(crate) atime: RwLock<AtimeMode>,
     /// The running or last scrub (`scrub.rs`).
-    pub(crate) scrub_state: parking_lot::Mutex<Option<crate::scrub::ScrubReport>>,
+    pub(crate) scrub_state: Mutex<Option<crate::scrub::ScrubReport>>,
     /// Mounted block tiers, in tier-id order.
     pub(crate) tiers: Vec<crate::tier::BlockTier>,
     /// Tunable options (one registry for CLI, config file and `terrace set`).
-    pub(crate) settings: parking_lot::RwLock<terrace_policy::Settings>,
+    pub(crate) settings: RwLock<terrace_policy::Settings>,
     /// The placement policy named by `settings.placement_policy`.
-    pub(crate) placement:
-        parking_lot::RwLock<Box<dyn terrace_policy::PlacementPolicy + Send + Sync>>,
+    pub(crate) placement: RwLock<Box<dyn terrace_policy::PlacementPolicy + Send + Sync>>,
     /// The DRAM page cache in front of the block tiers.
     pub(crate) cache: crate::cache::PageCache,
     /// Blocks allocated by write-backs whose pages are still counted dirty
@@ -75,7 +74,7 @@ pub struct Fs {
     pub(crate) wb_inflight_blocks: std::sync::atomic::AtomicU64,
     /// Serialises "is there room" checks with the claims that follow them
     /// (cached writes), so two writers cannot both take the last blocks.
-    pub(crate) room_lock: parking_lot::Mutex<()>,
+    pub(crate) room_lock: Mutex<()>,
     /// Readers of block-tier data without their inode lock, and the frees
     /// waiting for them (`read_pins`).
     pub(crate) read_pins: crate::read_pins::ReadPins,
@@ -234,7 +233,7 @@ impl Fs {
         };
         let n = sb.inode_count as usize;
         let mut table: Vec<Mutex<Option<Box<Inode>>>> = Vec::with_capacity(n);
-        table.resize_with(n, || Mutex::new(None));
+        table.extend((0..n as u64).map(|ino| Mutex::new(Rank::Inode(ino), None)));
         for (ino, inode) in inodes {
             *table[ino as usize].get_mut() = Some(Box::new(inode));
         }
@@ -255,28 +254,32 @@ impl Fs {
         }
         let fs = Fs {
             media,
-            sb: Mutex::new(sb),
+            sb: Mutex::new(Rank::leaf("superblock"), sb),
             table,
-            free_slots: Mutex::new(free),
+            free_slots: Mutex::new(Rank::leaf("free slots"), free),
             alloc,
             log_space,
             journal: Journal::default(),
-            rename_lock: Mutex::new(()),
+            rename_lock: Mutex::new(Rank::Rename, ()),
             next_fh: AtomicU64::new(1),
             counters: Counters::default(),
             report,
             unmounted: std::sync::atomic::AtomicBool::new(false),
             read_only,
             // Reads of a read-only mount set no access time: it would be written.
-            atime: parking_lot::RwLock::new(if read_only {
-                AtimeMode::Never
-            } else {
-                AtimeMode::default()
-            }),
-            scrub_state: parking_lot::Mutex::new(None),
+            atime: RwLock::new(
+                Rank::leaf("atime mode"),
+                if read_only {
+                    AtimeMode::Never
+                } else {
+                    AtimeMode::default()
+                },
+            ),
+            scrub_state: Mutex::new(Rank::leaf("scrub state"), None),
             tiers: Vec::new(),
-            settings: parking_lot::RwLock::new(terrace_policy::Settings::default()),
-            placement: parking_lot::RwLock::new(
+            settings: RwLock::new(Rank::leaf("settings"), terrace_policy::Settings::default()),
+            placement: RwLock::new(
+                Rank::leaf("placement policy"),
                 terrace_policy::Settings::default()
                     .placement()
                     .expect("the default policy exists"),
@@ -285,7 +288,7 @@ impl Fs {
                 terrace_policy::Settings::default().dram_cache_bytes,
             ),
             wb_inflight_blocks: std::sync::atomic::AtomicU64::new(0),
-            room_lock: parking_lot::Mutex::new(()),
+            room_lock: Mutex::new(Rank::Room, ()),
             read_pins: Default::default(),
             pm_io: terrace_media::BlockStatsCounter::new(),
             space_stats: Default::default(),
@@ -293,7 +296,7 @@ impl Fs {
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
             cleaner_stats: Default::default(),
-            ruled: Mutex::new(Default::default()),
+            ruled: Mutex::new(Rank::leaf("ruled inodes"), Default::default()),
             log_migration: Default::default(),
         };
         for slot in &fs.table {

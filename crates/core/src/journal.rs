@@ -5,7 +5,7 @@
 //! Every caller persists (flush, no fence needed) the bytes the words make
 //! visible before calling [`Journal::commit`]; the first fence here orders them.
 
-use parking_lot::{Mutex, MutexGuard};
+use crate::lock_order::{Mutex, MutexGuard, Rank};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use terrace_format::{
     journal_slot_offset, JournalSlot, JOURNAL_MAX_RECORDS, JOURNAL_OFF_BODY, JOURNAL_OFF_TXID,
@@ -23,7 +23,9 @@ pub struct Journal {
 impl Default for Journal {
     fn default() -> Self {
         Journal {
-            slots: (0..JOURNAL_SLOTS).map(|_| Mutex::new(())).collect(),
+            slots: (0..JOURNAL_SLOTS)
+                .map(|_| Mutex::new(Rank::leaf("journal slot"), ()))
+                .collect(),
             next_txid: AtomicU64::new(1),
             next_slot: AtomicUsize::new(0),
         }

@@ -20,6 +20,7 @@ pub mod fs;
 pub mod fsck;
 pub mod inode;
 pub mod journal;
+mod lock_order;
 pub mod log;
 pub mod log_migrate;
 pub mod log_space;

@@ -20,7 +20,7 @@
 //! lock inside, never the reverse).
 
 use crate::alloc::PageAllocator;
-use parking_lot::Mutex;
+use crate::lock_order::{Leaf, Mutex, Rank};
 use std::collections::{BTreeMap, BTreeSet};
 use terrace_format::{BLOCK_SIZE, LOG_PAGE_MAX, LOG_PAGE_MIN};
 
@@ -101,9 +101,17 @@ impl Slabs {
 }
 
 /// Owner of small-log-page space (see the module docs).
-#[derive(Default)]
 pub struct LogSpace {
     slabs: Mutex<Slabs>,
+}
+
+impl Default for LogSpace {
+    /// No slab.
+    fn default() -> Self {
+        LogSpace {
+            slabs: Mutex::new(Rank::Leaf(Leaf::LogSlabs), Slabs::default()),
+        }
+    }
 }
 
 /// Where a log's new pages come from: the slabs, the page allocator, and
@@ -165,7 +173,7 @@ impl LogSpace {
         }
         Ok((
             LogSpace {
-                slabs: Mutex::new(s),
+                slabs: Mutex::new(Rank::Leaf(Leaf::LogSlabs), s),
             },
             blocks,
         ))

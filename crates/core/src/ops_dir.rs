@@ -270,7 +270,7 @@ impl Fs {
         }
         child.lookups = 1;
         let attr = child.stat();
-        *self.table[ino as usize].lock() = Some(Box::new(child));
+        self.install_inode(ino, child);
         drop(pg);
         if inherited.is_some() {
             self.note_ruled(ino);

@@ -888,7 +888,8 @@ impl Fs {
 
     /// File system statistics.
     pub fn statfs(&self) -> StatFs {
-        let sb = self.sb.lock();
+        // A copy: the superblock is a leaf lock (design.md §4a).
+        let sb = self.sb.lock().clone();
         let free_slots = self.free_slots.lock().len() as u64;
         // Every tier counts: `df` shows the pool, not its PM tier. Free space
         // on a tiered pool is what new data can still get (dirty cached pages

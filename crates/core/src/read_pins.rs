@@ -31,16 +31,25 @@
 //! Lock order: the pin state is a leaf (design.md §4a); runs are freed after
 //! it is released.
 
-use parking_lot::{Condvar, Mutex};
+use crate::lock_order::{Mutex, Rank};
+use parking_lot::Condvar;
 use std::time::Duration;
 
 use crate::inode::Released;
 
 /// Pins of unlocked readers and the block-tier runs freed while they read.
-#[derive(Default)]
 pub struct ReadPins {
     state: Mutex<PinState>,
     drained: Condvar,
+}
+
+impl Default for ReadPins {
+    fn default() -> ReadPins {
+        ReadPins {
+            state: Mutex::new(Rank::leaf("read pins"), PinState::default()),
+            drained: Condvar::new(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -92,7 +101,7 @@ impl ReadPins {
         }
         let _ = self
             .drained
-            .wait_while_for(&mut s, |s| !s.deferred.is_empty(), limit);
+            .wait_while_for(s.condvar_guard(), |s| !s.deferred.is_empty(), limit);
         true
     }
 

@@ -235,6 +235,12 @@ impl Fs {
             })
             .collect();
         let c = &self.counters;
+        // In a statement of its own: a guard taken inside the literal below
+        // would live until the literal is built, and `migration_status` and
+        // `settings` read the settings lock again: a second read waits behind
+        // a queued writer, so `terrace status` beside `terrace set` could
+        // deadlock (parking_lot's RwLock is fair).
+        let placement_policy = self.settings.read().placement_policy.clone();
         Status {
             uuid: hex(&sb.uuid),
             media: self.media.describe(),
@@ -258,7 +264,7 @@ impl Fs {
             commits: c.commits.load(Ordering::Relaxed),
             journaled_commits: c.journaled_commits.load(Ordering::Relaxed),
             compactions: c.compactions.load(Ordering::Relaxed),
-            placement_policy: self.settings.read().placement_policy.clone(),
+            placement_policy,
             placed_pm: c.placed_pm.load(Ordering::Relaxed),
             placed_block: c.placed_block.load(Ordering::Relaxed),
             placement_overflows: c.placement_overflows.load(Ordering::Relaxed),

@@ -11,8 +11,8 @@
 
 use crate::fs::Fs;
 use crate::inode::Inode;
+use crate::lock_order::MutexGuard;
 use crate::types::{errno, FsResult, Ino};
-use parking_lot::MutexGuard;
 
 /// How long an inode allocation waits for deleted inodes the kernel still
 /// references before it fails with ENOSPC (see [`Fs::alloc_slot`]).
@@ -23,6 +23,7 @@ pub type Slot<'a> = MutexGuard<'a, Option<Box<Inode>>>;
 
 impl Fs {
     /// Locks one inode; ENOENT when the slot holds no live inode.
+    #[track_caller]
     pub(crate) fn lock(&self, ino: Ino) -> FsResult<Slot<'_>> {
         let slot = self
             .table
@@ -36,6 +37,7 @@ impl Fs {
     }
 
     /// Locks several inodes in ascending order (duplicates ignored).
+    #[track_caller]
     pub(crate) fn lock_set(&self, inos: &[Ino]) -> FsResult<Locked<'_>> {
         let mut v: Vec<Ino> = inos.to_vec();
         v.sort_unstable();
@@ -45,6 +47,18 @@ impl Fs {
             guards.push((ino, self.lock(ino)?));
         }
         Ok(Locked { guards })
+    }
+
+    /// Puts a new inode into its free slot `ino` (taken with
+    /// [`Fs::alloc_slot`]), under its parent's inode lock whatever the two
+    /// numbers: the one exception to ascending inode order (design.md §4a).
+    /// It cannot deadlock: until this store the slot is empty, and whoever
+    /// locks an empty slot (`Fs::lock`, the table scans) finds nothing and
+    /// lets go without waiting for any other lock.
+    pub(crate) fn install_inode(&self, ino: Ino, inode: Inode) {
+        let mut slot = self.table[ino as usize].lock_unchecked();
+        debug_assert!(slot.is_none(), "inode {ino} installed into a used slot");
+        *slot = Some(Box::new(inode));
     }
 
     /// Takes a free inode slot number. When none is free but deleted inodes

@@ -17,7 +17,7 @@
 //! never expose stale or unsynced data.
 
 use crate::alloc::Run;
-use parking_lot::Mutex;
+use crate::lock_order::{Mutex, Rank};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use terrace_media::BlockMedia;
@@ -93,15 +93,18 @@ impl ExtentSpace {
         Ok(ExtentSpace {
             extent_blocks,
             extents,
-            inner: Mutex::new(SpaceInner {
-                free,
-                valid,
-                open: None,
-                free_blocks,
-                last_use: vec![0; extents as usize],
-                clock: 0,
-                freed: 0,
-            }),
+            inner: Mutex::new(
+                Rank::leaf("tier space"),
+                SpaceInner {
+                    free,
+                    valid,
+                    open: None,
+                    free_blocks,
+                    last_use: vec![0; extents as usize],
+                    clock: 0,
+                    freed: 0,
+                },
+            ),
         })
     }
 

@@ -13,7 +13,8 @@
 //! taken only to store or take the handle.
 
 use crate::fs::Fs;
-use parking_lot::{Condvar, Mutex};
+use crate::lock_order::Mutex;
+use parking_lot::Condvar;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -53,7 +54,10 @@ impl Worker {
         if !*woke || idle {
             let until = Instant::now() + tick;
             loop {
-                let timed_out = self.wake.wait_until(&mut woke, until).timed_out();
+                let timed_out = self
+                    .wake
+                    .wait_until(woke.condvar_guard(), until)
+                    .timed_out();
                 if timed_out || !idle || self.stopping() {
                     break;
                 }

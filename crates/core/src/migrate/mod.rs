@@ -43,8 +43,8 @@
 
 use crate::fs::{now_ns, Fs};
 use crate::inode::Inode;
+use crate::lock_order::{Mutex, Rank};
 use crate::types::{errno, FileType, FsResult, Ino};
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -146,11 +146,11 @@ impl Migrator {
     pub(crate) fn new(shards: usize) -> Migrator {
         Migrator {
             shards: (0..shards.max(1))
-                .map(|_| Mutex::new(Shard::new()))
+                .map(|_| Mutex::new(Rank::leaf("cold-list shard"), Shard::new()))
                 .collect(),
             pm_shards: [0, 1].map(|_| {
                 (0..shards.max(1))
-                    .map(|_| Mutex::new(Shard::new()))
+                    .map(|_| Mutex::new(Rank::leaf("cold-list shard"), Shard::new()))
                     .collect()
             }),
             ..Default::default()

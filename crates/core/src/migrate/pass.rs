@@ -156,7 +156,7 @@ impl Fs {
         // bytes claimed so far) is one lock: files are chosen and claimed in
         // coldness order, and none once the claims reach the goal, so
         // parallel workers move exactly the files one worker would.
-        let picker = Mutex::new((0usize, 0u64));
+        let picker = Mutex::new(Rank::DrainPicker, (0usize, 0u64));
         let moved = AtomicU64::new(0);
         let failed = AtomicBool::new(false);
         // Moves are synced and committed in windows (see `MoveBatch`): a

@@ -60,7 +60,8 @@ impl Fs {
     /// Migration state for `terrace status`.
     pub fn migration_status(&self) -> MigrationStatus {
         let m = &self.migrator;
-        let st = self.settings.read();
+        // A copy: the settings lock is a leaf (design.md §4a).
+        let st = self.settings.read().clone();
         let params = st.migration_params();
         let busy = m.busy_ns.load(Ordering::Relaxed);
         let moved = m.data_bytes.load(Ordering::Relaxed);
