@@ -198,7 +198,9 @@ fn clean_pm_copies_can_be_evicted_even_when_pm_is_full() {
     let copied = fs.migration_pass();
     assert!(copied >= 1 << 20, "no clean copies ({copied} bytes)");
     // Fill PM (past the forced mark, after which writes go to the SSD) with
-    // another file's data.
+    // another file's data; its 256 KiB writes are bulk, which by default
+    // stops taking PM at 80 %.
+    fs.set_setting("placement_bulk_pm_percent", "100").unwrap();
     let f = fs.mknod(1, b"fill", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let mut off = 0u64;
     let pm_use = |fs: &Fs| fs.status().tiers[0].used * 100 / fs.status().tiers[0].capacity;

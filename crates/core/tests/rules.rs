@@ -210,6 +210,8 @@ fn a_file_pinned_to_a_full_pm_makes_migration_evict_unpinned_data_for_it() {
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     // A threshold PM never reaches: only the rule can make room.
     fs.set_setting("migration_threshold", "99").unwrap();
+    // The 3 MiB writes below are bulk: let them fill PM past 80 %.
+    fs.set_setting("placement_bulk_pm_percent", "100").unwrap();
     let pinned = file(&fs, 1, "index");
     fs.setxattr(pinned, RULE, b"ssd", 0).unwrap();
     fs.write(pinned, 0, &pattern(2, 4 << 20)).unwrap();

@@ -65,13 +65,17 @@ impl Fs {
         let params = st.migration_params();
         let busy = m.busy_ns.load(Ordering::Relaxed);
         let moved = m.data_bytes.load(Ordering::Relaxed);
+        // Each leaf alone: a guard in the literal below would live until the
+        // whole literal is built.
+        let reason = m.last_reason.lock().clone();
+        let waiting = m.waiting.lock().clone();
         MigrationStatus {
             policy: st.migration_policy.clone(),
             running: m.running.load(Ordering::Relaxed) != 0,
-            reason: m.last_reason.lock().clone(),
+            reason,
             pm_threshold_percent: mig::migration_threshold(params.threshold, self.io_counters()),
             pm_counted_percent: m.pm_counted_percent.load(Ordering::Relaxed),
-            waiting: m.waiting.lock().clone(),
+            waiting,
             bytes_down: m.bytes_down.load(Ordering::Relaxed),
             bytes_up: m.bytes_up.load(Ordering::Relaxed),
             entries_moved: m.entries_moved.load(Ordering::Relaxed),
