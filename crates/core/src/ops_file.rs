@@ -615,14 +615,28 @@ impl Fs {
         Ok(done)
     }
 
-    /// Allocates `n` zero-filled blocks for file blocks `[fb, fb + n)` (PM
-    /// first; near a full pool pieces may come from several tiers) and adds
-    /// their write entries (size and mtime from `a`) to `entries`. Every
+    /// Where `n` preallocated (zero-filled) blocks of a file with placement
+    /// rule `rule` go. Writes never land in them (copy-on-write: a write
+    /// takes new blocks), so on PM they would only take room: a range of
+    /// at least a bulk write (`BULK_WRITE_BYTES`) goes to the first block
+    /// tier, a smaller one to PM (as a small write would), and a pinned
+    /// file's to its pinned tier.
+    fn prealloc_tier(&self, rule: Option<u8>, n: u64) -> u8 {
+        match (rule, self.tiers.first()) {
+            (Some(t), _) => t,
+            (None, Some(t)) if n * BS >= terrace_policy::placement::BULK_WRITE_BYTES => t.id,
+            _ => 0,
+        }
+    }
+
+    /// Allocates `n` zero-filled blocks for file blocks `[fb, fb + n)` on
+    /// tier `want` (near a full pool pieces may come from several tiers) and
+    /// adds their write entries (size and mtime from `a`) to `entries`. Every
     /// piece taken is recorded in `taken`, to be released on error.
     fn zero_fill(
         &self,
-        mut fb: u64,
-        n: u64,
+        want: u8,
+        (mut fb, n): (u64, u64),
         a: &terrace_format::AttrEntry,
         taken: &mut Vec<DataRuns>,
         entries: &mut Vec<Entry>,
@@ -632,7 +646,7 @@ impl Fs {
         while need > 0 {
             let chunk = need.min(256);
             let first = taken.len();
-            taken.extend(self.alloc_new_pieces(0, chunk)?);
+            taken.extend(self.alloc_new_pieces(want, chunk)?);
             for d in &taken[first..] {
                 let k = d.runs.iter().map(|r| r.1).sum::<u64>();
                 self.store_data(d, &zero[..(k * BS) as usize])?;
@@ -764,6 +778,7 @@ impl Fs {
         let mut a = i.attr;
         let mut entries = Vec::new();
         let mut taken: Vec<DataRuns> = Vec::new();
+        let rule = self.rule_of(i);
         let result = (|| -> FsResult<()> {
             match mode {
                 FallocateMode::Allocate | FallocateMode::AllocateKeepSize => {
@@ -783,7 +798,9 @@ impl Fs {
                             .next_start_after(fb)
                             .unwrap_or(u64::MAX)
                             .min(last + 1);
-                        self.zero_fill(fb, hole_end - fb, &a, &mut taken, &mut entries)?;
+                        let n = hole_end - fb;
+                        let want = self.prealloc_tier(rule, n);
+                        self.zero_fill(want, (fb, n), &a, &mut taken, &mut entries)?;
                         fb = hole_end;
                     }
                     if a.size != i.attr.size {
@@ -813,9 +830,10 @@ impl Fs {
                     let fill_to = if tail_done { last } else { last + 1 };
                     a.mtime = now;
                     if fill_to > fill_from {
+                        let n = fill_to - fill_from;
                         self.zero_fill(
-                            fill_from,
-                            fill_to - fill_from,
+                            self.prealloc_tier(rule, n),
+                            (fill_from, n),
                             &a,
                             &mut taken,
                             &mut entries,

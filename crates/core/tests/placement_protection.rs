@@ -125,3 +125,31 @@ fn synchronous_writes_keep_pm_past_the_forced_mark_until_it_has_no_room() {
     assert!(p.sync.pm_writes >= 15, "{p:?}");
     assert_eq!(p.sync.overflow_writes, 0, "{p:?}");
 }
+
+#[test]
+fn a_large_preallocation_takes_no_pm_and_a_small_one_does() {
+    // fio and databases preallocate with fallocate; writes never land in
+    // preallocated blocks (copy-on-write), so on PM they only take room.
+    let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
+    let big = file(&fs, 1, "big");
+    let before = fs.status().tiers[0].used;
+    fs.fallocate(big, 0, 256 * MIB, terrace_core::FallocateMode::Allocate)
+        .unwrap();
+    let pm_after = fs.status().tiers[0].used;
+    assert!(
+        pm_after - before < MIB,
+        "a 256 MiB preallocation took {} KiB of PM",
+        (pm_after - before) >> 10
+    );
+    assert_eq!(fs.getattr(big).unwrap().size, 256 * MIB);
+    let small = file(&fs, 1, "small");
+    fs.fallocate(small, 0, 64 << 10, terrace_core::FallocateMode::Allocate)
+        .unwrap();
+    let tiers = String::from_utf8(fs.getxattr(small, b"user.terrace.tiers").unwrap()).unwrap();
+    assert!(tiers.contains(":pm@"), "{tiers}");
+    // Writes into the preallocated range follow the placement as usual.
+    fs.write(big, 0, &[1u8; 4096]).unwrap();
+    fs.fsync(big, false).unwrap();
+    assert_eq!(fs.read(big, 0, 8192).unwrap()[..4096], [1u8; 4096]);
+    assert_eq!(fs.read(big, 4096, 4096).unwrap(), vec![0u8; 4096]);
+}
