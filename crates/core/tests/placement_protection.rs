@@ -15,6 +15,13 @@ fn wal_writes(fs: &terrace_core::Fs, ino: u64, from: u64, n: u64) {
     }
 }
 
+/// A lone bulk stream: `mib` 1 MiB asynchronous writes to `ino`.
+fn stream(fs: &terrace_core::Fs, ino: u64, mib: u64) {
+    for k in 0..mib {
+        fs.write(ino, k * MIB, &vec![3u8; MIB as usize]).unwrap();
+    }
+}
+
 /// PM 32 MiB; a bulk stream writes four times that in 1 MiB writes, a WAL
 /// 4 MiB in 4 KiB writes interleaved with it. No migration runs, so PM holds
 /// whatever lands on it. Returns the placement counts.
@@ -70,9 +77,7 @@ fn a_synchronous_writer_keeps_pm_while_a_bulk_stream_runs() {
 fn a_lone_bulk_stream_still_uses_pm_up_to_the_bulk_limit() {
     let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
     let bulk = file(&fs, 1, "bulk");
-    for k in 0..64u64 {
-        fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
-    }
+    stream(&fs, bulk, 64);
     let p = fs.status().placement_by_class;
     // Past the dynamic threshold (50% for writes alone) and up to the bulk
     // limit (80%): 25 of 32 MiB.
@@ -89,9 +94,7 @@ fn a_synchronous_writer_arriving_after_a_stream_filled_pm_finds_room() {
     // up to the bulk limit; the WAL that starts then still lands on PM.
     let (_pm, _ssd, fs) = tiered_pool(32 * MIB, 512 * MIB, 64);
     let bulk = file(&fs, 1, "bulk");
-    for k in 0..64u64 {
-        fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
-    }
+    stream(&fs, bulk, 64);
     let wal = file(&fs, 1, "wal");
     wal_writes(&fs, wal, 0, 1024);
     let p = fs.status().placement_by_class;
@@ -105,9 +108,7 @@ fn synchronous_writes_keep_pm_past_the_forced_mark_until_it_has_no_room() {
     fs.set_setting("placement_bulk_pm_percent", "100").unwrap();
     let bulk = file(&fs, 1, "bulk");
     // Fill PM to the forced mark with a lone stream.
-    for k in 0..64u64 {
-        fs.write(bulk, k * MIB, &vec![3u8; MIB as usize]).unwrap();
-    }
+    stream(&fs, bulk, 64);
     let before = fs.status().placement_by_class;
     // Small asynchronous writes now go down (PM saturated) ...
     let small = file(&fs, 1, "small");
