@@ -325,13 +325,14 @@ impl Fs {
         let fb1 = (end - 1) / BS;
         let nblocks = fb1 - fb0 + 1;
         // Ziggurat's predictors, then the placement policy.
-        let (sync_params, size_params, sync_window_ns, bulk_pm_percent) = {
+        let (sync_params, size_params, sync_window_ns, bulk_pm_percent, mig_params) = {
             let st = self.settings.read();
             (
                 st.sync_params(),
                 st.size_params(),
                 st.placement_sync_window_ns,
                 st.placement_bulk_pm_percent,
+                st.migration_params(),
             )
         };
         // The entry this write overwrites: a cached write (its pages carry its
@@ -368,14 +369,15 @@ impl Fs {
             placement_stats.note_sync_write(now_u);
         }
         let pm_free = self.pm_data_free_bytes();
+        let marks = self.pm_marks(&mig_params, bulk_pm_percent);
         let obs = terrace_policy::WriteObservation {
             synchronous,
             large: terrace_policy::size_predictor::is_large(counter, &size_params),
             fresh_large,
-            pm_over_threshold: self.pm_over_threshold(),
-            pm_saturated: self.pm_forced(),
+            pm_over_threshold: marks.over_threshold,
+            pm_saturated: marks.forced,
             sync_writers_active: placement_stats.sync_writers_active(now_u, sync_window_ns),
-            pm_over_bulk_limit: self.pm_use_at_least(bulk_pm_percent),
+            pm_over_bulk_limit: marks.over_bulk_limit,
             write_bytes: nblocks * BS,
             pm_free_bytes: pm_free,
             pm_capacity_bytes: self.alloc.total() * BS,

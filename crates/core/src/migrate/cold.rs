@@ -85,35 +85,33 @@ impl Fs {
         }
     }
 
-    /// PM use has reached its migration threshold now (dynamic or static).
-    pub(crate) fn pm_over_threshold(&self) -> bool {
+    /// Where PM use stands against its marks, from one look at its use
+    /// (a write's placement needs all three): the migration threshold
+    /// (dynamic or static), the forced mark — past it migration is not
+    /// keeping up and asynchronous writes go straight down (load-aware
+    /// routing) — and the bulk limit `bulk_percent`.
+    pub(crate) fn pm_marks(&self, params: &mig::MigrationParams, bulk_percent: u8) -> PmMarks {
         if self.tiers.is_empty() {
-            return false;
+            return PmMarks::default();
         }
-        let params = self.settings.read().migration_params();
         let threshold = mig::migration_threshold(params.threshold, self.io_counters());
         let (used, cap) = self.tier_use(0);
-        cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(threshold)
-    }
-
-    /// PM use (as [`Fs::tier_use`] counts it) is at least `percent` of PM.
-    pub(crate) fn pm_use_at_least(&self, percent: u8) -> bool {
-        if self.tiers.is_empty() {
-            return false;
+        let at_least = |p: u8| cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(p);
+        PmMarks {
+            over_threshold: at_least(threshold),
+            forced: at_least(params.forced_percent),
+            over_bulk_limit: at_least(bulk_percent),
         }
-        let (used, cap) = self.tier_use(0);
-        cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(percent)
     }
+}
 
-    /// PM use passes the forced mark: migration is not keeping up, and the
-    /// placement policies send asynchronous writes straight down
-    /// (load-aware routing; synchronous writes keep PM while it has room).
-    pub(crate) fn pm_forced(&self) -> bool {
-        if self.tiers.is_empty() {
-            return false;
-        }
-        let forced = self.settings.read().migration_params().forced_percent;
-        let (used, cap) = self.tier_use(0);
-        cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(forced)
-    }
+/// PM use against its marks ([`Fs::pm_marks`]); all false without block tiers.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PmMarks {
+    /// At or past the migration threshold.
+    pub over_threshold: bool,
+    /// At or past the forced mark.
+    pub forced: bool,
+    /// At or past the bulk limit (`placement_bulk_pm_percent`).
+    pub over_bulk_limit: bool,
 }
