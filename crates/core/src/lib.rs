@@ -28,6 +28,7 @@ pub mod migrate;
 pub mod mkfs;
 pub mod ops_dir;
 pub mod ops_file;
+pub mod ops_read;
 pub mod ops_xattr;
 pub mod placement_stats;
 pub mod placement_view;

@@ -1,0 +1,230 @@
+//! Reads: `Fs::read` and the locked read other operations use
+//! (`read_locked`), with access-time rules.
+//!
+//! A read captures under the inode lock where each block lives (PM data and
+//! dirty cached pages are copied then) and reads block-tier runs after the
+//! lock is dropped, under a read pin that keeps their blocks from being
+//! freed meanwhile (`read_pins`, design.md §4a): readers of one file do not
+//! queue behind each other's device reads, and a read returns the file as
+//! of its capture.
+
+use crate::fs::{now_ns, Fs};
+use crate::inode::{Inode, Released};
+use crate::types::*;
+use std::sync::atomic::Ordering;
+use terrace_format::{Entry, BLOCK_SIZE};
+
+const BS: u64 = BLOCK_SIZE;
+
+impl Fs {
+    /// Reads up to `size` bytes at `off` (short at end of file).
+    ///
+    /// Where each block lives is captured under the inode lock (PM data is
+    /// copied then); block-tier blocks are read after the lock is dropped,
+    /// under a read pin that keeps them from being freed meanwhile
+    /// (`read_pins`), so readers of one file do not queue behind each
+    /// other's device reads. The result is the file as of the capture.
+    pub fn read(&self, ino: Ino, off: u64, size: usize) -> FsResult<Vec<u8>> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        match i.kind {
+            FileType::Regular => {}
+            FileType::Directory => return Err(errno(libc::EISDIR)),
+            _ => return Err(errno(libc::EINVAL)),
+        }
+        let capture = self.capture_read(i, off, size)?;
+        let len = capture.out.len() as u64;
+        i.access.record(off, len, false);
+        if !self.tiers.is_empty() && len > 0 {
+            // Reverse-migration heat: blocks of this read that live on a block tier.
+            let fb = off / BS;
+            let n = (off + len).div_ceil(BS) - fb;
+            let (mut on_block, mut clean, mut dirty) = (0, 0, 0);
+            for (_, e) in i.extents.overlaps(fb, n) {
+                match (e.tier, e.copy) {
+                    (0, Some(_)) => clean += e.blocks,
+                    (0, None) => dirty += e.blocks,
+                    _ => on_block += e.blocks,
+                }
+            }
+            i.block_reads += on_block;
+            self.note_pm_hits(clean, dirty);
+        }
+        let now = now_ns();
+        let a = i.attr;
+        if self.atime_due([a.atime, a.mtime, a.ctime], now) {
+            if i.log.on_tier.is_some() {
+                // A cold file whose log is on a block tier: recalling the
+                // log for an access time would bring every file read once
+                // after a change back to PM. Kept in DRAM (as Linux's
+                // lazytime) until the next commit, log move or unmount.
+                i.attr.atime = now;
+                i.lazy_atime = true;
+            } else {
+                let mut na = a;
+                na.atime = now;
+                let _ = self.commit_one(i, vec![Entry::Attr(na)]);
+            }
+        }
+        let free = |runs: Vec<Released>| self.free_block_runs(runs);
+        let data = if capture.pieces.is_empty() {
+            drop(g);
+            self.finish_read(capture)?
+        } else if let Some(pin) = self.read_pins.enter(&free) {
+            drop(g);
+            let r = self.finish_read(capture);
+            drop(pin);
+            r?
+        } else {
+            // Frees are waiting for pinned readers: read under the lock.
+            self.finish_read(capture)?
+        };
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_read
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(data)
+    }
+
+    /// Whether a read now must update the access time of a file with
+    /// `[atime, mtime, ctime]` (ns): relatime — once after each change, or
+    /// once a day; strictatime — on every read; noatime — never.
+    fn atime_due(&self, [atime, mtime, ctime]: [i64; 3], now: i64) -> bool {
+        match *self.atime.read() {
+            crate::fs::AtimeMode::Never => false,
+            crate::fs::AtimeMode::Strict => true,
+            crate::fs::AtimeMode::Relative => {
+                atime <= mtime || atime <= ctime || now - atime > 86_400_000_000_000
+            }
+        }
+    }
+
+    /// Whether the next read of `ino` must update its access time (see
+    /// [`Fs::read`]): a reader through the kernel's page cache lets that
+    /// read reach the daemon (false for a file that does not exist).
+    pub fn atime_due_now(&self, ino: Ino) -> bool {
+        self.getattr(ino)
+            .is_ok_and(|a| self.atime_due([a.atime, a.mtime, a.ctime], now_ns()))
+    }
+
+    /// Reads from a locked inode without side effects (dirty cached pages
+    /// included).
+    pub(crate) fn read_locked(&self, i: &Inode, off: u64, size: usize) -> FsResult<Vec<u8>> {
+        let capture = self.capture_read(i, off, size)?;
+        self.finish_read(capture)
+    }
+
+    /// The part of a read done under the inode lock: PM data and holes
+    /// copied into the result, block-tier runs and dirty cached pages noted
+    /// to be read and laid over it by [`Fs::finish_read`].
+    fn capture_read(&self, i: &Inode, off: u64, size: usize) -> FsResult<ReadCapture> {
+        let fsize = i.size();
+        let mut c = ReadCapture {
+            out: Vec::new(),
+            pieces: Vec::new(),
+            overlay: Vec::new(),
+            // A miss on a block tier reads ahead a whole read unit, except
+            // for a file read at random (its access class), which gets what
+            // it asked for: reading ahead there only costs device time.
+            read_ahead: i.access.class() != terrace_policy::AccessClass::Random,
+        };
+        if off >= fsize {
+            return Ok(c);
+        }
+        let end = (off + size as u64).min(fsize);
+        c.out = vec![0u8; (end - off) as usize];
+        let mut pos = off;
+        while pos < end {
+            let fb = pos / BS;
+            match i.extents.find(fb) {
+                Some((s, e)) => {
+                    let run_end = ((s + e.blocks) * BS).min(end);
+                    let at = (pos - off) as usize;
+                    let len = (run_end - pos) as usize;
+                    let block = e.block + (fb - s);
+                    if e.tier == 0 {
+                        self.read_data(0, block, pos % BS, &mut c.out[at..at + len])?;
+                    } else {
+                        c.pieces.push(BlockPiece {
+                            tier: e.tier,
+                            block,
+                            left: s + e.blocks - fb,
+                            off_in_block: pos % BS,
+                            at,
+                            len,
+                        });
+                    }
+                    pos = run_end;
+                }
+                None => {
+                    let next = i
+                        .extents
+                        .next_start_after(fb)
+                        .map(|s| s * BS)
+                        .unwrap_or(end);
+                    pos = next.min(end).max(pos + 1);
+                    // Holes read as the zeros `out` already holds.
+                }
+            }
+        }
+        for (&fb, p) in i.dirty.range(off / BS..=(end - 1) / BS) {
+            let pstart = fb * BS;
+            let from = off.max(pstart);
+            let to = end.min(pstart + BS);
+            c.overlay.push((
+                (from - off) as usize,
+                p.data[(from - pstart) as usize..(to - pstart) as usize].to_vec(),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// The rest of a read: block-tier runs, then the dirty cached pages over
+    /// them. Needs no inode lock when a read pin keeps the runs' blocks
+    /// from being freed (see [`Fs::read`]).
+    fn finish_read(&self, c: ReadCapture) -> FsResult<Vec<u8>> {
+        let ReadCapture {
+            mut out,
+            pieces,
+            overlay,
+            read_ahead,
+        } = c;
+        for p in pieces {
+            self.read_block_tier(
+                p.tier,
+                p.block,
+                p.left,
+                p.off_in_block,
+                &mut out[p.at..p.at + p.len],
+                read_ahead,
+            )?;
+        }
+        for (at, bytes) in overlay {
+            out[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(out)
+    }
+}
+
+/// A block-tier run of a read, captured under the inode lock.
+struct BlockPiece {
+    tier: u8,
+    /// Physical block of the read's first block in this run.
+    block: u64,
+    /// Blocks of the extent from `block` on (the read-ahead bound).
+    left: u64,
+    off_in_block: u64,
+    /// Where the run goes in the result, and its length.
+    at: usize,
+    len: usize,
+}
+
+/// What [`Fs::capture_read`] saw: the result with PM data and holes filled,
+/// the block-tier runs still to read, the dirty cached pages to lay over
+/// them (copied), and whether misses read ahead.
+struct ReadCapture {
+    out: Vec<u8>,
+    pieces: Vec<BlockPiece>,
+    overlay: Vec<(usize, Vec<u8>)>,
+    read_ahead: bool,
+}
