@@ -1114,13 +1114,19 @@ def _setid_modify(how: str, p: str) -> None:
             fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 4096)
         elif how == "ftruncate":
             os.ftruncate(fd, 100)
+        elif how == "copy_file_range":
+            # Whole blocks: Terrace shares them (a clone), still a modification.
+            src = p + ".src"
+            write_file(src, b"z" * 8192)
+            with opened(src, os.O_RDONLY) as s:
+                os.copy_file_range(s, fd, 8192, 0, 0)
         else:
             raise AssertionError(how)
 
 
 @pytest.mark.parametrize("caller", sorted(SETID_CALLERS))
 @pytest.mark.parametrize("how", ["write", "fallocate", "fallocate_keep_size", "punch_hole",
-                                 "truncate", "ftruncate"])
+                                 "truncate", "ftruncate", "copy_file_range"])
 def test_modifications_drop_set_id_bits_exactly_as_the_native_file_system_does(both, how, caller):
     uid, gid, groups = SETID_CALLERS[caller]
 

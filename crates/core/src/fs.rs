@@ -18,6 +18,7 @@ use crate::journal::Journal;
 use crate::lock_order::{Mutex, Rank, RwLock};
 use crate::recovery::{scan, OpenError, Problem, Scan};
 use crate::types::Ino;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -78,6 +79,9 @@ pub struct Fs {
     /// Readers of block-tier data without their inode lock, and the frees
     /// waiting for them (`read_pins`).
     pub(crate) read_pins: crate::read_pins::ReadPins,
+    /// Extra references of blocks several extents map (`copy_file_range`
+    /// clones): see `shared`.
+    pub(crate) shared: crate::shared::SharedBlocks,
     /// File data stored to and loaded from PM (for `terrace status`).
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
     /// Counters of the PM room rules (`space.rs`).
@@ -212,6 +216,7 @@ impl Fs {
             rolled_back,
             alloc,
             log_space,
+            shared,
             ..
         } = sc;
         let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
@@ -290,6 +295,7 @@ impl Fs {
             wb_inflight_blocks: std::sync::atomic::AtomicU64::new(0),
             room_lock: Mutex::new(Rank::Room, ()),
             read_pins: Default::default(),
+            shared: crate::shared::SharedBlocks::new(shared),
             pm_io: terrace_media::BlockStatsCounter::new(),
             space_stats: Default::default(),
             migrator: crate::migrate::Migrator::new(
@@ -460,11 +466,12 @@ impl Fs {
         }
     }
 
-    /// Returns physical runs to their tier's allocator. Block-tier runs wait
-    /// while a reader holds a read pin (`read_pins`): it may be reading them.
+    /// Returns physical runs to their tier's allocator — the parts no other
+    /// extent maps (`shared`). Block-tier runs wait while a reader holds a
+    /// read pin (`read_pins`): it may be reading them.
     pub(crate) fn free_runs(&self, runs: Vec<Released>) {
         let mut block = Vec::new();
-        for (tier, b, n) in runs {
+        for (tier, b, n) in self.shared.release(runs) {
             if n == 0 {
                 continue;
             }
@@ -515,6 +522,7 @@ impl Fs {
     /// Checks that the allocator's free space and the blocks live inodes use
     /// partition the pool exactly (no leak, no double ownership). For tests.
     pub fn check_allocator(&self) -> Result<(), String> {
+        use crate::shared::Holder;
         let mut runs: Vec<(u64, u64, &'static str)> = self
             .alloc
             .free_runs()
@@ -522,6 +530,8 @@ impl Fs {
             .map(|(s, n)| (s, n, "free"))
             .collect();
         let mut small = Vec::new();
+        // Data and log blobs by tier (0 = PM), with what holds them.
+        let mut held: BTreeMap<u8, Vec<crate::shared::Found>> = BTreeMap::new();
         for slot in &self.table {
             let g = slot.lock();
             if let Some(i) = g.as_ref() {
@@ -533,12 +543,46 @@ impl Fs {
                     }
                 }
                 for (_, e) in i.extents.iter() {
-                    for (tier, block, blocks) in e.runs() {
-                        if tier == 0 {
-                            runs.push((block, blocks, "data"));
-                        }
+                    for (k, (tier, block, blocks)) in e.runs().into_iter().enumerate() {
+                        let h = match (k, e.shared) {
+                            (0, true) => Holder::SharedData,
+                            (0, false) => Holder::Data,
+                            _ => Holder::Exclusive,
+                        };
+                        held.entry(tier)
+                            .or_default()
+                            .push((block, blocks, i.ino, h));
                     }
                 }
+                if let Some(l) = i.log.on_tier {
+                    held.entry(l.tier).or_default().push((
+                        l.block,
+                        l.blocks,
+                        i.ino,
+                        Holder::Exclusive,
+                    ));
+                }
+            }
+        }
+        let mut referenced: BTreeMap<u8, u64> = BTreeMap::new();
+        for (tier, found) in held {
+            let r = crate::shared::resolve(found);
+            if let Some(c) = r.conflicts.first() {
+                return Err(format!(
+                    "tier {tier}: block {} held by inodes {} and {}",
+                    c.block, c.first, c.second
+                ));
+            }
+            if r.refs != self.shared.of_tier(tier) {
+                return Err(format!(
+                    "tier {tier}: shared-block counts {:?} differ from the mappings' {:?}",
+                    self.shared.of_tier(tier),
+                    r.refs
+                ));
+            }
+            referenced.insert(tier, r.used.iter().map(|u| u.1).sum());
+            if tier == 0 {
+                runs.extend(r.used.into_iter().map(|(s, n)| (s, n, "data")));
             }
         }
         let slabs = crate::log_space::bitmaps_of(small);
@@ -566,23 +610,7 @@ impl Fs {
         drop(sb);
         // Block tiers: the valid counts must equal what live extents reference.
         for t in &self.tiers {
-            let mut referenced = 0;
-            for slot in &self.table {
-                if let Some(i) = slot.lock().as_ref() {
-                    referenced += i
-                        .extents
-                        .iter()
-                        .flat_map(|(_, e)| e.runs())
-                        .filter(|r| r.0 == t.id)
-                        .map(|r| r.2)
-                        .sum::<u64>();
-                    referenced += i
-                        .log
-                        .on_tier
-                        .filter(|l| l.tier == t.id)
-                        .map_or(0, |l| l.blocks);
-                }
-            }
+            let referenced = referenced.get(&t.id).copied().unwrap_or(0);
             let valid = t.space.stats().valid_blocks;
             if valid != referenced {
                 return Err(format!(

@@ -35,6 +35,10 @@ pub struct Extent {
     /// counts), so it counts the writes still in the log. NVMFS's
     /// frequency-aware flush order reads it.
     pub writes: u8,
+    /// The blocks may be mapped by other entries too (a `copy_file_range`
+    /// clone; `terrace_format::WRITE_FLAG_SHARED`, see `shared.rs`). Kept by
+    /// log compaction; a move to fresh blocks clears it.
+    pub shared: bool,
 }
 
 impl Extent {
@@ -191,6 +195,8 @@ impl ExtentMap {
                     e.tier = c.tier;
                     e.block = at;
                     e.copy = None;
+                    // The copy was this file's alone.
+                    e.shared = false;
                 }
                 CopyOp::Drop => {
                     if let Some((t, b)) = e.copy.take() {
@@ -613,6 +619,7 @@ impl Inode {
                 seq: self.data_seq,
                 copy: None,
                 writes,
+                shared: w.wflags & terrace_format::WRITE_FLAG_SHARED != 0,
             },
         )
     }
@@ -674,7 +681,11 @@ impl Inode {
                     blocks: n as u32,
                     tier: e.tier,
                     size_counter: e.counter,
-                    wflags: terrace_format::WRITE_FLAG_MOVED,
+                    wflags: if e.shared {
+                        terrace_format::WRITE_FLAG_MOVED | terrace_format::WRITE_FLAG_SHARED
+                    } else {
+                        terrace_format::WRITE_FLAG_MOVED
+                    },
                     block: e.block + off,
                     size_after: self.attr.size,
                     mtime: e.mtime,
@@ -753,6 +764,7 @@ mod tests {
             seq: 0,
             copy: None,
             writes: 1,
+            shared: false,
         }
     }
 

@@ -192,6 +192,8 @@ pub struct Scan {
     /// Checksums of the block-tier blocks the replayed inodes reference,
     /// by tier id (`sums.rs`).
     pub sums: std::collections::BTreeMap<u8, crate::sums::BlockSums>,
+    /// Extra references of blocks several extents map, by tier (0 = PM).
+    pub shared: std::collections::BTreeMap<u8, crate::shared::RefRuns>,
 }
 
 impl Scan {
@@ -584,94 +586,98 @@ fn scan_view(
             });
         }
     }
-    // Block ownership.
-    let mut used: Vec<(Run, Ino)> = Vec::new();
+    // Block ownership. Every run in use, with what holds it; a data block
+    // may be mapped by several extents (clones, `shared.rs`), nothing else
+    // may overlap.
+    use crate::shared::{Found, Holder};
+    let mut used: Vec<Found> = Vec::new();
     let mut log_pages: Vec<(crate::log_space::LogPage, Ino)> = Vec::new();
-    let mut block_used: std::collections::BTreeMap<u8, Vec<(Run, Ino)>> = Default::default();
+    let mut block_used: std::collections::BTreeMap<u8, Vec<Found>> = Default::default();
     for ino in &keys {
         let inode = &inodes[ino];
         for p in &inode.log.pages {
             if p.size >= BLOCK_SIZE {
-                used.push(((p.off / BLOCK_SIZE, 1), *ino));
+                used.push((p.off / BLOCK_SIZE, 1, *ino, Holder::Exclusive));
             }
             log_pages.push((*p, *ino));
         }
         if let Some(t) = inode.log.on_tier {
             // Checked against the tier's size when it was read.
-            block_used
-                .entry(t.tier)
-                .or_default()
-                .push(((t.block, t.blocks), *ino));
+            block_used.entry(t.tier).or_default().push((
+                t.block,
+                t.blocks,
+                *ino,
+                Holder::Exclusive,
+            ));
         }
         // Primary blocks and clean copies alike are owned.
         let runs = inode.extents.iter().flat_map(|(fb, ext)| {
-            ext.runs().into_iter().map(move |(tier, block, blocks)| {
-                (
-                    fb,
-                    crate::inode::Extent {
-                        tier,
-                        block,
-                        blocks,
-                        ..ext
-                    },
-                )
-            })
+            let primary = if ext.shared {
+                Holder::SharedData
+            } else {
+                Holder::Data
+            };
+            ext.runs()
+                .into_iter()
+                .enumerate()
+                .map(move |(k, (tier, block, blocks))| {
+                    let holder = if k == 0 { primary } else { Holder::Exclusive };
+                    (fb, tier, block, blocks, holder)
+                })
         });
-        for (fb, e) in runs {
-            if e.tier != 0 {
+        for (fb, tier, block, blocks, holder) in runs {
+            if tier != 0 {
                 let rec = sb
                     .tiers
                     .iter()
-                    .find(|t| t.id == e.tier && t.kind != terrace_format::TierKind::Pm);
+                    .find(|t| t.id == tier && t.kind != terrace_format::TierKind::Pm);
                 match rec {
-                    Some(r) if fits_within(e.block, e.blocks, r.size / BLOCK_SIZE) => block_used
-                        .entry(e.tier)
+                    Some(r) if fits_within(block, blocks, r.size / BLOCK_SIZE) => block_used
+                        .entry(tier)
                         .or_default()
-                        .push(((e.block, e.blocks), *ino)),
+                        .push((block, blocks, *ino, holder)),
                     Some(_) => problems.push(Problem::BlockOwnership {
                         ino: *ino,
-                        what: format!("file block {fb} maps beyond the end of tier {}", e.tier),
+                        what: format!("file block {fb} maps beyond the end of tier {tier}"),
                     }),
                     None => problems.push(Problem::BlockOwnership {
                         ino: *ino,
                         what: format!(
-                            "file block {fb} maps to tier {}, which the pool does not have",
-                            e.tier
+                            "file block {fb} maps to tier {tier}, which the pool does not have"
                         ),
                     }),
                 }
                 continue;
             }
-            if e.block < sb.pool_start
-                || !fits_within(
-                    e.block,
-                    e.blocks,
-                    sb.pool_start.saturating_add(sb.pool_blocks),
-                )
+            if block < sb.pool_start
+                || !fits_within(block, blocks, sb.pool_start.saturating_add(sb.pool_blocks))
             {
                 problems.push(Problem::BlockOwnership {
                     ino: *ino,
-                    what: format!("file block {fb} maps to block {} outside the pool", e.block),
+                    what: format!("file block {fb} maps to block {block} outside the pool"),
                 });
                 continue;
             }
-            used.push(((e.block, e.blocks), *ino));
+            used.push((block, blocks, *ino, holder));
         }
     }
+    let mut shared = std::collections::BTreeMap::new();
     let mut block_used_runs = std::collections::BTreeMap::new();
-    for (tier, mut runs) in block_used {
-        runs.sort_unstable();
-        for w in runs.windows(2) {
-            let ((s0, n0), i0) = w[0];
-            let ((s1, _), i1) = w[1];
-            if s0 + n0 > s1 {
-                problems.push(Problem::BlockOwnership {
-                    ino: i1,
-                    what: format!("block {s1} of tier {tier} is also owned by inode {i0}"),
-                });
-            }
+    for (tier, found) in block_used {
+        let r = crate::shared::resolve(found);
+        for c in &r.conflicts {
+            problems.push(Problem::BlockOwnership {
+                ino: c.second,
+                what: format!(
+                    "block {} of tier {tier} is also owned by inode {}",
+                    c.block, c.first
+                ),
+            });
         }
-        block_used_runs.insert(tier, runs.into_iter().map(|x| x.0).collect::<Vec<Run>>());
+        if !r.refs.is_empty() {
+            shared.insert(tier, r.refs);
+        }
+        block_used_runs.insert(tier, r.used);
     }
     // Small log pages: no two may overlap; each slab block is owned once
     // (whole-block pages are in `used` already).
@@ -682,7 +688,7 @@ fn scan_view(
             for b in blocks {
                 let i = log_pages.partition_point(|(p, _)| p.off < b * BLOCK_SIZE);
                 let owner = log_pages.get(i).map_or(0, |x| x.1);
-                used.push(((b, 1), owner));
+                used.push((b, 1, owner, Holder::Exclusive));
             }
             Some(space)
         }
@@ -702,30 +708,23 @@ fn scan_view(
             None
         }
     };
-    used.sort_unstable();
-    for w in used.windows(2) {
-        let ((s0, n0), i0) = w[0];
-        let ((s1, _), i1) = w[1];
-        if s0 + n0 > s1 {
-            ownership_ok = false;
-            problems.push(Problem::BlockOwnership {
-                ino: i1,
-                what: format!("block {s1} is also owned by inode {i0}"),
-            });
-        }
+    let pm = crate::shared::resolve(used);
+    for c in &pm.conflicts {
+        ownership_ok = false;
+        problems.push(Problem::BlockOwnership {
+            ino: c.second,
+            what: format!("block {} is also owned by inode {}", c.block, c.first),
+        });
+    }
+    if !pm.refs.is_empty() {
+        shared.insert(0u8, pm.refs);
     }
     let alloc = if ownership_ok && log_space.is_some() {
         let shards = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2)
             .max(2);
-        PageAllocator::from_used(
-            sb.pool_start,
-            sb.pool_blocks,
-            shards,
-            used.into_iter().map(|x| x.0).collect(),
-        )
-        .ok()
+        PageAllocator::from_used(sb.pool_start, sb.pool_blocks, shards, pm.used).ok()
     } else {
         None
     };
@@ -739,6 +738,7 @@ fn scan_view(
         log_space: log_space.unwrap_or_default(),
         block_used: block_used_runs,
         sums,
+        shared,
     }
 }
 

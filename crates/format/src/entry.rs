@@ -172,6 +172,12 @@ pub const WRITE_FLAG_MOVED: u16 = 2;
 /// Write flag (format 5): the blocks were written full of zeros (fallocate);
 /// their checksum is the crc32c of a zero block, so no Sums entry follows.
 pub const WRITE_FLAG_ZEROED: u16 = 4;
+/// Write flag (format 7): the blocks may also be mapped by other files, or by
+/// other blocks of this one (a `copy_file_range` clone shares the source's
+/// blocks instead of copying them). A block mapped by several entries is
+/// valid only when at most one of them lacks this flag; the block is freed
+/// when the last of them goes (reference counts are rebuilt at mount).
+pub const WRITE_FLAG_SHARED: u16 = 8;
 
 /// A decoded log entry.
 #[derive(Debug, Clone, PartialEq, Eq)]

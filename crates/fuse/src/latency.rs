@@ -110,6 +110,7 @@ ops! {
     Access => "access",
     Create => "create",
     Fallocate => "fallocate",
+    CopyFileRange => "copy_file_range",
 }
 
 impl Op {

@@ -42,10 +42,11 @@ pub mod poll;
 pub mod setid;
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags as FuseRenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags,
+    RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow,
+    WriteFlags,
 };
 use latency::{Op, RequestLatency};
 use std::ffi::{CString, OsStr};
@@ -934,6 +935,41 @@ impl Filesystem for FuseAdapter {
             self.data_changed(ino.0, offset, 0);
         }
         reply_empty(reply, r);
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _req = self.arrived(Op::CopyFileRange);
+        if !flags.is_empty() {
+            reply.error(Errno::EINVAL);
+            return;
+        }
+        // Like a write by the caller: set-ID bits go first (file_modified).
+        if self.killpriv {
+            self.kill_priv(ino_out.0, &setid::Caller::of(req));
+        }
+        // Whole blocks are shared with the source (core `ops_clone`).
+        match self
+            .fs
+            .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
+        {
+            Ok(n) => {
+                self.data_changed(ino_out.0, offset_out, n);
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(errno_of(&e)),
+        }
     }
 }
 
