@@ -94,6 +94,8 @@ def test_a_copy_shares_blocks_so_df_does_not_move_and_a_write_splits_them(terrac
         assert free0 - free1 < 1 * MiB, f"a 64 MiB clone took {(free0 - free1) / MiB:.1f} MiB"
         assert helpers.sha256_file(src) == helpers.sha256_file(dst)
         assert os.stat(dst).st_blocks == os.stat(src).st_blocks
+        status = helpers.terrace("status", m.path).stdout
+        assert "shared by copies" in status and "saving 64.0 MiB" in status, status
         # A write to the copy takes new blocks and leaves the source alone.
         before = helpers.sha256_file(src)
         with open(dst, "r+b") as f:

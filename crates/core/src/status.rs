@@ -25,6 +25,13 @@ pub struct TierStatus {
     pub extents: Option<crate::tier::SpaceStats>,
     /// Live write entries (extents of files) whose data is on this tier.
     pub write_entries: u64,
+    /// Bytes more than one extent maps (`copy_file_range` clones, design
+    /// §5k), and the bytes that sharing them saves.
+    #[serde(default)]
+    pub shared_bytes: u64,
+    /// See `shared_bytes`.
+    #[serde(default)]
+    pub shared_saved_bytes: u64,
     /// Bytes written to this tier / bytes applications wrote (block tiers).
     pub write_amplification: Option<f64>,
     /// Requests and bytes sent to the device since mount (for PM: data
@@ -179,6 +186,7 @@ impl Fs {
         let mut log_bytes = 0;
         let mut data_blocks = 0;
         let mut sync_predictions = terrace_policy::SyncAccuracy::default();
+        let shared = self.shared.stats();
         let mut entries_per_tier = [0u64; 256];
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {
@@ -218,6 +226,8 @@ impl Fs {
                     active: t.id == 0 || mounted.is_some(),
                     extents,
                     write_entries: entries_per_tier[t.id as usize],
+                    shared_bytes: shared.get(&t.id).map_or(0, |s| s.0 * BLOCK_SIZE),
+                    shared_saved_bytes: shared.get(&t.id).map_or(0, |s| s.1 * BLOCK_SIZE),
                     write_amplification: mounted.map(|b| {
                         let app = self.counters.bytes_written.load(Ordering::Relaxed);
                         if app == 0 {

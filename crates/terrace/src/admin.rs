@@ -234,6 +234,14 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             frag
         ));
     }
+    for t in st.tiers.iter().filter(|t| t.shared_saved_bytes > 0) {
+        line(format!(
+            "  {:<4} {} shared by copies (copy_file_range clones), saving {}",
+            t.kind,
+            util::human_bytes(t.shared_bytes),
+            util::human_bytes(t.shared_saved_bytes)
+        ));
+    }
     let c = &st.cache;
     line(String::new());
     line(format!(
