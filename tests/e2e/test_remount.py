@@ -11,10 +11,12 @@ xattrs; atime only for empty files, which are never read.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
 import stat
+import time
 
 import pytest
 
@@ -268,3 +270,59 @@ def test_fsck_repair_of_a_clean_pool_changes_nothing(pool, mountpoint):
     with helpers.mounted_pool(pool, mountpoint):
         after = manifest(str(mountpoint))
     assert not diff(before, after), "\n".join(diff(before, after))
+
+
+def test_a_read_only_remount_leaves_a_clean_pool_image_and_read_write_resumes(terrace_bin, pool_path, mountpoint):
+    """`mount -o remount,ro`: FUSE does not tell the daemon, which watches the
+    mount table and freezes the pool (design.md 5l): cached data written
+    back, the pool marked clean, nothing written while read-only. A copy of
+    the pool's images taken then passes fsck and holds every file (a backup
+    of a live pool); `remount,rw` resumes writes, and the pool unmounts
+    clean."""
+    import shutil
+    import subprocess
+    with helpers.temp_ssd_image() as ssd, helpers.temp_pool_path("backup") as backup_pm, \
+            helpers.temp_ssd_image("backup-ssd") as backup_ssd:
+        helpers.terrace("mkfs", "--tier", f"pm:{pool_path}:128M", "--tier", f"ssd:{ssd}:512M")
+        # Writes go to the SSD through the DRAM cache and stay there unsynced.
+        with helpers.mounted_pool(pool_path, mountpoint, "placement_policy=block-first") as m:
+            root = str(m.path)
+            sums = {}
+            for i in range(6):
+                data = pattern(300_000 + i, i)
+                write(os.path.join(root, f"f{i}"), data)
+                sums[f"f{i}"] = hashlib.sha256(data).hexdigest()
+            assert m.status()["cache"]["dirty_bytes"] > 0, "nothing cached: the test would not test write-back"
+            subprocess.run(["mount", "-o", "remount,ro", root], check=True)
+            assert helpers.wait_until(lambda: m.status()["frozen"], 10), "the daemon did not freeze the pool"
+            assert m.status()["cache"]["dirty_bytes"] == 0
+            with pytest.raises(OSError) as e:
+                write(os.path.join(root, "new"), b"x")
+            assert e.value.errno == errno.EROFS
+            # Reads keep working; the images do not change while read-only.
+            before = (hashlib.sha256(open(pool_path, "rb").read()).hexdigest(),
+                      hashlib.sha256(open(ssd, "rb").read()).hexdigest())
+            for name, want in sums.items():
+                with open(os.path.join(root, name), "rb") as f:
+                    assert hashlib.sha256(f.read()).hexdigest() == want
+            time.sleep(1.5)
+            after = (hashlib.sha256(open(pool_path, "rb").read()).hexdigest(),
+                     hashlib.sha256(open(ssd, "rb").read()).hexdigest())
+            assert before == after, "the pool's images changed while it was mounted read-only"
+            # A backup of the frozen images is a clean pool with every file.
+            shutil.copyfile(pool_path, backup_pm)
+            shutil.copyfile(ssd, backup_ssd)
+            # (fsck finds the SSD tier at its mkfs path: the frozen live one,
+            # equal to the copy.)
+            cp = helpers.fsck(backup_pm)
+            assert cp.returncode == 0, helpers.describe(cp, "fsck of the frozen images")
+            subprocess.run(["mount", "-o", "remount,rw", root], check=True)
+            assert helpers.wait_until(lambda: not m.status()["frozen"], 10), "the daemon did not thaw"
+            write(os.path.join(root, "new"), b"after the thaw")
+        helpers.assert_fsck_clean(pool_path, "after remount ro, rw and unmount")
+        with helpers.mounted_pool(pool_path, mountpoint) as m:
+            for name, want in sums.items():
+                with open(os.path.join(m.path, name), "rb") as f:
+                    assert hashlib.sha256(f.read()).hexdigest() == want
+            with open(os.path.join(m.path, "new"), "rb") as f:
+                assert f.read() == b"after the thaw"

@@ -50,6 +50,9 @@ impl Fs {
     /// One cleaning round on every block tier that needs it. Returns the
     /// number of extents recycled.
     pub fn clean_pass(&self) -> u64 {
+        if self.is_frozen() {
+            return 0;
+        }
         let params = self.settings.read().cleaner_params();
         let mut recycled = 0;
         for t in &self.tiers {

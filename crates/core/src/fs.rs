@@ -59,6 +59,11 @@ pub struct Fs {
     /// Mounted read-only ([`Fs::mount_read_only`]): nothing is written to
     /// any tier, not even the superblock.
     pub(crate) read_only: bool,
+    /// Frozen by a read-only remount (`freeze.rs`): clean on media, nothing
+    /// written until thawed.
+    pub(crate) frozen: std::sync::atomic::AtomicBool,
+    /// The access-time mode to restore when thawed.
+    pub(crate) atime_before_freeze: Mutex<Option<AtimeMode>>,
     pub(crate) atime: RwLock<AtimeMode>,
     /// The running or last scrub (`scrub.rs`).
     pub(crate) scrub_state: Mutex<Option<crate::scrub::ScrubReport>>,
@@ -271,6 +276,8 @@ impl Fs {
             report,
             unmounted: std::sync::atomic::AtomicBool::new(false),
             read_only,
+            frozen: std::sync::atomic::AtomicBool::new(false),
+            atime_before_freeze: Mutex::new(Rank::leaf("atime before freeze"), None),
             // Reads of a read-only mount set no access time: it would be written.
             atime: RwLock::new(
                 Rank::leaf("atime mode"),
@@ -371,6 +378,11 @@ impl Fs {
         if self.read_only {
             return; // always `Never`
         }
+        if self.is_frozen() {
+            // `Never` until thawed, then this.
+            *self.atime_before_freeze.lock() = Some(mode);
+            return;
+        }
         *self.atime.write() = mode;
     }
 
@@ -396,9 +408,9 @@ impl Fs {
         if self.unmounted.load(Ordering::SeqCst) {
             return Ok(());
         }
-        if self.read_only {
-            // Nothing was written and nothing is: the pool stays as clean
-            // as it was.
+        if self.read_only || self.is_frozen() {
+            // Nothing was written since mount (or since a freeze made the
+            // pool clean) and nothing is: the pool stays as clean as it was.
             self.stop_migration();
             self.stop_writeback();
             self.unmounted.store(true, Ordering::SeqCst);

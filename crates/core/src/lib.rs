@@ -16,6 +16,7 @@ pub mod clean;
 mod commit;
 pub mod counters;
 pub mod data;
+pub mod freeze;
 pub mod fs;
 pub mod fsck;
 pub mod inode;

@@ -91,7 +91,7 @@ impl Fs {
             *st = Some(ScrubReport {
                 running: true,
                 started_unix: unix_now(),
-                repair: repair && !self.is_read_only(),
+                repair: repair && !self.is_read_only() && !self.is_frozen(),
                 ..Default::default()
             });
         }
@@ -115,7 +115,7 @@ impl Fs {
     /// Runs a scrub in the calling thread and returns its report (also kept
     /// for [`Fs::scrub_status`]).
     pub fn scrub(&self, rate: u64, repair: bool) -> ScrubReport {
-        let repair = repair && !self.is_read_only();
+        let repair = repair && !self.is_read_only() && !self.is_frozen();
         let started = Instant::now();
         let inos = self.inodes_with_block_data();
         let total: u64 = inos.iter().map(|(_, n)| *n).sum();

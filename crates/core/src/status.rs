@@ -114,6 +114,9 @@ pub struct Status {
     pub clean_last_time: bool,
     /// Mounts so far.
     pub mount_count: u64,
+    /// Frozen by a read-only remount (clean on media, nothing written).
+    #[serde(default)]
+    pub frozen: bool,
     /// What recovery did at this mount.
     pub recovery: crate::fs::MountReport,
     /// Application writes / bytes.
@@ -264,6 +267,7 @@ impl Fs {
             room_bytes: self.statfs().bavail * terrace_format::BLOCK_SIZE,
             clean_last_time: self.report.was_clean,
             mount_count: sb.mount_count,
+            frozen: self.is_frozen(),
             recovery: self.report.clone(),
             writes: c.writes.load(Ordering::Relaxed),
             bytes_written: c.bytes_written.load(Ordering::Relaxed),

@@ -76,6 +76,8 @@ impl Worker {
         worker: fn(&Fs) -> &Worker,
         mut pass: impl FnMut(&Fs) -> bool + Send + 'static,
     ) {
+        // A worker stopped before (a freeze) may start again.
+        worker(fs).stop.store(false, Ordering::Relaxed);
         let weak: Weak<Fs> = Arc::downgrade(fs);
         let h = std::thread::Builder::new()
             .name(name.into())

@@ -334,6 +334,9 @@ impl Fs {
     /// `writeback_age_ns`, and the oldest files while dirty data exceeds
     /// `writeback_dirty_percent` of the bound (down to half of that).
     pub fn writeback_pass(&self) {
+        if self.is_frozen() {
+            return;
+        }
         let (age, pct) = {
             let st = self.settings.read();
             (st.writeback_age_ns, st.writeback_dirty_percent as u64)

@@ -88,3 +88,64 @@ fn a_pool_that_needs_recovery_is_refused_read_only_without_writes() {
     let fs = Fs::mount_read_only(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
     assert_eq!(&fs.read(files[0].0, 0, 7).unwrap(), b"changed");
 }
+
+/// A read-only remount freezes the pool (`Fs::freeze`): the images are then
+/// those of a clean unmount (fsck clean, every file there, cached data
+/// written back), and reads, migration passes and the background threads
+/// write nothing to any tier until it thaws; after the thaw writes work and
+/// a crash needs recovery again.
+#[test]
+fn a_frozen_pool_is_clean_on_media_and_untouched_until_it_thaws() {
+    let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
+    let fs = Arc::new(fs);
+    fs.start_writeback();
+    fs.start_migration();
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    fs.set_atime_mode(terrace_core::AtimeMode::Strict);
+    let mut files = Vec::new();
+    for i in 0..4u64 {
+        let ino = file(&fs, 1, &format!("f{i}"));
+        let data = pattern(i, 300_000 + i as usize * 7);
+        fs.write(ino, 0, &data).unwrap();
+        files.push((ino, data));
+    }
+    assert!(fs.status().cache.dirty_bytes > 0, "nothing was cached");
+    fs.freeze().unwrap();
+    assert!(fs.is_frozen());
+    let (pm_img, ssd_img) = (pm.image(), ssd.image());
+    // The images alone: clean, with every file.
+    let copy_pm = Arc::new(MemMedia::from_image(pm_img.clone()));
+    let copy_ssd: Arc<dyn BlockMedia> = Arc::new(MemBlock::from_image(ssd_img.clone()));
+    assert_fsck_clean(
+        &*copy_pm,
+        Some(copy_ssd.clone()),
+        Fsck::Data,
+        "frozen images",
+    );
+    let copy = Fs::mount_read_only(copy_pm, vec![(1, copy_ssd)])
+        .expect("a frozen image mounts read-only (it is clean)");
+    assert_files(&copy, &files, "frozen images");
+    // Reads (strict atime), passes and time write nothing while frozen.
+    assert_files(&fs, &files, "frozen pool");
+    assert_eq!(fs.migration_pass(), 0);
+    fs.writeback_pass();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(pm.image() == pm_img, "the PM image changed while frozen");
+    assert!(ssd.image() == ssd_img, "the SSD image changed while frozen");
+    let ino = files[0].0;
+    assert_eq!(
+        fs.migrate_file(ino, 1).unwrap_err().raw_os_error(),
+        Some(libc::EROFS)
+    );
+    // Thawed: writes work, and the superblock says "in use" again.
+    fs.thaw().unwrap();
+    assert!(!fs.is_frozen());
+    fs.write(ino, 0, b"after").unwrap();
+    fs.fsync(ino, false).unwrap();
+    let sb = terrace_format::Superblock::decode(&pm.image()[..4096]);
+    assert!(
+        matches!(sb, Ok(ref s) if !s.clean),
+        "thawed pool still marked clean: {sb:?}"
+    );
+    fs.unmount().unwrap();
+}

@@ -75,6 +75,12 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         }
     ));
     line(format!("  mounts        {}", st.mount_count));
+    if st.frozen {
+        line(
+            "  frozen        remounted read-only: the pool is clean on media and nothing is written until `mount -o remount,rw`"
+                .into(),
+        );
+    }
     line(String::new());
     line(format!(
         "  {:<4} {:<4} {:>11} {:>11} {:>6}  {:<7} {}",

@@ -9,6 +9,7 @@ mod migrate_cmd;
 mod mkfs;
 mod mount;
 mod mount_helper;
+mod remount_watch;
 mod rule_cmd;
 mod scrub_cmd;
 mod sd_notify;

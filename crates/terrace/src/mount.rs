@@ -536,6 +536,10 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         }
     };
     drop(tx);
+    // A read-only remount freezes the pool (FUSE does not tell the daemon).
+    if !read_only {
+        crate::remount_watch::spawn(&fs, mnt.clone(), |m: String| log(m));
+    }
     let metrics = match (metrics_endpoint, latency) {
         (Some(ep), Some(latency)) => serve_metrics(ep, &fs, latency, read_only),
         _ => None,

@@ -28,6 +28,9 @@ impl Fs {
         if to != 0 && !self.tiers.iter().any(|t| t.id == to) {
             return Err(errno(libc::EINVAL));
         }
+        if self.read_only || self.is_frozen() {
+            return Err(errno(libc::EROFS));
+        }
         let params = self.settings.read().migration_params();
         let gb = params.group_blocks();
         let window = MOVE_SYNC_WINDOW_BYTES.max(gb * BS);

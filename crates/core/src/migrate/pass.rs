@@ -29,6 +29,9 @@ impl Fs {
     /// one, then reverse-migrate read-hot data when reads dominate. Returns
     /// the bytes moved.
     pub fn migration_pass(&self) -> u64 {
+        if self.is_frozen() {
+            return 0; // a read-only remount: nothing moves (`freeze.rs`)
+        }
         let (params, policy, np) = {
             let st = self.settings.read();
             (st.migration_params(), st.migration(), st.nvmfs_params())

@@ -1,0 +1,85 @@
+//! Read-only remounts (`mount -o remount,ro`): freezing the pool.
+//!
+//! FUSE does not tell the daemon about a remount; the daemon watches the
+//! mount table (`terrace/src/remount_watch.rs`) and calls [`Fs::freeze`]
+//! when its mount turns read-only and [`Fs::thaw`] when it turns read-write
+//! again. The kernel refuses a read-only remount while a file is open for
+//! writing, and refuses writes after it, so no application write races a
+//! freeze.
+//!
+//! A frozen pool is what a clean unmount leaves: cached data written back,
+//! lazy access times stored, the superblock marked clean, every tier synced
+//! — so its images can be copied (a backup) or checked with `terrace fsck`
+//! while it stays mounted. Until it thaws nothing writes to any tier: the
+//! migration and write-back threads are stopped, reads set no access time,
+//! and `terrace migrate` fails with EROFS. Thawing marks the superblock
+//! dirty again (a crash from then on means recovery) and restarts the
+//! threads.
+
+use crate::fs::{AtimeMode, Fs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl Fs {
+    /// Whether the pool is frozen by a read-only remount.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Makes the pool's image clean and stops writing to it (see the module
+    /// docs). Nothing to do on a read-only mount or a frozen pool. On an
+    /// error (a device that fails its write-back) the pool is thawed again
+    /// and the error returned.
+    pub fn freeze(self: &Arc<Self>) -> std::io::Result<()> {
+        if self.read_only || self.frozen.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let atime = *self.atime.read();
+        *self.atime_before_freeze.lock() = Some(atime);
+        *self.atime.write() = AtimeMode::Never;
+        let r = self.make_clean();
+        if r.is_err() {
+            let _ = self.thaw();
+        }
+        r
+    }
+
+    /// [`Fs::freeze`]'s work: what [`Fs::unmount`] persists, then the clean
+    /// superblock.
+    fn make_clean(&self) -> std::io::Result<()> {
+        self.persist_cached()?;
+        self.stop_migration();
+        self.stop_writeback();
+        self.persist_lazy_atimes();
+        self.flush_all()?;
+        self.media.fence();
+        self.media.sync_all()?;
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        sb.generation += 1;
+        crate::mkfs::write_superblock(&*self.media, &sb);
+        drop(sb);
+        self.media.sync_all()
+    }
+
+    /// Undoes [`Fs::freeze`]: the superblock is marked in use again, access
+    /// times and the background threads resume. Nothing to do unless frozen.
+    pub fn thaw(self: &Arc<Self>) -> std::io::Result<()> {
+        if !self.frozen.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut sb = self.sb.lock();
+        sb.clean = false;
+        sb.generation += 1;
+        crate::mkfs::write_superblock(&*self.media, &sb);
+        drop(sb);
+        let synced = self.media.sync_all();
+        if let Some(mode) = self.atime_before_freeze.lock().take() {
+            *self.atime.write() = mode;
+        }
+        self.frozen.store(false, Ordering::SeqCst);
+        self.start_writeback();
+        self.start_migration();
+        synced
+    }
+}
