@@ -54,7 +54,10 @@ fn entries_listed_with_attributes_count_as_lookups_and_match_getattr() {
             "{name}: freed while the kernel holds the inode readdirplus gave it"
         );
         fs.forget(*ino, 1);
-        assert!(fs.getattr(*ino).is_err(), "{name}: not freed at its last forget");
+        assert!(
+            fs.getattr(*ino).is_err(),
+            "{name}: not freed at its last forget"
+        );
     }
     // The directory and its parent were never counted: their lookups are
     // the ones taken here.

@@ -388,9 +388,8 @@ impl Filesystem for FuseAdapter {
         // Entries with their attributes, when the caller will want them
         // (the first batch, and while it stats what it lists): no LOOKUP
         // per entry for `ls -l` or `find -ls` of a directory ([`dirplus`]).
-        let _ = config.add_capabilities(
-            InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
-        );
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
