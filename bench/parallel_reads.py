@@ -29,11 +29,14 @@ SIZE = "512M"
 RUNTIME = int(os.environ.get("RUNTIME", "8"))
 
 
-def iops(path, jobs):
+def iops(path, jobs, direct=True, size=SIZE, runtime=None):
+    """IOPS of `jobs` fio jobs of 4 KiB random preads of one file; buffered
+    reads (`direct=False`) keep the file's cached pages (no invalidation)."""
     out = subprocess.run(
-        ["fio", "--name=r", f"--filename={path}", "--rw=randread", "--bs=4k", "--direct=1",
-         "--ioengine=psync", f"--numjobs={jobs}", "--group_reporting", "--time_based",
-         f"--runtime={RUNTIME}", f"--size={SIZE}", "--output-format=json"],
+        ["fio", "--name=r", f"--filename={path}", "--rw=randread", "--bs=4k",
+         f"--direct={int(direct)}", "--ioengine=psync", f"--numjobs={jobs}",
+         "--group_reporting", "--time_based", f"--runtime={runtime or RUNTIME}",
+         f"--size={size}", f"--invalidate={int(direct)}", "--output-format=json"],
         check=True, capture_output=True, text=True).stdout
     return json.loads(out)["jobs"][0]["read"]["iops"]
 
@@ -89,8 +92,10 @@ def main():
     runs = []
     for r in range(rounds):
         for name, fn in systems:
+            load = os.getloadavg()[0]
             res = fn()
-            res.update({"fs": name, "round": r + 1})
+            res.update({"fs": name, "round": r + 1, "load_1m_before": round(load, 2),
+                        "load_1m_after": round(os.getloadavg()[0], 2)})
             runs.append(res)
             print(json.dumps(res), file=sys.stderr)
     summary = {name: {k: statistics.median(x[k] for x in runs if x["fs"] == name)

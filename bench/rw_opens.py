@@ -47,6 +47,26 @@ def fill(path):
         os.fsync(f.fileno())
 
 
+def sqlite_bulk(db, journal, txs, rows_per_tx, synchronous="NORMAL"):
+    """SQLite bulk insert: `txs` transactions of `rows_per_tx` rows of 100
+    bytes into a new database in `journal` mode, then two full scans;
+    seconds."""
+    t = time.perf_counter()
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute(f"PRAGMA journal_mode={journal}")
+    con.execute(f"PRAGMA synchronous={synchronous}")
+    con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+    val = os.urandom(100)
+    for _ in range(txs):
+        con.execute("BEGIN")
+        con.executemany("INSERT INTO t(v) VALUES (?)", ((val,) for _ in range(rows_per_tx)))
+        con.execute("COMMIT")
+    for _ in range(2):
+        con.execute("SELECT sum(length(v)) FROM t").fetchone()
+    con.close()
+    return time.perf_counter() - t
+
+
 def measure(d):
     # A file of its own for each job, so that pages one job leaves in the
     # kernel's cache do not cost the next one (a direct write drops them).
@@ -60,21 +80,7 @@ def measure(d):
         pread_us = same_run.cached_pread_4k_us(fd, SIZE)
     finally:
         os.close(fd)
-    db = os.path.join(d, "bench.db")
-    t = time.perf_counter()
-    con = sqlite3.connect(db, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=NORMAL")
-    con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
-    val = os.urandom(100)
-    for tx in range(50):
-        con.execute("BEGIN")
-        con.executemany("INSERT INTO t(v) VALUES (?)", ((val,) for _ in range(1000)))
-        con.execute("COMMIT")
-    for _ in range(2):
-        con.execute("SELECT sum(length(v)) FROM t").fetchone()
-    con.close()
-    sqlite_s = time.perf_counter() - t
+    sqlite_s = sqlite_bulk(os.path.join(d, "bench.db"), "WAL", 50, 1000)
     return {"sync_write_rdwr_us": round(rdwr, 2), "sync_write_wronly_us": round(wronly, 2),
             "pread_rdwr_4k_us": round(pread_us, 3), "sqlite_wal_s": round(sqlite_s, 3)}
 

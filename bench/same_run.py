@@ -2,7 +2,7 @@
 Terrace builds (a PM-only pool on /dev/shm each), alternated per round; the
 result is JSON on stdout with the machine, and one line per run on stderr.
 
-Used by read_cache.py and metadata_cache.py: each gives a `measure(dir)`
+Used by read_cache.py, metadata_cache.py, rw_opens.py and read_path.py: each gives a `measure(dir)`
 that returns a dict of numbers.
 """
 import json
@@ -61,11 +61,32 @@ def main(measure, pm_size, mkfs_extra=()):
         for name, fn in (("ext4", lambda: ext4_run(measure)),
                          ("old", lambda: terrace_run(old, measure, pm_size, mkfs_extra)),
                          ("new", lambda: terrace_run(new, measure, pm_size, mkfs_extra))):
+            load = os.getloadavg()[0]
             res = fn()
-            res.update({"fs": name, "round": r + 1})
+            res.update({"fs": name, "round": r + 1, "load_1m_before": round(load, 2),
+                        "load_1m_after": round(os.getloadavg()[0], 2)})
             runs.append(res)
             print(json.dumps(res), file=sys.stderr)
+    print(json.dumps(report(runs, old=old, new=new), indent=2))
+
+
+def machine():
+    """The kernel, CPUs and memory of this machine."""
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
-    print(json.dumps({"machine": f"{platform.release()}, {os.cpu_count()} CPUs, {mem} GiB RAM",
-                      "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "runs": runs}, indent=2))
+    return f"{platform.release()}, {os.cpu_count()} CPUs, {mem} GiB RAM"
+
+
+def report(runs, **extra):
+    """The JSON of a same-run comparison: the machine, the date, the
+    medians per system of every number the runs have, and the runs."""
+    import statistics
+    summary = {}
+    for r in runs:
+        summary.setdefault(r["fs"], {})
+    for fs, med in summary.items():
+        mine = [r for r in runs if r["fs"] == fs]
+        for k, v in mine[0].items():
+            if isinstance(v, (int, float)) and k != "round":
+                med[k] = statistics.median(r[k] for r in mine if k in r)
+    return {"machine": machine(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **extra, "summary": summary, "runs": runs}

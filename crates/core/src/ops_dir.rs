@@ -696,4 +696,38 @@ impl Fs {
         out.truncate(max.max(1));
         Ok(out)
     }
+
+    /// [`Fs::readdir`] with each entry's attributes (`FUSE_READDIRPLUS`):
+    /// the kernel makes a dentry and inode of every entry it is given
+    /// attributes for, so each such entry counts as one lookup here, as
+    /// [`Fs::lookup`] counts it (the kernel forgets it later); "." and ".."
+    /// get no attributes (the kernel ignores them) and count nothing. An
+    /// entry unlinked after the directory was read gets no attributes
+    /// either. Entries the caller does not pass on must be given back with
+    /// [`Fs::forget`]`(ino, 1)`.
+    pub fn readdirplus(
+        &self,
+        ino: Ino,
+        offset: u64,
+        max: usize,
+    ) -> FsResult<Vec<(DirEntry, Option<Attr>)>> {
+        // The directory's lock is released before each child's is taken
+        // (inode locks nest only in ascending order, §4a).
+        let entries = self.readdir(ino, offset, max)?;
+        Ok(entries
+            .into_iter()
+            .map(|e| {
+                let attr = if e.name == b"." || e.name == b".." {
+                    None
+                } else {
+                    self.lock(e.ino).ok().and_then(|mut g| {
+                        let c = g.as_mut().filter(|c| !c.zombie)?;
+                        c.lookups += 1;
+                        Some(c.stat())
+                    })
+                };
+                (e, attr)
+            })
+            .collect())
+    }
 }

@@ -100,6 +100,7 @@ ops! {
     Fsync => "fsync",
     Opendir => "opendir",
     Readdir => "readdir",
+    Readdirplus => "readdirplus",
     Releasedir => "releasedir",
     Fsyncdir => "fsyncdir",
     Statfs => "statfs",

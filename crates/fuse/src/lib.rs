@@ -36,6 +36,7 @@
 //!   per operation (the daemon exports the histograms); without one, no
 //!   request reads the clock for it.
 
+mod dirplus;
 pub mod latency;
 pub mod page_cache;
 pub mod poll;
@@ -385,6 +386,11 @@ impl Filesystem for FuseAdapter {
         self.no_opendir = config
             .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
             .is_ok();
+        // Entries with their attributes, when the caller will want them
+        // (the first batch, and while it stats what it lists): no LOOKUP
+        // per entry for `ls -l` or `find -ls` of a directory ([`dirplus`]).
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
@@ -776,6 +782,18 @@ impl Filesystem for FuseAdapter {
             }
         }
         reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        reply: fuser::ReplyDirectoryPlus,
+    ) {
+        let _req = self.arrived(Op::Readdirplus);
+        dirplus::fill(&self.fs, ino.0, offset, reply);
     }
 
     fn releasedir(
