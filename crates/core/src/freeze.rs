@@ -37,29 +37,11 @@ impl Fs {
         let atime = *self.atime.read();
         *self.atime_before_freeze.lock() = Some(atime);
         *self.atime.write() = AtimeMode::Never;
-        let r = self.make_clean();
+        let r = self.persist_and_mark_clean();
         if r.is_err() {
             let _ = self.thaw();
         }
         r
-    }
-
-    /// [`Fs::freeze`]'s work: what [`Fs::unmount`] persists, then the clean
-    /// superblock.
-    fn make_clean(&self) -> std::io::Result<()> {
-        self.persist_cached()?;
-        self.stop_migration();
-        self.stop_writeback();
-        self.persist_lazy_atimes();
-        self.flush_all()?;
-        self.media.fence();
-        self.media.sync_all()?;
-        let mut sb = self.sb.lock();
-        sb.clean = true;
-        sb.generation += 1;
-        crate::mkfs::write_superblock(&*self.media, &sb);
-        drop(sb);
-        self.media.sync_all()
     }
 
     /// Undoes [`Fs::freeze`]: the superblock is marked in use again, access

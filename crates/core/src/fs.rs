@@ -416,19 +416,28 @@ impl Fs {
             self.unmounted.store(true, Ordering::SeqCst);
             return Ok(());
         }
+        self.persist_and_mark_clean()?;
+        self.unmounted.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// What a clean unmount (and a freeze, `freeze.rs`) persists: cached
+    /// data, lazy access times, then the superblock marked clean, with the
+    /// background threads stopped.
+    pub(crate) fn persist_and_mark_clean(&self) -> std::io::Result<()> {
         self.persist_cached()?;
         self.stop_migration();
         self.stop_writeback();
         self.persist_lazy_atimes();
         // Anything cached since (a last request in flight) goes too.
         self.flush_all()?;
-        self.unmounted.store(true, Ordering::SeqCst);
         self.media.fence();
         self.media.sync_all()?;
         let mut sb = self.sb.lock();
         sb.clean = true;
         sb.generation += 1;
         crate::mkfs::write_superblock(&*self.media, &sb);
+        drop(sb);
         self.media.sync_all()
     }
 

@@ -11,47 +11,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use terrace_core::Fs;
 
-/// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012`
-/// newline, `\134` backslash).
-fn unescape(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Whether the (last) mount on `mnt` in `mountinfo` is read-only — by its
-/// per-mount options or its super options; `None` when nothing is mounted
-/// there.
+/// Whether the (topmost) mount on `mnt` in `mountinfo` is read-only;
+/// `None` when nothing is mounted there.
 pub fn mount_is_read_only(mountinfo: &str, mnt: &Path) -> Option<bool> {
-    let want = mnt.to_string_lossy();
-    let mut found = None;
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        if fields.len() < 6 || unescape(fields[4]) != want {
-            continue;
-        }
-        let ro = |opts: &str| opts.split(',').any(|o| o == "ro");
-        let super_opts = line
-            .split_once(" - ")
-            .and_then(|(_, rest)| rest.split(' ').nth(2))
-            .unwrap_or("");
-        found = Some(ro(fields[5]) || ro(super_opts));
-    }
-    found
+    crate::util::parse_mountinfo(mountinfo)
+        .into_iter()
+        .rev()
+        .find(|m| m.mount_point == mnt)
+        .map(|m| m.read_only)
 }
 
 /// Starts the watcher of the mount on `mnt`; it ends with the file system
@@ -135,11 +102,5 @@ mod tests {
         assert_eq!(mount_is_read_only(INFO, Path::new("/mnt/c")), Some(true));
         assert_eq!(mount_is_read_only(INFO, Path::new("/mnt/d")), Some(true));
         assert_eq!(mount_is_read_only(INFO, Path::new("/mnt/e")), None);
-    }
-
-    #[test]
-    fn escapes_are_undone() {
-        assert_eq!(unescape("/a\\040b\\134c\\011"), "/a b\\c\t");
-        assert_eq!(unescape("/plain\\"), "/plain\\");
     }
 }

@@ -157,6 +157,8 @@ pub struct MountEntry {
     pub source: String,
     /// Who mounted it (`user_id=` of a FUSE mount's options).
     pub owner_uid: Option<u32>,
+    /// Read-only, by its per-mount options or its super options.
+    pub read_only: bool,
 }
 
 fn unescape_mount(s: &str) -> String {
@@ -189,9 +191,13 @@ fn fuse_owner(super_opts: &str) -> Option<u32> {
 
 /// The current mount table (empty when /proc is unavailable).
 pub fn mounts() -> Vec<MountEntry> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|text| parse_mountinfo(&text))
+        .unwrap_or_default()
+}
+
+/// The entries of a mount table in /proc/PID/mountinfo's format.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     let mut v = Vec::new();
     for line in text.lines() {
         let Some((left, right)) = line.split_once(" - ") else {
@@ -199,14 +205,16 @@ pub fn mounts() -> Vec<MountEntry> {
         };
         let lf: Vec<&str> = left.split(' ').collect();
         let rf: Vec<&str> = right.split(' ').collect();
-        if lf.len() < 5 || rf.len() < 2 {
+        if lf.len() < 6 || rf.len() < 2 {
             continue;
         }
+        let ro = |opts: &str| opts.split(',').any(|o| o == "ro");
         v.push(MountEntry {
             mount_point: PathBuf::from(unescape_mount(lf[4])),
             fstype: rf[0].to_string(),
             source: unescape_mount(rf[1]),
             owner_uid: rf.get(2).and_then(|o| fuse_owner(o)),
+            read_only: ro(lf[5]) || rf.get(2).is_some_and(|o| ro(o)),
         });
     }
     v
