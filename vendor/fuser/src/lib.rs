@@ -855,6 +855,29 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Create and open an unnamed file (`open(2)` with `O_TMPFILE`): a regular
+    /// file in no directory (link count 0) until `link()` gives it a name,
+    /// unless `flags` has `O_EXCL`. Arguments and reply as for `create()`;
+    /// `name` is the placeholder `/` of the kernel's anonymous dentry. ENOSYS
+    /// (the default) makes the kernel answer every later `O_TMPFILE` open with
+    /// EOPNOTSUPP without asking. (Terrace patch, see TERRACE-PATCH.md.)
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        _name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, \
+            flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,
