@@ -109,6 +109,7 @@ ops! {
     Removexattr => "removexattr",
     Access => "access",
     Create => "create",
+    Tmpfile => "tmpfile",
     Fallocate => "fallocate",
 }
 
