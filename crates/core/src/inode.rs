@@ -462,6 +462,10 @@ pub struct Inode {
     /// is not in the log yet (lazytime: written with the inode's next
     /// commit, its next log move, or at unmount; see `log_migrate`).
     pub lazy_atime: bool,
+    /// Created by [`Fs::tmpfile`](crate::Fs::tmpfile) without `O_EXCL` and
+    /// never linked since: `link` may give it its first name although its
+    /// link count is 0 (DRAM only: after a crash such a file is an orphan).
+    pub linkable: bool,
 }
 
 impl Inode {
@@ -505,6 +509,7 @@ impl Inode {
             data_seq: 0,
             access: Default::default(),
             lazy_atime: false,
+            linkable: false,
         })
     }
 

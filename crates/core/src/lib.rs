@@ -4,9 +4,9 @@
 //! Layers, bottom up: `alloc` (free space) → `log` (per-inode logs on PM) →
 //! `journal` (multi-log atomic commits) → `inode` (DRAM state rebuilt from logs)
 //! → `fs` (the mounted object: open, settings, unmount) with `table` (inode
-//! locks), `commit` (transactions) and `counters` → `ops_dir` / `ops_file`
-//! (operations) → `recovery` (mount) and `fsck`. The lock order is in
-//! docs/design.md §4a.
+//! locks), `commit` (transactions) and `counters` → `ops_dir` / `ops_file` /
+//! `ops_tmpfile` (operations) → `recovery` (mount) and `fsck`. The lock order
+//! is in docs/design.md §4a.
 
 #![forbid(unsafe_code)]
 
@@ -31,6 +31,7 @@ pub mod ops_clone;
 pub mod ops_dir;
 pub mod ops_file;
 pub mod ops_read;
+pub mod ops_tmpfile;
 pub mod ops_xattr;
 pub mod placement_stats;
 pub mod placement_view;

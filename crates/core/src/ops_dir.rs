@@ -144,6 +144,61 @@ impl Fs {
         if is_dir && p.attr.nlink >= 65000 {
             return Err(errno(libc::EMLINK));
         }
+        let (ino, mut child, inherited) = self.new_inode(p, parent, mode, rdev, ctx, symlink)?;
+        let now = child.btime;
+        let mut pattr = p.attr;
+        pattr.mtime = now;
+        pattr.ctime = now;
+        if is_dir {
+            pattr.nlink += 1;
+        }
+        let entries = vec![
+            Entry::DentryAdd {
+                ino,
+                file_type: kind.dt(),
+                name: name.to_vec(),
+            },
+            Entry::Attr(pattr),
+        ];
+        if let Err(e) = self.commit_one(p, entries) {
+            // Undo the slot so fsck finds no orphan; nothing else saw it.
+            self.media.store_u64(Fs::state_word(ino), 0);
+            self.media.persist(Fs::state_word(ino), 8);
+            self.release_inode_space(&mut child);
+            self.release_slot(ino);
+            return Err(e);
+        }
+        if let Some(d) = child.dir.as_mut() {
+            d.parent = parent;
+        }
+        child.lookups = 1;
+        let attr = child.stat();
+        self.install_inode(ino, child);
+        drop(pg);
+        if inherited {
+            self.note_ruled(ino);
+        }
+        Ok(attr)
+    }
+
+    /// Allocates and publishes (state word in use) the slot of a new inode
+    /// of `mode` whose parent is `p` (number `parent`, locked by the caller):
+    /// its owner (the directory's group under a set-group-ID directory), a
+    /// symlink's target and the directory's inherited placement rule logged.
+    /// Nothing names it yet: until the caller commits a name (or for good, for
+    /// [`Fs::tmpfile`]) recovery frees it as an orphan. Returns the inode
+    /// number, the DRAM inode (not installed) and whether it took a rule.
+    pub(crate) fn new_inode(
+        &self,
+        p: &Inode,
+        parent: Ino,
+        mode: u32,
+        rdev: u64,
+        ctx: Ctx,
+        symlink: Option<&[u8]>,
+    ) -> FsResult<(Ino, Inode, bool)> {
+        let kind = FileType::from_mode(mode).expect("valid mode");
+        let is_dir = kind == FileType::Directory;
         let ino = self.alloc_slot()?;
         let now = now_ns();
         // New inodes take the directory's group when it has the set-group-ID bit.
@@ -243,39 +298,7 @@ impl Fs {
         self.media.persist(off, INODE_SIZE as u64);
         self.media.store_u64(Fs::state_word(ino), state);
         self.media.flush(Fs::state_word(ino), 8);
-        let mut pattr = p.attr;
-        pattr.mtime = now;
-        pattr.ctime = now;
-        if is_dir {
-            pattr.nlink += 1;
-        }
-        let entries = vec![
-            Entry::DentryAdd {
-                ino,
-                file_type: kind.dt(),
-                name: name.to_vec(),
-            },
-            Entry::Attr(pattr),
-        ];
-        if let Err(e) = self.commit_one(p, entries) {
-            // Undo the slot so fsck finds no orphan; nothing else saw it.
-            self.media.store_u64(Fs::state_word(ino), 0);
-            self.media.persist(Fs::state_word(ino), 8);
-            self.release_inode_space(&mut child);
-            self.release_slot(ino);
-            return Err(e);
-        }
-        if let Some(d) = child.dir.as_mut() {
-            d.parent = parent;
-        }
-        child.lookups = 1;
-        let attr = child.stat();
-        self.install_inode(ino, child);
-        drop(pg);
-        if inherited.is_some() {
-            self.note_ruled(ino);
-        }
-        Ok(attr)
+        Ok((ino, child, inherited.is_some()))
     }
 
     /// Resolves `name` in `parent` without locking the child.
@@ -410,7 +433,9 @@ impl Fs {
             }
         }
         let c = l.get(ino);
-        if c.attr.nlink == 0 {
+        // An unlinked file cannot be named again; an unnamed file from
+        // `tmpfile` (not O_EXCL) gets its first name here (`ops_tmpfile`).
+        if c.attr.nlink == 0 && !c.linkable {
             return Err(errno(libc::ENOENT));
         }
         if c.attr.nlink >= 65000 {
@@ -438,6 +463,7 @@ impl Fs {
         let (parts, extra) = tx.parts();
         self.commit(&mut l, parts, extra)?;
         let c = l.get(ino);
+        c.linkable = false;
         c.lookups += 1;
         Ok(c.stat())
     }

@@ -136,3 +136,81 @@ fn crashes_while_small_logs_share_slab_blocks_recover_to_before_or_after() {
     assert!(fs.status().compactions > 0, "no small log was compacted");
     fs.check_allocator().unwrap();
 }
+
+/// Unnamed files (O_TMPFILE) are orphans from their creation: at every crash
+/// point of creating and writing two of them, of naming one with `link`, and
+/// of closing the other, the image recovers (fsck clean, allocator exact)
+/// with the unnamed ones reclaimed — the tree and the free inodes as before
+/// they existed — and the named one, once its link returned, an ordinary
+/// file with its data. Never a leaked inode or block.
+#[test]
+fn unnamed_files_are_reclaimed_after_a_crash_and_linked_ones_survive() {
+    let mut rng = StdRng::seed_from_u64(base_seed("tmpfile crash test"));
+    let (media, fs) = pm_pool_on(CrashMedia::new(4 << 20), 64);
+    let d = fs.mkdir(1, b"d", 0o755, CTX).unwrap().ino;
+    let empty = fs_tree(&fs);
+    let ffree = fs.statfs().ffree;
+    // Recovers an image that holds `after` (when `must_be_after`) or `before`.
+    let check = |img: Vec<u8>, before: &Tree, after: &Tree, must_be_after: bool, ctx: &str| {
+        let (media, fs) = recover(img, None, Fsck::Metadata, ctx);
+        let t = fs_tree(&fs);
+        if must_be_after || t != *before {
+            assert_same_tree(&t, after, ctx);
+        }
+        // Only d/b may hold an inode besides the root and d.
+        let named = u64::from(t.contains_key("/d/b"));
+        assert_eq!(fs.statfs().ffree, ffree - named, "{ctx}: free inodes");
+        fs.unmount().unwrap();
+        let report = terrace_core::fsck::check(&*media, &[], &mut |_, _| {}).unwrap();
+        assert!(report.orphans.is_empty(), "{ctx}: orphans after recovery");
+        assert_fsck_clean(&*media, None, Fsck::Metadata, &format!("{ctx}: after"));
+    };
+    let modes = |rng: &mut StdRng| [LossMode::AllUnflushed, LossMode::RandomWords(rng.gen())];
+    // Creating and writing two unnamed files: nothing of them survives.
+    let ((a, b), trace) = media.trace(|| {
+        let (a, _) = fs.tmpfile(d, 0o644, libc::O_RDWR, CTX).unwrap();
+        fs.write(a.ino, 0, &vec![1u8; 10_000]).unwrap();
+        let (b, _) = fs.tmpfile(d, 0o600, libc::O_WRONLY, CTX).unwrap();
+        fs.write(b.ino, 0, b"named later").unwrap();
+        (a.ino, b.ino)
+    });
+    let n = trace.len();
+    assert!(n > 0);
+    for k in 0..=n {
+        for mode in modes(&mut rng) {
+            let ctx = format!("create unnamed files: crash after event {k}/{n} {mode:?}");
+            check(trace.image_at(k, mode), &empty, &empty, false, &ctx);
+        }
+    }
+    // Both are orphans on media, which fsck reports (and mount frees).
+    let report = terrace_core::fsck::check(&*media, &[], &mut |_, _| {}).unwrap();
+    assert_eq!(report.orphans, [a, b]);
+    // Naming b: the image holds d/b with its data, or (before the link
+    // returned) nothing.
+    let (r, trace) = media.trace(|| fs.link(b, d, b"b"));
+    assert_eq!(r.unwrap().nlink, 1);
+    let named = fs_tree(&fs);
+    assert_ne!(named, empty);
+    let n = trace.len();
+    assert!(n > 0);
+    for k in 0..=n {
+        for mode in modes(&mut rng) {
+            let ctx = format!("link: crash after event {k}/{n} {mode:?}");
+            check(trace.image_at(k, mode), &empty, &named, k == n, &ctx);
+        }
+    }
+    // Closing both: a is freed, b stays.
+    let ((), trace) = media.trace(|| {
+        fs.release(a).unwrap();
+        fs.release(b).unwrap();
+    });
+    let n = trace.len();
+    assert!(n > 0);
+    for k in 0..=n {
+        for mode in modes(&mut rng) {
+            let ctx = format!("close: crash after event {k}/{n} {mode:?}");
+            check(trace.image_at(k, mode), &named, &named, true, &ctx);
+        }
+    }
+    fs.check_allocator().unwrap();
+}

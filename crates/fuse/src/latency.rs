@@ -110,6 +110,7 @@ ops! {
     Removexattr => "removexattr",
     Access => "access",
     Create => "create",
+    Tmpfile => "tmpfile",
     Fallocate => "fallocate",
     CopyFileRange => "copy_file_range",
 }

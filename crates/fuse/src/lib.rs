@@ -194,6 +194,17 @@ impl FuseAdapter {
 const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
 impl FuseAdapter {
+    /// Answers a create or tmpfile with the new file `attr`, opened as `fh`.
+    fn created(&self, reply: ReplyCreate, attr: &Attr, fh: u64, flags: i32) {
+        reply.created(
+            &TTL,
+            &file_attr(attr),
+            Generation(u64::from(attr.generation)),
+            FileHandle(fh),
+            self.open_flags(attr.ino, flags),
+        );
+    }
+
     /// Clears set-ID bits (as [`setid::bits_after_modification`] decides) and
     /// file capabilities after `caller` modified the data or size of `ino`.
     fn kill_priv(&self, ino: u64, caller: &setid::Caller) {
@@ -909,18 +920,31 @@ impl Filesystem for FuseAdapter {
             }
         };
         match self.fs.open(attr.ino, flags) {
-            Ok(fh) => reply.created(
-                &TTL,
-                &file_attr(&attr),
-                Generation(u64::from(attr.generation)),
-                FileHandle(fh),
-                self.open_flags(attr.ino, flags),
-            ),
+            Ok(fh) => self.created(reply, &attr, fh, flags),
             Err(e) => {
                 // The kernel never learns of the entry: drop the reference mknod counted.
                 self.fs.forget(attr.ino, 1);
                 reply.error(errno_of(&e));
             }
+        }
+    }
+
+    /// O_TMPFILE (FUSE_TMPFILE, through the vendored fuser's patch): an
+    /// unnamed file, created and opened at once by the core.
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        _name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _req = self.arrived(Op::Tmpfile);
+        match self.fs.tmpfile(parent.0, mode, flags, ctx(req)) {
+            Ok((attr, fh)) => self.created(reply, &attr, fh, flags),
+            Err(e) => reply.error(errno_of(&e)),
         }
     }
 
