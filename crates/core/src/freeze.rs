@@ -27,21 +27,30 @@ impl Fs {
     }
 
     /// Makes the pool's image clean and stops writing to it (see the module
-    /// docs). Nothing to do on a read-only mount or a frozen pool. On an
-    /// error (a device that fails its write-back) the pool is thawed again
-    /// and the error returned.
+    /// docs). Nothing to do on a read-only mount or a frozen pool. The pool
+    /// counts as frozen only once it is clean on media (so the passes that
+    /// a write-back may need while it persists still run). On an error (a
+    /// device that fails its write-back) the pool goes on as before and the
+    /// error is returned. Called by one thread (the remount watcher).
     pub fn freeze(self: &Arc<Self>) -> std::io::Result<()> {
-        if self.read_only || self.frozen.swap(true, Ordering::SeqCst) {
+        if self.read_only || self.is_frozen() {
             return Ok(());
         }
         let atime = *self.atime.read();
-        *self.atime_before_freeze.lock() = Some(atime);
         *self.atime.write() = AtimeMode::Never;
-        let r = self.persist_and_mark_clean();
-        if r.is_err() {
-            let _ = self.thaw();
+        match self.persist_and_mark_clean() {
+            Ok(()) => {
+                *self.atime_before_freeze.lock() = Some(atime);
+                self.frozen.store(true, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                *self.atime.write() = atime;
+                self.start_writeback();
+                self.start_migration();
+                Err(e)
+            }
         }
-        r
     }
 
     /// Undoes [`Fs::freeze`]: the superblock is marked in use again, access
