@@ -564,12 +564,7 @@ impl Fs {
                     }
                 }
                 for (_, e) in i.extents.iter() {
-                    for (k, (tier, block, blocks)) in e.runs().into_iter().enumerate() {
-                        let h = match (k, e.shared) {
-                            (0, true) => Holder::SharedData,
-                            (0, false) => Holder::Data,
-                            _ => Holder::Exclusive,
-                        };
+                    for (tier, block, blocks, h) in crate::shared::held_runs(&e) {
                         held.entry(tier)
                             .or_default()
                             .push((block, blocks, i.ino, h));

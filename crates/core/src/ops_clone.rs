@@ -105,11 +105,7 @@ impl Fs {
             }
         };
         for ino in [src, dst] {
-            match l.get(ino).kind {
-                FileType::Regular => {}
-                FileType::Directory => return Err(errno(libc::EISDIR)),
-                _ => return Err(errno(libc::EINVAL)),
-            }
+            l.get(ino).kind.require_regular(libc::EINVAL)?;
         }
         let src_size = l.get(src).attr.size;
         if src_off >= src_size {

@@ -118,11 +118,7 @@ impl Fs {
         self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
-        match i.kind {
-            FileType::Regular => {}
-            FileType::Directory => return Err(errno(libc::EISDIR)),
-            _ => return Err(errno(libc::EINVAL)),
-        }
+        i.kind.require_regular(libc::EINVAL)?;
         if data.is_empty() {
             return Ok(0);
         }
@@ -498,11 +494,7 @@ impl Fs {
         let mut entries = Vec::new();
         let mut new_blocks = Vec::new();
         if let Some(size) = s.size {
-            match i.kind {
-                FileType::Regular => {}
-                FileType::Directory => return Err(errno(libc::EISDIR)),
-                _ => return Err(errno(libc::EINVAL)),
-            }
+            i.kind.require_regular(libc::EINVAL)?;
             if size > MAX_FILE_SIZE {
                 return Err(errno(libc::EFBIG));
             }
@@ -576,11 +568,7 @@ impl Fs {
         self.wait_for_pm_room();
         let mut g = self.lock_clean(ino)?;
         let i = g.as_mut().expect("live");
-        match i.kind {
-            FileType::Regular => {}
-            FileType::Directory => return Err(errno(libc::EISDIR)),
-            _ => return Err(errno(libc::ENODEV)),
-        }
+        i.kind.require_regular(libc::ENODEV)?;
         if len == 0 {
             return Err(errno(libc::EINVAL));
         }

@@ -27,11 +27,7 @@ impl Fs {
     pub fn read(&self, ino: Ino, off: u64, size: usize) -> FsResult<Vec<u8>> {
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
-        match i.kind {
-            FileType::Regular => {}
-            FileType::Directory => return Err(errno(libc::EISDIR)),
-            _ => return Err(errno(libc::EINVAL)),
-        }
+        i.kind.require_regular(libc::EINVAL)?;
         let capture = self.capture_read(i, off, size)?;
         let len = capture.out.len() as u64;
         i.access.record(off, len, false);

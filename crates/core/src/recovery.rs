@@ -612,18 +612,8 @@ fn scan_view(
         }
         // Primary blocks and clean copies alike are owned.
         let runs = inode.extents.iter().flat_map(|(fb, ext)| {
-            let primary = if ext.shared {
-                Holder::SharedData
-            } else {
-                Holder::Data
-            };
-            ext.runs()
-                .into_iter()
-                .enumerate()
-                .map(move |(k, (tier, block, blocks))| {
-                    let holder = if k == 0 { primary } else { Holder::Exclusive };
-                    (fb, tier, block, blocks, holder)
-                })
+            crate::shared::held_runs(&ext)
+                .map(move |(tier, block, blocks, holder)| (fb, tier, block, blocks, holder))
         });
         for (fb, tier, block, blocks, holder) in runs {
             if tier != 0 {

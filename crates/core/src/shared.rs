@@ -246,6 +246,18 @@ pub enum Holder {
     Exclusive,
 }
 
+/// The runs extent `e` holds, `(tier, first block, blocks, holder)`: its
+/// data (shared or not, by its flag) and its clean copy (never shared).
+pub fn held_runs(e: &crate::inode::Extent) -> impl Iterator<Item = (u8, u64, u64, Holder)> {
+    let data = if e.shared {
+        Holder::SharedData
+    } else {
+        Holder::Data
+    };
+    let copy = e.copy.map(|(t, b)| (t, b, e.blocks, Holder::Exclusive));
+    std::iter::once((e.tier, e.block, e.blocks, data)).chain(copy)
+}
+
 /// One run found at mount: `(first block, blocks, inode, holder)`.
 pub type Found = (u64, u64, Ino, Holder);
 

@@ -43,6 +43,17 @@ pub enum FileType {
 }
 
 impl FileType {
+    /// `Ok` for a regular file; EISDIR for a directory, `other` for anything
+    /// else (the errno of an operation that only files take: read, write,
+    /// truncate, fallocate, copy_file_range).
+    pub fn require_regular(self, other: i32) -> FsResult<()> {
+        match self {
+            FileType::Regular => Ok(()),
+            FileType::Directory => Err(errno(libc::EISDIR)),
+            _ => Err(errno(other)),
+        }
+    }
+
     /// Type of a `st_mode` value, `None` when the type bits are invalid.
     pub fn from_mode(mode: u32) -> Option<FileType> {
         match mode & libc::S_IFMT {
