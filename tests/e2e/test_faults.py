@@ -195,6 +195,9 @@ def test_ssd_image_on_a_full_tmpfs_fails_writes_keeps_fsynced_data_and_the_daemo
             assert "space" in cp.stderr.lower(), cp.stderr
             assert helpers.is_mounted(mnt) and m.alive()
             assert status(mnt)["device_full_errors"] > 0
+            # `status` says so in words too, without the daemon log.
+            text = terrace("status", mnt).stdout
+            assert "device-full error" in text, text
             for name, digest in acked.items():
                 assert sha((mnt / name).read_bytes()) == digest
             # The application gives up on the failed writes: once

@@ -161,6 +161,10 @@ pub struct Status {
     /// Writes or syncs that a block tier's device refused with ENOSPC (the
     /// file system holding its image is full).
     pub device_full_errors: u64,
+    /// Reads, writes or syncs a block tier's device failed with another
+    /// error (EIO …); the operation failed with it, nothing was lost.
+    #[serde(default)]
+    pub device_errors: u64,
     /// Synchronicity predictions settled so far and how many were right
     /// ("synchronous" right when an fsync followed within the threshold).
     pub sync_predictions: terrace_policy::SyncAccuracy,
@@ -287,6 +291,7 @@ impl Fs {
             checksummed_reads: c.checksummed_reads.load(Ordering::Relaxed),
             checksum_errors: c.checksum_errors.load(Ordering::Relaxed),
             device_full_errors: c.device_full_errors.load(Ordering::Relaxed),
+            device_errors: c.device_errors.load(Ordering::Relaxed),
             sync_predictions,
             cache: self.cache.stats(),
             migration: self.migration_status(),

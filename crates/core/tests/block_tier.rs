@@ -90,6 +90,10 @@ fn device_write_errors_fail_the_write_with_eio_and_keep_the_pool_consistent() {
         1,
         "{notes:?}"
     );
+    // ...and a count in `status`, which the operator sees without the log.
+    let st = fs.status();
+    assert!(st.device_errors >= 1, "device errors not counted");
+    assert_eq!(st.device_full_errors, 0);
     assert_eq!(fs.read(a.ino, 0, data.len()).unwrap(), data);
     fs.check_allocator().unwrap();
     ssd.heal();

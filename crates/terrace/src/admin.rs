@@ -49,6 +49,21 @@ fn pct(used: u64, total: u64) -> String {
 }
 
 /// Renders a mount's status as the human table.
+/// The `devices` line of `status`: errors block-tier devices returned since
+/// mount (the operations failed with them; the daemon log names each).
+fn device_errors_line(io_errors: u64, full_errors: u64) -> String {
+    if io_errors == 0 && full_errors == 0 {
+        return "no device errors since mount".to_string();
+    }
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    format!(
+        "{io_errors} I/O error{} and {full_errors} device-full error{} since mount \
+         (the operations failed with them; see the daemon log)",
+        plural(io_errors),
+        plural(full_errors)
+    )
+}
+
 pub fn render_status(daemon: &DaemonStatus) -> String {
     let st = &daemon.core;
     let mut o = String::new();
@@ -124,6 +139,10 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             } else {
                 format!("{bad} DAMAGED (reads of them failed with EIO; see the daemon log)")
             }
+        ));
+        line(format!(
+            "  devices       {}",
+            device_errors_line(st.device_errors, st.device_full_errors)
         ));
     }
     if let Some(sc) = &st.scrub {

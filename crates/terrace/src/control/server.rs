@@ -54,8 +54,8 @@ fn refuse(s: &UnixStream, refusal: Refusal) {
     send(s, &protocol::encode_answer::<()>(&Err(refusal)));
 }
 
-/// Uid of the process at the other end of a Unix socket.
-fn peer_uid(s: &UnixStream) -> Option<u32> {
+/// Credentials of the process at the other end of a Unix socket.
+fn peer_cred(s: &UnixStream) -> Option<libc::ucred> {
     // Safety: getsockopt fills a ucred of the given length for a socket we own.
     unsafe {
         let mut cred: libc::ucred = std::mem::zeroed();
@@ -67,8 +67,67 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
             &mut cred as *mut libc::ucred as *mut libc::c_void,
             &mut len,
         );
-        (r == 0).then_some(cred.uid)
+        (r == 0).then_some(cred)
     }
+}
+
+/// Who asks, for the per-file check of requests anyone may make.
+pub(crate) struct Asker {
+    uid: u32,
+    /// Primary and supplementary groups.
+    groups: Vec<u32>,
+    /// Root or the mounting user: sees every file.
+    trusted: bool,
+}
+
+impl Asker {
+    fn of(cred: Option<libc::ucred>, me: u32) -> Asker {
+        let Some(c) = cred else {
+            return Asker {
+                uid: u32::MAX,
+                groups: Vec::new(),
+                trusted: false,
+            };
+        };
+        let mut groups = supplementary_groups(c.pid);
+        groups.push(c.gid);
+        Asker {
+            uid: c.uid,
+            groups,
+            trusted: c.uid == 0 || c.uid == me,
+        }
+    }
+
+    /// Whether the asker could read a file with these attributes (the
+    /// owner, group and other read bits, as open(O_RDONLY) checks them).
+    pub(crate) fn may_read(&self, attr: &terrace_core::Attr) -> bool {
+        if self.trusted {
+            return true;
+        }
+        let bits = if self.uid == attr.uid {
+            attr.mode >> 6
+        } else if self.groups.contains(&attr.gid) {
+            attr.mode >> 3
+        } else {
+            attr.mode
+        };
+        bits & 0o4 != 0
+    }
+}
+
+/// The supplementary groups of process `pid` (from /proc; empty when it is
+/// gone, which only makes the check stricter).
+fn supplementary_groups(pid: i32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
+                g.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
 }
 
 /// What the control server serves.
@@ -122,8 +181,9 @@ impl Server {
             };
             // Anyone may read; changing anything is for root and the
             // mounting user.
+            let cred = peer_cred(&stream);
             if let Some(what) = req.privileged() {
-                let uid = peer_uid(&stream);
+                let uid = cred.map(|c| c.uid);
                 if uid != Some(0) && uid != Some(me) {
                     refuse(
                         &stream,
@@ -171,12 +231,13 @@ impl Server {
                 }
                 Request::Extents(x) => {
                     let fs = self.fs.clone();
+                    let asker = Asker::of(cred, me);
                     let r = Responder::<GetExtents>::new(stream);
                     // A file can have millions of extents: build and send
                     // the answer from its own thread.
                     std::thread::spawn(move || {
                         let _ = r.stream.set_write_timeout(Some(Duration::from_secs(60)));
-                        r.answer(&Ok(extents(&fs, &x)));
+                        r.answer(&Ok(extents(&fs, &x, &asker)));
                     });
                 }
             }
@@ -232,13 +293,22 @@ impl Server {
     }
 }
 
-/// Every extent of the files asked for.
-fn extents(fs: &Fs, x: &GetExtents) -> ExtentsReply {
+/// Every extent of the files asked for that the asker may read (a file's
+/// layout is refused, like its data, to those without read permission).
+fn extents(fs: &Fs, x: &GetExtents, asker: &Asker) -> ExtentsReply {
     let mut reply = ExtentsReply {
         files: Vec::with_capacity(x.inos.len()),
         failed: Vec::new(),
     };
     for &ino in &x.inos {
+        let allowed = fs.getattr(ino).map(|a| asker.may_read(&a));
+        if let Ok(false) = allowed {
+            reply.failed.push(FileFailure {
+                ino,
+                error: util::os_reason(&io::Error::from_raw_os_error(libc::EACCES)),
+            });
+            continue;
+        }
         match fs.extent_rows(ino) {
             Ok(extents) => reply.files.push(FileExtents { ino, extents }),
             Err(e) => reply.failed.push(FileFailure {
@@ -306,6 +376,50 @@ mod tests {
         };
         terrace_core::format(&*pm, &params).expect("format");
         Arc::new(Fs::mount_with_tiers(pm, vec![(1, ssd)]).expect("mount"))
+    }
+
+    #[test]
+    fn only_those_who_may_read_a_file_see_its_extents() {
+        let fs = tiered_fs();
+        let ctx = terrace_core::Ctx {
+            uid: 1000,
+            gid: 1000,
+        };
+        let private = fs
+            .mknod(1, b"private", libc::S_IFREG | 0o600, 0, ctx)
+            .unwrap();
+        let shared = fs
+            .mknod(1, b"group", libc::S_IFREG | 0o640, 0, ctx)
+            .unwrap();
+        let open = fs.mknod(1, b"open", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        for f in [&private, &shared, &open] {
+            fs.write(f.ino, 0, &[1u8; 4096]).unwrap();
+        }
+        let ask = |uid, groups: Vec<u32>, trusted| Asker {
+            uid,
+            groups,
+            trusted,
+        };
+        let inos = vec![private.ino, shared.ino, open.ino];
+        let seen = |asker: &Asker| -> Vec<u64> {
+            let reply = extents(&fs, &GetExtents { inos: inos.clone() }, asker);
+            for f in &reply.failed {
+                assert!(f.error.contains("ermission"), "{}", f.error);
+            }
+            reply.files.iter().map(|f| f.ino).collect()
+        };
+        assert_eq!(seen(&ask(1000, vec![1000], false)), inos, "the owner");
+        assert_eq!(seen(&ask(0, vec![0], true)), inos, "root");
+        assert_eq!(
+            seen(&ask(2000, vec![1000], false)),
+            [shared.ino, open.ino],
+            "the group"
+        );
+        assert_eq!(seen(&ask(2000, vec![2000], false)), [open.ino], "others");
+        // An owner without the read bit is refused, as open(O_RDONLY) is.
+        let wo = fs.mknod(1, b"wo", libc::S_IFREG | 0o244, 0, ctx).unwrap();
+        assert!(!ask(1000, vec![1000], false).may_read(&fs.getattr(wo.ino).unwrap()));
+        fs.unmount().unwrap();
     }
 
     #[test]

@@ -437,6 +437,11 @@ impl Sample {
             "Writes or syncs a block tier's device refused with ENOSPC.",
             s.device_full_errors,
         )?;
+        f.counter(
+            "terrace_device_errors",
+            "Reads, writes or syncs of a block tier's device that failed with another error (EIO ...).",
+            s.device_errors,
+        )?;
         if let Some(r) = &s.scrub {
             f.gauge(
                 "terrace_scrub_running",
