@@ -32,6 +32,8 @@ declare -A PKG_FOR_CMD=(
     [losetup]=util-linux
     [findmnt]=util-linux
     [gcc]=gcc
+    [zsh]=zsh
+    [fish]=fish
 )
 
 # Commands in /sbin and /usr/sbin are not always on a non-root PATH.
