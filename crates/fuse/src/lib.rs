@@ -35,7 +35,6 @@
 //! - Given a [`latency::RequestLatency`] at [`mount`], every request is timed
 //!   per operation (the daemon exports the histograms); without one, no
 //!   request reads the clock for it.
-
 //!
 //! # Layout
 //! One file per job; the request path reads top to bottom:

@@ -38,6 +38,10 @@
 //! A regular file's size comes from its metadata, a block device's from
 //! seeking to its end. A trailing partial block is not used; media smaller
 //! than one block is an error.
+//!
+//! Opening a path as media of a given size (sizing a new file, checking an
+//! old one or a device) is shared with [`PmFile`](crate::PmFile)
+//! (`media_file.rs`); the tests are in `block_file/tests.rs`.
 
 use std::fmt;
 use std::fs::File;
