@@ -41,6 +41,16 @@ fn err(e: io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
+/// Replies to a request answered by a call on a known node (`Err`: the
+/// node is unknown) that returns nothing.
+fn reply_empty(reply: ReplyEmpty, r: Result<io::Result<()>, Errno>) {
+    match r {
+        Ok(Ok(())) => reply.ok(),
+        Ok(Err(e)) => reply.error(err(e)),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn cpath(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
@@ -306,19 +316,11 @@ impl Filesystem for Passthrough {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.child(parent, name).map(std::fs::remove_file) {
-            Ok(Ok(())) => reply.ok(),
-            Ok(Err(e)) => reply.error(err(e)),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, self.child(parent, name).map(std::fs::remove_file));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.child(parent, name).map(std::fs::remove_dir) {
-            Ok(Ok(())) => reply.ok(),
-            Ok(Err(e)) => reply.error(err(e)),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, self.child(parent, name).map(std::fs::remove_dir));
     }
 
     fn rename(
@@ -459,11 +461,7 @@ impl Filesystem for Passthrough {
                 f.sync_all()
             }
         });
-        match r {
-            Ok(Ok(())) => reply.ok(),
-            Ok(Err(e)) => reply.error(err(e)),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn readdir(

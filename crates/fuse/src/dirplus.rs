@@ -12,7 +12,8 @@
 //! while the caller also looks names up (stat), so a plain `readdir` loop
 //! (`find` without tests, `ls`) does not pay for attributes it never uses.
 
-use crate::{file_attr, kind_of, negative_attr, TTL};
+use crate::convert::{file_attr, kind_of, negative_attr};
+use crate::reply::TTL;
 use fuser::{Generation, INodeNo, ReplyDirectoryPlus};
 use std::ffi::OsStr;
 use std::io;
@@ -36,7 +37,7 @@ pub(crate) fn fill(fs: &Fs, ino: u64, offset: u64, mut reply: ReplyDirectoryPlus
                 break;
             }
             Err(e) => {
-                reply.error(crate::errno_of(&e));
+                reply.error(crate::reply::errno_of(&e));
                 return;
             }
         };

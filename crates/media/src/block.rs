@@ -80,47 +80,33 @@ pub trait BlockMedia: Send + Sync {
     fn stats(&self) -> BlockStats;
 }
 
-impl<B: BlockMedia + ?Sized> BlockMedia for Arc<B> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
-        (**self).read_blocks(block, buf)
-    }
-    fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()> {
-        (**self).write_blocks(block, data)
-    }
-    fn sync(&self) -> io::Result<()> {
-        (**self).sync()
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-    fn stats(&self) -> BlockStats {
-        (**self).stats()
-    }
+/// `BlockMedia` for a pointer to media: every method forwards to the media.
+macro_rules! forward_block_media {
+    ($($ptr:ident),*) => {$(
+        impl<B: BlockMedia + ?Sized> BlockMedia for $ptr<B> {
+            fn len(&self) -> u64 {
+                (**self).len()
+            }
+            fn read_blocks(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
+                (**self).read_blocks(block, buf)
+            }
+            fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()> {
+                (**self).write_blocks(block, data)
+            }
+            fn sync(&self) -> io::Result<()> {
+                (**self).sync()
+            }
+            fn describe(&self) -> String {
+                (**self).describe()
+            }
+            fn stats(&self) -> BlockStats {
+                (**self).stats()
+            }
+        }
+    )*};
 }
 
-impl<B: BlockMedia + ?Sized> BlockMedia for Box<B> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
-        (**self).read_blocks(block, buf)
-    }
-    fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()> {
-        (**self).write_blocks(block, data)
-    }
-    fn sync(&self) -> io::Result<()> {
-        (**self).sync()
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-    fn stats(&self) -> BlockStats {
-        (**self).stats()
-    }
-}
+forward_block_media!(Arc, Box);
 
 /// Checks a request of `buf_len` bytes at `block` against media of `media_len`
 /// bytes; returns the byte range `[start, end)` it covers.

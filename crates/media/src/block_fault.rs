@@ -24,7 +24,7 @@
 
 use std::io;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::block::{check_block_range, BlockMedia, BlockStats};
 
@@ -74,14 +74,18 @@ struct State {
     writes: Countdown,
     syncs: Countdown,
     injected: InjectedFaults,
-    /// Syncs wait while this is set ([`FaultBlock::hold_syncs`]).
-    holding_syncs: bool,
-    /// Syncs waiting now.
-    syncs_waiting: u64,
-    /// Reads wait while this is set ([`FaultBlock::hold_reads`]).
-    holding_reads: bool,
-    /// Reads waiting now.
-    reads_waiting: u64,
+    /// Holds syncs ([`FaultBlock::hold_syncs`]).
+    sync_hold: Hold,
+    /// Holds reads ([`FaultBlock::hold_reads`]).
+    read_hold: Hold,
+}
+
+/// Operations of one kind wait while `on` is set; `waiting` of them are
+/// waiting now.
+#[derive(Debug, Default)]
+struct Hold {
+    on: bool,
+    waiting: u64,
 }
 
 fn eio() -> io::Error {
@@ -94,7 +98,7 @@ fn eio() -> io::Error {
 pub struct FaultBlock<B: BlockMedia> {
     inner: B,
     state: Mutex<State>,
-    /// Signalled when syncs are released.
+    /// Signalled when syncs or reads are released.
     released: Condvar,
 }
 
@@ -129,35 +133,35 @@ impl<B: BlockMedia> FaultBlock<B> {
     /// Every later sync waits (does not return) until
     /// [`release_syncs`](Self::release_syncs).
     pub fn hold_syncs(&self) {
-        self.state.lock().holding_syncs = true;
+        self.state.lock().sync_hold.on = true;
     }
 
     /// Lets held syncs and every later one through.
     pub fn release_syncs(&self) {
-        self.state.lock().holding_syncs = false;
+        self.state.lock().sync_hold.on = false;
         self.released.notify_all();
     }
 
     /// Syncs waiting now because of [`hold_syncs`](Self::hold_syncs).
     pub fn syncs_waiting(&self) -> u64 {
-        self.state.lock().syncs_waiting
+        self.state.lock().sync_hold.waiting
     }
 
     /// Every later read waits (does not return) until
     /// [`release_reads`](Self::release_reads).
     pub fn hold_reads(&self) {
-        self.state.lock().holding_reads = true;
+        self.state.lock().read_hold.on = true;
     }
 
     /// Lets held reads and every later one through.
     pub fn release_reads(&self) {
-        self.state.lock().holding_reads = false;
+        self.state.lock().read_hold.on = false;
         self.released.notify_all();
     }
 
     /// Reads waiting now because of [`hold_reads`](Self::hold_reads).
     pub fn reads_waiting(&self) -> u64 {
-        self.state.lock().reads_waiting
+        self.state.lock().read_hold.waiting
     }
 
     /// Disarms every countdown: operations succeed again. Counts are kept.
@@ -190,6 +194,19 @@ impl<B: BlockMedia> FaultBlock<B> {
     }
 }
 
+impl<B: BlockMedia> FaultBlock<B> {
+    /// Waits, counted as waiting, while the hold `hold` picks is on.
+    fn wait_while_held(&self, s: &mut MutexGuard<'_, State>, hold: fn(&mut State) -> &mut Hold) {
+        if hold(s).on {
+            hold(s).waiting += 1;
+            while hold(s).on {
+                self.released.wait(s);
+            }
+            hold(s).waiting -= 1;
+        }
+    }
+}
+
 impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
     fn len(&self) -> u64 {
         self.inner.len()
@@ -199,13 +216,7 @@ impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
         check_block_range(self.inner.len(), block, buf.len())?;
         {
             let mut s = self.state.lock();
-            if s.holding_reads {
-                s.reads_waiting += 1;
-                while s.holding_reads {
-                    self.released.wait(&mut s);
-                }
-                s.reads_waiting -= 1;
-            }
+            self.wait_while_held(&mut s, |s| &mut s.read_hold);
             if s.reads.tick() {
                 s.injected.reads += 1;
                 return Err(eio());
@@ -229,13 +240,7 @@ impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
     fn sync(&self) -> io::Result<()> {
         {
             let mut s = self.state.lock();
-            if s.holding_syncs {
-                s.syncs_waiting += 1;
-                while s.holding_syncs {
-                    self.released.wait(&mut s);
-                }
-                s.syncs_waiting -= 1;
-            }
+            self.wait_while_held(&mut s, |s| &mut s.sync_hold);
             if s.syncs.tick() {
                 s.injected.syncs += 1;
                 return Err(eio());

@@ -29,6 +29,7 @@ pub mod block_file;
 pub mod block_sync;
 pub mod crash;
 pub mod fault;
+mod media_file;
 pub mod mem;
 pub mod persist;
 pub mod pm;

@@ -20,9 +20,8 @@
 //!   access is a caller bug and panics, as the [`PmMedia`] contract says.
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,13 +29,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use rustix::mm::{Advice, MapFlags, MsyncFlags, ProtFlags};
 
+use crate::media_file::{media_len, on_tmpfs, open_mode, open_sized, path_error, with_path};
 use crate::{persist, PmMedia};
 
 /// Mapping granularity: lengths must be a multiple of this.
 pub const PAGE: u64 = 4096;
-
-/// `statfs.f_type` of tmpfs.
-const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// How stores on a [`PmFile`] become durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,25 +79,16 @@ unsafe impl Send for PmFile {}
 // mutexes.
 unsafe impl Sync for PmFile {}
 
-fn err(path: &Path, kind: io::ErrorKind, msg: impl fmt::Display) -> io::Error {
-    io::Error::new(kind, format!("{}: {msg}", path.display()))
-}
-
-fn with_path(path: &Path, what: &str, e: impl Into<io::Error>) -> io::Error {
-    let e = e.into();
-    io::Error::new(e.kind(), format!("{}: {what}: {e}", path.display()))
-}
-
 fn check_len(path: &Path, len: u64) -> io::Result<()> {
     if len == 0 || len % PAGE != 0 {
-        return Err(err(
+        return Err(path_error(
             path,
             io::ErrorKind::InvalidInput,
             format_args!("length {len} is not a non-zero multiple of {PAGE}"),
         ));
     }
     if usize::try_from(len).is_err() {
-        return Err(err(
+        return Err(path_error(
             path,
             io::ErrorKind::InvalidInput,
             format_args!("length {len} does not fit in the address space"),
@@ -109,39 +97,12 @@ fn check_len(path: &Path, len: u64) -> io::Result<()> {
     Ok(())
 }
 
-fn open_rw(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| with_path(path, "open", e))
-}
-
-/// Length of a regular file or block device, and whether it is a block device.
-fn media_len(path: &Path, file: &File) -> io::Result<(u64, bool)> {
-    let meta = file.metadata().map_err(|e| with_path(path, "stat", e))?;
-    let ft = meta.file_type();
-    if ft.is_block_device() {
-        let len = rustix::fs::seek(file, rustix::fs::SeekFrom::End(0))
-            .map_err(|e| with_path(path, "seek to end of block device", e))?;
-        Ok((len, true))
-    } else if ft.is_file() {
-        Ok((meta.len(), false))
-    } else {
-        Err(err(
-            path,
-            io::ErrorKind::InvalidInput,
-            "not a regular file or block device",
-        ))
-    }
-}
-
 impl PmFile {
     /// Maps an existing file or block device over its whole length, which must
     /// be a non-zero multiple of 4096.
     pub fn open(path: impl AsRef<Path>) -> io::Result<PmFile> {
         let path = path.as_ref();
-        let file = open_rw(path)?;
+        let file = open_mode(path, false, true).map_err(|e| with_path(path, "open", e))?;
         let (len, is_blk) = media_len(path, &file)?;
         Self::map(path, file, len, is_blk)
     }
@@ -155,35 +116,7 @@ impl PmFile {
     pub fn create(path: impl AsRef<Path>, size: u64) -> io::Result<PmFile> {
         let path = path.as_ref();
         check_len(path, size)?;
-        let file = match open_rw(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(path)
-                .map_err(|e| with_path(path, "create", e))?,
-            Err(e) => return Err(e),
-        };
-        let (len, is_blk) = media_len(path, &file)?;
-        if is_blk {
-            if len < size {
-                return Err(err(
-                    path,
-                    io::ErrorKind::InvalidInput,
-                    format_args!("block device has {len} bytes, fewer than the {size} requested"),
-                ));
-            }
-        } else if len == 0 {
-            file.set_len(size)
-                .map_err(|e| with_path(path, "set length", e))?;
-        } else if len != size {
-            return Err(err(
-                path,
-                io::ErrorKind::AlreadyExists,
-                format_args!("exists with length {len}, not the {size} requested (remove it or open it as is)"),
-            ));
-        }
+        let (file, is_blk) = open_sized(path, size)?;
         Self::map(path, file, size, is_blk)
     }
 
@@ -214,19 +147,17 @@ impl PmFile {
                 let kind = if is_blk {
                     // /dev is devtmpfs, whose f_type is tmpfs's: never ask statfs here.
                     PmKind::File
+                } else if on_tmpfs(&file) {
+                    PmKind::Tmpfs
                 } else {
-                    match rustix::fs::fstatfs(&file) {
-                        #[allow(clippy::useless_conversion)]
-                        Ok(st) if i64::from(st.f_type) == TMPFS_MAGIC => PmKind::Tmpfs,
-                        _ => PmKind::File,
-                    }
+                    PmKind::File
                 };
                 (addr, kind)
             }
             Err(e) => return Err(with_path(path, "mmap (MAP_SYNC)", e)),
         };
         let base = NonNull::new(addr.cast::<u8>())
-            .ok_or_else(|| err(path, io::ErrorKind::Other, "mmap returned null"))?;
+            .ok_or_else(|| path_error(path, io::ErrorKind::Other, "mmap returned null"))?;
         Ok(PmFile {
             path: path.to_path_buf(),
             _file: file,

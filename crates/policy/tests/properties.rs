@@ -36,25 +36,41 @@ fn sync_params() -> impl Strategy<Value = SyncParams> {
     })
 }
 
+/// Replays `evs` (events and time steps) into a new predictor, calling
+/// `check` after each event with the predictor, the time and, for a write,
+/// what `on_write` predicted; returns the predictor and the last time.
+fn replay(
+    evs: Vec<(Event, u64)>,
+    p: &SyncParams,
+    mut check: impl FnMut(&SyncPredictor, &Event, u64, Option<bool>) -> Result<(), TestCaseError>,
+) -> Result<(SyncPredictor, u64), TestCaseError> {
+    let mut s = SyncPredictor::new();
+    let mut now = 0;
+    for (e, step) in evs {
+        now += step;
+        let predicted = match e {
+            Event::Write { bytes, o_sync } => Some(s.on_write(bytes, now, o_sync, p)),
+            Event::Fsync => {
+                s.on_fsync(now, p);
+                None
+            }
+        };
+        check(&s, &e, now, predicted)?;
+    }
+    Ok((s, now))
+}
+
 proptest! {
     #[test]
     fn o_sync_writes_are_always_predicted_synchronous(
         evs in events(), p in sync_params(), bytes in 0u64..(64 << 20)
     ) {
-        let mut s = SyncPredictor::new();
-        let mut now = 0;
-        for (e, step) in evs {
-            now += step;
-            match e {
-                Event::Write { bytes, o_sync } => {
-                    let predicted = s.on_write(bytes, now, o_sync, &p);
-                    if o_sync {
-                        prop_assert!(predicted);
-                    }
-                }
-                Event::Fsync => s.on_fsync(now, &p),
+        let (mut s, now) = replay(evs, &p, |_, e, _, predicted| {
+            if let Event::Write { o_sync: true, .. } = e {
+                prop_assert_eq!(predicted, Some(true));
             }
-        }
+            Ok(())
+        })?;
         prop_assert!(s.on_write(bytes, now, true, &p));
     }
 
@@ -62,61 +78,40 @@ proptest! {
     fn on_write_returns_what_is_synchronous_says_after_the_write(
         evs in events(), p in sync_params()
     ) {
-        let mut s = SyncPredictor::new();
-        let mut now = 0;
-        for (e, step) in evs {
-            now += step;
-            match e {
-                Event::Write { bytes, o_sync: false } => {
-                    let predicted = s.on_write(bytes, now, false, &p);
-                    prop_assert_eq!(predicted, s.is_synchronous(now, &p) );
-                }
-                Event::Write { bytes, o_sync: true } => {
-                    s.on_write(bytes, now, true, &p);
-                }
-                Event::Fsync => s.on_fsync(now, &p),
+        replay(evs, &p, |s, e, now, predicted| {
+            if let Event::Write { o_sync: false, .. } = e {
+                prop_assert_eq!(predicted, Some(s.is_synchronous(now, &p)));
             }
-        }
+            Ok(())
+        })?;
     }
 
     #[test]
     fn interval_at_or_over_threshold_is_never_synchronous(
         evs in events(), p in sync_params()
     ) {
-        let mut s = SyncPredictor::new();
-        let mut now = 0;
-        for (e, step) in evs {
-            now += step;
-            match e {
-                Event::Write { bytes, o_sync } => { s.on_write(bytes, now, o_sync, &p); }
-                Event::Fsync => s.on_fsync(now, &p),
-            }
+        replay(evs, &p, |s, _, now, _| {
             if s.bytes_since_fsync() >= p.threshold_bytes {
                 prop_assert!(!s.is_synchronous(now, &p));
             }
             prop_assert!(!s.is_synchronous(now + p.idle_reset_ns + 1, &p));
-        }
+            Ok(())
+        })?;
     }
 
     #[test]
     fn every_write_is_settled_once_by_a_final_fsync(evs in events(), p in sync_params()) {
-        let mut s = SyncPredictor::new();
-        let mut now = 0;
         let mut writes = 0u64;
-        for (e, step) in evs {
-            now += step;
-            match e {
-                Event::Write { bytes, o_sync } => {
-                    writes += 1;
-                    s.on_write(bytes, now, o_sync, &p);
-                }
-                Event::Fsync => s.on_fsync(now, &p),
+        let (mut s, now) = replay(evs, &p, |s, e, _, _| {
+            if let Event::Write { .. } = e {
+                writes += 1;
             }
             let a = s.accuracy();
             prop_assert!(a.predicted_sync_correct <= a.predicted_sync_total);
             prop_assert!(a.predicted_async_correct <= a.predicted_async_total);
             prop_assert!(a.total() <= writes);
-        }
+            Ok(())
+        })?;
         s.on_fsync(now, &p);
         prop_assert_eq!(s.accuracy().total(), writes);
     }

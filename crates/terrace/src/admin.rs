@@ -664,14 +664,7 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
                 "  block-tier data: {} blocks verified, {} damaged{}",
                 rep.checked_blocks,
                 rep.bad_blocks,
-                if rep.unverified_blocks > 0 {
-                    format!(
-                        ", {} without a checksum (written before format 5)",
-                        rep.unverified_blocks
-                    )
-                } else {
-                    String::new()
-                }
+                util::unverified_note(rep.unverified_blocks)
             ));
         }
         for r in &rep.repaired {

@@ -145,6 +145,11 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
+    /// The helper's answer: `terrace mount --daemon` with `rest` after it.
+    fn daemon(rest: &[&str]) -> HelperCall {
+        HelperCall::Mount(args(&[&["terrace", "mount", "--daemon"], rest].concat()))
+    }
+
     #[test]
     fn the_cli_is_left_alone() {
         for v in [
@@ -171,15 +176,7 @@ mod tests {
         ]));
         assert_eq!(
             got,
-            HelperCall::Mount(args(&[
-                "terrace",
-                "mount",
-                "--daemon",
-                "-o",
-                "rw,allow_other,noatime",
-                "/dev/shm/pool.pm",
-                "/mnt/t"
-            ]))
+            daemon(&["-o", "rw,allow_other,noatime", "/dev/shm/pool.pm", "/mnt/t"])
         );
     }
 
@@ -194,15 +191,7 @@ mod tests {
         ]));
         assert_eq!(
             got,
-            HelperCall::Mount(args(&[
-                "terrace",
-                "mount",
-                "--daemon",
-                "-o",
-                "metrics=127.0.0.1:9464",
-                "/dev/shm/pool.pm",
-                "/mnt/t"
-            ]))
+            daemon(&["-o", "metrics=127.0.0.1:9464", "/dev/shm/pool.pm", "/mnt/t"])
         );
         // ... and `terrace mount` takes it.
         let mut cfg = crate::mount::MountConfig::new("/p".into(), "/m".into());
@@ -228,19 +217,14 @@ mod tests {
             "fuse.terrace",
             "-odefaults",
         ]));
-        assert_eq!(
-            got,
-            HelperCall::Mount(args(&[
-                "terrace", "mount", "--daemon", "-o", "ro", "/p", "/m"
-            ]))
-        );
+        assert_eq!(got, daemon(&["-o", "ro", "/p", "/m"]));
         assert_eq!(
             parse(&args(&["mount.fuse.terrace", "/p", "/m", "-f"])),
             HelperCall::Fake
         );
         assert_eq!(
             parse(&args(&["mount.fuse.terrace", "/p", "/m", "-o", "defaults"])),
-            HelperCall::Mount(args(&["terrace", "mount", "--daemon", "/p", "/m"]))
+            daemon(&["/p", "/m"])
         );
     }
 

@@ -101,14 +101,7 @@ pub fn run(mnt: &Path, rate: Option<&str>, repair: bool, as_json: bool) -> CliRe
             report.checked_blocks,
             report.bad_blocks,
             report.repaired_blocks,
-            if report.unverified_blocks > 0 {
-                format!(
-                    ", {} without a checksum (written before format 5)",
-                    report.unverified_blocks
-                )
-            } else {
-                String::new()
-            }
+            util::unverified_note(report.unverified_blocks)
         ));
         for u in &report.unrepairable {
             util::out(&format!("  unrepaired: {u}"));

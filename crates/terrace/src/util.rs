@@ -96,6 +96,16 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
+/// The note a data check's report adds for blocks it could not verify
+/// (`""` when there are none): ", N without a checksum (…)".
+pub fn unverified_note(blocks: u64) -> String {
+    if blocks > 0 {
+        format!(", {blocks} without a checksum (written before format 5)")
+    } else {
+        String::new()
+    }
+}
+
 /// `1.5 GiB`-style rendering.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -39,6 +39,15 @@ pub struct FileSnapshot {
     pub entries: Vec<EntrySnapshot>,
 }
 
+impl FileSnapshot {
+    /// Its entries holding data on `tier`, in snapshot order.
+    pub fn entries_on(&self, tier: u8) -> impl Iterator<Item = &EntrySnapshot> + Clone {
+        self.entries
+            .iter()
+            .filter(move |e| e.tier == tier && e.blocks > 0)
+    }
+}
+
 /// The data of one file chosen to migrate.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ColdChoice {
@@ -60,11 +69,7 @@ pub fn is_old(mtime_ns: u64, now_ns: u64, age_ns: u64) -> bool {
 /// before the file's amtime. Entries are returned in file order.
 pub fn cold_entries(file: &FileSnapshot, from_tier: u8, now_ns: u64, age_ns: u64) -> ColdChoice {
     let whole_file = is_old(file.mtime_ns, now_ns, age_ns);
-    let on_tier = || {
-        file.entries
-            .iter()
-            .filter(move |e| e.tier == from_tier && e.blocks > 0)
-    };
+    let on_tier = || file.entries_on(from_tier);
     let older = |a: Option<u64>| -> Vec<EntrySnapshot> {
         on_tier()
             .filter(|e| whole_file || a.is_some_and(|a| e.mtime_ns < a))
@@ -108,12 +113,7 @@ pub fn cold_entries_with(
 ) -> ColdChoice {
     let mut c = cold_entries(file, from_tier, now_ns, params.age_ns);
     if c.entries.is_empty() && params.whole_when_uniform {
-        c.entries = file
-            .entries
-            .iter()
-            .filter(|e| e.tier == from_tier && e.blocks > 0)
-            .copied()
-            .collect();
+        c.entries = file.entries_on(from_tier).copied().collect();
         c.entries.sort_by_key(|e| e.file_block);
     }
     c

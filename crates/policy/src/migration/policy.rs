@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use super::cold::{ColdChoice, FileSnapshot};
+use super::cold::{cold_entries_with, ColdChoice, FileSnapshot};
 use super::params::MigrationParams;
 use super::policy_default::DefaultMigration;
 use super::policy_nvmfs::NvmfsMigration;
@@ -41,14 +41,18 @@ pub struct CopyObservation {
 pub trait MigrationPolicy: fmt::Debug {
     /// The name it is registered under.
     fn name(&self) -> &'static str;
-    /// The data of `file` on `from_tier` to move down, at `now_ns`.
+    /// The data of `file` on `from_tier` to move down, at `now_ns`. By
+    /// default Ziggurat's choice (§5.1): the cold part by amtime
+    /// ([`cold_entries_with`]); a policy that moves other data overrides it.
     fn choose(
         &self,
         file: &FileSnapshot,
         from_tier: u8,
         now_ns: u64,
         params: &MigrationParams,
-    ) -> ColdChoice;
+    ) -> ColdChoice {
+        cold_entries_with(file, from_tier, now_ns, params)
+    }
     /// Whether the PM blocks of data just migrated down stay as a clean copy
     /// (evictable at no cost, [`crate::nvmfs`]) instead of being freed.
     fn keep_clean_copy(&self, obs: &CopyObservation) -> bool;

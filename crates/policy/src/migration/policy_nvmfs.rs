@@ -23,12 +23,7 @@ impl MigrationPolicy for NvmfsMigration {
         _now_ns: u64,
         _params: &MigrationParams,
     ) -> ColdChoice {
-        let mut entries: Vec<EntrySnapshot> = file
-            .entries
-            .iter()
-            .filter(|e| e.tier == from_tier && e.blocks > 0)
-            .copied()
-            .collect();
+        let mut entries: Vec<EntrySnapshot> = file.entries_on(from_tier).copied().collect();
         entries.sort_by_key(|e| (e.mtime_ns, e.file_block));
         ColdChoice {
             whole_file: true,

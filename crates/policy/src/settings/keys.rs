@@ -78,17 +78,28 @@ macro_rules! name_key {
     };
 }
 
-const ANY_SIZE: Kind = Kind::Size {
-    min: 0,
-    max: u64::MAX,
-    blocks: false,
-};
+const ANY_SIZE: Kind = size(0, u64::MAX);
 const ANY_DURATION: Kind = Kind::Duration { min: 0 };
 const fn percent(min: u64, max: u64) -> Kind {
     Kind::Number {
         min,
         max,
         percent: true,
+    }
+}
+const fn size(min: u64, max: u64) -> Kind {
+    Kind::Size {
+        min,
+        max,
+        blocks: false,
+    }
+}
+/// A size in whole 4K blocks.
+const fn block_size(min: u64, max: u64) -> Kind {
+    Kind::Size {
+        min,
+        max,
+        blocks: true,
     }
 }
 const fn number(min: u64, max: u64) -> Kind {
@@ -167,11 +178,7 @@ pub static KEYS: &[Key] = &[
     ),
     num_key!(
         dram_cache_bytes: u64,
-        Kind::Size {
-            min: 1 << 20,
-            max: u64::MAX,
-            blocks: false
-        },
+        size(1 << 20, u64::MAX),
         256u64 << 20,
         "size, at least 1M; bound of the DRAM page cache in front of the block tiers \
          (default 256M; `terrace mount --dram-cache` sets it at mount; lowering it at run \
@@ -191,11 +198,7 @@ pub static KEYS: &[Key] = &[
     ),
     num_key!(
         max_read_unit_bytes: u64,
-        Kind::Size {
-            min: 4 << 10,
-            max: 64 << 20,
-            blocks: false
-        },
+        size(4 << 10, 64 << 20),
         1u64 << 20,
         "size, 4K-64M; a cache miss reads the rest of the write entry it falls in, up to \
          this much (default 1M); files read at random read only what they ask for"
@@ -246,11 +249,7 @@ pub static KEYS: &[Key] = &[
     },
     num_key!(
         group_migration_bytes: u64,
-        Kind::Size {
-            min: 4 << 10,
-            max: 1 << 30,
-            blocks: true
-        },
+        block_size(4 << 10, 1 << 30),
         MigrationParams::default().group_bytes,
         "size, 4K-1G in whole 4K blocks; adjacent small entries are coalesced into one \
          sequential write of up to this much (default 16M, the paper's best)"
@@ -291,11 +290,7 @@ pub static KEYS: &[Key] = &[
     ),
     num_key!(
         nvmfs_extent_bytes: u64,
-        Kind::Size {
-            min: 4 << 10,
-            max: 64 << 20,
-            blocks: true
-        },
+        block_size(4 << 10, 64 << 20),
         NvmfsParams::default().extent_bytes,
         "size, 4K-64M in whole 4K blocks; dirty data is flushed in units of this much, sorted \
          by file position (default 512K, NVMFS's extent)"

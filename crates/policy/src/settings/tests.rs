@@ -2,6 +2,7 @@
 //! checks and the config-file path.
 
 use serde::de::value::{Error as DeError, MapDeserializer};
+use serde::de::IntoDeserializer;
 use serde::Deserialize;
 
 use super::*;
@@ -10,6 +11,30 @@ use crate::migration::{MigrationParams, ThresholdMode};
 use crate::nvmfs::{FlushOrder, NvmfsParams};
 use crate::size_predictor::SizeParams;
 use crate::sync_predictor::SyncParams;
+
+/// Settings read from `pairs` the way a config file is read (`toml` hands
+/// the same deserializer calls), or the error's text.
+fn from_config<'a, V>(pairs: impl IntoIterator<Item = (&'a str, V)>) -> Result<Settings, String>
+where
+    V: IntoDeserializer<'a, DeError>,
+{
+    Settings::deserialize(MapDeserializer::new(pairs.into_iter())).map_err(|e| e.to_string())
+}
+
+/// Asserts that setting each `(key, value)` is refused with an error that
+/// names both and contains `why`, and that the refusals changed nothing.
+fn assert_refused(cases: &[(&str, &str, &str)]) {
+    let mut s = Settings::default();
+    for &(key, value, why) in cases {
+        let e = s.set(key, value).unwrap_err();
+        assert!(
+            e.starts_with(&format!("bad value {value:?} for {key}: ")),
+            "{e}"
+        );
+        assert!(e.contains(why), "{e}");
+    }
+    assert_eq!(s, Settings::default());
+}
 
 #[test]
 fn defaults_match_the_predictors_defaults() {
@@ -62,7 +87,6 @@ fn unknown_key_error_lists_known_keys() {
 
 #[test]
 fn bad_values_are_refused_with_the_reason_and_change_nothing() {
-    let mut s = Settings::default();
     let cases = [
         ("sync_threshold_bytes", "lots", "expected a size"),
         ("sync_threshold_bytes", "1X", "unknown size unit"),
@@ -76,51 +100,35 @@ fn bad_values_are_refused_with_the_reason_and_change_nothing() {
             "known: ziggurat, pm-only, block-first",
         ),
     ];
-    for (key, value, why) in cases {
-        let e = s.set(key, value).unwrap_err();
-        assert!(
-            e.starts_with(&format!("bad value {value:?} for {key}: ")),
-            "{e}"
-        );
-        assert!(e.contains(why), "{e}");
-    }
-    assert_eq!(s, Settings::default());
+    assert_refused(&cases);
 }
 
 #[test]
 fn config_file_accepts_numbers_or_text_and_defaults_the_rest() {
-    let text = MapDeserializer::<_, DeError>::new(
-        [
-            ("sync_threshold_bytes", "4M"),
-            ("sync_idle_reset_ns", "1m"),
-            ("placement_policy", "pm-only"),
-        ]
-        .into_iter(),
-    );
-    let s = Settings::deserialize(text).unwrap();
+    let s = from_config([
+        ("sync_threshold_bytes", "4M"),
+        ("sync_idle_reset_ns", "1m"),
+        ("placement_policy", "pm-only"),
+    ])
+    .unwrap();
     assert_eq!(s.sync_threshold_bytes, 4 << 20);
     assert_eq!(s.sync_idle_reset_ns, 60_000_000_000);
     assert_eq!(s.placement_policy, "pm-only");
     assert_eq!(s.size_counter_threshold, 4);
 
-    let numbers = MapDeserializer::<_, DeError>::new(
-        [
-            ("sync_threshold_bytes", 4096u64),
-            ("size_min_write_blocks", 8),
-        ]
-        .into_iter(),
-    );
-    let s = Settings::deserialize(numbers).unwrap();
+    let s = from_config([
+        ("sync_threshold_bytes", 4096u64),
+        ("size_min_write_blocks", 8),
+    ])
+    .unwrap();
     assert_eq!(s.sync_threshold_bytes, 4096);
     assert_eq!(s.size_min_write_blocks, 8);
 }
 
 #[test]
 fn config_file_refuses_unknown_keys_and_bad_text() {
-    let unknown = MapDeserializer::<_, DeError>::new([("sync_treshold", "1M")].into_iter());
-    assert!(Settings::deserialize(unknown).is_err());
-    let bad = MapDeserializer::<_, DeError>::new([("sync_idle_reset_ns", "soon")].into_iter());
-    let e = Settings::deserialize(bad).unwrap_err().to_string();
+    assert!(from_config([("sync_treshold", "1M")]).is_err());
+    let e = from_config([("sync_idle_reset_ns", "soon")]).unwrap_err();
     assert!(
         e.contains("bad value \"soon\" for sync_idle_reset_ns"),
         "{e}"
@@ -170,7 +178,6 @@ fn migration_keys_set_their_params() {
 
 #[test]
 fn bad_migration_values_are_refused_with_the_reason() {
-    let mut s = Settings::default();
     let cases = [
         (
             "migration_policy",
@@ -210,35 +217,21 @@ fn bad_migration_values_are_refused_with_the_reason() {
         ("cleaner_free_percent", "101", "from 0 to 100"),
         ("cleaner_fragmentation_percent", "0", "from 1 to 100"),
     ];
-    for (key, value, why) in cases {
-        let e = s.set(key, value).unwrap_err();
-        assert!(
-            e.starts_with(&format!("bad value {value:?} for {key}: ")),
-            "{e}"
-        );
-        assert!(e.contains(why), "{e}");
-    }
-    assert_eq!(s, Settings::default());
+    assert_refused(&cases);
 }
 
 #[test]
 fn config_file_threshold_is_dynamic_or_a_number() {
-    let text = MapDeserializer::<_, DeError>::new([("migration_threshold", "dynamic")].into_iter());
-    let s = Settings::deserialize(text).unwrap();
+    let s = from_config([("migration_threshold", "dynamic")]).unwrap();
     assert_eq!(s.migration_threshold, ThresholdMode::Dynamic);
-    let num = MapDeserializer::<_, DeError>::new([("migration_threshold", 75u64)].into_iter());
-    let s = Settings::deserialize(num).unwrap();
+    let s = from_config([("migration_threshold", 75u64)]).unwrap();
     assert_eq!(s.migration_threshold, ThresholdMode::Static(75));
-    let bad = MapDeserializer::<_, DeError>::new([("migration_threshold", 150u64)].into_iter());
-    let e = Settings::deserialize(bad).unwrap_err().to_string();
+    let e = from_config([("migration_threshold", 150u64)]).unwrap_err();
     assert!(
         e.contains("bad value \"150\" for migration_threshold: expected dynamic"),
         "{e}"
     );
-    let sizes = MapDeserializer::<_, DeError>::new(
-        [("group_migration_bytes", "1M"), ("nvmfs_window_ns", "5s")].into_iter(),
-    );
-    let s = Settings::deserialize(sizes).unwrap();
+    let s = from_config([("group_migration_bytes", "1M"), ("nvmfs_window_ns", "5s")]).unwrap();
     assert_eq!(s.group_migration_bytes, 1 << 20);
     assert_eq!(s.nvmfs_window_ns, 5_000_000_000);
 }
@@ -327,8 +320,7 @@ fn config_files_go_through_the_same_parsers_ranges_and_rules() {
         assert!(e.contains(why) && e.contains(key), "{key} = {v:?}: {e}");
     }
     // The same deserializer path (`toml::from_str::<Settings>`) refuses them.
-    let bad = MapDeserializer::<_, DeError>::new([("migration_threads", 5000u64)].into_iter());
-    let e = Settings::deserialize(bad).unwrap_err().to_string();
+    let e = from_config([("migration_threads", 5000u64)]).unwrap_err();
     assert!(e.contains("from 0 to 1024"), "{e}");
     // Cross-key rules: on the whole file, whatever the key order.
     let e = cfg(vec![

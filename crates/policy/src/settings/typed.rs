@@ -162,13 +162,12 @@ impl Settings {
     /// The placement policy named by `placement_policy`, or an error if the
     /// name is unknown (possible after deserializing a config file).
     pub fn placement(&self) -> Result<Box<dyn PlacementPolicy + Send + Sync>, String> {
-        placement_policy(&self.placement_policy).ok_or_else(|| {
-            format!(
-                "unknown placement_policy {:?}; known: {}",
-                self.placement_policy,
-                placement_policy_names().join(", ")
-            )
-        })
+        registered(
+            "placement_policy",
+            &self.placement_policy,
+            placement_policy,
+            placement_policy_names(),
+        )
     }
 
     /// The migration tunables.
@@ -188,13 +187,12 @@ impl Settings {
     /// The migration policy named by `migration_policy`, or an error if the
     /// name is unknown (possible after deserializing a config file).
     pub fn migration(&self) -> Result<Box<dyn MigrationPolicy + Send + Sync>, String> {
-        migration_policy(&self.migration_policy).ok_or_else(|| {
-            format!(
-                "unknown migration_policy {:?}; known: {}",
-                self.migration_policy,
-                migration_policy_names().join(", ")
-            )
-        })
+        registered(
+            "migration_policy",
+            &self.migration_policy,
+            migration_policy,
+            migration_policy_names(),
+        )
     }
 
     /// NVMFS's tunables (the adaptive split's bounds are fixed defaults; a low
@@ -221,4 +219,15 @@ impl Settings {
             ..CleanerParams::default()
         }
     }
+}
+
+/// The policy `find` has under `name`, or an error naming the `key` and the
+/// `known` names (possible after deserializing a config file).
+fn registered<P>(
+    key: &str,
+    name: &str,
+    find: fn(&str) -> Option<P>,
+    known: &[&str],
+) -> Result<P, String> {
+    find(name).ok_or_else(|| format!("unknown {key} {name:?}; known: {}", known.join(", ")))
 }

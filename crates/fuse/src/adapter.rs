@@ -1,0 +1,134 @@
+//! [`FuseAdapter`]: what the adapter keeps besides the core file system —
+//! the features the kernel agreed to at INIT, the page-cache state of cached
+//! opens, the kernel notifier, the poller and the latency sink — and the
+//! guard every request holds from its arrival until it has replied.
+//!
+//! Invariants:
+//! - The negotiated flags (`killpriv`, `direct_io`, `no_opendir`) are set
+//!   once, by INIT ([`FuseAdapter::negotiate`]), before the kernel sends any
+//!   other request, and only read afterwards.
+//! - The notifier is set once, right after the session exists; until then
+//!   (and in tests without a kernel) invalidations are skipped.
+//! - An [`Arrival`] records the request's duration before the poller may
+//!   start polling (field drop order).
+
+use crate::{latency, page_cache, poll};
+use fuser::{InitFlags, KernelConfig};
+use latency::{Op, RequestLatency};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use terrace_core::Fs;
+
+/// Largest write request asked of the kernel (it caps requests at 1 MiB here anyway).
+const MAX_WRITE: u32 = 1 << 20;
+
+/// The FUSE file system: every request becomes one call on the core.
+pub struct FuseAdapter {
+    pub(crate) fs: Arc<Fs>,
+    /// The kernel agreed to `FUSE_HANDLE_KILLPRIV_V2`: this adapter clears
+    /// set-user/group-ID bits and file capabilities on unprivileged writes,
+    /// truncates and chowns (the kernel then skips a getxattr per write).
+    pub(crate) killpriv: bool,
+    /// Sends invalidations to the kernel (set once the session exists).
+    pub(crate) notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// Files opened write-only get `FOPEN_DIRECT_IO` (the kernel allows mmap
+    /// of them); other opens go through the kernel's page cache.
+    pub(crate) direct_io: bool,
+    /// Page-cache state of files opened for reading only.
+    pub(crate) cached: page_cache::CachedOpens,
+    /// The kernel agreed to `FUSE_NO_OPENDIR_SUPPORT`: opendir is answered
+    /// ENOSYS once and never sent again (nor releasedir).
+    pub(crate) no_opendir: bool,
+    /// Polls the device after replies while requests come back to back.
+    pub(crate) poller: Arc<poll::RequestPoller>,
+    /// Where request durations go, when someone reads them.
+    pub(crate) latency: Option<Arc<RequestLatency>>,
+}
+
+/// What a handler holds from its request's arrival until it has replied:
+/// the request's timer, then the poller's guard (fields drop in this order,
+/// so the duration is recorded before any polling starts).
+pub(crate) struct Arrival<'a> {
+    _timer: Option<latency::Timer<'a>>,
+    _poll: poll::PollGuard<'a>,
+}
+
+impl FuseAdapter {
+    /// Wraps a mounted core file system.
+    pub fn new(fs: Arc<Fs>) -> FuseAdapter {
+        FuseAdapter::with_poll_window(fs, Duration::ZERO)
+    }
+
+    /// Wraps a mounted core file system; threads poll the device for up to
+    /// `window` after a reply while requests arrive back to back.
+    pub fn with_poll_window(fs: Arc<Fs>, window: Duration) -> FuseAdapter {
+        FuseAdapter {
+            fs,
+            killpriv: false,
+            notifier: Arc::default(),
+            direct_io: false,
+            cached: page_cache::CachedOpens::default(),
+            no_opendir: false,
+            poller: Arc::new(poll::RequestPoller::new(window)),
+            latency: None,
+        }
+    }
+
+    /// Times every request into `latency` from now on.
+    pub fn with_latency(mut self, latency: Arc<RequestLatency>) -> FuseAdapter {
+        self.latency = Some(latency);
+        self
+    }
+
+    /// The core file system.
+    pub fn fs(&self) -> &Arc<Fs> {
+        &self.fs
+    }
+
+    /// Marks the arrival of a request of `op`; keep the guard until the
+    /// reply has been sent.
+    pub(crate) fn arrived(&self, op: Op) -> Arrival<'_> {
+        Arrival {
+            _timer: self.latency.as_deref().map(|l| l.start(op)),
+            _poll: self.poller.arrived(),
+        }
+    }
+
+    /// INIT: asks the kernel for the features the adapter uses and
+    /// remembers which it agreed to.
+    pub(crate) fn negotiate(&mut self, config: &mut KernelConfig) {
+        let _ = config.set_max_write(MAX_WRITE);
+        // The core locks per inode, so lookups and readdirs in one directory may run in parallel.
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // File handles (open_by_handle_at, an NFS re-export): node ids are
+        // inode numbers and generations are the slots', both stable across
+        // mounts; the kernel finds an uncached inode by looking up "." in it
+        // (and a directory's parent by ".."), which the core answers.
+        let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
+        // Without this the kernel asks for "security.capability" before every
+        // write (one more round trip per write); with it, we kill privileges.
+        self.killpriv = config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
+        // Direct I/O makes one write() (up to max_write) one FUSE request, so the
+        // core commits it atomically; through the page cache the kernel splits a
+        // write at a partial, not-uptodate page. Shared mmap then needs
+        // FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6+); without it we keep the page cache.
+        self.direct_io = config
+            .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+            .is_ok();
+        // A symlink's target never changes: the kernel may keep it.
+        let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
+        // opendir/releasedir have nothing to do (readdir needs no handle and
+        // the kernel's reference keeps an open directory alive): the first
+        // opendir is answered ENOSYS and the kernel sends no more of them.
+        self.no_opendir = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
+        // Entries with their attributes, when the caller will want them
+        // (the first batch, and while it stats what it lists): no LOOKUP
+        // per entry for `ls -l` or `find -ls` of a directory (`dirplus.rs`).
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+    }
+}

@@ -1,0 +1,91 @@
+//! Attribute changes, and the set-ID bits and file capabilities the adapter
+//! clears itself under `FUSE_HANDLE_KILLPRIV_V2` ([`setid`] decides which
+//! bits go).
+//!
+//! Invariants:
+//! - Privileges are cleared only when the kernel agreed to KILLPRIV_V2
+//!   (otherwise the kernel clears them itself), and before the change that
+//!   calls for it is acknowledged.
+//! - A mode the daemon changes on its own initiative is followed by an
+//!   invalidation of the kernel's cached attributes; a truncate marks the
+//!   file changed for the page cache ([`crate::page_cache`]).
+
+use crate::adapter::FuseAdapter;
+use crate::setid;
+use fuser::{INodeNo, Request};
+use std::io;
+use terrace_core::{Attr, SetAttr};
+
+/// Name of the xattr holding file capabilities.
+const SECURITY_CAPABILITY: &[u8] = b"security.capability";
+
+/// setattr of `ino` by `req`. Truncate by an unprivileged caller and any
+/// chown drop set-ID bits and file capabilities (the kernel leaves it to us
+/// under KILLPRIV_V2), unless the change sets the mode itself.
+pub(crate) fn setattr(
+    a: &FuseAdapter,
+    req: &Request,
+    ino: u64,
+    mut change: SetAttr,
+) -> io::Result<Attr> {
+    let chown = change.uid.is_some() || change.gid.is_some();
+    if a.killpriv && change.mode.is_none() && (chown || change.size.is_some()) {
+        if let Ok(cur) = a.fs.getattr(ino) {
+            let caller = setid::Caller::of(req);
+            let keep = if chown {
+                setid::bits_after_chown(cur.mode, cur.gid, &caller)
+            } else {
+                setid::bits_after_modification(cur.mode, cur.gid, &caller)
+            };
+            if keep != cur.mode & 0o7777 {
+                change.mode = Some(keep);
+            }
+            a.drop_file_capability(ino);
+        }
+    }
+    let truncate = change.size.is_some();
+    let r = a.fs.setattr(ino, change);
+    if r.is_ok() && truncate {
+        // The kernel cuts its own pages at a truncate made through it; the
+        // file is still marked changed, so the next cached open starts from
+        // a clean page cache.
+        a.cached.changed(ino);
+    }
+    r
+}
+
+impl FuseAdapter {
+    /// Clears set-ID bits (as [`setid::bits_after_modification`] decides) and
+    /// file capabilities after `caller` modified the data or size of `ino`.
+    pub(crate) fn kill_priv(&self, ino: u64, caller: &setid::Caller) {
+        let Ok(a) = self.fs.getattr(ino) else { return };
+        let keep = setid::bits_after_modification(a.mode, a.gid, caller);
+        if keep != a.mode & 0o7777 {
+            self.set_mode_and_tell_the_kernel(ino, keep);
+        }
+        self.drop_file_capability(ino);
+    }
+
+    /// Removes the `security.capability` xattr of `ino`, if it has one.
+    fn drop_file_capability(&self, ino: u64) {
+        if self.fs.getxattr(ino, SECURITY_CAPABILITY).is_ok() {
+            let _ = self.fs.removexattr(ino, SECURITY_CAPABILITY);
+        }
+    }
+
+    /// Sets the permission bits of `ino` on the daemon's own initiative and
+    /// drops the kernel's cached attributes (which still hold the old mode).
+    fn set_mode_and_tell_the_kernel(&self, ino: u64, mode: u32) {
+        let change = SetAttr {
+            mode: Some(mode),
+            ..SetAttr::default()
+        };
+        if self.fs.setattr(ino, change).is_ok() {
+            // Offset -1 drops the attributes only: the page cache stays and no
+            // inode lock is taken.
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            }
+        }
+    }
+}

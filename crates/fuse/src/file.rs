@@ -1,0 +1,153 @@
+//! Opens and data: how a regular file is opened (direct I/O or the kernel's
+//! page cache, under [`crate::page_cache`]'s rules), writes with the privileges and
+//! cached pages they affect, release, create and O_TMPFILE.
+//!
+//! Invariants:
+//! - A change of a file's data that bypassed the kernel's page cache drops
+//!   the kernel's pages of the changed range before it is acknowledged
+//!   ([`FuseAdapter::data_changed`]).
+//! - How an open is served is decided after the core's open succeeded, and
+//!   a cached open counted at open is given back at release.
+//! - A created file whose open fails gives back the lookup its creation
+//!   counted (the kernel never learns of it).
+
+use crate::adapter::FuseAdapter;
+use crate::convert::ctx;
+use crate::reply::refuse;
+use crate::setid;
+use fuser::{FopenFlags, INodeNo, Request, WriteFlags};
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use terrace_core::Attr;
+
+impl FuseAdapter {
+    /// Whether an open with `flags` goes through the kernel's page cache
+    /// under [`crate::page_cache`]'s rules: an open for reading (read-only or
+    /// read-write) when write-only opens use direct I/O.
+    pub(crate) fn cached_open(&self, flags: i32) -> bool {
+        self.direct_io && flags & libc::O_ACCMODE != libc::O_WRONLY
+    }
+
+    /// How regular files are opened (after the core's open of `ino`
+    /// succeeded): direct I/O for write-only opens when the kernel allows
+    /// mmap of direct-I/O files (atomic writes); opens for reading
+    /// (read-only and read-write) through the page cache, kept while the
+    /// file is unchanged; everything through a kept page cache on kernels
+    /// without direct-I/O mmap.
+    fn open_flags(&self, ino: u64, flags: i32) -> FopenFlags {
+        if !self.direct_io {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else if self.cached_open(flags) {
+            // A read due to update the access time (relatime: the first
+            // after a change) must reach the daemon: such an open drops the
+            // kernel's pages, later reads of it are served from the cache.
+            let atime_due = self.fs.atime_due_now(ino);
+            if self.cached.open(ino) && !atime_due {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            }
+        } else {
+            FopenFlags::FOPEN_DIRECT_IO
+        }
+    }
+
+    /// The data of `ino` from byte `offset` on (`len` bytes, 0: to the end)
+    /// changed other than from the kernel's page cache: drops the kernel's
+    /// pages of that range while cached opens may hold them (before the
+    /// change is acknowledged), and marks the file so the next cached
+    /// open drops the rest.
+    pub(crate) fn data_changed(&self, ino: u64, offset: u64, len: u64) {
+        if self.direct_io && self.cached.changed(ino) {
+            if let Some(n) = self.notifier.get() {
+                let off = i64::try_from(offset).unwrap_or(i64::MAX);
+                let len = i64::try_from(len).unwrap_or(0);
+                let _ = n.inval_inode(INodeNo(ino), off, len);
+            }
+        }
+    }
+}
+
+/// open of a regular file: the core's handle and how the kernel serves it.
+pub(crate) fn open(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<(u64, FopenFlags)> {
+    let fh = a.fs.open(ino, flags)?;
+    Ok((fh, a.open_flags(ino, flags)))
+}
+
+/// write of `data` at `offset` by `req` through an open with `flags`: the
+/// number of bytes written.
+pub(crate) fn write(
+    a: &FuseAdapter,
+    req: &Request,
+    ino: u64,
+    offset: u64,
+    data: &[u8],
+    write_flags: WriteFlags,
+    flags: i32,
+) -> io::Result<u32> {
+    // O_SYNC and O_DSYNC (which O_SYNC includes) make a write synchronous.
+    let o_sync = flags & libc::O_DSYNC != 0;
+    let n = a.fs.write_hinted(ino, offset, data, o_sync)?;
+    if a.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+        a.kill_priv(ino, &setid::Caller::of(req).unprivileged());
+    }
+    // Writes through a cached (read-write) open went through the kernel's
+    // page cache, which holds their bytes already (write-through), as do
+    // write-backs of mapped pages; only writes that bypassed it change what
+    // cached opens see.
+    let bypassed_cache = !a.cached_open(flags) || flags & libc::O_DIRECT != 0;
+    if bypassed_cache && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+        a.data_changed(ino, offset, n as u64);
+    }
+    Ok(n as u32)
+}
+
+/// release of an open with `flags`.
+pub(crate) fn release(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<()> {
+    if a.cached_open(flags) {
+        a.cached.release(ino);
+    }
+    a.fs.release(ino)
+}
+
+/// create: a regular file named `name` in `parent`, opened with `flags`.
+pub(crate) fn create(
+    a: &FuseAdapter,
+    req: &Request,
+    parent: u64,
+    name: &OsStr,
+    mode: u32,
+    flags: i32,
+) -> io::Result<(Attr, u64, FopenFlags)> {
+    let mode = match mode & libc::S_IFMT {
+        0 | libc::S_IFREG => libc::S_IFREG | (mode & 0o7777),
+        _ => return Err(refuse(libc::EINVAL)),
+    };
+    let attr = a.fs.mknod(parent, name.as_bytes(), mode, 0, ctx(req))?;
+    match a.fs.open(attr.ino, flags) {
+        Ok(fh) => {
+            let how = a.open_flags(attr.ino, flags);
+            Ok((attr, fh, how))
+        }
+        Err(e) => {
+            // The kernel never learns of the entry: drop the reference mknod counted.
+            a.fs.forget(attr.ino, 1);
+            Err(e)
+        }
+    }
+}
+
+/// O_TMPFILE (FUSE_TMPFILE, through the vendored fuser's patch): an unnamed
+/// file in `parent`, created and opened at once by the core.
+pub(crate) fn tmpfile(
+    a: &FuseAdapter,
+    req: &Request,
+    parent: u64,
+    mode: u32,
+    flags: i32,
+) -> io::Result<(Attr, u64, FopenFlags)> {
+    let (attr, fh) = a.fs.tmpfile(parent, mode, flags, ctx(req))?;
+    let how = a.open_flags(attr.ino, flags);
+    Ok((attr, fh, how))
+}

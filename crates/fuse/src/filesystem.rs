@@ -1,0 +1,430 @@
+//! The one `impl Filesystem for FuseAdapter` that fuser allows: each method
+//! marks its request's arrival ([`FuseAdapter::arrived`]: timing, polling
+//! after the reply), hands it to the core — directly, or through the file
+//! of its concern when it needs translating — and answers through
+//! `reply.rs`. Nothing here decides anything; methods are grouped as the
+//! files are: attributes (`attr.rs`), directories and names (`dir.rs`,
+//! `dirplus.rs`), file I/O (`file.rs`), extended attributes (`xattr.rs`),
+//! special operations (`special.rs`).
+//!
+//! Invariant: every method holds its arrival guard until it has replied.
+
+use crate::adapter::FuseAdapter;
+use crate::convert::{ctx, set_time, time_to_ns};
+use crate::latency::Op;
+use crate::{attr, dir, dirplus, file, reply, special, xattr};
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::SystemTime;
+use terrace_core::SetAttr;
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        self.negotiate(config);
+        Ok(())
+    }
+
+    // Attributes and lookups.
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _req = self.arrived(Op::Lookup);
+        reply::lookup(reply, self.fs.lookup(parent.0, name.as_bytes()));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // No reply, so no polling after it: only the timer.
+        let _timer = self.latency.as_deref().map(|l| l.start(Op::Forget));
+        self.cached.forget(ino.0);
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    // batch_forget: fuser's default calls `forget` for each node (its ForgetOne type
+    // is not exported, so it cannot be overridden).
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _req = self.arrived(Op::Getattr);
+        reply::attr(reply, self.fs.getattr(ino.0));
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let _req = self.arrived(Op::Setattr);
+        let change = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(time_to_ns),
+        };
+        reply::attr(reply, attr::setattr(self, req, ino.0, change));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _req = self.arrived(Op::Statfs);
+        let s = self.fs.statfs();
+        reply.statfs(
+            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+        );
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _req = self.arrived(Op::Access);
+        // Mounted with default_permissions: the kernel has already checked.
+        reply.ok();
+    }
+
+    // Directories and names.
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _req = self.arrived(Op::Readlink);
+        reply::data(reply, self.fs.readlink(ino.0));
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let _req = self.arrived(Op::Mknod);
+        let r = self
+            .fs
+            .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), ctx(req));
+        reply::entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let _req = self.arrived(Op::Mkdir);
+        let r = self.fs.mkdir(parent.0, name.as_bytes(), mode, ctx(req));
+        reply::entry(reply, r);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _req = self.arrived(Op::Unlink);
+        reply::empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _req = self.arrived(Op::Rmdir);
+        reply::empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let _req = self.arrived(Op::Symlink);
+        let target = target.as_os_str().as_bytes();
+        let r = self
+            .fs
+            .symlink(parent.0, link_name.as_bytes(), target, ctx(req));
+        reply::entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _req = self.arrived(Op::Rename);
+        let r = dir::rename_flags(flags).and_then(|f| {
+            let (name, newname) = (name.as_bytes(), newname.as_bytes());
+            self.fs.rename(parent.0, name, newparent.0, newname, f)
+        });
+        reply::empty(reply, r);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let _req = self.arrived(Op::Link);
+        reply::entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _req = self.arrived(Op::Opendir);
+        reply::opened(reply, dir::opendir(self, ino.0, flags.0));
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        let _req = self.arrived(Op::Readdir);
+        dir::fill(&self.fs, ino.0, offset, reply);
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        let _req = self.arrived(Op::Readdirplus);
+        dirplus::fill(&self.fs, ino.0, offset, reply);
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _req = self.arrived(Op::Releasedir);
+        reply::empty(reply, self.fs.release(ino.0));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _req = self.arrived(Op::Fsyncdir);
+        let r = self.fs.fsync(ino.0, datasync);
+        reply::fsync(reply, r, self.fs.fsync_is_noop());
+    }
+
+    // File I/O.
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _req = self.arrived(Op::Open);
+        reply::opened(reply, file::open(self, ino.0, flags.0));
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _req = self.arrived(Op::Read);
+        reply::data(reply, self.fs.read(ino.0, offset, size as usize));
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let _req = self.arrived(Op::Write);
+        let r = file::write(self, req, ino.0, offset, data, write_flags, flags.0);
+        reply::written(reply, r);
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let _req = self.arrived(Op::Flush);
+        // Every write is committed (or in the DRAM cache, whose write-back
+        // does not depend on close) when it returns, and locks are the
+        // kernel's: close has nothing to push. ENOSYS tells the kernel so
+        // once; it then completes every later close() without a FLUSH request
+        // (one round trip less per close), after writing back any dirty mmap
+        // pages as it always does.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _req = self.arrived(Op::Release);
+        reply::empty(reply, file::release(self, ino.0, flags.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _req = self.arrived(Op::Fsync);
+        let r = self.fs.fsync(ino.0, datasync);
+        reply::fsync(reply, r, self.fs.fsync_is_noop());
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _req = self.arrived(Op::Create);
+        reply::created(reply, file::create(self, req, parent.0, name, mode, flags));
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        _name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _req = self.arrived(Op::Tmpfile);
+        reply::created(reply, file::tmpfile(self, req, parent.0, mode, flags));
+    }
+
+    // Extended attributes.
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let _req = self.arrived(Op::Setxattr);
+        let r = self.fs.setxattr(ino.0, name.as_bytes(), value, flags);
+        reply::empty(reply, r);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _req = self.arrived(Op::Getxattr);
+        xattr::send(reply, size, self.fs.getxattr(ino.0, name.as_bytes()));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _req = self.arrived(Op::Listxattr);
+        let r = self.fs.listxattr(ino.0).map(xattr::name_list);
+        xattr::send(reply, size, r);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _req = self.arrived(Op::Removexattr);
+        reply::empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
+    }
+
+    // Special operations.
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _req = self.arrived(Op::Fallocate);
+        let r = special::fallocate(self, req, ino.0, offset, length, mode);
+        reply::empty(reply, r);
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _req = self.arrived(Op::CopyFileRange);
+        let (from, to) = ((ino_in.0, offset_in), (ino_out.0, offset_out));
+        let r = special::copy_file_range(self, req, from, to, len, flags);
+        reply::written(reply, r);
+    }
+}
