@@ -391,6 +391,11 @@ impl Fs {
         &self.report
     }
 
+    /// The page cache.
+    pub fn cache(&self) -> &crate::cache::PageCache {
+        &self.cache
+    }
+
     /// The superblock as of mount.
     pub fn superblock(&self) -> Superblock {
         self.sb.lock().clone()

@@ -7,6 +7,7 @@
 use crate::log::Log;
 use crate::types::{Attr, FileType, Ino};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use terrace_format::{AttrEntry, Entry, InodeSlot, WriteEntry, BLOCK_SIZE};
 
 /// Where a run of file blocks lives.
@@ -401,6 +402,33 @@ impl DirIndex {
     }
 }
 
+/// One dirty page of a file: a cached write's newest content of one file
+/// page, not yet in the log ([`Inode::dirty`]; the DRAM cache, `cache.rs`,
+/// counts its bytes).
+#[derive(Clone)]
+pub struct DirtyPage {
+    /// The page's bytes (`BLOCK_SIZE`); replaced, never changed in place.
+    pub data: Arc<[u8]>,
+    /// Global sequence number of the write that produced this content.
+    pub seq: u64,
+    /// Sequence number of the oldest write whose bytes this page holds (the
+    /// page absorbed every cached write to it from `first_seq` to `seq`).
+    pub first_seq: u64,
+    /// End offset (bytes) of the furthest-reaching write this page absorbed:
+    /// the file size those writes imply.
+    pub end: u64,
+    /// Time of the newest write this page absorbed.
+    pub mtime: i64,
+    /// Write-size predictor counter of that write.
+    pub counter: u8,
+}
+
+impl std::fmt::Debug for DirtyPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DirtyPage(seq {}, counter {})", self.seq, self.counter)
+    }
+}
+
 /// An inode in DRAM.
 #[derive(Debug, Clone)]
 pub struct Inode {
@@ -434,7 +462,7 @@ pub struct Inode {
     pub sync: terrace_policy::SyncPredictor,
     /// Pages written to the DRAM cache and not yet in the log, by file page
     /// (see `cache`). Their content is newer than the extent map's.
-    pub dirty: BTreeMap<u64, crate::cache::DirtyPage>,
+    pub dirty: BTreeMap<u64, DirtyPage>,
     /// At least the number of runs of consecutive pages in `dirty` (each
     /// cached write adds at most one; reset when `dirty` empties): bounds
     /// the entries the file's write-back commits (`space.rs`).

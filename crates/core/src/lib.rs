@@ -12,6 +12,7 @@
 
 pub mod alloc;
 pub mod cache;
+mod cache_write;
 pub mod clean;
 mod commit;
 pub mod counters;
