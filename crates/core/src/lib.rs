@@ -13,6 +13,7 @@
 pub mod alloc;
 pub mod cache;
 mod cache_write;
+mod checksums;
 pub mod clean;
 mod commit;
 pub mod counters;
