@@ -66,7 +66,7 @@ pub struct Fs {
     pub(crate) atime_before_freeze: Mutex<Option<AtimeMode>>,
     pub(crate) atime: RwLock<AtimeMode>,
     /// The running or last scrub (`scrub.rs`).
-    pub(crate) scrub_state: Mutex<Option<crate::scrub::ScrubReport>>,
+    pub(crate) scrub_state: Mutex<Option<crate::service_state::ScrubReport>>,
     /// Mounted block tiers, in tier-id order.
     pub(crate) tiers: Vec<crate::tier::BlockTier>,
     /// Tunable options (one registry for CLI, config file and `terrace set`).
@@ -90,15 +90,15 @@ pub struct Fs {
     /// File data stored to and loaded from PM (for `terrace status`).
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
     /// Counters of the PM room rules (`space.rs`).
-    pub(crate) space_stats: crate::space::SpaceStats,
+    pub(crate) space_stats: crate::service_state::SpaceStats,
     /// Cold lists, migration state and thread.
     pub(crate) migrator: crate::migrate::Migrator,
     /// Extent recycling counters.
-    pub(crate) cleaner_stats: crate::clean::CleanerStats,
+    pub(crate) cleaner_stats: crate::service_state::CleanerStats,
     /// Inodes with a placement rule (see `rules`).
     pub(crate) ruled: Mutex<std::collections::BTreeSet<Ino>>,
     /// Log migration state (`log_migrate`).
-    pub(crate) log_migration: crate::log_migrate::LogMigration,
+    pub(crate) log_migration: crate::service_state::LogMigration,
 }
 
 /// When reads update the access time.
@@ -315,7 +315,7 @@ impl Fs {
         for slot in &fs.table {
             if let Some(i) = slot.lock().as_mut() {
                 fs.relist(i);
-                if i.xattrs.contains_key(crate::rules::RULE_XATTR) {
+                if i.xattrs.contains_key(crate::service_state::RULE_XATTR) {
                     fs.ruled.lock().insert(i.ino);
                 }
             }

@@ -41,6 +41,7 @@ pub mod read_pins;
 pub mod recovery;
 pub mod rules;
 pub mod scrub;
+pub mod service_state;
 pub mod shared;
 pub mod space;
 pub mod status;

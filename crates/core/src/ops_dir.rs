@@ -229,7 +229,7 @@ impl Fs {
         // symlink's target (its data), and the parent's placement rule, which
         // files and directories created in a ruled directory inherit.
         let mut initial: Vec<Entry> = Vec::new();
-        let inherited = match (kind, p.xattrs.get(crate::rules::RULE_XATTR)) {
+        let inherited = match (kind, p.xattrs.get(crate::service_state::RULE_XATTR)) {
             (FileType::Regular | FileType::Directory, Some(v)) => Some(v.clone()),
             _ => None,
         };
@@ -260,7 +260,7 @@ impl Fs {
         }
         if let Some(value) = &inherited {
             initial.push(Entry::XattrSet {
-                name: crate::rules::RULE_XATTR.to_vec(),
+                name: crate::service_state::RULE_XATTR.to_vec(),
                 value: value.clone(),
             });
         }
