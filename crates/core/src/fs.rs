@@ -92,7 +92,7 @@ pub struct Fs {
     /// Counters of the PM room rules (`space.rs`).
     pub(crate) space_stats: crate::service_state::SpaceStats,
     /// Cold lists, migration state and thread.
-    pub(crate) migrator: crate::migrate::Migrator,
+    pub(crate) migrator: crate::migrate::state::Migrator,
     /// Extent recycling counters.
     pub(crate) cleaner_stats: crate::service_state::CleanerStats,
     /// Inodes with a placement rule (see `rules`).
@@ -305,7 +305,7 @@ impl Fs {
             shared: crate::shared::SharedBlocks::new(shared),
             pm_io: terrace_media::BlockStatsCounter::new(),
             space_stats: Default::default(),
-            migrator: crate::migrate::Migrator::new(
+            migrator: crate::migrate::state::Migrator::new(
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
             cleaner_stats: Default::default(),
