@@ -1,11 +1,15 @@
-//! The mounted file system: the [`Fs`] object and its lifetime — open
-//! (mount, with recovery and block tiers), settings, unmount — plus the
-//! release of an inode's space and the allocator's self-check.
+//! The mounted file system: the [`Fs`] object and how it is opened (mount,
+//! with recovery and block tiers), its settings, plus the release of an
+//! inode's space and the allocator's self-check.
 //!
-//! The rest of `impl Fs` lives beside it, one job per file: the inode table
-//! and its locks in `table.rs`, transactions (stage, commit, compaction) in
-//! `commit.rs`, the statistics in `counters.rs`, operations in `ops_*.rs`,
-//! services in `migrate/`, `writeback.rs`, `clean.rs`, `scrub.rs`.
+//! This is the middle layer (docs/design.md §1, "Layers"): it imports
+//! components only — allocators, tiers, inodes, the page cache, the
+//! services' state (`service_state.rs`, `migrate/state.rs`) — and never a
+//! service. The rest of `impl Fs` lives above it, one job per file: the
+//! inode table and its locks in `table.rs`, transactions (stage, commit,
+//! compaction) in `commit.rs`, operations in `ops_*.rs`, services in
+//! `migrate/`, `writeback.rs`, `clean.rs`, `scrub.rs`, and unmount in
+//! `unmount.rs`.
 //!
 //! # Locking
 //! Each inode has its own mutex (`table.rs`). The order of every lock in the
@@ -19,7 +23,7 @@ use crate::lock_order::{Mutex, Rank, RwLock};
 use crate::recovery::{scan, OpenError, Problem, Scan};
 use crate::types::Ino;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use terrace_format::{inode_offset, Superblock, BLOCK_SIZE, INODE_OFF_STATE};
@@ -399,97 +403,6 @@ impl Fs {
     /// The superblock as of mount.
     pub fn superblock(&self) -> Superblock {
         self.sb.lock().clone()
-    }
-
-    /// Persists everything and marks the pool cleanly unmounted. Idempotent.
-    ///
-    /// Cached data is written back first, while migration still runs (it
-    /// may have to free PM for the commits: [`Fs::persist_cached`]). When
-    /// that fails, nothing is marked and the error is returned: the pool is
-    /// still mounted as far as the core is concerned, its cached data kept,
-    /// and a later call tries again. Only a pool with nothing cached left is
-    /// marked clean.
-    pub fn unmount(&self) -> std::io::Result<()> {
-        if self.unmounted.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        if self.read_only || self.is_frozen() {
-            // Nothing was written since mount (or since a freeze made the
-            // pool clean) and nothing is: the pool stays as clean as it was.
-            self.stop_migration();
-            self.stop_writeback();
-            self.unmounted.store(true, Ordering::SeqCst);
-            return Ok(());
-        }
-        self.persist_and_mark_clean()?;
-        self.unmounted.store(true, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// What a clean unmount (and a freeze, `freeze.rs`) persists: cached
-    /// data, lazy access times, then the superblock marked clean, with the
-    /// background threads stopped.
-    pub(crate) fn persist_and_mark_clean(&self) -> std::io::Result<()> {
-        self.persist_cached()?;
-        self.stop_migration();
-        self.stop_writeback();
-        self.persist_lazy_atimes();
-        // Anything cached since (a last request in flight) goes too.
-        self.flush_all()?;
-        self.media.fence();
-        self.media.sync_all()?;
-        let mut sb = self.sb.lock();
-        sb.clean = true;
-        sb.generation += 1;
-        crate::mkfs::write_superblock(&*self.media, &sb);
-        drop(sb);
-        self.media.sync_all()
-    }
-
-    /// Stops the migration and write-back threads and persists nothing: the
-    /// state a crash leaves (for tests that drop the `Fs` and mount again).
-    pub fn stop_background_for_crash_test(&self) {
-        self.stop_migration();
-        self.stop_writeback();
-    }
-
-    /// Writes back every dirty cached page (what an unmount must persist).
-    /// A write-back that finds no room retries while migration frees PM —
-    /// up to a minute without progress — so a pool that filled PM in a burst
-    /// still persists everything it acknowledged.
-    pub fn persist_cached(&self) -> std::io::Result<()> {
-        let mut last_left = u64::MAX;
-        let mut progress_at = std::time::Instant::now();
-        let device_full = self.counters.device_full_errors.load(Ordering::Relaxed);
-        loop {
-            match self.flush_all() {
-                Ok(()) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                    let left = self.cache.dirty_blocks();
-                    // A full device is not helped by migration (it moves
-                    // data *to* the block tiers): give up soon.
-                    let limit =
-                        if self.counters.device_full_errors.load(Ordering::Relaxed) > device_full {
-                            std::time::Duration::from_secs(2)
-                        } else {
-                            std::time::Duration::from_secs(60)
-                        };
-                    if left < last_left {
-                        last_left = left;
-                        progress_at = std::time::Instant::now();
-                    } else if progress_at.elapsed() > limit {
-                        return Err(e);
-                    }
-                    if self.migration_thread_running() {
-                        self.kick_migration();
-                    } else if self.migration_pass() == 0 {
-                        return Err(e);
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(e) => return Err(e),
-            }
-        }
     }
 
     /// Returns physical runs to their tier's allocator — the parts no other

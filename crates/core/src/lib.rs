@@ -49,6 +49,7 @@ pub mod sums;
 mod table;
 pub mod tier;
 pub mod types;
+mod unmount;
 mod worker;
 pub mod writeback;
 
