@@ -17,7 +17,8 @@
 //! builds.
 
 use crate::alloc::PageAllocator;
-use crate::inode::{Inode, Released};
+use crate::extent_map::Released;
+use crate::inode::Inode;
 use crate::journal::Journal;
 use crate::lock_order::{Mutex, Rank, RwLock};
 use crate::recovery::{scan, OpenError, Problem, Scan};

@@ -18,6 +18,8 @@ pub mod clean;
 mod commit;
 pub mod counters;
 pub mod data;
+pub mod dir_index;
+pub mod extent_map;
 pub mod freeze;
 pub mod fs;
 pub mod fsck;

@@ -9,8 +9,9 @@
 //!   involved log tail and slot state together.
 
 use crate::commit::TxBuilder;
+use crate::dir_index::FIRST_COOKIE;
 use crate::fs::{now_ns, Fs};
-use crate::inode::{Inode, FIRST_COOKIE};
+use crate::inode::Inode;
 use crate::types::*;
 use terrace_format::{
     inode_offset, Entry, InodeSlot, WriteEntry, BLOCK_SIZE, INODE_SIZE, INODE_USED, NAME_MAX,
