@@ -24,7 +24,7 @@ use crate::lock_order::{Mutex, Rank, RwLock};
 use crate::recovery::{scan, OpenError, Problem, Scan};
 use crate::types::Ino;
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use terrace_format::{inode_offset, Superblock, BLOCK_SIZE, INODE_OFF_STATE};
@@ -371,6 +371,21 @@ impl Fs {
     /// True for a read-only mount ([`Fs::mount_read_only`]).
     pub fn is_read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// Whether the pool is frozen by a read-only remount.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Queues a message for the daemon's log.
+    pub(crate) fn notice(&self, msg: String) {
+        self.migrator.notices.lock().push(msg);
+    }
+
+    /// Messages for the daemon's log (each returned once).
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.migrator.notices.lock())
     }
 
     /// The current settings.

@@ -118,7 +118,9 @@ fn deps_of(name: &str, code: &str, files: &BTreeSet<String>) -> BTreeSet<String>
                 }
                 break;
             }
-            let len = rest.find(|c: char| !is_ident(c) && c != '*').unwrap_or(rest.len());
+            let len = rest
+                .find(|c: char| !is_ident(c) && c != '*')
+                .unwrap_or(rest.len());
             if len == 0 {
                 break;
             }
@@ -167,8 +169,7 @@ fn reach(g: &Graph, from: &str) -> BTreeSet<String> {
 
 /// The circles: sets of two or more files that all reach each other.
 fn circles(g: &Graph) -> Vec<BTreeSet<String>> {
-    let reached: BTreeMap<&String, BTreeSet<String>> =
-        g.keys().map(|v| (v, reach(g, v))).collect();
+    let reached: BTreeMap<&String, BTreeSet<String>> = g.keys().map(|v| (v, reach(g, v))).collect();
     let mut out: Vec<BTreeSet<String>> = Vec::new();
     for (v, r) in &reached {
         if !r.contains(*v) || out.iter().any(|c| c.contains(*v)) {
@@ -228,7 +229,11 @@ fn core_source_files_import_each_other_without_a_circle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let g = graph(&read_sources(&src));
     // A wrong directory or a parser that sees nothing must not pass.
-    assert!(g.len() > 30, "only {} source files found in {src:?}", g.len());
+    assert!(
+        g.len() > 30,
+        "only {} source files found in {src:?}",
+        g.len()
+    );
     assert!(
         g["fs"].contains("cache") && g["ops_file"].contains("fs"),
         "the graph misses known imports: {:?}",

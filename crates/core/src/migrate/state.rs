@@ -69,7 +69,7 @@ pub struct Migrator {
     /// The last log-migration failure logged (each different one once).
     pub(crate) last_log_failure: Mutex<String>,
     /// Notices for the daemon's log, each said once (see `take_notices`).
-    pub(super) notices: Mutex<Vec<String>>,
+    pub(crate) notices: Mutex<Vec<String>>,
     /// The migration thread ([`crate::worker`]).
     pub(crate) worker: Worker,
     /// Copy buffers of finished moves, for reuse (at most
