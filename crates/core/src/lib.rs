@@ -1,12 +1,15 @@
 //! Terrace: a tiered file system as a library. No FUSE here: the FUSE adapter
 //! (crate `terrace-fuse`) and tests drive [`Fs`] directly.
 //!
-//! Layers, bottom up: `alloc` (free space) → `log` (per-inode logs on PM) →
-//! `journal` (multi-log atomic commits) → `inode` (DRAM state rebuilt from logs)
-//! → `fs` (the mounted object: open, settings, unmount) with `table` (inode
-//! locks), `commit` (transactions) and `counters` → `ops_dir` / `ops_file` /
-//! `ops_tmpfile` (operations) → `recovery` (mount) and `fsck`. The lock order
-//! is in docs/design.md §4a.
+//! Files form three layers (docs/design.md §1.1): *components* that know
+//! nothing of `Fs` — `alloc` (free space), `log` (per-inode logs on PM),
+//! `journal` (multi-log atomic commits), `inode` (DRAM state rebuilt from
+//! logs), the page cache, tiers, checksum tables … — below `fs` (the
+//! mounted object: open, settings); *services*, the `impl Fs` blocks —
+//! `table` (inode locks), `commit` (transactions), `ops_dir` / `ops_file` /
+//! `ops_tmpfile` (operations), write-back, migration, `unmount`, `fsck` … —
+//! on top. `fs` and components never import a service
+//! (`tests/layering.rs` checks it). The lock order is in docs/design.md §4a.
 
 #![forbid(unsafe_code)]
 

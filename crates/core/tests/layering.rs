@@ -6,7 +6,8 @@
 //! This test builds the file-level graph — file A depends on file B when A's
 //! code names a path `crate::…` or `super::…` that leads into B (comments
 //! and `#[cfg(test)] mod tests` left out) — and fails naming every circle in
-//! it, with one loop spelled out. Paths are read as text, not resolved as
+//! it, with one loop spelled out, or when a file the design lists as a
+//! component reaches `fs.rs`. Paths are read as text, not resolved as
 //! rustc would: a name re-exported by `lib.rs` (`crate::Fs`) counts for
 //! nothing, a longer path counts for the deepest file it reaches.
 
@@ -246,6 +247,46 @@ fn core_source_files_import_each_other_without_a_circle() {
          \"Layers\": fs.rs and components never import services):\n{}",
         describe(&g, &found)
     );
+}
+
+/// The components of docs/design.md §1.1: files that know nothing of `Fs`.
+const COMPONENTS: &[&str] = &[
+    "alloc",
+    "cache",
+    "counters",
+    "dir_index",
+    "extent_map",
+    "inode",
+    "journal",
+    "lock_order",
+    "log",
+    "log_space",
+    "migrate/state",
+    "mkfs",
+    "placement_stats",
+    "read_pins",
+    "recovery",
+    "service_state",
+    "shared",
+    "sums",
+    "tier",
+    "types",
+    "worker",
+];
+
+#[test]
+fn the_components_the_design_lists_never_reach_fs() {
+    let g = graph(&read_sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+    ));
+    for c in COMPONENTS {
+        assert!(g.contains_key(*c), "no file {c}.rs: update design.md §1.1");
+        assert!(
+            !reach(&g, c).contains("fs"),
+            "{c}.rs, a component (design.md §1.1), reaches fs.rs: {:?}",
+            g[*c]
+        );
+    }
 }
 
 fn sources(files: &[(&str, &str)]) -> BTreeMap<String, String> {
