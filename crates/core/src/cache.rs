@@ -1,4 +1,6 @@
-//! The DRAM page cache in front of the block tiers (Ziggurat §3, NVMFS §III-D);
+//! The DRAM page cache in front of the block tiers (Ziggurat §3, NVMFS §III-D):
+//! the bound, the clean pages and the accounting of dirty ones. It knows
+//! nothing of the file system: writes enter it through `cache_write.rs`,
 //! its write-back transaction and thread are in [`crate::writeback`].
 //!
 //! Two kinds of pages share one byte bound (`dram_cache_bytes`):
@@ -6,18 +8,19 @@
 //! - **Dirty pages** belong to a file: writes the placement policy steers to a
 //!   block tier (large and asynchronous, or any asynchronous write while PM is
 //!   full) are copied into 4 KiB pages kept in the inode ([`Inode::dirty`]),
-//!   keyed by file page. They are the newest content of those pages and are not
-//!   yet in the file's log. Write-back ([`Fs::flush_inode`]) allocates fresh,
-//!   consecutive blocks on the block tier for all of a file's dirty pages,
-//!   writes each physically contiguous run as one request (so random page
-//!   writes become one sequential request, as NVMFS's non-overwrite extents
-//!   intend), syncs the device, and only then commits the write entries — one
-//!   commit for the whole batch.
+//!   keyed by file page ([`DirtyPage`]); the cache counts their bytes. They
+//!   are the newest content of those pages and are not yet in the file's log.
+//!   Write-back ([`Fs::flush_inode`]) allocates fresh, consecutive blocks on
+//!   the block tier for all of a file's dirty pages, writes each physically
+//!   contiguous run as one request (so random page writes become one
+//!   sequential request, as NVMFS's non-overwrite extents intend), syncs the
+//!   device, and only then commits the write entries — one commit for the
+//!   whole batch.
 //! - **Clean pages** are copies of block-tier blocks, keyed by physical address
 //!   `(tier, block)`. Block tiers are written non-overwrite, so a block's
 //!   content never changes while it is allocated: a clean page never goes stale,
-//!   and it is dropped when its block is freed ([`Fs::free_runs`]). Reads that
-//!   miss read the rest of the write entry they fall in, up to
+//!   and it is dropped when its block is freed ([`Fs::free_runs`]). Reads
+//!   that miss read the rest of the write entry they fall in, up to
 //!   `max_read_unit_bytes`, into clean pages. Clean pages are evicted in LRU
 //!   order; flushed pages stay as clean pages of their new blocks.
 //!
@@ -40,11 +43,15 @@
 //!   rewritten during its write-back stays dirty (its sequence number moved on).
 //!   The write-back commits only if the inode's generation is unchanged: a
 //!   file deleted during its write-back may have its slot reused by another.
+//!
+//! [`Inode::dirty`]: crate::inode::Inode::dirty
+//! [`DirtyPage`]: crate::inode::DirtyPage
+//! [`Fs::flush_inode`]: crate::Fs::flush_inode
+//! [`Fs::free_runs`]: crate::Fs::free_runs
+//! [`Fs::lock_clean`]: crate::Fs::lock_clean
 
-use crate::fs::Fs;
-use crate::inode::Inode;
 use crate::lock_order::{Mutex, MutexGuard, Rank};
-use crate::types::{errno, FsResult, Ino};
+use crate::types::Ino;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -53,31 +60,6 @@ use terrace_format::BLOCK_SIZE;
 
 const BS: u64 = BLOCK_SIZE;
 const WB_STRIPES: usize = 64;
-
-/// One dirty page of a file.
-#[derive(Clone)]
-pub struct DirtyPage {
-    /// The page's bytes (`BLOCK_SIZE`); replaced, never changed in place.
-    pub data: Arc<[u8]>,
-    /// Global sequence number of the write that produced this content.
-    pub seq: u64,
-    /// Sequence number of the oldest write whose bytes this page holds (the
-    /// page absorbed every cached write to it from `first_seq` to `seq`).
-    pub first_seq: u64,
-    /// End offset (bytes) of the furthest-reaching write this page absorbed:
-    /// the file size those writes imply.
-    pub end: u64,
-    /// Time of the newest write this page absorbed.
-    pub mtime: i64,
-    /// Write-size predictor counter of that write.
-    pub counter: u8,
-}
-
-impl std::fmt::Debug for DirtyPage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DirtyPage(seq {}, counter {})", self.seq, self.counter)
-    }
-}
 
 /// Counters of the cache, shown by `terrace status`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
@@ -352,9 +334,38 @@ impl PageCache {
         }
     }
 
+    /// Reserves room for `bytes` of dirty pages under `bound`, evicting clean
+    /// pages for it. When only dirty pages (and other writers'
+    /// reservations) are left, returns the file dirty longest, to write
+    /// back (`None`: no file is dirty).
+    pub(crate) fn try_reserve(&self, bytes: u64, bound: u64) -> Result<(), Option<Ino>> {
+        let mut s = self.state.lock();
+        while s.used() + bytes > bound && s.evict_one() {}
+        if s.used() + bytes <= bound {
+            s.reserved += bytes;
+            s.note_peak();
+            return Ok(());
+        }
+        Err(s
+            .dirty_files
+            .iter()
+            .min_by_key(|(_, t)| **t)
+            .map(|(i, _)| *i))
+    }
+
+    /// Returns a reservation that was not used.
+    pub(crate) fn unreserve(&self, bytes: u64) {
+        self.state.lock().reserved -= bytes;
+    }
+
+    /// Counts a write that bypassed the cache (larger than half its bound).
+    pub(crate) fn note_bypassed_write(&self) {
+        self.state.lock().stats.bypassed_writes += 1;
+    }
+
     /// Turns `reserved` reserved bytes into dirty bytes of `ino`: `added` new
     /// dirty pages, `replaced` dirty pages overwritten.
-    fn commit_reservation(&self, ino: Ino, reserved: u64, added: u64) {
+    pub(crate) fn commit_reservation(&self, ino: Ino, reserved: u64, added: u64) {
         let mut s = self.state.lock();
         s.reserved -= reserved;
         s.dirty += added * BS;
@@ -388,166 +399,5 @@ impl PageCache {
             // Rewritten during its write-back: its age starts again.
             *t = Instant::now();
         }
-    }
-}
-
-impl Fs {
-    /// The page cache.
-    pub fn cache(&self) -> &PageCache {
-        &self.cache
-    }
-
-    /// Reserves room for `bytes` of dirty pages, writing back and evicting
-    /// until it fits. `false` when the data can never fit (larger than the
-    /// bound): the caller writes it through instead.
-    pub(crate) fn cache_reserve(&self, bytes: u64) -> FsResult<bool> {
-        let mut tries = 0u32;
-        loop {
-            let bound = self.cache.bound();
-            if bytes > bound / 2 {
-                self.cache.state.lock().stats.bypassed_writes += 1;
-                return Ok(false);
-            }
-            let victim = {
-                let mut s = self.cache.state.lock();
-                while s.used() + bytes > bound && s.evict_one() {}
-                if s.used() + bytes <= bound {
-                    s.reserved += bytes;
-                    s.note_peak();
-                    return Ok(true);
-                }
-                // Only dirty pages (and other writers' reservations) are left:
-                // write back the file dirty longest, ours included.
-                s.dirty_files
-                    .iter()
-                    .min_by_key(|(_, t)| **t)
-                    .map(|(i, _)| *i)
-            };
-            match victim {
-                Some(v) => {
-                    // A write-back that fails (device error, every tier
-                    // full) fails this write too rather than overfill the
-                    // cache.
-                    self.flush_inode_part(v, self.writeback_part())?;
-                }
-                None => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
-            if tries > 50_000 {
-                // Ten seconds without room: other writers hold it all.
-                return Err(errno(libc::EAGAIN));
-            }
-        }
-    }
-
-    /// Returns a reservation that was not used.
-    pub(crate) fn cache_unreserve(&self, bytes: u64) {
-        self.cache.state.lock().reserved -= bytes;
-    }
-
-    /// Copies `data` at `off` into dirty pages of the locked inode `i` (the
-    /// caller reserved `reserved` bytes, enough for every page of the range).
-    pub(crate) fn write_cached(
-        &self,
-        i: &mut Inode,
-        off: u64,
-        data: &[u8],
-        counter: u8,
-        now: i64,
-        reserved: u64,
-    ) -> FsResult<()> {
-        // A file whose log migration moved to a block tier gets it back on
-        // PM first, so the promise below is for an ordinary PM log and the
-        // write-back commit never has to recall (ENOSPC here, not later).
-        self.recall_log(i, false)?;
-        let end = off + data.len() as u64;
-        let fb0 = off / BS;
-        let fb1 = (end - 1) / BS;
-        let seq = self.cache.next_seq();
-        let mut added = 0u64;
-        let mut fresh: Vec<(u64, DirtyPage)> = Vec::with_capacity((fb1 - fb0 + 1) as usize);
-        for fb in fb0..=fb1 {
-            let pstart = fb * BS;
-            let from = off.max(pstart);
-            let to = end.min(pstart + BS);
-            let mut page: Vec<u8> = if from == pstart && to == pstart + BS {
-                Vec::with_capacity(BS as usize)
-            } else {
-                let mut old = self.read_locked(i, pstart, BS as usize)?;
-                old.resize(BS as usize, 0);
-                old
-            };
-            let src = &data[(from - off) as usize..(to - off) as usize];
-            if page.is_empty() {
-                page.extend_from_slice(src);
-            } else {
-                page[(from - pstart) as usize..(to - pstart) as usize].copy_from_slice(src);
-            }
-            fresh.push((
-                fb,
-                DirtyPage {
-                    data: page.into(),
-                    seq,
-                    first_seq: seq,
-                    end,
-                    mtime: now,
-                    counter,
-                },
-            ));
-        }
-        // Each page not already dirty will need a block at write-back: claim
-        // the room now (ENOSPC here, not a lost write later).
-        let new_pages = fresh
-            .iter()
-            .filter(|(fb, _)| !i.dirty.contains_key(fb))
-            .count() as u64;
-        if i.dirty.is_empty() {
-            i.dirty_runs = 0;
-        }
-        let runs = if new_pages > 0 {
-            i.dirty_runs + 1
-        } else {
-            i.dirty_runs
-        };
-        let promise =
-            crate::space::writeback_log_bytes(&i.log, runs, i.dirty.len() as u64 + new_pages);
-        let _room = self.room_lock.lock();
-        self.check_room(new_pages)?;
-        self.check_log_promise(i.ino, promise)?;
-        self.cache.set_log_promise(i.ino, promise);
-        i.dirty_runs = runs;
-        // Nothing fails from here on: the write is all in, or not at all.
-        let visible = i.size();
-        for (fb, mut p) in fresh {
-            match i.dirty.get(&fb) {
-                Some(old) => {
-                    // The page absorbs this write: it now carries every
-                    // cached write to it since the oldest.
-                    p.first_seq = old.first_seq;
-                    p.end = p.end.max(old.end);
-                    i.dirty.insert(fb, p);
-                }
-                None => {
-                    i.dirty.insert(fb, p);
-                    added += 1;
-                }
-            }
-        }
-        i.cached_size = visible.max(end);
-        i.cached_mtime = now;
-        self.cache.commit_reservation(i.ino, reserved, added);
-        Ok(())
-    }
-
-    /// Discards the dirty pages of an inode being freed.
-    pub(crate) fn discard_dirty(&self, i: &mut Inode) {
-        if i.dirty.is_empty() {
-            return;
-        }
-        let n = i.dirty.len() as u64;
-        i.dirty.clear();
-        self.cache.drop_dirty(i.ino, n, true);
     }
 }

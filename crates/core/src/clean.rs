@@ -19,17 +19,8 @@ use crate::fs::Fs;
 use crate::types::Ino;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use terrace_policy::cleaner;
-
-/// Cleaner counters.
-#[derive(Default)]
-pub struct CleanerStats {
-    pub(crate) rounds: AtomicU64,
-    pub(crate) extents_recycled: AtomicU64,
-    pub(crate) moved_blocks: AtomicU64,
-    pub(crate) recycled_blocks: AtomicU64,
-}
 
 /// What `terrace status` shows about extent recycling.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]

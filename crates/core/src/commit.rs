@@ -6,8 +6,9 @@
 //! to PM in the same commit ([`stage_recall`]); a log grown mostly dead is
 //! compacted after a commit ([`Fs::maybe_compact`]).
 
+use crate::extent_map::Released;
 use crate::fs::Fs;
-use crate::inode::{Inode, Released};
+use crate::inode::Inode;
 use crate::table::Locked;
 use crate::types::{FsResult, Ino};
 use std::collections::HashMap;

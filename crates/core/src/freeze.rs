@@ -21,11 +21,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Fs {
-    /// Whether the pool is frozen by a read-only remount.
-    pub fn is_frozen(&self) -> bool {
-        self.frozen.load(Ordering::SeqCst)
-    }
-
     /// Makes the pool's image clean and stops writing to it (see the module
     /// docs). Nothing to do on a read-only mount or a frozen pool. The pool
     /// counts as frozen only once it is clean on media (so the passes that

@@ -1,11 +1,15 @@
-//! The mounted file system: the [`Fs`] object and its lifetime — open
-//! (mount, with recovery and block tiers), settings, unmount — plus the
-//! release of an inode's space and the allocator's self-check.
+//! The mounted file system: the [`Fs`] object and how it is opened (mount,
+//! with recovery and block tiers), its settings, plus the release of an
+//! inode's space and the allocator's self-check.
 //!
-//! The rest of `impl Fs` lives beside it, one job per file: the inode table
-//! and its locks in `table.rs`, transactions (stage, commit, compaction) in
-//! `commit.rs`, the statistics in `counters.rs`, operations in `ops_*.rs`,
-//! services in `migrate/`, `writeback.rs`, `clean.rs`, `scrub.rs`.
+//! This is the middle layer (docs/design.md §1, "Layers"): it imports
+//! components only — allocators, tiers, inodes, the page cache, the
+//! services' state (`service_state.rs`, `migrate/state.rs`) — and never a
+//! service. The rest of `impl Fs` lives above it, one job per file: the
+//! inode table and its locks in `table.rs`, transactions (stage, commit,
+//! compaction) in `commit.rs`, operations in `ops_*.rs`, services in
+//! `migrate/`, `writeback.rs`, `clean.rs`, `scrub.rs`, and unmount in
+//! `unmount.rs`.
 //!
 //! # Locking
 //! Each inode has its own mutex (`table.rs`). The order of every lock in the
@@ -13,7 +17,8 @@
 //! builds.
 
 use crate::alloc::PageAllocator;
-use crate::inode::{Inode, Released};
+use crate::extent_map::Released;
+use crate::inode::Inode;
 use crate::journal::Journal;
 use crate::lock_order::{Mutex, Rank, RwLock};
 use crate::recovery::{scan, OpenError, Problem, Scan};
@@ -66,7 +71,7 @@ pub struct Fs {
     pub(crate) atime_before_freeze: Mutex<Option<AtimeMode>>,
     pub(crate) atime: RwLock<AtimeMode>,
     /// The running or last scrub (`scrub.rs`).
-    pub(crate) scrub_state: Mutex<Option<crate::scrub::ScrubReport>>,
+    pub(crate) scrub_state: Mutex<Option<crate::service_state::ScrubReport>>,
     /// Mounted block tiers, in tier-id order.
     pub(crate) tiers: Vec<crate::tier::BlockTier>,
     /// Tunable options (one registry for CLI, config file and `terrace set`).
@@ -90,15 +95,15 @@ pub struct Fs {
     /// File data stored to and loaded from PM (for `terrace status`).
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
     /// Counters of the PM room rules (`space.rs`).
-    pub(crate) space_stats: crate::space::SpaceStats,
+    pub(crate) space_stats: crate::service_state::SpaceStats,
     /// Cold lists, migration state and thread.
-    pub(crate) migrator: crate::migrate::Migrator,
+    pub(crate) migrator: crate::migrate::state::Migrator,
     /// Extent recycling counters.
-    pub(crate) cleaner_stats: crate::clean::CleanerStats,
+    pub(crate) cleaner_stats: crate::service_state::CleanerStats,
     /// Inodes with a placement rule (see `rules`).
     pub(crate) ruled: Mutex<std::collections::BTreeSet<Ino>>,
     /// Log migration state (`log_migrate`).
-    pub(crate) log_migration: crate::log_migrate::LogMigration,
+    pub(crate) log_migration: crate::service_state::LogMigration,
 }
 
 /// When reads update the access time.
@@ -305,7 +310,7 @@ impl Fs {
             shared: crate::shared::SharedBlocks::new(shared),
             pm_io: terrace_media::BlockStatsCounter::new(),
             space_stats: Default::default(),
-            migrator: crate::migrate::Migrator::new(
+            migrator: crate::migrate::state::Migrator::new(
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
             cleaner_stats: Default::default(),
@@ -315,7 +320,7 @@ impl Fs {
         for slot in &fs.table {
             if let Some(i) = slot.lock().as_mut() {
                 fs.relist(i);
-                if i.xattrs.contains_key(crate::rules::RULE_XATTR) {
+                if i.xattrs.contains_key(crate::service_state::RULE_XATTR) {
                     fs.ruled.lock().insert(i.ino);
                 }
             }
@@ -368,6 +373,21 @@ impl Fs {
         self.read_only
     }
 
+    /// Whether the pool is frozen by a read-only remount.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Queues a message for the daemon's log.
+    pub(crate) fn notice(&self, msg: String) {
+        self.migrator.notices.lock().push(msg);
+    }
+
+    /// Messages for the daemon's log (each returned once).
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.migrator.notices.lock())
+    }
+
     /// The current settings.
     pub fn settings(&self) -> terrace_policy::Settings {
         self.settings.read().clone()
@@ -391,100 +411,14 @@ impl Fs {
         &self.report
     }
 
+    /// The page cache.
+    pub fn cache(&self) -> &crate::cache::PageCache {
+        &self.cache
+    }
+
     /// The superblock as of mount.
     pub fn superblock(&self) -> Superblock {
         self.sb.lock().clone()
-    }
-
-    /// Persists everything and marks the pool cleanly unmounted. Idempotent.
-    ///
-    /// Cached data is written back first, while migration still runs (it
-    /// may have to free PM for the commits: [`Fs::persist_cached`]). When
-    /// that fails, nothing is marked and the error is returned: the pool is
-    /// still mounted as far as the core is concerned, its cached data kept,
-    /// and a later call tries again. Only a pool with nothing cached left is
-    /// marked clean.
-    pub fn unmount(&self) -> std::io::Result<()> {
-        if self.unmounted.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        if self.read_only || self.is_frozen() {
-            // Nothing was written since mount (or since a freeze made the
-            // pool clean) and nothing is: the pool stays as clean as it was.
-            self.stop_migration();
-            self.stop_writeback();
-            self.unmounted.store(true, Ordering::SeqCst);
-            return Ok(());
-        }
-        self.persist_and_mark_clean()?;
-        self.unmounted.store(true, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// What a clean unmount (and a freeze, `freeze.rs`) persists: cached
-    /// data, lazy access times, then the superblock marked clean, with the
-    /// background threads stopped.
-    pub(crate) fn persist_and_mark_clean(&self) -> std::io::Result<()> {
-        self.persist_cached()?;
-        self.stop_migration();
-        self.stop_writeback();
-        self.persist_lazy_atimes();
-        // Anything cached since (a last request in flight) goes too.
-        self.flush_all()?;
-        self.media.fence();
-        self.media.sync_all()?;
-        let mut sb = self.sb.lock();
-        sb.clean = true;
-        sb.generation += 1;
-        crate::mkfs::write_superblock(&*self.media, &sb);
-        drop(sb);
-        self.media.sync_all()
-    }
-
-    /// Stops the migration and write-back threads and persists nothing: the
-    /// state a crash leaves (for tests that drop the `Fs` and mount again).
-    pub fn stop_background_for_crash_test(&self) {
-        self.stop_migration();
-        self.stop_writeback();
-    }
-
-    /// Writes back every dirty cached page (what an unmount must persist).
-    /// A write-back that finds no room retries while migration frees PM —
-    /// up to a minute without progress — so a pool that filled PM in a burst
-    /// still persists everything it acknowledged.
-    pub fn persist_cached(&self) -> std::io::Result<()> {
-        let mut last_left = u64::MAX;
-        let mut progress_at = std::time::Instant::now();
-        let device_full = self.counters.device_full_errors.load(Ordering::Relaxed);
-        loop {
-            match self.flush_all() {
-                Ok(()) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                    let left = self.cache.dirty_blocks();
-                    // A full device is not helped by migration (it moves
-                    // data *to* the block tiers): give up soon.
-                    let limit =
-                        if self.counters.device_full_errors.load(Ordering::Relaxed) > device_full {
-                            std::time::Duration::from_secs(2)
-                        } else {
-                            std::time::Duration::from_secs(60)
-                        };
-                    if left < last_left {
-                        last_left = left;
-                        progress_at = std::time::Instant::now();
-                    } else if progress_at.elapsed() > limit {
-                        return Err(e);
-                    }
-                    if self.migration_thread_running() {
-                        self.kick_migration();
-                    } else if self.migration_pass() == 0 {
-                        return Err(e);
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(e) => return Err(e),
-            }
-        }
     }
 
     /// Returns physical runs to their tier's allocator — the parts no other

@@ -1,21 +1,28 @@
 //! Terrace: a tiered file system as a library. No FUSE here: the FUSE adapter
 //! (crate `terrace-fuse`) and tests drive [`Fs`] directly.
 //!
-//! Layers, bottom up: `alloc` (free space) → `log` (per-inode logs on PM) →
-//! `journal` (multi-log atomic commits) → `inode` (DRAM state rebuilt from logs)
-//! → `fs` (the mounted object: open, settings, unmount) with `table` (inode
-//! locks), `commit` (transactions) and `counters` → `ops_dir` / `ops_file` /
-//! `ops_tmpfile` (operations) → `recovery` (mount) and `fsck`. The lock order
-//! is in docs/design.md §4a.
+//! Files form three layers (docs/design.md §1.1): *components* that know
+//! nothing of `Fs` — `alloc` (free space), `log` (per-inode logs on PM),
+//! `journal` (multi-log atomic commits), `inode` (DRAM state rebuilt from
+//! logs), the page cache, tiers, checksum tables … — below `fs` (the
+//! mounted object: open, settings); *services*, the `impl Fs` blocks —
+//! `table` (inode locks), `commit` (transactions), `ops_dir` / `ops_file` /
+//! `ops_tmpfile` (operations), write-back, migration, `unmount`, `fsck` … —
+//! on top. `fs` and components never import a service
+//! (`tests/layering.rs` checks it). The lock order is in docs/design.md §4a.
 
 #![forbid(unsafe_code)]
 
 pub mod alloc;
 pub mod cache;
+mod cache_write;
+mod checksums;
 pub mod clean;
 mod commit;
 pub mod counters;
 pub mod data;
+pub mod dir_index;
+pub mod extent_map;
 pub mod freeze;
 pub mod fs;
 pub mod fsck;
@@ -39,6 +46,7 @@ pub mod read_pins;
 pub mod recovery;
 pub mod rules;
 pub mod scrub;
+pub mod service_state;
 pub mod shared;
 pub mod space;
 pub mod status;
@@ -46,6 +54,7 @@ pub mod sums;
 mod table;
 pub mod tier;
 pub mod types;
+mod unmount;
 mod worker;
 pub mod writeback;
 

@@ -32,7 +32,7 @@ use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::log::{Log, TierLog};
 use crate::types::{errno, FsResult, Ino};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use terrace_format::{
     encode_tier_log_head, inode_offset, LogBlob, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
     INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED_TIER_LOG,
@@ -46,18 +46,6 @@ const SCAN_SLOTS: u64 = 1 << 16;
 const ANY_MIN_AGE_NS: u64 = 1_000_000_000;
 /// Blobs written with one device sync.
 const BATCH_BLOBS: usize = 1024;
-
-/// Log migration counters and the scan cursor.
-#[derive(Default)]
-pub struct LogMigration {
-    cursor: AtomicU64,
-    /// Logs moved to a block tier since mount.
-    pub(crate) moved: AtomicU64,
-    /// PM bytes of log pages those moves freed.
-    pub(crate) pm_bytes_freed: AtomicU64,
-    /// Blobs the cleaner moved within a tier.
-    pub(crate) relocated: AtomicU64,
-}
 
 /// One log captured for a move.
 struct Captured {

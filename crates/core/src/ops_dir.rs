@@ -9,8 +9,9 @@
 //!   involved log tail and slot state together.
 
 use crate::commit::TxBuilder;
+use crate::dir_index::FIRST_COOKIE;
 use crate::fs::{now_ns, Fs};
-use crate::inode::{Inode, FIRST_COOKIE};
+use crate::inode::Inode;
 use crate::types::*;
 use terrace_format::{
     inode_offset, Entry, InodeSlot, WriteEntry, BLOCK_SIZE, INODE_SIZE, INODE_USED, NAME_MAX,
@@ -229,7 +230,7 @@ impl Fs {
         // symlink's target (its data), and the parent's placement rule, which
         // files and directories created in a ruled directory inherit.
         let mut initial: Vec<Entry> = Vec::new();
-        let inherited = match (kind, p.xattrs.get(crate::rules::RULE_XATTR)) {
+        let inherited = match (kind, p.xattrs.get(crate::service_state::RULE_XATTR)) {
             (FileType::Regular | FileType::Directory, Some(v)) => Some(v.clone()),
             _ => None,
         };
@@ -260,7 +261,7 @@ impl Fs {
         }
         if let Some(value) = &inherited {
             initial.push(Entry::XattrSet {
-                name: crate::rules::RULE_XATTR.to_vec(),
+                name: crate::service_state::RULE_XATTR.to_vec(),
                 value: value.clone(),
             });
         }

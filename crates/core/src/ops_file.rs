@@ -229,7 +229,7 @@ impl Fs {
                     self.write_cached(i, off, data, counter, now, bytes)
                 })();
                 if r.is_err() {
-                    self.cache_unreserve(bytes);
+                    self.cache.unreserve(bytes);
                 }
                 r?;
                 (if by_choice {

@@ -8,8 +8,9 @@
 //! queue behind each other's device reads, and a read returns the file as
 //! of its capture.
 
+use crate::extent_map::Released;
 use crate::fs::{now_ns, Fs};
-use crate::inode::{Inode, Released};
+use crate::inode::Inode;
 use crate::types::*;
 use std::sync::atomic::Ordering;
 use terrace_format::{Entry, BLOCK_SIZE};

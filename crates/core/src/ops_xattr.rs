@@ -18,7 +18,7 @@ impl Fs {
             return Err(errno(libc::ERANGE));
         }
         if name.starts_with(crate::placement_view::VIRTUAL_PREFIX)
-            && name != crate::rules::RULE_XATTR
+            && name != crate::service_state::RULE_XATTR
         {
             // Terrace's own names are read-only views (but for the rule).
             return Err(errno(libc::EPERM));
@@ -44,7 +44,7 @@ impl Fs {
         if value.len() > XATTR_VALUE_MAX {
             return Err(errno(libc::E2BIG));
         }
-        let rule = name == crate::rules::RULE_XATTR;
+        let rule = name == crate::service_state::RULE_XATTR;
         if rule {
             self.check_rule(i, value)?;
         }

@@ -35,7 +35,7 @@ use crate::lock_order::{Mutex, Rank};
 use parking_lot::Condvar;
 use std::time::Duration;
 
-use crate::inode::Released;
+use crate::extent_map::Released;
 
 /// Pins of unlocked readers and the block-tier runs freed while they read.
 pub struct ReadPins {

@@ -30,11 +30,9 @@
 
 use crate::fs::Fs;
 use crate::inode::Inode;
+use crate::service_state::RULE_XATTR;
 use crate::types::{errno, FileType, FsResult, Ino};
 use terrace_format::BLOCK_SIZE;
-
-/// The rule's xattr name.
-pub const RULE_XATTR: &[u8] = b"user.terrace.rule";
 
 /// Bytes a migration pass moves to enforce rules, at most.
 pub const RULE_BUDGET_BYTES: u64 = 64 << 20;

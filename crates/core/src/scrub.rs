@@ -19,6 +19,7 @@
 //! then the last one's result. Unmount stops it between chunks.
 
 use crate::fs::Fs;
+use crate::service_state::ScrubReport;
 use crate::types::{errno, FsResult, Ino};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -28,35 +29,6 @@ use terrace_format::{CopyEntry, CopyOp, Entry, BLOCK_SIZE};
 const BS: u64 = BLOCK_SIZE;
 /// Blocks read per request.
 const CHUNK_BLOCKS: u64 = 256;
-
-/// What a scrub found and did (the running one, or the last one).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ScrubReport {
-    /// Still running.
-    pub running: bool,
-    /// When it started / finished (seconds since the epoch; 0 = not yet).
-    pub started_unix: u64,
-    /// When it finished.
-    pub finished_unix: u64,
-    /// Repairs were allowed (read-write mount, not `--no-repair`).
-    pub repair: bool,
-    /// Block-tier blocks to read (primary locations and copies).
-    pub total_blocks: u64,
-    /// Blocks read so far.
-    pub read_blocks: u64,
-    /// Blocks whose checksum matched.
-    pub checked_blocks: u64,
-    /// Blocks without a checksum (written before format 5).
-    pub unverified_blocks: u64,
-    /// Blocks that were damaged or could not be read.
-    pub bad_blocks: u64,
-    /// Damaged blocks repaired from a good copy (or dropped copies).
-    pub repaired_blocks: u64,
-    /// Damaged blocks with no good copy: "inode N, bytes A..B (tier T block B)".
-    pub unrepairable: Vec<String>,
-    /// Stopped before the end (unmount).
-    pub stopped: bool,
-}
 
 /// One location of mapped data to read: a primary run or a copy.
 #[derive(Debug, Clone, Copy)]

@@ -248,7 +248,7 @@ pub enum Holder {
 
 /// The runs extent `e` holds, `(tier, first block, blocks, holder)`: its
 /// data (shared or not, by its flag) and its clean copy (never shared).
-pub fn held_runs(e: &crate::inode::Extent) -> impl Iterator<Item = (u8, u64, u64, Holder)> {
+pub fn held_runs(e: &crate::extent_map::Extent) -> impl Iterator<Item = (u8, u64, u64, Holder)> {
     let data = if e.shared {
         Holder::SharedData
     } else {

@@ -28,6 +28,9 @@
 //!
 //! Lock order: the room lock (`Fs::room_lock`) is taken under an inode lock
 //! and before the cache's state lock; waiting happens with no lock held.
+//!
+//! The rules' counters (`SpaceStats`) are in `service_state.rs`, which
+//! `Fs` holds.
 
 use crate::fs::Fs;
 use crate::log::{next_page_size, Log};
@@ -403,30 +406,6 @@ pub struct SpaceStatus {
     pub room_retries: u64,
     /// PM's state in words ("" when there is room).
     pub state: String,
-}
-
-/// Counters of the room rules (for `terrace status`).
-#[derive(Debug, Default)]
-pub struct SpaceStats {
-    /// Operations that waited for migration to free PM.
-    pub waits: std::sync::atomic::AtomicU64,
-    /// Total time they waited.
-    pub wait_ns: std::sync::atomic::AtomicU64,
-    /// Waits that ended because PM stopped getting freer.
-    pub stalls: std::sync::atomic::AtomicU64,
-    /// Cached writes refused because PM could not hold their log entries.
-    pub promise_refusals: std::sync::atomic::AtomicU64,
-    /// Bytes of PM copies of clean data dropped because a write found no
-    /// room ([`Fs::retry_freeing_room`]).
-    pub copies_dropped_for_room: std::sync::atomic::AtomicU64,
-    /// Operations refused for room that were tried again.
-    pub room_retries: std::sync::atomic::AtomicU64,
-    /// 1 + free PM blocks when the last wait gave up (0: it did not):
-    /// operations do not wait again until PM has more free blocks.
-    pub stalled_at_free: std::sync::atomic::AtomicU64,
-    /// Set when a data write was refused for room, until one succeeds: the
-    /// daemon's log says each change once, not once per refused write.
-    pub full: std::sync::atomic::AtomicBool,
 }
 
 #[cfg(test)]

@@ -152,7 +152,7 @@ pub struct Status {
     #[serde(default)]
     pub placement_by_class: crate::placement_stats::PlacementByClass,
     /// The running scrub, or the last one since mount.
-    pub scrub: Option<crate::scrub::ScrubReport>,
+    pub scrub: Option<crate::service_state::ScrubReport>,
     /// Block-tier data blocks read and verified against their checksum.
     pub checksummed_reads: u64,
     /// Block-tier data blocks whose checksum did not match (reads failed

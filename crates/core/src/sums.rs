@@ -1,10 +1,13 @@
-//! Checksums of block-tier data (format 5; design.md §5h).
+//! Checksums of block-tier data (format 5; design.md §5h): the per-tier
+//! table of block checksums ([`BlockSums`]) and the Sums log entries that
+//! carry them. The file system's use of them — the entries each commit
+//! carries, the verification of every read — is `checksums.rs`.
 //!
 //! Every block of file data written to a block tier gets a crc32c, computed
 //! from the buffer as it is written ([`Fs::write_data_unsynced`]) and kept in
 //! the tier's [`BlockSums`] table. The commit that makes a Write or Copy entry
 //! point at those blocks carries Sums entries with the same checksums
-//! ([`sums_entries_for`]), so the checksums are as durable as the mapping and
+//! ([`sums_entries_in`]), so the checksums are as durable as the mapping and
 //! are themselves protected by the entries' own crc. Every read of file data
 //! from a block tier is verified against the table ([`Fs::verify_read`]): a
 //! mismatch is EIO to the reader, never wrong bytes.
@@ -24,9 +27,10 @@
 //! The table costs 4 bytes of DRAM per block in use (plus a bit), allocated
 //! per chunk of 1,024 blocks on first use: about 1 MiB per GiB of block-tier
 //! data.
+//!
+//! [`Fs::write_data_unsynced`]: crate::Fs::write_data_unsynced
+//! [`Fs::verify_read`]: crate::Fs::verify_read
 
-use crate::fs::Fs;
-use crate::types::{errno, FsResult};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use terrace_format::{Entry, BLOCK_SIZE, SUMS_PER_ENTRY};
@@ -234,107 +238,6 @@ pub fn with_sums(mut entries: Vec<Entry>, tables: &SumsTables<'_>) -> Vec<Entry>
 /// Log bytes the Sums entries for `blocks` blocks of one extent take (at most).
 pub fn sums_log_bytes(blocks: u64) -> u64 {
     4 * blocks + 32 * blocks.div_ceil(SUMS_PER_ENTRY as u64)
-}
-
-impl Fs {
-    /// The checksum table of block tier `tier` (None for PM or an unknown tier).
-    pub(crate) fn sums_of(&self, tier: u8) -> Option<&BlockSums> {
-        self.tiers.iter().find(|t| t.id == tier).map(|t| &t.sums)
-    }
-
-    /// Every block tier's checksum table.
-    pub(crate) fn sums_tables(&self) -> SumsTables<'_> {
-        self.tiers.iter().map(|t| (t.id, &t.sums)).collect()
-    }
-
-    /// The Sums entries that must commit with `entries` ([`sums_entries_in`]).
-    pub(crate) fn sums_entries_for(&self, entries: &[Entry]) -> Vec<Entry> {
-        if self.tiers.is_empty() {
-            return Vec::new();
-        }
-        sums_entries_in(&self.sums_tables(), entries)
-    }
-
-    /// Checks `buf`, read from block `first` of tier `tier` on, against the
-    /// recorded checksums. A mismatch is counted, logged and returned as EIO.
-    pub(crate) fn verify_read(&self, tier: u8, first: u64, buf: &[u8]) -> FsResult<()> {
-        if self.verified_prefix(tier, first, buf) * BLOCK_SIZE as usize == buf.len() {
-            Ok(())
-        } else {
-            Err(errno(libc::EIO))
-        }
-    }
-
-    /// Whether the `blocks` blocks from `first` on of tier `tier` read back
-    /// and match their checksums (PM has none, nor do blocks written before
-    /// format 5: they count as intact). With `report`, a mismatch is counted
-    /// and logged (`verified_prefix`); scrub, which counts what it finds
-    /// itself, asks without.
-    pub(crate) fn blocks_intact(&self, tier: u8, first: u64, blocks: u64, report: bool) -> bool {
-        if tier == 0 {
-            return true;
-        }
-        let Ok(t) = self.tier(tier) else {
-            return false;
-        };
-        let mut buf = vec![0u8; (blocks.min(256) * BLOCK_SIZE) as usize];
-        let mut at = 0;
-        while at < blocks {
-            let n = (blocks - at).min(256);
-            let chunk = &mut buf[..(n * BLOCK_SIZE) as usize];
-            if t.media.read_blocks(first + at, chunk).is_err() {
-                return false;
-            }
-            let intact = if report {
-                self.verified_prefix(tier, first + at, chunk) as u64 == n
-            } else {
-                chunk
-                    .chunks(BLOCK_SIZE as usize)
-                    .enumerate()
-                    .all(|(k, b)| t.sums.check(first + at + k as u64, b) != Some(false))
-            };
-            if !intact {
-                return false;
-            }
-            at += n;
-        }
-        true
-    }
-
-    /// How many leading blocks of `buf` (read from block `first` of `tier`
-    /// on) match their checksums (blocks without one count as matching). The
-    /// first mismatch is counted and logged.
-    pub(crate) fn verified_prefix(&self, tier: u8, first: u64, buf: &[u8]) -> usize {
-        let blocks = buf.len().div_ceil(BLOCK_SIZE as usize);
-        let Some(sums) = self.sums_of(tier) else {
-            return blocks;
-        };
-        let mut checked = 0u64;
-        for (i, b) in buf.chunks(BLOCK_SIZE as usize).enumerate() {
-            let blk = first + i as u64;
-            match sums.check(blk, b) {
-                None => {}
-                Some(true) => checked += 1,
-                Some(false) => {
-                    self.counters
-                        .checksummed_reads
-                        .fetch_add(checked, Ordering::Relaxed);
-                    self.counters
-                        .checksum_errors
-                        .fetch_add(1, Ordering::Relaxed);
-                    let (got, want) = (block_crc(b), sums.get(blk).unwrap_or_default());
-                    self.notice(format!(
-                        "checksum mismatch on tier {tier}, block {blk} (crc32c {got:08x}, recorded {want:08x}): the data there is damaged and is never served; reads of it fail with EIO"
-                    ));
-                    return i;
-                }
-            }
-        }
-        self.counters
-            .checksummed_reads
-            .fetch_add(checked, Ordering::Relaxed);
-        blocks
-    }
 }
 
 #[cfg(test)]

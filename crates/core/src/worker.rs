@@ -5,14 +5,16 @@
 //! until its tick elapses. A pass that did nothing makes the worker *idle*:
 //! then kicks wait for the next tick too, so a worker whose work cannot
 //! progress (a full target tier) never spins on kicks. The thread holds only
-//! a weak reference to the file system and ends when it is gone or when
-//! [`Worker::stop`] is called; `stop` from the worker's own thread does not
-//! wait for itself.
+//! a weak reference to its owner (the file system) and ends when it is gone
+//! or when [`Worker::stop`] is called; `stop` from the worker's own thread
+//! does not wait for itself.
+//!
+//! The worker knows nothing of what it runs: the owner's type is a generic
+//! parameter of [`Worker::start`], and the pass a closure.
 //!
 //! Lock order: `woke` is a leaf (nothing is locked under it); `thread` is
 //! taken only to store or take the handle.
 
-use crate::fs::Fs;
 use crate::lock_order::Mutex;
 use parking_lot::Condvar;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,26 +68,26 @@ impl Worker {
         *woke = false;
     }
 
-    /// Starts the thread `name`: `pass(fs)` every `tick` or when kicked; a
-    /// pass returns whether it did something. `worker` finds this worker in
-    /// the file system.
-    pub(crate) fn start(
-        fs: &Arc<Fs>,
+    /// Starts the thread `name`: `pass(owner)` every `tick` or when kicked;
+    /// a pass returns whether it did something. `worker` finds this worker
+    /// in its owner.
+    pub(crate) fn start<T: Send + Sync + 'static>(
+        owner: &Arc<T>,
         name: &str,
         tick: Duration,
-        worker: fn(&Fs) -> &Worker,
-        mut pass: impl FnMut(&Fs) -> bool + Send + 'static,
+        worker: fn(&T) -> &Worker,
+        mut pass: impl FnMut(&T) -> bool + Send + 'static,
     ) {
         // A worker stopped before (a freeze) may start again.
-        worker(fs).stop.store(false, Ordering::Relaxed);
-        let weak: Weak<Fs> = Arc::downgrade(fs);
+        worker(owner).stop.store(false, Ordering::Relaxed);
+        let weak: Weak<T> = Arc::downgrade(owner);
         let h = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
                 let mut idle = false;
                 loop {
-                    let Some(fs) = weak.upgrade() else { return };
-                    let w = worker(&fs);
+                    let Some(owner) = weak.upgrade() else { return };
+                    let w = worker(&owner);
                     if w.stopping() {
                         return;
                     }
@@ -93,11 +95,11 @@ impl Worker {
                     if w.stopping() {
                         return;
                     }
-                    idle = !pass(&fs);
+                    idle = !pass(&owner);
                 }
             })
             .unwrap_or_else(|e| panic!("spawn the {name} thread: {e}"));
-        *worker(fs).thread.lock() = Some(h);
+        *worker(owner).thread.lock() = Some(h);
     }
 
     /// Stops the thread (if running) and waits for it, unless called from
@@ -151,5 +153,33 @@ mod tests {
         w.stop();
         assert!(h.join().unwrap() < Duration::from_secs(10));
         assert!(w.stopping() && !w.running());
+    }
+
+    #[test]
+    fn a_worker_runs_the_passes_of_any_owner_until_stopped() {
+        #[derive(Default)]
+        struct Owner {
+            worker: Worker,
+            passes: std::sync::atomic::AtomicU64,
+        }
+        let owner = Arc::new(Owner::default());
+        Worker::start(
+            &owner,
+            "terrace-test-worker",
+            Duration::from_millis(5),
+            |o| &o.worker,
+            |o| {
+                o.passes.fetch_add(1, Ordering::Relaxed);
+                true
+            },
+        );
+        let start = Instant::now();
+        while owner.passes.load(Ordering::Relaxed) < 3 {
+            assert!(start.elapsed() < Duration::from_secs(10), "no passes ran");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(owner.worker.running());
+        owner.worker.stop();
+        assert!(!owner.worker.running());
     }
 }

@@ -3,9 +3,9 @@
 //! transaction that writes them to fresh blocks, syncs and commits them, and
 //! the write-back thread.
 
-use crate::cache::DirtyPage;
 use crate::data::DataRuns;
 use crate::fs::Fs;
+use crate::inode::DirtyPage;
 use crate::types::{FsResult, Ino};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use crate::util::{self, CliError, CliResult};
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Duration;
-use terrace_core::scrub::ScrubReport;
+use terrace_core::service_state::ScrubReport;
 
 /// The scrub part of the daemon's status.
 fn current(socket: &Path, mnt: &Path) -> CliResult<Option<ScrubReport>> {

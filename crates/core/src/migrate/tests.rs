@@ -29,7 +29,7 @@ fn pool() -> Fs {
     Fs::mount_with_tiers(pm, vec![(1, Arc::new(MemBlock::new(32 << 20)))]).unwrap()
 }
 
-fn first_extent(fs: &Fs, ino: Ino) -> crate::inode::Extent {
+fn first_extent(fs: &Fs, ino: Ino) -> crate::extent_map::Extent {
     let g = fs.lock(ino).unwrap();
     g.as_ref().unwrap().extents.find(0).unwrap().1
 }

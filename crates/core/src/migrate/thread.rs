@@ -1,4 +1,4 @@
-//! The migration thread: start, wake, stop; notices for the log.
+//! The migration thread: start, wake, stop.
 
 use super::*;
 
@@ -33,15 +33,5 @@ impl Fs {
     /// Stops the migration thread (if running) and waits for it.
     pub(crate) fn stop_migration(&self) {
         self.migrator.worker.stop();
-    }
-
-    /// Queues a message for the daemon's log.
-    pub(crate) fn notice(&self, msg: String) {
-        self.migrator.notices.lock().push(msg);
-    }
-
-    /// Messages for the daemon's log (each returned once).
-    pub fn take_notices(&self) -> Vec<String> {
-        std::mem::take(&mut *self.migrator.notices.lock())
     }
 }

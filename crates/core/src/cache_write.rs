@@ -1,0 +1,162 @@
+//! Writes into the DRAM page cache (`cache.rs`): reserving room for a
+//! write's pages before its inode lock ([`Fs::cache_reserve`], writing other
+//! files back when only dirty pages are left), copying the write into dirty
+//! pages of the locked inode with the log bytes its write-back commit will
+//! need promised on PM ([`Fs::write_cached`], design.md §5f), and dropping
+//! the pages of a file being freed ([`Fs::discard_dirty`]). Write-back is
+//! `writeback.rs`.
+//!
+//! A cached write is all in or not at all: every check that can fail
+//! (room on the block tiers, the log promise) comes before the first page is
+//! inserted, under the inode lock and the room lock (lock order: design.md
+//! §4a).
+
+use crate::fs::Fs;
+use crate::inode::{DirtyPage, Inode};
+use crate::types::{errno, FsResult};
+use std::time::Duration;
+use terrace_format::BLOCK_SIZE;
+
+const BS: u64 = BLOCK_SIZE;
+
+impl Fs {
+    /// Reserves room for `bytes` of dirty pages, writing back and evicting
+    /// until it fits. `false` when the data can never fit (larger than the
+    /// bound): the caller writes it through instead.
+    pub(crate) fn cache_reserve(&self, bytes: u64) -> FsResult<bool> {
+        let mut tries = 0u32;
+        loop {
+            let bound = self.cache.bound();
+            if bytes > bound / 2 {
+                self.cache.note_bypassed_write();
+                return Ok(false);
+            }
+            // When only dirty pages (and other writers' reservations) are
+            // left: write back the file dirty longest, ours included.
+            let victim = match self.cache.try_reserve(bytes, bound) {
+                Ok(()) => return Ok(true),
+                Err(victim) => victim,
+            };
+            match victim {
+                Some(v) => {
+                    // A write-back that fails (device error, every tier
+                    // full) fails this write too rather than overfill the
+                    // cache.
+                    self.flush_inode_part(v, self.writeback_part())?;
+                }
+                None => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            if tries > 50_000 {
+                // Ten seconds without room: other writers hold it all.
+                return Err(errno(libc::EAGAIN));
+            }
+        }
+    }
+
+    /// Copies `data` at `off` into dirty pages of the locked inode `i` (the
+    /// caller reserved `reserved` bytes, enough for every page of the range).
+    pub(crate) fn write_cached(
+        &self,
+        i: &mut Inode,
+        off: u64,
+        data: &[u8],
+        counter: u8,
+        now: i64,
+        reserved: u64,
+    ) -> FsResult<()> {
+        // A file whose log migration moved to a block tier gets it back on
+        // PM first, so the promise below is for an ordinary PM log and the
+        // write-back commit never has to recall (ENOSPC here, not later).
+        self.recall_log(i, false)?;
+        let end = off + data.len() as u64;
+        let fb0 = off / BS;
+        let fb1 = (end - 1) / BS;
+        let seq = self.cache.next_seq();
+        let mut added = 0u64;
+        let mut fresh: Vec<(u64, DirtyPage)> = Vec::with_capacity((fb1 - fb0 + 1) as usize);
+        for fb in fb0..=fb1 {
+            let pstart = fb * BS;
+            let from = off.max(pstart);
+            let to = end.min(pstart + BS);
+            let mut page: Vec<u8> = if from == pstart && to == pstart + BS {
+                Vec::with_capacity(BS as usize)
+            } else {
+                let mut old = self.read_locked(i, pstart, BS as usize)?;
+                old.resize(BS as usize, 0);
+                old
+            };
+            let src = &data[(from - off) as usize..(to - off) as usize];
+            if page.is_empty() {
+                page.extend_from_slice(src);
+            } else {
+                page[(from - pstart) as usize..(to - pstart) as usize].copy_from_slice(src);
+            }
+            fresh.push((
+                fb,
+                DirtyPage {
+                    data: page.into(),
+                    seq,
+                    first_seq: seq,
+                    end,
+                    mtime: now,
+                    counter,
+                },
+            ));
+        }
+        // Each page not already dirty will need a block at write-back: claim
+        // the room now (ENOSPC here, not a lost write later).
+        let new_pages = fresh
+            .iter()
+            .filter(|(fb, _)| !i.dirty.contains_key(fb))
+            .count() as u64;
+        if i.dirty.is_empty() {
+            i.dirty_runs = 0;
+        }
+        let runs = if new_pages > 0 {
+            i.dirty_runs + 1
+        } else {
+            i.dirty_runs
+        };
+        let promise =
+            crate::space::writeback_log_bytes(&i.log, runs, i.dirty.len() as u64 + new_pages);
+        let _room = self.room_lock.lock();
+        self.check_room(new_pages)?;
+        self.check_log_promise(i.ino, promise)?;
+        self.cache.set_log_promise(i.ino, promise);
+        i.dirty_runs = runs;
+        // Nothing fails from here on: the write is all in, or not at all.
+        let visible = i.size();
+        for (fb, mut p) in fresh {
+            match i.dirty.get(&fb) {
+                Some(old) => {
+                    // The page absorbs this write: it now carries every
+                    // cached write to it since the oldest.
+                    p.first_seq = old.first_seq;
+                    p.end = p.end.max(old.end);
+                    i.dirty.insert(fb, p);
+                }
+                None => {
+                    i.dirty.insert(fb, p);
+                    added += 1;
+                }
+            }
+        }
+        i.cached_size = visible.max(end);
+        i.cached_mtime = now;
+        self.cache.commit_reservation(i.ino, reserved, added);
+        Ok(())
+    }
+
+    /// Discards the dirty pages of an inode being freed.
+    pub(crate) fn discard_dirty(&self, i: &mut Inode) {
+        if i.dirty.is_empty() {
+            return;
+        }
+        let n = i.dirty.len() as u64;
+        i.dirty.clear();
+        self.cache.drop_dirty(i.ino, n, true);
+    }
+}

@@ -1,0 +1,97 @@
+//! The migrator's state, held by [`Fs`](crate::Fs): the cold lists (sharded,
+//! Ziggurat's profiler), the counters `terrace status` shows, the windows of
+//! moves in flight, NVMFS's split state, the copy-buffer pool, the notices
+//! for the daemon's log and the migration thread's [`Worker`]. Plain state:
+//! the code that uses it is the rest of `migrate/` (a service on top of
+//! `fs.rs`, docs/design.md §1 "Layers"), and the fields only that code uses
+//! are visible there only.
+//!
+//! Lock order: every mutex here is a leaf (design.md §4a).
+
+use crate::lock_order::{Mutex, Rank};
+use crate::worker::Worker;
+use std::sync::atomic::AtomicU64;
+use terrace_policy::cold_list::Shard;
+
+/// Migration state and counters (shown by `terrace status`).
+#[derive(Default)]
+pub struct Migrator {
+    /// Cold lists of every regular file with data, by amtime (sharded).
+    pub(crate) shards: Vec<Mutex<Shard>>,
+    /// The same for the files that have data on PM: draining PM walks these,
+    /// so files already moved down never fill a pass's list (before
+    /// 2026-11-24 the 256 coldest files of the first list were all on the
+    /// SSD after one pass over a burst of small files, and every later pass
+    /// moved nothing while PM stayed full).
+    /// Index 0: files with PM data that has no copy elsewhere ("dirty" in
+    /// NVMFS's terms); index 1: files with PM data that has a clean copy.
+    /// Copying drains walk the first, evicting the second, moving both.
+    pub(crate) pm_shards: [Vec<Mutex<Shard>>; 2],
+    /// Tiers being drained now (bit per tier id), for the hysteresis.
+    pub(super) running: AtomicU64,
+    pub(super) bytes_down: AtomicU64,
+    pub(super) bytes_up: AtomicU64,
+    pub(super) entries_moved: AtomicU64,
+    pub(super) groups: AtomicU64,
+    pub(super) busy_ns: AtomicU64,
+    /// Bytes of data actually copied (for the bandwidth).
+    pub(super) data_bytes: AtomicU64,
+    pub(super) bytes_copied: AtomicU64,
+    pub(super) bytes_evicted: AtomicU64,
+    /// Target blocks of moves and copies written but not yet committed
+    /// (pending in a [`MoveBatch`](super::MoveBatch)): until the commit their data takes room
+    /// on two tiers, after it one side is free (a move) or can be dropped for
+    /// free (a clean copy), so a write refused for room waits for them
+    /// (`Fs::retry_freeing_room`).
+    pub(crate) move_blocks_pending: AtomicU64,
+    /// Windows of moves committed ([`MoveBatch`](super::MoveBatch) flushes and moves that copy
+    /// nothing), so that a waiter sees one end and a write refused for room
+    /// sees that room may have come back while it ran.
+    pub(crate) move_windows_done: AtomicU64,
+    /// PM reads of clean / dirty data (NVMFS's adaptive split).
+    pub(crate) clean_hits: AtomicU64,
+    pub(crate) dirty_hits: AtomicU64,
+    pub(crate) window_clean_hits: AtomicU64,
+    pub(crate) window_dirty_hits: AtomicU64,
+    pub(super) split: Mutex<Option<terrace_policy::nvmfs::AdaptiveSplit>>,
+    pub(super) flush_run: Mutex<terrace_policy::nvmfs::FlushRun>,
+    pub(super) passes: AtomicU64,
+    /// PM data use the last pass compared with the threshold (percent of
+    /// PM's data capacity; clean copies left out when the policy keeps them).
+    pub(super) pm_counted_percent: AtomicU64,
+    pub(super) last_reason: Mutex<String>,
+    /// Why the last pass that had to drain a tier moved nothing (empty when
+    /// it moved data): shown as "waiting: …" and logged once by the daemon.
+    pub(super) waiting: Mutex<String>,
+    /// The error that ended the last failed move, if any since the last
+    /// successful pass.
+    pub(super) last_failure: Mutex<Option<String>>,
+    /// The last log-migration failure logged (each different one once).
+    pub(crate) last_log_failure: Mutex<String>,
+    /// Notices for the daemon's log, each said once (see `take_notices`).
+    pub(crate) notices: Mutex<Vec<String>>,
+    /// The migration thread ([`crate::worker`]).
+    pub(crate) worker: Worker,
+    /// Copy buffers of finished moves, for reuse (at most
+    /// `BUF_POOL_BYTES` in all).
+    pub(super) bufs: Mutex<Vec<terrace_media::AlignedBuf>>,
+    /// Per target tier: bytes copied there by migration and the time spent
+    /// copying and syncing them (ns).
+    pub(super) per_tier: Mutex<std::collections::BTreeMap<u8, (u64, u64)>>,
+}
+
+impl Migrator {
+    pub(crate) fn new(shards: usize) -> Migrator {
+        Migrator {
+            shards: (0..shards.max(1))
+                .map(|_| Mutex::new(Rank::leaf("cold-list shard"), Shard::new()))
+                .collect(),
+            pm_shards: [0, 1].map(|_| {
+                (0..shards.max(1))
+                    .map(|_| Mutex::new(Rank::leaf("cold-list shard"), Shard::new()))
+                    .collect()
+            }),
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The state the services keep in [`Fs`](crate::Fs) — counters, a scan
+//! cursor, the last scrub's report, the name of the xattr the rules index
+//! is rebuilt from. It is declared here, below `fs.rs`, so that `Fs` holds it
+//! without importing the services whose code reads and updates it
+//! (`space.rs`, `clean.rs`, `log_migrate.rs`, `scrub.rs`, `rules.rs`; the
+//! migrator's state is `migrate/state.rs`). Plain data, no logic: see
+//! docs/design.md §1, "Layers".
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// Counters and state of the PM room rules (`space.rs`; for `terrace
+/// status`).
+#[derive(Debug, Default)]
+pub struct SpaceStats {
+    /// Operations that waited for migration to free PM.
+    pub waits: AtomicU64,
+    /// Total time they waited.
+    pub wait_ns: AtomicU64,
+    /// Waits that ended because PM stopped getting freer.
+    pub stalls: AtomicU64,
+    /// Cached writes refused because PM could not hold their log entries.
+    pub promise_refusals: AtomicU64,
+    /// Bytes of PM copies of clean data dropped because a write found no
+    /// room ([`Fs::retry_freeing_room`](crate::Fs::retry_freeing_room)).
+    pub copies_dropped_for_room: AtomicU64,
+    /// Operations refused for room that were tried again.
+    pub room_retries: AtomicU64,
+    /// 1 + free PM blocks when the last wait gave up (0: it did not):
+    /// operations do not wait again until PM has more free blocks.
+    pub stalled_at_free: AtomicU64,
+    /// Set when a data write was refused for room, until one succeeds: the
+    /// daemon's log says each change once, not once per refused write.
+    pub full: AtomicBool,
+}
+
+/// Extent recycling counters (`clean.rs`).
+#[derive(Default)]
+pub struct CleanerStats {
+    pub(crate) rounds: AtomicU64,
+    pub(crate) extents_recycled: AtomicU64,
+    pub(crate) moved_blocks: AtomicU64,
+    pub(crate) recycled_blocks: AtomicU64,
+}
+
+/// Log migration counters and the scan cursor (`log_migrate.rs`).
+#[derive(Default)]
+pub struct LogMigration {
+    /// The next inode slot a pass looks at.
+    pub(crate) cursor: AtomicU64,
+    /// Logs moved to a block tier since mount.
+    pub(crate) moved: AtomicU64,
+    /// PM bytes of log pages those moves freed.
+    pub(crate) pm_bytes_freed: AtomicU64,
+    /// Blobs the cleaner moved within a tier.
+    pub(crate) relocated: AtomicU64,
+}
+
+/// What a scrub found and did (the running one, or the last one;
+/// `scrub.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScrubReport {
+    /// Still running.
+    pub running: bool,
+    /// When it started / finished (seconds since the epoch; 0 = not yet).
+    pub started_unix: u64,
+    /// When it finished.
+    pub finished_unix: u64,
+    /// Repairs were allowed (read-write mount, not `--no-repair`).
+    pub repair: bool,
+    /// Block-tier blocks to read (primary locations and copies).
+    pub total_blocks: u64,
+    /// Blocks read so far.
+    pub read_blocks: u64,
+    /// Blocks whose checksum matched.
+    pub checked_blocks: u64,
+    /// Blocks without a checksum (written before format 5).
+    pub unverified_blocks: u64,
+    /// Blocks that were damaged or could not be read.
+    pub bad_blocks: u64,
+    /// Damaged blocks repaired from a good copy (or dropped copies).
+    pub repaired_blocks: u64,
+    /// Damaged blocks with no good copy: "inode N, bytes A..B (tier T block B)".
+    pub unrepairable: Vec<String>,
+    /// Stopped before the end (unmount).
+    pub stopped: bool,
+}
+
+/// The placement rule's xattr name (`rules.rs`). Mount rebuilds
+/// `Fs::ruled`, the inodes that have a rule, from it.
+pub const RULE_XATTR: &[u8] = b"user.terrace.rule";

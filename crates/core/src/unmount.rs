@@ -1,0 +1,102 @@
+//! Unmount: cached data written back (retrying while migration frees PM),
+//! the background threads stopped, lazy access times stored, PM synced and
+//! the superblock marked clean — in that order, so a pool marked clean holds
+//! everything acknowledged. A freeze (`freeze.rs`) makes the
+//! image clean the same way ([`Fs::persist_and_mark_clean`]) while the pool
+//! stays mounted.
+
+use crate::fs::Fs;
+use std::sync::atomic::Ordering;
+
+impl Fs {
+    /// Persists everything and marks the pool cleanly unmounted. Idempotent.
+    ///
+    /// Cached data is written back first, while migration still runs (it
+    /// may have to free PM for the commits: [`Fs::persist_cached`]). When
+    /// that fails, nothing is marked and the error is returned: the pool is
+    /// still mounted as far as the core is concerned, its cached data kept,
+    /// and a later call tries again. Only a pool with nothing cached left is
+    /// marked clean.
+    pub fn unmount(&self) -> std::io::Result<()> {
+        if self.unmounted.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.read_only || self.is_frozen() {
+            // Nothing was written since mount (or since a freeze made the
+            // pool clean) and nothing is: the pool stays as clean as it was.
+            self.stop_migration();
+            self.stop_writeback();
+            self.unmounted.store(true, Ordering::SeqCst);
+            return Ok(());
+        }
+        self.persist_and_mark_clean()?;
+        self.unmounted.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// What a clean unmount (and a freeze, `freeze.rs`) persists: cached
+    /// data, lazy access times, then the superblock marked clean, with the
+    /// background threads stopped.
+    pub(crate) fn persist_and_mark_clean(&self) -> std::io::Result<()> {
+        self.persist_cached()?;
+        self.stop_migration();
+        self.stop_writeback();
+        self.persist_lazy_atimes();
+        // Anything cached since (a last request in flight) goes too.
+        self.flush_all()?;
+        self.media.fence();
+        self.media.sync_all()?;
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        sb.generation += 1;
+        crate::mkfs::write_superblock(&*self.media, &sb);
+        drop(sb);
+        self.media.sync_all()
+    }
+
+    /// Stops the migration and write-back threads and persists nothing: the
+    /// state a crash leaves (for tests that drop the `Fs` and mount again).
+    pub fn stop_background_for_crash_test(&self) {
+        self.stop_migration();
+        self.stop_writeback();
+    }
+
+    /// Writes back every dirty cached page (what an unmount must persist).
+    /// A write-back that finds no room retries while migration frees PM —
+    /// up to a minute without progress — so a pool that filled PM in a burst
+    /// still persists everything it acknowledged.
+    pub fn persist_cached(&self) -> std::io::Result<()> {
+        let mut last_left = u64::MAX;
+        let mut progress_at = std::time::Instant::now();
+        let device_full = self.counters.device_full_errors.load(Ordering::Relaxed);
+        loop {
+            match self.flush_all() {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    let left = self.cache.dirty_blocks();
+                    // A full device is not helped by migration (it moves
+                    // data *to* the block tiers): give up soon.
+                    let limit =
+                        if self.counters.device_full_errors.load(Ordering::Relaxed) > device_full {
+                            std::time::Duration::from_secs(2)
+                        } else {
+                            std::time::Duration::from_secs(60)
+                        };
+                    if left < last_left {
+                        last_left = left;
+                        progress_at = std::time::Instant::now();
+                    } else if progress_at.elapsed() > limit {
+                        return Err(e);
+                    }
+                    if self.migration_thread_running() {
+                        self.kick_migration();
+                    } else if self.migration_pass() == 0 {
+                        return Err(e);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
