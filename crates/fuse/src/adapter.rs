@@ -12,7 +12,7 @@
 //! - An [`Arrival`] records the request's duration before the poller may
 //!   start polling (field drop order).
 
-use crate::{latency, page_cache, poll};
+use crate::{invalidate, latency, page_cache, poll};
 use fuser::{InitFlags, KernelConfig};
 use latency::{Op, RequestLatency};
 use std::sync::{Arc, OnceLock};
@@ -31,6 +31,8 @@ pub struct FuseAdapter {
     pub(crate) killpriv: bool,
     /// Sends invalidations to the kernel (set once the session exists).
     pub(crate) notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// Drops stale cached pages before replies, off the request threads.
+    pub(crate) invalidator: invalidate::Invalidator,
     /// Files opened write-only get `FOPEN_DIRECT_IO` (the kernel allows mmap
     /// of them); other opens go through the kernel's page cache.
     pub(crate) direct_io: bool,
@@ -62,10 +64,12 @@ impl FuseAdapter {
     /// Wraps a mounted core file system; threads poll the device for up to
     /// `window` after a reply while requests arrive back to back.
     pub fn with_poll_window(fs: Arc<Fs>, window: Duration) -> FuseAdapter {
+        let notifier: Arc<OnceLock<fuser::Notifier>> = Arc::default();
         FuseAdapter {
             fs,
             killpriv: false,
-            notifier: Arc::default(),
+            invalidator: invalidate::Invalidator::new(notifier.clone()),
+            notifier,
             direct_io: false,
             cached: page_cache::CachedOpens::default(),
             no_opendir: false,

@@ -5,7 +5,9 @@
 //! Invariants:
 //! - A change of a file's data that bypassed the kernel's page cache drops
 //!   the kernel's pages of the changed range before it is acknowledged
-//!   ([`FuseAdapter::data_changed`]).
+//!   ([`FuseAdapter::data_changed`] names the range,
+//!   [`FuseAdapter::reply_after`] replies once the kernel dropped it, from
+//!   the invalidation thread of [`crate::invalidate`]).
 //! - How an open is served is decided after the core's open succeeded, and
 //!   a cached open counted at open is given back at release.
 //! - A created file whose open fails gives back the lookup its creation
@@ -13,9 +15,10 @@
 
 use crate::adapter::FuseAdapter;
 use crate::convert::ctx;
+use crate::invalidate::Stale;
 use crate::reply::refuse;
 use crate::setid;
-use fuser::{FopenFlags, INodeNo, Request, WriteFlags};
+use fuser::{FopenFlags, Request, WriteFlags};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -54,17 +57,26 @@ impl FuseAdapter {
     }
 
     /// The data of `ino` from byte `offset` on (`len` bytes, 0: to the end)
-    /// changed other than from the kernel's page cache: drops the kernel's
-    /// pages of that range while cached opens may hold them (before the
-    /// change is acknowledged), and marks the file so the next cached
-    /// open drops the rest.
-    pub(crate) fn data_changed(&self, ino: u64, offset: u64, len: u64) {
-        if self.direct_io && self.cached.changed(ino) {
-            if let Some(n) = self.notifier.get() {
-                let off = i64::try_from(offset).unwrap_or(i64::MAX);
-                let len = i64::try_from(len).unwrap_or(0);
-                let _ = n.inval_inode(INodeNo(ino), off, len);
-            }
+    /// changed other than from the kernel's page cache: marks the file so
+    /// the next cached open drops its pages, and names the range the kernel
+    /// must drop before the change is acknowledged while cached opens may
+    /// hold it (the caller replies through [`FuseAdapter::reply_after`]).
+    pub(crate) fn data_changed(&self, ino: u64, offset: u64, len: u64) -> Option<Stale> {
+        (self.direct_io && self.cached.changed(ino)).then_some(Stale { ino, offset, len })
+    }
+
+    /// Replies with `r` through `reply` — once the kernel dropped the pages
+    /// `r` made stale, from the invalidation thread, so the request thread
+    /// is free meanwhile to serve the reads that invalidation may wait for.
+    pub(crate) fn reply_after<T: Send + 'static>(
+        &self,
+        r: io::Result<(T, Option<Stale>)>,
+        reply: impl FnOnce(io::Result<T>) + Send + 'static,
+    ) {
+        match r {
+            Ok((v, Some(stale))) => self.invalidator.then(stale, move || reply(Ok(v))),
+            Ok((v, None)) => reply(Ok(v)),
+            Err(e) => reply(Err(e)),
         }
     }
 }
@@ -76,7 +88,7 @@ pub(crate) fn open(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<(u64, Fo
 }
 
 /// write of `data` at `offset` by `req` through an open with `flags`: the
-/// number of bytes written.
+/// number of bytes written, and the range cached opens may hold stale.
 pub(crate) fn write(
     a: &FuseAdapter,
     req: &Request,
@@ -85,7 +97,7 @@ pub(crate) fn write(
     data: &[u8],
     write_flags: WriteFlags,
     flags: i32,
-) -> io::Result<u32> {
+) -> io::Result<(u32, Option<Stale>)> {
     // O_SYNC and O_DSYNC (which O_SYNC includes) make a write synchronous.
     let o_sync = flags & libc::O_DSYNC != 0;
     let n = a.fs.write_hinted(ino, offset, data, o_sync)?;
@@ -97,10 +109,12 @@ pub(crate) fn write(
     // write-backs of mapped pages; only writes that bypassed it change what
     // cached opens see.
     let bypassed_cache = !a.cached_open(flags) || flags & libc::O_DIRECT != 0;
-    if bypassed_cache && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-        a.data_changed(ino, offset, n as u64);
-    }
-    Ok(n as u32)
+    let stale = if bypassed_cache && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+        a.data_changed(ino, offset, n as u64)
+    } else {
+        None
+    };
+    Ok((n as u32, stale))
 }
 
 /// release of an open with `flags`.

@@ -283,7 +283,7 @@ impl Filesystem for FuseAdapter {
     ) {
         let _req = self.arrived(Op::Write);
         let r = file::write(self, req, ino.0, offset, data, write_flags, flags.0);
-        reply::written(reply, r);
+        self.reply_after(r, move |r| reply::written(reply, r));
     }
 
     fn flush(
@@ -406,7 +406,7 @@ impl Filesystem for FuseAdapter {
     ) {
         let _req = self.arrived(Op::Fallocate);
         let r = special::fallocate(self, req, ino.0, offset, length, mode);
-        reply::empty(reply, r);
+        self.reply_after(r, move |r| reply::empty(reply, r));
     }
 
     fn copy_file_range(
@@ -425,6 +425,6 @@ impl Filesystem for FuseAdapter {
         let _req = self.arrived(Op::CopyFileRange);
         let (from, to) = ((ino_in.0, offset_in), (ino_out.0, offset_out));
         let r = special::copy_file_range(self, req, from, to, len, flags);
-        reply::written(reply, r);
+        self.reply_after(r, move |r| reply::written(reply, r));
     }
 }

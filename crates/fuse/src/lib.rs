@@ -51,7 +51,9 @@
 //! - mounting: [`MountOptions`] (`options.rs`) and [`mount`]/[`unmount`]
 //!   (`session.rs`);
 //! - helpers with their own state or rules: [`page_cache`], [`poll`],
-//!   [`setid`], [`latency`].
+//!   [`setid`], [`latency`], and `invalidate.rs` (the thread that drops
+//!   stale kernel pages before a reply, so no request thread waits on the
+//!   kernel's page locks).
 
 mod adapter;
 mod attr;
@@ -60,6 +62,7 @@ mod dir;
 mod dirplus;
 mod file;
 mod filesystem;
+mod invalidate;
 pub mod latency;
 mod options;
 pub mod page_cache;

@@ -7,13 +7,15 @@
 //! kernel's pages after it and before the reply.
 
 use crate::adapter::FuseAdapter;
+use crate::invalidate::Stale;
 use crate::reply::refuse;
 use crate::setid;
 use fuser::{CopyFileRangeFlags, Request};
 use std::io;
 use terrace_core::FallocateMode;
 
-/// fallocate of `[offset, offset + length)` of `ino` with mode bits `mode`.
+/// fallocate of `[offset, offset + length)` of `ino` with mode bits `mode`;
+/// the range cached opens may hold stale.
 pub(crate) fn fallocate(
     a: &FuseAdapter,
     req: &Request,
@@ -21,23 +23,20 @@ pub(crate) fn fallocate(
     offset: u64,
     length: u64,
     mode: i32,
-) -> io::Result<()> {
+) -> io::Result<((), Option<Stale>)> {
     let m = fallocate_mode(mode).map_err(refuse)?;
     // The kernel sends no kill flag with fallocate: like the VFS
     // (file_modified), drop set-ID bits first, then change the file.
     if a.killpriv {
         a.kill_priv(ino, &setid::Caller::of(req));
     }
-    let r = a.fs.fallocate(ino, offset, length, m);
-    if r.is_ok() {
-        // Collapse and insert move everything after the range.
-        a.data_changed(ino, offset, 0);
-    }
-    r
+    a.fs.fallocate(ino, offset, length, m)?;
+    // Collapse and insert move everything after the range.
+    Ok(((), a.data_changed(ino, offset, 0)))
 }
 
 /// copy_file_range of `len` bytes from `(ino, offset)` to `(ino, offset)`:
-/// the number of bytes copied. Whole blocks are shared with the source
+/// the number of bytes copied, and the range cached opens may hold stale. Whole blocks are shared with the source
 /// (core `ops_clone`).
 pub(crate) fn copy_file_range(
     a: &FuseAdapter,
@@ -46,7 +45,7 @@ pub(crate) fn copy_file_range(
     (ino_out, offset_out): (u64, u64),
     len: u64,
     flags: CopyFileRangeFlags,
-) -> io::Result<u32> {
+) -> io::Result<(u32, Option<Stale>)> {
     if !flags.is_empty() {
         return Err(refuse(libc::EINVAL));
     }
@@ -56,8 +55,7 @@ pub(crate) fn copy_file_range(
     }
     let n =
         a.fs.copy_range(ino_in, offset_in, ino_out, offset_out, len)?;
-    a.data_changed(ino_out, offset_out, n);
-    Ok(n as u32)
+    Ok((n as u32, a.data_changed(ino_out, offset_out, n)))
 }
 
 /// The [`FallocateMode`] of fallocate(2) mode bits, or the errno ext4 (and
