@@ -10,9 +10,14 @@
 //! `object_store::Error::Generic` from store `"fault"`, so they look like
 //! any transport error to the code above. [`FaultStore::injected`] counts
 //! them.
+//!
+//! [`FaultStore::hold_puts`] makes PUTs wait (a slow upload) until
+//! [`FaultStore::release_puts`], so a test can act while a `sync` is in
+//! flight; [`FaultStore::puts_waiting`] tells when one is.
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -90,6 +95,10 @@ struct State {
 pub struct FaultStore {
     inner: Arc<dyn ObjectStore>,
     state: Arc<Mutex<State>>,
+    /// True while PUTs are held.
+    hold: tokio::sync::watch::Sender<bool>,
+    /// PUTs waiting now.
+    waiting: AtomicU64,
 }
 
 fn injected(what: &str) -> object_store::Error {
@@ -105,6 +114,34 @@ impl FaultStore {
         FaultStore {
             inner,
             state: Arc::new(Mutex::new(State::default())),
+            hold: tokio::sync::watch::Sender::new(false),
+            waiting: AtomicU64::new(0),
+        }
+    }
+
+    /// PUTs wait from now on until [`release_puts`](Self::release_puts).
+    pub fn hold_puts(&self) {
+        self.hold.send_replace(true);
+    }
+
+    /// Lets held and later PUTs go.
+    pub fn release_puts(&self) {
+        self.hold.send_replace(false);
+    }
+
+    /// PUTs waiting now.
+    pub fn puts_waiting(&self) -> u64 {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Waits while PUTs are held.
+    async fn wait_if_held(&self) {
+        let mut rx = self.hold.subscribe();
+        if *rx.borrow() {
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            // Err only if the sender is gone, and it lives in `self`.
+            let _ = rx.wait_for(|held| !*held).await;
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -179,6 +216,7 @@ impl ObjectStore for FaultStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
+        self.wait_if_held().await;
         match self.put_fails() {
             None => self.inner.put_opts(location, payload, opts).await,
             Some(PutFault::Refuse) => Err(injected("PUT")),

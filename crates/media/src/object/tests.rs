@@ -292,6 +292,49 @@ fn a_put_failing_midway_leaves_no_visible_part_and_keeps_the_data_pending() {
 }
 
 #[test]
+fn reads_writes_and_trims_while_a_sync_uploads() {
+    let store = new_store();
+    let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
+    let dynf: Arc<dyn ObjectStore> = fault.clone();
+    let m = Arc::new(ObjectMedia::create_in(bucket(&dynf), UUID, 64 * BLOCK_SIZE, 8).unwrap());
+    m.write_blocks(0, &blocks(0, 8, 1)).unwrap(); // part A: blocks 0..8
+    m.write_blocks(8, &blocks(8, 8, 1)).unwrap(); // part B: blocks 8..16
+    fault.hold_puts();
+    let syncer = {
+        let m = Arc::clone(&m);
+        std::thread::spawn(move || m.sync())
+    };
+    while fault.puts_waiting() == 0 {
+        std::thread::yield_now();
+    }
+    // In flight: reads see the data, a new write wins over it, a trim
+    // applies to the part once it lands.
+    assert_eq!(read(&m, 0, 16), blocks(0, 16, 1));
+    m.write_blocks(3, &blocks(3, 1, 2)).unwrap();
+    m.trim(8, 8).unwrap();
+    assert_eq!(read(&m, 3, 1), blocks(3, 1, 2));
+    fault.release_puts();
+    syncer.join().unwrap().unwrap();
+    let mut want = blocks(0, 8, 1);
+    want[3 * BLOCK..4 * BLOCK].copy_from_slice(&blocks(3, 1, 2));
+    assert_eq!(read(&m, 0, 8), want, "the newer write is still pending");
+    assert_eq!(m.object_stats().pending_bytes, BLOCK_SIZE);
+    // Part B was trimmed whole while it uploaded: dead on arrival, and
+    // deleted by the same sync.
+    assert_eq!(m.object_stats().parts, 1);
+    assert_eq!(parts_in(&store).len(), 1);
+    m.sync().unwrap();
+    let s = m.object_stats();
+    assert_eq!(
+        (s.parts, s.live_bytes, s.dead_parts),
+        (2, 8 * BLOCK_SIZE, 0)
+    );
+    drop(m);
+    let m = ObjectMedia::open_in(bucket(&dynf), UUID).unwrap();
+    assert_eq!(read(&m, 0, 8), want);
+}
+
+#[test]
 fn orphans_of_a_failed_sync_whose_cleanup_failed_are_removed_by_retain() {
     let store = new_store();
     let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
