@@ -89,7 +89,8 @@ pub struct ObjectStats {
     /// Bytes of blocks that read from a part (the rest of `stored_bytes` is
     /// superseded or trimmed: what cleaning would win back).
     pub live_bytes: u64,
-    /// Dead parts waiting for deletion.
+    /// Dead parts waiting for deletion, and objects of failed syncs whose
+    /// delete failed (not in `parts`).
     pub dead_parts: u64,
     /// Bytes written but not yet synced.
     pub pending_bytes: u64,

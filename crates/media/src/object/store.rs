@@ -77,7 +77,8 @@ pub struct Bucket {
     base: String,
     /// Key prefix, no leading or trailing `/`, maybe empty.
     prefix: String,
-    runtime: tokio::runtime::Runtime,
+    /// `Some` until dropped (see `Drop`).
+    runtime: Option<tokio::runtime::Runtime>,
     concurrency: usize,
     counters: Counters,
 }
@@ -88,6 +89,18 @@ impl std::fmt::Debug for Bucket {
             .field("url", &self.url())
             .field("concurrency", &self.concurrency)
             .finish()
+    }
+}
+
+impl Drop for Bucket {
+    /// Every operation waited for its requests, so only idle connections are
+    /// left on the runtime: shut it down without waiting for them (which
+    /// also works when the bucket is dropped inside another async runtime,
+    /// where dropping a runtime would panic).
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -171,7 +184,7 @@ impl Bucket {
             store,
             base: base.trim_end_matches('/').to_string(),
             prefix,
-            runtime,
+            runtime: Some(runtime),
             concurrency: DEFAULT_CONCURRENCY,
             counters: Counters::default(),
         })
@@ -254,7 +267,13 @@ impl Bucket {
                 self.url()
             )));
         }
-        self.runtime.block_on(fut)
+        match &self.runtime {
+            Some(rt) => rt.block_on(fut),
+            None => Err(io::Error::other(format!(
+                "s3 {}: runtime shut down",
+                self.url()
+            ))),
+        }
     }
 
     fn path(key: &str) -> io::Result<Path> {

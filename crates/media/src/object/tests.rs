@@ -565,6 +565,8 @@ fn calling_from_inside_an_async_runtime_is_an_error_not_a_panic() {
         m.read_blocks(0, &mut b).unwrap_err()
     });
     assert!(e.to_string().contains("inside an async runtime"), "{e}");
+    // Dropping it there is no panic either.
+    rt.block_on(async { drop(m) });
 }
 
 #[test]
