@@ -6,6 +6,7 @@
 #   make faults       the long fault campaign: EIO/ENOSPC/lost syncs under random operations, a tier image filled, truncated, kill -9 during scrub and repair -> docs/reliability.md
 #   make xfstests     xfstests on Terrace mounts (XFSTESTS_CONFIG=pm|tiered, XFSTESTS_ARGS="-g quick") -> docs/results/
 #   make xfstests-short  the xfstests that guard fixes (tests/xfstests/short-list; part of `make test`)
+#   make test-s3      the object tier against a real S3 server: starts MinIO (tests/minio/minio.sh), runs crates/media/tests/object_minio.rs, stops it
 #   make bench        full benchmark (3 runs per job, medians; about two hours) -> docs/results/, docs/benchmarks.md
 #   make bench-quick  short benchmark, a subset of every workload (< 10 minutes)
 #   make bench-small-files  small-file capacity: 1,000,000 files on a pool with PM at 1%, vs ext4 (~15 minutes)
@@ -100,14 +101,16 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# The object tier's test against a real S3 server runs in `make test-s3`
+# (part of `make test`), which starts MinIO for it; here it is skipped.
 unit:
-	$(CARGO) test --workspace --release
+	TERRACE_S3_SKIP=1 $(CARGO) test --workspace --release
 
 # The end-to-end tests drive target/release/terrace and the passthrough example.
 e2e: build
 	$(PYTHON) -m pytest -q tests/e2e
 
-test: setup fmt-check clippy unit e2e xfstests-short
+test: setup fmt-check clippy unit test-s3 e2e xfstests-short
 
 crash-long: build
 	CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(PYTHON) -m pytest -q tests/e2e/test_crash_kill.py
@@ -145,6 +148,19 @@ xfstests: build
 xfstests-short: build
 	tests/xfstests/run.sh --config pm --terrace "$(TERRACE)" --no-report \
 		$$(sed -e 's/#.*//' tests/xfstests/short-list)
+
+# The object (S3) tier against a real S3 server (docs/design.md section 5n):
+# a throwaway MinIO on free loopback ports (built with `go install` the first
+# time), the integration test, and MinIO stopped and its data removed however
+# the test ends. S3_TEST_ARGS go to the test binary (e.g. `--ignored
+# --nocapture measure` for the numbers of section 5n).
+S3_TEST_ARGS ?=
+.PHONY: test-s3
+test-s3:
+	minio_dir=$$(mktemp -d /tmp/terrace-minio.XXXXXX); \
+	trap 'tests/minio/minio.sh stop "$$minio_dir"; rm -rf "$$minio_dir"' EXIT; \
+	eval "$$(tests/minio/minio.sh start "$$minio_dir")"; \
+	$(CARGO) test --release -p terrace-media --test object_minio -- $(S3_TEST_ARGS)
 
 # ----------------------------------------------------------------- benchmarks
 # bench/run.sh sets up every system (loop devices, mkfs, mounts) and tears it all

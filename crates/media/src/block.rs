@@ -74,6 +74,14 @@ pub trait BlockMedia: Send + Sync {
     fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()>;
     /// Makes everything written before the call durable.
     fn sync(&self) -> io::Result<()>;
+    /// The blocks `[block, block + blocks)` hold no live data any more; media
+    /// may reclaim them. Until they are written again, reads of them return
+    /// unspecified contents. Call only once the commit that freed them is
+    /// durable. The default does nothing.
+    fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {
+        let _ = (block, blocks);
+        Ok(())
+    }
     /// One-line description for status output and mount messages.
     fn describe(&self) -> String;
     /// Request counters since the media was opened.
@@ -95,6 +103,9 @@ macro_rules! forward_block_media {
             }
             fn sync(&self) -> io::Result<()> {
                 (**self).sync()
+            }
+            fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {
+                (**self).trim(block, blocks)
             }
             fn describe(&self) -> String {
                 (**self).describe()

@@ -18,6 +18,8 @@
 //!   (EIO after a countdown), and `PerWriterSync`, which the file system
 //!   puts around every tier so that a failed sync reaches every writer whose
 //!   unsynced data it may have lost (Linux reports it to one `fsync` only).
+//! - [`ObjectMedia`]: a block tier in an S3-compatible object store (parts
+//!   uploaded at `sync`, an index rebuilt from their keys; `object/`).
 //! - `fault::FaultMedia`: wraps another media and poisons ranges, so reads of
 //!   them return a recognisable pattern (PM stores cannot fail; media errors
 //!   show up as bad loads).
@@ -31,6 +33,7 @@ pub mod crash;
 pub mod fault;
 mod media_file;
 pub mod mem;
+pub mod object;
 pub mod persist;
 pub mod pm;
 pub mod replay;
@@ -46,6 +49,7 @@ pub use block_sync::PerWriterSync;
 pub use crash::{CrashEvent, CrashMedia, CrashState, CrashTrace, LossMode};
 pub use fault::{FaultMedia, POISON_BYTE};
 pub use mem::MemMedia;
+pub use object::{ObjectConfig, ObjectMedia, ObjectStats, SweepReport};
 pub use pm::{PmFile, PmKind};
 pub use replay::{EventClock, Replay, Trace};
 

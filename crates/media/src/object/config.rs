@@ -1,0 +1,511 @@
+//! Where an object tier lives and how to sign in: [`ObjectConfig`] and
+//! [`Credentials`].
+//!
+//! A tier is named by one URL, `http(s)://HOST[:PORT]/BUCKET[/PREFIX]`
+//! ([`ObjectConfig::from_url`]). Everything else has a default: the region is
+//! `AWS_REGION` or `us-east-1`; requests are path-style (`HOST/BUCKET/KEY`)
+//! for plain-http endpoints and IP addresses — what MinIO and most local
+//! servers need — and virtual-hosted (`BUCKET.HOST/KEY`) for https names.
+//!
+//! Credentials come from the standard places only ([`Credentials::resolve`]):
+//! a credentials file named in the config (with its profile), else the
+//! environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//! `AWS_SESSION_TOKEN`), else the profile `AWS_PROFILE` (default `default`)
+//! of `AWS_SHARED_CREDENTIALS_FILE` or `~/.aws/credentials`. Terrace never
+//! writes credentials anywhere, and `Debug` prints no secret.
+//!
+//! Parsing takes the environment as a function, so tests need not touch the
+//! process's environment.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Region used when neither the config nor `AWS_REGION` names one.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// Uploads or ranged reads one operation keeps in flight at most.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+
+/// Where an object tier lives; see the module docs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectConfig {
+    /// `http://HOST[:PORT]` or `https://HOST[:PORT]`, no trailing slash.
+    pub endpoint: String,
+    /// Bucket name.
+    pub bucket: String,
+    /// Key prefix inside the bucket without leading or trailing `/`; empty
+    /// for the bucket's root.
+    pub prefix: String,
+    /// Signing region.
+    pub region: String,
+    /// Path-style requests (`HOST/BUCKET/KEY`) instead of virtual-hosted ones.
+    pub path_style: bool,
+    /// A credentials file to read instead of the environment and
+    /// `~/.aws/credentials`.
+    pub credentials_file: Option<PathBuf>,
+    /// Profile to use in a credentials file (default: `AWS_PROFILE`, else
+    /// `default`).
+    pub profile: Option<String>,
+    /// Requests in flight at most per `sync` or read (at least 1).
+    pub concurrency: usize,
+    /// Retries of a failed request (0: none), within `retry_timeout`.
+    pub retries: usize,
+    /// No retry starts later than this after the first attempt.
+    pub retry_timeout: Duration,
+    /// Time limit of one HTTP request.
+    pub request_timeout: Duration,
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl ObjectConfig {
+    /// Parses `http(s)://HOST[:PORT]/BUCKET[/PREFIX]`, with the region from
+    /// `AWS_REGION` (else `us-east-1`).
+    pub fn from_url(url: &str) -> io::Result<ObjectConfig> {
+        ObjectConfig::parse(url, &|k| std::env::var(k).ok())
+    }
+
+    /// [`from_url`](Self::from_url) with the environment given as a function.
+    pub fn parse(url: &str, env: &dyn Fn(&str) -> Option<String>) -> io::Result<ObjectConfig> {
+        let bad = |why: &str| {
+            invalid(format!(
+                "object tier URL {url:?}: {why} (expected http(s)://HOST[:PORT]/BUCKET[/PREFIX])"
+            ))
+        };
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        if scheme != "http" && scheme != "https" {
+            return Err(bad(&format!("scheme {scheme:?} is not http or https")));
+        }
+        if rest.contains(['?', '#', '@', '\\']) || rest.chars().any(|c| c.is_whitespace()) {
+            return Err(bad(
+                "query, fragment, user info, backslash or space not allowed",
+            ));
+        }
+        let (authority, path) = rest.split_once('/').ok_or_else(|| bad("no bucket"))?;
+        let (host, port) = split_host_port(authority).map_err(|why| bad(&why))?;
+        let path = path.trim_end_matches('/');
+        let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
+        check_bucket(bucket).map_err(|why| bad(&why))?;
+        if prefix
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
+            && !prefix.is_empty()
+        {
+            return Err(bad("prefix has an empty, '.' or '..' component"));
+        }
+        if !prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+        {
+            return Err(bad(
+                "prefix may hold only letters, digits, '-', '_', '.' and '/'",
+            ));
+        }
+        let ip = host.starts_with('[') || host.parse::<std::net::Ipv4Addr>().is_ok();
+        let endpoint = match port {
+            Some(p) => format!("{scheme}://{host}:{p}"),
+            None => format!("{scheme}://{host}"),
+        };
+        Ok(ObjectConfig {
+            endpoint,
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+            region: env("AWS_REGION")
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| DEFAULT_REGION.to_string()),
+            path_style: scheme == "http" || ip || host == "localhost",
+            credentials_file: None,
+            profile: None,
+            concurrency: DEFAULT_CONCURRENCY,
+            retries: 10,
+            retry_timeout: Duration::from_secs(180),
+            request_timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// The tier's URL, `ENDPOINT/BUCKET[/PREFIX]` (no credentials).
+    pub fn url(&self) -> String {
+        if self.prefix.is_empty() {
+            format!("{}/{}", self.endpoint, self.bucket)
+        } else {
+            format!("{}/{}/{}", self.endpoint, self.bucket, self.prefix)
+        }
+    }
+
+    /// The endpoint object_store's builder wants: the bucket's own host for
+    /// virtual-hosted requests.
+    pub(crate) fn bucket_endpoint(&self) -> String {
+        if self.path_style {
+            return self.endpoint.clone();
+        }
+        match self.endpoint.split_once("://") {
+            Some((scheme, host)) => format!("{scheme}://{}.{host}", self.bucket),
+            None => self.endpoint.clone(),
+        }
+    }
+}
+
+/// `HOST[:PORT]` → host and port; `[v6]:port` keeps its brackets.
+fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
+    let (host, port) = if authority.starts_with('[') {
+        match authority.find(']') {
+            Some(i) => {
+                let (h, rest) = authority.split_at(i + 1);
+                match rest.strip_prefix(':') {
+                    Some(p) => (h, Some(p)),
+                    None if rest.is_empty() => (h, None),
+                    None => return Err("junk after an IPv6 address".to_string()),
+                }
+            }
+            None => return Err("unclosed '['".to_string()),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() || host == "[]" {
+        return Err("no host".to_string());
+    }
+    let host_ok = host.starts_with('[')
+        || host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    if !host_ok {
+        return Err(format!(
+            "host {host:?} has characters a host name cannot have"
+        ));
+    }
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Some(n),
+            _ => return Err(format!("port {p:?} is not a number from 1 to 65535")),
+        },
+    };
+    Ok((host, port))
+}
+
+/// S3's bucket naming rules (the part that matters for addressing).
+fn check_bucket(bucket: &str) -> Result<(), String> {
+    let ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && bucket
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && bucket
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    if bucket.is_empty() {
+        Err("no bucket".to_string())
+    } else if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "bucket {bucket:?} is not 3-63 lowercase letters, digits, '.' or '-'"
+        ))
+    }
+}
+
+/// An access key, its secret and maybe a session token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// Access key id.
+    pub access_key_id: String,
+    /// Secret access key.
+    pub secret_access_key: String,
+    /// Session token of temporary credentials.
+    pub session_token: Option<String>,
+    /// Where they came from, for messages (`environment`, `FILE [PROFILE]`).
+    pub source: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<hidden>")
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<hidden>"),
+            )
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// The credentials for `cfg` from the process's environment and files.
+    pub fn from_env(cfg: &ObjectConfig) -> io::Result<Credentials> {
+        Credentials::resolve(cfg, &|k| std::env::var(k).ok())
+    }
+
+    /// Looks in the order of the module docs; an error names every place
+    /// looked at.
+    pub fn resolve(
+        cfg: &ObjectConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> io::Result<Credentials> {
+        let profile = cfg
+            .profile
+            .clone()
+            .or_else(|| env("AWS_PROFILE").filter(|p| !p.is_empty()))
+            .unwrap_or_else(|| "default".to_string());
+        if let Some(file) = &cfg.credentials_file {
+            return from_file(file, &profile)?.ok_or_else(|| {
+                invalid(format!(
+                    "S3 credentials: no profile [{profile}] with aws_access_key_id and \
+                     aws_secret_access_key in {}",
+                    file.display()
+                ))
+            });
+        }
+        let var = |k: &str| env(k).filter(|v| !v.is_empty());
+        match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+            (Some(id), Some(secret)) => {
+                return Ok(Credentials {
+                    access_key_id: id,
+                    secret_access_key: secret,
+                    session_token: var("AWS_SESSION_TOKEN"),
+                    source: "environment".to_string(),
+                })
+            }
+            (Some(_), None) | (None, Some(_)) => return Err(invalid(
+                "S3 credentials: only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set"
+                    .to_string(),
+            )),
+            (None, None) => {}
+        }
+        let file = match var("AWS_SHARED_CREDENTIALS_FILE") {
+            Some(f) => Some(PathBuf::from(f)),
+            None => var("HOME").map(|h| Path::new(&h).join(".aws/credentials")),
+        };
+        if let Some(file) = &file {
+            if file.exists() {
+                if let Some(c) = from_file(file, &profile)? {
+                    return Ok(c);
+                }
+            }
+        }
+        Err(invalid(format!(
+            "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or put a \
+             profile [{profile}] (AWS_PROFILE) in {}",
+            file.map_or_else(
+                || "~/.aws/credentials".to_string(),
+                |f| f.display().to_string()
+            )
+        )))
+    }
+}
+
+/// The profile `profile` of an AWS credentials file; `None` when the file has
+/// no such profile with both keys. A file that cannot be read is an error.
+fn from_file(file: &Path, profile: &str) -> io::Result<Option<Credentials>> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("S3 credentials file {}: {e}", file.display()),
+        )
+    })?;
+    Ok(
+        parse_profile(&text, profile).map(|(id, secret, token)| Credentials {
+            access_key_id: id,
+            secret_access_key: secret,
+            session_token: token,
+            source: format!("{} [{profile}]", file.display()),
+        }),
+    )
+}
+
+/// Key id, secret and token of `[profile]` in the INI text of a credentials
+/// file (`key = value` lines, `#` and `;` comments).
+fn parse_profile(text: &str, profile: &str) -> Option<(String, String, Option<String>)> {
+    let (mut id, mut secret, mut token) = (None, None, None);
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = name.trim() == profile;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            let v = v.trim().to_string();
+            match k.trim() {
+                "aws_access_key_id" => id = Some(v),
+                "aws_secret_access_key" => secret = Some(v),
+                "aws_session_token" => token = Some(v),
+                _ => {}
+            }
+        }
+    }
+    Some((id?, secret?, token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn urls_parse_into_endpoint_bucket_and_prefix() {
+        let c = ObjectConfig::parse("http://127.0.0.1:9000/pool/tiers/cold/", &env(&[])).unwrap();
+        assert_eq!(c.endpoint, "http://127.0.0.1:9000");
+        assert_eq!(c.bucket, "pool");
+        assert_eq!(c.prefix, "tiers/cold");
+        assert_eq!(c.region, "us-east-1");
+        assert!(c.path_style);
+        assert_eq!(c.url(), "http://127.0.0.1:9000/pool/tiers/cold");
+        assert_eq!(c.bucket_endpoint(), "http://127.0.0.1:9000");
+
+        let c = ObjectConfig::parse(
+            "https://s3.example.com/my-bucket",
+            &env(&[("AWS_REGION", "eu-west-1")]),
+        )
+        .unwrap();
+        assert_eq!((c.bucket.as_str(), c.prefix.as_str()), ("my-bucket", ""));
+        assert_eq!(c.region, "eu-west-1");
+        assert!(!c.path_style, "https names are virtual-hosted");
+        assert_eq!(c.bucket_endpoint(), "https://my-bucket.s3.example.com");
+
+        let c = ObjectConfig::parse("https://[::1]:9443/b12", &env(&[])).unwrap();
+        assert!(c.path_style, "IP addresses are path-style");
+        assert_eq!(c.endpoint, "https://[::1]:9443");
+        let c = ObjectConfig::parse("https://10.0.0.1/b12", &env(&[])).unwrap();
+        assert!(c.path_style);
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_the_reason() {
+        let cases = [
+            ("s3://bucket/x", "scheme"),
+            ("127.0.0.1:9000/bucket", "no scheme"),
+            ("http://127.0.0.1:9000", "no bucket"),
+            ("http://127.0.0.1:9000/", "no bucket"),
+            ("http://:9000/bucket", "no host"),
+            ("http://h:99999/bucket", "port"),
+            ("http://h:/bucket", "port"),
+            ("http://h:0/bucket", "port"),
+            ("http://h/Bucket", "bucket"),
+            ("http://h/ab", "bucket"),
+            ("http://h/-ab", "bucket"),
+            ("http://h/bucket//x", "prefix"),
+            ("http://h/bucket/a/../b", "prefix"),
+            ("http://h/bucket/a%20b", "prefix may hold only"),
+            ("http://h/bucket/tier:1", "prefix may hold only"),
+            ("http://h/bucket?x=1", "query"),
+            ("http://user:pw@h/bucket", "user info"),
+            ("http://h_x/bucket", "host"),
+            ("http://[::1/bucket", "'['"),
+        ];
+        for (url, why) in cases {
+            let e = ObjectConfig::parse(url, &env(&[])).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            let m = e.to_string();
+            assert!(
+                m.contains(why) && m.contains("expected http(s)://"),
+                "{url}: {m}"
+            );
+        }
+    }
+
+    #[test]
+    fn credentials_come_from_the_environment_first() {
+        let c = ObjectConfig::parse("http://h/bucket", &env(&[])).unwrap();
+        let cr = Credentials::resolve(
+            &c,
+            &env(&[
+                ("AWS_ACCESS_KEY_ID", "AK"),
+                ("AWS_SECRET_ACCESS_KEY", "SK"),
+                ("AWS_SESSION_TOKEN", "T"),
+                ("HOME", "/nonexistent"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (cr.access_key_id.as_str(), cr.secret_access_key.as_str()),
+            ("AK", "SK")
+        );
+        assert_eq!(cr.session_token.as_deref(), Some("T"));
+        let shown = format!("{cr:?}");
+        assert!(!shown.contains("SK") && !shown.contains("\"T\""), "{shown}");
+
+        let e = Credentials::resolve(&c, &env(&[("AWS_ACCESS_KEY_ID", "AK")])).unwrap_err();
+        assert!(e.to_string().contains("only one of"), "{e}");
+        let e = Credentials::resolve(&c, &env(&[("HOME", "/nonexistent")])).unwrap_err();
+        assert!(e.to_string().contains("no S3 credentials"), "{e}");
+        assert!(
+            e.to_string().contains("/nonexistent/.aws/credentials"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn credentials_files_and_profiles() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        std::fs::create_dir_all(home.join(".aws")).unwrap();
+        std::fs::write(
+            home.join(".aws/credentials"),
+            "# comment\n[default]\naws_access_key_id = D1\naws_secret_access_key = D2\n\n\
+             [work]\n; other\naws_access_key_id=W1\naws_secret_access_key=W2\naws_session_token=W3\n\
+             [half]\naws_access_key_id=H1\n",
+        )
+        .unwrap();
+        let h = home.to_str().unwrap();
+        let mut c = ObjectConfig::parse("http://h/bucket", &env(&[])).unwrap();
+        let cr = Credentials::resolve(&c, &env(&[("HOME", h)])).unwrap();
+        assert_eq!(cr.access_key_id, "D1");
+        assert!(
+            cr.source.ends_with("credentials [default]"),
+            "{}",
+            cr.source
+        );
+        let cr = Credentials::resolve(&c, &env(&[("HOME", h), ("AWS_PROFILE", "work")])).unwrap();
+        assert_eq!(
+            (cr.access_key_id.as_str(), cr.session_token.as_deref()),
+            ("W1", Some("W3"))
+        );
+        // A profile without both keys is no credentials.
+        let e = Credentials::resolve(&c, &env(&[("HOME", h), ("AWS_PROFILE", "half")]));
+        assert!(e.is_err());
+        // A file named in the config wins over the environment.
+        c.credentials_file = Some(home.join(".aws/credentials"));
+        c.profile = Some("work".to_string());
+        let cr = Credentials::resolve(
+            &c,
+            &env(&[("AWS_ACCESS_KEY_ID", "E1"), ("AWS_SECRET_ACCESS_KEY", "E2")]),
+        )
+        .unwrap();
+        assert_eq!(cr.access_key_id, "W1");
+        c.profile = Some("missing".to_string());
+        let e = Credentials::resolve(&c, &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("no profile [missing]"), "{e}");
+        c.credentials_file = Some(home.join("nope"));
+        let e = Credentials::resolve(&c, &env(&[])).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("nope"), "{e}");
+    }
+}

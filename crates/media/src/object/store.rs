@@ -1,0 +1,485 @@
+//! [`Bucket`]: the client side of an object tier — an object store, the key
+//! prefix, and the small private tokio runtime that drives its requests.
+//!
+//! The file system core is synchronous (plain threads), the object store
+//! client is async. A `Bucket` owns a multi-threaded runtime of two worker
+//! threads and each operation `block_on`s it from the caller's thread, with up
+//! to `concurrency` requests of one operation in flight. Calling from inside
+//! a tokio runtime would panic in tokio; it is refused with an error instead.
+//!
+//! The store is injected as `Arc<dyn ObjectStore>`: S3 (object_store's
+//! `AmazonS3`, [`Bucket::connect`]) in production, object_store's `InMemory`
+//! or the fault-injecting [`FaultStore`](super::FaultStore) in tests
+//! ([`Bucket::with_store`]); the code above it is the same.
+//!
+//! Every error names the request, the object's URL and the cause with its
+//! whole source chain (reqwest hides "connection refused" two levels down),
+//! and maps to an [`io::ErrorKind`] (`NotFound`, `AlreadyExists`, else
+//! `Other`).
+
+use std::fmt::Write as _;
+use std::io;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    ClientOptions, GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig,
+};
+
+use super::config::{Credentials, ObjectConfig, DEFAULT_CONCURRENCY};
+
+/// Request counters of a bucket (successful requests only, except
+/// `failures`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestStats {
+    /// PUTs (parts and the marker).
+    pub puts: u64,
+    /// Bytes uploaded.
+    pub put_bytes: u64,
+    /// GETs (ranged reads and the marker).
+    pub gets: u64,
+    /// Bytes downloaded.
+    pub get_bytes: u64,
+    /// Objects deleted.
+    pub deletes: u64,
+    /// LIST operations (each may be several pages).
+    pub lists: u64,
+    /// Requests that failed.
+    pub failures: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    puts: AtomicU64,
+    put_bytes: AtomicU64,
+    gets: AtomicU64,
+    get_bytes: AtomicU64,
+    deletes: AtomicU64,
+    lists: AtomicU64,
+    failures: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// An object store, a prefix in it, and the runtime driving requests; see
+/// the module docs.
+pub struct Bucket {
+    store: Arc<dyn ObjectStore>,
+    /// `ENDPOINT/BUCKET` (or `memory://NAME`): object URLs are `base/key`.
+    base: String,
+    /// Key prefix, no leading or trailing `/`, maybe empty.
+    prefix: String,
+    /// `Some` until dropped (see `Drop`).
+    runtime: Option<tokio::runtime::Runtime>,
+    concurrency: usize,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bucket")
+            .field("url", &self.url())
+            .field("concurrency", &self.concurrency)
+            .finish()
+    }
+}
+
+impl Drop for Bucket {
+    /// Every operation waited for its requests, so only idle connections are
+    /// left on the runtime: shut it down without waiting for them (which
+    /// also works when the bucket is dropped inside another async runtime,
+    /// where dropping a runtime would panic).
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// `e` and its sources, joined with ": " (repeats dropped).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let m = s.to_string();
+        if !out.contains(&m) {
+            let _ = write!(out, ": {m}");
+        }
+        cur = s.source();
+    }
+    out
+}
+
+impl Bucket {
+    /// Connects to the S3 endpoint of `cfg` with credentials from the standard
+    /// places ([`Credentials::from_env`]). Makes no request.
+    pub fn connect(cfg: &ObjectConfig) -> io::Result<Bucket> {
+        let creds = Credentials::from_env(cfg)?;
+        Bucket::connect_with(cfg, creds)
+    }
+
+    /// [`connect`](Self::connect) with the credentials given.
+    pub fn connect_with(cfg: &ObjectConfig, creds: Credentials) -> io::Result<Bucket> {
+        let http = cfg.endpoint.starts_with("http://");
+        let mut builder = AmazonS3Builder::new()
+            .with_endpoint(cfg.bucket_endpoint())
+            .with_bucket_name(&cfg.bucket)
+            .with_region(&cfg.region)
+            .with_access_key_id(creds.access_key_id)
+            .with_secret_access_key(creds.secret_access_key)
+            .with_allow_http(http)
+            .with_virtual_hosted_style_request(!cfg.path_style)
+            .with_retry(RetryConfig {
+                max_retries: cfg.retries,
+                retry_timeout: cfg.retry_timeout,
+                backoff: Default::default(),
+            })
+            .with_client_options(
+                ClientOptions::new()
+                    .with_allow_http(http)
+                    .with_timeout(cfg.request_timeout),
+            );
+        if let Some(token) = creds.session_token {
+            builder = builder.with_token(token);
+        }
+        let s3 = builder.build().map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("s3 {}: cannot set up the client: {}", cfg.url(), chain(&e)),
+            )
+        })?;
+        let base = format!("{}/{}", cfg.endpoint, cfg.bucket);
+        let mut b = Bucket::with_store(Arc::new(s3), &base, &cfg.prefix)?;
+        b.concurrency = cfg.concurrency.max(1);
+        Ok(b)
+    }
+
+    /// A bucket over any object store: `base` names it in messages (object
+    /// URLs are `base/key`), keys live under `prefix`.
+    pub fn with_store(store: Arc<dyn ObjectStore>, base: &str, prefix: &str) -> io::Result<Bucket> {
+        let prefix = prefix.trim_matches('/').to_string();
+        if !prefix.is_empty() {
+            Path::parse(&prefix).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("object prefix {prefix:?}: {}", chain(&e)),
+                )
+            })?;
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("terrace-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| io::Error::new(e.kind(), format!("s3 {base}: no runtime: {e}")))?;
+        Ok(Bucket {
+            store,
+            base: base.trim_end_matches('/').to_string(),
+            prefix,
+            runtime: Some(runtime),
+            concurrency: DEFAULT_CONCURRENCY,
+            counters: Counters::default(),
+        })
+    }
+
+    /// A new, empty in-memory store (tests), named `memory://NAME`.
+    pub fn in_memory(name: &str, prefix: &str) -> io::Result<Bucket> {
+        Bucket::with_store(
+            Arc::new(InMemory::new()),
+            &format!("memory://{name}"),
+            prefix,
+        )
+    }
+
+    /// The store (to open the same objects again, or inspect them in tests).
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// `ENDPOINT/BUCKET[/PREFIX]`.
+    pub fn url(&self) -> String {
+        if self.prefix.is_empty() {
+            self.base.clone()
+        } else {
+            format!("{}/{}", self.base, self.prefix)
+        }
+    }
+
+    /// The base (`ENDPOINT/BUCKET`) passed at construction.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Key prefix (maybe empty).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Requests in flight at most per operation.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    /// Sets [`concurrency`](Self::concurrency) (at least 1).
+    pub fn set_concurrency(&mut self, n: usize) {
+        self.concurrency = n.max(1);
+    }
+
+    /// Request counters so far.
+    pub fn request_stats(&self) -> RequestStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RequestStats {
+            puts: l(&c.puts),
+            put_bytes: l(&c.put_bytes),
+            gets: l(&c.gets),
+            get_bytes: l(&c.get_bytes),
+            deletes: l(&c.deletes),
+            lists: l(&c.lists),
+            failures: l(&c.failures),
+        }
+    }
+
+    /// The error for request `op` on `key`.
+    fn error(&self, op: &str, key: &str, e: &object_store::Error) -> io::Error {
+        add(&self.counters.failures, 1);
+        let kind = match e {
+            object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+            object_store::Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, format!("s3 {op} {}/{key}: {}", self.base, chain(e)))
+    }
+
+    /// Runs `fut` on the runtime from this (non-async) thread.
+    fn block_on<T>(&self, fut: impl std::future::Future<Output = io::Result<T>>) -> io::Result<T> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(io::Error::other(format!(
+                "s3 {}: called from inside an async runtime (the object tier blocks; call it from a plain thread)",
+                self.url()
+            )));
+        }
+        match &self.runtime {
+            Some(rt) => rt.block_on(fut),
+            None => Err(io::Error::other(format!(
+                "s3 {}: runtime shut down",
+                self.url()
+            ))),
+        }
+    }
+
+    fn path(key: &str) -> io::Result<Path> {
+        Path::parse(key).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("object key {key:?}: {}", chain(&e)),
+            )
+        })
+    }
+
+    /// Uploads each `(key, data)`, up to `concurrency` at once; one result
+    /// per object, in order. A PUT counts as done only when the store
+    /// answered success with an ETag.
+    pub(crate) fn put_all(&self, objects: Vec<(String, Bytes)>) -> Vec<io::Result<()>> {
+        let n = objects.len();
+        let uploads = stream::iter(objects.into_iter().map(|(key, data)| async move {
+            let len = data.len() as u64;
+            let path = Bucket::path(&key)?;
+            let put = self
+                .store
+                .put_opts(&path, PutPayload::from(data), PutOptions::default());
+            match put.await {
+                Ok(r) if r.e_tag.as_deref().is_some_and(|t| !t.is_empty()) => {
+                    add(&self.counters.puts, 1);
+                    add(&self.counters.put_bytes, len);
+                    Ok(())
+                }
+                Ok(_) => {
+                    add(&self.counters.failures, 1);
+                    Err(io::Error::other(format!(
+                        "s3 PUT {}/{key}: the store answered without an ETag; \
+                         the object does not count as stored",
+                        self.base
+                    )))
+                }
+                Err(e) => Err(self.error("PUT", &key, &e)),
+            }
+        }))
+        .buffered(self.concurrency)
+        .collect::<Vec<io::Result<()>>>();
+        match self.block_on(async { Ok(uploads.await) }) {
+            Ok(v) => v,
+            Err(e) => (0..n)
+                .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
+                .collect(),
+        }
+    }
+
+    /// Uploads `data` to `key` only if no object is there (`If-None-Match:
+    /// *`); `AlreadyExists` otherwise.
+    pub(crate) fn put_new(&self, key: &str, data: Bytes) -> io::Result<()> {
+        let len = data.len() as u64;
+        let path = Bucket::path(key)?;
+        self.block_on(async {
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            match self
+                .store
+                .put_opts(&path, PutPayload::from(data), opts)
+                .await
+            {
+                Ok(_) => {
+                    add(&self.counters.puts, 1);
+                    add(&self.counters.put_bytes, len);
+                    Ok(())
+                }
+                Err(e) => Err(self.error("PUT", key, &e)),
+            }
+        })
+    }
+
+    /// The whole object at `key`; `None` when there is none.
+    pub(crate) fn get(&self, key: &str) -> io::Result<Option<Bytes>> {
+        let path = Bucket::path(key)?;
+        self.block_on(async {
+            let r = match self.store.get_opts(&path, GetOptions::default()).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(self.error("GET", key, &e)),
+            };
+            let b = r.bytes().await.map_err(|e| self.error("GET", key, &e))?;
+            add(&self.counters.gets, 1);
+            add(&self.counters.get_bytes, b.len() as u64);
+            Ok(Some(b))
+        })
+    }
+
+    /// Byte ranges of objects, up to `concurrency` requests at once; the
+    /// results in order. A short answer is an error.
+    pub(crate) fn get_ranges(&self, reqs: Vec<(String, Range<u64>)>) -> io::Result<Vec<Bytes>> {
+        let fut = stream::iter(reqs.into_iter().map(|(key, range)| async move {
+            let path = Bucket::path(&key)?;
+            let want = range.end - range.start;
+            let opts = GetOptions {
+                range: Some(GetRange::Bounded(range.clone())),
+                ..GetOptions::default()
+            };
+            let r = self
+                .store
+                .get_opts(&path, opts)
+                .await
+                .map_err(|e| self.error("GET", &key, &e))?;
+            let b = r.bytes().await.map_err(|e| self.error("GET", &key, &e))?;
+            if b.len() as u64 != want {
+                add(&self.counters.failures, 1);
+                return Err(io::Error::other(format!(
+                    "s3 GET {}/{key} bytes {}..{}: got {} bytes, wanted {want}",
+                    self.base,
+                    range.start,
+                    range.end,
+                    b.len()
+                )));
+            }
+            add(&self.counters.gets, 1);
+            add(&self.counters.get_bytes, want);
+            Ok(b)
+        }))
+        .buffered(self.concurrency)
+        .try_collect::<Vec<Bytes>>();
+        self.block_on(fut)
+    }
+
+    /// Deletes the objects at `keys` (a missing one counts as deleted); the
+    /// keys whose delete failed, with the error.
+    pub(crate) fn delete_all(&self, keys: Vec<String>) -> Vec<(String, io::Error)> {
+        let mut failed = Vec::new();
+        let mut paths = Vec::with_capacity(keys.len());
+        for k in keys {
+            match Bucket::path(&k) {
+                Ok(p) => paths.push(p),
+                Err(e) => failed.push((k, e)),
+            }
+        }
+        if paths.is_empty() {
+            return failed;
+        }
+        let asked: Vec<Path> = paths.clone();
+        let fut = async {
+            let input = stream::iter(paths.into_iter().map(Ok)).boxed();
+            Ok(self.store.delete_stream(input).collect::<Vec<_>>().await)
+        };
+        let results = match self.block_on(fut) {
+            Ok(r) => r,
+            Err(e) => {
+                let m = e.to_string();
+                failed.extend(
+                    asked
+                        .iter()
+                        .map(|p| (p.to_string(), io::Error::other(m.clone()))),
+                );
+                return failed;
+            }
+        };
+        // The stream answers each path; errors carry the path in the error only,
+        // so match answers to requests by what succeeded.
+        let mut done: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut errors = Vec::new();
+        for r in results {
+            match r {
+                Ok(p) => {
+                    done.insert(p.to_string());
+                }
+                Err(object_store::Error::NotFound { path, .. }) => {
+                    done.insert(path);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        add(&self.counters.deletes, done.len() as u64);
+        let first_error = errors.into_iter().next();
+        for p in asked {
+            let k = p.to_string();
+            if !done.contains(&k) {
+                let e = match &first_error {
+                    Some(e) => self.error("DELETE", &k, e),
+                    None => io::Error::other(format!(
+                        "s3 DELETE {}/{k}: no answer for this key",
+                        self.base
+                    )),
+                };
+                failed.push((k, e));
+            }
+        }
+        failed
+    }
+
+    /// Every object under the prefix: key and size.
+    pub(crate) fn list(&self) -> io::Result<Vec<(String, u64)>> {
+        let prefix = if self.prefix.is_empty() {
+            None
+        } else {
+            Some(Bucket::path(&self.prefix)?)
+        };
+        self.block_on(async {
+            let metas = self
+                .store
+                .list(prefix.as_ref())
+                .map_ok(|m| (m.location.to_string(), m.size))
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|e| self.error("LIST", &format!("{}/", self.prefix), &e))?;
+            add(&self.counters.lists, 1);
+            Ok(metas)
+        })
+    }
+}
