@@ -22,6 +22,7 @@
 //! requests that succeeded. Wrap an `Arc<CrashBlock>` to combine failures with
 //! crash images.
 
+use crate::countdown::Countdown;
 use std::io;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -37,35 +38,6 @@ pub struct InjectedFaults {
     pub writes: u64,
     /// Failed `sync` calls.
     pub syncs: u64,
-}
-
-/// The countdown of one kind of operation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Countdown {
-    /// Never fails.
-    #[default]
-    Off,
-    /// This many more operations succeed, then failing starts.
-    After(u64),
-    /// Every operation fails until `heal`.
-    Failing,
-}
-
-impl Countdown {
-    /// Advances by one operation; true when this one fails.
-    fn tick(&mut self) -> bool {
-        match *self {
-            Countdown::Off => false,
-            Countdown::After(0) | Countdown::Failing => {
-                *self = Countdown::Failing;
-                true
-            }
-            Countdown::After(n) => {
-                *self = Countdown::After(n - 1);
-                false
-            }
-        }
-    }
 }
 
 #[derive(Debug, Default)]

@@ -29,6 +29,7 @@ pub mod block_crash;
 pub mod block_fault;
 pub mod block_file;
 pub mod block_sync;
+mod countdown;
 pub mod crash;
 pub mod fault;
 mod media_file;

@@ -15,6 +15,7 @@
 //! [`FaultStore::release_puts`], so a test can act while a `sync` is in
 //! flight; [`FaultStore::puts_waiting`] tells when one is.
 
+use crate::countdown::Countdown;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,31 +53,6 @@ pub struct InjectedObjectFaults {
     pub deletes: u64,
     /// Failed LISTs.
     pub lists: u64,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-enum Countdown {
-    #[default]
-    Off,
-    After(u64),
-    Failing,
-}
-
-impl Countdown {
-    /// Advances by one request; true when this one fails.
-    fn tick(&mut self) -> bool {
-        match *self {
-            Countdown::Off => false,
-            Countdown::After(0) | Countdown::Failing => {
-                *self = Countdown::Failing;
-                true
-            }
-            Countdown::After(n) => {
-                *self = Countdown::After(n - 1);
-                false
-            }
-        }
-    }
 }
 
 #[derive(Debug, Default)]
