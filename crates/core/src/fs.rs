@@ -240,7 +240,10 @@ impl Fs {
                     fs.report.object_orphan_bytes += r.bytes;
                 }
                 Ok(None) => {}
-                Err(e) => fs.report.object_sweep_errors.push(format!("tier {id}: {e}")),
+                Err(e) => fs
+                    .report
+                    .object_sweep_errors
+                    .push(format!("tier {id}: {e}")),
             }
         }
         Ok(fs)

@@ -83,7 +83,12 @@ fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
     fs.unlink(1, b"a").unwrap();
     fs.reclaim_object_tiers();
     let after = s3.object_stats();
-    assert!(after.parts < st.parts, "{} parts, were {}", after.parts, st.parts);
+    assert!(
+        after.parts < st.parts,
+        "{} parts, were {}",
+        after.parts,
+        st.parts
+    );
     assert_eq!(after.live_bytes, 300 << 10);
     assert_eq!(after.dead_parts, 0);
     // An overwrite of data on the object tier frees its old blocks too.
@@ -142,8 +147,7 @@ fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
     let bucket = Bucket::with_store(inner, "memory://tier", "pool").unwrap();
     let s3 = Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap());
     let orphans_before = {
-        let fs_tiers: Vec<(u8, Arc<dyn BlockMedia>)> =
-            vec![(1, pool.ssd.clone()), (2, s3.clone())];
+        let fs_tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, pool.ssd.clone()), (2, s3.clone())];
         let r = terrace_core::fsck::check(&*pm, &fs_tiers, &mut |_, _| {}).unwrap();
         assert!(r.is_clean(), "{:?}", r.problems);
         r.object_orphans

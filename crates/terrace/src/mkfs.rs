@@ -687,7 +687,9 @@ mod tests {
         assert_eq!(t.path, PathBuf::from("http://127.0.0.1:9000/bkt/p"));
         assert_eq!(t.size, Some(2 << 40));
         assert_eq!(
-            parse_tier("S3:https://s3.example.com/bucket/a/b").unwrap().path,
+            parse_tier("S3:https://s3.example.com/bucket/a/b")
+                .unwrap()
+                .path,
             PathBuf::from("https://s3.example.com/bucket/a/b")
         );
         for bad in [

@@ -158,7 +158,11 @@ struct Prepared {
 fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<File>> {
     let mut locks = Vec::new();
     // An object tier is no file: it is checked when it is opened (`serve`).
-    for t in sb.tiers.iter().filter(|t| t.id != 0 && t.kind != TierKind::S3) {
+    for t in sb
+        .tiers
+        .iter()
+        .filter(|t| t.id != 0 && t.kind != TierKind::S3)
+    {
         let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
         let p = Path::new(&t.path);
         match util::lock_tier(p) {

@@ -11,8 +11,8 @@ use terrace_format::{Superblock, TierRecord, BLOCK_SIZE};
 use terrace_media::{BlockMedia, ObjectConfig, ObjectMedia};
 
 /// Default virtual size of an object tier. It bounds the tier's DRAM
-/// tables (the free-space and checksum tables cost about 1 byte and 4
-/// bytes per 4 KiB block: ~1.25 GiB for 1 TiB).
+/// tables: about 40 bytes per 16 MiB extent (2.5 MiB for 1 TiB) and the
+/// checksum table's index, plus 4 bytes per 4 KiB block stored (§5n).
 pub const DEFAULT_SIZE: u64 = 1 << 40;
 
 /// Environment variable: seconds a failed S3 request is retried for (and

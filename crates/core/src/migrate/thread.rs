@@ -28,7 +28,10 @@ impl Fs {
     /// migration thread after each pass; a failed delete stays queued.
     pub fn reclaim_object_tiers(&self) {
         for t in &self.tiers {
-            if t.media.object_tier_stats().is_some_and(|s| s.dead_parts > 0) {
+            if t.media
+                .object_tier_stats()
+                .is_some_and(|s| s.dead_parts > 0)
+            {
                 let _ = t.media.sync();
             }
         }
