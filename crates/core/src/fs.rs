@@ -43,6 +43,18 @@ pub struct MountReport {
     pub orphans_freed: usize,
     /// Link-count mismatches found (not fatal; `fsck --repair` fixes them).
     pub link_count_warnings: usize,
+    /// Stored parts of object tiers that held no block the pool references
+    /// (uploads whose commit never happened, trims lost in a crash), deleted
+    /// at mount ([`BlockMedia::retain_only`](terrace_media::BlockMedia::retain_only)).
+    #[serde(default)]
+    pub object_orphans: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub object_orphan_bytes: u64,
+    /// Why an object tier's sweep failed at mount, if one did (its orphans
+    /// stay until the next mount; nothing else is affected).
+    #[serde(default)]
+    pub object_sweep_errors: Vec<String>,
 }
 
 /// A mounted Terrace pool.
@@ -178,6 +190,7 @@ impl Fs {
             crate::recovery::finish_recovery(&*media, &mut sc);
         }
         let mut tiers = Vec::new();
+        let mut swept = Vec::new();
         for (id, dev) in devices {
             let Some(rec) = sc
                 .sb
@@ -191,6 +204,12 @@ impl Fs {
             };
             let blocks = rec.size.min(dev.len()) / BLOCK_SIZE;
             let used = sc.block_used.get(&id).cloned().unwrap_or_default();
+            if !read_only {
+                // Before any new write can reach the tier: drop what the
+                // committed state does not reference (an object tier's
+                // orphan parts; other media keep nothing of the kind).
+                swept.push((id, dev.retain_only(&crate::tier::held_runs(&used))));
+            }
             let space = crate::tier::ExtentSpace::new(
                 blocks,
                 (rec.extent_size as u64 / BLOCK_SIZE).max(1),
@@ -214,6 +233,19 @@ impl Fs {
         tiers.sort_by_key(|t| t.id);
         let mut fs = Fs::from_scan(media, sc, read_only)?;
         fs.tiers = tiers;
+        for (id, r) in swept {
+            match r {
+                Ok(Some(r)) => {
+                    fs.report.object_orphans += r.parts;
+                    fs.report.object_orphan_bytes += r.bytes;
+                }
+                Ok(None) => {}
+                Err(e) => fs
+                    .report
+                    .object_sweep_errors
+                    .push(format!("tier {id}: {e}")),
+            }
+        }
         Ok(fs)
     }
 
@@ -245,6 +277,7 @@ impl Fs {
             rolled_back,
             orphans_freed: orphans.len(),
             link_count_warnings: problems.len(),
+            ..MountReport::default()
         };
         let n = sb.inode_count as usize;
         let mut table: Vec<Mutex<Option<Box<Inode>>>> = Vec::with_capacity(n);
@@ -446,7 +479,7 @@ impl Fs {
         for (tier, block, n) in runs {
             if let Some(t) = self.tiers.iter().find(|t| t.id == tier) {
                 self.cache.invalidate(tier, block, n);
-                t.space.release(block, n);
+                t.free(block, n);
             }
         }
     }

@@ -49,6 +49,14 @@ pub struct FsckReport {
     /// Block-tier data blocks whose checksum did not match, or that could
     /// not be read.
     pub bad_blocks: u64,
+    /// Parts of object tiers that hold no block the pool references (left
+    /// by a crash between an upload and its commit; the next mount deletes
+    /// them, and so does repair). Not a problem: only space.
+    pub object_orphans: u64,
+    /// Their bytes.
+    pub object_orphan_bytes: u64,
+    /// Orphan parts deleted by repair.
+    pub object_orphans_deleted: u64,
 }
 
 impl FsckReport {
@@ -75,6 +83,34 @@ fn summarize(sc: &Scan, report: &mut FsckReport) {
     report.clean_unmount = sc.sb.clean;
 }
 
+/// Counts the orphan parts of object tiers (see
+/// [`FsckReport::object_orphans`]); with `delete` (repair) deletes them —
+/// only when the scan found no problem, since a log it could not read may
+/// reference more than it saw.
+fn sweep_objects(sc: &Scan, tiers: &TierDevices, delete: bool, report: &mut FsckReport) {
+    for (id, dev) in tiers {
+        let held = crate::tier::held_runs(sc.block_used.get(id).map_or(&[], |r| &r[..]));
+        if delete && sc.problems.is_empty() {
+            match dev.retain_only(&held) {
+                Ok(Some(r)) if r.parts > 0 => {
+                    report.object_orphans_deleted += r.parts;
+                    report.repaired.push(format!(
+                        "deleted {} orphan parts ({} bytes) of object tier {id}",
+                        r.parts, r.bytes
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => report
+                    .problems
+                    .push(format!("tier {id}: cannot delete orphan parts: {e}")),
+            }
+        } else if let Some(r) = dev.unreferenced(&held) {
+            report.object_orphans += r.parts;
+            report.object_orphan_bytes += r.bytes;
+        }
+    }
+}
+
 /// Checks a pool without writing to it (open journal transactions are applied
 /// to a read-only overlay, not to the pool).
 pub fn check(
@@ -88,6 +124,7 @@ pub fn check(
         ..Default::default()
     };
     summarize(&sc, &mut report);
+    sweep_objects(&sc, tiers, false, &mut report);
     Ok(report)
 }
 
@@ -105,6 +142,7 @@ pub fn check_data(
         ..Default::default()
     };
     summarize(&sc, &mut report);
+    sweep_objects(&sc, tiers, false, &mut report);
     verify_data(&sc, tiers, &mut report, progress);
     Ok(report)
 }
@@ -267,10 +305,12 @@ pub fn repair(
         if any {
             let sc2 = scan(&*media, tiers, true, progress)?;
             summarize(&sc2, &mut report);
+            sweep_objects(&sc2, tiers, true, &mut report);
             return Ok(report);
         }
     }
     summarize(&sc, &mut report);
+    sweep_objects(&sc, tiers, true, &mut report);
     Ok(report)
 }
 

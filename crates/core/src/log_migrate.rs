@@ -264,13 +264,13 @@ impl Fs {
                 // Split across extents: the next allocation starts a fresh
                 // extent; give these back and try once more.
                 for (s, k) in runs {
-                    t.space.release(s, k);
+                    t.free(s, k);
                 }
                 match t.space.alloc(n).as_deref() {
                     Some(&[(start, _)]) => placed.push((c, start)),
                     Some(more) => {
                         for &(s, k) in more {
-                            t.space.release(s, k);
+                            t.free(s, k);
                         }
                     }
                     None => full = true,
@@ -287,7 +287,7 @@ impl Fs {
         placed.sort_by_key(|p| p.1);
         let release_all = |placed: &[(Captured, u64)]| {
             for (c, b) in placed {
-                t.space.release(*b, c.blob.len() as u64 / BLOCK_SIZE);
+                t.free(*b, c.blob.len() as u64 / BLOCK_SIZE);
             }
         };
         // Adjacent blobs go out in one request.
@@ -316,11 +316,11 @@ impl Fs {
         for (c, block) in placed {
             let blocks = c.blob.len() as u64 / BLOCK_SIZE;
             let Ok(mut g) = self.lock(c.ino) else {
-                t.space.release(block, blocks);
+                t.free(block, blocks);
                 continue;
             };
             let Some(i) = g.as_mut() else {
-                t.space.release(block, blocks);
+                t.free(block, blocks);
                 continue;
             };
             let unchanged = i.generation == c.generation
@@ -331,7 +331,7 @@ impl Fs {
                 && i.dirty.is_empty()
                 && (c.on_tier.is_some() || Fs::log_can_move(i, 0, 0, true));
             if !unchanged {
-                t.space.release(block, blocks);
+                t.free(block, blocks);
                 continue;
             }
             let base = inode_offset(c.ino);

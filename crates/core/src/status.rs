@@ -10,7 +10,7 @@ use terrace_format::BLOCK_SIZE;
 pub struct TierStatus {
     /// Tier id.
     pub id: u8,
-    /// `pm`, `ssd` or `hdd`.
+    /// `pm`, `ssd`, `hdd` or `s3`.
     #[serde(deserialize_with = "kind_name")]
     pub kind: KindName,
     /// Path at mkfs.
@@ -37,6 +37,44 @@ pub struct TierStatus {
     /// Requests and bytes sent to the device since mount (for PM: data
     /// stores and loads by the file system).
     pub io: Option<IoStats>,
+    /// What an object tier stores (design §5n).
+    #[serde(default)]
+    pub object: Option<ObjectTierStatus>,
+}
+
+/// An object tier's parts and how much of them is live.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct ObjectTierStatus {
+    /// Parts (objects) in the store.
+    pub parts: u64,
+    /// Their bytes.
+    pub stored_bytes: u64,
+    /// Bytes of blocks that read from a part (the rest is superseded or
+    /// trimmed: what cleaning by live fraction would win back).
+    pub live_bytes: u64,
+    /// `live_bytes / stored_bytes` (1 when nothing is stored).
+    pub live_fraction: f64,
+    /// Dead parts waiting for their delete.
+    pub dead_parts: u64,
+    /// Bytes written but not yet uploaded.
+    pub pending_bytes: u64,
+}
+
+impl From<terrace_media::ObjectStats> for ObjectTierStatus {
+    fn from(o: terrace_media::ObjectStats) -> ObjectTierStatus {
+        ObjectTierStatus {
+            parts: o.parts,
+            stored_bytes: o.stored_bytes,
+            live_bytes: o.live_bytes,
+            live_fraction: if o.stored_bytes == 0 {
+                1.0
+            } else {
+                o.live_bytes as f64 / o.stored_bytes as f64
+            },
+            dead_parts: o.dead_parts,
+            pending_bytes: o.pending_bytes,
+        }
+    }
 }
 
 /// `&'static str`, named so that serde does not take the field for one
@@ -248,6 +286,9 @@ impl Fs {
                     } else {
                         mounted.map(|b| b.media.stats().into())
                     },
+                    object: mounted
+                        .and_then(|b| b.media.object_tier_stats())
+                        .map(Into::into),
                 }
             })
             .collect();

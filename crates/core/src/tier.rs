@@ -236,7 +236,7 @@ impl ExtentSpace {
 pub struct BlockTier {
     /// Tier id (as in write entries).
     pub id: u8,
-    /// `ssd` or `hdd`.
+    /// `ssd`, `hdd` or `s3`.
     pub kind: terrace_format::TierKind,
     /// The device.
     pub media: Arc<dyn BlockMedia>,
@@ -244,6 +244,31 @@ pub struct BlockTier {
     pub space: ExtentSpace,
     /// Checksums of the data blocks on it (`sums.rs`).
     pub sums: crate::sums::BlockSums,
+}
+
+/// Every run of a block tier the pool holds, given the runs its committed
+/// state maps (data, clean copies, log blobs): those plus the tier header in
+/// block 0. What an object tier keeps at mount and fsck
+/// ([`BlockMedia::retain_only`], [`BlockMedia::unreferenced`]).
+pub fn held_runs(used: &[Run]) -> Vec<Run> {
+    let mut keep = Vec::with_capacity(used.len() + 1);
+    keep.push((0, 1));
+    keep.extend_from_slice(used);
+    keep
+}
+
+impl BlockTier {
+    /// Frees blocks: trims them on the media (an object tier deletes parts
+    /// left without a live block), then gives them back to the space. Call
+    /// only once the commit that freed them is durable (or for blocks no
+    /// commit ever referenced). The trim comes first: once released, the
+    /// blocks may be allocated and written again, and a later trim would
+    /// drop that new data. A failed trim only leaves space taken (until the
+    /// next mount's `retain_only`), so it is ignored.
+    pub fn free(&self, block: u64, blocks: u64) {
+        let _ = self.media.trim(block, blocks);
+        self.space.release(block, blocks);
+    }
 }
 
 #[cfg(test)]

@@ -50,6 +50,9 @@ pub enum TierKind {
     Ssd = 1,
     /// A slow block device.
     Hdd = 2,
+    /// An S3-compatible object store (the coldest tier, design.md §5n): a
+    /// block tier whose record's path is the URL.
+    S3 = 3,
 }
 
 impl TierKind {
@@ -59,15 +62,17 @@ impl TierKind {
             0 => Some(TierKind::Pm),
             1 => Some(TierKind::Ssd),
             2 => Some(TierKind::Hdd),
+            3 => Some(TierKind::S3),
             _ => None,
         }
     }
-    /// Name used on the command line (`pm`, `ssd`, `hdd`).
+    /// Name used on the command line (`pm`, `ssd`, `hdd`, `s3`).
     pub fn name(self) -> &'static str {
         match self {
             TierKind::Pm => "pm",
             TierKind::Ssd => "ssd",
             TierKind::Hdd => "hdd",
+            TierKind::S3 => "s3",
         }
     }
     /// Parses a command-line name.
@@ -76,6 +81,7 @@ impl TierKind {
             "pm" => Some(TierKind::Pm),
             "ssd" => Some(TierKind::Ssd),
             "hdd" => Some(TierKind::Hdd),
+            "s3" => Some(TierKind::S3),
             _ => None,
         }
     }
@@ -92,7 +98,7 @@ pub struct TierRecord {
     pub size: u64,
     /// Extent size in bytes for block tiers (NVMFS: 512 KiB); 0 for PM.
     pub extent_size: u32,
-    /// Path of the file or device at format time.
+    /// Path of the file or device at format time; an object tier's URL.
     pub path: String,
 }
 
@@ -307,6 +313,24 @@ mod tests {
     fn superblock_round_trips() {
         let sb = sample();
         assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+    }
+
+    #[test]
+    fn an_object_tier_round_trips_with_its_url() {
+        let mut sb = sample();
+        sb.tiers.push(TierRecord {
+            id: 2,
+            kind: TierKind::S3,
+            size: 1 << 40,
+            extent_size: 16 << 20,
+            path: "http://127.0.0.1:9000/bucket/pool-a".into(),
+        });
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        for k in [TierKind::Pm, TierKind::Ssd, TierKind::Hdd, TierKind::S3] {
+            assert_eq!(TierKind::from_u8(k as u8), Some(k));
+            assert_eq!(TierKind::parse(k.name()), Some(k));
+        }
+        assert_eq!(TierKind::S3 as u8, 3);
     }
 
     #[test]

@@ -27,6 +27,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use crate::object::{ObjectStats, SweepReport};
+
 /// Size of a block: the unit of addressing, alignment and (at best) crash
 /// atomicity on block media.
 pub const BLOCK_SIZE: u64 = 4096;
@@ -82,10 +84,55 @@ pub trait BlockMedia: Send + Sync {
         let _ = (block, blocks);
         Ok(())
     }
+    /// For media that keep stored data beside the block space (an object
+    /// tier's parts): `used` is every block run `(first, blocks)` the
+    /// pool's committed state references; every other block is treated as
+    /// trimmed and what then stores no used block is deleted
+    /// ([`ObjectMedia::retain`](crate::ObjectMedia::retain)). Call once at
+    /// mount, after recovery and before any new write. `Ok(None)`: the media
+    /// has nothing of the kind (the default).
+    fn retain_only(&self, used: &[(u64, u64)]) -> io::Result<Option<SweepReport>> {
+        let _ = used;
+        Ok(None)
+    }
+    /// What [`retain_only`](Self::retain_only) would delete, deleting
+    /// nothing (fsck). `None` for media without stored data of their own.
+    fn unreferenced(&self, used: &[(u64, u64)]) -> Option<SweepReport> {
+        let _ = used;
+        None
+    }
+    /// Space counters of an object tier; `None` for other media.
+    fn object_tier_stats(&self) -> Option<ObjectStats> {
+        None
+    }
     /// One-line description for status output and mount messages.
     fn describe(&self) -> String;
     /// Request counters since the media was opened.
     fn stats(&self) -> BlockStats;
+}
+
+/// The optional [`BlockMedia`] methods of a wrapper, forwarded to the media
+/// it wraps: `forward_block_extras!(|self| self.inner)`. Every wrapper must
+/// forward them, or trims and sweeps stop at the wrapper.
+#[macro_export]
+macro_rules! forward_block_extras {
+    (|$s:ident| $inner:expr) => {
+        fn trim(&$s, block: u64, blocks: u64) -> std::io::Result<()> {
+            $inner.trim(block, blocks)
+        }
+        fn retain_only(
+            &$s,
+            used: &[(u64, u64)],
+        ) -> std::io::Result<Option<$crate::SweepReport>> {
+            $inner.retain_only(used)
+        }
+        fn unreferenced(&$s, used: &[(u64, u64)]) -> Option<$crate::SweepReport> {
+            $inner.unreferenced(used)
+        }
+        fn object_tier_stats(&$s) -> Option<$crate::ObjectStats> {
+            $inner.object_tier_stats()
+        }
+    };
 }
 
 /// `BlockMedia` for a pointer to media: every method forwards to the media.
@@ -104,9 +151,7 @@ macro_rules! forward_block_media {
             fn sync(&self) -> io::Result<()> {
                 (**self).sync()
             }
-            fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {
-                (**self).trim(block, blocks)
-            }
+            forward_block_extras!(|self| (**self));
             fn describe(&self) -> String {
                 (**self).describe()
             }

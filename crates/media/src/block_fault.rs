@@ -221,6 +221,8 @@ impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
         self.inner.sync()
     }
 
+    crate::forward_block_extras!(|self| self.inner);
+
     fn describe(&self) -> String {
         format!("{} (fault-injecting)", self.inner.describe())
     }

@@ -110,6 +110,8 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
         }
     }
 
+    crate::forward_block_extras!(|self| self.inner);
+
     fn describe(&self) -> String {
         self.inner.describe()
     }

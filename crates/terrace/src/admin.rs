@@ -267,6 +267,23 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             util::human_bytes(t.shared_saved_bytes)
         ));
     }
+    for t in &st.tiers {
+        if let Some(o) = &t.object {
+            line(format!(
+                "  {:<4} {} parts, {} stored, {} live ({:.0}% live){}",
+                t.kind,
+                o.parts,
+                util::human_bytes(o.stored_bytes),
+                util::human_bytes(o.live_bytes),
+                o.live_fraction * 100.0,
+                if o.dead_parts > 0 {
+                    format!(", {} dead parts to delete", o.dead_parts)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
     let c = &st.cache;
     line(String::new());
     line(format!(
@@ -564,6 +581,13 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
     let mut tier_problems: Vec<String> = Vec::new();
     let mut tiers: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
+        if t.kind == terrace_format::TierKind::S3 {
+            match crate::object_tier::open(t, &sb) {
+                Ok(m) => tiers.push((t.id, Arc::new(m))),
+                Err(e) => tier_problems.push(e),
+            }
+            continue;
+        }
         if let Err(e) = crate::tier_check::check_tier(t, &sb) {
             tier_problems.push(e);
             continue;
@@ -665,6 +689,13 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
                 rep.checked_blocks,
                 rep.bad_blocks,
                 util::unverified_note(rep.unverified_blocks)
+            ));
+        }
+        if rep.object_orphans > 0 {
+            util::out(&format!(
+                "  {} orphan parts ({}) on the object tier, from uploads never committed (the next mount deletes them; so does --repair)",
+                rep.object_orphans,
+                util::human_bytes(rep.object_orphan_bytes)
             ));
         }
         for r in &rep.repaired {

@@ -9,6 +9,7 @@ mod migrate_cmd;
 mod mkfs;
 mod mount;
 mod mount_helper;
+mod object_tier;
 mod remount_watch;
 mod rule_cmd;
 mod scrub_cmd;
@@ -45,7 +46,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Format a new pool from one PM tier and optional SSD/HDD tiers.
+    /// Format a new pool from one PM tier and optional SSD/HDD/S3 tiers.
     Mkfs(MkfsArgs),
     /// Mount a pool (foreground by default, --daemon to detach).
     Mount(MountArgs),
@@ -300,7 +301,7 @@ struct WhereArgs {
 
 const MKFS_AFTER: &str = "\
 Tiers:
-  --tier KIND:PATH:SIZE names one tier. KIND is pm, ssd or hdd; PATH is a file
+  --tier KIND:PATH:SIZE names one tier. KIND is pm, ssd, hdd or s3; PATH is a file
   (created sparse if absent) or a block device; SIZE takes K, M, G or T
   (binary units) and may be left out for an existing file or device to use all
   of it. Exactly one pm tier is required (at least 1M); ssd/hdd tiers need at
@@ -314,6 +315,18 @@ Tiers:
   cache; their data blocks are checksummed (terrace scrub), and the logs of
   cold files can move there too. Ordered as given: the first block tier is
   the first one data migrates to.
+
+  --tier s3:http(s)://HOST[:PORT]/BUCKET[/PREFIX][:SIZE] adds an object tier
+  (S3 or a compatible store) as the coldest tier: last, after at least one
+  ssd or hdd tier. It gets data only by migration (terrace migrate --to s3,
+  or background migration down), in 16 MiB objects. A trailing :SIZE counts
+  only after the path (http://127.0.0.1:9000/b has none, .../b/p:2T is 2T).
+  SIZE is virtual (default 1T): it bounds the pool's DRAM tables for the tier
+  (about 40 bytes per 16 MiB extent, plus 4 bytes per 4 KiB block of data
+  stored there). mkfs refuses a prefix that holds a tier already. Credentials
+  come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials
+  (never stored); the region from AWS_REGION. TERRACE_S3_TIMEOUT=SECONDS
+  bounds how long a failed request is retried (mkfs: 10 s).
 
 Space:
   A tier file must fit in the free space of the file system holding it (what

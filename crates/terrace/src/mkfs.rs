@@ -1,5 +1,6 @@
 //! `terrace mkfs`: formats a pool from one PM tier and any number of block tiers.
 
+use crate::object_tier;
 use crate::util::{self, CliError, CliResult};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -39,7 +40,10 @@ fn parse_tier_with(s: &str, exists: &dyn Fn(&Path) -> bool) -> Result<TierSpec, 
         .split_once(':')
         .ok_or_else(|| format!("{s:?}: expected KIND:PATH:SIZE, e.g. pm:/dev/shm/pool:1G"))?;
     let kind = TierKind::parse(&kind.to_ascii_lowercase())
-        .ok_or_else(|| format!("{s:?}: unknown tier kind {kind:?} (use pm, ssd or hdd)"))?;
+        .ok_or_else(|| format!("{s:?}: unknown tier kind {kind:?} (use pm, ssd, hdd or s3)"))?;
+    if kind == TierKind::S3 {
+        return parse_s3_tier(s, rest);
+    }
     let empty_path = || format!("{s:?}: the path is empty (expected KIND:PATH:SIZE)");
     let (path, size) = match rest.rsplit_once(':') {
         None => (rest, None),
@@ -67,6 +71,32 @@ fn parse_tier_with(s: &str, exists: &dyn Fn(&Path) -> bool) -> Result<TierSpec, 
         kind,
         path: PathBuf::from(path),
         size,
+    })
+}
+
+/// `s3:URL[:SIZE]`: the URL has colons of its own (scheme, port), so a
+/// trailing `:SIZE` counts only after the path started (the first '/' past
+/// `://`); without it the tier is [`object_tier::DEFAULT_SIZE`].
+fn parse_s3_tier(s: &str, url: &str) -> Result<TierSpec, String> {
+    let path_start = url
+        .find("://")
+        .and_then(|i| url[i + 3..].find('/').map(|j| i + 3 + j))
+        .ok_or_else(|| {
+            format!("{s:?}: expected s3:http(s)://HOST[:PORT]/BUCKET[/PREFIX][:SIZE]")
+        })?;
+    let (url, size) = match url.rfind(':') {
+        Some(i) if i > path_start => {
+            let sz = &url[i + 1..];
+            let n = util::parse_size(sz).map_err(|e| format!("{s:?}: bad size {sz:?}: {e}"))?;
+            (&url[..i], n)
+        }
+        _ => (url, object_tier::DEFAULT_SIZE),
+    };
+    terrace_media::ObjectConfig::from_url(url).map_err(|e| format!("{s:?}: {e}"))?;
+    Ok(TierSpec {
+        kind: TierKind::S3,
+        path: PathBuf::from(url),
+        size: Some(size),
     })
 }
 
@@ -353,6 +383,81 @@ fn new_uuid() -> [u8; 16] {
     b
 }
 
+/// Segment (part size and extent) of an object tier: 16 MiB.
+const OBJECT_SEGMENT: u64 = terrace_media::object::DEFAULT_SEGMENT_BLOCKS * BLOCK_SIZE;
+
+fn tier_header(r: &TierRecord, pool_uuid: [u8; 16]) -> TierHeader {
+    TierHeader {
+        pool_uuid,
+        id: r.id,
+        kind: r.kind,
+        size: r.size,
+        extent_size: r.extent_size,
+    }
+}
+
+/// The `s3` tier of the command line, if any: at most one, last, after at
+/// least one other block tier (which takes large writes and log blobs: the
+/// object tier gets data only by migration), its URL fitting the record.
+fn check_object_tier(cfg: &MkfsConfig, file_tiers: usize) -> CliResult<Option<&TierSpec>> {
+    let objects: Vec<usize> = (0..cfg.tiers.len())
+        .filter(|&i| cfg.tiers[i].kind == TierKind::S3)
+        .collect();
+    let Some(&i) = objects.first() else {
+        return Ok(None);
+    };
+    let spec = &cfg.tiers[i];
+    if objects.len() > 1 || i + 1 != cfg.tiers.len() {
+        return Err(CliError::usage(
+            "an s3 tier must be the last tier given, and a pool has at most one",
+        ));
+    }
+    if file_tiers < 2 {
+        return Err(CliError::usage(
+            "an s3 tier needs an ssd or hdd tier before it (the object tier only takes data that migration moves down)",
+        ));
+    }
+    let url = spec.path.to_string_lossy();
+    if url.len() > TIER_PATH_MAX {
+        return Err(CliError::at(
+            &spec.path,
+            format!("URL longer than {TIER_PATH_MAX} bytes cannot be recorded in the superblock"),
+        )
+        .code(2));
+    }
+    let size = spec.size.unwrap_or(object_tier::DEFAULT_SIZE);
+    if size % OBJECT_SEGMENT != 0 || size < 2 * OBJECT_SEGMENT {
+        return Err(CliError::at(
+            &spec.path,
+            format!(
+                "an s3 tier's size must be a multiple of its {} segments, at least two",
+                util::human_bytes(OBJECT_SEGMENT)
+            ),
+        )
+        .code(2));
+    }
+    Ok(Some(spec))
+}
+
+/// Creates the object tier of record `r` (refused on a prefix that holds a
+/// tier or parts already) and writes its tier header as block 0.
+fn create_object_tier(r: &TierRecord, uuid: [u8; 16]) -> CliResult {
+    let at = |e: String| CliError::at(Path::new(&r.path), e);
+    let cfg = object_tier::config(&r.path, true).map_err(at)?;
+    let media = terrace_media::ObjectMedia::create(
+        &cfg,
+        uuid,
+        r.size,
+        u64::from(r.extent_size) / BLOCK_SIZE,
+    )
+    .map_err(|e| at(e.to_string()))?;
+    use terrace_media::BlockMedia;
+    media
+        .write_blocks(0, &tier_header(r, uuid).encode())
+        .and_then(|()| media.sync())
+        .map_err(|e| at(format!("cannot write the tier header: {e}")))
+}
+
 fn write_tier_header(t: &Target, h: &TierHeader) -> io::Result<()> {
     let f = OpenOptions::new()
         .read(true)
@@ -399,7 +504,12 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
         .iter()
         .filter(|t| t.kind == TierKind::Pm)
         .collect();
-    specs.extend(cfg.tiers.iter().filter(|t| t.kind != TierKind::Pm));
+    specs.extend(
+        cfg.tiers
+            .iter()
+            .filter(|t| !matches!(t.kind, TierKind::Pm | TierKind::S3)),
+    );
+    let object = check_object_tier(cfg, specs.len())?;
     let mut targets = Vec::new();
     for s in specs {
         // Before examine, which locks the target (a second lock on the same
@@ -422,6 +532,7 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
     let pm_size = targets[0].size;
     let inodes = match cfg.inodes {
         0 => {
+            // The object tier's virtual size is no measure of files.
             let block: u64 = targets[1..].iter().map(|t| t.size).sum();
             terrace_core::mkfs::default_pool_inode_count(pm_size, block)
         }
@@ -452,15 +563,22 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
             path: t.path.to_string_lossy().into_owned(),
         });
     }
-    // Block tiers first: the pool exists only once the PM superblock is written last.
-    for (t, r) in targets.iter().zip(&records).skip(1) {
-        let h = TierHeader {
-            pool_uuid: uuid,
-            id: r.id,
-            kind: r.kind,
-            size: r.size,
-            extent_size: r.extent_size,
+    // The object tier first (its create refuses a prefix in use, before
+    // anything else is written), then the block tiers: the pool exists only
+    // once the PM superblock is written last.
+    if let Some(spec) = object {
+        let r = TierRecord {
+            id: records.len() as u8,
+            kind: TierKind::S3,
+            size: spec.size.unwrap_or(object_tier::DEFAULT_SIZE),
+            extent_size: OBJECT_SEGMENT as u32,
+            path: spec.path.to_string_lossy().into_owned(),
         };
+        create_object_tier(&r, uuid)?;
+        records.push(r);
+    }
+    for (t, r) in targets.iter().zip(&records).skip(1) {
+        let h = tier_header(r, uuid);
         write_tier_header(t, &h).map_err(|e| {
             CliError::at(
                 &t.spec.path,
@@ -509,7 +627,7 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
     drop(locks);
 
     util::out(&format!("Formatted Terrace pool {}", util::fmt_uuid(&uuid)));
-    for (t, r) in targets.iter().zip(&sb.tiers) {
+    for r in &sb.tiers {
         let extra = if r.kind == TierKind::Pm {
             format!(
                 "data pool {}",
@@ -523,7 +641,7 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
             r.id,
             r.kind.name(),
             util::human_bytes(r.size),
-            t.path.display()
+            r.path
         ));
     }
     util::out(&format!("  inodes: {}", sb.inode_count - 1));
@@ -557,6 +675,32 @@ mod tests {
         assert!(parse_tier("pm").is_err());
         assert!(parse_tier("pm:").is_err());
         assert!(parse_tier("pm:/x:1Q").is_err());
+    }
+
+    #[test]
+    fn an_s3_size_counts_only_after_the_path_started() {
+        let t = parse_tier("s3:http://127.0.0.1:9000/bkt").unwrap();
+        assert_eq!(t.kind, TierKind::S3);
+        assert_eq!(t.path, PathBuf::from("http://127.0.0.1:9000/bkt"));
+        assert_eq!(t.size, Some(object_tier::DEFAULT_SIZE));
+        let t = parse_tier("s3:http://127.0.0.1:9000/bkt/p:2T").unwrap();
+        assert_eq!(t.path, PathBuf::from("http://127.0.0.1:9000/bkt/p"));
+        assert_eq!(t.size, Some(2 << 40));
+        assert_eq!(
+            parse_tier("S3:https://s3.example.com/bucket/a/b")
+                .unwrap()
+                .path,
+            PathBuf::from("https://s3.example.com/bucket/a/b")
+        );
+        for bad in [
+            "s3:127.0.0.1:9000/bkt",
+            "s3:http://127.0.0.1:9000",
+            "s3:ftp://h/bkt",
+            "s3:http://h/bkt:lots",
+            "s3:http://h/B_ad",
+        ] {
+            assert!(parse_tier(bad).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

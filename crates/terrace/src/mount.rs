@@ -25,7 +25,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 use terrace_core::Fs;
-use terrace_format::Superblock;
+use terrace_format::{Superblock, TierKind};
 use terrace_fuse::MountOptions;
 use terrace_media::{PmFile, PmKind};
 
@@ -157,7 +157,12 @@ struct Prepared {
 /// daemon's life, like the PM file's: `mkfs` refuses a locked file).
 fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<File>> {
     let mut locks = Vec::new();
-    for t in sb.tiers.iter().filter(|t| t.id != 0) {
+    // An object tier is no file: it is checked when it is opened (`serve`).
+    for t in sb
+        .tiers
+        .iter()
+        .filter(|t| t.id != 0 && t.kind != TierKind::S3)
+    {
         let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
         let p = Path::new(&t.path);
         match util::lock_tier(p) {
@@ -405,6 +410,16 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     let read_only = cfg.options.read_only;
     let mut devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
+        if t.kind == TierKind::S3 {
+            match crate::object_tier::open(t, &sb) {
+                Ok(m) => devices.push((t.id, Arc::new(m))),
+                Err(e) => {
+                    remove_run_files(&files);
+                    return Err(CliError::at(&cfg.pool, e));
+                }
+            }
+            continue;
+        }
         // Read-only mounts open block tiers O_RDONLY: no write can reach them.
         let opened = if read_only {
             terrace_media::BlockFile::open_read_only(&t.path)
@@ -465,6 +480,18 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             pool.display(),
             rep.rolled_back,
             rep.orphans_freed
+        ));
+    }
+    if rep.object_orphans > 0 {
+        log(format!(
+            "deleted {} orphan parts ({}) of the object tier: uploads whose commit never happened",
+            rep.object_orphans,
+            util::human_bytes(rep.object_orphan_bytes)
+        ));
+    }
+    for e in &rep.object_sweep_errors {
+        log(format!(
+            "warning: {e}: orphan parts stay until the next mount"
         ));
     }
     if rep.link_count_warnings > 0 {

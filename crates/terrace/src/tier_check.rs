@@ -19,7 +19,22 @@ pub fn check_tier(t: &TierRecord, sb: &Superblock) -> Result<(), String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(format!("{what} is missing")),
         Err(e) => return Err(format!("{what}: {}", util::os_reason(&e))),
     };
-    let h = match TierHeader::decode(&head) {
+    check_header(t, sb, &head)?;
+    let len = util::media_len(p).map_err(|e| format!("{what}: {}", util::os_reason(&e)))?;
+    if len < t.size {
+        return Err(format!(
+            "{what} is {len} bytes, shorter than the tier's {} bytes: the image was truncated; restore it (a tier shorter than its size is refused)",
+            t.size
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the tier header `head` (block 0 of tier `t`) against the pool's
+/// superblock `sb`: it names this pool, tier id, kind, size and extent size.
+pub fn check_header(t: &TierRecord, sb: &Superblock, head: &[u8]) -> Result<(), String> {
+    let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
+    let h = match TierHeader::decode(head) {
         Ok(h) => h,
         Err(terrace_format::FormatError::BadMagic) => {
             return Err(format!(
@@ -48,13 +63,6 @@ pub fn check_tier(t: &TierRecord, sb: &Superblock) -> Result<(), String> {
         return Err(format!(
             "{what}: its header says {} bytes in extents of {}, the pool expects {} in extents of {} (replaced by another image?)",
             h.size, h.extent_size, t.size, t.extent_size
-        ));
-    }
-    let len = util::media_len(p).map_err(|e| format!("{what}: {}", util::os_reason(&e)))?;
-    if len < t.size {
-        return Err(format!(
-            "{what} is {len} bytes, shorter than the tier's {} bytes: the image was truncated; restore it (a tier shorter than its size is refused)",
-            t.size
         ));
     }
     Ok(())

@@ -15,9 +15,26 @@ impl Fs {
             |fs| &fs.migrator.worker,
             |fs| {
                 fs.migrator.passes.fetch_add(1, Ordering::Relaxed);
-                fs.migration_pass() > 0
+                let moved = fs.migration_pass() > 0;
+                fs.reclaim_object_tiers();
+                moved
             },
         );
+    }
+
+    /// Deletes the dead parts of object tiers — parts all of whose blocks
+    /// frees trimmed — now rather than at the tier's next upload: a `sync`
+    /// with nothing to upload only deletes (design §5n). Run by the
+    /// migration thread after each pass; a failed delete stays queued.
+    pub fn reclaim_object_tiers(&self) {
+        for t in &self.tiers {
+            if t.media
+                .object_tier_stats()
+                .is_some_and(|s| s.dead_parts > 0)
+            {
+                let _ = t.media.sync();
+            }
+        }
     }
 
     /// Whether the migration thread runs (so waiting for it can help).

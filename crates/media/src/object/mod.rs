@@ -736,6 +736,22 @@ impl BlockMedia for ObjectMedia {
         Ok(())
     }
 
+    fn retain_only(&self, used: &[(u64, u64)]) -> io::Result<Option<SweepReport>> {
+        self.retain(used).map(Some)
+    }
+
+    fn unreferenced(&self, used: &[(u64, u64)]) -> Option<SweepReport> {
+        let orphans = self.orphans(used);
+        Some(SweepReport {
+            parts: orphans.len() as u64,
+            bytes: orphans.iter().map(|o| o.blocks * BLOCK_SIZE).sum(),
+        })
+    }
+
+    fn object_tier_stats(&self) -> Option<ObjectStats> {
+        Some(self.object_stats())
+    }
+
     fn describe(&self) -> String {
         format!("s3 {}", self.bucket.url())
     }

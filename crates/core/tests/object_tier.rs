@@ -1,0 +1,176 @@
+//! An object tier (S3, design §5n) as tier 2 behind PM and an SSD, on the
+//! in-memory store: data reaches it by migration and reads back, frees trim
+//! its parts away, a remount over the same store reads it back, and a crash
+//! between an upload and its commit leaves orphans that the next mount
+//! deletes without losing anything committed.
+
+mod common;
+use common::*;
+use std::sync::Arc;
+use terrace_core::Fs;
+use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
+use terrace_media::object::{Bucket, FaultStore};
+use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia};
+
+const PM: u64 = 16 << 20;
+const SSD: u64 = 16 << 20;
+const S3: u64 = 64 << 20;
+/// The pool uuid `mkfs_tiers` writes.
+const UUID: [u8; 16] = [15; 16];
+/// One segment per extent, as `terrace mkfs` makes them.
+const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
+
+/// The pool's PM and SSD (the object tier is given at each mount).
+struct Pool {
+    pm: Arc<MemMedia>,
+    ssd: Arc<MemBlock>,
+}
+
+impl Pool {
+    fn format() -> Pool {
+        let pm = Arc::new(MemMedia::new(PM));
+        mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
+        Pool {
+            pm,
+            ssd: Arc::new(MemBlock::new(SSD)),
+        }
+    }
+
+    fn mount(&self, s3: Arc<ObjectMedia>) -> Fs {
+        Fs::mount_with_tiers(self.pm.clone(), vec![(1, self.ssd.clone()), (2, s3)])
+            .unwrap_or_else(|e| panic!("mount: {e}"))
+    }
+}
+
+fn write_file(fs: &Fs, name: &str, data: &[u8]) -> u64 {
+    let ino = file(fs, 1, name);
+    fs.write(ino, 0, data).unwrap();
+    fs.fsync(ino, false).unwrap();
+    ino
+}
+
+#[test]
+fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
+    let pool = Pool::format();
+    let bucket = Bucket::in_memory("tier", "pool").unwrap();
+    let store = bucket.store().clone();
+    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
+    let fs = pool.mount(s3.clone());
+    let a = pattern(1, 3 << 20);
+    let b = pattern(2, 300 << 10);
+    let ia = write_file(&fs, "a", &a);
+    let ib = write_file(&fs, "b", &b);
+    let puts = s3.object_stats().requests.puts;
+    fs.migrate_file(ia, 2).unwrap();
+    fs.migrate_file(ib, 2).unwrap();
+    assert_eq!(tier_bytes(&fs, ia, "s3"), a.len() as u64);
+    assert_eq!(tier_bytes(&fs, ib, "s3"), 300 << 10);
+    let st = s3.object_stats();
+    // Batch-sized objects: at most one part per 512 KiB segment touched.
+    assert!(
+        st.requests.puts - puts <= 8 + 2,
+        "{} PUTs for 3.3 MiB",
+        st.requests.puts - puts
+    );
+    assert_eq!(st.live_bytes, a.len() as u64 + (300 << 10));
+    assert_eq!(fs.read(ia, 0, a.len()).unwrap(), a);
+    assert_eq!(fs.read(ib, 0, b.len()).unwrap(), b);
+    let status = fs.status();
+    let obj = status.tiers[2].object.expect("object stats in status");
+    assert_eq!(obj.parts, st.parts);
+
+    // Deleting a file trims its blocks; their parts go.
+    fs.unlink(1, b"a").unwrap();
+    fs.reclaim_object_tiers();
+    let after = s3.object_stats();
+    assert!(
+        after.parts < st.parts,
+        "{} parts, were {}",
+        after.parts,
+        st.parts
+    );
+    assert_eq!(after.live_bytes, 300 << 10);
+    assert_eq!(after.dead_parts, 0);
+    // An overwrite of data on the object tier frees its old blocks too.
+    fs.write(ib, 0, &[7u8; 4096]).unwrap();
+    fs.fsync(ib, false).unwrap();
+    assert_eq!(s3.object_stats().live_bytes, (300 << 10) - 4096);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    drop(s3);
+
+    let bucket = Bucket::with_store(store, "memory://tier", "pool").unwrap();
+    let s3 = Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap());
+    let fs = pool.mount(s3.clone());
+    let mut want = b.clone();
+    want[..4096].fill(7);
+    assert_eq!(fs.read(ib, 0, want.len()).unwrap(), want);
+    assert_eq!(fs.mount_report().object_orphans, 0);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
+    let pool = Pool::format();
+    let inner = Bucket::in_memory("tier", "pool").unwrap().store().clone();
+    let fault = Arc::new(FaultStore::new(inner.clone()));
+    let bucket = Bucket::with_store(fault.clone(), "memory://tier", "pool").unwrap();
+    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
+    let fs = pool.mount(s3.clone());
+    let kept = pattern(3, 1 << 20);
+    let cold = pattern(4, 2 << 20);
+    let ik = write_file(&fs, "kept", &kept);
+    let ic = write_file(&fs, "cold", &cold);
+    fs.migrate_file(ik, 2).unwrap();
+    let committed_parts = s3.object_stats().parts;
+
+    // The migration of `cold` uploads; the pool "crashes" (PM image taken)
+    // while its PUTs are held, i.e. before the commit that would point at them.
+    fault.hold_puts();
+    let image = std::thread::scope(|sc| {
+        let mover = sc.spawn(|| fs.migrate_file(ic, 2));
+        while fault.puts_waiting() == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let image = pool.pm.image();
+        fault.release_puts();
+        mover.join().unwrap().unwrap();
+        image
+    });
+    assert!(s3.object_stats().parts > committed_parts);
+    drop(fs); // no unmount: the crash
+    drop(s3);
+
+    let pm = Arc::new(MemMedia::from_image(image));
+    let bucket = Bucket::with_store(inner, "memory://tier", "pool").unwrap();
+    let s3 = Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap());
+    let orphans_before = {
+        let fs_tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, pool.ssd.clone()), (2, s3.clone())];
+        let r = terrace_core::fsck::check(&*pm, &fs_tiers, &mut |_, _| {}).unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+        r.object_orphans
+    };
+    assert!(orphans_before > 0, "the uncommitted upload is an orphan");
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, pool.ssd.clone()), (2, s3.clone())])
+        .unwrap_or_else(|e| panic!("mount: {e}"));
+    let rep = fs.mount_report();
+    assert!(!rep.was_clean);
+    assert_eq!(rep.object_orphans, orphans_before);
+    assert!(rep.object_orphan_bytes > 0);
+    assert_eq!(s3.object_stats().parts, committed_parts);
+    assert_eq!(fs.read(ik, 0, kept.len()).unwrap(), kept);
+    assert_eq!(fs.read(ic, 0, cold.len()).unwrap(), cold);
+    assert_eq!(tier_bytes(&fs, ic, "pm"), cold.len() as u64);
+    fs.check_allocator().unwrap();
+    // The file moves again, to fresh parts, and reads back after a remount.
+    fs.migrate_file(ic, 2).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, pool.ssd.clone()), (2, s3.clone())])
+        .unwrap_or_else(|e| panic!("mount: {e}"));
+    assert_eq!(fs.read(ic, 0, cold.len()).unwrap(), cold);
+    assert_eq!(fs.mount_report().object_orphans, 0);
+    fs.unmount().unwrap();
+}
