@@ -172,6 +172,23 @@ def test_reads_fail_with_eio_in_bounded_time_when_the_store_is_down(s3):
                 assert e.value.errno == errno.EIO, e.value
                 assert time.monotonic() - t0 < 60
                 assert pid and os.path.exists(f"/proc/{pid}")
+                # `status` says the store does not answer, and why.
+                o = object_stats(m)
+                assert o["unreachable_since_unix"] is not None and o["last_error"], o
+                assert "UNREACHABLE" in terrace("status", mnt).stdout
             finally:
                 subprocess.run(["kill", "-CONT", minio_pid], check=False)
             assert m.alive()
+            # Once the store answers again, the data reads back and the
+            # status clears.
+            assert f.stat().st_size == 1 << 20
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    f.read_bytes()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the data never read back"
+                    time.sleep(1)
+            assert object_stats(m)["unreachable_since_unix"] is None
+            assert "UNREACHABLE" not in terrace("status", mnt).stdout

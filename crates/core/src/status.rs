@@ -43,7 +43,7 @@ pub struct TierStatus {
 }
 
 /// An object tier's parts and how much of them is live.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ObjectTierStatus {
     /// Parts (objects) in the store.
     pub parts: u64,
@@ -58,6 +58,14 @@ pub struct ObjectTierStatus {
     pub dead_parts: u64,
     /// Bytes written but not yet uploaded.
     pub pending_bytes: u64,
+    /// While the store fails requests (until one succeeds): since when
+    /// (seconds since the epoch) and the last error. Reads of its data fail
+    /// with EIO meanwhile; data on the other tiers is served as usual.
+    #[serde(default)]
+    pub unreachable_since_unix: Option<u64>,
+    /// The last failure's message, while `unreachable_since_unix` is set.
+    #[serde(default)]
+    pub last_error: Option<String>,
 }
 
 impl From<terrace_media::ObjectStats> for ObjectTierStatus {
@@ -73,6 +81,8 @@ impl From<terrace_media::ObjectStats> for ObjectTierStatus {
             },
             dead_parts: o.dead_parts,
             pending_bytes: o.pending_bytes,
+            unreachable_since_unix: o.failing.as_ref().map(|f| f.since_unix),
+            last_error: o.failing.map(|f| f.error),
         }
     }
 }

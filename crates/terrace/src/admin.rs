@@ -282,6 +282,13 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
                     String::new()
                 }
             ));
+            if let (Some(since), Some(err)) = (o.unreachable_since_unix, &o.last_error) {
+                line(format!(
+                    "  {:<4} UNREACHABLE for {} s (reads of its data fail with EIO; other tiers are served): {err}",
+                    t.kind,
+                    unix_now().saturating_sub(since)
+                ));
+            }
         }
     }
     let c = &st.cache;

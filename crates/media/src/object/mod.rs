@@ -67,7 +67,7 @@ pub use fault::{FaultStore, InjectedObjectFaults, PutFault};
 pub use index::Part;
 pub use keys::PartKey;
 pub use marker::{Marker, MAX_SEGMENT_BLOCKS};
-pub use store::{Bucket, RequestStats};
+pub use store::{Bucket, RequestStats, StoreFailure};
 
 /// Default segment: 16 MiB (4096 blocks), the largest part; see the
 /// measurements in docs/design.md §5n.
@@ -80,7 +80,7 @@ const BLOCK: usize = BLOCK_SIZE as usize;
 const READ_ATTEMPTS: usize = 3;
 
 /// Space and request counters of an object tier.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ObjectStats {
     /// Parts in the store (dead ones not yet deleted included).
     pub parts: u64,
@@ -96,6 +96,8 @@ pub struct ObjectStats {
     pub pending_bytes: u64,
     /// Requests so far.
     pub requests: RequestStats,
+    /// `Some` while the store fails requests (until one succeeds).
+    pub failing: Option<StoreFailure>,
 }
 
 /// What a [`ObjectMedia::retain`] or [`ObjectMedia::reclaim`] deleted.
@@ -311,6 +313,7 @@ impl ObjectMedia {
             dead_parts: ix.dead_parts().len() as u64 + st.stray.len() as u64,
             pending_bytes: st.pending.len() as u64 * BLOCK_SIZE,
             requests: self.bucket.request_stats(),
+            failing: self.bucket.failing(),
         }
     }
 

@@ -69,6 +69,41 @@ fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
+/// The store has been failing requests: since when, and the last error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreFailure {
+    /// When the first failing request since the last answered one failed
+    /// (seconds since the epoch).
+    pub since_unix: u64,
+    /// The last failure's message.
+    pub error: String,
+}
+
+/// Whether the store answers (cleared by any request that succeeds).
+#[derive(Debug, Default)]
+struct Health(std::sync::Mutex<Option<StoreFailure>>);
+
+impl Health {
+    fn set(&self, failure: Option<String>) {
+        // A poisoned lock only means a panic elsewhere; the value is whole.
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *g = failure.map(|error| StoreFailure {
+            since_unix: g.as_ref().map_or_else(unix_now, |f| f.since_unix),
+            error,
+        });
+    }
+
+    fn get(&self) -> Option<StoreFailure> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// An object store, a prefix in it, and the runtime driving requests; see
 /// the module docs.
 pub struct Bucket {
@@ -81,6 +116,7 @@ pub struct Bucket {
     runtime: Option<tokio::runtime::Runtime>,
     concurrency: usize,
     counters: Counters,
+    health: Health,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -187,6 +223,7 @@ impl Bucket {
             runtime: Some(runtime),
             concurrency: DEFAULT_CONCURRENCY,
             counters: Counters::default(),
+            health: Health::default(),
         })
     }
 
@@ -233,6 +270,11 @@ impl Bucket {
         self.concurrency = n.max(1);
     }
 
+    /// `Some` while the store fails requests (until one succeeds).
+    pub fn failing(&self) -> Option<StoreFailure> {
+        self.health.get()
+    }
+
     /// Request counters so far.
     pub fn request_stats(&self) -> RequestStats {
         let c = &self.counters;
@@ -256,7 +298,12 @@ impl Bucket {
             object_store::Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
             _ => io::ErrorKind::Other,
         };
-        io::Error::new(kind, format!("s3 {op} {}/{key}: {}", self.base, chain(e)))
+        let msg = format!("s3 {op} {}/{key}: {}", self.base, chain(e));
+        if kind == io::ErrorKind::Other {
+            // NotFound and AlreadyExists are answers: the store is there.
+            self.health.set(Some(msg.clone()));
+        }
+        io::Error::new(kind, msg)
     }
 
     /// Runs `fut` on the runtime from this (non-async) thread.
@@ -298,17 +345,20 @@ impl Bucket {
                 .put_opts(&path, PutPayload::from(data), PutOptions::default());
             match put.await {
                 Ok(r) if r.e_tag.as_deref().is_some_and(|t| !t.is_empty()) => {
+                    self.health.set(None);
                     add(&self.counters.puts, 1);
                     add(&self.counters.put_bytes, len);
                     Ok(())
                 }
                 Ok(_) => {
                     add(&self.counters.failures, 1);
-                    Err(io::Error::other(format!(
+                    let msg = format!(
                         "s3 PUT {}/{key}: the store answered without an ETag; \
                          the object does not count as stored",
                         self.base
-                    )))
+                    );
+                    self.health.set(Some(msg.clone()));
+                    Err(io::Error::other(msg))
                 }
                 Err(e) => Err(self.error("PUT", &key, &e)),
             }
@@ -339,6 +389,7 @@ impl Bucket {
                 .await
             {
                 Ok(_) => {
+                    self.health.set(None);
                     add(&self.counters.puts, 1);
                     add(&self.counters.put_bytes, len);
                     Ok(())
@@ -358,6 +409,7 @@ impl Bucket {
                 Err(e) => return Err(self.error("GET", key, &e)),
             };
             let b = r.bytes().await.map_err(|e| self.error("GET", key, &e))?;
+            self.health.set(None);
             add(&self.counters.gets, 1);
             add(&self.counters.get_bytes, b.len() as u64);
             Ok(Some(b))
@@ -382,14 +434,17 @@ impl Bucket {
             let b = r.bytes().await.map_err(|e| self.error("GET", &key, &e))?;
             if b.len() as u64 != want {
                 add(&self.counters.failures, 1);
-                return Err(io::Error::other(format!(
+                let msg = format!(
                     "s3 GET {}/{key} bytes {}..{}: got {} bytes, wanted {want}",
                     self.base,
                     range.start,
                     range.end,
                     b.len()
-                )));
+                );
+                self.health.set(Some(msg.clone()));
+                return Err(io::Error::other(msg));
             }
+            self.health.set(None);
             add(&self.counters.gets, 1);
             add(&self.counters.get_bytes, want);
             Ok(b)
@@ -445,6 +500,9 @@ impl Bucket {
                 Err(e) => errors.push(e),
             }
         }
+        if !done.is_empty() {
+            self.health.set(None);
+        }
         add(&self.counters.deletes, done.len() as u64);
         let first_error = errors.into_iter().next();
         for p in asked {
@@ -478,6 +536,7 @@ impl Bucket {
                 .try_collect::<Vec<_>>()
                 .await
                 .map_err(|e| self.error("LIST", &format!("{}/", self.prefix), &e))?;
+            self.health.set(None);
             add(&self.counters.lists, 1);
             Ok(metas)
         })

@@ -570,6 +570,31 @@ fn calling_from_inside_an_async_runtime_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn a_failing_store_shows_in_the_stats_until_a_request_succeeds() {
+    let store = new_store();
+    let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
+    let dynf: Arc<dyn ObjectStore> = fault.clone();
+    let m = ObjectMedia::create_in(bucket(&dynf), UUID, 16 * BLOCK_SIZE, 8).unwrap();
+    m.write_blocks(0, &blocks(0, 2, 1)).unwrap();
+    m.sync().unwrap();
+    assert_eq!(m.object_stats().failing, None);
+    fault.fail_gets_after(0);
+    let mut b = vec![0u8; 2 * BLOCK];
+    m.read_blocks(0, &mut b).unwrap_err();
+    let first = m.object_stats().failing.expect("a failed GET is shown");
+    assert!(first.error.contains("s3 GET"), "{}", first.error);
+    // Still failing: the first failure's time stays.
+    m.read_blocks(0, &mut b).unwrap_err();
+    assert_eq!(
+        m.object_stats().failing.map(|f| f.since_unix),
+        Some(first.since_unix)
+    );
+    fault.heal();
+    m.read_blocks(0, &mut b).unwrap();
+    assert_eq!(m.object_stats().failing, None, "a success clears it");
+}
+
+#[test]
 fn read_errors_name_the_object_and_a_vanished_part_does_not_loop() {
     let store = new_store();
     let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
