@@ -76,7 +76,10 @@ fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
     assert_eq!(fs.read(ia, 0, a.len()).unwrap(), a);
     assert_eq!(fs.read(ib, 0, b.len()).unwrap(), b);
     let status = fs.status();
-    let obj = status.tiers[2].object.clone().expect("object stats in status");
+    let obj = status.tiers[2]
+        .object
+        .clone()
+        .expect("object stats in status");
     assert_eq!(obj.parts, st.parts);
 
     // Deleting a file trims its blocks; their parts go.

@@ -569,14 +569,20 @@ fn calling_from_inside_an_async_runtime_is_an_error_not_a_panic() {
     rt.block_on(async { drop(m) });
 }
 
-#[test]
-fn a_failing_store_shows_in_the_stats_until_a_request_succeeds() {
+/// Two synced blocks on a store behind a fault wrapper (and the plain store).
+fn two_blocks_behind_faults() -> (Arc<dyn ObjectStore>, Arc<FaultStore>, ObjectMedia) {
     let store = new_store();
     let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
     let dynf: Arc<dyn ObjectStore> = fault.clone();
     let m = ObjectMedia::create_in(bucket(&dynf), UUID, 16 * BLOCK_SIZE, 8).unwrap();
     m.write_blocks(0, &blocks(0, 2, 1)).unwrap();
     m.sync().unwrap();
+    (store, fault, m)
+}
+
+#[test]
+fn a_failing_store_shows_in_the_stats_until_a_request_succeeds() {
+    let (_store, fault, m) = two_blocks_behind_faults();
     assert_eq!(m.object_stats().failing, None);
     fault.fail_gets_after(0);
     let mut b = vec![0u8; 2 * BLOCK];
@@ -596,12 +602,7 @@ fn a_failing_store_shows_in_the_stats_until_a_request_succeeds() {
 
 #[test]
 fn read_errors_name_the_object_and_a_vanished_part_does_not_loop() {
-    let store = new_store();
-    let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
-    let dynf: Arc<dyn ObjectStore> = fault.clone();
-    let m = ObjectMedia::create_in(bucket(&dynf), UUID, 16 * BLOCK_SIZE, 8).unwrap();
-    m.write_blocks(0, &blocks(0, 2, 1)).unwrap();
-    m.sync().unwrap();
+    let (store, fault, m) = two_blocks_behind_faults();
     fault.fail_gets_after(0);
     let mut b = vec![0u8; 2 * BLOCK];
     let e = m.read_blocks(0, &mut b).unwrap_err();
