@@ -464,7 +464,9 @@ impl DirEntList {
 
 #[derive(Debug)]
 pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
-    #[allow(unused)] // We use `attr.ino` instead
+    /// The entry's inode number (`d_ino`); the node id the kernel links is
+    /// `attr.ino`, which may be 0: "no attributes for this entry" (Terrace
+    /// patch, TERRACE-PATCH.md).
     ino: INodeNo,
     generation: Generation,
     offset: DirEntOffset,
@@ -527,7 +529,7 @@ impl DirEntPlusList {
                 attr: x.attr.attr,
             },
             dirent: abi::fuse_dirent {
-                ino: x.attr.attr.ino,
+                ino: x.ino.0,
                 off: x.offset.0,
                 namelen: name.len().try_into().expect("Name too long"),
                 typ: x.attr.attr.mode >> 12,
