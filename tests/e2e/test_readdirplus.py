@@ -11,6 +11,7 @@ import os
 import socket
 import stat
 import subprocess
+import time
 import urllib.request
 
 import helpers
@@ -109,3 +110,73 @@ def test_every_entry_a_listing_hands_the_kernel_is_given_back():
                 f"{free_before - os.statvfs(mnt).f_ffree} inode slots still taken "
                 "after every file was deleted")
         helpers.assert_fsck_clean(pool, "after listings and deletes")
+
+
+def drop_kernel_names() -> None:
+    """Makes the kernel forget unused names and inodes (it sends FORGET for
+    every inode of ours it drops)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")
+
+
+def settled(port: int, op: str) -> int:
+    """The count of `op` requests once it stopped moving (FORGETs arrive
+    after the kernel dropped the inodes, in batches)."""
+    last = -1
+    for _ in range(50):
+        now = requests(port, op)
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.1)
+    return last
+
+
+def make_tree(root, dirs: int, files: int) -> int:
+    root.mkdir()
+    for i in range(dirs):
+        sub = root / f"d{i:03}"
+        sub.mkdir()
+        for j in range(files):
+            (sub / f"f{j:03}.c").write_bytes(b"x" * (j + 1))
+    return dirs * files
+
+
+def test_a_walk_that_never_stats_gets_names_without_attributes_and_one_that_stats_gets_them():
+    """`find` with a name test lists every directory and stats nothing: after
+    a short probe its listings carry names only, so the kernel makes no inode
+    per file (counted by the FORGETs it sends when it drops them). `ls -lR`
+    stats every name: its listings carry attributes again, and LOOKUPs stay
+    a small share of the names (the probes)."""
+    port = _free_port()
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:128M", "--inodes", "8192")
+        with mounted_pool(pool, mnt, "noatime"):
+            n = make_tree(mnt / "t", 100, 30)
+        with mounted_pool(pool, mnt, f"noatime,metrics=127.0.0.1:{port}"):
+            out = subprocess.run(["find", mnt / "t", "-name", "*.h"], check=True,
+                                 capture_output=True, text=True).stdout
+            assert out == ""
+            forgets = settled(port, "forget")
+            drop_kernel_names()
+            made = settled(port, "forget") - forgets
+            # The directories, and the files of the listings before the
+            # first probe (15 directories of 30): about 550; every file
+            # (3,000+) before listings learned to leave attributes out.
+            assert made < n // 3, f"the kernel made {made} inodes for a find of {n} names"
+
+            # A walk that stats everything gets attributes back.
+            lookups = requests(port, "lookup")
+            ls = subprocess.run(["ls", "-lR", mnt / "t"], check=True, capture_output=True,
+                                text=True).stdout
+            spent = requests(port, "lookup") - lookups
+            assert ls.count("\n-rw") == n
+            assert spent < n // 4, f"{spent} LOOKUPs for ls -lR of {n} names"
+
+            # Listed again while the kernel still has them: from its cache
+            # of directory contents, no request at all.
+            listed = requests(port, "readdir") + requests(port, "readdirplus")
+            subprocess.run(["find", mnt / "t", "-name", "*.h"], check=True,
+                           capture_output=True)
+            assert requests(port, "readdir") + requests(port, "readdirplus") == listed

@@ -12,7 +12,7 @@
 //! - An [`Arrival`] records the request's duration before the poller may
 //!   start polling (field drop order).
 
-use crate::{invalidate, latency, page_cache, poll};
+use crate::{invalidate, latency, listing_attrs, page_cache, poll};
 use fuser::{InitFlags, KernelConfig};
 use latency::{Op, RequestLatency};
 use std::sync::{Arc, OnceLock};
@@ -45,6 +45,8 @@ pub struct FuseAdapter {
     pub(crate) poller: Arc<poll::RequestPoller>,
     /// Where request durations go, when someone reads them.
     pub(crate) latency: Option<Arc<RequestLatency>>,
+    /// Whether listings carry attributes (a guess from what walks look up).
+    pub(crate) listing: listing_attrs::ListingAttrs,
 }
 
 /// What a handler holds from its request's arrival until it has replied:
@@ -75,6 +77,7 @@ impl FuseAdapter {
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
             latency: None,
+            listing: listing_attrs::ListingAttrs::default(),
         }
     }
 

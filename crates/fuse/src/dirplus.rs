@@ -9,23 +9,102 @@
 //! ([`Fs::readdirplus`]), and entries that do not fit the reply are given
 //! back here at once. Negotiated as `FUSE_READDIRPLUS_AUTO`: the kernel asks
 //! for attributes for the first batch of a directory and afterwards only
-//! while the caller also looks names up (stat), so a plain `readdir` loop
-//! (`find` without tests, `ls`) does not pay for attributes it never uses.
+//! while the caller also looks names up (stat). Whether that first batch
+//! really carries them is [`ListingAttrs`]'s guess: a walk that never stats
+//! (`find` with name tests, `ls`) gets names only (node id 0: the kernel
+//! makes no inode), so it does not pay for attributes it never uses.
 
 use crate::convert::{file_attr, kind_of, negative_attr};
+use crate::listing_attrs::ListingAttrs;
 use crate::reply::TTL;
 use fuser::{Generation, INodeNo, ReplyDirectoryPlus};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use terrace_core::Fs;
+use terrace_core::{DirEntry, FileType, Fs};
 
 /// Entries fetched from the core per batch while filling a reply (a reply
 /// holds about 30 entries of short names per 4 KiB page).
 const BATCH: usize = 64;
 
-/// Fills `reply` with the entries of directory `ino` after cookie `offset`.
-pub(crate) fn fill(fs: &Fs, ino: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
+/// Fills `reply` with the entries of directory `ino` after cookie `offset`,
+/// with their attributes when `listing` says the caller wants them.
+pub(crate) fn fill(
+    fs: &Fs,
+    listing: &ListingAttrs,
+    ino: u64,
+    offset: u64,
+    reply: ReplyDirectoryPlus,
+) {
+    if listing.attrs_for(offset) {
+        fill_with_attrs(fs, ino, offset, reply)
+    } else {
+        fill_names(fs, listing, ino, offset, reply)
+    }
+}
+
+/// Entries without attributes: each with node id 0, which the kernel lists
+/// (name, `d_ino`, type) without making an inode or counting a lookup.
+fn fill_names(
+    fs: &Fs,
+    listing: &ListingAttrs,
+    ino: u64,
+    offset: u64,
+    mut reply: ReplyDirectoryPlus,
+) {
+    let mut off = offset;
+    let mut files = Vec::new();
+    let mut added = false;
+    'batches: loop {
+        let batch = match fs.readdir(ino, off, BATCH) {
+            Ok(b) => b,
+            Err(e) if added => {
+                let _: io::Error = e;
+                break;
+            }
+            Err(e) => {
+                reply.error(crate::reply::errno_of(&e));
+                return;
+            }
+        };
+        if batch.is_empty() {
+            break;
+        }
+        for e in batch {
+            if e.next_offset <= off || add_name(&mut reply, &e) {
+                break 'batches;
+            }
+            if e.kind != FileType::Directory {
+                files.push(e.ino);
+            }
+            added = true;
+            off = e.next_offset;
+        }
+    }
+    listing.listed_names(files);
+    reply.ok();
+}
+
+/// Adds `e` without attributes; true when the reply is full.
+fn add_name(reply: &mut ReplyDirectoryPlus, e: &DirEntry) -> bool {
+    let mut d = negative_attr();
+    d.kind = kind_of(e.kind);
+    // "." and "..": the kernel links neither, whatever the node id.
+    if e.name == b"." || e.name == b".." {
+        d.ino = INodeNo(e.ino);
+    }
+    reply.add(
+        INodeNo(e.ino),
+        e.next_offset,
+        OsStr::from_bytes(&e.name),
+        &TTL,
+        &d,
+        Generation(0),
+    )
+}
+
+/// Entries with their attributes (a lookup counted for each).
+fn fill_with_attrs(fs: &Fs, ino: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
     let mut off = offset;
     let mut added = false;
     loop {
@@ -60,14 +139,8 @@ pub(crate) fn fill(fs: &Fs, ino: u64, offset: u64, mut reply: ReplyDirectoryPlus
                         &file_attr(a),
                         Generation(u64::from(a.generation)),
                     ),
-                    // "." and "..": the kernel links neither, whatever the
-                    // node id; only the name, number and type are used.
-                    None if e.name == b"." || e.name == b".." => {
-                        let mut d = negative_attr();
-                        d.ino = INodeNo(e.ino);
-                        d.kind = kind_of(e.kind);
-                        reply.add(INodeNo(e.ino), e.next_offset, name, &TTL, &d, Generation(0))
-                    }
+                    // "." and "..": only the name, number and type are used.
+                    None if e.name == b"." || e.name == b".." => add_name(&mut reply, &e),
                     // Unlinked since the directory was read: left out.
                     None => false,
                 }

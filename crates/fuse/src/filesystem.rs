@@ -36,7 +36,11 @@ impl Filesystem for FuseAdapter {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _req = self.arrived(Op::Lookup);
-        reply::lookup(reply, self.fs.lookup(parent.0, name.as_bytes()));
+        let found = self.fs.lookup(parent.0, name.as_bytes());
+        if let Ok(a) = &found {
+            self.listing.looked_up(a.ino);
+        }
+        reply::lookup(reply, found);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -219,7 +223,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyDirectoryPlus,
     ) {
         let _req = self.arrived(Op::Readdirplus);
-        dirplus::fill(&self.fs, ino.0, offset, reply);
+        dirplus::fill(&self.fs, &self.listing, ino.0, offset, reply);
     }
 
     fn releasedir(

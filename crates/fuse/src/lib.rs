@@ -51,6 +51,7 @@
 //! - mounting: [`MountOptions`] (`options.rs`) and [`mount`]/[`unmount`]
 //!   (`session.rs`);
 //! - helpers with their own state or rules: [`page_cache`], [`poll`],
+//!   [`listing_attrs`] (whether a listing carries attributes),
 //!   [`setid`], [`latency`], and `invalidate.rs` (the thread that drops
 //!   stale kernel pages before a reply, so no request thread waits on the
 //!   kernel's page locks).
@@ -64,6 +65,7 @@ mod file;
 mod filesystem;
 mod invalidate;
 pub mod latency;
+pub mod listing_attrs;
 mod options;
 pub mod page_cache;
 pub mod poll;
