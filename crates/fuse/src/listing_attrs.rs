@@ -59,9 +59,6 @@ struct State {
     since_probe: u32,
     /// The open probe, if any.
     probe: Option<Probe>,
-    /// Listings decided, for `status`: with attributes, names only.
-    with_attrs: u64,
-    without_attrs: u64,
 }
 
 #[derive(Debug, Default)]
@@ -82,14 +79,6 @@ impl Probe {
     }
 }
 
-/// How the listings of a mount went: what `status` could show and the tests
-/// read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListingCounts {
-    pub with_attrs: u64,
-    pub without_attrs: u64,
-}
-
 impl ListingAttrs {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding it cannot leave the counters inconsistent
@@ -101,7 +90,7 @@ impl ListingAttrs {
     /// `offset`: should the reply carry attributes?
     pub fn attrs_for(&self, offset: u64) -> bool {
         let mut s = self.state();
-        let attrs = if offset != 0 {
+        if offset != 0 {
             true
         } else {
             if s.probe.as_ref().is_some_and(Probe::decided) {
@@ -123,13 +112,7 @@ impl ListingAttrs {
                 s.since_probe += 1;
                 true
             }
-        };
-        if attrs {
-            s.with_attrs += 1;
-        } else {
-            s.without_attrs += 1;
         }
-        attrs
     }
 
     /// Entries were sent without attributes: the inode numbers of the
@@ -162,15 +145,6 @@ impl ListingAttrs {
             s.since_probe = 0;
         }
     }
-
-    /// Listings so far with and without attributes.
-    pub fn counts(&self) -> ListingCounts {
-        let s = self.state();
-        ListingCounts {
-            with_attrs: s.with_attrs,
-            without_attrs: s.without_attrs,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -198,13 +172,6 @@ mod tests {
         }
         // The directories before the first probe, and none after it.
         assert_eq!(with, u64::from(PROBE_EVERY) - 1);
-        assert_eq!(
-            e.counts(),
-            ListingCounts {
-                with_attrs: with,
-                without_attrs: 100 - with
-            }
-        );
     }
 
     #[test]
