@@ -14,7 +14,9 @@ import pytest
 from helpers import REPO, TERRACE_BIN, describe, run, terrace
 
 SUBCOMMANDS = ["mkfs", "mount", "umount", "status", "fsck", "where", "set", "migrate", "rule",
-               "iostat", "scrub", "completions"]
+               "tier", "iostat", "scrub", "completions"]
+# Subcommands of subcommands get pages of their own too.
+NESTED = ["tier-add", "tier-remove"]
 
 
 def test_the_bash_completion_script_is_valid_bash_and_completes_subcommands(tmp_path):
@@ -64,9 +66,9 @@ def test_an_unknown_shell_is_a_usage_error():
 
 def test_man_pages_render_for_the_command_and_every_subcommand(tmp_path):
     out = terrace("man", tmp_path / "man1").stdout
-    assert "13 manual pages" in out, out
+    assert f"{1 + len(SUBCOMMANDS) + len(NESTED)} manual pages" in out, out
     pages = sorted(p.name for p in (tmp_path / "man1").iterdir())
-    assert pages == sorted(["terrace.1"] + [f"terrace-{s}.1" for s in SUBCOMMANDS]), pages
+    assert pages == sorted(["terrace.1"] + [f"terrace-{s}.1" for s in SUBCOMMANDS + NESTED]), pages
     for name in pages:
         text = (tmp_path / "man1" / name).read_text()
         assert ".TH " in text and ".SH NAME" in text, name

@@ -17,6 +17,7 @@ mod sd_notify;
 mod shell_docs;
 mod syslog;
 mod tier_check;
+mod tier_cmd;
 mod util;
 mod where_cmd;
 
@@ -64,6 +65,8 @@ enum Cmd {
     Migrate(MigrateArgs),
     /// Show, set or clear per-file placement rules (pin a file or directory to a tier).
     Rule(RuleArgs),
+    /// Add a tier to an unmounted pool, or remove its last tier when empty.
+    Tier(TierArgs),
     /// Watch a mounted pool's I/O per tier, live (like `zpool iostat -v`).
     Iostat(IostatArgs),
     /// Read and verify every block of data on the block tiers of a mounted
@@ -366,6 +369,53 @@ Examples:
   # Reformat an existing pool with 1 million inode slots:
   terrace mkfs --force --inodes 1000000 --tier pm:/dev/shm/pool:4G";
 
+const TIER_AFTER: &str = "\
+Tiers change only while the pool is unmounted. Tiers go from fastest to
+slowest (pm, ssd, hdd, s3): `add` appends a tier after the last one when that
+order still holds (an s3 tier must come last, after an ssd or hdd tier);
+block tiers take the pool's extent size. `remove` removes the last tier,
+and only when nothing is stored on it (no file data, clean copy or log):
+move its data first with `terrace migrate MOUNTPOINT --to TIER`. The
+superblock is written last, so an interrupted command leaves the pool as it
+was.
+
+Examples:
+  # A pool made with PM only gets an SSD tier:
+  terrace tier add /dev/shm/pool ssd:/var/lib/terrace/ssd.img:64G
+  # ... and an object tier behind it:
+  terrace tier add /dev/shm/pool s3:http://127.0.0.1:9000/bucket/pool
+  # Remove the last tier again (it must be empty):
+  terrace tier remove /dev/shm/pool";
+
+#[derive(Args, Debug)]
+#[command(after_help = TIER_AFTER)]
+struct TierArgs {
+    #[command(subcommand)]
+    action: TierAction,
+}
+
+#[derive(Subcommand, Debug)]
+enum TierAction {
+    /// Append a tier (KIND:PATH:SIZE as for mkfs) to an unmounted pool.
+    Add {
+        /// The pool: the path of its pm tier.
+        pool: PathBuf,
+        /// The new tier as KIND:PATH[:SIZE], e.g. ssd:/data/ssd.img:64G or
+        /// s3:http://127.0.0.1:9000/bucket/prefix.
+        #[arg(value_name = "KIND:PATH[:SIZE]", value_parser = mkfs::parse_tier)]
+        tier: mkfs::TierSpec,
+        /// Overwrite what the tier file holds; allow a tier file larger than
+        /// the free space of its file system.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove the last tier of an unmounted pool; refused while it holds data.
+    Remove {
+        /// The pool: the path of its pm tier.
+        pool: PathBuf,
+    },
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = MKFS_AFTER)]
 struct MkfsArgs {
@@ -587,6 +637,10 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths, a.quiet),
         Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
+        Cmd::Tier(a) => match a.action {
+            TierAction::Add { pool, tier, force } => tier_cmd::add(&pool, &tier, force),
+            TierAction::Remove { pool } => tier_cmd::remove(&pool),
+        },
         Cmd::Iostat(a) => iostat_cmd::run(&a.mountpoint, a.interval, a.count, a.json),
         Cmd::Scrub(a) => scrub_cmd::run(&a.mountpoint, a.rate.as_deref(), !a.no_repair, a.json),
         Cmd::Completions(a) => shell_docs::completions(Cli::command(), a.shell),

@@ -115,15 +115,16 @@ pub struct MkfsConfig {
 }
 
 /// A tier after checking: where, how big, what is there now.
-struct Target {
+/// A tier file or device examined for formatting (also by `tier add`).
+pub(crate) struct Target {
     spec: TierSpec,
-    path: PathBuf,
-    size: u64,
+    pub(crate) path: PathBuf,
+    pub(crate) size: u64,
     exists: bool,
     is_blockdev: bool,
     current_len: u64,
     /// The target's lock, held until the pool is written (existing targets).
-    lock: Option<File>,
+    pub(crate) lock: Option<File>,
 }
 
 fn device_len(f: &File) -> io::Result<u64> {
@@ -132,7 +133,7 @@ fn device_len(f: &File) -> io::Result<u64> {
     f.seek(io::SeekFrom::End(0))
 }
 
-fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
+pub(crate) fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
     let raw = &spec.path;
     let (exists, is_blockdev, current_len) = match std::fs::metadata(raw) {
         Ok(m) => {
@@ -285,7 +286,7 @@ fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
 /// file system cannot back kills the daemon (SIGBUS). A block tier is
 /// refused unless `force`: its writes would fail with ENOSPC once the file
 /// system fills.
-fn check_free_space(targets: &[Target], force: bool) -> CliResult {
+pub(crate) fn check_free_space(targets: &[Target], force: bool) -> CliResult {
     use std::os::unix::fs::MetadataExt;
     let mut wanted: Vec<(u64, u64)> = Vec::new(); // (device, bytes still to allocate)
     for t in targets.iter().filter(|t| !t.is_blockdev) {
@@ -386,7 +387,7 @@ fn new_uuid() -> [u8; 16] {
 /// Segment (part size and extent) of an object tier: 16 MiB.
 const OBJECT_SEGMENT: u64 = terrace_media::object::DEFAULT_SEGMENT_BLOCKS * BLOCK_SIZE;
 
-fn tier_header(r: &TierRecord, pool_uuid: [u8; 16]) -> TierHeader {
+pub(crate) fn tier_header(r: &TierRecord, pool_uuid: [u8; 16]) -> TierHeader {
     TierHeader {
         pool_uuid,
         id: r.id,
@@ -417,6 +418,13 @@ fn check_object_tier(cfg: &MkfsConfig, file_tiers: usize) -> CliResult<Option<&T
             "an s3 tier needs an ssd or hdd tier before it (the object tier only takes data that migration moves down)",
         ));
     }
+    object_tier_record(spec, 0)?;
+    Ok(Some(spec))
+}
+
+/// The record of object tier `spec` as tier `id`: its URL fits the record
+/// and its size is whole segments, at least two.
+pub(crate) fn object_tier_record(spec: &TierSpec, id: u8) -> CliResult<TierRecord> {
     let url = spec.path.to_string_lossy();
     if url.len() > TIER_PATH_MAX {
         return Err(CliError::at(
@@ -436,12 +444,18 @@ fn check_object_tier(cfg: &MkfsConfig, file_tiers: usize) -> CliResult<Option<&T
         )
         .code(2));
     }
-    Ok(Some(spec))
+    Ok(TierRecord {
+        id,
+        kind: TierKind::S3,
+        size,
+        extent_size: OBJECT_SEGMENT as u32,
+        path: url.into_owned(),
+    })
 }
 
 /// Creates the object tier of record `r` (refused on a prefix that holds a
 /// tier or parts already) and writes its tier header as block 0.
-fn create_object_tier(r: &TierRecord, uuid: [u8; 16]) -> CliResult {
+pub(crate) fn create_object_tier(r: &TierRecord, uuid: [u8; 16]) -> CliResult {
     let at = |e: String| CliError::at(Path::new(&r.path), e);
     let cfg = object_tier::config(&r.path, true).map_err(at)?;
     let media = terrace_media::ObjectMedia::create(
@@ -458,7 +472,7 @@ fn create_object_tier(r: &TierRecord, uuid: [u8; 16]) -> CliResult {
         .map_err(|e| at(format!("cannot write the tier header: {e}")))
 }
 
-fn write_tier_header(t: &Target, h: &TierHeader) -> io::Result<()> {
+pub(crate) fn write_tier_header(t: &Target, h: &TierHeader) -> io::Result<()> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -567,13 +581,7 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
     // anything else is written), then the block tiers: the pool exists only
     // once the PM superblock is written last.
     if let Some(spec) = object {
-        let r = TierRecord {
-            id: records.len() as u8,
-            kind: TierKind::S3,
-            size: spec.size.unwrap_or(object_tier::DEFAULT_SIZE),
-            extent_size: OBJECT_SEGMENT as u32,
-            path: spec.path.to_string_lossy().into_owned(),
-        };
+        let r = object_tier_record(spec, records.len() as u8)?;
         create_object_tier(&r, uuid)?;
         records.push(r);
     }

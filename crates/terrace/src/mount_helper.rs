@@ -28,7 +28,7 @@ const HELPER_NAMES: &[&str] = &["mount.fuse.terrace", "mount.terrace"];
 /// them is a pool given by mount.fuse3.
 const CLI_WORDS: &[&str] = &[
     "mkfs", "mount", "umount", "status", "fsck", "where", "set", "migrate", "rule", "scrub",
-    "iostat", "help",
+    "iostat", "tier", "help",
 ];
 
 /// Options that only mount(8) or fstab use (also accepted, and ignored, by

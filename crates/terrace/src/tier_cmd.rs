@@ -1,0 +1,290 @@
+//! `terrace tier add POOL KIND:PATH[:SIZE]` and `terrace tier remove POOL`:
+//! growing and shrinking the tier list of an unmounted pool (issue 19,
+//! design.md §3, "Adding and removing tiers").
+//!
+//! Invariants:
+//! - Only an unmounted pool is changed: the pool's lock is held throughout
+//!   (a daemon, fsck or mkfs holding it makes the command refuse), and no
+//!   mount of it may be listed in the mount table.
+//! - Tiers stay ordered from fastest to slowest (pm, ssd, hdd, s3), at most
+//!   one s3 tier and always last, after a block tier: a tier is appended
+//!   only when that order still holds, and only the last tier is removed.
+//! - The superblock is the commit point. `add` writes the new tier's header
+//!   (or creates the object tier) first and the superblock (both copies, a
+//!   higher generation) last, so a crash in between leaves the pool as it
+//!   was plus a formatted tier file that nothing names. `remove` mounts the
+//!   pool in this process to prove that nothing (data, clean copies, logs)
+//!   is stored on the tier, unmounts it cleanly, and then writes the
+//!   superblock without the tier; its tier header is wiped last.
+
+use crate::mkfs::{self, TierSpec};
+use crate::util::{self, CliError, CliResult};
+use std::path::Path;
+use std::sync::Arc;
+use terrace_format::{Superblock, TierKind, TierRecord, BLOCK_SIZE, MAX_TIERS};
+use terrace_media::{BlockMedia, PmFile, PmMedia};
+
+/// The pool opened for a change of its tiers: lock held, superblock read.
+struct Opened {
+    _lock: std::fs::File,
+    path: std::path::PathBuf,
+    pm: PmFile,
+    sb: Superblock,
+}
+
+fn open_unmounted(pool: &Path) -> CliResult<Opened> {
+    if let Err(e) = std::fs::metadata(pool) {
+        return Err(CliError::at(pool, util::os_reason(&e)));
+    }
+    let path = util::abs_path(pool);
+    let head = util::read_head(&path, 8192).map_err(|e| CliError::at(pool, util::os_reason(&e)))?;
+    if util::detect_content(&head) != Some("a Terrace pool") {
+        return Err(CliError::at(
+            pool,
+            "not a Terrace pool (no Terrace superblock); name the pool by its pm tier",
+        ));
+    }
+    if let Some(m) = util::mounts_of_pool(&path).first() {
+        return Err(CliError::at(
+            pool,
+            format!(
+                "the pool is mounted on {}; tiers change only while it is unmounted (terrace umount {})",
+                m.mount_point.display(),
+                m.mount_point.display()
+            ),
+        ));
+    }
+    let lock = match util::lock_pool(&path) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Err(CliError::at(pool, util::busy_reason(&path))),
+        Err(e) => return Err(CliError::at(pool, util::os_reason(&e))),
+    };
+    let pm = PmFile::open(&path).map_err(|e| CliError::new(e.to_string()))?;
+    let sb = terrace_core::recovery::read_superblock(&pm).map_err(|e| CliError::at(pool, e))?;
+    Ok(Opened {
+        _lock: lock,
+        path,
+        pm,
+        sb,
+    })
+}
+
+/// Speed rank of a tier kind: a pool's tiers never get faster down the list.
+fn rank(k: TierKind) -> u8 {
+    k as u8
+}
+
+/// Why `spec` cannot follow the pool's current last tier, if it cannot.
+fn order_problem(tiers: &[TierRecord], spec: &TierSpec) -> Option<String> {
+    let last = tiers.last().expect("tier 0 is always there");
+    if spec.kind == TierKind::Pm {
+        return Some("a pool has exactly one pm tier, given at mkfs".into());
+    }
+    if tiers.len() >= MAX_TIERS {
+        return Some(format!(
+            "the pool has the most tiers a pool may have ({MAX_TIERS})"
+        ));
+    }
+    if last.kind == TierKind::S3 {
+        return Some("the pool's last tier is s3, and nothing may follow an object tier".into());
+    }
+    if rank(spec.kind) < rank(last.kind) {
+        return Some(format!(
+            "tiers go from fastest to slowest (pm, ssd, hdd, s3), and the pool's last tier is {}: \
+             an {} tier cannot follow it",
+            last.kind.name(),
+            spec.kind.name()
+        ));
+    }
+    if spec.kind == TierKind::S3 && tiers.len() < 2 {
+        return Some(
+            "an s3 tier needs an ssd or hdd tier before it (the object tier only takes data that migration moves down)"
+                .into(),
+        );
+    }
+    let named = spec.path.to_string_lossy();
+    let abs = if spec.kind == TierKind::S3 {
+        named.into_owned()
+    } else {
+        util::abs_path(&spec.path).to_string_lossy().into_owned()
+    };
+    if let Some(t) = tiers.iter().find(|t| t.path == abs) {
+        return Some(format!("tier {} of this pool is already {abs}", t.id));
+    }
+    None
+}
+
+fn write_superblock(o: &Opened, sb: &Superblock) -> CliResult {
+    terrace_core::mkfs::write_superblock(&o.pm, sb);
+    o.pm.sync_all().map_err(|e| {
+        CliError::at(
+            &o.path,
+            format!("cannot persist the superblock: {}", util::os_reason(&e)),
+        )
+    })
+}
+
+/// Runs `terrace tier add POOL SPEC`.
+pub fn add(pool: &Path, spec: &TierSpec, force: bool) -> CliResult {
+    let o = open_unmounted(pool)?;
+    if let Some(why) = order_problem(&o.sb.tiers, spec) {
+        return Err(CliError::at(&spec.path, why).code(2));
+    }
+    let id = o.sb.tiers.len() as u8;
+    // Block tiers keep the pool's extent size (the first block tier's; 512K
+    // when the pool had none).
+    let extent_size =
+        o.sb.tiers
+            .iter()
+            .find(|t| t.id != 0 && t.kind != TierKind::S3)
+            .map(|t| t.extent_size)
+            .unwrap_or(terrace_format::DEFAULT_EXTENT_SIZE);
+    let record = if spec.kind == TierKind::S3 {
+        let r = mkfs::object_tier_record(spec, id)?;
+        mkfs::create_object_tier(&r, o.sb.uuid)?;
+        r
+    } else {
+        let mut t = mkfs::examine(spec, force)?;
+        if t.size < u64::from(extent_size) * 2 {
+            return Err(CliError::at(
+                &spec.path,
+                format!(
+                    "too small for two extents of {}",
+                    util::human_bytes(u64::from(extent_size))
+                ),
+            )
+            .code(2));
+        }
+        mkfs::check_free_space(std::slice::from_ref(&t), force)?;
+        let _tier_lock = t.lock.take();
+        let r = TierRecord {
+            id,
+            kind: spec.kind,
+            size: t.size,
+            extent_size,
+            path: t.path.to_string_lossy().into_owned(),
+        };
+        mkfs::write_tier_header(&t, &mkfs::tier_header(&r, o.sb.uuid)).map_err(|e| {
+            CliError::at(
+                &spec.path,
+                format!("cannot write the tier header: {}", util::os_reason(&e)),
+            )
+        })?;
+        r
+    };
+    let mut sb = o.sb.clone();
+    sb.tiers.push(record.clone());
+    sb.generation += 1;
+    write_superblock(&o, &sb)?;
+    util::out(&format!(
+        "Added tier {}  {}  {}  {} to the pool {}",
+        record.id,
+        record.kind.name(),
+        util::human_bytes(record.size),
+        record.path,
+        o.path.display()
+    ));
+    Ok(())
+}
+
+/// Opens every block tier of `sb` as a mount would.
+fn open_tiers(sb: &Superblock) -> CliResult<Vec<(u8, Arc<dyn BlockMedia>)>> {
+    let mut out: Vec<(u8, Arc<dyn BlockMedia>)> = Vec::new();
+    for t in sb.tiers.iter().filter(|t| t.id != 0) {
+        if t.kind == TierKind::S3 {
+            let m = crate::object_tier::open(t, sb).map_err(CliError::new)?;
+            out.push((t.id, Arc::new(m)));
+            continue;
+        }
+        crate::tier_check::check_tier(t, sb).map_err(CliError::new)?;
+        let f = terrace_media::BlockFile::open(&t.path)
+            .map_err(|e| CliError::new(format!("tier {} ({}): {e}", t.id, t.path)))?;
+        out.push((t.id, Arc::new(f)));
+    }
+    Ok(out)
+}
+
+/// Runs `terrace tier remove POOL`: removes the last tier when nothing is
+/// stored on it.
+pub fn remove(pool: &Path) -> CliResult {
+    let o = open_unmounted(pool)?;
+    let last = o.sb.tiers.last().expect("tier 0").clone();
+    if last.id == 0 {
+        return Err(CliError::at(
+            pool,
+            "the pool has only its pm tier, which cannot be removed",
+        )
+        .code(2));
+    }
+    // Prove the tier empty the only reliable way: mount the pool here
+    // (recovery included), ask the file system, unmount it cleanly.
+    let tiers = open_tiers(&o.sb)?;
+    let media: Arc<dyn PmMedia> =
+        Arc::new(PmFile::open(&o.path).map_err(|e| CliError::new(e.to_string()))?);
+    let fs = terrace_core::Fs::mount_with_tiers(media, tiers).map_err(|e| CliError::at(pool, e))?;
+    let st = fs.status();
+    let used = st
+        .tiers
+        .iter()
+        .find(|t| t.id == last.id)
+        .map(|t| (t.used, t.write_entries))
+        .unwrap_or((0, 0));
+    fs.unmount()
+        .map_err(|e| CliError::at(pool, format!("cannot unmount cleanly: {e}")))?;
+    drop(fs);
+    if used != (0, 0) {
+        return Err(CliError::at(
+            pool,
+            format!(
+                "tier {} ({} {}) still holds {} ({} extents of files): move them to another tier first \
+                 (terrace migrate MOUNTPOINT --to TIER), then remove it",
+                last.id,
+                last.kind.name(),
+                last.path,
+                util::human_bytes(used.0),
+                used.1
+            ),
+        ));
+    }
+    // The unmount wrote the superblock: read it again before changing it.
+    let sb = terrace_core::recovery::read_superblock(&o.pm).map_err(|e| CliError::at(pool, e))?;
+    let mut sb2 = sb.clone();
+    sb2.tiers.pop();
+    sb2.generation += 1;
+    write_superblock(&o, &sb2)?;
+    let leftover = if last.kind == TierKind::S3 {
+        format!(
+            "; its prefix still holds the tier's marker and header objects ({}), which you may delete",
+            last.path
+        )
+    } else {
+        wipe_header(Path::new(&last.path));
+        format!("; {} may be deleted", last.path)
+    };
+    util::out(&format!(
+        "Removed tier {} ({} {}) from the pool {}{leftover}",
+        last.id,
+        last.kind.name(),
+        last.path,
+        o.path.display()
+    ));
+    Ok(())
+}
+
+/// Zeroes a removed tier's header, so nothing takes the file for a tier of
+/// the pool any more (best effort: the superblock no longer names it).
+fn wipe_header(path: &Path) {
+    use std::os::unix::fs::FileExt;
+    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) {
+        let zero = vec![0u8; BLOCK_SIZE as usize];
+        if f.write_all_at(&zero, 0)
+            .and_then(|()| f.sync_data())
+            .is_err()
+        {
+            util::warn(format!(
+                "could not wipe the tier header of {}",
+                path.display()
+            ));
+        }
+    }
+}

@@ -1,0 +1,112 @@
+"""Tiers added to and removed from an existing pool (`terrace tier add` and
+`terrace tier remove`, design.md §3, issue 19 point 1): a pool made with PM
+only gets an SSD tier and then an HDD tier, data moves onto them and reads
+back after remounts, the pool stays fsck-clean; the last tier is removed
+only once nothing is stored on it; every refusal is a clear one-line error
+that changes nothing; an object tier is added behind them against a real
+MinIO."""
+
+import json
+
+from helpers import (assert_clean_error, fsck, mounted_pool, sha256_file, temp_mountpoint,
+                     temp_pool_path, terrace, write_pattern_file)
+from helpers import unique_name
+from test_s3_tier import s3  # noqa: F401
+
+
+def where_bytes(path) -> dict:
+    return json.loads(terrace("where", "--json", path).stdout)["bytes_per_tier"]
+
+
+def assert_fsck_clean(pool):
+    cp = fsck(pool)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+
+
+def test_a_pm_only_pool_gains_block_tiers_that_take_data_and_loses_the_last_once_empty():
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
+            temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        with mounted_pool(pool, mnt):
+            digest = write_pattern_file(mnt / "f", 6 << 20, 7)
+        out = terrace("tier", "add", pool, f"ssd:{ssd}:256M").stdout
+        assert "Added tier 1" in out and "ssd" in out
+        terrace("tier", "add", pool, f"hdd:{hdd}:256M")
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            kinds = [t["kind"] for t in m.status()["tiers"]]
+            assert kinds == ["pm", "ssd", "hdd"], kinds
+            # Pinned, so that reverse migration does not bring the file back
+            # up while the test reads it.
+            terrace("rule", mnt / "f", "hdd")
+            terrace("migrate", "--quiet", "--to", "hdd", mnt, mnt / "f")
+            assert where_bytes(mnt / "f").get("hdd") == 6 << 20
+            assert sha256_file(mnt / "f") == digest
+        # The hdd tier holds the file: removing it is refused, nothing changes.
+        cp = terrace("tier", "remove", pool, check=False)
+        assert_clean_error(cp, mentions=["still holds", "migrate"])
+        with mounted_pool(pool, mnt) as m:
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd", "hdd"]
+            assert sha256_file(mnt / "f") == digest
+            terrace("rule", mnt / "f", "ssd")
+            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
+        out = terrace("tier", "remove", pool).stdout
+        assert "Removed tier 2" in out
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd"]
+            assert where_bytes(mnt / "f").get("ssd") == 6 << 20
+            assert sha256_file(mnt / "f") == digest
+        # The removed tier's file no longer passes for a tier of the pool.
+        terrace("tier", "add", pool, f"hdd:{hdd}:256M")
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt):
+            assert sha256_file(mnt / "f") == digest
+
+
+def test_tier_changes_that_would_break_the_pool_are_refused_with_one_clear_line():
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
+            temp_pool_path("ssd2") as ssd2, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"hdd:{hdd}:128M")
+        with mounted_pool(pool, mnt):
+            cp = terrace("tier", "add", pool, f"ssd:{ssd}:128M", check=False)
+            assert_clean_error(cp, mentions=["mounted", "umount"])
+        before = pool.read_bytes()[:8192]
+        # Slower to faster, a second pm tier, a tier the pool already has.
+        cp = terrace("tier", "add", pool, f"ssd:{ssd2}:128M", check=False)
+        assert_clean_error(cp, mentions=["fastest to slowest"])
+        cp = terrace("tier", "add", pool, f"pm:{ssd2}:128M", check=False)
+        assert_clean_error(cp, mentions=["one pm tier"])
+        cp = terrace("tier", "add", pool, f"hdd:{hdd}:128M", check=False)
+        assert_clean_error(cp, mentions=["already"])
+        cp = terrace("tier", "add", pool, f"hdd:{ssd2}:1M", check=False)
+        assert_clean_error(cp, mentions=["at least"])
+        cp = terrace("tier", "add", mnt / "nope", f"hdd:{ssd2}:128M", check=False)
+        assert_clean_error(cp, mentions=["nope"])
+        cp = terrace("tier", "add", hdd, f"hdd:{ssd2}:128M", check=False)
+        assert_clean_error(cp, mentions=["not a Terrace pool"])
+        assert pool.read_bytes()[:8192] == before, "a refused change wrote the superblock"
+        with mounted_pool(pool, mnt) as m:
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "hdd"]
+        # PM alone cannot be removed.
+        terrace("tier", "remove", pool)
+        cp = terrace("tier", "remove", pool, check=False)
+        assert_clean_error(cp, mentions=["only its pm tier"])
+
+
+def test_an_object_tier_is_added_behind_the_block_tiers_and_takes_data(s3):  # noqa: F811
+    prefix = unique_name("added").replace("_", "-").lower()
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        cp = terrace("tier", "add", pool, f"s3:{s3['url']}/{prefix}", check=False)
+        assert_clean_error(cp, mentions=["ssd or hdd tier before it"])
+        terrace("tier", "add", pool, f"ssd:{ssd}:128M")
+        terrace("tier", "add", pool, f"s3:{s3['url']}/{prefix}:1G")
+        with mounted_pool(pool, mnt) as m:
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd", "s3"]
+            digest = write_pattern_file(mnt / "cold", 3 << 20, 9)
+            terrace("migrate", "--quiet", "--to", "s3", mnt, mnt / "cold")
+            assert where_bytes(mnt / "cold").get("s3") == 3 << 20
+        with mounted_pool(pool, mnt):
+            assert sha256_file(mnt / "cold") == digest
+        assert_fsck_clean(pool)
