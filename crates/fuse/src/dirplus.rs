@@ -56,20 +56,11 @@ fn fill_names(
     let mut files = Vec::new();
     let mut added = false;
     'batches: loop {
-        let batch = match fs.readdir(ino, off, BATCH) {
-            Ok(b) => b,
-            Err(e) if added => {
-                let _: io::Error = e;
-                break;
-            }
-            Err(e) => {
-                reply.error(crate::reply::errno_of(&e));
-                return;
-            }
+        let batch = match next_batch(fs.readdir(ino, off, BATCH), added) {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(e) => return reply.error(crate::reply::errno_of(&e)),
         };
-        if batch.is_empty() {
-            break;
-        }
         for e in batch {
             if e.next_offset <= off || add_name(&mut reply, &e) {
                 break 'batches;
@@ -83,6 +74,18 @@ fn fill_names(
     }
     listing.listed_names(files);
     reply.ok();
+}
+
+/// The next batch for a reply being filled: `Ok(None)` ends the reply (no
+/// entries left, or an error after some entries were added: those are sent
+/// and the next call repeats the error); `Err` fails the request.
+fn next_batch<T>(fetched: io::Result<Vec<T>>, added: bool) -> io::Result<Option<Vec<T>>> {
+    match fetched {
+        Ok(b) if b.is_empty() => Ok(None),
+        Ok(b) => Ok(Some(b)),
+        Err(_) if added => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Adds `e` without attributes; true when the reply is full.
@@ -108,21 +111,11 @@ fn fill_with_attrs(fs: &Fs, ino: u64, offset: u64, mut reply: ReplyDirectoryPlus
     let mut off = offset;
     let mut added = false;
     loop {
-        let batch = match fs.readdirplus(ino, off, BATCH) {
-            Ok(b) => b,
-            Err(e) if added => {
-                // Send what we have; the next call repeats the error.
-                let _: io::Error = e;
-                break;
-            }
-            Err(e) => {
-                reply.error(crate::reply::errno_of(&e));
-                return;
-            }
+        let batch = match next_batch(fs.readdirplus(ino, off, BATCH), added) {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(e) => return reply.error(crate::reply::errno_of(&e)),
         };
-        if batch.is_empty() {
-            break;
-        }
         let mut rest = batch.into_iter();
         while let Some((e, attr)) = rest.next() {
             // A cookie that does not advance would loop for ever; a full
