@@ -368,14 +368,18 @@ impl Fs {
         let mut skip = (off_in_block % BS) as usize;
         let mut at = 0usize;
         while at < dst.len() {
-            let want = (dst.len() - at).min(BS as usize - skip);
-            if let Some(p) = self.cache.get_clean(tier, blk) {
+            // The cached blocks from here on, under one cache lock.
+            let need = (skip + dst.len() - at).div_ceil(BS as usize) as u64;
+            for p in self.cache.get_clean_run(tier, blk, need) {
+                let want = (dst.len() - at).min(BS as usize - skip);
                 dst[at..at + want].copy_from_slice(&p[skip..skip + want]);
                 at += want;
                 skip = 0;
                 blk += 1;
                 left = left.saturating_sub(1);
-                continue;
+            }
+            if at == dst.len() {
+                break;
             }
             let need = (skip + dst.len() - at).div_ceil(BS as usize) as u64;
             let n = left.min(unit.max(need)).max(1);
