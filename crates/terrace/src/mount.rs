@@ -316,7 +316,7 @@ enum Event {
 /// daemon) and, when there is one, in the system log ([`crate::syslog`]).
 fn log(msg: impl std::fmt::Display) {
     let msg = msg.to_string();
-    eprintln!("terrace[{}]: {msg}", std::process::id());
+    eprintln!("{}", crate::syslog::stderr_line(std::process::id(), &msg));
     crate::syslog::send(&msg);
 }
 
