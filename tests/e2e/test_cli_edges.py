@@ -110,6 +110,9 @@ def test_rule_of_a_directory_lists_the_rules_below_it():
             terrace("rule", mnt / "top", "ssd")
             lines = terrace("rule", mnt).stdout.splitlines()
             assert lines == [f"{mnt}: auto (no rule)", f"{mnt}/d/e/wal: pm", f"{mnt}/top: ssd"], lines
+            assert terrace("rule", mnt, "--list").stdout.splitlines() == lines
+            cp = terrace("rule", mnt, "pm", "--list", check=False)
+            assert cp.returncode == 2 and "cannot be used with" in cp.stderr, cp.stderr
             lines = terrace("rule", mnt / "d" / "e").stdout.splitlines()
             assert lines == [f"{mnt}/d/e: auto (no rule)", f"{mnt}/d/e/wal: pm"], lines
             out = terrace("rule", mnt / "d" / "plain").stdout.strip()

@@ -144,13 +144,14 @@ user.terrace.rule) and survive remounts; `auto` removes one.
 
 Without TIER, the rule of PATH is shown; for a directory, then every file and
 directory below it that has a rule, one `PATH: TIER` line each (symbolic
-links are not followed). `terrace rule MOUNTPOINT` lists every rule of the pool.
+links are not followed). `terrace rule MOUNTPOINT` (or with `--list`) lists
+every rule of the pool.
 
 Examples:
   terrace rule /mnt/terrace/db/wal.log pm        # keep the WAL on PM
   terrace rule /mnt/terrace/archive hdd          # new files in archive/ go to HDD
   terrace rule /mnt/terrace/db/wal.log           # show
-  terrace rule /mnt/terrace                      # list every rule
+  terrace rule /mnt/terrace --list               # list every rule
   terrace rule /mnt/terrace/archive auto         # back to automatic placement
   setfattr -n user.terrace.rule -v ssd FILE      # the same with setfattr";
 
@@ -190,6 +191,10 @@ struct RuleArgs {
     /// pm, ssd, hdd, a tier id, or auto (no rule). Omit to show the rule
     /// (and, for a directory, the rules below it).
     tier: Option<String>,
+    /// List the rule of PATH and every rule below it (what omitting TIER
+    /// does; `terrace rule MOUNTPOINT --list` lists every rule of the pool).
+    #[arg(long, conflicts_with = "tier")]
+    list: bool,
 }
 
 const MIGRATE_AFTER: &str = "\
