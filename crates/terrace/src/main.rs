@@ -340,7 +340,9 @@ Space:
   PM is mapped, and a write to a page the file system cannot back kills the
   daemon. A block tier larger than that is refused unless --force, which
   creates it sparse anyway (thin provisioning: its writes fail with ENOSPC
-  once the file system fills). Block devices are used up to their size.
+  once the file system fills). Block devices are used up to their size. A pm
+  tier on tmpfs larger than the memory available (RAM and swap) gets a
+  warning: tmpfs, which may be larger than RAM, keeps its pages in memory.
 
 Inodes:
   The inode count is fixed at mkfs. By default it is one slot per 16 KiB of
