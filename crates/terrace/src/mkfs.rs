@@ -742,7 +742,7 @@ mod tests {
         assert!(e.contains("bad size \"\""), "{e}");
         let e = err("pm:/path:1Q");
         assert!(
-            e.contains("bad size \"1Q\"") && e.contains("unknown unit"),
+            e.contains("bad size \"1Q\"") && e.contains("unknown size unit"),
             "{e}"
         );
         for e in [err("pm:/path:abc"), err("pm:/path:-5M"), err("pm::1M")] {

@@ -67,34 +67,9 @@ pub fn os_reason(e: &io::Error) -> String {
     }
 }
 
-/// Parses `4096`, `64K`, `512KiB`, `16M`, `1G`, `2T` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    if digits == 0 {
-        return Err(format!(
-            "size {s:?} must start with a number, e.g. 64M or 1G"
-        ));
-    }
-    let n: u64 = t[..digits]
-        .parse()
-        .map_err(|_| format!("size {s:?} is too large"))?;
-    let unit = t[digits..].trim().to_ascii_lowercase();
-    let shift = match unit.as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "size {s:?} has an unknown unit {unit:?} (use K, M, G or T)"
-            ))
-        }
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {s:?} is too large"))
-}
+/// Parses `4096`, `64K`, `512KiB`, `16M`, `1G`, `2T` (binary units): the
+/// one size parser of the command line, the settings and config files.
+pub use terrace_policy::settings::parse_size;
 
 /// The note a data check's report adds for blocks it could not verify
 /// (`""` when there are none): ", N without a checksum (…)".
