@@ -21,7 +21,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 /// syslog's `daemon` facility.
@@ -127,7 +127,7 @@ fn target() -> Option<&'static PathBuf> {
         .as_ref()
 }
 
-fn connect(path: &PathBuf) -> Option<UnixDatagram> {
+fn connect(path: &Path) -> Option<UnixDatagram> {
     let s = UnixDatagram::unbound().ok()?;
     s.connect(path).ok()?;
     s.set_nonblocking(true).ok()?;
