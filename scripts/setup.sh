@@ -34,6 +34,10 @@ declare -A PKG_FOR_CMD=(
     [gcc]=gcc
     [zsh]=zsh
     [fish]=fish
+    # The systemd unit's check (systemd-analyze verify) and the daemon's log
+    # in a real journald (systemd-journald started standalone, journalctl).
+    [systemd-analyze]=systemd
+    [journalctl]=systemd
 )
 
 # Commands in /sbin and /usr/sbin are not always on a non-root PATH.

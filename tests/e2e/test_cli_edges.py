@@ -60,6 +60,30 @@ def test_a_pm_tier_larger_than_its_file_system_is_refused_even_with_force():
             assert not (d / "pm").exists(), "mkfs failed but created the PM file"
 
 
+def _memory_available() -> int:
+    """MemAvailable + SwapFree, in bytes (what mkfs compares a tmpfs PM tier with)."""
+    kib = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, value = line.split(":", 1)
+        kib[key] = int(value.split()[0])
+    return (kib["MemAvailable"] + kib.get("SwapFree", 0)) * 1024
+
+
+def test_a_pm_tier_on_tmpfs_larger_than_the_memory_available_warns():
+    """A tmpfs may be larger than RAM: a PM tier that fits it but not the
+    memory left gets a warning (the file is sparse; nothing is allocated)."""
+    avail_mib = _memory_available() >> 20
+    size_mib = avail_mib + 1024
+    with small_tmpfs(f"{2 * size_mib}M") as d:
+        cp = terrace("mkfs", "--tier", f"pm:{d}/pm:{size_mib}M")
+        assert "warning" in cp.stderr and f"{d}/pm" in cp.stderr, helpers.describe(cp, "no warning")
+        assert "more than the memory available" in cp.stderr, cp.stderr
+        assert os.stat(d / "pm").st_blocks * 512 < size_mib << 19, "mkfs allocated the PM tier"
+        # One that fits the memory: no warning.
+        cp = terrace("mkfs", "--force", "--tier", f"pm:{d}/pm:64M")
+        assert "warning" not in cp.stderr, cp.stderr
+
+
 def test_a_block_tier_larger_than_its_file_system_needs_force_and_warns():
     with small_tmpfs("24M") as d, temp_pool_path() as pool:
         ssd = d / "ssd.img"
@@ -110,6 +134,9 @@ def test_rule_of_a_directory_lists_the_rules_below_it():
             terrace("rule", mnt / "top", "ssd")
             lines = terrace("rule", mnt).stdout.splitlines()
             assert lines == [f"{mnt}: auto (no rule)", f"{mnt}/d/e/wal: pm", f"{mnt}/top: ssd"], lines
+            assert terrace("rule", mnt, "--list").stdout.splitlines() == lines
+            cp = terrace("rule", mnt, "pm", "--list", check=False)
+            assert cp.returncode == 2 and "cannot be used with" in cp.stderr, cp.stderr
             lines = terrace("rule", mnt / "d" / "e").stdout.splitlines()
             assert lines == [f"{mnt}/d/e: auto (no rule)", f"{mnt}/d/e/wal: pm"], lines
             out = terrace("rule", mnt / "d" / "plain").stdout.strip()

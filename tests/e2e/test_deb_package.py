@@ -1,8 +1,9 @@
 """The Debian package (issue 18 point 9): `make deb-package` builds it with
 dpkg-deb; it installs into this machine with `dpkg -i`, puts its files in
-place, mounts a pool through `mount -t fuse.terrace` with the installed
-helper, and `dpkg -P` (remove and purge) takes it away. Files it replaces (an xfstests helper
-script at /sbin/mount.fuse.terrace, say) are put back afterwards."""
+place, mounts a pool from an fstab line (`mount --fstab FILE MNT`: mount(8)
+reads the line and runs the installed helper), and `dpkg -P` (remove and
+purge) takes it away. Files it replaces (an xfstests helper script at
+/sbin/mount.fuse.terrace, say) are put back afterwards."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def files_kept(paths, store: Path):
             shutil.copy2(src, p, follow_symlinks=False)
 
 
-def test_the_deb_installs_mounts_through_the_helper_and_removes(tmp_path):
+def test_the_deb_installs_mounts_from_an_fstab_line_through_the_helper_and_removes(tmp_path):
     why = _skip_reason()
     if why:
         pytest.skip(why)
@@ -89,12 +90,18 @@ def test_the_deb_installs_mounts_through_the_helper_and_removes(tmp_path):
             assert run(["/usr/bin/terrace", "--version"]).stdout.startswith("terrace ")
 
             mkfs(pool, "64M")
-            run(["mount", "-t", "fuse.terrace", pool, mnt, "-o",
-                 "defaults,_netdev,noatime,sync_threshold_bytes=4M"], timeout=60)
+            # An fstab line, read by mount(8) itself (from a file of the
+            # test's own: /etc/fstab is left alone).
+            fstab = tmp_path / "fstab"
+            fstab.write_text(f"{pool}  {mnt}  fuse.terrace  defaults,_netdev,noatime,sync_threshold_bytes=4M  0 0\n")
+            run(["mount", "--fstab", fstab, mnt], timeout=60)
             assert wait_until(lambda: is_mounted(mnt), 10), "not mounted"
             (mnt / "hello").write_text("from the package\n")
             st = run(["/usr/bin/terrace", "status", "--json", mnt]).stdout
             assert '"mountpoint"' in st
+            # The line's own option reached the daemon.
+            got = run(["/usr/bin/terrace", "set", mnt, "sync_threshold_bytes"]).stdout
+            assert "4M" in got or "4194304" in got, got
             run(["umount", mnt], timeout=60)
             assert wait_until(lambda: not is_mounted(mnt), 10), "still mounted"
             assert wait_until(lambda: not find_pids_with_arg(str(mnt)), 30), "the daemon did not exit"

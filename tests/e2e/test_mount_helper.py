@@ -112,8 +112,10 @@ def test_the_systemd_unit_verifies_and_its_exec_lines_mount_notify_and_unmount_c
     """systemd is not PID 1 here: the unit is checked by `systemd-analyze
     verify`, and its ExecStart/ExecStop lines are run as systemd would run
     them (instance = escaped mount point, variables from the env file, a
-    notification socket) — the mount says READY=1 once it is in place, and
-    ExecStop leaves the pool clean."""
+    notification socket) — the mount says READY=1 once it is in place; a
+    crash (kill -9) is restarted as `Restart=on-failure` does, through the
+    ExecStartPre lines (the dead mount detached) and ExecStart again, with
+    the data back; and ExecStop leaves the pool clean."""
     import socket
     analyze = shutil.which("systemd-analyze")
     text = UNIT.read_text()
@@ -133,6 +135,8 @@ def test_the_systemd_unit_verifies_and_its_exec_lines_mount_notify_and_unmount_c
         env_vars = {"POOL": str(pool), "OPTIONS": "allow_other,noatime,_netdev"}
         (start,) = _unit_lines(unit_text, "ExecStart")
         (stop,) = _unit_lines(unit_text, "ExecStop")
+        pre = _unit_lines(unit_text, "ExecStartPre")
+        assert _unit_lines(unit_text, "Restart") == ["on-failure"], unit_text
 
         def expand(line: str) -> list[str]:
             line = line.lstrip("-").replace("%f", str(mnt)).replace("%i", instance)
@@ -145,20 +149,38 @@ def test_the_systemd_unit_verifies_and_its_exec_lines_mount_notify_and_unmount_c
         sock.bind(str(notify_path))
         sock.settimeout(30)
         env = dict(os.environ, NOTIFY_SOCKET=str(notify_path))
-        proc = subprocess.Popen(expand(start), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
+
+        def start_service() -> subprocess.Popen:
+            for line in pre:  # `-`: a failure is ignored
+                cp = subprocess.run(expand(line), capture_output=True, text=True, timeout=60)
+                assert cp.returncode == 0 or line.startswith("-"), (line, cp.stderr)
+            p = subprocess.Popen(expand(start), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
             msg = sock.recv(256).decode()
             assert msg.startswith("READY=1"), msg
-            assert f"MAINPID={proc.pid}" in msg, msg
+            assert f"MAINPID={p.pid}" in msg, msg
             assert is_mounted(mnt), "READY=1 came before the mount was in place"
+            return p
+
+        proc = None
+        try:
+            proc = start_service()
             (mnt / "f").write_bytes(b"under systemd")
+            # A crash: killed by a signal, which Restart=on-failure restarts.
+            proc.kill()
+            assert proc.wait(timeout=30) == -9
+            proc = start_service()
+            assert (mnt / "f").read_bytes() == b"under systemd"
+            assert int(helpers.Mount(pool, mnt).status()["pid"]) == proc.pid
             cp = subprocess.run(expand(stop), capture_output=True, text=True, timeout=120)
             assert cp.returncode == 0, cp.stderr
             assert sock.recv(256).decode() == "STOPPING=1"
             assert proc.wait(timeout=60) == 0, proc.stderr.read()
+            # The restarted daemon recovered the crashed pool and said so.
+            assert "was not cleanly unmounted: recovered in " in proc.stderr.read()
         finally:
             sock.close()
-            if proc.poll() is None:
+            if proc is not None and proc.poll() is None:
                 proc.kill()
             if is_mounted(mnt):
                 helpers.lazy_unmount(mnt)

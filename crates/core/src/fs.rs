@@ -41,6 +41,13 @@ pub struct MountReport {
     pub rolled_back: usize,
     /// Orphan inodes freed.
     pub orphans_freed: usize,
+    /// The data they mapped, in bytes.
+    #[serde(default)]
+    pub orphan_bytes: u64,
+    /// Inode logs replayed to rebuild the DRAM state, and their entries
+    /// (every mount replays them all, clean or not).
+    #[serde(default)]
+    pub replayed: crate::recovery::Replayed,
     /// Link-count mismatches found (not fatal; `fsck --repair` fixes them).
     pub link_count_warnings: usize,
     /// Stored parts of object tiers that held no block the pool references
@@ -255,6 +262,8 @@ impl Fs {
             inodes,
             problems,
             orphans,
+            orphan_bytes,
+            replayed,
             rolled_back,
             alloc,
             log_space,
@@ -276,6 +285,8 @@ impl Fs {
             was_clean: sb.clean,
             rolled_back,
             orphans_freed: orphans.len(),
+            orphan_bytes,
+            replayed,
             link_count_warnings: problems.len(),
             ..MountReport::default()
         };

@@ -181,6 +181,10 @@ pub struct Scan {
     pub problems: Vec<Problem>,
     /// In-use slots no directory reaches (freed by mount).
     pub orphans: Vec<Ino>,
+    /// Data the orphans mapped, in bytes (given back with them).
+    pub orphan_bytes: u64,
+    /// Inode logs replayed (orphans' included) and their entries.
+    pub replayed: Replayed,
     /// Journal transactions rolled back.
     pub rolled_back: usize,
     /// The allocator (None when block ownership is inconsistent).
@@ -194,6 +198,15 @@ pub struct Scan {
     pub sums: std::collections::BTreeMap<u8, crate::sums::BlockSums>,
     /// Extra references of blocks several extents map, by tier (0 = PM).
     pub shared: std::collections::BTreeMap<u8, crate::shared::RefRuns>,
+}
+
+/// How much log a scan replayed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Replayed {
+    /// Inode logs (one per in-use slot that was read).
+    pub logs: u64,
+    /// Their entries.
+    pub entries: u64,
 }
 
 impl Scan {
@@ -561,9 +574,15 @@ fn scan_view(
         v.sort_unstable();
         v
     };
-    for o in &orphans {
-        inodes.remove(o);
-    }
+    let replayed = Replayed {
+        logs: inodes.len() as u64,
+        entries: inodes.values().map(|i| i.log.entries).sum(),
+    };
+    let orphan_bytes = orphans
+        .iter()
+        .filter_map(|o| inodes.remove(o))
+        .map(|i| i.extents.mapped_blocks() * BLOCK_SIZE)
+        .sum();
     for (ino, inode) in inodes.iter_mut() {
         if let Some(d) = inode.dir.as_mut() {
             d.parent = parent_of.get(ino).copied().unwrap_or(ROOT_INO);
@@ -723,6 +742,8 @@ fn scan_view(
         inodes,
         problems,
         orphans,
+        orphan_bytes,
+        replayed,
         rolled_back: 0,
         alloc,
         log_space: log_space.unwrap_or_default(),

@@ -147,13 +147,14 @@ user.terrace.rule) and survive remounts; `auto` removes one.
 
 Without TIER, the rule of PATH is shown; for a directory, then every file and
 directory below it that has a rule, one `PATH: TIER` line each (symbolic
-links are not followed). `terrace rule MOUNTPOINT` lists every rule of the pool.
+links are not followed). `terrace rule MOUNTPOINT` (or with `--list`) lists
+every rule of the pool.
 
 Examples:
   terrace rule /mnt/terrace/db/wal.log pm        # keep the WAL on PM
   terrace rule /mnt/terrace/archive hdd          # new files in archive/ go to HDD
   terrace rule /mnt/terrace/db/wal.log           # show
-  terrace rule /mnt/terrace                      # list every rule
+  terrace rule /mnt/terrace --list               # list every rule
   terrace rule /mnt/terrace/archive auto         # back to automatic placement
   setfattr -n user.terrace.rule -v ssd FILE      # the same with setfattr";
 
@@ -193,6 +194,10 @@ struct RuleArgs {
     /// pm, ssd, hdd, a tier id, or auto (no rule). Omit to show the rule
     /// (and, for a directory, the rules below it).
     tier: Option<String>,
+    /// List the rule of PATH and every rule below it (what omitting TIER
+    /// does; `terrace rule MOUNTPOINT --list` lists every rule of the pool).
+    #[arg(long, conflicts_with = "tier")]
+    list: bool,
 }
 
 const MIGRATE_AFTER: &str = "\
@@ -338,7 +343,9 @@ Space:
   PM is mapped, and a write to a page the file system cannot back kills the
   daemon. A block tier larger than that is refused unless --force, which
   creates it sparse anyway (thin provisioning: its writes fail with ENOSPC
-  once the file system fills). Block devices are used up to their size.
+  once the file system fills). Block devices are used up to their size. A pm
+  tier on tmpfs larger than the memory available (RAM and swap) gets a
+  warning: tmpfs, which may be larger than RAM, keeps its pages in memory.
 
 Inodes:
   The inode count is fixed at mkfs. By default it is one slot per 16 KiB of

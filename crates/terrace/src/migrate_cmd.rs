@@ -122,9 +122,10 @@ fn estimate(socket: &Path, files: &mut [Todo], to: &str) -> Result<(), ControlEr
     Ok(())
 }
 
-/// The progress bar: on stderr, only when it is a terminal and not `--quiet`.
+/// The progress bar: on stderr, only when it is a terminal, not `--quiet`,
+/// and there is something to move (the summary says when there is not).
 fn progress_bar(total: u64, quiet: bool) -> indicatif::ProgressBar {
-    if quiet || !std::io::stderr().is_terminal() {
+    if quiet || total == 0 || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::with_draw_target(
@@ -264,8 +265,11 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
             }
         }
     }
-    // Left on the terminal at 100 %, above the summary.
-    bar.finish();
+    // Left on the terminal at 100 % of what moved, above the summary.
+    bar.finish_with_message(match failures {
+        0 => "done".to_string(),
+        n => format!("{n} failed"),
+    });
     let secs = started.elapsed().as_secs_f64();
     if !quiet {
         util::out(&format!(

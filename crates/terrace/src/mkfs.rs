@@ -305,6 +305,9 @@ pub(crate) fn check_free_space(targets: &[Target], force: bool) -> CliResult {
         let before: u64 = wanted.iter().filter(|w| w.0 == dev).map(|w| w.1).sum();
         wanted.push((dev, need));
         if before + need <= free {
+            if t.spec.kind == TierKind::Pm {
+                warn_if_more_than_memory(t, need);
+            }
             continue;
         }
         let others = if before > 0 {
@@ -339,6 +342,25 @@ pub(crate) fn check_free_space(targets: &[Target], force: bool) -> CliResult {
         ));
     }
     Ok(())
+}
+
+/// Warns when a PM tier on tmpfs needs more than the memory the machine has
+/// available (RAM and swap): tmpfs keeps every page in memory, so a tmpfs
+/// larger than that (its size may exceed RAM) fills memory as the pool
+/// fills, and the machine runs out of memory before the pool is full. Not
+/// refused: the file is sparse, and memory may be freed later.
+fn warn_if_more_than_memory(t: &Target, need: u64) {
+    let Some(available) = util::memory_available() else {
+        return;
+    };
+    if need > available && util::on_tmpfs(&t.path) {
+        util::warn(format!(
+            "{}: a pm tier of {} on tmpfs is more than the memory available ({}, RAM and swap): tmpfs holds its pages in memory, so the machine runs out of memory before the pool is full",
+            t.spec.path.display(),
+            util::human_bytes(t.size),
+            util::human_bytes(available)
+        ));
+    }
 }
 
 /// What an existing target holds, naming the pool when it is a Terrace tier.
@@ -728,7 +750,7 @@ mod tests {
         assert!(e.contains("bad size \"\""), "{e}");
         let e = err("pm:/path:1Q");
         assert!(
-            e.contains("bad size \"1Q\"") && e.contains("unknown unit"),
+            e.contains("bad size \"1Q\"") && e.contains("unknown size unit"),
             "{e}"
         );
         for e in [err("pm:/path:abc"), err("pm:/path:-5M"), err("pm::1M")] {

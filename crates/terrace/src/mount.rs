@@ -316,7 +316,7 @@ enum Event {
 /// daemon) and, when there is one, in the system log ([`crate::syslog`]).
 fn log(msg: impl std::fmt::Display) {
     let msg = msg.to_string();
-    eprintln!("terrace[{}]: {msg}", std::process::id());
+    eprintln!("{}", crate::syslog::stderr_line(std::process::id(), &msg));
     crate::syslog::send(&msg);
 }
 
@@ -442,6 +442,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             }
         }
     }
+    let opening = std::time::Instant::now();
     let mounted = if read_only {
         Fs::mount_read_only(Arc::new(ReadOnlyPm::new(pm)), devices)
     } else {
@@ -475,12 +476,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     });
     let rep = fs.mount_report().clone();
     if !rep.was_clean {
-        log(format!(
-            "{} was not cleanly unmounted: recovered (rolled back {} journal transactions, freed {} orphan inodes)",
-            pool.display(),
-            rep.rolled_back,
-            rep.orphans_freed
-        ));
+        log(recovery_summary(&pool, &rep, opening.elapsed()));
     }
     if rep.object_orphans > 0 {
         log(format!(
@@ -727,6 +723,25 @@ fn serve_metrics(
             None
         }
     }
+}
+
+/// The log line of a mount that found the pool not cleanly unmounted: how
+/// long opening it took and what recovery replayed and reclaimed. Not
+/// logged after a clean unmount: the same replay then recovers nothing.
+fn recovery_summary(pool: &Path, rep: &terrace_core::MountReport, took: Duration) -> String {
+    let n = |count: u64, one: &str, many: &str| {
+        format!("{count} {}", if count == 1 { one } else { many })
+    };
+    format!(
+        "{} was not cleanly unmounted: recovered in {:.2} s: replayed {} ({}), rolled back {}, freed {} ({})",
+        pool.display(),
+        took.as_secs_f64(),
+        n(rep.replayed.logs, "inode log", "inode logs"),
+        n(rep.replayed.entries, "entry", "entries"),
+        n(rep.rolled_back as u64, "journal transaction", "journal transactions"),
+        n(rep.orphans_freed as u64, "orphan inode", "orphan inodes"),
+        util::human_bytes(rep.orphan_bytes)
+    )
 }
 
 /// Writes back every cached write before the mount point is detached, so a

@@ -6,17 +6,22 @@
 //! detached daemon, the terminal of a foreground one) and, when there is a
 //! system log, as one datagram to its socket `/dev/log` in the local syslog
 //! format (`<PRI>terrace[PID]: MESSAGE`, facility daemon; the receiver adds
-//! the time). Not when stderr already goes to the journal — a daemon run by
-//! systemd, whose `JOURNAL_STREAM` names the stream stderr is — or each line
-//! would be there twice. `TERRACE_SYSLOG` overrides the socket's path, or
-//! turns the copies off with `off`.
+//! the time; journald files it with PRIORITY, SYSLOG_IDENTIFIER and
+//! SYSLOG_PID). Not when stderr already goes to the journal — a daemon run
+//! by systemd, whose `JOURNAL_STREAM` names the stream stderr is — or each
+//! line would be there twice: there each stderr line starts with its
+//! priority instead (`<5>mounted …`, the prefix journald reads on streams,
+//! sd-daemon(3)). `TERRACE_SYSLOG` overrides the socket's path, or turns
+//! the copies off with `off`.
 //!
 //! A system log that is missing, full or gone costs nothing: the line is
-//! dropped there (the log file has it).
+//! dropped there (the log file has it). One that comes (back) later — a
+//! journald started or restarted after the daemon — gets the next line:
+//! the socket is connected again when a send finds it gone.
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 /// syslog's `daemon` facility.
@@ -89,34 +94,72 @@ fn stderr_is_journal() -> bool {
     dev.parse() == Ok(md.dev()) && ino.parse() == Ok(md.ino())
 }
 
-/// The system log's socket, if copies go there.
-fn target() -> Option<PathBuf> {
-    match std::env::var_os("TERRACE_SYSLOG") {
-        Some(v) if v == "off" => None,
-        Some(v) => Some(PathBuf::from(v)),
-        None if stderr_is_journal() => None,
-        None => Some(PathBuf::from("/dev/log")),
+/// Whether stderr is the journal; asked once.
+fn to_journal() -> bool {
+    static TO_JOURNAL: OnceLock<bool> = OnceLock::new();
+    *TO_JOURNAL.get_or_init(stderr_is_journal)
+}
+
+/// The line written to stderr for `msg`: with its priority for the
+/// journal, with the name and pid for a log file or terminal.
+pub fn stderr_line(pid: u32, msg: &str) -> String {
+    stderr_line_for(to_journal(), pid, msg)
+}
+
+fn stderr_line_for(journal: bool, pid: u32, msg: &str) -> String {
+    if journal {
+        format!("<{}>{msg}", severity(msg))
+    } else {
+        format!("terrace[{pid}]: {msg}")
     }
 }
 
-fn socket() -> &'static Mutex<Option<UnixDatagram>> {
-    static SOCKET: OnceLock<Mutex<Option<UnixDatagram>>> = OnceLock::new();
-    SOCKET.get_or_init(|| {
-        let s = target().and_then(|path| {
-            let s = UnixDatagram::unbound().ok()?;
-            s.connect(path).ok()?;
-            s.set_nonblocking(true).ok()?;
-            Some(s)
-        });
-        Mutex::new(s)
-    })
+/// The system log's socket, if copies go there.
+fn target() -> Option<&'static PathBuf> {
+    static TARGET: OnceLock<Option<PathBuf>> = OnceLock::new();
+    TARGET
+        .get_or_init(|| match std::env::var_os("TERRACE_SYSLOG") {
+            Some(v) if v == "off" => None,
+            Some(v) => Some(PathBuf::from(v)),
+            None if to_journal() => None,
+            None => Some(PathBuf::from("/dev/log")),
+        })
+        .as_ref()
+}
+
+fn connect(path: &Path) -> Option<UnixDatagram> {
+    let s = UnixDatagram::unbound().ok()?;
+    s.connect(path).ok()?;
+    s.set_nonblocking(true).ok()?;
+    Some(s)
 }
 
 /// Sends `msg` to the system log, if there is one.
 pub fn send(msg: &str) {
-    let Ok(guard) = socket().lock() else { return };
-    if let Some(s) = guard.as_ref() {
-        let _ = s.send(line(severity(msg), std::process::id(), msg).as_bytes());
+    static SOCKET: Mutex<Option<UnixDatagram>> = Mutex::new(None);
+    let Some(path) = target() else { return };
+    let Ok(mut socket) = SOCKET.lock() else {
+        return;
+    };
+    let datagram = line(severity(msg), std::process::id(), msg);
+    // A socket connected earlier may have lost its receiver (a restarted
+    // journald binds a new one): one more try on a new connection.
+    for _ in 0..2 {
+        if socket.is_none() {
+            *socket = connect(path);
+        }
+        let Some(s) = socket.as_ref() else { return };
+        match s.send(datagram.as_bytes()) {
+            Ok(_) => return,
+            // Full (the receiver is behind): this line is dropped there.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.raw_os_error() == Some(libc::ENOBUFS) =>
+            {
+                return
+            }
+            Err(_) => *socket = None,
+        }
     }
 }
 
@@ -142,6 +185,17 @@ mod tests {
         let long = "é".repeat(MAX_MESSAGE);
         let l = line(NOTICE, 1, &long);
         assert!(l.len() <= MAX_MESSAGE + "<29>terrace[1]: ".len());
+    }
+
+    #[test]
+    fn stderr_lines_carry_the_priority_for_the_journal_and_the_pid_otherwise() {
+        let msg = "the pool is full: writes are refused with ENOSPC (…)";
+        assert_eq!(stderr_line_for(true, 9, msg), format!("<4>{msg}"));
+        assert_eq!(stderr_line_for(false, 9, msg), format!("terrace[9]: {msg}"));
+        assert_eq!(
+            stderr_line_for(true, 9, "mounted /p on /m"),
+            "<5>mounted /p on /m"
+        );
     }
 
     #[test]

@@ -67,34 +67,9 @@ pub fn os_reason(e: &io::Error) -> String {
     }
 }
 
-/// Parses `4096`, `64K`, `512KiB`, `16M`, `1G`, `2T` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    if digits == 0 {
-        return Err(format!(
-            "size {s:?} must start with a number, e.g. 64M or 1G"
-        ));
-    }
-    let n: u64 = t[..digits]
-        .parse()
-        .map_err(|_| format!("size {s:?} is too large"))?;
-    let unit = t[digits..].trim().to_ascii_lowercase();
-    let shift = match unit.as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "size {s:?} has an unknown unit {unit:?} (use K, M, G or T)"
-            ))
-        }
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {s:?} is too large"))
-}
+/// Parses `4096`, `64K`, `512KiB`, `16M`, `1G`, `2T` (binary units): the
+/// one size parser of the command line, the settings and config files.
+pub use terrace_policy::settings::parse_size;
 
 /// The note a data check's report adds for blocks it could not verify
 /// (`""` when there are none): ", N without a checksum (…)".
@@ -542,18 +517,22 @@ pub fn control_socket(mnt: &Path) -> PathBuf {
         .unwrap_or(own)
 }
 
-/// Bytes free for unprivileged users on the file system holding `path` (or,
-/// when it does not exist yet, its directory).
-pub fn free_space(path: &Path) -> io::Result<u64> {
-    let at = if path.exists() {
-        path.to_path_buf()
+/// `path` if it exists, else the directory it would be created in (whose
+/// file system it would be on).
+fn existing_or_parent(path: &Path) -> &Path {
+    if path.exists() {
+        path
     } else {
         path.parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
-            .to_path_buf()
-    };
-    let c = std::ffi::CString::new(at.as_os_str().as_bytes())
+    }
+}
+
+/// Bytes free for unprivileged users on the file system holding `path` (or,
+/// when it does not exist yet, its directory).
+pub fn free_space(path: &Path) -> io::Result<u64> {
+    let c = std::ffi::CString::new(existing_or_parent(path).as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // Safety: `c` is NUL-terminated and `st` is a writable statvfs.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -561,6 +540,35 @@ pub fn free_space(path: &Path) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Whether `path` (or, when it does not exist yet, its directory) is on
+/// tmpfs.
+pub fn on_tmpfs(path: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let Ok(c) = std::ffi::CString::new(existing_or_parent(path).as_os_str().as_bytes()) else {
+        return false;
+    };
+    // Safety: `c` is NUL-terminated and `st` is a writable statfs.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    #[allow(clippy::useless_conversion)]
+    let f_type = i64::from(st.f_type);
+    f_type == TMPFS_MAGIC
+}
+
+/// Memory the machine can give to new pages: `MemAvailable` plus
+/// `SwapFree` from /proc/meminfo (None when it cannot be read).
+pub fn memory_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some((kib("MemAvailable:")? + kib("SwapFree:").unwrap_or(0)) * 1024)
 }
 
 /// True while process `pid` exists and is not a zombie.
