@@ -112,5 +112,8 @@ def test_iostat_shows_the_migration_while_data_migrates():
             assert out.startswith("terrace: moved 256 MiB of 256 files to ssd"), out
             assert abs(down - 256 * MiB) < 0.05 * 256 * MiB, (down, out)
             assert ssd_written >= 0.95 * 256 * MiB, ssd_written
+            # ... and the PM tier's reads show where the data came from.
+            pm_read = sum(r["tiers"][0]["read_bytes_s"] * r["interval_s"] for r in rows)
+            assert pm_read >= 0.95 * 256 * MiB, pm_read
             assert all(r["migrated_up_bytes_s"] == 0 for r in rows), rows
             assert rows[0]["migrated_down_bytes_s"] == 0, "migration before `terrace migrate`"

@@ -385,6 +385,7 @@ impl Fs {
             let len = (p.blocks * BS) as usize;
             if p.tier == 0 {
                 self.media.read(p.block * BS, &mut buf[at..at + len]);
+                self.pm_io.record_read(len as u64);
             } else {
                 let read = self
                     .tier(p.tier)
