@@ -186,3 +186,24 @@ def test_on_a_terminal_files_that_cannot_move_leave_the_bar_full_of_what_moved_a
             assert tty.count(": no space left on device") == min(failed, 10), tty
             if failed > 10:
                 assert f"terrace: ... and {failed - 10} more files failed" in tty, tty[-300:]
+
+
+def test_fsck_and_scrub_draw_a_bar_on_a_terminal_and_none_with_quiet():
+    """The other long commands: `fsck` of a pool with many inodes and
+    `scrub` draw a progress bar on a terminal; `--quiet` draws none and the
+    result is the same."""
+    with temp_pool_path() as pool, temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:512M", "--tier", f"ssd:{ssd}:1G", "--inodes", "120000")
+        with mounted_pool(pool, mnt, "placement_policy=pm-only,migration_threshold=99"):
+            write_files(mnt, 64, MiB)
+            terrace("migrate", "--quiet", mnt)
+            code, tty, out = on_a_terminal([TERRACE_BIN, "scrub", "--rate", "64M", mnt])
+            assert code == 0 and "scrub" in tty and "[" in tty, (code, tty[-2000:], out)
+            code, tty, quiet_out = on_a_terminal([TERRACE_BIN, "scrub", "--quiet", mnt])
+            assert (code, tty) == (0, ""), (code, tty[-2000:])
+            assert quiet_out.splitlines()[-1] == out.splitlines()[-1], (quiet_out, out)
+        code, tty, out = on_a_terminal([TERRACE_BIN, "fsck", pool])
+        assert code == 0 and "inodes" in tty, (code, tty[-2000:], out)
+        code, tty, quiet_out = on_a_terminal([TERRACE_BIN, "fsck", "--quiet", pool])
+        assert (code, tty) == (0, ""), (code, tty[-2000:])
+        assert quiet_out == out

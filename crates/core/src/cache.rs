@@ -425,8 +425,14 @@ mod tests {
         let run = c.get_clean_run(1, 10, 8);
         assert_eq!(run.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!(c.get_clean_run(1, 11, 1).len(), 1, "max bounds the run");
-        assert!(c.get_clean_run(1, 13, 4).is_empty(), "a miss first: nothing");
-        assert!(c.get_clean_run(2, 10, 4).is_empty(), "another tier's blocks");
+        assert!(
+            c.get_clean_run(1, 13, 4).is_empty(),
+            "a miss first: nothing"
+        );
+        assert!(
+            c.get_clean_run(2, 10, 4).is_empty(),
+            "another tier's blocks"
+        );
         assert_eq!(c.stats().hits, 4);
     }
 }

@@ -527,7 +527,7 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
 
 /// `terrace fsck POOL [--repair] [--data] [--json]`. Exit codes: 0 clean, 1
 /// problems remain, 2 cannot check.
-pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
+pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -> CliResult {
     let cannot = |e: CliError| e.code(2);
     if let Err(e) = std::fs::metadata(pool) {
         return Err(cannot(CliError::at(pool, util::os_reason(&e))));
@@ -559,7 +559,10 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool) -> CliResult {
     let pm = PmFile::open(&abs).map_err(|e| cannot(CliError::new(e.to_string())))?;
     let sb =
         terrace_core::recovery::read_superblock(&pm).map_err(|e| cannot(CliError::at(pool, e)))?;
-    let bar = if sb.inode_count >= 100_000 {
+    let bar = if sb.inode_count >= 100_000
+        && !quiet
+        && std::io::IsTerminal::is_terminal(&std::io::stderr())
+    {
         let b = indicatif::ProgressBar::with_draw_target(
             Some(sb.inode_count),
             indicatif::ProgressDrawTarget::stderr(),

@@ -135,6 +135,9 @@ struct ScrubArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// No progress bar (there is none without a terminal either).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 const RULE_AFTER: &str = "\
@@ -614,6 +617,9 @@ struct FsckArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// No progress bar (there is none without a terminal either).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 fn run(cli: Cli) -> CliResult {
@@ -639,7 +645,7 @@ fn run(cli: Cli) -> CliResult {
         }
         Cmd::Umount(a) => admin::umount(&a.mountpoint, a.lazy),
         Cmd::Status(a) => admin::status(&a.mountpoint, a.json),
-        Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.data, a.json),
+        Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.data, a.json, a.quiet),
         Cmd::Where(a) => where_cmd::run(&a.path, a.all, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths, a.quiet),
@@ -649,7 +655,13 @@ fn run(cli: Cli) -> CliResult {
             TierAction::Remove { pool } => tier_cmd::remove(&pool),
         },
         Cmd::Iostat(a) => iostat_cmd::run(&a.mountpoint, a.interval, a.count, a.json),
-        Cmd::Scrub(a) => scrub_cmd::run(&a.mountpoint, a.rate.as_deref(), !a.no_repair, a.json),
+        Cmd::Scrub(a) => scrub_cmd::run(
+            &a.mountpoint,
+            a.rate.as_deref(),
+            !a.no_repair,
+            a.json,
+            a.quiet,
+        ),
         Cmd::Completions(a) => shell_docs::completions(Cli::command(), a.shell),
         Cmd::Man(a) => shell_docs::man_pages(Cli::command(), &a.dir),
     }

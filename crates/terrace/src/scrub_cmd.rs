@@ -1,4 +1,4 @@
-//! `terrace scrub MOUNTPOINT [--rate SIZE] [--no-repair] [--json]`: reads
+//! `terrace scrub MOUNTPOINT [--rate SIZE] [--no-repair] [--json] [--quiet]`: reads
 //! and verifies every block of file data on the block tiers of a mounted
 //! pool, repairing from clean copies where it can (`core/src/scrub.rs`).
 //!
@@ -30,7 +30,7 @@ fn current(socket: &Path, mnt: &Path) -> CliResult<Option<ScrubReport>> {
 
 /// Runs `terrace scrub`. Exit status: 0 nothing damaged is left, 1 damage
 /// that could not be repaired, 2 the scrub could not run.
-pub fn run(mnt: &Path, rate: Option<&str>, repair: bool, as_json: bool) -> CliResult {
+pub fn run(mnt: &Path, rate: Option<&str>, repair: bool, as_json: bool, quiet: bool) -> CliResult {
     let rate = match rate {
         Some(r) => util::parse_size(r).map_err(|e| {
             CliError::new(format!(
@@ -58,7 +58,7 @@ pub fn run(mnt: &Path, rate: Option<&str>, repair: bool, as_json: bool) -> CliRe
         }
         Err(ControlError::Refused(r)) => return Err(CliError::at(mnt, r.error).code(2)),
     }
-    let bar = (!as_json && std::io::stderr().is_terminal()).then(|| {
+    let bar = (!as_json && !quiet && std::io::stderr().is_terminal()).then(|| {
         let b =
             indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
         if let Ok(style) = indicatif::ProgressStyle::with_template(
