@@ -24,6 +24,11 @@ pub struct DataRuns {
     pub runs: Vec<Run>,
 }
 
+/// What a sequential reader's cache miss on an object tier fetches at least
+/// (the rest of the write entry, up to this much): four ranged GETs of 2 MiB
+/// in flight together (design.md §5n, reads).
+const OBJECT_READ_AHEAD_BYTES: u64 = 8 << 20;
+
 impl Fs {
     /// PM blocks kept free for log pages (the metadata reserve): data stops
     /// going to PM below this, beyond the blocks promised to write-back
@@ -359,7 +364,13 @@ impl Fs {
         read_ahead: bool,
     ) -> FsResult<()> {
         let unit = if read_ahead {
-            (self.settings.read().max_read_unit_bytes / BS).max(1)
+            let unit = (self.settings.read().max_read_unit_bytes / BS).max(1);
+            // An object tier's requests cost a round trip each: a sequential
+            // reader's miss fetches more at once, as parallel ranged GETs.
+            match self.tier(tier)?.kind {
+                terrace_format::TierKind::S3 => unit.max(OBJECT_READ_AHEAD_BYTES / BS),
+                _ => unit,
+            }
         } else {
             1
         };

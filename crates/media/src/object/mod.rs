@@ -472,6 +472,7 @@ impl ObjectMedia {
         if gets.is_empty() {
             return Ok(());
         }
+        let gets = split_long_gets(gets, GET_PIECE_BLOCKS);
         let reqs = gets
             .iter()
             .map(|(_, k, r)| (k.clone(), r.clone()))
@@ -761,5 +762,57 @@ impl BlockMedia for ObjectMedia {
 
     fn stats(&self) -> BlockStats {
         self.stats.snapshot()
+    }
+}
+
+/// Blocks one ranged GET fetches at most: a longer run is fetched as several
+/// GETs of this size, in flight together (up to the bucket's concurrency), so
+/// a large read of one part is not one stream at a time.
+const GET_PIECE_BLOCKS: u64 = 512; // 2 MiB
+
+/// `gets` (buffer offset in blocks, key, byte range) with every range longer
+/// than `piece` blocks cut into ranges of at most `piece` blocks.
+fn split_long_gets(
+    gets: Vec<(usize, String, std::ops::Range<u64>)>,
+    piece: u64,
+) -> Vec<(usize, String, std::ops::Range<u64>)> {
+    let piece_bytes = piece * BLOCK_SIZE;
+    let mut out = Vec::with_capacity(gets.len());
+    for (at, key, range) in gets {
+        let mut start = range.start;
+        while start < range.end {
+            let end = range.end.min(start + piece_bytes);
+            let at_here = at + ((start - range.start) / BLOCK_SIZE) as usize;
+            out.push((at_here, key.clone(), start..end));
+            start = end;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+
+    #[test]
+    fn long_gets_are_cut_into_pieces_that_cover_the_range_once_and_land_at_their_offset() {
+        let gets = vec![
+            (0, "a".to_string(), 0..4096 * 5),
+            (5, "b".to_string(), 4096 * 10..4096 * 12),
+        ];
+        let out = split_long_gets(gets, 2);
+        let got: Vec<(usize, &str, std::ops::Range<u64>)> = out
+            .iter()
+            .map(|(at, k, r)| (*at, k.as_str(), r.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, "a", 0..8192),
+                (2, "a", 8192..16384),
+                (4, "a", 16384..20480),
+                (5, "b", 40960..49152),
+            ]
+        );
     }
 }
