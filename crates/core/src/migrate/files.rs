@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// Rounds of [`Fs::migrate_files`] at most (see there).
+const MIGRATE_ROUNDS: usize = 4;
+
 impl Fs {
     /// Moves all of a file's data that is not on tier `to` there (`terrace
     /// migrate`), in groups of `group_migration_bytes`. Returns bytes moved.
@@ -31,6 +34,38 @@ impl Fs {
         if self.read_only || self.is_frozen() {
             return Err(errno(libc::EROFS));
         }
+        // A move whose pieces changed between their copy and its commit (a
+        // write, a write-back, a clean copy made by the migration thread)
+        // drops them rather than commit stale data: move what is left again,
+        // a bounded number of times (a file written all along keeps some).
+        let mut moved = 0;
+        let mut errors: Vec<(Ino, std::io::Error)> = Vec::new();
+        let mut todo: Vec<Ino> = inos.to_vec();
+        for _ in 0..MIGRATE_ROUNDS {
+            let (m, e) = self.migrate_files_once(&todo, to);
+            moved += m;
+            todo.retain(|ino| !e.iter().any(|(i, _)| i == ino) && self.has_data_off(*ino, to));
+            errors.extend(e);
+            if todo.is_empty() || self.migrator.worker.stopping() {
+                break;
+            }
+        }
+        Ok((moved, errors))
+    }
+
+    /// True when some of `ino`'s data (clean copies aside) is not on `to`.
+    fn has_data_off(&self, ino: Ino, to: u8) -> bool {
+        self.lock(ino)
+            .ok()
+            .and_then(|g| {
+                g.as_ref()
+                    .map(|i| snapshot_entries(i).iter().any(|e| e.tier != to))
+            })
+            .unwrap_or(false)
+    }
+
+    /// One round of [`Fs::migrate_files`] over `inos`.
+    fn migrate_files_once(&self, inos: &[Ino], to: u8) -> (u64, Vec<(Ino, std::io::Error)>) {
         let params = self.settings.read().migration_params();
         let gb = params.group_blocks();
         let window = MOVE_SYNC_WINDOW_BYTES.max(gb * BS);
@@ -62,7 +97,7 @@ impl Fs {
             (moved, errors)
         };
         if workers == 1 {
-            return Ok(work());
+            return work();
         }
         let results: Vec<(u64, Vec<(Ino, std::io::Error)>)> = std::thread::scope(|sc| {
             let handles: Vec<_> = (0..workers).map(|_| sc.spawn(work)).collect();
@@ -77,7 +112,7 @@ impl Fs {
             moved += m;
             errors.extend(e);
         }
-        Ok((moved, errors))
+        (moved, errors)
     }
 
     /// Adds every group of file `ino` that is not on tier `to` (from each of

@@ -1,0 +1,50 @@
+"""`terrace migrate` moves all of what it is asked to move, even while the
+migration thread works on the same files: a piece that changed between its
+copy and its commit (here: the clean copies the migration thread makes of
+fresh PM data) is dropped rather than committed stale, and moved again
+(design.md §5d, `Fs::migrate_files`). Found by bench/s3_tier.py: half of a
+file stayed on PM, and the summary said less than was asked; by hand the
+build before the fix left 30 MiB of 512 behind (pool and files as here).
+The race depends on timing: under this harness the old build passed 6 runs
+of 6, so this test guards the property rather than proving the fix."""
+
+import hashlib
+import json
+import os
+import time
+
+from helpers import mounted_pool, sha256_file, temp_mountpoint, temp_pool_path, temp_ssd_image, \
+    terrace
+
+MiB = 1 << 20
+
+
+def write_1m_writes(path, n: int, seed: int) -> str:
+    """n writes of 1 MiB, then fsync; the sha256."""
+    chunk = hashlib.sha256(str(seed).encode()).digest() * (MiB // 32)
+    with open(path, "wb") as f:
+        for _ in range(n):
+            f.write(chunk)
+        os.fsync(f.fileno())
+    return hashlib.sha256(chunk * n).hexdigest()
+
+
+def test_migrate_moves_every_byte_of_files_the_migration_thread_is_copying():
+    with temp_pool_path() as pool, temp_ssd_image() as ssd, temp_ssd_image("hdd") as hdd, \
+            temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:1G", "--tier", f"ssd:{ssd}:2G",
+                "--tier", f"hdd:{hdd}:2G")
+        # A DRAM cache that holds all of it, as in the benchmark that found it.
+        with mounted_pool(pool, mnt, "dram_cache_bytes=1G"):
+            files = {mnt / f"f{k}": write_1m_writes(mnt / f"f{k}", 64, k) for k in range(8)}
+            # Let the migration thread start copying the fresh PM data (it
+            # makes clean copies on the SSD) before `terrace migrate` runs.
+            time.sleep(0.2)
+            out = terrace("migrate", "--to", "hdd", mnt, *files).stdout
+            assert out.startswith("terrace: moved 512 MiB of 8 files to hdd"), out
+            for f in files:
+                tiers = json.loads(terrace("where", "--json", f).stdout)["bytes_per_tier"]
+                assert tiers == {"hdd": 64 * MiB}, (f, tiers)
+        with mounted_pool(pool, mnt):
+            for f, digest in files.items():
+                assert sha256_file(f) == digest
