@@ -211,6 +211,43 @@ def test_fsynced_and_o_dsync_data_survive_kill_9_and_the_pool_is_fsck_clean(wb_p
     helpers.assert_fsck_clean(pool, "after the remount")
 
 
+def test_fsync_after_the_daemon_died_fails_instead_of_promising_lost_data(wb_pool):
+    """The kernel drops write-backs to a dead connection without an error,
+    so only the FSYNC request's failure tells the application that its data
+    never reached the pool: under the writeback cache fsync must reach the
+    daemon even on a PM-only pool (where it is otherwise answered ENOSYS
+    once and completed in the kernel). Before that, fsync and O_DSYNC
+    writes after a kill -9 returned success for data that was gone (the
+    kill -9 loop found records of O_DSYNC writes missing)."""
+    pool, mnt = wb_pool
+    m = helpers.mount(pool, mnt, OPT)
+    fds = []
+    try:
+        assert_writes_are_cached(m, mnt / "probe")  # includes a first fsync
+        f = os.open(mnt / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+        fds.append(f)
+        os.write(f, b"synced")
+        os.fsync(f)
+        d = os.open(mnt / "d", os.O_WRONLY | os.O_CREAT | os.O_DSYNC, 0o644)
+        fds.append(d)
+        os.write(d, b"dsync")
+        m.kill()
+        os.write(f, b" lost")  # lands in the kernel's pages: nothing says it is lost yet
+        with pytest.raises(OSError):
+            os.fsync(f)
+        with pytest.raises(OSError):
+            os.write(d, b" lost")
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        helpers.lazy_unmount(mnt)
+    helpers.assert_fsck_clean(pool, "after kill -9 with the writeback cache")
+    with mounted_pool(pool, mnt, OPT):
+        assert (mnt / "f").read_bytes() == b"synced"
+        assert (mnt / "d").read_bytes() == b"dsync"
+
+
 def test_o_direct_and_mmap_stay_coherent_with_cached_writes(wb_pool):
     pool, mnt = wb_pool
     path = mnt / "f"

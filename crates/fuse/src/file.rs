@@ -57,6 +57,18 @@ impl FuseAdapter {
         }
     }
 
+    /// Whether fsync of a file can be left to the kernel (answered ENOSYS
+    /// once, [`crate::reply::fsync`]): when it never has work in the core
+    /// ([`terrace_core::Fs::fsync_is_noop`]) and the kernel holds no
+    /// writes. Under the writeback cache the FSYNC request is what tells the
+    /// application that its write-backs reached the daemon: the kernel drops
+    /// a write-back to a dead connection without an error, so without the
+    /// request an fsync (or an `O_DSYNC` write) after a kill -9 of the daemon
+    /// would return success for data that never reached the pool.
+    pub(crate) fn fsync_needs_no_request(&self) -> bool {
+        self.fs.fsync_is_noop() && !self.writeback_cache
+    }
+
     /// The data of `ino` from byte `offset` on (`len` bytes, 0: to the end)
     /// changed other than from the kernel's page cache: marks the file so
     /// the next cached open drops its pages, and names the range the kernel
