@@ -29,12 +29,13 @@ def cached_pread_4k_us(fd, size, n=100_000):
     return (time.perf_counter() - t) / len(offs) * 1e6
 
 
-def terrace_run(binary, measure, pm_size, mkfs_extra=()):
+def terrace_run(binary, measure, pm_size, mkfs_extra=(), options=None):
     pm = f"/dev/shm/terrace-bench-{os.getpid()}.pm"
     mnt = tempfile.mkdtemp(prefix="terrace-bench-")
     subprocess.run([binary, "mkfs", "--force", "--tier", f"pm:{pm}:{pm_size}", *mkfs_extra],
                    check=True, capture_output=True)
-    subprocess.run([binary, "mount", pm, mnt, "--daemon"], check=True, capture_output=True)
+    opts = ["-o", options] if options else []
+    subprocess.run([binary, "mount", pm, mnt, "--daemon", *opts], check=True, capture_output=True)
     try:
         return measure(mnt)
     finally:

@@ -174,8 +174,10 @@ class CrashLoop:
         self.check(it, "a clean unmount and remount")
 
 
-def run_crash_loop(strict_prefix: bool, tiered: bool = False) -> None:
+def run_crash_loop(strict_prefix: bool, tiered: bool = False, options: str | None = None) -> None:
     """ITERATIONS crash iterations on one pool, then a clean unmount and checks.
+
+    `options`: mount options of every mount (e.g. `writeback_cache`).
 
     `tiered`: a small PM tier plus an SSD tier file, mounted with a 10%
     migration threshold and no age limit, so migration (grouped moves, clean
@@ -186,11 +188,11 @@ def run_crash_loop(strict_prefix: bool, tiered: bool = False) -> None:
     ssd = Path("/var/tmp") / (helpers.unique_name("crash-ssd") + ".img")
     with helpers.temp_pool_path("crash") as pool, helpers.temp_mountpoint("crash") as mnt, \
             tempfile.TemporaryDirectory(prefix=helpers.unique_name("crashlog") + "-") as logdir:
-        options = None
         if tiered:
             helpers.mkfs(pool, "48M", extra=["--tier", f"ssd:{ssd}:512M"])
-            options = os.environ.get(
+            tier_options = os.environ.get(
                 "CRASH_TIER_OPTIONS", "migration_threshold=10,migration_age_ns=0s,group_migration_bytes=1M")
+            options = ",".join(o for o in (options, tier_options) if o)
         else:
             helpers.mkfs(pool, POOL_SIZE)
         loop = CrashLoop(pool, mnt, Path(logdir), seed, strict_prefix, options)

@@ -4,8 +4,8 @@
 //! guard every request holds from its arrival until it has replied.
 //!
 //! Invariants:
-//! - The negotiated flags (`killpriv`, `direct_io`, `no_opendir`) are set
-//!   once, by INIT ([`FuseAdapter::negotiate`]), before the kernel sends any
+//! - The negotiated flags (`killpriv`, `direct_io`, `no_opendir`,
+//!   `writeback_cache`) are set once, by INIT ([`FuseAdapter::negotiate`]), before the kernel sends any
 //!   other request, and only read afterwards.
 //! - The notifier is set once, right after the session exists; until then
 //!   (and in tests without a kernel) invalidations are skipped.
@@ -36,8 +36,12 @@ pub struct FuseAdapter {
     /// Files opened write-only get `FOPEN_DIRECT_IO` (the kernel allows mmap
     /// of them); other opens go through the kernel's page cache.
     pub(crate) direct_io: bool,
-    /// Page-cache state of files opened for reading only.
+    /// Page-cache state of files opened through the kernel's page cache.
     pub(crate) cached: page_cache::CachedOpens,
+    /// Before INIT: the mount asked for the kernel's writeback cache; after:
+    /// the kernel agreed (`FUSE_WRITEBACK_CACHE`), so every open goes through
+    /// the page cache and its writes reach the daemon at write-back.
+    pub(crate) writeback_cache: bool,
     /// The kernel agreed to `FUSE_NO_OPENDIR_SUPPORT`: opendir is answered
     /// ENOSYS once and never sent again (nor releasedir).
     pub(crate) no_opendir: bool,
@@ -74,11 +78,18 @@ impl FuseAdapter {
             notifier,
             direct_io: false,
             cached: page_cache::CachedOpens::default(),
+            writeback_cache: false,
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
             latency: None,
             listing: listing_attrs::ListingAttrs::default(),
         }
+    }
+
+    /// Asks the kernel for its writeback cache at INIT (`-o writeback_cache`).
+    pub fn with_writeback_cache(mut self, want: bool) -> FuseAdapter {
+        self.writeback_cache = want;
+        self
     }
 
     /// Times every request into `latency` from now on.
@@ -124,6 +135,14 @@ impl FuseAdapter {
         self.direct_io = config
             .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
             .is_ok();
+        // Opt-in (`-o writeback_cache`): writes land in the kernel's pages
+        // and reach the daemon at fsync, close or the kernel's write-back;
+        // the kernel then owns the size and times of cached files
+        // (page_cache.rs, design.md §5g0).
+        self.writeback_cache = self.writeback_cache
+            && config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_ok();
         // A symlink's target never changes: the kernel may keep it.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
         // opendir/releasedir have nothing to do (readdir needs no handle and

@@ -26,22 +26,21 @@ use terrace_core::Attr;
 
 impl FuseAdapter {
     /// Whether an open with `flags` goes through the kernel's page cache
-    /// under [`crate::page_cache`]'s rules: an open for reading (read-only or
+    /// under [`crate::page_cache`]'s rules: every open under the kernel's
+    /// writeback cache; otherwise an open for reading (read-only or
     /// read-write) when write-only opens use direct I/O.
     pub(crate) fn cached_open(&self, flags: i32) -> bool {
-        self.direct_io && flags & libc::O_ACCMODE != libc::O_WRONLY
+        self.writeback_cache || (self.direct_io && flags & libc::O_ACCMODE != libc::O_WRONLY)
     }
 
     /// How regular files are opened (after the core's open of `ino`
-    /// succeeded): direct I/O for write-only opens when the kernel allows
-    /// mmap of direct-I/O files (atomic writes); opens for reading
-    /// (read-only and read-write) through the page cache, kept while the
-    /// file is unchanged; everything through a kept page cache on kernels
-    /// without direct-I/O mmap.
+    /// succeeded): through the page cache, kept while the file is
+    /// unchanged, when [`FuseAdapter::cached_open`] says so; otherwise direct
+    /// I/O (write-only opens, when the kernel allows mmap of direct-I/O
+    /// files: atomic writes); everything through a kept page cache on
+    /// kernels without direct-I/O mmap.
     fn open_flags(&self, ino: u64, flags: i32) -> FopenFlags {
-        if !self.direct_io {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else if self.cached_open(flags) {
+        if self.cached_open(flags) {
             // A read due to update the access time (relatime: the first
             // after a change) must reach the daemon: such an open drops the
             // kernel's pages, later reads of it are served from the cache.
@@ -51,9 +50,23 @@ impl FuseAdapter {
             } else {
                 FopenFlags::empty()
             }
-        } else {
+        } else if self.direct_io {
             FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
         }
+    }
+
+    /// Whether fsync of a file can be left to the kernel (answered ENOSYS
+    /// once, [`crate::reply::fsync`]): when it never has work in the core
+    /// ([`terrace_core::Fs::fsync_is_noop`]) and the kernel holds no
+    /// writes. Under the writeback cache the FSYNC request is what tells the
+    /// application that its write-backs reached the daemon: the kernel drops
+    /// a write-back to a dead connection without an error, so without the
+    /// request an fsync (or an `O_DSYNC` write) after a kill -9 of the daemon
+    /// would return success for data that never reached the pool.
+    pub(crate) fn fsync_needs_no_request(&self) -> bool {
+        self.fs.fsync_is_noop() && !self.writeback_cache
     }
 
     /// The data of `ino` from byte `offset` on (`len` bytes, 0: to the end)
@@ -62,7 +75,8 @@ impl FuseAdapter {
     /// must drop before the change is acknowledged while cached opens may
     /// hold it (the caller replies through [`FuseAdapter::reply_after`]).
     pub(crate) fn data_changed(&self, ino: u64, offset: u64, len: u64) -> Option<Stale> {
-        (self.direct_io && self.cached.changed(ino)).then_some(Stale { ino, offset, len })
+        let tracked = self.direct_io || self.writeback_cache;
+        (tracked && self.cached.changed(ino)).then_some(Stale { ino, offset, len })
     }
 
     /// Replies with `r` through `reply` — once the kernel dropped the pages
@@ -99,15 +113,17 @@ pub(crate) fn write(
     flags: i32,
 ) -> io::Result<(u32, Option<Stale>)> {
     // O_SYNC and O_DSYNC (which O_SYNC includes) make a write synchronous.
+    // Under the writeback cache such writes come as write-backs (flags 0)
+    // followed by FSYNC, which the predictor judges as any fsync.
     let o_sync = flags & libc::O_DSYNC != 0;
     let n = a.fs.write_hinted(ino, offset, data, o_sync)?;
     if a.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
         a.kill_priv(ino, &setid::Caller::of(req).unprivileged());
     }
-    // Writes through a cached (read-write) open went through the kernel's
-    // page cache, which holds their bytes already (write-through), as do
-    // write-backs of mapped pages; only writes that bypassed it change what
-    // cached opens see.
+    // Writes through a cached open went through the kernel's page cache,
+    // which holds their bytes already (write-through), as do write-backs of
+    // dirty pages (mapped, or every cached write under the writeback
+    // cache); only writes that bypassed it change what cached opens see.
     let bypassed_cache = !a.cached_open(flags) || flags & libc::O_DIRECT != 0;
     let stale = if bypassed_cache && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
         a.data_changed(ino, offset, n as u64)

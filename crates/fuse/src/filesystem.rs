@@ -332,7 +332,7 @@ impl Filesystem for FuseAdapter {
     ) {
         let _req = self.arrived(Op::Fsync);
         let r = self.fs.fsync(ino.0, datasync);
-        reply::fsync(reply, r, self.fs.fsync_is_noop());
+        reply::fsync(reply, r, self.fsync_needs_no_request());
     }
 
     fn create(

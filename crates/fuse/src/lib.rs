@@ -6,8 +6,9 @@
 //! Choices (see the design notes):
 //! - `default_permissions` is always on: the kernel checks permissions, so
 //!   `access` just says yes.
-//! - No writeback cache: every `write()` reaches the core when it is made
-//!   (the placement predictor must see the real writes). Files opened
+//! - No writeback cache by default: every `write()` reaches the core when
+//!   it is made (the placement predictor sees the real writes, and a
+//!   returned write is in the pool). Files opened
 //!   write-only get `FOPEN_DIRECT_IO` when the kernel offers
 //!   `FUSE_DIRECT_IO_ALLOW_MMAP`, so a write() of up to 1 MiB is one request
 //!   and one atomic commit (through the page cache the kernel splits writes
@@ -17,6 +18,13 @@
 //!   copies, and a shared mapping and write() of one descriptor share one
 //!   copy of each page. Kernels without that flag get `FOPEN_KEEP_CACHE` for
 //!   every open.
+//! - Opt-in kernel writeback cache (`-o writeback_cache`,
+//!   `FUSE_WRITEBACK_CACHE`): every open without `O_DIRECT` — write-only
+//!   included — goes through the page cache and its writes reach the core
+//!   as write-backs (at fsync, close, `O_SYNC`/`O_DSYNC` writes, or the
+//!   kernel's flusher); the kernel owns the size and times of cached files
+//!   and sends them back as setattr. A killed daemon loses what the kernel
+//!   had not written back, and a `write()` is no longer one atomic commit.
 //! - Locks (`getlk`/`setlk`) are not implemented: fuser does not ask for
 //!   `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`, so the kernel keeps POSIX locks and
 //!   flocks locally, which is correct for a single-host file system.

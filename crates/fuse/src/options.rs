@@ -56,6 +56,11 @@ pub struct MountOptions {
     /// How long (µs) a thread polls the device after a reply while requests
     /// arrive back to back ([`crate::poll`]); 0 = never.
     pub poll_us: u64,
+    /// Ask the kernel for its writeback cache (`writeback_cache`; default
+    /// off): writes of every open without `O_DIRECT` land in the kernel's
+    /// page cache and reach the daemon at fsync, close or the kernel's own
+    /// write-back (design.md §5g0 and §7 say what that changes).
+    pub writeback_cache: bool,
 }
 
 impl Default for MountOptions {
@@ -73,6 +78,7 @@ impl Default for MountOptions {
             dirsync: false,
             threads: 2,
             poll_us: DEFAULT_POLL_US,
+            writeback_cache: false,
         }
     }
 }
@@ -117,6 +123,8 @@ impl MountOptions {
             "sync" => self.sync = true,
             "async" => self.sync = false,
             "dirsync" => self.dirsync = true,
+            "writeback_cache" => self.writeback_cache = true,
+            "no_writeback_cache" => self.writeback_cache = false,
             _ => {
                 if let Some(n) = opt.strip_prefix("threads=") {
                     match n.parse::<usize>() {
@@ -140,7 +148,7 @@ impl MountOptions {
                     return Err(format!(
                         "unknown mount option {opt:?} (known: allow_other, allow_root, default_permissions, ro, rw, \
                          suid, nosuid, dev, nodev, exec, noexec, atime, relatime, strictatime, noatime, nodiratime, lazytime, sync, async, dirsync, threads=N, \
-                         poll_us=N)"
+                         poll_us=N, writeback_cache, no_writeback_cache)"
                     ));
                 }
             }
@@ -224,6 +232,14 @@ mod tests {
         assert_eq!(o.poll_us, 0);
         assert!(o.apply("poll_us=fast").is_err());
         assert!(o.apply("poll_us=20000").is_err());
+        assert!(
+            !o.writeback_cache,
+            "the kernel's writeback cache is off by default"
+        );
+        o.apply("writeback_cache").unwrap();
+        assert!(o.writeback_cache);
+        o.apply("no_writeback_cache").unwrap();
+        assert!(!o.writeback_cache);
         let root = MountOptions::for_user(0);
         assert!(root.suid && root.dev);
         let user = MountOptions::for_user(1000);

@@ -1,7 +1,7 @@
 //! Which opens go through the kernel's page cache, and when the kernel
 //! must drop pages of a file (issue 16).
 //!
-//! Files opened write-only use direct I/O (`FOPEN_DIRECT_IO`): every
+//! By default, files opened write-only use direct I/O (`FOPEN_DIRECT_IO`): every
 //! `write()` of up to 1 MiB is one request and one atomic commit in the core,
 //! and the synchronicity and size predictors see the application's own
 //! writes (logs, appenders, copies). Files opened for reading — read-only or
@@ -13,6 +13,16 @@
 //! and `write()` of one descriptor agree: with direct I/O the kernel's
 //! invalidation after each direct write could write back a mapped page
 //! re-dirtied with stale bytes over the write (xfstests generic/346).
+//!
+//! Under the kernel's writeback cache (`-o writeback_cache`) every open goes
+//! through the page cache, write-only ones too, and writes are not
+//! write-through: the kernel keeps them dirty and sends them later as
+//! `FUSE_WRITE_CACHE` write-backs. The rules below are the same: pages go
+//! stale only through a change that bypassed them (`O_DIRECT` writes —
+//! the kernel writes dirty pages of their range back first —, fallocate,
+//! copy_file_range, truncate), and an invalidation or an open without
+//! `FOPEN_KEEP_CACHE` makes the kernel write dirty pages back before it
+//! drops them (`launder_folio`), so it never loses a cached write.
 //!
 //! The daemon is the pool's only writer and every change of a file's data
 //! reaches it through this mount; migration, write-back, scrub and log moves

@@ -63,7 +63,8 @@ pub fn mount(
     on_end: impl FnOnce(io::Result<()>) + Send + 'static,
 ) -> io::Result<Mounted> {
     let config = opts.to_config();
-    let mut adapter = FuseAdapter::with_poll_window(fs, Duration::from_micros(opts.poll_us));
+    let mut adapter = FuseAdapter::with_poll_window(fs, Duration::from_micros(opts.poll_us))
+        .with_writeback_cache(opts.writeback_cache);
     if let Some(l) = latency {
         adapter = adapter.with_latency(l);
     }

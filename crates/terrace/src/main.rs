@@ -478,6 +478,12 @@ Mount options (-o, comma-separated, repeatable):
   poll_us=N       after a reply, poll for the next request up to N µs when
                   requests come back to back, saving a wake-up (default 50;
                   0 = never poll)
+  writeback_cache the kernel's writeback cache (default off): write() lands
+                  in the kernel's pages and reaches the pool at fsync, close,
+                  O_SYNC/O_DSYNC or the kernel's write-back — small writes
+                  cost a memory copy, but a killed daemon loses what was not
+                  yet written back and write() is no longer atomic
+                  (no_writeback_cache: off)
   metrics=IP:PORT serve Prometheus metrics at http://IP:PORT/metrics while
                   mounted (per-tier capacity, use and I/O, migration, cache,
                   predictor accuracy, errors, FUSE request latencies), e.g.
