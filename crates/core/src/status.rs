@@ -66,6 +66,37 @@ pub struct ObjectTierStatus {
     /// The last failure's message, while `unreachable_since_unix` is set.
     #[serde(default)]
     pub last_error: Option<String>,
+    /// Requests sent to the store since mount (GETs and PUTs are what
+    /// object stores charge for) and their bytes.
+    #[serde(default)]
+    pub requests: ObjectRequests,
+}
+
+/// Requests an object tier sent since mount (successful ones, except
+/// `failures`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct ObjectRequests {
+    pub puts: u64,
+    pub put_bytes: u64,
+    pub gets: u64,
+    pub get_bytes: u64,
+    pub deletes: u64,
+    pub lists: u64,
+    pub failures: u64,
+}
+
+impl From<terrace_media::object::RequestStats> for ObjectRequests {
+    fn from(r: terrace_media::object::RequestStats) -> ObjectRequests {
+        ObjectRequests {
+            puts: r.puts,
+            put_bytes: r.put_bytes,
+            gets: r.gets,
+            get_bytes: r.get_bytes,
+            deletes: r.deletes,
+            lists: r.lists,
+            failures: r.failures,
+        }
+    }
 }
 
 impl From<terrace_media::ObjectStats> for ObjectTierStatus {
@@ -83,6 +114,7 @@ impl From<terrace_media::ObjectStats> for ObjectTierStatus {
             pending_bytes: o.pending_bytes,
             unreachable_since_unix: o.failing.as_ref().map(|f| f.since_unix),
             last_error: o.failing.map(|f| f.error),
+            requests: o.requests.into(),
         }
     }
 }
