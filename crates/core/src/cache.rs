@@ -60,6 +60,8 @@ use terrace_format::BLOCK_SIZE;
 
 const BS: u64 = BLOCK_SIZE;
 const WB_STRIPES: usize = 64;
+/// Fetch locks (one per tier id modulo this; a pool has at most 8 tiers).
+const FETCH_STRIPES: usize = 8;
 
 /// Counters of the cache, shown by `terrace status`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
@@ -154,6 +156,10 @@ pub struct PageCache {
     bound: AtomicU64,
     seq: AtomicU64,
     wb_locks: Vec<Mutex<()>>,
+    /// One per object tier (by tier id): held by a sequential reader while
+    /// it fetches a miss from that tier, so readers of the same data wait
+    /// for the fetch and find it cached instead of fetching it again.
+    fetch_locks: Vec<Mutex<()>>,
     /// The write-back thread ([`crate::worker`]).
     pub(crate) worker: crate::worker::Worker,
 }
@@ -168,6 +174,9 @@ impl PageCache {
             seq: AtomicU64::new(1),
             wb_locks: (0..WB_STRIPES)
                 .map(|_| Mutex::new(Rank::Writeback, ()))
+                .collect(),
+            fetch_locks: (0..FETCH_STRIPES)
+                .map(|_| Mutex::new(Rank::ObjectFetch, ()))
                 .collect(),
             worker: crate::worker::Worker::default(),
         }
@@ -292,6 +301,17 @@ impl PageCache {
         }
         s.stats.hits += run.len() as u64;
         run
+    }
+
+    /// Whether a clean copy of `(tier, block)` is cached (no LRU touch, no
+    /// hit counted).
+    pub(crate) fn has_clean(&self, tier: u8, block: u64) -> bool {
+        self.state.lock().pages.contains_key(&(tier, block))
+    }
+
+    /// The fetch lock of object tier `tier` (see `fetch_locks`).
+    pub(crate) fn object_fetch_lock(&self, tier: u8) -> MutexGuard<'_, ()> {
+        self.fetch_locks[usize::from(tier) % FETCH_STRIPES].lock()
     }
 
     /// Inserts clean copies of consecutive blocks from `first`, evicting LRU

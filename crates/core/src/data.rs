@@ -363,13 +363,18 @@ impl Fs {
         dst: &mut [u8],
         read_ahead: bool,
     ) -> FsResult<()> {
+        // An object tier's requests cost a round trip each: a sequential
+        // reader's miss fetches more at once, as parallel ranged GETs, and
+        // one such fetch at a time per tier, so that readers of the same
+        // data (the kernel's concurrent read-ahead requests) find it cached
+        // instead of fetching it again.
+        let object_read_ahead = read_ahead && self.tier(tier)?.kind == terrace_format::TierKind::S3;
         let unit = if read_ahead {
             let unit = (self.settings.read().max_read_unit_bytes / BS).max(1);
-            // An object tier's requests cost a round trip each: a sequential
-            // reader's miss fetches more at once, as parallel ranged GETs.
-            match self.tier(tier)?.kind {
-                terrace_format::TierKind::S3 => unit.max(OBJECT_READ_AHEAD_BYTES / BS),
-                _ => unit,
+            if object_read_ahead {
+                unit.max(OBJECT_READ_AHEAD_BYTES / BS)
+            } else {
+                unit
             }
         } else {
             1
@@ -392,6 +397,16 @@ impl Fs {
             if at == dst.len() {
                 break;
             }
+            let _fetch = if object_read_ahead {
+                let g = self.cache.object_fetch_lock(tier);
+                if self.cache.has_clean(tier, blk) {
+                    // Fetched by another reader while this one waited.
+                    continue;
+                }
+                Some(g)
+            } else {
+                None
+            };
             let need = (skip + dst.len() - at).div_ceil(BS as usize) as u64;
             let n = left.min(unit.max(need)).max(1);
             let t = self.tier(tier)?;

@@ -16,7 +16,8 @@
 //!    [`Rank::DrainPicker`] — a migration drain's picker (never both).
 //! 3. [`Rank::Inode`] — inode locks; several only in ascending inode number
 //!    (`Fs::lock_set`).
-//! 4. [`Rank::Room`] — `Fs::room_lock`.
+//! 4. [`Rank::Room`] — `Fs::room_lock`, or [`Rank::ObjectFetch`] — a
+//!    sequential reader's fetch from an object tier (never both).
 //! 5. [`Rank::Leaf`] — everything else: while a leaf is held no other lock of
 //!    this module is taken, except a PM page-allocator shard under the PM log
 //!    slabs ([`Leaf::LogSlabs`] → [`Leaf::PageAllocator`], the only nesting
@@ -54,6 +55,9 @@ pub enum Rank {
     Inode(u64),
     /// `Fs::room_lock`.
     Room,
+    /// A sequential reader's fetch from an object tier
+    /// (`PageCache::object_fetch_lock`); never with the room lock.
+    ObjectFetch,
     /// A leaf.
     Leaf(Leaf),
 }
@@ -81,7 +85,7 @@ impl Rank {
             Rank::Rename => 1,
             Rank::Writeback | Rank::DrainPicker => 2,
             Rank::Inode(_) => 3,
-            Rank::Room => 4,
+            Rank::Room | Rank::ObjectFetch => 4,
             Rank::Leaf(_) => 5,
         }
     }
