@@ -235,8 +235,9 @@ def test_deleting_half_of_every_objects_files_lets_cleaning_shrink_the_bucket(s3
     cleaning rewrites the live halves into new objects and deletes the old
     ones: the bucket shrinks to the live data, and what is left reads back
     after a remount. PM is large enough that no background migration or
-    clean copy races the migration (its moves drop pieces whose mapping
-    changed meanwhile, which would leave some on PM)."""
+    clean copy races the migration (a piece whose mapping changed meanwhile
+    is moved again in a later round, into another object, and the objects
+    would no longer be exactly half live)."""
     size = 512 << 10
     with pool_with_s3(s3, pm="512M") as (pool, mnt, url):
         prefix = url.rsplit("/", 1)[1]
