@@ -2,8 +2,10 @@
 MinIO: mkfs pm+ssd+s3, files migrated to s3 read back across remounts,
 deleted files take their objects with them, a kill -9 during a migration to
 s3 loses nothing fsync'd and leaves orphans that fsck reports and the next
-mount deletes, a used prefix is refused, and a stopped MinIO makes reads
-fail with EIO in bounded time while the daemon lives on."""
+mount deletes, a used prefix is refused, a stopped MinIO makes reads
+fail with EIO in bounded time while the daemon lives on, and deleting half
+of every object's files lets object cleaning shrink the bucket (counted
+through the S3 API) to the live data."""
 
 import contextlib
 import errno
@@ -13,6 +15,8 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -52,11 +56,11 @@ def s3():
 
 
 @contextlib.contextmanager
-def pool_with_s3(s3):
+def pool_with_s3(s3, pm: str = "64M"):
     prefix = unique_name("pool").replace("_", "-").lower()
     url = f"{s3['url']}/{prefix}"
     with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_mountpoint() as mnt:
-        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:128M",
+        terrace("mkfs", "--tier", f"pm:{pool}:{pm}", "--tier", f"ssd:{ssd}:128M",
                 "--tier", f"s3:{url}:4G")
         try:
             yield pool, mnt, url
@@ -67,6 +71,35 @@ def pool_with_s3(s3):
 
 def object_stats(m) -> dict:
     return next(t for t in m.status()["tiers"] if t["kind"] == "s3")["object"]
+
+
+def bucket_objects(s3, prefix: str) -> dict:
+    """Every object under `prefix/` in the test bucket and its size, listed
+    through MinIO's S3 API (ListObjectsV2; curl signs the requests)."""
+    endpoint, bucket = s3["url"].rsplit("/", 1)
+    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
+    sizes, token = {}, None
+    while True:
+        query = {"list-type": "2", "prefix": prefix + "/"}
+        if token:
+            query["continuation-token"] = token
+        cp = subprocess.run(
+            ["curl", "-fsS", "--aws-sigv4", f"aws:amz:{os.environ['AWS_REGION']}:s3",
+             "--user", f"{os.environ['AWS_ACCESS_KEY_ID']}:{os.environ['AWS_SECRET_ACCESS_KEY']}",
+             f"{endpoint}/{bucket}?{urllib.parse.urlencode(query)}"],
+            capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0, cp.stderr
+        root = ET.fromstring(cp.stdout)
+        for c in root.findall("s3:Contents", ns):
+            sizes[c.find("s3:Key", ns).text] = int(c.find("s3:Size", ns).text)
+        if root.findtext("s3:IsTruncated", namespaces=ns) != "true":
+            return sizes
+        token = root.findtext("s3:NextContinuationToken", namespaces=ns)
+
+
+def part_bytes(s3, prefix: str) -> int:
+    """Bytes of the tier's part objects in the bucket (the marker left out)."""
+    return sum(n for k, n in bucket_objects(s3, prefix).items() if "/seg-" in k)
 
 
 def where_tiers(path: Path) -> dict:
@@ -192,3 +225,60 @@ def test_reads_fail_with_eio_in_bounded_time_when_the_store_is_down(s3):
                     time.sleep(1)
             assert object_stats(m)["unreachable_since_unix"] is None
             assert "UNREACHABLE" not in terrace("status", mnt).stdout
+
+
+def test_deleting_half_of_every_objects_files_lets_cleaning_shrink_the_bucket(s3):
+    """64 files of 512 KiB migrate to s3 in order (one mover), two 16 MiB
+    objects; deleting every other file leaves each object half live, which
+    alone frees nothing. With parts under 60% live cleaned (run-time
+    setting; exactly half is not under the default 50%), the background
+    cleaning rewrites the live halves into new objects and deletes the old
+    ones: the bucket shrinks to the live data, and what is left reads back
+    after a remount. PM is large enough that no background migration or
+    clean copy races the migration (a piece whose mapping changed meanwhile
+    is moved again in a later round, into another object, and the objects
+    would no longer be exactly half live)."""
+    size = 512 << 10
+    with pool_with_s3(s3, pm="512M") as (pool, mnt, url):
+        prefix = url.rsplit("/", 1)[1]
+        with mounted_pool(pool, mnt, "migration_threads=1") as m:
+            files = {mnt / f"c{i:02}": write_fsynced(mnt / f"c{i:02}", size, 40 + i)
+                     for i in range(64)}
+            terrace("migrate", "--quiet", "--to", "s3", mnt, *files, timeout=300)
+            for f in files:
+                assert where_tiers(f).get("s3", 0) == size, (f, where_tiers(f))
+            total = 64 * size
+            stored = part_bytes(s3, prefix)
+            assert total <= stored <= total + (1 << 20), stored
+            for i, f in enumerate(list(files)):
+                if i % 2:
+                    f.unlink()
+                    del files[f]
+            live = 32 * size
+            assert wait_until(lambda: object_stats(m)["live_bytes"] <= live + 4096, 10), \
+                object_stats(m)
+            time.sleep(1)
+            assert part_bytes(s3, prefix) >= total, "half-live objects are not deleted"
+            assert object_stats(m)["cleaning"]["parts_cleaned"] == 0
+
+            terrace("set", mnt, "object_clean_live_percent", "60")
+            assert wait_until(lambda: part_bytes(s3, prefix) <= live + (1 << 20), 120,
+                              interval=0.5), (part_bytes(s3, prefix), object_stats(m))
+            assert part_bytes(s3, prefix) >= live
+            c = object_stats(m)["cleaning"]
+            assert c["parts_cleaned"] >= 2 and c["bytes_reclaimed"] >= total, c
+            assert c["bytes_rewritten"] <= live + (1 << 20), c
+            assert 0.45 <= c["efficiency"] <= 0.55, c
+            text = terrace("status", mnt).stdout
+            assert f"cleaning: {c['parts_cleaned']} parts cleaned" in text, text
+            for f, digest in files.items():
+                assert sha256_file(f) == digest, f
+        after = part_bytes(s3, prefix)
+        cp = fsck(pool)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        with mounted_pool(pool, mnt) as m:
+            for f, digest in files.items():
+                assert sha256_file(f) == digest, f
+            assert m.status()["recovery"]["object_orphans"] == 0
+        # Nothing came back (reads may move hot data up to PM: it can shrink).
+        assert part_bytes(s3, prefix) <= after

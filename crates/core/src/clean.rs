@@ -14,13 +14,81 @@
 //! moved (its valid count reaches zero), i.e. after every owner committed.
 //! A crash in between leaves some files moved and others not; nothing is lost
 //! or owned twice, and the next pass finishes the job.
+//!
+//! The reverse map ([`Fs::owners_in`], over any block runs) and the move
+//! ([`Fs::evacuate`]) serve the object tier's cleaning too
+//! (`object_clean.rs`), which empties partly dead parts instead of extents.
 
 use crate::fs::Fs;
 use crate::types::Ino;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use terrace_policy::cleaner;
+
+/// A piece of a file in blocks being emptied ([`Fs::owners_in`]): `blocks`
+/// file blocks from `file_block` of inode `ino` — its data, or (`copy`) its
+/// clean copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Owned {
+    pub(crate) ino: Ino,
+    pub(crate) file_block: u64,
+    pub(crate) blocks: u64,
+    pub(crate) copy: bool,
+}
+
+/// Runs of one tier's blocks, merged: start → end (exclusive).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct BlockRanges(BTreeMap<u64, u64>);
+
+impl BlockRanges {
+    /// The union of `runs` (`(first block, blocks)`, any order, overlaps
+    /// allowed).
+    pub(crate) fn new(runs: impl IntoIterator<Item = (u64, u64)>) -> BlockRanges {
+        let mut sorted: Vec<(u64, u64)> = runs
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(s, n)| (s, s.saturating_add(n)))
+            .collect();
+        sorted.sort_unstable();
+        let mut map: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut last: Option<(u64, u64)> = None;
+        for (s, e) in sorted {
+            match last.as_mut() {
+                Some((_, le)) if s <= *le => *le = (*le).max(e),
+                _ => {
+                    if let Some((ls, le)) = last.take() {
+                        map.insert(ls, le);
+                    }
+                    last = Some((s, e));
+                }
+            }
+        }
+        if let Some((ls, le)) = last {
+            map.insert(ls, le);
+        }
+        BlockRanges(map)
+    }
+
+    /// The pieces of `[start, start + blocks)` inside the runs, in order,
+    /// as `(first block, blocks)`.
+    pub(crate) fn overlaps(&self, start: u64, blocks: u64) -> Vec<(u64, u64)> {
+        let end = start.saturating_add(blocks);
+        let before = self
+            .0
+            .range(..=start)
+            .next_back()
+            .filter(|(_, &e)| e > start);
+        let inside = self.0.range(start.saturating_add(1)..end);
+        before
+            .into_iter()
+            .chain(inside)
+            .map(|(&s, &e)| (s.max(start), e.min(end)))
+            .filter(|(s, e)| s < e)
+            .map(|(s, e)| (s, e - s))
+            .collect()
+    }
+}
 
 /// What `terrace status` shows about extent recycling.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -65,17 +133,35 @@ impl Fs {
     pub fn recycle(&self, tier: u8, victims: &[u64]) -> u64 {
         let Ok(t) = self.tier(tier) else { return 0 };
         let eb = t.space.extent_blocks();
-        let set: BTreeSet<u64> = victims.iter().copied().collect();
-        // The reverse map for the victims: (inode, file block, blocks, copy?)
-        // — a victim block is either an extent's data or its clean copy.
-        let mut work: Vec<(Ino, u64, u64, bool)> = Vec::new();
-        // And the inodes whose log blob (log migration) lies in a victim.
+        let ranges = BlockRanges::new(victims.iter().map(|&e| (e * eb, eb)));
+        let (owned, logs) = self.owners_in(tier, &ranges);
+        let s = &self.cleaner_stats;
+        s.rounds.fetch_add(1, Ordering::Relaxed);
+        // Only the victims lose blocks here (their data moves elsewhere), so
+        // the extents freed meanwhile are the victims recycled — even those a
+        // later move of the same round already filled again.
+        let freed_before = t.space.extents_freed();
+        // One sync and commit per file (window 0); to PM when the tier is full.
+        let moved = self.evacuate(tier, owned, logs, 0, true, u64::MAX);
+        let freed = t.space.extents_freed() - freed_before;
+        s.moved_blocks.fetch_add(moved, Ordering::Relaxed);
+        s.extents_recycled.fetch_add(freed, Ordering::Relaxed);
+        s.recycled_blocks.fetch_add(freed * eb, Ordering::Relaxed);
+        freed
+    }
+
+    /// The reverse map of `ranges` on tier `tier`: every piece of a file
+    /// whose data or clean copy lies there (merged while contiguous in the
+    /// file), and the inodes whose log blob (log migration) touches them.
+    /// Derived by walking the inodes' extent maps, as the allocator is.
+    pub(crate) fn owners_in(&self, tier: u8, ranges: &BlockRanges) -> (Vec<Owned>, Vec<Ino>) {
+        let mut work: Vec<Owned> = Vec::new();
         let mut logs: Vec<Ino> = Vec::new();
         for slot in &self.table {
             let g = slot.lock();
             let Some(i) = g.as_ref() else { continue };
             if let Some(l) = i.log.on_tier {
-                if l.tier == tier && set.contains(&(l.block / eb)) {
+                if l.tier == tier && !ranges.overlaps(l.block, l.blocks.max(1)).is_empty() {
                     logs.push(i.ino);
                 }
             }
@@ -89,62 +175,99 @@ impl Fs {
                         places.push((cb, true));
                     }
                 }
-                for (first, is_copy) in places {
-                    let mut off = 0;
-                    while off < e.blocks {
-                        let b = first + off;
-                        let ext = b / eb;
-                        let n = ((ext + 1) * eb - b).min(e.blocks - off);
-                        if set.contains(&ext) {
-                            match work.last_mut() {
-                                Some(w)
-                                    if w.0 == i.ino && w.3 == is_copy && w.1 + w.2 == fb + off =>
-                                {
-                                    w.2 += n
-                                }
-                                _ => work.push((i.ino, fb + off, n, is_copy)),
+                for (first, copy) in places {
+                    for (b, n) in ranges.overlaps(first, e.blocks) {
+                        let file_block = fb + (b - first);
+                        match work.last_mut() {
+                            Some(w)
+                                if w.ino == i.ino
+                                    && w.copy == copy
+                                    && w.file_block + w.blocks == file_block =>
+                            {
+                                w.blocks += n
                             }
+                            _ => work.push(Owned {
+                                ino: i.ino,
+                                file_block,
+                                blocks: n,
+                                copy,
+                            }),
                         }
-                        off += n;
                     }
                 }
             }
         }
-        let s = &self.cleaner_stats;
-        s.rounds.fetch_add(1, Ordering::Relaxed);
-        // Only the victims lose blocks here (their data moves elsewhere), so
-        // the extents freed meanwhile are the victims recycled — even those a
-        // later move of the same round already filled again.
-        let freed_before = t.space.extents_freed();
-        let mut moved = 0u64;
-        for (ino, fb, n, is_copy) in work {
-            if is_copy {
+        (work, logs)
+    }
+
+    /// Empties blocks of tier `tier`: moves the pieces `owned` (from
+    /// [`Fs::owners_in`]) into fresh blocks of the same tier with the
+    /// migration mechanism — copy, one sync per `window` bytes (0: per
+    /// piece), then one commit per file, then the old blocks are freed —
+    /// to PM instead when the tier is full and `spill_to_pm`; drops clean
+    /// copies found there; then moves the log blobs of `logs` that are
+    /// still on the tier. Stops after `limit` blocks, or at the first
+    /// failure (what was copied before it still commits). Returns the data
+    /// blocks moved.
+    pub(crate) fn evacuate(
+        &self,
+        tier: u8,
+        owned: Vec<Owned>,
+        mut logs: Vec<Ino>,
+        window: u64,
+        spill_to_pm: bool,
+        limit: u64,
+    ) -> u64 {
+        let group = self
+            .settings
+            .read()
+            .migration_params()
+            .group_blocks()
+            .max(1);
+        let mut batch = crate::migrate::MoveBatch::new(self, window);
+        let mut added = 0u64;
+        'pieces: for o in owned {
+            if o.copy {
                 // A clean copy is not needed: forget it rather than move it.
-                let _ = self.move_range(ino, tier, 0, fb, n, crate::migrate::Mode::DropCopy);
+                let _ = self.move_range(
+                    o.ino,
+                    tier,
+                    0,
+                    o.file_block,
+                    o.blocks,
+                    crate::migrate::Mode::DropCopy,
+                );
                 continue;
             }
-            let r = match self.migrate_range(ino, tier, tier, fb, n) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                    self.migrate_range(ino, tier, 0, fb, n)
+            // In chunks of a migration group: one copy buffer each.
+            let mut at = o.file_block;
+            while at < o.file_block + o.blocks {
+                if added >= limit {
+                    break 'pieces;
                 }
-                r => r,
-            };
-            match r {
-                Ok(bytes) => moved += bytes / terrace_format::BLOCK_SIZE,
-                Err(_) => break,
+                let n = (o.file_block + o.blocks - at).min(group).min(limit - added);
+                let range = [(at, n)];
+                let r = match batch.add(o.ino, tier, tier, &range, crate::migrate::Mode::Move) {
+                    Err(e) if spill_to_pm && e.raw_os_error() == Some(libc::ENOSPC) => {
+                        batch.add(o.ino, tier, 0, &range, crate::migrate::Mode::Move)
+                    }
+                    r => r,
+                };
+                if r.is_err() {
+                    break 'pieces;
+                }
+                added += n;
+                at += n;
             }
         }
+        let (moved, _) = batch.finish();
         // The blobs move too — those still there: moving a file's data
         // above committed to it, which brought its log back to PM.
         logs.retain(|&ino| self.log_place(ino).is_ok_and(|p| p.is_some()));
         if !logs.is_empty() {
             let _ = self.move_logs(&logs, tier);
         }
-        let freed = t.space.extents_freed() - freed_before;
-        s.moved_blocks.fetch_add(moved, Ordering::Relaxed);
-        s.extents_recycled.fetch_add(freed, Ordering::Relaxed);
-        s.recycled_blocks.fetch_add(freed * eb, Ordering::Relaxed);
-        freed
+        moved / terrace_format::BLOCK_SIZE
     }
 
     /// Cleaner counters for `terrace status`.
@@ -159,5 +282,23 @@ impl Fs {
             recycled_blocks: recycled,
             efficiency: cleaner::cleaning_efficiency(moved, recycled),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BlockRanges;
+
+    #[test]
+    fn block_ranges_merge_and_clip_overlaps() {
+        let r = BlockRanges::new([(10, 5), (0, 2), (14, 6), (30, 0), (2, 1)]);
+        // [0, 3), [10, 20)
+        assert_eq!(r.overlaps(0, 100), vec![(0, 3), (10, 10)]);
+        assert_eq!(r.overlaps(1, 1), vec![(1, 1)]);
+        assert_eq!(r.overlaps(3, 7), vec![]);
+        assert_eq!(r.overlaps(12, 20), vec![(12, 8)]);
+        assert_eq!(r.overlaps(19, 1), vec![(19, 1)]);
+        assert_eq!(r.overlaps(20, 5), vec![]);
+        assert!(BlockRanges::new([]).overlaps(0, u64::MAX).is_empty());
     }
 }

@@ -119,6 +119,8 @@ pub struct Fs {
     pub(crate) migrator: crate::migrate::state::Migrator,
     /// Extent recycling counters.
     pub(crate) cleaner_stats: crate::service_state::CleanerStats,
+    /// Object-tier cleaning state and counters.
+    pub(crate) object_cleaning: crate::service_state::ObjectCleaning,
     /// Inodes with a placement rule (see `rules`).
     pub(crate) ruled: Mutex<std::collections::BTreeSet<Ino>>,
     /// Log migration state (`log_migrate`).
@@ -358,6 +360,7 @@ impl Fs {
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
             cleaner_stats: Default::default(),
+            object_cleaning: Default::default(),
             ruled: Mutex::new(Rank::leaf("ruled inodes"), Default::default()),
             log_migration: Default::default(),
         };

@@ -34,6 +34,7 @@ pub mod log_migrate;
 pub mod log_space;
 pub mod migrate;
 pub mod mkfs;
+pub mod object_clean;
 pub mod ops_clone;
 pub mod ops_dir;
 pub mod ops_file;

@@ -6,6 +6,7 @@
 //! migrator's state is `migrate/state.rs`). Plain data, no logic: see
 //! docs/design.md §1, "Layers".
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
 /// Counters and state of the PM room rules (`space.rs`; for `terrace
@@ -40,6 +41,36 @@ pub struct CleanerStats {
     pub(crate) extents_recycled: AtomicU64,
     pub(crate) moved_blocks: AtomicU64,
     pub(crate) recycled_blocks: AtomicU64,
+}
+
+/// Object-tier cleaning state (`object_clean.rs`).
+#[derive(Default)]
+pub struct ObjectCleaning {
+    /// Set while a pass runs (a second one at the same time returns at once).
+    pub(crate) running: AtomicBool,
+    /// When the last pass started (for `object_clean_interval_ns`).
+    pub(crate) last_pass: crate::lock_order::Mutex<Option<std::time::Instant>>,
+    /// Counters per object tier id.
+    pub(crate) tiers: crate::lock_order::Mutex<BTreeMap<u8, ObjectTierCleaning>>,
+}
+
+/// One object tier's cleaning counters (`object_clean.rs`).
+#[derive(Debug, Default, Clone)]
+pub struct ObjectTierCleaning {
+    /// Passes that chose parts to clean.
+    pub(crate) passes: u64,
+    /// Passes skipped because the store was failing requests.
+    pub(crate) skipped_unreachable: u64,
+    /// Parts cleaned: chosen, then found dead.
+    pub(crate) parts_cleaned: u64,
+    /// Live blocks rewritten.
+    pub(crate) rewritten_blocks: u64,
+    /// Blocks of the parts cleaned.
+    pub(crate) reclaimed_blocks: u64,
+    /// Parts the last pass chose that still had live blocks after it
+    /// (upload number → blocks): a free can wait for a reader; the next pass
+    /// counts them if they died meanwhile.
+    pub(crate) awaiting: BTreeMap<u64, u64>,
 }
 
 /// Log migration counters and the scan cursor (`log_migrate.rs`).

@@ -70,6 +70,9 @@ pub struct ObjectTierStatus {
     /// object stores charge for) and their bytes.
     #[serde(default)]
     pub requests: ObjectRequests,
+    /// Rewriting of partly dead parts since mount (`object_clean.rs`).
+    #[serde(default)]
+    pub cleaning: crate::object_clean::ObjectCleaningStatus,
 }
 
 /// Requests an object tier sent since mount (successful ones, except
@@ -115,6 +118,7 @@ impl From<terrace_media::ObjectStats> for ObjectTierStatus {
             unreachable_since_unix: o.failing.as_ref().map(|f| f.since_unix),
             last_error: o.failing.map(|f| f.error),
             requests: o.requests.into(),
+            cleaning: Default::default(),
         }
     }
 }
@@ -328,9 +332,12 @@ impl Fs {
                     } else {
                         mounted.map(|b| b.media.stats().into())
                     },
-                    object: mounted
-                        .and_then(|b| b.media.object_tier_stats())
-                        .map(Into::into),
+                    object: mounted.and_then(|b| b.media.object_tier_stats()).map(|o| {
+                        ObjectTierStatus {
+                            cleaning: self.object_cleaning_status(t.id),
+                            ..o.into()
+                        }
+                    }),
                 }
             })
             .collect();

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::object::{ObjectStats, SweepReport};
+use crate::object::{ObjectStats, PartInfo, SweepReport};
 
 /// Size of a block: the unit of addressing, alignment and (at best) crash
 /// atomicity on block media.
@@ -105,6 +105,11 @@ pub trait BlockMedia: Send + Sync {
     fn object_tier_stats(&self) -> Option<ObjectStats> {
         None
     }
+    /// An object tier's parts with their live counts (what its cleaning
+    /// chooses from); `None` for other media.
+    fn object_parts(&self) -> Option<Vec<PartInfo>> {
+        None
+    }
     /// One-line description for status output and mount messages.
     fn describe(&self) -> String;
     /// Request counters since the media was opened.
@@ -131,6 +136,9 @@ macro_rules! forward_block_extras {
         }
         fn object_tier_stats(&$s) -> Option<$crate::ObjectStats> {
             $inner.object_tier_stats()
+        }
+        fn object_parts(&$s) -> Option<Vec<$crate::PartInfo>> {
+            $inner.object_parts()
         }
     };
 }

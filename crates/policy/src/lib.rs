@@ -34,6 +34,8 @@
 //!   (NVMFS §III-C, §III-D).
 //! - [`cleaner`]: NVMFS's extent recycling on block tiers: when, which
 //!   extents, and how efficient (NVMFS §III-D).
+//! - [`object_cleaner`]: which partly dead parts of an object tier to rewrite
+//!   and how much per pass (LFS's cost-benefit choice, adapted to objects).
 //! - [`access`]: HetFS's per-file access tracing and classification
 //!   (sequential, random, byte-granular), used by the `hetfs` placement policy.
 //! - [`settings`]: every tunable in one key/value registry serving the command
@@ -53,6 +55,7 @@ pub mod cold_list;
 pub mod log_migration;
 pub mod migration;
 pub mod nvmfs;
+pub mod object_cleaner;
 pub mod placement;
 pub mod settings;
 pub mod size_predictor;
@@ -67,6 +70,7 @@ pub use migration::{
     IoCounters, MigrationNeed, MigrationParams, MigrationPolicy, ThresholdMode,
 };
 pub use nvmfs::{AdaptiveSplit, FlushRun, NvmfsParams, PageKind, SplitParams};
+pub use object_cleaner::{ObjectCleanParams, ObjectCleanPlan, PartUsage};
 pub use placement::{
     placement_policy, placement_policy_names, Placement, PlacementPolicy, TierRule,
     WriteObservation, PM_TIER,

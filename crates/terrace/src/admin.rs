@@ -282,6 +282,21 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
                     String::new()
                 }
             ));
+            let c = &o.cleaning;
+            line(format!(
+                "  {:<4} cleaning: {} parts cleaned in {} passes, {} rewritten, {} reclaimed; \
+                 efficiency {} (parts under {}% live, up to {} per pass)",
+                t.kind,
+                c.parts_cleaned,
+                c.passes,
+                util::human_bytes(c.bytes_rewritten),
+                util::human_bytes(c.bytes_reclaimed),
+                c.efficiency
+                    .map(|e| format!("{e:.2}"))
+                    .unwrap_or_else(|| "-".into()),
+                st.settings.object_clean_live_percent,
+                util::human_bytes(st.settings.object_clean_bytes_per_pass)
+            ));
             if let (Some(since), Some(err)) = (o.unreachable_since_unix, &o.last_error) {
                 line(format!(
                     "  {:<4} UNREACHABLE for {} s (reads of its data fail with EIO; other tiers are served): {err}",

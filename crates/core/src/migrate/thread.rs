@@ -5,7 +5,9 @@ use super::*;
 impl Fs {
     /// Starts the migration thread: a pass every 100 ms (or when kicked;
     /// after a pass that moved nothing — target full, or nothing qualifies —
-    /// kicks wait for the next tick, so it never spins on them); stops at
+    /// kicks wait for the next tick, so it never spins on them), each
+    /// followed by object cleaning (at most once per
+    /// `object_clean_interval_ns`) and the deletes of dead parts; stops at
     /// [`Fs::unmount`].
     pub fn start_migration(self: &Arc<Self>) {
         crate::worker::Worker::start(
@@ -16,6 +18,7 @@ impl Fs {
             |fs| {
                 fs.migrator.passes.fetch_add(1, Ordering::Relaxed);
                 let moved = fs.migration_pass() > 0;
+                fs.maybe_clean_object_tiers();
                 fs.reclaim_object_tiers();
                 moved
             },

@@ -211,6 +211,11 @@ impl Index {
         out
     }
 
+    /// Every part, dead ones not yet forgotten included, oldest first.
+    pub fn all_parts(&self) -> impl Iterator<Item = &Part> {
+        self.parts.values()
+    }
+
     /// The part with upload number `seq`.
     pub fn part(&self, seq: u64) -> Option<&Part> {
         self.parts.get(&seq)

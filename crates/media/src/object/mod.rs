@@ -40,14 +40,15 @@
 //!
 //! Files: [`config`] (URL, credentials), [`keys`] (object names), [`marker`]
 //! (pool identity), [`index`] (which part holds which block; pure),
-//! [`store`] (client and runtime), [`fault`] (a fault-injecting store for
-//! tests).
+//! `rebuild` (the index from a LIST, at open), [`store`] (client and
+//! runtime), [`fault`] (a fault-injecting store for tests).
 
 pub mod config;
 pub mod fault;
 pub mod index;
 pub mod keys;
 pub mod marker;
+mod rebuild;
 pub mod store;
 
 #[cfg(test)]
@@ -120,6 +121,22 @@ pub struct Orphan {
     pub blocks: u64,
 }
 
+/// A part's use, for cleaning ([`ObjectMedia::parts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartInfo {
+    /// Its upload number (larger is newer).
+    pub seq: u64,
+    /// First block (tier address).
+    pub block: u64,
+    /// Blocks in the object.
+    pub blocks: u64,
+    /// Blocks that still read from it (0: dead, waiting for its delete).
+    pub live: u64,
+    /// When it was uploaded (seconds since the epoch; the LIST's
+    /// last-modified for parts found at open).
+    pub uploaded_unix: u64,
+}
+
 /// Where a block to read comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Source {
@@ -144,6 +161,8 @@ struct State {
     /// Keys of objects to delete that the index does not know (parts of a
     /// failed `sync` whose delete failed too).
     stray: Vec<String>,
+    /// Upload time of each indexed part (seconds since the epoch).
+    uploaded: BTreeMap<u64, u64>,
 }
 
 use index::Index;
@@ -199,7 +218,7 @@ impl ObjectMedia {
         marker::check_geometry(len, segment_blocks)?;
         let prefix = bucket.prefix().to_string();
         let mut parts = 0u64;
-        for (key, _) in bucket.list()? {
+        for (key, _, _) in bucket.list()? {
             match keys::parse(&prefix, &key) {
                 keys::Parsed::Marker => return Err(used_prefix(&bucket, "a tier marker")),
                 keys::Parsed::Part(_) | keys::Parsed::Malformed(_) => parts += 1,
@@ -252,16 +271,18 @@ impl ObjectMedia {
                 ),
             ));
         }
-        let (index, listed_next, ignored) = rebuild(&bucket, m.len, m.segment_blocks)?;
-        let next_seq = first_seq(listed_next);
-        Ok(ObjectMedia::new(
+        let r = rebuild::rebuild(&bucket, m.len, m.segment_blocks)?;
+        let next_seq = first_seq(r.listed_next);
+        let media = ObjectMedia::new(
             bucket,
             m.len,
             m.segment_blocks,
-            index,
+            r.index,
             next_seq,
-            ignored,
-        ))
+            r.ignored,
+        );
+        media.state.lock().uploaded = r.uploaded;
+        Ok(media)
     }
 
     fn new(
@@ -315,6 +336,22 @@ impl ObjectMedia {
             requests: self.bucket.request_stats(),
             failing: self.bucket.failing(),
         }
+    }
+
+    /// Every part the index knows (dead ones not yet deleted included),
+    /// oldest first: what an object cleaner chooses from.
+    pub fn parts(&self) -> Vec<PartInfo> {
+        let st = self.state.lock();
+        st.index
+            .all_parts()
+            .map(|p| PartInfo {
+                seq: p.key.seq,
+                block: p.start,
+                blocks: p.count(),
+                live: p.live,
+                uploaded_unix: st.uploaded.get(&p.key.seq).copied().unwrap_or(0),
+            })
+            .collect()
     }
 
     /// Full key of a part.
@@ -375,6 +412,7 @@ impl ObjectMedia {
             let mut st = self.state.lock();
             for p in &dead {
                 if !failed_keys.contains(&self.key(&p.key)) && st.index.forget(p.key.seq) {
+                    st.uploaded.remove(&p.key.seq);
                     report.parts += 1;
                     report.bytes += p.count() * BLOCK_SIZE;
                 }
@@ -542,8 +580,10 @@ impl ObjectMedia {
                 ),
             ));
         }
+        let now = unix_now();
         let mut st = self.state.lock();
         for (k, start) in parts {
+            st.uploaded.insert(k.seq, now);
             if let Err(why) = st.index.insert(k, start) {
                 // Cannot happen (numbers only grow); keep the object as an
                 // orphan rather than panic.
@@ -570,6 +610,13 @@ fn first_seq(listed_next: u64) -> u64 {
     listed_next.max(now)
 }
 
+/// Seconds since the epoch (0 before it).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// The error for a prefix that holds a tier or parts already.
 fn used_prefix(bucket: &Bucket, what: &str) -> io::Error {
     io::Error::new(
@@ -580,56 +627,6 @@ fn used_prefix(bucket: &Bucket, what: &str) -> io::Error {
             bucket.url()
         ),
     )
-}
-
-/// The index, next upload number and ignored keys from a LIST of the tier.
-fn rebuild(
-    bucket: &Bucket,
-    len: u64,
-    segment_blocks: u64,
-) -> io::Result<(Index, u64, Vec<String>)> {
-    let prefix = bucket.prefix().to_string();
-    let blocks = len / BLOCK_SIZE;
-    let mut ignored = Vec::new();
-    let mut parts: Vec<(PartKey, u64)> = Vec::new();
-    // Past every number a part name uses, ignored parts included.
-    let mut listed_next = 0u64;
-    for (key, size) in bucket.list()? {
-        match keys::parse(&prefix, &key) {
-            keys::Parsed::Marker => {}
-            keys::Parsed::Foreign => ignored.push(format!("{key}: not a Terrace object")),
-            keys::Parsed::Malformed(why) => ignored.push(format!("{key}: {why}")),
-            keys::Parsed::Part(k) => {
-                listed_next = listed_next.max(k.seq.saturating_add(1));
-                let first = u64::from(k.first);
-                let count = u64::from(k.count);
-                let start = k
-                    .segment
-                    .checked_mul(segment_blocks)
-                    .and_then(|s| s.checked_add(first));
-                let fits = first + count <= segment_blocks
-                    && start.is_some_and(|s| s.checked_add(count).is_some_and(|e| e <= blocks));
-                match start {
-                    Some(start) if fits && size == count * BLOCK_SIZE => parts.push((k, start)),
-                    _ if !fits => ignored.push(format!(
-                        "{key}: outside the tier ({blocks} blocks, segments of {segment_blocks})"
-                    )),
-                    _ => ignored.push(format!(
-                        "{key}: {size} bytes, its name says {}",
-                        count * BLOCK_SIZE
-                    )),
-                }
-            }
-        }
-    }
-    parts.sort_unstable();
-    let mut index = Index::new();
-    for (k, start) in parts {
-        if let Err(why) = index.insert(k, start) {
-            ignored.push(format!("{}: {why}", keys::join(&prefix, &k.name())));
-        }
-    }
-    Ok((index, listed_next, ignored))
 }
 
 impl BlockMedia for ObjectMedia {
@@ -754,6 +751,10 @@ impl BlockMedia for ObjectMedia {
 
     fn object_tier_stats(&self) -> Option<ObjectStats> {
         Some(self.object_stats())
+    }
+
+    fn object_parts(&self) -> Option<Vec<PartInfo>> {
+        Some(self.parts())
     }
 
     fn describe(&self) -> String {

@@ -521,8 +521,9 @@ impl Bucket {
         failed
     }
 
-    /// Every object under the prefix: key and size.
-    pub(crate) fn list(&self) -> io::Result<Vec<(String, u64)>> {
+    /// Every object under the prefix: key, size and last-modified time
+    /// (seconds since the epoch; 0 if before it).
+    pub(crate) fn list(&self) -> io::Result<Vec<(String, u64, u64)>> {
         let prefix = if self.prefix.is_empty() {
             None
         } else {
@@ -532,7 +533,10 @@ impl Bucket {
             let metas = self
                 .store
                 .list(prefix.as_ref())
-                .map_ok(|m| (m.location.to_string(), m.size))
+                .map_ok(|m| {
+                    let modified = u64::try_from(m.last_modified.timestamp()).unwrap_or(0);
+                    (m.location.to_string(), m.size, modified)
+                })
                 .try_collect::<Vec<_>>()
                 .await
                 .map_err(|e| self.error("LIST", &format!("{}/", self.prefix), &e))?;

@@ -37,7 +37,7 @@ fn new_store() -> Arc<dyn ObjectStore> {
 /// Every key in the store, sorted.
 fn keys_in(store: &Arc<dyn ObjectStore>) -> Vec<String> {
     let b = Bucket::with_store(Arc::clone(store), "memory://list", "").unwrap();
-    let mut k: Vec<String> = b.list().unwrap().into_iter().map(|(k, _)| k).collect();
+    let mut k: Vec<String> = b.list().unwrap().into_iter().map(|(k, _, _)| k).collect();
     k.sort();
     k
 }
@@ -760,4 +760,45 @@ proptest! {
             prop_assert!(s.live_bytes <= held * BLOCK_SIZE);
         }
     }
+}
+
+#[test]
+fn parts_report_live_counts_and_upload_times_across_a_reopen() {
+    let store = new_store();
+    let m = ObjectMedia::create_in(bucket(&store), UUID, 64 * BLOCK_SIZE, 8).unwrap();
+    let before = unix_now();
+    m.write_blocks(8, &blocks(8, 8, 1)).unwrap();
+    m.write_blocks(16, &blocks(16, 4, 2)).unwrap();
+    m.sync().unwrap();
+    m.trim(9, 5).unwrap();
+    m.trim(16, 4).unwrap(); // the whole second part: dead
+    let after = unix_now();
+    let parts = m.parts();
+    assert_eq!(
+        parts
+            .iter()
+            .map(|p| (p.block, p.blocks, p.live))
+            .collect::<Vec<_>>(),
+        vec![(8, 8, 3), (16, 4, 0)],
+        "oldest first, the dead part until its delete"
+    );
+    assert!(parts[0].seq < parts[1].seq);
+    for p in &parts {
+        assert!((before..=after).contains(&p.uploaded_unix), "{p:?}");
+    }
+    m.reclaim().unwrap();
+    assert_eq!(m.parts().len(), 1, "the dead part is deleted");
+    assert_eq!(m.object_parts(), Some(m.parts()));
+    drop(m);
+
+    // Trims are not stored: after a reopen the part is whole again; its
+    // upload time comes from the LIST.
+    let m = ObjectMedia::open_in(bucket(&store), UUID).unwrap();
+    let parts = m.parts();
+    assert_eq!(parts.len(), 1);
+    assert_eq!((parts[0].block, parts[0].live), (8, 8));
+    assert!(
+        (before.saturating_sub(1)..=unix_now()).contains(&parts[0].uploaded_unix),
+        "{parts:?}"
+    );
 }

@@ -14,6 +14,7 @@ use super::typed::Settings;
 use crate::cleaner::CleanerParams;
 use crate::migration::{migration_policy_names, MigrationParams};
 use crate::nvmfs::{FlushOrder, NvmfsParams};
+use crate::object_cleaner::ObjectCleanParams;
 use crate::placement::placement_policy_names;
 use crate::size_predictor::SizeParams;
 use crate::sync_predictor::SyncParams;
@@ -325,6 +326,29 @@ pub static KEYS: &[Key] = &[
         "1-100; extents are recycled only while extent use (ideal / actual, the fragmentation \
          `terrace status` shows) is below this, and only extents used less than this \
          (default 80)"
+    ),
+    num_key!(
+        object_clean_live_percent: u8,
+        percent(0, 100),
+        ObjectCleanParams::default().live_percent,
+        "0-100; an object tier's parts less live than this are rewritten (their live blocks \
+         move to new parts, then the old object is deleted): at 50 every byte rewritten wins \
+         at least one byte back, and the bucket holds at most about twice the live data \
+         (default 50; 0 = never)"
+    ),
+    num_key!(
+        object_clean_bytes_per_pass: u64,
+        ANY_SIZE,
+        ObjectCleanParams::default().bytes_per_pass,
+        "size; most live data one object-cleaning pass rewrites (default 64M; 0 = never)"
+    ),
+    num_key!(
+        object_clean_interval_ns: u64,
+        ANY_DURATION,
+        ObjectCleanParams::default().interval_ns,
+        "duration; least time between two object-cleaning passes, so cleaning takes at most \
+         object_clean_bytes_per_pass per this of the store (default 5s: about 13 MB/s, a \
+         tenth of MinIO's PUT rate here)"
     ),
 ];
 

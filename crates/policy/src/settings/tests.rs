@@ -9,6 +9,7 @@ use super::*;
 use crate::cleaner::CleanerParams;
 use crate::migration::{MigrationParams, ThresholdMode};
 use crate::nvmfs::{FlushOrder, NvmfsParams};
+use crate::object_cleaner::ObjectCleanParams;
 use crate::size_predictor::SizeParams;
 use crate::sync_predictor::SyncParams;
 
@@ -141,6 +142,10 @@ fn migration_defaults_match_the_policies_defaults() {
     assert_eq!(s.migration_params(), MigrationParams::default());
     assert_eq!(s.nvmfs_params(), NvmfsParams::default());
     assert_eq!(s.cleaner_params(), CleanerParams::default());
+    assert_eq!(s.object_clean_params(), ObjectCleanParams::default());
+    assert_eq!(s.get("object_clean_live_percent").as_deref(), Some("50"));
+    assert_eq!(s.get("object_clean_bytes_per_pass").as_deref(), Some("64M"));
+    assert_eq!(s.get("object_clean_interval_ns").as_deref(), Some("5s"));
     assert_eq!(s.migration().unwrap().name(), "default");
     assert_eq!(s.get("migration_threshold").as_deref(), Some("dynamic"));
     assert_eq!(s.get("group_migration_bytes").as_deref(), Some("16M"));
@@ -174,6 +179,18 @@ fn migration_keys_set_their_params() {
     assert_eq!(s.get("nvmfs_flush_order").as_deref(), Some("lru"));
     s.set("cleaner_free_percent", "0").unwrap();
     assert_eq!(s.cleaner_params().free_percent, 0);
+    s.set("object_clean_live_percent", "75").unwrap();
+    s.set("object_clean_bytes_per_pass", "16M").unwrap();
+    s.set("object_clean_interval_ns", "0").unwrap();
+    assert_eq!(
+        s.object_clean_params(),
+        ObjectCleanParams {
+            live_percent: 75,
+            bytes_per_pass: 16 << 20,
+            interval_ns: 0
+        }
+    );
+    assert!(s.set("object_clean_live_percent", "101").is_err());
 }
 
 #[test]

@@ -15,6 +15,7 @@ use crate::migration::{
     migration_policy, migration_policy_names, MigrationParams, MigrationPolicy, ThresholdMode,
 };
 use crate::nvmfs::{FlushOrder, NvmfsParams, SplitParams};
+use crate::object_cleaner::ObjectCleanParams;
 use crate::placement::{placement_policy, placement_policy_names, PlacementPolicy};
 use crate::size_predictor::SizeParams;
 use crate::sync_predictor::SyncParams;
@@ -99,6 +100,13 @@ pub struct Settings {
     /// Cleaner: recycle only while extent use (ideal / actual) is below this
     /// percent.
     pub cleaner_fragmentation_percent: u8,
+    /// Object cleaning: parts less live than this percentage are rewritten
+    /// (0 = never).
+    pub object_clean_live_percent: u8,
+    /// Object cleaning: most live bytes rewritten per pass (0 = never).
+    pub object_clean_bytes_per_pass: u64,
+    /// Object cleaning: least time between two passes (ns).
+    pub object_clean_interval_ns: u64,
 }
 
 impl Default for Settings {
@@ -133,6 +141,9 @@ impl Default for Settings {
             nvmfs_flush_order: String::new(),
             cleaner_free_percent: 0,
             cleaner_fragmentation_percent: 0,
+            object_clean_live_percent: 0,
+            object_clean_bytes_per_pass: 0,
+            object_clean_interval_ns: 0,
         };
         for k in KEYS {
             (k.put)(&mut s, (k.default)());
@@ -217,6 +228,15 @@ impl Settings {
             free_percent: self.cleaner_free_percent,
             fragmentation_percent: self.cleaner_fragmentation_percent,
             ..CleanerParams::default()
+        }
+    }
+
+    /// The object cleaner's tunables.
+    pub fn object_clean_params(&self) -> ObjectCleanParams {
+        ObjectCleanParams {
+            live_percent: self.object_clean_live_percent,
+            bytes_per_pass: self.object_clean_bytes_per_pass,
+            interval_ns: self.object_clean_interval_ns,
         }
     }
 }
