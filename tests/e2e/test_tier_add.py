@@ -110,3 +110,12 @@ def test_an_object_tier_is_added_behind_the_block_tiers_and_takes_data(s3):  # n
         with mounted_pool(pool, mnt):
             assert sha256_file(mnt / "cold") == digest
         assert_fsck_clean(pool)
+
+
+def test_fsck_of_a_mounted_pool_is_refused_naming_the_mount():
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        with mounted_pool(pool, mnt):
+            cp = fsck(pool)
+            assert cp.returncode == 2, cp
+            assert_clean_error(cp, mentions=["mounted on", "unmount it first", str(mnt)])

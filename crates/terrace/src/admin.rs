@@ -556,21 +556,7 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
             "not a Terrace pool (no Terrace superblock)",
         )));
     }
-    if let Some(m) = util::mounts_of_pool(&abs).first() {
-        return Err(cannot(CliError::at(
-            pool,
-            format!(
-                "the pool is mounted on {}; unmount it first (terrace umount {})",
-                m.mount_point.display(),
-                m.mount_point.display()
-            ),
-        )));
-    }
-    let _lock = match util::lock_pool(&abs) {
-        Ok(Some(l)) => l,
-        Ok(None) => return Err(cannot(CliError::at(pool, util::busy_reason(&abs)))),
-        Err(e) => return Err(cannot(CliError::at(pool, util::os_reason(&e)))),
-    };
+    let _lock = util::lock_unmounted_pool(pool, &abs, "unmount it first").map_err(cannot)?;
     let pm = PmFile::open(&abs).map_err(|e| cannot(CliError::new(e.to_string())))?;
     let sb =
         terrace_core::recovery::read_superblock(&pm).map_err(|e| cannot(CliError::at(pool, e)))?;

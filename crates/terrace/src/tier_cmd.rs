@@ -44,21 +44,7 @@ fn open_unmounted(pool: &Path) -> CliResult<Opened> {
             "not a Terrace pool (no Terrace superblock); name the pool by its pm tier",
         ));
     }
-    if let Some(m) = util::mounts_of_pool(&path).first() {
-        return Err(CliError::at(
-            pool,
-            format!(
-                "the pool is mounted on {}; tiers change only while it is unmounted (terrace umount {})",
-                m.mount_point.display(),
-                m.mount_point.display()
-            ),
-        ));
-    }
-    let lock = match util::lock_pool(&path) {
-        Ok(Some(l)) => l,
-        Ok(None) => return Err(CliError::at(pool, util::busy_reason(&path))),
-        Err(e) => return Err(CliError::at(pool, util::os_reason(&e))),
-    };
+    let lock = util::lock_unmounted_pool(pool, &path, "tiers change only while it is unmounted")?;
     let pm = PmFile::open(&path).map_err(|e| CliError::new(e.to_string()))?;
     let sb = terrace_core::recovery::read_superblock(&pm).map_err(|e| CliError::at(pool, e))?;
     Ok(Opened {
