@@ -99,6 +99,15 @@ pub struct Settings {
     /// Cleaner: recycle only while extent use (ideal / actual) is below this
     /// percent.
     pub cleaner_fragmentation_percent: u8,
+    /// Object tiers: retries of a failed request (0 = none).
+    pub s3_retries: u32,
+    /// Object tiers: no retry starts later than this after a request's first
+    /// try (ns).
+    pub s3_timeout_ns: u64,
+    /// Object tiers: time limit of one try of a request (ns).
+    pub s3_request_timeout_ns: u64,
+    /// Object tiers: the first wait before a retry (ns); later waits grow.
+    pub s3_backoff_ns: u64,
 }
 
 impl Default for Settings {
@@ -133,6 +142,10 @@ impl Default for Settings {
             nvmfs_flush_order: String::new(),
             cleaner_free_percent: 0,
             cleaner_fragmentation_percent: 0,
+            s3_retries: 0,
+            s3_timeout_ns: 0,
+            s3_request_timeout_ns: 0,
+            s3_backoff_ns: 0,
         };
         for k in KEYS {
             (k.put)(&mut s, (k.default)());
