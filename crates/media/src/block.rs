@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::object::{ObjectStats, SweepReport};
+use crate::object::{NetworkParams, ObjectStats, SweepReport};
 
 /// Size of a block: the unit of addressing, alignment and (at best) crash
 /// atomicity on block media.
@@ -105,6 +105,12 @@ pub trait BlockMedia: Send + Sync {
     fn object_tier_stats(&self) -> Option<ObjectStats> {
         None
     }
+    /// Retries and time-outs of a networked media's requests, from the next
+    /// request on (the `s3_*` settings). The default does nothing.
+    fn set_network(&self, net: &NetworkParams) -> io::Result<()> {
+        let _ = net;
+        Ok(())
+    }
     /// One-line description for status output and mount messages.
     fn describe(&self) -> String;
     /// Request counters since the media was opened.
@@ -131,6 +137,9 @@ macro_rules! forward_block_extras {
         }
         fn object_tier_stats(&$s) -> Option<$crate::ObjectStats> {
             $inner.object_tier_stats()
+        }
+        fn set_network(&$s, net: &$crate::NetworkParams) -> std::io::Result<()> {
+            $inner.set_network(net)
         }
     };
 }

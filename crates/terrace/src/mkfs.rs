@@ -443,7 +443,7 @@ fn check_object_tier(cfg: &MkfsConfig, file_tiers: usize) -> CliResult<Option<&T
 /// tier or parts already) and writes its tier header as block 0.
 fn create_object_tier(r: &TierRecord, uuid: [u8; 16]) -> CliResult {
     let at = |e: String| CliError::at(Path::new(&r.path), e);
-    let cfg = object_tier::config(&r.path, true).map_err(at)?;
+    let cfg = object_tier::config(&r.path, true, None).map_err(at)?;
     let media = terrace_media::ObjectMedia::create(
         &cfg,
         uuid,

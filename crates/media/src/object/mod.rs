@@ -38,11 +38,13 @@
 //! that is still partly live are live again until [`ObjectMedia::retain`]
 //! is told which blocks the pool's committed log references.
 //!
-//! Files: [`config`] (URL, credentials), [`keys`] (object names), [`marker`]
-//! (pool identity), [`index`] (which part holds which block; pure),
-//! [`store`] (client and runtime), [`fault`] (a fault-injecting store for
-//! tests).
+//! Files: [`config`] (URL, credentials, retries and time-outs), [`keys`]
+//! (object names), [`marker`] (pool identity), [`index`] (which part holds
+//! which block; pure), [`store`] (requests and runtime), `client.rs` (the
+//! S3 client and its watched HTTP tries), [`fault`] (a fault-injecting
+//! store for tests).
 
+mod client;
 pub mod config;
 pub mod fault;
 pub mod index;
@@ -62,7 +64,7 @@ use parking_lot::Mutex;
 
 use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
 
-pub use config::{Credentials, ObjectConfig};
+pub use config::{Credentials, NetworkParams, ObjectConfig};
 pub use fault::{FaultStore, InjectedObjectFaults, PutFault};
 pub use index::Part;
 pub use keys::PartKey;
@@ -290,6 +292,12 @@ impl ObjectMedia {
     /// The bucket (its store, URL and request counters).
     pub fn bucket(&self) -> &Bucket {
         &self.bucket
+    }
+
+    /// Retries and time-outs from the next request on
+    /// ([`Bucket::set_network`]).
+    pub fn set_network(&self, net: NetworkParams) -> io::Result<()> {
+        self.bucket.set_network(net)
     }
 
     /// Blocks per segment.
@@ -753,6 +761,10 @@ impl BlockMedia for ObjectMedia {
 
     fn object_tier_stats(&self) -> Option<ObjectStats> {
         Some(self.object_stats())
+    }
+
+    fn set_network(&self, net: &NetworkParams) -> io::Result<()> {
+        ObjectMedia::set_network(self, *net)
     }
 
     fn describe(&self) -> String {

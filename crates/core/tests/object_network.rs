@@ -1,0 +1,49 @@
+//! What the core does for network faults of an object tier (design §5n
+//! "Network faults"), on the in-memory store: the `s3_*` settings reach the
+//! tier's client at once.
+
+mod common;
+use common::*;
+use std::sync::Arc;
+use std::time::Duration;
+use terrace_core::Fs;
+use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
+use terrace_media::object::Bucket;
+use terrace_media::{MemBlock, MemMedia, ObjectMedia};
+
+const PM: u64 = 16 << 20;
+const SSD: u64 = 16 << 20;
+const S3: u64 = 64 << 20;
+/// The pool uuid `mkfs_tiers` writes.
+const UUID: [u8; 16] = [15; 16];
+const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
+
+/// A pool PM + SSD + an object tier on a fresh in-memory store.
+fn pool() -> (Fs, Arc<ObjectMedia>) {
+    let pm = Arc::new(MemMedia::new(PM));
+    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
+    let bucket = Bucket::in_memory("tier", "pool").unwrap();
+    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
+    let ssd = Arc::new(MemBlock::new(SSD));
+    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, s3.clone())])
+        .unwrap_or_else(|e| panic!("mount: {e}"));
+    (fs, s3)
+}
+
+#[test]
+fn s3_settings_reach_the_object_tier_at_once_and_bad_ones_change_nothing() {
+    let (fs, s3) = pool();
+    fs.set_setting("s3_retries", "3").unwrap();
+    fs.set_setting("s3_timeout_ns", "7s").unwrap();
+    fs.set_setting("s3_request_timeout_ns", "1500ms").unwrap();
+    fs.set_setting("s3_backoff_ns", "20ms").unwrap();
+    let net = s3.bucket().network();
+    assert_eq!(net.retries, 3);
+    assert_eq!(net.retry_timeout, Duration::from_secs(7));
+    assert_eq!(net.request_timeout, Duration::from_millis(1500));
+    assert_eq!(net.backoff, Duration::from_millis(20));
+    assert!(fs.set_setting("s3_request_timeout_ns", "1ms").is_err());
+    assert!(fs.set_setting("s3_retries", "101").is_err());
+    assert_eq!(s3.bucket().network(), net);
+    fs.unmount().unwrap();
+}
