@@ -1,6 +1,7 @@
 //! What the core does for network faults of an object tier (design §5n
 //! "Network faults"), on the in-memory store: the `s3_*` settings reach the
-//! tier's client at once.
+//! tier's client at once, and a clean unmount deletes dead parts, leaving
+//! no orphan for fsck.
 
 mod common;
 use common::*;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use terrace_core::Fs;
 use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
 use terrace_media::object::Bucket;
-use terrace_media::{MemBlock, MemMedia, ObjectMedia};
+use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia};
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 16 << 20;
@@ -30,6 +31,13 @@ fn pool() -> (Fs, Arc<ObjectMedia>) {
     (fs, s3)
 }
 
+fn write_file(fs: &Fs, name: &str, data: &[u8]) -> u64 {
+    let ino = file(fs, 1, name);
+    fs.write(ino, 0, data).unwrap();
+    fs.fsync(ino, false).unwrap();
+    ino
+}
+
 #[test]
 fn s3_settings_reach_the_object_tier_at_once_and_bad_ones_change_nothing() {
     let (fs, s3) = pool();
@@ -46,4 +54,22 @@ fn s3_settings_reach_the_object_tier_at_once_and_bad_ones_change_nothing() {
     assert!(fs.set_setting("s3_retries", "101").is_err());
     assert_eq!(s3.bucket().network(), net);
     fs.unmount().unwrap();
+}
+
+#[test]
+fn a_clean_unmount_deletes_dead_parts_so_fsck_finds_no_orphans() {
+    let (fs, s3) = pool();
+    let data = pattern(5, 2 << 20);
+    let ino = write_file(&fs, "f", &data);
+    fs.migrate_file(ino, 2).unwrap();
+    assert!(s3.object_stats().parts >= 1);
+    // Deleted: its parts are dead (trimmed), not yet deleted from the store.
+    fs.unlink(1, b"f").unwrap();
+    assert!(s3.object_stats().dead_parts >= 1, "{:?}", s3.object_stats());
+    fs.unmount().unwrap();
+    assert_eq!(s3.object_stats().dead_parts, 0);
+    // No part is left (this pool's tier has no header part): nothing is an
+    // orphan.
+    assert_eq!(s3.object_stats().parts, 0);
+    assert_eq!(s3.unreferenced(&[]).map(|r| r.parts), Some(0));
 }
