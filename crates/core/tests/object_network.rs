@@ -1,7 +1,9 @@
 //! What the core does for network faults of an object tier (design §5n
 //! "Network faults"), on the in-memory store: the `s3_*` settings reach the
-//! tier's client at once, and a clean unmount deletes dead parts, leaving
-//! no orphan for fsck.
+//! tier's client at once, reads of object-tier ranges are named as ones that
+//! may wait on the network (so that FUSE serves them off its request
+//! threads), and a clean unmount deletes dead parts, leaving no orphan for
+//! fsck.
 
 mod common;
 use common::*;
@@ -54,6 +56,36 @@ fn s3_settings_reach_the_object_tier_at_once_and_bad_ones_change_nothing() {
     assert!(fs.set_setting("s3_retries", "101").is_err());
     assert_eq!(s3.bucket().network(), net);
     fs.unmount().unwrap();
+}
+
+#[test]
+fn only_reads_of_object_tier_ranges_may_wait_on_the_network() {
+    let (fs, _s3) = pool();
+    let data = pattern(3, 1 << 20);
+    let on_s3 = write_file(&fs, "cold", &data);
+    let on_pm = write_file(&fs, "hot", &data);
+    let on_ssd = write_file(&fs, "warm", &data);
+    fs.migrate_file(on_s3, 2).unwrap();
+    fs.migrate_file(on_ssd, 1).unwrap();
+    assert_eq!(tier_bytes(&fs, on_s3, "s3"), data.len() as u64);
+    assert!(fs.read_may_wait_on_network(on_s3, 0, 4096));
+    assert!(fs.read_may_wait_on_network(on_s3, (1 << 20) - 1, 1));
+    assert!(
+        !fs.read_may_wait_on_network(on_s3, 1 << 20, 4096),
+        "past the end"
+    );
+    assert!(!fs.read_may_wait_on_network(on_s3, 0, 0));
+    assert!(!fs.read_may_wait_on_network(on_pm, 0, 1 << 20));
+    assert!(!fs.read_may_wait_on_network(on_ssd, 0, 1 << 20));
+    assert!(!fs.read_may_wait_on_network(9999, 0, 4096), "no such file");
+    assert_eq!(fs.read(on_s3, 0, data.len()).unwrap(), data);
+    fs.unmount().unwrap();
+    // Without an object tier, no read may wait on the network.
+    let (pm, _ssd, fs) = tiered_pool(PM, SSD, 64);
+    let ino = write_file(&fs, "f", &data);
+    fs.migrate_file(ino, 1).unwrap();
+    assert!(!fs.read_may_wait_on_network(ino, 0, 4096));
+    drop(pm);
 }
 
 #[test]

@@ -12,7 +12,7 @@
 //! - An [`Arrival`] records the request's duration before the poller may
 //!   start polling (field drop order).
 
-use crate::{invalidate, latency, page_cache, poll};
+use crate::{invalidate, latency, object_reads, page_cache, poll};
 use fuser::{InitFlags, KernelConfig};
 use latency::{Op, RequestLatency};
 use std::sync::{Arc, OnceLock};
@@ -45,6 +45,9 @@ pub struct FuseAdapter {
     pub(crate) poller: Arc<poll::RequestPoller>,
     /// Where request durations go, when someone reads them.
     pub(crate) latency: Option<Arc<RequestLatency>>,
+    /// Serves reads that may wait on an object store off the request
+    /// threads.
+    pub(crate) object_reads: object_reads::ObjectReads,
 }
 
 /// What a handler holds from its request's arrival until it has replied:
@@ -75,6 +78,7 @@ impl FuseAdapter {
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
             latency: None,
+            object_reads: object_reads::ObjectReads::default(),
         }
     }
 

@@ -64,6 +64,7 @@ mod file;
 mod filesystem;
 mod invalidate;
 pub mod latency;
+mod object_reads;
 mod options;
 pub mod page_cache;
 pub mod poll;
