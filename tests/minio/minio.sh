@@ -7,6 +7,9 @@
 #                                      AWS_SECRET_ACCESS_KEY, AWS_REGION
 #   tests/minio/minio.sh stop [DIR]    stop it and remove its data
 #   tests/minio/minio.sh env [DIR]     print the export lines again
+#   tests/minio/minio.sh kill [DIR]    SIGKILL it (a crash), keeping its data
+#   tests/minio/minio.sh restart [DIR] start it again after kill: the same
+#                                      address, keys and data
 #
 # DIR (default $TERRACE_MINIO_DIR, else /tmp/terrace-minio) holds the data,
 # the log, the pid and the export lines; start refuses a DIR whose server is
@@ -46,6 +49,26 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
+# Runs the server of $dir/server (binary, ports, keys) on $dir/data and
+# waits until it is live.
+launch() {
+    local bin port cport key secret url
+    read -r bin port cport key secret <"$dir/server"
+    MINIO_ROOT_USER=$key MINIO_ROOT_PASSWORD=$secret MINIO_BROWSER=off \
+        MINIO_UPDATE=off MINIO_CI_CD=1 \
+        nohup "$bin" server "$dir/data" --address "127.0.0.1:$port" \
+        --console-address "127.0.0.1:$cport" --quiet >>"$dir/log" 2>&1 &
+    echo $! >"$dir/pid"
+    url="http://127.0.0.1:$port"
+    local i
+    for i in $(seq 1 600); do
+        if curl -fsS -o /dev/null "$url/minio/health/live" 2>/dev/null; then break; fi
+        running || { cat "$dir/log" >&2; die "minio exited at start (log above)"; }
+        sleep 0.1
+    done
+    curl -fsS -o /dev/null "$url/minio/health/live" || { stop; die "minio not live after 60 s"; }
+}
+
 start() {
     running && die "a server from $dir is still running (pid $(cat "$dir/pid")): run stop first"
     local bin port cport key secret url
@@ -57,19 +80,10 @@ start() {
     cport=$(free_port)
     key="terrace$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
     secret="$(od -An -N18 -tx1 /dev/urandom | tr -d ' \n')"
-    MINIO_ROOT_USER=$key MINIO_ROOT_PASSWORD=$secret MINIO_BROWSER=off \
-        MINIO_UPDATE=off MINIO_CI_CD=1 \
-        nohup "$bin" server "$dir/data" --address "127.0.0.1:$port" \
-        --console-address "127.0.0.1:$cport" --quiet >"$dir/log" 2>&1 &
-    echo $! >"$dir/pid"
     url="http://127.0.0.1:$port"
-    local i
-    for i in $(seq 1 600); do
-        if curl -fsS -o /dev/null "$url/minio/health/live" 2>/dev/null; then break; fi
-        running || { cat "$dir/log" >&2; die "minio exited at start (log above)"; }
-        sleep 0.1
-    done
-    curl -fsS -o /dev/null "$url/minio/health/live" || { stop; die "minio not live after 60 s"; }
+    (umask 077; echo "$bin $port $cport $key $secret" >"$dir/server")
+    : >"$dir/log"
+    launch
     curl -fsS -o /dev/null -X PUT --aws-sigv4 "aws:amz:$region:s3" --user "$key:$secret" "$url/$bucket" \
         || { stop; die "could not create bucket $bucket"; }
     cat >"$dir/env" <<ENV
@@ -91,12 +105,30 @@ stop() {
         kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
         log "stopped pid $pid"
     fi
-    rm -rf "$dir/data" "$dir/pid" "$dir/env"
+    rm -rf "$dir/data" "$dir/pid" "$dir/env" "$dir/server"
+}
+
+crash() {
+    running || die "no server of $dir is running"
+    local pid
+    pid=$(cat "$dir/pid")
+    kill -9 "$pid"
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    log "killed pid $pid (SIGKILL); data kept in $dir/data"
+}
+
+restart() {
+    running && die "a server from $dir is still running (pid $(cat "$dir/pid"))"
+    [[ -f $dir/server ]] || die "no server was started in $dir"
+    launch
+    log "restarted (pid $(cat "$dir/pid")) on the same address and data"
 }
 
 case $cmd in
 start) start ;;
 stop) stop ;;
 env) [[ -f $dir/env ]] && cat "$dir/env" || die "no server started in $dir" ;;
+kill) crash ;;
+restart) restart ;;
 *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

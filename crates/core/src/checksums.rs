@@ -100,7 +100,7 @@ impl Fs {
                         .fetch_add(1, Ordering::Relaxed);
                     let (got, want) = (block_crc(b), sums.get(blk).unwrap_or_default());
                     self.notice(format!(
-                        "checksum mismatch on tier {tier}, block {blk} (crc32c {got:08x}, recorded {want:08x}): the data there is damaged and is never served; reads of it fail with EIO"
+                        "checksum mismatch on tier {tier}, block {blk} (crc32c {got:08x}, recorded {want:08x}): the data read there is damaged and is never served: a read reads it once more, and fails with EIO if it is still damaged"
                     ));
                     return i;
                 }

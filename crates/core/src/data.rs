@@ -417,8 +417,17 @@ impl Fs {
                 .read_blocks(blk, buf)
                 .map_err(|e| self.device_error(tier, e))?;
             // The blocks this read needs must match their checksums; of the
-            // read-ahead, only the blocks before a mismatch are kept.
-            let good = self.verified_prefix(tier, blk, buf) as u64;
+            // read-ahead, only the blocks before a mismatch are kept. A
+            // mismatch is read once more first: data damaged on its way (an
+            // object tier's network, a flaky link) then reads back right,
+            // damage at rest fails again.
+            let mut good = self.verified_prefix(tier, blk, buf) as u64;
+            if good < need.min(n) {
+                t.media
+                    .read_blocks(blk, buf)
+                    .map_err(|e| self.device_error(tier, e))?;
+                good = self.verified_prefix(tier, blk, buf) as u64;
+            }
             if good < need.min(n) {
                 self.give_read_buf(read);
                 return Err(crate::types::errno(libc::EIO));

@@ -406,6 +406,12 @@ impl Fs {
     pub fn apply_settings(&self, next: terrace_policy::Settings) -> Result<(), String> {
         next.validate()?;
         let policy = next.placement()?;
+        let net = object_network(&next);
+        for t in &self.tiers {
+            t.media
+                .set_network(&net)
+                .map_err(|e| format!("tier {}: {e}", t.id))?;
+        }
         *self.placement.write() = policy;
         let bound = next.dram_cache_bytes;
         *self.settings.write() = next;
@@ -617,5 +623,17 @@ impl Fs {
             }
         }
         Ok(())
+    }
+}
+
+/// The retries and time-outs of object-tier requests the `s3_*` settings
+/// ask for (docs/design.md §5n "Network faults").
+pub fn object_network(s: &terrace_policy::Settings) -> terrace_media::NetworkParams {
+    use std::time::Duration;
+    terrace_media::NetworkParams {
+        retries: s.s3_retries as usize,
+        retry_timeout: Duration::from_nanos(s.s3_timeout_ns),
+        request_timeout: Duration::from_nanos(s.s3_request_timeout_ns),
+        backoff: Duration::from_nanos(s.s3_backoff_ns),
     }
 }

@@ -41,6 +41,7 @@ impl Fs {
         self.persist_cached()?;
         self.stop_migration();
         self.stop_writeback();
+        self.reclaim_reachable_object_tiers();
         self.persist_lazy_atimes();
         // Anything cached since (a last request in flight) goes too.
         self.flush_all()?;
@@ -52,6 +53,21 @@ impl Fs {
         crate::mkfs::write_superblock(&*self.media, &sb);
         drop(sb);
         self.media.sync_all()
+    }
+
+    /// Deletes the dead parts of object tiers (their frees are committed),
+    /// so that a clean pool leaves none for fsck to report as orphans —
+    /// unless the store is failing requests: then unmount does not wait
+    /// for it, and the next mount's sweep deletes them.
+    fn reclaim_reachable_object_tiers(&self) {
+        for t in &self.tiers {
+            if t.media
+                .object_tier_stats()
+                .is_some_and(|s| s.dead_parts > 0 && s.failing.is_none())
+            {
+                let _ = t.media.sync();
+            }
+        }
     }
 
     /// Stops the migration and write-back threads and persists nothing: the

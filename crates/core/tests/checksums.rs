@@ -325,3 +325,76 @@ fn zeros_fallocated_on_the_ssd_are_checked_without_sums_entries_even_after_a_rem
         "a damaged preallocated block is refused (its checksum is the zero block's)"
     );
 }
+
+/// An SSD whose next read of one block returns it with a bit flipped (a
+/// byte damaged on its way, as over an object tier's network), once per
+/// [`DamagedOnTheWay::arm`].
+struct DamagedOnTheWay {
+    inner: Arc<MemBlock>,
+    block: u64,
+    armed: std::sync::atomic::AtomicU32,
+}
+
+impl DamagedOnTheWay {
+    fn arm(&self, reads: u32) {
+        self.armed.store(reads, Ordering::SeqCst);
+    }
+}
+
+impl BlockMedia for DamagedOnTheWay {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_blocks(block, buf)?;
+        let n = buf.len() as u64 / BS;
+        let hit = (block..block + n).contains(&self.block);
+        if hit
+            && self
+                .armed
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |a| a.checked_sub(1))
+                .is_ok()
+        {
+            buf[((self.block - block) * BS + 17) as usize] ^= 1;
+        }
+        Ok(())
+    }
+    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write_blocks(block, data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn describe(&self) -> String {
+        "ssd damaging reads on the way".into()
+    }
+    fn stats(&self) -> terrace_media::BlockStats {
+        self.inner.stats()
+    }
+}
+
+#[test]
+fn a_block_damaged_on_its_way_once_is_read_again_and_served_right_never_wrong() {
+    let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
+    let pm = Arc::new(MemMedia::from_image(pm.image()));
+    let flaky = Arc::new(DamagedOnTheWay {
+        inner: Arc::new(MemBlock::from_image(ssd.image())),
+        block: first + 5,
+        armed: 0.into(),
+    });
+    let fs = mount_tiered(pm, flaky.clone());
+    // Damaged on every read: EIO, never the wrong bytes (and nothing cached).
+    flaky.arm(u32::MAX);
+    let e = fs.read(ino, 5 * BS, 10).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    let errors = fs.counters.checksum_errors.load(Ordering::Relaxed);
+    assert!(errors >= 1);
+    // Damaged on the next read only: read again, served right.
+    flaky.arm(1);
+    assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
+    assert_eq!(
+        fs.counters.checksum_errors.load(Ordering::Relaxed),
+        errors + 1,
+        "the damage was seen, and the block read once more"
+    );
+}

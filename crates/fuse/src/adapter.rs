@@ -12,7 +12,7 @@
 //! - An [`Arrival`] records the request's duration before the poller may
 //!   start polling (field drop order).
 
-use crate::{invalidate, latency, listing_attrs, page_cache, poll};
+use crate::{invalidate, latency, listing_attrs, object_reads, page_cache, poll};
 use fuser::{InitFlags, KernelConfig};
 use latency::{Op, RequestLatency};
 use std::sync::{Arc, OnceLock};
@@ -51,6 +51,9 @@ pub struct FuseAdapter {
     pub(crate) latency: Option<Arc<RequestLatency>>,
     /// Whether listings carry attributes (a guess from what walks look up).
     pub(crate) listing: listing_attrs::ListingAttrs,
+    /// Serves reads that may wait on an object store off the request
+    /// threads.
+    pub(crate) object_reads: object_reads::ObjectReads,
 }
 
 /// What a handler holds from its request's arrival until it has replied:
@@ -83,6 +86,7 @@ impl FuseAdapter {
             poller: Arc::new(poll::RequestPoller::new(window)),
             latency: None,
             listing: listing_attrs::ListingAttrs::default(),
+            object_reads: object_reads::ObjectReads::default(),
         }
     }
 

@@ -7,7 +7,9 @@
 //! `dirplus.rs`), file I/O (`file.rs`), extended attributes (`xattr.rs`),
 //! special operations (`special.rs`).
 //!
-//! Invariant: every method holds its arrival guard until it has replied.
+//! Invariant: every method holds its arrival guard until it has replied,
+//! except a read handed to a reader thread (`object_reads.rs`), whose guard
+//! ends at the hand-over.
 
 use crate::adapter::FuseAdapter;
 use crate::convert::{ctx, set_time, time_to_ns};
@@ -270,7 +272,16 @@ impl Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         let _req = self.arrived(Op::Read);
-        reply::data(reply, self.fs.read(ino.0, offset, size as usize));
+        let size = size as usize;
+        if self.fs.read_may_wait_on_network(ino.0, offset, size) {
+            // Off the request threads (`object_reads.rs`); the arrival
+            // guard ends at the hand-over.
+            let fs = self.fs.clone();
+            self.object_reads
+                .run(move || reply::data(reply, fs.read(ino.0, offset, size)));
+            return;
+        }
+        reply::data(reply, self.fs.read(ino.0, offset, size));
     }
 
     fn write(

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::object::{ObjectStats, PartInfo, SweepReport};
+use crate::object::{NetworkParams, ObjectStats, PartInfo, SweepReport};
 
 /// Size of a block: the unit of addressing, alignment and (at best) crash
 /// atomicity on block media.
@@ -110,6 +110,14 @@ pub trait BlockMedia: Send + Sync {
     fn object_parts(&self) -> Option<Vec<PartInfo>> {
         None
     }
+
+    /// Retries and time-outs of a networked media's requests, from the next
+    /// request on (the `s3_*` settings). The default does nothing.
+    fn set_network(&self, net: &NetworkParams) -> io::Result<()> {
+        let _ = net;
+        Ok(())
+    }
+
     /// One-line description for status output and mount messages.
     fn describe(&self) -> String;
     /// Request counters since the media was opened.
@@ -139,6 +147,9 @@ macro_rules! forward_block_extras {
         }
         fn object_parts(&$s) -> Option<Vec<$crate::PartInfo>> {
             $inner.object_parts()
+        }
+        fn set_network(&$s, net: &$crate::NetworkParams) -> std::io::Result<()> {
+            $inner.set_network(net)
         }
     };
 }

@@ -50,7 +50,7 @@ pub use block_sync::PerWriterSync;
 pub use crash::{CrashEvent, CrashMedia, CrashState, CrashTrace, LossMode};
 pub use fault::{FaultMedia, POISON_BYTE};
 pub use mem::MemMedia;
-pub use object::{ObjectConfig, ObjectMedia, ObjectStats, PartInfo, SweepReport};
+pub use object::{NetworkParams, ObjectConfig, ObjectMedia, ObjectStats, PartInfo, SweepReport};
 pub use pm::{PmFile, PmKind};
 pub use replay::{EventClock, Replay, Trace};
 

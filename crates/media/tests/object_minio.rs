@@ -56,8 +56,8 @@ fn config(test: &str) -> Option<ObjectConfig> {
         format!("{}/{unique}", cfg.prefix)
     };
     // Fail fast when the server is gone instead of retrying for minutes.
-    cfg.retries = 2;
-    cfg.retry_timeout = Duration::from_secs(10);
+    cfg.network.retries = 2;
+    cfg.network.retry_timeout = Duration::from_secs(10);
     Some(cfg)
 }
 
@@ -79,7 +79,7 @@ fn read(m: &ObjectMedia, start: u64, n: u64) -> Vec<u8> {
 /// Keys and sizes of the part objects under the media's prefix, listed
 /// straight from the store (not through the media's index).
 fn listed_parts(m: &ObjectMedia) -> Vec<(String, u64)> {
-    let store: Arc<dyn ObjectStore> = Arc::clone(m.bucket().store());
+    let store: Arc<dyn ObjectStore> = m.bucket().store();
     let prefix = Path::from(m.bucket().prefix());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -100,7 +100,7 @@ fn listed_parts(m: &ObjectMedia) -> Vec<(String, u64)> {
 fn remove_all(m: ObjectMedia) {
     let used: [(u64, u64); 0] = [];
     m.retain(&used).unwrap();
-    let store: Arc<dyn ObjectStore> = Arc::clone(m.bucket().store());
+    let store: Arc<dyn ObjectStore> = m.bucket().store();
     let marker = Path::from(format!("{}/terrace-tier.json", m.bucket().prefix()));
     drop(m);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -144,7 +144,7 @@ fn round_trip_reopen_and_pool_identity() {
     assert!(e.to_string().contains("holds a tier marker already"), "{e}");
     // The server honours If-None-Match, which keeps two creates from both
     // writing a marker.
-    let store: Arc<dyn ObjectStore> = Arc::clone(m.bucket().store());
+    let store: Arc<dyn ObjectStore> = m.bucket().store();
     let marker = Path::from(format!("{}/terrace-tier.json", m.bucket().prefix()));
     let opts = PutOptions {
         mode: PutMode::Create,
@@ -279,7 +279,7 @@ fn a_server_that_is_not_there_is_a_clear_error() {
         .map(|a| a.port())
         .unwrap();
     cfg.endpoint = format!("http://127.0.0.1:{port}");
-    cfg.retries = 0;
+    cfg.network.retries = 0;
     let e = ObjectMedia::create(&cfg, UUID, 16 * BLOCK_SIZE, 16).unwrap_err();
     let m = e.to_string();
     eprintln!("the error: {m}");

@@ -593,7 +593,7 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
     let mut tiers: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
         if t.kind == terrace_format::TierKind::S3 {
-            match crate::object_tier::open(t, &sb) {
+            match crate::object_tier::open(t, &sb, None) {
                 Ok(m) => tiers.push((t.id, Arc::new(m))),
                 Err(e) => tier_problems.push(e),
             }

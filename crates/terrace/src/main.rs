@@ -336,8 +336,10 @@ Tiers:
   (about 40 bytes per 16 MiB extent, plus 4 bytes per 4 KiB block of data
   stored there). mkfs refuses a prefix that holds a tier already. Credentials
   come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials
-  (never stored); the region from AWS_REGION. TERRACE_S3_TIMEOUT=SECONDS
-  bounds how long a failed request is retried (mkfs: 10 s).
+  (never stored); the region from AWS_REGION. A mount retries failed S3
+  requests by the settings s3_retries, s3_timeout_ns, s3_request_timeout_ns
+  and s3_backoff_ns (-o, config file, terrace set); TERRACE_S3_TIMEOUT=SECONDS
+  changes the default retry budget (mkfs: 10 s).
 
 Space:
   A tier file must fit in the free space of the file system holding it (what

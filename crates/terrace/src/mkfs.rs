@@ -479,7 +479,7 @@ pub(crate) fn object_tier_record(spec: &TierSpec, id: u8) -> CliResult<TierRecor
 /// tier or parts already) and writes its tier header as block 0.
 pub(crate) fn create_object_tier(r: &TierRecord, uuid: [u8; 16]) -> CliResult {
     let at = |e: String| CliError::at(Path::new(&r.path), e);
-    let cfg = object_tier::config(&r.path, true).map_err(at)?;
+    let cfg = object_tier::config(&r.path, true, None).map_err(at)?;
     let media = terrace_media::ObjectMedia::create(
         &cfg,
         uuid,

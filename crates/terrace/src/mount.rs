@@ -131,11 +131,15 @@ impl MountConfig {
     }
 
     /// The settings the mount will use: the defaults with every setting
-    /// given (config file, then `-o`, then `--dram-cache`) applied in order,
+    /// given (`TERRACE_S3_TIMEOUT`, config file, then `-o`, then
+    /// `--dram-cache`) applied in order,
     /// validated as a whole — before anything is opened or written.
     pub fn finished_settings(&self) -> CliResult<terrace_policy::Settings> {
+        // TERRACE_S3_TIMEOUT first: what is given here wins over it.
+        let mut given = crate::object_tier::env_settings().map_err(CliError::new)?;
+        given.extend(self.settings.iter().cloned());
         terrace_policy::Settings::default()
-            .with(&self.settings)
+            .with(&given)
             .map_err(|e| CliError::new(format!("invalid settings: {e}")))
     }
 }
@@ -411,7 +415,8 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     let mut devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
         if t.kind == TierKind::S3 {
-            match crate::object_tier::open(t, &sb) {
+            let net = terrace_core::fs::object_network(&settings);
+            match crate::object_tier::open(t, &sb, Some(net)) {
                 Ok(m) => devices.push((t.id, Arc::new(m))),
                 Err(e) => {
                     remove_run_files(&files);

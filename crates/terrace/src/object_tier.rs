@@ -1,6 +1,7 @@
 //! Object tiers (`--tier s3:URL[:SIZE]`, design §5n): the URL in the tier
-//! record, the settings of the S3 client, and opening a tier for mount and
-//! fsck with the same header check as a block tier's.
+//! record, the settings of the S3 client (retries and time-outs: the `s3_*`
+//! settings, [`TIMEOUT_ENV`]), and opening a tier for mount and fsck with
+//! the same header check as a block tier's.
 //!
 //! Credentials come from the environment or `~/.aws/credentials` at every
 //! open; Terrace never stores them.
@@ -8,45 +9,80 @@
 use crate::tier_check;
 use std::time::Duration;
 use terrace_format::{Superblock, TierRecord, BLOCK_SIZE};
-use terrace_media::{BlockMedia, ObjectConfig, ObjectMedia};
+use terrace_media::{BlockMedia, NetworkParams, ObjectConfig, ObjectMedia};
 
 /// Default virtual size of an object tier. It bounds the tier's DRAM
 /// tables: about 40 bytes per 16 MiB extent (2.5 MiB for 1 TiB) and the
 /// checksum table's index, plus 4 bytes per 4 KiB block stored (§5n).
 pub const DEFAULT_SIZE: u64 = 1 << 40;
 
-/// Environment variable: seconds a failed S3 request is retried for (and
-/// the time limit of one request); default 180 s of retries, 30 s a request.
+/// Environment variable, SECONDS: the default of the `s3_timeout_ns`
+/// setting (the retry budget of a request), and of `s3_request_timeout_ns`
+/// (one try's time limit) when shorter than its own default. Older than the
+/// settings; a config file, `-o` and `terrace set` win over it.
 pub const TIMEOUT_ENV: &str = "TERRACE_S3_TIMEOUT";
 
-/// The client settings for `url`. `mkfs` retries briefly (an unreachable
-/// endpoint fails within about 10 s); a mount retries for
-/// [`TIMEOUT_ENV`] seconds if set.
-pub fn config(url: &str, mkfs: bool) -> Result<ObjectConfig, String> {
-    let mut cfg = ObjectConfig::from_url(url).map_err(|e| e.to_string())?;
-    let limit = match std::env::var(TIMEOUT_ENV) {
-        Ok(v) => Some(
-            v.trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{TIMEOUT_ENV}={v:?}: expected whole seconds"))?,
-        ),
-        Err(_) if mkfs => Some(10),
-        Err(_) => None,
+/// The settings [`TIMEOUT_ENV`] stands for, to apply before the config
+/// file and `-o` (nothing when it is unset).
+pub fn env_settings() -> Result<Vec<(String, String)>, String> {
+    let Ok(v) = std::env::var(TIMEOUT_ENV) else {
+        return Ok(Vec::new());
     };
-    if let Some(secs) = limit {
-        let d = Duration::from_secs(secs.max(1));
-        cfg.retries = if mkfs { 2 } else { cfg.retries };
-        cfg.retry_timeout = d;
-        cfg.request_timeout = cfg.request_timeout.min(d);
+    let secs = v
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| format!("{TIMEOUT_ENV}={v:?}: expected whole seconds"))?
+        .max(1);
+    let request = Duration::from_secs(secs)
+        .min(terrace_media::NetworkParams::default().request_timeout)
+        .as_secs();
+    Ok(vec![
+        ("s3_timeout_ns".to_string(), format!("{secs}s")),
+        ("s3_request_timeout_ns".to_string(), format!("{request}s")),
+    ])
+}
+
+/// The retries and time-outs of commands that take no settings (fsck,
+/// `tier` commands): the settings' defaults, with [`TIMEOUT_ENV`] applied.
+pub fn default_network() -> Result<NetworkParams, String> {
+    let s = terrace_policy::Settings::default().with(&env_settings()?)?;
+    Ok(terrace_core::fs::object_network(&s))
+}
+
+/// mkfs retries briefly, so that an unreachable endpoint fails within about
+/// 10 s (or [`TIMEOUT_ENV`] seconds).
+fn mkfs_network() -> Result<NetworkParams, String> {
+    let mut net = default_network()?;
+    if std::env::var_os(TIMEOUT_ENV).is_none() {
+        net.retry_timeout = Duration::from_secs(10);
+        net.request_timeout = net.request_timeout.min(net.retry_timeout);
     }
+    net.retries = net.retries.min(2);
+    Ok(net)
+}
+
+/// The client settings for `url`: `mkfs`'s short retries, else `net`
+/// (a mount's settings, [`default_network`] elsewhere).
+pub fn config(url: &str, mkfs: bool, net: Option<NetworkParams>) -> Result<ObjectConfig, String> {
+    let mut cfg = ObjectConfig::from_url(url).map_err(|e| e.to_string())?;
+    cfg.network = match (mkfs, net) {
+        (true, _) => mkfs_network()?,
+        (false, Some(n)) => n,
+        (false, None) => default_network()?,
+    };
     Ok(cfg)
 }
 
 /// Opens object tier `t` of the pool `sb` and checks its tier header
-/// (block 0, as for every block tier). The error starts with the tier.
-pub fn open(t: &TierRecord, sb: &Superblock) -> Result<ObjectMedia, String> {
+/// (block 0, as for every block tier), with the retries and time-outs of
+/// `net` ([`default_network`] if `None`). The error starts with the tier.
+pub fn open(
+    t: &TierRecord,
+    sb: &Superblock,
+    net: Option<NetworkParams>,
+) -> Result<ObjectMedia, String> {
     let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
-    let cfg = config(&t.path, false).map_err(|e| format!("{what}: {e}"))?;
+    let cfg = config(&t.path, false, net).map_err(|e| format!("{what}: {e}"))?;
     let media = ObjectMedia::open(&cfg, sb.uuid).map_err(|e| format!("{what}: {e}"))?;
     if media.len() < t.size {
         return Err(format!(

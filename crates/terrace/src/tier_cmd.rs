@@ -178,7 +178,7 @@ fn open_tiers(sb: &Superblock) -> CliResult<Vec<(u8, Arc<dyn BlockMedia>)>> {
     let mut out: Vec<(u8, Arc<dyn BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
         if t.kind == TierKind::S3 {
-            let m = crate::object_tier::open(t, sb).map_err(CliError::new)?;
+            let m = crate::object_tier::open(t, sb, None).map_err(CliError::new)?;
             out.push((t.id, Arc::new(m)));
             continue;
         }

@@ -38,11 +38,13 @@
 //! that is still partly live are live again until [`ObjectMedia::retain`]
 //! is told which blocks the pool's committed log references.
 //!
-//! Files: [`config`] (URL, credentials), [`keys`] (object names), [`marker`]
-//! (pool identity), [`index`] (which part holds which block; pure),
-//! `rebuild` (the index from a LIST, at open), [`store`] (client and
-//! runtime), [`fault`] (a fault-injecting store for tests).
+//! Files: [`config`] (URL, credentials, retries and time-outs), [`keys`]
+//! (object names), [`marker`] (pool identity), [`index`] (which part holds
+//! which block; pure), `rebuild` (the index from a LIST, at open),
+//! [`store`] (requests and runtime), `client.rs` (the S3 client and its
+//! watched HTTP tries), [`fault`] (a fault-injecting store for tests).
 
+mod client;
 pub mod config;
 pub mod fault;
 pub mod index;
@@ -63,7 +65,7 @@ use parking_lot::Mutex;
 
 use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
 
-pub use config::{Credentials, ObjectConfig};
+pub use config::{Credentials, NetworkParams, ObjectConfig};
 pub use fault::{FaultStore, InjectedObjectFaults, PutFault};
 pub use index::Part;
 pub use keys::PartKey;
@@ -311,6 +313,12 @@ impl ObjectMedia {
     /// The bucket (its store, URL and request counters).
     pub fn bucket(&self) -> &Bucket {
         &self.bucket
+    }
+
+    /// Retries and time-outs from the next request on
+    /// ([`Bucket::set_network`]).
+    pub fn set_network(&self, net: NetworkParams) -> io::Result<()> {
+        self.bucket.set_network(net)
     }
 
     /// Blocks per segment.
@@ -755,6 +763,10 @@ impl BlockMedia for ObjectMedia {
 
     fn object_parts(&self) -> Option<Vec<PartInfo>> {
         Some(self.parts())
+    }
+
+    fn set_network(&self, net: &NetworkParams) -> io::Result<()> {
+        ObjectMedia::set_network(self, *net)
     }
 
     fn describe(&self) -> String {

@@ -12,6 +12,17 @@
 //! or the fault-injecting [`FaultStore`](super::FaultStore) in tests
 //! ([`Bucket::with_store`]); the code above it is the same.
 //!
+//! **Retries** are object_store's ([`NetworkParams`]: 5xx and 429 answers,
+//! refused and reset connections, time-outs of idempotent requests — every
+//! request here is one —, and a GET whose body breaks off resumes where it
+//! stopped). [`Bucket::set_network`] changes them at run time: the S3
+//! client is built again with the new parameters (requests in flight finish
+//! with the old one). Every try passes through a watching HTTP client
+//! (`client.rs`) that counts failed tries and keeps [`Bucket::failing`]
+//! current from the first failed try on — so `status` says the store is
+//! unreachable while a read is still retrying, not only once it gave up —
+//! until a try is answered.
+//!
 //! Every error names the request, the object's URL and the cause with its
 //! whole source chain (reqwest hides "connection refused" two levels down),
 //! and maps to an [`io::ErrorKind`] (`NotFound`, `AlreadyExists`, else
@@ -25,14 +36,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    ClientOptions, GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig,
-};
+use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
+use parking_lot::{Mutex, RwLock};
 
-use super::config::{Credentials, ObjectConfig, DEFAULT_CONCURRENCY};
+use super::config::{Credentials, NetworkParams, ObjectConfig, DEFAULT_CONCURRENCY};
 
 /// Request counters of a bucket (successful requests only, except
 /// `failures`).
@@ -50,12 +59,15 @@ pub struct RequestStats {
     pub deletes: u64,
     /// LIST operations (each may be several pages).
     pub lists: u64,
-    /// Requests that failed.
+    /// Requests that failed (after their retries).
     pub failures: u64,
+    /// HTTP tries that failed (5xx or 429 answers, connection errors,
+    /// time-outs), retried or not; S3 tiers only.
+    pub failed_tries: u64,
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+pub(super) struct Counters {
     puts: AtomicU64,
     put_bytes: AtomicU64,
     gets: AtomicU64,
@@ -63,9 +75,10 @@ struct Counters {
     deletes: AtomicU64,
     lists: AtomicU64,
     failures: AtomicU64,
+    pub(super) failed_tries: AtomicU64,
 }
 
-fn add(c: &AtomicU64, n: u64) {
+pub(super) fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
@@ -81,10 +94,20 @@ pub struct StoreFailure {
 
 /// Whether the store answers (cleared by any request that succeeds).
 #[derive(Debug, Default)]
-struct Health(std::sync::Mutex<Option<StoreFailure>>);
+pub(super) struct Health(std::sync::Mutex<Option<StoreFailure>>);
+
+/// What the bucket and its watching HTTP client share.
+#[derive(Debug, Default)]
+pub(super) struct Shared {
+    pub(super) counters: Counters,
+    pub(super) health: Health,
+}
+
+/// Builds the store again with new network parameters (S3 only).
+type Rebuild = Box<dyn Fn(&NetworkParams) -> io::Result<Arc<dyn ObjectStore>> + Send + Sync>;
 
 impl Health {
-    fn set(&self, failure: Option<String>) {
+    pub(super) fn set(&self, failure: Option<String>) {
         // A poisoned lock only means a panic elsewhere; the value is whole.
         let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
         *g = failure.map(|error| StoreFailure {
@@ -107,7 +130,11 @@ fn unix_now() -> u64 {
 /// An object store, a prefix in it, and the runtime driving requests; see
 /// the module docs.
 pub struct Bucket {
-    store: Arc<dyn ObjectStore>,
+    /// Swapped by [`Bucket::set_network`]; each operation uses a clone.
+    store: RwLock<Arc<dyn ObjectStore>>,
+    /// How `store` was built again; `None` for injected stores.
+    rebuild: Option<Rebuild>,
+    network: Mutex<NetworkParams>,
     /// `ENDPOINT/BUCKET` (or `memory://NAME`): object URLs are `base/key`.
     base: String,
     /// Key prefix, no leading or trailing `/`, maybe empty.
@@ -115,8 +142,7 @@ pub struct Bucket {
     /// `Some` until dropped (see `Drop`).
     runtime: Option<tokio::runtime::Runtime>,
     concurrency: usize,
-    counters: Counters,
-    health: Health,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -164,36 +190,16 @@ impl Bucket {
 
     /// [`connect`](Self::connect) with the credentials given.
     pub fn connect_with(cfg: &ObjectConfig, creds: Credentials) -> io::Result<Bucket> {
-        let http = cfg.endpoint.starts_with("http://");
-        let mut builder = AmazonS3Builder::new()
-            .with_endpoint(cfg.bucket_endpoint())
-            .with_bucket_name(&cfg.bucket)
-            .with_region(&cfg.region)
-            .with_access_key_id(creds.access_key_id)
-            .with_secret_access_key(creds.secret_access_key)
-            .with_allow_http(http)
-            .with_virtual_hosted_style_request(!cfg.path_style)
-            .with_retry(RetryConfig {
-                max_retries: cfg.retries,
-                retry_timeout: cfg.retry_timeout,
-                backoff: Default::default(),
-            })
-            .with_client_options(
-                ClientOptions::new()
-                    .with_allow_http(http)
-                    .with_timeout(cfg.request_timeout),
-            );
-        if let Some(token) = creds.session_token {
-            builder = builder.with_token(token);
-        }
-        let s3 = builder.build().map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("s3 {}: cannot set up the client: {}", cfg.url(), chain(&e)),
-            )
-        })?;
+        let shared = Arc::new(Shared::default());
+        let rebuild: Rebuild = {
+            let (cfg, shared) = (cfg.clone(), Arc::clone(&shared));
+            Box::new(move |net: &NetworkParams| super::client::s3(&cfg, &creds, net, &shared))
+        };
+        let store = rebuild(&cfg.network)?;
         let base = format!("{}/{}", cfg.endpoint, cfg.bucket);
-        let mut b = Bucket::with_store(Arc::new(s3), &base, &cfg.prefix)?;
+        let mut b = Bucket::assemble(store, &base, &cfg.prefix, shared)?;
+        b.rebuild = Some(rebuild);
+        *b.network.get_mut() = cfg.network;
         b.concurrency = cfg.concurrency.max(1);
         Ok(b)
     }
@@ -201,6 +207,15 @@ impl Bucket {
     /// A bucket over any object store: `base` names it in messages (object
     /// URLs are `base/key`), keys live under `prefix`.
     pub fn with_store(store: Arc<dyn ObjectStore>, base: &str, prefix: &str) -> io::Result<Bucket> {
+        Bucket::assemble(store, base, prefix, Arc::default())
+    }
+
+    fn assemble(
+        store: Arc<dyn ObjectStore>,
+        base: &str,
+        prefix: &str,
+        shared: Arc<Shared>,
+    ) -> io::Result<Bucket> {
         let prefix = prefix.trim_matches('/').to_string();
         if !prefix.is_empty() {
             Path::parse(&prefix).map_err(|e| {
@@ -217,13 +232,14 @@ impl Bucket {
             .build()
             .map_err(|e| io::Error::new(e.kind(), format!("s3 {base}: no runtime: {e}")))?;
         Ok(Bucket {
-            store,
+            store: RwLock::new(store),
+            rebuild: None,
+            network: Mutex::new(NetworkParams::default()),
             base: base.trim_end_matches('/').to_string(),
             prefix,
             runtime: Some(runtime),
             concurrency: DEFAULT_CONCURRENCY,
-            counters: Counters::default(),
-            health: Health::default(),
+            shared,
         })
     }
 
@@ -237,8 +253,30 @@ impl Bucket {
     }
 
     /// The store (to open the same objects again, or inspect them in tests).
-    pub fn store(&self) -> &Arc<dyn ObjectStore> {
-        &self.store
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store.read())
+    }
+
+    /// The retry and time-out parameters in use (an injected store has its
+    /// own; these are then only recorded).
+    pub fn network(&self) -> NetworkParams {
+        *self.network.lock()
+    }
+
+    /// Uses `net` from the next request on: an S3 client is built again
+    /// with it (requests in flight finish with the old one). Nothing changes
+    /// on error.
+    pub fn set_network(&self, net: NetworkParams) -> io::Result<()> {
+        let mut cur = self.network.lock();
+        if *cur == net {
+            return Ok(());
+        }
+        if let Some(rebuild) = &self.rebuild {
+            let store = rebuild(&net)?;
+            *self.store.write() = store;
+        }
+        *cur = net;
+        Ok(())
     }
 
     /// `ENDPOINT/BUCKET[/PREFIX]`.
@@ -272,12 +310,12 @@ impl Bucket {
 
     /// `Some` while the store fails requests (until one succeeds).
     pub fn failing(&self) -> Option<StoreFailure> {
-        self.health.get()
+        self.shared.health.get()
     }
 
     /// Request counters so far.
     pub fn request_stats(&self) -> RequestStats {
-        let c = &self.counters;
+        let c = &self.shared.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         RequestStats {
             puts: l(&c.puts),
@@ -287,12 +325,13 @@ impl Bucket {
             deletes: l(&c.deletes),
             lists: l(&c.lists),
             failures: l(&c.failures),
+            failed_tries: l(&c.failed_tries),
         }
     }
 
     /// The error for request `op` on `key`.
     fn error(&self, op: &str, key: &str, e: &object_store::Error) -> io::Error {
-        add(&self.counters.failures, 1);
+        add(&self.shared.counters.failures, 1);
         let kind = match e {
             object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
             object_store::Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
@@ -301,7 +340,7 @@ impl Bucket {
         let msg = format!("s3 {op} {}/{key}: {}", self.base, chain(e));
         if kind == io::ErrorKind::Other {
             // NotFound and AlreadyExists are answers: the store is there.
-            self.health.set(Some(msg.clone()));
+            self.shared.health.set(Some(msg.clone()));
         }
         io::Error::new(kind, msg)
     }
@@ -337,27 +376,27 @@ impl Bucket {
     /// answered success with an ETag.
     pub(crate) fn put_all(&self, objects: Vec<(String, Bytes)>) -> Vec<io::Result<()>> {
         let n = objects.len();
+        let store = self.store();
+        let store = &store;
         let uploads = stream::iter(objects.into_iter().map(|(key, data)| async move {
             let len = data.len() as u64;
             let path = Bucket::path(&key)?;
-            let put = self
-                .store
-                .put_opts(&path, PutPayload::from(data), PutOptions::default());
+            let put = store.put_opts(&path, PutPayload::from(data), PutOptions::default());
             match put.await {
                 Ok(r) if r.e_tag.as_deref().is_some_and(|t| !t.is_empty()) => {
-                    self.health.set(None);
-                    add(&self.counters.puts, 1);
-                    add(&self.counters.put_bytes, len);
+                    self.shared.health.set(None);
+                    add(&self.shared.counters.puts, 1);
+                    add(&self.shared.counters.put_bytes, len);
                     Ok(())
                 }
                 Ok(_) => {
-                    add(&self.counters.failures, 1);
+                    add(&self.shared.counters.failures, 1);
                     let msg = format!(
                         "s3 PUT {}/{key}: the store answered without an ETag; \
                          the object does not count as stored",
                         self.base
                     );
-                    self.health.set(Some(msg.clone()));
+                    self.shared.health.set(Some(msg.clone()));
                     Err(io::Error::other(msg))
                 }
                 Err(e) => Err(self.error("PUT", &key, &e)),
@@ -384,14 +423,14 @@ impl Bucket {
                 ..PutOptions::default()
             };
             match self
-                .store
+                .store()
                 .put_opts(&path, PutPayload::from(data), opts)
                 .await
             {
                 Ok(_) => {
-                    self.health.set(None);
-                    add(&self.counters.puts, 1);
-                    add(&self.counters.put_bytes, len);
+                    self.shared.health.set(None);
+                    add(&self.shared.counters.puts, 1);
+                    add(&self.shared.counters.put_bytes, len);
                     Ok(())
                 }
                 Err(e) => Err(self.error("PUT", key, &e)),
@@ -403,15 +442,15 @@ impl Bucket {
     pub(crate) fn get(&self, key: &str) -> io::Result<Option<Bytes>> {
         let path = Bucket::path(key)?;
         self.block_on(async {
-            let r = match self.store.get_opts(&path, GetOptions::default()).await {
+            let r = match self.store().get_opts(&path, GetOptions::default()).await {
                 Ok(r) => r,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => return Err(self.error("GET", key, &e)),
             };
             let b = r.bytes().await.map_err(|e| self.error("GET", key, &e))?;
-            self.health.set(None);
-            add(&self.counters.gets, 1);
-            add(&self.counters.get_bytes, b.len() as u64);
+            self.shared.health.set(None);
+            add(&self.shared.counters.gets, 1);
+            add(&self.shared.counters.get_bytes, b.len() as u64);
             Ok(Some(b))
         })
     }
@@ -419,6 +458,8 @@ impl Bucket {
     /// Byte ranges of objects, up to `concurrency` requests at once; the
     /// results in order. A short answer is an error.
     pub(crate) fn get_ranges(&self, reqs: Vec<(String, Range<u64>)>) -> io::Result<Vec<Bytes>> {
+        let store = self.store();
+        let store = &store;
         let fut = stream::iter(reqs.into_iter().map(|(key, range)| async move {
             let path = Bucket::path(&key)?;
             let want = range.end - range.start;
@@ -426,14 +467,13 @@ impl Bucket {
                 range: Some(GetRange::Bounded(range.clone())),
                 ..GetOptions::default()
             };
-            let r = self
-                .store
+            let r = store
                 .get_opts(&path, opts)
                 .await
                 .map_err(|e| self.error("GET", &key, &e))?;
             let b = r.bytes().await.map_err(|e| self.error("GET", &key, &e))?;
             if b.len() as u64 != want {
-                add(&self.counters.failures, 1);
+                add(&self.shared.counters.failures, 1);
                 let msg = format!(
                     "s3 GET {}/{key} bytes {}..{}: got {} bytes, wanted {want}",
                     self.base,
@@ -441,12 +481,12 @@ impl Bucket {
                     range.end,
                     b.len()
                 );
-                self.health.set(Some(msg.clone()));
+                self.shared.health.set(Some(msg.clone()));
                 return Err(io::Error::other(msg));
             }
-            self.health.set(None);
-            add(&self.counters.gets, 1);
-            add(&self.counters.get_bytes, want);
+            self.shared.health.set(None);
+            add(&self.shared.counters.gets, 1);
+            add(&self.shared.counters.get_bytes, want);
             Ok(b)
         }))
         .buffered(self.concurrency)
@@ -471,7 +511,7 @@ impl Bucket {
         let asked: Vec<Path> = paths.clone();
         let fut = async {
             let input = stream::iter(paths.into_iter().map(Ok)).boxed();
-            Ok(self.store.delete_stream(input).collect::<Vec<_>>().await)
+            Ok(self.store().delete_stream(input).collect::<Vec<_>>().await)
         };
         let results = match self.block_on(fut) {
             Ok(r) => r,
@@ -501,9 +541,9 @@ impl Bucket {
             }
         }
         if !done.is_empty() {
-            self.health.set(None);
+            self.shared.health.set(None);
         }
-        add(&self.counters.deletes, done.len() as u64);
+        add(&self.shared.counters.deletes, done.len() as u64);
         let first_error = errors.into_iter().next();
         for p in asked {
             let k = p.to_string();
@@ -531,7 +571,7 @@ impl Bucket {
         };
         self.block_on(async {
             let metas = self
-                .store
+                .store()
                 .list(prefix.as_ref())
                 .map_ok(|m| {
                     let modified = u64::try_from(m.last_modified.timestamp()).unwrap_or(0);
@@ -540,8 +580,8 @@ impl Bucket {
                 .try_collect::<Vec<_>>()
                 .await
                 .map_err(|e| self.error("LIST", &format!("{}/", self.prefix), &e))?;
-            self.health.set(None);
-            add(&self.counters.lists, 1);
+            self.shared.health.set(None);
+            add(&self.shared.counters.lists, 1);
             Ok(metas)
         })
     }

@@ -350,6 +350,40 @@ pub static KEYS: &[Key] = &[
          object_clean_bytes_per_pass per this of the store (default 5s: about 13 MB/s, a \
          tenth of MinIO's PUT rate here)"
     ),
+    num_key!(
+        s3_retries: u32,
+        number(0, 100),
+        10u32,
+        "0-100; an object-tier (S3) request that fails with a 5xx or 429 answer, a refused or \
+         reset connection or a time-out is retried this often, while s3_timeout_ns lasts; \
+         the waits of 10 retries add up to about a minute (default 10; 0 = never: a read of \
+         object data then fails with EIO at the first error)"
+    ),
+    num_key!(
+        s3_timeout_ns: u64,
+        ANY_DURATION,
+        180_000_000_000u64,
+        "duration; no retry of an object-tier request starts later than this after its first \
+         try, so a store that does not answer fails a read with EIO after at most this plus \
+         min(15s, this) plus s3_request_timeout_ns (default 3m; TERRACE_S3_TIMEOUT=SECONDS \
+         in the environment changes the default)"
+    ),
+    num_key!(
+        s3_request_timeout_ns: u64,
+        Kind::Duration { min: 100_000_000 },
+        30_000_000_000u64,
+        "duration, at least 100ms; time limit of one try of an object-tier request: connect, \
+         send and the whole answer, so it must exceed the upload time of one part (16M) \
+         (default 30s)"
+    ),
+    num_key!(
+        s3_backoff_ns: u64,
+        Kind::Duration { min: 1_000_000 },
+        100_000_000u64,
+        "duration, at least 1ms; the wait before the first retry of an object-tier request; \
+         each later wait is random, from this up to 4 times the one before (twice on \
+         average), at most min(15s, s3_timeout_ns) (default 100ms)"
+    ),
 ];
 
 /// A rule that ties keys together, checked on the finished settings by

@@ -374,6 +374,35 @@ fn config_files_go_through_the_same_parsers_ranges_and_rules() {
 }
 
 #[test]
+fn s3_retry_keys_parse_durations_and_refuse_what_is_out_of_range() {
+    let s = Settings::default()
+        .with(&[
+            ("s3_retries", "0"),
+            ("s3_timeout_ns", "90s"),
+            ("s3_request_timeout_ns", "250ms"),
+            ("s3_backoff_ns", "5ms"),
+        ])
+        .unwrap();
+    assert_eq!(s.s3_retries, 0);
+    assert_eq!(s.s3_timeout_ns, 90_000_000_000);
+    assert_eq!(s.s3_request_timeout_ns, 250_000_000);
+    assert_eq!(s.s3_backoff_ns, 5_000_000);
+    assert_eq!(s.get("s3_timeout_ns").as_deref(), Some("90s"));
+    let d = Settings::default();
+    assert_eq!(
+        (d.s3_retries, d.s3_timeout_ns, d.s3_request_timeout_ns),
+        (10, 180_000_000_000, 30_000_000_000)
+    );
+    let cases = [
+        ("s3_retries", "101", "from 0 to 100"),
+        ("s3_request_timeout_ns", "10ms", "at least 100ms"),
+        ("s3_backoff_ns", "0", "at least 1ms"),
+        ("s3_timeout_ns", "soon", "duration"),
+    ];
+    assert_refused(&cases);
+}
+
+#[test]
 fn every_key_is_declared_once_with_a_valid_default_named_in_its_help() {
     let d = Settings::default();
     d.validate().unwrap();

@@ -107,6 +107,15 @@ pub struct Settings {
     pub object_clean_bytes_per_pass: u64,
     /// Object cleaning: least time between two passes (ns).
     pub object_clean_interval_ns: u64,
+    /// Object tiers: retries of a failed request (0 = none).
+    pub s3_retries: u32,
+    /// Object tiers: no retry starts later than this after a request's first
+    /// try (ns).
+    pub s3_timeout_ns: u64,
+    /// Object tiers: time limit of one try of a request (ns).
+    pub s3_request_timeout_ns: u64,
+    /// Object tiers: the first wait before a retry (ns); later waits grow.
+    pub s3_backoff_ns: u64,
 }
 
 impl Default for Settings {
@@ -144,6 +153,10 @@ impl Default for Settings {
             object_clean_live_percent: 0,
             object_clean_bytes_per_pass: 0,
             object_clean_interval_ns: 0,
+            s3_retries: 0,
+            s3_timeout_ns: 0,
+            s3_request_timeout_ns: 0,
+            s3_backoff_ns: 0,
         };
         for k in KEYS {
             (k.put)(&mut s, (k.default)());

@@ -1,0 +1,107 @@
+//! What the core does for network faults of an object tier (design §5n
+//! "Network faults"), on the in-memory store: the `s3_*` settings reach the
+//! tier's client at once, reads of object-tier ranges are named as ones that
+//! may wait on the network (so that FUSE serves them off its request
+//! threads), and a clean unmount deletes dead parts, leaving no orphan for
+//! fsck.
+
+mod common;
+use common::*;
+use std::sync::Arc;
+use std::time::Duration;
+use terrace_core::Fs;
+use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
+use terrace_media::object::Bucket;
+use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia};
+
+const PM: u64 = 16 << 20;
+const SSD: u64 = 16 << 20;
+const S3: u64 = 64 << 20;
+/// The pool uuid `mkfs_tiers` writes.
+const UUID: [u8; 16] = [15; 16];
+const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
+
+/// A pool PM + SSD + an object tier on a fresh in-memory store.
+fn pool() -> (Fs, Arc<ObjectMedia>) {
+    let pm = Arc::new(MemMedia::new(PM));
+    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
+    let bucket = Bucket::in_memory("tier", "pool").unwrap();
+    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
+    let ssd = Arc::new(MemBlock::new(SSD));
+    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, s3.clone())])
+        .unwrap_or_else(|e| panic!("mount: {e}"));
+    (fs, s3)
+}
+
+fn write_file(fs: &Fs, name: &str, data: &[u8]) -> u64 {
+    let ino = file(fs, 1, name);
+    fs.write(ino, 0, data).unwrap();
+    fs.fsync(ino, false).unwrap();
+    ino
+}
+
+#[test]
+fn s3_settings_reach_the_object_tier_at_once_and_bad_ones_change_nothing() {
+    let (fs, s3) = pool();
+    fs.set_setting("s3_retries", "3").unwrap();
+    fs.set_setting("s3_timeout_ns", "7s").unwrap();
+    fs.set_setting("s3_request_timeout_ns", "1500ms").unwrap();
+    fs.set_setting("s3_backoff_ns", "20ms").unwrap();
+    let net = s3.bucket().network();
+    assert_eq!(net.retries, 3);
+    assert_eq!(net.retry_timeout, Duration::from_secs(7));
+    assert_eq!(net.request_timeout, Duration::from_millis(1500));
+    assert_eq!(net.backoff, Duration::from_millis(20));
+    assert!(fs.set_setting("s3_request_timeout_ns", "1ms").is_err());
+    assert!(fs.set_setting("s3_retries", "101").is_err());
+    assert_eq!(s3.bucket().network(), net);
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn only_reads_of_object_tier_ranges_may_wait_on_the_network() {
+    let (fs, _s3) = pool();
+    let data = pattern(3, 1 << 20);
+    let on_s3 = write_file(&fs, "cold", &data);
+    let on_pm = write_file(&fs, "hot", &data);
+    let on_ssd = write_file(&fs, "warm", &data);
+    fs.migrate_file(on_s3, 2).unwrap();
+    fs.migrate_file(on_ssd, 1).unwrap();
+    assert_eq!(tier_bytes(&fs, on_s3, "s3"), data.len() as u64);
+    assert!(fs.read_may_wait_on_network(on_s3, 0, 4096));
+    assert!(fs.read_may_wait_on_network(on_s3, (1 << 20) - 1, 1));
+    assert!(
+        !fs.read_may_wait_on_network(on_s3, 1 << 20, 4096),
+        "past the end"
+    );
+    assert!(!fs.read_may_wait_on_network(on_s3, 0, 0));
+    assert!(!fs.read_may_wait_on_network(on_pm, 0, 1 << 20));
+    assert!(!fs.read_may_wait_on_network(on_ssd, 0, 1 << 20));
+    assert!(!fs.read_may_wait_on_network(9999, 0, 4096), "no such file");
+    assert_eq!(fs.read(on_s3, 0, data.len()).unwrap(), data);
+    fs.unmount().unwrap();
+    // Without an object tier, no read may wait on the network.
+    let (pm, _ssd, fs) = tiered_pool(PM, SSD, 64);
+    let ino = write_file(&fs, "f", &data);
+    fs.migrate_file(ino, 1).unwrap();
+    assert!(!fs.read_may_wait_on_network(ino, 0, 4096));
+    drop(pm);
+}
+
+#[test]
+fn a_clean_unmount_deletes_dead_parts_so_fsck_finds_no_orphans() {
+    let (fs, s3) = pool();
+    let data = pattern(5, 2 << 20);
+    let ino = write_file(&fs, "f", &data);
+    fs.migrate_file(ino, 2).unwrap();
+    assert!(s3.object_stats().parts >= 1);
+    // Deleted: its parts are dead (trimmed), not yet deleted from the store.
+    fs.unlink(1, b"f").unwrap();
+    assert!(s3.object_stats().dead_parts >= 1, "{:?}", s3.object_stats());
+    fs.unmount().unwrap();
+    assert_eq!(s3.object_stats().dead_parts, 0);
+    // No part is left (this pool's tier has no header part): nothing is an
+    // orphan.
+    assert_eq!(s3.object_stats().parts, 0);
+    assert_eq!(s3.unreferenced(&[]).map(|r| r.parts), Some(0));
+}
