@@ -590,6 +590,29 @@ pub fn process_alive(pid: i32) -> bool {
     }
 }
 
+/// The lock of an unmounted pool (`abs`: its absolute path, `pool`: as the
+/// user named it): refused, naming the mount point and how to unmount it,
+/// when the mount table lists a mount of it, and as busy when a daemon,
+/// fsck or mkfs holds its lock. `why` ends the "mounted" message (what needs
+/// the pool unmounted).
+pub fn lock_unmounted_pool(pool: &Path, abs: &Path, why: &str) -> CliResult<std::fs::File> {
+    if let Some(m) = mounts_of_pool(abs).first() {
+        return Err(CliError::at(
+            pool,
+            format!(
+                "the pool is mounted on {}; {why} (terrace umount {})",
+                m.mount_point.display(),
+                m.mount_point.display()
+            ),
+        ));
+    }
+    match lock_pool(abs) {
+        Ok(Some(l)) => Ok(l),
+        Ok(None) => Err(CliError::at(pool, busy_reason(abs))),
+        Err(e) => Err(CliError::at(pool, os_reason(&e))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,28 +670,5 @@ mod tests {
             Some(1000)
         );
         assert_eq!(fuse_owner("rw,relatime"), None);
-    }
-}
-
-/// The lock of an unmounted pool (`abs`: its absolute path, `pool`: as the
-/// user named it): refused, naming the mount point and how to unmount it,
-/// when the mount table lists a mount of it, and as busy when a daemon,
-/// fsck or mkfs holds its lock. `why` ends the "mounted" message (what needs
-/// the pool unmounted).
-pub fn lock_unmounted_pool(pool: &Path, abs: &Path, why: &str) -> CliResult<std::fs::File> {
-    if let Some(m) = mounts_of_pool(abs).first() {
-        return Err(CliError::at(
-            pool,
-            format!(
-                "the pool is mounted on {}; {why} (terrace umount {})",
-                m.mount_point.display(),
-                m.mount_point.display()
-            ),
-        ));
-    }
-    match lock_pool(abs) {
-        Ok(Some(l)) => Ok(l),
-        Ok(None) => Err(CliError::at(pool, busy_reason(abs))),
-        Err(e) => Err(CliError::at(pool, os_reason(&e))),
     }
 }
