@@ -50,7 +50,8 @@ free_port() {
 }
 
 # Runs the server of $dir/server (binary, ports, keys) on $dir/data and
-# waits until it is live.
+# waits until it is live; fails (status 1) when the server exits at start
+# (e.g. a port another process took since free_port saw it free).
 launch() {
     local bin port cport key secret url
     read -r bin port cport key secret <"$dir/server"
@@ -63,7 +64,7 @@ launch() {
     local i
     for i in $(seq 1 600); do
         if curl -fsS -o /dev/null "$url/minio/health/live" 2>/dev/null; then break; fi
-        running || { cat "$dir/log" >&2; die "minio exited at start (log above)"; }
+        running || return 1
         sleep 0.1
     done
     curl -fsS -o /dev/null "$url/minio/health/live" || { stop; die "minio not live after 60 s"; }
@@ -76,14 +77,22 @@ start() {
     mkdir -p "$dir"
     rm -rf "$dir/data"
     mkdir -p "$dir/data"
-    port=$(free_port)
-    cport=$(free_port)
     key="terrace$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
     secret="$(od -An -N18 -tx1 /dev/urandom | tr -d ' \n')"
-    url="http://127.0.0.1:$port"
-    (umask 077; echo "$bin $port $cport $key $secret" >"$dir/server")
-    : >"$dir/log"
-    launch
+    local attempt
+    for attempt in 1 2 3; do
+        port=$(free_port)
+        cport=$(free_port)
+        url="http://127.0.0.1:$port"
+        (umask 077; echo "$bin $port $cport $key $secret" >"$dir/server")
+        : >"$dir/log"
+        launch && break
+        if [[ $attempt == 3 ]]; then
+            cat "$dir/log" >&2
+            die "minio exited at start, 3 times (log above)"
+        fi
+        log "minio exited at start (a port taken since it was picked?); trying other ports"
+    done
     curl -fsS -o /dev/null -X PUT --aws-sigv4 "aws:amz:$region:s3" --user "$key:$secret" "$url/$bucket" \
         || { stop; die "could not create bucket $bucket"; }
     cat >"$dir/env" <<ENV
@@ -120,7 +129,7 @@ crash() {
 restart() {
     running && die "a server from $dir is still running (pid $(cat "$dir/pid"))"
     [[ -f $dir/server ]] || die "no server was started in $dir"
-    launch
+    launch || { cat "$dir/log" >&2; die "minio exited at restart (log above)"; }
     log "restarted (pid $(cat "$dir/pid")) on the same address and data"
 }
 
