@@ -60,8 +60,20 @@ use terrace_format::BLOCK_SIZE;
 
 const BS: u64 = BLOCK_SIZE;
 const WB_STRIPES: usize = 64;
-/// Fetch locks (one per tier id modulo this; a pool has at most 8 tiers).
-const FETCH_STRIPES: usize = 8;
+/// The last fetch of a stripe of `PageCache::fetch_locks` that failed: a
+/// reader that waited for it fails at once instead of trying again (each
+/// try may last the whole retry budget of a dead store).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FailedFetch {
+    pub tier: u8,
+    pub window: u64,
+    pub at: Instant,
+}
+
+/// Fetch locks, striped by (tier, read-ahead window): readers of different
+/// data rarely share one, so a fetch that waits on a dead store holds up
+/// only readers of the same window.
+const FETCH_STRIPES: usize = 64;
 
 /// Counters of the cache, shown by `terrace status`.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
@@ -156,10 +168,10 @@ pub struct PageCache {
     bound: AtomicU64,
     seq: AtomicU64,
     wb_locks: Vec<Mutex<()>>,
-    /// One per object tier (by tier id): held by a sequential reader while
-    /// it fetches a miss from that tier, so readers of the same data wait
-    /// for the fetch and find it cached instead of fetching it again.
-    fetch_locks: Vec<Mutex<()>>,
+    /// Held by a sequential reader while it fetches a miss of one
+    /// read-ahead window of an object tier, so readers of the same window
+    /// wait for the fetch and find it cached instead of fetching it again.
+    fetch_locks: Vec<Mutex<Option<FailedFetch>>>,
     /// The write-back thread ([`crate::worker`]).
     pub(crate) worker: crate::worker::Worker,
 }
@@ -176,7 +188,7 @@ impl PageCache {
                 .map(|_| Mutex::new(Rank::Writeback, ()))
                 .collect(),
             fetch_locks: (0..FETCH_STRIPES)
-                .map(|_| Mutex::new(Rank::ObjectFetch, ()))
+                .map(|_| Mutex::new(Rank::ObjectFetch, None))
                 .collect(),
             worker: crate::worker::Worker::default(),
         }
@@ -309,9 +321,17 @@ impl PageCache {
         self.state.lock().pages.contains_key(&(tier, block))
     }
 
-    /// The fetch lock of object tier `tier` (see `fetch_locks`).
-    pub(crate) fn object_fetch_lock(&self, tier: u8) -> MutexGuard<'_, ()> {
-        self.fetch_locks[usize::from(tier) % FETCH_STRIPES].lock()
+    /// The fetch lock of read-ahead window `window` of object tier `tier`
+    /// (see `fetch_locks`).
+    pub(crate) fn object_fetch_lock(
+        &self,
+        tier: u8,
+        window: u64,
+    ) -> MutexGuard<'_, Option<FailedFetch>> {
+        let h = window
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(u64::from(tier));
+        self.fetch_locks[(h >> 32) as usize % FETCH_STRIPES].lock()
     }
 
     /// Inserts clean copies of consecutive blocks from `first`, evicting LRU

@@ -364,10 +364,11 @@ impl Fs {
         read_ahead: bool,
     ) -> FsResult<()> {
         // An object tier's requests cost a round trip each: a sequential
-        // reader's miss fetches more at once, as parallel ranged GETs, and
-        // one such fetch at a time per tier, so that readers of the same
-        // data (the kernel's concurrent read-ahead requests) find it cached
-        // instead of fetching it again.
+        // reader's miss fetches more at once, as parallel ranged GETs, never
+        // past the end of its read-ahead window, and one fetch at a time per
+        // window, so that readers of the same data (the kernel's concurrent
+        // read-ahead requests) find it cached instead of fetching it again,
+        // while readers of other data do not wait for it.
         let object_read_ahead = read_ahead && self.tier(tier)?.kind == terrace_format::TierKind::S3;
         let unit = if read_ahead {
             let unit = (self.settings.read().max_read_unit_bytes / BS).max(1);
@@ -397,8 +398,14 @@ impl Fs {
             if at == dst.len() {
                 break;
             }
-            let _fetch = if object_read_ahead {
-                let g = self.cache.object_fetch_lock(tier);
+            let window = OBJECT_READ_AHEAD_BYTES / BS;
+            let mut fetch = if object_read_ahead {
+                let asked = std::time::Instant::now();
+                let g = self.cache.object_fetch_lock(tier, blk / window);
+                if g.is_some_and(|f| f.tier == tier && f.window == blk / window && f.at >= asked) {
+                    // The fetch this reader waited for failed: so does it.
+                    return Err(crate::types::errno(libc::EIO));
+                }
                 if self.cache.has_clean(tier, blk) {
                     // Fetched by another reader while this one waited.
                     continue;
@@ -407,15 +414,27 @@ impl Fs {
             } else {
                 None
             };
+            let mut failed = |e: std::io::Error| {
+                if let Some(g) = fetch.as_mut() {
+                    **g = Some(crate::cache::FailedFetch {
+                        tier,
+                        window: blk / window,
+                        at: std::time::Instant::now(),
+                    });
+                }
+                self.device_error(tier, e)
+            };
             let need = (skip + dst.len() - at).div_ceil(BS as usize) as u64;
-            let n = left.min(unit.max(need)).max(1);
+            let mut n = left.min(unit.max(need)).max(1);
+            if object_read_ahead {
+                // Within this window: the next one has a lock of its own.
+                n = n.min(window - blk % window);
+            }
             let t = self.tier(tier)?;
             let len = (n * BS) as usize;
             let mut read = self.read_buf(len);
             let buf = &mut read[..len];
-            t.media
-                .read_blocks(blk, buf)
-                .map_err(|e| self.device_error(tier, e))?;
+            t.media.read_blocks(blk, buf).map_err(&mut failed)?;
             // The blocks this read needs must match their checksums; of the
             // read-ahead, only the blocks before a mismatch are kept. A
             // mismatch is read once more first: data damaged on its way (an
@@ -423,9 +442,7 @@ impl Fs {
             // damage at rest fails again.
             let mut good = self.verified_prefix(tier, blk, buf) as u64;
             if good < need.min(n) {
-                t.media
-                    .read_blocks(blk, buf)
-                    .map_err(|e| self.device_error(tier, e))?;
+                t.media.read_blocks(blk, buf).map_err(&mut failed)?;
                 good = self.verified_prefix(tier, blk, buf) as u64;
             }
             if good < need.min(n) {
