@@ -272,6 +272,19 @@ def test_fsck_repair_of_a_clean_pool_changes_nothing(pool, mountpoint):
     assert not diff(before, after), "\n".join(diff(before, after))
 
 
+def remount_through_the_helper(terrace_bin: str, pool: str, mnt: str, how: str) -> None:
+    """What `mount -o remount,ro|rw MNT` runs for a fuse.terrace mount:
+    mount.fuse3 execs `terrace POOL MNT -o remount,…` (the helper form), which
+    changes the mount in place with `mount -i` (no second daemon)."""
+    import subprocess
+    cp = subprocess.run([terrace_bin, pool, mnt, "-o", f"rw,remount,{how}"],
+                        capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 0, helpers.describe(cp, f"the helper's remount,{how}")
+    ro = any(line.split()[4] == mnt and "ro" in line.split()[5].split(",")
+             for line in open("/proc/self/mountinfo"))
+    assert ro == (how == "ro"), f"the mount is not {how} after the helper's remount"
+
+
 def test_a_read_only_remount_leaves_a_clean_pool_image_and_read_write_resumes(terrace_bin, pool_path, mountpoint):
     """`mount -o remount,ro`: FUSE does not tell the daemon, which watches the
     mount table and freezes the pool (design.md 5l): cached data written
@@ -293,7 +306,10 @@ def test_a_read_only_remount_leaves_a_clean_pool_image_and_read_write_resumes(te
                 write(os.path.join(root, f"f{i}"), data)
                 sums[f"f{i}"] = hashlib.sha256(data).hexdigest()
             assert m.status()["cache"]["dirty_bytes"] > 0, "nothing cached: the test would not test write-back"
-            subprocess.run(["mount", "-o", "remount,ro", root], check=True)
+            # mount(8) runs the helper for a remount too (mount.fuse3, which
+            # looks for `terrace` in its PATH): the built binary as the
+            # helper, /sbin/mount.fuse.terrace or not.
+            remount_through_the_helper(terrace_bin, pool_path, root, "ro")
             assert helpers.wait_until(lambda: m.status()["frozen"], 10), "the daemon did not freeze the pool"
             assert m.status()["cache"]["dirty_bytes"] == 0
             with pytest.raises(OSError) as e:
@@ -316,7 +332,7 @@ def test_a_read_only_remount_leaves_a_clean_pool_image_and_read_write_resumes(te
             # equal to the copy.)
             cp = helpers.fsck(backup_pm)
             assert cp.returncode == 0, helpers.describe(cp, "fsck of the frozen images")
-            subprocess.run(["mount", "-o", "remount,rw", root], check=True)
+            remount_through_the_helper(terrace_bin, pool_path, root, "rw")
             assert helpers.wait_until(lambda: not m.status()["frozen"], 10), "the daemon did not thaw"
             write(os.path.join(root, "new"), b"after the thaw")
         helpers.assert_fsck_clean(pool_path, "after remount ro, rw and unmount")

@@ -681,6 +681,17 @@ fn main() {
     let cli = match mount_helper::parse(&argv) {
         mount_helper::HelperCall::Cli => Cli::parse_from(argv),
         mount_helper::HelperCall::Mount(args) => Cli::parse_from(args),
+        mount_helper::HelperCall::Remount(args) => {
+            // mount(8) without helpers (-i) changes the mount in place.
+            let st = std::process::Command::new("mount").args(&args).status();
+            std::process::exit(match st {
+                Ok(s) => s.code().unwrap_or(1),
+                Err(e) => {
+                    eprintln!("terrace: cannot run mount(8) for the remount: {e}");
+                    1
+                }
+            });
+        }
         mount_helper::HelperCall::Fake => std::process::exit(0),
         mount_helper::HelperCall::Usage(msg) => {
             eprintln!("{msg}");

@@ -9,6 +9,13 @@
 //!   it directly when it exists): `mount.fuse.terrace POOL DIR [-sfnvrw]
 //!   [-N NS] [-o OPTS] [-t fuse.terrace]`.
 //!
+//! `-o remount,…` (`mount -o remount,ro DIR`, which runs the helper too)
+//! changes the mount in place: no new daemon, but `mount -i -o remount,ro`
+//! (mount(8) without helpers, so no loop back here) on the mount point. The
+//! daemon sees the change in the mount table and freezes or thaws the pool
+//! (design.md §5l). Only `ro`/`rw` are passed on: the other options of a
+//! mounted pool change at run time through `terrace set`.
+//!
 //! Either way the mount must be in place when the helper returns, so it
 //! becomes `terrace mount --daemon -o OPTS POOL DIR`, after dropping the
 //! options that mean something only to mount(8) or fstab (`defaults`,
@@ -59,6 +66,9 @@ pub enum HelperCall {
     Cli,
     /// Mount: the argument list of the equivalent `terrace mount` command.
     Mount(Vec<OsString>),
+    /// `-o remount,…`: mount(8)'s arguments (`-i -o remount,ro|rw DIR`)
+    /// that change the existing mount in place.
+    Remount(Vec<OsString>),
     /// `-f` (fake): do everything but mount, i.e. nothing.
     Fake,
     /// A malformed helper command line, with the message to print.
@@ -121,12 +131,13 @@ pub fn parse(argv: &[OsString]) -> HelperCall {
     if fake {
         return HelperCall::Fake;
     }
-    let kept: Vec<&str> = opts
-        .iter()
-        .flat_map(|o| o.split(','))
-        .map(str::trim)
-        .filter(|o| !o.is_empty() && !mount8_only(o))
-        .collect();
+    let all = || opts.iter().flat_map(|o| o.split(',')).map(str::trim);
+    if all().any(|o| o == "remount") {
+        let ro = all().filter(|o| *o == "ro" || *o == "rw").last() == Some("ro");
+        let how = if ro { "remount,ro" } else { "remount,rw" };
+        return HelperCall::Remount(vec!["-i".into(), "-o".into(), how.into(), dir]);
+    }
+    let kept: Vec<&str> = all().filter(|o| !o.is_empty() && !mount8_only(o)).collect();
     let mut out: Vec<OsString> = vec!["terrace".into(), "mount".into(), "--daemon".into()];
     if !kept.is_empty() {
         out.push("-o".into());
@@ -226,6 +237,34 @@ mod tests {
             parse(&args(&["mount.fuse.terrace", "/p", "/m", "-o", "defaults"])),
             daemon(&["/p", "/m"])
         );
+    }
+
+    #[test]
+    fn a_remount_changes_the_mount_in_place_without_a_new_daemon() {
+        for (v, how) in [
+            (
+                &["terrace", "/p", "/m", "-o", "remount,ro"][..],
+                "remount,ro",
+            ),
+            (
+                &["mount.fuse.terrace", "/p", "/m", "-o", "rw,remount"],
+                "remount,rw",
+            ),
+            (
+                &["mount.fuse.terrace", "/p", "/m", "-r", "-o", "remount"],
+                "remount,ro",
+            ),
+            (
+                &["terrace", "/p", "/m", "-o", "ro,remount,rw"],
+                "remount,rw",
+            ),
+        ] {
+            assert_eq!(
+                parse(&args(v)),
+                HelperCall::Remount(args(&["-i", "-o", how, "/m"])),
+                "{v:?}"
+            );
+        }
     }
 
     #[test]
