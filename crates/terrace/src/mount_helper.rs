@@ -133,7 +133,7 @@ pub fn parse(argv: &[OsString]) -> HelperCall {
     }
     let all = || opts.iter().flat_map(|o| o.split(',')).map(str::trim);
     if all().any(|o| o == "remount") {
-        let ro = all().filter(|o| *o == "ro" || *o == "rw").next_back() == Some("ro");
+        let ro = all().rfind(|o| *o == "ro" || *o == "rw") == Some("ro");
         let how = if ro { "remount,ro" } else { "remount,rw" };
         return HelperCall::Remount(vec!["-i".into(), "-o".into(), how.into(), dir]);
     }
