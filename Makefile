@@ -38,10 +38,13 @@ all: build
 # `mount -t fuse.terrace` and fstab (README "mount(8) and /etc/fstab"): the
 # binary, and /sbin/mount.fuse.terrace linked to it unless that name is taken
 # by another file (without the link, mount(8) goes through mount.fuse3, which
-# finds terrace in PATH).
+# finds terrace in PATH). `make -o build install` installs the binary built
+# already (target/release/terrace) without running cargo; DESTDIR stages
+# the files under a directory (tests/e2e/test_make_install.py).
 PREFIX ?= /usr/local
 install: build
 	install -D -m 0755 "$(TERRACE)" "$(DESTDIR)$(PREFIX)/bin/terrace"
+	install -d "$(DESTDIR)/sbin"
 	@helper="$(DESTDIR)/sbin/mount.fuse.terrace"; \
 	if [ ! -e "$$helper" ] || [ -L "$$helper" ]; then \
 		ln -sfn "$(PREFIX)/bin/terrace" "$$helper" && echo "linked $$helper -> $(PREFIX)/bin/terrace"; \

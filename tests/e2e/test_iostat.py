@@ -117,3 +117,53 @@ def test_iostat_shows_the_migration_while_data_migrates():
             assert pm_read >= 0.95 * 256 * MiB, pm_read
             assert all(r["migrated_up_bytes_s"] == 0 for r in rows), rows
             assert rows[0]["migrated_down_bytes_s"] == 0, "migration before `terrace migrate`"
+
+
+def test_iostat_shows_dram_cache_hits_of_block_tier_reads():
+    """The cache-hit column moves: data on the SSD read again and again
+    (the kernel's pages dropped before each pass, so the reads reach the
+    daemon) is served from the DRAM cache after the first pass."""
+    MiB = 1 << 20
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        data = os.urandom(4 * MiB)
+        with mounted_pool(pool, mnt, "placement_policy=pm-only,migration_threshold=99"):
+            (mnt / "f").write_bytes(data)
+            terrace("migrate", "--quiet", mnt)
+        with mounted_pool(pool, mnt, "reverse_read_ratio=0"):
+            stop = threading.Event()
+            errors = []
+
+            def reader():
+                while not stop.is_set():
+                    fd = os.open(mnt / "f", os.O_RDONLY)
+                    try:
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                        got = b"".join(iter(lambda: os.read(fd, MiB), b""))
+                        if got != data:
+                            errors.append("wrong data")
+                    finally:
+                        os.close(fd)
+                    time.sleep(0.01)
+
+            t = threading.Thread(target=reader)
+            t.start()
+            try:
+                cp = subprocess.run([str(TERRACE_BIN), "iostat", str(mnt), "0.3", "3", "--json"],
+                                    capture_output=True, text=True, timeout=60)
+                table = subprocess.run([str(TERRACE_BIN), "iostat", str(mnt), "0.3", "1"],
+                                       capture_output=True, text=True, timeout=60)
+            finally:
+                stop.set()
+                t.join()
+            assert not errors, errors
+            assert cp.returncode == 0, cp.stderr
+            rows = [json.loads(x) for x in cp.stdout.splitlines()]
+            assert sum(r["cache_hits_s"] for r in rows) > 0, rows
+            assert all(r["reads_s"] > 0 for r in rows), rows
+            # Mostly hits once the first pass filled the cache.
+            last = rows[-1]
+            assert last["cache_hits_s"] > last["cache_misses_s"], last
+            assert table.returncode == 0, table.stderr
+            hit = table.stdout.rsplit("cache hits ", 1)[-1].strip()
+            assert hit.endswith("%") and int(hit[:-1]) > 50, table.stdout

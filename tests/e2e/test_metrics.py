@@ -158,3 +158,111 @@ def test_an_fstab_line_with_metrics_serves_them():
                 for pid in helpers.find_pids_with_arg(str(mnt)):
                     helpers.kill_pid(pid)
         helpers.assert_fsck_clean(pool, "after umount")
+
+
+def _delta(before: dict, after: dict, series: str) -> float:
+    return after.get(series, 0) - before.get(series, 0)
+
+
+def _read_uncached(path) -> bytes:
+    """The file's data, read through the daemon: the kernel's pages of the
+    file are dropped first (reads of a cached open are otherwise served by
+    the kernel and never reach the daemon's DRAM cache)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        out = bytearray()
+        while chunk := os.read(fd, 1 << 20):
+            out += chunk
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return bytes(out)
+    finally:
+        os.close(fd)
+
+
+def test_migration_cache_and_predictor_series_move_and_every_listed_metric_is_there():
+    """Issue 18 point 3 beyond bytes written: `terrace migrate` moves the
+    migration bytes (by exactly what moved, to the tier it went to) and the
+    SSD's writes; reading data on the SSD twice (from a fresh mount) shows
+    DRAM cache misses, then hits; small writes each followed by fsync settle
+    correct "sync" predictions and land on PM as sync writes; a scrub
+    exports its counts. Every kind of metric the issue lists is on the page."""
+    MiB = 1 << 20
+    port = _free_port()
+    files = {f"f{i}": os.urandom(MiB) for i in range(8)}
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        # Migration: the data stays on PM until `terrace migrate` moves it.
+        with mounted_pool(pool, mnt, f"metrics=127.0.0.1:{port},placement_policy=pm-only,"
+                                     "migration_threshold=99"):
+            for name, data in files.items():
+                (mnt / name).write_bytes(data)
+            _, before = _scrape(port)
+            out = terrace("migrate", mnt).stdout
+            assert out.startswith("terrace: moved 8.00 MiB of 8 files to ssd"), out
+            _, after = _scrape(port)
+            down = 'terrace_migration_bytes_total{direction="down"}'
+            assert _delta(before, after, down) == 8 * MiB, (before.get(down), after.get(down))
+            assert _delta(before, after, "terrace_migration_tier_bytes_total" + SSD) == 8 * MiB
+            assert _delta(before, after, 'terrace_migration_bytes_total{direction="up"}') == 0
+            assert after["terrace_migration_bandwidth_bytes_per_second"] > 0
+            assert after["terrace_migration_running"] == 0
+            assert _delta(before, after, "terrace_tier_written_bytes_total" + SSD) >= 8 * MiB
+            assert _delta(before, after, "terrace_tier_write_requests_total" + SSD) > 0
+            assert _delta(before, after, "terrace_tier_read_bytes_total" + PM) >= 8 * MiB
+            assert after["terrace_tier_used_bytes" + SSD] >= 8 * MiB
+            assert after["terrace_tier_write_amplification_ratio" + SSD] > 0
+        # A fresh mount: the DRAM cache is empty, so the first read of the
+        # SSD's data misses and the second hits (reads move no data up).
+        with mounted_pool(pool, mnt, f"metrics=127.0.0.1:{port},reverse_read_ratio=0"):
+            _, s0 = _scrape(port)
+            for name, data in files.items():
+                assert _read_uncached(mnt / name) == data
+            _, s1 = _scrape(port)
+            for name, data in files.items():
+                assert _read_uncached(mnt / name) == data
+            _, s2 = _scrape(port)
+            first_misses = _delta(s0, s1, "terrace_cache_misses_total")
+            assert first_misses > 0, (s0.get("terrace_cache_misses_total"), s1.get("terrace_cache_misses_total"))
+            assert _delta(s1, s2, "terrace_cache_hits_total") > 0, (s1.get("terrace_cache_hits_total"),
+                                                                    s2.get("terrace_cache_hits_total"))
+            assert _delta(s1, s2, "terrace_cache_misses_total") < first_misses
+            assert 0 < s2["terrace_cache_hit_ratio"] < 1
+            assert _delta(s0, s2, "terrace_tier_read_bytes_total" + SSD) >= 8 * MiB
+            assert _delta(s0, s2, "terrace_read_bytes_total") >= 16 * MiB
+            assert s2['terrace_fuse_request_duration_seconds_count{op="read"}'] > 0
+
+            # The synchronicity predictor: after the first fsync judged the
+            # file synchronous, each small write is predicted "sync" and the
+            # next fsync settles the prediction as correct.
+            sync = 'terrace_placed_writes_total{class="sync",landing="pm"}'
+            with open(mnt / "log", "wb", buffering=0) as f:
+                for _ in range(10):
+                    f.write(os.urandom(4096))
+                    os.fsync(f.fileno())
+            _, s3 = _scrape(port)
+            assert s3['terrace_sync_predictions_settled{predicted="sync"}'] >= 8, s3
+            assert s3['terrace_sync_predictions_correct{predicted="sync"}'] >= 8, s3
+            assert 0 < s3["terrace_sync_prediction_accuracy_ratio"] <= 1
+            assert _delta(s2, s3, sync) >= 8, (s2.get(sync), s3.get(sync))
+            assert _delta(s2, s3, "terrace_fsyncs_total") >= 10
+
+            # Scrub: its counts appear once there is one.
+            assert not any(k.startswith("terrace_scrub_") for k in s3)
+            terrace("scrub", "--quiet", mnt)
+            _, s4 = _scrape(port)
+            assert s4["terrace_scrub_checked_blocks"] >= 8 * MiB // 4096, s4
+            assert s4["terrace_scrub_bad_blocks"] == 0
+            assert s4["terrace_checksum_errors_total"] == 0
+            assert s4["terrace_checksummed_reads_total"] > 0
+
+            # Every metric issue 18 lists is on the page.
+            for name in ["terrace_tier_capacity_bytes" + PM, "terrace_tier_used_bytes" + PM,
+                         "terrace_tier_read_requests_total" + SSD, "terrace_tier_read_bytes_total" + SSD,
+                         "terrace_tier_write_requests_total" + PM, "terrace_tier_written_bytes_total" + PM,
+                         'terrace_fuse_request_duration_seconds_bucket{op="write",le="+Inf"}',
+                         'terrace_migration_bytes_total{direction="down"}',
+                         "terrace_migration_bandwidth_bytes_per_second", "terrace_cache_hit_ratio",
+                         "terrace_sync_prediction_accuracy_ratio",
+                         "terrace_tier_write_amplification_ratio" + SSD, "terrace_scrub_bad_blocks"]:
+                assert name in s4, name

@@ -76,7 +76,7 @@ pub struct ObjectTierStatus {
 }
 
 /// Requests an object tier sent since mount (successful ones, except
-/// `failures`).
+/// `failures` and `failed_tries`).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct ObjectRequests {
     pub puts: u64,
@@ -85,7 +85,12 @@ pub struct ObjectRequests {
     pub get_bytes: u64,
     pub deletes: u64,
     pub lists: u64,
+    /// Requests that failed after their retries.
     pub failures: u64,
+    /// HTTP tries that failed (5xx or 429 answers, connection errors,
+    /// time-outs), retried or not.
+    #[serde(default)]
+    pub failed_tries: u64,
 }
 
 impl From<terrace_media::object::RequestStats> for ObjectRequests {
@@ -98,6 +103,7 @@ impl From<terrace_media::object::RequestStats> for ObjectRequests {
             deletes: r.deletes,
             lists: r.lists,
             failures: r.failures,
+            failed_tries: r.failed_tries,
         }
     }
 }

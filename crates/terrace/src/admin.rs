@@ -282,6 +282,23 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
                     String::new()
                 }
             ));
+            let r = &o.requests;
+            line(format!(
+                "  {:<4} requests: {} GETs ({} down), {} PUTs ({} up), {} deletes, {} lists, {} failed{}",
+                t.kind,
+                r.gets,
+                util::human_bytes(r.get_bytes),
+                r.puts,
+                util::human_bytes(r.put_bytes),
+                r.deletes,
+                r.lists,
+                r.failures,
+                if r.failed_tries > 0 {
+                    format!(" ({} HTTP tries failed, retried or not)", r.failed_tries)
+                } else {
+                    String::new()
+                }
+            ));
             let c = &o.cleaning;
             line(format!(
                 "  {:<4} cleaning: {} parts cleaned in {} passes, {} rewritten, {} reclaimed; \

@@ -2,8 +2,9 @@
 //! pool's I/O, like `zpool iostat -v`: every INTERVAL seconds, per tier the
 //! read and write requests and bandwidth and the device syncs, and for the
 //! pool the FUSE reads and writes, migration down and up, and DRAM cache
-//! hits — each as a rate over the interval, computed from two `status`
-//! answers of the daemon (its counters since mount).
+//! hits, and per object (S3) tier the GETs, PUTs and deletes it sent to its
+//! store and their bytes — each as a rate over the interval, computed from
+//! two `status` answers of the daemon (its counters since mount).
 
 use crate::admin::fetch_status;
 use crate::control::protocol::DaemonStatus;
@@ -29,6 +30,26 @@ pub struct TierRates {
     pub write_bytes_s: f64,
     /// Device syncs per second.
     pub syncs_s: f64,
+    /// An object tier's requests to its store (absent for other tiers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<ObjectRates>,
+}
+
+/// An object tier's requests to its store over an interval.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct ObjectRates {
+    /// GETs per second.
+    pub gets_s: f64,
+    /// Bytes the GETs fetched per second.
+    pub get_bytes_s: f64,
+    /// PUTs per second.
+    pub puts_s: f64,
+    /// Bytes the PUTs uploaded per second.
+    pub put_bytes_s: f64,
+    /// Deletes per second.
+    pub deletes_s: f64,
+    /// Requests that failed (after their retries) per second.
+    pub failures_s: f64,
 }
 
 /// One line of `--json` output: the rates over one interval.
@@ -67,13 +88,23 @@ pub fn rates(a: &DaemonStatus, b: &DaemonStatus, secs: f64) -> Rates {
         .iter()
         .map(|t| {
             let now = t.io.unwrap_or_default();
-            let before = a
-                .core
-                .tiers
-                .iter()
-                .find(|o| o.id == t.id)
-                .and_then(|o| o.io)
-                .unwrap_or_default();
+            let before = a.core.tiers.iter().find(|o| o.id == t.id);
+            let object = t.object.as_ref().map(|o| {
+                let now = o.requests;
+                let before = before
+                    .and_then(|b| b.object.as_ref())
+                    .map(|b| b.requests)
+                    .unwrap_or_default();
+                ObjectRates {
+                    gets_s: r(before.gets, now.gets),
+                    get_bytes_s: r(before.get_bytes, now.get_bytes),
+                    puts_s: r(before.puts, now.puts),
+                    put_bytes_s: r(before.put_bytes, now.put_bytes),
+                    deletes_s: r(before.deletes, now.deletes),
+                    failures_s: r(before.failures, now.failures),
+                }
+            });
+            let before = before.and_then(|o| o.io).unwrap_or_default();
             TierRates {
                 id: t.id,
                 kind: t.kind.to_string(),
@@ -82,6 +113,7 @@ pub fn rates(a: &DaemonStatus, b: &DaemonStatus, secs: f64) -> Rates {
                 write_ops_s: r(before.write_requests, now.write_requests),
                 write_bytes_s: r(before.write_bytes, now.write_bytes),
                 syncs_s: r(before.syncs, now.syncs),
+                object,
             }
         })
         .collect();
@@ -131,6 +163,24 @@ pub fn render(r: &Rates) -> String {
             bw(t.write_bytes_s),
             t.syncs_s
         ));
+    }
+    for t in &r.tiers {
+        if let Some(o) = &t.object {
+            out.push_str(&format!(
+                "{:<6} object store: GET {:.0}/s {}/s, PUT {:.0}/s {}/s, DELETE {:.0}/s{}\n",
+                format!("{}:{}", t.id, t.kind),
+                o.gets_s,
+                bw(o.get_bytes_s).trim(),
+                o.puts_s,
+                bw(o.put_bytes_s).trim(),
+                o.deletes_s,
+                if o.failures_s > 0.0 {
+                    format!(", FAILED {:.0}/s", o.failures_s)
+                } else {
+                    String::new()
+                }
+            ));
+        }
     }
     let hits = r.cache_hits_s + r.cache_misses_s;
     out.push_str(&format!(
@@ -208,5 +258,39 @@ mod tests {
         let back = rates(&b, &a, 1.0);
         assert_eq!(back.write_bytes_s, 0.0);
         assert!(render(&r).contains("0:pm"));
+        assert!(r.tiers.iter().all(|t| t.object.is_none()));
+        assert!(!serde_json::to_string(&r).unwrap().contains("gets_s"));
+    }
+
+    #[test]
+    fn an_object_tier_shows_its_gets_and_puts_per_interval() {
+        let with_s3 = |puts: u64, put_bytes: u64, gets: u64| {
+            let mut v = serde_json::to_value(status(0, 0, 0)).unwrap();
+            let mut s3 = v["tiers"][1].clone();
+            s3["id"] = 2.into();
+            s3["kind"] = "s3".into();
+            s3["object"] = serde_json::json!({
+                "parts": 1, "stored_bytes": 0, "live_bytes": 0, "live_fraction": 1.0,
+                "dead_parts": 0, "pending_bytes": 0,
+                "requests": {"puts": puts, "put_bytes": put_bytes, "gets": gets, "get_bytes": 0,
+                             "deletes": 0, "lists": 0, "failures": 0}
+            });
+            v["tiers"].as_array_mut().unwrap().push(s3);
+            serde_json::from_value::<DaemonStatus>(v).unwrap()
+        };
+        let r = rates(&with_s3(1, 0, 0), &with_s3(5, 8 << 20, 2), 2.0);
+        let o = r.tiers[2].object.as_ref().unwrap();
+        assert_eq!(
+            (o.puts_s, o.put_bytes_s, o.gets_s),
+            (2.0, (4 << 20) as f64, 1.0)
+        );
+        assert!(r.tiers[0].object.is_none());
+        let table = render(&r);
+        assert!(
+            table.contains("2:s3   object store: GET 1/s 0.0/s, PUT 2/s 4.0M/s, DELETE 0/s"),
+            "{table}"
+        );
+        let json: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["tiers"][2]["object"]["puts_s"], 2.0);
     }
 }

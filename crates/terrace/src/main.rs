@@ -164,7 +164,8 @@ Examples:
 const IOSTAT_AFTER: &str = "\
 Every INTERVAL seconds (default 1), one table: per tier (0:pm, 1:ssd, ...) the
 device read and write requests and bytes per second and the syncs per second;
-then for the whole mount the reads and writes applications made through it,
+for each object (S3) tier the GETs, PUTs and deletes it sent to its store and
+their bytes per second; then for the whole mount the reads and writes applications made through it,
 migration down (to slower tiers) and up (reverse migration), and the share of
 block-tier reads the DRAM cache served. All are rates over the interval, from
 the daemon's counters. Runs until Ctrl-C, or COUNT tables.
@@ -234,7 +235,7 @@ struct MigrateArgs {
     mountpoint: PathBuf,
     /// Files or directories on that mount (default: all of it).
     paths: Vec<PathBuf>,
-    /// Target tier: pm, ssd, hdd or a tier id (default: the first block tier).
+    /// Target tier: pm, ssd, hdd, s3 or a tier id (default: the first block tier).
     #[arg(long, value_name = "TIER")]
     to: Option<String>,
     /// No progress bar and no summary line (errors are still printed).

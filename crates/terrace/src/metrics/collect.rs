@@ -115,6 +115,7 @@ impl Collector for Sample {
         let mut f = Families { enc };
         self.pool(&mut f)?;
         self.tiers(&mut f)?;
+        self.object_tiers(&mut f)?;
         self.application(&mut f)?;
         self.placement(&mut f)?;
         self.migration(&mut f)?;
@@ -219,6 +220,109 @@ impl Sample {
             "terrace_tier_write_amplification_ratio",
             "Bytes written to each block tier / bytes applications wrote, since mount.",
             &rows(&|t| t.write_amplification),
+        )
+    }
+
+    /// The requests each object (S3) tier sent to its store, and what it
+    /// stores: one series per object tier (none without one).
+    fn object_tiers(&self, f: &mut Families) -> fmt::Result {
+        let objects: Vec<_> = self
+            .status
+            .tiers
+            .iter()
+            .filter_map(|t| t.object.as_ref().map(|o| (tier_labels(t.kind, t.id), o)))
+            .collect();
+        if objects.is_empty() {
+            return Ok(());
+        }
+        let with_op = |labels: &Labels, op: &str| {
+            let mut l = labels.clone();
+            l.push(("op", op.to_string()));
+            l
+        };
+        let mut requests = Vec::new();
+        for (labels, o) in &objects {
+            let r = &o.requests;
+            for (op, n) in [
+                ("get", r.gets),
+                ("put", r.puts),
+                ("delete", r.deletes),
+                ("list", r.lists),
+            ] {
+                requests.push((with_op(labels, op), n));
+            }
+        }
+        let counters = |v: &dyn Fn(&terrace_core::status::ObjectTierStatus) -> u64| {
+            objects
+                .iter()
+                .map(|(l, o)| (l.clone(), v(o)))
+                .collect::<Vec<_>>()
+        };
+        let gauges = |v: &dyn Fn(&terrace_core::status::ObjectTierStatus) -> f64| {
+            objects
+                .iter()
+                .map(|(l, o)| (l.clone(), v(o)))
+                .collect::<Vec<_>>()
+        };
+        f.counters(
+            "terrace_object_requests",
+            "Successful requests each object tier sent to its store since mount, by op (get: ranged reads and the marker; put: parts and the marker; delete; list). GETs and PUTs are what object stores charge for.",
+            &requests,
+        )?;
+        f.counters(
+            "terrace_object_downloaded_bytes",
+            "Bytes each object tier's GETs fetched since mount.",
+            &counters(&|o| o.requests.get_bytes),
+        )?;
+        f.counters(
+            "terrace_object_uploaded_bytes",
+            "Bytes each object tier's PUTs uploaded since mount.",
+            &counters(&|o| o.requests.put_bytes),
+        )?;
+        f.counters(
+            "terrace_object_failed_requests",
+            "Requests to the store that failed after their retries (reads of its data failed with EIO).",
+            &counters(&|o| o.requests.failures),
+        )?;
+        f.counters(
+            "terrace_object_failed_tries",
+            "HTTP tries that failed (5xx or 429 answers, connection errors, time-outs), retried or not.",
+            &counters(&|o| o.requests.failed_tries),
+        )?;
+        f.gauges(
+            "terrace_object_parts",
+            "Parts (objects) each object tier has in its store.",
+            &gauges(&|o| o.parts as f64),
+        )?;
+        f.gauges(
+            "terrace_object_stored_bytes",
+            "Bytes of those parts.",
+            &gauges(&|o| o.stored_bytes as f64),
+        )?;
+        f.gauges(
+            "terrace_object_live_bytes",
+            "Bytes of those parts that files still read (the rest is what cleaning wins back).",
+            &gauges(&|o| o.live_bytes as f64),
+        )?;
+        f.gauges(
+            "terrace_object_pending_bytes",
+            "Bytes written to each object tier but not yet uploaded.",
+            &gauges(&|o| o.pending_bytes as f64),
+        )?;
+        f.gauges(
+            "terrace_object_unreachable",
+            "1 while the store fails requests (until one succeeds).",
+            &gauges(&|o| bool_gauge(o.unreachable_since_unix.is_some())),
+        )?;
+        f.counters(
+            "terrace_object_cleaning_reclaimed_bytes",
+            "Bytes of the parts object cleaning emptied (by rewriting their live data) and deleted, since mount.",
+            &counters(&|o| o.cleaning.bytes_reclaimed),
+        )?;
+        f.counters(
+            "terrace_object_cleaning_rewritten_bytes",
+            "Live bytes object cleaning copied into new parts, since mount.",
+            &counters(&|o| o.cleaning.bytes_rewritten),
         )
     }
 
@@ -367,6 +471,13 @@ impl Sample {
             "Block-tier reads that went to a device.",
             c.misses,
         )?;
+        if c.hits + c.misses > 0 {
+            f.gauge(
+                "terrace_cache_hit_ratio",
+                "Hits / (hits + misses) of the DRAM page cache since mount (what `terrace status` shows; rate() of the two counters gives it over a window).",
+                c.hits as f64 / (c.hits + c.misses) as f64,
+            )?;
+        }
         f.gauges(
             "terrace_cache_bytes",
             "Bytes in the DRAM page cache, dirty and clean.",
@@ -604,6 +715,74 @@ mod tests {
                 assert!(v.parse::<f64>().is_ok() || v == "+Inf", "{line}");
             }
         }
+    }
+
+    #[test]
+    fn an_object_tier_exports_its_requests_and_bytes_per_tier() {
+        let page = render(Sample {
+            status: status(),
+            latency: Vec::new(),
+            read_only: false,
+        })
+        .unwrap();
+        assert!(!page.contains("terrace_object_"), "no object tier: {page}");
+        let mut v = serde_json::to_value(status()).unwrap();
+        let mut s3 = v["tiers"][1].clone();
+        s3["id"] = 2.into();
+        s3["kind"] = "s3".into();
+        s3["object"] = serde_json::json!({
+            "parts": 3, "stored_bytes": 3 << 20, "live_bytes": 2 << 20, "live_fraction": 0.66,
+            "dead_parts": 0, "pending_bytes": 0,
+            "requests": {"puts": 4, "put_bytes": 3 << 20, "gets": 7, "get_bytes": 1 << 20,
+                         "deletes": 1, "lists": 2, "failures": 0, "failed_tries": 5}
+        });
+        v["tiers"].as_array_mut().unwrap().push(s3);
+        v["cache"]["misses"] = 3.into();
+        let page = render(Sample {
+            status: serde_json::from_value(v).unwrap(),
+            latency: Vec::new(),
+            read_only: false,
+        })
+        .unwrap();
+        let s3 = "tier=\"s3\",tier_id=\"2\"";
+        for (series, want) in [
+            (
+                format!("terrace_object_requests_total{{{s3},op=\"put\"}}"),
+                4.0,
+            ),
+            (
+                format!("terrace_object_requests_total{{{s3},op=\"get\"}}"),
+                7.0,
+            ),
+            (
+                format!("terrace_object_requests_total{{{s3},op=\"delete\"}}"),
+                1.0,
+            ),
+            (
+                format!("terrace_object_requests_total{{{s3},op=\"list\"}}"),
+                2.0,
+            ),
+            (
+                format!("terrace_object_uploaded_bytes_total{{{s3}}}"),
+                3145728.0,
+            ),
+            (
+                format!("terrace_object_downloaded_bytes_total{{{s3}}}"),
+                1048576.0,
+            ),
+            (format!("terrace_object_failed_requests_total{{{s3}}}"), 0.0),
+            (format!("terrace_object_failed_tries_total{{{s3}}}"), 5.0),
+            (format!("terrace_object_parts{{{s3}}}"), 3.0),
+            (format!("terrace_object_unreachable{{{s3}}}"), 0.0),
+            ("terrace_cache_hit_ratio".to_string(), 0.75),
+        ] {
+            assert_eq!(value(&page, &series), Some(want), "{series}: {page}");
+        }
+        // Only object tiers have object series.
+        assert!(
+            !page.contains("terrace_object_parts{tier=\"ssd\""),
+            "{page}"
+        );
     }
 
     #[test]
