@@ -157,7 +157,7 @@ impl CrashStore {
             .lock()
             .ops
             .iter()
-            .filter(|o| o.issued <= t && o.answered.is_none_or(|a| a > t))
+            .filter(|o| o.issued <= t && o.answered.map_or(true, |a| a > t))
             .count()
     }
 
@@ -221,6 +221,9 @@ impl ObjectStore for CrashStore {
             .log
             .lock()
             .issue(Op::Put(location.as_ref().to_string(), data));
+        // Let the other requests of the batch be issued first: several
+        // uploads in flight at once, as on a real store.
+        tokio::task::yield_now().await;
         let r = self.inner.put_opts(location, payload, opts).await;
         if r.is_ok() {
             self.log.lock().answer(i);
