@@ -42,10 +42,12 @@
 //! (object names), [`marker`] (pool identity), [`index`] (which part holds
 //! which block; pure), `rebuild` (the index from a LIST, at open),
 //! [`store`] (requests and runtime), `client.rs` (the S3 client and its
-//! watched HTTP tries), [`fault`] (a fault-injecting store for tests).
+//! watched HTTP tries), [`fault`] (a fault-injecting store for tests),
+//! [`crash`] (an in-memory store with a crash model, for crash-image tests).
 
 mod client;
 pub mod config;
+pub mod crash;
 pub mod fault;
 pub mod index;
 pub mod keys;
@@ -66,6 +68,7 @@ use parking_lot::Mutex;
 use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
 
 pub use config::{Credentials, NetworkParams, ObjectConfig};
+pub use crash::{CrashStore, ObjectEvent, ObjectLoss};
 pub use fault::{FaultStore, InjectedObjectFaults, PutFault};
 pub use index::Part;
 pub use keys::PartKey;
