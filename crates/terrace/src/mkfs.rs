@@ -486,7 +486,15 @@ pub(crate) fn create_object_tier(r: &TierRecord, uuid: [u8; 16]) -> CliResult {
         r.size,
         u64::from(r.extent_size) / BLOCK_SIZE,
     )
-    .map_err(|e| at(e.to_string()))?;
+    .map_err(|e| {
+        // The media's own messages name the tier (`s3 tier URL: …`).
+        let e = e.to_string();
+        if e.starts_with("s3 tier ") {
+            CliError::new(e)
+        } else {
+            at(e)
+        }
+    })?;
     use terrace_media::BlockMedia;
     media
         .write_blocks(0, &tier_header(r, uuid).encode())

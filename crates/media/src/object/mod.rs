@@ -42,10 +42,13 @@
 //! (object names), [`marker`] (pool identity), [`index`] (which part holds
 //! which block; pure), `rebuild` (the index from a LIST, at open),
 //! [`store`] (requests and runtime), `client.rs` (the S3 client and its
-//! watched HTTP tries), [`fault`] (a fault-injecting store for tests).
+//! watched HTTP tries), [`diagnose`] (wrong keys, missing bucket, wrong
+//! region, unreachable endpoint: one-line errors), [`fault`] (a
+//! fault-injecting store for tests).
 
 mod client;
 pub mod config;
+pub mod diagnose;
 pub mod fault;
 pub mod index;
 pub mod keys;
@@ -254,12 +257,16 @@ impl ObjectMedia {
     /// pool, LISTs the parts and rebuilds the index.
     pub fn open_in(bucket: Bucket, pool_uuid: [u8; 16]) -> io::Result<ObjectMedia> {
         let prefix = bucket.prefix().to_string();
-        let url = format!("s3 {}", bucket.url());
+        let url = format!("s3 tier {}", bucket.url());
         let marker_key = keys::join(&prefix, keys::MARKER_NAME);
         let bytes = bucket.get(&marker_key)?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
-                format!("{url}: no Terrace tier here (no {})", keys::MARKER_NAME),
+                format!(
+                    "{url}: no Terrace tier here (no {}: a wrong prefix, or the tier's objects \
+                     were deleted)",
+                    keys::MARKER_NAME
+                ),
             )
         })?;
         let m = Marker::parse(&bytes, &url)?;
@@ -267,7 +274,8 @@ impl ObjectMedia {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "{url}: the tier belongs to pool {}, not to pool {}",
+                    "{url}: the tier belongs to pool {}, not to pool {} (the prefix holds \
+                     another pool's objects; give each pool its own prefix)",
                     m.pool_uuid,
                     marker::uuid_string(&pool_uuid)
                 ),
@@ -630,8 +638,8 @@ fn used_prefix(bucket: &Bucket, what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::AlreadyExists,
         format!(
-            "s3 {}: the prefix holds {what} already; refusing to create a tier over it \
-             (use another prefix, or delete the old tier's objects)",
+            "s3 tier {}: the prefix holds {what} already (another pool's tier?); refusing to \
+             create a tier over it (use another prefix, or delete the old tier's objects)",
             bucket.url()
         ),
     )
