@@ -68,7 +68,7 @@ use parking_lot::Mutex;
 
 use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
 
-pub use config::{Credentials, NetworkParams, ObjectConfig};
+pub use config::{Credentials, NetworkParams, ObjectConfig, UrlOptions};
 pub use fault::{FaultStore, InjectedObjectFaults, PutFault};
 pub use index::Part;
 pub use keys::PartKey;
