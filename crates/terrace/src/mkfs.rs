@@ -76,23 +76,40 @@ fn parse_tier_with(s: &str, exists: &dyn Fn(&Path) -> bool) -> Result<TierSpec, 
 
 /// `s3:URL[:SIZE]`: the URL has colons of its own (scheme, port), so a
 /// trailing `:SIZE` counts only after the path started (the first '/' past
-/// `://`); without it the tier is [`object_tier::DEFAULT_SIZE`].
+/// `://`); without it the tier is [`object_tier::DEFAULT_SIZE`]. The URL may
+/// end in options, `?region=…&path_style=…&credentials_file=…&profile=…`
+/// (terrace_media::UrlOptions), stored with it; `:SIZE` then goes at the
+/// very end or before the `?`.
 fn parse_s3_tier(s: &str, url: &str) -> Result<TierSpec, String> {
     let path_start = url
         .find("://")
         .and_then(|i| url[i + 3..].find('/').map(|j| i + 3 + j))
         .ok_or_else(|| {
-            format!("{s:?}: expected s3:http(s)://HOST[:PORT]/BUCKET[/PREFIX][:SIZE]")
+            format!("{s:?}: expected s3:http(s)://HOST[:PORT]/BUCKET[/PREFIX][:SIZE][?OPTIONS]")
         })?;
-    let (url, size) = match url.rfind(':') {
-        Some(i) if i > path_start => {
-            let sz = &url[i + 1..];
-            let n = util::parse_size(sz).map_err(|e| format!("{s:?}: bad size {sz:?}: {e}"))?;
-            (&url[..i], n)
-        }
-        _ => (url, object_tier::DEFAULT_SIZE),
+    let (addr, opts) = match url[path_start..].find('?') {
+        Some(i) => url.split_at(path_start + i),
+        None => (url, ""),
     };
-    terrace_media::ObjectConfig::from_url(url).map_err(|e| format!("{s:?}: {e}"))?;
+    let size_of =
+        |sz: &str| util::parse_size(sz).map_err(|e| format!("{s:?}: bad size {sz:?}: {e}"));
+    let (addr, size_before) = match addr.rfind(':') {
+        Some(i) if i > path_start => (&addr[..i], Some(size_of(&addr[i + 1..])?)),
+        _ => (addr, None),
+    };
+    // After the options, a ':' whose tail could be no option value.
+    let (opts, size_after) = match opts.rfind(':') {
+        Some(i) if !opts[i + 1..].contains(['=', '&', '/']) => {
+            (&opts[..i], Some(size_of(&opts[i + 1..])?))
+        }
+        _ => (opts, None),
+    };
+    let size = match (size_before, size_after) {
+        (Some(_), Some(_)) => return Err(format!("{s:?}: the size is given twice")),
+        (a, b) => a.or(b).unwrap_or(object_tier::DEFAULT_SIZE),
+    };
+    let url = format!("{addr}{opts}");
+    terrace_media::ObjectConfig::from_url(&url).map_err(|e| format!("{s:?}: {e}"))?;
     Ok(TierSpec {
         kind: TierKind::S3,
         path: PathBuf::from(url),
@@ -486,7 +503,15 @@ pub(crate) fn create_object_tier(r: &TierRecord, uuid: [u8; 16]) -> CliResult {
         r.size,
         u64::from(r.extent_size) / BLOCK_SIZE,
     )
-    .map_err(|e| at(e.to_string()))?;
+    .map_err(|e| {
+        // The media's own messages name the tier (`s3 tier URL: …`).
+        let e = e.to_string();
+        if e.starts_with("s3 tier ") {
+            CliError::new(e)
+        } else {
+            at(e)
+        }
+    })?;
     use terrace_media::BlockMedia;
     media
         .write_blocks(0, &tier_header(r, uuid).encode())
@@ -722,6 +747,33 @@ mod tests {
                 .path,
             PathBuf::from("https://s3.example.com/bucket/a/b")
         );
+        // Options: stored with the URL; the size before them or at the end.
+        for spec in [
+            "s3:http://127.0.0.1:9000/bkt/p?region=eu-west-1&credentials_file=/etc/t/s3.cred:2T",
+            "s3:http://127.0.0.1:9000/bkt/p:2T?region=eu-west-1&credentials_file=/etc/t/s3.cred",
+        ] {
+            let t = parse_tier(spec).unwrap();
+            assert_eq!(
+                t.path,
+                PathBuf::from(
+                    "http://127.0.0.1:9000/bkt/p?region=eu-west-1&credentials_file=/etc/t/s3.cred"
+                ),
+                "{spec}"
+            );
+            assert_eq!(t.size, Some(2 << 40), "{spec}");
+        }
+        let t = parse_tier("s3:http://h:9000/bkt?path_style=true&profile=p").unwrap();
+        assert_eq!(
+            t.path,
+            PathBuf::from("http://h:9000/bkt?path_style=true&profile=p")
+        );
+        assert_eq!(t.size, Some(object_tier::DEFAULT_SIZE));
+        let e = parse_tier("s3:http://h/bkt:1T?region=x:2T").unwrap_err();
+        assert!(e.contains("given twice"), "{e}");
+        let e = parse_tier("s3:http://h/bkt?secret_key=x").unwrap_err();
+        assert!(e.contains("never stored in the pool"), "{e}");
+        let e = parse_tier("s3:http://h/bkt?region=x:lots").unwrap_err();
+        assert!(e.contains("bad size \"lots\""), "{e}");
         for bad in [
             "s3:127.0.0.1:9000/bkt",
             "s3:http://127.0.0.1:9000",

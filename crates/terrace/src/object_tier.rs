@@ -3,8 +3,10 @@
 //! settings, [`TIMEOUT_ENV`]), and opening a tier for mount and fsck with
 //! the same header check as a block tier's.
 //!
-//! Credentials come from the environment or `~/.aws/credentials` at every
-//! open; Terrace never stores them.
+//! The URL may carry options (`?region=…&path_style=…&credentials_file=…
+//! &profile=…`, `terrace_media::UrlOptions`), stored with it: none is
+//! secret. Credentials come from that file, the environment or
+//! `~/.aws/credentials` at every open; Terrace never stores them.
 
 use crate::tier_check;
 use std::time::Duration;
@@ -61,6 +63,18 @@ fn mkfs_network() -> Result<NetworkParams, String> {
     Ok(net)
 }
 
+/// Opening a tier (its marker, LIST and header) retries as briefly as
+/// mkfs: at most 2 retries within 10 s (or `net`'s budget if shorter), so a
+/// mount whose store is down fails in seconds with the reason, instead of
+/// after the minutes `net` allows a request of a running mount.
+pub fn opening_network(net: NetworkParams) -> NetworkParams {
+    let mut n = net;
+    n.retries = n.retries.min(2);
+    n.retry_timeout = n.retry_timeout.min(Duration::from_secs(10));
+    n.request_timeout = n.request_timeout.min(n.retry_timeout);
+    n
+}
+
 /// The client settings for `url`: `mkfs`'s short retries, else `net`
 /// (a mount's settings, [`default_network`] elsewhere).
 pub fn config(url: &str, mkfs: bool, net: Option<NetworkParams>) -> Result<ObjectConfig, String> {
@@ -73,17 +87,35 @@ pub fn config(url: &str, mkfs: bool, net: Option<NetworkParams>) -> Result<Objec
     Ok(cfg)
 }
 
+/// `e` after `what` (the tier), unless it names the tier itself: the
+/// media's one-line messages about configuration problems start with
+/// `s3 tier URL:` (terrace_media::object::diagnose).
+pub fn named(what: &str, e: impl std::fmt::Display) -> String {
+    let e = e.to_string();
+    if e.starts_with("s3 tier ") {
+        e
+    } else {
+        format!("{what}: {e}")
+    }
+}
+
 /// Opens object tier `t` of the pool `sb` and checks its tier header
 /// (block 0, as for every block tier), with the retries and time-outs of
-/// `net` ([`default_network`] if `None`). The error starts with the tier.
+/// `net` ([`default_network`] if `None`) — [`opening_network`]'s shorter
+/// ones while opening. The error names the tier.
 pub fn open(
     t: &TierRecord,
     sb: &Superblock,
     net: Option<NetworkParams>,
 ) -> Result<ObjectMedia, String> {
     let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
-    let cfg = config(&t.path, false, net).map_err(|e| format!("{what}: {e}"))?;
-    let media = ObjectMedia::open(&cfg, sb.uuid).map_err(|e| format!("{what}: {e}"))?;
+    let net = match net {
+        Some(n) => n,
+        None => default_network().map_err(|e| format!("{what}: {e}"))?,
+    };
+    let cfg =
+        config(&t.path, false, Some(opening_network(net))).map_err(|e| format!("{what}: {e}"))?;
+    let media = ObjectMedia::open(&cfg, sb.uuid).map_err(|e| named(&what, e))?;
     if media.len() < t.size {
         return Err(format!(
             "{what}: the store's tier holds {} bytes, the pool expects {}",
@@ -92,12 +124,60 @@ pub fn open(
         ));
     }
     let mut head = vec![0u8; BLOCK_SIZE as usize];
-    media
-        .read_blocks(0, &mut head)
-        .map_err(|e| format!("{what}: cannot read the tier header: {e}"))?;
+    media.read_blocks(0, &mut head).map_err(|e| {
+        let e = e.to_string();
+        if e.starts_with("s3 tier ") {
+            e
+        } else {
+            format!("{what}: cannot read the tier header: {e}")
+        }
+    })?;
     tier_check::check_header(t, sb, &head)?;
     for k in media.ignored_keys() {
         crate::util::warn(format!("{what}: ignored object {k}"));
     }
+    media.set_network(net).map_err(|e| format!("{what}: {e}"))?;
     Ok(media)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opening_retries_briefly_whatever_the_settings() {
+        let slow = NetworkParams {
+            retries: 10,
+            retry_timeout: Duration::from_secs(180),
+            request_timeout: Duration::from_secs(30),
+            backoff: Duration::from_millis(100),
+        };
+        let o = opening_network(slow);
+        assert_eq!((o.retries, o.retry_timeout), (2, Duration::from_secs(10)));
+        assert_eq!(o.request_timeout, Duration::from_secs(10));
+        assert!(o.bound() <= Duration::from_secs(30), "{:?}", o.bound());
+        // A shorter budget stays.
+        let quick = NetworkParams {
+            retries: 1,
+            retry_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(3),
+            backoff: Duration::from_millis(100),
+        };
+        assert_eq!(opening_network(quick), quick);
+    }
+
+    #[test]
+    fn a_tier_s_own_message_is_not_named_twice() {
+        assert_eq!(
+            named(
+                "tier 2 (s3) http://h/b",
+                "s3 tier http://h/b: access denied (x)"
+            ),
+            "s3 tier http://h/b: access denied (x)"
+        );
+        assert_eq!(
+            named("tier 2 (s3) http://h/b", "S3 credentials: only one of …"),
+            "tier 2 (s3) http://h/b: S3 credentials: only one of …"
+        );
+    }
 }

@@ -2,16 +2,21 @@
 //! [`Credentials`].
 //!
 //! A tier is named by one URL, `http(s)://HOST[:PORT]/BUCKET[/PREFIX]`
-//! ([`ObjectConfig::from_url`]). Everything else has a default: the region is
-//! `AWS_REGION` or `us-east-1`; requests are path-style (`HOST/BUCKET/KEY`)
-//! for plain-http endpoints and IP addresses — what MinIO and most local
-//! servers need — and virtual-hosted (`BUCKET.HOST/KEY`) for https names.
+//! ([`ObjectConfig::from_url`]), maybe followed by options
+//! `?region=…&path_style=…&credentials_file=…&profile=…` ([`UrlOptions`];
+//! none of them secret, so the pool may store them). Everything else has a
+//! default: the region is `region=`, else `AWS_REGION`, else `us-east-1`;
+//! requests are path-style (`HOST/BUCKET/KEY`) for plain-http endpoints and
+//! IP addresses — what MinIO and most local servers need — and
+//! virtual-hosted (`BUCKET.HOST/KEY`) for https names, unless `path_style=`
+//! says otherwise.
 //!
 //! Credentials come from the standard places only ([`Credentials::resolve`]):
-//! a credentials file named in the config (with its profile), else the
-//! environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-//! `AWS_SESSION_TOKEN`), else the profile `AWS_PROFILE` (default `default`)
-//! of `AWS_SHARED_CREDENTIALS_FILE` or `~/.aws/credentials`. Terrace never
+//! a credentials file named in the config (with its profile), else — unless
+//! the config names a profile — the environment (`AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), else the profile of the
+//! config or `AWS_PROFILE` (default `default`) of
+//! `AWS_SHARED_CREDENTIALS_FILE` or `~/.aws/credentials`. Terrace never
 //! writes credentials anywhere, and `Debug` prints no secret.
 //!
 //! Parsing takes the environment as a function, so tests need not touch the
@@ -140,9 +145,122 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
+/// The options of a tier URL, `?key=value&…` after the path: what the
+/// pool's tier record may hold besides the address. None is secret — keys
+/// are refused, they belong in the environment or a credentials file.
+///
+/// - `region=NAME`: the signing region (wins over `AWS_REGION`);
+/// - `path_style=true|false`: path-style (`HOST/BUCKET/KEY`) or
+///   virtual-hosted (`BUCKET.HOST/KEY`) requests, instead of the guess from
+///   the URL;
+/// - `credentials_file=/ABSOLUTE/PATH`: read the keys from this AWS-style
+///   credentials file, never from the environment;
+/// - `profile=NAME`: the profile to use in that file, or — without
+///   `credentials_file` — in `AWS_SHARED_CREDENTIALS_FILE` or
+///   `~/.aws/credentials` (the environment's keys are then not used).
+///
+/// Values are taken as written: percent-encoding is not supported.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UrlOptions {
+    /// `region=`.
+    pub region: Option<String>,
+    /// `path_style=`.
+    pub path_style: Option<bool>,
+    /// `credentials_file=`.
+    pub credentials_file: Option<PathBuf>,
+    /// `profile=`.
+    pub profile: Option<String>,
+}
+
+/// The option names [`UrlOptions::parse`] knows.
+pub const URL_OPTIONS: &str = "region, path_style, credentials_file, profile";
+
+impl UrlOptions {
+    /// Parses the text after `?`; the error says which option is wrong and
+    /// why (without the URL).
+    pub fn parse(query: &str) -> Result<UrlOptions, String> {
+        let mut o = UrlOptions::default();
+        if query.is_empty() {
+            return Err("an empty option list after '?'".to_string());
+        }
+        if query.contains(['#', '%']) || query.chars().any(|c| c.is_whitespace()) {
+            return Err(
+                "options may not hold '#', '%' or spaces (values are taken as written)".to_string(),
+            );
+        }
+        for pair in query.split('&') {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("option {pair:?} is not KEY=VALUE"))?;
+            if value.is_empty() {
+                return Err(format!("option {key:?} has no value"));
+            }
+            let dup = || format!("option {key:?} given twice");
+            let word = |v: &str, extra: &[u8]| {
+                v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || extra.contains(&b))
+            };
+            match key {
+                "region" => {
+                    if !word(value, b"-_") {
+                        return Err(format!(
+                            "region {value:?} may hold only letters, digits, '-' and '_'"
+                        ));
+                    }
+                    if o.region.replace(value.to_string()).is_some() {
+                        return Err(dup());
+                    }
+                }
+                "path_style" => {
+                    let v = match value {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(format!("path_style={value:?}: expected true or false")),
+                    };
+                    if o.path_style.replace(v).is_some() {
+                        return Err(dup());
+                    }
+                }
+                "profile" => {
+                    if !word(value, b"-_.") {
+                        return Err(format!(
+                            "profile {value:?} may hold only letters, digits, '-', '_' and '.'"
+                        ));
+                    }
+                    if o.profile.replace(value.to_string()).is_some() {
+                        return Err(dup());
+                    }
+                }
+                "credentials_file" => {
+                    if !value.starts_with('/') {
+                        return Err(format!(
+                            "credentials_file {value:?} is not an absolute path"
+                        ));
+                    }
+                    if o.credentials_file.replace(PathBuf::from(value)).is_some() {
+                        return Err(dup());
+                    }
+                }
+                k if k.to_ascii_lowercase().contains("secret")
+                    || k.to_ascii_lowercase().contains("key")
+                    || k.to_ascii_lowercase().contains("token")
+                    || k.to_ascii_lowercase().contains("password") =>
+                {
+                    return Err(format!(
+                        "option {k:?}: keys are never stored in the pool; give them in \
+                         AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a credentials_file"
+                    ))
+                }
+                k => return Err(format!("unknown option {k:?} (known: {URL_OPTIONS})")),
+            }
+        }
+        Ok(o)
+    }
+}
+
 impl ObjectConfig {
-    /// Parses `http(s)://HOST[:PORT]/BUCKET[/PREFIX]`, with the region from
-    /// `AWS_REGION` (else `us-east-1`).
+    /// Parses `http(s)://HOST[:PORT]/BUCKET[/PREFIX][?OPTIONS]`, with the
+    /// region from the options, else `AWS_REGION` (else `us-east-1`).
     pub fn from_url(url: &str) -> io::Result<ObjectConfig> {
         ObjectConfig::parse(url, &|k| std::env::var(k).ok())
     }
@@ -151,18 +269,24 @@ impl ObjectConfig {
     pub fn parse(url: &str, env: &dyn Fn(&str) -> Option<String>) -> io::Result<ObjectConfig> {
         let bad = |why: &str| {
             invalid(format!(
-                "object tier URL {url:?}: {why} (expected http(s)://HOST[:PORT]/BUCKET[/PREFIX])"
+                "object tier URL {url:?}: {why} (expected http(s)://HOST[:PORT]/BUCKET[/PREFIX][?OPTIONS])"
             ))
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
         if scheme != "http" && scheme != "https" {
             return Err(bad(&format!("scheme {scheme:?} is not http or https")));
         }
-        if rest.contains(['?', '#', '@', '\\']) || rest.chars().any(|c| c.is_whitespace()) {
-            return Err(bad(
-                "query, fragment, user info, backslash or space not allowed",
-            ));
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        if rest.contains(['#', '@', '\\']) || rest.chars().any(|c| c.is_whitespace()) {
+            return Err(bad("fragment, user info, backslash or space not allowed"));
         }
+        let opts = match query {
+            Some(q) => UrlOptions::parse(q).map_err(|why| bad(&why))?,
+            None => UrlOptions::default(),
+        };
         let (authority, path) = rest.split_once('/').ok_or_else(|| bad("no bucket"))?;
         let (host, port) = split_host_port(authority).map_err(|why| bad(&why))?;
         let path = path.trim_end_matches('/');
@@ -192,12 +316,15 @@ impl ObjectConfig {
             endpoint,
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
-            region: env("AWS_REGION")
-                .filter(|r| !r.is_empty())
+            region: opts
+                .region
+                .or_else(|| env("AWS_REGION").filter(|r| !r.is_empty()))
                 .unwrap_or_else(|| DEFAULT_REGION.to_string()),
-            path_style: scheme == "http" || ip || host == "localhost",
-            credentials_file: None,
-            profile: None,
+            path_style: opts
+                .path_style
+                .unwrap_or(scheme == "http" || ip || host == "localhost"),
+            credentials_file: opts.credentials_file,
+            profile: opts.profile,
             concurrency: DEFAULT_CONCURRENCY,
             network: NetworkParams::default(),
         })
@@ -346,7 +473,14 @@ impl Credentials {
             });
         }
         let var = |k: &str| env(k).filter(|v| !v.is_empty());
-        match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+        // A profile named in the config means that profile's keys, not the
+        // environment's.
+        let env_keys = if cfg.profile.is_some() {
+            (None, None)
+        } else {
+            (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
+        };
+        match env_keys {
             (Some(id), Some(secret)) => {
                 return Ok(Credentials {
                     access_key_id: id,
@@ -499,6 +633,89 @@ mod tests {
     }
 
     #[test]
+    fn url_options_set_region_path_style_and_credentials() {
+        let c = ObjectConfig::parse(
+            "http://127.0.0.1:9000/bkt/a/b?region=eu-west-1&path_style=false&profile=work.1\
+             &credentials_file=/etc/terrace/s3.cred",
+            &env(&[("AWS_REGION", "us-west-2")]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.url(),
+            "http://127.0.0.1:9000/bkt/a/b",
+            "options are not the address"
+        );
+        assert_eq!((c.bucket.as_str(), c.prefix.as_str()), ("bkt", "a/b"));
+        assert_eq!(c.region, "eu-west-1", "the URL wins over AWS_REGION");
+        assert!(
+            !c.path_style,
+            "path_style=false wins over the guess for http"
+        );
+        assert_eq!(c.profile.as_deref(), Some("work.1"));
+        assert_eq!(
+            c.credentials_file.as_deref(),
+            Some(Path::new("/etc/terrace/s3.cred"))
+        );
+        assert_eq!(c.bucket_endpoint(), "http://bkt.127.0.0.1:9000");
+        // path_style=true for an https name; any order; no prefix.
+        let c = ObjectConfig::parse(
+            "https://s3.example.com/bkt?path_style=true&region=x",
+            &env(&[]),
+        )
+        .unwrap();
+        assert!(c.path_style);
+        assert_eq!((c.region.as_str(), c.prefix.as_str()), ("x", ""));
+        assert_eq!(c.credentials_file, None);
+        assert_eq!(
+            UrlOptions::parse("profile=p").unwrap(),
+            UrlOptions {
+                profile: Some("p".into()),
+                ..UrlOptions::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_profile_in_the_url_wins_over_the_environment_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("creds");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id=D1\naws_secret_access_key=D2\n\
+             [work]\naws_access_key_id=W1\naws_secret_access_key=W2\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let keys = [
+            ("AWS_ACCESS_KEY_ID", "E1"),
+            ("AWS_SECRET_ACCESS_KEY", "E2"),
+            ("AWS_SHARED_CREDENTIALS_FILE", f),
+        ];
+        let c = ObjectConfig::parse("http://h/bucket?profile=work", &env(&[])).unwrap();
+        let cr = Credentials::resolve(&c, &env(&keys)).unwrap();
+        assert_eq!(cr.access_key_id, "W1");
+        assert_eq!(cr.source, format!("{f} [work]"));
+        // Without a profile in the URL the environment comes first.
+        let c = ObjectConfig::parse("http://h/bucket", &env(&[])).unwrap();
+        assert_eq!(
+            Credentials::resolve(&c, &env(&keys)).unwrap().access_key_id,
+            "E1"
+        );
+        // credentials_file= alone: its [default], whatever the environment.
+        let c = ObjectConfig::parse(&format!("http://h/bucket?credentials_file={f}"), &env(&[]))
+            .unwrap();
+        let cr = Credentials::resolve(&c, &env(&keys)).unwrap();
+        assert_eq!(cr.access_key_id, "D1");
+        // A profile the file lacks is an error naming both.
+        let c = ObjectConfig::parse("http://h/bucket?profile=nope", &env(&[])).unwrap();
+        let e = Credentials::resolve(&c, &env(&keys)).unwrap_err();
+        assert!(
+            e.to_string().contains("[nope]") && e.to_string().contains(f),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_urls_are_refused_with_the_reason() {
         let cases = [
             ("s3://bucket/x", "scheme"),
@@ -516,7 +733,26 @@ mod tests {
             ("http://h/bucket/a/../b", "prefix"),
             ("http://h/bucket/a%20b", "prefix may hold only"),
             ("http://h/bucket/tier:1", "prefix may hold only"),
-            ("http://h/bucket?x=1", "query"),
+            ("http://h/bucket?x=1", "unknown option \"x\""),
+            ("http://h/bucket?", "empty option list"),
+            ("http://h/bucket?region", "not KEY=VALUE"),
+            ("http://h/bucket?region=", "has no value"),
+            ("http://h/bucket?region=a&region=b", "given twice"),
+            ("http://h/bucket?region=eu west", "spaces"),
+            ("http://h/bucket?region=eu%2Dwest", "'%'"),
+            ("http://h/bucket?region=a/b", "region \"a/b\""),
+            ("http://h/bucket?path_style=yes", "expected true or false"),
+            ("http://h/bucket?profile=a/b", "profile \"a/b\""),
+            (
+                "http://h/bucket?credentials_file=s3.cred",
+                "not an absolute path",
+            ),
+            (
+                "http://h/bucket?aws_secret_access_key=x",
+                "never stored in the pool",
+            ),
+            ("http://h/bucket?access_key=x", "never stored in the pool"),
+            ("http://h/bucket#frag", "fragment"),
             ("http://user:pw@h/bucket", "user info"),
             ("http://h_x/bucket", "host"),
             ("http://[::1/bucket", "'['"),

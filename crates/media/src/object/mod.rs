@@ -42,12 +42,15 @@
 //! (object names), [`marker`] (pool identity), [`index`] (which part holds
 //! which block; pure), `rebuild` (the index from a LIST, at open),
 //! [`store`] (requests and runtime), `client.rs` (the S3 client and its
-//! watched HTTP tries), [`fault`] (a fault-injecting store for tests),
-//! [`crash`] (an in-memory store with a crash model, for crash-image tests).
+//! watched HTTP tries), [`diagnose`] (wrong keys, missing bucket, wrong
+//! region, unreachable endpoint: one-line errors), [`fault`] (a
+//! fault-injecting store for tests), [`crash`] (an in-memory store with a
+//! crash model, for crash-image tests).
 
 mod client;
 pub mod config;
 pub mod crash;
+pub mod diagnose;
 pub mod fault;
 pub mod index;
 pub mod keys;
@@ -67,7 +70,7 @@ use parking_lot::Mutex;
 
 use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
 
-pub use config::{Credentials, NetworkParams, ObjectConfig};
+pub use config::{Credentials, NetworkParams, ObjectConfig, UrlOptions};
 pub use crash::{CrashStore, ObjectEvent, ObjectLoss};
 pub use fault::{FaultStore, InjectedObjectFaults, PutFault};
 pub use index::Part;
@@ -257,12 +260,16 @@ impl ObjectMedia {
     /// pool, LISTs the parts and rebuilds the index.
     pub fn open_in(bucket: Bucket, pool_uuid: [u8; 16]) -> io::Result<ObjectMedia> {
         let prefix = bucket.prefix().to_string();
-        let url = format!("s3 {}", bucket.url());
+        let url = format!("s3 tier {}", bucket.url());
         let marker_key = keys::join(&prefix, keys::MARKER_NAME);
         let bytes = bucket.get(&marker_key)?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
-                format!("{url}: no Terrace tier here (no {})", keys::MARKER_NAME),
+                format!(
+                    "{url}: no Terrace tier here (no {}: a wrong prefix, or the tier's objects \
+                     were deleted)",
+                    keys::MARKER_NAME
+                ),
             )
         })?;
         let m = Marker::parse(&bytes, &url)?;
@@ -270,7 +277,8 @@ impl ObjectMedia {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "{url}: the tier belongs to pool {}, not to pool {}",
+                    "{url}: the tier belongs to pool {}, not to pool {} (the prefix holds \
+                     another pool's objects; give each pool its own prefix)",
                     m.pool_uuid,
                     marker::uuid_string(&pool_uuid)
                 ),
@@ -633,8 +641,8 @@ fn used_prefix(bucket: &Bucket, what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::AlreadyExists,
         format!(
-            "s3 {}: the prefix holds {what} already; refusing to create a tier over it \
-             (use another prefix, or delete the old tier's objects)",
+            "s3 tier {}: the prefix holds {what} already (another pool's tier?); refusing to \
+             create a tier over it (use another prefix, or delete the old tier's objects)",
             bucket.url()
         ),
     )

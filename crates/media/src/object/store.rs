@@ -42,6 +42,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPa
 use parking_lot::{Mutex, RwLock};
 
 use super::config::{Credentials, NetworkParams, ObjectConfig, DEFAULT_CONCURRENCY};
+use super::diagnose::{Problem, Where};
 
 /// Request counters of a bucket (successful requests only, except
 /// `failures`).
@@ -143,6 +144,18 @@ pub struct Bucket {
     runtime: Option<tokio::runtime::Runtime>,
     concurrency: usize,
     shared: Arc<Shared>,
+    /// What messages about configuration problems name (S3 only).
+    site: Option<Site>,
+}
+
+/// An S3 bucket's address, region and where its keys came from, for the
+/// messages of [`Problem`]s.
+#[derive(Debug)]
+struct Site {
+    endpoint: String,
+    bucket: String,
+    region: String,
+    creds: String,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -164,6 +177,31 @@ impl Drop for Bucket {
             rt.shutdown_background();
         }
     }
+}
+
+/// `text` on one line: an S3 error answer's XML body (several lines) cut
+/// down to its code and message, other line breaks made spaces.
+pub(crate) fn one_line(text: &str) -> String {
+    let mut out = match (text.find("<?xml"), text.find("<Code>")) {
+        (Some(i), Some(_)) => {
+            let field = |tag: &str| {
+                let open = format!("<{tag}>");
+                let s = text.find(&open)? + open.len();
+                text[s..]
+                    .find(&format!("</{tag}>"))
+                    .map(|n| &text[s..s + n])
+            };
+            format!(
+                "{}{}: {}",
+                &text[..i],
+                field("Code").unwrap_or(""),
+                field("Message").unwrap_or("")
+            )
+        }
+        _ => text.to_string(),
+    };
+    out = out.replace(['\r', '\n'], " ");
+    out
 }
 
 /// `e` and its sources, joined with ": " (repeats dropped).
@@ -191,6 +229,12 @@ impl Bucket {
     /// [`connect`](Self::connect) with the credentials given.
     pub fn connect_with(cfg: &ObjectConfig, creds: Credentials) -> io::Result<Bucket> {
         let shared = Arc::new(Shared::default());
+        let site = Site {
+            endpoint: cfg.endpoint.clone(),
+            bucket: cfg.bucket.clone(),
+            region: cfg.region.clone(),
+            creds: creds.source.clone(),
+        };
         let rebuild: Rebuild = {
             let (cfg, shared) = (cfg.clone(), Arc::clone(&shared));
             Box::new(move |net: &NetworkParams| super::client::s3(&cfg, &creds, net, &shared))
@@ -201,6 +245,7 @@ impl Bucket {
         b.rebuild = Some(rebuild);
         *b.network.get_mut() = cfg.network;
         b.concurrency = cfg.concurrency.max(1);
+        b.site = Some(site);
         Ok(b)
     }
 
@@ -240,6 +285,7 @@ impl Bucket {
             runtime: Some(runtime),
             concurrency: DEFAULT_CONCURRENCY,
             shared,
+            site: None,
         })
     }
 
@@ -329,15 +375,39 @@ impl Bucket {
         }
     }
 
-    /// The error for request `op` on `key`.
+    /// The configuration problem `e` shows (S3 only; see `diagnose`).
+    fn problem(&self, e: &object_store::Error) -> Option<Problem> {
+        self.site.as_ref().and_then(|_| Problem::of(e))
+    }
+
+    /// The error for request `op` on `key`: a configuration problem's
+    /// one-line message (`s3 tier URL: access denied (…)`), else the
+    /// request, the object's URL and the cause.
     fn error(&self, op: &str, key: &str, e: &object_store::Error) -> io::Error {
         add(&self.shared.counters.failures, 1);
+        if let (Some(p), Some(site)) = (self.problem(e), &self.site) {
+            let url = self.url();
+            let at = Where {
+                url: &url,
+                endpoint: &site.endpoint,
+                bucket: &site.bucket,
+                region: &site.region,
+                creds: Some(&site.creds),
+            };
+            let msg = p.message(&at, &format!("{op} {key}"));
+            if !matches!(p, Problem::Unreachable { .. }) {
+                // The watched client cleared the mark at the answer; an
+                // unreachable store's mark names the last try already.
+                self.shared.health.set(Some(msg.clone()));
+            }
+            return io::Error::other(msg);
+        }
         let kind = match e {
             object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
             object_store::Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
             _ => io::ErrorKind::Other,
         };
-        let msg = format!("s3 {op} {}/{key}: {}", self.base, chain(e));
+        let msg = format!("s3 {op} {}/{key}: {}", self.base, one_line(&chain(e)));
         if kind == io::ErrorKind::Other {
             // NotFound and AlreadyExists are answers: the store is there.
             self.shared.health.set(Some(msg.clone()));
@@ -444,7 +514,10 @@ impl Bucket {
         self.block_on(async {
             let r = match self.store().get_opts(&path, GetOptions::default()).await {
                 Ok(r) => r,
-                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                // A missing key, not a missing bucket.
+                Err(e @ object_store::Error::NotFound { .. }) if self.problem(&e).is_none() => {
+                    return Ok(None)
+                }
                 Err(e) => return Err(self.error("GET", key, &e)),
             };
             let b = r.bytes().await.map_err(|e| self.error("GET", key, &e))?;
