@@ -69,7 +69,10 @@ def test_tier_changes_that_would_break_the_pool_are_refused_with_one_clear_line(
             temp_pool_path("ssd2") as ssd2, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"hdd:{hdd}:128M")
         with mounted_pool(pool, mnt):
-            cp = terrace("tier", "add", pool, f"ssd:{ssd}:128M", check=False)
+            # The daemon of a mounted pool checks the order as mkfs does.
+            cp = terrace("tier", "add", mnt, f"ssd:{ssd}:128M", check=False)
+            assert_clean_error(cp, mentions=["fastest to slowest"])
+            cp = terrace("tier", "remove", pool, check=False)
             assert_clean_error(cp, mentions=["mounted", "umount"])
         before = pool.read_bytes()[:8192]
         # Slower to faster, a second pm tier, a tier the pool already has.
@@ -109,6 +112,70 @@ def test_an_object_tier_is_added_behind_the_block_tiers_and_takes_data(s3):  # n
             assert where_bytes(mnt / "cold").get("s3") == 3 << 20
         with mounted_pool(pool, mnt):
             assert sha256_file(mnt / "cold") == digest
+        assert_fsck_clean(pool)
+
+
+def test_a_mounted_pool_gains_tiers_at_once_that_take_data_with_no_unmount():
+    """`terrace tier add MOUNTPOINT` (or the pm tier of a mounted pool): the
+    daemon formats the tier and attaches it; a file held open across it keeps
+    working, writes beyond PM's size then fit, data moves onto the new tiers,
+    and the pool is fsck-clean and whole after the unmount."""
+    import os
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
+            temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        digests = {}
+        with mounted_pool(pool, mnt) as m:
+            digests["f"] = write_pattern_file(mnt / "f", 6 << 20, 7)
+            held = os.open(mnt / "held", os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                os.write(held, b"before")
+                out = terrace("tier", "add", mnt, f"ssd:{ssd}:256M").stdout
+                assert "Added tier 1" in out and "takes data now" in out, out
+                assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd"]
+                os.write(held, b" after")
+                os.fsync(held)
+            finally:
+                os.close(held)
+            assert (mnt / "held").read_bytes() == b"before after"
+            # More than PM holds: the new tier takes the rest.
+            for i in range(3):
+                digests[f"big{i}"] = write_pattern_file(mnt / f"big{i}", 40 << 20, 10 + i)
+            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
+            assert where_bytes(mnt / "f").get("ssd") == 6 << 20
+            # The pool named by its pm tier reaches the same daemon.
+            out = terrace("tier", "add", pool, f"hdd:{hdd}:256M").stdout
+            assert "Added tier 2" in out, out
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd", "hdd"]
+            terrace("rule", mnt / "f", "hdd")
+            terrace("migrate", "--quiet", "--to", "hdd", mnt, mnt / "f")
+            assert where_bytes(mnt / "f").get("hdd") == 6 << 20
+            for name, d in digests.items():
+                assert sha256_file(mnt / name) == d, name
+            # A refused attach changes nothing.
+            cp = terrace("tier", "add", mnt, f"ssd:{ssd}:256M", check=False)
+            assert_clean_error(cp)
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd", "hdd"]
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd", "hdd"]
+            for name, d in digests.items():
+                assert sha256_file(mnt / name) == d, name
+
+
+def test_an_object_tier_is_attached_to_a_mounted_pool_and_takes_data(s3):  # noqa: F811
+    prefix = unique_name("live").replace("_", "-").lower()
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:128M")
+        with mounted_pool(pool, mnt) as m:
+            digest = write_pattern_file(mnt / "cold", 3 << 20, 9)
+            terrace("tier", "add", mnt, f"s3:{s3['url']}/{prefix}:1G")
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd", "s3"]
+            terrace("migrate", "--quiet", "--to", "s3", mnt, mnt / "cold")
+            assert where_bytes(mnt / "cold").get("s3") == 3 << 20
+        with mounted_pool(pool, mnt, "reverse_read_ratio=0"):
+            assert sha256_file(mnt / "cold") == digest
+            assert where_bytes(mnt / "cold").get("s3") == 3 << 20
         assert_fsck_clean(pool)
 
 

@@ -92,7 +92,7 @@ pub struct Fs {
     /// The running or last scrub (`scrub.rs`).
     pub(crate) scrub_state: Mutex<Option<crate::service_state::ScrubReport>>,
     /// Mounted block tiers, in tier-id order.
-    pub(crate) tiers: Vec<crate::tier::BlockTier>,
+    pub(crate) tiers: crate::tier_list::BlockTiers,
     /// Tunable options (one registry for CLI, config file and `terrace set`).
     pub(crate) settings: RwLock<terrace_policy::Settings>,
     /// The placement policy named by `settings.placement_policy`.
@@ -241,7 +241,7 @@ impl Fs {
         }
         tiers.sort_by_key(|t| t.id);
         let mut fs = Fs::from_scan(media, sc, read_only)?;
-        fs.tiers = tiers;
+        fs.tiers = crate::tier_list::BlockTiers::from_sorted(tiers).map_err(OpenError::Corrupt)?;
         for (id, r) in swept {
             match r {
                 Ok(Some(r)) => {
@@ -339,7 +339,7 @@ impl Fs {
                 },
             ),
             scrub_state: Mutex::new(Rank::leaf("scrub state"), None),
-            tiers: Vec::new(),
+            tiers: Default::default(),
             settings: RwLock::new(Rank::leaf("settings"), terrace_policy::Settings::default()),
             placement: RwLock::new(
                 Rank::leaf("placement policy"),

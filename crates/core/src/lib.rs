@@ -54,6 +54,8 @@ pub mod status;
 pub mod sums;
 mod table;
 pub mod tier;
+pub mod tier_attach;
+pub mod tier_list;
 pub mod types;
 mod unmount;
 mod worker;

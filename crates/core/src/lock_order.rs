@@ -11,6 +11,8 @@
 //!
 //! # The order (design.md §4a)
 //!
+//! 0. [`Rank::TierChange`] — a tier being attached to the mounted pool
+//!    (`BlockTiers::begin_append`): taken with no other lock held.
 //! 1. [`Rank::Rename`] — `Fs::rename_lock`.
 //! 2. [`Rank::Writeback`] — a file's write-back lock (one at a time), or
 //!    [`Rank::DrainPicker`] — a migration drain's picker (never both).
@@ -44,6 +46,8 @@ use std::ops::{Deref, DerefMut};
 /// Where a lock stands in the order (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rank {
+    /// A tier being attached to the mounted pool (`tier_list.rs`).
+    TierChange,
     /// `Fs::rename_lock`.
     Rename,
     /// A file's write-back lock (`PageCache::writeback_lock`).
@@ -82,6 +86,7 @@ impl Rank {
     #[cfg_attr(not(any(debug_assertions, feature = "lock-order")), allow(dead_code))]
     fn level(self) -> u8 {
         match self {
+            Rank::TierChange => 0,
             Rank::Rename => 1,
             Rank::Writeback | Rank::DrainPicker => 2,
             Rank::Inode(_) => 3,

@@ -265,7 +265,7 @@ impl Fs {
         }
         let i = g.as_mut().expect("live");
         let want = match (to_cache, want) {
-            (true, 0) => self.tiers[0].id,
+            (true, 0) => self.tiers.first().map_or(0, |t| t.id),
             _ => want,
         };
         let head = (off % BS) as usize;

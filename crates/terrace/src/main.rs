@@ -409,14 +409,21 @@ struct TierArgs {
 
 #[derive(Subcommand, Debug)]
 enum TierAction {
-    /// Append a tier (KIND:PATH:SIZE as for mkfs) to an unmounted pool.
+    /// Append a tier (KIND:PATH:SIZE as for mkfs) to a pool, mounted or not.
+    ///
+    /// Given a mount point (or the pm tier of a mounted pool), the daemon
+    /// formats the tier and attaches it at once: it takes data from then on,
+    /// with no unmount. Given an unmounted pool, its superblock is changed
+    /// here. Either way the tier must be slower than (or as fast as) the
+    /// pool's last tier, and an s3 tier comes last.
     Add {
-        /// The pool: the path of its pm tier.
+        /// A mount point, or the pool (the path of its pm tier).
+        #[arg(value_name = "MOUNTPOINT|POOL")]
         pool: PathBuf,
         /// The new tier as KIND:PATH[:SIZE], e.g. ssd:/data/ssd.img:64G or
         /// s3:http://127.0.0.1:9000/bucket/prefix.
-        #[arg(value_name = "KIND:PATH[:SIZE]", value_parser = mkfs::parse_tier)]
-        tier: mkfs::TierSpec,
+        #[arg(value_name = "KIND:PATH[:SIZE]", value_parser = tier_cmd::TierArg::parse)]
+        tier: tier_cmd::TierArg,
         /// Overwrite what the tier file holds; allow a tier file larger than
         /// the free space of its file system.
         #[arg(long)]

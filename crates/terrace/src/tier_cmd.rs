@@ -21,7 +21,7 @@ use crate::mkfs::{self, TierSpec};
 use crate::util::{self, CliError, CliResult};
 use std::path::Path;
 use std::sync::Arc;
-use terrace_format::{Superblock, TierKind, TierRecord, BLOCK_SIZE, MAX_TIERS};
+use terrace_format::{Superblock, TierKind, TierRecord, BLOCK_SIZE};
 use terrace_media::{BlockMedia, PmFile, PmMedia};
 
 /// The pool opened for a change of its tiers: lock held, superblock read.
@@ -55,38 +55,19 @@ fn open_unmounted(pool: &Path) -> CliResult<Opened> {
     })
 }
 
-/// Speed rank of a tier kind: a pool's tiers never get faster down the list.
-fn rank(k: TierKind) -> u8 {
-    k as u8
-}
-
-/// Why `spec` cannot follow the pool's current last tier, if it cannot.
+/// Why `spec` cannot follow the pool's current last tier, if it cannot:
+/// the core's rule ([`terrace_core::tier_attach::attach_problem`], the same
+/// check a mounted pool makes), then a path the pool already uses.
 fn order_problem(tiers: &[TierRecord], spec: &TierSpec) -> Option<String> {
-    let last = tiers.last().expect("tier 0 is always there");
-    if spec.kind == TierKind::Pm {
-        return Some("a pool has exactly one pm tier, given at mkfs".into());
-    }
-    if tiers.len() >= MAX_TIERS {
-        return Some(format!(
-            "the pool has the most tiers a pool may have ({MAX_TIERS})"
-        ));
-    }
-    if last.kind == TierKind::S3 {
-        return Some("the pool's last tier is s3, and nothing may follow an object tier".into());
-    }
-    if rank(spec.kind) < rank(last.kind) {
-        return Some(format!(
-            "tiers go from fastest to slowest (pm, ssd, hdd, s3), and the pool's last tier is {}: \
-             an {} tier cannot follow it",
-            last.kind.name(),
-            spec.kind.name()
-        ));
-    }
-    if spec.kind == TierKind::S3 && tiers.len() < 2 {
-        return Some(
-            "an s3 tier needs an ssd or hdd tier before it (the object tier only takes data that migration moves down)"
-                .into(),
-        );
+    let probe = TierRecord {
+        id: u8::try_from(tiers.len()).unwrap_or(u8::MAX),
+        kind: spec.kind,
+        size: 0,
+        extent_size: 0,
+        path: String::new(),
+    };
+    if let Some(why) = terrace_core::tier_attach::attach_problem(tiers, &probe) {
+        return Some(why);
     }
     let named = spec.path.to_string_lossy();
     let abs = if spec.kind == TierKind::S3 {
@@ -110,67 +91,203 @@ fn write_superblock(o: &Opened, sb: &Superblock) -> CliResult {
     })
 }
 
-/// Runs `terrace tier add POOL SPEC`.
-pub fn add(pool: &Path, spec: &TierSpec, force: bool) -> CliResult {
-    let o = open_unmounted(pool)?;
-    if let Some(why) = order_problem(&o.sb.tiers, spec) {
+/// Checks that `spec` may follow the tiers of `sb` and formats it: writes
+/// a block tier's header (synced), or creates an object tier's marker.
+/// Returns the tier's record for the superblock and, for a file, its lock
+/// (to hold while the tier is in use). Nothing names the tier yet: a crash
+/// after this leaves a formatted file the pool does not use.
+fn prepare(
+    sb: &Superblock,
+    spec: &TierSpec,
+    force: bool,
+) -> CliResult<(TierRecord, Option<std::fs::File>)> {
+    if let Some(why) = order_problem(&sb.tiers, spec) {
         return Err(CliError::at(&spec.path, why).code(2));
     }
-    let id = o.sb.tiers.len() as u8;
+    let id = sb.tiers.len() as u8;
     // Block tiers keep the pool's extent size (the first block tier's; 512K
     // when the pool had none).
-    let extent_size =
-        o.sb.tiers
-            .iter()
-            .find(|t| t.id != 0 && t.kind != TierKind::S3)
-            .map(|t| t.extent_size)
-            .unwrap_or(terrace_format::DEFAULT_EXTENT_SIZE);
-    let record = if spec.kind == TierKind::S3 {
+    let extent_size = sb
+        .tiers
+        .iter()
+        .find(|t| t.id != 0 && t.kind != TierKind::S3)
+        .map(|t| t.extent_size)
+        .unwrap_or(terrace_format::DEFAULT_EXTENT_SIZE);
+    if spec.kind == TierKind::S3 {
         let r = mkfs::object_tier_record(spec, id)?;
-        mkfs::create_object_tier(&r, o.sb.uuid)?;
-        r
-    } else {
-        let mut t = mkfs::examine(spec, force)?;
-        if t.size < u64::from(extent_size) * 2 {
-            return Err(CliError::at(
-                &spec.path,
-                format!(
-                    "too small for two extents of {}",
-                    util::human_bytes(u64::from(extent_size))
-                ),
-            )
-            .code(2));
-        }
-        mkfs::check_free_space(std::slice::from_ref(&t), force)?;
-        let _tier_lock = t.lock.take();
-        let r = TierRecord {
-            id,
-            kind: spec.kind,
-            size: t.size,
-            extent_size,
-            path: t.path.to_string_lossy().into_owned(),
-        };
-        mkfs::write_tier_header(&t, &mkfs::tier_header(&r, o.sb.uuid)).map_err(|e| {
-            CliError::at(
-                &spec.path,
-                format!("cannot write the tier header: {}", util::os_reason(&e)),
-            )
-        })?;
-        r
+        mkfs::create_object_tier(&r, sb.uuid)?;
+        return Ok((r, None));
+    }
+    let mut t = mkfs::examine(spec, force)?;
+    if t.size < u64::from(extent_size) * 2 {
+        return Err(CliError::at(
+            &spec.path,
+            format!(
+                "too small for two extents of {}",
+                util::human_bytes(u64::from(extent_size))
+            ),
+        )
+        .code(2));
+    }
+    mkfs::check_free_space(std::slice::from_ref(&t), force)?;
+    let r = TierRecord {
+        id,
+        kind: spec.kind,
+        size: t.size,
+        extent_size,
+        path: t.path.to_string_lossy().into_owned(),
     };
-    let mut sb = o.sb.clone();
-    sb.tiers.push(record.clone());
-    sb.generation += 1;
-    write_superblock(&o, &sb)?;
-    util::out(&format!(
-        "Added tier {}  {}  {}  {} to the pool {}",
+    mkfs::write_tier_header(&t, &mkfs::tier_header(&r, sb.uuid)).map_err(|e| {
+        CliError::at(
+            &spec.path,
+            format!("cannot write the tier header: {}", util::os_reason(&e)),
+        )
+    })?;
+    let lock = match t.lock.take() {
+        Some(l) => Some(l),
+        // A file mkfs made: lock it now.
+        None => util::lock_tier(&t.path).ok().flatten(),
+    };
+    Ok((r, lock))
+}
+
+fn added_line(record: &TierRecord, pool: &str) -> String {
+    format!(
+        "Added tier {}  {}  {}  {} to the pool {pool}",
         record.id,
         record.kind.name(),
         util::human_bytes(record.size),
         record.path,
-        o.path.display()
+    )
+}
+
+/// A tier argument: parsed, and as written (an object tier's URL goes to
+/// the daemon as written; a file's path goes absolute, as the daemon's
+/// working directory is not the caller's).
+#[derive(Debug, Clone)]
+pub struct TierArg {
+    /// The parsed tier.
+    pub spec: TierSpec,
+    raw: String,
+}
+
+impl TierArg {
+    /// Parses a `KIND:PATH[:SIZE]` argument (clap's value parser).
+    pub fn parse(s: &str) -> Result<TierArg, String> {
+        Ok(TierArg {
+            spec: mkfs::parse_tier(s)?,
+            raw: s.to_string(),
+        })
+    }
+
+    /// The argument as the daemon must read it.
+    fn for_daemon(&self) -> String {
+        if self.spec.kind == TierKind::S3 {
+            return self.raw.clone();
+        }
+        let path = util::abs_path(&self.spec.path);
+        match self.spec.size {
+            Some(n) => format!("{}:{}:{n}", self.spec.kind.name(), path.display()),
+            None => format!("{}:{}", self.spec.kind.name(), path.display()),
+        }
+    }
+}
+
+/// Runs `terrace tier add TARGET SPEC`: TARGET is a mount point (or the
+/// PM tier of a mounted pool), whose daemon attaches the tier at once, or
+/// an unmounted pool, whose superblock this process changes.
+pub fn add(target: &Path, tier: &TierArg, force: bool) -> CliResult {
+    let abs = util::abs_path(target);
+    let mnt = if util::mount_at(&abs).is_some_and(|m| m.fstype.starts_with("fuse")) {
+        Some(abs.clone())
+    } else {
+        util::mounts_of_pool(&abs)
+            .first()
+            .map(|m| m.mount_point.clone())
+    };
+    match mnt {
+        Some(mnt) => add_mounted(target, &mnt, &tier.for_daemon(), force),
+        None => add_unmounted(target, &tier.spec, force),
+    }
+}
+
+fn add_unmounted(pool: &Path, spec: &TierSpec, force: bool) -> CliResult {
+    let o = open_unmounted(pool)?;
+    let (record, _tier_lock) = prepare(&o.sb, spec, force)?;
+    let mut sb = o.sb.clone();
+    sb.tiers.push(record.clone());
+    sb.generation += 1;
+    write_superblock(&o, &sb)?;
+    util::out(&added_line(&record, &o.path.to_string_lossy()));
+    Ok(())
+}
+
+/// Asks the daemon serving `mnt` to attach the tier.
+fn add_mounted(shown: &Path, mnt: &Path, spec: &str, force: bool) -> CliResult {
+    use crate::control::{self, protocol::AddTier, ControlError};
+    let req = AddTier {
+        spec: spec.to_string(),
+        force,
+    };
+    let got = control::call(
+        &util::control_socket(mnt),
+        req,
+        std::time::Duration::from_secs(120),
+    )
+    .map_err(|e| match e {
+        ControlError::NoDaemon => crate::admin::no_daemon(mnt, shown),
+        ControlError::Failed(m) => CliError::at(shown, m),
+        ControlError::Refused(r) => CliError::at(shown, r.error),
+    })?;
+    util::out(&format!(
+        "Added tier {}  {}  {}  {} to the pool mounted on {}; it takes data now",
+        got.id,
+        got.kind,
+        util::human_bytes(got.size),
+        got.path,
+        mnt.display()
     ));
     Ok(())
+}
+
+/// The daemon's side of `tier add MOUNTPOINT`: formats the tier, opens it
+/// and attaches it to the mounted pool (the superblock is the commit point,
+/// `Fs::attach_tier`). A file tier's lock is held until the daemon exits,
+/// like the locks of the tiers it mounted with.
+pub(crate) fn attach(
+    fs: &terrace_core::Fs,
+    a: &crate::control::protocol::AddTier,
+) -> crate::control::protocol::Answer<crate::control::protocol::TierAdded> {
+    use crate::control::protocol::{Refusal, TierAdded};
+    let refuse = |e: CliError| Refusal::new(e.msg);
+    let spec = mkfs::parse_tier(&a.spec).map_err(Refusal::new)?;
+    if spec.kind != TierKind::S3 && spec.path.is_relative() {
+        return Err(Refusal::new(format!(
+            "{}: the daemon takes absolute paths only",
+            spec.path.display()
+        )));
+    }
+    let sb = fs.superblock();
+    let (record, lock) = prepare(&sb, &spec, a.force).map_err(refuse)?;
+    let media: Arc<dyn BlockMedia> = if record.kind == TierKind::S3 {
+        let net = terrace_core::fs::object_network(&fs.settings());
+        Arc::new(crate::object_tier::open(&record, &sb, Some(net)).map_err(Refusal::new)?)
+    } else {
+        Arc::new(
+            terrace_media::BlockFile::open(&record.path)
+                .map_err(|e| Refusal::new(format!("tier {} ({}): {e}", record.id, record.path)))?,
+        )
+    };
+    fs.attach_tier(record.clone(), media)
+        .map_err(|e| Refusal::new(format!("cannot attach the tier: {e}")))?;
+    // Held for the daemon's life (closing the descriptor would drop it).
+    std::mem::forget(lock);
+    Ok(TierAdded {
+        id: record.id,
+        kind: record.kind.name().to_string(),
+        size: record.size,
+        path: record.path,
+    })
 }
 
 /// Opens every block tier of `sb` as a mount would.

@@ -31,13 +31,16 @@ pub enum Request {
     Scrub(StartScrub),
     /// Where files' data lies: every extent.
     Extents(GetExtents),
+    /// Append a tier to the mounted pool.
+    #[serde(rename = "tier_add")]
+    TierAdd(AddTier),
 }
 
 impl Request {
     /// The `cmd` of every request, in the order the daemon lists them
     /// (a test checks that it names every variant).
-    pub const NAMES: [&'static str; 7] = [
-        "status", "umount", "settings", "set", "migrate", "scrub", "extents",
+    pub const NAMES: [&'static str; 8] = [
+        "status", "umount", "settings", "set", "migrate", "scrub", "extents", "tier_add",
     ];
 
     /// What the request does, in words, when only root and the mounting user
@@ -49,6 +52,7 @@ impl Request {
             Request::Set(_) => Some("change settings"),
             Request::Migrate(_) => Some("migrate"),
             Request::Scrub(_) => Some("scrub"),
+            Request::TierAdd(_) => Some("add tiers"),
         }
     }
 
@@ -57,6 +61,7 @@ impl Request {
         match self {
             Request::Set(_) => Some("settings cannot change"),
             Request::Migrate(_) => Some("data cannot migrate"),
+            Request::TierAdd(_) => Some("tiers cannot be added"),
             _ => None,
         }
     }
@@ -114,6 +119,30 @@ pub struct StartScrub {
     /// Repair what can be repaired (a read-only mount never does).
     #[serde(default = "yes")]
     pub repair: bool,
+}
+
+/// `tier_add`: format a new slowest tier and attach it to the mounted pool
+/// (`terrace tier add MOUNTPOINT KIND:PATH[:SIZE]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddTier {
+    /// The tier as `KIND:PATH[:SIZE]` with an absolute PATH, or `s3:URL`.
+    pub spec: String,
+    /// Format a file that holds something else (mkfs's `--force`).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// The reply to [`AddTier`]: the tier as the superblock now records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierAdded {
+    /// Its tier id.
+    pub id: u8,
+    /// `ssd`, `hdd` or `s3`.
+    pub kind: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its file, device or URL.
+    pub path: String,
 }
 
 fn yes() -> bool {
@@ -371,6 +400,7 @@ calls! {
     MigrateFiles => Migrate, MigrateReply;
     StartScrub => Scrub, ScrubStarted;
     GetExtents => Extents, ExtentsReply;
+    AddTier => TierAdd, TierAdded;
 }
 
 /// The setting a name given to `terrace set` names: `policy` is short for
@@ -398,6 +428,7 @@ mod tests {
             Request::Migrate(_) => "migrate",
             Request::Scrub(_) => "scrub",
             Request::Extents(_) => "extents",
+            Request::TierAdd(_) => "tier_add",
         }
     }
 
@@ -422,6 +453,11 @@ mod tests {
             }
             .into(),
             GetExtents { inos: vec![9] }.into(),
+            AddTier {
+                spec: "hdd:/d/h.img:1G".into(),
+                force: false,
+            }
+            .into(),
         ]
     }
 
@@ -438,6 +474,7 @@ mod tests {
                 r#"{"cmd":"migrate","inos":[5,7],"to":1}"#,
                 r#"{"cmd":"scrub","rate":100,"repair":false}"#,
                 r#"{"cmd":"extents","inos":[9]}"#,
+                r#"{"cmd":"tier_add","spec":"hdd:/d/h.img:1G","force":false}"#,
             ]
         );
         for (r, line) in every_request().iter().zip(&lines) {
@@ -470,7 +507,7 @@ mod tests {
             .into())
         );
         let unknown = Refusal::new(
-            "unknown command (known: status, umount, settings, set, migrate, scrub, extents)",
+            "unknown command (known: status, umount, settings, set, migrate, scrub, extents, tier_add)",
         );
         assert_eq!(decode_request(r#"{"cmd":"fly"}"#), Err(unknown.clone()));
         assert_eq!(decode_request(r#"{}"#), Err(unknown.clone()));

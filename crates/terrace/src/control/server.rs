@@ -3,7 +3,7 @@
 //! (it ends the FUSE session), which answers it when done.
 
 use super::protocol::{
-    self, Answer, Call, DaemonStatus, ExtentsReply, FileExtents, FileFailure, GetExtents,
+    self, AddTier, Answer, Call, DaemonStatus, ExtentsReply, FileExtents, FileFailure, GetExtents,
     GetStatus, ListSettings, MigrateFiles, MigrateReply, Refusal, Request, ScrubStarted, SetReply,
     SetSetting, SettingInfo, SettingsReply, StartScrub, StatusReply, Unmount,
 };
@@ -228,6 +228,16 @@ impl Server {
                 Request::Scrub(s) => {
                     let answer = self.scrub(&s);
                     Responder::<StartScrub>::new(stream).answer(&answer)
+                }
+                Request::TierAdd(a) => {
+                    let fs = self.fs.clone();
+                    let r = Responder::<AddTier>::new(stream);
+                    // Creating an object tier talks to the store: answer
+                    // from its own thread.
+                    std::thread::spawn(move || {
+                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
+                        r.answer(&crate::tier_cmd::attach(&fs, &a));
+                    });
                 }
                 Request::Extents(x) => {
                     let fs = self.fs.clone();

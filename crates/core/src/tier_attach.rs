@@ -1,0 +1,113 @@
+//! Attaching a new slowest tier to the mounted pool (`terrace tier add
+//! MOUNTPOINT`, design.md §3 "Adding and removing tiers").
+//!
+//! The caller has formatted the tier (its header written and synced, or the
+//! object tier's marker created) and opened its media; [`Fs::attach_tier`]
+//! makes it part of the pool:
+//!
+//! 1. Under the append lock (rank `TierChange`, nothing else held), check
+//!    that the tier may follow the pool's last one.
+//! 2. Write both superblock copies with the tier appended and a higher
+//!    generation, then sync PM: **the commit point**. A crash before it
+//!    leaves the pool as it was (plus a formatted tier file nothing names);
+//!    after it, the next mount opens the tier, which holds nothing yet.
+//! 3. Publish the tier in [`crate::tier_list::BlockTiers`]: from then on
+//!    placement, write-back and migration may put data there. No data can
+//!    reach it before step 2 is durable, so no committed entry ever points
+//!    at a tier the superblock does not name.
+//!
+//! The superblock's `clean` flag is kept as it is (false while mounted).
+
+use crate::fs::Fs;
+use std::sync::Arc;
+use terrace_format::{TierKind, TierRecord, BLOCK_SIZE};
+use terrace_media::BlockMedia;
+
+impl Fs {
+    /// Appends `rec` (whose media is `dev`) to the mounted pool as its new
+    /// slowest tier; see the module docs for the order of steps. Refused on
+    /// a read-only or frozen pool, and when the tier would break the order
+    /// of tiers (ids consecutive, no PM, nothing after an object tier, an
+    /// object tier only after a block tier, speeds never rising).
+    pub fn attach_tier(&self, rec: TierRecord, dev: Arc<dyn BlockMedia>) -> Result<(), String> {
+        if self.read_only || self.is_frozen() {
+            return Err("the pool is mounted read-only; remount it read-write first".into());
+        }
+        let appending = self.tiers.begin_append();
+        let mut sb = self.sb.lock().clone();
+        if let Some(why) = attach_problem(&sb.tiers, &rec) {
+            return Err(why);
+        }
+        let blocks = rec.size.min(dev.len()) / BLOCK_SIZE;
+        let extent_blocks = (u64::from(rec.extent_size) / BLOCK_SIZE).max(1);
+        if blocks < 2 * extent_blocks {
+            return Err(format!(
+                "the tier holds {blocks} blocks, fewer than two extents of {extent_blocks}"
+            ));
+        }
+        let space = crate::tier::ExtentSpace::new(blocks, extent_blocks, Vec::new())?;
+        let tier = crate::tier::BlockTier {
+            id: rec.id,
+            kind: rec.kind,
+            media: Arc::new(terrace_media::PerWriterSync::new(dev)),
+            space,
+            sums: crate::sums::BlockSums::new(blocks),
+        };
+        sb.tiers.push(rec);
+        {
+            // The commit point: both copies, then PM synced.
+            let mut live = self.sb.lock();
+            sb.generation = live.generation + 1;
+            sb.clean = live.clean;
+            crate::mkfs::write_superblock(&*self.media, &sb);
+            *live = sb;
+        }
+        self.media
+            .sync_all()
+            .map_err(|e| format!("cannot persist the superblock: {e}"))?;
+        appending.push(tier)?;
+        // Writers waiting for room may find it on the new tier.
+        self.kick_migration();
+        Ok(())
+    }
+}
+
+/// Why `rec` cannot follow `tiers` (the superblock's list), if it cannot.
+pub fn attach_problem(tiers: &[TierRecord], rec: &TierRecord) -> Option<String> {
+    let last = tiers.last()?;
+    if rec.kind == TierKind::Pm {
+        return Some("a pool has exactly one pm tier, given at mkfs".into());
+    }
+    if usize::from(rec.id) != tiers.len() {
+        return Some(format!(
+            "the new tier must have id {}, not {}",
+            tiers.len(),
+            rec.id
+        ));
+    }
+    if tiers.len() >= terrace_format::MAX_TIERS {
+        return Some(format!(
+            "the pool has the most tiers a pool may have ({})",
+            terrace_format::MAX_TIERS
+        ));
+    }
+    if last.kind == TierKind::S3 {
+        return Some("the pool's last tier is s3, and nothing may follow an object tier".into());
+    }
+    if rec.kind == TierKind::S3 && last.kind == TierKind::Pm {
+        return Some(
+            "an s3 tier needs an ssd or hdd tier before it (the object tier only takes data \
+             that migration moves down)"
+                .into(),
+        );
+    }
+    if (rec.kind as u8) < (last.kind as u8) {
+        return Some(format!(
+            "tiers go from fastest to slowest (pm, ssd, hdd, s3), and the pool's last tier is {}: \
+             an {} tier cannot follow it",
+            last.kind.name(),
+            rec.kind.name()
+        ));
+    }
+    None
+}
