@@ -19,7 +19,11 @@ and pools left by dead sessions are cleaned (see helpers.clean_stale_test_mounts
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +127,26 @@ def terrace_mount(request, pool, mountpoint):
 def mounted(terrace_mount):
     """Path of a live Terrace mount (mkfs + mount --daemon); always unmounted at teardown."""
     return terrace_mount.path
+
+
+# The S3 tests' server: one MinIO per test module (a fresh bucket per test
+# comes from the `s3` fixture of test_s3_tier.py).
+@pytest.fixture(scope="module")
+def minio_server():
+    """A throwaway MinIO for the module (tests/minio/minio.sh), its keys in
+    the environment; yields its endpoint and data folder. Always stopped."""
+    d = Path(tempfile.mkdtemp(prefix="terrace-minio-"))
+    saved = dict(os.environ)
+    try:
+        for line in helpers.minio("start", d).splitlines():
+            if line.startswith("export "):
+                k, v = line[len("export "):].split("=", 1)
+                os.environ[k] = shlex.split(v)[0]
+        # Requests to a stopped server give up after a few seconds.
+        os.environ["TERRACE_S3_TIMEOUT"] = "3"
+        yield {"endpoint": os.environ["TERRACE_S3_URL"].rsplit("/", 1)[0], "dir": d}
+    finally:
+        with contextlib.suppress(Exception):
+            helpers.minio("stop", d)
+        os.environ.clear()
+        os.environ.update(saved)

@@ -26,6 +26,30 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
+
+MINIO_SH = REPO / "tests" / "minio" / "minio.sh"
+
+
+def minio(cmd: str, d: Path) -> str:
+    """Runs tests/minio/minio.sh CMD DIR (start, stop, kill, restart) and
+    returns its output (start prints `export VAR=…` lines)."""
+    cp = subprocess.run(["bash", str(MINIO_SH), cmd, str(d)], capture_output=True, text=True,
+                        timeout=900)
+    assert cp.returncode == 0, f"minio.sh {cmd}: {cp.stderr}"
+    return cp.stdout
+
+
+def make_bucket(endpoint: str, name: str) -> str:
+    """Creates bucket `name` on the S3 server at `endpoint` (the AWS_*
+    variables minio.sh exported sign the request); returns its URL."""
+    cp = subprocess.run(
+        ["curl", "-fsS", "-o", "/dev/null", "-X", "PUT", "--aws-sigv4",
+         f"aws:amz:{os.environ['AWS_REGION']}:s3", "--user",
+         f"{os.environ['AWS_ACCESS_KEY_ID']}:{os.environ['AWS_SECRET_ACCESS_KEY']}",
+         f"{endpoint}/{name}"],
+        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, f"cannot create bucket {name}: {cp.stderr}"
+    return f"{endpoint}/{name}"
 TERRACE_BIN = Path(os.environ.get("TERRACE_BIN", REPO / "target" / "release" / "terrace"))
 PASSTHROUGH_BIN = REPO / "target" / "release" / "examples" / "passthrough"
 

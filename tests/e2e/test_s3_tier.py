@@ -16,43 +16,22 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from helpers import (REPO, assert_clean_error, fsck, mounted_pool, temp_mountpoint,
+from helpers import (REPO, assert_clean_error, make_bucket, minio, fsck, mounted_pool, temp_mountpoint,
                      temp_pool_path, terrace, unique_name, wait_until, write_pattern_file,
                      sha256_file)
 
-MINIO_SH = REPO / "tests" / "minio" / "minio.sh"
-
-
-def minio(cmd: str, d: Path) -> str:
-    cp = subprocess.run(["bash", str(MINIO_SH), cmd, str(d)], capture_output=True, text=True,
-                        timeout=900)
-    assert cp.returncode == 0, f"minio.sh {cmd}: {cp.stderr}"
-    return cp.stdout
-
-
-@pytest.fixture(scope="module")
-def s3():
-    """A throwaway MinIO; yields the bucket URL. Always stopped."""
-    d = Path(tempfile.mkdtemp(prefix="terrace-minio-"))
-    saved = dict(os.environ)
-    try:
-        for line in minio("start", d).splitlines():
-            if line.startswith("export "):
-                k, v = line[len("export "):].split("=", 1)
-                os.environ[k] = shlex.split(v)[0]
-        # Requests to a stopped server give up after a few seconds.
-        os.environ["TERRACE_S3_TIMEOUT"] = "3"
-        yield {"url": os.environ["TERRACE_S3_URL"], "dir": d}
-    finally:
-        with contextlib.suppress(Exception):
-            minio("stop", d)
-        os.environ.clear()
-        os.environ.update(saved)
+@pytest.fixture
+def s3(minio_server):
+    """A fresh bucket on the module's MinIO for each test; yields its URL."""
+    name = "t-" + uuid.uuid4().hex[:20]
+    url = make_bucket(minio_server["endpoint"], name)
+    yield {"url": url, "dir": minio_server["dir"]}
 
 
 @contextlib.contextmanager
