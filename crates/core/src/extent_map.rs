@@ -109,10 +109,8 @@ impl ExtentMap {
         if let Some(n) = self.tier_blocks.get_mut(usize::from(e.tier)) {
             f(n, e.blocks);
         }
-        if e.tier == 0 {
-            if e.copy.is_some() {
-                f(&mut self.pm_clean_blocks, e.blocks);
-            }
+        if e.tier == 0 && e.copy.is_some() {
+            f(&mut self.pm_clean_blocks, e.blocks);
         }
     }
 
