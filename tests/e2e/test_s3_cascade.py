@@ -257,10 +257,15 @@ def test_ten_times_pm_and_ssd_cascade_to_s3_and_cleaning_shrinks_the_bucket(s3):
             # SSD hold at most their capacities; the rest is in the bucket.
             assert t["s3"]["used"] >= total - PM - SSD, t["s3"]
             assert_sums(files, "after the writes")
+            st = m.status()
             o = object_stats(m)
+            by_migration = next((x["bytes"] for x in st["migration"]["per_tier"]
+                                 if x["tier"] == t["s3"]["id"]), 0)
             print(f"cascade: {len(files)} files, {total >> 20} MiB, slowest file "
                   f"{w.slowest:.2f} s, {o['requests']['puts']} PUTs, {o['parts']} parts "
-                  f"(avg {o['stored_bytes'] / max(1, o['parts']) / MIB:.1f} MiB)")
+                  f"(avg {o['stored_bytes'] / max(1, o['parts']) / MIB:.1f} MiB), "
+                  f"{by_migration >> 20} MiB to s3 by migration, "
+                  f"{st['placement_overflows']} write-backs overflowed to s3")
         assert_fsck_clean(pool)
         # Reads after the remount must not pull the data back up to PM
         # (reverse migration: reads dominate): the status check and the
