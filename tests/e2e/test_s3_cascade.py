@@ -24,7 +24,6 @@ whose 256 coldest entries were all on s3, starved the SSD's drain).
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -50,9 +49,14 @@ MINIO_SH = REPO / "tests" / "minio" / "minio.sh"
 MIB = 1 << 20
 PM, SSD = 32 * MIB, 64 * MIB
 # Migration thread as shipped (a pass per 100 ms); object cleaning may run
-# every 200 ms instead of 5 s; quick first retries of failed S3 requests
-# (the default budget, 10 retries within 3 minutes, rides out a restart).
-OPTS = "object_clean_interval_ns=200ms,s3_backoff_ns=50ms"
+# every 200 ms instead of 5 s; failed S3 requests retried from 50 ms on
+# while the time budget (3 minutes) lasts, not 10 times: the waits are
+# random ("decorrelated jitter", from the first wait up to 4 times the one
+# before), so 10 retries from 100 ms span less than 5 s one time in 20 and
+# less than 15 s one time in 4 (simulated), and a MinIO restart of a few
+# seconds then fails the write-back that overflowed to s3 with EIO (seen
+# with a 12 s outage: two fsyncs failed, nothing acknowledged was lost).
+OPTS = "object_clean_interval_ns=200ms,s3_backoff_ns=50ms,s3_retries=100"
 
 
 def minio(cmd: str, d: Path) -> str:
@@ -340,7 +344,7 @@ def test_kill_9_while_the_cascade_uploads_loses_no_fsynced_file(s3):
             w.stop.set()
             w.join(60)
         acked = dict(w.acked)
-        assert len(acked) > 200, len(acked)
+        assert len(acked) > 150, len(acked)
         # Orphans are allowed here (an upload no entry references yet); not
         # a problem, only space.
         orphans = assert_fsck_clean(pool, orphans=None)["object_orphans"]
