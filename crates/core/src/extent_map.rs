@@ -7,6 +7,7 @@
 //! would give (see [`ExtentMap`]).
 
 use std::collections::BTreeMap;
+use terrace_format::MAX_TIERS;
 
 /// Where a run of file blocks lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +79,7 @@ pub type Released = (u8, u64, u64);
 
 /// File block → extent map. Keys are first file blocks; extents never overlap.
 ///
-/// Invariant: the counters (`blocks`, `copies`, `pm_blocks`,
+/// Invariant: the counters (`blocks`, `copies`, `tier_blocks`,
 /// `pm_clean_blocks`) always equal what a scan of `map` would give; every
 /// change of `map` goes through [`ExtentMap::put`] and [`ExtentMap::take`].
 /// They make the hot paths (stat, log-compaction checks, NVMFS's dirty/clean
@@ -88,7 +89,9 @@ pub struct ExtentMap {
     map: BTreeMap<u64, Extent>,
     blocks: u64,
     copies: u64,
-    pm_blocks: u64,
+    /// Blocks whose data (not clean copies) is on each tier, by tier id
+    /// (ids are below `MAX_TIERS`; `[0]` is PM).
+    tier_blocks: [u64; MAX_TIERS],
     pm_clean_blocks: u64,
 }
 
@@ -103,11 +106,11 @@ impl ExtentMap {
         };
         f(&mut self.blocks, e.blocks);
         f(&mut self.copies, u64::from(e.copy.is_some()));
-        if e.tier == 0 {
-            f(&mut self.pm_blocks, e.blocks);
-            if e.copy.is_some() {
-                f(&mut self.pm_clean_blocks, e.blocks);
-            }
+        if let Some(n) = self.tier_blocks.get_mut(usize::from(e.tier)) {
+            f(n, e.blocks);
+        }
+        if e.tier == 0 && e.copy.is_some() {
+            f(&mut self.pm_clean_blocks, e.blocks);
         }
     }
 
@@ -280,7 +283,18 @@ impl ExtentMap {
 
     /// Blocks on PM: `(with a clean copy, without)`.
     pub fn pm_clean_dirty(&self) -> (u64, u64) {
-        (self.pm_clean_blocks, self.pm_blocks - self.pm_clean_blocks)
+        (
+            self.pm_clean_blocks,
+            self.tier_blocks[0] - self.pm_clean_blocks,
+        )
+    }
+
+    /// The block tiers (ids other than 0) holding some of the file's data,
+    /// clean copies left out: bit `t` for tier `t`.
+    pub fn block_tier_mask(&self) -> u8 {
+        (1..MAX_TIERS)
+            .filter(|&t| self.tier_blocks[t] > 0)
+            .fold(0, |m, t| m | 1 << t)
     }
 
     /// Number of extents.
@@ -344,7 +358,7 @@ mod tests {
                 }
                 _ => {
                     let e = Extent {
-                        tier: rng.gen_range(0..2),
+                        tier: rng.gen_range(0..4),
                         ..ext(n, rng.gen_range(0..1000))
                     };
                     m.map(start, e);
@@ -361,6 +375,11 @@ mod tests {
             assert_eq!(m.mapped_blocks(), scan_blocks, "step {step}");
             assert_eq!(m.with_copies(), scan_copies, "step {step}");
             assert_eq!(m.pm_clean_dirty(), (pm(true), pm(false)), "step {step}");
+            let mask = m
+                .iter()
+                .filter(|(_, e)| e.tier != 0)
+                .fold(0u8, |k, (_, e)| k | 1 << e.tier);
+            assert_eq!(m.block_tier_mask(), mask, "step {step}");
         }
     }
 

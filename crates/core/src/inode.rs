@@ -103,9 +103,12 @@ pub struct Inode {
     pub cached_mtime: i64,
     /// Average modification time over the file's blocks (Ziggurat §5.1).
     pub amtime: terrace_policy::Amtime,
-    /// The key under which the file is in the cold lists (its amtime when it
-    /// was last listed), `None` when not listed.
+    /// The key under which the file is in the block tiers' cold lists (its
+    /// amtime when it was last listed), `None` when not listed.
     pub cold_key: Option<u64>,
+    /// The block tiers whose cold lists hold the file under `cold_key`
+    /// (bit per tier id: the tiers its data was on when last listed).
+    pub cold_tiers: u8,
     /// Keys in the two PM cold lists (PM data without a copy; with a clean
     /// copy), where listed.
     pub pm_cold_keys: [Option<u64>; 2],
@@ -161,6 +164,7 @@ impl Inode {
             cached_mtime: 0,
             amtime: terrace_policy::Amtime::new(),
             cold_key: None,
+            cold_tiers: 0,
             pm_cold_keys: [None, None],
             block_reads: 0,
             data_seq: 0,

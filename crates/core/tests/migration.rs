@@ -431,6 +431,70 @@ fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
     }
 }
 
+/// The cascade's drain of a block tier must find that tier's files however
+/// many colder files already sit further down: with more than the 256
+/// files a drain looks at all on the HDD (the coldest, written first), the
+/// newer files filling the SSD must still move on. When the cold list
+/// spanned all tiers, the drain of the SSD saw only the HDD's files, moved
+/// nothing, and the SSD stayed full (so PM, which drains into it, filled
+/// and writes failed with ENOSPC while the HDD — or an S3 bucket — had room;
+/// `tests/e2e/test_s3_cascade.py` with many 256 KiB files).
+#[test]
+fn a_block_tier_drains_even_when_hundreds_of_colder_files_sit_below_it() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let ssd = Arc::new(MemBlock::new(8 << 20));
+    let hdd = Arc::new(MemBlock::new(64 << 20));
+    mkfs_tiers(
+        &*pm,
+        &[(TierKind::Ssd, 8 << 20), (TierKind::Hdd, 64 << 20)],
+        512,
+    );
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap();
+    fs.set_setting("migration_age_ns", "0s").unwrap();
+    fs.set_setting("size_fresh_large_bytes", "0").unwrap();
+    let mut files = Vec::new();
+    // 300 old small files, all on the HDD: the coldest files of the pool.
+    for n in 0..300u64 {
+        let ino = file(&fs, 1, &format!("old{n}"));
+        let data = pattern(n, 16 << 10);
+        fs.write(ino, 0, &data).unwrap();
+        fs.migrate_file(ino, 2).unwrap();
+        files.push((ino, data));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    // Newer files, all on the SSD: 5 MiB of its 8 MiB.
+    let mut newer = Vec::new();
+    for n in 0..40u64 {
+        let ino = file(&fs, 1, &format!("new{n}"));
+        let data = pattern(1000 + n, 128 << 10);
+        fs.write(ino, 0, &data).unwrap();
+        fs.migrate_file(ino, 1).unwrap();
+        newer.push(ino);
+        files.push((ino, data));
+    }
+    let ssd_percent = |fs: &Fs| {
+        let t = &fs.status().tiers[1];
+        t.used * 100 / t.capacity
+    };
+    assert!(ssd_percent(&fs) >= 55, "{:?}", fs.status().tiers[1]);
+    fs.set_setting("migration_threshold", "20").unwrap();
+    fs.migration_pass();
+    fs.migration_pass();
+    let st = fs.status();
+    assert!(
+        ssd_percent(&fs) <= 25,
+        "the SSD did not drain into the HDD: {:?}; migration {:?}",
+        st.tiers[1],
+        st.migration
+    );
+    assert!(newer.iter().any(|&ino| tier_bytes(&fs, ino, "hdd") > 0));
+    for (ino, data) in &files {
+        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
+    }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn crashes_during_reverse_migration_keep_every_byte() {
     let (pm, ssd, fs) = crash_pool(32 << 20, SSD, 64);

@@ -10,11 +10,24 @@ impl Fs {
         let new = if listed { i.amtime.value() } else { None };
         let (clean, dirty) = i.extents.pm_clean_dirty();
         let new_pm = [new.filter(|_| dirty > 0), new.filter(|_| clean > 0)];
+        let new_tiers = if new.is_some() {
+            i.extents.block_tier_mask()
+        } else {
+            0
+        };
         let m = &self.migrator;
-        let k = shard_index(i.ino, m.shards.len());
-        if new != i.cold_key {
-            m.shards[k].lock().update(i.ino, i.cold_key, new);
+        let k = shard_index(i.ino, m.pm_shards[0].len());
+        if (new, new_tiers) != (i.cold_key, i.cold_tiers) {
+            for (t, list) in m.tier_shards.iter().enumerate().skip(1) {
+                let bit = 1u8 << t;
+                let old = i.cold_key.filter(|_| i.cold_tiers & bit != 0);
+                let key = new.filter(|_| new_tiers & bit != 0);
+                if old != key {
+                    list[k].lock().update(i.ino, old, key);
+                }
+            }
             i.cold_key = new;
+            i.cold_tiers = new_tiers;
         }
         for (list, key) in new_pm.into_iter().enumerate() {
             if key != i.pm_cold_keys[list] {
@@ -29,10 +42,15 @@ impl Fs {
     /// Takes a file out of the cold lists (it is being freed).
     pub(crate) fn unlist(&self, i: &mut Inode) {
         let m = &self.migrator;
-        let k = shard_index(i.ino, m.shards.len());
+        let k = shard_index(i.ino, m.pm_shards[0].len());
         if let Some(old) = i.cold_key.take() {
-            m.shards[k].lock().update(i.ino, Some(old), None);
+            for (t, list) in m.tier_shards.iter().enumerate().skip(1) {
+                if i.cold_tiers & 1 << t != 0 {
+                    list[k].lock().update(i.ino, Some(old), None);
+                }
+            }
         }
+        i.cold_tiers = 0;
         for list in 0..2 {
             if let Some(old) = i.pm_cold_keys[list].take() {
                 m.pm_shards[list][k].lock().update(i.ino, Some(old), None);
@@ -43,14 +61,14 @@ impl Fs {
     /// Up to `n` coldest files `(amtime, ino)` that a drain of tier `from`
     /// in `mode` can work on, coldest first: on PM, files with data that has
     /// no copy (copying), with a clean copy (evicting), or either (moving);
-    /// on other tiers, files with data anywhere.
+    /// on other tiers, files with data (not only clean copies) there.
     pub(crate) fn coldest_files(&self, from: u8, mode: Mode, n: usize) -> Vec<(u64, Ino)> {
         let m = &self.migrator;
         let lists: Vec<&Vec<Mutex<Shard>>> = match (from, mode) {
             (0, Mode::Copy) => vec![&m.pm_shards[0]],
             (0, Mode::Evict) => vec![&m.pm_shards[1]],
             (0, _) => vec![&m.pm_shards[0], &m.pm_shards[1]],
-            _ => vec![&m.shards],
+            _ => m.tier_shards.get(usize::from(from)).into_iter().collect(),
         };
         let mut all: Vec<(u64, Ino)> = Vec::new();
         for list in lists {

@@ -7,8 +7,12 @@
 //! modification time (amtime, kept incrementally in [`Inode::amtime`] as write
 //! entries apply). The lists are sharded by inode number
 //! (`terrace_policy::cold_list`), one mutex per shard, so writers to different
-//! files rarely meet on a lock. The lists span all tiers; the pass skips files
-//! with nothing on the tier it drains.
+//! files rarely meet on a lock. There is one list per tier, as in Ziggurat: a
+//! file is in the list of each block tier its data is on, and in PM's two
+//! (PM data without and with a clean copy), so a drain of a tier only ever
+//! looks at files it can move (one list over all tiers starved the SSD's
+//! drain once its 256 coldest files were all on S3: design §5n "The
+//! cascade").
 //!
 //! # Mechanism ([`Fs::migrate_groups`]) — crash-safe at every step
 //! 1. Under the inode lock, capture the pieces of the group still on the source

@@ -11,18 +11,26 @@
 use crate::lock_order::{Mutex, Rank};
 use crate::worker::Worker;
 use std::sync::atomic::AtomicU64;
+use terrace_format::MAX_TIERS;
 use terrace_policy::cold_list::Shard;
 
 /// Migration state and counters (shown by `terrace status`).
 #[derive(Default)]
 pub struct Migrator {
-    /// Cold lists of every regular file with data, by amtime (sharded).
-    pub(crate) shards: Vec<Mutex<Shard>>,
-    /// The same for the files that have data on PM: draining PM walks these,
-    /// so files already moved down never fill a pass's list (before
-    /// 2026-11-24 the 256 coldest files of the first list were all on the
-    /// SSD after one pass over a burst of small files, and every later pass
-    /// moved nothing while PM stayed full).
+    /// Cold lists of each block tier, by tier id (`[0]` unused: PM has its
+    /// own below): the regular files with data on that tier, by amtime
+    /// (sharded). Draining a tier walks its own list, so files already
+    /// moved further down never fill a pass's list. Until 2026-11-27 one
+    /// list held every file with data anywhere: once the 256 coldest files
+    /// were all on the last tier (a few hundred small files cascaded to
+    /// S3), every drain of the SSD moved nothing, the SSD stayed full, PM
+    /// filled behind it, and writes failed with ENOSPC while the bucket had
+    /// room (`test_s3_cascade.py`; design §5n "The cascade").
+    pub(crate) tier_shards: Vec<Vec<Mutex<Shard>>>,
+    /// The same for the files that have data on PM (before 2026-11-24 PM's
+    /// drain walked the single list above, with the same failure one tier
+    /// up: its 256 coldest files all on the SSD after a burst of small
+    /// files, and every later pass moved nothing while PM stayed full).
     /// Index 0: files with PM data that has no copy elsewhere ("dirty" in
     /// NVMFS's terms); index 1: files with PM data that has a clean copy.
     /// Copying drains walk the first, evicting the second, moving both.
@@ -83,8 +91,12 @@ pub struct Migrator {
 impl Migrator {
     pub(crate) fn new(shards: usize) -> Migrator {
         Migrator {
-            shards: (0..shards.max(1))
-                .map(|_| Mutex::new(Rank::leaf("cold-list shard"), Shard::new()))
+            tier_shards: (0..MAX_TIERS)
+                .map(|_| {
+                    (0..shards.max(1))
+                        .map(|_| Mutex::new(Rank::leaf("cold-list shard"), Shard::new()))
+                        .collect()
+                })
                 .collect(),
             pm_shards: [0, 1].map(|_| {
                 (0..shards.max(1))
