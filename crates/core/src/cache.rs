@@ -321,6 +321,20 @@ impl PageCache {
         self.state.lock().pages.contains_key(&(tier, block))
     }
 
+    /// How many of the `max` blocks from `first` on are not cached, counted
+    /// up to the first cached one (no LRU touch, no hit counted).
+    pub(crate) fn uncached_run(&self, tier: u8, first: u64, max: u64) -> u64 {
+        let s = self.state.lock();
+        match s
+            .pages
+            .range((tier, first)..(tier, first.saturating_add(max)))
+            .next()
+        {
+            Some((&(_, b), _)) => b - first,
+            None => max,
+        }
+    }
+
     /// The fetch lock of read-ahead window `window` of object tier `tier`
     /// (see `fetch_locks`).
     pub(crate) fn object_fetch_lock(
@@ -455,6 +469,18 @@ mod tests {
 
     fn page(v: u8) -> Arc<[u8]> {
         Arc::from(vec![v; BS as usize])
+    }
+
+    #[test]
+    fn an_uncached_run_ends_at_the_first_cached_block_of_the_same_tier() {
+        let c = PageCache::new(1 << 20);
+        c.put_clean(1, 10, vec![page(1)]);
+        c.put_clean(2, 5, vec![page(2)]);
+        assert_eq!(c.uncached_run(1, 4, 100), 6);
+        assert_eq!(c.uncached_run(1, 4, 3), 3);
+        assert_eq!(c.uncached_run(1, 11, 50), 50);
+        assert_eq!(c.uncached_run(2, 0, 50), 5);
+        assert_eq!(c.uncached_run(1, 10, 4), 0);
     }
 
     #[test]

@@ -369,7 +369,12 @@ impl Fs {
         // window, so that readers of the same data (the kernel's concurrent
         // read-ahead requests) find it cached instead of fetching it again,
         // while readers of other data do not wait for it.
-        let object_read_ahead = read_ahead && self.tier(tier)?.kind == terrace_format::TierKind::S3;
+        // Every read of an object tier takes its window's fetch lock, also
+        // one the access tracer calls random (the kernel's concurrent
+        // read-ahead requests can look so): it then finds blocks another
+        // reader was fetching instead of fetching them again.
+        let object = self.tier(tier)?.kind == terrace_format::TierKind::S3;
+        let object_read_ahead = read_ahead && object;
         let unit = if read_ahead {
             let unit = (self.settings.read().max_read_unit_bytes / BS).max(1);
             if object_read_ahead {
@@ -399,7 +404,7 @@ impl Fs {
                 break;
             }
             let window = OBJECT_READ_AHEAD_BYTES / BS;
-            let mut fetch = if object_read_ahead {
+            let mut fetch = if object {
                 let asked = std::time::Instant::now();
                 let g = self.cache.object_fetch_lock(tier, blk / window);
                 if g.is_some_and(|f| f.tier == tier && f.window == blk / window && f.at >= asked) {
@@ -426,9 +431,13 @@ impl Fs {
             };
             let need = (skip + dst.len() - at).div_ceil(BS as usize) as u64;
             let mut n = left.min(unit.max(need)).max(1);
-            if object_read_ahead {
+            if object {
                 // Within this window: the next one has a lock of its own.
                 n = n.min(window - blk % window);
+                // And only up to what is cached already: the kernel's
+                // read-ahead requests arrive out of order, so a later part
+                // of the window may have been fetched first.
+                n = n.min(self.cache.uncached_run(tier, blk, n).max(1));
             }
             let t = self.tier(tier)?;
             let len = (n * BS) as usize;

@@ -660,6 +660,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     let r = fs.unmount();
     log_notices(&fs);
     drop(tier_locks);
+    crate::tier_cmd::release_attached_tier_locks();
     drop(lock);
     remove_run_files(&files);
     match &r {

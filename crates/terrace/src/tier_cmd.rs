@@ -250,10 +250,24 @@ fn add_mounted(shown: &Path, mnt: &Path, spec: &str, force: bool) -> CliResult {
     Ok(())
 }
 
+/// The locks of tiers attached to the mounted pool (held by the daemon
+/// until the unmount, then released with the pool's lock).
+static ATTACHED_TIER_LOCKS: std::sync::Mutex<Vec<std::fs::File>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Releases the locks of the tiers attached while mounted: called where the
+/// daemon drops the locks of the tiers it mounted with, before the pool's.
+pub(crate) fn release_attached_tier_locks() {
+    ATTACHED_TIER_LOCKS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
+}
+
 /// The daemon's side of `tier add MOUNTPOINT`: formats the tier, opens it
 /// and attaches it to the mounted pool (the superblock is the commit point,
-/// `Fs::attach_tier`). A file tier's lock is held until the daemon exits,
-/// like the locks of the tiers it mounted with.
+/// `Fs::attach_tier`). A file tier's lock is held until the unmount, like
+/// the locks of the tiers it mounted with.
 pub(crate) fn attach(
     fs: &terrace_core::Fs,
     a: &crate::control::protocol::AddTier,
@@ -280,8 +294,13 @@ pub(crate) fn attach(
     };
     fs.attach_tier(record.clone(), media)
         .map_err(|e| Refusal::new(format!("cannot attach the tier: {e}")))?;
-    // Held for the daemon's life (closing the descriptor would drop it).
-    std::mem::forget(lock);
+    // Held until the pool is unmounted, like the mounted tiers' locks.
+    if let Some(l) = lock {
+        ATTACHED_TIER_LOCKS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(l);
+    }
     Ok(TierAdded {
         id: record.id,
         kind: record.kind.name().to_string(),
