@@ -151,9 +151,9 @@ mod tests {
             session_token: None,
             source: "test".into(),
         };
-        let e = Bucket::connect_with(&cfg, creds.clone())
-            .err()
-            .expect("no file");
+        let Err(e) = Bucket::connect_with(&cfg, creds.clone()) else {
+            panic!("no file: connected");
+        };
         assert!(
             e.to_string().starts_with(&format!(
                 "s3 tier https://127.0.0.1:1/tls-bucket: ca_file {}: cannot read it",
@@ -167,7 +167,9 @@ mod tests {
             "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
         )
         .unwrap();
-        let e = Bucket::connect_with(&cfg, creds).err().expect("junk");
+        let Err(e) = Bucket::connect_with(&cfg, creds) else {
+            panic!("junk: connected");
+        };
         assert!(
             e.to_string().contains("certificate 1 of 1 cannot be used"),
             "{e}"
