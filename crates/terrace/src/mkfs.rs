@@ -77,8 +77,8 @@ fn parse_tier_with(s: &str, exists: &dyn Fn(&Path) -> bool) -> Result<TierSpec, 
 /// `s3:URL[:SIZE]`: the URL has colons of its own (scheme, port), so a
 /// trailing `:SIZE` counts only after the path started (the first '/' past
 /// `://`); without it the tier is [`object_tier::DEFAULT_SIZE`]. The URL may
-/// end in options, `?region=…&path_style=…&credentials_file=…&profile=…`
-/// (terrace_media::UrlOptions), stored with it; `:SIZE` then goes at the
+/// end in options, `?region=…&path_style=…&credentials_file=…&profile=…
+/// &ca_file=…` (terrace_media::UrlOptions), stored with it; `:SIZE` then goes at the
 /// very end or before the `?`.
 fn parse_s3_tier(s: &str, url: &str) -> Result<TierSpec, String> {
     let path_start = url

@@ -4,9 +4,10 @@
 //! the same header check as a block tier's.
 //!
 //! The URL may carry options (`?region=…&path_style=…&credentials_file=…
-//! &profile=…`, `terrace_media::UrlOptions`), stored with it: none is
-//! secret. Credentials come from that file, the environment or
-//! `~/.aws/credentials` at every open; Terrace never stores them.
+//! &profile=…&ca_file=…`, `terrace_media::UrlOptions`), stored with it:
+//! none is secret. Credentials come from that file, the environment or
+//! `~/.aws/credentials` at every open, and `ca_file`'s certificates are
+//! read then too; Terrace never stores either.
 
 use crate::tier_check;
 use std::time::Duration;

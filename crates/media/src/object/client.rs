@@ -1,6 +1,8 @@
 //! The S3 client of an object tier: object_store's `AmazonS3` for the
 //! tier's URL and credentials, with the retries and time-outs of
 //! [`NetworkParams`], every HTTP try passing through [`WatchedClient`].
+//! An https endpoint is verified against the system's roots plus those of
+//! the tier's `ca_file=` (`ClientOptions::with_root_certificate`).
 //!
 //! The watched client sees each try, retries included (object_store
 //! retries above it): a 5xx or 429 answer or a transport error (refused,
@@ -16,19 +18,29 @@ use object_store::aws::AmazonS3Builder;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService, ReqwestConnector,
 };
-use object_store::{ClientOptions, ObjectStore};
+use object_store::{Certificate, ClientOptions, ObjectStore};
 
 use super::config::{Credentials, NetworkParams, ObjectConfig};
 use super::store::{add, chain, Shared};
 
-/// The S3 client for `cfg` with `net`, every try watched (module docs).
+/// The S3 client for `cfg` with `net`, every try watched (module docs),
+/// trusting `roots` ([`ObjectConfig::root_certificates`]) besides the
+/// system's roots.
 pub(super) fn s3(
     cfg: &ObjectConfig,
     creds: &Credentials,
+    roots: &[Certificate],
     net: &NetworkParams,
     shared: &Arc<Shared>,
 ) -> io::Result<Arc<dyn ObjectStore>> {
     let http = cfg.endpoint.starts_with("http://");
+    let mut options = ClientOptions::new()
+        .with_allow_http(http)
+        .with_timeout(net.request_timeout)
+        .with_connect_timeout(net.request_timeout.min(CONNECT_TIMEOUT));
+    for c in roots {
+        options = options.with_root_certificate(c.clone());
+    }
     let mut builder = AmazonS3Builder::new()
         .with_endpoint(cfg.bucket_endpoint())
         .with_bucket_name(&cfg.bucket)
@@ -38,12 +50,7 @@ pub(super) fn s3(
         .with_allow_http(http)
         .with_virtual_hosted_style_request(!cfg.path_style)
         .with_retry(net.retry_config())
-        .with_client_options(
-            ClientOptions::new()
-                .with_allow_http(http)
-                .with_timeout(net.request_timeout)
-                .with_connect_timeout(net.request_timeout.min(CONNECT_TIMEOUT)),
-        )
+        .with_client_options(options)
         .with_http_connector(WatchingConnector(Arc::clone(shared)));
     if let Some(token) = &creds.session_token {
         builder = builder.with_token(token);
@@ -130,6 +137,43 @@ mod tests {
             source: "test".into(),
         };
         Bucket::connect_with(&cfg, creds).unwrap()
+    }
+
+    #[test]
+    fn a_ca_file_is_read_when_the_client_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("ca.pem");
+        let url = format!("https://127.0.0.1:1/tls-bucket?ca_file={}", f.display());
+        let cfg = ObjectConfig::parse(&url, &|_| None).unwrap();
+        let creds = Credentials {
+            access_key_id: "id".into(),
+            secret_access_key: "secret".into(),
+            session_token: None,
+            source: "test".into(),
+        };
+        let Err(e) = Bucket::connect_with(&cfg, creds.clone()) else {
+            panic!("no file: connected");
+        };
+        assert!(
+            e.to_string().starts_with(&format!(
+                "s3 tier https://127.0.0.1:1/tls-bucket: ca_file {}: cannot read it",
+                f.display()
+            )),
+            "{e}"
+        );
+        // Base64 that is no certificate.
+        std::fs::write(
+            &f,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let Err(e) = Bucket::connect_with(&cfg, creds) else {
+            panic!("junk: connected");
+        };
+        assert!(
+            e.to_string().contains("certificate 1 of 1 cannot be used"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -3,13 +3,14 @@
 //!
 //! A tier is named by one URL, `http(s)://HOST[:PORT]/BUCKET[/PREFIX]`
 //! ([`ObjectConfig::from_url`]), maybe followed by options
-//! `?region=…&path_style=…&credentials_file=…&profile=…` ([`UrlOptions`];
-//! none of them secret, so the pool may store them). Everything else has a
+//! `?region=…&path_style=…&credentials_file=…&profile=…&ca_file=…`
+//! ([`UrlOptions`]; none of them secret, so the pool may store them). Everything else has a
 //! default: the region is `region=`, else `AWS_REGION`, else `us-east-1`;
 //! requests are path-style (`HOST/BUCKET/KEY`) for plain-http endpoints and
 //! IP addresses — what MinIO and most local servers need — and
 //! virtual-hosted (`BUCKET.HOST/KEY`) for https names, unless `path_style=`
-//! says otherwise.
+//! says otherwise. An https endpoint's certificate must chain to a root the
+//! system trusts or to one of `ca_file=` ([`ObjectConfig::root_certificates`]).
 //!
 //! Credentials come from the standard places only ([`Credentials::resolve`]):
 //! a credentials file named in the config (with its profile), else — unless
@@ -26,6 +27,8 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use object_store::client::{HttpConnector, ReqwestConnector};
 
 /// Region used when neither the config nor `AWS_REGION` names one.
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -53,6 +56,9 @@ pub struct ObjectConfig {
     /// Profile to use in a credentials file (default: `AWS_PROFILE`, else
     /// `default`).
     pub profile: Option<String>,
+    /// A PEM file of root certificates to trust besides the system's (for
+    /// an https endpoint signed by a private CA).
+    pub ca_file: Option<PathBuf>,
     /// Requests in flight at most per `sync` or read (at least 1).
     pub concurrency: usize,
     /// Retries and timeouts of requests.
@@ -157,7 +163,11 @@ fn invalid(msg: String) -> io::Error {
 ///   credentials file, never from the environment;
 /// - `profile=NAME`: the profile to use in that file, or — without
 ///   `credentials_file` — in `AWS_SHARED_CREDENTIALS_FILE` or
-///   `~/.aws/credentials` (the environment's keys are then not used).
+///   `~/.aws/credentials` (the environment's keys are then not used);
+/// - `ca_file=/ABSOLUTE/PATH`: a PEM file of root certificates (one or
+///   more `BEGIN CERTIFICATE` blocks) that an https endpoint's certificate
+///   may chain to, besides the system's roots. Read at every open of the
+///   tier ([`ObjectConfig::root_certificates`]).
 ///
 /// Values are taken as written: percent-encoding is not supported.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -170,10 +180,12 @@ pub struct UrlOptions {
     pub credentials_file: Option<PathBuf>,
     /// `profile=`.
     pub profile: Option<String>,
+    /// `ca_file=`.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// The option names [`UrlOptions::parse`] knows.
-pub const URL_OPTIONS: &str = "region, path_style, credentials_file, profile";
+pub const URL_OPTIONS: &str = "region, path_style, credentials_file, profile, ca_file";
 
 impl UrlOptions {
     /// Parses the text after `?`; the error says which option is wrong and
@@ -238,6 +250,14 @@ impl UrlOptions {
                         ));
                     }
                     if o.credentials_file.replace(PathBuf::from(value)).is_some() {
+                        return Err(dup());
+                    }
+                }
+                "ca_file" => {
+                    if !value.starts_with('/') {
+                        return Err(format!("ca_file {value:?} is not an absolute path"));
+                    }
+                    if o.ca_file.replace(PathBuf::from(value)).is_some() {
                         return Err(dup());
                     }
                 }
@@ -325,6 +345,7 @@ impl ObjectConfig {
                 .unwrap_or(scheme == "http" || ip || host == "localhost"),
             credentials_file: opts.credentials_file,
             profile: opts.profile,
+            ca_file: opts.ca_file,
             concurrency: DEFAULT_CONCURRENCY,
             network: NetworkParams::default(),
         })
@@ -337,6 +358,50 @@ impl ObjectConfig {
         } else {
             format!("{}/{}/{}", self.endpoint, self.bucket, self.prefix)
         }
+    }
+
+    /// The root certificates of `ca_file=` (none without it), to trust
+    /// besides the system's. The file must be readable and hold at least one
+    /// PEM certificate; the error is one line, `s3 tier URL: ca_file PATH:
+    /// why`.
+    pub fn root_certificates(&self) -> io::Result<Vec<object_store::Certificate>> {
+        let Some(file) = &self.ca_file else {
+            return Ok(Vec::new());
+        };
+        let at = || format!("s3 tier {}: ca_file {}", self.url(), file.display());
+        let pem = std::fs::read(file)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot read it: {e}", at())))?;
+        let certs = object_store::Certificate::from_pem_bundle(&pem).map_err(|e| {
+            invalid(format!(
+                "{}: not a PEM certificate file ({})",
+                at(),
+                super::store::chain(&e)
+            ))
+        })?;
+        if certs.is_empty() {
+            return Err(invalid(format!(
+                "{}: holds no PEM certificate (no -----BEGIN CERTIFICATE----- block)",
+                at()
+            )));
+        }
+        // A block of base64 that is no certificate passes the PEM parse and
+        // fails only when a client adds it to its roots: make one now.
+        for (i, c) in certs.iter().enumerate() {
+            let options = object_store::ClientOptions::new().with_root_certificate(c.clone());
+            if let Err(e) = ReqwestConnector::default().connect(&options) {
+                let mut cause: &dyn std::error::Error = &e;
+                while let Some(s) = cause.source() {
+                    cause = s;
+                }
+                return Err(invalid(format!(
+                    "{}: certificate {} of {} cannot be used ({cause})",
+                    at(),
+                    i + 1,
+                    certs.len()
+                )));
+            }
+        }
+        Ok(certs)
     }
 
     /// The endpoint object_store's builder wants: the bucket's own host for
@@ -713,6 +778,127 @@ mod tests {
             e.to_string().contains("[nope]") && e.to_string().contains(f),
             "{e}"
         );
+    }
+
+    /// A self-signed CA (EC P-256, valid until 2126), for `ca_file=` tests.
+    const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\n\
+     MIIBlTCCATugAwIBAgIUR67oKL78lPOjnt2KPN3wOIpFRF8wCgYIKoZIzj0EAwIw\n\
+     HzEdMBsGA1UEAwwUVGVycmFjZSB1bml0LXRlc3QgQ0EwIBcNMjYxMTI3MTAzMjI1\n\
+     WhgPMjEyNjExMDMxMDMyMjVaMB8xHTAbBgNVBAMMFFRlcnJhY2UgdW5pdC10ZXN0\n\
+     IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEDLLjAqTJiEGBBveTNf4JIMsp\n\
+     iuMlIDMHDHBi+Sw7PArg1sPNrPVAkkyZbiBZcFJDXsc5xF7aobHyxcbiglqwYaNT\n\
+     MFEwHQYDVR0OBBYEFNraekh6I3uqOo+r/VktmcWuTXeBMB8GA1UdIwQYMBaAFNra\n\
+     ekh6I3uqOo+r/VktmcWuTXeBMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwID\n\
+     SAAwRQIgYaeMe2oAYdH8xr0XhRpyehWjfN140+DYRCC8O6RvDTwCIQCrpD22ibHh\n\
+     /j0omEACkD9+y6qi2QBPXg5lYNz/dT3pDg==\n\
+     -----END CERTIFICATE-----\n";
+
+    #[test]
+    fn ca_file_is_an_absolute_path_and_not_the_address() {
+        let c = ObjectConfig::parse(
+            "https://127.0.0.1:9443/bkt/p?ca_file=/etc/terrace/ca.pem&region=r1",
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(c.ca_file.as_deref(), Some(Path::new("/etc/terrace/ca.pem")));
+        assert_eq!(c.url(), "https://127.0.0.1:9443/bkt/p");
+        assert_eq!(c.region, "r1");
+        assert!(c.path_style, "an IP address stays path-style");
+        assert_eq!(
+            UrlOptions::parse("ca_file=/a/b.pem").unwrap(),
+            UrlOptions {
+                ca_file: Some("/a/b.pem".into()),
+                ..UrlOptions::default()
+            }
+        );
+        let c = ObjectConfig::parse("https://h/bucket", &env(&[])).unwrap();
+        assert_eq!(c.ca_file, None);
+        assert!(c.root_certificates().unwrap().is_empty(), "no file: none");
+        for (q, why) in [
+            (
+                "ca_file=ca.pem",
+                "ca_file \"ca.pem\" is not an absolute path",
+            ),
+            ("ca_file=./ca.pem", "not an absolute path"),
+            ("ca_file=~/ca.pem", "not an absolute path"),
+            ("ca_file=", "has no value"),
+            ("ca_file=/a&ca_file=/b", "\"ca_file\" given twice"),
+            ("ca_file=/a b", "spaces"),
+        ] {
+            let e = ObjectConfig::parse(&format!("https://h/bucket?{q}"), &env(&[])).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            assert!(e.to_string().contains(why), "{q}: {e}");
+        }
+        assert!(URL_OPTIONS.contains("ca_file"));
+    }
+
+    #[test]
+    fn ca_file_must_be_readable_and_hold_a_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str| {
+            let f = dir.path().join(name);
+            ObjectConfig::parse(
+                &format!("https://127.0.0.1:9443/bkt/p?ca_file={}", f.display()),
+                &env(&[]),
+            )
+            .unwrap()
+        };
+        let one_line = |e: &io::Error, file: &str, why: &str| {
+            let m = e.to_string();
+            let head = format!(
+                "s3 tier https://127.0.0.1:9443/bkt/p: ca_file {}: ",
+                dir.path().join(file).display()
+            );
+            assert!(m.starts_with(&head) && m.contains(why), "{m}");
+            assert!(!m.contains('\n'), "{m}");
+        };
+        // One certificate; two (a bundle), with text around them.
+        std::fs::write(dir.path().join("ca.pem"), TEST_CA).unwrap();
+        assert_eq!(at("ca.pem").root_certificates().unwrap().len(), 1);
+        std::fs::write(
+            dir.path().join("bundle.pem"),
+            format!("subject=CN = one\n{TEST_CA}\n# two\n{TEST_CA}"),
+        )
+        .unwrap();
+        assert_eq!(at("bundle.pem").root_certificates().unwrap().len(), 2);
+        // Missing.
+        let e = at("missing.pem").root_certificates().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        one_line(&e, "missing.pem", "cannot read it:");
+        // A directory is not readable as a file.
+        std::fs::create_dir(dir.path().join("dir.pem")).unwrap();
+        let e = at("dir.pem").root_certificates().unwrap_err();
+        one_line(&e, "dir.pem", "cannot read it:");
+        // No certificate: empty, text, only a private key.
+        for (name, text) in [
+            ("empty.pem", ""),
+            ("text.pem", "not a certificate\n"),
+            (
+                "key.pem",
+                "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n",
+            ),
+        ] {
+            std::fs::write(dir.path().join(name), text).unwrap();
+            let e = at(name).root_certificates().unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            one_line(&e, name, "holds no PEM certificate");
+        }
+        // A certificate block that is not base64.
+        std::fs::write(
+            dir.path().join("broken.pem"),
+            "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = at("broken.pem").root_certificates().unwrap_err();
+        one_line(&e, "broken.pem", "not a PEM certificate file");
+        // Base64 that is no certificate (the second of two blocks).
+        std::fs::write(
+            dir.path().join("junk.pem"),
+            format!("{TEST_CA}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
+        )
+        .unwrap();
+        let e = at("junk.pem").root_certificates().unwrap_err();
+        one_line(&e, "junk.pem", "certificate 2 of 2 cannot be used (");
     }
 
     #[test]

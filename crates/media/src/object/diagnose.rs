@@ -14,6 +14,7 @@
 //! | 403 `InvalidAccessKeyId`, `SignatureDoesNotMatch`, `AccessDenied`, token codes; any 401 or 403 | access denied |
 //! | 404 `NoSuchBucket` | the bucket does not exist |
 //! | 400 `AuthorizationHeaderMalformed`, 301 `PermanentRedirect`, a bare redirect | wrong region |
+//! | TLS handshake refuses the server's certificate (`invalid peer certificate`) | untrusted certificate |
 //! | connect error or time-out | unreachable |
 //!
 //! None of them is retried for long: object_store retries no 4xx answer,
@@ -40,6 +41,13 @@ pub enum Problem {
         /// The store's `<Message>`, or object_store's text.
         detail: String,
     },
+    /// An https endpoint whose certificate the client does not trust (an
+    /// unknown issuer: a private CA not given in `ca_file=`; a name the
+    /// certificate does not cover; expired …).
+    Untrusted {
+        /// rustls's reason (`invalid peer certificate: UnknownIssuer` …).
+        cause: String,
+    },
     /// No answer: the connection failed or timed out.
     Unreachable {
         /// The innermost cause (`Connection refused (os error 111)` …).
@@ -48,6 +56,9 @@ pub enum Problem {
         tries: Option<usize>,
     },
 }
+
+/// How rustls words every refusal of the server's certificate.
+const UNTRUSTED: &str = "invalid peer certificate";
 
 /// The text between `<TAG>` and `</TAG>` in `text`.
 fn xml_field<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
@@ -89,9 +100,13 @@ impl Problem {
         let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
         while let Some(err) = cur {
             if let Some(h) = err.downcast_ref::<HttpError>() {
+                let cause = root_cause(h);
+                if h.kind() == HttpErrorKind::Connect && cause.contains(UNTRUSTED) {
+                    return Some(Problem::Untrusted { cause });
+                }
                 if matches!(h.kind(), HttpErrorKind::Connect | HttpErrorKind::Timeout) {
                     return Some(Problem::Unreachable {
-                        cause: root_cause(h),
+                        cause,
                         tries: tries(&text).or(Some(1)),
                     });
                 }
@@ -189,6 +204,17 @@ impl Problem {
                 at.region,
                 detail.trim_end_matches('.')
             ),
+            Problem::Untrusted { cause } => {
+                let hint = if cause.contains("UnknownIssuer") {
+                    "if a private CA signed it, give ca_file=/PATH/TO/CA.pem in the tier URL"
+                } else {
+                    "check the server's certificate and the URL's host"
+                };
+                format!(
+                    "s3 tier {url}: the TLS certificate of {} is not trusted: {cause} ({hint})",
+                    at.endpoint
+                )
+            }
             Problem::Unreachable { cause, tries } => {
                 let tries = match tries {
                     Some(1) => "1 try".to_string(),
@@ -439,6 +465,29 @@ mod tests {
             m,
             "s3 tier http://127.0.0.1:9000/bkt/p: cannot reach http://127.0.0.1:9000: Connection \
              refused (os error 111) (LIST p/, 3 tries; is the server running and the URL right?)"
+        );
+        let https = Where {
+            url: "https://127.0.0.1:9443/bkt/p",
+            endpoint: "https://127.0.0.1:9443",
+            ..AT
+        };
+        let m = Problem::Untrusted {
+            cause: "invalid peer certificate: UnknownIssuer".into(),
+        }
+        .message(&https, "LIST p/");
+        assert_eq!(
+            m,
+            "s3 tier https://127.0.0.1:9443/bkt/p: the TLS certificate of https://127.0.0.1:9443 \
+             is not trusted: invalid peer certificate: UnknownIssuer (if a private CA signed it, \
+             give ca_file=/PATH/TO/CA.pem in the tier URL)"
+        );
+        let m = Problem::Untrusted {
+            cause: "invalid peer certificate: certificate not valid for name \"10.0.0.1\"".into(),
+        }
+        .message(&https, "LIST p/");
+        assert!(
+            m.ends_with("(check the server's certificate and the URL's host)"),
+            "{m}"
         );
         let m = Problem::WrongRegion {
             detail: "the region is wrong; expecting 'us-east-1'.".into(),

@@ -235,9 +235,13 @@ impl Bucket {
             region: cfg.region.clone(),
             creds: creds.source.clone(),
         };
+        // Read once: a rebuild with other retries trusts the same roots.
+        let roots = cfg.root_certificates()?;
         let rebuild: Rebuild = {
             let (cfg, shared) = (cfg.clone(), Arc::clone(&shared));
-            Box::new(move |net: &NetworkParams| super::client::s3(&cfg, &creds, net, &shared))
+            Box::new(move |net: &NetworkParams| {
+                super::client::s3(&cfg, &creds, &roots, net, &shared)
+            })
         };
         let store = rebuild(&cfg.network)?;
         let base = format!("{}/{}", cfg.endpoint, cfg.bucket);
