@@ -44,9 +44,8 @@ def test_a_sequential_cold_read_of_object_data_fetches_each_byte_once(s3):  # no
             terrace("migrate", "--quiet", "--to", "s3", mnt, mnt / "cold")
             assert where_tiers(mnt / "cold").get("s3") == size
         # A fresh mount: nothing cached; reads must not move the data up,
-        # and the cleaner must not rewrite (and so read) parts meanwhile:
-        # the migration can leave a part partly dead, whose live blocks
-        # cleaning would fetch too.
+        # and only the reader's fetches count (the cleaner, which reads the
+        # live blocks of partly dead parts it rewrites, is off).
         with mounted_pool(pool, mnt, "reverse_read_ratio=0,object_clean_live_percent=0") as m:
             before = object_stats(m)["requests"]
             with open(mnt / "cold", "rb", buffering=0) as f:
