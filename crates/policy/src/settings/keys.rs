@@ -353,11 +353,12 @@ pub static KEYS: &[Key] = &[
     num_key!(
         s3_retries: u32,
         number(0, 100),
-        10u32,
+        100u32,
         "0-100; an object-tier (S3) request that fails with a 5xx or 429 answer, a refused or \
-         reset connection or a time-out is retried this often, while s3_timeout_ns lasts; \
-         the waits of 10 retries add up to about a minute (default 10; 0 = never: a read of \
-         object data then fails with EIO at the first error)"
+         reset connection or a time-out is retried up to this often, while s3_timeout_ns \
+         lasts; by default the time, not the count, ends the retries (the jittered waits of \
+         10 retries may add up to under 5 s) (default 100; 0 = never: a read of object data \
+         then fails with EIO at the first error)"
     ),
     num_key!(
         s3_timeout_ns: u64,

@@ -391,7 +391,7 @@ fn s3_retry_keys_parse_durations_and_refuse_what_is_out_of_range() {
     let d = Settings::default();
     assert_eq!(
         (d.s3_retries, d.s3_timeout_ns, d.s3_request_timeout_ns),
-        (10, 180_000_000_000, 30_000_000_000)
+        (100, 180_000_000_000, 30_000_000_000)
     );
     let cases = [
         ("s3_retries", "101", "from 0 to 100"),
