@@ -104,11 +104,11 @@ pub struct NetworkParams {
 }
 
 impl Default for NetworkParams {
-    /// object_store's defaults: 10 retries (about a minute of waits) within
-    /// 180 s, 30 s a try, the first wait 100 ms.
+    /// The settings' defaults: up to 100 retries within 180 s (the time
+    /// ends them, not the count), 30 s a try, the first wait 100 ms.
     fn default() -> NetworkParams {
         NetworkParams {
-            retries: 10,
+            retries: 100,
             retry_timeout: Duration::from_secs(180),
             request_timeout: Duration::from_secs(30),
             backoff: Duration::from_millis(100),
