@@ -83,35 +83,6 @@ impl Fs {
         Ok(data)
     }
 
-    /// Whether a read of `size` bytes at `off` of `ino` may wait on an
-    /// object store: part of the range maps to an object tier (its blocks
-    /// may be in the DRAM cache; this does not look). The FUSE layer serves
-    /// such reads off its request threads, so that a store that does not
-    /// answer holds up no request for data on other tiers (design.md §5n
-    /// "Network faults"). False at once for pools without an object tier.
-    pub fn read_may_wait_on_network(&self, ino: Ino, off: u64, size: usize) -> bool {
-        let object = |tier: u8| {
-            self.tiers
-                .iter()
-                .any(|t| t.id == tier && t.kind == terrace_format::TierKind::S3)
-        };
-        if !self.tiers.iter().any(|t| object(t.id)) || size == 0 {
-            return false;
-        }
-        let Ok(g) = self.lock(ino) else {
-            return false;
-        };
-        let Some(i) = g.as_ref() else {
-            return false;
-        };
-        let first = off / BS;
-        let n = (off + size as u64).div_ceil(BS) - first;
-        i.extents
-            .overlaps(first, n)
-            .iter()
-            .any(|(_, e)| object(e.tier))
-    }
-
     /// Whether a read now must update the access time of a file with
     /// `[atime, mtime, ctime]` (ns): relatime — once after each change, or
     /// once a day; strictatime — on every read; noatime — never.
