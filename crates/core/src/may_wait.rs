@@ -19,6 +19,11 @@
 //! - `copy_file_range` whose source range maps to an object tier, or whose
 //!   destination range has such a partial end block (it copies through
 //!   reads and writes, `ops_clone.rs`).
+//!
+//! A write and a truncate also fetch such a block into the DRAM cache
+//! before they take the inode lock ([`Fs::warm_partial_ends`],
+//! [`Fs::warm_cut_block`]), so the wait on the store holds no lock and
+//! `stat` or a listing with attributes of the file goes on meanwhile.
 
 use crate::fs::Fs;
 use crate::inode::Inode;
@@ -72,9 +77,7 @@ impl Fs {
         if !self.has_object_tier() {
             return false;
         }
-        self.may_wait(ino, |i| {
-            size < i.size() && size % BS != 0 && self.block_on_object_tier(i, size / BS)
-        })
+        self.may_wait(ino, |i| self.cut_on_object_tier(i, size))
     }
 
     /// Whether `copy_file_range` of `len` bytes from `src` at `src_off` to
@@ -107,6 +110,31 @@ impl Fs {
         }
         let end = dst_off.saturating_add(copied);
         self.may_wait(dst, |i| self.partial_end_on_object_tier(i, dst_off, end))
+    }
+
+    /// Brings the partial end blocks of a change of bytes `[off, end)` of
+    /// `ino` that are on an object tier into the DRAM cache before the
+    /// change takes the inode lock ([`Fs::warm_block`]): a write or a
+    /// truncate then waits on the store without holding the lock, so that
+    /// `stat`, listings with attributes and other requests for the file are
+    /// not held up by it. A no-op on pools without an object tier.
+    pub(crate) fn warm_partial_ends(&self, ino: Ino, off: u64, end: u64) {
+        if !self.has_object_tier() {
+            return;
+        }
+        let head = (off % BS != 0).then_some(off / BS);
+        let tail = (end % BS != 0 && Some(end / BS) != head).then_some(end / BS);
+        for fb in [head, tail].into_iter().flatten() {
+            self.warm_block(ino, fb, |i| self.block_on_object_tier(i, fb));
+        }
+    }
+
+    /// [`Fs::warm_partial_ends`] for a truncate of `ino` to `size`: the
+    /// block it cuts inside, when it is on an object tier.
+    pub(crate) fn warm_cut_block(&self, ino: Ino, size: u64) {
+        if self.has_object_tier() {
+            self.warm_block(ino, size / BS, |i| self.cut_on_object_tier(i, size));
+        }
     }
 
     /// Whether the pool has an object tier.
@@ -161,6 +189,12 @@ impl Fs {
     /// object tier (reading it may wait on the store).
     fn block_on_object_tier(&self, i: &Inode, fb: u64) -> bool {
         fb * BS < i.size() && self.maps_to_object_tier(i, fb * BS, fb * BS + 1)
+    }
+
+    /// Whether a truncate of `i` to `size` cuts inside a block on an object
+    /// tier (and so reads it).
+    fn cut_on_object_tier(&self, i: &Inode, size: u64) -> bool {
+        size < i.size() && size % BS != 0 && self.block_on_object_tier(i, size / BS)
     }
 
     /// Whether a change of bytes `[off, end)` of `i` must read a partial end

@@ -83,6 +83,35 @@ impl Fs {
         Ok(data)
     }
 
+    /// Reads file block `fb` of `ino` into the DRAM cache when `wanted` says
+    /// (under the inode lock) that it should, fetching it with the lock
+    /// dropped, as [`Fs::read`] does (under a read pin). For a change that
+    /// will read the block under the inode lock (the partial block of a
+    /// write or a truncate): when the block is on an object tier, the wait
+    /// on the store then comes before the change takes the lock, and other
+    /// requests for the file go on meanwhile. Nothing happens when frees
+    /// wait for pinned readers (the change reads the block itself); errors
+    /// are left to the change.
+    pub(crate) fn warm_block(&self, ino: Ino, fb: u64, wanted: impl FnOnce(&Inode) -> bool) {
+        let free = |runs: Vec<Released>| self.free_block_runs(runs);
+        let Ok(g) = self.lock(ino) else { return };
+        let Some(i) = g.as_ref() else { return };
+        if !wanted(i) {
+            return;
+        }
+        let Ok(capture) = self.capture_read(i, fb * BS, BS as usize) else {
+            return;
+        };
+        if capture.pieces.is_empty() {
+            return;
+        }
+        if let Some(pin) = self.read_pins.enter(&free) {
+            drop(g);
+            let _ = self.finish_read(capture);
+            drop(pin);
+        };
+    }
+
     /// Whether a read now must update the access time of a file with
     /// `[atime, mtime, ctime]` (ns): relatime — once after each change, or
     /// once a day; strictatime — on every read; noatime — never.

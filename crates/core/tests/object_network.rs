@@ -216,7 +216,7 @@ impl Drop for ReleaseGets<'_> {
 }
 
 #[test]
-fn a_busy_inode_lock_may_wait_and_a_held_partial_write_lands_when_the_store_answers() {
+fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may_wait() {
     let pm = Arc::new(MemMedia::new(PM));
     mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
     let ssd = Arc::new(MemBlock::new(SSD));
@@ -227,8 +227,10 @@ fn a_busy_inode_lock_may_wait_and_a_held_partial_write_lands_when_the_store_answ
     let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3)]).unwrap();
     let data = pattern(6, 1 << 20);
     let ino = write_file(&fs, "mixed", &data);
+    let cold = write_file(&fs, "cold", &data);
     let hot = write_file(&fs, "hot", &data);
     fs.migrate_file(ino, 2).unwrap();
+    fs.migrate_file(cold, 2).unwrap();
     fs.unmount().unwrap();
     // Remounted: the DRAM cache holds none of the migrated blocks.
     let s3 = Arc::new(ObjectMedia::open_in(bucket(), UUID).unwrap());
@@ -239,33 +241,62 @@ fn a_busy_inode_lock_may_wait_and_a_held_partial_write_lands_when_the_store_answ
     fs.write(ino, 0, &want[..4096]).unwrap();
     assert!(!fs.read_may_wait_on_network(ino, 0, 4096));
     assert!(!fs.write_may_wait_on_network(ino, 100, 10));
-
-    fault.hold_gets();
-    let release = ReleaseGets(&fault);
-    std::thread::scope(|sc| {
-        // A partial write of block 2 reads it under the inode lock.
-        let writer = sc.spawn(|| fs.write(ino, 8192 + 100, b"held"));
+    let wait_for_a_get = || {
         let t0 = Instant::now();
         while fault.gets_waiting() == 0 {
             assert!(t0.elapsed() < Duration::from_secs(20), "no GET waits");
             std::thread::sleep(Duration::from_millis(1));
         }
-        // Every question about the file answers "may wait" without waiting
-        // for the lock, even for its PM block …
+    };
+
+    // A partial write of block 2 of a file on the object tier fetches the
+    // block before it takes the inode lock: while the store does not
+    // answer, the file's lock is free.
+    fault.hold_gets();
+    let release = ReleaseGets(&fault);
+    std::thread::scope(|sc| {
+        let writer = sc.spawn(|| fs.write(cold, 8192 + 100, b"held"));
+        wait_for_a_get();
+        // Whole blocks: "may wait" only if the inode lock were busy.
+        assert!(!fs.write_may_wait_on_network(cold, 4096, 4096), "lock free");
+        assert_eq!(fs.getattr(cold).unwrap().size, 1 << 20);
+        assert!(!writer.is_finished(), "the write waits for the store");
+        drop(release);
+        assert_eq!(writer.join().unwrap().unwrap(), 4);
+    });
+    let mut cold_want = data.clone();
+    cold_want[8192 + 100..8192 + 104].copy_from_slice(b"held");
+    assert_eq!(fs.read(cold, 0, 2 << 20).unwrap(), cold_want);
+
+    // A hole punched inside block 3 reads it under the inode lock (no
+    // fetch ahead for fallocate): while it waits, every question about the
+    // file answers "may wait" without waiting for the lock, even for its
+    // PM block, and other files are not held up.
+    fault.hold_gets();
+    let release = ReleaseGets(&fault);
+    std::thread::scope(|sc| {
+        let puncher = sc.spawn(|| {
+            fs.fallocate(
+                ino,
+                3 * 4096 + 100,
+                10,
+                terrace_core::FallocateMode::PunchHole,
+            )
+        });
+        wait_for_a_get();
         assert!(fs.read_may_wait_on_network(ino, 0, 4096));
         assert!(fs.write_may_wait_on_network(ino, 100, 10));
         assert!(fs.truncate_may_wait_on_network(ino, 100));
         assert!(fs.copy_may_wait_on_network(ino, 0, hot, 0, 4096));
         assert!(fs.copy_may_wait_on_network(hot, 0, ino, 0, 4096));
-        // … and other files are not held up.
         assert!(!fs.read_may_wait_on_network(hot, 0, 4096));
         assert!(!fs.write_may_wait_on_network(hot, 100, 10));
         assert_eq!(fs.read(hot, 0, 4096).unwrap(), data[..4096]);
-        assert!(!writer.is_finished(), "the write waits for the store");
+        assert!(!puncher.is_finished(), "the punch waits for the store");
         drop(release);
-        assert_eq!(writer.join().unwrap().unwrap(), 4);
+        puncher.join().unwrap().unwrap();
     });
-    want[8192 + 100..8192 + 104].copy_from_slice(b"held");
+    want[3 * 4096 + 100..3 * 4096 + 110].fill(0);
     assert!(
         !fs.read_may_wait_on_network(ino, 0, 4096),
         "lock free again"
