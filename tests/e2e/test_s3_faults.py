@@ -17,6 +17,10 @@ MinIO behind a fault-injecting proxy on 127.0.0.1 (s3_fault_proxy.py).
   clean.
 - The s3_* settings apply at mount (-o) and at run time (`terrace set`):
   with s3_retries 0 a single 503 fails a read.
+- A write of part of a block on s3 and a truncate inside such a block
+  (read-modify-write of the old block) waiting on a store that holds its
+  answers hold up no other request: `stat`, `ls -l`, PM reads and writes
+  finish in under 2 s; they complete with the right bytes once it answers.
 
 Each fault asserts the proxy really injected it (`Fault.fired`).
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import shlex
 import shutil
@@ -429,3 +434,103 @@ def test_s3_retry_settings_apply_at_mount_and_at_run_time(server, proxy):
                 err, _, got = read_errno(b)
             assert fault.fired == 3 and err is None and got == b_digest
             assert sha256_file(a) == a_digest
+
+
+def pattern_bytes(size: int, seed: int) -> bytes:
+    """What `write_pattern_file(path, size, seed)` writes."""
+    block = bytes((seed * 31 + k) % 251 for k in range(4096)) * 16
+    return (block * (size // len(block) + 1))[:size]
+
+
+def test_partial_writes_and_truncates_waiting_on_a_stalled_store_hold_up_no_other_request(
+        server, proxy):
+    """A write of part of a block stored on s3 and a truncate inside such a
+    block read the old block (read-modify-write): with the store's answers
+    held, both are in flight while `stat`, `ls -l`, and reads and writes of
+    PM files on the same mount (two request threads) finish promptly; once
+    the store answers they complete with the right bytes."""
+    # A budget far longer than the stall: the held requests complete.
+    patient = "s3_retries=100,s3_timeout_ns=120s,s3_request_timeout_ns=60s,s3_backoff_ns=50ms"
+    with pool_with_s3(server) as (pool, mnt):
+        sizes = {mnt / "cold0": 1 << 20, mnt / "cold1": (1 << 20) + 4096}
+        with mounted_pool(pool, mnt, FAST):
+            for k, (f, size) in enumerate(sizes.items()):
+                write_file(f, size, 90 + k)
+            terrace("migrate", "--quiet", "--to", "s3", mnt, *sizes, timeout=120)
+            for f, size in sizes.items():
+                assert s3_bytes(f) == size
+        written, cut = list(sizes)
+        want_written = bytearray(pattern_bytes(sizes[written], 90))
+        want_written[5000:5007] = b"partial"
+        want_cut = pattern_bytes(sizes[cut], 91)[:10000]
+        # A fresh mount: nothing of the files is cached.
+        with mounted_pool(pool, mnt, patient) as m:
+            hot = mnt / "hot"  # on PM
+            hot_digest = write_file(hot, 256 << 10, 1)
+            results: dict = {}
+
+            def partial_write():
+                try:
+                    fd = os.open(written, os.O_WRONLY)
+                    try:
+                        results["write"] = os.pwrite(fd, b"partial", 5000)
+                    finally:
+                        os.close(fd)
+                except OSError as e:
+                    results["write"] = e
+
+            def truncate():
+                try:
+                    os.truncate(cut, 10000)
+                    results["truncate"] = 0
+                except OSError as e:
+                    results["truncate"] = e
+
+            probe: dict = {}
+
+            def other_requests():
+                t0 = time.monotonic()
+                for k in range(3):
+                    os.stat(mnt)
+                    os.stat(hot)
+                    assert not os.path.exists(mnt / f"absent{k}")  # a LOOKUP
+                    subprocess.run(["ls", "-l", str(mnt)], check=True, capture_output=True,
+                                   timeout=30)
+                    assert sha256_file(hot) == hot_digest
+                    write_file(mnt / f"during{k}", 64 << 10, 3)
+                    os.stat(mnt / f"during{k}")
+                probe["s"] = time.monotonic() - t0
+
+            ops = [threading.Thread(target=partial_write), threading.Thread(target=truncate)]
+            with injected(proxy, Fault("delay", method="GET", path=DATA, delay=math.inf,
+                                       count=None)) as fault:
+                for t in ops:
+                    t.start()
+                # Both wait on the store: on GETs it holds, or (both files'
+                # blocks in one read-ahead window) one on the other's fetch.
+                assert wait_until(lambda: fault.fired >= 1, 20), "nothing reached the store"
+                time.sleep(1)
+                prober = threading.Thread(target=other_requests)
+                prober.start()
+                prober.join(10)
+                stuck = [t.is_alive() for t in ops]
+                served_in_time = not prober.is_alive()
+                # Leaving the block lets the held answers go, so nothing
+                # stays stuck whatever happened above.
+            prober.join(120)
+            for t in ops:
+                t.join(120)
+            assert served_in_time and probe.get("s", 99) < 2, (
+                f"stat, ls, PM reads and writes took {probe.get('s')}s (over 10 s if None) "
+                f"behind a partial write and a truncate waiting on s3")
+            assert stuck == [True, True], f"the write and truncate were not in flight: {results}"
+            assert not any(t.is_alive() for t in ops + [prober])
+            assert results == {"write": 7, "truncate": 0}, results
+            assert written.read_bytes() == bytes(want_written)
+            assert cut.read_bytes() == want_cut
+            assert m.alive()
+        with mounted_pool(pool, mnt, FAST):
+            assert written.read_bytes() == bytes(want_written)
+            assert cut.read_bytes() == want_cut
+            assert sha256_file(hot) == hot_digest
+        assert_fsck_clean(pool)

@@ -32,6 +32,7 @@ mod lock_order;
 pub mod log;
 pub mod log_migrate;
 pub mod log_space;
+pub mod may_wait;
 pub mod migrate;
 pub mod mkfs;
 pub mod object_clean;

@@ -107,6 +107,9 @@ impl Fs {
     /// PM copies of clean data, see [`Fs::retry_freeing_room`]) leaves the
     /// file as it was.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
+        // Partial blocks on an object tier are fetched before the inode
+        // lock is taken (design.md §5n "Network faults").
+        self.warm_partial_ends(ino, off, off.saturating_add(data.len() as u64));
         let blocks = (data.len() as u64).div_ceil(BS) + 1;
         let r = self.retry_freeing_room(blocks, || self.write_once(ino, off, data, o_sync));
         self.say_room(&r, blocks);
@@ -482,6 +485,11 @@ impl Fs {
 
     /// Changes attributes (chmod, chown, truncate, utimes).
     pub fn setattr(&self, ino: Ino, s: SetAttr) -> FsResult<Attr> {
+        if let Some(size) = s.size {
+            // The block a cut inside it keeps part of, fetched before the
+            // inode lock when it is on an object tier (design.md §5n).
+            self.warm_cut_block(ino, size);
+        }
         self.wait_for_pm_room();
         let mut g = if s.size.is_some() || s.mtime.is_some() {
             self.lock_clean(ino)?

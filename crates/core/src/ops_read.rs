@@ -83,33 +83,33 @@ impl Fs {
         Ok(data)
     }
 
-    /// Whether a read of `size` bytes at `off` of `ino` may wait on an
-    /// object store: part of the range maps to an object tier (its blocks
-    /// may be in the DRAM cache; this does not look). The FUSE layer serves
-    /// such reads off its request threads, so that a store that does not
-    /// answer holds up no request for data on other tiers (design.md §5n
-    /// "Network faults"). False at once for pools without an object tier.
-    pub fn read_may_wait_on_network(&self, ino: Ino, off: u64, size: usize) -> bool {
-        let object = |tier: u8| {
-            self.tiers
-                .iter()
-                .any(|t| t.id == tier && t.kind == terrace_format::TierKind::S3)
-        };
-        if !self.tiers.iter().any(|t| object(t.id)) || size == 0 {
-            return false;
+    /// Reads file block `fb` of `ino` into the DRAM cache when `wanted` says
+    /// (under the inode lock) that it should, fetching it with the lock
+    /// dropped, as [`Fs::read`] does (under a read pin). For a change that
+    /// will read the block under the inode lock (the partial block of a
+    /// write or a truncate): when the block is on an object tier, the wait
+    /// on the store then comes before the change takes the lock, and other
+    /// requests for the file go on meanwhile. Nothing happens when frees
+    /// wait for pinned readers (the change reads the block itself); errors
+    /// are left to the change.
+    pub(crate) fn warm_block(&self, ino: Ino, fb: u64, wanted: impl FnOnce(&Inode) -> bool) {
+        let free = |runs: Vec<Released>| self.free_block_runs(runs);
+        let Ok(g) = self.lock(ino) else { return };
+        let Some(i) = g.as_ref() else { return };
+        if !wanted(i) {
+            return;
         }
-        let Ok(g) = self.lock(ino) else {
-            return false;
+        let Ok(capture) = self.capture_read(i, fb * BS, BS as usize) else {
+            return;
         };
-        let Some(i) = g.as_ref() else {
-            return false;
+        if capture.pieces.is_empty() {
+            return;
+        }
+        if let Some(pin) = self.read_pins.enter(&free) {
+            drop(g);
+            let _ = self.finish_read(capture);
+            drop(pin);
         };
-        let first = off / BS;
-        let n = (off + size as u64).div_ceil(BS) - first;
-        i.extents
-            .overlaps(first, n)
-            .iter()
-            .any(|(_, e)| object(e.tier))
     }
 
     /// Whether a read now must update the access time of a file with

@@ -1,6 +1,8 @@
 //! What the core does for network faults of an object tier (design §5n
 //! "Network faults"), on the in-memory store: the `s3_*` settings reach the
-//! tier's client at once, reads of object-tier ranges are named as ones that
+//! tier's client at once, reads of object-tier ranges, writes and truncates
+//! that must read a partial block stored there, copies from or into such
+//! data, and any of them while the inode lock is busy are named as ones that
 //! may wait on the network (so that FUSE serves them off its request
 //! threads), and a clean unmount deletes dead parts, leaving no orphan for
 //! fsck.
@@ -9,9 +11,10 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use std::time::Duration;
+use std::time::Instant;
 use terrace_core::Fs;
 use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
-use terrace_media::object::Bucket;
+use terrace_media::object::{Bucket, FaultStore};
 use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia};
 
 const PM: u64 = 16 << 20;
@@ -104,4 +107,200 @@ fn a_clean_unmount_deletes_dead_parts_so_fsck_finds_no_orphans() {
     // orphan.
     assert_eq!(s3.object_stats().parts, 0);
     assert_eq!(s3.unreferenced(&[]).map(|r| r.parts), Some(0));
+}
+
+#[test]
+fn partial_writes_truncates_and_copies_of_object_data_may_wait_on_the_network() {
+    let (fs, _s3) = pool();
+    let data = pattern(4, 1 << 20);
+    let on_s3 = write_file(&fs, "cold", &data);
+    let on_pm = write_file(&fs, "hot", &data);
+    let other = write_file(&fs, "hot2", &data);
+    fs.migrate_file(on_s3, 2).unwrap();
+    assert_eq!(tier_bytes(&fs, on_s3, "s3"), data.len() as u64);
+    let mib = 1u64 << 20;
+
+    // Writes: only a partial first or last block inside the file is read.
+    assert!(
+        fs.write_may_wait_on_network(on_s3, 100, 10),
+        "inside block 0"
+    );
+    assert!(
+        fs.write_may_wait_on_network(on_s3, 4096, 4097),
+        "partial tail"
+    );
+    assert!(
+        fs.write_may_wait_on_network(on_s3, 4095, 4097),
+        "partial head"
+    );
+    assert!(
+        fs.write_may_wait_on_network(on_s3, mib - 10, 100),
+        "over the end"
+    );
+    assert!(
+        !fs.write_may_wait_on_network(on_s3, 4096, 8192),
+        "whole blocks"
+    );
+    assert!(
+        !fs.write_may_wait_on_network(on_s3, mib, 100),
+        "past the end"
+    );
+    assert!(!fs.write_may_wait_on_network(on_s3, 100, 0), "empty");
+    assert!(!fs.write_may_wait_on_network(on_pm, 100, 10), "PM data");
+    assert!(!fs.write_may_wait_on_network(9999, 100, 10), "no such file");
+
+    // Truncates: only a cut inside a block stored on the object tier.
+    assert!(fs.truncate_may_wait_on_network(on_s3, 100));
+    assert!(fs.truncate_may_wait_on_network(on_s3, mib - 1));
+    assert!(
+        !fs.truncate_may_wait_on_network(on_s3, 4096),
+        "block boundary"
+    );
+    assert!(!fs.truncate_may_wait_on_network(on_s3, 0), "to zero");
+    assert!(!fs.truncate_may_wait_on_network(on_s3, mib), "same size");
+    assert!(!fs.truncate_may_wait_on_network(on_s3, 2 * mib), "growing");
+    assert!(!fs.truncate_may_wait_on_network(on_pm, 100), "PM data");
+
+    // Copies: a source range on the object tier, or a partial destination
+    // block there.
+    assert!(fs.copy_may_wait_on_network(on_s3, 0, on_pm, 0, 4096));
+    assert!(fs.copy_may_wait_on_network(on_s3, mib - 1, on_pm, 0, 4096));
+    assert!(fs.copy_may_wait_on_network(on_pm, 0, on_s3, 100, 4096));
+    assert!(fs.copy_may_wait_on_network(on_pm, 0, on_s3, 4096, 100));
+    assert!(
+        !fs.copy_may_wait_on_network(on_pm, 0, on_s3, 4096, 8192),
+        "whole destination blocks"
+    );
+    assert!(
+        !fs.copy_may_wait_on_network(on_s3, mib, on_pm, 0, 4096),
+        "past the source's end"
+    );
+    assert!(!fs.copy_may_wait_on_network(on_pm, 0, other, 100, 4096));
+    assert!(!fs.copy_may_wait_on_network(on_s3, 0, on_pm, 0, 0), "empty");
+
+    // And they do what they say, reading the object tier.
+    let mut want = data.clone();
+    fs.write(on_s3, 100, b"partial").unwrap();
+    want[100..107].copy_from_slice(b"partial");
+    fs.setattr(
+        on_s3,
+        terrace_core::SetAttr {
+            size: Some(mib - 5000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    want.truncate((mib - 5000) as usize);
+    assert_eq!(fs.read(on_s3, 0, 2 << 20).unwrap(), want);
+    fs.unmount().unwrap();
+
+    // Without an object tier, none may wait on the network.
+    let (pm, _ssd, fs) = tiered_pool(PM, SSD, 64);
+    let ino = write_file(&fs, "f", &data);
+    let hot = write_file(&fs, "g", &data);
+    fs.migrate_file(ino, 1).unwrap();
+    assert!(!fs.write_may_wait_on_network(ino, 100, 10));
+    assert!(!fs.truncate_may_wait_on_network(ino, 100));
+    assert!(!fs.copy_may_wait_on_network(ino, 0, hot, 100, 4096));
+    drop(pm);
+}
+
+/// Lets held GETs go when dropped (so a failed assertion does not leave a
+/// writer waiting forever inside a thread scope).
+struct ReleaseGets<'a>(&'a FaultStore);
+
+impl Drop for ReleaseGets<'_> {
+    fn drop(&mut self) {
+        self.0.release_gets();
+    }
+}
+
+#[test]
+fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may_wait() {
+    let pm = Arc::new(MemMedia::new(PM));
+    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
+    let ssd = Arc::new(MemBlock::new(SSD));
+    let inner = Bucket::in_memory("tier", "pool").unwrap().store().clone();
+    let fault = Arc::new(FaultStore::new(inner));
+    let bucket = || Bucket::with_store(fault.clone(), "memory://tier", "pool").unwrap();
+    let s3 = Arc::new(ObjectMedia::create_in(bucket(), UUID, S3, SEGMENT_BLOCKS).unwrap());
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3)]).unwrap();
+    let data = pattern(6, 1 << 20);
+    let ino = write_file(&fs, "mixed", &data);
+    let cold = write_file(&fs, "cold", &data);
+    let hot = write_file(&fs, "hot", &data);
+    fs.migrate_file(ino, 2).unwrap();
+    fs.migrate_file(cold, 2).unwrap();
+    fs.unmount().unwrap();
+    // Remounted: the DRAM cache holds none of the migrated blocks.
+    let s3 = Arc::new(ObjectMedia::open_in(bucket(), UUID).unwrap());
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3)]).unwrap();
+    // Block 0 back on PM, the rest on the object tier.
+    let mut want = data.clone();
+    want[..4096].fill(9);
+    fs.write(ino, 0, &want[..4096]).unwrap();
+    assert!(!fs.read_may_wait_on_network(ino, 0, 4096));
+    assert!(!fs.write_may_wait_on_network(ino, 100, 10));
+    let wait_for_a_get = || {
+        let t0 = Instant::now();
+        while fault.gets_waiting() == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(20), "no GET waits");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+
+    // A partial write of block 2 of a file on the object tier fetches the
+    // block before it takes the inode lock: while the store does not
+    // answer, the file's lock is free.
+    fault.hold_gets();
+    let release = ReleaseGets(&fault);
+    std::thread::scope(|sc| {
+        let writer = sc.spawn(|| fs.write(cold, 8192 + 100, b"held"));
+        wait_for_a_get();
+        // Whole blocks: "may wait" only if the inode lock were busy.
+        assert!(!fs.write_may_wait_on_network(cold, 4096, 4096), "lock free");
+        assert_eq!(fs.getattr(cold).unwrap().size, 1 << 20);
+        assert!(!writer.is_finished(), "the write waits for the store");
+        drop(release);
+        assert_eq!(writer.join().unwrap().unwrap(), 4);
+    });
+    let mut cold_want = data.clone();
+    cold_want[8192 + 100..8192 + 104].copy_from_slice(b"held");
+    assert_eq!(fs.read(cold, 0, 2 << 20).unwrap(), cold_want);
+
+    // A hole punched inside block 3 reads it under the inode lock (no
+    // fetch ahead for fallocate): while it waits, every question about the
+    // file answers "may wait" without waiting for the lock, even for its
+    // PM block, and other files are not held up.
+    fault.hold_gets();
+    let release = ReleaseGets(&fault);
+    std::thread::scope(|sc| {
+        let puncher = sc.spawn(|| {
+            fs.fallocate(
+                ino,
+                3 * 4096 + 100,
+                10,
+                terrace_core::FallocateMode::PunchHole,
+            )
+        });
+        wait_for_a_get();
+        assert!(fs.read_may_wait_on_network(ino, 0, 4096));
+        assert!(fs.write_may_wait_on_network(ino, 100, 10));
+        assert!(fs.truncate_may_wait_on_network(ino, 100));
+        assert!(fs.copy_may_wait_on_network(ino, 0, hot, 0, 4096));
+        assert!(fs.copy_may_wait_on_network(hot, 0, ino, 0, 4096));
+        assert!(!fs.read_may_wait_on_network(hot, 0, 4096));
+        assert!(!fs.write_may_wait_on_network(hot, 100, 10));
+        assert_eq!(fs.read(hot, 0, 4096).unwrap(), data[..4096]);
+        assert!(!puncher.is_finished(), "the punch waits for the store");
+        drop(release);
+        puncher.join().unwrap().unwrap();
+    });
+    want[3 * 4096 + 100..3 * 4096 + 110].fill(0);
+    assert!(
+        !fs.read_may_wait_on_network(ino, 0, 4096),
+        "lock free again"
+    );
+    assert_eq!(fs.read(ino, 0, 2 << 20).unwrap(), want);
+    fs.unmount().unwrap();
 }

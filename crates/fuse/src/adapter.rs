@@ -11,8 +11,12 @@
 //!   (and in tests without a kernel) invalidations are skipped.
 //! - An [`Arrival`] records the request's duration before the poller may
 //!   start polling (field drop order).
+//! - A clone shares every piece of state (all behind `Arc`s but the
+//!   negotiated flags, which are only read after INIT): it is how a request
+//!   handed to a pool thread ([`FuseAdapter::off_request`]) finishes with
+//!   the adapter it arrived at.
 
-use crate::{invalidate, latency, listing_attrs, object_reads, page_cache, poll};
+use crate::{invalidate, latency, listing_attrs, object_waits, page_cache, poll};
 use fuser::{InitFlags, KernelConfig};
 use latency::{Op, RequestLatency};
 use std::sync::{Arc, OnceLock};
@@ -23,6 +27,7 @@ use terrace_core::Fs;
 const MAX_WRITE: u32 = 1 << 20;
 
 /// The FUSE file system: every request becomes one call on the core.
+#[derive(Clone)]
 pub struct FuseAdapter {
     pub(crate) fs: Arc<Fs>,
     /// The kernel agreed to `FUSE_HANDLE_KILLPRIV_V2`: this adapter clears
@@ -32,12 +37,12 @@ pub struct FuseAdapter {
     /// Sends invalidations to the kernel (set once the session exists).
     pub(crate) notifier: Arc<OnceLock<fuser::Notifier>>,
     /// Drops stale cached pages before replies, off the request threads.
-    pub(crate) invalidator: invalidate::Invalidator,
+    pub(crate) invalidator: Arc<invalidate::Invalidator>,
     /// Files opened write-only get `FOPEN_DIRECT_IO` (the kernel allows mmap
     /// of them); other opens go through the kernel's page cache.
     pub(crate) direct_io: bool,
     /// Page-cache state of files opened through the kernel's page cache.
-    pub(crate) cached: page_cache::CachedOpens,
+    pub(crate) cached: Arc<page_cache::CachedOpens>,
     /// Before INIT: the mount asked for the kernel's writeback cache; after:
     /// the kernel agreed (`FUSE_WRITEBACK_CACHE`), so every open goes through
     /// the page cache and its writes reach the daemon at write-back.
@@ -50,10 +55,10 @@ pub struct FuseAdapter {
     /// Where request durations go, when someone reads them.
     pub(crate) latency: Option<Arc<RequestLatency>>,
     /// Whether listings carry attributes (a guess from what walks look up).
-    pub(crate) listing: listing_attrs::ListingAttrs,
-    /// Serves reads that may wait on an object store off the request
+    pub(crate) listing: Arc<listing_attrs::ListingAttrs>,
+    /// Serves requests that may wait on an object store off the request
     /// threads.
-    pub(crate) object_reads: object_reads::ObjectReads,
+    pub(crate) object_waits: Arc<object_waits::ObjectWaits>,
 }
 
 /// What a handler holds from its request's arrival until it has replied:
@@ -77,16 +82,16 @@ impl FuseAdapter {
         FuseAdapter {
             fs,
             killpriv: false,
-            invalidator: invalidate::Invalidator::new(notifier.clone()),
+            invalidator: Arc::new(invalidate::Invalidator::new(notifier.clone())),
             notifier,
             direct_io: false,
-            cached: page_cache::CachedOpens::default(),
+            cached: Arc::default(),
             writeback_cache: false,
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
             latency: None,
-            listing: listing_attrs::ListingAttrs::default(),
-            object_reads: object_reads::ObjectReads::default(),
+            listing: Arc::default(),
+            object_waits: Arc::default(),
         }
     }
 
@@ -114,6 +119,14 @@ impl FuseAdapter {
             _timer: self.latency.as_deref().map(|l| l.start(op)),
             _poll: self.poller.arrived(),
         }
+    }
+
+    /// Runs `request` (a request and its reply) with this adapter on a pool
+    /// thread (`object_waits.rs`): for requests that may wait on an object
+    /// store. The caller's arrival guard ends at the hand-over.
+    pub(crate) fn off_request(&self, request: impl FnOnce(&FuseAdapter) + Send + 'static) {
+        let a = self.clone();
+        self.object_waits.run(move || request(&a));
     }
 
     /// INIT: asks the kernel for the features the adapter uses and

@@ -12,30 +12,29 @@
 
 use crate::adapter::FuseAdapter;
 use crate::setid;
-use fuser::{INodeNo, Request};
+use fuser::INodeNo;
 use std::io;
 use terrace_core::{Attr, SetAttr};
 
 /// Name of the xattr holding file capabilities.
 const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
-/// setattr of `ino` by `req`. Truncate by an unprivileged caller and any
-/// chown drop set-ID bits and file capabilities (the kernel leaves it to us
-/// under KILLPRIV_V2), unless the change sets the mode itself.
+/// setattr of `ino` by `caller`. Truncate by an unprivileged caller and
+/// any chown drop set-ID bits and file capabilities (the kernel leaves it to
+/// us under KILLPRIV_V2), unless the change sets the mode itself.
 pub(crate) fn setattr(
     a: &FuseAdapter,
-    req: &Request,
+    caller: &setid::Caller,
     ino: u64,
     mut change: SetAttr,
 ) -> io::Result<Attr> {
     let chown = change.uid.is_some() || change.gid.is_some();
     if a.killpriv && change.mode.is_none() && (chown || change.size.is_some()) {
         if let Ok(cur) = a.fs.getattr(ino) {
-            let caller = setid::Caller::of(req);
             let keep = if chown {
-                setid::bits_after_chown(cur.mode, cur.gid, &caller)
+                setid::bits_after_chown(cur.mode, cur.gid, caller)
             } else {
-                setid::bits_after_modification(cur.mode, cur.gid, &caller)
+                setid::bits_after_modification(cur.mode, cur.gid, caller)
             };
             if keep != cur.mode & 0o7777 {
                 change.mode = Some(keep);

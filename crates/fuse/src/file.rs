@@ -101,11 +101,11 @@ pub(crate) fn open(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<(u64, Fo
     Ok((fh, a.open_flags(ino, flags)))
 }
 
-/// write of `data` at `offset` by `req` through an open with `flags`: the
-/// number of bytes written, and the range cached opens may hold stale.
+/// write of `data` at `offset` by `caller` through an open with `flags`:
+/// the number of bytes written, and the range cached opens may hold stale.
 pub(crate) fn write(
     a: &FuseAdapter,
-    req: &Request,
+    caller: setid::Caller,
     ino: u64,
     offset: u64,
     data: &[u8],
@@ -118,7 +118,7 @@ pub(crate) fn write(
     let o_sync = flags & libc::O_DSYNC != 0;
     let n = a.fs.write_hinted(ino, offset, data, o_sync)?;
     if a.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-        a.kill_priv(ino, &setid::Caller::of(req).unprivileged());
+        a.kill_priv(ino, &caller.unprivileged());
     }
     // Writes through a cached open went through the kernel's page cache,
     // which holds their bytes already (write-through), as do write-backs of

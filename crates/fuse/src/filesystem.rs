@@ -8,13 +8,15 @@
 //! special operations (`special.rs`).
 //!
 //! Invariant: every method holds its arrival guard until it has replied,
-//! except a read handed to a reader thread (`object_reads.rs`), whose guard
-//! ends at the hand-over.
+//! except a request the core says may wait on an object store (a read, a
+//! write, a truncate, a copy: `Fs::*_may_wait_on_network`), handed with its
+//! reply to a pool thread ([`FuseAdapter::off_request`], `object_waits.rs`),
+//! whose guard ends at the hand-over.
 
 use crate::adapter::FuseAdapter;
 use crate::convert::{ctx, set_time, time_to_ns};
 use crate::latency::Op;
-use crate::{attr, dir, dirplus, file, reply, special, xattr};
+use crate::{attr, dir, dirplus, file, reply, setid, special, xattr};
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, INodeNo, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -88,7 +90,13 @@ impl Filesystem for FuseAdapter {
             mtime: mtime.map(set_time),
             ctime: ctime.map(time_to_ns),
         };
-        reply::attr(reply, attr::setattr(self, req, ino.0, change));
+        let caller = setid::Caller::of(req);
+        if size.is_some_and(|s| self.fs.truncate_may_wait_on_network(ino.0, s)) {
+            return self.off_request(move |a| {
+                reply::attr(reply, attr::setattr(a, &caller, ino.0, change));
+            });
+        }
+        reply::attr(reply, attr::setattr(self, &caller, ino.0, change));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -274,12 +282,7 @@ impl Filesystem for FuseAdapter {
         let _req = self.arrived(Op::Read);
         let size = size as usize;
         if self.fs.read_may_wait_on_network(ino.0, offset, size) {
-            // Off the request threads (`object_reads.rs`); the arrival
-            // guard ends at the hand-over.
-            let fs = self.fs.clone();
-            self.object_reads
-                .run(move || reply::data(reply, fs.read(ino.0, offset, size)));
-            return;
+            return self.off_request(move |a| reply::data(reply, a.fs.read(ino.0, offset, size)));
         }
         reply::data(reply, self.fs.read(ino.0, offset, size));
     }
@@ -297,7 +300,16 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let _req = self.arrived(Op::Write);
-        let r = file::write(self, req, ino.0, offset, data, write_flags, flags.0);
+        let caller = setid::Caller::of(req);
+        if self.fs.write_may_wait_on_network(ino.0, offset, data.len()) {
+            // The request's buffer is the session's: the data is copied.
+            let data = data.to_vec();
+            return self.off_request(move |a| {
+                let r = file::write(a, caller, ino.0, offset, &data, write_flags, flags.0);
+                a.reply_after(r, move |r| reply::written(reply, r));
+            });
+        }
+        let r = file::write(self, caller, ino.0, offset, data, write_flags, flags.0);
         self.reply_after(r, move |r| reply::written(reply, r));
     }
 
@@ -439,7 +451,18 @@ impl Filesystem for FuseAdapter {
     ) {
         let _req = self.arrived(Op::CopyFileRange);
         let (from, to) = ((ino_in.0, offset_in), (ino_out.0, offset_out));
-        let r = special::copy_file_range(self, req, from, to, len, flags);
+        let caller = setid::Caller::of(req);
+        let (i, o) = (ino_in.0, ino_out.0);
+        if self
+            .fs
+            .copy_may_wait_on_network(i, offset_in, o, offset_out, len)
+        {
+            return self.off_request(move |a| {
+                let r = special::copy_file_range(a, &caller, from, to, len, flags);
+                a.reply_after(r, move |r| reply::written(reply, r));
+            });
+        }
+        let r = special::copy_file_range(self, &caller, from, to, len, flags);
         self.reply_after(r, move |r| reply::written(reply, r));
     }
 }

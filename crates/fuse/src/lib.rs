@@ -74,7 +74,7 @@ mod filesystem;
 mod invalidate;
 pub mod latency;
 pub mod listing_attrs;
-mod object_reads;
+mod object_waits;
 mod options;
 pub mod page_cache;
 pub mod poll;

@@ -35,12 +35,12 @@ pub(crate) fn fallocate(
     Ok(((), a.data_changed(ino, offset, 0)))
 }
 
-/// copy_file_range of `len` bytes from `(ino, offset)` to `(ino, offset)`:
-/// the number of bytes copied, and the range cached opens may hold stale. Whole blocks are shared with the source
-/// (core `ops_clone`).
+/// copy_file_range of `len` bytes from `(ino, offset)` to `(ino, offset)`
+/// by `caller`: the number of bytes copied, and the range cached opens may
+/// hold stale. Whole blocks are shared with the source (core `ops_clone`).
 pub(crate) fn copy_file_range(
     a: &FuseAdapter,
-    req: &Request,
+    caller: &setid::Caller,
     (ino_in, offset_in): (u64, u64),
     (ino_out, offset_out): (u64, u64),
     len: u64,
@@ -51,7 +51,7 @@ pub(crate) fn copy_file_range(
     }
     // Like a write by the caller: set-ID bits go first (file_modified).
     if a.killpriv {
-        a.kill_priv(ino_out, &setid::Caller::of(req));
+        a.kill_priv(ino_out, caller);
     }
     let n =
         a.fs.copy_range(ino_in, offset_in, ino_out, offset_out, len)?;

@@ -14,6 +14,8 @@
 //! [`FaultStore::hold_puts`] makes PUTs wait (a slow upload) until
 //! [`FaultStore::release_puts`], so a test can act while a `sync` is in
 //! flight; [`FaultStore::puts_waiting`] tells when one is.
+//! [`FaultStore::hold_gets`] does the same for GETs (a store that does not
+//! answer reads), with [`FaultStore::gets_waiting`].
 
 use crate::countdown::Countdown;
 use std::fmt;
@@ -75,6 +77,10 @@ pub struct FaultStore {
     hold: tokio::sync::watch::Sender<bool>,
     /// PUTs waiting now.
     waiting: AtomicU64,
+    /// True while GETs are held.
+    hold_get: tokio::sync::watch::Sender<bool>,
+    /// GETs waiting now.
+    gets_waiting: AtomicU64,
 }
 
 fn injected(what: &str) -> object_store::Error {
@@ -92,6 +98,8 @@ impl FaultStore {
             state: Arc::new(Mutex::new(State::default())),
             hold: tokio::sync::watch::Sender::new(false),
             waiting: AtomicU64::new(0),
+            hold_get: tokio::sync::watch::Sender::new(false),
+            gets_waiting: AtomicU64::new(0),
         }
     }
 
@@ -110,15 +118,29 @@ impl FaultStore {
         self.waiting.load(Ordering::SeqCst)
     }
 
+    /// GETs wait from now on until [`release_gets`](Self::release_gets).
+    pub fn hold_gets(&self) {
+        self.hold_get.send_replace(true);
+    }
+
+    /// Lets held and later GETs go.
+    pub fn release_gets(&self) {
+        self.hold_get.send_replace(false);
+    }
+
+    /// GETs waiting now.
+    pub fn gets_waiting(&self) -> u64 {
+        self.gets_waiting.load(Ordering::SeqCst)
+    }
+
     /// Waits while PUTs are held.
     async fn wait_if_held(&self) {
-        let mut rx = self.hold.subscribe();
-        if *rx.borrow() {
-            self.waiting.fetch_add(1, Ordering::SeqCst);
-            // Err only if the sender is gone, and it lives in `self`.
-            let _ = rx.wait_for(|held| !*held).await;
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
-        }
+        held(&self.hold, &self.waiting).await;
+    }
+
+    /// Waits while GETs are held.
+    async fn wait_if_gets_held(&self) {
+        held(&self.hold_get, &self.gets_waiting).await;
     }
 
     /// The next `n` PUTs succeed; every later one fails as `how` says until
@@ -178,6 +200,17 @@ impl FaultStore {
     }
 }
 
+/// Waits while `hold` says so, counted in `waiting` meanwhile.
+async fn held(hold: &tokio::sync::watch::Sender<bool>, waiting: &AtomicU64) {
+    let mut rx = hold.subscribe();
+    if *rx.borrow() {
+        waiting.fetch_add(1, Ordering::SeqCst);
+        // Err only if the sender is gone, and it lives in the store.
+        let _ = rx.wait_for(|held| !*held).await;
+        waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl fmt::Display for FaultStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "FaultStore({})", self.inner)
@@ -220,6 +253,7 @@ impl ObjectStore for FaultStore {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.wait_if_gets_held().await;
         if self.get_fails() {
             return Err(injected("GET"));
         }
@@ -227,6 +261,7 @@ impl ObjectStore for FaultStore {
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.wait_if_gets_held().await;
         if self.get_fails() {
             return Err(injected("GET"));
         }

@@ -1,42 +1,53 @@
-//! Reads that may wait on an object store, served off the request threads
-//! (design.md §5n "Network faults").
+//! Requests that may wait on an object store, served off the request
+//! threads (design.md §5n "Network faults").
 //!
 //! A read of object-tier data the DRAM cache does not hold is a ranged GET,
 //! and while the store does not answer it is retried for up to its retry
-//! budget (minutes by default). Served on a request thread, two such reads
-//! would hold both of the mount's request threads, and every request — for
-//! data on PM or the SSD too — would wait behind them. So the adapter asks
-//! the core whether a read's range maps to an object tier
-//! (`Fs::read_may_wait_on_network`) and hands such reads to a pool of
-//! [`THREADS`] reader threads; the request thread is free at once.
+//! budget (minutes by default). So is the read of the old block that a
+//! write of part of a block, a truncate inside a block, or a
+//! `copy_file_range` makes when that block is stored on an object tier —
+//! and those wait holding the file's inode lock. Served on a request thread,
+//! two such requests would hold both of the mount's request threads, and
+//! every request — for data on PM or the SSD too — would wait behind them.
+//! So the adapter asks the core whether a request may wait on the network
+//! (`Fs::read_may_wait_on_network`, `write_…`, `truncate_…`, `copy_…`: a
+//! range mapped to an object tier, or an inode lock that is busy) and hands
+//! such requests, with their replies, to a pool of [`THREADS`] threads; the
+//! request thread is free at once.
 //!
 //! Invariants:
-//! - A handed-over read is answered exactly once: by a reader thread, or
-//!   on the request thread itself when no reader thread could be started.
-//! - Reader threads hold no lock of the adapter; the core's read takes its
-//!   own locks, as on a request thread.
-//! - More stuck reads than threads queue behind them, in order; they never
-//!   hold up requests that do not need the store.
+//! - A handed-over request is answered exactly once: by a pool thread, or
+//!   on the request thread itself when no pool thread could be started.
+//! - Pool threads hold no lock of the adapter; the core's operation takes
+//!   its own locks, as on a request thread.
+//! - Handing over changes when a request runs, never the order the kernel
+//!   relies on: the kernel orders requests that must be ordered by waiting
+//!   for the first one's reply (a write and a truncate of one file hold its
+//!   i_rwsem until answered; the writeback cache waits for in-flight
+//!   write-backs before a truncate), and requests it has in flight at once
+//!   already ran in any order on the request threads.
+//! - More stuck requests than threads queue behind them, in order; they
+//!   never hold up requests that do not need the store.
 
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Reader threads (started at the first read handed over).
+/// Pool threads (started at the first request handed over).
 pub(crate) const THREADS: usize = 16;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The reader threads and the way to them.
+/// The pool threads and the way to them.
 #[derive(Default)]
-pub(crate) struct ObjectReads {
+pub(crate) struct ObjectWaits {
     /// `None` if no thread could be started.
     jobs: OnceLock<Option<Sender<Job>>>,
 }
 
-impl ObjectReads {
-    /// Runs `read` (a read and its reply) on a reader thread.
-    pub(crate) fn run(&self, read: impl FnOnce() + Send + 'static) {
-        let job: Job = Box::new(read);
+impl ObjectWaits {
+    /// Runs `request` (a request and its reply) on a pool thread.
+    pub(crate) fn run(&self, request: impl FnOnce() + Send + 'static) {
+        let job: Job = Box::new(request);
         let Some(tx) = self.jobs.get_or_init(start) else {
             return job();
         };
@@ -54,7 +65,7 @@ fn start() -> Option<Sender<Job>> {
     for n in 0..THREADS {
         let rx = Arc::clone(&rx);
         let ok = std::thread::Builder::new()
-            .name(format!("fuse-s3-read-{n}"))
+            .name(format!("fuse-s3-{n}"))
             .spawn(move || serve(&rx))
             .is_ok();
         started += usize::from(ok);
@@ -81,7 +92,7 @@ mod tests {
 
     #[test]
     fn stuck_reads_do_not_hold_up_later_ones_until_every_thread_is_stuck() {
-        let reads = ObjectReads::default();
+        let reads = ObjectWaits::default();
         let (release_tx, release_rx) = channel::<()>();
         let release_rx = Arc::new(Mutex::new(release_rx));
         let (done_tx, done_rx) = channel::<usize>();
