@@ -442,27 +442,31 @@ def pattern_bytes(size: int, seed: int) -> bytes:
     return (block * (size // len(block) + 1))[:size]
 
 
-def test_partial_writes_and_truncates_waiting_on_a_stalled_store_hold_up_no_other_request(
+def test_partial_writes_truncates_and_punches_waiting_on_a_stalled_store_hold_up_no_other_request(
         server, proxy):
-    """A write of part of a block stored on s3 and a truncate inside such a
-    block read the old block (read-modify-write): with the store's answers
+    """A write of part of a block stored on s3, a truncate inside such a
+    block and a hole punched in one read the old block (read-modify-write):
+    with the store's answers
     held, both are in flight while `stat`, `ls -l`, and reads and writes of
     PM files on the same mount (two request threads) finish promptly; once
     the store answers they complete with the right bytes."""
     # A budget far longer than the stall: the held requests complete.
     patient = "s3_retries=100,s3_timeout_ns=120s,s3_request_timeout_ns=60s,s3_backoff_ns=50ms"
     with pool_with_s3(server) as (pool, mnt):
-        sizes = {mnt / "cold0": 1 << 20, mnt / "cold1": (1 << 20) + 4096}
+        sizes = {mnt / "cold0": 1 << 20, mnt / "cold1": (1 << 20) + 4096,
+                 mnt / "cold2": 1 << 20}
         with mounted_pool(pool, mnt, FAST):
             for k, (f, size) in enumerate(sizes.items()):
                 write_file(f, size, 90 + k)
             terrace("migrate", "--quiet", "--to", "s3", mnt, *sizes, timeout=120)
             for f, size in sizes.items():
                 assert s3_bytes(f) == size
-        written, cut = list(sizes)
+        written, cut, punched = list(sizes)
         want_written = bytearray(pattern_bytes(sizes[written], 90))
         want_written[5000:5007] = b"partial"
         want_cut = pattern_bytes(sizes[cut], 91)[:10000]
+        want_punched = bytearray(pattern_bytes(sizes[punched], 92))
+        want_punched[4100:4110] = bytes(10)
         # A fresh mount: nothing of the files is cached.
         with mounted_pool(pool, mnt, patient) as m:
             hot = mnt / "hot"  # on PM
@@ -486,6 +490,19 @@ def test_partial_writes_and_truncates_waiting_on_a_stalled_store_hold_up_no_othe
                 except OSError as e:
                     results["truncate"] = e
 
+            def punch():
+                import ctypes
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long,
+                                           ctypes.c_long]
+                fd = os.open(punched, os.O_WRONLY)
+                try:
+                    # PUNCH_HOLE | KEEP_SIZE of 10 bytes inside block 1.
+                    r = libc.fallocate(fd, 0x02 | 0x01, 4100, 10)
+                    results["punch"] = r if r == 0 else OSError(ctypes.get_errno(), "fallocate")
+                finally:
+                    os.close(fd)
+
             probe: dict = {}
 
             def other_requests():
@@ -501,7 +518,8 @@ def test_partial_writes_and_truncates_waiting_on_a_stalled_store_hold_up_no_othe
                     os.stat(mnt / f"during{k}")
                 probe["s"] = time.monotonic() - t0
 
-            ops = [threading.Thread(target=partial_write), threading.Thread(target=truncate)]
+            ops = [threading.Thread(target=partial_write), threading.Thread(target=truncate),
+                   threading.Thread(target=punch)]
             with injected(proxy, Fault("delay", method="GET", path=DATA, delay=math.inf,
                                        count=None)) as fault:
                 for t in ops:
@@ -523,14 +541,17 @@ def test_partial_writes_and_truncates_waiting_on_a_stalled_store_hold_up_no_othe
             assert served_in_time and probe.get("s", 99) < 2, (
                 f"stat, ls, PM reads and writes took {probe.get('s')}s (over 10 s if None) "
                 f"behind a partial write and a truncate waiting on s3")
-            assert stuck == [True, True], f"the write and truncate were not in flight: {results}"
+            assert stuck == [True, True, True], (
+                f"the write, truncate and punch were not in flight: {results}")
             assert not any(t.is_alive() for t in ops + [prober])
-            assert results == {"write": 7, "truncate": 0}, results
+            assert results == {"write": 7, "truncate": 0, "punch": 0}, results
             assert written.read_bytes() == bytes(want_written)
             assert cut.read_bytes() == want_cut
+            assert punched.read_bytes() == bytes(want_punched)
             assert m.alive()
         with mounted_pool(pool, mnt, FAST):
             assert written.read_bytes() == bytes(want_written)
             assert cut.read_bytes() == want_cut
+            assert punched.read_bytes() == bytes(want_punched)
             assert sha256_file(hot) == hot_digest
         assert_fsck_clean(pool)

@@ -56,6 +56,15 @@ impl Fs {
         self.may_wait(ino, |i| self.maps_to_object_tier(i, off, end))
     }
 
+    /// Whether `fallocate` of `len` bytes at `off` of `ino` may wait on an
+    /// object store: as for a write of that range (zeroing or punching a
+    /// partial block rewrites its other bytes, read first). Plain
+    /// allocation reads nothing, but is answered the same: handing it off
+    /// costs a thread switch only.
+    pub fn fallocate_may_wait_on_network(&self, ino: Ino, off: u64, len: u64) -> bool {
+        self.write_may_wait_on_network(ino, off, usize::try_from(len).unwrap_or(usize::MAX))
+    }
+
     /// Whether a write of `len` bytes at `off` of `ino` may wait on an
     /// object store: its first or last block is partial, inside the file and
     /// mapped to an object tier (the write reads it to merge its bytes in),
@@ -135,6 +144,19 @@ impl Fs {
         if self.has_object_tier() {
             self.warm_block(ino, size / BS, |i| self.cut_on_object_tier(i, size));
         }
+    }
+
+    /// Runs `f` while holding the inode lock of `ino` (ENOENT when there
+    /// is no such inode): for tests of what the predicates above answer
+    /// while another request holds the lock.
+    #[doc(hidden)]
+    pub fn with_inode_locked<T>(
+        &self,
+        ino: Ino,
+        f: impl FnOnce() -> T,
+    ) -> crate::types::FsResult<T> {
+        let _g = self.lock(ino)?;
+        Ok(f())
     }
 
     /// Whether the pool has an object tier.

@@ -565,6 +565,9 @@ impl Fs {
     ///
     /// All or nothing, like [`Fs::write_hinted`].
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
+        // A zeroed or punched partial block on an object tier is fetched
+        // before the inode lock is taken (as for a write).
+        self.warm_partial_ends(ino, off, off.saturating_add(len));
         let blocks = len.div_ceil(BS).saturating_add(2);
         let r = self.retry_freeing_room(blocks, || self.fallocate_once(ino, off, len, mode));
         self.say_room(&r, blocks);

@@ -149,6 +149,17 @@ fn partial_writes_truncates_and_copies_of_object_data_may_wait_on_the_network() 
     assert!(!fs.write_may_wait_on_network(on_pm, 100, 10), "PM data");
     assert!(!fs.write_may_wait_on_network(9999, 100, 10), "no such file");
 
+    // fallocate (zero range, punch): as a write of the range.
+    assert!(
+        fs.fallocate_may_wait_on_network(on_s3, 4100, 10),
+        "a punch inside block 1"
+    );
+    assert!(
+        !fs.fallocate_may_wait_on_network(on_s3, 4096, 8192),
+        "whole blocks"
+    );
+    assert!(!fs.fallocate_may_wait_on_network(on_pm, 100, 10), "PM data");
+
     // Truncates: only a cut inside a block stored on the object tier.
     assert!(fs.truncate_may_wait_on_network(on_s3, 100));
     assert!(fs.truncate_may_wait_on_network(on_s3, mib - 1));
@@ -268,10 +279,10 @@ fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may
     cold_want[8192 + 100..8192 + 104].copy_from_slice(b"held");
     assert_eq!(fs.read(cold, 0, 2 << 20).unwrap(), cold_want);
 
-    // A hole punched inside block 3 reads it under the inode lock (no
-    // fetch ahead for fallocate): while it waits, every question about the
-    // file answers "may wait" without waiting for the lock, even for its
-    // PM block, and other files are not held up.
+    // A hole punched inside block 3 fetches it before taking the inode lock
+    // (as a write does): while it waits on the store, the file's lock is
+    // free, its PM block is no network read, and other files are not held
+    // up.
     fault.hold_gets();
     let release = ReleaseGets(&fault);
     std::thread::scope(|sc| {
@@ -284,18 +295,27 @@ fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may
             )
         });
         wait_for_a_get();
-        assert!(fs.read_may_wait_on_network(ino, 0, 4096));
-        assert!(fs.write_may_wait_on_network(ino, 100, 10));
-        assert!(fs.truncate_may_wait_on_network(ino, 100));
-        assert!(fs.copy_may_wait_on_network(ino, 0, hot, 0, 4096));
-        assert!(fs.copy_may_wait_on_network(hot, 0, ino, 0, 4096));
-        assert!(!fs.read_may_wait_on_network(hot, 0, 4096));
-        assert!(!fs.write_may_wait_on_network(hot, 100, 10));
+        assert!(!fs.read_may_wait_on_network(ino, 0, 4096), "lock free");
+        assert!(fs.getattr(ino).is_ok());
         assert_eq!(fs.read(hot, 0, 4096).unwrap(), data[..4096]);
         assert!(!puncher.is_finished(), "the punch waits for the store");
         drop(release);
         puncher.join().unwrap().unwrap();
     });
+    // While another request holds the file's lock, every question about it
+    // answers "may wait" without waiting for the lock, even for its PM
+    // block; other files answer as usual.
+    fs.with_inode_locked(ino, || {
+        assert!(fs.read_may_wait_on_network(ino, 0, 4096));
+        assert!(fs.write_may_wait_on_network(ino, 100, 10));
+        assert!(fs.truncate_may_wait_on_network(ino, 100));
+        assert!(fs.fallocate_may_wait_on_network(ino, 100, 10));
+        assert!(fs.copy_may_wait_on_network(ino, 0, hot, 0, 4096));
+        assert!(fs.copy_may_wait_on_network(hot, 0, ino, 0, 4096));
+        assert!(!fs.read_may_wait_on_network(hot, 0, 4096));
+        assert!(!fs.write_may_wait_on_network(hot, 100, 10));
+    })
+    .unwrap();
     want[3 * 4096 + 100..3 * 4096 + 110].fill(0);
     assert!(
         !fs.read_may_wait_on_network(ino, 0, 4096),

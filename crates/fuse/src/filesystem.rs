@@ -432,7 +432,14 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _req = self.arrived(Op::Fallocate);
-        let r = special::fallocate(self, req, ino.0, offset, length, mode);
+        let caller = setid::Caller::of(req);
+        if self.fs.fallocate_may_wait_on_network(ino.0, offset, length) {
+            return self.off_request(move |a| {
+                let r = special::fallocate(a, &caller, ino.0, offset, length, mode);
+                a.reply_after(r, move |r| reply::empty(reply, r));
+            });
+        }
+        let r = special::fallocate(self, &caller, ino.0, offset, length, mode);
         self.reply_after(r, move |r| reply::empty(reply, r));
     }
 

@@ -10,7 +10,7 @@ use crate::adapter::FuseAdapter;
 use crate::invalidate::Stale;
 use crate::reply::refuse;
 use crate::setid;
-use fuser::{CopyFileRangeFlags, Request};
+use fuser::CopyFileRangeFlags;
 use std::io;
 use terrace_core::FallocateMode;
 
@@ -18,7 +18,7 @@ use terrace_core::FallocateMode;
 /// the range cached opens may hold stale.
 pub(crate) fn fallocate(
     a: &FuseAdapter,
-    req: &Request,
+    caller: &setid::Caller,
     ino: u64,
     offset: u64,
     length: u64,
@@ -28,7 +28,7 @@ pub(crate) fn fallocate(
     // The kernel sends no kill flag with fallocate: like the VFS
     // (file_modified), drop set-ID bits first, then change the file.
     if a.killpriv {
-        a.kill_priv(ino, &setid::Caller::of(req));
+        a.kill_priv(ino, caller);
     }
     a.fs.fallocate(ino, offset, length, m)?;
     // Collapse and insert move everything after the range.
