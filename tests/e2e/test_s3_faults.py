@@ -42,11 +42,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (REPO, fsck, mounted_pool, sha256_file, temp_mountpoint, temp_pool_path,
+from helpers import (fsck, minio, mounted_pool, sha256_file, temp_mountpoint, temp_pool_path,
                      terrace, unique_name, wait_until, write_pattern_file)
 from s3_fault_proxy import Fault, FaultProxy
-
-MINIO_SH = REPO / "tests" / "minio" / "minio.sh"
 
 # Short budgets so that persistent faults give up quickly: a request is
 # retried while 4 s last (the time, not the count, limits it), each try at
@@ -61,12 +59,6 @@ SLACK_S = 12
 
 DATA = "/seg-"  # object keys of data parts (not the marker, not LIST)
 
-
-def minio(cmd: str, d: Path) -> str:
-    cp = subprocess.run(["bash", str(MINIO_SH), cmd, str(d)], capture_output=True, text=True,
-                        timeout=900)
-    assert cp.returncode == 0, f"minio.sh {cmd}: {cp.stderr}"
-    return cp.stdout
 
 
 @pytest.fixture(scope="module")
