@@ -50,6 +50,7 @@
 mod client;
 pub mod config;
 pub mod crash;
+pub mod credentials;
 pub mod diagnose;
 pub mod fault;
 pub mod index;
