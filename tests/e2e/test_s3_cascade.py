@@ -31,20 +31,16 @@ import random
 import shlex
 import shutil
 import struct
-import subprocess
 import tempfile
 import threading
 import time
-import urllib.parse
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from helpers import (REPO, fsck, mounted_pool, sha256_file, temp_mountpoint, temp_pool_path,
+from helpers import (fsck, minio, mounted_pool, sha256_file, temp_mountpoint, temp_pool_path,
                      terrace, unique_name, wait_until)
-
-MINIO_SH = REPO / "tests" / "minio" / "minio.sh"
+from test_s3_tier import part_bytes
 
 MIB = 1 << 20
 PM, SSD = 32 * MIB, 64 * MIB
@@ -57,13 +53,6 @@ PM, SSD = 32 * MIB, 64 * MIB
 # seconds then fails the write-back that overflowed to s3 with EIO (seen
 # with a 12 s outage: two fsyncs failed, nothing acknowledged was lost).
 OPTS = "object_clean_interval_ns=200ms,s3_backoff_ns=50ms,s3_retries=100"
-
-
-def minio(cmd: str, d: Path) -> str:
-    cp = subprocess.run(["bash", str(MINIO_SH), cmd, str(d)], capture_output=True, text=True,
-                        timeout=900)
-    assert cp.returncode == 0, f"minio.sh {cmd}: {cp.stderr}"
-    return cp.stdout
 
 
 def minio_running(d: Path) -> bool:
@@ -113,31 +102,6 @@ def tiers(m) -> dict:
 
 def object_stats(m) -> dict:
     return tiers(m)["s3"]["object"]
-
-
-def part_bytes(s3, prefix: str) -> int:
-    """Bytes of the tier's part objects in the bucket, listed through
-    MinIO's S3 API (ListObjectsV2, signed by curl); the marker left out."""
-    endpoint, bucket = s3["url"].rsplit("/", 1)
-    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
-    total, token = 0, None
-    while True:
-        query = {"list-type": "2", "prefix": prefix + "/"}
-        if token:
-            query["continuation-token"] = token
-        cp = subprocess.run(
-            ["curl", "-fsS", "--aws-sigv4", f"aws:amz:{os.environ['AWS_REGION']}:s3",
-             "--user", f"{os.environ['AWS_ACCESS_KEY_ID']}:{os.environ['AWS_SECRET_ACCESS_KEY']}",
-             f"{endpoint}/{bucket}?{urllib.parse.urlencode(query)}"],
-            capture_output=True, text=True, timeout=60)
-        assert cp.returncode == 0, cp.stderr
-        root = ET.fromstring(cp.stdout)
-        for c in root.findall("s3:Contents", ns):
-            if "/seg-" in c.find("s3:Key", ns).text:
-                total += int(c.find("s3:Size", ns).text)
-        if root.findtext("s3:IsTruncated", namespaces=ns) != "true":
-            return total
-        token = root.findtext("s3:NextContinuationToken", namespaces=ns)
 
 
 def file_data(size: int, seed: int) -> bytes:

@@ -485,19 +485,21 @@ fn check_bucket(bucket: &str) -> Result<(), String> {
     }
 }
 
+/// An environment of `vars` only, for the tests of URLs and credentials.
+#[cfg(test)]
+pub(super) fn test_env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: std::collections::HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| m.get(k).cloned()
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_env as env;
     use super::*;
-    use std::collections::HashMap;
     use std::path::Path;
-
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
 
     #[test]
     fn urls_parse_into_endpoint_bucket_and_prefix() {

@@ -157,16 +157,8 @@ fn parse_profile(text: &str, profile: &str) -> Option<(String, String, Option<St
 
 #[cfg(test)]
 mod tests {
+    use super::super::config::test_env as env;
     use super::*;
-    use std::collections::HashMap;
-
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
 
     #[test]
     fn credentials_come_from_the_environment_first() {
