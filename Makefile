@@ -9,6 +9,7 @@
 #   make test-s3      the object tier against a real S3 server: starts MinIO (tests/minio/minio.sh), runs crates/media/tests/object_minio.rs, stops it
 #   make bench        full benchmark (3 runs per job, medians; about two hours) -> docs/results/, docs/benchmarks.md
 #   make bench-quick  short benchmark, a subset of every workload (< 10 minutes)
+#   make bench-compare [BASE=REV] [ROUNDS=2]  same-run comparison of this checkout with BASE (default HEAD~1) on bench-quick's workloads (~25 minutes)
 #   make bench-small-files  small-file capacity: 1,000,000 files on a pool with PM at 1%, vs ext4 (~15 minutes)
 #   make bench-setup  install the benchmark's tools (fio, xfsprogs, mergerfs, rocksdb-tools, matplotlib, ...)
 #   make clean-mounts lazily unmount every stale Terrace test/demo/bench mount
@@ -31,7 +32,7 @@ DEMO_SSD_SIZE ?= 2G
 
 CRASH_ITERATIONS ?= 200
 
-.PHONY: all install demo test crash-long xfstests xfstests-short bench bench-quick bench-small-files bench-setup clean-mounts setup build fmt-check clippy unit e2e
+.PHONY: all install demo test crash-long xfstests xfstests-short bench bench-quick bench-compare bench-small-files bench-setup clean-mounts setup build fmt-check clippy unit e2e
 
 all: build
 
@@ -176,6 +177,11 @@ bench: build bench-setup
 
 bench-quick: build bench-setup
 	bench/run.sh quick
+
+BASE ?= HEAD~1
+ROUNDS ?= 2
+bench-compare: build bench-setup
+	bench/compare_builds.sh $(BASE) $(ROUNDS)
 
 SMALL_FILES ?= 1000000
 bench-small-files: build

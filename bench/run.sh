@@ -68,6 +68,8 @@
 #   BENCH_DOCS=docs/benchmarks.md             file whose micro results section is rewritten ("" = none)
 #   BENCH_RESULTS_README=docs/results/README.md   its "latest run" section is rewritten ("" = none)
 #   BENCH_TERRACE_OPTS="-o ..."               extra options for `terrace mount`
+#   BENCH_TERRACE_BIN=PATH                   the terrace binary under test (default target/release/terrace;
+#                                             bench/compare_builds.sh runs two builds this way)
 #   BENCH_PYTHON=/usr/bin/python3             interpreter of the Python workloads and the report
 #   BENCH_RUNTIME, BENCH_RAMP, BENCH_REPS, BENCH_SIZE, BENCH_SEQ_SIZE, BENCH_META_FILES
 # Needs root (mounts, losetup), `make build`, and the tools of bench/setup.sh
@@ -78,7 +80,7 @@ set -euo pipefail
 MODE=${1:-quick}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$REPO/bench
-TERRACE=$REPO/target/release/terrace
+TERRACE=${BENCH_TERRACE_BIN:-$REPO/target/release/terrace}
 PASSTHROUGH=$REPO/target/release/examples/passthrough
 
 # The measurements behind the targets (bench/targets.py): SYSTEM:GROUP pairs.

@@ -185,6 +185,19 @@ impl Fs {
         Ok(pieces)
     }
 
+    /// Blocks [`Fs::alloc_data_spread`] can find on PM (beyond the log
+    /// reserve) and the block tiers, object tiers not counted.
+    pub(crate) fn block_room_blocks(&self) -> u64 {
+        let pm = self
+            .pm_free_unpromised()
+            .saturating_sub(self.pm_reserve_blocks());
+        self.tiers
+            .iter()
+            .filter(|t| t.kind != terrace_format::TierKind::S3)
+            .map(|t| t.space.free_blocks())
+            .fold(pm, u64::saturating_add)
+    }
+
     /// Free PM bytes available to data (the log reserve excluded).
     pub(crate) fn pm_data_free_bytes(&self) -> u64 {
         self.pm_free_unpromised()

@@ -165,7 +165,7 @@ impl Fs {
     }
 
     /// Whether `tier` is an object tier.
-    fn is_object_tier(&self, tier: u8) -> bool {
+    pub(crate) fn is_object_tier(&self, tier: u8) -> bool {
         self.tiers
             .iter()
             .any(|t| t.id == tier && t.kind == TierKind::S3)

@@ -8,8 +8,9 @@ use crate::fs::Fs;
 use crate::inode::DirtyPage;
 use crate::types::{FsResult, Ino};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use terrace_format::{Entry, WriteEntry, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE;
@@ -18,6 +19,10 @@ const BS: u64 = BLOCK_SIZE;
 /// ([`Fs::flush_inode_part`]); parts are an eighth of the cache bound, at
 /// least 64 KiB, at most this.
 pub const WRITEBACK_PART_BYTES: u64 = 16 << 20;
+
+/// Longest a write-back waits for migration to make room above an object
+/// tier before its pages spill into one ([`Fs::alloc_write_back`]).
+pub const OBJECT_SPILL_WAIT: Duration = Duration::from_secs(1);
 
 /// The dirty pages of the oldest cached writes of a file, in page order:
 /// at least `max_pages` pages when the file has that many, and exactly the
@@ -147,6 +152,36 @@ impl Fs {
         Ok(vec![d])
     }
 
+    /// Blocks for a write-back of `n` pages that want tier `want`
+    /// ([`Fs::alloc_data_spread`]). Pages that would spill into an object
+    /// tier because the block tiers are short of room make an upload — an
+    /// object — of their own, usually far smaller than a migration's
+    /// (measured: a quarter of a cascade's bytes in objects of ~0.7 MiB).
+    /// While migration drains into the object tier, room above it is on its
+    /// way: this waits for windows of moves to end, up to
+    /// [`OBJECT_SPILL_WAIT`], and then spreads whatever the tiers hold.
+    fn alloc_write_back(&self, want: u8, n: u64) -> FsResult<Vec<DataRuns>> {
+        let deadline = Instant::now() + OBJECT_SPILL_WAIT;
+        loop {
+            if self.block_room_blocks() >= n
+                || self.is_object_tier(want)
+                || Instant::now() >= deadline
+                || !self.draining_into_object_tier()
+            {
+                return self.alloc_data_spread(want, n);
+            }
+            let before = self.migrator.move_windows_done.load(Ordering::Relaxed);
+            self.kick_migration();
+            let waited = Instant::now();
+            while self.migrator.move_windows_done.load(Ordering::Relaxed) == before
+                && waited.elapsed() < Duration::from_millis(50)
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+
     /// One try of [`Fs::flush_inode_part`]: ENOSPC when the tiers lack the
     /// blocks right now.
     pub(crate) fn write_back_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
@@ -186,7 +221,7 @@ impl Fs {
         // Usually one piece on `want`; near a full pool the pages may be
         // spread over several tiers (each page was promised a block, not a
         // tier). They all commit together, so the writes stay whole.
-        let pieces = self.alloc_data_spread(want, n)?;
+        let pieces = self.alloc_write_back(want, n)?;
         let pieces = self.store_write_back(pieces, &pooled[..(n * BS) as usize])?;
         let release = |pieces: Vec<DataRuns>| {
             for d in pieces {

@@ -151,9 +151,28 @@ impl Fs {
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
         mode: Mode,
     ) -> u64 {
+        // Into an object tier each window is one upload: at least one object
+        // batch moves, in windows of one batch (policy `object_batch`).
+        let object_segment = self
+            .tiers
+            .iter()
+            .find(|t| t.id == to && t.kind == terrace_format::TierKind::S3)
+            .map(|t| t.space.extent_blocks() * BS);
+        let goal = match object_segment {
+            Some(seg) if mode != Mode::Evict => {
+                mig::object_drain_goal(goal, self.tier_use(from).1, seg)
+            }
+            _ => goal,
+        };
         let files = self.coldest_files(from, mode, 256);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = params.threads_for(cpus).clamp(1, files.len().max(1));
+        // Into an object tier one worker: a window is one upload whose PUTs
+        // run in parallel anyway, and two workers' windows would cut each
+        // other's runs into more, smaller objects.
+        let workers = match object_segment {
+            Some(_) => 1,
+            None => params.threads_for(cpus).clamp(1, files.len().max(1)),
+        };
         // Files are handed out coldest first; each worker moves whole files,
         // so two workers never work on the same file. The picker (next file,
         // bytes claimed so far) is one lock: files are chosen and claimed in
@@ -164,10 +183,14 @@ impl Fs {
         let failed = AtomicBool::new(false);
         // Moves are synced and committed in windows (see `MoveBatch`): a
         // quarter of the goal, so space on the source is freed as the pass
-        // goes, at least one group and at most MOVE_SYNC_WINDOW_BYTES.
-        let window = (goal / 4)
-            .max(params.group_blocks() * BS)
-            .min(MOVE_SYNC_WINDOW_BYTES);
+        // goes, at least one group and at most MOVE_SYNC_WINDOW_BYTES (into
+        // an object tier: one batch, see above).
+        let window = match object_segment {
+            Some(seg) => mig::object_drain_window(goal, seg),
+            None => (goal / 4)
+                .max(params.group_blocks() * BS)
+                .min(MOVE_SYNC_WINDOW_BYTES),
+        };
         let drain = Drain {
             from,
             to,
@@ -321,25 +344,30 @@ impl Fs {
     pub(super) fn note_drain_result(&self, from: u8, to: u8, moved: u64) {
         let m = &self.migrator;
         let failure = m.last_failure.lock().take();
-        let mut waiting = m.waiting.lock();
-        if moved > 0 {
-            if !waiting.is_empty() {
-                m.notices
-                    .lock()
-                    .push(format!("migration from tier {from} moves data again"));
+        // `waiting` and `notices` are both leaves: the notice is queued
+        // after `waiting` is released.
+        let notice = {
+            let mut waiting = m.waiting.lock();
+            if moved > 0 {
+                let was_waiting = !waiting.is_empty();
+                waiting.clear();
+                was_waiting.then(|| format!("migration from tier {from} moves data again"))
+            } else {
+                let why = match failure {
+                    Some(e) => format!("moves from tier {from} to tier {to} fail: {e}"),
+                    None => format!(
+                        "nothing on tier {from} can move to tier {to} (data pinned there by rules, or only in the DRAM cache)"
+                    ),
+                };
+                (*waiting != why).then(|| {
+                    let notice = format!("migration stalled: {why}");
+                    *waiting = why;
+                    notice
+                })
             }
-            waiting.clear();
-            return;
-        }
-        let why = match failure {
-            Some(e) => format!("moves from tier {from} to tier {to} fail: {e}"),
-            None => format!(
-                "nothing on tier {from} can move to tier {to} (data pinned there by rules, or only in the DRAM cache)"
-            ),
         };
-        if *waiting != why {
-            m.notices.lock().push(format!("migration stalled: {why}"));
-            *waiting = why;
+        if let Some(n) = notice {
+            m.notices.lock().push(n);
         }
     }
 

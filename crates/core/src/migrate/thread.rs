@@ -55,3 +55,24 @@ impl Fs {
         self.migrator.worker.stop();
     }
 }
+
+impl Fs {
+    /// Whether migration is draining a tier into an object tier right now:
+    /// room on the tiers above the object tier is on its way, so a
+    /// write-back short of it waits for a window of moves rather than
+    /// overflow into a small object of its own (`writeback.rs`).
+    pub(crate) fn draining_into_object_tier(&self) -> bool {
+        if !self.migration_thread_running() {
+            return false;
+        }
+        let running = self.migrator.running.load(Ordering::Relaxed);
+        let mut from = 0u8;
+        for t in self.tiers.iter() {
+            if t.kind == terrace_format::TierKind::S3 && running & (1u64 << from) != 0 {
+                return true;
+            }
+            from = t.id;
+        }
+        false
+    }
+}

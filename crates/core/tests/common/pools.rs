@@ -29,6 +29,15 @@ pub fn mkfs(media: &dyn PmMedia, inodes: u64) {
 /// Formats `pm` as a pool with `inodes` slots and block tiers 1, 2, … of
 /// the kinds and sizes in `blocks`, with 512 KiB extents.
 pub fn mkfs_tiers(pm: &dyn PmMedia, blocks: &[(TierKind, u64)], inodes: u64) {
+    let sized: Vec<(TierKind, u64, u32)> = blocks
+        .iter()
+        .map(|&(kind, size)| (kind, size, DEFAULT_EXTENT_SIZE))
+        .collect();
+    mkfs_tiers_sized(pm, &sized, inodes);
+}
+
+/// [`mkfs_tiers`] with each tier's extent (an object tier's segment) size.
+pub fn mkfs_tiers_sized(pm: &dyn PmMedia, blocks: &[(TierKind, u64, u32)], inodes: u64) {
     let tier = |id: u8, kind: TierKind, size, extent_size| TierRecord {
         id,
         kind,
@@ -37,8 +46,8 @@ pub fn mkfs_tiers(pm: &dyn PmMedia, blocks: &[(TierKind, u64)], inodes: u64) {
         path: kind.name().into(),
     };
     let mut tiers = vec![tier(0, TierKind::Pm, pm.len(), 0)];
-    for (id, &(kind, size)) in (1..).zip(blocks) {
-        tiers.push(tier(id, kind, size, DEFAULT_EXTENT_SIZE));
+    for (id, &(kind, size, extent_size)) in (1..).zip(blocks) {
+        tiers.push(tier(id, kind, size, extent_size));
     }
     let p = FormatParams {
         uuid: [15; 16],

@@ -1,0 +1,102 @@
+//! The cascade into the object tier makes objects of object-store size
+//! (design §5n "Object size"): a pool PM 32 MiB + SSD 256 MiB + s3 (16 MiB
+//! segments, in-memory store) takes far more than PM + SSD through plain
+//! writes while migration passes run as the migration thread would, with no
+//! `migrate` command. Each pass drains only the excess over the threshold,
+//! a few MiB; the objects it uploads must still be large — the drain moves at
+//! least an object batch, in windows of one batch — and every byte reads
+//! back after a remount. (Before the object batch: ~1.5 MiB per PUT here;
+//! with it ~11 MiB, three parts per 32 MiB window.)
+
+mod common;
+use common::*;
+use std::sync::Arc;
+use terrace_core::Fs;
+use terrace_format::TierKind;
+use terrace_media::object::{Bucket, DEFAULT_SEGMENT_BLOCKS};
+use terrace_media::{MemBlock, MemMedia, ObjectMedia};
+
+const PM: u64 = 32 << 20;
+const SSD: u64 = 256 << 20;
+const S3: u64 = 2 << 30;
+const SEGMENT: u64 = DEFAULT_SEGMENT_BLOCKS * 4096;
+/// The pool uuid `mkfs_tiers_sized` writes.
+const UUID: [u8; 16] = [15; 16];
+const FILE: usize = 1 << 20;
+const FILES: u64 = 360;
+
+/// `len` bytes of file `k`: every 8-byte word names the file and its own
+/// place, so a block read from the wrong place shows (cheap to make, unlike
+/// `pattern` in a debug build).
+fn stamped(k: u64, len: usize) -> Vec<u8> {
+    (0..len as u64 / 8)
+        .flat_map(|w| ((k << 40) ^ w ^ 0x5eed_0000_0000_0000).to_le_bytes())
+        .collect()
+}
+
+#[test]
+fn a_cascade_uploads_objects_of_at_least_half_a_segment_on_average() {
+    let pm = Arc::new(MemMedia::new(PM));
+    mkfs_tiers_sized(
+        &*pm,
+        &[
+            (TierKind::Ssd, SSD, terrace_format::DEFAULT_EXTENT_SIZE),
+            (TierKind::S3, S3, SEGMENT as u32),
+        ],
+        1024,
+    );
+    let bucket = Bucket::in_memory("tier", "pool").unwrap();
+    let store = bucket.store().clone();
+    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, DEFAULT_SEGMENT_BLOCKS).unwrap());
+    let ssd = Arc::new(MemBlock::new(SSD));
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3.clone())]).unwrap();
+
+    let mut inos = Vec::new();
+    for k in 0..FILES {
+        let name = format!("f{k:04}");
+        let f = fs
+            .mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        for (i, chunk) in stamped(k, FILE).chunks(64 << 10).enumerate() {
+            fs.write(f.ino, (i * chunk.len()) as u64, chunk).unwrap();
+        }
+        fs.fsync(f.ino, false).unwrap();
+        inos.push(f.ino);
+        // The migration thread's pass every 100 ms: here every 4 MiB written.
+        if k % 4 == 3 {
+            fs.migration_pass();
+        }
+    }
+    for _ in 0..8 {
+        fs.migration_pass();
+    }
+    let stats = s3.object_stats();
+    let r = stats.requests;
+    assert!(
+        r.put_bytes >= 128 << 20,
+        "the cascade reached the object tier ({} MiB uploaded)",
+        r.put_bytes >> 20
+    );
+    let average = r.put_bytes / r.puts.max(1);
+    assert!(
+        average >= SEGMENT / 2,
+        "objects average {} KiB over {} PUTs ({} MiB): a drain into the object tier \
+         must move at least an object batch",
+        average >> 10,
+        r.puts,
+        r.put_bytes >> 20
+    );
+    fs.unmount().unwrap();
+
+    let bucket = Bucket::with_store(store, "memory://tier", "pool").unwrap();
+    let s3 = Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap());
+    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, s3)]).unwrap();
+    for (k, &ino) in inos.iter().enumerate() {
+        assert!(
+            fs.read(ino, 0, FILE).unwrap() == stamped(k as u64, FILE),
+            "file {k} reads back after the remount"
+        );
+    }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
