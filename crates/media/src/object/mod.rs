@@ -41,7 +41,9 @@
 //! Files: this one (the media's state, counters and `BlockMedia`), `open.rs`
 //! (create and open, upload numbers), `read.rs` (reads: plan, ranged GETs),
 //! `sync.rs` (uploads at `sync`, deletion of dead parts and orphans),
-//! [`config`] (URL, credentials, retries and time-outs), [`keys`]
+//! [`config`] (the tier URL; its options, certificates, credentials,
+//! retries and time-outs in `url_options.rs`, `certificates.rs`,
+//! [`credentials`] and `network.rs`), [`keys`]
 //! (object names), [`marker`] (pool identity), [`index`] (which part holds
 //! which block; pure), `rebuild` (the index from a LIST, at open),
 //! [`store`] (requests and runtime), `client.rs` (the S3 client and its
@@ -50,6 +52,7 @@
 //! fault-injecting store for tests), [`crash`] (an in-memory store with a
 //! crash model, for crash-image tests).
 
+mod certificates;
 mod client;
 pub mod config;
 pub mod crash;
@@ -59,11 +62,13 @@ pub mod fault;
 pub mod index;
 pub mod keys;
 pub mod marker;
+mod network;
 mod open;
 mod read;
 mod rebuild;
 pub mod store;
 mod sync;
+mod url_options;
 
 #[cfg(test)]
 mod tests;
