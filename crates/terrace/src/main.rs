@@ -3,6 +3,7 @@
 mod admin;
 mod control;
 mod daemon;
+mod fsck_cmd;
 mod iostat_cmd;
 mod metrics;
 mod migrate_cmd;
@@ -15,6 +16,7 @@ mod rule_cmd;
 mod scrub_cmd;
 mod sd_notify;
 mod shell_docs;
+mod status_text;
 mod syslog;
 mod tier_check;
 mod tier_cmd;
@@ -661,7 +663,7 @@ fn run(cli: Cli) -> CliResult {
         }
         Cmd::Umount(a) => admin::umount(&a.mountpoint, a.lazy),
         Cmd::Status(a) => admin::status(&a.mountpoint, a.json),
-        Cmd::Fsck(a) => admin::fsck(&a.pool, a.repair, a.data, a.json, a.quiet),
+        Cmd::Fsck(a) => fsck_cmd::fsck(&a.pool, a.repair, a.data, a.json, a.quiet),
         Cmd::Where(a) => where_cmd::run(&a.path, a.all, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths, a.quiet),
