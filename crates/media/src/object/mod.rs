@@ -69,6 +69,7 @@ mod rebuild;
 pub mod store;
 mod sync;
 mod url_options;
+mod wrapper;
 
 #[cfg(test)]
 mod tests;
