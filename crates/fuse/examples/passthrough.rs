@@ -29,6 +29,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const TTL: Duration = Duration::from_secs(1);
 
+/// The guard of a lock, poisoned or not (a panicked request thread leaves
+/// the tables as they were).
+fn unpoisoned<G>(r: Result<G, std::sync::PoisonError<G>>) -> G {
+    r.unwrap_or_else(|e| e.into_inner())
+}
+
+/// `map[key]`, cloned, or `missing`.
+fn cloned_or<V: Clone>(map: &HashMap<u64, V>, key: u64, missing: Errno) -> Result<V, Errno> {
+    map.get(&key).cloned().ok_or(missing)
+}
+
 struct Passthrough {
     root: PathBuf,
     root_ino: u64,
@@ -121,12 +132,7 @@ impl Passthrough {
     }
 
     fn path(&self, ino: INodeNo) -> Result<PathBuf, Errno> {
-        self.paths
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&ino.0)
-            .cloned()
-            .ok_or(Errno::ENOENT)
+        cloned_or(&*unpoisoned(self.paths.read()), ino.0, Errno::ENOENT)
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<PathBuf, Errno> {
@@ -157,28 +163,17 @@ impl Passthrough {
     fn remember(&self, path: PathBuf) -> io::Result<FileAttr> {
         let m = std::fs::symlink_metadata(&path)?;
         let a = self.attr(&m);
-        self.paths
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(a.ino.0, path);
+        unpoisoned(self.paths.write()).insert(a.ino.0, path);
         Ok(a)
     }
 
     fn handle(&self, fh: FileHandle) -> Result<Arc<File>, Errno> {
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&fh.0)
-            .cloned()
-            .ok_or(Errno::EBADF)
+        cloned_or(&*unpoisoned(self.handles.lock()), fh.0, Errno::EBADF)
     }
 
     fn add_handle(&self, f: File) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(fh, Arc::new(f));
+        unpoisoned(self.handles.lock()).insert(fh, Arc::new(f));
         fh
     }
 
@@ -439,10 +434,7 @@ impl Filesystem for Passthrough {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh.0);
+        unpoisoned(self.handles.lock()).remove(&fh.0);
         reply.ok();
     }
 

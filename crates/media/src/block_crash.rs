@@ -49,7 +49,7 @@ use std::io;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-use crate::replay::{EventClock, Replay, Trace};
+use crate::replay::{EventClock, Recorder, Replay, Trace};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -191,30 +191,8 @@ impl Replay for BlockCrashState {
 /// crash point) to build the state of a crash then (see [`Trace`]).
 pub type BlockTrace = Trace<BlockCrashState>;
 
-#[derive(Debug)]
-struct Inner {
-    state: BlockCrashState,
-    /// Events recorded since creation.
-    count: u64,
-    /// Event list since creation or `clear_events`.
-    events: Vec<BlockEvent>,
-    /// Open trace: base state and ops since `start_trace`.
-    trace: Option<BlockTrace>,
-    /// Stamps every event (shared with the PM media of the same test).
-    clock: Arc<EventClock>,
-}
-
-impl Inner {
-    fn record(&mut self, op: BlockOp) {
-        self.state.apply(&op);
-        self.count += 1;
-        let time = self.clock.tick();
-        self.events.push(<BlockCrashState as Replay>::event(&op));
-        if let Some(t) = &mut self.trace {
-            t.push(time, op);
-        }
-    }
-}
+/// What the media records behind its lock.
+type Inner = Recorder<BlockCrashState>;
 
 /// Simulated block media with a volatile write cache; see the module docs.
 #[derive(Debug)]
@@ -236,13 +214,7 @@ impl CrashBlock {
     /// multiple of [`BLOCK_SIZE`].
     pub fn from_image(image: Vec<u8>) -> CrashBlock {
         CrashBlock {
-            inner: Mutex::new(Inner {
-                state: BlockCrashState::new(image),
-                count: 0,
-                events: Vec::new(),
-                trace: None,
-                clock: Arc::new(EventClock::new()),
-            }),
+            inner: Mutex::new(Recorder::new(BlockCrashState::new(image))),
             stats: BlockStatsCounter::new(),
         }
     }
@@ -312,19 +284,12 @@ impl CrashBlock {
 
     /// Starts recording events with their data (replacing an open trace).
     pub fn start_trace(&self) {
-        let mut g = self.inner.lock();
-        let base = g.state.clone();
-        let start = g.clock.now();
-        g.trace = Some(BlockTrace::new(base, start));
+        self.inner.lock().start_trace();
     }
 
     /// Ends the trace begun by [`start_trace`](Self::start_trace). Panics if none is open.
     pub fn finish_trace(&self) -> BlockTrace {
-        self.inner
-            .lock()
-            .trace
-            .take()
-            .expect("finish_trace without start_trace")
+        self.inner.lock().finish_trace()
     }
 
     /// The crash image at clock time `t` of the open trace (a [`timed`]

@@ -56,7 +56,7 @@ use std::collections::BTreeMap;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-use crate::replay::{EventClock, Replay, Trace};
+use crate::replay::{EventClock, Recorder, Replay, Trace};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -265,34 +265,21 @@ impl Replay for CrashState {
 /// [`Trace`]).
 pub type CrashTrace = Trace<CrashState>;
 
+/// What the media keeps behind its lock.
 #[derive(Debug)]
 struct Inner {
-    state: CrashState,
-    /// Events recorded since creation.
-    count: u64,
-    /// Event list since creation or `clear_events`.
-    events: Vec<CrashEvent>,
-    /// Open trace: base state and ops since `start_trace`.
-    trace: Option<CrashTrace>,
-    /// Stamps every event (shared with other media of the same test).
-    clock: Arc<EventClock>,
-    /// Freeze when `count` reaches this.
+    rec: Recorder<CrashState>,
+    /// Freeze when `rec.count` reaches this.
     freeze_at: Option<u64>,
     frozen: Option<CrashState>,
 }
 
 impl Inner {
     fn record(&mut self, op: PmOp) {
-        self.state.apply(&op);
-        self.count += 1;
-        let time = self.clock.tick();
-        self.events.push(<CrashState as Replay>::event(&op));
-        if let Some(t) = &mut self.trace {
-            t.push(time, op);
-        }
-        if self.freeze_at == Some(self.count) {
+        self.rec.record(op);
+        if self.freeze_at == Some(self.rec.count) {
             self.freeze_at = None;
-            self.frozen = Some(self.state.clone());
+            self.frozen = Some(self.rec.state.clone());
         }
     }
 }
@@ -315,11 +302,7 @@ impl CrashMedia {
     pub fn from_image(image: Vec<u8>) -> CrashMedia {
         CrashMedia {
             inner: Mutex::new(Inner {
-                state: CrashState::new(image),
-                count: 0,
-                events: Vec::new(),
-                trace: None,
-                clock: Arc::new(EventClock::new()),
+                rec: Recorder::new(CrashState::new(image)),
                 freeze_at: None,
                 frozen: None,
             }),
@@ -329,60 +312,53 @@ impl CrashMedia {
     /// Stamps this media's events with `clock` from now on (share it with
     /// the block media of the same test: [`crate::replay`]).
     pub fn set_clock(&self, clock: Arc<EventClock>) {
-        self.inner.lock().clock = clock;
+        self.inner.lock().rec.clock = clock;
     }
 
     /// The clock that stamps this media's events.
     pub fn clock(&self) -> Arc<EventClock> {
-        self.inner.lock().clock.clone()
+        self.inner.lock().rec.clock.clone()
     }
 
     /// Events (stores, flushes, fences) recorded since creation.
     pub fn events_len(&self) -> u64 {
-        self.inner.lock().count
+        self.inner.lock().rec.count
     }
 
     /// Events recorded since creation or the last [`clear_events`](Self::clear_events).
     pub fn events(&self) -> Vec<CrashEvent> {
-        self.inner.lock().events.clone()
+        self.inner.lock().rec.events.clone()
     }
 
     /// Forgets the event list (to bound memory); [`events_len`](Self::events_len)
     /// keeps counting.
     pub fn clear_events(&self) {
-        self.inner.lock().events = Vec::new();
+        self.inner.lock().rec.events = Vec::new();
     }
 
     /// A copy of the current live contents.
     pub fn image(&self) -> Vec<u8> {
-        self.inner.lock().state.live.clone()
+        self.inner.lock().rec.state.live.clone()
     }
 
     /// The image a crash now would leave.
     pub fn crash_image(&self, mode: LossMode) -> Vec<u8> {
-        self.inner.lock().state.image(mode)
+        self.inner.lock().rec.state.image(mode)
     }
 
     /// A copy of the whole state (both images and line states).
     pub fn snapshot(&self) -> CrashState {
-        self.inner.lock().state.clone()
+        self.inner.lock().rec.state.clone()
     }
 
     /// Starts recording events with their data (replacing an open trace).
     pub fn start_trace(&self) {
-        let mut g = self.inner.lock();
-        let base = g.state.clone();
-        let start = g.clock.now();
-        g.trace = Some(CrashTrace::new(base, start));
+        self.inner.lock().rec.start_trace();
     }
 
     /// Ends the trace begun by [`start_trace`](Self::start_trace). Panics if none is open.
     pub fn finish_trace(&self) -> CrashTrace {
-        self.inner
-            .lock()
-            .trace
-            .take()
-            .expect("finish_trace without start_trace")
+        self.inner.lock().rec.finish_trace()
     }
 
     /// Runs `f` between `start_trace` and `finish_trace`.
@@ -400,8 +376,8 @@ impl CrashMedia {
         g.frozen = None;
         g.freeze_at = None;
         match n_events {
-            Some(0) => g.frozen = Some(g.state.clone()),
-            Some(n) => g.freeze_at = Some(g.count + n),
+            Some(0) => g.frozen = Some(g.rec.state.clone()),
+            Some(n) => g.freeze_at = Some(g.rec.count + n),
             None => {}
         }
     }
@@ -419,12 +395,12 @@ impl CrashMedia {
 
 impl PmMedia for CrashMedia {
     fn len(&self) -> u64 {
-        self.inner.lock().state.live.len() as u64
+        self.inner.lock().rec.state.live.len() as u64
     }
 
     fn read(&self, off: u64, buf: &mut [u8]) {
         let g = self.inner.lock();
-        let live = &g.state.live;
+        let live = &g.rec.state.live;
         buf.copy_from_slice(&live[range(live.len(), off, buf.len() as u64)]);
     }
 

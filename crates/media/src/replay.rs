@@ -18,8 +18,13 @@
 //! the block image of the *same* moment can catch a commit that is ordered
 //! before the device sync it depends on; pairing it with the block image
 //! taken after the operation cannot.
+//!
+//! Recording: both media keep a [`Recorder`] behind their lock — the state,
+//! the events since creation, the open trace and the clock — so an
+//! operation is applied, counted, listed and traced the same way in both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// A monotonic event counter shared by the media of one crash test.
 #[derive(Debug, Default)]
@@ -56,6 +61,58 @@ pub trait Replay: Clone {
     fn event(op: &Self::Op) -> Self::Event;
     /// The image a crash in this state leaves.
     fn image(&self, loss: Self::Loss) -> Vec<u8>;
+}
+
+/// What a crash-simulating media records: its state, the events since
+/// creation (counted, and listed until cleared), the open trace, and the
+/// clock that stamps every event (shared with the other media of a test).
+#[derive(Debug)]
+pub(crate) struct Recorder<S: Replay> {
+    pub(crate) state: S,
+    /// Events recorded since creation.
+    pub(crate) count: u64,
+    /// Event list since creation or `clear_events`.
+    pub(crate) events: Vec<S::Event>,
+    /// Open trace: base state and ops since `start_trace`.
+    pub(crate) trace: Option<Trace<S>>,
+    /// Stamps every event.
+    pub(crate) clock: Arc<EventClock>,
+}
+
+impl<S: Replay + std::fmt::Debug> Recorder<S> {
+    /// A recorder of media in `state`, with nothing recorded, on a clock of
+    /// its own.
+    pub(crate) fn new(state: S) -> Recorder<S> {
+        Recorder {
+            state,
+            count: 0,
+            events: Vec::new(),
+            trace: None,
+            clock: Arc::new(EventClock::new()),
+        }
+    }
+
+    /// Applies `op` to the state, counts and lists its event, and adds it
+    /// with its time to the open trace.
+    pub(crate) fn record(&mut self, op: S::Op) {
+        self.state.apply(&op);
+        self.count += 1;
+        let time = self.clock.tick();
+        self.events.push(S::event(&op));
+        if let Some(t) = &mut self.trace {
+            t.push(time, op);
+        }
+    }
+
+    /// Starts a trace from the current state (replacing an open one).
+    pub(crate) fn start_trace(&mut self) {
+        self.trace = Some(Trace::new(self.state.clone(), self.clock.now()));
+    }
+
+    /// Ends the open trace. Panics if none is open.
+    pub(crate) fn finish_trace(&mut self) -> Trace<S> {
+        self.trace.take().expect("finish_trace without start_trace")
+    }
 }
 
 /// The state when tracing began and every operation since, with its time.

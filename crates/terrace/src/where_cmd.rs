@@ -123,24 +123,22 @@ fn coalesce(rows: &[ExtentRow]) -> Vec<Run> {
 /// What a file that is not a regular file is ("a directory"), for the
 /// note under its (empty) extent list; `None` for a regular file.
 fn not_a_file(ft: std::fs::FileType) -> Option<&'static str> {
+    use std::fs::FileType;
     use std::os::unix::fs::FileTypeExt;
-    Some(if ft.is_file() {
+    type Is = fn(&FileType) -> bool;
+    const KINDS: [(Is, &str); 6] = [
+        (FileType::is_dir, "a directory"),
+        (FileType::is_symlink, "a symbolic link"),
+        (FileTypeExt::is_fifo, "a FIFO"),
+        (FileTypeExt::is_socket, "a socket"),
+        (FileTypeExt::is_char_device, "a character device"),
+        (FileTypeExt::is_block_device, "a block device"),
+    ];
+    if ft.is_file() {
         return None;
-    } else if ft.is_dir() {
-        "a directory"
-    } else if ft.is_symlink() {
-        "a symbolic link"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else {
-        "a special file"
-    })
+    }
+    let kind = KINDS.iter().find(|(is, _)| is(&ft));
+    Some(kind.map_or("a special file", |&(_, name)| name))
 }
 
 /// The innermost FUSE mount holding `path`, if any.

@@ -116,27 +116,14 @@ impl HttpService for WatchedClient {
 
 #[cfg(test)]
 mod tests {
-    use super::super::store::Bucket;
+    use super::super::store::{test_bucket, Bucket};
     use super::*;
     use std::time::{Duration, Instant};
 
     /// A bucket on a port nobody listens on (connections are refused at
     /// once), with `retries`.
     fn dead_bucket(retries: usize) -> Bucket {
-        let mut cfg = ObjectConfig::parse("http://127.0.0.1:1/dead-bucket", &|_| None).unwrap();
-        cfg.network = NetworkParams {
-            retries,
-            retry_timeout: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(5),
-            backoff: Duration::from_millis(1),
-        };
-        let creds = Credentials {
-            access_key_id: "id".into(),
-            secret_access_key: "secret".into(),
-            session_token: None,
-            source: "test".into(),
-        };
-        Bucket::connect_with(&cfg, creds).unwrap()
+        test_bucket("http://127.0.0.1:1/dead-bucket", retries, "test")
     }
 
     #[test]

@@ -22,14 +22,18 @@
 //!
 //! Parsing takes the environment as a function, so tests need not touch the
 //! process's environment.
+//!
+//! This file parses the URL into an [`ObjectConfig`]; the URL's options are
+//! in `url_options.rs`, the `ca_file=` certificates in `certificates.rs`,
+//! the credentials in `credentials.rs` and the retries and time-outs
+//! ([`NetworkParams`]) in `network.rs`.
 
 use std::io;
 use std::path::PathBuf;
-use std::time::Duration;
-
-use object_store::client::{HttpConnector, ReqwestConnector};
 
 pub use super::credentials::Credentials;
+pub use super::network::{NetworkParams, BACKOFF_BASE, MAX_BACKOFF};
+pub use super::url_options::{UrlOptions, URL_OPTIONS};
 
 /// Region used when neither the config nor `AWS_REGION` names one.
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -66,217 +70,8 @@ pub struct ObjectConfig {
     pub network: NetworkParams,
 }
 
-/// The longest wait between two tries of a request (object_store's default
-/// cap), unless the retry budget is shorter.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(15);
-
-/// object_store draws each wait at random between the first wait and
-/// `BACKOFF_BASE` times the previous one ("decorrelated jitter"). Its default
-/// base, 2, makes waits grow by only half the first wait per retry on
-/// average (10 retries from 100 ms span about 3 s, so a server restart of a
-/// few seconds failed requests whatever the time budget); with 4 they
-/// double on average, and 10 retries span about a minute of an outage.
-pub const BACKOFF_BASE: f64 = 4.0;
-
-/// How failed requests are retried and how long one may take: the `s3_*`
-/// settings (`s3_retries`, `s3_timeout_ns`, `s3_request_timeout_ns`,
-/// `s3_backoff_ns`; docs/design.md §5n "Network faults").
-///
-/// A request is tried once and then retried — after a 5xx or 429 answer, a
-/// connection refused or reset, or a time-out of an idempotent request
-/// (every request of the object tier is: parts are PUT under keys never
-/// used before) — up to `retries` times, while less than `retry_timeout`
-/// has passed since its first try. Between tries it waits a random time
-/// from `backoff` up to [`BACKOFF_BASE`] times the previous wait (twice it
-/// on average), at most [`max_backoff`](Self::max_backoff). One try may
-/// take `request_timeout`
-/// (connecting, sending, and the whole answer). So a request that keeps
-/// failing fails after at most [`bound`](Self::bound).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NetworkParams {
-    /// Retries of a failed request (0: none).
-    pub retries: usize,
-    /// No retry starts later than this after the first try.
-    pub retry_timeout: Duration,
-    /// Time limit of one try (connect, request and the whole answer).
-    pub request_timeout: Duration,
-    /// The first wait before a retry.
-    pub backoff: Duration,
-}
-
-impl Default for NetworkParams {
-    /// The settings' defaults: up to 100 retries within 180 s (the time
-    /// ends them, not the count), 30 s a try, the first wait 100 ms.
-    fn default() -> NetworkParams {
-        NetworkParams {
-            retries: 100,
-            retry_timeout: Duration::from_secs(180),
-            request_timeout: Duration::from_secs(30),
-            backoff: Duration::from_millis(100),
-        }
-    }
-}
-
-impl NetworkParams {
-    /// The longest wait between two tries: [`MAX_BACKOFF`], or the retry
-    /// budget if shorter (never below the first wait).
-    pub fn max_backoff(&self) -> Duration {
-        MAX_BACKOFF.min(self.retry_timeout).max(self.backoff)
-    }
-
-    /// The longest a failing request takes before it fails: the last retry
-    /// starts before `retry_timeout` plus one wait has passed, and takes at
-    /// most `request_timeout`.
-    pub fn bound(&self) -> Duration {
-        if self.retries == 0 {
-            return self.request_timeout;
-        }
-        self.retry_timeout + self.max_backoff() + self.request_timeout
-    }
-
-    /// object_store's retry configuration for these parameters.
-    pub(crate) fn retry_config(&self) -> object_store::RetryConfig {
-        object_store::RetryConfig {
-            max_retries: self.retries,
-            retry_timeout: self.retry_timeout,
-            backoff: object_store::BackoffConfig {
-                init_backoff: self.backoff,
-                max_backoff: self.max_backoff(),
-                base: BACKOFF_BASE,
-            },
-        }
-    }
-}
-
 pub(super) fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
-}
-
-/// The options of a tier URL, `?key=value&…` after the path: what the
-/// pool's tier record may hold besides the address. None is secret — keys
-/// are refused, they belong in the environment or a credentials file.
-///
-/// - `region=NAME`: the signing region (wins over `AWS_REGION`);
-/// - `path_style=true|false`: path-style (`HOST/BUCKET/KEY`) or
-///   virtual-hosted (`BUCKET.HOST/KEY`) requests, instead of the guess from
-///   the URL;
-/// - `credentials_file=/ABSOLUTE/PATH`: read the keys from this AWS-style
-///   credentials file, never from the environment;
-/// - `profile=NAME`: the profile to use in that file, or — without
-///   `credentials_file` — in `AWS_SHARED_CREDENTIALS_FILE` or
-///   `~/.aws/credentials` (the environment's keys are then not used);
-/// - `ca_file=/ABSOLUTE/PATH`: a PEM file of root certificates (one or
-///   more `BEGIN CERTIFICATE` blocks) that an https endpoint's certificate
-///   may chain to, besides the system's roots. Read at every open of the
-///   tier ([`ObjectConfig::root_certificates`]).
-///
-/// Values are taken as written: percent-encoding is not supported.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct UrlOptions {
-    /// `region=`.
-    pub region: Option<String>,
-    /// `path_style=`.
-    pub path_style: Option<bool>,
-    /// `credentials_file=`.
-    pub credentials_file: Option<PathBuf>,
-    /// `profile=`.
-    pub profile: Option<String>,
-    /// `ca_file=`.
-    pub ca_file: Option<PathBuf>,
-}
-
-/// The option names [`UrlOptions::parse`] knows.
-pub const URL_OPTIONS: &str = "region, path_style, credentials_file, profile, ca_file";
-
-impl UrlOptions {
-    /// Parses the text after `?`; the error says which option is wrong and
-    /// why (without the URL).
-    pub fn parse(query: &str) -> Result<UrlOptions, String> {
-        let mut o = UrlOptions::default();
-        if query.is_empty() {
-            return Err("an empty option list after '?'".to_string());
-        }
-        if query.contains(['#', '%']) || query.chars().any(|c| c.is_whitespace()) {
-            return Err(
-                "options may not hold '#', '%' or spaces (values are taken as written)".to_string(),
-            );
-        }
-        for pair in query.split('&') {
-            let (key, value) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("option {pair:?} is not KEY=VALUE"))?;
-            if value.is_empty() {
-                return Err(format!("option {key:?} has no value"));
-            }
-            let dup = || format!("option {key:?} given twice");
-            let word = |v: &str, extra: &[u8]| {
-                v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || extra.contains(&b))
-            };
-            match key {
-                "region" => {
-                    if !word(value, b"-_") {
-                        return Err(format!(
-                            "region {value:?} may hold only letters, digits, '-' and '_'"
-                        ));
-                    }
-                    if o.region.replace(value.to_string()).is_some() {
-                        return Err(dup());
-                    }
-                }
-                "path_style" => {
-                    let v = match value {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(format!("path_style={value:?}: expected true or false")),
-                    };
-                    if o.path_style.replace(v).is_some() {
-                        return Err(dup());
-                    }
-                }
-                "profile" => {
-                    if !word(value, b"-_.") {
-                        return Err(format!(
-                            "profile {value:?} may hold only letters, digits, '-', '_' and '.'"
-                        ));
-                    }
-                    if o.profile.replace(value.to_string()).is_some() {
-                        return Err(dup());
-                    }
-                }
-                "credentials_file" => {
-                    if !value.starts_with('/') {
-                        return Err(format!(
-                            "credentials_file {value:?} is not an absolute path"
-                        ));
-                    }
-                    if o.credentials_file.replace(PathBuf::from(value)).is_some() {
-                        return Err(dup());
-                    }
-                }
-                "ca_file" => {
-                    if !value.starts_with('/') {
-                        return Err(format!("ca_file {value:?} is not an absolute path"));
-                    }
-                    if o.ca_file.replace(PathBuf::from(value)).is_some() {
-                        return Err(dup());
-                    }
-                }
-                k if k.to_ascii_lowercase().contains("secret")
-                    || k.to_ascii_lowercase().contains("key")
-                    || k.to_ascii_lowercase().contains("token")
-                    || k.to_ascii_lowercase().contains("password") =>
-                {
-                    return Err(format!(
-                        "option {k:?}: keys are never stored in the pool; give them in \
-                         AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a credentials_file"
-                    ))
-                }
-                k => return Err(format!("unknown option {k:?} (known: {URL_OPTIONS})")),
-            }
-        }
-        Ok(o)
-    }
 }
 
 impl ObjectConfig {
@@ -359,50 +154,6 @@ impl ObjectConfig {
         } else {
             format!("{}/{}/{}", self.endpoint, self.bucket, self.prefix)
         }
-    }
-
-    /// The root certificates of `ca_file=` (none without it), to trust
-    /// besides the system's. The file must be readable and hold at least one
-    /// PEM certificate; the error is one line, `s3 tier URL: ca_file PATH:
-    /// why`.
-    pub fn root_certificates(&self) -> io::Result<Vec<object_store::Certificate>> {
-        let Some(file) = &self.ca_file else {
-            return Ok(Vec::new());
-        };
-        let at = || format!("s3 tier {}: ca_file {}", self.url(), file.display());
-        let pem = std::fs::read(file)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot read it: {e}", at())))?;
-        let certs = object_store::Certificate::from_pem_bundle(&pem).map_err(|e| {
-            invalid(format!(
-                "{}: not a PEM certificate file ({})",
-                at(),
-                super::store::chain(&e)
-            ))
-        })?;
-        if certs.is_empty() {
-            return Err(invalid(format!(
-                "{}: holds no PEM certificate (no -----BEGIN CERTIFICATE----- block)",
-                at()
-            )));
-        }
-        // A block of base64 that is no certificate passes the PEM parse and
-        // fails only when a client adds it to its roots: make one now.
-        for (i, c) in certs.iter().enumerate() {
-            let options = object_store::ClientOptions::new().with_root_certificate(c.clone());
-            if let Err(e) = ReqwestConnector::default().connect(&options) {
-                let mut cause: &dyn std::error::Error = &e;
-                while let Some(s) = cause.source() {
-                    cause = s;
-                }
-                return Err(invalid(format!(
-                    "{}: certificate {} of {} cannot be used ({cause})",
-                    at(),
-                    i + 1,
-                    certs.len()
-                )));
-            }
-        }
-        Ok(certs)
     }
 
     /// The endpoint object_store's builder wants: the bucket's own host for
@@ -528,32 +279,6 @@ mod tests {
         let c = ObjectConfig::parse("https://10.0.0.1/b12", &env(&[])).unwrap();
         assert!(c.path_style);
     }
-
-    #[test]
-    fn network_bounds_follow_the_budget_the_wait_cap_and_one_try() {
-        let d = NetworkParams::default();
-        assert_eq!(d.max_backoff(), MAX_BACKOFF);
-        assert_eq!(d.bound(), Duration::from_secs(180 + 15 + 30));
-        let short = NetworkParams {
-            retries: 100,
-            retry_timeout: Duration::from_secs(4),
-            request_timeout: Duration::from_secs(2),
-            backoff: Duration::from_millis(50),
-        };
-        assert_eq!(short.max_backoff(), Duration::from_secs(4));
-        assert_eq!(short.bound(), Duration::from_secs(4 + 4 + 2));
-        let none = NetworkParams {
-            retries: 0,
-            ..short
-        };
-        assert_eq!(none.bound(), Duration::from_secs(2), "one try only");
-        let r = short.retry_config();
-        assert_eq!((r.max_retries, r.retry_timeout), (100, short.retry_timeout));
-        assert_eq!(r.backoff.init_backoff, Duration::from_millis(50));
-        assert_eq!(r.backoff.max_backoff, Duration::from_secs(4));
-        assert_eq!(r.backoff.base, BACKOFF_BASE);
-    }
-
     #[test]
     fn url_options_set_region_path_style_and_credentials() {
         let c = ObjectConfig::parse(
@@ -636,128 +361,6 @@ mod tests {
             "{e}"
         );
     }
-
-    /// A self-signed CA (EC P-256, valid until 2126), for `ca_file=` tests.
-    const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\n\
-     MIIBlTCCATugAwIBAgIUR67oKL78lPOjnt2KPN3wOIpFRF8wCgYIKoZIzj0EAwIw\n\
-     HzEdMBsGA1UEAwwUVGVycmFjZSB1bml0LXRlc3QgQ0EwIBcNMjYxMTI3MTAzMjI1\n\
-     WhgPMjEyNjExMDMxMDMyMjVaMB8xHTAbBgNVBAMMFFRlcnJhY2UgdW5pdC10ZXN0\n\
-     IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEDLLjAqTJiEGBBveTNf4JIMsp\n\
-     iuMlIDMHDHBi+Sw7PArg1sPNrPVAkkyZbiBZcFJDXsc5xF7aobHyxcbiglqwYaNT\n\
-     MFEwHQYDVR0OBBYEFNraekh6I3uqOo+r/VktmcWuTXeBMB8GA1UdIwQYMBaAFNra\n\
-     ekh6I3uqOo+r/VktmcWuTXeBMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwID\n\
-     SAAwRQIgYaeMe2oAYdH8xr0XhRpyehWjfN140+DYRCC8O6RvDTwCIQCrpD22ibHh\n\
-     /j0omEACkD9+y6qi2QBPXg5lYNz/dT3pDg==\n\
-     -----END CERTIFICATE-----\n";
-
-    #[test]
-    fn ca_file_is_an_absolute_path_and_not_the_address() {
-        let c = ObjectConfig::parse(
-            "https://127.0.0.1:9443/bkt/p?ca_file=/etc/terrace/ca.pem&region=r1",
-            &env(&[]),
-        )
-        .unwrap();
-        assert_eq!(c.ca_file.as_deref(), Some(Path::new("/etc/terrace/ca.pem")));
-        assert_eq!(c.url(), "https://127.0.0.1:9443/bkt/p");
-        assert_eq!(c.region, "r1");
-        assert!(c.path_style, "an IP address stays path-style");
-        assert_eq!(
-            UrlOptions::parse("ca_file=/a/b.pem").unwrap(),
-            UrlOptions {
-                ca_file: Some("/a/b.pem".into()),
-                ..UrlOptions::default()
-            }
-        );
-        let c = ObjectConfig::parse("https://h/bucket", &env(&[])).unwrap();
-        assert_eq!(c.ca_file, None);
-        assert!(c.root_certificates().unwrap().is_empty(), "no file: none");
-        for (q, why) in [
-            (
-                "ca_file=ca.pem",
-                "ca_file \"ca.pem\" is not an absolute path",
-            ),
-            ("ca_file=./ca.pem", "not an absolute path"),
-            ("ca_file=~/ca.pem", "not an absolute path"),
-            ("ca_file=", "has no value"),
-            ("ca_file=/a&ca_file=/b", "\"ca_file\" given twice"),
-            ("ca_file=/a b", "spaces"),
-        ] {
-            let e = ObjectConfig::parse(&format!("https://h/bucket?{q}"), &env(&[])).unwrap_err();
-            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
-            assert!(e.to_string().contains(why), "{q}: {e}");
-        }
-        assert!(URL_OPTIONS.contains("ca_file"));
-    }
-
-    #[test]
-    fn ca_file_must_be_readable_and_hold_a_certificate() {
-        let dir = tempfile::tempdir().unwrap();
-        let at = |name: &str| {
-            let f = dir.path().join(name);
-            ObjectConfig::parse(
-                &format!("https://127.0.0.1:9443/bkt/p?ca_file={}", f.display()),
-                &env(&[]),
-            )
-            .unwrap()
-        };
-        let one_line = |e: &io::Error, file: &str, why: &str| {
-            let m = e.to_string();
-            let head = format!(
-                "s3 tier https://127.0.0.1:9443/bkt/p: ca_file {}: ",
-                dir.path().join(file).display()
-            );
-            assert!(m.starts_with(&head) && m.contains(why), "{m}");
-            assert!(!m.contains('\n'), "{m}");
-        };
-        // One certificate; two (a bundle), with text around them.
-        std::fs::write(dir.path().join("ca.pem"), TEST_CA).unwrap();
-        assert_eq!(at("ca.pem").root_certificates().unwrap().len(), 1);
-        std::fs::write(
-            dir.path().join("bundle.pem"),
-            format!("subject=CN = one\n{TEST_CA}\n# two\n{TEST_CA}"),
-        )
-        .unwrap();
-        assert_eq!(at("bundle.pem").root_certificates().unwrap().len(), 2);
-        // Missing.
-        let e = at("missing.pem").root_certificates().unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::NotFound);
-        one_line(&e, "missing.pem", "cannot read it:");
-        // A directory is not readable as a file.
-        std::fs::create_dir(dir.path().join("dir.pem")).unwrap();
-        let e = at("dir.pem").root_certificates().unwrap_err();
-        one_line(&e, "dir.pem", "cannot read it:");
-        // No certificate: empty, text, only a private key.
-        for (name, text) in [
-            ("empty.pem", ""),
-            ("text.pem", "not a certificate\n"),
-            (
-                "key.pem",
-                "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n",
-            ),
-        ] {
-            std::fs::write(dir.path().join(name), text).unwrap();
-            let e = at(name).root_certificates().unwrap_err();
-            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
-            one_line(&e, name, "holds no PEM certificate");
-        }
-        // A certificate block that is not base64.
-        std::fs::write(
-            dir.path().join("broken.pem"),
-            "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
-        let e = at("broken.pem").root_certificates().unwrap_err();
-        one_line(&e, "broken.pem", "not a PEM certificate file");
-        // Base64 that is no certificate (the second of two blocks).
-        std::fs::write(
-            dir.path().join("junk.pem"),
-            format!("{TEST_CA}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
-        )
-        .unwrap();
-        let e = at("junk.pem").root_certificates().unwrap_err();
-        one_line(&e, "junk.pem", "certificate 2 of 2 cannot be used (");
-    }
-
     #[test]
     fn bad_urls_are_refused_with_the_reason() {
         let cases = [

@@ -27,20 +27,21 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+    GetOptions, GetResult, MultipartUpload, ObjectMeta, ObjectStoreExt, PutMultipartOptions,
+    PutOptions, PutPayload, PutResult, Result,
 };
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::replay::EventClock;
+
+use super::wrapper::wrapping_store;
 
 /// What a crash image keeps of the requests in flight at the crash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,8 +209,7 @@ impl CrashStore {
     }
 }
 
-#[async_trait]
-impl ObjectStore for CrashStore {
+wrapping_store!(CrashStore {
     async fn put_opts(
         &self,
         location: &Path,
@@ -277,20 +277,7 @@ impl ObjectStore for CrashStore {
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
         self.inner.list(prefix)
     }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        // Not used by the tier; a copy is not modelled.
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {

@@ -248,8 +248,7 @@ pub struct Where<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::config::{Credentials, NetworkParams, ObjectConfig};
-    use super::super::store::Bucket;
+    use super::super::store::{test_bucket, Bucket};
     use super::*;
     use std::io::{Read, Write};
     use std::net::TcpListener;
@@ -358,21 +357,8 @@ mod tests {
     }
 
     fn bucket_at(port: u16, retries: usize) -> Bucket {
-        let mut cfg =
-            ObjectConfig::parse(&format!("http://127.0.0.1:{port}/bkt/pre"), &|_| None).unwrap();
-        cfg.network = NetworkParams {
-            retries,
-            retry_timeout: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(5),
-            backoff: Duration::from_millis(1),
-        };
-        let creds = Credentials {
-            access_key_id: "id".into(),
-            secret_access_key: "secret".into(),
-            session_token: None,
-            source: "environment".into(),
-        };
-        Bucket::connect_with(&cfg, creds).unwrap()
+        let url = format!("http://127.0.0.1:{port}/bkt/pre");
+        test_bucket(&url, retries, "environment")
     }
 
     /// object_store's real errors for real HTTP answers map to the

@@ -23,15 +23,16 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt};
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+    GetOptions, GetResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
+    PutOptions, PutPayload, PutResult, Result,
 };
 use parking_lot::Mutex;
+
+use super::wrapper::wrapping_store;
 
 /// How an injected PUT failure looks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,8 +218,7 @@ impl fmt::Display for FaultStore {
     }
 }
 
-#[async_trait]
-impl ObjectStore for FaultStore {
+wrapping_store!(FaultStore {
     async fn put_opts(
         &self,
         location: &Path,
@@ -318,16 +318,4 @@ impl ObjectStore for FaultStore {
         }
         self.inner.list(prefix)
     }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
-}
+});

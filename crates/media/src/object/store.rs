@@ -663,3 +663,25 @@ impl Bucket {
         })
     }
 }
+
+/// A bucket at `url` with made-up keys said to come from `source`, and
+/// `retries` retries 1 ms apart of 5 s tries: for tests against local
+/// servers (the HTTP client's and the diagnoses').
+#[cfg(test)]
+pub(super) fn test_bucket(url: &str, retries: usize, source: &str) -> Bucket {
+    use std::time::Duration;
+    let mut cfg = ObjectConfig::parse(url, &|_| None).unwrap();
+    cfg.network = NetworkParams {
+        retries,
+        retry_timeout: Duration::from_secs(30),
+        request_timeout: Duration::from_secs(5),
+        backoff: Duration::from_millis(1),
+    };
+    let creds = Credentials {
+        access_key_id: "id".into(),
+        secret_access_key: "secret".into(),
+        session_token: None,
+        source: source.into(),
+    };
+    Bucket::connect_with(&cfg, creds).unwrap()
+}

@@ -441,7 +441,7 @@ mod tests {
             mnt: "/mnt/t".into(),
             metrics: None,
         };
-        let text = crate::admin::render_status(&server.status().status);
+        let text = crate::status_text::render_status(&server.status().status);
         let io_row = text
             .lines()
             .skip_while(|l| !l.trim_start().starts_with("I/O"))
@@ -494,7 +494,7 @@ mod tests {
         assert_eq!(st.core.settings, fs.settings());
         assert_eq!(st.mountpoint, "/mnt/t");
         assert!(!st.read_only);
-        let text = crate::admin::render_status(st);
+        let text = crate::status_text::render_status(st);
         assert!(
             text.contains("  mounted on    /mnt/t  (daemon pid "),
             "{text}"

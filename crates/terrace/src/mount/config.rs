@@ -1,0 +1,122 @@
+//! What `terrace mount` was asked to do ([`MountConfig`]): the pool, the
+//! mount point, the `-o` options, and the settings given on the command
+//! line or in a config file, checked as they come and as a whole.
+
+use crate::util::{self, CliError, CliResult};
+use std::path::{Path, PathBuf};
+use terrace_fuse::MountOptions;
+
+/// What `terrace mount` was asked to do.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// The PM tier of the pool.
+    pub pool: PathBuf,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Parsed `-o` options.
+    pub options: MountOptions,
+    /// The `-o` arguments as given (passed on to the daemon).
+    pub raw_options: Vec<String>,
+    /// Settings (`key=value` options, `--dram-cache`, `--config`) as text,
+    /// each checked on its own when given; [`MountConfig::finished_settings`]
+    /// applies them in order and validates the result as a whole.
+    pub settings: Vec<(String, String)>,
+    /// Serve Prometheus metrics on this address (`-o metrics=ADDR`).
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Detach into the background.
+    pub daemon: bool,
+    /// This process is the detached daemon started by `--daemon`.
+    pub child: bool,
+}
+
+impl MountConfig {
+    /// A foreground mount with the default options of the user running it
+    /// (`suid,dev` for root, `nosuid,nodev` otherwise).
+    pub fn new(pool: PathBuf, mountpoint: PathBuf) -> MountConfig {
+        // Safety: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        MountConfig {
+            pool,
+            mountpoint,
+            options: MountOptions::for_user(euid),
+            raw_options: Vec::new(),
+            settings: Vec::new(),
+            metrics: None,
+            daemon: false,
+            child: false,
+        }
+    }
+
+    /// Applies comma-separated `-o` arguments (options only mount(8) and
+    /// fstab use are accepted and ignored: `mount_helper::mount8_only`). A
+    /// bad `metrics=` address is a usage error (exit status 2).
+    pub fn apply_options(&mut self, opts: &[String]) -> CliResult {
+        for o in opts {
+            for part in o.split(',') {
+                let part = part.trim();
+                if crate::mount_helper::mount8_only(part) {
+                    continue;
+                }
+                if let Some(addr) = part.strip_prefix("metrics=") {
+                    let addr = crate::metrics::parse_addr(addr).map_err(CliError::usage)?;
+                    self.metrics = Some(addr);
+                    continue;
+                }
+                if let Some((k, v)) = part.split_once('=') {
+                    if terrace_policy::Settings::key(k).is_some() {
+                        self.add_setting(k, v)?;
+                        continue;
+                    }
+                }
+                self.options.apply(part).map_err(CliError::new)?;
+            }
+            self.raw_options.push(o.clone());
+        }
+        Ok(())
+    }
+
+    /// Adds one setting, its value parsed and range-checked now (by its
+    /// key's parser) so a bad value fails at once with the key's name; rules
+    /// between keys are checked on the finished settings.
+    pub fn add_setting(&mut self, key: &str, value: &str) -> CliResult {
+        terrace_policy::Settings::check_value(key, value).map_err(CliError::new)?;
+        self.settings.push((key.to_string(), value.to_string()));
+        Ok(())
+    }
+
+    /// Adds every setting of a config file (TOML, `key = value` per setting;
+    /// sizes as bytes or text such as "1M", durations as ns or text such as
+    /// "30s", switches as booleans or "on"/"off"). Each value goes through
+    /// its key's parser, as `-o` values do.
+    pub fn add_config_file(&mut self, path: &Path) -> CliResult {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| CliError::at(path, util::os_reason(&e)))?;
+        let table: std::collections::BTreeMap<String, terrace_policy::settings::ConfigValue> =
+            toml::from_str(&text).map_err(|e| {
+                CliError::at(
+                    path,
+                    format!("bad config file: {}", e.message().replace('\n', " ")),
+                )
+            })?;
+        for (key, value) in &table {
+            let text = terrace_policy::Settings::config_text(key, value)
+                .map_err(|e| CliError::at(path, e))?;
+            self.raw_options.push(format!("{key}={text}"));
+            self.settings.push((key.clone(), text));
+        }
+        Ok(())
+    }
+
+    /// The settings the mount will use: the defaults with every setting
+    /// given (`TERRACE_S3_TIMEOUT`, config file, then `-o`, then
+    /// `--dram-cache`) applied in order,
+    /// validated as a whole — before anything is opened or written.
+    pub fn finished_settings(&self) -> CliResult<terrace_policy::Settings> {
+        // TERRACE_S3_TIMEOUT first: what is given here wins over it.
+        let mut given = crate::object_tier::env_settings().map_err(CliError::new)?;
+        given.extend(self.settings.iter().cloned());
+        terrace_policy::Settings::default()
+            .with(&given)
+            .map_err(|e| CliError::new(format!("invalid settings: {e}")))
+    }
+}

@@ -1,0 +1,424 @@
+//! The human text of `terrace status` ([`render_status`]): a mount's
+//! status as the table the command prints and the control socket serves.
+
+use crate::control::protocol::DaemonStatus;
+use crate::util;
+use terrace_core::status::Status;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The kind (pm, ssd, hdd) of tier `id` in a status.
+fn tier_kind(st: &Status, id: u8) -> String {
+    st.tiers
+        .iter()
+        .find(|t| t.id == id)
+        .map_or_else(|| format!("tier {id}"), |t| t.kind.to_string())
+}
+
+fn pct(used: u64, total: u64) -> String {
+    if total == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", used as f64 * 100.0 / total as f64)
+    }
+}
+
+/// `text(n)` when `n` is not zero, else nothing.
+fn if_any(n: u64, text: impl FnOnce(u64) -> String) -> String {
+    if n > 0 {
+        text(n)
+    } else {
+        String::new()
+    }
+}
+
+/// A ratio with two decimals, `-` when there is none yet.
+fn two_places(x: Option<f64>) -> String {
+    x.map(|e| format!("{e:.2}")).unwrap_or_else(|| "-".into())
+}
+
+/// The `devices` line of `status`: errors block-tier devices returned since
+/// mount (the operations failed with them; the daemon log names each).
+fn device_errors_line(io_errors: u64, full_errors: u64) -> String {
+    if io_errors == 0 && full_errors == 0 {
+        return "no device errors since mount".to_string();
+    }
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    format!(
+        "{io_errors} I/O error{} and {full_errors} device-full error{} since mount \
+         (the operations failed with them; see the daemon log)",
+        plural(io_errors),
+        plural(full_errors)
+    )
+}
+
+/// Renders a mount's status as the human table.
+pub fn render_status(daemon: &DaemonStatus) -> String {
+    let st = &daemon.core;
+    let mut o = String::new();
+    let mut line = |l: String| {
+        o.push_str(&l);
+        o.push('\n');
+    };
+    line(format!("Terrace pool {}", util::fmt_uuid_hex(&st.uuid)));
+    line(format!(
+        "  mounted on    {}  (daemon pid {})",
+        daemon.mountpoint, daemon.pid
+    ));
+    line(format!("  pool          {}", daemon.pool));
+    if let Some(url) = &daemon.metrics {
+        line(format!("  metrics       {url}"));
+    }
+    line(format!("  media         {}", st.media));
+    line(format!(
+        "  last unmount  {}",
+        if st.clean_last_time {
+            "clean"
+        } else {
+            "NOT clean (recovered at this mount)"
+        }
+    ));
+    line(format!("  mounts        {}", st.mount_count));
+    if st.frozen {
+        line(
+            "  frozen        remounted read-only: the pool is clean on media and nothing is written until `mount -o remount,rw`"
+                .into(),
+        );
+    }
+    line(String::new());
+    line(format!(
+        "  {:<4} {:<4} {:>11} {:>11} {:>6}  {:<7} {}",
+        "TIER", "KIND", "CAPACITY", "USED", "USE", "ACTIVE", "PATH"
+    ));
+    for t in &st.tiers {
+        line(format!(
+            "  {:<4} {:<4} {:>11} {:>11} {:>6}  {:<7} {}",
+            t.id,
+            t.kind,
+            util::human_bytes(t.capacity),
+            util::human_bytes(t.used),
+            pct(t.used, t.capacity),
+            if t.active { "yes" } else { "not yet" },
+            t.path
+        ));
+    }
+    line(String::new());
+    let (iu, it) = (st.inodes_used, st.inodes_total);
+    line(format!(
+        "  inodes        {iu} used of {it} ({})",
+        pct(iu, it)
+    ));
+    line(format!(
+        "  room          {} for new data (dirty cached pages hold {})",
+        util::human_bytes(st.room_bytes),
+        util::human_bytes(st.cache.dirty_bytes)
+    ));
+    line(format!(
+        "  logs          {} pages ({})",
+        st.log_pages,
+        util::human_bytes(st.log_bytes)
+    ));
+    if st.tiers.len() > 1 {
+        let bad = st.checksum_errors;
+        line(format!(
+            "  checksums     {} block-tier blocks read and verified, {}",
+            st.checksummed_reads,
+            if bad == 0 {
+                "no damage found".to_string()
+            } else {
+                format!("{bad} DAMAGED (reads of them failed with EIO; see the daemon log)")
+            }
+        ));
+        line(format!(
+            "  devices       {}",
+            device_errors_line(st.device_errors, st.device_full_errors)
+        ));
+    }
+    if let Some(sc) = &st.scrub {
+        line(if sc.running {
+            format!(
+                "  scrub         running: {} of {} blocks read, {} damaged, {} repaired",
+                sc.read_blocks, sc.total_blocks, sc.bad_blocks, sc.repaired_blocks
+            )
+        } else {
+            format!(
+                "  scrub         last {} {} s ago: {} blocks verified, {} damaged, {} repaired, {} not repairable",
+                if sc.stopped { "stopped" } else { "finished" },
+                unix_now().saturating_sub(sc.finished_unix),
+                sc.checked_blocks,
+                sc.bad_blocks,
+                sc.repaired_blocks,
+                sc.unrepairable.len()
+            )
+        });
+    }
+    let lm = &st.log_migration;
+    if lm.logs_on_tiers > 0 || lm.moved > 0 {
+        line(format!(
+            "  cold logs     {} on block tiers ({}); {} moved off PM since mount, freeing {} of PM",
+            lm.logs_on_tiers,
+            util::human_bytes(lm.tier_log_blocks * 4096),
+            lm.moved,
+            util::human_bytes(lm.pm_bytes_freed)
+        ));
+    }
+    let sp = &st.space;
+    let (meta, logs) = (sp.pm_metadata_bytes, sp.pm_log_bytes);
+    line(format!(
+        "  metadata      {} of PM: superblocks, journal and inode table {}, log blocks {}{}",
+        util::human_bytes(meta),
+        util::human_bytes(meta - logs.min(meta)),
+        util::human_bytes(logs),
+        logs.checked_div(iu)
+            .map(|b| format!(" ({} per inode in use)", util::human_bytes(b)))
+            .unwrap_or_default()
+    ));
+    if sp.promised_bytes > 0 || sp.waits > 0 || sp.promise_refusals > 0 {
+        line(format!(
+            "                {} of PM promised to write-back commits; {} waits for migration ({} ms, {} gave up), {} cached writes refused for log room",
+            util::human_bytes(sp.promised_bytes),
+            sp.waits,
+            sp.wait_ms,
+            sp.stalls,
+            sp.promise_refusals
+        ));
+    }
+    if !sp.state.is_empty() {
+        line(format!(
+            "  PM            {} ({} free, {} kept for logs)",
+            sp.state,
+            util::human_bytes(sp.pm_free_bytes),
+            util::human_bytes(sp.pm_reserve_bytes)
+        ));
+    }
+    line(format!(
+        "  data on PM    {} blocks ({})",
+        st.data_blocks,
+        util::human_bytes(st.data_blocks * 4096)
+    ));
+    let r = &st.recovery;
+    line(format!(
+        "  recovery      {}: {} transactions rolled back, {} orphan inodes freed, {} link-count warnings",
+        if r.was_clean { "none needed" } else { "ran at mount" },
+        r.rolled_back,
+        r.orphans_freed,
+        r.link_count_warnings
+    ));
+    line(format!(
+        "  since mount   {} writes ({}), {} reads ({}), {} fsyncs{}",
+        st.writes,
+        util::human_bytes(st.bytes_written),
+        st.reads,
+        util::human_bytes(st.bytes_read),
+        st.fsyncs,
+        if st.fsync_in_kernel {
+            " (PM only: writes are durable on return, so the kernel completes fsync without asking)"
+        } else {
+            ""
+        }
+    ));
+    line(format!(
+        "                {} log commits ({} journaled), {} log compactions",
+        st.commits, st.journaled_commits, st.compactions
+    ));
+    line(String::new());
+    line(format!(
+        "  {:<4} {:>9} {:>11} {:>11} {:>10} {:>10} {:>9}",
+        "I/O", "ENTRIES", "WRITTEN", "READ", "AVG WRITE", "AVG READ", "FRAG"
+    ));
+    for t in &st.tiers {
+        let io = |f: fn(&terrace_core::status::IoStats) -> u64| {
+            util::human_bytes(t.io.as_ref().map_or(0, f))
+        };
+        // Extent use of the extents holding data (100% = no fragmentation);
+        // a tier without data has none to measure.
+        let frag = t
+            .extents
+            .filter(|e| e.valid_blocks > 0)
+            .map(|e| format!("{}%", e.fragmentation_pct))
+            .unwrap_or_else(|| "-".into());
+        line(format!(
+            "  {:<4} {:>9} {:>11} {:>11} {:>10} {:>10} {:>9}",
+            t.kind,
+            t.write_entries,
+            io(|io| io.write_bytes),
+            io(|io| io.read_bytes),
+            io(|io| io.avg_write_bytes),
+            io(|io| io.avg_read_bytes),
+            frag
+        ));
+    }
+    for t in st.tiers.iter().filter(|t| t.shared_saved_bytes > 0) {
+        line(format!(
+            "  {:<4} {} shared by copies (copy_file_range clones), saving {}",
+            t.kind,
+            util::human_bytes(t.shared_bytes),
+            util::human_bytes(t.shared_saved_bytes)
+        ));
+    }
+    for t in &st.tiers {
+        if let Some(o) = &t.object {
+            line(format!(
+                "  {:<4} {} parts, {} stored, {} live ({:.0}% live){}",
+                t.kind,
+                o.parts,
+                util::human_bytes(o.stored_bytes),
+                util::human_bytes(o.live_bytes),
+                o.live_fraction * 100.0,
+                if_any(o.dead_parts, |n| format!(", {n} dead parts to delete"))
+            ));
+            let r = &o.requests;
+            line(format!(
+                "  {:<4} requests: {} GETs ({} down), {} PUTs ({} up), {} deletes, {} lists, {} failed{}",
+                t.kind,
+                r.gets,
+                util::human_bytes(r.get_bytes),
+                r.puts,
+                util::human_bytes(r.put_bytes),
+                r.deletes,
+                r.lists,
+                r.failures,
+                if_any(r.failed_tries, |n| format!(
+                    " ({n} HTTP tries failed, retried or not)"
+                ))
+            ));
+            let c = &o.cleaning;
+            line(format!(
+                "  {:<4} cleaning: {} parts cleaned in {} passes, {} rewritten, {} reclaimed; \
+                 efficiency {} (parts under {}% live, up to {} per pass)",
+                t.kind,
+                c.parts_cleaned,
+                c.passes,
+                util::human_bytes(c.bytes_rewritten),
+                util::human_bytes(c.bytes_reclaimed),
+                two_places(c.efficiency),
+                st.settings.object_clean_live_percent,
+                util::human_bytes(st.settings.object_clean_bytes_per_pass)
+            ));
+            if let (Some(since), Some(err)) = (o.unreachable_since_unix, &o.last_error) {
+                line(format!(
+                    "  {:<4} UNREACHABLE for {} s (reads of its data fail with EIO; other tiers are served): {err}",
+                    t.kind,
+                    unix_now().saturating_sub(since)
+                ));
+            }
+        }
+    }
+    let c = &st.cache;
+    line(String::new());
+    line(format!(
+        "  DRAM cache    {} of {} ({} dirty, {} clean, peak {}); hit ratio {}",
+        util::human_bytes(c.dirty_bytes + c.clean_bytes),
+        util::human_bytes(c.bound_bytes),
+        util::human_bytes(c.dirty_bytes),
+        util::human_bytes(c.clean_bytes),
+        util::human_bytes(c.peak_bytes),
+        pct(c.hits, c.hits + c.misses)
+    ));
+    line(format!(
+        "                {} write-backs, {} in {} requests",
+        c.writebacks,
+        util::human_bytes(c.writeback_bytes),
+        c.writeback_requests
+    ));
+    let m = &st.migration;
+    line(format!(
+        "  migration     policy {}, {}; PM threshold now {}%{}",
+        m.policy,
+        match (m.running, m.waiting.as_str()) {
+            (true, "") => "running".to_string(),
+            (true, w) => format!("waiting: {w}"),
+            _ => "idle".to_string(),
+        },
+        m.pm_threshold_percent,
+        match m.reason.as_str() {
+            "" => String::new(),
+            r => format!(" (last: {r})"),
+        }
+    ));
+    line(format!(
+        "                {} moved down, {} moved up, {} entries in {} groups, {}/s while copying",
+        util::human_bytes(m.bytes_down),
+        util::human_bytes(m.bytes_up),
+        m.entries_moved,
+        m.groups,
+        util::human_bytes(m.bandwidth_bytes_per_sec)
+    ));
+    let per: Vec<String> = m
+        .per_tier
+        .iter()
+        .map(|t| {
+            format!(
+                "{} {} at {}/s",
+                tier_kind(st, t.tier),
+                util::human_bytes(t.bytes),
+                util::human_bytes(t.bandwidth_bytes_per_sec)
+            )
+        })
+        .collect();
+    if !per.is_empty() {
+        line(format!("                copied into: {}", per.join(", ")));
+    }
+    line(format!(
+        "                clean copies: {} of PM data has a copy on disk; {} copied, {} evicted for free; clean-hit ratio {}",
+        util::human_bytes(m.clean_pm_blocks * 4096),
+        util::human_bytes(m.bytes_copied),
+        util::human_bytes(m.bytes_evicted),
+        m.clean_hit_ratio
+            .map(|r| format!("{:.0}%", r * 100.0))
+            .unwrap_or_else(|| "-".into())
+    ));
+    let c = &st.cleaner;
+    line(format!(
+        "  recycling     {} extents recycled in {} rounds, {} valid blocks moved; efficiency {}",
+        c.extents_recycled,
+        c.rounds,
+        c.moved_blocks,
+        two_places(c.efficiency)
+    ));
+    for t in &st.tiers {
+        if let Some(wa) = t.write_amplification {
+            line(format!(
+                "  {:<13} write amplification {wa:.2} (bytes written to it / bytes applications wrote)",
+                t.kind
+            ));
+        }
+    }
+    let sp = &st.sync_predictions;
+    line(format!(
+        "  placement     policy {}: {} writes to PM, {} to block tiers, {} overflowed",
+        st.placement_policy, st.placed_pm, st.placed_block, st.placement_overflows
+    ));
+    let pc = &st.placement_by_class;
+    for (name, c) in [
+        ("synchronous", &pc.sync),
+        ("async small", &pc.async_small),
+        ("async large", &pc.async_large),
+    ] {
+        if c.pm_writes + c.block_writes + c.overflow_writes == 0 {
+            continue;
+        }
+        line(format!(
+            "    {name:<11} {} to PM ({}), {} to block tiers by choice ({}), {} to block tiers because PM was full ({})",
+            c.pm_writes,
+            util::human_bytes(c.pm_bytes),
+            c.block_writes,
+            util::human_bytes(c.block_bytes),
+            c.overflow_writes,
+            util::human_bytes(c.overflow_bytes)
+        ));
+    }
+    line(format!(
+        "  predictions   synchronous right {} of {}, asynchronous right {} of {}",
+        sp.predicted_sync_correct,
+        sp.predicted_sync_total,
+        sp.predicted_async_correct,
+        sp.predicted_async_total
+    ));
+    o.pop();
+    o
+}
