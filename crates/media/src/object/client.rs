@@ -49,6 +49,7 @@ pub(super) fn s3(
         .with_secret_access_key(&creds.secret_access_key)
         .with_allow_http(http)
         .with_virtual_hosted_style_request(!cfg.path_style)
+        .with_unsigned_payload(!cfg.sign_payload)
         .with_retry(net.retry_config())
         .with_client_options(options)
         .with_http_connector(WatchingConnector(Arc::clone(shared)));

@@ -3,7 +3,7 @@
 //!
 //! A tier is named by one URL, `http(s)://HOST[:PORT]/BUCKET[/PREFIX]`
 //! ([`ObjectConfig::from_url`]), maybe followed by options
-//! `?region=…&path_style=…&credentials_file=…&profile=…&ca_file=…`
+//! `?region=…&path_style=…&credentials_file=…&profile=…&ca_file=…&sign_payload=…`
 //! ([`UrlOptions`]; none of them secret, so the pool may store them). Everything else has a
 //! default: the region is `region=`, else `AWS_REGION`, else `us-east-1`;
 //! requests are path-style (`HOST/BUCKET/KEY`) for plain-http endpoints and
@@ -64,6 +64,9 @@ pub struct ObjectConfig {
     /// A PEM file of root certificates to trust besides the system's (for
     /// an https endpoint signed by a private CA).
     pub ca_file: Option<PathBuf>,
+    /// Sign upload bodies (SigV4 signed payload) instead of sending
+    /// `UNSIGNED-PAYLOAD` (`sign_payload=`, default false).
+    pub sign_payload: bool,
     /// Requests in flight at most per `sync` or read (at least 1).
     pub concurrency: usize,
     /// Retries and timeouts of requests.
@@ -142,6 +145,7 @@ impl ObjectConfig {
             credentials_file: opts.credentials_file,
             profile: opts.profile,
             ca_file: opts.ca_file,
+            sign_payload: opts.sign_payload.unwrap_or(false),
             concurrency: DEFAULT_CONCURRENCY,
             network: NetworkParams::default(),
         })
@@ -304,13 +308,15 @@ mod tests {
             Some(Path::new("/etc/terrace/s3.cred"))
         );
         assert_eq!(c.bucket_endpoint(), "http://bkt.127.0.0.1:9000");
+        assert!(!c.sign_payload, "bodies go unsigned unless asked");
         // path_style=true for an https name; any order; no prefix.
         let c = ObjectConfig::parse(
-            "https://s3.example.com/bkt?path_style=true&region=x",
+            "https://s3.example.com/bkt?path_style=true&region=x&sign_payload=true",
             &env(&[]),
         )
         .unwrap();
         assert!(c.path_style);
+        assert!(c.sign_payload);
         assert_eq!((c.region.as_str(), c.prefix.as_str()), ("x", ""));
         assert_eq!(c.credentials_file, None);
         assert_eq!(
