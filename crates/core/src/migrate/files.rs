@@ -132,7 +132,7 @@ impl Fs {
             if e.raw_os_error() != Some(libc::ENOSPC) {
                 return Err(e);
             }
-            batch.flush()?;
+            batch.commit_all()?;
             self.flush_inode(ino)?;
         }
         let entries: Vec<EntrySnapshot> = {

@@ -74,6 +74,14 @@ pub const MOVE_SYNC_WINDOW_BYTES: u64 = 64 << 20;
 /// commits. A crash before a move's commit leaves its old mapping (the new
 /// blocks are free at the next mount); no committed entry ever points at
 /// data that is not durable.
+///
+/// A window whose targets are all object tiers is *uploaded in the
+/// background*: its sync (the upload, seconds per window) runs on a thread
+/// of its own while the next window copies, and its moves commit when the
+/// next window is due or at `finish` — after the upload returned, as
+/// always. One window uploads at a time; the object tier takes the next
+/// window's writes into its pending buffer meanwhile, and its `sync` uploads
+/// only what was pending when it began (design §5n).
 pub(crate) struct MoveBatch<'a> {
     fs: &'a Fs,
     pending: Vec<Prepared>,
@@ -81,6 +89,18 @@ pub(crate) struct MoveBatch<'a> {
     window: u64,
     started: Option<Instant>,
     moved: u64,
+    /// The window being uploaded in the background, if any.
+    uploading: Option<Uploading>,
+}
+
+/// A window of moves whose object-tier upload runs on its own thread.
+struct Uploading {
+    moves: Vec<Prepared>,
+    /// Bytes copied per target tier, for the per-tier bandwidth.
+    copied: std::collections::BTreeMap<u8, u64>,
+    /// The upload: each target tier's `sync`, in tier order.
+    upload: std::thread::JoinHandle<Vec<(u8, std::io::Result<()>)>>,
+    started: Instant,
 }
 
 impl<'a> MoveBatch<'a> {
@@ -93,6 +113,7 @@ impl<'a> MoveBatch<'a> {
             window,
             started: None,
             moved: 0,
+            uploading: None,
         }
     }
 
@@ -130,35 +151,84 @@ impl<'a> MoveBatch<'a> {
         Ok(())
     }
 
-    /// Syncs the target tiers of the pending moves once, then commits them.
-    pub(super) fn flush(&mut self) -> FsResult<()> {
+    /// Syncs the target tiers of the pending moves once, then commits them
+    /// (for object tiers: starts their upload, see the type's docs). The
+    /// window uploading before, if any, commits first; an error of either
+    /// is returned (the pending window is then kept uncommitted when it could
+    /// not start: `finish` tries again).
+    fn flush(&mut self) -> FsResult<()> {
+        let before = self.finish_upload();
         if self.pending.is_empty() {
-            return Ok(());
+            return before;
         }
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
-        // Counted down once every pending move is committed or released.
-        let blocks: u64 = pending.iter().map(|p| p.total).sum();
-        let _done = PendingMoves(&self.fs.migrator, blocks);
         let mut copied: std::collections::BTreeMap<u8, u64> = Default::default();
         for p in &pending {
             *copied.entry(p.d.tier).or_default() += p.total * BS;
         }
-        let mut tiers: Vec<u8> = pending.iter().map(|p| p.d.tier).collect();
-        tiers.sort_unstable();
-        tiers.dedup();
-        let mut synced = Ok(());
-        for t in tiers.into_iter().filter(|&t| t != 0) {
-            synced = synced.and_then(|()| self.fs.sync_tier(t));
+        let started = self.started.take().unwrap_or_else(Instant::now);
+        if copied.keys().all(|&t| t != 0 && self.fs.is_object_tier(t)) {
+            let media: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = copied
+                .keys()
+                .filter_map(|&t| self.fs.tier(t).ok().map(|x| (t, Arc::clone(&x.media))))
+                .collect();
+            let upload = std::thread::Builder::new()
+                .name("terrace-upload".into())
+                .spawn(move || media.iter().map(|(t, m)| (*t, m.sync())).collect());
+            // Without a thread (none can be made), the upload runs here.
+            if let Ok(upload) = upload {
+                self.uploading = Some(Uploading {
+                    moves: pending,
+                    copied,
+                    upload,
+                    started,
+                });
+                return before;
+            }
         }
+        let tiers: Vec<u8> = copied.keys().copied().filter(|&t| t != 0).collect();
+        let synced = tiers.into_iter().try_for_each(|t| self.fs.sync_tier(t));
+        let now = self.commit_window(pending, copied, started, synced);
+        before.and(now)
+    }
+
+    /// Waits for the window uploading in the background, if any, and commits
+    /// its moves (or releases their blocks when the upload failed).
+    fn finish_upload(&mut self) -> FsResult<()> {
+        let Some(u) = self.uploading.take() else {
+            return Ok(());
+        };
+        let synced = match u.upload.join() {
+            Ok(results) => results
+                .into_iter()
+                .try_for_each(|(t, r)| r.map_err(|e| self.fs.device_error(t, e))),
+            Err(_) => Err(std::io::Error::other("the upload thread panicked")),
+        };
+        self.commit_window(u.moves, u.copied, u.started, synced)
+    }
+
+    /// Commits the moves of a window whose target tiers `synced` (or
+    /// releases their blocks when they did not), and counts the window's
+    /// time and bytes per target tier.
+    fn commit_window(
+        &mut self,
+        moves: Vec<Prepared>,
+        copied: std::collections::BTreeMap<u8, u64>,
+        started: Instant,
+        synced: FsResult<()>,
+    ) -> FsResult<()> {
+        // Counted down once every move is committed or released.
+        let blocks: u64 = moves.iter().map(|p| p.total).sum();
+        let _done = PendingMoves(&self.fs.migrator, blocks);
         if let Err(e) = synced {
-            for p in pending {
+            for p in moves {
                 self.fs.release_data(p.d);
             }
             return Err(e);
         }
         let mut first_err = None;
-        for p in pending {
+        for p in moves {
             match self.fs.commit_move(p) {
                 Ok(b) => self.moved += b,
                 Err(e) => {
@@ -166,19 +236,17 @@ impl<'a> MoveBatch<'a> {
                 }
             }
         }
-        if let Some(t0) = self.started.take() {
-            let m = &self.fs.migrator;
-            let ns = t0.elapsed().as_nanos() as u64;
-            m.busy_ns.fetch_add(ns, Ordering::Relaxed);
-            let total: u64 = copied.values().sum();
-            let mut per = m.per_tier.lock();
-            for (tier, bytes) in copied {
-                // The window's time, shared among its target tiers by bytes.
-                let share = (u128::from(ns) * u128::from(bytes) / u128::from(total.max(1))) as u64;
-                let e = per.entry(tier).or_default();
-                e.0 += bytes;
-                e.1 += share;
-            }
+        let m = &self.fs.migrator;
+        let ns = started.elapsed().as_nanos() as u64;
+        m.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        let total: u64 = copied.values().sum();
+        let mut per = m.per_tier.lock();
+        for (tier, bytes) in copied {
+            // The window's time, shared among its target tiers by bytes.
+            let share = (u128::from(ns) * u128::from(bytes) / u128::from(total.max(1))) as u64;
+            let e = per.entry(tier).or_default();
+            e.0 += bytes;
+            e.1 += share;
         }
         first_err.map_or(Ok(()), Err)
     }
@@ -187,13 +255,36 @@ impl<'a> MoveBatch<'a> {
     /// of this batch's committed moves, and whether the last window failed
     /// (then none of its moves committed).
     pub(crate) fn finish(mut self) -> (u64, FsResult<()>) {
-        let r = self.flush();
+        let r = self.commit_all();
         (self.moved, r)
+    }
+
+    /// Syncs and commits every move prepared so far, the window uploading
+    /// in the background included: their source blocks are free when it
+    /// returns (or, on an error, their target blocks are released).
+    pub(super) fn commit_all(&mut self) -> FsResult<()> {
+        let r = self.flush();
+        r.and(self.finish_upload())
     }
 
     /// Bytes moved by the moves committed so far.
     pub(crate) fn moved(&self) -> u64 {
         self.moved
+    }
+}
+
+impl Drop for MoveBatch<'_> {
+    /// A batch dropped without `finish` (a panic unwinding) still waits for
+    /// its upload, and releases the blocks of what it never committed.
+    fn drop(&mut self) {
+        if let Some(u) = self.uploading.take() {
+            let _ = u.upload.join();
+            let blocks: u64 = u.moves.iter().map(|p| p.total).sum();
+            let _done = PendingMoves(&self.fs.migrator, blocks);
+            for p in u.moves {
+                self.fs.release_data(p.d);
+            }
+        }
     }
 }
 
