@@ -1,9 +1,11 @@
 //! Recovery from crash images: fsck finds the pool clean, it mounts, its
 //! allocator is consistent, and the files that must survive read back.
 
+use super::{assert_same_tree, diff_trees, Tree};
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::sync::Arc;
+use terrace_core::fsck::FsckReport;
 use terrace_core::{fsck, Fs};
 use terrace_media::{
     BlockLoss, BlockMedia, CrashBlock, CrashTrace, LossMode, MemBlock, MemMedia, PmMedia,
@@ -17,15 +19,48 @@ pub enum Fsck {
     Data,
 }
 
-/// The pool on `pm`, with `ssd` as its tier 1 when given, passes fsck.
-pub fn assert_fsck_clean(pm: &dyn PmMedia, ssd: Option<Arc<dyn BlockMedia>>, how: Fsck, ctx: &str) {
-    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = ssd.map(|d| (1, d)).into_iter().collect();
+/// The pool on `pm` with the block tiers `tiers` passes fsck; returns the
+/// report.
+pub fn fsck_clean_with(
+    pm: &dyn PmMedia,
+    tiers: &[(u8, Arc<dyn BlockMedia>)],
+    how: Fsck,
+    ctx: &str,
+) -> FsckReport {
     let report = match how {
-        Fsck::Metadata => fsck::check(pm, &tiers, &mut |_, _| {}),
-        Fsck::Data => fsck::check_data(pm, &tiers, &mut |_, _| {}),
+        Fsck::Metadata => fsck::check(pm, tiers, &mut |_, _| {}),
+        Fsck::Data => fsck::check_data(pm, tiers, &mut |_, _| {}),
     }
     .unwrap_or_else(|e| panic!("{ctx}: fsck cannot read: {e}"));
     assert!(report.is_clean(), "{ctx}: fsck: {:?}", report.problems);
+    report
+}
+
+/// The pool on `pm`, with `ssd` as its tier 1 when given, passes fsck.
+pub fn assert_fsck_clean(pm: &dyn PmMedia, ssd: Option<Arc<dyn BlockMedia>>, how: Fsck, ctx: &str) {
+    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = ssd.map(|d| (1, d)).into_iter().collect();
+    fsck_clean_with(pm, &tiers, how, ctx);
+}
+
+/// The tree `got` of a recovered crash image is `after` (when
+/// `must_be_after`, or when the step changed nothing), else `before` or
+/// `after`.
+pub fn assert_before_or_after(
+    got: &Tree,
+    before: &Tree,
+    after: &Tree,
+    must_be_after: bool,
+    ctx: &str,
+) {
+    if must_be_after || before == after {
+        assert_same_tree(got, after, ctx);
+    } else if got != before && got != after {
+        panic!(
+            "{ctx}: state is neither before nor after:\nvs before:\n{}\nvs after:\n{}",
+            diff_trees(got, before),
+            diff_trees(got, after)
+        );
+    }
 }
 
 /// Recovers a crash image — PM image `pm_img`, and when the pool has an SSD
