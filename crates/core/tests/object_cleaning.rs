@@ -206,9 +206,7 @@ fn no_pass_runs_while_the_store_is_unreachable() {
     let s = fragmented();
     let (fs, s3) = (&s.fs, &s.s3);
     // A migration whose upload fails marks the store failing.
-    let ino = file(fs, 1, "late");
-    fs.write(ino, 0, &pattern(7, 8192)).unwrap();
-    fs.fsync(ino, false).unwrap();
+    let ino = write_file(fs, "late", &pattern(7, 8192));
     s.fault.fail_puts_after(0, PutFault::Refuse);
     s.fault.fail_deletes_after(0);
     assert!(fs.migrate_file(ino, 2).is_err());

@@ -655,6 +655,14 @@ pub fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
         .sum()
 }
 
+/// The whole file as the file system reads it (size from getattr).
+pub fn content(fs: &Fs, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size;
+    let got = fs.read(ino, 0, size as usize).unwrap();
+    assert_eq!(got.len() as u64, size, "short read");
+    got
+}
+
 /// `len` pseudo-random bytes from `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     use rand::SeedableRng;

@@ -168,3 +168,9 @@ pub fn use_nvmfs(fs: &Fs) {
         fs.set_setting(k, v).unwrap();
     }
 }
+
+/// Gives `fs` the block-first placement policy: new data goes to the
+/// block tier (through the DRAM cache) rather than to PM.
+pub fn block_first(fs: &Fs) {
+    fs.set_setting("placement_policy", "block-first").unwrap();
+}
