@@ -14,7 +14,7 @@ use std::time::Duration;
 use std::time::Instant;
 use terrace_core::Fs;
 use terrace_media::object::{Bucket, FaultStore};
-use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia};
+use terrace_media::{BlockMedia, ObjectMedia};
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 16 << 20;
@@ -22,11 +22,8 @@ const S3: u64 = 64 << 20;
 
 /// A pool PM + SSD + an object tier on a fresh in-memory store.
 fn pool() -> (Fs, Arc<ObjectMedia>) {
-    let pm = Arc::new(MemMedia::new(PM));
-    mkfs_object(&*pm, SSD, S3, 256);
-    let s3 = create_object_tier(Bucket::in_memory("tier", "pool").unwrap(), S3);
-    let fs = mount_object(pm, Arc::new(MemBlock::new(SSD)), s3.clone());
-    (fs, s3)
+    let pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
+    (pool.mount(), pool.s3)
 }
 
 #[test]
@@ -214,12 +211,9 @@ impl Drop for ReleaseGets<'_> {
 
 #[test]
 fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may_wait() {
-    let pm = Arc::new(MemMedia::new(PM));
-    mkfs_object(&*pm, SSD, S3, 256);
-    let ssd = Arc::new(MemBlock::new(SSD));
     let (_, fault, faulty) = faulty_memory_store();
-    let again = same_store(&faulty);
-    let fs = mount_object(pm.clone(), ssd.clone(), create_object_tier(faulty, S3));
+    let mut pool = ObjectPool::format(PM, SSD, S3, faulty);
+    let fs = pool.mount();
     let data = pattern(6, 1 << 20);
     let ino = write_file(&fs, "mixed", &data);
     let cold = write_file(&fs, "cold", &data);
@@ -228,7 +222,8 @@ fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may
     fs.migrate_file(cold, 2).unwrap();
     fs.unmount().unwrap();
     // Remounted: the DRAM cache holds none of the migrated blocks.
-    let fs = mount_object(pm.clone(), ssd.clone(), open_object_tier(again));
+    pool.reopen();
+    let fs = pool.mount();
     // Block 0 back on PM, the rest on the object tier.
     let mut want = data.clone();
     want[..4096].fill(9);

@@ -7,42 +7,18 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use terrace_core::Fs;
 use terrace_media::object::Bucket;
-use terrace_media::{MemBlock, MemMedia, ObjectMedia};
+use terrace_media::MemMedia;
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 16 << 20;
 const S3: u64 = 64 << 20;
 
-/// The pool's PM and SSD (the object tier is given at each mount).
-struct Pool {
-    pm: Arc<MemMedia>,
-    ssd: Arc<MemBlock>,
-}
-
-impl Pool {
-    fn format() -> Pool {
-        let pm = Arc::new(MemMedia::new(PM));
-        mkfs_object(&*pm, SSD, S3, 256);
-        Pool {
-            pm,
-            ssd: Arc::new(MemBlock::new(SSD)),
-        }
-    }
-
-    fn mount(&self, s3: Arc<ObjectMedia>) -> Fs {
-        mount_object(self.pm.clone(), self.ssd.clone(), s3)
-    }
-}
-
 #[test]
 fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
-    let pool = Pool::format();
-    let bucket = Bucket::in_memory("tier", "pool").unwrap();
-    let again = same_store(&bucket);
-    let s3 = create_object_tier(bucket, S3);
-    let fs = pool.mount(s3.clone());
+    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
+    let s3 = pool.s3.clone();
+    let fs = pool.mount();
     let a = pattern(1, 3 << 20);
     let b = pattern(2, 300 << 10);
     let ia = write_file(&fs, "a", &a);
@@ -90,8 +66,8 @@ fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
     drop(fs);
     drop(s3);
 
-    let s3 = open_object_tier(again);
-    let fs = pool.mount(s3.clone());
+    pool.reopen();
+    let fs = pool.mount();
     let mut want = b.clone();
     want[..4096].fill(7);
     assert_eq!(fs.read(ib, 0, want.len()).unwrap(), want);
@@ -102,10 +78,10 @@ fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
 
 #[test]
 fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
-    let pool = Pool::format();
     let (plain, fault, faulty) = faulty_memory_store();
-    let s3 = create_object_tier(faulty, S3);
-    let fs = pool.mount(s3.clone());
+    let pool = ObjectPool::format(PM, SSD, S3, faulty);
+    let s3 = pool.s3.clone();
+    let fs = pool.mount();
     let kept = pattern(3, 1 << 20);
     let cold = pattern(4, 2 << 20);
     let ik = write_file(&fs, "kept", &kept);
@@ -128,7 +104,7 @@ fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
     });
     assert!(s3.object_stats().parts > committed_parts);
     drop(fs); // no unmount: the crash
-    drop(s3);
+    drop((s3, pool.s3));
 
     let pm = Arc::new(MemMedia::from_image(image));
     let s3 = open_object_tier(plain);

@@ -7,46 +7,12 @@
 
 mod common;
 use common::*;
-use std::sync::Arc;
 use terrace_core::Fs;
 use terrace_media::object::Bucket;
-use terrace_media::{MemBlock, MemMedia, ObjectMedia};
 
 const PM: u64 = 32 << 20;
 const SSD: u64 = 16 << 20;
 const S3: u64 = 64 << 20;
-
-struct Pool {
-    pm: Arc<MemMedia>,
-    ssd: Arc<MemBlock>,
-    s3: Arc<ObjectMedia>,
-    /// A bucket over the tier's store: what the tier is opened again from.
-    store: Bucket,
-}
-
-impl Pool {
-    fn format() -> Pool {
-        let pm = Arc::new(MemMedia::new(PM));
-        mkfs_object(&*pm, SSD, S3, 256);
-        let bucket = Bucket::in_memory("tier", "pool").unwrap();
-        let store = same_store(&bucket);
-        Pool {
-            pm,
-            ssd: Arc::new(MemBlock::new(SSD)),
-            s3: create_object_tier(bucket, S3),
-            store,
-        }
-    }
-
-    fn mount(&self) -> Fs {
-        mount_object(self.pm.clone(), self.ssd.clone(), self.s3.clone())
-    }
-
-    /// The object tier opened again from what the store holds.
-    fn reopen(&mut self) {
-        self.s3 = open_object_tier(same_store(&self.store));
-    }
-}
 
 /// Reads all of `ino` many times, as a read-hot file would be.
 fn read_hot(fs: &Fs, ino: u64, len: usize) {
@@ -60,7 +26,7 @@ fn read_hot(fs: &Fs, ino: u64, len: usize) {
 
 #[test]
 fn a_file_pinned_to_the_object_tier_is_written_there_and_stays_there_when_read_hot() {
-    let mut pool = Pool::format();
+    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
     let fs = pool.mount();
     let f = fs
         .mknod(1, b"archive", libc::S_IFREG | 0o644, 0, CTX)
@@ -98,7 +64,7 @@ fn a_file_pinned_to_the_object_tier_is_written_there_and_stays_there_when_read_h
 
 #[test]
 fn read_hot_data_on_the_object_tier_comes_back_up_to_pm() {
-    let mut pool = Pool::format();
+    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
     let fs = pool.mount();
     let data = pattern(8, 2 << 20);
     let f = write_file(&fs, "hot", &data);

@@ -371,6 +371,18 @@ fn fs_apply(fs: &Fs, inos: &mut [u64; FILES], op: &Op) -> Result<u64, i32> {
     r.map_err(|e| e.raw_os_error().unwrap_or(-1))
 }
 
+/// Every file reads back as its model, and the allocator is consistent.
+fn assert_matches_model(fs: &Fs, inos: &[u64; FILES], model: &[Vec<u8>; FILES], ctx: &str) {
+    for f in 0..FILES {
+        assert!(
+            content(fs, inos[f]) == model[f],
+            "{ctx}: file f{f} differs from the model"
+        );
+    }
+    fs.check_allocator()
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+}
+
 /// Random writes, copies, truncates, punches and re-creations of three files
 /// against a byte model; the allocator and the reference counts checked
 /// after every step; remounts (clean and crash-like) along the way. With
@@ -395,14 +407,7 @@ fn run_model(tiered: bool, seed: u64, steps: usize) {
         let got = fs_apply(&fs, &mut inos, &op);
         let ctx = format!("seed {seed} step {step} {op:?}");
         assert_eq!(got, want, "{ctx}: result");
-        for f in 0..FILES {
-            assert!(
-                content(&fs, inos[f]) == model[f],
-                "{ctx}: file f{f} differs from the model"
-            );
-        }
-        fs.check_allocator()
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_matches_model(&fs, &inos, &model, &ctx);
         shared_seen |= !fs.shared_block_stats().is_empty();
         match rng.gen_range(0..40) {
             0 if tiered => {
@@ -432,14 +437,7 @@ fn run_model(tiered: bool, seed: u64, steps: usize) {
             block_first(&fs);
         }
         let ctx = format!("{ctx}, after the extra step");
-        for f in 0..FILES {
-            assert!(
-                content(&fs, inos[f]) == model[f],
-                "{ctx}: file f{f} differs from the model"
-            );
-        }
-        fs.check_allocator()
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_matches_model(&fs, &inos, &model, &ctx);
     }
     assert!(shared_seen, "seed {seed}: no step ever shared a block");
     fs.unmount().unwrap();

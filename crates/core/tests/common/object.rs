@@ -9,7 +9,7 @@ use terrace_core::fsck::FsckReport;
 use terrace_core::Fs;
 use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
 use terrace_media::object::{Bucket, FaultStore};
-use terrace_media::{BlockMedia, ObjectMedia, PmMedia};
+use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia, PmMedia};
 
 /// One segment per extent, as `terrace mkfs` makes them: 512 KiB parts.
 pub const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
@@ -74,4 +74,40 @@ pub fn fsck_object_clean(
     ctx: &str,
 ) -> FsckReport {
     fsck_clean_with(pm, &object_tiers(ssd, s3), Fsck::Metadata, ctx)
+}
+
+/// A pool on memory media with an object tier: PM, its SSD and the tier.
+pub struct ObjectPool {
+    pub pm: Arc<MemMedia>,
+    pub ssd: Arc<MemBlock>,
+    pub s3: Arc<ObjectMedia>,
+    /// A bucket over the store the tier uses: what it is opened again from.
+    pub store: Bucket,
+}
+
+impl ObjectPool {
+    /// Formats `pm_bytes` of PM with an SSD of `ssd_bytes` and an object
+    /// tier of `s3_bytes` created in `bucket` (256 inodes).
+    pub fn format(pm_bytes: u64, ssd_bytes: u64, s3_bytes: u64, bucket: Bucket) -> ObjectPool {
+        let pm = Arc::new(MemMedia::new(pm_bytes));
+        mkfs_object(&*pm, ssd_bytes, s3_bytes, 256);
+        let store = same_store(&bucket);
+        ObjectPool {
+            pm,
+            ssd: Arc::new(MemBlock::new(ssd_bytes)),
+            s3: create_object_tier(bucket, s3_bytes),
+            store,
+        }
+    }
+
+    /// Mounts the pool with its current object tier.
+    pub fn mount(&self) -> Fs {
+        mount_object(self.pm.clone(), self.ssd.clone(), self.s3.clone())
+    }
+
+    /// Opens the object tier again from what its store holds (as a
+    /// remount would).
+    pub fn reopen(&mut self) {
+        self.s3 = open_object_tier(same_store(&self.store));
+    }
 }
