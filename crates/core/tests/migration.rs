@@ -359,15 +359,8 @@ fn crashes_during_extent_recycling_lose_nothing() {
     ssd.sync().unwrap();
     let (recycled, trace) = pm.trace(|| fs.clean_pass());
     assert!(recycled > 0);
-    let n = trace.len();
-    let mut rng = StdRng::seed_from_u64(base_seed("recycling crash test"));
-    let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
-    points.extend([0, n]);
     let files = [(ino, data)];
-    for kk in points {
-        let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
-        assert_recovers(pm_img, ssd_img, &files, &format!("crash at {kk}/{n}"));
-    }
+    assert_random_crash_points_recover(&trace, &ssd, &files, 12, "recycling crash test");
 }
 
 #[test]
@@ -497,15 +490,8 @@ fn crashes_during_reverse_migration_keep_every_byte() {
     ssd.sync().unwrap();
     let (moved, trace) = pm.trace(|| fs.migration_pass());
     assert!(moved >= 1 << 20, "reverse migration did not run");
-    let n = trace.len();
-    let mut rng = StdRng::seed_from_u64(base_seed("reverse migration crash test"));
-    let mut points: Vec<usize> = (0..10).map(|_| rng.gen_range(0..=n)).collect();
-    points.extend([0, n]);
     let files = [(f, data)];
-    for kk in points {
-        let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
-        assert_recovers(pm_img, ssd_img, &files, &format!("crash at {kk}/{n}"));
-    }
+    assert_random_crash_points_recover(&trace, &ssd, &files, 10, "reverse migration crash test");
 }
 
 #[test]

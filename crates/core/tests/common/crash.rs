@@ -1,9 +1,9 @@
 //! Recovery from crash images: fsck finds the pool clean, it mounts, its
 //! allocator is consistent, and the files that must survive read back.
 
-use super::{assert_same_tree, diff_trees, Tree};
+use super::{assert_same_tree, base_seed, diff_trees, Tree};
 use rand::rngs::StdRng;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use terrace_core::fsck::FsckReport;
 use terrace_core::{fsck, Fs};
@@ -117,4 +117,25 @@ pub fn random_crash_images(
     let pm_img = trace.image_at(k, LossMode::RandomLines(rng.gen()));
     let ssd_img = ssd.image_at_time(trace.time_after(k), BlockLoss::RandomBlocks(rng.gen()));
     (pm_img, ssd_img)
+}
+
+/// Recovers the crash images ([`random_crash_images`]) at `count` random
+/// PM crash points of `trace` and at its first and last: each of `files`
+/// is intact in every one ([`assert_recovers`]). The random choices come
+/// from [`base_seed`] of `test`.
+pub fn assert_random_crash_points_recover(
+    trace: &CrashTrace,
+    ssd: &CrashBlock,
+    files: &[(u64, Vec<u8>)],
+    count: usize,
+    test: &str,
+) {
+    let n = trace.len();
+    let mut rng = StdRng::seed_from_u64(base_seed(test));
+    let mut points: Vec<usize> = (0..count).map(|_| rng.gen_range(0..=n)).collect();
+    points.extend([0, n]);
+    for k in points {
+        let (pm_img, ssd_img) = random_crash_images(trace, ssd, k, &mut rng);
+        assert_recovers(pm_img, ssd_img, files, &format!("crash at {k}/{n}"));
+    }
 }
