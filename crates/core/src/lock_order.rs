@@ -444,6 +444,13 @@ mod tests {
         Mutex::new(Rank::Inode(ino), ())
     }
 
+    /// Takes a lock of rank `first` and, holding it, one of rank `then`.
+    fn lock_in_order(first: Rank, then: Rank) {
+        let (a, b) = (Mutex::new(first, ()), Mutex::new(then, ()));
+        let _a = a.lock();
+        let _b = b.lock();
+    }
+
     #[test]
     fn the_documented_order_passes() {
         let rename = Mutex::new(Rank::Rename, ());
@@ -462,10 +469,7 @@ mod tests {
 
     #[test]
     fn log_slabs_may_take_a_page_allocator_shard() {
-        let slabs = Mutex::new(Rank::Leaf(Leaf::LogSlabs), ());
-        let shard = Mutex::new(Rank::Leaf(Leaf::PageAllocator), ());
-        let _s = slabs.lock();
-        let _p = shard.lock();
+        lock_in_order(Rank::Leaf(Leaf::LogSlabs), Rank::Leaf(Leaf::PageAllocator));
     }
 
     #[test]
@@ -495,9 +499,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "lock order violated")]
     fn inode_locks_in_descending_order_panic() {
-        let (a, b) = (slot(3), slot(7));
-        let _b = b.lock();
-        let _a = a.lock();
+        lock_in_order(Rank::Inode(7), Rank::Inode(3));
     }
 
     #[test]
@@ -511,28 +513,19 @@ mod tests {
     #[test]
     #[should_panic(expected = "lock order violated")]
     fn rename_under_an_inode_lock_panics() {
-        let rename = Mutex::new(Rank::Rename, ());
-        let a = slot(3);
-        let _a = a.lock();
-        let _r = rename.lock();
+        lock_in_order(Rank::Inode(3), Rank::Rename);
     }
 
     #[test]
     #[should_panic(expected = "lock order violated")]
     fn an_inode_lock_under_the_room_lock_panics() {
-        let room = Mutex::new(Rank::Room, ());
-        let a = slot(3);
-        let _room = room.lock();
-        let _a = a.lock();
+        lock_in_order(Rank::Room, Rank::Inode(3));
     }
 
     #[test]
     #[should_panic(expected = "lock order violated")]
     fn a_lock_under_a_leaf_panics() {
-        let leaf = Mutex::new(Rank::leaf("superblock"), ());
-        let room = Mutex::new(Rank::Room, ());
-        let _l = leaf.lock();
-        let _room = room.lock();
+        lock_in_order(Rank::leaf("superblock"), Rank::Room);
     }
 
     #[test]
@@ -547,10 +540,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "lock order violated")]
     fn a_page_allocator_shard_may_not_take_the_log_slabs() {
-        let slabs = Mutex::new(Rank::Leaf(Leaf::LogSlabs), ());
-        let shard = Mutex::new(Rank::Leaf(Leaf::PageAllocator), ());
-        let _p = shard.lock();
-        let _s = slabs.lock();
+        lock_in_order(Rank::Leaf(Leaf::PageAllocator), Rank::Leaf(Leaf::LogSlabs));
     }
 
     #[test]
@@ -564,11 +554,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "lock order violated")]
     fn two_writeback_locks_panic() {
-        let (a, b) = (
-            Mutex::new(Rank::Writeback, ()),
-            Mutex::new(Rank::Writeback, ()),
-        );
-        let _a = a.lock();
-        let _b = b.lock();
+        lock_in_order(Rank::Writeback, Rank::Writeback);
     }
 }

@@ -15,25 +15,25 @@ const SSD: u64 = 32 << 20;
 #[test]
 fn writes_spill_to_the_ssd_tier_when_pm_is_full_and_read_back_after_remount() {
     let (pm, ssd, fs) = tiered_pool(2 << 20, SSD, 64);
-    let a = fs.mknod(1, b"big", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let a = file(&fs, 1, "big");
     let mut expect = Vec::new();
     for i in 0..40u32 {
         let chunk: Vec<u8> = (0..256 * 1024).map(|k| (k as u32 ^ i) as u8).collect();
-        fs.write(a.ino, expect.len() as u64, &chunk)
+        fs.write(a, expect.len() as u64, &chunk)
             .expect("no ENOSPC while the SSD tier has room");
         expect.extend_from_slice(&chunk);
     }
-    assert_eq!(fs.read(a.ino, 0, expect.len()).unwrap(), expect);
-    fs.fsync(a.ino, false).unwrap();
+    assert_eq!(fs.read(a, 0, expect.len()).unwrap(), expect);
+    fs.fsync(a, false).unwrap();
     let st = fs.status();
     assert!(st.tiers[1].used > 0, "nothing reached the SSD tier");
     assert!(st.tiers[1].io.unwrap().write_requests > 0);
-    assert_eq!(fs.read(a.ino, 0, expect.len()).unwrap(), expect);
+    assert_eq!(fs.read(a, 0, expect.len()).unwrap(), expect);
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
     let fs = mount_tiered(pm.clone(), ssd.clone());
-    assert_eq!(fs.read(a.ino, 0, expect.len()).unwrap(), expect);
+    assert_eq!(fs.read(a, 0, expect.len()).unwrap(), expect);
     // Overwrites free SSD blocks; deleting the file frees them all.
     fs.unlink(1, b"big").unwrap();
     assert_eq!(fs.status().tiers[1].used, 0);
@@ -43,8 +43,8 @@ fn writes_spill_to_the_ssd_tier_when_pm_is_full_and_read_back_after_remount() {
 #[test]
 fn mounting_without_a_tier_that_holds_data_is_refused_without_writes() {
     let (pm, _, fs) = tiered_pool(2 << 20, SSD, 64);
-    let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
-    fs.write(a.ino, 0, &vec![1u8; 3 << 20]).unwrap();
+    let a = file(&fs, 1, "f");
+    fs.write(a, 0, &vec![1u8; 3 << 20]).unwrap();
     fs.unmount().unwrap();
     drop(fs);
     let before = pm.image();
@@ -168,43 +168,33 @@ fn crashes_during_spilled_writes_recover_to_before_or_after() {
 fn large_asynchronous_overwrites_go_to_the_ssd_and_fsynced_appends_stay_on_pm() {
     let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
     assert_eq!(fs.settings().placement_policy, "ziggurat");
-    let big = fs
-        .mknod(1, b"table", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap();
-    let wal = fs.mknod(1, b"wal", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let big = file(&fs, 1, "table");
+    let wal = file(&fs, 1, "wal");
     for round in 0..8u8 {
         // The same 1 MiB rewritten in 256 KiB writes, never fsynced: large and stable.
         for k in 0..4u64 {
-            fs.write(big.ino, k << 18, &vec![round; 256 << 10]).unwrap();
+            fs.write(big, k << 18, &vec![round; 256 << 10]).unwrap();
         }
         for r in 0..4u64 {
-            let off = fs.getattr(wal.ino).unwrap().size;
-            fs.write(wal.ino, off, format!("record {round} {r}\n").as_bytes())
+            let off = fs.getattr(wal).unwrap().size;
+            fs.write(wal, off, format!("record {round} {r}\n").as_bytes())
                 .unwrap();
-            fs.fsync(wal.ino, false).unwrap();
+            fs.fsync(wal, false).unwrap();
         }
     }
     assert!(
-        tier_bytes(&fs, big.ino, "dram") > 0,
+        tier_bytes(&fs, big, "dram") > 0,
         "large asynchronous writes did not go through the DRAM cache"
     );
-    fs.fsync(big.ino, false).unwrap();
+    fs.fsync(big, false).unwrap();
+    assert_eq!(tier_bytes(&fs, big, "dram"), 0, "fsync left dirty pages");
     assert_eq!(
-        tier_bytes(&fs, big.ino, "dram"),
-        0,
-        "fsync left dirty pages"
-    );
-    assert_eq!(
-        tier_bytes(&fs, big.ino, "ssd"),
+        tier_bytes(&fs, big, "ssd"),
         1 << 20,
         "large stable asynchronous rewrites stayed on PM"
     );
-    assert_eq!(
-        tier_bytes(&fs, wal.ino, "ssd"),
-        0,
-        "fsynced appends left PM"
-    );
-    assert_eq!(fs.read(big.ino, 0, 1 << 20).unwrap(), vec![7u8; 1 << 20]);
+    assert_eq!(tier_bytes(&fs, wal, "ssd"), 0, "fsynced appends left PM");
+    assert_eq!(fs.read(big, 0, 1 << 20).unwrap(), vec![7u8; 1 << 20]);
     let st = fs.status();
     assert!(st.placed_block > 0 && st.placed_pm > 0);
     assert!(st.sync_predictions.total() > 0);
@@ -217,45 +207,41 @@ fn large_new_asynchronous_data_goes_to_the_ssd_once_pm_passes_its_threshold() {
     // A static threshold, and the rule on (it is off by default).
     fs.set_setting("migration_threshold", "40").unwrap();
     fs.set_setting("size_fresh_large_bytes", "512K").unwrap();
-    let early = fs
-        .mknod(1, b"early", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap();
-    fs.write(early.ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    let early = file(&fs, 1, "early");
+    fs.write(early, 0, &vec![1u8; 1 << 20]).unwrap();
     assert_eq!(
-        tier_bytes(&fs, early.ino, "ssd") + tier_bytes(&fs, early.ino, "dram"),
+        tier_bytes(&fs, early, "ssd") + tier_bytes(&fs, early, "dram"),
         0,
         "new data went down while PM was nearly empty"
     );
     // Fill PM past 40% with small writes (small new data stays on PM).
-    let filler = fs
-        .mknod(1, b"filler", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap();
+    let filler = file(&fs, 1, "filler");
     for k in 0..(8 << 20) / 65536u64 {
-        fs.write(filler.ino, k * 65536, &vec![2u8; 65536]).unwrap();
+        fs.write(filler, k * 65536, &vec![2u8; 65536]).unwrap();
     }
     assert!(fs.status().tiers[0].used * 100 >= fs.status().tiers[0].capacity * 40);
-    let late = fs.mknod(1, b"late", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let late = file(&fs, 1, "late");
     for k in 0..4u64 {
-        fs.write(late.ino, k << 20, &vec![3u8; 1 << 20]).unwrap();
+        fs.write(late, k << 20, &vec![3u8; 1 << 20]).unwrap();
     }
     // Small new data still goes to PM past the threshold.
-    fs.write(late.ino, 4 << 20, &vec![4u8; 4096]).unwrap();
-    fs.fsync(late.ino, false).unwrap();
+    fs.write(late, 4 << 20, &vec![4u8; 4096]).unwrap();
+    fs.fsync(late, false).unwrap();
     assert_eq!(
-        tier_bytes(&fs, late.ino, "ssd"),
+        tier_bytes(&fs, late, "ssd"),
         4 << 20,
         "large new data stayed on PM"
     );
-    assert_eq!(tier_bytes(&fs, late.ino, "pm"), 4096);
+    assert_eq!(tier_bytes(&fs, late, "pm"), 4096);
     let mut want = vec![3u8; 4 << 20];
     want.extend_from_slice(&[4u8; 4096]);
-    assert_eq!(fs.read(late.ino, 0, (4 << 20) + 4096).unwrap(), want);
+    assert_eq!(fs.read(late, 0, (4 << 20) + 4096).unwrap(), want);
     // Turned off, large new data stays on PM again.
     fs.set_setting("size_fresh_large_bytes", "0").unwrap();
-    let off = fs.mknod(1, b"off", libc::S_IFREG | 0o644, 0, CTX).unwrap();
-    fs.write(off.ino, 0, &vec![5u8; 1 << 20]).unwrap();
+    let off = file(&fs, 1, "off");
+    fs.write(off, 0, &vec![5u8; 1 << 20]).unwrap();
     assert_eq!(
-        tier_bytes(&fs, off.ino, "ssd") + tier_bytes(&fs, off.ino, "dram"),
+        tier_bytes(&fs, off, "ssd") + tier_bytes(&fs, off, "dram"),
         0
     );
     fs.check_allocator().unwrap();
@@ -270,19 +256,19 @@ fn settings_change_at_run_time_and_bad_values_change_nothing() {
     assert!(fs.set_setting("no_such_key", "1").is_err());
     assert_eq!(fs.settings(), terrace_policy::Settings::default());
     fs.set_setting("placement_policy", "pm-only").unwrap();
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let f = file(&fs, 1, "f");
     for round in 0..8u8 {
-        fs.write(f.ino, 0, &vec![round; 256 << 10]).unwrap();
+        fs.write(f, 0, &vec![round; 256 << 10]).unwrap();
     }
     assert_eq!(
-        tier_bytes(&fs, f.ino, "ssd"),
+        tier_bytes(&fs, f, "ssd"),
         0,
         "pm-only placed data on the SSD"
     );
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    fs.write(f.ino, 0, &vec![9u8; 256 << 10]).unwrap();
-    fs.fsync(f.ino, false).unwrap();
-    assert_eq!(tier_bytes(&fs, f.ino, "ssd"), 256 << 10);
+    block_first(&fs);
+    fs.write(f, 0, &vec![9u8; 256 << 10]).unwrap();
+    fs.fsync(f, false).unwrap();
+    assert_eq!(tier_bytes(&fs, f, "ssd"), 256 << 10);
     assert_eq!(fs.status().placement_policy, "block-first");
 }
 
@@ -307,12 +293,12 @@ fn fsync_needs_no_work_only_on_pools_without_block_tiers() {
 #[test]
 fn a_write_back_never_commits_before_its_data_is_durable_on_the_device() {
     let (pm, ssd, fs) = crash_pool(4 << 20, SSD, 64);
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    block_first(&fs);
+    let f = file(&fs, 1, "f");
     let data: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    fs.write(f.ino, 0, &data).unwrap();
+    fs.write(f, 0, &data).unwrap();
     pm.sync_all().unwrap();
-    let ((), trace) = pm.trace(|| fs.fsync(f.ino, false).unwrap());
+    let ((), trace) = pm.trace(|| fs.fsync(f, false).unwrap());
     let n = trace.len();
     assert!(n > 0, "the fsync wrote nothing back");
     for kk in 0..=n {
@@ -325,7 +311,7 @@ fn a_write_back_never_commits_before_its_data_is_durable_on_the_device() {
         ));
         let fs2 = mount_tiered(pm2, ssd2);
         let got = fs2
-            .read(f.ino, 0, data.len())
+            .read(f, 0, data.len())
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(
             got.is_empty() || got == data,

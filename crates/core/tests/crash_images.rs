@@ -16,15 +16,7 @@ use terrace_media::{CrashMedia, LossMode};
 fn check_image(img: Vec<u8>, before: &Tree, after: &Tree, must_be_after: bool, ctx: &str) {
     let (media, fs) = recover(img, None, Fsck::Metadata, ctx);
     let t = fs_tree(&fs);
-    if must_be_after || before == after {
-        assert_same_tree(&t, after, ctx);
-    } else if t != *before && t != *after {
-        panic!(
-            "{ctx}: state is neither before nor after:\nvs before:\n{}\nvs after:\n{}",
-            diff_trees(&t, before),
-            diff_trees(&t, after)
-        );
-    }
+    assert_before_or_after(&t, before, after, must_be_after, ctx);
     fs.unmount().unwrap();
     assert_fsck_clean(
         &*media,

@@ -60,14 +60,14 @@ fn the_cache_never_exceeds_its_bound_under_a_workload_four_times_larger() {
 #[test]
 fn write_back_merges_adjacent_pages_into_large_sequential_requests() {
     let (_, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    let a = fs.mknod(1, b"seq", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    block_first(&fs);
+    let a = file(&fs, 1, "seq");
     let data = pattern(7, 16 << 20);
     for (k, chunk) in data.chunks(64 << 10).enumerate() {
-        fs.write(a.ino, (k as u64) << 16, chunk).unwrap();
+        fs.write(a, (k as u64) << 16, chunk).unwrap();
     }
     let before = ssd.stats();
-    fs.fsync(a.ino, false).unwrap();
+    fs.fsync(a, false).unwrap();
     let after = ssd.stats();
     let reqs = after.write_requests - before.write_requests;
     let bytes = after.write_bytes - before.write_bytes;
@@ -77,7 +77,7 @@ fn write_back_merges_adjacent_pages_into_large_sequential_requests() {
         "{reqs} requests for 256 writes of 64 KiB: average {} bytes",
         bytes / reqs
     );
-    assert!(fs.read(a.ino, 0, data.len()).unwrap() == data);
+    assert!(fs.read(a, 0, data.len()).unwrap() == data);
 }
 
 #[test]
@@ -86,21 +86,21 @@ fn random_asynchronous_overwrites_reach_the_ssd_as_large_requests() {
     // random 4 KiB rewrites of it are gathered by the cache.
     let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
     fs.set_setting("dram_cache_bytes", "8M").unwrap();
-    let a = fs.mknod(1, b"rand", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let a = file(&fs, 1, "rand");
     let mut expect = pattern(3, 16 << 20);
     for (k, chunk) in expect.chunks(1 << 20).enumerate() {
-        fs.write(a.ino, (k as u64) << 20, chunk).unwrap();
+        fs.write(a, (k as u64) << 20, chunk).unwrap();
     }
-    fs.fsync(a.ino, false).unwrap();
+    fs.fsync(a, false).unwrap();
     let before = ssd.stats();
     let mut rng = StdRng::seed_from_u64(11);
     for _ in 0..4000 {
         let page = rng.gen_range(0..(16u64 << 20) / 4096);
         let v = vec![rng.gen::<u8>(); 4096];
-        fs.write(a.ino, page * 4096, &v).unwrap();
+        fs.write(a, page * 4096, &v).unwrap();
         expect[(page * 4096) as usize..(page * 4096 + 4096) as usize].copy_from_slice(&v);
     }
-    fs.fsync(a.ino, false).unwrap();
+    fs.fsync(a, false).unwrap();
     let after = ssd.stats();
     let reqs = after.write_requests - before.write_requests;
     let bytes = after.write_bytes - before.write_bytes;
@@ -110,29 +110,29 @@ fn random_asynchronous_overwrites_reach_the_ssd_as_large_requests() {
         "{reqs} requests, average {} bytes: random writes were not gathered",
         bytes / reqs
     );
-    assert!(fs.read(a.ino, 0, expect.len()).unwrap() == expect);
+    assert!(fs.read(a, 0, expect.len()).unwrap() == expect);
     fs.unmount().unwrap();
     drop(fs);
     let fs = mount_tiered(pm, ssd);
-    assert!(fs.read(a.ino, 0, expect.len()).unwrap() == expect);
+    assert!(fs.read(a, 0, expect.len()).unwrap() == expect);
     fs.check_allocator().unwrap();
 }
 
 #[test]
 fn reads_of_ssd_data_miss_once_per_read_unit_then_hit() {
     let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    let a = fs.mknod(1, b"r", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    block_first(&fs);
+    let a = file(&fs, 1, "r");
     let data = pattern(5, 4 << 20);
-    fs.write(a.ino, 0, &data[..1 << 20]).unwrap();
-    fs.write(a.ino, 1 << 20, &data[1 << 20..]).unwrap();
+    fs.write(a, 0, &data[..1 << 20]).unwrap();
+    fs.write(a, 1 << 20, &data[1 << 20..]).unwrap();
     fs.unmount().unwrap();
     drop(fs);
     let fs = mount_tiered(pm, ssd.clone());
     fs.set_setting("max_read_unit_bytes", "256K").unwrap();
     let reads0 = ssd.stats().read_requests;
     for k in 0..256u64 {
-        let got = fs.read(a.ino, k * 4096, 4096).unwrap();
+        let got = fs.read(a, k * 4096, 4096).unwrap();
         assert!(got[..] == data[(k * 4096) as usize..(k * 4096 + 4096) as usize]);
     }
     let st = fs.status();
@@ -145,11 +145,11 @@ fn reads_of_ssd_data_miss_once_per_read_unit_then_hit() {
 #[test]
 fn random_reads_of_ssd_data_read_only_the_blocks_asked_for() {
     let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    let a = fs.mknod(1, b"r", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    block_first(&fs);
+    let a = file(&fs, 1, "r");
     let data = pattern(6, 8 << 20);
     for (k, c) in data.chunks(1 << 20).enumerate() {
-        fs.write(a.ino, (k as u64) << 20, c).unwrap();
+        fs.write(a, (k as u64) << 20, c).unwrap();
     }
     fs.unmount().unwrap();
     drop(fs);
@@ -162,7 +162,7 @@ fn random_reads_of_ssd_data_read_only_the_blocks_asked_for() {
     let blocks = (8 << 20) / 4096u64;
     let mut read_one = |fs: &Fs| {
         let k = rng.gen_range(0..blocks);
-        let got = fs.read(a.ino, k * 4096, 4096).unwrap();
+        let got = fs.read(a, k * 4096, 4096).unwrap();
         assert!(got[..] == data[(k * 4096) as usize..(k * 4096 + 4096) as usize]);
     };
     // Until the file's access class says "random", misses read ahead.
@@ -191,7 +191,7 @@ fn after_a_crash_each_file_shows_its_fsynced_writes_and_a_prefix_of_the_rest() {
         let seed = base.wrapping_add(k);
         let mut rng = StdRng::seed_from_u64(seed);
         let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
-        fs.set_setting("placement_policy", "block-first").unwrap();
+        block_first(&fs);
         fs.set_setting("dram_cache_bytes", "2M").unwrap();
         // Odd seeds: asynchronous files, more writes and fewer syncs, so
         // writes stay cached until cache pressure writes them back in parts
@@ -261,63 +261,58 @@ fn a_failing_ssd_makes_write_back_retry_on_pm_or_fail_fsync_with_eio() {
         FaultBlock::new(MemBlock::new(SSD)),
         64,
     );
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    let a = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    block_first(&fs);
+    let a = file(&fs, 1, "f");
     let old = pattern(1, 4 << 20);
-    fs.write(a.ino, 0, &old[..2 << 20]).unwrap();
-    fs.write(a.ino, 2 << 20, &old[2 << 20..]).unwrap();
-    fs.fsync(a.ino, false).unwrap();
+    fs.write(a, 0, &old[..2 << 20]).unwrap();
+    fs.write(a, 2 << 20, &old[2 << 20..]).unwrap();
+    fs.fsync(a, false).unwrap();
     let mut expect = old.clone();
 
     // PM has room: write-back fails on the SSD and lands on PM instead.
     ssd.fail_writes_after(0);
     let new = pattern(2, 256 << 10);
-    fs.write(a.ino, 0, &new).unwrap();
-    fs.fsync(a.ino, false).unwrap();
+    fs.write(a, 0, &new).unwrap();
+    fs.fsync(a, false).unwrap();
     expect[..256 << 10].copy_from_slice(&new);
-    assert!(fs.read(a.ino, 0, 4 << 20).unwrap() == expect);
+    assert!(fs.read(a, 0, 4 << 20).unwrap() == expect);
 
     // Fill PM (with the SSD healthy), then fail the SSD again.
     ssd.heal();
     fs.set_setting("placement_policy", "pm-only").unwrap();
-    let filler = fs
-        .mknod(1, b"filler", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap();
+    let filler = file(&fs, 1, "filler");
     let mut off = 0;
     while fs.status().placement_overflows == 0 {
-        fs.write(filler.ino, off, &[7u8; 65536]).unwrap();
+        fs.write(filler, off, &[7u8; 65536]).unwrap();
         off += 65536;
     }
-    fs.fsync(filler.ino, false).unwrap();
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    fs.fsync(filler, false).unwrap();
+    block_first(&fs);
     ssd.fail_writes_after(0);
     let new = pattern(3, 1 << 20);
     // The write goes to the cache and succeeds...
-    fs.write(a.ino, 1 << 20, &new).unwrap();
+    fs.write(a, 1 << 20, &new).unwrap();
     // ...its write-back fails everywhere: fsync reports EIO, as often as asked.
     for _ in 0..2 {
-        let e = fs.fsync(a.ino, false).unwrap_err();
+        let e = fs.fsync(a, false).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EIO));
     }
     expect[1 << 20..2 << 20].copy_from_slice(&new);
-    assert!(
-        fs.read(a.ino, 0, 4 << 20).unwrap() == expect,
-        "dirty data lost"
-    );
+    assert!(fs.read(a, 0, 4 << 20).unwrap() == expect, "dirty data lost");
     fs.check_allocator().unwrap();
     ssd.heal();
-    fs.fsync(a.ino, false).unwrap();
+    fs.fsync(a, false).unwrap();
     fs.unmount().unwrap();
     drop(fs);
     assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after unmount");
     let fs = mount_tiered(pm, ssd);
-    assert!(fs.read(a.ino, 0, 4 << 20).unwrap() == expect);
+    assert!(fs.read(a, 0, 4 << 20).unwrap() == expect);
 }
 
 #[test]
 fn truncate_and_pm_writes_after_cached_writes_keep_write_order() {
     let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    block_first(&fs);
     let a = fs.mknod(1, b"t", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     fs.write(a.ino, 0, &vec![1u8; 300_000]).unwrap();
     assert_eq!(fs.getattr(a.ino).unwrap().size, 300_000);
@@ -343,10 +338,8 @@ fn truncate_and_pm_writes_after_cached_writes_keep_write_order() {
 #[test]
 fn lowering_the_bound_at_run_time_shrinks_the_cache() {
     let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    let a = fs.mknod(1, b"s", libc::S_IFREG | 0o644, 0, CTX).unwrap();
-    fs.write(a.ino, 0, &pattern(9, 8 << 20)).unwrap();
-    fs.fsync(a.ino, false).unwrap();
+    block_first(&fs);
+    write_file(&fs, "s", &pattern(9, 8 << 20));
     assert!(fs.status().cache.clean_bytes >= 4 << 20);
     fs.set_setting("dram_cache_bytes", "1M").unwrap();
     let st = fs.status().cache;
@@ -428,11 +421,11 @@ fn writes_fill_a_tiered_pool_to_the_last_megabyte_even_when_no_single_tier_has_r
     // 1 MiB writes bypass a 1 MiB cache: each is written through, to one
     // tier when one has room, else spread over PM and the SSD.
     fs.set_setting("dram_cache_bytes", "1M").unwrap();
-    let a = fs.mknod(1, b"fill", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let a = file(&fs, 1, "fill");
     let mut data = Vec::new();
     let err = loop {
         let chunk = pattern(data.len() as u64, 1 << 20);
-        match fs.write(a.ino, data.len() as u64, &chunk) {
+        match fs.write(a, data.len() as u64, &chunk) {
             Ok(_) => data.extend_from_slice(&chunk),
             Err(e) => break e,
         }
@@ -444,37 +437,31 @@ fn writes_fill_a_tiered_pool_to_the_last_megabyte_even_when_no_single_tier_has_r
         left < 1 << 20,
         "ENOSPC with {left} bytes of room left (split over the tiers)"
     );
-    fs.fsync(a.ino, false).unwrap();
-    assert!(fs.read(a.ino, 0, data.len() + 1).unwrap() == data);
+    fs.fsync(a, false).unwrap();
+    assert!(fs.read(a, 0, data.len() + 1).unwrap() == data);
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
     let fs = mount_tiered(pm.clone(), ssd.clone());
-    assert!(fs.read(a.ino, 0, data.len() + 1).unwrap() == data);
+    assert!(fs.read(a, 0, data.len() + 1).unwrap() == data);
     fs.check_allocator().unwrap();
 }
 
 #[test]
 fn fallocate_larger_than_pm_takes_blocks_from_every_tier_and_reads_zeros() {
     let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
-    let a = fs
-        .mknod(1, b"prealloc", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap();
+    let a = file(&fs, 1, "prealloc");
     let len = 12u64 << 20;
-    fs.fallocate(a.ino, 0, len, terrace_core::FallocateMode::Allocate)
+    fs.fallocate(a, 0, len, terrace_core::FallocateMode::Allocate)
         .unwrap();
-    assert_eq!(fs.getattr(a.ino).unwrap().size, len);
-    assert!(tier_bytes(&fs, a.ino, "ssd") > 0, "nothing beyond PM");
-    assert!(fs
-        .read(a.ino, 0, len as usize)
-        .unwrap()
-        .iter()
-        .all(|&b| b == 0));
+    assert_eq!(fs.getattr(a).unwrap().size, len);
+    assert!(tier_bytes(&fs, a, "ssd") > 0, "nothing beyond PM");
+    assert!(fs.read(a, 0, len as usize).unwrap().iter().all(|&b| b == 0));
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
     let fs = mount_tiered(pm.clone(), ssd.clone());
-    assert_eq!(fs.getattr(a.ino).unwrap().size, len);
+    assert_eq!(fs.getattr(a).unwrap().size, len);
     fs.check_allocator().unwrap();
 }
 

@@ -108,14 +108,6 @@ fn fs_apply(fs: &Fs, ino: u64, op: &Op) -> Result<(), i32> {
     r.map_err(|e| e.raw_os_error().unwrap_or(-1))
 }
 
-/// The whole file as the file system reads it (size from getattr).
-fn content(fs: &Fs, ino: u64) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size;
-    let got = fs.read(ino, 0, size as usize).unwrap();
-    assert_eq!(got.len() as u64, size, "short read");
-    got
-}
-
 fn assert_content(fs: &Fs, ino: u64, want: &[u8], ctx: &str) {
     let got = content(fs, ino);
     if got != want {
@@ -225,7 +217,7 @@ fn every_mode_matches_a_byte_model_on_a_tiered_pool_with_cached_data() {
         let (pm, ssd, fs) = tiered_pool(8 << 20, SSD, 64);
         // Writes go to the SSD through the DRAM cache and stay there until
         // an fsync (or the fallocate itself) writes them back.
-        fs.set_setting("placement_policy", "block-first").unwrap();
+        block_first(&fs);
         let ino = file(&fs, 1, "f");
         let mut model = Vec::new();
         let mut rng = StdRng::seed_from_u64(seed ^ 1);
@@ -256,9 +248,8 @@ fn every_mode_matches_a_byte_model_on_a_tiered_pool_with_cached_data() {
 fn refused_requests_give_ext4s_errors_and_leave_the_file_alone() {
     use FallocateMode::*;
     let (_pm, fs) = pm_pool(32 << 20, 64);
-    let ino = file(&fs, 1, "f");
     let data = pattern(3, 10 * BS as usize + 123);
-    fs.write(ino, 0, &data).unwrap();
+    let ino = file_holding(&fs, "f", &data);
     let size = data.len() as u64;
     let cases = [
         (CollapseRange, 100, BS, libc::EINVAL), // unaligned offset
@@ -299,8 +290,7 @@ fn refused_requests_give_ext4s_errors_and_leave_the_file_alone() {
 fn zero_range_leaves_the_range_allocated_and_extends_only_without_keep_size() {
     use FallocateMode::*;
     let (_pm, fs) = pm_pool(32 << 20, 64);
-    let ino = file(&fs, 1, "f");
-    fs.write(ino, 0, &pattern(1, 3 * BS as usize)).unwrap();
+    let ino = file_holding(&fs, "f", &pattern(1, 3 * BS as usize));
     // A hole of 5 blocks, then 2 blocks of data.
     fs.write(ino, 8 * BS, &pattern(2, 2 * BS as usize)).unwrap();
     assert_eq!(fs.getattr(ino).unwrap().blocks, 5 * 8);
@@ -326,9 +316,8 @@ fn zero_range_leaves_the_range_allocated_and_extends_only_without_keep_size() {
 fn collapse_and_insert_keep_the_blocks_and_only_move_them() {
     use FallocateMode::*;
     let (_pm, fs) = pm_pool(32 << 20, 64);
-    let ino = file(&fs, 1, "f");
     let data = pattern(9, 64 * BS as usize + 77);
-    fs.write(ino, 0, &data).unwrap();
+    let ino = file_holding(&fs, "f", &data);
     let free0 = fs.statfs().bfree;
     fs.fallocate(ino, 4 * BS, 40 * BS, InsertRange).unwrap();
     assert_eq!(fs.statfs().bfree, free0, "an insert allocates no data");
@@ -431,7 +420,7 @@ fn a_crash_at_any_point_of_each_mode_leaves_the_old_or_the_new_file_on_pm() {
 fn a_crash_at_any_point_of_each_mode_leaves_the_old_or_the_new_file_on_a_tiered_pool() {
     let mut rng = StdRng::seed_from_u64(base_seed("fallocate modes crash, tiered"));
     let (pm, ssd, fs) = crash_pool(4 << 20, SSD, 32);
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    block_first(&fs);
     let (ino, mut model) = crash_file(&fs);
     fs.flush_inode(ino).unwrap();
     pm.sync_all().unwrap();

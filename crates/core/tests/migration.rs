@@ -25,21 +25,19 @@ fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     fs.set_setting("migration_age_ns", "0s").unwrap();
     fs.set_setting("migration_threshold", "30").unwrap();
-    let table = fs
-        .mknod(1, b"table", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap();
-    let wal = fs.mknod(1, b"wal", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let table = file(&fs, 1, "table");
+    let wal = file(&fs, 1, "wal");
     let data = pattern(1, 8 << 20);
     // Many small entries: 64 KiB appends.
     for (k, c) in data.chunks(64 << 10).enumerate() {
-        fs.write(table.ino, (k as u64) << 16, c).unwrap();
+        fs.write(table, (k as u64) << 16, c).unwrap();
     }
     std::thread::sleep(std::time::Duration::from_millis(20));
     let mut log = Vec::new();
     for r in 0..200 {
         let rec = format!("record {r}\n");
-        fs.write(wal.ino, log.len() as u64, rec.as_bytes()).unwrap();
-        fs.fsync(wal.ino, false).unwrap();
+        fs.write(wal, log.len() as u64, rec.as_bytes()).unwrap();
+        fs.fsync(wal, false).unwrap();
         log.extend_from_slice(rec.as_bytes());
     }
     assert!(pm_percent(&fs) > 30, "the workload must pass the threshold");
@@ -48,12 +46,12 @@ fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
     assert!(moved > 0);
     assert!(pm_percent(&fs) <= 30, "PM still at {}%", pm_percent(&fs));
     assert_eq!(
-        tier_bytes(&fs, table.ino, "ssd"),
+        tier_bytes(&fs, table, "ssd"),
         8 << 20,
         "the cold file did not move"
     );
     assert_eq!(
-        tier_bytes(&fs, wal.ino, "pm"),
+        tier_bytes(&fs, wal, "pm"),
         log.len().div_ceil(4096) as u64 * 4096
     );
     let after = ssd.stats();
@@ -71,36 +69,35 @@ fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
         st.tiers[1].write_entries < 128,
         "entries were not coalesced"
     );
-    assert!(fs.read(table.ino, 0, data.len()).unwrap() == data);
-    assert!(fs.read(wal.ino, 0, log.len()).unwrap() == log);
-    assert_eq!(fs.getattr(table.ino).unwrap().size, 8 << 20);
+    assert!(fs.read(table, 0, data.len()).unwrap() == data);
+    assert!(fs.read(wal, 0, log.len()).unwrap() == log);
+    assert_eq!(fs.getattr(table).unwrap().size, 8 << 20);
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
     assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after unmount");
     let fs = mount_tiered(pm, ssd);
-    assert!(fs.read(table.ino, 0, data.len()).unwrap() == data);
+    assert!(fs.read(table, 0, data.len()).unwrap() == data);
 }
 
 #[test]
 fn migration_does_not_change_size_or_times() {
     let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
-    fs.write(f.ino, 0, &pattern(2, 300_000)).unwrap();
-    let a = fs.getattr(f.ino).unwrap();
+    let f = file_holding(&fs, "f", &pattern(2, 300_000));
+    let a = fs.getattr(f).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(5));
     assert_eq!(
-        fs.migrate_file(f.ino, 1).unwrap(),
+        fs.migrate_file(f, 1).unwrap(),
         300_000u64.div_ceil(4096) * 4096
     );
-    let b = fs.getattr(f.ino).unwrap();
+    let b = fs.getattr(f).unwrap();
     assert_eq!((a.size, a.mtime, a.ctime), (b.size, b.mtime, b.ctime));
     fs.unmount().unwrap();
     drop(fs);
     let fs = mount_tiered(pm, ssd);
-    let c = fs.getattr(f.ino).unwrap();
+    let c = fs.getattr(f).unwrap();
     assert_eq!((a.size, a.mtime, a.ctime), (c.size, c.mtime, c.ctime));
-    assert_eq!(tier_bytes(&fs, f.ino, "pm"), 0);
+    assert_eq!(tier_bytes(&fs, f, "pm"), 0);
 }
 
 #[test]
@@ -139,9 +136,7 @@ fn a_workload_five_times_pm_keeps_pm_near_its_threshold_without_enospc() {
         peak_after_settle <= 75,
         "PM stayed at {peak_after_settle}% (threshold 60%)"
     );
-    for (ino, data) in &files {
-        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
-    }
+    assert_files(&fs, &files, "every file");
     fs.unmount().unwrap();
     fs.check_allocator().unwrap();
 }
@@ -149,27 +144,25 @@ fn a_workload_five_times_pm_keeps_pm_near_its_threshold_without_enospc() {
 #[test]
 fn reverse_migration_brings_a_read_hot_file_back_to_pm() {
     let (_, _, fs) = tiered_pool(32 << 20, SSD, 64);
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    let f = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    block_first(&fs);
     let data = pattern(4, 2 << 20);
-    fs.write(f.ino, 0, &data).unwrap();
-    fs.fsync(f.ino, false).unwrap();
-    assert_eq!(tier_bytes(&fs, f.ino, "ssd"), 2 << 20);
+    let f = write_file(&fs, "hot", &data);
+    assert_eq!(tier_bytes(&fs, f, "ssd"), 2 << 20);
     // Writes dominate so far: nothing moves up.
     assert_eq!(fs.migration_pass(), 0);
     for _ in 0..50 {
         for k in 0..8u64 {
-            fs.read(f.ino, k << 18, 256 << 10).unwrap();
+            fs.read(f, k << 18, 256 << 10).unwrap();
         }
     }
     assert!(fs.migration_pass() >= 2 << 20);
     assert_eq!(
-        tier_bytes(&fs, f.ino, "pm"),
+        tier_bytes(&fs, f, "pm"),
         2 << 20,
         "the read-hot file stayed down"
     );
     assert!(fs.status().migration.bytes_up >= 2 << 20);
-    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    assert!(fs.read(f, 0, data.len()).unwrap() == data);
     fs.check_allocator().unwrap();
 }
 
@@ -293,9 +286,7 @@ fn readers_and_writers_see_correct_data_while_migration_runs() {
         "migration never ran during the test: {:?}",
         fs.status().migration
     );
-    for (ino, data) in &files {
-        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
-    }
+    assert_files(&fs, &files, "every file");
     fs.check_allocator().unwrap();
 }
 
@@ -303,17 +294,17 @@ fn readers_and_writers_see_correct_data_while_migration_runs() {
 /// every other 64 KiB: 24 extents half valid, few free extents. Returns the
 /// file and its content.
 fn fragment(fs: &Fs) -> (u64, Vec<u8>) {
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    block_first(fs);
     fs.set_setting("migration_threshold", "99").unwrap();
-    let f = fs.mknod(1, b"frag", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let f = file(fs, 1, "frag");
     let mut data = pattern(8, 12 << 20);
     for (k, c) in data.chunks(512 << 10).enumerate() {
-        fs.write(f.ino, (k as u64) << 19, c).unwrap();
+        fs.write(f, (k as u64) << 19, c).unwrap();
     }
-    fs.fsync(f.ino, false).unwrap();
+    fs.fsync(f, false).unwrap();
     for k in (0..(12u64 << 20) / (64 << 10)).step_by(2) {
         fs.fallocate(
-            f.ino,
+            f,
             k * (64 << 10),
             64 << 10,
             terrace_core::FallocateMode::PunchHole,
@@ -321,7 +312,7 @@ fn fragment(fs: &Fs) -> (u64, Vec<u8>) {
         .unwrap();
         data[(k * (64 << 10)) as usize..((k + 1) * (64 << 10)) as usize].fill(0);
     }
-    (f.ino, data)
+    (f, data)
 }
 
 const SMALL_SSD: u64 = 16 << 20;
@@ -368,15 +359,8 @@ fn crashes_during_extent_recycling_lose_nothing() {
     ssd.sync().unwrap();
     let (recycled, trace) = pm.trace(|| fs.clean_pass());
     assert!(recycled > 0);
-    let n = trace.len();
-    let mut rng = StdRng::seed_from_u64(base_seed("recycling crash test"));
-    let mut points: Vec<usize> = (0..12).map(|_| rng.gen_range(0..=n)).collect();
-    points.extend([0, n]);
     let files = [(ino, data)];
-    for kk in points {
-        let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
-        assert_recovers(pm_img, ssd_img, &files, &format!("crash at {kk}/{n}"));
-    }
+    assert_random_crash_points_recover(&trace, &ssd, &files, 12, "recycling crash test");
 }
 
 #[test]
@@ -419,16 +403,12 @@ fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
         "{:?}",
         st.tiers[1]
     );
-    for (ino, data) in &files {
-        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
-    }
+    assert_files(&fs, &files, "every file");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
     let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, hdd)]).unwrap();
-    for (ino, data) in &files {
-        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
-    }
+    assert_files(&fs, &files, "every file");
 }
 
 /// The cascade's drain of a block tier must find that tier's files however
@@ -488,9 +468,7 @@ fn a_block_tier_drains_even_when_hundreds_of_colder_files_sit_below_it() {
         st.migration
     );
     assert!(newer.iter().any(|&ino| tier_bytes(&fs, ino, "hdd") > 0));
-    for (ino, data) in &files {
-        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
-    }
+    assert_files(&fs, &files, "every file");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
@@ -498,29 +476,22 @@ fn a_block_tier_drains_even_when_hundreds_of_colder_files_sit_below_it() {
 #[test]
 fn crashes_during_reverse_migration_keep_every_byte() {
     let (pm, ssd, fs) = crash_pool(32 << 20, SSD, 64);
-    fs.set_setting("placement_policy", "block-first").unwrap();
-    let f = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    block_first(&fs);
+    let f = file(&fs, 1, "hot");
     let data = pattern(40, 1 << 20);
     for (k, c) in data.chunks(64 << 10).enumerate() {
-        fs.write(f.ino, (k as u64) << 16, c).unwrap();
+        fs.write(f, (k as u64) << 16, c).unwrap();
     }
-    fs.fsync(f.ino, false).unwrap();
+    fs.fsync(f, false).unwrap();
     for _ in 0..200 {
-        fs.read(f.ino, 0, 1 << 20).unwrap();
+        fs.read(f, 0, 1 << 20).unwrap();
     }
     pm.sync_all().unwrap();
     ssd.sync().unwrap();
     let (moved, trace) = pm.trace(|| fs.migration_pass());
     assert!(moved >= 1 << 20, "reverse migration did not run");
-    let n = trace.len();
-    let mut rng = StdRng::seed_from_u64(base_seed("reverse migration crash test"));
-    let mut points: Vec<usize> = (0..10).map(|_| rng.gen_range(0..=n)).collect();
-    points.extend([0, n]);
-    let files = [(f.ino, data)];
-    for kk in points {
-        let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
-        assert_recovers(pm_img, ssd_img, &files, &format!("crash at {kk}/{n}"));
-    }
+    let files = [(f, data)];
+    assert_random_crash_points_recover(&trace, &ssd, &files, 10, "reverse migration crash test");
 }
 
 #[test]
@@ -529,21 +500,18 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
     let mut rng = StdRng::seed_from_u64(base);
     let (pm, ssd, fs) = crash_pool(32 << 20, SSD, 64);
     fs.set_setting("migration_threshold", "95").unwrap();
-    let f = fs
-        .mknod(1, b"table", libc::S_IFREG | 0o644, 0, CTX)
-        .unwrap();
     let mut data = pattern(base, 8 << 20);
-    fs.write(f.ino, 0, &data).unwrap();
-    fs.migrate_file(f.ino, 1).unwrap();
-    assert_eq!(tier_bytes(&fs, f.ino, "pm"), 0);
+    let f = file_holding(&fs, "table", &data);
+    fs.migrate_file(f, 1).unwrap();
+    assert_eq!(tier_bytes(&fs, f, "pm"), 0);
     // Random 4 KiB overwrites: small writes, placed on PM, far apart.
     for _ in 0..300 {
         let b = rng.gen_range(0..(8 << 20) / 4096) as usize;
         let new = pattern(rng.gen(), 4096);
         data[b * 4096..(b + 1) * 4096].copy_from_slice(&new);
-        fs.write(f.ino, (b * 4096) as u64, &new).unwrap();
+        fs.write(f, (b * 4096) as u64, &new).unwrap();
     }
-    let on_pm = tier_bytes(&fs, f.ino, "pm");
+    let on_pm = tier_bytes(&fs, f, "pm");
     assert!(
         on_pm >= 200 * 4096,
         "overwrites did not land on PM: {on_pm}"
@@ -551,7 +519,7 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
     pm.sync_all().unwrap();
     ssd.sync().unwrap();
     let io0 = fs.status().tiers[1].io.unwrap();
-    let (moved, trace) = pm.trace(|| fs.migrate_file(f.ino, 1).unwrap());
+    let (moved, trace) = pm.trace(|| fs.migrate_file(f, 1).unwrap());
     assert_eq!(moved, on_pm);
     let io1 = fs.status().tiers[1].io.unwrap();
     let (bytes, reqs) = (
@@ -565,13 +533,13 @@ fn scattered_overwrites_reach_the_ssd_in_large_requests_and_survive_crashes() {
         bytes / reqs.max(1) >= 256 << 10,
         "{reqs} requests for {bytes} bytes"
     );
-    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    assert!(fs.read(f, 0, data.len()).unwrap() == data);
     fs.check_allocator().unwrap();
     // A crash anywhere in the batched move loses nothing.
     let n = trace.len();
     let mut points: Vec<usize> = (0..6).map(|_| rng.gen_range(0..=n)).collect();
     points.extend([0, n / 2, n]);
-    let files = [(f.ino, data)];
+    let files = [(f, data)];
     for kk in points {
         let (pm_img, ssd_img) = random_crash_images(&trace, &ssd, kk, &mut rng);
         assert_recovers(pm_img, ssd_img, &files, &format!("crash at {kk}/{n}"));
@@ -644,10 +612,9 @@ fn a_hot_region_rewritten_on_pm_over_an_old_file_on_disk_still_migrates() {
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     // A file that is recent (so it does not move whole) ...
     fs.set_setting("migration_age_ns", "1h").unwrap();
-    let f = fs.mknod(1, b"db", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let mut data = pattern(1, 16 << 20);
-    fs.write(f.ino, 0, &data).unwrap();
-    fs.migrate_file(f.ino, 1).unwrap();
+    let f = file_holding(&fs, "db", &data);
+    fs.migrate_file(f, 1).unwrap();
     // ... whose bulk is on disk and whose hot region keeps being rewritten
     // on PM: every PM entry is newer than the file's average mtime.
     let mut rng = StdRng::seed_from_u64(base_seed("hot region test"));
@@ -655,15 +622,15 @@ fn a_hot_region_rewritten_on_pm_over_an_old_file_on_disk_still_migrates() {
         let b = rng.gen_range(0..512usize);
         let new = pattern(rng.gen(), 4096);
         data[b * 4096..(b + 1) * 4096].copy_from_slice(&new);
-        fs.write(f.ino, (b * 4096) as u64, &new).unwrap();
+        fs.write(f, (b * 4096) as u64, &new).unwrap();
     }
-    let before = tier_bytes(&fs, f.ino, "pm");
+    let before = tier_bytes(&fs, f, "pm");
     assert!(before > 1 << 20, "{before}");
     fs.set_setting("migration_threshold", "1").unwrap();
     let moved = fs.migration_pass();
     assert!(moved > 0, "migration stalled with PM over its threshold");
-    assert!(tier_bytes(&fs, f.ino, "pm") < before);
-    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    assert!(tier_bytes(&fs, f, "pm") < before);
+    assert!(fs.read(f, 0, data.len()).unwrap() == data);
     fs.check_allocator().unwrap();
 }
 
@@ -674,14 +641,13 @@ fn a_hot_region_rewritten_on_pm_over_an_old_file_on_disk_still_migrates() {
 #[test]
 fn a_move_never_commits_before_its_data_is_durable_on_the_device() {
     let (pm, ssd, fs) = crash_pool(8 << 20, SSD, 64);
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(77, 600_000);
-    fs.write(f.ino, 0, &data).unwrap();
+    let f = file_holding(&fs, "f", &data);
     pm.sync_all().unwrap();
-    let (moved, trace) = pm.trace(|| fs.migrate_file(f.ino, 1).unwrap());
+    let (moved, trace) = pm.trace(|| fs.migrate_file(f, 1).unwrap());
     assert!(moved > 0);
-    assert_eq!(tier_bytes(&fs, f.ino, "pm"), 0);
-    let files = [(f.ino, data)];
+    assert_eq!(tier_bytes(&fs, f, "pm"), 0);
+    let files = [(f, data)];
     let n = trace.len();
     for kk in 0..=n {
         assert_recovers(

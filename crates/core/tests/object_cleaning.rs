@@ -12,17 +12,13 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use terrace_core::Fs;
-use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
 use terrace_media::object::{Bucket, FaultStore, PutFault};
-use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia};
+use terrace_media::{MemBlock, MemMedia, ObjectMedia};
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 16 << 20;
 const S3: u64 = 64 << 20;
-/// The pool uuid `mkfs_tiers` writes.
-const UUID: [u8; 16] = [15; 16];
-/// One segment per extent, as `terrace mkfs` makes them: 512 KiB here.
-const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
+/// One segment per extent: one part.
 const SEGMENT: u64 = SEGMENT_BLOCKS * 4096;
 /// 48 files of 64 KiB: six full parts of eight files each.
 const FILES: u64 = 48;
@@ -35,7 +31,7 @@ struct Setup {
     pm: Arc<MemMedia>,
     ssd: Arc<MemBlock>,
     /// A bucket over the store itself (no faults): what a remount opens.
-    bucket: Box<dyn Fn() -> Bucket>,
+    plain: Bucket,
     fault: Arc<FaultStore>,
     s3: Arc<ObjectMedia>,
     fs: Fs,
@@ -43,15 +39,9 @@ struct Setup {
     files: Vec<(u64, Vec<u8>)>,
 }
 
-/// Mounts the pool on `pm` with its SSD and object tier `s3`.
-fn mount(pm: Arc<MemMedia>, ssd: &Arc<MemBlock>, s3: Arc<ObjectMedia>) -> Fs {
-    Fs::mount_with_tiers(pm, vec![(1, ssd.clone()), (2, s3)])
-        .unwrap_or_else(|e| panic!("mount: {e}"))
-}
-
 /// Opens the object tier again over the store itself (no faults).
-fn reopen(bucket: &dyn Fn() -> Bucket) -> Arc<ObjectMedia> {
-    Arc::new(ObjectMedia::open_in(bucket(), UUID).unwrap())
+fn reopen(plain: &Bucket) -> Arc<ObjectMedia> {
+    open_object_tier(same_store(plain))
 }
 
 /// The live file data on the object tier once `fragmented` is done.
@@ -59,20 +49,9 @@ fn live_bytes() -> u64 {
     ((FILES / 2) * FILE as u64) - (FILES / 4) * OVERWRITE as u64
 }
 
+/// fsck finds the pool clean; returns the orphan parts it counted.
 fn fsck_clean(pm: &MemMedia, ssd: &Arc<MemBlock>, s3: &Arc<ObjectMedia>) -> u64 {
-    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, ssd.clone()), (2, s3.clone())];
-    let r = terrace_core::fsck::check(pm, &tiers, &mut |_, _| {}).unwrap();
-    assert!(r.is_clean(), "{:?}", r.problems);
-    r.object_orphans
-}
-
-fn assert_files(fs: &Fs, files: &[(u64, Vec<u8>)], ctx: &str) {
-    for (ino, want) in files {
-        assert!(
-            fs.read(*ino, 0, want.len()).unwrap() == *want,
-            "{ctx}: file {ino} reads back different"
-        );
-    }
+    fsck_object_clean(pm, ssd.clone(), s3.clone(), "fsck").object_orphans
 }
 
 /// Writes 48 files, migrates them to the object tier in one batch (six
@@ -80,22 +59,17 @@ fn assert_files(fs: &Fs, files: &[(u64, Vec<u8>)], ctx: &str) {
 /// first 16 KiB of every fourth: each part is then 7/16 live.
 fn fragmented() -> Setup {
     let pm = Arc::new(MemMedia::new(PM));
-    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
+    mkfs_object(&*pm, SSD, S3, 256);
     let ssd = Arc::new(MemBlock::new(SSD));
-    let inner = Bucket::in_memory("tier", "pool").unwrap().store().clone();
-    let fault = Arc::new(FaultStore::new(inner.clone()));
-    let faulty = Bucket::with_store(fault.clone(), "memory://tier", "pool").unwrap();
-    let s3 = Arc::new(ObjectMedia::create_in(faulty, UUID, S3, SEGMENT_BLOCKS).unwrap());
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3.clone())])
-        .unwrap_or_else(|e| panic!("mount: {e}"));
+    let (plain, fault, faulty) = faulty_memory_store();
+    let s3 = create_object_tier(faulty, S3);
+    let fs = mount_object(pm.clone(), ssd.clone(), s3.clone());
     // One mover: one batch, parts of whole segments.
     fs.set_setting("migration_threads", "1").unwrap();
     let mut all = Vec::new();
     for i in 0..FILES {
         let data = pattern(100 + i, FILE);
-        let ino = file(&fs, 1, &format!("f{i}"));
-        fs.write(ino, 0, &data).unwrap();
-        fs.fsync(ino, false).unwrap();
+        let ino = write_file(&fs, &format!("f{i}"), &data);
         all.push((i, ino, data));
     }
     let inos: Vec<u64> = all.iter().map(|f| f.1).collect();
@@ -126,9 +100,7 @@ fn fragmented() -> Setup {
     Setup {
         pm,
         ssd,
-        bucket: Box::new(move || {
-            Bucket::with_store(inner.clone(), "memory://tier", "pool").unwrap()
-        }),
+        plain,
         fault,
         s3,
         fs,
@@ -171,22 +143,13 @@ fn cleaning_rewrites_partly_dead_parts_until_stored_bytes_are_the_live_bytes() {
         1
     );
     fs.unmount().unwrap();
-    let Setup {
-        pm,
-        ssd,
-        bucket,
-        fs,
-        s3,
-        files,
-        ..
-    } = s;
-    drop((fs, s3));
+    drop((s.fs, s.s3));
 
-    let s3 = reopen(&*bucket);
-    assert_eq!(fsck_clean(&pm, &ssd, &s3), 0);
-    let fs = mount(pm.clone(), &ssd, s3.clone());
+    let s3 = reopen(&s.plain);
+    assert_eq!(fsck_clean(&s.pm, &s.ssd, &s3), 0);
+    let fs = mount_object(s.pm.clone(), s.ssd.clone(), s3.clone());
     assert_eq!(fs.mount_report().object_orphans, 0);
-    assert_files(&fs, &files, "after a remount");
+    assert_files(&fs, &s.files, "after a remount");
     let st = s3.object_stats();
     assert_eq!(st.stored_bytes, st.live_bytes);
     fs.check_allocator().unwrap();
@@ -243,9 +206,7 @@ fn no_pass_runs_while_the_store_is_unreachable() {
     let s = fragmented();
     let (fs, s3) = (&s.fs, &s.s3);
     // A migration whose upload fails marks the store failing.
-    let ino = file(fs, 1, "late");
-    fs.write(ino, 0, &pattern(7, 8192)).unwrap();
-    fs.fsync(ino, false).unwrap();
+    let ino = write_file(fs, "late", &pattern(7, 8192));
     s.fault.fail_puts_after(0, PutFault::Refuse);
     s.fault.fail_deletes_after(0);
     assert!(fs.migrate_file(ino, 2).is_err());
@@ -267,15 +228,8 @@ fn no_pass_runs_while_the_store_is_unreachable() {
 
 #[test]
 fn a_crash_between_the_upload_of_rewritten_data_and_its_commit_loses_nothing() {
-    let Setup {
-        pm,
-        ssd,
-        bucket,
-        fault,
-        s3,
-        fs,
-        files,
-    } = fragmented();
+    let s = fragmented();
+    let (fs, s3, fault) = (&s.fs, &s.s3, &s.fault);
     let stored = s3.object_stats().stored_bytes;
     // The pass uploads; the pool "crashes" (PM image taken) while its PUTs
     // are held, before any commit points at them. The process goes on
@@ -292,22 +246,22 @@ fn a_crash_between_the_upload_of_rewritten_data_and_its_commit_loses_nothing() {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        let image = pm.image();
+        let image = s.pm.image();
         fault.fail_deletes_after(0);
         fault.release_puts();
         cleaner.join().unwrap();
         image
     });
-    drop((fs, s3)); // no unmount: the crash
+    drop((s.fs, s.s3)); // no unmount: the crash
     let pm = Arc::new(MemMedia::from_image(image));
-    let s3 = reopen(&*bucket);
+    let s3 = reopen(&s.plain);
     assert!(
         s3.object_stats().stored_bytes > stored,
         "the late uploads landed"
     );
-    let orphans = fsck_clean(&pm, &ssd, &s3);
+    let orphans = fsck_clean(&pm, &s.ssd, &s3);
     assert!(orphans > 0, "the uncommitted rewrite is an orphan");
-    let fs = mount(pm.clone(), &ssd, s3.clone());
+    let fs = mount_object(pm.clone(), s.ssd.clone(), s3.clone());
     let rep = fs.mount_report();
     assert!(!rep.was_clean);
     assert_eq!(rep.object_orphans, orphans);
@@ -316,51 +270,44 @@ fn a_crash_between_the_upload_of_rewritten_data_and_its_commit_loses_nothing() {
         stored,
         "only the orphans went"
     );
-    assert_files(&fs, &files, "after the crash");
+    assert_files(&fs, &s.files, "after the crash");
     fs.check_allocator().unwrap();
     // Cleaning runs again from the start, and its result survives a remount.
     assert_eq!(fs.clean_object_tiers(), 6);
     assert_eq!(s3.object_stats().stored_bytes, s3.object_stats().live_bytes);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = mount(pm, &ssd, s3.clone());
+    let fs = mount_object(pm, s.ssd.clone(), s3.clone());
     assert_eq!(fs.mount_report().object_orphans, 0);
-    assert_files(&fs, &files, "after the crash, cleaning and a remount");
+    assert_files(&fs, &s.files, "after the crash, cleaning and a remount");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
 
 #[test]
 fn a_crash_after_the_commits_but_before_the_old_parts_deletes_loses_nothing() {
-    let Setup {
-        pm,
-        ssd,
-        bucket,
-        fault,
-        s3,
-        fs,
-        files,
-    } = fragmented();
+    let s = fragmented();
+    let (fs, s3, fault) = (&s.fs, &s.s3, &s.fault);
     // Deletes fail: the pass commits every move and frees the old blocks,
     // but their dead parts stay in the store; then the pool "crashes".
     fault.fail_deletes_after(0);
     assert_eq!(fs.clean_object_tiers(), 6, "the old parts are dead");
     assert_eq!(s3.object_stats().dead_parts, 6, "their deletes failed");
-    let image = pm.image();
-    drop((fs, s3));
+    let image = s.pm.image();
+    drop((s.fs, s.s3));
     let pm = Arc::new(MemMedia::from_image(image));
-    let s3 = reopen(&*bucket);
+    let s3 = reopen(&s.plain);
     assert_eq!(
-        fsck_clean(&pm, &ssd, &s3),
+        fsck_clean(&pm, &s.ssd, &s3),
         6,
         "the old parts, whose blocks are free"
     );
-    let fs = mount(pm, &ssd, s3.clone());
+    let fs = mount_object(pm, s.ssd.clone(), s3.clone());
     assert_eq!(fs.mount_report().object_orphans, 6);
     let st = s3.object_stats();
     assert_eq!(st.stored_bytes, st.live_bytes);
     assert_eq!(st.live_bytes, live_bytes());
-    assert_files(&fs, &files, "after the crash");
+    assert_files(&fs, &s.files, "after the crash");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }

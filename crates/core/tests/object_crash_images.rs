@@ -29,8 +29,7 @@ use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
-use terrace_core::{fsck, Fs, SetAttr};
-use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
+use terrace_core::{Fs, SetAttr};
 use terrace_media::object::{Bucket, CrashStore, ObjectEvent, ObjectLoss};
 use terrace_media::{
     BlockLoss, BlockMedia, BlockStats, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia,
@@ -40,10 +39,6 @@ use terrace_media::{
 const PM: u64 = 4 << 20;
 const SSD: u64 = 4 << 20;
 const S3: u64 = 32 << 20;
-/// The pool uuid `mkfs_tiers` writes.
-const UUID: [u8; 16] = [15; 16];
-/// One segment per extent, as `terrace mkfs` makes them: 512 KiB parts.
-const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
 const URL: &str = "memory://crash";
 const PREFIX: &str = "pool";
 
@@ -59,12 +54,10 @@ fn pool() -> Pool {
     let pm = Arc::new(CrashMedia::new(PM));
     let clock = pm.clock();
     let ssd = Arc::new(CrashBlock::timed(SSD, clock.clone()));
-    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 64);
+    mkfs_object(&*pm, SSD, S3, 64);
     let store = Arc::new(CrashStore::timed(clock));
     let bucket = Bucket::with_store(store.clone(), URL, PREFIX).unwrap();
-    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3)])
-        .unwrap_or_else(|e| panic!("mount: {e}"));
+    let fs = mount_object(pm.clone(), ssd.clone(), create_object_tier(bucket, S3));
     // One mover: batches in a deterministic order.
     fs.set_setting("migration_threads", "1").unwrap();
     Pool { pm, ssd, store, fs }
@@ -114,12 +107,6 @@ impl BlockMedia for Spy {
     }
 }
 
-/// The object tier in `bucket` (over a crash image), opened as a mount
-/// would.
-fn open_tier(bucket: Bucket) -> Arc<ObjectMedia> {
-    Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap_or_else(|e| panic!("open: {e}")))
-}
-
 /// fsck of the pool on `pm`, `ssd`, `s3`: clean. Returns the orphan parts
 /// it counted and the runs of the object tier the committed state uses.
 fn fsck_clean(
@@ -132,10 +119,7 @@ fn fsck_clean(
         inner: s3.clone(),
         used: Default::default(),
     });
-    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, ssd.clone()), (2, spy.clone())];
-    let r = fsck::check(pm, &tiers, &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("{ctx}: fsck cannot read: {e}"));
-    assert!(r.is_clean(), "{ctx}: fsck: {:?}", r.problems);
+    let r = fsck_object_clean(pm, ssd.clone(), spy.clone(), ctx);
     let used = spy.used.lock().clone();
     (r.object_orphans, used)
 }
@@ -179,10 +163,10 @@ fn check_image(
     let pm = Arc::new(MemMedia::from_image(pm_img));
     let ssd = Arc::new(MemBlock::from_image(ssd_img));
     let again = Bucket::with_store(bucket.store(), URL, PREFIX).unwrap();
-    let s3 = open_tier(bucket);
+    let s3 = open_object_tier(bucket);
     let (orphans, used) = fsck_clean(&pm, &ssd, &s3, ctx);
     assert_parts_hold(&used, &s3.parts(), ctx);
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3.clone())])
+    let fs = Fs::mount_with_tiers(pm.clone(), object_tiers(ssd.clone(), s3.clone()))
         .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
     let rep = fs.mount_report();
     assert!(
@@ -198,20 +182,12 @@ fn check_image(
     assert_eq!(st.dead_parts, 0, "{ctx}: dead parts left after the mount");
     let t = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs_tree(&fs)))
         .unwrap_or_else(|_| panic!("{ctx}: the tree cannot be read (see above)"));
-    if must_be_after || before == after {
-        assert_same_tree(&t, after, ctx);
-    } else if t != *before && t != *after {
-        panic!(
-            "{ctx}: state is neither before nor after:\nvs before:\n{}\nvs after:\n{}",
-            diff_trees(&t, before),
-            diff_trees(&t, after)
-        );
-    }
+    assert_before_or_after(&t, before, after, must_be_after, ctx);
     fs.unmount().unwrap();
     drop(fs);
     drop(s3);
     // The store holds only parts the pool references.
-    let s3 = open_tier(again);
+    let s3 = open_object_tier(again);
     let (orphans, used) = fsck_clean(&pm, &ssd, &s3, &format!("{ctx}: after recovery"));
     assert_eq!(orphans, 0, "{ctx}: orphan parts left after the mount");
     assert_parts_hold(&used, &s3.parts(), &format!("{ctx}: after recovery"));
@@ -312,13 +288,6 @@ fn crash_step(p: &Pool, name: &str, rng: &mut StdRng, counts: &mut Counts, step:
             }
         }
     });
-}
-
-fn write_file(fs: &Fs, name: &str, data: &[u8]) -> u64 {
-    let ino = file(fs, 1, name);
-    fs.write(ino, 0, data).unwrap();
-    fs.fsync(ino, false).unwrap();
-    ino
 }
 
 /// Migration to the object tier (PM → S3 in one batch of several parts,

@@ -13,34 +13,17 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 use terrace_core::Fs;
-use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
 use terrace_media::object::{Bucket, FaultStore};
-use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia};
+use terrace_media::{BlockMedia, ObjectMedia};
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 16 << 20;
 const S3: u64 = 64 << 20;
-/// The pool uuid `mkfs_tiers` writes.
-const UUID: [u8; 16] = [15; 16];
-const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
 
 /// A pool PM + SSD + an object tier on a fresh in-memory store.
 fn pool() -> (Fs, Arc<ObjectMedia>) {
-    let pm = Arc::new(MemMedia::new(PM));
-    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
-    let bucket = Bucket::in_memory("tier", "pool").unwrap();
-    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
-    let ssd = Arc::new(MemBlock::new(SSD));
-    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, s3.clone())])
-        .unwrap_or_else(|e| panic!("mount: {e}"));
-    (fs, s3)
-}
-
-fn write_file(fs: &Fs, name: &str, data: &[u8]) -> u64 {
-    let ino = file(fs, 1, name);
-    fs.write(ino, 0, data).unwrap();
-    fs.fsync(ino, false).unwrap();
-    ino
+    let pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
+    (pool.mount(), pool.s3)
 }
 
 #[test]
@@ -228,14 +211,9 @@ impl Drop for ReleaseGets<'_> {
 
 #[test]
 fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may_wait() {
-    let pm = Arc::new(MemMedia::new(PM));
-    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
-    let ssd = Arc::new(MemBlock::new(SSD));
-    let inner = Bucket::in_memory("tier", "pool").unwrap().store().clone();
-    let fault = Arc::new(FaultStore::new(inner));
-    let bucket = || Bucket::with_store(fault.clone(), "memory://tier", "pool").unwrap();
-    let s3 = Arc::new(ObjectMedia::create_in(bucket(), UUID, S3, SEGMENT_BLOCKS).unwrap());
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3)]).unwrap();
+    let (_, fault, faulty) = faulty_memory_store();
+    let mut pool = ObjectPool::format(PM, SSD, S3, faulty);
+    let fs = pool.mount();
     let data = pattern(6, 1 << 20);
     let ino = write_file(&fs, "mixed", &data);
     let cold = write_file(&fs, "cold", &data);
@@ -244,8 +222,8 @@ fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may
     fs.migrate_file(cold, 2).unwrap();
     fs.unmount().unwrap();
     // Remounted: the DRAM cache holds none of the migrated blocks.
-    let s3 = Arc::new(ObjectMedia::open_in(bucket(), UUID).unwrap());
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, s3)]).unwrap();
+    pool.reopen();
+    let fs = pool.mount();
     // Block 0 back on PM, the rest on the object tier.
     let mut want = data.clone();
     want[..4096].fill(9);

@@ -7,55 +7,18 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use terrace_core::Fs;
-use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
-use terrace_media::object::{Bucket, FaultStore};
-use terrace_media::{BlockMedia, MemBlock, MemMedia, ObjectMedia};
+use terrace_media::object::Bucket;
+use terrace_media::MemMedia;
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 16 << 20;
 const S3: u64 = 64 << 20;
-/// The pool uuid `mkfs_tiers` writes.
-const UUID: [u8; 16] = [15; 16];
-/// One segment per extent, as `terrace mkfs` makes them.
-const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
-
-/// The pool's PM and SSD (the object tier is given at each mount).
-struct Pool {
-    pm: Arc<MemMedia>,
-    ssd: Arc<MemBlock>,
-}
-
-impl Pool {
-    fn format() -> Pool {
-        let pm = Arc::new(MemMedia::new(PM));
-        mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
-        Pool {
-            pm,
-            ssd: Arc::new(MemBlock::new(SSD)),
-        }
-    }
-
-    fn mount(&self, s3: Arc<ObjectMedia>) -> Fs {
-        Fs::mount_with_tiers(self.pm.clone(), vec![(1, self.ssd.clone()), (2, s3)])
-            .unwrap_or_else(|e| panic!("mount: {e}"))
-    }
-}
-
-fn write_file(fs: &Fs, name: &str, data: &[u8]) -> u64 {
-    let ino = file(fs, 1, name);
-    fs.write(ino, 0, data).unwrap();
-    fs.fsync(ino, false).unwrap();
-    ino
-}
 
 #[test]
 fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
-    let pool = Pool::format();
-    let bucket = Bucket::in_memory("tier", "pool").unwrap();
-    let store = bucket.store().clone();
-    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
-    let fs = pool.mount(s3.clone());
+    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
+    let s3 = pool.s3.clone();
+    let fs = pool.mount();
     let a = pattern(1, 3 << 20);
     let b = pattern(2, 300 << 10);
     let ia = write_file(&fs, "a", &a);
@@ -103,9 +66,8 @@ fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
     drop(fs);
     drop(s3);
 
-    let bucket = Bucket::with_store(store, "memory://tier", "pool").unwrap();
-    let s3 = Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap());
-    let fs = pool.mount(s3.clone());
+    pool.reopen();
+    let fs = pool.mount();
     let mut want = b.clone();
     want[..4096].fill(7);
     assert_eq!(fs.read(ib, 0, want.len()).unwrap(), want);
@@ -116,12 +78,10 @@ fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
 
 #[test]
 fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
-    let pool = Pool::format();
-    let inner = Bucket::in_memory("tier", "pool").unwrap().store().clone();
-    let fault = Arc::new(FaultStore::new(inner.clone()));
-    let bucket = Bucket::with_store(fault.clone(), "memory://tier", "pool").unwrap();
-    let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
-    let fs = pool.mount(s3.clone());
+    let (plain, fault, faulty) = faulty_memory_store();
+    let pool = ObjectPool::format(PM, SSD, S3, faulty);
+    let s3 = pool.s3.clone();
+    let fs = pool.mount();
     let kept = pattern(3, 1 << 20);
     let cold = pattern(4, 2 << 20);
     let ik = write_file(&fs, "kept", &kept);
@@ -144,20 +104,14 @@ fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
     });
     assert!(s3.object_stats().parts > committed_parts);
     drop(fs); // no unmount: the crash
-    drop(s3);
+    drop((s3, pool.s3));
 
     let pm = Arc::new(MemMedia::from_image(image));
-    let bucket = Bucket::with_store(inner, "memory://tier", "pool").unwrap();
-    let s3 = Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap());
-    let orphans_before = {
-        let fs_tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, pool.ssd.clone()), (2, s3.clone())];
-        let r = terrace_core::fsck::check(&*pm, &fs_tiers, &mut |_, _| {}).unwrap();
-        assert!(r.is_clean(), "{:?}", r.problems);
-        r.object_orphans
-    };
+    let s3 = open_object_tier(plain);
+    let orphans_before =
+        fsck_object_clean(&*pm, pool.ssd.clone(), s3.clone(), "after the crash").object_orphans;
     assert!(orphans_before > 0, "the uncommitted upload is an orphan");
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, pool.ssd.clone()), (2, s3.clone())])
-        .unwrap_or_else(|e| panic!("mount: {e}"));
+    let fs = mount_object(pm.clone(), pool.ssd.clone(), s3.clone());
     let rep = fs.mount_report();
     assert!(!rep.was_clean);
     assert_eq!(rep.object_orphans, orphans_before);
@@ -171,8 +125,7 @@ fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
     fs.migrate_file(ic, 2).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, pool.ssd.clone()), (2, s3.clone())])
-        .unwrap_or_else(|e| panic!("mount: {e}"));
+    let fs = mount_object(pm.clone(), pool.ssd.clone(), s3.clone());
     assert_eq!(fs.read(ic, 0, cold.len()).unwrap(), cold);
     assert_eq!(fs.mount_report().object_orphans, 0);
     fs.unmount().unwrap();

@@ -7,59 +7,12 @@
 
 mod common;
 use common::*;
-use std::sync::Arc;
 use terrace_core::Fs;
-use terrace_format::{TierKind, DEFAULT_EXTENT_SIZE};
 use terrace_media::object::Bucket;
-use terrace_media::{MemBlock, MemMedia, ObjectMedia};
 
 const PM: u64 = 32 << 20;
 const SSD: u64 = 16 << 20;
 const S3: u64 = 64 << 20;
-/// The pool uuid `mkfs_tiers` writes.
-const UUID: [u8; 16] = [15; 16];
-const SEGMENT_BLOCKS: u64 = DEFAULT_EXTENT_SIZE as u64 / 4096;
-
-struct Pool {
-    pm: Arc<MemMedia>,
-    ssd: Arc<MemBlock>,
-    s3: Arc<ObjectMedia>,
-    /// Opens the object tier again from what its store holds.
-    open_again: Box<dyn Fn() -> Arc<ObjectMedia>>,
-}
-
-impl Pool {
-    fn format() -> Pool {
-        let pm = Arc::new(MemMedia::new(PM));
-        mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::S3, S3)], 256);
-        let bucket = Bucket::in_memory("tier", "pool").unwrap();
-        let store = bucket.store().clone();
-        let s3 = Arc::new(ObjectMedia::create_in(bucket, UUID, S3, SEGMENT_BLOCKS).unwrap());
-        let open_again = Box::new(move || {
-            let bucket = Bucket::with_store(store.clone(), "memory://tier", "pool").unwrap();
-            Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap())
-        });
-        Pool {
-            pm,
-            ssd: Arc::new(MemBlock::new(SSD)),
-            s3,
-            open_again,
-        }
-    }
-
-    fn mount(&self) -> Fs {
-        Fs::mount_with_tiers(
-            self.pm.clone(),
-            vec![(1, self.ssd.clone()), (2, self.s3.clone())],
-        )
-        .unwrap_or_else(|e| panic!("mount: {e}"))
-    }
-
-    /// The object tier opened again from what the store holds.
-    fn reopen(&mut self) {
-        self.s3 = (self.open_again)();
-    }
-}
 
 /// Reads all of `ino` many times, as a read-hot file would be.
 fn read_hot(fs: &Fs, ino: u64, len: usize) {
@@ -73,7 +26,7 @@ fn read_hot(fs: &Fs, ino: u64, len: usize) {
 
 #[test]
 fn a_file_pinned_to_the_object_tier_is_written_there_and_stays_there_when_read_hot() {
-    let mut pool = Pool::format();
+    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
     let fs = pool.mount();
     let f = fs
         .mknod(1, b"archive", libc::S_IFREG | 0o644, 0, CTX)
@@ -111,27 +64,25 @@ fn a_file_pinned_to_the_object_tier_is_written_there_and_stays_there_when_read_h
 
 #[test]
 fn read_hot_data_on_the_object_tier_comes_back_up_to_pm() {
-    let mut pool = Pool::format();
+    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
     let fs = pool.mount();
-    let f = fs.mknod(1, b"hot", libc::S_IFREG | 0o644, 0, CTX).unwrap();
     let data = pattern(8, 2 << 20);
-    fs.write(f.ino, 0, &data).unwrap();
-    fs.fsync(f.ino, false).unwrap();
-    fs.migrate_file(f.ino, 2).unwrap();
-    assert_eq!(tier_bytes(&fs, f.ino, "s3"), 2 << 20);
+    let f = write_file(&fs, "hot", &data);
+    fs.migrate_file(f, 2).unwrap();
+    assert_eq!(tier_bytes(&fs, f, "s3"), 2 << 20);
     // Writes dominate so far: nothing moves up.
     assert_eq!(fs.migration_pass(), 0);
 
-    read_hot(&fs, f.ino, data.len());
+    read_hot(&fs, f, data.len());
     assert!(fs.migration_pass() >= 2 << 20);
     assert_eq!(
-        tier_bytes(&fs, f.ino, "pm"),
+        tier_bytes(&fs, f, "pm"),
         2 << 20,
         "the read-hot file stayed on the object tier"
     );
-    assert_eq!(tier_bytes(&fs, f.ino, "s3"), 0);
+    assert_eq!(tier_bytes(&fs, f, "s3"), 0);
     assert!(fs.status().migration.bytes_up >= 2 << 20);
-    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    assert!(fs.read(f, 0, data.len()).unwrap() == data);
     // Its objects are dead once nothing references them.
     fs.reclaim_object_tiers();
     assert_eq!(pool.s3.object_stats().live_bytes, 0);
@@ -139,6 +90,6 @@ fn read_hot_data_on_the_object_tier_comes_back_up_to_pm() {
 
     pool.reopen();
     let fs = pool.mount();
-    assert!(fs.read(f.ino, 0, data.len()).unwrap() == data);
+    assert!(fs.read(f, 0, data.len()).unwrap() == data);
     fs.check_allocator().unwrap();
 }

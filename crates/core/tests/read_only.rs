@@ -100,7 +100,7 @@ fn a_frozen_pool_is_clean_on_media_and_untouched_until_it_thaws() {
     let fs = Arc::new(fs);
     fs.start_writeback();
     fs.start_migration();
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    block_first(&fs);
     fs.set_atime_mode(terrace_core::AtimeMode::Strict);
     let mut files = Vec::new();
     for i in 0..4u64 {

@@ -143,9 +143,8 @@ fn migration_leaves_a_file_pinned_to_pm_and_moves_the_others() {
 #[test]
 fn a_new_rule_brings_the_file_data_to_its_tier_and_clearing_it_restores_automatic_placement() {
     let (_, _, fs) = tiered_pool(PM, SSD, 64);
-    let f = file(&fs, 1, "f");
     let data = pattern(4, 3 << 20);
-    fs.write(f, 0, &data).unwrap();
+    let f = file_holding(&fs, "f", &data);
     assert_eq!(tier_bytes(&fs, f, "pm"), 3 << 20);
     fs.setxattr(f, RULE, b"ssd", 0).unwrap();
     fs.migration_pass();

@@ -15,14 +15,6 @@ use terrace_media::{CrashMedia, LossMode};
 
 const BS: u64 = 4096;
 
-/// Whole content of `ino`.
-fn content(fs: &Fs, ino: u64) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size;
-    let got = fs.read(ino, 0, size as usize).unwrap();
-    assert_eq!(got.len() as u64, size, "short read");
-    got
-}
-
 fn free_blocks(fs: &Fs) -> u64 {
     fs.statfs().bfree
 }
@@ -30,9 +22,8 @@ fn free_blocks(fs: &Fs) -> u64 {
 #[test]
 fn a_block_aligned_copy_shares_the_blocks_and_takes_no_data_space() {
     let (_pm, fs) = pm_pool(64 << 20, 64);
-    let src = file(&fs, 1, "src");
     let data = pattern(1, 2_000 * BS as usize + 100);
-    fs.write(src, 0, &data).unwrap();
+    let src = file_holding(&fs, "src", &data);
     let dst = file(&fs, 1, "dst");
     let before = free_blocks(&fs);
     let n = fs.copy_range(src, 0, dst, 0, data.len() as u64).unwrap();
@@ -53,9 +44,8 @@ fn a_block_aligned_copy_shares_the_blocks_and_takes_no_data_space() {
 #[test]
 fn a_write_to_either_file_changes_only_that_file() {
     let (_pm, fs) = pm_pool(64 << 20, 64);
-    let src = file(&fs, 1, "src");
     let mut a = pattern(2, 300 * BS as usize);
-    fs.write(src, 0, &a).unwrap();
+    let src = file_holding(&fs, "src", &a);
     let dst = file(&fs, 1, "dst");
     fs.copy_range(src, 0, dst, 0, a.len() as u64).unwrap();
     let mut b = a.clone();
@@ -79,9 +69,8 @@ fn a_write_to_either_file_changes_only_that_file() {
 fn shared_blocks_are_freed_with_the_last_file_that_maps_them() {
     let (_pm, fs) = pm_pool(64 << 20, 64);
     let empty = free_blocks(&fs);
-    let src = file(&fs, 1, "src");
     let data = pattern(4, 500 * BS as usize);
-    fs.write(src, 0, &data).unwrap();
+    let src = file_holding(&fs, "src", &data);
     let c1 = file(&fs, 1, "c1");
     let c2 = file(&fs, 1, "c2");
     fs.copy_range(src, 0, c1, 0, data.len() as u64).unwrap();
@@ -112,9 +101,8 @@ fn shared_blocks_are_freed_with_the_last_file_that_maps_them() {
 #[test]
 fn unaligned_copies_copy_bytes_and_partial_last_blocks_share_only_at_both_ends() {
     let (_pm, fs) = pm_pool(64 << 20, 64);
-    let src = file(&fs, 1, "src");
     let data = pattern(5, 40 * BS as usize + 1000);
-    fs.write(src, 0, &data).unwrap();
+    let src = file_holding(&fs, "src", &data);
     // Unaligned source offset: a byte copy (the data takes new blocks).
     let d1 = file(&fs, 1, "d1");
     let before = free_blocks(&fs);
@@ -124,9 +112,8 @@ fn unaligned_copies_copy_bytes_and_partial_last_blocks_share_only_at_both_ends()
     // Copy to the source's end into a longer file: the partial last block
     // is copied (sharing it would expose the source's zeros past its end
     // where the destination has data).
-    let d2 = file(&fs, 1, "d2");
     let long = pattern(6, 50 * BS as usize);
-    fs.write(d2, 0, &long).unwrap();
+    let d2 = file_holding(&fs, "d2", &long);
     let n = data.len() as u64 - 30 * BS;
     assert_eq!(fs.copy_range(src, 30 * BS, d2, 0, u64::MAX).unwrap(), n);
     let mut want = long.clone();
@@ -154,9 +141,8 @@ fn references_are_rebuilt_at_mount_after_a_clean_unmount_and_after_a_crash() {
     for crash in [false, true] {
         let (pm, fs) = pm_pool(64 << 20, 64);
         let empty = free_blocks(&fs);
-        let src = file(&fs, 1, "src");
         let data = pattern(7, 300 * BS as usize + 5);
-        fs.write(src, 0, &data).unwrap();
+        let src = file_holding(&fs, "src", &data);
         let dst = file(&fs, 1, "dst");
         fs.copy_range(src, 0, dst, 0, data.len() as u64).unwrap();
         if crash {
@@ -186,8 +172,7 @@ fn fsck_still_finds_a_block_two_files_map_without_the_shared_flag() {
     // A clone, then the flag removed from the clone's entries on the image
     // (as a bug or a damaged log would leave it): double ownership.
     let (pm, fs) = pm_pool(16 << 20, 64);
-    let src = file(&fs, 1, "src");
-    fs.write(src, 0, &pattern(8, 8 * BS as usize)).unwrap();
+    let src = file_holding(&fs, "src", &pattern(8, 8 * BS as usize));
     let dst = file(&fs, 1, "dst");
     fs.copy_range(src, 0, dst, 0, 8 * BS).unwrap();
     fs.unmount().unwrap();
@@ -229,12 +214,10 @@ fn fsck_still_finds_a_block_two_files_map_without_the_shared_flag() {
 fn a_crash_at_any_point_of_a_clone_leaves_the_old_or_the_new_file() {
     let mut rng = StdRng::seed_from_u64(base_seed("clone crash"));
     let (media, fs) = pm_pool_on(CrashMedia::new(8 << 20), 32);
-    let src = file(&fs, 1, "src");
     let a = pattern(9, 40 * BS as usize + 300);
-    fs.write(src, 0, &a).unwrap();
-    let dst = file(&fs, 1, "dst");
+    let src = file_holding(&fs, "src", &a);
     let old = pattern(10, 12 * BS as usize);
-    fs.write(dst, 0, &old).unwrap();
+    let dst = file_holding(&fs, "dst", &old);
     // Blocks 4..24 of the source over blocks 2..22 of the destination.
     let mut new = old.clone();
     new.resize(22 * BS as usize, 0);
@@ -388,6 +371,18 @@ fn fs_apply(fs: &Fs, inos: &mut [u64; FILES], op: &Op) -> Result<u64, i32> {
     r.map_err(|e| e.raw_os_error().unwrap_or(-1))
 }
 
+/// Every file reads back as its model, and the allocator is consistent.
+fn assert_matches_model(fs: &Fs, inos: &[u64; FILES], model: &[Vec<u8>; FILES], ctx: &str) {
+    for f in 0..FILES {
+        assert!(
+            content(fs, inos[f]) == model[f],
+            "{ctx}: file f{f} differs from the model"
+        );
+    }
+    fs.check_allocator()
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+}
+
 /// Random writes, copies, truncates, punches and re-creations of three files
 /// against a byte model; the allocator and the reference counts checked
 /// after every step; remounts (clean and crash-like) along the way. With
@@ -397,7 +392,7 @@ fn run_model(tiered: bool, seed: u64, steps: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let (pm, ssd, mut fs) = tiered_pool(32 << 20, 128 << 20, 64);
     if tiered {
-        fs.set_setting("placement_policy", "block-first").unwrap();
+        block_first(&fs);
     }
     let mut inos = [0u64; FILES];
     for (f, ino) in inos.iter_mut().enumerate() {
@@ -412,14 +407,7 @@ fn run_model(tiered: bool, seed: u64, steps: usize) {
         let got = fs_apply(&fs, &mut inos, &op);
         let ctx = format!("seed {seed} step {step} {op:?}");
         assert_eq!(got, want, "{ctx}: result");
-        for f in 0..FILES {
-            assert!(
-                content(&fs, inos[f]) == model[f],
-                "{ctx}: file f{f} differs from the model"
-            );
-        }
-        fs.check_allocator()
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_matches_model(&fs, &inos, &model, &ctx);
         shared_seen |= !fs.shared_block_stats().is_empty();
         match rng.gen_range(0..40) {
             0 if tiered => {
@@ -446,17 +434,10 @@ fn run_model(tiered: bool, seed: u64, steps: usize) {
             _ => continue,
         }
         if tiered {
-            fs.set_setting("placement_policy", "block-first").unwrap();
+            block_first(&fs);
         }
         let ctx = format!("{ctx}, after the extra step");
-        for f in 0..FILES {
-            assert!(
-                content(&fs, inos[f]) == model[f],
-                "{ctx}: file f{f} differs from the model"
-            );
-        }
-        fs.check_allocator()
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_matches_model(&fs, &inos, &model, &ctx);
     }
     assert!(shared_seen, "seed {seed}: no step ever shared a block");
     fs.unmount().unwrap();

@@ -237,7 +237,7 @@ fn an_unmount_that_cannot_persist_keeps_the_data_and_succeeds_later() {
         off += 65536;
     }
     fs.fsync(filler.ino, false).unwrap();
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    block_first(&fs);
     let a = fs
         .mknod(1, b"cached", libc::S_IFREG | 0o644, 0, CTX)
         .unwrap();

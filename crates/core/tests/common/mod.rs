@@ -1,13 +1,17 @@
 //! Shared test support: a reference model of a POSIX namespace, random
 //! operations applied to both it and the file system, a canonical view of the
 //! whole tree used to compare them, and small helpers; pools on test media
-//! (`pools`) and recovery from crash images (`crash`).
+//! (`pools`), pools with an object tier (`object`) and recovery from crash
+//! images (`crash`).
 #![allow(dead_code)]
 
 mod crash;
+mod object;
 mod pools;
 #[allow(unused_imports)]
 pub use crash::*;
+#[allow(unused_imports)]
+pub use object::*;
 #[allow(unused_imports)]
 pub use pools::*;
 
@@ -649,6 +653,14 @@ pub fn tier_bytes(fs: &Fs, ino: u64, tier: &str) -> u64 {
         .filter(|e| e.2 == tier)
         .map(|e| e.1)
         .sum()
+}
+
+/// The whole file as the file system reads it (size from getattr).
+pub fn content(fs: &Fs, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size;
+    let got = fs.read(ino, 0, size as usize).unwrap();
+    assert_eq!(got.len() as u64, size, "short read");
+    got
 }
 
 /// `len` pseudo-random bytes from `seed`.

@@ -26,6 +26,9 @@ pub fn mkfs(media: &dyn PmMedia, inodes: u64) {
     format(media, &p).expect("format");
 }
 
+/// The uuid [`mkfs_tiers`] gives a pool (an object tier's keys name it).
+pub const TIERED_UUID: [u8; 16] = [15; 16];
+
 /// Formats `pm` as a pool with `inodes` slots and block tiers 1, 2, … of
 /// the kinds and sizes in `blocks`, with 512 KiB extents.
 pub fn mkfs_tiers(pm: &dyn PmMedia, blocks: &[(TierKind, u64)], inodes: u64) {
@@ -50,7 +53,7 @@ pub fn mkfs_tiers_sized(pm: &dyn PmMedia, blocks: &[(TierKind, u64, u32)], inode
         tiers.push(tier(id, kind, size, extent_size));
     }
     let p = FormatParams {
-        uuid: [15; 16],
+        uuid: TIERED_UUID,
         inode_count: inodes,
         tiers,
         root_uid: 0,
@@ -131,6 +134,23 @@ pub fn file(fs: &Fs, parent: u64, name: &str) -> u64 {
         .ino
 }
 
+/// Creates the regular file `name` in the root holding `data`; returns its
+/// inode.
+pub fn file_holding(fs: &Fs, name: &str, data: &[u8]) -> u64 {
+    let ino = file(fs, 1, name);
+    fs.write(ino, 0, data)
+        .unwrap_or_else(|e| panic!("write {name}: {e}"));
+    ino
+}
+
+/// [`file_holding`], then fsync: `data` is durable wherever it was placed.
+pub fn write_file(fs: &Fs, name: &str, data: &[u8]) -> u64 {
+    let ino = file_holding(fs, name, data);
+    fs.fsync(ino, false)
+        .unwrap_or_else(|e| panic!("fsync {name}: {e}"));
+    ino
+}
+
 /// Creates the directories `d0`, `d1`, … (`n` of them) in the root; returns
 /// their inodes.
 pub fn mkdirs(fs: &Fs, n: u32) -> Vec<u64> {
@@ -156,4 +176,10 @@ pub fn use_nvmfs(fs: &Fs) {
     ] {
         fs.set_setting(k, v).unwrap();
     }
+}
+
+/// Gives `fs` the block-first placement policy: new data goes to the
+/// block tier (through the DRAM cache) rather than to PM.
+pub fn block_first(fs: &Fs) {
+    fs.set_setting("placement_policy", "block-first").unwrap();
 }

@@ -99,47 +99,44 @@ impl Counts {
         )
     }
 
+    /// The counts as one JSON object, in the order of [`Counts::summary`].
     pub(crate) fn json(&self, base: u64) -> String {
-        let errs: Vec<String> = self
-            .op_errors
-            .iter()
-            .map(|(e, n)| format!("\"{}\":{n}", errno_name(*e)))
-            .collect();
-        format!(
-            "{{\"base_seed\":{base},\"rounds\":{},\"ops\":{},\"faults_injected\":{},\
-             \"ssd_read_faults\":{},\"ssd_write_faults\":{},\"ssd_sync_faults\":{},\"ssd_lost_syncs\":{},\
-             \"pm_poisoned_reads\":{},\"op_errors\":{},\"op_errors_by_errno\":{{{}}},\"op_errors_by_op\":{{{}}},\
-             \"bytes_lost\":{},\"wrong_bytes\":{},\"panics\":{},\"crash_remounts\":{},\
-             \"clean_remounts\":{},\"bytes_checked\":{},\"faulty_mounts\":{},\"faulty_mounts_refused\":{},\"scrub_bad\":{},\"scrub_repaired\":{},\
-             \"pm_poison_served\":{},\"failures\":{}}}",
-            self.rounds,
-            self.ops,
-            self.faults(),
-            self.ssd_read_faults,
-            self.ssd_write_faults,
-            self.ssd_sync_faults,
-            self.ssd_lost_syncs,
-            self.pm_poisoned_reads,
-            self.errors(),
-            errs.join(","),
-            self.op_errors_by_op
-                .iter()
-                .map(|(k, n)| format!("\"{k}\":{n}"))
-                .collect::<Vec<_>>()
-                .join(","),
-            self.bytes_lost,
-            self.wrong_bytes,
-            self.panics,
-            self.crash_remounts,
-            self.clean_remounts,
-            self.bytes_checked,
-            self.faulty_mounts,
-            self.faulty_mounts_refused,
-            self.scrub_bad,
-            self.scrub_repaired,
-            self.pm_poison_served,
-            self.failures.len()
-        )
+        fn object(fields: Vec<(String, String)>) -> String {
+            let fields: Vec<String> = fields
+                .into_iter()
+                .map(|(k, v)| format!("\"{k}\":{v}"))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        let n = |k: &str, v: u64| (k.to_string(), v.to_string());
+        let by_errno = self.op_errors.iter().map(|(e, v)| n(&errno_name(*e), *v));
+        let by_op = self.op_errors_by_op.iter().map(|(k, v)| n(k, *v));
+        object(vec![
+            n("base_seed", base),
+            n("rounds", self.rounds),
+            n("ops", self.ops),
+            n("faults_injected", self.faults()),
+            n("ssd_read_faults", self.ssd_read_faults),
+            n("ssd_write_faults", self.ssd_write_faults),
+            n("ssd_sync_faults", self.ssd_sync_faults),
+            n("ssd_lost_syncs", self.ssd_lost_syncs),
+            n("pm_poisoned_reads", self.pm_poisoned_reads),
+            n("op_errors", self.errors()),
+            ("op_errors_by_errno".into(), object(by_errno.collect())),
+            ("op_errors_by_op".into(), object(by_op.collect())),
+            n("bytes_lost", self.bytes_lost),
+            n("wrong_bytes", self.wrong_bytes),
+            n("panics", self.panics),
+            n("crash_remounts", self.crash_remounts),
+            n("clean_remounts", self.clean_remounts),
+            n("bytes_checked", self.bytes_checked),
+            n("faulty_mounts", self.faulty_mounts),
+            n("faulty_mounts_refused", self.faulty_mounts_refused),
+            n("scrub_bad", self.scrub_bad),
+            n("scrub_repaired", self.scrub_repaired),
+            n("pm_poison_served", self.pm_poison_served),
+            n("failures", self.failures.len() as u64),
+        ])
     }
 }
 
