@@ -60,7 +60,9 @@ impl Fs {
         crate::mkfs::write_superblock(&*self.media, &sb);
         drop(sb);
         let synced = self.media.sync_all();
-        if let Some(mode) = self.atime_before_freeze.lock().take() {
+        // Two leaves: the saved mode is taken before `atime` is.
+        let saved = self.atime_before_freeze.lock().take();
+        if let Some(mode) = saved {
             *self.atime.write() = mode;
         }
         self.frozen.store(false, Ordering::SeqCst);

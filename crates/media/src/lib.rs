@@ -23,6 +23,13 @@
 //! - `fault::FaultMedia`: wraps another media and poisons ranges, so reads of
 //!   them return a recognisable pattern (PM stores cannot fail; media errors
 //!   show up as bad loads).
+//!
+//! Lock order (docs/design.md §4a, "Locks of the media crate"): a media never
+//! calls back into the file system, so its locks sit below every lock of
+//! core. Inside this crate only three pairs nest, each one way: an
+//! `ObjectMedia`'s `sync_lock` → `state`; a `Bucket`'s `network` → `store`;
+//! a `PmFile`'s `unsynced` → `sync_error`. Of these only `sync_lock` is held
+//! across requests to an object store (one upload at a time).
 
 pub mod block;
 pub mod block_crash;
