@@ -13,7 +13,7 @@ use common::*;
 use std::sync::Arc;
 use terrace_core::Fs;
 use terrace_format::TierKind;
-use terrace_media::object::{Bucket, DEFAULT_SEGMENT_BLOCKS};
+use terrace_media::object::{Bucket, PutFault, DEFAULT_SEGMENT_BLOCKS};
 use terrace_media::{MemBlock, MemMedia, ObjectMedia};
 
 const PM: u64 = 32 << 20;
@@ -97,6 +97,77 @@ fn a_cascade_uploads_objects_of_at_least_half_a_segment_on_average() {
             "file {k} reads back after the remount"
         );
     }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
+/// `terrace migrate --to s3` of more than one window: each window uploads
+/// while the next copies. When the second window's upload fails, the first
+/// stays moved, nothing points at the failed window's objects, every file
+/// reads back (now and after a remount) and fsck is clean; with the store
+/// healthy again the migration finishes.
+#[test]
+fn a_failed_upload_between_pipelined_windows_loses_nothing_and_the_migration_finishes() {
+    const FILES: u64 = 12;
+    const SIZE: usize = 16 << 20;
+    let (_plain, faults, bucket) = faulty_memory_store();
+    let mut pool = ObjectPool::format(256 << 20, 16 << 20, 1 << 30, bucket);
+    let fs = pool.mount();
+    // One worker: its windows follow each other (two workers' windows would
+    // share uploads and the PUT countdown).
+    fs.set_setting("migration_threads", "1").unwrap();
+    let inos: Vec<u64> = (0..FILES)
+        .map(|k| {
+            let name = format!("w{k:02}");
+            let f = fs
+                .mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            fs.write(f.ino, 0, &stamped(k, SIZE)).unwrap();
+            fs.fsync(f.ino, false).unwrap();
+            f.ino
+        })
+        .collect();
+    let check = |fs: &Fs, when: &str| {
+        for (k, &ino) in inos.iter().enumerate() {
+            assert!(
+                fs.read(ino, 0, SIZE).unwrap() == stamped(k as u64, SIZE),
+                "file {k} reads back {when}"
+            );
+        }
+    };
+    // 192 MiB in windows of 64 MiB: 128 parts of 512 KiB each. The first
+    // window's PUTs all land; the second window's fail partway.
+    faults.fail_puts_after(128 + 40, PutFault::Refuse);
+    let (moved, errors) = fs.migrate_files(&inos, 2).unwrap();
+    assert!(!errors.is_empty(), "the failed upload is reported");
+    assert!(
+        moved >= 64 << 20 && moved < 192 << 20,
+        "the first window moved, not all ({} MiB)",
+        moved >> 20
+    );
+    let on_s3: u64 = inos.iter().map(|&i| tier_bytes(&fs, i, "s3")).sum();
+    assert_eq!(on_s3, moved, "what moved is what the files map on s3");
+    check(&fs, "after the failed window");
+    fs.unmount().unwrap();
+    fsck_object_clean(
+        &*pool.pm,
+        pool.ssd.clone(),
+        pool.s3.clone(),
+        "after the failed window",
+    );
+
+    faults.heal();
+    pool.reopen();
+    let fs = pool.mount();
+    check(&fs, "after a remount");
+    let (moved_now, errors) = fs.migrate_files(&inos, 2).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(moved + moved_now, FILES * SIZE as u64);
+    check(&fs, "after the migration finished");
+    fs.unmount().unwrap();
+    pool.reopen();
+    let fs = pool.mount();
+    check(&fs, "after the last remount");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
