@@ -7,21 +7,21 @@ use super::*;
 /// One piece of a group still on the source tier.
 #[derive(Clone, Copy)]
 pub(super) struct Piece {
-    file_block: u64,
+    file_block: FileBlock,
     blocks: u64,
-    tier: u8,
-    block: u64,
+    tier: TierId,
+    block: PhysBlock,
     counter: u8,
     mtime: i64,
     seq: u64,
-    copy: Option<(u8, u64)>,
+    copy: Option<(TierId, PhysBlock)>,
 }
 
 impl Piece {
     /// Whether `mode` copies this piece's data to `to`; the others only
     /// need an entry (a clean copy already on `to` is promoted, a copy is
     /// dropped).
-    fn needs_data(&self, mode: Mode, to: u8) -> bool {
+    fn needs_data(&self, mode: Mode, to: TierId) -> bool {
         match mode {
             Mode::Move => self.copy.map(|c| c.0) != Some(to),
             Mode::Copy => true,
@@ -37,13 +37,13 @@ pub(super) struct Prepared {
     /// The inode's generation when the pieces were captured: a slot freed
     /// and reused by another file before the commit has a newer one.
     generation: u32,
-    from: u8,
-    to: u8,
+    from: TierId,
+    to: TierId,
     mode: Mode,
     pieces: Vec<Piece>,
     d: crate::data::DataRuns,
     /// New block of each data block, in piece order.
-    phys: Vec<u64>,
+    phys: Vec<PhysBlock>,
     /// The copied data (its first `total` blocks; for the DRAM cache copy
     /// at commit). Returned to the migrator's buffer pool after the commit.
     buf: terrace_media::AlignedBuf,
@@ -103,9 +103,9 @@ impl<'a> MoveBatch<'a> {
     pub(crate) fn add(
         &mut self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        ranges: &[(u64, u64)],
+        from: TierId,
+        to: TierId,
+        ranges: &[(FileBlock, u64)],
         mode: Mode,
     ) -> FsResult<()> {
         self.started.get_or_insert_with(Instant::now);
@@ -140,15 +140,15 @@ impl<'a> MoveBatch<'a> {
         // Counted down once every pending move is committed or released.
         let blocks: u64 = pending.iter().map(|p| p.total).sum();
         let _done = PendingMoves(&self.fs.migrator, blocks);
-        let mut copied: std::collections::BTreeMap<u8, u64> = Default::default();
+        let mut copied: std::collections::BTreeMap<TierId, u64> = Default::default();
         for p in &pending {
             *copied.entry(p.d.tier).or_default() += p.total * BS;
         }
-        let mut tiers: Vec<u8> = pending.iter().map(|p| p.d.tier).collect();
+        let mut tiers: Vec<TierId> = pending.iter().map(|p| p.d.tier).collect();
         tiers.sort_unstable();
         tiers.dedup();
         let mut synced = Ok(());
-        for t in tiers.into_iter().filter(|&t| t != 0) {
+        for t in tiers.into_iter().filter(|t| !t.is_pm()) {
             synced = synced.and_then(|()| self.fs.sync_tier(t));
         }
         if let Err(e) = synced {
@@ -200,13 +200,19 @@ impl<'a> MoveBatch<'a> {
 impl Fs {
     /// Moves the pieces of `groups` (of file `ino`) that are still on tier
     /// `from` to tier `to`, one group at a time. Returns the bytes moved.
-    pub fn migrate_groups(&self, ino: Ino, from: u8, to: u8, groups: &[Group]) -> FsResult<u64> {
+    pub fn migrate_groups(
+        &self,
+        ino: Ino,
+        from: TierId,
+        to: TierId,
+        groups: &[Group],
+    ) -> FsResult<u64> {
         let mut moved = 0;
         for g in groups {
             if self.migrator.worker.stopping() {
                 break;
             }
-            moved += self.migrate_range(ino, from, to, g.file_block, g.blocks)?;
+            moved += self.migrate_range(ino, from, to, FileBlock(g.file_block), g.blocks)?;
         }
         Ok(moved)
     }
@@ -216,9 +222,9 @@ impl Fs {
     pub(crate) fn migrate_range(
         &self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        start: u64,
+        from: TierId,
+        to: TierId,
+        start: FileBlock,
         n: u64,
     ) -> FsResult<u64> {
         self.move_range(ino, from, to, start, n, Mode::Move)
@@ -230,9 +236,9 @@ impl Fs {
     pub(crate) fn move_range(
         &self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        start: u64,
+        from: TierId,
+        to: TierId,
+        start: FileBlock,
         n: u64,
         mode: Mode,
     ) -> FsResult<u64> {
@@ -247,9 +253,9 @@ impl Fs {
     pub(crate) fn move_ranges(
         &self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        ranges: &[(u64, u64)],
+        from: TierId,
+        to: TierId,
+        ranges: &[(FileBlock, u64)],
         mode: Mode,
     ) -> FsResult<u64> {
         let mut batch = MoveBatch::new(self, 0);
@@ -265,9 +271,9 @@ impl Fs {
     pub(super) fn prepare_move(
         &self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        ranges: &[(u64, u64)],
+        from: TierId,
+        to: TierId,
+        ranges: &[(FileBlock, u64)],
         mode: Mode,
     ) -> FsResult<Option<Prepared>> {
         // 1. Capture.
@@ -339,9 +345,12 @@ impl Fs {
                 tier: to,
                 runs: Vec::new(),
             }
-        } else if to == 0 {
+        } else if to.is_pm() {
             match self.alloc.alloc(total) {
-                Some(runs) => crate::data::DataRuns { tier: 0, runs },
+                Some(runs) => crate::data::DataRuns {
+                    tier: TierId::PM,
+                    runs,
+                },
                 None => {
                     not_pending();
                     return Err(errno(libc::ENOSPC));
@@ -383,13 +392,14 @@ impl Fs {
         let mut at = 0usize;
         for p in pieces.iter().filter(|p| needs_data(p)) {
             let len = (p.blocks * BS) as usize;
-            if p.tier == 0 {
-                self.media.read(p.block * BS, &mut buf[at..at + len]);
+            if p.tier.is_pm() {
+                self.media
+                    .read(p.block.byte_offset(), &mut buf[at..at + len]);
                 self.pm_io.record_read(len as u64);
             } else {
                 let read = self
                     .tier(p.tier)
-                    .and_then(|t| t.media.read_blocks(p.block, &mut buf[at..at + len]))
+                    .and_then(|t| t.media.read_blocks(p.block.get(), &mut buf[at..at + len]))
                     .and_then(|()| self.verify_read(p.tier, p.block, &buf[at..at + len]));
                 if let Err(e) = read {
                     release(d);
@@ -406,7 +416,7 @@ impl Fs {
         }
         let mut phys = Vec::with_capacity(total as usize);
         for &(b, k) in &d.runs {
-            phys.extend(b..b + k);
+            phys.extend((0..k).map(|j| b + j));
         }
         Ok(Some(Prepared {
             ino,
@@ -459,7 +469,7 @@ impl Fs {
             return Ok(0);
         }
         let mut entries: Vec<Entry> = Vec::new();
-        let mut unused: Vec<(u8, u64, u64)> = Vec::new();
+        let mut unused: Vec<crate::extent_map::Released> = Vec::new();
         let mut kept = 0u64;
         let mut kept_data: Vec<(usize, u64)> = Vec::new(); // (index in phys, blocks)
         let mut k = 0usize;
@@ -556,14 +566,14 @@ impl Fs {
         let n_entries = entries.len() as u64;
         // Moves down free a PM block for each one they log: they may use
         // the blocks promised to write-back. Moves up take PM like any write.
-        if let Err(e) = self.commit_one_in(i, entries, to != 0) {
+        if let Err(e) = self.commit_one_in(i, entries, !to.is_pm()) {
             drop(g);
             self.release_data(d);
             return Err(e);
         }
         // Keep a DRAM copy of data moved down while the cache is under half
         // full — under the inode lock, so the blocks cannot be freed first.
-        if to != 0 && mode == Mode::Move {
+        if !to.is_pm() && mode == Mode::Move {
             let c = self.cache.stats();
             if mig::keep_cache_copy(c.dirty_bytes + c.clean_bytes, c.bound_bytes) {
                 for &(first, blocks) in &kept_data {
@@ -591,7 +601,7 @@ impl Fs {
         let m = &self.migrator;
         match mode {
             Mode::Move if from == to => {} // extent recycling: the cleaner counts
-            Mode::Move if to == 0 => {
+            Mode::Move if to.is_pm() => {
                 m.bytes_up.fetch_add(bytes, Ordering::Relaxed);
             }
             Mode::Move => {
