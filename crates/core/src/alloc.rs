@@ -13,14 +13,15 @@
 use crate::lock_order::{Leaf, Mutex, Rank};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use terrace_format::PhysBlock;
 
 /// A run of blocks: `(first block, number of blocks)`.
-pub type Run = (u64, u64);
+pub type Run = (PhysBlock, u64);
 
 struct Shard {
-    start: u64,
-    end: u64,
-    free: Mutex<BTreeMap<u64, u64>>,
+    start: PhysBlock,
+    end: PhysBlock,
+    free: Mutex<BTreeMap<PhysBlock, u64>>,
 }
 
 /// The page-pool allocator.
@@ -35,12 +36,12 @@ pub struct PageAllocator {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Overlap {
     /// First block claimed twice.
-    pub block: u64,
+    pub block: PhysBlock,
 }
 
 impl PageAllocator {
     /// An allocator over `[start, start + blocks)` with everything free.
-    pub fn new(start: u64, blocks: u64, shards: usize) -> PageAllocator {
+    pub fn new(start: PhysBlock, blocks: u64, shards: usize) -> PageAllocator {
         let n = shards.clamp(1, 64).min(blocks.max(1) as usize);
         let per = blocks.div_ceil(n as u64).max(1);
         let mut v = Vec::new();
@@ -67,7 +68,7 @@ impl PageAllocator {
     /// An allocator whose free space is the complement of `used` (runs in any
     /// order). Fails when two runs overlap or a run leaves the pool.
     pub fn from_used(
-        start: u64,
+        start: PhysBlock,
         blocks: u64,
         shards: usize,
         mut used: Vec<Run>,
@@ -95,7 +96,7 @@ impl PageAllocator {
     }
 
     /// Removes a known-free range from the free sets (used while rebuilding).
-    fn take(&self, mut s: u64, n: u64) {
+    fn take(&self, mut s: PhysBlock, n: u64) {
         let end = s + n;
         while s < end {
             let shard = self.shard_of(s);
@@ -115,7 +116,7 @@ impl PageAllocator {
         }
     }
 
-    fn shard_of(&self, block: u64) -> &Shard {
+    fn shard_of(&self, block: PhysBlock) -> &Shard {
         let i = self.shards.partition_point(|sh| sh.end <= block);
         &self.shards[i]
     }
@@ -194,19 +195,19 @@ impl PageAllocator {
 
     /// Whether the next allocation starts in the shard that holds `block`
     /// (for tests that need a block to be handed out again).
-    pub fn next_shard_holds(&self, block: u64) -> bool {
+    pub fn next_shard_holds(&self, block: PhysBlock) -> bool {
         let next = self.next_shard.load(Ordering::Relaxed) % self.shards.len();
         let sh = &self.shards[next];
         (sh.start..sh.end).contains(&block)
     }
 
     /// Allocates one block.
-    pub fn alloc_one(&self) -> Option<u64> {
+    pub fn alloc_one(&self) -> Option<PhysBlock> {
         self.alloc(1).map(|r| r[0].0)
     }
 
     /// Returns a run to the free sets, merging with its neighbours.
-    pub fn free_run(&self, mut s: u64, n: u64) {
+    pub fn free_run(&self, mut s: PhysBlock, n: u64) {
         let end = s + n;
         while s < end {
             let shard = self.shard_of(s);
@@ -248,8 +249,11 @@ impl PageAllocator {
     }
 
     /// First block of the pool.
-    pub fn start(&self) -> u64 {
-        self.shards.first().map(|s| s.start).unwrap_or(0)
+    pub fn start(&self) -> PhysBlock {
+        self.shards
+            .first()
+            .map(|s| s.start)
+            .unwrap_or(PhysBlock::ZERO)
     }
 }
 
@@ -259,7 +263,7 @@ mod tests {
 
     #[test]
     fn alloc_is_all_or_nothing_and_free_restores() {
-        let a = PageAllocator::new(100, 1000, 4);
+        let a = PageAllocator::new(PhysBlock(100), 1000, 4);
         let r = a.alloc(600).unwrap();
         assert_eq!(r.iter().map(|x| x.1).sum::<u64>(), 600);
         assert!(a.alloc(401).is_none());
@@ -274,7 +278,7 @@ mod tests {
 
     #[test]
     fn runs_never_overlap() {
-        let a = PageAllocator::new(10, 300, 3);
+        let a = PageAllocator::new(PhysBlock(10), 300, 3);
         let mut got = Vec::new();
         for i in 0..50 {
             got.extend(a.alloc(1 + i % 7).unwrap());
@@ -283,14 +287,36 @@ mod tests {
         for w in got.windows(2) {
             assert!(w[0].0 + w[0].1 <= w[1].0);
         }
-        assert!(got.iter().all(|&(s, n)| s >= 10 && s + n <= 310));
+        assert!(got
+            .iter()
+            .all(|&(s, n)| s >= PhysBlock(10) && s + n <= PhysBlock(310)));
     }
 
     #[test]
     fn from_used_detects_double_ownership() {
-        assert!(PageAllocator::from_used(0, 100, 2, vec![(5, 10), (14, 2)]).is_err());
-        let a = PageAllocator::from_used(0, 100, 2, vec![(5, 10), (60, 2)]).unwrap();
+        assert!(PageAllocator::from_used(
+            PhysBlock(0),
+            100,
+            2,
+            vec![(PhysBlock(5), 10), (PhysBlock(14), 2)]
+        )
+        .is_err());
+        let a = PageAllocator::from_used(
+            PhysBlock(0),
+            100,
+            2,
+            vec![(PhysBlock(5), 10), (PhysBlock(60), 2)],
+        )
+        .unwrap();
         assert_eq!(a.free(), 88);
-        assert_eq!(a.free_runs(), vec![(0, 5), (15, 35), (50, 10), (62, 38)]);
+        assert_eq!(
+            a.free_runs(),
+            vec![
+                (PhysBlock(0), 5),
+                (PhysBlock(15), 35),
+                (PhysBlock(50), 10),
+                (PhysBlock(62), 38)
+            ]
+        );
     }
 }

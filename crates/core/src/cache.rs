@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terrace_format::BLOCK_SIZE;
+use terrace_format::{PhysBlock, TierId, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE;
 const WB_STRIPES: usize = 64;
@@ -65,7 +65,7 @@ const WB_STRIPES: usize = 64;
 /// try may last the whole retry budget of a dead store).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FailedFetch {
-    pub tier: u8,
+    pub tier: TierId,
     pub window: u64,
     pub at: Instant,
 }
@@ -111,9 +111,9 @@ struct State {
     clean: u64,
     reserved: u64,
     /// Clean pages by physical address: data and LRU tick.
-    pages: BTreeMap<(u8, u64), CleanPage>,
+    pages: BTreeMap<(TierId, PhysBlock), CleanPage>,
     /// LRU order of clean pages.
-    lru: BTreeMap<u64, (u8, u64)>,
+    lru: BTreeMap<u64, (TierId, PhysBlock)>,
     tick: u64,
     /// Files with dirty pages and when they first became dirty.
     dirty_files: HashMap<Ino, Instant>,
@@ -143,7 +143,7 @@ impl State {
         }
         true
     }
-    fn touch(&mut self, key: (u8, u64)) -> Option<Arc<[u8]>> {
+    fn touch(&mut self, key: (TierId, PhysBlock)) -> Option<Arc<[u8]>> {
         self.tick += 1;
         let tick = self.tick;
         let (data, old) = {
@@ -302,10 +302,10 @@ impl PageCache {
     /// `tier`, as far as they are cached: the first block not cached ends the
     /// run. One lock for the whole run, so a read of many cached blocks
     /// takes the state lock once, not once per 4 KiB block.
-    pub(crate) fn get_clean_run(&self, tier: u8, first: u64, max: u64) -> Vec<Arc<[u8]>> {
+    pub(crate) fn get_clean_run(&self, tier: TierId, first: PhysBlock, max: u64) -> Vec<Arc<[u8]>> {
         let mut s = self.state.lock();
         let mut run = Vec::new();
-        for block in first..first.saturating_add(max) {
+        for block in (first.get()..first.get().saturating_add(max)).map(PhysBlock) {
             match s.touch((tier, block)) {
                 Some(p) => run.push(p),
                 None => break,
@@ -317,13 +317,13 @@ impl PageCache {
 
     /// Whether a clean copy of `(tier, block)` is cached (no LRU touch, no
     /// hit counted).
-    pub(crate) fn has_clean(&self, tier: u8, block: u64) -> bool {
+    pub(crate) fn has_clean(&self, tier: TierId, block: PhysBlock) -> bool {
         self.state.lock().pages.contains_key(&(tier, block))
     }
 
     /// How many of the `max` blocks from `first` on are not cached, counted
     /// up to the first cached one (no LRU touch, no hit counted).
-    pub(crate) fn uncached_run(&self, tier: u8, first: u64, max: u64) -> u64 {
+    pub(crate) fn uncached_run(&self, tier: TierId, first: PhysBlock, max: u64) -> u64 {
         let s = self.state.lock();
         match s
             .pages
@@ -339,18 +339,18 @@ impl PageCache {
     /// (see `fetch_locks`).
     pub(crate) fn object_fetch_lock(
         &self,
-        tier: u8,
+        tier: TierId,
         window: u64,
     ) -> MutexGuard<'_, Option<FailedFetch>> {
         let h = window
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(u64::from(tier));
+            .wrapping_add(u64::from(tier.get()));
         self.fetch_locks[(h >> 32) as usize % FETCH_STRIPES].lock()
     }
 
     /// Inserts clean copies of consecutive blocks from `first`, evicting LRU
     /// clean pages for room; pages that do not fit are not cached.
-    pub(crate) fn put_clean(&self, tier: u8, first: u64, pages: Vec<Arc<[u8]>>) {
+    pub(crate) fn put_clean(&self, tier: TierId, first: PhysBlock, pages: Vec<Arc<[u8]>>) {
         let bound = self.bound();
         let mut s = self.state.lock();
         for (k, data) in pages.into_iter().enumerate() {
@@ -378,12 +378,12 @@ impl PageCache {
     }
 
     /// Drops clean copies of freed blocks.
-    pub(crate) fn invalidate(&self, tier: u8, block: u64, n: u64) {
+    pub(crate) fn invalidate(&self, tier: TierId, block: PhysBlock, n: u64) {
         let mut s = self.state.lock();
         if s.pages.is_empty() {
             return;
         }
-        let keys: Vec<((u8, u64), u64)> = s
+        let keys: Vec<((TierId, PhysBlock), u64)> = s
             .pages
             .range((tier, block)..(tier, block.saturating_add(n)))
             .map(|(k, v)| (*k, v.1))
@@ -474,29 +474,33 @@ mod tests {
     #[test]
     fn an_uncached_run_ends_at_the_first_cached_block_of_the_same_tier() {
         let c = PageCache::new(1 << 20);
-        c.put_clean(1, 10, vec![page(1)]);
-        c.put_clean(2, 5, vec![page(2)]);
-        assert_eq!(c.uncached_run(1, 4, 100), 6);
-        assert_eq!(c.uncached_run(1, 4, 3), 3);
-        assert_eq!(c.uncached_run(1, 11, 50), 50);
-        assert_eq!(c.uncached_run(2, 0, 50), 5);
-        assert_eq!(c.uncached_run(1, 10, 4), 0);
+        c.put_clean(TierId(1), PhysBlock(10), vec![page(1)]);
+        c.put_clean(TierId(2), PhysBlock(5), vec![page(2)]);
+        assert_eq!(c.uncached_run(TierId(1), PhysBlock(4), 100), 6);
+        assert_eq!(c.uncached_run(TierId(1), PhysBlock(4), 3), 3);
+        assert_eq!(c.uncached_run(TierId(1), PhysBlock(11), 50), 50);
+        assert_eq!(c.uncached_run(TierId(2), PhysBlock(0), 50), 5);
+        assert_eq!(c.uncached_run(TierId(1), PhysBlock(10), 4), 0);
     }
 
     #[test]
     fn a_run_of_cached_blocks_ends_at_the_first_block_not_cached_and_counts_its_hits() {
         let c = PageCache::new(1 << 20);
-        c.put_clean(1, 10, vec![page(1), page(2), page(3)]);
-        c.put_clean(1, 14, vec![page(5)]);
-        let run = c.get_clean_run(1, 10, 8);
+        c.put_clean(TierId(1), PhysBlock(10), vec![page(1), page(2), page(3)]);
+        c.put_clean(TierId(1), PhysBlock(14), vec![page(5)]);
+        let run = c.get_clean_run(TierId(1), PhysBlock(10), 8);
         assert_eq!(run.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![1, 2, 3]);
-        assert_eq!(c.get_clean_run(1, 11, 1).len(), 1, "max bounds the run");
+        assert_eq!(
+            c.get_clean_run(TierId(1), PhysBlock(11), 1).len(),
+            1,
+            "max bounds the run"
+        );
         assert!(
-            c.get_clean_run(1, 13, 4).is_empty(),
+            c.get_clean_run(TierId(1), PhysBlock(13), 4).is_empty(),
             "a miss first: nothing"
         );
         assert!(
-            c.get_clean_run(2, 10, 4).is_empty(),
+            c.get_clean_run(TierId(2), PhysBlock(10), 4).is_empty(),
             "another tier's blocks"
         );
         assert_eq!(c.stats().hits, 4);

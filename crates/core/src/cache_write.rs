@@ -15,7 +15,7 @@ use crate::fs::Fs;
 use crate::inode::{DirtyPage, Inode};
 use crate::types::{errno, FsResult};
 use std::time::Duration;
-use terrace_format::BLOCK_SIZE;
+use terrace_format::{FileBlock, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE;
 
@@ -76,7 +76,7 @@ impl Fs {
         let fb1 = (end - 1) / BS;
         let seq = self.cache.next_seq();
         let mut added = 0u64;
-        let mut fresh: Vec<(u64, DirtyPage)> = Vec::with_capacity((fb1 - fb0 + 1) as usize);
+        let mut fresh: Vec<(FileBlock, DirtyPage)> = Vec::with_capacity((fb1 - fb0 + 1) as usize);
         for fb in fb0..=fb1 {
             let pstart = fb * BS;
             let from = off.max(pstart);
@@ -95,7 +95,7 @@ impl Fs {
                 page[(from - pstart) as usize..(to - pstart) as usize].copy_from_slice(src);
             }
             fresh.push((
-                fb,
+                FileBlock(fb),
                 DirtyPage {
                     data: page.into(),
                     seq,

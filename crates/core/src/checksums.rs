@@ -10,11 +10,11 @@ use crate::fs::Fs;
 use crate::sums::{block_crc, sums_entries_in, BlockSums, SumsTables};
 use crate::types::{errno, FsResult};
 use std::sync::atomic::Ordering;
-use terrace_format::{Entry, BLOCK_SIZE};
+use terrace_format::{Entry, PhysBlock, TierId, BLOCK_SIZE};
 
 impl Fs {
     /// The checksum table of block tier `tier` (None for PM or an unknown tier).
-    pub(crate) fn sums_of(&self, tier: u8) -> Option<&BlockSums> {
+    pub(crate) fn sums_of(&self, tier: TierId) -> Option<&BlockSums> {
         self.tiers.iter().find(|t| t.id == tier).map(|t| &t.sums)
     }
 
@@ -33,7 +33,7 @@ impl Fs {
 
     /// Checks `buf`, read from block `first` of tier `tier` on, against the
     /// recorded checksums. A mismatch is counted, logged and returned as EIO.
-    pub(crate) fn verify_read(&self, tier: u8, first: u64, buf: &[u8]) -> FsResult<()> {
+    pub(crate) fn verify_read(&self, tier: TierId, first: PhysBlock, buf: &[u8]) -> FsResult<()> {
         if self.verified_prefix(tier, first, buf) * BLOCK_SIZE as usize == buf.len() {
             Ok(())
         } else {
@@ -46,8 +46,14 @@ impl Fs {
     /// format 5: they count as intact). With `report`, a mismatch is counted
     /// and logged (`verified_prefix`); scrub, which counts what it finds
     /// itself, asks without.
-    pub(crate) fn blocks_intact(&self, tier: u8, first: u64, blocks: u64, report: bool) -> bool {
-        if tier == 0 {
+    pub(crate) fn blocks_intact(
+        &self,
+        tier: TierId,
+        first: PhysBlock,
+        blocks: u64,
+        report: bool,
+    ) -> bool {
+        if tier.is_pm() {
             return true;
         }
         let Ok(t) = self.tier(tier) else {
@@ -58,7 +64,7 @@ impl Fs {
         while at < blocks {
             let n = (blocks - at).min(256);
             let chunk = &mut buf[..(n * BLOCK_SIZE) as usize];
-            if t.media.read_blocks(first + at, chunk).is_err() {
+            if t.media.read_blocks((first + at).get(), chunk).is_err() {
                 return false;
             }
             let intact = if report {
@@ -80,7 +86,7 @@ impl Fs {
     /// How many leading blocks of `buf` (read from block `first` of `tier`
     /// on) match their checksums (blocks without one count as matching). The
     /// first mismatch is counted and logged.
-    pub(crate) fn verified_prefix(&self, tier: u8, first: u64, buf: &[u8]) -> usize {
+    pub(crate) fn verified_prefix(&self, tier: TierId, first: PhysBlock, buf: &[u8]) -> usize {
         let blocks = buf.len().div_ceil(BLOCK_SIZE as usize);
         let Some(sums) = self.sums_of(tier) else {
             return blocks;

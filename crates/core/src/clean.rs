@@ -24,6 +24,7 @@ use crate::types::Ino;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use terrace_format::{FileBlock, PhysBlock, TierId};
 use terrace_policy::cleaner;
 
 /// A piece of a file in blocks being emptied ([`Fs::owners_in`]): `blocks`
@@ -32,27 +33,27 @@ use terrace_policy::cleaner;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Owned {
     pub(crate) ino: Ino,
-    pub(crate) file_block: u64,
+    pub(crate) file_block: FileBlock,
     pub(crate) blocks: u64,
     pub(crate) copy: bool,
 }
 
 /// Runs of one tier's blocks, merged: start → end (exclusive).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct BlockRanges(BTreeMap<u64, u64>);
+pub(crate) struct BlockRanges(BTreeMap<PhysBlock, PhysBlock>);
 
 impl BlockRanges {
     /// The union of `runs` (`(first block, blocks)`, any order, overlaps
     /// allowed).
-    pub(crate) fn new(runs: impl IntoIterator<Item = (u64, u64)>) -> BlockRanges {
-        let mut sorted: Vec<(u64, u64)> = runs
+    pub(crate) fn new(runs: impl IntoIterator<Item = crate::alloc::Run>) -> BlockRanges {
+        let mut sorted: Vec<(PhysBlock, PhysBlock)> = runs
             .into_iter()
             .filter(|&(_, n)| n > 0)
             .map(|(s, n)| (s, s.saturating_add(n)))
             .collect();
         sorted.sort_unstable();
-        let mut map: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut last: Option<(u64, u64)> = None;
+        let mut map: BTreeMap<PhysBlock, PhysBlock> = BTreeMap::new();
+        let mut last: Option<(PhysBlock, PhysBlock)> = None;
         for (s, e) in sorted {
             match last.as_mut() {
                 Some((_, le)) if s <= *le => *le = (*le).max(e),
@@ -72,7 +73,7 @@ impl BlockRanges {
 
     /// The pieces of `[start, start + blocks)` inside the runs, in order,
     /// as `(first block, blocks)`.
-    pub(crate) fn overlaps(&self, start: u64, blocks: u64) -> Vec<(u64, u64)> {
+    pub(crate) fn overlaps(&self, start: PhysBlock, blocks: u64) -> Vec<crate::alloc::Run> {
         let end = start.saturating_add(blocks);
         let before = self
             .0
@@ -123,17 +124,22 @@ impl Fs {
             if plan.victims.is_empty() {
                 continue;
             }
-            recycled += self.recycle(t.id, &plan.victims);
+            recycled += self.recycle_on(t.id, &plan.victims);
         }
         recycled
     }
 
-    /// Moves every valid block out of extents `victims` of tier `tier`.
-    /// Returns how many of them ended up free.
+    /// Moves every valid block out of extents `victims` of tier `tier` (a
+    /// tier id as the caller gives it). Returns how many of them ended up
+    /// free.
     pub fn recycle(&self, tier: u8, victims: &[u64]) -> u64 {
+        self.recycle_on(TierId(tier), victims)
+    }
+
+    fn recycle_on(&self, tier: TierId, victims: &[u64]) -> u64 {
         let Ok(t) = self.tier(tier) else { return 0 };
         let eb = t.space.extent_blocks();
-        let ranges = BlockRanges::new(victims.iter().map(|&e| (e * eb, eb)));
+        let ranges = BlockRanges::new(victims.iter().map(|&e| (PhysBlock(e * eb), eb)));
         let (owned, logs) = self.owners_in(tier, &ranges);
         let s = &self.cleaner_stats;
         s.rounds.fetch_add(1, Ordering::Relaxed);
@@ -154,7 +160,7 @@ impl Fs {
     /// whose data or clean copy lies there (merged while contiguous in the
     /// file), and the inodes whose log blob (log migration) touches them.
     /// Derived by walking the inodes' extent maps, as the allocator is.
-    pub(crate) fn owners_in(&self, tier: u8, ranges: &BlockRanges) -> (Vec<Owned>, Vec<Ino>) {
+    pub(crate) fn owners_in(&self, tier: TierId, ranges: &BlockRanges) -> (Vec<Owned>, Vec<Ino>) {
         let mut work: Vec<Owned> = Vec::new();
         let mut logs: Vec<Ino> = Vec::new();
         for slot in &self.table {
@@ -211,7 +217,7 @@ impl Fs {
     /// blocks moved.
     pub(crate) fn evacuate(
         &self,
-        tier: u8,
+        tier: TierId,
         owned: Vec<Owned>,
         mut logs: Vec<Ino>,
         window: u64,
@@ -232,7 +238,7 @@ impl Fs {
                 let _ = self.move_range(
                     o.ino,
                     tier,
-                    0,
+                    TierId::PM,
                     o.file_block,
                     o.blocks,
                     crate::migrate::Mode::DropCopy,
@@ -249,7 +255,7 @@ impl Fs {
                 let range = [(at, n)];
                 let r = match batch.add(o.ino, tier, tier, &range, crate::migrate::Mode::Move) {
                     Err(e) if spill_to_pm && e.raw_os_error() == Some(libc::ENOSPC) => {
-                        batch.add(o.ino, tier, 0, &range, crate::migrate::Mode::Move)
+                        batch.add(o.ino, tier, TierId::PM, &range, crate::migrate::Mode::Move)
                     }
                     r => r,
                 };
@@ -265,7 +271,7 @@ impl Fs {
         // above committed to it, which brought its log back to PM.
         logs.retain(|&ino| self.log_place(ino).is_ok_and(|p| p.is_some()));
         if !logs.is_empty() {
-            let _ = self.move_logs(&logs, tier);
+            let _ = self.move_logs_to(&logs, tier);
         }
         moved / terrace_format::BLOCK_SIZE
     }
@@ -288,17 +294,29 @@ impl Fs {
 #[cfg(test)]
 mod tests {
     use super::BlockRanges;
+    use terrace_format::PhysBlock;
 
     #[test]
     fn block_ranges_merge_and_clip_overlaps() {
-        let r = BlockRanges::new([(10, 5), (0, 2), (14, 6), (30, 0), (2, 1)]);
+        let r = BlockRanges::new([
+            (PhysBlock(10), 5),
+            (PhysBlock(0), 2),
+            (PhysBlock(14), 6),
+            (PhysBlock(30), 0),
+            (PhysBlock(2), 1),
+        ]);
         // [0, 3), [10, 20)
-        assert_eq!(r.overlaps(0, 100), vec![(0, 3), (10, 10)]);
-        assert_eq!(r.overlaps(1, 1), vec![(1, 1)]);
-        assert_eq!(r.overlaps(3, 7), vec![]);
-        assert_eq!(r.overlaps(12, 20), vec![(12, 8)]);
-        assert_eq!(r.overlaps(19, 1), vec![(19, 1)]);
-        assert_eq!(r.overlaps(20, 5), vec![]);
-        assert!(BlockRanges::new([]).overlaps(0, u64::MAX).is_empty());
+        assert_eq!(
+            r.overlaps(PhysBlock(0), 100),
+            vec![(PhysBlock(0), 3), (PhysBlock(10), 10)]
+        );
+        assert_eq!(r.overlaps(PhysBlock(1), 1), vec![(PhysBlock(1), 1)]);
+        assert_eq!(r.overlaps(PhysBlock(3), 7), vec![]);
+        assert_eq!(r.overlaps(PhysBlock(12), 20), vec![(PhysBlock(12), 8)]);
+        assert_eq!(r.overlaps(PhysBlock(19), 1), vec![(PhysBlock(19), 1)]);
+        assert_eq!(r.overlaps(PhysBlock(20), 5), vec![]);
+        assert!(BlockRanges::new([])
+            .overlaps(PhysBlock(0), u64::MAX)
+            .is_empty());
     }
 }

@@ -11,7 +11,7 @@
 use crate::alloc::Run;
 use crate::fs::Fs;
 use crate::types::{errno, FsResult};
-use terrace_format::BLOCK_SIZE;
+use terrace_format::{PhysBlock, TierId, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE;
 
@@ -19,7 +19,7 @@ const BS: u64 = BLOCK_SIZE;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataRuns {
     /// Tier id (0 = PM).
-    pub tier: u8,
+    pub tier: TierId,
     /// Runs of blocks on that tier.
     pub runs: Vec<Run>,
 }
@@ -41,8 +41,8 @@ impl Fs {
 
     /// Allocates `n` blocks on the tier `want` if it has room, else wherever
     /// there is room (PM first). ENOSPC only when no tier has room.
-    pub(crate) fn alloc_data_on(&self, want: u8, n: u64) -> FsResult<DataRuns> {
-        if want != 0 {
+    pub(crate) fn alloc_data_on(&self, want: TierId, n: u64) -> FsResult<DataRuns> {
+        if !want.is_pm() {
             if let Some(t) = self.tiers.iter().find(|t| t.id == want) {
                 if let Some(runs) = t.space.alloc(n) {
                     return Ok(DataRuns { tier: want, runs });
@@ -97,14 +97,14 @@ impl Fs {
     /// Allocates `n` blocks for new foreground data (a write, a zeroed block,
     /// fallocate) on `want` or wherever there is room, keeping the room dirty
     /// cached pages need.
-    /// `want` = 0 means "PM first" without counting an overflow.
-    pub(crate) fn alloc_new_data(&self, want: u8, n: u64) -> FsResult<DataRuns> {
+    /// `want` = PM means "PM first" without counting an overflow.
+    pub(crate) fn alloc_new_data(&self, want: TierId, n: u64) -> FsResult<DataRuns> {
         if self.tiers.is_empty() {
             return self.alloc_data(n);
         }
         let _room = self.room_lock.lock();
         self.check_room(n)?;
-        if want == 0 {
+        if want.is_pm() {
             self.alloc_data(n)
         } else {
             self.alloc_data_on(want, n)
@@ -113,13 +113,13 @@ impl Fs {
 
     /// [`Fs::alloc_new_data`] that may spread the blocks over several tiers
     /// ([`Fs::alloc_data_spread`]) when no single tier has room for all.
-    pub(crate) fn alloc_new_pieces(&self, want: u8, n: u64) -> FsResult<Vec<DataRuns>> {
+    pub(crate) fn alloc_new_pieces(&self, want: TierId, n: u64) -> FsResult<Vec<DataRuns>> {
         if self.tiers.is_empty() {
             return Ok(vec![self.alloc_data(n)?]);
         }
         let _room = self.room_lock.lock();
         self.check_room(n)?;
-        if want == 0 {
+        if want.is_pm() {
             if let Ok(d) = self.alloc_data(n) {
                 return Ok(vec![d]);
             }
@@ -133,23 +133,23 @@ impl Fs {
     /// together hold exactly `n` blocks. ENOSPC (nothing kept) when all tiers
     /// together lack room. Used by write-back, whose pages were promised a
     /// block each ([`Fs::data_room_blocks`]) but not all on one tier.
-    pub(crate) fn alloc_data_spread(&self, want: u8, n: u64) -> FsResult<Vec<DataRuns>> {
+    pub(crate) fn alloc_data_spread(&self, want: TierId, n: u64) -> FsResult<Vec<DataRuns>> {
         if let Ok(d) = self.alloc_data_on(want, n) {
             return Ok(vec![d]);
         }
         let mut pieces: Vec<DataRuns> = Vec::new();
         let mut need = n;
-        let mut order: Vec<u8> = Vec::with_capacity(self.tiers.len() + 1);
-        if want != 0 {
+        let mut order: Vec<TierId> = Vec::with_capacity(self.tiers.len() + 1);
+        if !want.is_pm() {
             order.push(want);
         }
-        order.push(0);
+        order.push(TierId::PM);
         order.extend(self.tiers.iter().map(|t| t.id).filter(|&id| id != want));
         for id in order {
             if need == 0 {
                 break;
             }
-            let runs = if id == 0 {
+            let runs = if id.is_pm() {
                 let room = self
                     .pm_free_unpromised()
                     .saturating_sub(self.pm_reserve_blocks());
@@ -210,7 +210,10 @@ impl Fs {
     pub(crate) fn alloc_data(&self, n: u64) -> FsResult<DataRuns> {
         if self.pm_free_unpromised() >= n + self.pm_reserve_blocks() {
             if let Some(runs) = self.alloc.alloc(n) {
-                return Ok(DataRuns { tier: 0, runs });
+                return Ok(DataRuns {
+                    tier: TierId::PM,
+                    runs,
+                });
             }
         }
         for t in &self.tiers {
@@ -226,7 +229,7 @@ impl Fs {
     /// written and synced on a block tier.
     pub(crate) fn store_data(&self, d: &DataRuns, buf: &[u8]) -> FsResult<()> {
         self.write_data_unsynced(d, buf)?;
-        if d.tier != 0 {
+        if !d.tier.is_pm() {
             self.sync_tier(d.tier)?;
         }
         Ok(())
@@ -237,11 +240,11 @@ impl Fs {
     /// commits an entry that points at it). PM data is flushed as usual.
     pub(crate) fn write_data_unsynced(&self, d: &DataRuns, buf: &[u8]) -> FsResult<()> {
         let mut at = 0usize;
-        if d.tier == 0 {
+        if d.tier.is_pm() {
             for &(b, n) in &d.runs {
                 let len = (n * BS) as usize;
-                self.media.write(b * BS, &buf[at..at + len]);
-                self.media.flush(b * BS, n * BS);
+                self.media.write(b.byte_offset(), &buf[at..at + len]);
+                self.media.flush(b.byte_offset(), n * BS);
                 self.pm_io.record_write(len as u64);
                 at += len;
             }
@@ -254,7 +257,7 @@ impl Fs {
             // checksums can be recorded before the entry that will use them.
             t.sums.record(b, &buf[at..at + len]);
             t.media
-                .write_blocks(b, &buf[at..at + len])
+                .write_blocks(b.get(), &buf[at..at + len])
                 .map_err(|e| self.device_error(t.id, e))?;
             at += len;
         }
@@ -262,7 +265,7 @@ impl Fs {
     }
 
     /// Syncs block tier `id`, noting a device that is full.
-    pub(crate) fn sync_tier(&self, id: u8) -> FsResult<()> {
+    pub(crate) fn sync_tier(&self, id: TierId) -> FsResult<()> {
         self.tier(id)?
             .media
             .sync()
@@ -273,7 +276,7 @@ impl Fs {
     /// device (or the file system holding its image) is full — counted, and
     /// logged once per mount — which no migration can help. Any other error
     /// (EIO …) is counted and logged at the 1st, 2nd, 4th, 8th … occurrence.
-    pub(crate) fn device_error(&self, id: u8, e: std::io::Error) -> std::io::Error {
+    pub(crate) fn device_error(&self, id: TierId, e: std::io::Error) -> std::io::Error {
         if e.raw_os_error() != Some(libc::ENOSPC) {
             let n = 1 + self
                 .counters
@@ -307,7 +310,7 @@ impl Fs {
     }
 
     /// The mounted block tier `id`.
-    pub(crate) fn tier(&self, id: u8) -> FsResult<&crate::tier::BlockTier> {
+    pub(crate) fn tier(&self, id: TierId) -> FsResult<&crate::tier::BlockTier> {
         self.tiers
             .iter()
             .find(|t| t.id == id)
@@ -318,13 +321,13 @@ impl Fs {
     /// of tier `tier`.
     pub(crate) fn read_data(
         &self,
-        tier: u8,
-        block: u64,
+        tier: TierId,
+        block: PhysBlock,
         off_in_block: u64,
         dst: &mut [u8],
     ) -> FsResult<()> {
-        if tier == 0 {
-            self.media.read(block * BS + off_in_block, dst);
+        if tier.is_pm() {
+            self.media.read(block.byte_offset() + off_in_block, dst);
             self.pm_io.record_read(dst.len() as u64);
             return Ok(());
         }
@@ -334,7 +337,7 @@ impl Fs {
         let nblocks = (skip + dst.len()).div_ceil(BS as usize);
         let len = nblocks * BS as usize;
         let mut buf = self.read_buf(len);
-        t.media.read_blocks(first, &mut buf[..len])?;
+        t.media.read_blocks(first.get(), &mut buf[..len])?;
         self.verify_read(tier, first, &buf[..len])?;
         dst.copy_from_slice(&buf[skip..skip + dst.len()]);
         self.give_read_buf(buf);
@@ -369,8 +372,8 @@ impl Fs {
     /// `dst` needs when `read_ahead` is off — and caches them.
     pub(crate) fn read_block_tier(
         &self,
-        tier: u8,
-        block: u64,
+        tier: TierId,
+        block: PhysBlock,
         left: u64,
         off_in_block: u64,
         dst: &mut [u8],
@@ -419,8 +422,10 @@ impl Fs {
             let window = OBJECT_READ_AHEAD_BYTES / BS;
             let mut fetch = if object {
                 let asked = std::time::Instant::now();
-                let g = self.cache.object_fetch_lock(tier, blk / window);
-                if g.is_some_and(|f| f.tier == tier && f.window == blk / window && f.at >= asked) {
+                let g = self.cache.object_fetch_lock(tier, blk.get() / window);
+                if g.is_some_and(|f| {
+                    f.tier == tier && f.window == blk.get() / window && f.at >= asked
+                }) {
                     // The fetch this reader waited for failed: so does it.
                     return Err(crate::types::errno(libc::EIO));
                 }
@@ -436,7 +441,7 @@ impl Fs {
                 if let Some(g) = fetch.as_mut() {
                     **g = Some(crate::cache::FailedFetch {
                         tier,
-                        window: blk / window,
+                        window: blk.get() / window,
                         at: std::time::Instant::now(),
                     });
                 }
@@ -446,7 +451,7 @@ impl Fs {
             let mut n = left.min(unit.max(need)).max(1);
             if object {
                 // Within this window: the next one has a lock of its own.
-                n = n.min(window - blk % window);
+                n = n.min(window - blk.get() % window);
                 // And only up to what is cached already: the kernel's
                 // read-ahead requests arrive out of order, so a later part
                 // of the window may have been fetched first.
@@ -456,7 +461,7 @@ impl Fs {
             let len = (n * BS) as usize;
             let mut read = self.read_buf(len);
             let buf = &mut read[..len];
-            t.media.read_blocks(blk, buf).map_err(&mut failed)?;
+            t.media.read_blocks(blk.get(), buf).map_err(&mut failed)?;
             // The blocks this read needs must match their checksums; of the
             // read-ahead, only the blocks before a mismatch are kept. A
             // mismatch is read once more first: data damaged on its way (an
@@ -464,7 +469,7 @@ impl Fs {
             // damage at rest fails again.
             let mut good = self.verified_prefix(tier, blk, buf) as u64;
             if good < need.min(n) {
-                t.media.read_blocks(blk, buf).map_err(&mut failed)?;
+                t.media.read_blocks(blk.get(), buf).map_err(&mut failed)?;
                 good = self.verified_prefix(tier, blk, buf) as u64;
             }
             if good < need.min(n) {

@@ -7,7 +7,7 @@
 //! would give (see [`ExtentMap`]).
 
 use std::collections::BTreeMap;
-use terrace_format::MAX_TIERS;
+use terrace_format::{FileBlock, PhysBlock, TierId, MAX_TIERS};
 
 /// Where a run of file blocks lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,9 +15,9 @@ pub struct Extent {
     /// Number of blocks.
     pub blocks: u64,
     /// Tier id.
-    pub tier: u8,
+    pub tier: TierId,
     /// First block on the tier.
-    pub block: u64,
+    pub block: PhysBlock,
     /// Write-size predictor counter of the write entry this came from.
     pub counter: u8,
     /// When this data was written (ns; migration keeps it).
@@ -28,7 +28,7 @@ pub struct Extent {
     pub seq: u64,
     /// A second, clean copy of the same data: `(tier, first block)` (NVMFS;
     /// see `terrace_format::CopyEntry`). Reads use the primary location.
-    pub copy: Option<(u8, u64)>,
+    pub copy: Option<(TierId, PhysBlock)>,
     /// Writes this location has seen (DRAM only, saturating): one more than
     /// the extent that held the write's first block before, the same for a
     /// migration. Rebuilt by log replay at mount (each replayed write entry
@@ -64,18 +64,18 @@ impl Extent {
     /// The runs of this extent on block tiers (its data's and its copy's),
     /// as `(tier, first block, blocks, is the copy)`: what carries block
     /// checksums (`sums.rs`).
-    pub fn block_tier_runs(&self) -> impl Iterator<Item = (u8, u64, u64, bool)> {
-        let data = (self.tier != 0).then_some((self.tier, self.block, self.blocks, false));
+    pub fn block_tier_runs(&self) -> impl Iterator<Item = (TierId, PhysBlock, u64, bool)> {
+        let data = (!self.tier.is_pm()).then_some((self.tier, self.block, self.blocks, false));
         let copy = self
             .copy
-            .filter(|&(t, _)| t != 0)
+            .filter(|&(t, _)| !t.is_pm())
             .map(|(t, b)| (t, b, self.blocks, true));
         data.into_iter().chain(copy)
     }
 }
 
 /// A physical run that a change of the extent map released.
-pub type Released = (u8, u64, u64);
+pub type Released = (TierId, PhysBlock, u64);
 
 /// File block → extent map. Keys are first file blocks; extents never overlap.
 ///
@@ -86,7 +86,7 @@ pub type Released = (u8, u64, u64);
 /// accounting) O(1) in the number of extents.
 #[derive(Debug, Clone, Default)]
 pub struct ExtentMap {
-    map: BTreeMap<u64, Extent>,
+    map: BTreeMap<FileBlock, Extent>,
     blocks: u64,
     copies: u64,
     /// Blocks whose data (not clean copies) is on each tier, by tier id
@@ -106,16 +106,16 @@ impl ExtentMap {
         };
         f(&mut self.blocks, e.blocks);
         f(&mut self.copies, u64::from(e.copy.is_some()));
-        if let Some(n) = self.tier_blocks.get_mut(usize::from(e.tier)) {
+        if let Some(n) = self.tier_blocks.get_mut(e.tier.index()) {
             f(n, e.blocks);
         }
-        if e.tier == 0 && e.copy.is_some() {
+        if e.tier.is_pm() && e.copy.is_some() {
             f(&mut self.pm_clean_blocks, e.blocks);
         }
     }
 
     /// Inserts (or replaces) the extent starting at `s`.
-    fn put(&mut self, s: u64, e: Extent) {
+    fn put(&mut self, s: FileBlock, e: Extent) {
         self.count(&e, true);
         if let Some(old) = self.map.insert(s, e) {
             self.count(&old, false);
@@ -123,14 +123,14 @@ impl ExtentMap {
     }
 
     /// Removes the extent starting at `s`.
-    fn take(&mut self, s: u64) -> Option<Extent> {
+    fn take(&mut self, s: FileBlock) -> Option<Extent> {
         let e = self.map.remove(&s)?;
         self.count(&e, false);
         Some(e)
     }
 
     /// Splits the extent covering `b` (if any) so that one starts at `b`.
-    fn split_at(&mut self, b: u64) {
+    fn split_at(&mut self, b: FileBlock) {
         if let Some((&s, &e)) = self.map.range(..b).next_back() {
             if s + e.blocks > b {
                 self.put(s, e.part(0, b - s));
@@ -141,13 +141,13 @@ impl ExtentMap {
 
     /// Removes `[start, start + n)` from the map; returns the physical runs
     /// released (primary blocks and copies).
-    pub fn unmap(&mut self, start: u64, n: u64) -> Vec<Released> {
+    pub fn unmap(&mut self, start: FileBlock, n: u64) -> Vec<Released> {
         let end = start.saturating_add(n);
         self.split_at(start);
-        if end != u64::MAX {
+        if end != FileBlock::MAX {
             self.split_at(end);
         }
-        let inside: Vec<u64> = self.map.range(start..end).map(|(&s, _)| s).collect();
+        let inside: Vec<FileBlock> = self.map.range(start..end).map(|(&s, _)| s).collect();
         let mut out = Vec::new();
         for s in inside {
             let e = self.take(s).expect("key exists");
@@ -164,7 +164,7 @@ impl ExtentMap {
         let end = start + c.blocks as u64;
         self.split_at(start);
         self.split_at(end);
-        let inside: Vec<u64> = self.map.range(start..end).map(|(&s, _)| s).collect();
+        let inside: Vec<FileBlock> = self.map.range(start..end).map(|(&s, _)| s).collect();
         let mut out = Vec::new();
         for s in inside {
             let mut e = self.take(s).expect("key exists");
@@ -203,7 +203,7 @@ impl ExtentMap {
     /// then sees their mapping changed). Returns the runs a collapse releases.
     pub fn shift(
         &mut self,
-        start: u64,
+        start: FileBlock,
         n: u64,
         op: terrace_format::ShiftOp,
         seq: u64,
@@ -216,8 +216,8 @@ impl ExtentMap {
                 (Vec::new(), start)
             }
         };
-        let keys: Vec<u64> = self.map.range(from..).map(|(&s, _)| s).collect();
-        let moved: Vec<(u64, Extent)> = keys
+        let keys: Vec<FileBlock> = self.map.range(from..).map(|(&s, _)| s).collect();
+        let moved: Vec<(FileBlock, Extent)> = keys
             .into_iter()
             .map(|s| (s, self.take(s).expect("key exists")))
             .collect();
@@ -233,26 +233,26 @@ impl ExtentMap {
     }
 
     /// Maps `[start, start + ext.blocks)` to `ext`, returning the runs it displaced.
-    pub fn map(&mut self, start: u64, ext: Extent) -> Vec<Released> {
+    pub fn map(&mut self, start: FileBlock, ext: Extent) -> Vec<Released> {
         let out = self.unmap(start, ext.blocks);
         self.put(start, ext);
         out
     }
 
     /// The extent covering file block `b`, with `b`'s index inside it.
-    pub fn find(&self, b: u64) -> Option<(u64, Extent)> {
+    pub fn find(&self, b: FileBlock) -> Option<(FileBlock, Extent)> {
         let (&s, &e) = self.map.range(..=b).next_back()?;
         (s + e.blocks > b).then_some((s, e))
     }
 
     /// First block of the first extent starting after block `b`.
-    pub fn next_start_after(&self, b: u64) -> Option<u64> {
+    pub fn next_start_after(&self, b: FileBlock) -> Option<FileBlock> {
         self.map.range(b + 1..).next().map(|(&s, _)| s)
     }
 
     /// The mapped parts of `[start, start + n)`: `(first file block, extent)`
     /// clipped to the range.
-    pub fn overlaps(&self, start: u64, n: u64) -> Vec<(u64, Extent)> {
+    pub fn overlaps(&self, start: FileBlock, n: u64) -> Vec<(FileBlock, Extent)> {
         let end = start.saturating_add(n);
         let mut out = Vec::new();
         if let Some((s, e)) = self.find(start) {
@@ -267,7 +267,7 @@ impl ExtentMap {
     }
 
     /// Iterates over `(first file block, extent)`.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, Extent)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (FileBlock, Extent)> + '_ {
         self.map.iter().map(|(&s, &e)| (s, e))
     }
 
@@ -315,8 +315,8 @@ mod tests {
     fn ext(blocks: u64, block: u64) -> Extent {
         Extent {
             blocks,
-            tier: 0,
-            block,
+            tier: TierId::PM,
+            block: PhysBlock(block),
             counter: 0,
             mtime: 0,
             seq: 0,
@@ -332,7 +332,7 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let mut m = ExtentMap::default();
         for step in 0..5000 {
-            let start = rng.gen_range(0..200u64);
+            let start = FileBlock(rng.gen_range(0..200u64));
             let n = rng.gen_range(1..20u64);
             match rng.gen_range(0..4) {
                 0 => {
@@ -350,15 +350,15 @@ mod tests {
                     let c = terrace_format::CopyEntry {
                         file_block: start,
                         blocks: len as u32,
-                        tier: rng.gen_range(0..2),
+                        tier: TierId(rng.gen_range(0..2)),
                         op,
-                        block: rng.gen_range(0..1000),
+                        block: PhysBlock(rng.gen_range(0..1000)),
                     };
                     m.apply_copy(&c, step);
                 }
                 _ => {
                     let e = Extent {
-                        tier: rng.gen_range(0..4),
+                        tier: TierId(rng.gen_range(0..4)),
                         ..ext(n, rng.gen_range(0..1000))
                     };
                     m.map(start, e);
@@ -368,7 +368,7 @@ mod tests {
             let scan_copies = m.iter().filter(|(_, e)| e.copy.is_some()).count() as u64;
             let pm = |clean: bool| -> u64 {
                 m.iter()
-                    .filter(|(_, e)| e.tier == 0 && e.copy.is_some() == clean)
+                    .filter(|(_, e)| e.tier.is_pm() && e.copy.is_some() == clean)
                     .map(|(_, e)| e.blocks)
                     .sum()
             };
@@ -377,8 +377,8 @@ mod tests {
             assert_eq!(m.pm_clean_dirty(), (pm(true), pm(false)), "step {step}");
             let mask = m
                 .iter()
-                .filter(|(_, e)| e.tier != 0)
-                .fold(0u8, |k, (_, e)| k | 1 << e.tier);
+                .filter(|(_, e)| !e.tier.is_pm())
+                .fold(0u8, |k, (_, e)| k | 1 << e.tier.get());
             assert_eq!(m.block_tier_mask(), mask, "step {step}");
         }
     }
@@ -386,12 +386,12 @@ mod tests {
     #[test]
     fn overwrite_in_the_middle_splits_and_releases_exactly_the_overlap() {
         let mut m = ExtentMap::default();
-        assert!(m.map(0, ext(10, 100)).is_empty());
-        let rel = m.map(3, ext(2, 500));
-        assert_eq!(rel, vec![(0, 103, 2)]);
-        assert_eq!(m.find(2), Some((0, ext(3, 100))));
-        assert_eq!(m.find(4), Some((3, ext(2, 500))));
-        assert_eq!(m.find(5), Some((5, ext(5, 105))));
+        assert!(m.map(FileBlock(0), ext(10, 100)).is_empty());
+        let rel = m.map(FileBlock(3), ext(2, 500));
+        assert_eq!(rel, vec![(TierId::PM, PhysBlock(103), 2)]);
+        assert_eq!(m.find(FileBlock(2)), Some((FileBlock(0), ext(3, 100))));
+        assert_eq!(m.find(FileBlock(4)), Some((FileBlock(3), ext(2, 500))));
+        assert_eq!(m.find(FileBlock(5)), Some((FileBlock(5), ext(5, 105))));
         assert_eq!(m.mapped_blocks(), 10);
     }
 
@@ -399,27 +399,36 @@ mod tests {
     fn collapse_and_insert_move_later_extents_and_keep_their_blocks() {
         use terrace_format::ShiftOp;
         let mut m = ExtentMap::default();
-        m.map(0, ext(4, 100));
-        m.map(6, ext(4, 200));
+        m.map(FileBlock(0), ext(4, 100));
+        m.map(FileBlock(6), ext(4, 200));
         // Insert 3 blocks at block 2: the first extent splits.
-        assert!(m.shift(2, 3, ShiftOp::Insert, 9).is_empty());
-        assert_eq!(m.find(1).map(|(s, e)| (s, e.block)), Some((0, 100)));
-        assert!(m.find(2).is_none() && m.find(4).is_none());
+        assert!(m.shift(FileBlock(2), 3, ShiftOp::Insert, 9).is_empty());
         assert_eq!(
-            m.find(5).map(|(s, e)| (s, e.block, e.seq)),
-            Some((5, 102, 9))
+            m.find(FileBlock(1)).map(|(s, e)| (s, e.block)),
+            Some((FileBlock(0), PhysBlock(100)))
         );
-        assert_eq!(m.find(9).map(|(s, e)| (s, e.block)), Some((9, 200)));
+        assert!(m.find(FileBlock(2)).is_none() && m.find(FileBlock(4)).is_none());
+        assert_eq!(
+            m.find(FileBlock(5)).map(|(s, e)| (s, e.block, e.seq)),
+            Some((FileBlock(5), PhysBlock(102), 9))
+        );
+        assert_eq!(
+            m.find(FileBlock(9)).map(|(s, e)| (s, e.block)),
+            Some((FileBlock(9), PhysBlock(200)))
+        );
         assert_eq!(m.mapped_blocks(), 8);
         // Collapse it again, plus one block of the second extent's start.
-        let rel = m.shift(2, 3, ShiftOp::Collapse, 10);
+        let rel = m.shift(FileBlock(2), 3, ShiftOp::Collapse, 10);
         assert!(rel.is_empty());
-        let rel = m.shift(6, 1, ShiftOp::Collapse, 11);
-        assert_eq!(rel, vec![(0, 200, 1)]);
-        assert_eq!(m.find(3).map(|(s, e)| (s, e.block)), Some((2, 102)));
+        let rel = m.shift(FileBlock(6), 1, ShiftOp::Collapse, 11);
+        assert_eq!(rel, vec![(TierId::PM, PhysBlock(200), 1)]);
         assert_eq!(
-            m.find(6).map(|(s, e)| (s, e.block, e.blocks)),
-            Some((6, 201, 3))
+            m.find(FileBlock(3)).map(|(s, e)| (s, e.block)),
+            Some((FileBlock(2), PhysBlock(102)))
+        );
+        assert_eq!(
+            m.find(FileBlock(6)).map(|(s, e)| (s, e.block, e.blocks)),
+            Some((FileBlock(6), PhysBlock(201), 3))
         );
         assert_eq!(m.mapped_blocks(), 7);
     }
@@ -427,13 +436,20 @@ mod tests {
     #[test]
     fn unmap_across_several_extents_releases_each_part() {
         let mut m = ExtentMap::default();
-        m.map(0, ext(4, 100));
-        m.map(4, ext(4, 200));
-        m.map(10, ext(4, 300));
-        let mut rel = m.unmap(2, 10);
+        m.map(FileBlock(0), ext(4, 100));
+        m.map(FileBlock(4), ext(4, 200));
+        m.map(FileBlock(10), ext(4, 300));
+        let mut rel = m.unmap(FileBlock(2), 10);
         rel.sort();
-        assert_eq!(rel, vec![(0, 102, 2), (0, 200, 4), (0, 300, 2)]);
+        assert_eq!(
+            rel,
+            vec![
+                (TierId::PM, PhysBlock(102), 2),
+                (TierId::PM, PhysBlock(200), 4),
+                (TierId::PM, PhysBlock(300), 2)
+            ]
+        );
         assert_eq!(m.mapped_blocks(), 4);
-        assert_eq!(m.find(12), Some((12, ext(2, 302))));
+        assert_eq!(m.find(FileBlock(12)), Some((FileBlock(12), ext(2, 302))));
     }
 }

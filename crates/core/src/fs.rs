@@ -27,7 +27,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use terrace_format::{inode_offset, Superblock, BLOCK_SIZE, INODE_OFF_STATE};
+use terrace_format::{
+    inode_offset, FileBlock, PhysBlock, Superblock, TierId, BLOCK_SIZE, INODE_OFF_STATE,
+};
 use terrace_media::PmMedia;
 
 pub use crate::counters::Counters;
@@ -182,8 +184,8 @@ impl Fs {
         // Refuse before writing anything when a tier that holds data is missing.
         let sc = scan(&*media, &devices, false, &mut |_, _| {})?;
         for (tier, runs) in &sc.block_used {
-            if !runs.is_empty() && !devices.iter().any(|(id, _)| id == tier) {
-                return Err(OpenError::MissingTier(*tier));
+            if !runs.is_empty() && !devices.iter().any(|&(id, _)| id == tier.get()) {
+                return Err(OpenError::MissingTier(tier.get()));
             }
         }
         let mut sc = sc;
@@ -201,11 +203,12 @@ impl Fs {
         let mut tiers = Vec::new();
         let mut swept = Vec::new();
         for (id, dev) in devices {
+            let id = TierId(id);
             let Some(rec) = sc
                 .sb
                 .tiers
                 .iter()
-                .find(|t| t.id == id && t.kind != terrace_format::TierKind::Pm)
+                .find(|t| t.id == id.get() && t.kind != terrace_format::TierKind::Pm)
             else {
                 return Err(OpenError::Corrupt(format!(
                     "the pool has no block tier {id}"
@@ -483,7 +486,7 @@ impl Fs {
             if n == 0 {
                 continue;
             }
-            if tier == 0 {
+            if tier.is_pm() {
                 self.alloc.free_run(b, n);
             } else {
                 block.push((tier, b, n));
@@ -510,7 +513,7 @@ impl Fs {
         self.unlist(inode);
         let pages = std::mem::take(&mut inode.log.pages);
         self.log_space.free_all(&self.alloc, pages);
-        let mut all = inode.extents.unmap(0, u64::MAX);
+        let mut all = inode.extents.unmap(FileBlock::ZERO, u64::MAX);
         if let Some(t) = inode.log.on_tier.take() {
             all.push((t.tier, t.block, t.blocks));
         }
@@ -531,7 +534,7 @@ impl Fs {
     /// partition the pool exactly (no leak, no double ownership). For tests.
     pub fn check_allocator(&self) -> Result<(), String> {
         use crate::shared::Holder;
-        let mut runs: Vec<(u64, u64, &'static str)> = self
+        let mut runs: Vec<(PhysBlock, u64, &'static str)> = self
             .alloc
             .free_runs()
             .into_iter()
@@ -539,13 +542,13 @@ impl Fs {
             .collect();
         let mut small = Vec::new();
         // Data and log blobs by tier (0 = PM), with what holds them.
-        let mut held: BTreeMap<u8, Vec<crate::shared::Found>> = BTreeMap::new();
+        let mut held: BTreeMap<TierId, Vec<crate::shared::Found>> = BTreeMap::new();
         for slot in &self.table {
             let g = slot.lock();
             if let Some(i) = g.as_ref() {
                 for p in &i.log.pages {
                     if p.size >= BLOCK_SIZE {
-                        runs.push((p.off / BLOCK_SIZE, 1, "log"));
+                        runs.push((PhysBlock(p.off / BLOCK_SIZE), 1, "log"));
                     } else {
                         small.push(*p);
                     }
@@ -567,7 +570,7 @@ impl Fs {
                 }
             }
         }
-        let mut referenced: BTreeMap<u8, u64> = BTreeMap::new();
+        let mut referenced: BTreeMap<TierId, u64> = BTreeMap::new();
         for (tier, found) in held {
             let r = crate::shared::resolve(found);
             if let Some(c) = r.conflicts.first() {
@@ -584,7 +587,7 @@ impl Fs {
                 ));
             }
             referenced.insert(tier, r.used.iter().map(|u| u.1).sum());
-            if tier == 0 {
+            if tier.is_pm() {
                 runs.extend(r.used.into_iter().map(|(s, n)| (s, n, "data")));
             }
         }
@@ -592,10 +595,10 @@ impl Fs {
         if slabs != self.log_space.bitmaps() {
             return Err("the small-log-page slabs differ from the live logs' pages".into());
         }
-        runs.extend(slabs.keys().map(|&b| (b, 1, "log slab")));
+        runs.extend(slabs.keys().map(|&b| (PhysBlock(b), 1, "log slab")));
         runs.sort_unstable();
         let sb = self.sb.lock();
-        let mut expect = sb.pool_start;
+        let mut expect = PhysBlock(sb.pool_start);
         for (s, n, what) in runs {
             if s != expect {
                 return Err(format!(
@@ -604,7 +607,7 @@ impl Fs {
             }
             expect = s + n;
         }
-        if expect != sb.pool_start + sb.pool_blocks {
+        if expect != PhysBlock(sb.pool_start + sb.pool_blocks) {
             return Err(format!(
                 "pool ends at {}, runs end at {expect}",
                 sb.pool_start + sb.pool_blocks

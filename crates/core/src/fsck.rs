@@ -76,7 +76,7 @@ fn summarize(sc: &Scan, report: &mut FsckReport) {
         .inodes
         .values()
         .flat_map(|i| i.extents.iter())
-        .filter(|(_, e)| e.tier == 0)
+        .filter(|(_, e)| e.tier.is_pm())
         .map(|(_, e)| e.blocks)
         .sum();
     report.free_blocks = sc.alloc.as_ref().map(|a| a.free()).unwrap_or(0);
@@ -89,7 +89,11 @@ fn summarize(sc: &Scan, report: &mut FsckReport) {
 /// reference more than it saw.
 fn sweep_objects(sc: &Scan, tiers: &TierDevices, delete: bool, report: &mut FsckReport) {
     for (id, dev) in tiers {
-        let held = crate::tier::held_runs(sc.block_used.get(id).map_or(&[], |r| &r[..]));
+        let held = crate::tier::held_runs(
+            sc.block_used
+                .get(&terrace_format::TierId(*id))
+                .map_or(&[], |r| &r[..]),
+        );
         if delete && sc.problems.is_empty() {
             match dev.retain_only(&held) {
                 Ok(Some(r)) if r.parts > 0 => {
@@ -156,7 +160,8 @@ fn verify_data(
 ) {
     const BS: u64 = terrace_format::BLOCK_SIZE;
     // (inode, file block, tier, first block, blocks)
-    let mut runs: Vec<(Ino, u64, u8, u64, u64)> = Vec::new();
+    use terrace_format::{FileBlock, PhysBlock, TierId};
+    let mut runs: Vec<(Ino, FileBlock, TierId, PhysBlock, u64)> = Vec::new();
     let mut inos: Vec<&Ino> = sc.inodes.keys().collect();
     inos.sort_unstable();
     for ino in inos {
@@ -168,7 +173,7 @@ fn verify_data(
     let mut done = 0u64;
     let mut buf = vec![0u8; (256 * BS) as usize];
     for (ino, fb, tier, block, blocks) in runs {
-        let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier) else {
+        let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier.get()) else {
             continue; // a missing tier is reported by the scan
         };
         let sums = sc.sums.get(&tier);
@@ -176,7 +181,7 @@ fn verify_data(
         while off < blocks {
             let n = (blocks - off).min(256);
             let chunk = &mut buf[..(n * BS) as usize];
-            if let Err(e) = dev.read_blocks(block + off, chunk) {
+            if let Err(e) = dev.read_blocks((block + off).get(), chunk) {
                 report.bad_blocks += n;
                 report.problems.push(format!(
                     "inode {ino}: file blocks {}..{} on tier {tier} (blocks {}..{}) cannot be read: {e}",

@@ -13,7 +13,7 @@ use crate::log::Log;
 use crate::types::{Attr, FileType, Ino};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use terrace_format::{AttrEntry, Entry, InodeSlot, WriteEntry, BLOCK_SIZE};
+use terrace_format::{AttrEntry, Entry, FileBlock, InodeSlot, WriteEntry, BLOCK_SIZE};
 
 /// The entries that set xattr `name` to `value`: one XattrSet with the first
 /// [`terrace_format::XATTR_CHUNK`] bytes, then XattrAppend entries with the
@@ -91,7 +91,7 @@ pub struct Inode {
     pub sync: terrace_policy::SyncPredictor,
     /// Pages written to the DRAM cache and not yet in the log, by file page
     /// (see `cache`). Their content is newer than the extent map's.
-    pub dirty: BTreeMap<u64, DirtyPage>,
+    pub dirty: BTreeMap<FileBlock, DirtyPage>,
     /// At least the number of runs of consecutive pages in `dirty` (each
     /// cached write adds at most one; reset when `dirty` empties): bounds
     /// the entries the file's write-back commits (`space.rs`).
@@ -242,7 +242,7 @@ impl Inode {
     }
 
     /// Takes the mapped blocks of a range out of the amtime.
-    fn forget_amtime(&mut self, start: u64, n: u64) {
+    fn forget_amtime(&mut self, start: FileBlock, n: u64) {
         let old: Vec<(u64, u64)> = self
             .extents
             .overlaps(start, n)

@@ -25,9 +25,9 @@ use terrace_media::PmMedia;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TierLog {
     /// Tier id.
-    pub tier: u8,
+    pub tier: terrace_format::TierId,
     /// First block of the blob on the tier.
-    pub block: u64,
+    pub block: terrace_format::PhysBlock,
     /// Blocks the blob takes.
     pub blocks: u64,
     /// The blob's length in bytes (the slot's tail).
@@ -324,7 +324,7 @@ mod tests {
     #[test]
     fn staged_entries_are_invisible_until_the_tail_moves() {
         let m = MemMedia::new(64 * 4096);
-        let a = PageAllocator::new(4, 60, 2);
+        let a = PageAllocator::new(terrace_format::PhysBlock(4), 60, 2);
         let ls = LogSpace::default();
         let mut log = Log::default();
         let st = log
@@ -348,7 +348,7 @@ mod tests {
     #[test]
     fn entries_spanning_many_pages_walk_back_in_order() {
         let m = MemMedia::new(64 * 4096);
-        let a = PageAllocator::new(4, 60, 2);
+        let a = PageAllocator::new(terrace_format::PhysBlock(4), 60, 2);
         let ls = LogSpace::default();
         let mut log = Log::default();
         let names: Vec<Entry> = (0..300)
@@ -374,7 +374,7 @@ mod tests {
     #[test]
     fn corrupt_entry_is_reported_with_a_safe_tail() {
         let m = MemMedia::new(64 * 4096);
-        let a = PageAllocator::new(4, 60, 2);
+        let a = PageAllocator::new(terrace_format::PhysBlock(4), 60, 2);
         let ls = LogSpace::default();
         let mut log = Log::default();
         let st = log
@@ -390,7 +390,7 @@ mod tests {
     #[test]
     fn staging_that_runs_out_of_pages_frees_what_it_took() {
         let m = MemMedia::new(8 * 4096);
-        let a = PageAllocator::new(4, 2, 1);
+        let a = PageAllocator::new(terrace_format::PhysBlock(4), 2, 1);
         let ls = LogSpace::default();
         let log = Log::default();
         let big: Vec<Entry> = (0..200)

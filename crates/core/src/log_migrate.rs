@@ -34,7 +34,7 @@ use crate::log::{Log, TierLog};
 use crate::types::{errno, FsResult, Ino};
 use std::sync::atomic::Ordering;
 use terrace_format::{
-    encode_tier_log_head, inode_offset, LogBlob, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
+    encode_tier_log_head, inode_offset, LogBlob, PhysBlock, TierId, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
     INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED_TIER_LOG,
 };
 use terrace_policy::log_migration::{self as policy, LogMigrationNeed, LogPressure};
@@ -104,7 +104,7 @@ impl Fs {
         clean + dirty > 0
             || i.extents
                 .iter()
-                .any(|(_, e)| e.copy.is_some_and(|(t, _)| t == 0))
+                .any(|(_, e)| e.copy.is_some_and(|(t, _)| t.is_pm()))
     }
 
     fn capture(&self, i: &Inode) -> Captured {
@@ -221,7 +221,13 @@ impl Fs {
     /// (their files must still have no data on PM and nothing cached); a log
     /// already on a tier is rewritten into fresh blocks of `to` (the cleaner
     /// empties extents that way). Returns how many moved.
+    /// (`to` is a tier id as the caller gives it.)
     pub fn move_logs(&self, inos: &[Ino], to: u8) -> FsResult<u64> {
+        self.move_logs_to(inos, TierId(to))
+    }
+
+    /// [`Fs::move_logs`] to tier `to`.
+    pub(crate) fn move_logs_to(&self, inos: &[Ino], to: TierId) -> FsResult<u64> {
         self.tier(to)?;
         let now = crate::fs::now_ns();
         let mut batch = Vec::new();
@@ -242,11 +248,11 @@ impl Fs {
     }
 
     /// Steps 2 and 3 of the module docs for captured logs.
-    fn write_and_commit_logs(&self, batch: Vec<Captured>, to: u8) -> FsResult<LogsMoved> {
+    fn write_and_commit_logs(&self, batch: Vec<Captured>, to: TierId) -> FsResult<LogsMoved> {
         let t = self.tier(to)?;
         let eb = t.space.extent_blocks();
         // Step 2: one contiguous run per blob.
-        let mut placed: Vec<(Captured, u64)> = Vec::with_capacity(batch.len());
+        let mut placed: Vec<(Captured, PhysBlock)> = Vec::with_capacity(batch.len());
         let mut full = false;
         for c in batch {
             let n = c.blob.len() as u64 / BLOCK_SIZE;
@@ -285,7 +291,7 @@ impl Fs {
             };
         }
         placed.sort_by_key(|p| p.1);
-        let release_all = |placed: &[(Captured, u64)]| {
+        let release_all = |placed: &[(Captured, PhysBlock)]| {
             for (c, b) in placed {
                 t.free(*b, c.blob.len() as u64 / BLOCK_SIZE);
             }
@@ -300,7 +306,7 @@ impl Fs {
                 buf.extend_from_slice(&placed[j].0.blob);
                 j += 1;
             }
-            if let Err(e) = t.media.write_blocks(start, &buf) {
+            if let Err(e) = t.media.write_blocks(start.get(), &buf) {
                 release_all(&placed);
                 return Err(e);
             }
@@ -387,7 +393,7 @@ impl Fs {
     /// without room keeps the old blobs (those atimes are lost, as with
     /// lazytime after a crash), and says so in the daemon's log.
     pub(crate) fn persist_lazy_atimes(&self) {
-        let mut by_tier: std::collections::BTreeMap<u8, Vec<Ino>> = Default::default();
+        let mut by_tier: std::collections::BTreeMap<TierId, Vec<Ino>> = Default::default();
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {
                 if let (true, Some(l)) = (i.lazy_atime, i.log.on_tier) {
@@ -397,7 +403,7 @@ impl Fs {
         }
         for (tier, inos) in by_tier {
             for chunk in inos.chunks(BATCH_BLOBS) {
-                if let Err(e) = self.move_logs(chunk, tier) {
+                if let Err(e) = self.move_logs_to(chunk, tier) {
                     self.notice(format!(
                         "access times of {} files were not written at unmount: {e}",
                         chunk.len()
@@ -423,11 +429,12 @@ impl Fs {
         st
     }
 
-    /// Where inode `ino`'s log is: `None` on PM, else its tier and blob.
+    /// Where inode `ino`'s log is: `None` on PM, else its tier and blob
+    /// (tier id, first block, blocks; plain numbers for callers outside).
     pub fn log_place(&self, ino: Ino) -> FsResult<Option<(u8, u64, u64)>> {
         let g = self.lock(ino)?;
         Ok(g.as_ref()
             .and_then(|i| i.log.on_tier)
-            .map(|l| (l.tier, l.block, l.blocks)))
+            .map(|l| (l.tier.get(), l.block.get(), l.blocks)))
     }
 }

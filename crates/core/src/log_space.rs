@@ -22,7 +22,7 @@
 use crate::alloc::PageAllocator;
 use crate::lock_order::{Leaf, Mutex, Rank};
 use std::collections::{BTreeMap, BTreeSet};
-use terrace_format::{BLOCK_SIZE, LOG_PAGE_MAX, LOG_PAGE_MIN};
+use terrace_format::{PhysBlock, BLOCK_SIZE, LOG_PAGE_MAX, LOG_PAGE_MIN};
 
 /// 256-byte units in a block.
 const UNITS: u32 = (BLOCK_SIZE / LOG_PAGE_MIN) as u32;
@@ -187,7 +187,7 @@ impl LogSpace {
     pub fn alloc(&self, alloc: &PageAllocator, size: u64, keep_free: u64) -> Option<LogPage> {
         let new_block = || {
             if alloc.free() > keep_free {
-                alloc.alloc_one()
+                alloc.alloc_one().map(PhysBlock::get)
             } else {
                 None
             }
@@ -219,7 +219,7 @@ impl LogSpace {
     pub fn free(&self, alloc: &PageAllocator, page: LogPage) {
         if page.size >= LOG_PAGE_MAX {
             self.slabs.lock().whole -= 1;
-            alloc.free_run(page.off / BLOCK_SIZE, 1);
+            alloc.free_run(PhysBlock(page.off / BLOCK_SIZE), 1);
             return;
         }
         let (block, mask) = page.units();
@@ -229,7 +229,7 @@ impl LogSpace {
         let left = used & !mask;
         s.set(block, left);
         if left == 0 {
-            alloc.free_run(block, 1);
+            alloc.free_run(PhysBlock(block), 1);
         }
     }
 
@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn small_pages_share_a_block_and_return_it_when_all_are_freed() {
-        let a = PageAllocator::new(10, 4, 1);
+        let a = PageAllocator::new(PhysBlock(10), 4, 1);
         let ls = LogSpace::default();
         let p: Vec<LogPage> = (0..16).map(|_| ls.alloc(&a, 256, 0).unwrap()).collect();
         assert_eq!(a.free(), 3, "sixteen 256-byte pages take one block");
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn pages_are_aligned_to_their_size_and_never_overlap() {
-        let a = PageAllocator::new(0, 64, 1);
+        let a = PageAllocator::new(PhysBlock(0), 64, 1);
         let ls = LogSpace::default();
         let mut live: Vec<LogPage> = Vec::new();
         let mut x = 12345u64;

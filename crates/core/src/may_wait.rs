@@ -165,7 +165,7 @@ impl Fs {
     }
 
     /// Whether `tier` is an object tier.
-    pub(crate) fn is_object_tier(&self, tier: u8) -> bool {
+    pub(crate) fn is_object_tier(&self, tier: terrace_format::TierId) -> bool {
         self.tiers
             .iter()
             .any(|t| t.id == tier && t.kind == TierKind::S3)
@@ -202,7 +202,7 @@ impl Fs {
         let first = off / BS;
         let n = end.div_ceil(BS) - first;
         i.extents
-            .overlaps(first, n)
+            .overlaps(terrace_format::FileBlock(first), n)
             .iter()
             .any(|(_, e)| self.is_object_tier(e.tier))
     }

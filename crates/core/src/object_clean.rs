@@ -35,7 +35,7 @@ use crate::tier::BlockTier;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use terrace_format::BLOCK_SIZE;
+use terrace_format::{PhysBlock, TierId, BLOCK_SIZE};
 use terrace_policy::cleaner::cleaning_efficiency;
 use terrace_policy::object_cleaner::{pick_parts, ObjectCleanParams, PartUsage};
 
@@ -133,7 +133,7 @@ impl Fs {
         }
         let picked: std::collections::BTreeSet<u64> = plan.parts.iter().copied().collect();
         let chosen: Vec<_> = parts.iter().filter(|p| picked.contains(&p.seq)).collect();
-        let ranges = BlockRanges::new(chosen.iter().map(|p| (p.block, p.blocks)));
+        let ranges = BlockRanges::new(chosen.iter().map(|p| (PhysBlock(p.block), p.blocks)));
         let (owned, logs) = self.owners_in(t.id, &ranges);
         let budget = params.bytes_per_pass / BLOCK_SIZE;
         let moved = self.evacuate(
@@ -166,7 +166,7 @@ impl Fs {
     /// Counts the awaited parts of tier `tier` that are dead in `parts` (or
     /// gone: deleted) as cleaned; the others stay awaited when `keep`, else
     /// are forgotten (they did not die: not counted). Returns those counted.
-    fn settle(&self, tier: u8, parts: &[terrace_media::PartInfo], keep: bool) -> u64 {
+    fn settle(&self, tier: TierId, parts: &[terrace_media::PartInfo], keep: bool) -> u64 {
         let mut g = self.object_cleaning.tiers.lock();
         let c = g.entry(tier).or_default();
         let mut cleaned = 0;
@@ -185,7 +185,7 @@ impl Fs {
     }
 
     /// Tier `tier`'s cleaning counters (zeros before its first pass).
-    pub(crate) fn object_cleaning_status(&self, tier: u8) -> ObjectCleaningStatus {
+    pub(crate) fn object_cleaning_status(&self, tier: TierId) -> ObjectCleaningStatus {
         let g = self.object_cleaning.tiers.lock();
         let c = g.get(&tier).cloned().unwrap_or_default();
         ObjectCleaningStatus {

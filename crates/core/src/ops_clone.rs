@@ -18,7 +18,7 @@
 use crate::fs::{now_ns, Fs};
 use crate::ops_file::MAX_FILE_SIZE;
 use crate::types::*;
-use terrace_format::{Entry, WriteEntry, BLOCK_SIZE, WRITE_FLAG_SHARED};
+use terrace_format::{Entry, FileBlock, WriteEntry, BLOCK_SIZE, WRITE_FLAG_SHARED};
 
 const BS: u64 = BLOCK_SIZE;
 
@@ -42,7 +42,11 @@ impl Fs {
     /// blocks that sharing saves (the extra mappings). Empty when nothing is
     /// shared.
     pub fn shared_block_stats(&self) -> std::collections::BTreeMap<u8, (u64, u64)> {
-        self.shared.stats()
+        self.shared
+            .stats()
+            .into_iter()
+            .map(|(t, s)| (t.get(), s))
+            .collect()
     }
 
     /// Copies up to `len` bytes from `src` at `src_off` to `dst` at
@@ -125,7 +129,10 @@ impl Fs {
         if blocks == 0 {
             return Ok(None);
         }
-        let (sfb, dfb) = (src_off / BS, dst_off / BS);
+        let (sfb, dfb) = (
+            FileBlock::containing(src_off),
+            FileBlock::containing(dst_off),
+        );
         let mut parts = l.get(src).extents.overlaps(sfb, blocks);
         let mut copied = n;
         if parts.len() > CLONE_MAX_EXTENTS {

@@ -245,12 +245,12 @@ impl Fs {
             };
             let mut page = vec![0u8; BLOCK_SIZE as usize];
             page[..target.len()].copy_from_slice(target);
-            self.media.write(block * BLOCK_SIZE, &page);
-            self.media.flush(block * BLOCK_SIZE, BLOCK_SIZE);
+            self.media.write(block.byte_offset(), &page);
+            self.media.flush(block.byte_offset(), BLOCK_SIZE);
             initial.push(Entry::Write(WriteEntry {
-                file_block: 0,
+                file_block: terrace_format::FileBlock::ZERO,
                 blocks: 1,
-                tier: 0,
+                tier: terrace_format::TierId::PM,
                 size_counter: 0,
                 wflags: 0,
                 block,

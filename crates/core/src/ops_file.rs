@@ -16,14 +16,20 @@ use crate::inode::Inode;
 use crate::placement_stats::{Landing, WriteClass};
 use crate::types::*;
 use std::sync::atomic::Ordering;
-use terrace_format::{Entry, WriteEntry, BLOCK_SIZE};
+use terrace_format::{Entry, FileBlock, TierId, WriteEntry, BLOCK_SIZE};
 
 /// Largest file size (16 TiB, as ext4 with 4 KiB blocks).
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
 const BS: u64 = BLOCK_SIZE;
 
 /// One write entry per run of `d`, covering file blocks from `first` on.
-fn write_entries(d: &DataRuns, first: u64, counter: u8, size_after: u64, mtime: i64) -> Vec<Entry> {
+fn write_entries(
+    d: &DataRuns,
+    first: FileBlock,
+    counter: u8,
+    size_after: u64,
+    mtime: i64,
+) -> Vec<Entry> {
     let mut fb = first;
     d.runs
         .iter()
@@ -132,8 +138,8 @@ impl Fs {
             return Err(errno(libc::EFBIG));
         }
         let now = now_ns();
-        let fb0 = off / BS;
-        let fb1 = (end - 1) / BS;
+        let fb0 = FileBlock::containing(off);
+        let fb1 = FileBlock::containing(end - 1);
         let nblocks = fb1 - fb0 + 1;
         // Ziggurat's predictors, then the placement policy.
         let (sync_params, size_params, sync_window_ns, bulk_pm_percent, mig_params) = {
@@ -154,8 +160,9 @@ impl Fs {
                 .map(|p| (fb0, nblocks, p.counter))
                 .or_else(|| i.extents.find(b).map(|(s, e)| (s, e.blocks, e.counter)))
         });
+        let prev = prev.map(|(s, n, c)| (s.get(), n, c));
         let counter =
-            terrace_policy::size_predictor::next_counter((fb0, nblocks), prev, &size_params);
+            terrace_policy::size_predictor::next_counter((fb0.get(), nblocks), prev, &size_params);
         let fresh_large = prev.is_none()
             && terrace_policy::size_predictor::is_large_fresh(data.len() as u64, &size_params);
         if !self.tiers.is_empty() {
@@ -163,8 +170,8 @@ impl Fs {
             let (mut clean, mut dirty) = (0, 0);
             for (_, e) in i.extents.overlaps(fb0, nblocks) {
                 match (e.tier, e.copy) {
-                    (0, Some(_)) => clean += e.blocks,
-                    (0, None) => dirty += e.blocks,
+                    (TierId::PM, Some(_)) => clean += e.blocks,
+                    (TierId::PM, None) => dirty += e.blocks,
                     _ => {}
                 }
             }
@@ -211,7 +218,7 @@ impl Fs {
             };
             (
                 want,
-                want != 0 && (obs.pm_has_room() || policy.place(&roomy).tier() != 0),
+                !want.is_pm() && (obs.pm_has_room() || !policy.place(&roomy).tier().is_pm()),
             )
         };
         // PM use past the forced mark is the policy's to handle (load-aware
@@ -221,7 +228,7 @@ impl Fs {
             self.kick_migration();
         }
         let pm_full = pm_free < nblocks * BS;
-        let to_cache = !self.tiers.is_empty() && (want != 0 || pm_full);
+        let to_cache = !self.tiers.is_empty() && (!want.is_pm() || pm_full);
         if to_cache {
             drop(g);
             let bytes = nblocks * BS;
@@ -268,17 +275,17 @@ impl Fs {
         }
         let i = g.as_mut().expect("live");
         let want = match (to_cache, want) {
-            (true, 0) => self.tiers.first().map_or(0, |t| t.id),
+            (true, TierId::PM) => self.tiers.first().map_or(TierId::PM, |t| t.id),
             _ => want,
         };
         let head = (off % BS) as usize;
         let mut buf = vec![0u8; (nblocks * BS) as usize];
         if head != 0 {
-            let old = self.read_locked(i, fb0 * BS, BS as usize)?;
+            let old = self.read_locked(i, fb0.byte_offset(), BS as usize)?;
             buf[..old.len()].copy_from_slice(&old);
         }
         if end % BS != 0 && (fb1 != fb0 || head == 0) {
-            let old = self.read_locked(i, fb1 * BS, BS as usize)?;
+            let old = self.read_locked(i, fb1.byte_offset(), BS as usize)?;
             let at = ((fb1 - fb0) * BS) as usize;
             buf[at..at + old.len()].copy_from_slice(&old);
         }
@@ -286,14 +293,14 @@ impl Fs {
         // One tier when it has room; near a full pool the blocks may come
         // from several (the write still commits at once).
         let pieces = self.alloc_new_pieces(want, nblocks)?;
-        let placed = if pieces[0].tier == 0 {
+        let placed = if pieces[0].tier.is_pm() {
             &self.counters.placed_pm
         } else {
             &self.counters.placed_block
         };
         placed.fetch_add(1, Ordering::Relaxed);
         let landing = match (pieces[0].tier, by_choice) {
-            (0, _) => Landing::Pm,
+            (TierId::PM, _) => Landing::Pm,
             (_, false) => Landing::BlockOverflow,
             (_, true) => Landing::BlockChosen,
         };
@@ -363,7 +370,7 @@ impl Fs {
     fn zeroed_block(
         &self,
         i: &Inode,
-        fb: u64,
+        fb: FileBlock,
         from: usize,
         to: usize,
         size_after: u64,
@@ -372,10 +379,10 @@ impl Fs {
         if i.extents.find(fb).is_none() {
             return Ok(None);
         }
-        let mut blk = self.read_locked(i, fb * BS, BS as usize)?;
+        let mut blk = self.read_locked(i, fb.byte_offset(), BS as usize)?;
         blk.resize(BS as usize, 0);
         blk[from..to].fill(0);
-        let d = self.alloc_new_data(0, 1)?;
+        let d = self.alloc_new_data(TierId::PM, 1)?;
         if let Err(e) = self.store_data(&d, &blk) {
             self.release_data(d);
             return Err(e);
@@ -398,7 +405,7 @@ impl Fs {
         entries: &mut Vec<Entry>,
         taken: &mut Vec<DataRuns>,
     ) -> FsResult<(bool, bool)> {
-        let (head, last) = (off / BS, (end - 1) / BS);
+        let (head, last) = (FileBlock::containing(off), FileBlock::containing(end - 1));
         let head_partial = off % BS != 0;
         let mut done = (false, false);
         if head_partial {
@@ -434,11 +441,11 @@ impl Fs {
     /// at least a bulk write (`BULK_WRITE_BYTES`) goes to the first block
     /// tier, a smaller one to PM (as a small write would), and a pinned
     /// file's to its pinned tier.
-    fn prealloc_tier(&self, rule: Option<u8>, n: u64) -> u8 {
+    fn prealloc_tier(&self, rule: Option<TierId>, n: u64) -> TierId {
         match (rule, self.tiers.first()) {
             (Some(t), _) => t,
             (None, Some(t)) if n * BS >= terrace_policy::placement::BULK_WRITE_BYTES => t.id,
-            _ => 0,
+            _ => TierId::PM,
         }
     }
 
@@ -448,8 +455,8 @@ impl Fs {
     /// piece taken is recorded in `taken`, to be released on error.
     fn zero_fill(
         &self,
-        want: u8,
-        (mut fb, n): (u64, u64),
+        want: TierId,
+        (mut fb, n): (FileBlock, u64),
         a: &terrace_format::AttrEntry,
         taken: &mut Vec<DataRuns>,
         entries: &mut Vec<Entry>,
@@ -469,7 +476,7 @@ impl Fs {
                 entries.extend(write_entries(d, fb, 0, a.size, a.mtime).into_iter().map(
                     |mut e| {
                         if let Entry::Write(w) = &mut e {
-                            if w.tier != 0 {
+                            if !w.tier.is_pm() {
                                 w.wflags |= terrace_format::WRITE_FLAG_ZEROED;
                             }
                         }
@@ -509,13 +516,13 @@ impl Fs {
             if size < a.size {
                 let keep = size.div_ceil(BS);
                 entries.push(Entry::Punch {
-                    file_block: keep,
+                    file_block: FileBlock(keep),
                     blocks: u64::MAX - keep,
                 });
                 if size % BS != 0 {
                     if let Some((e, b)) = self.zeroed_block(
                         i,
-                        size / BS,
+                        FileBlock::containing(size),
                         (size % BS) as usize,
                         BS as usize,
                         size,
@@ -599,8 +606,8 @@ impl Fs {
                         a.size = end;
                     }
                     // Zero-filled blocks for every hole in the range.
-                    let mut fb = off / BS;
-                    let last = (end - 1) / BS;
+                    let mut fb = FileBlock::containing(off);
+                    let last = FileBlock::containing(end - 1);
                     while fb <= last {
                         if let Some((s, e)) = i.extents.find(fb) {
                             fb = s + e.blocks;
@@ -609,7 +616,7 @@ impl Fs {
                         let hole_end = i
                             .extents
                             .next_start_after(fb)
-                            .unwrap_or(u64::MAX)
+                            .unwrap_or(FileBlock::MAX)
                             .min(last + 1);
                         let n = hole_end - fb;
                         let want = self.prealloc_tier(rule, n);
@@ -630,7 +637,7 @@ impl Fs {
                     // mapped partial blocks at its ends are rewritten with
                     // their part of the range zeroed, and partial blocks in
                     // holes get zero-filled blocks. One commit.
-                    let (fb0, last) = (off / BS, (end - 1) / BS);
+                    let (fb0, last) = (FileBlock::containing(off), FileBlock::containing(end - 1));
                     let (head_done, tail_done) = self.zero_partial_ends(
                         i,
                         (off, end),
@@ -679,7 +686,7 @@ impl Fs {
                     // blocks). One Shift entry and the new size commit
                     // together.
                     entries.push(Entry::Shift {
-                        file_block: off / BS,
+                        file_block: FileBlock::containing(off),
                         blocks: len / BS,
                         op,
                     });
@@ -698,7 +705,7 @@ impl Fs {
                     )?;
                     if end_full > first_full {
                         entries.push(Entry::Punch {
-                            file_block: first_full,
+                            file_block: FileBlock(first_full),
                             blocks: end_full - first_full,
                         });
                     }

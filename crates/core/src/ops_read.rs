@@ -13,7 +13,7 @@ use crate::fs::{now_ns, Fs};
 use crate::inode::Inode;
 use crate::types::*;
 use std::sync::atomic::Ordering;
-use terrace_format::{Entry, BLOCK_SIZE};
+use terrace_format::{Entry, FileBlock, PhysBlock, TierId, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE;
 
@@ -37,10 +37,10 @@ impl Fs {
             let fb = off / BS;
             let n = (off + len).div_ceil(BS) - fb;
             let (mut on_block, mut clean, mut dirty) = (0, 0, 0);
-            for (_, e) in i.extents.overlaps(fb, n) {
+            for (_, e) in i.extents.overlaps(FileBlock(fb), n) {
                 match (e.tier, e.copy) {
-                    (0, Some(_)) => clean += e.blocks,
-                    (0, None) => dirty += e.blocks,
+                    (TierId::PM, Some(_)) => clean += e.blocks,
+                    (TierId::PM, None) => dirty += e.blocks,
                     _ => on_block += e.blocks,
                 }
             }
@@ -161,15 +161,15 @@ impl Fs {
         c.out = vec![0u8; (end - off) as usize];
         let mut pos = off;
         while pos < end {
-            let fb = pos / BS;
+            let fb = FileBlock::containing(pos);
             match i.extents.find(fb) {
                 Some((s, e)) => {
-                    let run_end = ((s + e.blocks) * BS).min(end);
+                    let run_end = (s + e.blocks).byte_offset().min(end);
                     let at = (pos - off) as usize;
                     let len = (run_end - pos) as usize;
                     let block = e.block + (fb - s);
-                    if e.tier == 0 {
-                        self.read_data(0, block, pos % BS, &mut c.out[at..at + len])?;
+                    if e.tier.is_pm() {
+                        self.read_data(TierId::PM, block, pos % BS, &mut c.out[at..at + len])?;
                     } else {
                         c.pieces.push(BlockPiece {
                             tier: e.tier,
@@ -186,15 +186,18 @@ impl Fs {
                     let next = i
                         .extents
                         .next_start_after(fb)
-                        .map(|s| s * BS)
+                        .map(FileBlock::byte_offset)
                         .unwrap_or(end);
                     pos = next.min(end).max(pos + 1);
                     // Holes read as the zeros `out` already holds.
                 }
             }
         }
-        for (&fb, p) in i.dirty.range(off / BS..=(end - 1) / BS) {
-            let pstart = fb * BS;
+        for (&fb, p) in i
+            .dirty
+            .range(FileBlock::containing(off)..=FileBlock::containing(end - 1))
+        {
+            let pstart = fb.byte_offset();
             let from = off.max(pstart);
             let to = end.min(pstart + BS);
             c.overlay.push((
@@ -234,9 +237,9 @@ impl Fs {
 
 /// A block-tier run of a read, captured under the inode lock.
 struct BlockPiece {
-    tier: u8,
+    tier: TierId,
     /// Physical block of the read's first block in this run.
-    block: u64,
+    block: PhysBlock,
     /// Blocks of the extent from `block` on (the read-ahead bound).
     left: u64,
     off_in_block: u64,

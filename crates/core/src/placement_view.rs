@@ -131,19 +131,19 @@ impl Fs {
         let mut rows = Vec::new();
         for (fb, e) in i.extents.iter() {
             rows.push(ExtentRow {
-                offset: fb * BLOCK_SIZE,
+                offset: fb.byte_offset(),
                 length: e.blocks * BLOCK_SIZE,
-                tier: name(e.tier),
-                block: Some(e.block),
+                tier: name(e.tier.get()),
+                block: Some(e.block.get()),
                 counter: e.counter,
             });
             if let Some((t, b)) = e.copy {
                 // A clean copy (NVMFS): same data, second location.
                 rows.push(ExtentRow {
-                    offset: fb * BLOCK_SIZE,
+                    offset: fb.byte_offset(),
                     length: e.blocks * BLOCK_SIZE,
-                    tier: format!("{}-copy", name(t)),
-                    block: Some(b),
+                    tier: format!("{}-copy", name(t.get())),
+                    block: Some(b.get()),
                     counter: e.counter,
                 });
             }
@@ -151,9 +151,9 @@ impl Fs {
         let mut dirty: Vec<ExtentRow> = Vec::new();
         for (&fb, p) in &i.dirty {
             match dirty.last_mut() {
-                Some(r) if r.offset + r.length == fb * BLOCK_SIZE => r.length += BLOCK_SIZE,
+                Some(r) if r.offset + r.length == fb.byte_offset() => r.length += BLOCK_SIZE,
                 _ => dirty.push(ExtentRow {
-                    offset: fb * BLOCK_SIZE,
+                    offset: fb.byte_offset(),
                     length: BLOCK_SIZE,
                     tier: "dram".into(),
                     block: None,

@@ -132,22 +132,28 @@ impl Drop for ReadPin<'_> {
 mod tests {
     use super::*;
     use std::cell::RefCell;
+    use terrace_format::{PhysBlock, TierId};
 
     #[test]
     fn runs_freed_while_a_reader_is_in_wait_for_the_last_reader_out() {
         let pins = ReadPins::default();
         let freed = RefCell::new(Vec::new());
         let free = |r: Vec<Released>| freed.borrow_mut().extend(r);
-        assert_eq!(pins.defer_or_free(vec![(1, 10, 2)]), vec![(1, 10, 2)]);
+        assert_eq!(
+            pins.defer_or_free(vec![(TierId(1), PhysBlock(10), 2)]),
+            vec![(TierId(1), PhysBlock(10), 2)]
+        );
         let a = pins.enter(&free).unwrap();
         let b = pins.enter(&free).unwrap();
-        assert!(pins.defer_or_free(vec![(1, 20, 3)]).is_empty());
+        assert!(pins
+            .defer_or_free(vec![(TierId(1), PhysBlock(20), 3)])
+            .is_empty());
         assert_eq!(pins.deferred_blocks(), 3);
         assert!(pins.enter(&free).is_none(), "no new pin while frees wait");
         drop(a);
         assert!(freed.borrow().is_empty(), "one reader still in");
         drop(b);
-        assert_eq!(*freed.borrow(), vec![(1, 20, 3)]);
+        assert_eq!(*freed.borrow(), vec![(TierId(1), PhysBlock(20), 3)]);
         assert_eq!(pins.deferred_blocks(), 0);
         assert!(pins.enter(&free).is_some());
     }

@@ -20,8 +20,9 @@ use crate::types::{FileType, Ino};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use terrace_format::{
-    decode_tier_log_head, inode_offset, is_used_state, FormatError, InodeSlot, LogBlob, Superblock,
-    BLOCK_SIZE, INODE_SIZE, INODE_USED_TIER_LOG, ROOT_INO, SUPERBLOCK_A_BLOCK, SUPERBLOCK_B_BLOCK,
+    decode_tier_log_head, inode_offset, is_used_state, FormatError, InodeSlot, LogBlob, PhysBlock,
+    Superblock, TierId, BLOCK_SIZE, INODE_SIZE, INODE_USED_TIER_LOG, ROOT_INO, SUPERBLOCK_A_BLOCK,
+    SUPERBLOCK_B_BLOCK,
 };
 use terrace_media::{BlockMedia, PmMedia};
 
@@ -192,12 +193,12 @@ pub struct Scan {
     /// Small log pages' slabs (meaningful when `alloc` is `Some`).
     pub log_space: crate::log_space::LogSpace,
     /// Runs that live write entries use on each block tier.
-    pub block_used: std::collections::BTreeMap<u8, Vec<Run>>,
+    pub block_used: std::collections::BTreeMap<TierId, Vec<Run>>,
     /// Checksums of the block-tier blocks the replayed inodes reference,
     /// by tier id (`sums.rs`).
-    pub sums: std::collections::BTreeMap<u8, crate::sums::BlockSums>,
+    pub sums: std::collections::BTreeMap<TierId, crate::sums::BlockSums>,
     /// Extra references of blocks several extents map, by tier (0 = PM).
-    pub shared: std::collections::BTreeMap<u8, crate::shared::RefRuns>,
+    pub shared: std::collections::BTreeMap<TierId, crate::shared::RefRuns>,
 }
 
 /// How much log a scan replayed.
@@ -223,34 +224,34 @@ impl Scan {
 fn keep_referenced_sums(
     inode: &Inode,
     entries: &mut dyn Iterator<Item = &terrace_format::Entry>,
-    sums: &std::collections::BTreeMap<u8, crate::sums::BlockSums>,
+    sums: &std::collections::BTreeMap<TierId, crate::sums::BlockSums>,
 ) {
     use terrace_format::Entry;
     let mut found = entries
         .filter(|e| match e {
             Entry::Sums { .. } => true,
-            Entry::Write(w) => w.tier != 0 && w.wflags & terrace_format::WRITE_FLAG_ZEROED != 0,
+            Entry::Write(w) => !w.tier.is_pm() && w.wflags & terrace_format::WRITE_FLAG_ZEROED != 0,
             _ => false,
         })
         .peekable();
     if found.peek().is_none() {
         return;
     }
-    let mut refs: Vec<(u8, u64, u64)> = inode
+    let mut refs: Vec<(TierId, PhysBlock, u64)> = inode
         .extents
         .iter()
         .flat_map(|(_, e)| e.block_tier_runs())
         .map(|(t, b, n, _)| (t, b, n))
         .collect();
     refs.sort_unstable();
-    let referenced = |tier: u8, b: u64| {
+    let referenced = |tier: TierId, b: PhysBlock| {
         let i = refs.partition_point(|&(t, s, _)| (t, s) <= (tier, b));
         i > 0 && {
             let (t, s, n) = refs[i - 1];
             t == tier && b < s + n
         }
     };
-    let set = |tier: u8, b: u64, crc: u32| {
+    let set = |tier: TierId, b: PhysBlock, crc: u32| {
         if let Some(table) = sums.get(&tier) {
             if referenced(tier, b) {
                 table.set(b, crc);
@@ -266,8 +267,9 @@ fn keep_referenced_sums(
             }
             Entry::Write(w) => {
                 let zero = crate::sums::zero_block_crc();
-                for b in w.block..w.block.saturating_add(u64::from(w.blocks)) {
-                    set(w.tier, b, zero);
+                let first = w.block.get();
+                for b in first..first.saturating_add(u64::from(w.blocks)) {
+                    set(w.tier, PhysBlock(b), zero);
                 }
             }
             _ => {}
@@ -398,19 +400,19 @@ fn read_log_blob(
     tiers: &TierDevices,
     ino: Ino,
     generation: u32,
-    (tier, block, bytes): (u8, u64, u64),
+    (tier, block, bytes): (TierId, PhysBlock, u64),
 ) -> Result<Option<LogBlob>, String> {
-    let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier) else {
+    let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier.get()) else {
         return Ok(None);
     };
     let blocks = bytes.div_ceil(BLOCK_SIZE);
-    if block == 0 || block.saturating_add(blocks) > dev.blocks() {
+    if block == PhysBlock::ZERO || !fits_within(block, blocks, PhysBlock(dev.blocks())) {
         return Err(format!(
             "log blob at block {block} of tier {tier} lies outside the device"
         ));
     }
     let mut buf = vec![0u8; (blocks * BLOCK_SIZE) as usize];
-    dev.read_blocks(block, &mut buf)
+    dev.read_blocks(block.get(), &mut buf)
         .map_err(|e| format!("log blob on tier {tier} at block {block}: {e}"))?;
     LogBlob::decode(&buf, bytes, ino, generation)
         .map(Some)
@@ -429,11 +431,16 @@ fn scan_view(
     let mut table = vec![0u8; (n * INODE_SIZE as u64) as usize];
     media.read(inode_offset(0), &mut table);
     let mut inodes: HashMap<Ino, Inode> = HashMap::new();
-    let sums: std::collections::BTreeMap<u8, crate::sums::BlockSums> = sb
+    let sums: std::collections::BTreeMap<TierId, crate::sums::BlockSums> = sb
         .tiers
         .iter()
         .filter(|t| t.kind != terrace_format::TierKind::Pm)
-        .map(|t| (t.id, crate::sums::BlockSums::new(t.size / BLOCK_SIZE)))
+        .map(|t| {
+            (
+                TierId(t.id),
+                crate::sums::BlockSums::new(t.size / BLOCK_SIZE),
+            )
+        })
         .collect();
     for ino in 1..n {
         if ino % 4096 == 0 {
@@ -466,10 +473,11 @@ fn scan_view(
             let rec = sb
                 .tiers
                 .iter()
-                .find(|t| t.id == tier && t.kind != terrace_format::TierKind::Pm);
-            if !rec
-                .is_some_and(|r| block > 0 && block.saturating_add(blocks) <= r.size / BLOCK_SIZE)
-            {
+                .find(|t| t.id == tier.get() && t.kind != terrace_format::TierKind::Pm);
+            if !rec.is_some_and(|r| {
+                block > PhysBlock::ZERO
+                    && fits_within(block, blocks, PhysBlock(r.size / BLOCK_SIZE))
+            }) {
                 problems.push(Problem::BadLog {
                     ino,
                     what: format!("log on tier {tier} at block {block}: no such place"),
@@ -486,7 +494,10 @@ fn scan_view(
                     keep_referenced_sums(&inode, &mut blob.entries.iter(), &sums);
                     inode.log.entries = blob.entries.len() as u64;
                 }
-                Ok(None) => problems.push(Problem::LogOnMissingTier { ino, tier }),
+                Ok(None) => problems.push(Problem::LogOnMissingTier {
+                    ino,
+                    tier: tier.get(),
+                }),
                 Err(what) => problems.push(Problem::BadLog {
                     ino,
                     what,
@@ -611,12 +622,12 @@ fn scan_view(
     use crate::shared::{Found, Holder};
     let mut used: Vec<Found> = Vec::new();
     let mut log_pages: Vec<(crate::log_space::LogPage, Ino)> = Vec::new();
-    let mut block_used: std::collections::BTreeMap<u8, Vec<Found>> = Default::default();
+    let mut block_used: std::collections::BTreeMap<TierId, Vec<Found>> = Default::default();
     for ino in &keys {
         let inode = &inodes[ino];
         for p in &inode.log.pages {
             if p.size >= BLOCK_SIZE {
-                used.push((p.off / BLOCK_SIZE, 1, *ino, Holder::Exclusive));
+                used.push((PhysBlock(p.off / BLOCK_SIZE), 1, *ino, Holder::Exclusive));
             }
             log_pages.push((*p, *ino));
         }
@@ -635,16 +646,18 @@ fn scan_view(
                 .map(move |(tier, block, blocks, holder)| (fb, tier, block, blocks, holder))
         });
         for (fb, tier, block, blocks, holder) in runs {
-            if tier != 0 {
+            if !tier.is_pm() {
                 let rec = sb
                     .tiers
                     .iter()
-                    .find(|t| t.id == tier && t.kind != terrace_format::TierKind::Pm);
+                    .find(|t| t.id == tier.get() && t.kind != terrace_format::TierKind::Pm);
                 match rec {
-                    Some(r) if fits_within(block, blocks, r.size / BLOCK_SIZE) => block_used
-                        .entry(tier)
-                        .or_default()
-                        .push((block, blocks, *ino, holder)),
+                    Some(r) if fits_within(block, blocks, PhysBlock(r.size / BLOCK_SIZE)) => {
+                        block_used
+                            .entry(tier)
+                            .or_default()
+                            .push((block, blocks, *ino, holder))
+                    }
                     Some(_) => problems.push(Problem::BlockOwnership {
                         ino: *ino,
                         what: format!("file block {fb} maps beyond the end of tier {tier}"),
@@ -658,8 +671,12 @@ fn scan_view(
                 }
                 continue;
             }
-            if block < sb.pool_start
-                || !fits_within(block, blocks, sb.pool_start.saturating_add(sb.pool_blocks))
+            if block < PhysBlock(sb.pool_start)
+                || !fits_within(
+                    block,
+                    blocks,
+                    PhysBlock(sb.pool_start.saturating_add(sb.pool_blocks)),
+                )
             {
                 problems.push(Problem::BlockOwnership {
                     ino: *ino,
@@ -697,7 +714,7 @@ fn scan_view(
             for b in blocks {
                 let i = log_pages.partition_point(|(p, _)| p.off < b * BLOCK_SIZE);
                 let owner = log_pages.get(i).map_or(0, |x| x.1);
-                used.push((b, 1, owner, Holder::Exclusive));
+                used.push((PhysBlock(b), 1, owner, Holder::Exclusive));
             }
             Some(space)
         }
@@ -726,14 +743,14 @@ fn scan_view(
         });
     }
     if !pm.refs.is_empty() {
-        shared.insert(0u8, pm.refs);
+        shared.insert(TierId::PM, pm.refs);
     }
     let alloc = if ownership_ok && log_space.is_some() {
         let shards = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2)
             .max(2);
-        PageAllocator::from_used(sb.pool_start, sb.pool_blocks, shards, pm.used).ok()
+        PageAllocator::from_used(PhysBlock(sb.pool_start), sb.pool_blocks, shards, pm.used).ok()
     } else {
         None
     };
@@ -755,6 +772,6 @@ fn scan_view(
 
 /// Whether `blocks` blocks from `first` end at or before `end`, without
 /// overflow (a crafted image with a valid CRC may carry any numbers).
-fn fits_within(first: u64, blocks: u64, end: u64) -> bool {
-    first.checked_add(blocks).is_some_and(|last| last <= end)
+fn fits_within(first: PhysBlock, blocks: u64, end: PhysBlock) -> bool {
+    first.checked_end(blocks).is_some_and(|last| last <= end)
 }

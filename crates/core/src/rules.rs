@@ -32,7 +32,7 @@ use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::service_state::RULE_XATTR;
 use crate::types::{errno, FileType, FsResult, Ino};
-use terrace_format::BLOCK_SIZE;
+use terrace_format::{TierId, BLOCK_SIZE};
 
 /// Bytes a migration pass moves to enforce rules, at most.
 pub const RULE_BUDGET_BYTES: u64 = 64 << 20;
@@ -41,20 +41,20 @@ impl Fs {
     /// The tier id a rule value names, if it names a tier of this pool:
     /// `pm`, a block tier's kind (`ssd`, `hdd`; the first of that kind), or a
     /// tier id.
-    pub(crate) fn tier_by_name(&self, value: &[u8]) -> Option<u8> {
+    pub(crate) fn tier_by_name(&self, value: &[u8]) -> Option<TierId> {
         let v = std::str::from_utf8(value).ok()?.trim();
         if v == "pm" || v == "0" {
-            return Some(0);
+            return Some(TierId::PM);
         }
         if let Ok(id) = v.parse::<u8>() {
-            return self.tiers.iter().find(|t| t.id == id).map(|t| t.id);
+            return self.tiers.iter().find(|t| t.id.get() == id).map(|t| t.id);
         }
         self.tiers.iter().find(|t| t.kind.name() == v).map(|t| t.id)
     }
 
     /// The tier a file is pinned to, if it has a rule (naming a tier that
     /// exists).
-    pub(crate) fn rule_of(&self, i: &Inode) -> Option<u8> {
+    pub(crate) fn rule_of(&self, i: &Inode) -> Option<TierId> {
         i.xattrs.get(RULE_XATTR).and_then(|v| self.tier_by_name(v))
     }
 
@@ -83,7 +83,14 @@ impl Fs {
         let params = self.settings.read().migration_params();
         let policy = terrace_policy::migration::migration_policy("ziggurat")
             .expect("the ziggurat policy exists");
-        self.drain(0, to, bytes, &params, &*policy, crate::migrate::Mode::Move)
+        self.drain(
+            TierId::PM,
+            to,
+            bytes,
+            &params,
+            &*policy,
+            crate::migrate::Mode::Move,
+        )
     }
 
     /// Moves pinned files' data that is not on their tier there, up to
@@ -93,7 +100,7 @@ impl Fs {
         let forced = self.settings.read().migration_params().forced_percent;
         // A tier past the forced mark takes no more pinned data this pass
         // (retrying a move that cannot fit would only burn reads).
-        let has_room = |tier: u8| {
+        let has_room = |tier: TierId| {
             let (used, cap) = self.tier_use(tier);
             u128::from(used) * 100 < u128::from(cap) * u128::from(forced)
         };
@@ -121,7 +128,7 @@ impl Fs {
                 } else {
                     0
                 };
-                if tier == 0 && elsewhere > 0 {
+                if tier.is_pm() && elsewhere > 0 {
                     // A PM pin on a PM without room for it: unpinned data
                     // moves down to make the room (drains skip files pinned
                     // to PM), whatever the threshold says.
@@ -132,7 +139,7 @@ impl Fs {
                     if short > 0 {
                         moved += self.make_pm_room_for_pins(short);
                     }
-                    has_room(0).then_some(0)
+                    has_room(TierId::PM).then_some(TierId::PM)
                 } else {
                     (elsewhere > 0 && has_room(tier)).then_some(tier)
                 }
@@ -140,7 +147,7 @@ impl Fs {
             if let Some(tier) = want {
                 // A full target is not an error here: the rule is retried
                 // next pass, and writes still honour it as room allows.
-                moved += self.migrate_file(ino, tier).unwrap_or(0);
+                moved += self.migrate_file(ino, tier.get()).unwrap_or(0);
             }
         }
         moved

@@ -24,7 +24,7 @@ use crate::types::{errno, FsResult, Ino};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terrace_format::{CopyEntry, CopyOp, Entry, BLOCK_SIZE};
+use terrace_format::{CopyEntry, CopyOp, Entry, FileBlock, PhysBlock, TierId, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE;
 /// Blocks read per request.
@@ -33,16 +33,16 @@ const CHUNK_BLOCKS: u64 = 256;
 /// One location of mapped data to read: a primary run or a copy.
 #[derive(Debug, Clone, Copy)]
 struct Piece {
-    file_block: u64,
+    file_block: FileBlock,
     blocks: u64,
     /// Location read: the primary (`copy == false`) or the clean copy.
-    tier: u8,
-    block: u64,
+    tier: TierId,
+    block: PhysBlock,
     copy: bool,
     /// The mapping when captured, to check before a repair.
     seq: u64,
-    primary: (u8, u64),
-    second: Option<(u8, u64)>,
+    primary: (TierId, PhysBlock),
+    second: Option<(TierId, PhysBlock)>,
 }
 
 fn unix_now() -> u64 {
@@ -198,7 +198,7 @@ impl Fs {
         let first = p.block + off;
         let read = self
             .tier(p.tier)
-            .and_then(|t| t.media.read_blocks(first, chunk));
+            .and_then(|t| t.media.read_blocks(first.get(), chunk));
         let sums = self.sums_of(p.tier);
         let mut bad: Vec<u64> = Vec::new(); // block offsets in the piece
         let (mut checked, mut unverified) = (0, 0);
@@ -228,7 +228,7 @@ impl Fs {
             match repaired {
                 true => self.update_scrub(|r| r.repaired_blocks += 1),
                 false => {
-                    let at = (p.file_block + k) * BS;
+                    let at = (p.file_block + k).byte_offset();
                     let what = format!(
                         "inode {ino}, bytes {at}..{} ({} on tier {} block {}): damaged, {}",
                         at + BS,

@@ -51,7 +51,8 @@ pub struct ObjectCleaning {
     /// When the last pass started (for `object_clean_interval_ns`).
     pub(crate) last_pass: crate::lock_order::Mutex<Option<std::time::Instant>>,
     /// Counters per object tier id.
-    pub(crate) tiers: crate::lock_order::Mutex<BTreeMap<u8, ObjectTierCleaning>>,
+    pub(crate) tiers:
+        crate::lock_order::Mutex<BTreeMap<terrace_format::TierId, ObjectTierCleaning>>,
 }
 
 /// One object tier's cleaning counters (`object_clean.rs`).

@@ -30,20 +30,22 @@
 //!
 //! Lock order: the map's mutex is a leaf.
 
+use crate::extent_map::Released;
 use crate::lock_order::{Mutex, Rank};
 use crate::types::Ino;
 use std::collections::BTreeMap;
+use terrace_format::{PhysBlock, TierId};
 
 /// Extra references of blocks on one tier: disjoint runs
 /// `start → (blocks, extra)`, `extra ≥ 1`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RefRuns {
-    runs: BTreeMap<u64, (u64, u32)>,
+    runs: BTreeMap<PhysBlock, (u64, u32)>,
 }
 
 impl RefRuns {
     /// Splits the run covering `b` (if any) so that one starts at `b`.
-    fn split_at(&mut self, b: u64) {
+    fn split_at(&mut self, b: PhysBlock) {
         if let Some((&s, &(n, c))) = self.runs.range(..b).next_back() {
             if s + n > b {
                 self.runs.insert(s, (b - s, c));
@@ -54,8 +56,8 @@ impl RefRuns {
 
     /// Joins runs around `[start, end]` that touch and have equal counts,
     /// so the map stays as small as the sharing it describes.
-    fn join_around(&mut self, start: u64, end: u64) {
-        let keys: Vec<u64> = self
+    fn join_around(&mut self, start: PhysBlock, end: PhysBlock) {
+        let keys: Vec<PhysBlock> = self
             .runs
             .range(..=end)
             .rev()
@@ -86,7 +88,7 @@ impl RefRuns {
     }
 
     /// One more reference to every block of `[start, start + n)`.
-    pub fn add(&mut self, start: u64, n: u64) {
+    pub fn add(&mut self, start: PhysBlock, n: u64) {
         if n == 0 {
             return;
         }
@@ -94,7 +96,7 @@ impl RefRuns {
         self.split_at(start);
         self.split_at(end);
         let mut at = start;
-        let inside: Vec<(u64, (u64, u32))> =
+        let inside: Vec<(PhysBlock, (u64, u32))> =
             self.runs.range(start..end).map(|(&s, &v)| (s, v)).collect();
         for (s, (len, c)) in inside {
             if s > at {
@@ -111,7 +113,7 @@ impl RefRuns {
 
     /// One reference less to every block of `[start, start + n)`; returns
     /// the parts that had no other reference (now free), in order.
-    pub fn release(&mut self, start: u64, n: u64) -> Vec<(u64, u64)> {
+    pub fn release(&mut self, start: PhysBlock, n: u64) -> Vec<crate::alloc::Run> {
         if n == 0 {
             return Vec::new();
         }
@@ -129,7 +131,7 @@ impl RefRuns {
         self.split_at(end);
         let mut free = Vec::new();
         let mut at = start;
-        let inside: Vec<(u64, (u64, u32))> =
+        let inside: Vec<(PhysBlock, (u64, u32))> =
             self.runs.range(start..end).map(|(&s, &v)| (s, v)).collect();
         for (s, (len, c)) in inside {
             if s > at {
@@ -165,14 +167,14 @@ impl RefRuns {
     }
 
     /// The runs, as `(start, blocks, extra)`.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (PhysBlock, u64, u32)> + '_ {
         self.runs.iter().map(|(&s, &(n, c))| (s, n, c))
     }
 }
 
 /// The extra references of every tier's blocks (tier 0 is PM).
 pub struct SharedBlocks {
-    tiers: Mutex<BTreeMap<u8, RefRuns>>,
+    tiers: Mutex<BTreeMap<TierId, RefRuns>>,
 }
 
 impl Default for SharedBlocks {
@@ -183,7 +185,7 @@ impl Default for SharedBlocks {
 
 impl SharedBlocks {
     /// The counts recovery found.
-    pub fn new(tiers: BTreeMap<u8, RefRuns>) -> SharedBlocks {
+    pub fn new(tiers: BTreeMap<TierId, RefRuns>) -> SharedBlocks {
         SharedBlocks {
             tiers: Mutex::new(Rank::leaf("shared blocks"), tiers),
         }
@@ -191,7 +193,7 @@ impl SharedBlocks {
 
     /// One more reference to each block of the runs (a clone about to map
     /// them; the caller holds the source's inode lock, so they are live).
-    pub fn add(&self, runs: &[(u8, u64, u64)]) {
+    pub fn add(&self, runs: &[Released]) {
         let mut t = self.tiers.lock();
         for &(tier, b, n) in runs {
             t.entry(tier).or_default().add(b, n);
@@ -200,7 +202,7 @@ impl SharedBlocks {
 
     /// One reference less to each block of the runs; returns the parts no
     /// mapping holds any more (to free).
-    pub fn release(&self, runs: Vec<(u8, u64, u64)>) -> Vec<(u8, u64, u64)> {
+    pub fn release(&self, runs: Vec<Released>) -> Vec<Released> {
         let mut t = self.tiers.lock();
         if t.is_empty() {
             return runs;
@@ -221,7 +223,7 @@ impl SharedBlocks {
     }
 
     /// Per tier: (blocks mapped more than once, blocks saved).
-    pub fn stats(&self) -> BTreeMap<u8, (u64, u64)> {
+    pub fn stats(&self) -> BTreeMap<TierId, (u64, u64)> {
         self.tiers
             .lock()
             .iter()
@@ -230,7 +232,7 @@ impl SharedBlocks {
     }
 
     /// A copy of one tier's counts (for checks).
-    pub fn of_tier(&self, tier: u8) -> RefRuns {
+    pub fn of_tier(&self, tier: TierId) -> RefRuns {
         self.tiers.lock().get(&tier).cloned().unwrap_or_default()
     }
 }
@@ -248,7 +250,9 @@ pub enum Holder {
 
 /// The runs extent `e` holds, `(tier, first block, blocks, holder)`: its
 /// data (shared or not, by its flag) and its clean copy (never shared).
-pub fn held_runs(e: &crate::extent_map::Extent) -> impl Iterator<Item = (u8, u64, u64, Holder)> {
+pub fn held_runs(
+    e: &crate::extent_map::Extent,
+) -> impl Iterator<Item = (TierId, PhysBlock, u64, Holder)> {
     let data = if e.shared {
         Holder::SharedData
     } else {
@@ -259,14 +263,14 @@ pub fn held_runs(e: &crate::extent_map::Extent) -> impl Iterator<Item = (u8, u64
 }
 
 /// One run found at mount: `(first block, blocks, inode, holder)`.
-pub type Found = (u64, u64, Ino, Holder);
+pub type Found = (PhysBlock, u64, Ino, Holder);
 
 /// Blocks mapped twice against the rules: the first block, and two inodes
 /// that hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conflict {
     /// First block of the overlap.
-    pub block: u64,
+    pub block: PhysBlock,
     /// An inode that holds it.
     pub first: Ino,
     /// Another inode that holds it.
@@ -277,7 +281,7 @@ pub struct Conflict {
 #[derive(Debug, Default)]
 pub struct Resolved {
     /// The blocks in use (union of every run), sorted and disjoint.
-    pub used: Vec<(u64, u64)>,
+    pub used: Vec<crate::alloc::Run>,
     /// Extra references of blocks mapped more than once.
     pub refs: RefRuns,
     /// Overlaps the rules do not allow (see the module invariants).
@@ -291,7 +295,7 @@ pub struct Resolved {
 pub fn resolve(mut found: Vec<Found>) -> Resolved {
     let mut out = Resolved::default();
     // Boundaries where the set of holders changes.
-    let mut events: Vec<(u64, bool, usize)> = Vec::with_capacity(found.len() * 2);
+    let mut events: Vec<(PhysBlock, bool, usize)> = Vec::with_capacity(found.len() * 2);
     found.retain(|f| f.1 > 0);
     for (i, f) in found.iter().enumerate() {
         events.push((f.0, true, i));
@@ -300,7 +304,7 @@ pub fn resolve(mut found: Vec<Found>) -> Resolved {
     // Ends before starts at one position: touching runs do not overlap.
     events.sort_unstable_by_key(|&(at, start, i)| (at, start, i));
     let mut active: Vec<usize> = Vec::new();
-    let mut at = 0u64;
+    let mut at = PhysBlock::ZERO;
     let mut reported: Option<(usize, usize)> = None;
     let mut k = 0;
     while k < events.len() {
@@ -361,7 +365,7 @@ pub fn resolve(mut found: Vec<Found>) -> Resolved {
 impl RefRuns {
     /// Adds a run with `extra` references past the last run (recovery
     /// builds the map in block order).
-    fn add_count(&mut self, start: u64, n: u64, extra: u32) {
+    fn add_count(&mut self, start: PhysBlock, n: u64, extra: u32) {
         let last = self.runs.iter().next_back().map(|(&s, &v)| (s, v));
         match last {
             Some((s, (len, c))) if s + len == start && c == extra => {
@@ -383,7 +387,7 @@ mod tests {
     fn model_of(r: &RefRuns) -> BTreeMap<u64, u32> {
         let mut m = BTreeMap::new();
         for (s, n, c) in r.iter() {
-            for b in s..s + n {
+            for b in s.get()..s.get() + n {
                 m.insert(b, c);
             }
         }
@@ -394,63 +398,70 @@ mod tests {
     fn a_block_is_free_only_when_its_last_reference_goes() {
         let mut r = RefRuns::default();
         // Two clones of blocks 10..20: three mappings, two extra references.
-        r.add(10, 10);
-        r.add(10, 10);
-        assert_eq!(r.release(10, 10), vec![]);
-        assert_eq!(r.release(12, 4), vec![]);
+        r.add(PhysBlock(10), 10);
+        r.add(PhysBlock(10), 10);
+        assert_eq!(r.release(PhysBlock(10), 10), vec![]);
+        assert_eq!(r.release(PhysBlock(12), 4), vec![]);
         // 12..16 had its last extra reference dropped above.
-        assert_eq!(r.release(10, 10), vec![(12, 4)]);
+        assert_eq!(r.release(PhysBlock(10), 10), vec![(PhysBlock(12), 4)]);
         assert!(r.is_empty());
-        assert_eq!(r.release(10, 10), vec![(10, 10)]);
+        assert_eq!(r.release(PhysBlock(10), 10), vec![(PhysBlock(10), 10)]);
     }
 
     #[test]
     fn touching_runs_with_equal_counts_are_joined() {
         let mut r = RefRuns::default();
-        r.add(0, 4);
-        r.add(4, 4);
-        r.add(8, 4);
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 12, 1)]);
-        r.add(2, 2);
+        r.add(PhysBlock(0), 4);
+        r.add(PhysBlock(4), 4);
+        r.add(PhysBlock(8), 4);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(PhysBlock(0), 12, 1)]);
+        r.add(PhysBlock(2), 2);
         assert_eq!(
             r.iter().collect::<Vec<_>>(),
-            vec![(0, 2, 1), (2, 2, 2), (4, 8, 1)]
+            vec![
+                (PhysBlock(0), 2, 1),
+                (PhysBlock(2), 2, 2),
+                (PhysBlock(4), 8, 1)
+            ]
         );
-        assert_eq!(r.release(2, 2), vec![]);
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 12, 1)]);
+        assert_eq!(r.release(PhysBlock(2), 2), vec![]);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(PhysBlock(0), 12, 1)]);
         assert_eq!(r.shared_blocks(), 12);
     }
 
     #[test]
     fn resolve_counts_shared_mappings_and_reports_double_ownership() {
         let r = resolve(vec![
-            (0, 8, 2, Holder::Data),
-            (4, 8, 3, Holder::SharedData),
-            (6, 2, 4, Holder::SharedData),
-            (20, 4, 5, Holder::Exclusive),
+            (PhysBlock(0), 8, 2, Holder::Data),
+            (PhysBlock(4), 8, 3, Holder::SharedData),
+            (PhysBlock(6), 2, 4, Holder::SharedData),
+            (PhysBlock(20), 4, 5, Holder::Exclusive),
         ]);
-        assert_eq!(r.used, vec![(0, 12), (20, 4)]);
+        assert_eq!(r.used, vec![(PhysBlock(0), 12), (PhysBlock(20), 4)]);
         assert_eq!(
             r.refs.iter().collect::<Vec<_>>(),
-            vec![(4, 2, 1), (6, 2, 2)]
+            vec![(PhysBlock(4), 2, 1), (PhysBlock(6), 2, 2)]
         );
         assert!(r.conflicts.is_empty());
         // Two plain mappings of one block, or a log page under shared data.
-        let r = resolve(vec![(0, 4, 2, Holder::Data), (3, 4, 3, Holder::Data)]);
+        let r = resolve(vec![
+            (PhysBlock(0), 4, 2, Holder::Data),
+            (PhysBlock(3), 4, 3, Holder::Data),
+        ]);
         assert_eq!(
             r.conflicts,
             vec![Conflict {
-                block: 3,
+                block: PhysBlock(3),
                 first: 2,
                 second: 3
             }]
         );
         let r = resolve(vec![
-            (0, 4, 7, Holder::SharedData),
-            (2, 1, 9, Holder::Exclusive),
+            (PhysBlock(0), 4, 7, Holder::SharedData),
+            (PhysBlock(2), 1, 9, Holder::Exclusive),
         ]);
         assert_eq!(r.conflicts.len(), 1);
-        assert_eq!(r.conflicts[0].block, 2);
+        assert_eq!(r.conflicts[0].block, PhysBlock(2));
     }
 
     proptest! {
@@ -467,7 +478,7 @@ mod tests {
                 let mapped = (s..s + n).all(|b| refs.contains_key(&b));
                 if add {
                     if mapped {
-                        r.add(s, n);
+                        r.add(PhysBlock(s), n);
                         for b in s..s + n {
                             *refs.get_mut(&b).unwrap() += 1;
                         }
@@ -478,7 +489,8 @@ mod tests {
                         }
                     }
                 } else if mapped {
-                    let freed = r.release(s, n);
+                    let freed: Vec<(u64, u64)> =
+                        r.release(PhysBlock(s), n).into_iter().map(|(b, n)| (b.get(), n)).collect();
                     let mut expect = Vec::new();
                     for b in s..s + n {
                         let c = refs.get_mut(&b).unwrap();
@@ -513,13 +525,13 @@ mod tests {
                 .enumerate()
                 .map(|(i, &(s, n, h))| {
                     let holder = match h { 0 => Holder::Data, 1 => Holder::SharedData, _ => Holder::Exclusive };
-                    (s, n, i as Ino + 2, holder)
+                    (PhysBlock(s), n, i as Ino + 2, holder)
                 })
                 .collect();
             let r = resolve(found.clone());
             let mut per: BTreeMap<u64, Vec<Holder>> = BTreeMap::new();
             for &(s, n, _, h) in &found {
-                for b in s..s + n {
+                for b in s.get()..s.get() + n {
                     per.entry(b).or_default().push(h);
                 }
             }

@@ -3,7 +3,7 @@
 use crate::fs::Fs;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
-use terrace_format::BLOCK_SIZE;
+use terrace_format::{TierId, BLOCK_SIZE};
 
 /// One tier's use.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -295,8 +295,8 @@ impl Fs {
                 log_pages += i.log.pages.len() as u64;
                 log_bytes += i.log.pages.iter().map(|p| p.size).sum::<u64>();
                 for (_, e) in i.extents.iter() {
-                    entries_per_tier[e.tier as usize] += 1;
-                    if e.tier == 0 {
+                    entries_per_tier[e.tier.index()] += 1;
+                    if e.tier.is_pm() {
                         data_blocks += e.blocks;
                     }
                 }
@@ -308,7 +308,8 @@ impl Fs {
             .tiers
             .iter()
             .map(|t| {
-                let mounted = self.tiers.iter().find(|b| b.id == t.id);
+                let id = TierId(t.id);
+                let mounted = self.tiers.iter().find(|b| b.id == id);
                 let extents = mounted.map(|b| b.space.stats());
                 TierStatus {
                     id: t.id,
@@ -323,8 +324,8 @@ impl Fs {
                     active: t.id == 0 || mounted.is_some(),
                     extents,
                     write_entries: entries_per_tier[t.id as usize],
-                    shared_bytes: shared.get(&t.id).map_or(0, |s| s.0 * BLOCK_SIZE),
-                    shared_saved_bytes: shared.get(&t.id).map_or(0, |s| s.1 * BLOCK_SIZE),
+                    shared_bytes: shared.get(&id).map_or(0, |s| s.0 * BLOCK_SIZE),
+                    shared_saved_bytes: shared.get(&id).map_or(0, |s| s.1 * BLOCK_SIZE),
                     write_amplification: mounted.map(|b| {
                         let app = self.counters.bytes_written.load(Ordering::Relaxed);
                         if app == 0 {
@@ -340,7 +341,7 @@ impl Fs {
                     },
                     object: mounted.and_then(|b| b.media.object_tier_stats()).map(|o| {
                         ObjectTierStatus {
-                            cleaning: self.object_cleaning_status(t.id),
+                            cleaning: self.object_cleaning_status(id),
                             ..o.into()
                         }
                     }),

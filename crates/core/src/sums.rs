@@ -33,7 +33,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
-use terrace_format::{Entry, BLOCK_SIZE, SUMS_PER_ENTRY};
+use terrace_format::{Entry, PhysBlock, TierId, BLOCK_SIZE, SUMS_PER_ENTRY};
 
 /// Blocks per lazily allocated chunk of the table.
 const CHUNK: u64 = 1024;
@@ -90,7 +90,8 @@ impl BlockSums {
     }
 
     /// Records the checksum of `block` (ignored beyond the tier's end).
-    pub fn set(&self, block: u64, crc: u32) {
+    pub fn set(&self, block: PhysBlock, crc: u32) {
+        let block = block.get();
         if block >= self.blocks {
             return;
         }
@@ -104,7 +105,8 @@ impl BlockSums {
     }
 
     /// The checksum of `block`, when known.
-    pub fn get(&self, block: u64) -> Option<u32> {
+    pub fn get(&self, block: PhysBlock) -> Option<u32> {
+        let block = block.get();
         let c = self.chunks.get((block / CHUNK) as usize)?.get()?;
         let i = (block % CHUNK) as usize;
         if c.known[i / 64].load(Ordering::Acquire) & (1 << (i % 64)) == 0 {
@@ -115,13 +117,13 @@ impl BlockSums {
 
     /// Whether `data`, read from `block`, matches its checksum (`None`: the
     /// block has none). The one place data is checked against the table.
-    pub fn check(&self, block: u64, data: &[u8]) -> Option<bool> {
+    pub fn check(&self, block: PhysBlock, data: &[u8]) -> Option<bool> {
         self.get(block).map(|want| block_crc(data) == want)
     }
 
     /// Forgets the checksums of `[block, block + n)`.
-    pub fn forget(&self, block: u64, n: u64) {
-        for b in block..block.saturating_add(n) {
+    pub fn forget(&self, block: PhysBlock, n: u64) {
+        for b in block.get()..block.get().saturating_add(n) {
             if let Some(c) = self.chunks.get((b / CHUNK) as usize).and_then(|c| c.get()) {
                 let i = (b % CHUNK) as usize;
                 c.known[i / 64].fetch_and(!(1 << (i % 64)), Ordering::Release);
@@ -130,7 +132,7 @@ impl BlockSums {
     }
 
     /// Records the checksum of every block of `data`, stored from `block` on.
-    pub fn record(&self, block: u64, data: &[u8]) {
+    pub fn record(&self, block: PhysBlock, data: &[u8]) {
         for (i, b) in data.chunks(BLOCK_SIZE as usize).enumerate() {
             self.set(block + i as u64, block_crc(b));
         }
@@ -139,10 +141,10 @@ impl BlockSums {
 
 /// Sums entries for `[block, block + n)` of `tier`, from `sums`: one entry per
 /// run of at most [`SUMS_PER_ENTRY`] consecutive blocks with known checksums.
-pub fn sums_entries(sums: &BlockSums, tier: u8, block: u64, n: u64) -> Vec<Entry> {
+pub fn sums_entries(sums: &BlockSums, tier: TierId, block: PhysBlock, n: u64) -> Vec<Entry> {
     let mut out = Vec::new();
-    let mut run: Option<(u64, Vec<u32>)> = None;
-    for b in block..block + n {
+    let mut run: Option<(PhysBlock, Vec<u32>)> = None;
+    for b in (block.get()..block.get() + n).map(PhysBlock) {
         match sums.get(b) {
             Some(c) => {
                 let full = run.as_ref().is_some_and(|(_, v)| v.len() == SUMS_PER_ENTRY);
@@ -180,27 +182,27 @@ pub fn sums_entries(sums: &BlockSums, tier: u8, block: u64, n: u64) -> Vec<Entry
 }
 
 /// The checksum tables of a pool's block tiers, by tier id.
-pub type SumsTables<'a> = Vec<(u8, &'a BlockSums)>;
+pub type SumsTables<'a> = Vec<(TierId, &'a BlockSums)>;
 
 /// The Sums entries that must commit with `entries`: the checksums of every
 /// block-tier block a Write entry or a Copy "add" entry points at. Physically
 /// adjacent runs share entries (a write-back of scattered pages writes them
 /// to consecutive blocks: a few entries, not one per page).
 pub fn sums_entries_in(tables: &SumsTables<'_>, entries: &[Entry]) -> Vec<Entry> {
-    let mut runs: Vec<(u8, u64, u64)> = Vec::new();
+    let mut runs: Vec<(TierId, PhysBlock, u64)> = Vec::new();
     for e in entries {
         let (tier, block, n) = match e {
             // Zero-filled blocks (fallocate) need no Sums entry: their
             // checksum is known (`zero_block_crc`).
             Entry::Write(w)
-                if w.tier != 0
+                if !w.tier.is_pm()
                     && w.wflags
                         & (terrace_format::WRITE_FLAG_ZERO | terrace_format::WRITE_FLAG_ZEROED)
                         == 0 =>
             {
                 (w.tier, w.block, w.blocks as u64)
             }
-            Entry::Copy(c) if c.tier != 0 && c.op == terrace_format::CopyOp::Add => {
+            Entry::Copy(c) if !c.tier.is_pm() && c.op == terrace_format::CopyOp::Add => {
                 (c.tier, c.block, c.blocks as u64)
             }
             _ => continue,
@@ -210,7 +212,7 @@ pub fn sums_entries_in(tables: &SumsTables<'_>, entries: &[Entry]) -> Vec<Entry>
         }
     }
     runs.sort_unstable();
-    let mut merged: Vec<(u8, u64, u64)> = Vec::with_capacity(runs.len());
+    let mut merged: Vec<(TierId, PhysBlock, u64)> = Vec::with_capacity(runs.len());
     for (t, b, n) in runs {
         match merged.last_mut() {
             Some((lt, lb, ln)) if *lt == t && b <= *lb + *ln => {
@@ -247,30 +249,30 @@ mod tests {
     #[test]
     fn the_table_keeps_what_was_set_until_forgotten() {
         let s = BlockSums::new(5000);
-        assert_eq!(s.get(10), None);
-        s.set(10, 0);
-        s.set(4999, 7);
-        s.set(5000, 9); // beyond the end: ignored
-        assert_eq!(s.get(10), Some(0));
-        assert_eq!(s.get(4999), Some(7));
-        assert_eq!(s.get(5000), None);
-        s.forget(9, 3);
-        assert_eq!(s.get(10), None);
-        assert_eq!(s.get(4999), Some(7));
+        assert_eq!(s.get(PhysBlock(10)), None);
+        s.set(PhysBlock(10), 0);
+        s.set(PhysBlock(4999), 7);
+        s.set(PhysBlock(5000), 9); // beyond the end: ignored
+        assert_eq!(s.get(PhysBlock(10)), Some(0));
+        assert_eq!(s.get(PhysBlock(4999)), Some(7));
+        assert_eq!(s.get(PhysBlock(5000)), None);
+        s.forget(PhysBlock(9), 3);
+        assert_eq!(s.get(PhysBlock(10)), None);
+        assert_eq!(s.get(PhysBlock(4999)), Some(7));
     }
 
     #[test]
     fn entries_cover_known_runs_in_pieces_of_at_most_the_entry_limit() {
         let s = BlockSums::new(4096);
         for b in 100..100 + 300 {
-            s.set(b, b as u32);
+            s.set(PhysBlock(b), b as u32);
         }
-        s.forget(250, 1);
-        let e = sums_entries(&s, 1, 90, 320);
+        s.forget(PhysBlock(250), 1);
+        let e = sums_entries(&s, TierId(1), PhysBlock(90), 320);
         let runs: Vec<(u64, usize)> = e
             .iter()
             .map(|e| match e {
-                Entry::Sums { block, crcs, .. } => (*block, crcs.len()),
+                Entry::Sums { block, crcs, .. } => (block.get(), crcs.len()),
                 _ => unreachable!(),
             })
             .collect();
@@ -278,7 +280,7 @@ mod tests {
         for e in &e {
             if let Entry::Sums { block, crcs, .. } = e {
                 for (i, c) in crcs.iter().enumerate() {
-                    assert_eq!(*c, (*block + i as u64) as u32);
+                    assert_eq!(*c, (block.get() + i as u64) as u32);
                 }
             }
         }
@@ -288,26 +290,26 @@ mod tests {
     fn adjacent_runs_of_several_entries_share_sums_entries() {
         let s = BlockSums::new(4096);
         for b in 0..4096 {
-            s.set(b, b as u32 * 3);
+            s.set(PhysBlock(b), b as u32 * 3);
         }
         let w = |fb: u64, block: u64| {
             Entry::Write(terrace_format::WriteEntry {
-                file_block: fb,
+                file_block: terrace_format::FileBlock(fb),
                 blocks: 1,
-                tier: 1,
-                block,
+                tier: TierId(1),
+                block: PhysBlock(block),
                 ..Default::default()
             })
         };
         // Scattered file pages written back to consecutive blocks.
         let entries: Vec<Entry> = (0..200).map(|i| w(i * 37 % 1000, 500 + i)).collect();
-        let tables: SumsTables<'_> = vec![(1, &s)];
+        let tables: SumsTables<'_> = vec![(TierId(1), &s)];
         let sums = sums_entries_in(&tables, &entries);
         assert_eq!(sums.len(), 2, "200 adjacent blocks: entries of 128 and 72");
         let covered: Vec<u64> = sums
             .iter()
             .flat_map(|e| match e {
-                Entry::Sums { block, crcs, .. } => *block..*block + crcs.len() as u64,
+                Entry::Sums { block, crcs, .. } => block.get()..block.get() + crcs.len() as u64,
                 _ => unreachable!(),
             })
             .collect();
@@ -319,9 +321,9 @@ mod tests {
         let s = BlockSums::new(64);
         let mut data = vec![0u8; 3 * BLOCK_SIZE as usize];
         data[5000] = 1;
-        s.record(7, &data);
-        assert_eq!(s.get(7), Some(block_crc(&data[..4096])));
-        assert_eq!(s.get(8), Some(block_crc(&data[4096..8192])));
-        assert_ne!(s.get(7), s.get(8));
+        s.record(PhysBlock(7), &data);
+        assert_eq!(s.get(PhysBlock(7)), Some(block_crc(&data[..4096])));
+        assert_eq!(s.get(PhysBlock(8)), Some(block_crc(&data[4096..8192])));
+        assert_ne!(s.get(PhysBlock(7)), s.get(PhysBlock(8)));
     }
 }

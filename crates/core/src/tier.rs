@@ -20,6 +20,7 @@ use crate::alloc::Run;
 use crate::lock_order::{Mutex, Rank};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use terrace_format::{PhysBlock, TierId};
 use terrace_media::BlockMedia;
 
 /// Space bookkeeping of one block tier.
@@ -71,6 +72,7 @@ impl ExtentSpace {
         used.sort_unstable();
         let mut prev_end = extent_blocks;
         for &(s, n) in &used {
+            let s = s.get();
             if s < prev_end {
                 return Err(format!(
                     "block {s} is owned twice or lies in the tier header"
@@ -129,7 +131,7 @@ impl ExtentSpace {
                 }
             };
             let take = (self.extent_blocks - off).min(need);
-            let start = e * self.extent_blocks + off;
+            let start = PhysBlock(e * self.extent_blocks + off);
             match runs.last_mut() {
                 Some(last) if last.0 + last.1 == start => last.1 += take,
                 _ => runs.push((start, take)),
@@ -146,8 +148,9 @@ impl ExtentSpace {
     }
 
     /// Marks a run no longer referenced; whole extents that become empty are freed.
-    pub fn release(&self, s: u64, n: u64) {
+    pub fn release(&self, s: PhysBlock, n: u64) {
         let mut g = self.inner.lock();
+        let s = s.get();
         let mut b = s;
         while b < s + n {
             let e = b / self.extent_blocks;
@@ -235,7 +238,7 @@ impl ExtentSpace {
 /// A mounted block tier.
 pub struct BlockTier {
     /// Tier id (as in write entries).
-    pub id: u8,
+    pub id: TierId,
     /// `ssd`, `hdd` or `s3`.
     pub kind: terrace_format::TierKind,
     /// The device.
@@ -250,10 +253,11 @@ pub struct BlockTier {
 /// state maps (data, clean copies, log blobs): those plus the tier header in
 /// block 0. What an object tier keeps at mount and fsck
 /// ([`BlockMedia::retain_only`], [`BlockMedia::unreferenced`]).
-pub fn held_runs(used: &[Run]) -> Vec<Run> {
+/// The runs are given to the media as plain `(first block, blocks)`.
+pub fn held_runs(used: &[Run]) -> Vec<(u64, u64)> {
     let mut keep = Vec::with_capacity(used.len() + 1);
     keep.push((0, 1));
-    keep.extend_from_slice(used);
+    keep.extend(used.iter().map(|&(b, n)| (b.get(), n)));
     keep
 }
 
@@ -265,8 +269,8 @@ impl BlockTier {
     /// blocks may be allocated and written again, and a later trim would
     /// drop that new data. A failed trim only leaves space taken (until the
     /// next mount's `retain_only`), so it is ignored.
-    pub fn free(&self, block: u64, blocks: u64) {
-        let _ = self.media.trim(block, blocks);
+    pub fn free(&self, block: PhysBlock, blocks: u64) {
+        let _ = self.media.trim(block.get(), blocks);
         self.space.release(block, blocks);
     }
 }
@@ -278,8 +282,8 @@ mod tests {
     #[test]
     fn allocation_appends_sequentially_across_extents() {
         let s = ExtentSpace::new(128 * 10, 128, vec![]).unwrap();
-        assert_eq!(s.alloc(100).unwrap(), vec![(128, 100)]);
-        assert_eq!(s.alloc(100).unwrap(), vec![(228, 100)]);
+        assert_eq!(s.alloc(100).unwrap(), vec![(PhysBlock(128), 100)]);
+        assert_eq!(s.alloc(100).unwrap(), vec![(PhysBlock(228), 100)]);
         assert_eq!(s.stats().free_extents, 7);
     }
 
@@ -307,9 +311,19 @@ mod tests {
 
     #[test]
     fn rebuilt_space_rejects_overlaps_and_counts_valid_blocks() {
-        assert!(ExtentSpace::new(128 * 4, 128, vec![(130, 10), (135, 2)]).is_err());
-        assert!(ExtentSpace::new(128 * 4, 128, vec![(0, 1)]).is_err());
-        let s = ExtentSpace::new(128 * 4, 128, vec![(130, 10), (300, 2)]).unwrap();
+        assert!(ExtentSpace::new(
+            128 * 4,
+            128,
+            vec![(PhysBlock(130), 10), (PhysBlock(135), 2)]
+        )
+        .is_err());
+        assert!(ExtentSpace::new(128 * 4, 128, vec![(PhysBlock(0), 1)]).is_err());
+        let s = ExtentSpace::new(
+            128 * 4,
+            128,
+            vec![(PhysBlock(130), 10), (PhysBlock(300), 2)],
+        )
+        .unwrap();
         let st = s.stats();
         assert_eq!(
             (st.free_extents, st.valid_blocks, st.fragmentation_pct),
@@ -321,7 +335,7 @@ mod tests {
     fn full_tier_refuses_allocation_without_side_effects() {
         let s = ExtentSpace::new(128 * 2, 128, vec![]).unwrap();
         assert!(s.alloc(129).is_none());
-        assert_eq!(s.alloc(128).unwrap(), vec![(128, 128)]);
+        assert_eq!(s.alloc(128).unwrap(), vec![(PhysBlock(128), 128)]);
         assert!(s.alloc(1).is_none());
     }
 }

@@ -47,7 +47,7 @@ impl Fs {
         }
         let space = crate::tier::ExtentSpace::new(blocks, extent_blocks, Vec::new())?;
         let tier = crate::tier::BlockTier {
-            id: rec.id,
+            id: terrace_format::TierId(rec.id),
             kind: rec.kind,
             media: Arc::new(terrace_media::PerWriterSync::new(dev)),
             space,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terrace_format::{Entry, WriteEntry, BLOCK_SIZE};
+use terrace_format::{Entry, FileBlock, PhysBlock, TierId, WriteEntry, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE;
 
@@ -30,11 +30,14 @@ pub const OBJECT_SPILL_WAIT: Duration = Duration::from_secs(1);
 /// the oldest write it holds is at most `c`, and then every write it holds is
 /// at most `c` too. Committing them therefore applies a prefix of the file's
 /// cached writes, each write whole (a crash shows a prefix of its writes).
-fn oldest_writes(dirty: &BTreeMap<u64, DirtyPage>, max_pages: u64) -> Vec<(u64, DirtyPage)> {
+fn oldest_writes(
+    dirty: &BTreeMap<FileBlock, DirtyPage>,
+    max_pages: u64,
+) -> Vec<(FileBlock, DirtyPage)> {
     if dirty.len() as u64 <= max_pages {
         return dirty.iter().map(|(k, v)| (*k, v.clone())).collect();
     }
-    let mut by_age: Vec<(u64, &DirtyPage)> = dirty.iter().map(|(k, v)| (*k, v)).collect();
+    let mut by_age: Vec<(FileBlock, &DirtyPage)> = dirty.iter().map(|(k, v)| (*k, v)).collect();
     by_age.sort_by_key(|(fb, p)| (p.first_seq, *fb));
     let mut cut = 0u64;
     let mut taken = 0usize;
@@ -45,7 +48,7 @@ fn oldest_writes(dirty: &BTreeMap<u64, DirtyPage>, max_pages: u64) -> Vec<(u64, 
         cut = cut.max(p.seq);
         taken = k + 1;
     }
-    let mut out: Vec<(u64, DirtyPage)> = by_age[..taken]
+    let mut out: Vec<(FileBlock, DirtyPage)> = by_age[..taken]
         .iter()
         .map(|(fb, p)| (*fb, (*p).clone()))
         .collect();
@@ -55,7 +58,7 @@ fn oldest_writes(dirty: &BTreeMap<u64, DirtyPage>, max_pages: u64) -> Vec<(u64, 
 
 /// Pages written back to consecutive blocks of one tier: (tier, first block,
 /// page contents), kept as clean copies.
-type CleanRun = (u8, u64, Vec<Arc<[u8]>>);
+type CleanRun = (TierId, PhysBlock, Vec<Arc<[u8]>>);
 
 /// Blocks a write-back holds for pages still counted dirty; released when
 /// the write-back ends (its pages committed and dropped, or it failed).
@@ -133,15 +136,15 @@ impl Fs {
             Ok(()) => return Ok(pieces),
             Err(e) => e,
         };
-        let only_pm = pieces.iter().all(|d| d.tier == 0);
+        let only_pm = pieces.iter().all(|d| d.tier.is_pm());
         for d in pieces {
             self.release_data(d);
         }
         if only_pm || self.pm_data_free_bytes() < n * BS {
             return Err(e);
         }
-        let d = self.alloc_data_on(0, n)?;
-        if d.tier != 0 {
+        let d = self.alloc_data_on(TierId::PM, n)?;
+        if !d.tier.is_pm() {
             self.release_data(d);
             return Err(e);
         }
@@ -160,7 +163,7 @@ impl Fs {
     /// While migration drains into the object tier, room above it is on its
     /// way: this waits for windows of moves to end, up to
     /// [`OBJECT_SPILL_WAIT`], and then spreads whatever the tiers hold.
-    fn alloc_write_back(&self, want: u8, n: u64) -> FsResult<Vec<DataRuns>> {
+    fn alloc_write_back(&self, want: TierId, n: u64) -> FsResult<Vec<DataRuns>> {
         let deadline = Instant::now() + OBJECT_SPILL_WAIT;
         loop {
             if self.block_room_blocks() >= n
@@ -205,8 +208,8 @@ impl Fs {
         let n = pages.len() as u64;
         // The file's pinned block tier (rules), else the first block tier.
         let want = match rule {
-            Some(t) if t != 0 => t,
-            _ => self.tiers.first().map(|t| t.id).unwrap_or(0),
+            Some(t) if !t.is_pm() => t,
+            _ => self.tiers.first().map_or(TierId::PM, |t| t.id),
         };
         // One block-aligned buffer in page order (O_DIRECT takes it without a
         // bounce copy; pooled with migration's); `store_data` writes each run
@@ -230,10 +233,10 @@ impl Fs {
         };
         drop(pooled);
         // Tier and physical block of each page, in page order.
-        let mut phys: Vec<(u8, u64)> = Vec::with_capacity(n as usize);
+        let mut phys: Vec<(TierId, PhysBlock)> = Vec::with_capacity(n as usize);
         for d in &pieces {
             for &(b, k) in &d.runs {
-                phys.extend((b..b + k).map(|x| (d.tier, x)));
+                phys.extend((0..k).map(|x| (d.tier, b + x)));
             }
         }
         let mut g = match self.lock(ino) {
@@ -300,7 +303,7 @@ impl Fs {
                 done += 1;
             }
             let (tier, block) = phys[k];
-            if tier != 0 {
+            if !tier.is_pm() {
                 match clean_runs.last_mut() {
                     Some((t, first, v)) if *t == tier && *first + v.len() as u64 == block => {
                         v.push(p.data)
@@ -343,9 +346,9 @@ impl Fs {
             self.write_data_unsynced(d, &buf[at..at + len])?;
             at += len;
         }
-        let mut synced: Vec<u8> = Vec::new();
+        let mut synced: Vec<TierId> = Vec::new();
         for d in pieces {
-            if d.tier != 0 && !synced.contains(&d.tier) {
+            if !d.tier.is_pm() && !synced.contains(&d.tier) {
                 self.sync_tier(d.tier)?;
                 synced.push(d.tier);
             }
@@ -446,14 +449,16 @@ mod tests {
         }
     }
 
-    fn blocks(v: &[(u64, DirtyPage)]) -> Vec<u64> {
-        v.iter().map(|(fb, _)| *fb).collect()
+    fn blocks(v: &[(FileBlock, DirtyPage)]) -> Vec<u64> {
+        v.iter().map(|(fb, _)| fb.get()).collect()
     }
 
     #[test]
     fn a_part_of_a_sequential_stream_is_its_oldest_writes() {
         // Ten one-page writes, page k by write k + 1.
-        let dirty: BTreeMap<u64, DirtyPage> = (0..10).map(|k| (k, page(k + 1, k + 1))).collect();
+        let dirty: BTreeMap<FileBlock, DirtyPage> = (0..10)
+            .map(|k| (FileBlock(k), page(k + 1, k + 1)))
+            .collect();
         assert_eq!(blocks(&oldest_writes(&dirty, 4)), vec![0, 1, 2, 3]);
         assert_eq!(oldest_writes(&dirty, 100).len(), 10);
     }
@@ -461,9 +466,9 @@ mod tests {
     #[test]
     fn a_write_is_never_split_across_parts() {
         // Write 1 covers pages 5..8; a part of two pages takes all four.
-        let dirty: BTreeMap<u64, DirtyPage> = (5..9)
-            .map(|k| (k, page(1, 1)))
-            .chain([(0, page(2, 2))])
+        let dirty: BTreeMap<FileBlock, DirtyPage> = (5..9)
+            .map(|k| (FileBlock(k), page(1, 1)))
+            .chain([(FileBlock(0), page(2, 2))])
             .collect();
         assert_eq!(blocks(&oldest_writes(&dirty, 2)), vec![5, 6, 7, 8]);
     }
@@ -473,13 +478,13 @@ mod tests {
         // Page 0 holds writes 1 and 5; pages 1..4 hold writes 2..5 (page 4:
         // write 5 too); page 9 holds write 6. The oldest write forces
         // everything up to write 5 into the part, but not write 6.
-        let mut dirty: BTreeMap<u64, DirtyPage> = BTreeMap::new();
-        dirty.insert(0, page(1, 5));
+        let mut dirty: BTreeMap<FileBlock, DirtyPage> = BTreeMap::new();
+        dirty.insert(FileBlock(0), page(1, 5));
         for k in 1..4 {
-            dirty.insert(k, page(k + 1, k + 1));
+            dirty.insert(FileBlock(k), page(k + 1, k + 1));
         }
-        dirty.insert(4, page(5, 5));
-        dirty.insert(9, page(6, 6));
+        dirty.insert(FileBlock(4), page(5, 5));
+        dirty.insert(FileBlock(9), page(6, 6));
         assert_eq!(blocks(&oldest_writes(&dirty, 1)), vec![0, 1, 2, 3, 4]);
         // Every taken page holds only writes up to the cut; no page left
         // behind holds a write at or below it.

@@ -35,7 +35,7 @@
 //! a write one entry: file size, mtime and ctime change with the data.
 
 use crate::le::*;
-use crate::{crc, FormatError};
+use crate::{crc, FileBlock, FormatError, PhysBlock, TierId};
 
 /// Size of the common entry header.
 pub const ENTRY_HEADER: usize = 8;
@@ -107,15 +107,15 @@ pub enum CopyOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CopyEntry {
     /// First file block.
-    pub file_block: u64,
+    pub file_block: FileBlock,
     /// Number of blocks.
     pub blocks: u32,
     /// Tier of the copy.
-    pub tier: u8,
+    pub tier: TierId,
     /// What happens.
     pub op: CopyOp,
     /// First block of the copy on `tier`.
-    pub block: u64,
+    pub block: PhysBlock,
 }
 
 /// Mutable attributes of an inode.
@@ -146,17 +146,17 @@ pub struct AttrEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriteEntry {
     /// First file block (file offset / BLOCK_SIZE).
-    pub file_block: u64,
+    pub file_block: FileBlock,
     /// Number of blocks.
     pub blocks: u32,
     /// Tier id holding the data (0 = PM).
-    pub tier: u8,
+    pub tier: TierId,
     /// Write-size predictor counter (Ziggurat §4.2).
     pub size_counter: u8,
     /// Flags; [`WRITE_FLAG_ZERO`] means the range reads as zeros and `block` is unused.
     pub wflags: u16,
     /// First block address on the tier.
-    pub block: u64,
+    pub block: PhysBlock,
     /// File size after this write.
     pub size_after: u64,
     /// mtime (and ctime) after this write, ns.
@@ -191,7 +191,7 @@ pub enum Entry {
     /// Unmap `blocks` file blocks starting at `file_block`.
     Punch {
         /// First file block.
-        file_block: u64,
+        file_block: FileBlock,
         /// Number of blocks.
         blocks: u64,
     },
@@ -234,16 +234,16 @@ pub enum Entry {
     /// crc32c of each block of `[block, block + crcs.len())` on `tier`.
     Sums {
         /// Block tier id (never 0: PM data has no checksums).
-        tier: u8,
+        tier: TierId,
         /// First block on the tier.
-        block: u64,
+        block: PhysBlock,
         /// One checksum per block (1..=[`SUMS_PER_ENTRY`]).
         crcs: Vec<u32>,
     },
     /// Shift file blocks from `file_block` on by `blocks` (see [`ShiftOp`]).
     Shift {
         /// First file block of the collapsed range / of the insertion.
-        file_block: u64,
+        file_block: FileBlock,
         /// Number of blocks removed or inserted.
         blocks: u64,
         /// Direction.
@@ -311,17 +311,17 @@ impl Entry {
                 put_u32(&mut b, 56, a.flags);
             }
             Entry::Write(w) => {
-                put_u64(&mut b, 8, w.file_block);
+                put_u64(&mut b, 8, w.file_block.get());
                 put_u32(&mut b, 16, w.blocks);
-                put_u8(&mut b, 20, w.tier);
+                put_u8(&mut b, 20, w.tier.get());
                 put_u8(&mut b, 21, w.size_counter);
                 put_u16(&mut b, 22, w.wflags);
-                put_u64(&mut b, 24, w.block);
+                put_u64(&mut b, 24, w.block.get());
                 put_u64(&mut b, 32, w.size_after);
                 put_i64(&mut b, 40, w.mtime);
             }
             Entry::Punch { file_block, blocks } => {
-                put_u64(&mut b, 8, *file_block);
+                put_u64(&mut b, 8, file_block.get());
                 put_u64(&mut b, 16, *blocks);
             }
             Entry::DentryAdd {
@@ -345,15 +345,15 @@ impl Entry {
                 b[16 + name.len()..16 + name.len() + value.len()].copy_from_slice(value);
             }
             Entry::Copy(c) => {
-                put_u64(&mut b, 8, c.file_block);
+                put_u64(&mut b, 8, c.file_block.get());
                 put_u32(&mut b, 16, c.blocks);
-                put_u8(&mut b, 20, c.tier);
+                put_u8(&mut b, 20, c.tier.get());
                 put_u8(&mut b, 21, c.op as u8);
-                put_u64(&mut b, 24, c.block);
+                put_u64(&mut b, 24, c.block.get());
             }
             Entry::Sums { tier, block, crcs } => {
-                put_u64(&mut b, 8, *block);
-                put_u8(&mut b, 16, *tier);
+                put_u64(&mut b, 8, block.get());
+                put_u8(&mut b, 16, tier.get());
                 put_u16(&mut b, 18, crcs.len() as u16);
                 for (i, c) in crcs.iter().enumerate() {
                     put_u32(&mut b, 24 + 4 * i, *c);
@@ -364,7 +364,7 @@ impl Entry {
                 blocks,
                 op,
             } => {
-                put_u64(&mut b, 8, *file_block);
+                put_u64(&mut b, 8, file_block.get());
                 put_u64(&mut b, 16, *blocks);
                 put_u8(&mut b, 24, *op as u8);
             }
@@ -439,12 +439,12 @@ impl Entry {
             3 => {
                 need(48)?;
                 Entry::Write(WriteEntry {
-                    file_block: u64_at(b, 8),
+                    file_block: FileBlock(u64_at(b, 8)),
                     blocks: u32_at(b, 16),
-                    tier: u8_at(b, 20),
+                    tier: TierId(u8_at(b, 20)),
                     size_counter: u8_at(b, 21),
                     wflags: u16_at(b, 22),
-                    block: u64_at(b, 24),
+                    block: PhysBlock(u64_at(b, 24)),
                     size_after: u64_at(b, 32),
                     mtime: i64_at(b, 40),
                 })
@@ -452,7 +452,7 @@ impl Entry {
             4 => {
                 need(24)?;
                 Entry::Punch {
-                    file_block: u64_at(b, 8),
+                    file_block: FileBlock(u64_at(b, 8)),
                     blocks: u64_at(b, 16),
                 }
             }
@@ -483,16 +483,16 @@ impl Entry {
             9 => {
                 need(32)?;
                 Entry::Copy(CopyEntry {
-                    file_block: u64_at(b, 8),
+                    file_block: FileBlock(u64_at(b, 8)),
                     blocks: u32_at(b, 16),
-                    tier: u8_at(b, 20),
+                    tier: TierId(u8_at(b, 20)),
                     op: match u8_at(b, 21) {
                         0 => CopyOp::Add,
                         1 => CopyOp::Promote,
                         2 => CopyOp::Drop,
                         _ => return Err(FormatError::Invalid("copy operation")),
                     },
-                    block: u64_at(b, 24),
+                    block: PhysBlock(u64_at(b, 24)),
                 })
             }
             11 => {
@@ -506,15 +506,15 @@ impl Entry {
                     return Err(FormatError::Invalid("checksum count"));
                 }
                 Entry::Sums {
-                    tier: u8_at(b, 16),
-                    block: u64_at(b, 8),
+                    tier: TierId(u8_at(b, 16)),
+                    block: PhysBlock(u64_at(b, 8)),
                     crcs: (0..n).map(|i| u32_at(b, 24 + 4 * i)).collect(),
                 }
             }
             12 => {
                 need(32)?;
                 Entry::Shift {
-                    file_block: u64_at(b, 8),
+                    file_block: FileBlock(u64_at(b, 8)),
                     blocks: u64_at(b, 16),
                     op: match u8_at(b, 24) {
                         0 => ShiftOp::Collapse,
@@ -548,17 +548,17 @@ mod tests {
                 flags: 0,
             }),
             Entry::Write(WriteEntry {
-                file_block: 1 << 33,
+                file_block: FileBlock(1 << 33),
                 blocks: 256,
-                tier: 1,
+                tier: TierId(1),
                 size_counter: 4,
                 wflags: 0,
-                block: 99,
+                block: PhysBlock(99),
                 size_after: 12345,
                 mtime: 8,
             }),
             Entry::Punch {
-                file_block: 3,
+                file_block: FileBlock(3),
                 blocks: u64::MAX / 4096,
             },
             Entry::DentryAdd {
@@ -590,30 +590,30 @@ mod tests {
                 value: vec![7; 3584],
             },
             Entry::Copy(CopyEntry {
-                file_block: 7,
+                file_block: FileBlock(7),
                 blocks: 128,
-                tier: 1,
+                tier: TierId(1),
                 op: CopyOp::Promote,
-                block: 1 << 30,
+                block: PhysBlock(1 << 30),
             }),
             Entry::Shift {
-                file_block: 5,
+                file_block: FileBlock(5),
                 blocks: 1 << 30,
                 op: ShiftOp::Collapse,
             },
             Entry::Shift {
-                file_block: 0,
+                file_block: FileBlock(0),
                 blocks: 1,
                 op: ShiftOp::Insert,
             },
             Entry::Sums {
-                tier: 2,
-                block: 1 << 35,
+                tier: TierId(2),
+                block: PhysBlock(1 << 35),
                 crcs: vec![0xdead_beef],
             },
             Entry::Sums {
-                tier: 1,
-                block: 77,
+                tier: TierId(1),
+                block: PhysBlock(77),
                 crcs: (0..SUMS_PER_ENTRY as u32)
                     .map(|i| i.wrapping_mul(0x9e37_79b9))
                     .collect(),
@@ -634,6 +634,47 @@ mod tests {
     }
 
     #[test]
+    fn typed_fields_keep_their_byte_offsets() {
+        let w = Entry::Write(WriteEntry {
+            file_block: FileBlock(0x0102_0304_0506_0708),
+            blocks: 5,
+            tier: TierId(3),
+            size_counter: 2,
+            wflags: WRITE_FLAG_MOVED,
+            block: PhysBlock(0x1112_1314_1516_1718),
+            size_after: 9,
+            mtime: 10,
+        })
+        .encode();
+        assert_eq!(u64_at(&w, 8), 0x0102_0304_0506_0708);
+        assert_eq!(u32_at(&w, 16), 5);
+        assert_eq!(u8_at(&w, 20), 3);
+        assert_eq!(u64_at(&w, 24), 0x1112_1314_1516_1718);
+        let c = Entry::Copy(CopyEntry {
+            file_block: FileBlock(11),
+            blocks: 4,
+            tier: TierId(2),
+            op: CopyOp::Drop,
+            block: PhysBlock(12),
+        })
+        .encode();
+        assert_eq!((u64_at(&c, 8), u8_at(&c, 20), u64_at(&c, 24)), (11, 2, 12));
+        let s = Entry::Sums {
+            tier: TierId(4),
+            block: PhysBlock(13),
+            crcs: vec![1],
+        }
+        .encode();
+        assert_eq!((u64_at(&s, 8), u8_at(&s, 16)), (13, 4));
+        let p = Entry::Punch {
+            file_block: FileBlock(14),
+            blocks: 15,
+        }
+        .encode();
+        assert_eq!((u64_at(&p, 8), u64_at(&p, 16)), (14, 15));
+    }
+
+    #[test]
     fn every_flipped_bit_is_detected() {
         for e in samples() {
             let b = e.encode();
@@ -648,8 +689,8 @@ mod tests {
     #[test]
     fn a_sums_entry_with_a_bad_count_is_refused() {
         let e = Entry::Sums {
-            tier: 1,
-            block: 9,
+            tier: TierId(1),
+            block: PhysBlock(9),
             crcs: vec![1, 2, 3],
         };
         for bad in [0u16, 5, SUMS_PER_ENTRY as u16 + 1] {

@@ -14,7 +14,7 @@
 //!   in-use slot that no directory entry reaches is an orphan; mount frees it.
 
 use crate::le::*;
-use crate::{crc, FormatError, BLOCK_SIZE};
+use crate::{crc, FormatError, PhysBlock, TierId, BLOCK_SIZE};
 
 /// Bytes per inode slot.
 pub const INODE_SIZE: usize = 128;
@@ -56,14 +56,17 @@ pub fn is_used_state(state: u64) -> bool {
 
 /// The `log_head` word of a slot whose log is a blob on block tier `tier`
 /// starting at block `block`: the tier id in the top byte, the block below.
-pub fn encode_tier_log_head(tier: u8, block: u64) -> u64 {
-    u64::from(tier) << 56 | block & ((1 << 56) - 1)
+pub fn encode_tier_log_head(tier: TierId, block: PhysBlock) -> u64 {
+    u64::from(tier.get()) << 56 | block.get() & ((1 << 56) - 1)
 }
 
 /// The tier id and first block of a `log_head` word written by
 /// [`encode_tier_log_head`].
-pub fn decode_tier_log_head(word: u64) -> (u8, u64) {
-    ((word >> 56) as u8, word & ((1 << 56) - 1))
+pub fn decode_tier_log_head(word: u64) -> (TierId, PhysBlock) {
+    (
+        TierId((word >> 56) as u8),
+        PhysBlock(word & ((1 << 56) - 1)),
+    )
 }
 
 /// Bits of the tail word that hold the PM offset; the 16 above them hold a

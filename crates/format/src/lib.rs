@@ -34,6 +34,7 @@ pub mod journal;
 pub mod log_blob;
 pub mod superblock;
 pub mod tier;
+pub mod units;
 
 pub use entry::*;
 pub use inode::*;
@@ -41,6 +42,7 @@ pub use journal::*;
 pub use log_blob::*;
 pub use superblock::*;
 pub use tier::*;
+pub use units::{FileBlock, PhysBlock, TierId};
 
 /// Size of a block: the unit of allocation on every tier, of data pages and log pages.
 pub const BLOCK_SIZE: u64 = 4096;

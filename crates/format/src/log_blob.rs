@@ -126,7 +126,7 @@ impl LogBlob {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{AttrEntry, WriteEntry};
+    use crate::{AttrEntry, FileBlock, PhysBlock, TierId, WriteEntry};
 
     fn blob() -> LogBlob {
         LogBlob {
@@ -134,12 +134,12 @@ mod tests {
             generation: 3,
             entries: vec![
                 Entry::Write(WriteEntry {
-                    file_block: 0,
+                    file_block: FileBlock(0),
                     blocks: 2,
-                    tier: 1,
+                    tier: TierId(1),
                     size_counter: 0,
                     wflags: crate::WRITE_FLAG_MOVED,
-                    block: 900,
+                    block: PhysBlock(900),
                     size_after: 8000,
                     mtime: 5,
                 }),

@@ -64,9 +64,10 @@
 //! the write is predicted synchronous and goes through the cache otherwise.
 
 use std::fmt;
+use terrace_format::TierId;
 
 /// Tier id of the PM tier (tier 0 in the superblock's tier list).
-pub const PM_TIER: u8 = 0;
+pub const PM_TIER: TierId = TierId::PM;
 
 /// Asynchronous writes of at least this size are bulk: a streaming writer's
 /// requests (the write-size predictor only calls a write large once its
@@ -91,19 +92,19 @@ pub enum Placement {
     /// the background (or at `fsync`).
     BlockViaCache {
         /// Tier id.
-        tier: u8,
+        tier: TierId,
     },
     /// Block tier `tier`, through the DRAM page cache but written to the device
     /// before the write returns.
     BlockSyncWriteThrough {
         /// Tier id.
-        tier: u8,
+        tier: TierId,
     },
 }
 
 impl Placement {
     /// The tier id the data lands on.
-    pub fn tier(&self) -> u8 {
+    pub fn tier(&self) -> TierId {
         match *self {
             Placement::Pm => PM_TIER,
             Placement::BlockViaCache { tier } | Placement::BlockSyncWriteThrough { tier } => tier,
@@ -128,7 +129,7 @@ pub enum TierRule {
     /// caller only creates pins to tiers that exist.
     Pin {
         /// Tier id.
-        tier: u8,
+        tier: TierId,
     },
 }
 
@@ -163,7 +164,7 @@ pub struct WriteObservation {
     /// PM capacity in bytes (for policies that reason about utilisation).
     pub pm_capacity_bytes: u64,
     /// The fastest block tier, or `None` when the pool is PM only.
-    pub first_block_tier: Option<u8>,
+    pub first_block_tier: Option<TierId>,
     /// The file's user rule, if any.
     pub rule: Option<TierRule>,
     /// The file's access class from its trace ([`crate::access`]).
@@ -204,7 +205,7 @@ pub trait PlacementPolicy: fmt::Debug {
 }
 
 /// Block placement for a write predicted `synchronous` on block tier `tier`.
-fn block(tier: u8, synchronous: bool) -> Placement {
+fn block(tier: TierId, synchronous: bool) -> Placement {
     if synchronous {
         Placement::BlockSyncWriteThrough { tier }
     } else {
@@ -364,7 +365,7 @@ mod tests {
             write_bytes: 4096,
             pm_free_bytes: 64 * MIB,
             pm_capacity_bytes: 128 * MIB,
-            first_block_tier: Some(1),
+            first_block_tier: Some(TierId(1)),
             rule: None,
             access: crate::access::AccessClass::Unknown,
         }
@@ -400,7 +401,10 @@ mod tests {
         o.fresh_large = true;
         assert_eq!(place("ziggurat", &o), Placement::Pm, "PM below threshold");
         o.pm_over_threshold = true;
-        assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 1 });
+        assert_eq!(
+            place("ziggurat", &o),
+            Placement::BlockViaCache { tier: TierId(1) }
+        );
         o.synchronous = true;
         assert_eq!(
             place("ziggurat", &o),
@@ -420,7 +424,7 @@ mod tests {
     fn ziggurat_sends_large_async_writes_to_first_block_tier_via_cache() {
         assert_eq!(
             place("ziggurat", &obs(false, true)),
-            Placement::BlockViaCache { tier: 1 }
+            Placement::BlockViaCache { tier: TierId(1) }
         );
     }
 
@@ -428,11 +432,11 @@ mod tests {
     fn ziggurat_with_full_pm_writes_sync_through_and_async_via_cache() {
         assert_eq!(
             place("ziggurat", &full(obs(true, false))),
-            Placement::BlockSyncWriteThrough { tier: 1 }
+            Placement::BlockSyncWriteThrough { tier: TierId(1) }
         );
         assert_eq!(
             place("ziggurat", &full(obs(false, false))),
-            Placement::BlockViaCache { tier: 1 }
+            Placement::BlockViaCache { tier: TierId(1) }
         );
     }
 
@@ -463,7 +467,7 @@ mod tests {
     fn block_first_sends_everything_via_cache() {
         assert_eq!(
             place("block-first", &obs(true, false)),
-            Placement::BlockViaCache { tier: 1 }
+            Placement::BlockViaCache { tier: TierId(1) }
         );
     }
 
@@ -475,15 +479,18 @@ mod tests {
         assert_eq!(place("block-first", &o), Placement::Pm);
 
         let mut o = obs(true, false);
-        o.rule = Some(TierRule::Pin { tier: 2 });
+        o.rule = Some(TierRule::Pin { tier: TierId(2) });
         for name in placement_policy_names() {
             assert_eq!(
                 place(name, &o),
-                Placement::BlockSyncWriteThrough { tier: 2 }
+                Placement::BlockSyncWriteThrough { tier: TierId(2) }
             );
         }
         o.synchronous = false;
-        assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 2 });
+        assert_eq!(
+            place("ziggurat", &o),
+            Placement::BlockViaCache { tier: TierId(2) }
+        );
     }
 
     #[test]
@@ -491,7 +498,10 @@ mod tests {
         use crate::access::AccessClass;
         let mut o = obs(false, false);
         o.access = AccessClass::Sequential;
-        assert_eq!(place("hetfs", &o), Placement::BlockViaCache { tier: 1 });
+        assert_eq!(
+            place("hetfs", &o),
+            Placement::BlockViaCache { tier: TierId(1) }
+        );
         // Synchronous sequential writes (a WAL) stay on PM.
         o.synchronous = true;
         assert_eq!(place("hetfs", &o), Placement::Pm);
@@ -502,7 +512,7 @@ mod tests {
         o.access = AccessClass::ByteGranular;
         assert_eq!(
             place("hetfs", &full(o)),
-            Placement::BlockViaCache { tier: 1 }
+            Placement::BlockViaCache { tier: TierId(1) }
         );
         // Unknown: Ziggurat's decision.
         o.access = AccessClass::Unknown;
@@ -530,7 +540,7 @@ mod tests {
             o.sync_writers_active = true;
             assert_eq!(
                 place(name, &o),
-                Placement::BlockViaCache { tier: 1 },
+                Placement::BlockViaCache { tier: TierId(1) },
                 "{name}"
             );
             o.pm_over_threshold = false;
@@ -544,7 +554,10 @@ mod tests {
         o.pm_over_threshold = true;
         assert_eq!(place("ziggurat", &o), Placement::Pm);
         o.pm_over_bulk_limit = true;
-        assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 1 });
+        assert_eq!(
+            place("ziggurat", &o),
+            Placement::BlockViaCache { tier: TierId(1) }
+        );
         let mut small = obs(false, false);
         small.pm_over_bulk_limit = true;
         assert_eq!(place("ziggurat", &small), Placement::Pm, "small stays");
@@ -570,20 +583,20 @@ mod tests {
             o.pm_over_threshold = true;
             assert_eq!(
                 place(name, &o),
-                Placement::BlockViaCache { tier: 1 },
+                Placement::BlockViaCache { tier: TierId(1) },
                 "{name}"
             );
             o.access = crate::access::AccessClass::Random;
             assert_eq!(
                 place(name, &o),
-                Placement::BlockViaCache { tier: 1 },
+                Placement::BlockViaCache { tier: TierId(1) },
                 "{name}"
             );
             o.synchronous = true;
             assert_eq!(place(name, &o), Placement::Pm, "{name}: sync keeps PM");
             assert_eq!(
                 place(name, &full(o)),
-                Placement::BlockSyncWriteThrough { tier: 1 },
+                Placement::BlockSyncWriteThrough { tier: TierId(1) },
                 "{name}: sync overflows only when PM has no room"
             );
         }
@@ -603,15 +616,21 @@ mod tests {
     fn pin_to_pm_spills_when_pm_is_full() {
         let mut o = full(obs(false, false));
         o.rule = Some(TierRule::Pin { tier: PM_TIER });
-        assert_eq!(place("ziggurat", &o), Placement::BlockViaCache { tier: 1 });
+        assert_eq!(
+            place("ziggurat", &o),
+            Placement::BlockViaCache { tier: TierId(1) }
+        );
     }
 
     #[test]
     fn placement_reports_its_tier() {
         assert_eq!(Placement::Pm.tier(), PM_TIER);
-        assert_eq!(Placement::BlockViaCache { tier: 3 }.tier(), 3);
         assert_eq!(
-            Placement::BlockSyncWriteThrough { tier: 2 }.to_string(),
+            Placement::BlockViaCache { tier: TierId(3) }.tier(),
+            TierId(3)
+        );
+        assert_eq!(
+            Placement::BlockSyncWriteThrough { tier: TierId(2) }.to_string(),
             "tier 2 write-through"
         );
     }

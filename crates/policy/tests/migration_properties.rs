@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
+use terrace_format::TierId;
 use terrace_policy::cleaner::{
     extent_use_percent, pick_victims, reclaimable_extents, should_clean, CleanerParams, ExtentInfo,
 };
@@ -28,7 +29,7 @@ fn entries() -> impl Strategy<Value = Vec<EntrySnapshot>> {
                     file_block: at,
                     blocks,
                     mtime_ns: mtime,
-                    tier,
+                    tier: TierId(tier),
                 };
                 at += blocks;
                 e
@@ -84,7 +85,7 @@ proptest! {
 
     #[test]
     fn cold_choice_is_whole_tier_when_old_else_entries_before_amtime(
-        es in entries(), mtime in 0u64..1000, now in 0u64..2000, age in 0u64..1000, tier in 0u8..2,
+        es in entries(), mtime in 0u64..1000, now in 0u64..2000, age in 0u64..1000, tier in (0u8..2).prop_map(TierId),
     ) {
         let f = file_of(es.clone(), mtime);
         let c = cold_entries(&f, tier, now, age);
@@ -129,7 +130,7 @@ proptest! {
 
     #[test]
     fn every_policy_chooses_only_entries_of_the_tier(
-        es in entries(), mtime in 0u64..1000, now in 0u64..2000, tier in 0u8..2,
+        es in entries(), mtime in 0u64..1000, now in 0u64..2000, tier in (0u8..2).prop_map(TierId),
     ) {
         let f = file_of(es.clone(), mtime);
         for name in migration_policy_names() {
@@ -146,13 +147,13 @@ proptest! {
     ) {
         let groups = group_entries(&es, group_blocks);
         // Every block of every entry lands in exactly one group, unchanged.
-        let mut want: BTreeMap<u64, (u64, u8)> = BTreeMap::new();
+        let mut want: BTreeMap<u64, (u64, TierId)> = BTreeMap::new();
         for e in &es {
             for b in e.file_block..e.end() {
                 want.insert(b, (e.mtime_ns, e.tier));
             }
         }
-        let mut got: BTreeMap<u64, (u64, u8)> = BTreeMap::new();
+        let mut got: BTreeMap<u64, (u64, TierId)> = BTreeMap::new();
         let mut prev_end = None;
         for g in &groups {
             prop_assert!(g.blocks >= 1 && g.blocks <= group_blocks);

@@ -2,6 +2,7 @@
 //! is named by the property it checks.
 
 use proptest::prelude::*;
+use terrace_format::TierId;
 use terrace_policy::settings::{format_duration, format_size, parse_duration, parse_size};
 use terrace_policy::AccessClass;
 use terrace_policy::{
@@ -223,18 +224,18 @@ proptest! {
             synchronous, large, fresh_large, pm_over_threshold, pm_saturated,
             sync_writers_active, pm_over_bulk_limit, write_bytes,
             pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
-            first_block_tier: tier,
-            rule: pin.map(|tier| TierRule::Pin { tier }),
+            first_block_tier: tier.map(TierId),
+            rule: pin.map(|tier| TierRule::Pin { tier: TierId(tier) }),
             access,
         };
         for name in placement_policy_names() {
             let p = placement_policy(name).unwrap().place(&obs);
             let allowed = p == Placement::Pm
-                || Some(p.tier()) == tier
-                || (pin.is_some() && Some(p.tier()) == pin);
+                || Some(p.tier().get()) == tier
+                || (pin.is_some() && Some(p.tier().get()) == pin);
             prop_assert!(allowed, "{} chose {:?} for {:?}", name, p, obs);
-            if let Some(t) = pin.filter(|&t| t != PM_TIER) {
-                prop_assert_eq!(p.tier(), t);
+            if let Some(t) = pin.filter(|&t| t != PM_TIER.get()) {
+                prop_assert_eq!(p.tier().get(), t);
             }
         }
     }
@@ -249,13 +250,13 @@ proptest! {
             synchronous: true, large, fresh_large, pm_over_threshold, pm_saturated,
             sync_writers_active, pm_over_bulk_limit, write_bytes,
             pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
-            first_block_tier: tier, rule: None, access: AccessClass::Unknown,
+            first_block_tier: tier.map(TierId), rule: None, access: AccessClass::Unknown,
         };
         let p = placement_policy("ziggurat").unwrap().place(&obs);
         if write_bytes <= pm_free || tier.is_none() {
             prop_assert_eq!(p, Placement::Pm);
         } else {
-            prop_assert_eq!(p, Placement::BlockSyncWriteThrough { tier: tier.unwrap() });
+            prop_assert_eq!(p, Placement::BlockSyncWriteThrough { tier: TierId(tier.unwrap()) });
         }
     }
 

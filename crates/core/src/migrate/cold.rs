@@ -62,13 +62,13 @@ impl Fs {
     /// in `mode` can work on, coldest first: on PM, files with data that has
     /// no copy (copying), with a clean copy (evicting), or either (moving);
     /// on other tiers, files with data (not only clean copies) there.
-    pub(crate) fn coldest_files(&self, from: u8, mode: Mode, n: usize) -> Vec<(u64, Ino)> {
+    pub(crate) fn coldest_files(&self, from: TierId, mode: Mode, n: usize) -> Vec<(u64, Ino)> {
         let m = &self.migrator;
         let lists: Vec<&Vec<Mutex<Shard>>> = match (from, mode) {
-            (0, Mode::Copy) => vec![&m.pm_shards[0]],
-            (0, Mode::Evict) => vec![&m.pm_shards[1]],
-            (0, _) => vec![&m.pm_shards[0], &m.pm_shards[1]],
-            _ => m.tier_shards.get(usize::from(from)).into_iter().collect(),
+            (TierId::PM, Mode::Copy) => vec![&m.pm_shards[0]],
+            (TierId::PM, Mode::Evict) => vec![&m.pm_shards[1]],
+            (TierId::PM, _) => vec![&m.pm_shards[0], &m.pm_shards[1]],
+            _ => m.tier_shards.get(from.index()).into_iter().collect(),
         };
         let mut all: Vec<(u64, Ino)> = Vec::new();
         for list in lists {
@@ -86,8 +86,8 @@ impl Fs {
     /// blocks that hold logs: migration moves data, and logs stay on PM, so
     /// a PM that metadata fills beyond the threshold must not keep migration
     /// running with nothing to move (status shows metadata on its own line).
-    pub(crate) fn tier_use(&self, id: u8) -> (u64, u64) {
-        if id == 0 {
+    pub(crate) fn tier_use(&self, id: TierId) -> (u64, u64) {
+        if id.is_pm() {
             let total = self.alloc.total();
             let meta = self.log_space.blocks().min(total);
             let used = (total - self.alloc.free()).saturating_sub(meta);
@@ -113,7 +113,7 @@ impl Fs {
             return PmMarks::default();
         }
         let threshold = mig::migration_threshold(params.threshold, self.io_counters());
-        let (used, cap) = self.tier_use(0);
+        let (used, cap) = self.tier_use(TierId::PM);
         let at_least = |p: u8| cap > 0 && u128::from(used) * 100 >= u128::from(cap) * u128::from(p);
         PmMarks {
             over_threshold: at_least(threshold),

@@ -8,6 +8,7 @@ const MIGRATE_ROUNDS: usize = 4;
 impl Fs {
     /// Moves all of a file's data that is not on tier `to` there (`terrace
     /// migrate`), in groups of `group_migration_bytes`. Returns bytes moved.
+    /// (`to` is a tier id as the command line gives it.)
     pub fn migrate_file(&self, ino: Ino, to: u8) -> FsResult<u64> {
         let (moved, mut errors) = self.migrate_files(&[ino], to)?;
         match errors.pop() {
@@ -22,13 +23,14 @@ impl Fs {
     /// files in parallel (each file by one worker), so the target device has
     /// more than one request in flight. Returns the bytes moved and the files
     /// that failed (a file that fails does not stop the others); `Err` only
-    /// for a bad target tier.
+    /// for a bad target tier (`to` is a tier id as the command line gives it).
     pub fn migrate_files(
         &self,
         inos: &[Ino],
         to: u8,
     ) -> FsResult<(u64, Vec<(Ino, std::io::Error)>)> {
-        if to != 0 && !self.tiers.iter().any(|t| t.id == to) {
+        let to = TierId(to);
+        if !to.is_pm() && !self.tiers.iter().any(|t| t.id == to) {
             return Err(errno(libc::EINVAL));
         }
         if self.read_only || self.is_frozen() {
@@ -54,7 +56,7 @@ impl Fs {
     }
 
     /// True when some of `ino`'s data (clean copies aside) is not on `to`.
-    fn has_data_off(&self, ino: Ino, to: u8) -> bool {
+    fn has_data_off(&self, ino: Ino, to: TierId) -> bool {
         self.lock(ino)
             .ok()
             .and_then(|g| {
@@ -65,11 +67,11 @@ impl Fs {
     }
 
     /// One round of [`Fs::migrate_files`] over `inos`.
-    fn migrate_files_once(&self, inos: &[Ino], to: u8) -> (u64, Vec<(Ino, std::io::Error)>) {
+    fn migrate_files_once(&self, inos: &[Ino], to: TierId) -> (u64, Vec<(Ino, std::io::Error)>) {
         let params = self.settings.read().migration_params();
         let gb = params.group_blocks();
         let window = MOVE_SYNC_WINDOW_BYTES.max(gb * BS);
-        let tiers: Vec<u8> = std::iter::once(0)
+        let tiers: Vec<TierId> = std::iter::once(TierId::PM)
             .chain(self.tiers.iter().map(|t| t.id))
             .filter(|&t| t != to)
             .collect();
@@ -122,8 +124,8 @@ impl Fs {
         &self,
         batch: &mut MoveBatch<'_>,
         ino: Ino,
-        to: u8,
-        tiers: &[u8],
+        to: TierId,
+        tiers: &[TierId],
         gb: u64,
     ) -> FsResult<()> {
         // This thread's uncommitted moves may hold the room the write-back
@@ -147,8 +149,10 @@ impl Fs {
             let mine: Vec<EntrySnapshot> =
                 entries.iter().filter(|e| e.tier == from).copied().collect();
             for group in mig::batch_groups(&mig::group_entries(&mine, gb), gb) {
-                let ranges: Vec<(u64, u64)> =
-                    group.iter().map(|g| (g.file_block, g.blocks)).collect();
+                let ranges: Vec<(FileBlock, u64)> = group
+                    .iter()
+                    .map(|g| (FileBlock(g.file_block), g.blocks))
+                    .collect();
                 batch.add(ino, from, to, &ranges, Mode::Move)?;
             }
         }

@@ -54,7 +54,10 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terrace_format::{CopyEntry, CopyOp, Entry, WriteEntry, BLOCK_SIZE, WRITE_FLAG_MOVED};
+use terrace_format::{
+    CopyEntry, CopyOp, Entry, FileBlock, PhysBlock, TierId, WriteEntry, BLOCK_SIZE,
+    WRITE_FLAG_MOVED,
+};
 use terrace_policy::cold_list::{shard_index, Shard};
 use terrace_policy::migration::{
     self as mig, EntrySnapshot, FileSnapshot, Group, IoCounters, MigrationNeed,

@@ -7,21 +7,21 @@ use super::*;
 /// One piece of a group still on the source tier.
 #[derive(Clone, Copy)]
 pub(super) struct Piece {
-    file_block: u64,
+    file_block: FileBlock,
     blocks: u64,
-    tier: u8,
-    block: u64,
+    tier: TierId,
+    block: PhysBlock,
     counter: u8,
     mtime: i64,
     seq: u64,
-    copy: Option<(u8, u64)>,
+    copy: Option<(TierId, PhysBlock)>,
 }
 
 impl Piece {
     /// Whether `mode` copies this piece's data to `to`; the others only
     /// need an entry (a clean copy already on `to` is promoted, a copy is
     /// dropped).
-    fn needs_data(&self, mode: Mode, to: u8) -> bool {
+    fn needs_data(&self, mode: Mode, to: TierId) -> bool {
         match mode {
             Mode::Move => self.copy.map(|c| c.0) != Some(to),
             Mode::Copy => true,
@@ -37,13 +37,13 @@ pub(super) struct Prepared {
     /// The inode's generation when the pieces were captured: a slot freed
     /// and reused by another file before the commit has a newer one.
     generation: u32,
-    from: u8,
-    to: u8,
+    from: TierId,
+    to: TierId,
     mode: Mode,
     pieces: Vec<Piece>,
     d: crate::data::DataRuns,
     /// New block of each data block, in piece order.
-    phys: Vec<u64>,
+    phys: Vec<PhysBlock>,
     /// The copied data (its first `total` blocks; for the DRAM cache copy
     /// at commit). Returned to the migrator's buffer pool after the commit.
     buf: terrace_media::AlignedBuf,
@@ -97,9 +97,9 @@ pub(crate) struct MoveBatch<'a> {
 struct Uploading {
     moves: Vec<Prepared>,
     /// Bytes copied per target tier, for the per-tier bandwidth.
-    copied: std::collections::BTreeMap<u8, u64>,
+    copied: std::collections::BTreeMap<TierId, u64>,
     /// The upload: each target tier's `sync`, in tier order.
-    upload: std::thread::JoinHandle<Vec<(u8, std::io::Result<()>)>>,
+    upload: std::thread::JoinHandle<Vec<(TierId, std::io::Result<()>)>>,
     started: Instant,
 }
 
@@ -124,9 +124,9 @@ impl<'a> MoveBatch<'a> {
     pub(crate) fn add(
         &mut self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        ranges: &[(u64, u64)],
+        from: TierId,
+        to: TierId,
+        ranges: &[(FileBlock, u64)],
         mode: Mode,
     ) -> FsResult<()> {
         self.started.get_or_insert_with(Instant::now);
@@ -163,13 +163,16 @@ impl<'a> MoveBatch<'a> {
         }
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
-        let mut copied: std::collections::BTreeMap<u8, u64> = Default::default();
+        let mut copied: std::collections::BTreeMap<TierId, u64> = Default::default();
         for p in &pending {
             *copied.entry(p.d.tier).or_default() += p.total * BS;
         }
         let started = self.started.take().unwrap_or_else(Instant::now);
-        if copied.keys().all(|&t| t != 0 && self.fs.is_object_tier(t)) {
-            let media: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = copied
+        if copied
+            .keys()
+            .all(|&t| !t.is_pm() && self.fs.is_object_tier(t))
+        {
+            let media: Vec<(TierId, Arc<dyn terrace_media::BlockMedia>)> = copied
                 .keys()
                 .filter_map(|&t| self.fs.tier(t).ok().map(|x| (t, Arc::clone(&x.media))))
                 .collect();
@@ -187,7 +190,7 @@ impl<'a> MoveBatch<'a> {
                 return before;
             }
         }
-        let tiers: Vec<u8> = copied.keys().copied().filter(|&t| t != 0).collect();
+        let tiers: Vec<TierId> = copied.keys().copied().filter(|t| !t.is_pm()).collect();
         let synced = tiers.into_iter().try_for_each(|t| self.fs.sync_tier(t));
         let now = self.commit_window(pending, copied, started, synced);
         before.and(now)
@@ -214,7 +217,7 @@ impl<'a> MoveBatch<'a> {
     fn commit_window(
         &mut self,
         moves: Vec<Prepared>,
-        copied: std::collections::BTreeMap<u8, u64>,
+        copied: std::collections::BTreeMap<TierId, u64>,
         started: Instant,
         synced: FsResult<()>,
     ) -> FsResult<()> {
@@ -291,13 +294,19 @@ impl Drop for MoveBatch<'_> {
 impl Fs {
     /// Moves the pieces of `groups` (of file `ino`) that are still on tier
     /// `from` to tier `to`, one group at a time. Returns the bytes moved.
-    pub fn migrate_groups(&self, ino: Ino, from: u8, to: u8, groups: &[Group]) -> FsResult<u64> {
+    pub fn migrate_groups(
+        &self,
+        ino: Ino,
+        from: TierId,
+        to: TierId,
+        groups: &[Group],
+    ) -> FsResult<u64> {
         let mut moved = 0;
         for g in groups {
             if self.migrator.worker.stopping() {
                 break;
             }
-            moved += self.migrate_range(ino, from, to, g.file_block, g.blocks)?;
+            moved += self.migrate_range(ino, from, to, FileBlock(g.file_block), g.blocks)?;
         }
         Ok(moved)
     }
@@ -307,9 +316,9 @@ impl Fs {
     pub(crate) fn migrate_range(
         &self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        start: u64,
+        from: TierId,
+        to: TierId,
+        start: FileBlock,
         n: u64,
     ) -> FsResult<u64> {
         self.move_range(ino, from, to, start, n, Mode::Move)
@@ -321,9 +330,9 @@ impl Fs {
     pub(crate) fn move_range(
         &self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        start: u64,
+        from: TierId,
+        to: TierId,
+        start: FileBlock,
         n: u64,
         mode: Mode,
     ) -> FsResult<u64> {
@@ -338,9 +347,9 @@ impl Fs {
     pub(crate) fn move_ranges(
         &self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        ranges: &[(u64, u64)],
+        from: TierId,
+        to: TierId,
+        ranges: &[(FileBlock, u64)],
         mode: Mode,
     ) -> FsResult<u64> {
         let mut batch = MoveBatch::new(self, 0);
@@ -356,9 +365,9 @@ impl Fs {
     pub(super) fn prepare_move(
         &self,
         ino: Ino,
-        from: u8,
-        to: u8,
-        ranges: &[(u64, u64)],
+        from: TierId,
+        to: TierId,
+        ranges: &[(FileBlock, u64)],
         mode: Mode,
     ) -> FsResult<Option<Prepared>> {
         // 1. Capture.
@@ -430,9 +439,12 @@ impl Fs {
                 tier: to,
                 runs: Vec::new(),
             }
-        } else if to == 0 {
+        } else if to.is_pm() {
             match self.alloc.alloc(total) {
-                Some(runs) => crate::data::DataRuns { tier: 0, runs },
+                Some(runs) => crate::data::DataRuns {
+                    tier: TierId::PM,
+                    runs,
+                },
                 None => {
                     not_pending();
                     return Err(errno(libc::ENOSPC));
@@ -474,13 +486,14 @@ impl Fs {
         let mut at = 0usize;
         for p in pieces.iter().filter(|p| needs_data(p)) {
             let len = (p.blocks * BS) as usize;
-            if p.tier == 0 {
-                self.media.read(p.block * BS, &mut buf[at..at + len]);
+            if p.tier.is_pm() {
+                self.media
+                    .read(p.block.byte_offset(), &mut buf[at..at + len]);
                 self.pm_io.record_read(len as u64);
             } else {
                 let read = self
                     .tier(p.tier)
-                    .and_then(|t| t.media.read_blocks(p.block, &mut buf[at..at + len]))
+                    .and_then(|t| t.media.read_blocks(p.block.get(), &mut buf[at..at + len]))
                     .and_then(|()| self.verify_read(p.tier, p.block, &buf[at..at + len]));
                 if let Err(e) = read {
                     release(d);
@@ -497,7 +510,7 @@ impl Fs {
         }
         let mut phys = Vec::with_capacity(total as usize);
         for &(b, k) in &d.runs {
-            phys.extend(b..b + k);
+            phys.extend((0..k).map(|j| b + j));
         }
         Ok(Some(Prepared {
             ino,
@@ -550,7 +563,7 @@ impl Fs {
             return Ok(0);
         }
         let mut entries: Vec<Entry> = Vec::new();
-        let mut unused: Vec<(u8, u64, u64)> = Vec::new();
+        let mut unused: Vec<crate::extent_map::Released> = Vec::new();
         let mut kept = 0u64;
         let mut kept_data: Vec<(usize, u64)> = Vec::new(); // (index in phys, blocks)
         let mut k = 0usize;
@@ -647,14 +660,14 @@ impl Fs {
         let n_entries = entries.len() as u64;
         // Moves down free a PM block for each one they log: they may use
         // the blocks promised to write-back. Moves up take PM like any write.
-        if let Err(e) = self.commit_one_in(i, entries, to != 0) {
+        if let Err(e) = self.commit_one_in(i, entries, !to.is_pm()) {
             drop(g);
             self.release_data(d);
             return Err(e);
         }
         // Keep a DRAM copy of data moved down while the cache is under half
         // full — under the inode lock, so the blocks cannot be freed first.
-        if to != 0 && mode == Mode::Move {
+        if !to.is_pm() && mode == Mode::Move {
             let c = self.cache.stats();
             if mig::keep_cache_copy(c.dirty_bytes + c.clean_bytes, c.bound_bytes) {
                 for &(first, blocks) in &kept_data {
@@ -682,7 +695,7 @@ impl Fs {
         let m = &self.migrator;
         match mode {
             Mode::Move if from == to => {} // extent recycling: the cleaner counts
-            Mode::Move if to == 0 => {
+            Mode::Move if to.is_pm() => {
                 m.bytes_up.fetch_add(bytes, Ordering::Relaxed);
             }
             Mode::Move => {

@@ -29,7 +29,7 @@ impl Fs {
     /// and serve reads.
     pub(super) fn nvmfs_flush(
         &self,
-        to: u8,
+        to: TierId,
         cap: u64,
         (clean, dirty): (u64, u64),
         np: &terrace_policy::nvmfs::NvmfsParams,
@@ -70,16 +70,16 @@ impl Fs {
         for slot in &self.table {
             let g = slot.lock();
             let Some(i) = g.as_ref() else { continue };
-            if i.extents.pm_clean_dirty().1 == 0 || self.rule_of(i) == Some(0) {
+            if i.extents.pm_clean_dirty().1 == 0 || self.rule_of(i) == Some(TierId::PM) {
                 continue;
             }
             out.extend(
                 i.extents
                     .iter()
-                    .filter(|(_, e)| e.tier == 0 && e.copy.is_none())
+                    .filter(|(_, e)| e.tier.is_pm() && e.copy.is_none())
                     .map(|(fb, e)| terrace_policy::nvmfs::DirtyRun {
                         ino: i.ino,
-                        file_block: fb,
+                        file_block: fb.get(),
                         blocks: e.blocks,
                         mtime_ns: e.mtime.max(0) as u64,
                         writes: e.writes,
@@ -94,7 +94,7 @@ impl Fs {
     pub(super) fn copy_runs(
         &self,
         runs: &[terrace_policy::nvmfs::PageRun],
-        to: u8,
+        to: TierId,
         unit: u64,
     ) -> u64 {
         let total: u64 = runs.iter().map(|r| r.blocks * BS).sum();
@@ -110,13 +110,18 @@ impl Fs {
                     file_block: r.file_block,
                     blocks: r.blocks,
                     mtime_ns: 0,
-                    tier: 0,
+                    tier: TierId::PM,
                 })
                 .collect();
             for group in mig::batch_groups(&mig::group_entries(&entries, unit), unit) {
-                let ranges: Vec<(u64, u64)> =
-                    group.iter().map(|g| (g.file_block, g.blocks)).collect();
-                if batch.add(file[0].ino, 0, to, &ranges, Mode::Copy).is_err() {
+                let ranges: Vec<(FileBlock, u64)> = group
+                    .iter()
+                    .map(|g| (FileBlock(g.file_block), g.blocks))
+                    .collect();
+                if batch
+                    .add(file[0].ino, TierId::PM, to, &ranges, Mode::Copy)
+                    .is_err()
+                {
                     // Target full or failing: try again next pass.
                     break 'files;
                 }

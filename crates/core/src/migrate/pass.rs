@@ -6,8 +6,8 @@ use super::*;
 /// One drain of a tier (`Fs::drain`), shared by its worker threads.
 #[derive(Clone, Copy)]
 pub(super) struct Drain<'a> {
-    from: u8,
-    to: u8,
+    from: TierId,
+    to: TierId,
     /// Bytes to move.
     goal: u64,
     mode: Mode,
@@ -38,18 +38,18 @@ impl Fs {
         };
         let Ok(policy) = policy else { return 0 };
         let io = self.io_counters();
-        let mut chain: Vec<u8> = vec![0];
+        let mut chain: Vec<TierId> = vec![TierId::PM];
         chain.extend(self.tiers.iter().map(|t| t.id));
         let mut moved = 0;
         let mut pm_split = (0, 0);
         for w in chain.windows(2) {
             let (from, to) = (w[0], w[1]);
             let threshold = mig::migration_threshold(params.threshold, io);
-            let bit = 1u64 << from;
+            let bit = 1u64 << from.get();
             let running = self.migrator.running.load(Ordering::Relaxed) & bit != 0;
             let (mut used, cap) = self.tier_use(from);
             let mut counted = used;
-            if from == 0 {
+            if from.is_pm() {
                 // One scan of the inode table per pass (and one more after
                 // evicting): the split is only needed to pass's precision.
                 pm_split = self.pm_clean_dirty();
@@ -62,7 +62,7 @@ impl Fs {
                     let goal = used.saturating_sub(cap / 100 * u64::from(threshold));
                     let freed = self.drain(from, to, goal, &params, &*policy, Mode::Evict);
                     moved += freed;
-                    used = self.tier_use(0).0;
+                    used = self.tier_use(TierId::PM).0;
                     if freed > 0 {
                         pm_split = self.pm_clean_dirty();
                     }
@@ -78,7 +78,7 @@ impl Fs {
                     counted = used.saturating_sub(pm_split.0 * BS);
                 }
             }
-            if from == 0 {
+            if from.is_pm() {
                 self.migrator
                     .pm_counted_percent
                     .store(counted * 100 / cap.max(1), Ordering::Relaxed);
@@ -86,7 +86,7 @@ impl Fs {
             let need = mig::should_migrate(counted, cap, threshold, params.forced_percent, running);
             // NVMFS keeps PM's dirty data between its own marks (the flush
             // below); the migration threshold applies to it only when forced.
-            let own_marks = from == 0 && policy.flushes_dirty_list() && !need.is_forced();
+            let own_marks = from.is_pm() && policy.flushes_dirty_list() && !need.is_forced();
             if need.is_needed() && !own_marks {
                 self.migrator.running.fetch_or(bit, Ordering::Relaxed);
                 let obs = mig::CopyObservation {
@@ -94,7 +94,7 @@ impl Fs {
                     pm_used: used,
                     pm_capacity: cap,
                 };
-                let mode = if from == 0 && policy.keep_clean_copy(&obs) {
+                let mode = if from.is_pm() && policy.keep_clean_copy(&obs) {
                     Mode::Copy
                 } else {
                     Mode::Move
@@ -114,11 +114,11 @@ impl Fs {
                 self.note_drain_result(from, to, here);
             } else {
                 self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
-                if from == 0 {
+                if from.is_pm() {
                     self.migrator.waiting.lock().clear();
                 }
             }
-            if from == 0 && policy.flushes_dirty_list() {
+            if from.is_pm() && policy.flushes_dirty_list() {
                 moved += self.nvmfs_flush(to, cap, pm_split, &np);
             }
         }
@@ -144,8 +144,8 @@ impl Fs {
     /// candidate is left.
     pub(crate) fn drain(
         &self,
-        from: u8,
-        to: u8,
+        from: TierId,
+        to: TierId,
         goal: u64,
         params: &mig::MigrationParams,
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
@@ -324,8 +324,10 @@ impl Fs {
                 if mode == Mode::Evict && moved.load(Ordering::Relaxed) >= goal {
                     break;
                 }
-                let ranges: Vec<(u64, u64)> =
-                    group.iter().map(|g| (g.file_block, g.blocks)).collect();
+                let ranges: Vec<(FileBlock, u64)> = group
+                    .iter()
+                    .map(|g| (FileBlock(g.file_block), g.blocks))
+                    .collect();
                 let r = batch.add(ino, from, to, &ranges, mode);
                 publish(batch, counted);
                 if let Err(e) = r {
@@ -341,7 +343,7 @@ impl Fs {
     /// Records what a drain of `from` achieved: nothing moved while the tier
     /// is over its threshold is a stall, said in words (status) and queued
     /// once for the daemon's log; moving again clears it.
-    pub(super) fn note_drain_result(&self, from: u8, to: u8, moved: u64) {
+    pub(super) fn note_drain_result(&self, from: TierId, to: TierId, moved: u64) {
         let m = &self.migrator;
         let failure = m.last_failure.lock().take();
         // `waiting` and `notices` are both leaves: the notice is queued
@@ -383,6 +385,6 @@ impl Fs {
             (st.migration_params(), st.migration())
         };
         let Ok(policy) = policy else { return 0 };
-        self.drain(0, to, goal, &params, &*policy, Mode::Evict)
+        self.drain(TierId::PM, to, goal, &params, &*policy, Mode::Evict)
     }
 }

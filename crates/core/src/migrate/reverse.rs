@@ -9,12 +9,12 @@ impl Fs {
         if self.tiers.is_empty() || !io.reads_dominate(params.reverse_read_ratio) {
             return 0;
         }
-        let (used, cap) = self.tier_use(0);
+        let (used, cap) = self.tier_use(TierId::PM);
         let mut files = Vec::new();
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {
                 // A file pinned to a block tier stays there (rules).
-                let pinned_down = self.rule_of(i).is_some_and(|t| t != 0);
+                let pinned_down = self.rule_of(i).is_some_and(|t| !t.is_pm());
                 if i.block_reads > 0 && i.kind == FileType::Regular && !pinned_down {
                     let (clean, dirty) = i.extents.pm_clean_dirty();
                     let on_block = i.extents.mapped_blocks() - clean - dirty;
@@ -47,7 +47,7 @@ impl Fs {
                         sources: vec![*e],
                     })
                     .collect();
-                match self.migrate_groups(f.ino, from, 0, &groups) {
+                match self.migrate_groups(f.ino, from, TierId::PM, &groups) {
                     Ok(b) => moved += b,
                     Err(_) => return moved,
                 }

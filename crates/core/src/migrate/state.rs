@@ -85,7 +85,7 @@ pub struct Migrator {
     pub(super) bufs: Mutex<Vec<terrace_media::AlignedBuf>>,
     /// Per target tier: bytes copied there by migration and the time spent
     /// copying and syncing them (ns).
-    pub(super) per_tier: Mutex<std::collections::BTreeMap<u8, (u64, u64)>>,
+    pub(super) per_tier: Mutex<std::collections::BTreeMap<terrace_format::TierId, (u64, u64)>>,
 }
 
 impl Migrator {

@@ -98,7 +98,7 @@ impl Fs {
                 .lock()
                 .iter()
                 .map(|(&tier, &(bytes, ns))| TierMigration {
-                    tier,
+                    tier: tier.get(),
                     bytes,
                     bandwidth_bytes_per_sec: (u128::from(bytes) * 1_000_000_000
                         / u128::from(ns.max(1)))
@@ -114,7 +114,7 @@ pub(super) fn snapshot_entries(i: &Inode) -> Vec<EntrySnapshot> {
     i.extents
         .iter()
         .map(|(fb, e)| EntrySnapshot {
-            file_block: fb,
+            file_block: fb.get(),
             blocks: e.blocks,
             mtime_ns: e.mtime.max(0) as u64,
             tier: e.tier,

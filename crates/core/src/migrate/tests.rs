@@ -31,7 +31,7 @@ fn pool() -> Fs {
 
 fn first_extent(fs: &Fs, ino: Ino) -> crate::extent_map::Extent {
     let g = fs.lock(ino).unwrap();
-    g.as_ref().unwrap().extents.find(0).unwrap().1
+    g.as_ref().unwrap().extents.find(FileBlock(0)).unwrap().1
 }
 
 #[test]
@@ -41,7 +41,14 @@ fn rewrites_of_clean_pm_data_count_for_the_dirty_list_and_reads_for_the_clean_on
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
     fs.write(f.ino, 0, &[1u8; 8 * 4096]).unwrap();
     // Clean copies of all 8 blocks on the SSD tier; the PM side stays.
-    fs.move_ranges(f.ino, 0, 1, &[(0, 8)], Mode::Copy).unwrap();
+    fs.move_ranges(
+        f.ino,
+        TierId::PM,
+        TierId(1),
+        &[(FileBlock(0), 8)],
+        Mode::Copy,
+    )
+    .unwrap();
     assert!(first_extent(&fs, f.ino).copy.is_some());
     let m = &fs.migrator;
     let hits = || {
@@ -80,7 +87,15 @@ fn a_move_prepared_before_a_collapse_or_insert_never_lands_on_the_shifted_blocks
         fs.write(f.ino, 0, &data).unwrap();
         // A move of file blocks 2..6 to the SSD is copied, not committed ...
         let mut batch = MoveBatch::new(&fs, u64::MAX);
-        batch.add(f.ino, 0, 1, &[(2, 4)], Mode::Move).unwrap();
+        batch
+            .add(
+                f.ino,
+                TierId::PM,
+                TierId(1),
+                &[(FileBlock(2), 4)],
+                Mode::Move,
+            )
+            .unwrap();
         // ... while the file's blocks shift by one.
         fs.fallocate(f.ino, 4096, 4096, mode).unwrap();
         let mut want = data.clone();
@@ -107,7 +122,15 @@ fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot()
     let old_block = first_extent(&fs, f.ino);
     // The move is copied but not committed (a large sync window) ...
     let mut batch = MoveBatch::new(&fs, u64::MAX);
-    batch.add(f.ino, 0, 1, &[(0, 1)], Mode::Move).unwrap();
+    batch
+        .add(
+            f.ino,
+            TierId::PM,
+            TierId(1),
+            &[(FileBlock(0), 1)],
+            Mode::Move,
+        )
+        .unwrap();
     // ... while the file is deleted and a new file takes its slot, its
     // first write landing on the same PM block with the same per-file
     // sequence number: everything the old checks compared is equal.

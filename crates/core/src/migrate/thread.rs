@@ -66,9 +66,9 @@ impl Fs {
             return false;
         }
         let running = self.migrator.running.load(Ordering::Relaxed);
-        let mut from = 0u8;
+        let mut from = terrace_format::TierId::PM;
         for t in self.tiers.iter() {
-            if t.kind == terrace_format::TierKind::S3 && running & (1u64 << from) != 0 {
+            if t.kind == terrace_format::TierKind::S3 && running & (1u64 << from.get()) != 0 {
                 return true;
             }
             from = t.id;

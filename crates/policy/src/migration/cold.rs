@@ -5,6 +5,7 @@
 //! addition; see the module docs of `migration`).
 
 use super::params::MigrationParams;
+use terrace_format::TierId;
 
 /// One write entry (or a piece of one) of a file: the unit of migration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -16,7 +17,7 @@ pub struct EntrySnapshot {
     /// When it was written (ns).
     pub mtime_ns: u64,
     /// Tier holding its data.
-    pub tier: u8,
+    pub tier: TierId,
 }
 
 impl EntrySnapshot {
@@ -41,7 +42,7 @@ pub struct FileSnapshot {
 
 impl FileSnapshot {
     /// Its entries holding data on `tier`, in snapshot order.
-    pub fn entries_on(&self, tier: u8) -> impl Iterator<Item = &EntrySnapshot> + Clone {
+    pub fn entries_on(&self, tier: TierId) -> impl Iterator<Item = &EntrySnapshot> + Clone {
         self.entries
             .iter()
             .filter(move |e| e.tier == tier && e.blocks > 0)
@@ -67,7 +68,12 @@ pub fn is_old(mtime_ns: u64, now_ns: u64, age_ns: u64) -> bool {
 /// Ziggurat's choice (§5.1): every entry of `file` on tier `from_tier` if
 /// the file is old ([`is_old`]), otherwise the entries on that tier written
 /// before the file's amtime. Entries are returned in file order.
-pub fn cold_entries(file: &FileSnapshot, from_tier: u8, now_ns: u64, age_ns: u64) -> ColdChoice {
+pub fn cold_entries(
+    file: &FileSnapshot,
+    from_tier: TierId,
+    now_ns: u64,
+    age_ns: u64,
+) -> ColdChoice {
     let whole_file = is_old(file.mtime_ns, now_ns, age_ns);
     let on_tier = || file.entries_on(from_tier);
     let older = |a: Option<u64>| -> Vec<EntrySnapshot> {
@@ -107,7 +113,7 @@ pub fn cold_entries(file: &FileSnapshot, from_tier: u8, now_ns: u64, age_ns: u64
 /// would have been picked).
 pub fn cold_entries_with(
     file: &FileSnapshot,
-    from_tier: u8,
+    from_tier: TierId,
     now_ns: u64,
     params: &MigrationParams,
 ) -> ColdChoice {
@@ -121,7 +127,7 @@ pub fn cold_entries_with(
 
 /// Average mtime of the file's blocks on `tier`, weighted by length (`None`
 /// when it has none there).
-pub fn tier_amtime(file: &FileSnapshot, tier: u8) -> Option<u64> {
+pub fn tier_amtime(file: &FileSnapshot, tier: TierId) -> Option<u64> {
     let (mut sum, mut blocks) = (0u128, 0u128);
     for e in file.entries.iter().filter(|e| e.tier == tier) {
         sum += u128::from(e.mtime_ns) * u128::from(e.blocks);

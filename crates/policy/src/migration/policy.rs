@@ -47,7 +47,7 @@ pub trait MigrationPolicy: fmt::Debug {
     fn choose(
         &self,
         file: &FileSnapshot,
-        from_tier: u8,
+        from_tier: terrace_format::TierId,
         now_ns: u64,
         params: &MigrationParams,
     ) -> ColdChoice {

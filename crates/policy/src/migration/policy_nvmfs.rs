@@ -19,7 +19,7 @@ impl MigrationPolicy for NvmfsMigration {
     fn choose(
         &self,
         file: &FileSnapshot,
-        from_tier: u8,
+        from_tier: terrace_format::TierId,
         _now_ns: u64,
         _params: &MigrationParams,
     ) -> ColdChoice {

@@ -2,6 +2,7 @@
 //! snapshots.
 
 use super::*;
+use terrace_format::TierId;
 
 const SEC: u64 = 1_000_000_000;
 const MIB: u64 = 1 << 20;
@@ -15,7 +16,7 @@ fn e(file_block: u64, blocks: u64, mtime_ns: u64) -> EntrySnapshot {
         file_block,
         blocks,
         mtime_ns,
-        tier: 0,
+        tier: TierId::PM,
     }
 }
 
@@ -92,11 +93,11 @@ fn file(mtime_ns: u64, entries: Vec<EntrySnapshot>) -> FileSnapshot {
 fn old_file_migrates_whole_on_its_tier() {
     let mut entries = vec![e(4, 2, 6 * SEC), e(0, 2, 2 * SEC), e(2, 2, 4 * SEC)];
     entries.push(EntrySnapshot {
-        tier: 1,
+        tier: TierId(1),
         ..e(6, 2, SEC)
     });
     let f = file(6 * SEC, entries);
-    let c = cold_entries(&f, 0, 37 * SEC, 30 * SEC);
+    let c = cold_entries(&f, TierId::PM, 37 * SEC, 30 * SEC);
     assert!(c.whole_file);
     assert_eq!(
         c.entries,
@@ -108,18 +109,20 @@ fn old_file_migrates_whole_on_its_tier() {
 fn a_young_file_written_at_one_time_moves_whole_only_in_a_second_round() {
     let f = file(7 * SEC, vec![e(0, 2, 7 * SEC), e(2, 3, 7 * SEC)]);
     let first = MigrationParams::default();
-    assert!(cold_entries_with(&f, 0, 8 * SEC, &first).entries.is_empty());
+    assert!(cold_entries_with(&f, TierId::PM, 8 * SEC, &first)
+        .entries
+        .is_empty());
     let second = MigrationParams {
         whole_when_uniform: true,
         ..first
     };
-    let c = cold_entries_with(&f, 0, 8 * SEC, &second);
+    let c = cold_entries_with(&f, TierId::PM, 8 * SEC, &second);
     assert!(!c.whole_file);
     assert_eq!(c.entries, vec![e(0, 2, 7 * SEC), e(2, 3, 7 * SEC)]);
     // A file with blocks of different ages is chosen as before.
     let g = file(7 * SEC, vec![e(0, 2, 2 * SEC), e(2, 3, 7 * SEC)]);
     assert_eq!(
-        cold_entries_with(&g, 0, 8 * SEC, &second).entries,
+        cold_entries_with(&g, TierId::PM, 8 * SEC, &second).entries,
         vec![e(0, 2, 2 * SEC)]
     );
 }
@@ -137,20 +140,22 @@ fn recent_file_migrates_only_entries_older_than_amtime() {
         ],
     );
     assert_eq!(f.amtime_ns, Some(5 * SEC));
-    let c = cold_entries(&f, 0, 10 * SEC, 30 * SEC);
+    let c = cold_entries(&f, TierId::PM, 10 * SEC, 30 * SEC);
     assert!(!c.whole_file);
     assert_eq!(c.entries, vec![e(0, 2, 2 * SEC), e(2, 2, 4 * SEC)]);
     // Exactly `age` ago is still recent.
-    assert!(!cold_entries(&f, 0, 38 * SEC, 30 * SEC).whole_file);
-    assert!(cold_entries(&f, 0, 38 * SEC + 1, 30 * SEC).whole_file);
+    assert!(!cold_entries(&f, TierId::PM, 38 * SEC, 30 * SEC).whole_file);
+    assert!(cold_entries(&f, TierId::PM, 38 * SEC + 1, 30 * SEC).whole_file);
 }
 
 #[test]
 fn recent_file_written_at_one_time_has_no_cold_part() {
     let f = file(SEC, vec![e(0, 4, SEC), e(4, 4, SEC)]);
-    assert!(cold_entries(&f, 0, SEC, 30 * SEC).entries.is_empty());
+    assert!(cold_entries(&f, TierId::PM, SEC, 30 * SEC)
+        .entries
+        .is_empty());
     // Clock before the file's mtime: recent.
-    assert!(!cold_entries(&f, 0, 0, 30 * SEC).whole_file);
+    assert!(!cold_entries(&f, TierId::PM, 0, 30 * SEC).whole_file);
 }
 
 #[test]
@@ -158,13 +163,13 @@ fn a_hot_pm_region_of_an_old_file_still_has_a_cold_part() {
     // 100 blocks on disk written at 1 s, PM entries rewritten at 50..53 s:
     // the file's amtime (~10 s) is older than every PM entry.
     let mut es = vec![EntrySnapshot {
-        tier: 1,
+        tier: TierId(1),
         ..e(0, 100, SEC)
     }];
     es.extend((0..4).map(|k| e(100 + k, 1, (50 + k) * SEC)));
     let f = file(53 * SEC, es);
     assert!(f.amtime_ns.unwrap() < 50 * SEC);
-    let c = cold_entries(&f, 0, 54 * SEC, 30 * SEC);
+    let c = cold_entries(&f, TierId::PM, 54 * SEC, 30 * SEC);
     // PM's own average is 51.5 s: the two older PM entries move.
     assert_eq!(c.entries, vec![e(100, 1, 50 * SEC), e(101, 1, 51 * SEC)]);
 }
@@ -212,7 +217,7 @@ fn scattered_small_groups_share_a_batch_up_to_group_size() {
 #[test]
 fn entries_on_different_tiers_are_not_grouped() {
     let other = EntrySnapshot {
-        tier: 1,
+        tier: TierId(1),
         ..e(2, 2, 0)
     };
     let g = group_entries(&[e(0, 2, 0), other], 16);
@@ -292,9 +297,15 @@ fn policies_differ_in_selection_and_clean_copies() {
     );
     let p = MigrationParams::default();
     let now = 9 * SEC;
-    let zig = migration_policy("ziggurat").unwrap().choose(&f, 0, now, &p);
-    let def = migration_policy("default").unwrap().choose(&f, 0, now, &p);
-    let nv = migration_policy("nvmfs").unwrap().choose(&f, 0, now, &p);
+    let zig = migration_policy("ziggurat")
+        .unwrap()
+        .choose(&f, TierId::PM, now, &p);
+    let def = migration_policy("default")
+        .unwrap()
+        .choose(&f, TierId::PM, now, &p);
+    let nv = migration_policy("nvmfs")
+        .unwrap()
+        .choose(&f, TierId::PM, now, &p);
     assert_eq!(zig, def);
     assert_eq!(zig.entries, vec![e(0, 2, 4 * SEC), e(2, 2, 2 * SEC)]);
     // NVMFS: everything, least recently written first.
