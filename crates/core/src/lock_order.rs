@@ -204,12 +204,7 @@ impl<T> Mutex<T> {
     pub fn lock(&self) -> MutexGuard<'_, T> {
         #[cfg(any(debug_assertions, feature = "lock-order"))]
         held::check(self.rank);
-        let inner = self.inner.lock();
-        MutexGuard {
-            inner,
-            #[cfg(any(debug_assertions, feature = "lock-order"))]
-            _held: held::Held::push(self.rank),
-        }
+        self.guard(self.inner.lock())
     }
 
     /// Locks it without checking the order (recorded all the same). Only
@@ -218,12 +213,7 @@ impl<T> Mutex<T> {
     #[inline]
     #[track_caller]
     pub fn lock_unchecked(&self) -> MutexGuard<'_, T> {
-        let inner = self.inner.lock();
-        MutexGuard {
-            inner,
-            #[cfg(any(debug_assertions, feature = "lock-order"))]
-            _held: held::Held::push(self.rank),
-        }
+        self.guard(self.inner.lock())
     }
 
     /// Locks it if it is free (not checked: it cannot deadlock).
@@ -231,11 +221,18 @@ impl<T> Mutex<T> {
     #[track_caller]
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         let inner = self.inner.try_lock()?;
-        Some(MutexGuard {
+        Some(self.guard(inner))
+    }
+
+    /// The guard over `inner`, this lock's rank recorded as held.
+    #[inline]
+    #[track_caller]
+    fn guard<'a>(&'a self, inner: parking_lot::MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        MutexGuard {
             inner,
             #[cfg(any(debug_assertions, feature = "lock-order"))]
             _held: held::Held::push(self.rank),
-        })
+        }
     }
 
     /// The value, without locking (the mutex is borrowed mutably).
@@ -330,9 +327,8 @@ impl<T> RwLock<T> {
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
         #[cfg(any(debug_assertions, feature = "lock-order"))]
         held::check(self.rank);
-        let inner = self.inner.read();
         RwLockReadGuard {
-            inner,
+            inner: self.inner.read(),
             #[cfg(any(debug_assertions, feature = "lock-order"))]
             _held: held::Held::push(self.rank),
         }
@@ -345,9 +341,8 @@ impl<T> RwLock<T> {
     pub fn write(&self) -> RwLockWriteGuard<'_, T> {
         #[cfg(any(debug_assertions, feature = "lock-order"))]
         held::check(self.rank);
-        let inner = self.inner.write();
         RwLockWriteGuard {
-            inner,
+            inner: self.inner.write(),
             #[cfg(any(debug_assertions, feature = "lock-order"))]
             _held: held::Held::push(self.rank),
         }

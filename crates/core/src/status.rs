@@ -75,38 +75,9 @@ pub struct ObjectTierStatus {
     pub cleaning: crate::object_clean::ObjectCleaningStatus,
 }
 
-/// Requests an object tier sent since mount (successful ones, except
-/// `failures` and `failed_tries`).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-pub struct ObjectRequests {
-    pub puts: u64,
-    pub put_bytes: u64,
-    pub gets: u64,
-    pub get_bytes: u64,
-    pub deletes: u64,
-    pub lists: u64,
-    /// Requests that failed after their retries.
-    pub failures: u64,
-    /// HTTP tries that failed (5xx or 429 answers, connection errors,
-    /// time-outs), retried or not.
-    #[serde(default)]
-    pub failed_tries: u64,
-}
-
-impl From<terrace_media::object::RequestStats> for ObjectRequests {
-    fn from(r: terrace_media::object::RequestStats) -> ObjectRequests {
-        ObjectRequests {
-            puts: r.puts,
-            put_bytes: r.put_bytes,
-            gets: r.gets,
-            get_bytes: r.get_bytes,
-            deletes: r.deletes,
-            lists: r.lists,
-            failures: r.failures,
-            failed_tries: r.failed_tries,
-        }
-    }
-}
+/// Requests an object tier sent since mount: the media's own counters,
+/// serialised as they are (`terrace_media::object::RequestStats`).
+pub use terrace_media::object::RequestStats as ObjectRequests;
 
 impl From<terrace_media::ObjectStats> for ObjectTierStatus {
     fn from(o: terrace_media::ObjectStats) -> ObjectTierStatus {
@@ -123,7 +94,7 @@ impl From<terrace_media::ObjectStats> for ObjectTierStatus {
             pending_bytes: o.pending_bytes,
             unreachable_since_unix: o.failing.as_ref().map(|f| f.since_unix),
             last_error: o.failing.map(|f| f.error),
-            requests: o.requests.into(),
+            requests: o.requests,
             cleaning: Default::default(),
         }
     }

@@ -45,8 +45,8 @@ use super::config::{Credentials, NetworkParams, ObjectConfig, DEFAULT_CONCURRENC
 use super::diagnose::{Problem, Where};
 
 /// Request counters of a bucket (successful requests only, except
-/// `failures`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// `failures`). Serialised as they are in the daemon's status (JSON).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RequestStats {
     /// PUTs (parts and the marker).
     pub puts: u64,
@@ -64,6 +64,7 @@ pub struct RequestStats {
     pub failures: u64,
     /// HTTP tries that failed (5xx or 429 answers, connection errors,
     /// time-outs), retried or not; S3 tiers only.
+    #[serde(default)]
     pub failed_tries: u64,
 }
 
