@@ -9,7 +9,7 @@ OUT holds one bench/run.sh results directory per build and round
 (summary.csv) and of the paper workloads and targets (results.csv) is reduced
 to the median over the rounds of each build; the ratio head/base is the
 result. A ratio is "within noise" when it lies inside the spread the rounds
-of the base build show for that measurement (at least ±10%, a 3-second quick
+of either build show for that measurement (at least ±10%, a 3-second quick
 run's usual spread on this machine); otherwise the row says faster or slower.
 Writes OUT/compare.md and OUT/compare.csv, and with --docs the section between
 `<!-- BEGIN bench:compare -->` and `<!-- END bench:compare -->` of FILE.
@@ -61,7 +61,10 @@ def verdict(key, base, head):
     if b <= 0:
         return None, "no base value"
     ratio = h / b
-    spread = (max(base) - min(base)) / b if len(base) > 1 else 0.0
+    spread = max(
+        (max(base) - min(base)) / b if len(base) > 1 else 0.0,
+        (max(head) - min(head)) / h if len(head) > 1 and h > 0 else 0.0,
+    )
     noise = max(MIN_NOISE, spread)
     better = ratio if key[4] not in LOWER_IS_BETTER else (1 / ratio if ratio else float("inf"))
     if abs(better - 1) <= noise:
