@@ -65,7 +65,9 @@ pub struct ObjectConfig {
     /// an https endpoint signed by a private CA).
     pub ca_file: Option<PathBuf>,
     /// Sign upload bodies (SigV4 signed payload) instead of sending
-    /// `UNSIGNED-PAYLOAD` (`sign_payload=`, default false).
+    /// `UNSIGNED-PAYLOAD` (`sign_payload=`; default: signed over plain http,
+    /// where nothing else lets the store refuse a body damaged on the way;
+    /// unsigned over https, where TLS does).
     pub sign_payload: bool,
     /// Requests in flight at most per `sync` or read (at least 1).
     pub concurrency: usize,
@@ -145,7 +147,7 @@ impl ObjectConfig {
             credentials_file: opts.credentials_file,
             profile: opts.profile,
             ca_file: opts.ca_file,
-            sign_payload: opts.sign_payload.unwrap_or(false),
+            sign_payload: opts.sign_payload.unwrap_or(scheme == "http"),
             concurrency: DEFAULT_CONCURRENCY,
             network: NetworkParams::default(),
         })
@@ -308,7 +310,10 @@ mod tests {
             Some(Path::new("/etc/terrace/s3.cred"))
         );
         assert_eq!(c.bucket_endpoint(), "http://bkt.127.0.0.1:9000");
-        assert!(!c.sign_payload, "bodies go unsigned unless asked");
+        assert!(
+            c.sign_payload,
+            "over plain http bodies are signed unless asked"
+        );
         // path_style=true for an https name; any order; no prefix.
         let c = ObjectConfig::parse(
             "https://s3.example.com/bkt?path_style=true&region=x&sign_payload=true",
@@ -317,6 +322,11 @@ mod tests {
         .unwrap();
         assert!(c.path_style);
         assert!(c.sign_payload);
+        let plain = ObjectConfig::parse("https://s3.example.com/bkt", &env(&[])).unwrap();
+        assert!(
+            !plain.sign_payload,
+            "over https TLS covers the body: unsigned"
+        );
         assert_eq!((c.region.as_str(), c.prefix.as_str()), ("x", ""));
         assert_eq!(c.credentials_file, None);
         assert_eq!(

@@ -21,10 +21,11 @@ use std::path::PathBuf;
 ///   may chain to, besides the system's roots. Read at every open of the
 ///   tier ([`ObjectConfig::root_certificates`](super::ObjectConfig::root_certificates)).
 /// - `sign_payload=true|false`: sign each upload's body with its SHA-256
-///   (SigV4 signed payload) instead of `UNSIGNED-PAYLOAD` (the default:
-///   hashing every uploaded byte cost a quarter of the daemon's CPU during
-///   a migration to MinIO, and it protects nothing the block checksums and
-///   TLS do not; see docs/design.md §5n "Signing").
+///   (SigV4 signed payload), so that the store refuses a body damaged on
+///   the way, or send `UNSIGNED-PAYLOAD`. Default: signed over plain http,
+///   unsigned over https (TLS already protects the body, and hashing every
+///   uploaded byte cost a quarter of the daemon's CPU during a migration to
+///   MinIO); see docs/design.md §5n "Signing".
 ///
 /// Values are taken as written: percent-encoding is not supported.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
