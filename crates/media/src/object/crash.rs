@@ -290,9 +290,9 @@ mod tests {
         let store = Arc::new(CrashStore::timed(clock.clone()));
         let b = Bucket::with_store(store.clone(), "memory://crash", "p").unwrap();
         let t0 = clock.now();
-        assert!(b.put_all(vec![("p/a".into(), Bytes::from_static(b"aa"))])[0].is_ok());
+        assert!(b.put_all(vec![("p/a".into(), Bytes::from_static(b"aa").into())])[0].is_ok());
         let t_a = clock.now();
-        assert!(b.put_all(vec![("p/b".into(), Bytes::from_static(b"bb"))])[0].is_ok());
+        assert!(b.put_all(vec![("p/b".into(), Bytes::from_static(b"bb").into())])[0].is_ok());
         assert!(b.delete_all(vec!["p/a".into()]).is_empty());
         let end = clock.now();
         assert_eq!(end - t0, 6, "two ticks per request");

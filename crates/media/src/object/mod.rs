@@ -38,7 +38,9 @@
 //! that is still partly live are live again until [`ObjectMedia::retain`]
 //! is told which blocks the pool's committed log references.
 //!
-//! Files: this one (the media's state, counters and `BlockMedia`), `open.rs`
+//! Files: this one (the media's state, counters and `BlockMedia`),
+//! `buffer.rs` (the pending and in-flight blocks: runs of shared buffers that
+//! upload bodies slice without copying), `open.rs`
 //! (create and open, upload numbers), `read.rs` (reads: plan, ranged GETs),
 //! `sync.rs` (uploads at `sync`, deletion of dead parts and orphans),
 //! [`config`] (the tier URL; its options, certificates, credentials,
@@ -52,6 +54,7 @@
 //! fault-injecting store for tests), [`crash`] (an in-memory store with a
 //! crash model, for crash-image tests).
 
+mod buffer;
 mod certificates;
 mod client;
 pub mod config;
@@ -158,9 +161,9 @@ pub struct PartInfo {
 struct State {
     index: Index,
     /// Blocks written since they were last handed to a `sync`.
-    pending: BTreeMap<u64, Box<[u8]>>,
+    pending: BlockBuffer,
     /// Blocks a running `sync` is uploading (still read from here).
-    inflight: Option<Arc<BTreeMap<u64, Box<[u8]>>>>,
+    inflight: Option<Arc<BlockBuffer>>,
     /// Trims that arrived while `inflight` was set; applied to its parts
     /// when they become visible.
     trims_in_flight: Vec<(u64, u64)>,
@@ -173,6 +176,7 @@ struct State {
     uploaded: BTreeMap<u64, u64>,
 }
 
+use buffer::BlockBuffer;
 use index::Index;
 
 /// A block tier in an object store; see the module docs.
@@ -229,7 +233,7 @@ impl ObjectMedia {
             stored_bytes: ix.stored_blocks() * BLOCK_SIZE,
             live_bytes: ix.live_blocks() * BLOCK_SIZE,
             dead_parts: ix.dead_parts().len() as u64 + st.stray.len() as u64,
-            pending_bytes: st.pending.len() as u64 * BLOCK_SIZE,
+            pending_bytes: st.pending.blocks() * BLOCK_SIZE,
             requests: self.bucket.request_stats(),
             failing: self.bucket.failing(),
         }
@@ -274,13 +278,10 @@ impl BlockMedia for ObjectMedia {
 
     fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()> {
         check_block_range(self.len, block, data.len())?;
-        let copies: Vec<Box<[u8]>> = data.chunks_exact(BLOCK).map(Box::from).collect();
-        {
-            let mut st = self.state.lock();
-            for (i, c) in copies.into_iter().enumerate() {
-                st.pending.insert(block + i as u64, c);
-            }
-        }
+        self.state
+            .lock()
+            .pending
+            .write(block, data, self.segment_blocks);
         self.stats.record_write(data.len() as u64);
         Ok(())
     }
@@ -306,10 +307,7 @@ impl BlockMedia for ObjectMedia {
         };
         let mut st = self.state.lock();
         st.index.trim(block, blocks);
-        let gone: Vec<u64> = st.pending.range(block..end).map(|(&b, _)| b).collect();
-        for b in gone {
-            st.pending.remove(&b);
-        }
+        st.pending.remove(block, end - block);
         if st.inflight.is_some() {
             st.trims_in_flight.push((block, blocks));
         }

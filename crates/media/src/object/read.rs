@@ -53,16 +53,17 @@ impl ObjectMedia {
                 };
             }
         }
-        let end = block + n;
+        // In-flight first, pending over it: pending blocks are newer.
         let buffered = st
             .inflight
             .iter()
-            .flat_map(|m| m.range(block..end))
-            .chain(st.pending.range(block..end));
-        for (&b, data) in buffered {
+            .flat_map(|m| m.overlapping(block, n))
+            .chain(st.pending.overlapping(block, n));
+        for (b, data) in buffered {
             let at = (b - block) as usize;
-            src[at] = Source::Buffered;
-            buf[at * BLOCK..(at + 1) * BLOCK].copy_from_slice(data);
+            let blocks = data.len() / BLOCK;
+            src[at..at + blocks].fill(Source::Buffered);
+            buf[at * BLOCK..at * BLOCK + data.len()].copy_from_slice(data);
         }
         for (i, s) in src.iter().enumerate() {
             if *s == Source::Zero {

@@ -449,14 +449,14 @@ impl Bucket {
     /// Uploads each `(key, data)`, up to `concurrency` at once; one result
     /// per object, in order. A PUT counts as done only when the store
     /// answered success with an ETag.
-    pub(crate) fn put_all(&self, objects: Vec<(String, Bytes)>) -> Vec<io::Result<()>> {
+    pub(crate) fn put_all(&self, objects: Vec<(String, PutPayload)>) -> Vec<io::Result<()>> {
         let n = objects.len();
         let store = self.store();
         let store = &store;
         let uploads = stream::iter(objects.into_iter().map(|(key, data)| async move {
-            let len = data.len() as u64;
+            let len = data.content_length() as u64;
             let path = Bucket::path(&key)?;
-            let put = store.put_opts(&path, PutPayload::from(data), PutOptions::default());
+            let put = store.put_opts(&path, data, PutOptions::default());
             match put.await {
                 Ok(r) if r.e_tag.as_deref().is_some_and(|t| !t.is_empty()) => {
                     self.shared.health.set(None);

@@ -3,13 +3,13 @@
 //! (rules 1 and 2 of the module docs), then deletes dead parts; `reclaim`,
 //! `retain` and `orphans` sweep parts no block reads from (rule 3).
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use object_store::PutPayload;
 
-use super::{ObjectMedia, Orphan, PartKey, SweepReport, BLOCK};
+use super::buffer::BlockBuffer;
+use super::{ObjectMedia, Orphan, PartKey, SweepReport};
 use crate::block::BLOCK_SIZE;
 
 impl ObjectMedia {
@@ -43,13 +43,7 @@ impl ObjectMedia {
                 Err(e) => {
                     // Keep the data for the next sync, except blocks written
                     // again or trimmed meanwhile.
-                    let batch = Arc::try_unwrap(batch).unwrap_or_else(|a| (*a).clone());
-                    for (b, data) in batch {
-                        let trimmed = trims.iter().any(|&(s, n)| b >= s && b - s < n);
-                        if !trimmed {
-                            st.pending.entry(b).or_insert(data);
-                        }
-                    }
+                    st.pending.fill_gaps(&batch, &trims);
                     return Err(e);
                 }
             }
@@ -135,19 +129,14 @@ impl ObjectMedia {
     }
 
     /// Uploads `batch`; on success the parts are visible in the index.
-    fn upload(&self, batch: &Arc<BTreeMap<u64, Box<[u8]>>>) -> io::Result<()> {
-        // Runs of consecutive blocks inside one segment.
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for &b in batch.keys() {
-            match runs.last_mut() {
-                Some((s, n)) if *s + *n == b && b % self.segment_blocks != 0 => *n += 1,
-                _ => runs.push((b, 1)),
-            }
-        }
+    /// Each body is the batch's own buffers, sliced (no copy).
+    fn upload(&self, batch: &Arc<BlockBuffer>) -> io::Result<()> {
+        // Runs of consecutive blocks inside one segment: one part each.
+        let runs = batch.segment_runs(self.segment_blocks);
         let parts: Vec<(PartKey, u64)> = {
             let mut st = self.state.lock();
             runs.iter()
-                .map(|&(start, n)| {
+                .map(|&(start, n, _)| {
                     let seq = st.next_seq;
                     st.next_seq += 1;
                     let key = PartKey {
@@ -160,15 +149,10 @@ impl ObjectMedia {
                 })
                 .collect()
         };
-        let objects: Vec<(String, Bytes)> = parts
+        let objects: Vec<(String, PutPayload)> = parts
             .iter()
-            .map(|(k, start)| {
-                let mut data = Vec::with_capacity(k.count as usize * BLOCK);
-                for (_, b) in batch.range(*start..*start + u64::from(k.count)) {
-                    data.extend_from_slice(b);
-                }
-                (self.key(k), Bytes::from(data))
-            })
+            .zip(runs)
+            .map(|((k, _), (_, _, pieces))| (self.key(k), PutPayload::from_iter(pieces)))
             .collect();
         let keys: Vec<String> = objects.iter().map(|(k, _)| k.clone()).collect();
         let results = self.bucket.put_all(objects);
@@ -186,7 +170,7 @@ impl ObjectMedia {
                 format!(
                     "s3 sync of {} blocks in {} parts to {}: {failures} PUTs failed, \
                      nothing made durable; first: {first}",
-                    batch.len(),
+                    batch.blocks(),
                     parts.len(),
                     self.bucket.url()
                 ),
