@@ -33,6 +33,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINIO_SH = os.path.join(REPO, "tests", "minio", "minio.sh")
 DATA_MB = int(os.environ.get("S3_BENCH_MB", "512"))
+# `true`: upload bodies signed (SigV4 over the payload's SHA-256), the default
+# of a tier over plain http; `false`: unsigned, the default over https.
+SIGN_PAYLOAD = os.environ.get("S3_BENCH_SIGN_PAYLOAD", "false")
 FILE_MB = 64
 OBJECT_MB = 16
 CONCURRENCY = 4
@@ -122,10 +125,10 @@ def terrace_round(binary, env, r):
     pm = f"/dev/shm/terrace-s3bench-{os.getpid()}.pm"
     ssd = f"/var/tmp/terrace-s3bench-{os.getpid()}.ssd"
     mnt = tempfile.mkdtemp(prefix="terrace-s3bench-")
-    # Unsigned upload bodies, as the runs of 2026-11-27 14:00 measured (the
-    # default over plain http signs them: design §5n "Signing"; here the
-    # "wire" is 127.0.0.1).
-    url = f"{env['TERRACE_S3_URL']}/tier-{os.getpid()}-{r}?sign_payload=false"
+    # Unsigned upload bodies unless S3_BENCH_SIGN_PAYLOAD=true (the default
+    # over plain http signs them: design §5n "Signing"; here the "wire" is
+    # 127.0.0.1).
+    url = f"{env['TERRACE_S3_URL']}/tier-{os.getpid()}-{r}?sign_payload={SIGN_PAYLOAD}"
     terrace(binary, "mkfs", "--force", "--tier", f"pm:{pm}:1G", "--tier", f"ssd:{ssd}:2G",
             "--tier", f"s3:{url}:64G")
     # Reverse migration off: reads of object data would otherwise move it up
@@ -213,7 +216,8 @@ def main():
     json.dump({"machine": f"{platform.release()}, {os.cpu_count()} CPUs",
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "data_mb": DATA_MB, "file_mb": FILE_MB, "object_mb": OBJECT_MB,
-               "concurrency": CONCURRENCY, "summary": summary, "runs": runs},
+               "concurrency": CONCURRENCY, "sign_payload": SIGN_PAYLOAD,
+               "summary": summary, "runs": runs},
               sys.stdout, indent=1)
     print()
 

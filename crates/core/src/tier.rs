@@ -212,6 +212,15 @@ impl ExtentSpace {
         self.extent_blocks
     }
 
+    /// Where in its extent the next allocation starts (0: at an extent's
+    /// first block, as when the open extent is full or none is open).
+    pub fn open_offset(&self) -> u64 {
+        match self.inner.lock().open {
+            Some((_, off)) if off < self.extent_blocks => off,
+            _ => 0,
+        }
+    }
+
     /// What the cleaner needs: every extent holding valid blocks except the
     /// open one, the number of free extents, and the number of extents.
     pub fn cleaning_view(&self) -> (Vec<terrace_policy::cleaner::ExtentInfo>, u64, u64) {

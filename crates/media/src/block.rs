@@ -76,6 +76,17 @@ pub trait BlockMedia: Send + Sync {
     fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()>;
     /// Makes everything written before the call durable.
     fn sync(&self) -> io::Result<()>;
+    /// Sets aside everything written so far for [`sync_sealed`](Self::sync_sealed),
+    /// for media whose sync is an upload of what was written (an object
+    /// tier): a caller that seals, then syncs the sealed writes on another
+    /// thread while it writes more, makes exactly its own writes durable in
+    /// that upload. The default does nothing.
+    fn seal(&self) {}
+    /// Makes at least everything sealed before the call durable; the
+    /// default syncs everything.
+    fn sync_sealed(&self) -> io::Result<()> {
+        self.sync()
+    }
     /// The blocks `[block, block + blocks)` hold no live data any more; media
     /// may reclaim them. Until they are written again, reads of them return
     /// unspecified contents. Call only once the commit that freed them is
@@ -169,6 +180,12 @@ macro_rules! forward_block_media {
             }
             fn sync(&self) -> io::Result<()> {
                 (**self).sync()
+            }
+            fn seal(&self) {
+                (**self).seal()
+            }
+            fn sync_sealed(&self) -> io::Result<()> {
+                (**self).sync_sealed()
             }
             forward_block_extras!(|self| (**self));
             fn describe(&self) -> String {

@@ -110,6 +110,20 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
         }
     }
 
+    fn seal(&self) {
+        self.inner.seal()
+    }
+
+    /// The sealed writes' upload runs on a thread that wrote nothing, so
+    /// there is no writer of its own to answer for: a failure is counted for
+    /// the writers, and the caller (the mover) keeps what it sealed
+    /// uncommitted.
+    fn sync_sealed(&self) -> io::Result<()> {
+        self.inner.sync_sealed().inspect_err(|_| {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
     crate::forward_block_extras!(|self| self.inner);
 
     fn describe(&self) -> String {

@@ -76,7 +76,14 @@ impl Fs {
             .filter(|&t| t != to)
             .collect();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = params.threads_for(cpus).clamp(1, inos.len().max(1));
+        // Into an object tier one worker, as for a drain (`pass.rs`): its
+        // windows upload in the background and end on segment ends, which
+        // two workers' interleaved allocations would break.
+        let workers = if !to.is_pm() && self.is_object_tier(to) {
+            1
+        } else {
+            params.threads_for(cpus).clamp(1, inos.len().max(1))
+        };
         let next = std::sync::atomic::AtomicUsize::new(0);
         let work = || -> (u64, Vec<(Ino, std::io::Error)>) {
             let mut batch = MoveBatch::new(self, window);

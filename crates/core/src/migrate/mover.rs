@@ -129,26 +129,61 @@ impl<'a> MoveBatch<'a> {
         ranges: &[(FileBlock, u64)],
         mode: Mode,
     ) -> FsResult<()> {
-        self.started.get_or_insert_with(Instant::now);
-        let Some(p) = self.fs.prepare_move(ino, from, to, ranges, mode)? else {
-            return Ok(());
-        };
-        if p.total == 0 {
-            // Promotions and drops commit at once; they still free room.
-            let r = self.fs.commit_move(p);
-            self.fs
-                .migrator
-                .move_windows_done
-                .fetch_add(1, Ordering::Relaxed);
-            self.moved += r?;
-            return Ok(());
+        let mut rest: Vec<(FileBlock, u64)> = ranges.to_vec();
+        loop {
+            self.started.get_or_insert_with(Instant::now);
+            let limit = self.object_window(to).map(|w| w.next_move_limit());
+            let (prepared, cut) = self.fs.prepare_move(ino, from, to, &rest, mode, limit)?;
+            let Some(p) = prepared else {
+                return Ok(());
+            };
+            if p.total == 0 {
+                // Promotions and drops commit at once; they still free room.
+                let r = self.fs.commit_move(p);
+                self.fs
+                    .migrator
+                    .move_windows_done
+                    .fetch_add(1, Ordering::Relaxed);
+                self.moved += r?;
+            } else {
+                self.pending_bytes += p.total * BS;
+                self.pending.push(p);
+                let due = match self.object_window(to) {
+                    Some(w) => w.due(),
+                    None => self.pending_bytes >= self.window,
+                };
+                if due {
+                    self.flush()?;
+                }
+            }
+            // The rest of a move cut at a segment end goes on after it.
+            let Some(at) = cut else {
+                return Ok(());
+            };
+            rest = ranges_from(&rest, at);
+            if rest.is_empty() {
+                return Ok(());
+            }
         }
-        self.pending_bytes += p.total * BS;
-        self.pending.push(p);
-        if self.pending_bytes >= self.window {
-            self.flush()?;
+    }
+
+    /// Where this batch's window into `to` stands, when `to` is an object
+    /// tier and the window spans at least a segment (policy
+    /// `ObjectWindow`: windows end on segment ends, so each segment is
+    /// uploaded as one part).
+    fn object_window(&self, to: TierId) -> Option<mig::ObjectWindow> {
+        if to.is_pm() || !self.fs.is_object_tier(to) {
+            return None;
         }
-        Ok(())
+        let t = self.fs.tier(to).ok()?;
+        let segment = t.space.extent_blocks();
+        let window = self.window / BS;
+        (window >= segment).then(|| mig::ObjectWindow {
+            pending: self.pending_bytes / BS,
+            window,
+            segment,
+            open_offset: t.space.open_offset(),
+        })
     }
 
     /// Syncs the target tiers of the pending moves once, then commits them
@@ -176,9 +211,15 @@ impl<'a> MoveBatch<'a> {
                 .keys()
                 .filter_map(|&t| self.fs.tier(t).ok().map(|x| (t, Arc::clone(&x.media))))
                 .collect();
+            // Sealed here, so the upload takes exactly this window's blocks:
+            // the next window's, written while it runs, wait for their own
+            // upload (and the windows' segment ends stay part ends).
+            for (_, m) in &media {
+                m.seal();
+            }
             let upload = std::thread::Builder::new()
                 .name("terrace-upload".into())
-                .spawn(move || media.iter().map(|(t, m)| (*t, m.sync())).collect());
+                .spawn(move || media.iter().map(|(t, m)| (*t, m.sync_sealed())).collect());
             // Without a thread (none can be made), the upload runs here.
             if let Ok(upload) = upload {
                 self.uploading = Some(Uploading {
@@ -361,7 +402,9 @@ impl Fs {
     /// Steps 1 and 2 of the mechanism: captures the pieces of `ranges` and
     /// writes their data to fresh blocks of `to` — not yet made durable on a
     /// block tier (the caller syncs the tier before [`Fs::commit_move`]).
-    /// `None` when nothing in the ranges qualifies.
+    /// `None` when nothing in the ranges qualifies. With a `limit`, at most
+    /// that many blocks are copied: the move is cut at a file block, which
+    /// is returned (the caller moves the ranges from there on next).
     pub(super) fn prepare_move(
         &self,
         ino: Ino,
@@ -369,7 +412,8 @@ impl Fs {
         to: TierId,
         ranges: &[(FileBlock, u64)],
         mode: Mode,
-    ) -> FsResult<Option<Prepared>> {
+        limit: Option<u64>,
+    ) -> FsResult<(Option<Prepared>, Option<FileBlock>)> {
         // 1. Capture.
         let (generation, mut pieces): (u32, Vec<Piece>) = {
             let g = self.lock(ino)?;
@@ -412,13 +456,14 @@ impl Fs {
         // Pieces whose data must be copied; the others only need an entry
         // (a clean copy already on `to` is promoted, a copy is dropped).
         let needs_data = |p: &Piece| p.needs_data(mode, to);
+        let cut = limit.and_then(|l| cut_pieces(&mut pieces, l, needs_data));
         let total: u64 = pieces
             .iter()
             .filter(|p| needs_data(p))
             .map(|p| p.blocks)
             .sum();
         if pieces.is_empty() {
-            return Ok(None);
+            return Ok((None, cut));
         }
         // 2. Room on the target first: a full target costs no buffer and no
         // copy (a pass over a full pool stays cheap). The target blocks count
@@ -512,18 +557,21 @@ impl Fs {
         for &(b, k) in &d.runs {
             phys.extend((0..k).map(|j| b + j));
         }
-        Ok(Some(Prepared {
-            ino,
-            generation,
-            from,
-            to,
-            mode,
-            pieces,
-            d,
-            phys,
-            buf: buf.into_inner(),
-            total,
-        }))
+        Ok((
+            Some(Prepared {
+                ino,
+                generation,
+                from,
+                to,
+                mode,
+                pieces,
+                d,
+                phys,
+                buf: buf.into_inner(),
+                total,
+            }),
+            cut,
+        ))
     }
 
     /// Steps 3 and 4: commits the prepared pieces whose mapping is unchanged
@@ -716,4 +764,47 @@ impl Fs {
         }
         Ok(bytes)
     }
+}
+
+/// Keeps the pieces (in file order) up to `limit` blocks of data to copy,
+/// cutting the piece that crosses it; returns the file block where the kept
+/// pieces end when anything was cut off (pieces without data past that
+/// point go too: the rest is captured again from there).
+fn cut_pieces(
+    pieces: &mut Vec<Piece>,
+    limit: u64,
+    needs_data: impl Fn(&Piece) -> bool,
+) -> Option<FileBlock> {
+    let mut left = limit;
+    for k in 0..pieces.len() {
+        if !needs_data(&pieces[k]) {
+            continue;
+        }
+        if pieces[k].blocks >= left {
+            let at = pieces[k].file_block + left;
+            let more = pieces[k].blocks > left || k + 1 < pieces.len();
+            pieces[k].blocks = left;
+            pieces.truncate(if left == 0 { k } else { k + 1 });
+            return more.then_some(at);
+        }
+        left -= pieces[k].blocks;
+    }
+    None
+}
+
+/// The parts of `ranges` (in file order) at or after file block `at`.
+fn ranges_from(ranges: &[(FileBlock, u64)], at: FileBlock) -> Vec<(FileBlock, u64)> {
+    ranges
+        .iter()
+        .filter_map(|&(s, n)| {
+            let end = s + n;
+            if end <= at {
+                None
+            } else if s < at {
+                Some((at, end - at))
+            } else {
+                Some((s, n))
+            }
+        })
+        .collect()
 }

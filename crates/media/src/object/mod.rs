@@ -158,10 +158,13 @@ pub struct PartInfo {
 
 /// State behind the media's lock.
 #[derive(Debug, Default)]
-struct State {
+pub(super) struct State {
     index: Index,
-    /// Blocks written since they were last handed to a `sync`.
+    /// Blocks written since they were last handed to a `sync` or sealed.
     pending: BlockBuffer,
+    /// Blocks set aside by `seal` for the next `sync_sealed` (older than
+    /// `pending`, newer than `inflight`).
+    sealed: BlockBuffer,
     /// Blocks a running `sync` is uploading (still read from here).
     inflight: Option<Arc<BlockBuffer>>,
     /// Trims that arrived while `inflight` was set; applied to its parts
@@ -233,7 +236,7 @@ impl ObjectMedia {
             stored_bytes: ix.stored_blocks() * BLOCK_SIZE,
             live_bytes: ix.live_blocks() * BLOCK_SIZE,
             dead_parts: ix.dead_parts().len() as u64 + st.stray.len() as u64,
-            pending_bytes: st.pending.blocks() * BLOCK_SIZE,
+            pending_bytes: (st.pending.blocks() + st.sealed.blocks()) * BLOCK_SIZE,
             requests: self.bucket.request_stats(),
             failing: self.bucket.failing(),
         }
@@ -292,6 +295,15 @@ impl BlockMedia for ObjectMedia {
         self.sync_pending()
     }
 
+    fn seal(&self) {
+        self.seal_pending();
+    }
+
+    /// Uploads what was sealed (blocks written after the seal stay pending).
+    fn sync_sealed(&self) -> io::Result<()> {
+        self.sync_sealed_only()
+    }
+
     fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {
         let end = match block.checked_add(blocks) {
             Some(e) if e <= self.len / BLOCK_SIZE => e,
@@ -308,6 +320,7 @@ impl BlockMedia for ObjectMedia {
         let mut st = self.state.lock();
         st.index.trim(block, blocks);
         st.pending.remove(block, end - block);
+        st.sealed.remove(block, end - block);
         if st.inflight.is_some() {
             st.trims_in_flight.push((block, blocks));
         }

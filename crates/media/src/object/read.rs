@@ -53,11 +53,12 @@ impl ObjectMedia {
                 };
             }
         }
-        // In-flight first, pending over it: pending blocks are newer.
+        // In-flight first, then sealed, then pending: each is newer.
         let buffered = st
             .inflight
             .iter()
             .flat_map(|m| m.overlapping(block, n))
+            .chain(st.sealed.overlapping(block, n))
             .chain(st.pending.overlapping(block, n));
         for (b, data) in buffered {
             let at = (b - block) as usize;

@@ -13,17 +13,45 @@ use super::{ObjectMedia, Orphan, PartKey, SweepReport};
 use crate::block::BLOCK_SIZE;
 
 impl ObjectMedia {
-    /// The body of `BlockMedia::sync`: uploads the pending blocks, then
-    /// deletes dead parts (a failed delete does not fail the sync: it is
-    /// retried later).
+    /// The body of `BlockMedia::sync`: uploads the pending and sealed
+    /// blocks, then deletes dead parts (a failed delete does not fail the
+    /// sync: it is retried later).
     pub(super) fn sync_pending(&self) -> io::Result<()> {
+        self.sync_taking(|st| {
+            let mut all = std::mem::take(&mut st.pending);
+            let sealed = std::mem::take(&mut st.sealed);
+            all.fill_gaps(&sealed, &[]);
+            all
+        })
+    }
+
+    /// The body of `BlockMedia::sync_sealed`: uploads the sealed blocks
+    /// only.
+    pub(super) fn sync_sealed_only(&self) -> io::Result<()> {
+        self.sync_taking(|st| std::mem::take(&mut st.sealed))
+    }
+
+    /// The body of `BlockMedia::seal`: the pending blocks join the sealed
+    /// ones (newer over older).
+    pub(super) fn seal_pending(&self) {
+        let mut st = self.state.lock();
+        let mut newer = std::mem::take(&mut st.pending);
+        let older = std::mem::take(&mut st.sealed);
+        newer.fill_gaps(&older, &[]);
+        st.sealed = newer;
+    }
+
+    /// Uploads what `take` hands over (rule 2 of the module docs), then
+    /// deletes dead parts.
+    fn sync_taking(&self, take: impl FnOnce(&mut super::State) -> BlockBuffer) -> io::Result<()> {
         let _g = self.sync_lock.lock();
         let batch = {
             let mut st = self.state.lock();
-            if st.pending.is_empty() {
+            let b = take(&mut st);
+            if b.is_empty() {
                 None
             } else {
-                let b = Arc::new(std::mem::take(&mut st.pending));
+                let b = Arc::new(b);
                 st.inflight = Some(Arc::clone(&b));
                 st.trims_in_flight.clear();
                 Some(b)
@@ -42,8 +70,12 @@ impl ObjectMedia {
                 }
                 Err(e) => {
                     // Keep the data for the next sync, except blocks written
-                    // again or trimmed meanwhile.
-                    st.pending.fill_gaps(&batch, &trims);
+                    // again (sealed or pending since) or trimmed meanwhile.
+                    let mut newer = trims;
+                    newer.extend(st.sealed.run_list());
+                    let mut restored = std::mem::take(&mut st.sealed);
+                    restored.fill_gaps(&batch, &newer);
+                    st.sealed = restored;
                     return Err(e);
                 }
             }

@@ -130,7 +130,7 @@ pub use cold::{
     cold_entries, cold_entries_with, is_old, tier_amtime, ColdChoice, EntrySnapshot, FileSnapshot,
 };
 pub use group::{batch_groups, group_entries, Group};
-pub use object_batch::{object_drain_goal, object_drain_window};
+pub use object_batch::{object_drain_goal, object_drain_window, ObjectWindow};
 pub use params::MigrationParams;
 pub use policy::{
     keep_cache_copy, migration_policy, migration_policy_names, CopyObservation, MigrationPolicy,

@@ -1,5 +1,6 @@
-//! A property test: reads equal a per-block model of writes, syncs, trims,
-//! failed syncs, reclaims and reopens.
+//! A property test: reads equal a per-block model of writes, syncs, seals
+//! and syncs of the sealed blocks, trims, failed syncs, reclaims and
+//! reopens.
 
 use proptest::prelude::*;
 
@@ -23,6 +24,10 @@ enum Op {
     /// A sync whose PUTs fail after `n` (deletes work).
     FailingSync(u64, bool),
     Trim(u64, u64),
+    /// Set aside what was written so far.
+    Seal,
+    /// Upload what was sealed; fails after `n` PUTs when `Some(n)`.
+    SyncSealed(Option<u64>),
     Reclaim,
     /// Drop without syncing, open again, `retain` what the model holds.
     Reopen,
@@ -37,6 +42,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => Just(Op::Sync),
         1 => (0..3u64, any::<bool>()).prop_map(|(n, lose)| Op::FailingSync(n, lose)),
         2 => (0..MODEL_BLOCKS, 1..12u64).prop_map(|(s, n)| Op::Trim(s, n.min(MODEL_BLOCKS - s))),
+        2 => Just(Op::Seal),
+        2 => prop::option::of(0..3u64).prop_map(Op::SyncSealed),
         1 => Just(Op::Reclaim),
         1 => Just(Op::Reopen),
     ]
@@ -69,6 +76,8 @@ proptest! {
         let mut m = ObjectMedia::create_in(bucket(&dynf), UUID, MODEL_BLOCKS * BLOCK_SIZE, 8).unwrap();
         let mut live = vec![Cell::Never; MODEL_BLOCKS as usize];
         let mut durable = live.clone();
+        // What a `sync_sealed` would make durable (Never: nothing sealed).
+        let mut sealed = live.clone();
         for op in ops {
             match op {
                 Op::Write(s, n, v) => {
@@ -80,6 +89,7 @@ proptest! {
                 Op::Sync => {
                     m.sync().unwrap();
                     durable = live.clone();
+                    sealed = vec![Cell::Never; MODEL_BLOCKS as usize];
                 }
                 Op::FailingSync(n, lose) => {
                     let how = if lose { PutFault::LoseAnswer } else { PutFault::Refuse };
@@ -88,6 +98,31 @@ proptest! {
                     fault.heal();
                     if r.is_ok() {
                         durable = live.clone(); // fewer parts than n
+                        sealed = vec![Cell::Never; MODEL_BLOCKS as usize];
+                    } else {
+                        // Everything unsynced is kept, sealed for the next try.
+                        sealed = live.clone();
+                    }
+                }
+                Op::Seal => {
+                    m.seal();
+                    sealed = live.clone();
+                }
+                Op::SyncSealed(fail) => {
+                    if let Some(n) = fail {
+                        fault.fail_puts_after(n, PutFault::Refuse);
+                    }
+                    let r = m.sync_sealed();
+                    fault.heal();
+                    if r.is_ok() {
+                        // The sealed values are durable, even where newer
+                        // writes are still pending.
+                        for (d, c) in durable.iter_mut().zip(&sealed) {
+                            if !matches!(c, Cell::Never) {
+                                *d = *c;
+                            }
+                        }
+                        sealed = vec![Cell::Never; MODEL_BLOCKS as usize];
                     }
                 }
                 Op::Trim(s, n) => {
@@ -95,6 +130,7 @@ proptest! {
                     for b in s..s + n {
                         live[b as usize] = Cell::Any;
                         durable[b as usize] = Cell::Any;
+                        sealed[b as usize] = Cell::Any;
                     }
                 }
                 Op::Reclaim => {
@@ -104,6 +140,7 @@ proptest! {
                     drop(m);
                     m = ObjectMedia::open_in(bucket(&dynf), UUID).unwrap();
                     live = durable.clone();
+                    sealed = vec![Cell::Never; MODEL_BLOCKS as usize];
                     let used: Vec<(u64, u64)> = live
                         .iter()
                         .enumerate()
