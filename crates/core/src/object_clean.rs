@@ -158,7 +158,7 @@ impl Fs {
             .object_tier_stats()
             .is_some_and(|s| s.dead_parts > 0)
         {
-            let _ = t.media.sync();
+            let _ = t.media.delete_dead();
         }
         cleaned
     }

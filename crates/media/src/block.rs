@@ -112,6 +112,12 @@ pub trait BlockMedia: Send + Sync {
         let _ = used;
         None
     }
+    /// Deletes stored data no block reads any more (an object tier's dead
+    /// parts), uploading nothing: unlike `sync`, it leaves every pending
+    /// write to its writer's own sync. The default does nothing.
+    fn delete_dead(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// Space counters of an object tier; `None` for other media.
     fn object_tier_stats(&self) -> Option<ObjectStats> {
         None
@@ -152,6 +158,9 @@ macro_rules! forward_block_extras {
         }
         fn unreferenced(&$s, used: &[(u64, u64)]) -> Option<$crate::SweepReport> {
             $inner.unreferenced(used)
+        }
+        fn delete_dead(&$s) -> std::io::Result<()> {
+            $inner.delete_dead()
         }
         fn object_tier_stats(&$s) -> Option<$crate::ObjectStats> {
             $inner.object_tier_stats()

@@ -26,16 +26,18 @@ impl Fs {
     }
 
     /// Deletes the dead parts of object tiers — parts all of whose blocks
-    /// frees trimmed — now rather than at the tier's next upload: a `sync`
-    /// with nothing to upload only deletes (design §5n). Run by the
-    /// migration thread after each pass; a failed delete stays queued.
+    /// frees trimmed — now rather than at the tier's next upload
+    /// (`delete_dead`: deletes only; a `sync` here would also upload a
+    /// mover's half-copied window, cutting its segment in two, design
+    /// §5n). Run by the migration thread after each pass; a failed delete
+    /// stays queued.
     pub fn reclaim_object_tiers(&self) {
         for t in &self.tiers {
             if t.media
                 .object_tier_stats()
                 .is_some_and(|s| s.dead_parts > 0)
             {
-                let _ = t.media.sync();
+                let _ = t.media.delete_dead();
             }
         }
     }

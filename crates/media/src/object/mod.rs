@@ -339,6 +339,10 @@ impl BlockMedia for ObjectMedia {
         })
     }
 
+    fn delete_dead(&self) -> io::Result<()> {
+        self.reclaim().map(|_| ())
+    }
+
     fn object_tier_stats(&self) -> Option<ObjectStats> {
         Some(self.object_stats())
     }
