@@ -2,9 +2,9 @@
 `terrace tier remove`, design.md §3, issue 19 point 1): a pool made with PM
 only gets an SSD tier and then an HDD tier, data moves onto them and reads
 back after remounts, the pool stays fsck-clean; the last tier is removed
-only once nothing is stored on it; every refusal is a clear one-line error
-that changes nothing; an object tier is added behind them against a real
-MinIO."""
+only once nothing is stored on it, from an unmounted pool or a mounted one
+with no unmount; every refusal is a clear one-line error that changes
+nothing; an object tier is added behind them against a real MinIO."""
 
 import json
 
@@ -72,8 +72,6 @@ def test_tier_changes_that_would_break_the_pool_are_refused_with_one_clear_line(
             # The daemon of a mounted pool checks the order as mkfs does.
             cp = terrace("tier", "add", mnt, f"ssd:{ssd}:128M", check=False)
             assert_clean_error(cp, mentions=["fastest to slowest"])
-            cp = terrace("tier", "remove", pool, check=False)
-            assert_clean_error(cp, mentions=["mounted", "umount"])
         before = pool.read_bytes()[:8192]
         # Slower to faster, a second pm tier, a tier the pool already has.
         cp = terrace("tier", "add", pool, f"ssd:{ssd2}:128M", check=False)
@@ -177,6 +175,89 @@ def test_an_object_tier_is_attached_to_a_mounted_pool_and_takes_data(s3):  # noq
             assert sha256_file(mnt / "cold") == digest
             assert where_bytes(mnt / "cold").get("s3") == 3 << 20
         assert_fsck_clean(pool)
+
+
+def kinds_of(m) -> list:
+    return [t["kind"] for t in m.status()["tiers"]]
+
+
+def test_the_last_tier_of_a_mounted_pool_is_removed_once_nothing_is_stored_on_it():
+    """`terrace tier remove MOUNTPOINT` (or the pm tier of a mounted pool):
+    the daemon removes an empty last tier at once, wipes its header and lets
+    go of its file (it can be added again); while a file's data is on it, or
+    a placement rule names it, the removal is refused with one line and
+    nothing changes; once the data moves up it goes; the pool stays whole
+    and fsck-clean across the remount."""
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        # No reverse migration: data moved onto the tier stays there.
+        with mounted_pool(pool, mnt, "reverse_read_ratio=0") as m:
+            digest = write_pattern_file(mnt / "f", 6 << 20, 7)
+            terrace("tier", "add", mnt, f"ssd:{ssd}:256M")
+            assert kinds_of(m) == ["pm", "ssd"]
+            out = terrace("tier", "remove", mnt).stdout
+            assert "Removed tier 1" in out and "may be deleted" in out, out
+            assert kinds_of(m) == ["pm"]
+            assert sha256_file(mnt / "f") == digest
+            assert ssd.read_bytes()[:4096] == bytes(4096), "the tier header was not wiped"
+            # The daemon let go of the file: it takes it again as a tier.
+            terrace("tier", "add", mnt, f"ssd:{ssd}:256M")
+            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
+            assert where_bytes(mnt / "f").get("ssd") == 6 << 20
+            header = ssd.read_bytes()[:4096]
+            cp = terrace("tier", "remove", mnt, check=False)
+            assert_clean_error(cp, mentions=["tier 1", "still holds", "migrate"])
+            assert kinds_of(m) == ["pm", "ssd"]
+            assert where_bytes(mnt / "f").get("ssd") == 6 << 20
+            assert ssd.read_bytes()[:4096] == header
+            assert sha256_file(mnt / "f") == digest
+            # Placement still uses the tier after the refusal.
+            digest_g = write_pattern_file(mnt / "g", 1 << 20, 8)
+            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "g")
+            assert where_bytes(mnt / "g").get("ssd") == 1 << 20
+            # Everything moves up; a rule naming the tier still refuses it.
+            terrace("migrate", "--quiet", "--to", "pm", mnt)
+            assert not where_bytes(mnt / "f").get("ssd")
+            (mnt / "d").mkdir()
+            terrace("rule", mnt / "d", "ssd")
+            cp = terrace("tier", "remove", mnt, check=False)
+            assert_clean_error(cp, mentions=["placement rule", "terrace rule"])
+            assert kinds_of(m) == ["pm", "ssd"]
+            terrace("rule", mnt / "d", "auto")
+            # The pool named by its pm tier reaches the same daemon.
+            out = terrace("tier", "remove", pool).stdout
+            assert "Removed tier 1" in out and str(mnt) in out, out
+            assert kinds_of(m) == ["pm"]
+            assert sha256_file(mnt / "f") == digest
+            assert sha256_file(mnt / "g") == digest_g
+            cp = terrace("tier", "remove", mnt, check=False)
+            assert_clean_error(cp, mentions=["only its pm tier"])
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            assert kinds_of(m) == ["pm"]
+            assert sha256_file(mnt / "f") == digest
+            assert sha256_file(mnt / "g") == digest_g
+
+
+def test_an_object_tier_is_removed_from_a_mounted_pool_once_its_data_moves_up(s3):  # noqa: F811
+    prefix = unique_name("gone").replace("_", "-").lower()
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:128M")
+        with mounted_pool(pool, mnt, "reverse_read_ratio=0") as m:
+            digest = write_pattern_file(mnt / "cold", 3 << 20, 9)
+            terrace("tier", "add", mnt, f"s3:{s3['url']}/{prefix}:1G")
+            terrace("migrate", "--quiet", "--to", "s3", mnt, mnt / "cold")
+            cp = terrace("tier", "remove", mnt, check=False)
+            assert_clean_error(cp, mentions=["tier 2", "still holds"])
+            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "cold")
+            out = terrace("tier", "remove", mnt).stdout
+            assert "Removed tier 2" in out and "marker" in out, out
+            assert kinds_of(m) == ["pm", "ssd"]
+            assert sha256_file(mnt / "cold") == digest
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            assert kinds_of(m) == ["pm", "ssd"]
+            assert sha256_file(mnt / "cold") == digest
 
 
 def test_fsck_of_a_mounted_pool_is_refused_naming_the_mount():

@@ -9,7 +9,8 @@
 //! A cached write is all in or not at all: every check that can fail
 //! (room on the block tiers, the log promise) comes before the first page is
 //! inserted, under the inode lock and the room lock (lock order: design.md
-//! §4a).
+//! §4a). While the pool's last block tier is being removed the cache takes
+//! no new pages ([`Fs::cache_takes_writes`]): writes go through to PM.
 
 use crate::fs::Fs;
 use crate::inode::{DirtyPage, Inode};
@@ -58,6 +59,11 @@ impl Fs {
 
     /// Copies `data` at `off` into dirty pages of the locked inode `i` (the
     /// caller reserved `reserved` bytes, enough for every page of the range).
+    /// `Ok(false)`, nothing cached, when no block tier takes new data any
+    /// more (the last one is being removed, [`Fs::cache_takes_writes`]):
+    /// the caller writes the data through instead. Decided under the room
+    /// lock, so once a removal has marked its tier retiring under that lock
+    /// no page is added (`tier_detach.rs` then writes back what is cached).
     pub(crate) fn write_cached(
         &self,
         i: &mut Inode,
@@ -66,7 +72,7 @@ impl Fs {
         counter: u8,
         now: i64,
         reserved: u64,
-    ) -> FsResult<()> {
+    ) -> FsResult<bool> {
         // A file whose log migration moved to a block tier gets it back on
         // PM first, so the promise below is for an ordinary PM log and the
         // write-back commit never has to recall (ENOSPC here, not later).
@@ -123,6 +129,9 @@ impl Fs {
         let promise =
             crate::space::writeback_log_bytes(&i.log, runs, i.dirty.len() as u64 + new_pages);
         let _room = self.room_lock.lock();
+        if !self.cache_takes_writes() {
+            return Ok(false);
+        }
         self.check_room(new_pages)?;
         self.check_log_promise(i.ino, promise)?;
         self.cache.set_log_promise(i.ino, promise);
@@ -147,7 +156,14 @@ impl Fs {
         i.cached_size = visible.max(end);
         i.cached_mtime = now;
         self.cache.commit_reservation(i.ino, reserved, added);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whether the DRAM cache takes writes: a block tier that is not being
+    /// removed is mounted, for the write-back to put them on (with none,
+    /// writes go through to PM, as on a PM-only pool).
+    pub(crate) fn cache_takes_writes(&self) -> bool {
+        self.tiers.iter().any(|t| !t.space.is_retiring())
     }
 
     /// Discards the dirty pages of an inode being freed.

@@ -74,6 +74,15 @@ impl Fs {
     /// a write refused for room waits for the moves and drops those PM
     /// copies, then tries again ([`Fs::retry_freeing_room`]).
     pub(crate) fn data_room_blocks(&self) -> u64 {
+        let (room, dirty) = self.room_and_dirty_blocks();
+        room.saturating_sub(dirty)
+    }
+
+    /// The two sides of [`Fs::data_room_blocks`]: blocks for data before
+    /// the dirty pages are counted (free PM beyond the log reserve,
+    /// allocatable blocks of the block tiers, blocks write-backs hold), and
+    /// the blocks the dirty pages of the DRAM cache need.
+    pub(crate) fn room_and_dirty_blocks(&self) -> (u64, u64) {
         let pm = self
             .pm_free_unpromised()
             .saturating_sub(self.pm_reserve_blocks());
@@ -81,7 +90,7 @@ impl Fs {
         let inflight = self
             .wb_inflight_blocks
             .load(std::sync::atomic::Ordering::Relaxed);
-        (pm + tiers + inflight).saturating_sub(self.cache.dirty_blocks())
+        (pm + tiers + inflight, self.cache.dirty_blocks())
     }
 
     /// ENOSPC when `n` new blocks of data would eat into the room dirty

@@ -232,15 +232,7 @@ impl Fs {
                 .sums
                 .remove(&id)
                 .unwrap_or_else(|| crate::sums::BlockSums::new(blocks));
-            tiers.push(crate::tier::BlockTier {
-                id,
-                kind: rec.kind,
-                // A failed sync must reach every thread whose unsynced
-                // writes it may have lost (Linux tells one fsync only).
-                media: Arc::new(terrace_media::PerWriterSync::new(dev)),
-                space,
-                sums,
-            });
+            tiers.push(crate::tier::BlockTier::new(id, rec.kind, dev, space, sums));
         }
         tiers.sort_by_key(|t| t.id);
         let mut fs = Fs::from_scan(media, sc, read_only)?;

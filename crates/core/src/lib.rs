@@ -56,6 +56,7 @@ pub mod sums;
 mod table;
 pub mod tier;
 pub mod tier_attach;
+pub mod tier_detach;
 pub mod tier_list;
 pub mod types;
 mod unmount;

@@ -11,8 +11,9 @@
 //!
 //! # The order (design.md §4a)
 //!
-//! 0. [`Rank::TierChange`] — a tier being attached to the mounted pool
-//!    (`BlockTiers::begin_append`): taken with no other lock held.
+//! 0. [`Rank::TierChange`] — a tier being attached to or removed from the
+//!    mounted pool (`BlockTiers::begin_append`): taken with no other lock
+//!    held.
 //! 1. [`Rank::Rename`] — `Fs::rename_lock`.
 //! 2. [`Rank::Writeback`] — a file's write-back lock (one at a time), or
 //!    [`Rank::DrainPicker`] — a migration drain's picker (never both).
@@ -46,7 +47,8 @@ use std::ops::{Deref, DerefMut};
 /// Where a lock stands in the order (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rank {
-    /// A tier being attached to the mounted pool (`tier_list.rs`).
+    /// A tier being attached to or removed from the mounted pool
+    /// (`tier_list.rs`).
     TierChange,
     /// `Fs::rename_lock`.
     Rename,

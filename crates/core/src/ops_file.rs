@@ -228,20 +228,22 @@ impl Fs {
             self.kick_migration();
         }
         let pm_full = pm_free < nblocks * BS;
-        let to_cache = !self.tiers.is_empty() && (!want.is_pm() || pm_full);
+        let to_cache = self.cache_takes_writes() && (!want.is_pm() || pm_full);
         if to_cache {
             drop(g);
             let bytes = nblocks * BS;
-            if self.cache_reserve(bytes)? {
+            let cached = self.cache_reserve(bytes)? && {
                 let r = (|| {
                     let mut g = self.lock(ino)?;
                     let i = g.as_mut().expect("live");
                     self.write_cached(i, off, data, counter, now, bytes)
                 })();
-                if r.is_err() {
+                if !matches!(r, Ok(true)) {
                     self.cache.unreserve(bytes);
                 }
-                r?;
+                r?
+            };
+            if cached {
                 (if by_choice {
                     &self.counters.placed_block
                 } else {
@@ -266,7 +268,9 @@ impl Fs {
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 return Ok(data.len());
             }
-            // Larger than the cache can take: write it through, below.
+            // Larger than the cache can take, or no block tier left to write
+            // it back to (the last one is being removed): write it through,
+            // below.
             g = self.lock_clean(ino)?;
         } else if !g.as_ref().expect("live").dirty.is_empty() {
             // Cached writes of this file go to the log first (per-file order).

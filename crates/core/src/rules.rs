@@ -23,10 +23,19 @@
 //!   rule gets the same rule, in the same crash-atomic creation (HetFS's rules
 //!   by location).
 //!
+//! # Tiers removed while mounted
+//! A tier that a rule names cannot be removed from the mounted pool
+//! (`tier_detach.rs` refuses, naming the rules), and while a removal runs
+//! no new rule may name the tier. A rule whose tier is gone all the same
+//! (checked just before the removal began, stored just after its look at
+//! the rules; or a pool whose tier was removed offline) names no tier and
+//! is ignored ([`Fs::rule_of`] finds none) until a tier it names is added
+//! again.
+//!
 //! # Invariant
 //! [`Fs::ruled`] holds every inode that has a rule (it may also hold inodes
-//! that lost theirs; passes drop those). It is rebuilt at mount from the
-//! inodes' xattrs.
+//! that lost theirs; passes drop those, and keep those whose rule names no
+//! tier now). It is rebuilt at mount from the inodes' xattrs.
 
 use crate::fs::Fs;
 use crate::inode::Inode;
@@ -37,19 +46,32 @@ use terrace_format::{TierId, BLOCK_SIZE};
 /// Bytes a migration pass moves to enforce rules, at most.
 pub const RULE_BUDGET_BYTES: u64 = 64 << 20;
 
+/// The tier a rule value names among `tiers` (the pool's block tiers in id
+/// order): `pm`, a block tier's kind (the first of that kind), or a tier id.
+pub(crate) fn rule_tier<'a>(
+    value: &[u8],
+    mut tiers: impl Iterator<Item = &'a crate::tier::BlockTier>,
+) -> Option<TierId> {
+    let v = std::str::from_utf8(value).ok()?.trim();
+    if v == "pm" || v == "0" {
+        return Some(TierId::PM);
+    }
+    if let Ok(id) = v.parse::<u8>() {
+        return tiers.find(|t| t.id.get() == id).map(|t| t.id);
+    }
+    tiers.find(|t| t.kind.name() == v).map(|t| t.id)
+}
+
 impl Fs {
     /// The tier id a rule value names, if it names a tier of this pool:
     /// `pm`, a block tier's kind (`ssd`, `hdd`; the first of that kind), or a
     /// tier id.
+    ///
+    /// A tier being removed (retiring, `tier_detach.rs`) is not named: its
+    /// pinned files are placed as if unpinned meanwhile, and no new rule
+    /// may name it.
     pub(crate) fn tier_by_name(&self, value: &[u8]) -> Option<TierId> {
-        let v = std::str::from_utf8(value).ok()?.trim();
-        if v == "pm" || v == "0" {
-            return Some(TierId::PM);
-        }
-        if let Ok(id) = v.parse::<u8>() {
-            return self.tiers.iter().find(|t| t.id.get() == id).map(|t| t.id);
-        }
-        self.tiers.iter().find(|t| t.kind.name() == v).map(|t| t.id)
+        rule_tier(value, self.tiers.iter().filter(|t| !t.space.is_retiring()))
     }
 
     /// The tier a file is pinned to, if it has a rule (naming a tier that
@@ -116,7 +138,12 @@ impl Fs {
                 };
                 let i = g.as_ref().expect("live");
                 let Some(tier) = self.rule_of(i) else {
-                    self.ruled.lock().remove(&ino);
+                    // A rule naming no tier now (its tier is retiring, or
+                    // gone) stays listed: it holds again if the removal is
+                    // refused or a tier it names is added.
+                    if !i.xattrs.contains_key(RULE_XATTR) {
+                        self.ruled.lock().remove(&ino);
+                    }
                     continue;
                 };
                 let elsewhere: u64 = if i.kind == FileType::Regular {

@@ -15,13 +15,22 @@
 //! Because a block is only reused once no committed entry references it, and
 //! data is synced before the entry that references it commits, a crash can
 //! never expose stale or unsynced data.
+//!
+//! A tier being removed from the mounted pool is *retiring*
+//! ([`ExtentSpace::set_retiring`], `tier_detach.rs`): from the moment the
+//! flag is set, under the same lock every allocation takes, no allocation
+//! succeeds and the tier reports no free blocks, so every path that places
+//! data (writes, write-back, migration, log migration, cleaning) goes
+//! elsewhere. Blocks allocated before it stay counted as valid until their
+//! commit or release, which is how a removal sees them.
 
 use crate::alloc::Run;
 use crate::lock_order::{Mutex, Rank};
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use terrace_format::{PhysBlock, TierId};
-use terrace_media::BlockMedia;
+use terrace_media::{BlockMedia, Closable, PerWriterSync};
 
 /// Space bookkeeping of one block tier.
 #[derive(Debug)]
@@ -29,6 +38,9 @@ pub struct ExtentSpace {
     extent_blocks: u64,
     extents: u64,
     inner: Mutex<SpaceInner>,
+    /// The tier is being removed: nothing may be allocated on it. Changed
+    /// only under `inner`'s lock, which `alloc` holds while it checks it.
+    retiring: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -107,13 +119,29 @@ impl ExtentSpace {
                     freed: 0,
                 },
             ),
+            retiring: AtomicBool::new(false),
         })
     }
 
+    /// Marks the tier retiring (no allocation succeeds from now on, and it
+    /// reports no free blocks) or, `false`, takes the mark back. Set under
+    /// the lock [`ExtentSpace::alloc`] holds: an allocation either finished
+    /// before (its blocks are counted valid) or fails.
+    pub fn set_retiring(&self, on: bool) {
+        let _g = self.inner.lock();
+        self.retiring.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether the tier is retiring ([`ExtentSpace::set_retiring`]).
+    pub fn is_retiring(&self) -> bool {
+        self.retiring.load(Ordering::SeqCst)
+    }
+
     /// Allocates `n` blocks, appending to the open extent (all or nothing).
+    /// Nothing on a retiring tier.
     pub fn alloc(&self, n: u64) -> Option<Vec<Run>> {
         let mut g = self.inner.lock();
-        if g.free_blocks < n {
+        if g.free_blocks < n || self.retiring.load(Ordering::SeqCst) {
             return None;
         }
         let mut runs: Vec<Run> = Vec::new();
@@ -182,9 +210,14 @@ impl ExtentSpace {
         }
     }
 
-    /// Blocks that can still be allocated (cheap: no walk over the extents).
+    /// Blocks that can still be allocated (cheap: no walk over the
+    /// extents); none while the tier is retiring.
     pub fn free_blocks(&self) -> u64 {
-        self.inner.lock().free_blocks
+        let g = self.inner.lock();
+        if self.retiring.load(Ordering::SeqCst) {
+            return 0;
+        }
+        g.free_blocks
     }
 
     /// Blocks the tier can hold (extent 0, the tier's own header, excluded).
@@ -244,6 +277,11 @@ impl ExtentSpace {
     }
 }
 
+/// The media of a mounted tier: the device, its failed syncs reported to
+/// every writer they may have hurt ([`PerWriterSync`]), closable when the
+/// tier is removed ([`Closable`]).
+type TierMedia = Closable<PerWriterSync<Arc<dyn BlockMedia>>>;
+
 /// A mounted block tier.
 pub struct BlockTier {
     /// Tier id (as in write entries).
@@ -252,6 +290,8 @@ pub struct BlockTier {
     pub kind: terrace_format::TierKind,
     /// The device.
     pub media: Arc<dyn BlockMedia>,
+    /// The same media, to close it ([`BlockTier::close_media`]).
+    closable: Arc<TierMedia>,
     /// Its space.
     pub space: ExtentSpace,
     /// Checksums of the data blocks on it (`sums.rs`).
@@ -271,6 +311,34 @@ pub fn held_runs(used: &[Run]) -> Vec<(u64, u64)> {
 }
 
 impl BlockTier {
+    /// A mounted tier on `dev`, with its space and checksums.
+    pub fn new(
+        id: TierId,
+        kind: terrace_format::TierKind,
+        dev: Arc<dyn BlockMedia>,
+        space: ExtentSpace,
+        sums: crate::sums::BlockSums,
+    ) -> BlockTier {
+        // A failed sync must reach every thread whose unsynced writes it
+        // may have lost (Linux tells one fsync only).
+        let closable = Arc::new(Closable::new(PerWriterSync::new(dev)));
+        BlockTier {
+            id,
+            kind,
+            media: closable.clone(),
+            closable,
+            space,
+            sums,
+        }
+    }
+
+    /// Closes the tier's media once the requests in flight are done (the
+    /// tier was removed from the pool): its file or connections go, and
+    /// later requests fail. The tier itself stays valid memory.
+    pub(crate) fn close_media(&self) {
+        self.closable.close();
+    }
+
     /// Frees blocks: trims them on the media (an object tier deletes parts
     /// left without a live block), then gives them back to the space. Call
     /// only once the commit that freed them is durable (or for blocks no
@@ -338,6 +406,25 @@ mod tests {
             (st.free_extents, st.valid_blocks, st.fragmentation_pct),
             (1, 12, 50)
         );
+    }
+
+    #[test]
+    fn a_retiring_tier_allocates_nothing_and_shows_no_room_until_taken_back() {
+        let s = ExtentSpace::new(128 * 4, 128, vec![]).unwrap();
+        let held = s.alloc(10).unwrap();
+        s.set_retiring(true);
+        assert!(s.alloc(1).is_none());
+        assert_eq!(s.free_blocks(), 0);
+        assert_eq!(
+            s.stats().valid_blocks,
+            10,
+            "blocks taken before still count"
+        );
+        s.release(held[0].0, 10);
+        assert_eq!(s.stats().valid_blocks, 0);
+        s.set_retiring(false);
+        assert_eq!(s.free_blocks(), 3 * 128);
+        assert!(s.alloc(1).is_some());
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! object tier's marker created) and opened its media; [`Fs::attach_tier`]
 //! makes it part of the pool:
 //!
-//! 1. Under the append lock (rank `TierChange`, nothing else held), check
-//!    that the tier may follow the pool's last one.
+//! 1. Under the tier-change lock (rank `TierChange`, nothing else held),
+//!    check that the tier may follow the pool's last one and that the
+//!    mounted list has a free slot ([`crate::tier_list::SLOTS`]; a tier
+//!    removed since mount keeps its slot).
 //! 2. Write both superblock copies with the tier appended and a higher
 //!    generation, then sync PM: **the commit point**. A crash before it
 //!    leaves the pool as it was (plus a formatted tier file nothing names);
@@ -38,6 +40,10 @@ impl Fs {
         if let Some(why) = attach_problem(&sb.tiers, &rec) {
             return Err(why);
         }
+        if !self.tiers.has_free_slot() {
+            // Checked before the commit: the push below cannot fail then.
+            return Err(crate::tier_list::slots_used_up());
+        }
         let blocks = rec.size.min(dev.len()) / BLOCK_SIZE;
         let extent_blocks = (u64::from(rec.extent_size) / BLOCK_SIZE).max(1);
         if blocks < 2 * extent_blocks {
@@ -46,13 +52,13 @@ impl Fs {
             ));
         }
         let space = crate::tier::ExtentSpace::new(blocks, extent_blocks, Vec::new())?;
-        let tier = crate::tier::BlockTier {
-            id: terrace_format::TierId(rec.id),
-            kind: rec.kind,
-            media: Arc::new(terrace_media::PerWriterSync::new(dev)),
+        let tier = crate::tier::BlockTier::new(
+            terrace_format::TierId(rec.id),
+            rec.kind,
+            dev,
             space,
-            sums: crate::sums::BlockSums::new(blocks),
-        };
+            crate::sums::BlockSums::new(blocks),
+        );
         sb.tiers.push(rec);
         {
             // The commit point: both copies, then PM synced.

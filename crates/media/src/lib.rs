@@ -17,7 +17,9 @@
 //!   `MemBlock`, `CrashBlock` (unsynced blocks lost at a crash) and `FaultBlock`
 //!   (EIO after a countdown), and `PerWriterSync`, which the file system
 //!   puts around every tier so that a failed sync reaches every writer whose
-//!   unsynced data it may have lost (Linux reports it to one `fsync` only).
+//!   unsynced data it may have lost (Linux reports it to one `fsync` only),
+//!   and `Closable`, which closes a tier's media (removed from a mounted
+//!   pool) while references to it are still shared.
 //! - [`ObjectMedia`]: a block tier in an S3-compatible object store (parts
 //!   uploaded at `sync`, an index rebuilt from their keys; `object/`).
 //! - `fault::FaultMedia`: wraps another media and poisons ranges, so reads of
@@ -26,12 +28,15 @@
 //!
 //! Lock order (docs/design.md §4a, "Locks of the media crate"): a media never
 //! calls back into the file system, so its locks sit below every lock of
-//! core. Inside this crate only three pairs nest, each one way: an
+//! core. Inside this crate only these nest, each one way: an
 //! `ObjectMedia`'s `sync_lock` → `state`; a `Bucket`'s `network` → `store`;
-//! a `PmFile`'s `unsynced` → `sync_error`. Of these only `sync_lock` is held
-//! across requests to an object store (one upload at a time).
+//! a `PmFile`'s `unsynced` → `sync_error`; a `Closable`'s `inner` (read
+//! across every request) → every lock of the media it wraps. Of these
+//! `sync_lock` is held across requests to an object store (one upload at a
+//! time), and `inner`'s read side across every request.
 
 pub mod block;
+pub mod block_close;
 pub mod block_crash;
 pub mod block_fault;
 pub mod block_file;
@@ -50,6 +55,7 @@ pub use block::{
     check_block_range, AlignedBuf, BlockMedia, BlockStats, BlockStatsCounter, MemBlock, BLOCK_SIZE,
     HUGE_BUF_BYTES,
 };
+pub use block_close::Closable;
 pub use block_crash::{BlockCrashState, BlockEvent, BlockLoss, BlockTrace, CrashBlock};
 pub use block_fault::{FaultBlock, InjectedFaults};
 pub use block_file::{BlockFile, DirectIo};

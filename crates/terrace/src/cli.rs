@@ -45,7 +45,7 @@ pub(crate) enum Cmd {
     Migrate(MigrateArgs),
     /// Show, set or clear per-file placement rules (pin a file or directory to a tier).
     Rule(RuleArgs),
-    /// Add a tier to an unmounted pool, or remove its last tier when empty.
+    /// Add a tier to a pool, or remove its last tier when empty (mounted or not).
     Tier(TierArgs),
     /// Watch a mounted pool's I/O per tier, live (like `zpool iostat -v`).
     Iostat(IostatArgs),
@@ -363,14 +363,18 @@ Examples:
   terrace mkfs --force --inodes 1000000 --tier pm:/dev/shm/pool:4G";
 
 const TIER_AFTER: &str = "\
-Tiers change only while the pool is unmounted. Tiers go from fastest to
-slowest (pm, ssd, hdd, s3): `add` appends a tier after the last one when that
-order still holds (an s3 tier must come last, after an ssd or hdd tier);
-block tiers take the pool's extent size. `remove` removes the last tier,
-and only when nothing is stored on it (no file data, clean copy or log):
-move its data first with `terrace migrate MOUNTPOINT --to TIER`. The
-superblock is written last, so an interrupted command leaves the pool as it
-was.
+Given a mount point (or the pm tier of a mounted pool), the daemon makes the
+change at once, with no unmount; given an unmounted pool, this command does.
+Tiers go from fastest to slowest (pm, ssd, hdd, s3): `add` appends a tier
+after the last one when that order still holds (an s3 tier must come last,
+after an ssd or hdd tier); block tiers take the pool's extent size. `remove`
+removes the last tier, and only when nothing is stored on it (no file data,
+clean copy or log) and no placement rule names it: move its data first with
+`terrace migrate MOUNTPOINT --to TIER`. On a mounted pool nothing new lands
+on the tier while its removal runs. The superblock is written last, so an
+interrupted command leaves the pool as it was. A removed file tier's header
+is wiped (the file may then be deleted); an object tier's prefix keeps its
+marker.
 
 Examples:
   # A pool made with PM only gets an SSD tier:
@@ -378,7 +382,10 @@ Examples:
   # ... and an object tier behind it:
   terrace tier add /dev/shm/pool s3:http://127.0.0.1:9000/bucket/pool
   # Remove the last tier again (it must be empty):
-  terrace tier remove /dev/shm/pool";
+  terrace tier remove /dev/shm/pool
+  # The same on the mounted pool: move its data up, then remove it:
+  terrace migrate /mnt/terrace --to pm
+  terrace tier remove /mnt/terrace";
 
 #[derive(Args, Debug)]
 #[command(after_help = TIER_AFTER)]
@@ -409,9 +416,17 @@ pub(crate) enum TierAction {
         #[arg(long)]
         force: bool,
     },
-    /// Remove the last tier of an unmounted pool; refused while it holds data.
+    /// Remove a pool's last tier, mounted or not; refused while it holds data.
+    ///
+    /// Given a mount point (or the pm tier of a mounted pool), the daemon
+    /// stops placing data on the tier, checks that nothing is stored on it
+    /// and removes it at once, with no unmount. Given an unmounted pool, its
+    /// superblock is changed here. Either way only the last tier goes, and
+    /// only when it holds no file data, clean copy or log (and, mounted, no
+    /// placement rule names it).
     Remove {
-        /// The pool: the path of its pm tier.
+        /// A mount point, or the pool (the path of its pm tier).
+        #[arg(value_name = "MOUNTPOINT|POOL")]
         pool: PathBuf,
     },
 }

@@ -43,8 +43,8 @@ struct Prepared {
     mnt: PathBuf,
     pm: PmFile,
     lock: File,
-    /// Locks of the block tiers, held as long as `lock`.
-    tier_locks: Vec<File>,
+    /// Locks of the block tiers (by path), held as long as `lock`.
+    tier_locks: Vec<(String, File)>,
     sb: Superblock,
 }
 
@@ -52,7 +52,7 @@ struct Prepared {
 /// naming this pool, tier id, kind, size and extent size, and the file or
 /// device at least as long as the tier — and takes its lock (held for the
 /// daemon's life, like the PM file's: `mkfs` refuses a locked file).
-fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<File>> {
+fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<(String, File)>> {
     let mut locks = Vec::new();
     // An object tier is no file: it is checked when it is opened (`serve`).
     for t in sb
@@ -63,7 +63,7 @@ fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<File>> {
         let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
         let p = Path::new(&t.path);
         match util::lock_tier(p) {
-            Ok(Some(l)) => locks.push(l),
+            Ok(Some(l)) => locks.push((t.path.clone(), l)),
             Ok(None) => {
                 return Err(CliError::at(
                     pool,
@@ -357,6 +357,8 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             })
             .map_err(|e| CliError::new(format!("cannot start a thread: {e}")))?;
     }
+    // From here on the daemon holds them where a tier's removal finds them.
+    crate::tier_cmd::hold_tier_locks(tier_locks);
     {
         let server = Server {
             fs: fs.clone(),
@@ -491,8 +493,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
     log_notices(&fs);
     let r = fs.unmount();
     log_notices(&fs);
-    drop(tier_locks);
-    crate::tier_cmd::release_attached_tier_locks();
+    crate::tier_cmd::release_tier_locks();
     drop(lock);
     remove_run_files(&files);
     match &r {

@@ -1,11 +1,15 @@
-//! `terrace tier add POOL KIND:PATH[:SIZE]` and `terrace tier remove POOL`:
-//! growing and shrinking the tier list of an unmounted pool (issue 19,
-//! design.md §3, "Adding and removing tiers").
+//! `terrace tier add TARGET KIND:PATH[:SIZE]` and `terrace tier remove
+//! TARGET`: growing and shrinking a pool's tier list (issue 19, design.md
+//! §3, "Adding and removing tiers"). TARGET is a mount point (or the PM
+//! tier of a mounted pool), whose daemon makes the change
+//! ([`attach`], [`detach`]: control requests `tier_add`, `tier_remove`), or
+//! an unmounted pool, which this process changes.
 //!
 //! Invariants:
-//! - Only an unmounted pool is changed: the pool's lock is held throughout
-//!   (a daemon, fsck or mkfs holding it makes the command refuse), and no
-//!   mount of it may be listed in the mount table.
+//! - An unmounted pool is changed only with the pool's lock held
+//!   throughout (a daemon, fsck or mkfs holding it makes the command
+//!   refuse), and no mount of it may be listed in the mount table. A
+//!   mounted pool is changed by its daemon only.
 //! - Tiers stay ordered from fastest to slowest (pm, ssd, hdd, s3), at most
 //!   one s3 tier and always last, after a block tier: a tier is appended
 //!   only when that order still holds, and only the last tier is removed.
@@ -15,7 +19,13 @@
 //!   was plus a formatted tier file that nothing names. `remove` mounts the
 //!   pool in this process to prove that nothing (data, clean copies, logs)
 //!   is stored on the tier, unmounts it cleanly, and then writes the
-//!   superblock without the tier; its tier header is wiped last.
+//!   superblock without the tier; its tier header is wiped last. A
+//!   mounted pool's daemon proves it with `Fs::detach_last_tier`, which
+//!   commits the superblock; the header is wiped after that, the tier's
+//!   file lock released last.
+//! - The daemon holds the lock of every block tier file of its pool, those
+//!   it mounted with and those attached since ([`hold_tier_locks`]), until
+//!   the unmount or the tier's removal.
 
 use crate::mkfs::{self, TierSpec};
 use crate::util::{self, CliError, CliResult};
@@ -193,19 +203,25 @@ impl TierArg {
     }
 }
 
-/// Runs `terrace tier add TARGET SPEC`: TARGET is a mount point (or the
-/// PM tier of a mounted pool), whose daemon attaches the tier at once, or
-/// an unmounted pool, whose superblock this process changes.
-pub fn add(target: &Path, tier: &TierArg, force: bool) -> CliResult {
+/// The mount point `target` names: itself when it is a FUSE mount, or
+/// where the pool whose PM tier it is is mounted; `None` for an unmounted
+/// pool.
+fn mount_of(target: &Path) -> Option<std::path::PathBuf> {
     let abs = util::abs_path(target);
-    let mnt = if util::mount_at(&abs).is_some_and(|m| m.fstype.starts_with("fuse")) {
-        Some(abs.clone())
+    if util::mount_at(&abs).is_some_and(|m| m.fstype.starts_with("fuse")) {
+        Some(abs)
     } else {
         util::mounts_of_pool(&abs)
             .first()
             .map(|m| m.mount_point.clone())
-    };
-    match mnt {
+    }
+}
+
+/// Runs `terrace tier add TARGET SPEC`: TARGET is a mount point (or the
+/// PM tier of a mounted pool), whose daemon attaches the tier at once, or
+/// an unmounted pool, whose superblock this process changes.
+pub fn add(target: &Path, tier: &TierArg, force: bool) -> CliResult {
+    match mount_of(target) {
         Some(mnt) => add_mounted(target, &mnt, &tier.for_daemon(), force),
         None => add_unmounted(target, &tier.spec, force),
     }
@@ -250,18 +266,31 @@ fn add_mounted(shown: &Path, mnt: &Path, spec: &str, force: bool) -> CliResult {
     Ok(())
 }
 
-/// The locks of tiers attached to the mounted pool (held by the daemon
-/// until the unmount, then released with the pool's lock).
-static ATTACHED_TIER_LOCKS: std::sync::Mutex<Vec<std::fs::File>> =
+/// The locks of the block tier files of the mounted pool, by path: those
+/// it was mounted with and those attached since (held by the daemon until
+/// the unmount, then released before the pool's lock, or until the tier is
+/// removed).
+static TIER_LOCKS: std::sync::Mutex<Vec<(String, std::fs::File)>> =
     std::sync::Mutex::new(Vec::new());
 
-/// Releases the locks of the tiers attached while mounted: called where the
-/// daemon drops the locks of the tiers it mounted with, before the pool's.
-pub(crate) fn release_attached_tier_locks() {
-    ATTACHED_TIER_LOCKS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clear();
+fn tier_locks() -> std::sync::MutexGuard<'static, Vec<(String, std::fs::File)>> {
+    TIER_LOCKS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Holds the locks of tier files (path, lock) for the daemon.
+pub(crate) fn hold_tier_locks(locks: impl IntoIterator<Item = (String, std::fs::File)>) {
+    tier_locks().extend(locks);
+}
+
+/// Releases every tier lock the daemon holds: called at the unmount,
+/// before the pool's lock is released.
+pub(crate) fn release_tier_locks() {
+    tier_locks().clear();
+}
+
+/// Releases the lock of the tier file `path` (removed from the pool).
+fn release_tier_lock(path: &str) {
+    tier_locks().retain(|(p, _)| p != path);
 }
 
 /// The daemon's side of `tier add MOUNTPOINT`: formats the tier, opens it
@@ -296,10 +325,7 @@ pub(crate) fn attach(
         .map_err(|e| Refusal::new(format!("cannot attach the tier: {e}")))?;
     // Held until the pool is unmounted, like the mounted tiers' locks.
     if let Some(l) = lock {
-        ATTACHED_TIER_LOCKS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(l);
+        hold_tier_locks([(record.path.clone(), l)]);
     }
     Ok(TierAdded {
         id: record.id,
@@ -326,9 +352,80 @@ fn open_tiers(sb: &Superblock) -> CliResult<Vec<(u8, Arc<dyn BlockMedia>)>> {
     Ok(out)
 }
 
-/// Runs `terrace tier remove POOL`: removes the last tier when nothing is
-/// stored on it.
-pub fn remove(pool: &Path) -> CliResult {
+/// Runs `terrace tier remove TARGET`: removes the last tier when nothing
+/// is stored on it. TARGET is a mount point (or the PM tier of a mounted
+/// pool), whose daemon removes it at once, or an unmounted pool.
+pub fn remove(target: &Path) -> CliResult {
+    match mount_of(target) {
+        Some(mnt) => remove_mounted(target, &mnt),
+        None => remove_unmounted(target),
+    }
+}
+
+/// Asks the daemon serving `mnt` to remove its last tier.
+fn remove_mounted(shown: &Path, mnt: &Path) -> CliResult {
+    use crate::control::{self, protocol::RemoveTier, ControlError};
+    // A removal may wait for moves in flight and write back the cache.
+    let got = control::call(
+        &util::control_socket(mnt),
+        RemoveTier {},
+        std::time::Duration::from_secs(300),
+    )
+    .map_err(|e| match e {
+        ControlError::NoDaemon => crate::admin::no_daemon(mnt, shown),
+        ControlError::Failed(m) => CliError::at(shown, m),
+        ControlError::Refused(r) => CliError::at(shown, r.error),
+    })?;
+    util::out(&format!(
+        "Removed tier {} ({} {}) from the pool mounted on {}{}",
+        got.id,
+        got.kind,
+        got.path,
+        mnt.display(),
+        got.leftover
+    ));
+    Ok(())
+}
+
+/// The daemon's side of `tier remove MOUNTPOINT`: the core removes the
+/// last tier (`Fs::detach_last_tier`: retired, proved empty, superblock
+/// committed, unpublished, media closed); then a file tier's header is
+/// wiped and its lock released. An object tier's prefix keeps its marker.
+pub(crate) fn detach(
+    fs: &terrace_core::Fs,
+) -> crate::control::protocol::Answer<crate::control::protocol::TierRemoved> {
+    use crate::control::protocol::{Refusal, TierRemoved};
+    let d = fs
+        .detach_last_tier()
+        .map_err(|e| Refusal::new(format!("cannot remove the last tier: {e}")))?;
+    let r = &d.record;
+    let mut leftover = if r.kind == TierKind::S3 {
+        format!(
+            "; its prefix still holds the tier's marker and header objects ({}), which you may delete",
+            r.path
+        )
+    } else {
+        let wiped = wipe_header(Path::new(&r.path));
+        release_tier_lock(&r.path);
+        match wiped {
+            Ok(()) => format!("; {} may be deleted", r.path),
+            Err(e) => format!("; {e}, but the pool no longer names it"),
+        }
+    };
+    for n in &d.notes {
+        leftover.push_str("; ");
+        leftover.push_str(n);
+    }
+    Ok(TierRemoved {
+        id: r.id,
+        kind: r.kind.name().to_string(),
+        size: r.size,
+        path: r.path.clone(),
+        leftover,
+    })
+}
+
+fn remove_unmounted(pool: &Path) -> CliResult {
     let o = open_unmounted(pool)?;
     let last = o.sb.tiers.last().expect("tier 0").clone();
     if last.id == 0 {
@@ -380,8 +477,13 @@ pub fn remove(pool: &Path) -> CliResult {
             last.path
         )
     } else {
-        wipe_header(Path::new(&last.path));
-        format!("; {} may be deleted", last.path)
+        match wipe_header(Path::new(&last.path)) {
+            Ok(()) => format!("; {} may be deleted", last.path),
+            Err(e) => {
+                util::warn(e);
+                String::new()
+            }
+        }
     };
     util::out(&format!(
         "Removed tier {} ({} {}) from the pool {}{leftover}",
@@ -395,18 +497,28 @@ pub fn remove(pool: &Path) -> CliResult {
 
 /// Zeroes a removed tier's header, so nothing takes the file for a tier of
 /// the pool any more (best effort: the superblock no longer names it).
-fn wipe_header(path: &Path) {
+/// A file that is gone needs nothing; the error says what failed.
+fn wipe_header(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
-    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) {
-        let zero = vec![0u8; BLOCK_SIZE as usize];
-        if f.write_all_at(&zero, 0)
-            .and_then(|()| f.sync_data())
-            .is_err()
-        {
-            util::warn(format!(
-                "could not wipe the tier header of {}",
-                path.display()
-            ));
+    let f = match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(format!(
+                "could not wipe the tier header of {}: {}",
+                path.display(),
+                util::os_reason(&e)
+            ))
         }
-    }
+    };
+    let zero = vec![0u8; BLOCK_SIZE as usize];
+    f.write_all_at(&zero, 0)
+        .and_then(|()| f.sync_data())
+        .map_err(|e| {
+            format!(
+                "could not wipe the tier header of {}: {}",
+                path.display(),
+                util::os_reason(&e)
+            )
+        })
 }

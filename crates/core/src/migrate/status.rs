@@ -121,3 +121,12 @@ pub(super) fn snapshot_entries(i: &Inode) -> Vec<EntrySnapshot> {
         })
         .collect()
 }
+
+impl Fs {
+    /// Forgets tier `id`'s migration counters: the tier was removed from the
+    /// pool (`tier_detach.rs`), and a tier attached later with its id starts
+    /// from zero.
+    pub(crate) fn forget_tier_migration(&self, id: TierId) {
+        self.migrator.per_tier.lock().remove(&id);
+    }
+}

@@ -34,13 +34,24 @@ pub enum Request {
     /// Append a tier to the mounted pool.
     #[serde(rename = "tier_add")]
     TierAdd(AddTier),
+    /// Remove the mounted pool's last tier.
+    #[serde(rename = "tier_remove")]
+    TierRemove(RemoveTier),
 }
 
 impl Request {
     /// The `cmd` of every request, in the order the daemon lists them
     /// (a test checks that it names every variant).
-    pub const NAMES: [&'static str; 8] = [
-        "status", "umount", "settings", "set", "migrate", "scrub", "extents", "tier_add",
+    pub const NAMES: [&'static str; 9] = [
+        "status",
+        "umount",
+        "settings",
+        "set",
+        "migrate",
+        "scrub",
+        "extents",
+        "tier_add",
+        "tier_remove",
     ];
 
     /// What the request does, in words, when only root and the mounting user
@@ -53,6 +64,7 @@ impl Request {
             Request::Migrate(_) => Some("migrate"),
             Request::Scrub(_) => Some("scrub"),
             Request::TierAdd(_) => Some("add tiers"),
+            Request::TierRemove(_) => Some("remove tiers"),
         }
     }
 
@@ -62,6 +74,7 @@ impl Request {
             Request::Set(_) => Some("settings cannot change"),
             Request::Migrate(_) => Some("data cannot migrate"),
             Request::TierAdd(_) => Some("tiers cannot be added"),
+            Request::TierRemove(_) => Some("tiers cannot be removed"),
             _ => None,
         }
     }
@@ -143,6 +156,28 @@ pub struct TierAdded {
     pub size: u64,
     /// Its file, device or URL.
     pub path: String,
+}
+
+/// `tier_remove`: remove the mounted pool's last tier, which must hold
+/// nothing (`terrace tier remove MOUNTPOINT`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveTier {}
+
+/// The reply to [`RemoveTier`]: the tier removed, as the superblock had it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierRemoved {
+    /// Its tier id.
+    pub id: u8,
+    /// `ssd`, `hdd` or `s3`.
+    pub kind: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its file, device or URL.
+    pub path: String,
+    /// What is left of it, in words, after `; `: a file that may be
+    /// deleted, an object prefix that keeps its marker, or why its header
+    /// could not be wiped.
+    pub leftover: String,
 }
 
 fn yes() -> bool {
@@ -401,6 +436,7 @@ calls! {
     StartScrub => Scrub, ScrubStarted;
     GetExtents => Extents, ExtentsReply;
     AddTier => TierAdd, TierAdded;
+    RemoveTier => TierRemove, TierRemoved;
 }
 
 /// The setting a name given to `terrace set` names: `policy` is short for
@@ -429,6 +465,7 @@ mod tests {
             Request::Scrub(_) => "scrub",
             Request::Extents(_) => "extents",
             Request::TierAdd(_) => "tier_add",
+            Request::TierRemove(_) => "tier_remove",
         }
     }
 
@@ -458,6 +495,7 @@ mod tests {
                 force: false,
             }
             .into(),
+            RemoveTier {}.into(),
         ]
     }
 
@@ -475,6 +513,7 @@ mod tests {
                 r#"{"cmd":"scrub","rate":100,"repair":false}"#,
                 r#"{"cmd":"extents","inos":[9]}"#,
                 r#"{"cmd":"tier_add","spec":"hdd:/d/h.img:1G","force":false}"#,
+                r#"{"cmd":"tier_remove"}"#,
             ]
         );
         for (r, line) in every_request().iter().zip(&lines) {
@@ -507,7 +546,7 @@ mod tests {
             .into())
         );
         let unknown = Refusal::new(
-            "unknown command (known: status, umount, settings, set, migrate, scrub, extents, tier_add)",
+            "unknown command (known: status, umount, settings, set, migrate, scrub, extents, tier_add, tier_remove)",
         );
         assert_eq!(decode_request(r#"{"cmd":"fly"}"#), Err(unknown.clone()));
         assert_eq!(decode_request(r#"{}"#), Err(unknown.clone()));

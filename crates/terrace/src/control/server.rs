@@ -4,8 +4,9 @@
 
 use super::protocol::{
     self, AddTier, Answer, Call, DaemonStatus, ExtentsReply, FileExtents, FileFailure, GetExtents,
-    GetStatus, ListSettings, MigrateFiles, MigrateReply, Refusal, Request, ScrubStarted, SetReply,
-    SetSetting, SettingInfo, SettingsReply, StartScrub, StatusReply, Unmount,
+    GetStatus, ListSettings, MigrateFiles, MigrateReply, Refusal, RemoveTier, Request,
+    ScrubStarted, SetReply, SetSetting, SettingInfo, SettingsReply, StartScrub, StatusReply,
+    Unmount,
 };
 use crate::util;
 use std::io::{self, BufRead, BufReader, Write};
@@ -237,6 +238,16 @@ impl Server {
                     std::thread::spawn(move || {
                         let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
                         r.answer(&crate::tier_cmd::attach(&fs, &a));
+                    });
+                }
+                Request::TierRemove(RemoveTier {}) => {
+                    let fs = self.fs.clone();
+                    let r = Responder::<RemoveTier>::new(stream);
+                    // A removal waits for moves in flight and may write
+                    // back the cache: answer from its own thread.
+                    std::thread::spawn(move || {
+                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
+                        r.answer(&crate::tier_cmd::detach(&fs));
                     });
                 }
                 Request::Extents(x) => {

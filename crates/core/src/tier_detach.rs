@@ -1,0 +1,409 @@
+//! Removing the last tier of the mounted pool (`terrace tier remove
+//! MOUNTPOINT`, design.md §3 "Removing a tier from a mounted pool").
+//!
+//! Tier ids are positions in the superblock and extents name them, so only
+//! the last tier may go, and only once nothing is stored on it.
+//! [`Fs::detach_last_tier`] does it under the tier-change lock (rank
+//! `TierChange`, the first of docs/design.md §4a, nothing else held), in
+//! this order:
+//!
+//! 1. **Retire** the tier ([`crate::tier::ExtentSpace::set_retiring`]),
+//!    under the room lock: from then on no allocation lands on it — writes,
+//!    write-back, migration, log migration and cleaning all allocate
+//!    through its extent space, which refuses — and it counts no free
+//!    blocks. The rest of the pool must still hold the blocks the DRAM
+//!    cache's dirty pages were promised (design §5f): checked in the same
+//!    step, refused otherwise.
+//! 2. **Refuse** when a placement rule names the tier (the rule would no
+//!    longer hold; `rules.rs`).
+//! 3. When it is the pool's only block tier, the cache takes no new pages
+//!    from step 1 on ([`Fs::cache_takes_writes`]) and what it holds is
+//!    written back now (to PM): the pool is PM-only afterwards, where
+//!    nothing reserves room for cached pages and `fsync` may be answered
+//!    by the kernel.
+//! 4. **Settle**: blocks allocated on the tier before step 1 are counted
+//!    valid until their commit or release. While the tier still counts
+//!    valid blocks that no committed state of any inode (data, clean
+//!    copies, log blobs) maps — moves, write-backs or uploads in flight,
+//!    frees waiting for readers (`read_pins`) — wait for them, up to
+//!    [`SETTLE_LIMIT`]. The tier is **empty** when it counts no valid
+//!    block and no inode maps anything there: the file system's own
+//!    accounting, the numbers `terrace tier remove POOL` reads offline.
+//!    Anything mapped there refuses the removal, naming it.
+//! 5. **Commit**: both superblock copies without the tier, generation + 1,
+//!    PM synced. Before it, a crash leaves the pool naming the (empty)
+//!    tier; after it, a pool without it. Either mounts.
+//! 6. **Unpublish** the tier ([`crate::tier_list::Appending::remove_last`]):
+//!    lookups no longer find it, references already taken stay valid. Then
+//!    close its media ([`crate::tier::BlockTier::close_media`], after the
+//!    requests in flight) and forget per-tier state a tier attached later
+//!    with the same id must not inherit.
+//!
+//! A refusal at steps 1–4 takes the retiring mark back and changes nothing.
+//! What stays of a removed tier until unmount is its DRAM bookkeeping (the
+//! extent counts and the checksum table, in its slot of the tier list).
+
+use crate::fs::Fs;
+use crate::service_state::RULE_XATTR;
+use crate::tier::BlockTier;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use terrace_format::{PhysBlock, TierId, TierKind, TierRecord, BLOCK_SIZE};
+
+/// How long a removal waits for allocations on the tier made before it
+/// (moves, write-backs, uploads in flight) to commit or be released.
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// A tier removed from the mounted pool: what the superblock said of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachedTier {
+    /// Its record as the superblock had it (id, kind, size, path).
+    pub record: TierRecord,
+    /// Whether the pool had it mounted (a tier mounted without its device
+    /// holds nothing and is only dropped from the superblock).
+    pub was_mounted: bool,
+    /// Best-effort steps after the commit that did not work (the removal
+    /// stands): e.g. an object tier's dead parts left undeleted.
+    pub notes: Vec<String>,
+}
+
+/// What committed state maps on one tier.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Holdings {
+    /// Extents of files whose data is there, and their blocks.
+    extents: u64,
+    data_blocks: u64,
+    /// Clean copies there (of data whose primary copy is elsewhere).
+    copies: u64,
+    copy_blocks: u64,
+    /// Inode logs moved there (log blobs).
+    logs: u64,
+    log_blocks: u64,
+    /// Files unlinked but still open among those holding something.
+    open_deleted: u64,
+}
+
+impl Holdings {
+    fn is_empty(&self) -> bool {
+        self.extents == 0 && self.copies == 0 && self.logs == 0
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.data_blocks + self.copy_blocks + self.log_blocks) * BLOCK_SIZE
+    }
+
+    /// What it holds, in words: "3 extents of files, 1 clean copy".
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let plural =
+            |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        if self.extents > 0 {
+            parts.push(plural(self.extents, "extent of files", "extents of files"));
+        }
+        if self.copies > 0 {
+            parts.push(plural(self.copies, "clean copy", "clean copies"));
+        }
+        if self.logs > 0 {
+            parts.push(plural(self.logs, "inode log", "inode logs"));
+        }
+        if self.open_deleted > 0 {
+            parts.push(plural(
+                self.open_deleted,
+                "deleted file still open",
+                "deleted files still open",
+            ));
+        }
+        parts.join(", ")
+    }
+}
+
+/// `n` bytes for a message (binary units, one decimal).
+fn bytes_text(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// "tier 2 (hdd /data/hdd.img)".
+fn tier_name(rec: &TierRecord) -> String {
+    format!("tier {} ({} {})", rec.id, rec.kind.name(), rec.path)
+}
+
+/// The retiring mark of a tier, taken back when dropped unless the removal
+/// committed.
+struct Retiring<'a> {
+    tier: &'a BlockTier,
+    committed: bool,
+}
+
+impl Drop for Retiring<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            self.tier.space.set_retiring(false);
+        }
+    }
+}
+
+impl Fs {
+    /// Removes the pool's last tier while mounted; see the module docs for
+    /// the steps. Refused, with nothing changed, on a read-only or frozen
+    /// pool, when the pool has only its PM tier, when a placement rule names
+    /// the tier, when the rest of the pool could not hold the data waiting
+    /// in the DRAM cache, and while anything is stored on the tier (the
+    /// message says what, and how to move it).
+    pub fn detach_last_tier(&self) -> Result<DetachedTier, String> {
+        self.refuse_tier_change()?;
+        let changing = self.tiers.begin_append();
+        let rec = self.sb.lock().tiers.last().cloned();
+        let Some(rec) = rec.filter(|r| r.id != 0) else {
+            return Err("the pool has only its pm tier, which cannot be removed".into());
+        };
+        let id = TierId(rec.id);
+        // A tier mounted without its device holds nothing (mount refuses a
+        // missing tier that holds data): only the superblock names it.
+        let Some(tier) = self.tiers.last().filter(|t| t.id == id) else {
+            self.commit_without_last_tier(&rec)?;
+            return Ok(DetachedTier {
+                record: rec,
+                was_mounted: false,
+                notes: Vec::new(),
+            });
+        };
+        let mut retiring = self.retire_tier(tier, &rec)?;
+        self.refuse_ruled(&rec)?;
+        if self.tiers.iter().all(|t| t.id == id) {
+            // The only block tier: the pool is PM-only after this, so
+            // nothing may stay cached (the cache takes no pages now).
+            self.persist_cached().map_err(|e| {
+                format!(
+                    "cannot write back the data cached for the block tiers before {} goes: {e}",
+                    tier_name(&rec)
+                )
+            })?;
+        }
+        self.settle_retiring(tier, &rec)?;
+        let mut notes = Vec::new();
+        if tier.kind == TierKind::S3
+            && tier
+                .media
+                .object_tier_stats()
+                .is_some_and(|s| s.dead_parts > 0 && s.failing.is_none())
+        {
+            // Parts of freed data not yet deleted: delete them now, so the
+            // prefix keeps only the tier's marker and header (best effort).
+            if let Err(e) = tier.media.sync() {
+                notes.push(format!(
+                    "the object store kept parts of freed data ({e}); they may be deleted with the prefix"
+                ));
+            }
+        }
+        self.refuse_tier_change()?;
+        let committed = self.commit_without_last_tier(&rec);
+        // From the superblock's write on, the tier is gone for the next
+        // mount whether or not the sync worked: it stays retiring for good.
+        retiring.committed = true;
+        let removed = changing.remove_last();
+        debug_assert!(removed.is_some_and(|t| t.id == id));
+        tier.close_media();
+        self.forget_tier_state(id);
+        committed?;
+        Ok(DetachedTier {
+            record: rec,
+            was_mounted: true,
+            notes,
+        })
+    }
+
+    /// A read-only or frozen pool, or one being unmounted, changes no tier.
+    fn refuse_tier_change(&self) -> Result<(), String> {
+        if self.read_only || self.is_frozen() {
+            return Err("the pool is mounted read-only; remount it read-write first".into());
+        }
+        if self.unmounted.load(Ordering::SeqCst) {
+            return Err("the pool is being unmounted".into());
+        }
+        Ok(())
+    }
+
+    /// Step 1: marks `tier` retiring under the room lock, and takes the
+    /// mark back (refusing) when the rest of the pool lacks the blocks the
+    /// dirty pages of the DRAM cache were promised.
+    fn retire_tier<'a>(
+        &self,
+        tier: &'a BlockTier,
+        rec: &TierRecord,
+    ) -> Result<Retiring<'a>, String> {
+        let _room = self.room_lock.lock();
+        tier.space.set_retiring(true);
+        let retiring = Retiring {
+            tier,
+            committed: false,
+        };
+        // The tier counts no free blocks now: this is the room without it.
+        let (room, dirty) = self.room_and_dirty_blocks();
+        if room < dirty {
+            return Err(format!(
+                "without {} the pool has no room for the {} written and waiting in the DRAM \
+                 cache ({} free elsewhere): free some space and try again",
+                tier_name(rec),
+                bytes_text(dirty * BLOCK_SIZE),
+                bytes_text(room * BLOCK_SIZE)
+            ));
+        }
+        Ok(retiring)
+    }
+
+    /// Step 2: refuses when a placement rule names the tier (a file or a
+    /// directory's future files pinned to it).
+    fn refuse_ruled(&self, rec: &TierRecord) -> Result<(), String> {
+        let inos: Vec<u64> = self.ruled.lock().iter().copied().collect();
+        let mut pinned = Vec::new();
+        for ino in inos {
+            let Ok(g) = self.lock(ino) else { continue };
+            let names_it = g.as_ref().is_some_and(|i| {
+                i.xattrs
+                    .get(RULE_XATTR)
+                    .and_then(|v| crate::rules::rule_tier(v, self.tiers.iter()))
+                    == Some(TierId(rec.id))
+            });
+            if names_it {
+                pinned.push(ino);
+            }
+        }
+        if pinned.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<String> = pinned.iter().take(5).map(u64::to_string).collect();
+        let more = if pinned.len() > 5 { ", …" } else { "" };
+        Err(format!(
+            "{} is named by the placement rule of {} file{} or director{} (inode{} {}{more}): \
+             give them another tier or `auto` first (`terrace rule MOUNTPOINT --list` lists \
+             the rules), then remove it",
+            tier_name(rec),
+            pinned.len(),
+            if pinned.len() == 1 { "" } else { "s" },
+            if pinned.len() == 1 { "y" } else { "ies" },
+            if pinned.len() == 1 { "" } else { "s" },
+            shown.join(", ")
+        ))
+    }
+
+    /// Step 4: waits until the retiring tier holds nothing, or refuses —
+    /// at once when committed state maps something there, after
+    /// [`SETTLE_LIMIT`] when allocations made before the retiring mark
+    /// neither commit nor go.
+    fn settle_retiring(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        loop {
+            // Valid blocks first: once none is counted, none can come back
+            // (nothing allocates on a retiring tier).
+            let valid = tier.space.stats().valid_blocks;
+            let held = self.tier_holdings(tier.id);
+            if !held.is_empty() {
+                return Err(format!(
+                    "{} still holds {} ({}): move them to another tier first \
+                     (terrace migrate MOUNTPOINT --to TIER), then remove it",
+                    tier_name(rec),
+                    bytes_text(held.bytes().max(valid * BLOCK_SIZE)),
+                    held.describe()
+                ));
+            }
+            if valid == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{} still has {} being written or freed by moves or write-backs that began \
+                     before the removal and did not finish within {} s: try again",
+                    tier_name(rec),
+                    bytes_text(valid * BLOCK_SIZE),
+                    SETTLE_LIMIT.as_secs()
+                ));
+            }
+            // Frees waiting for readers end within a device read each.
+            self.read_pins.wait_deferred(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What the committed state of every inode maps on tier `id` (each
+    /// inode looked at under its lock, one at a time).
+    fn tier_holdings(&self, id: TierId) -> Holdings {
+        let mut h = Holdings::default();
+        for slot in &self.table {
+            let g = slot.lock();
+            let Some(i) = g.as_ref() else { continue };
+            let before = h;
+            for (_, e) in i.extents.iter() {
+                if e.tier == id {
+                    h.extents += 1;
+                    h.data_blocks += e.blocks;
+                }
+                if e.copy.is_some_and(|(t, _)| t == id) {
+                    h.copies += 1;
+                    h.copy_blocks += e.blocks;
+                }
+            }
+            if let Some(l) = i.log.on_tier.filter(|l| l.tier == id) {
+                h.logs += 1;
+                h.log_blocks += l.blocks;
+            }
+            if i.zombie && h != before {
+                h.open_deleted += 1;
+            }
+        }
+        h
+    }
+
+    /// Step 5: both superblock copies without the last tier (`rec`), a
+    /// higher generation, PM synced: the commit point. An error means the
+    /// sync failed after the write (the removal stands for this mount).
+    fn commit_without_last_tier(&self, rec: &TierRecord) -> Result<(), String> {
+        {
+            let mut live = self.sb.lock();
+            // Only attach and detach change the tiers, both under the
+            // tier-change lock the caller holds.
+            debug_assert_eq!(live.tiers.last(), Some(rec));
+            let mut next = live.clone();
+            next.tiers.pop();
+            next.generation += 1;
+            crate::mkfs::write_superblock(&*self.media, &next);
+            *live = next;
+        }
+        self.media.sync_all().map_err(|e| {
+            format!(
+                "{} is removed from the mounted pool, but the superblock without it could not be \
+                 synced ({e}): a crash before the next sync may leave the pool naming it, so its \
+                 file was left as it is",
+                tier_name(rec)
+            )
+        })
+    }
+
+    /// Step 6's forgetting: state kept by tier id outside the tier itself.
+    /// The tier was empty, so nothing there describes data: no clean page
+    /// of the DRAM cache (each free dropped its blocks' pages, after the
+    /// readers that could put them back), no shared-block counts (they go
+    /// with the last reference), no cold-list entry that matters (a file is
+    /// listed under a tier only while it has data there; a stale entry
+    /// would only make a drain look at a file with nothing to move). The
+    /// checksum table lives in the tier itself, and a tier attached later
+    /// gets a new one. What is cleared here are the counters, so that a
+    /// tier attached later with this id starts from zero; the cache is
+    /// swept once more to make the first point hold by construction.
+    fn forget_tier_state(&self, id: TierId) {
+        self.cache.invalidate(id, PhysBlock(0), u64::MAX);
+        debug_assert!(self.shared.of_tier(id).is_empty());
+        self.forget_tier_migration(id);
+        self.object_cleaning.tiers.lock().remove(&id);
+    }
+}

@@ -1,0 +1,567 @@
+//! The last tier removed from a mounted pool (`Fs::detach_last_tier`,
+//! design.md §3 "Removing a tier from a mounted pool"): an empty tier goes
+//! and the pool mounts without it; a tier that holds something, or that a
+//! placement rule names, is refused with nothing changed; nothing lands on
+//! the tier while its removal runs, and nothing written meanwhile is lost;
+//! its id can be attached again; a crash at any point of the removal
+//! leaves a pool that mounts, naming the empty tier or not.
+
+mod common;
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use terrace_core::Fs;
+use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_media::{BlockMedia, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia};
+
+fn record(id: u8, kind: TierKind, size: u64) -> TierRecord {
+    TierRecord {
+        id,
+        kind,
+        size,
+        extent_size: DEFAULT_EXTENT_SIZE,
+        path: kind.name().into(),
+    }
+}
+
+/// A pool of `pm_bytes` of PM, then an ssd (tier 1) and an hdd (tier 2)
+/// of `block_bytes` each, mounted.
+fn three_tier_pool(
+    pm_bytes: u64,
+    block_bytes: u64,
+) -> (Arc<MemMedia>, Arc<MemBlock>, Arc<MemBlock>, Fs) {
+    let pm = Arc::new(MemMedia::new(pm_bytes));
+    mkfs_tiers(
+        &*pm,
+        &[(TierKind::Ssd, block_bytes), (TierKind::Hdd, block_bytes)],
+        256,
+    );
+    let ssd = Arc::new(MemBlock::new(block_bytes));
+    let hdd = Arc::new(MemBlock::new(block_bytes));
+    let fs = Fs::mount_with_tiers(
+        pm.clone(),
+        vec![(1, ssd.clone() as Arc<dyn BlockMedia>), (2, hdd.clone())],
+    )
+    .unwrap_or_else(|e| panic!("mount: {e}"));
+    (pm, ssd, hdd, fs)
+}
+
+fn kinds(fs: &Fs) -> Vec<&'static str> {
+    fs.status().tiers.iter().map(|t| t.kind).collect()
+}
+
+#[test]
+fn an_empty_attached_tier_is_removed_and_the_pool_mounts_without_it() {
+    let (pm, fs) = pm_pool(4 << 20, 64);
+    let data = pattern(1, 1 << 20);
+    let a = file_holding(&fs, "a", &data);
+    let ssd = Arc::new(MemBlock::new(32 << 20));
+    fs.attach_tier(record(1, TierKind::Ssd, 32 << 20), ssd.clone())
+        .unwrap();
+    // Data passes through the tier and leaves it again.
+    fs.migrate_file(a, 1).unwrap();
+    assert_eq!(tier_bytes(&fs, a, "ssd"), 1 << 20);
+    fs.migrate_file(a, 0).unwrap();
+    let before = fs.superblock();
+    let gone = fs.detach_last_tier().expect("an empty tier goes");
+    assert_eq!((gone.record.id, gone.record.kind), (1, TierKind::Ssd));
+    assert!(gone.was_mounted);
+    let sb = fs.superblock();
+    assert_eq!(sb.tiers.len(), 1, "the superblock no longer names it");
+    assert_eq!(sb.generation, before.generation + 1);
+    assert_eq!(kinds(&fs), ["pm"]);
+    assert_eq!(
+        Arc::strong_count(&ssd),
+        1,
+        "the tier's media is closed (only the test holds the device)"
+    );
+    // The pool works on, PM-only.
+    assert_eq!(fs.read(a, 0, data.len()).unwrap(), data);
+    let b = file_holding(&fs, "b", &pattern(2, 256 << 10));
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm.clone());
+    assert_eq!(fs.superblock().tiers.len(), 1);
+    assert_eq!(content(&fs, a), data);
+    assert_eq!(content(&fs, b), pattern(2, 256 << 10));
+    fs.unmount().unwrap();
+    assert_fsck_clean(&*pm, None, Fsck::Data, "after the removal");
+}
+
+#[test]
+fn a_tier_holding_data_is_refused_with_nothing_changed_until_the_data_moves() {
+    let (pm, ssd, hdd, fs) = three_tier_pool(8 << 20, 32 << 20);
+    let data = pattern(3, 2 << 20);
+    let a = file_holding(&fs, "a", &data);
+    fs.migrate_file(a, 2).unwrap();
+    assert_eq!(tier_bytes(&fs, a, "hdd"), 2 << 20);
+    let before = fs.superblock();
+    let room = fs.statfs().bavail;
+    let e = fs.detach_last_tier().unwrap_err();
+    assert!(
+        e.contains("tier 2") && e.contains("still holds 2.0 MiB") && e.contains("migrate"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'), "one line: {e}");
+    assert_eq!(fs.superblock(), before, "a refused removal wrote");
+    assert_eq!(kinds(&fs), ["pm", "ssd", "hdd"]);
+    assert_eq!(fs.read(a, 0, data.len()).unwrap(), data);
+    assert_eq!(fs.statfs().bavail, room, "the tier's room counts again");
+    // Placement still uses the tier: the retiring mark was taken back.
+    let more = pattern(4, 1 << 20);
+    let b = file_holding(&fs, "b", &more);
+    fs.migrate_file(b, 2).unwrap();
+    assert_eq!(tier_bytes(&fs, b, "hdd"), 1 << 20);
+    // Once moved off, it goes.
+    fs.migrate_files(&[a, b], 1).unwrap();
+    let gone = fs.detach_last_tier().unwrap();
+    assert_eq!(gone.record.kind, TierKind::Hdd);
+    assert_eq!(kinds(&fs), ["pm", "ssd"]);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    drop(hdd);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_eq!(content(&fs, a), data);
+    assert_eq!(content(&fs, b), more);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&*pm, Some(ssd), Fsck::Data, "after the removal");
+}
+
+#[test]
+fn a_tier_named_by_a_placement_rule_is_refused_until_the_rule_goes() {
+    let (_pm, _ssd, _hdd, fs) = three_tier_pool(8 << 20, 32 << 20);
+    let dir = fs
+        .mkdir(1, b"d", 0o755, CTX)
+        .unwrap_or_else(|e| panic!("mkdir: {e}"))
+        .ino;
+    fs.setxattr(dir, b"user.terrace.rule", b"hdd", 0).unwrap();
+    let before = fs.superblock();
+    let e = fs.detach_last_tier().unwrap_err();
+    assert!(
+        e.contains("placement rule") && e.contains(&dir.to_string()),
+        "{e}"
+    );
+    assert_eq!(fs.superblock(), before);
+    // A rule by id names it too; one naming another tier does not.
+    fs.setxattr(dir, b"user.terrace.rule", b"2", 0).unwrap();
+    assert!(fs
+        .detach_last_tier()
+        .unwrap_err()
+        .contains("placement rule"));
+    fs.setxattr(dir, b"user.terrace.rule", b"ssd", 0).unwrap();
+    fs.detach_last_tier()
+        .expect("no rule names the hdd tier now");
+    // A rule can no longer name the removed tier.
+    assert_eq!(
+        fs.setxattr(dir, b"user.terrace.rule", b"hdd", 0)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EINVAL)
+    );
+}
+
+#[test]
+fn removal_is_refused_on_a_pm_only_pool_and_a_frozen_one() {
+    let (_pm, fs) = pm_pool(4 << 20, 64);
+    let e = fs.detach_last_tier().unwrap_err();
+    assert!(e.contains("only its pm tier"), "{e}");
+    let (_pm, _ssd, _hdd, fs) = three_tier_pool(8 << 20, 32 << 20);
+    let fs = Arc::new(fs);
+    fs.freeze().unwrap();
+    let before = fs.superblock();
+    let e = fs.detach_last_tier().unwrap_err();
+    assert!(e.contains("read-only"), "{e}");
+    assert_eq!(fs.superblock(), before);
+    fs.thaw().unwrap();
+    fs.detach_last_tier().unwrap();
+    fs.unmount().unwrap();
+}
+
+/// Writes, fsyncs and overwrites 8 files from one thread while another
+/// keeps moving them onto the hdd tier and the main thread removes that
+/// tier (moving everything to the ssd first, again while the removal is
+/// refused). After the removal, nothing reaches the removed device, and
+/// every byte written is there — before and after a remount without it.
+#[test]
+fn a_write_storm_during_the_removal_never_lands_on_the_tier_and_loses_nothing() {
+    let (pm, ssd, hdd, fs) = three_tier_pool(16 << 20, 64 << 20);
+    let inos: Vec<u64> = (0..8).map(|k| file(&fs, 1, &format!("f{k}"))).collect();
+    for &ino in &inos {
+        fs.write(ino, 0, &pattern(ino, 512 << 10)).unwrap();
+    }
+    let stop = AtomicBool::new(false);
+    let removed = AtomicBool::new(false);
+    let (model, attempts, after) = std::thread::scope(|sc| {
+        let writer = sc.spawn(|| {
+            let mut model: Vec<Vec<u8>> = inos.iter().map(|&i| pattern(i, 512 << 10)).collect();
+            let mut round = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                for (k, &ino) in inos.iter().enumerate() {
+                    let off = ((round * 37 + k as u64 * 11) % 96) * 4096;
+                    let len = 4096 * (1 + (round + k as u64) % 24) as usize;
+                    let buf = pattern(round * 100 + k as u64, len);
+                    fs.write(ino, off, &buf)
+                        .unwrap_or_else(|e| panic!("write during the removal: {e}"));
+                    let m = &mut model[k];
+                    if m.len() < off as usize + len {
+                        m.resize(off as usize + len, 0);
+                    }
+                    m[off as usize..off as usize + len].copy_from_slice(&buf);
+                    if round % 3 == 0 {
+                        fs.fsync(ino, false).unwrap();
+                    }
+                }
+                round += 1;
+            }
+            model
+        });
+        let mover = sc.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                // Refused (per file) while the tier retires, and as a bad
+                // target once it is gone.
+                let _ = fs.migrate_files(&inos, 2);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        let mut attempts = 0;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut after = None;
+        while Instant::now() < deadline {
+            attempts += 1;
+            let _ = fs.migrate_files(&inos, 1);
+            match fs.detach_last_tier() {
+                Ok(d) => {
+                    assert_eq!(d.record.id, 2);
+                    removed.store(true, Ordering::SeqCst);
+                    after = Some(hdd.stats());
+                    break;
+                }
+                Err(e) if e.contains("still") => continue,
+                Err(e) => panic!("unexpected refusal: {e}"),
+            }
+        }
+        // The storm goes on a while with the tier gone.
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::SeqCst);
+        mover.join().unwrap();
+        (writer.join().unwrap(), attempts, after)
+    });
+    assert!(
+        removed.load(Ordering::SeqCst),
+        "no removal in {attempts} attempts"
+    );
+    assert_eq!(
+        hdd.stats(),
+        after.unwrap(),
+        "the removed tier's device was used after its removal"
+    );
+    assert_eq!(kinds(&fs), ["pm", "ssd"]);
+    for (k, &ino) in inos.iter().enumerate() {
+        assert!(
+            content(&fs, ino) == model[k],
+            "file {k} differs before the remount"
+        );
+    }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    for (k, &ino) in inos.iter().enumerate() {
+        assert!(
+            content(&fs, ino) == model[k],
+            "file {k} differs after the remount"
+        );
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&*pm, Some(ssd), Fsck::Data, "after the storm");
+}
+
+/// Block media whose next sync, once armed, waits until let go and then
+/// fails (a move to the tier is in flight for as long as the test wants,
+/// and then releases its blocks).
+struct Gated {
+    dev: Arc<MemBlock>,
+    armed: AtomicBool,
+    inside: AtomicBool,
+    release: AtomicBool,
+}
+
+impl BlockMedia for Gated {
+    fn len(&self) -> u64 {
+        self.dev.len()
+    }
+    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.dev.read_blocks(block, buf)
+    }
+    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
+        self.dev.write_blocks(block, data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.inside.store(true, Ordering::SeqCst);
+            while !self.release.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.dev.sync()
+    }
+    fn describe(&self) -> String {
+        "gated".into()
+    }
+    fn stats(&self) -> terrace_media::BlockStats {
+        self.dev.stats()
+    }
+}
+
+/// Polls `what` for up to ten seconds.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A move onto the hdd tier is in flight (its blocks taken, its sync held)
+/// when the removal starts: the removal waits for it, and meanwhile another
+/// move to the tier is refused at once (it would otherwise land there and
+/// make the removal fail, or be lost with the tier). When the held move
+/// fails and gives its blocks back, the removal goes through.
+#[test]
+fn while_the_removal_waits_for_a_move_in_flight_nothing_new_lands_on_the_tier() {
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    mkfs_tiers(
+        &*pm,
+        &[(TierKind::Ssd, 32 << 20), (TierKind::Hdd, 32 << 20)],
+        64,
+    );
+    let ssd = Arc::new(MemBlock::new(32 << 20));
+    let hdd = Arc::new(Gated {
+        dev: Arc::new(MemBlock::new(32 << 20)),
+        armed: AtomicBool::new(false),
+        inside: AtomicBool::new(false),
+        release: AtomicBool::new(false),
+    });
+    let fs = Fs::mount_with_tiers(
+        pm.clone(),
+        vec![(1, ssd.clone() as Arc<dyn BlockMedia>), (2, hdd.clone())],
+    )
+    .unwrap();
+    let (da, db) = (pattern(8, 1 << 20), pattern(9, 1 << 20));
+    let a = file_holding(&fs, "a", &da);
+    let b = file_holding(&fs, "b", &db);
+    fs.fsync(a, false).unwrap();
+    fs.fsync(b, false).unwrap();
+    let room = fs.statfs().bavail;
+    hdd.armed.store(true, Ordering::SeqCst);
+    /// Lets the held sync go however the scope ends (a failed assertion
+    /// must not leave the mover waiting for ever).
+    struct Release<'a>(&'a Gated);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            self.0.release.store(true, Ordering::SeqCst);
+        }
+    }
+    std::thread::scope(|sc| {
+        let _release = Release(&hdd);
+        let held = sc.spawn(|| fs.migrate_file(a, 2));
+        wait_for("the move's sync", || hdd.inside.load(Ordering::SeqCst));
+        let removal = sc.spawn(|| fs.detach_last_tier());
+        // Retiring: the tier's free blocks no longer count as room.
+        wait_for("the tier to retire", || {
+            fs.statfs().bavail < room - (16 << 20) / 4096
+        });
+        let e = fs
+            .migrate_file(b, 2)
+            .expect_err("a move onto a retiring tier");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        assert_eq!(tier_bytes(&fs, b, "hdd"), 0);
+        assert!(
+            !removal.is_finished(),
+            "the removal waits for the move in flight"
+        );
+        hdd.release.store(true, Ordering::SeqCst);
+        assert!(held.join().unwrap().is_err(), "the held move failed");
+        let gone = removal.join().unwrap().expect("the removal went through");
+        assert_eq!(gone.record.id, 2);
+    });
+    assert_eq!(kinds(&fs), ["pm", "ssd"]);
+    assert_eq!(content(&fs, a), da);
+    assert_eq!(content(&fs, b), db);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_eq!(content(&fs, a), da);
+    assert_eq!(content(&fs, b), db);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&*pm, Some(ssd), Fsck::Data, "after the removal");
+}
+
+/// Removing the only block tier leaves a PM-only pool: what the DRAM cache
+/// held is written back to PM first, and writes that come meanwhile go
+/// through to PM instead of into the cache, so nothing is cached once the
+/// tier is gone.
+#[test]
+fn removing_the_only_block_tier_leaves_nothing_in_the_dram_cache() {
+    let (pm, fs) = pm_pool(32 << 20, 64);
+    let ssd = Arc::new(MemBlock::new(32 << 20));
+    fs.attach_tier(record(1, TierKind::Ssd, 32 << 20), ssd.clone())
+        .unwrap();
+    block_first(&fs);
+    let inos: Vec<u64> = (0..4).map(|k| file(&fs, 1, &format!("f{k}"))).collect();
+    let stop = AtomicBool::new(false);
+    let model = std::thread::scope(|sc| {
+        let writer = sc.spawn(|| {
+            let mut model = vec![Vec::new(); inos.len()];
+            let mut round = 0u64;
+            while !stop.load(Ordering::SeqCst) && round < 2000 {
+                for (k, &ino) in inos.iter().enumerate() {
+                    let buf = pattern(round * 10 + k as u64, 64 << 10);
+                    let off = (round % 16) * (64 << 10);
+                    fs.write(ino, off, &buf).unwrap();
+                    let m: &mut Vec<u8> = &mut model[k];
+                    let end = off as usize + buf.len();
+                    if m.len() < end {
+                        m.resize(end, 0);
+                    }
+                    m[off as usize..end].copy_from_slice(&buf);
+                }
+                round += 1;
+            }
+            model
+        });
+        wait_for("cached writes", || fs.cache().stats().dirty_bytes > 0);
+        fs.detach_last_tier().unwrap();
+        assert_eq!(
+            fs.cache().stats().dirty_bytes,
+            0,
+            "dirty pages left in a pool with no block tier"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        stop.store(true, Ordering::SeqCst);
+        writer.join().unwrap()
+    });
+    assert_eq!(fs.cache().stats().dirty_bytes, 0);
+    assert_eq!(kinds(&fs), ["pm"]);
+    for (k, &ino) in inos.iter().enumerate() {
+        assert!(content(&fs, ino) == model[k], "file {k}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm.clone());
+    for (k, &ino) in inos.iter().enumerate() {
+        assert!(content(&fs, ino) == model[k], "file {k} after the remount");
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&*pm, None, Fsck::Data, "after the removal");
+}
+
+#[test]
+fn a_removed_tier_id_can_be_attached_again_and_takes_data() {
+    let (pm, fs) = pm_pool(4 << 20, 64);
+    let old = Arc::new(MemBlock::new(16 << 20));
+    fs.attach_tier(record(1, TierKind::Ssd, 16 << 20), old.clone())
+        .unwrap();
+    let a = file_holding(&fs, "a", &pattern(5, 1 << 20));
+    fs.migrate_file(a, 1).unwrap();
+    // Read once so that the DRAM cache holds its blocks of the old tier.
+    assert_eq!(content(&fs, a), pattern(5, 1 << 20));
+    fs.migrate_file(a, 0).unwrap();
+    fs.detach_last_tier().unwrap();
+    let new = Arc::new(MemBlock::new(32 << 20));
+    fs.attach_tier(record(1, TierKind::Hdd, 32 << 20), new.clone())
+        .unwrap();
+    assert_eq!(kinds(&fs), ["pm", "hdd"]);
+    // More than PM holds: the new tier takes it.
+    let big = pattern(6, 12 << 20);
+    let b = file_holding(&fs, "b", &big);
+    fs.migrate_file(a, 1).unwrap();
+    assert_eq!(tier_bytes(&fs, a, "hdd"), 1 << 20);
+    assert_eq!(
+        content(&fs, a),
+        pattern(5, 1 << 20),
+        "no stale cached block"
+    );
+    assert_eq!(content(&fs, b), big);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), new.clone());
+    assert_eq!(content(&fs, a), pattern(5, 1 << 20));
+    assert_eq!(content(&fs, b), big);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&*pm, Some(new), Fsck::Data, "after attaching again");
+}
+
+#[test]
+fn attaching_after_the_slots_run_out_is_refused_before_the_superblock_changes() {
+    let (_pm, fs) = pm_pool(4 << 20, 64);
+    let dev = || Arc::new(MemBlock::new(2 << 20)) as Arc<dyn BlockMedia>;
+    for _ in 0..terrace_core::tier_list::SLOTS {
+        fs.attach_tier(record(1, TierKind::Ssd, 2 << 20), dev())
+            .unwrap();
+        fs.detach_last_tier().unwrap();
+    }
+    let before = fs.superblock();
+    let e = fs
+        .attach_tier(record(1, TierKind::Ssd, 2 << 20), dev())
+        .unwrap_err();
+    assert!(e.contains("remount the pool to add more tiers"), "{e}");
+    assert_eq!(fs.superblock(), before);
+}
+
+/// Crash images at every event of a removal: each mounts (with the tier's
+/// device when its superblock still names the tier), holds the file, and
+/// passes fsck; the tier is named up to the commit point and gone after
+/// it, never named again once gone, and gone when the removal returned.
+#[test]
+fn a_crash_at_any_point_of_the_removal_leaves_the_empty_tier_named_or_gone() {
+    let (pm, fs) = pm_pool_on(CrashMedia::new(4 << 20), 64);
+    let data = pattern(7, 1 << 20);
+    let a = file_holding(&fs, "a", &data);
+    fs.fsync(a, false).unwrap();
+    let ssd = Arc::new(MemBlock::new(16 << 20));
+    fs.attach_tier(record(1, TierKind::Ssd, 16 << 20), ssd.clone())
+        .unwrap();
+    fs.migrate_file(a, 1).unwrap();
+    fs.migrate_file(a, 0).unwrap();
+    let (r, trace) = pm.trace(|| fs.detach_last_tier());
+    r.unwrap();
+    let n = trace.len();
+    assert!(n > 0, "the removal wrote nothing to PM");
+    let mut gone_at = None;
+    for k in 0..=n {
+        for mode in [LossMode::AllUnflushed, LossMode::RandomWords(k as u64)] {
+            let ctx = format!("crash after event {k}/{n} {mode:?}");
+            let img = Arc::new(MemMedia::from_image(trace.image_at(k, mode)));
+            let sb = terrace_core::recovery::read_superblock(&*img)
+                .unwrap_or_else(|e| panic!("{ctx}: superblock: {e}"));
+            let named = sb.tiers.len() == 2;
+            if mode == LossMode::AllUnflushed {
+                match (named, gone_at) {
+                    (false, None) => gone_at = Some(k),
+                    (true, Some(g)) => panic!("{ctx}: named again after it was gone at {g}"),
+                    _ => {}
+                }
+            }
+            let dev =
+                named.then(|| Arc::new(MemBlock::from_image(ssd.image())) as Arc<dyn BlockMedia>);
+            assert_fsck_clean(&*img, dev.clone(), Fsck::Data, &ctx);
+            let tiers = dev.map(|d| (1, d)).into_iter().collect();
+            let fs = Fs::mount_with_tiers(img as Arc<dyn PmMedia>, tiers)
+                .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
+            assert!(content(&fs, a) == data, "{ctx}: the file changed");
+            fs.check_allocator()
+                .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+        }
+    }
+    assert!(
+        gone_at.is_some_and(|g| g > 0),
+        "the tier must be named before the commit and gone after it ({gone_at:?} of {n})"
+    );
+}
