@@ -161,6 +161,41 @@ def test_a_mounted_pool_gains_tiers_at_once_that_take_data_with_no_unmount():
                 assert sha256_file(mnt / name) == d, name
 
 
+def test_writes_after_a_tier_is_added_survive_a_kill_when_the_kernel_stopped_sending_fsyncs():
+    """A PM-only pool on /dev/shm answers the first fsync ENOSYS and the
+    kernel completes every later fsync itself (design.md §5b). A tier added
+    to that mount must not leave writes in the DRAM cache, where no fsync
+    would ever reach them: data written after the add, far beyond PM and
+    never fsync'd by a request, is whole after kill -9 of the daemon."""
+    import os
+    import helpers
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        digests = {}
+        # Cached pages stay dirty until the kill (no age or level flush).
+        m = helpers.mount(pool, mnt, "writeback_age_ns=3600s,writeback_dirty_percent=100")
+        try:
+            fd = os.open(mnt / "first", os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                os.write(fd, b"x" * 4096)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            assert m.status()["fsync_in_kernel"] is True
+            terrace("tier", "add", mnt, f"ssd:{ssd}:512M")
+            for i in range(3):
+                name = f"after{i}"
+                # Its fsync is completed by the kernel: no request.
+                digests[name] = write_pattern_file(mnt / name, 48 << 20, 20 + i)
+            m.kill()
+        finally:
+            helpers.lazy_unmount(mnt)
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt):
+            for name, d in digests.items():
+                assert sha256_file(mnt / name) == d, f"{name} lost after kill -9"
+
+
 def test_an_object_tier_is_attached_to_a_mounted_pool_and_takes_data(s3):  # noqa: F811
     prefix = unique_name("live").replace("_", "-").lower()
     with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_mountpoint() as mnt:

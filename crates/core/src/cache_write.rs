@@ -162,8 +162,11 @@ impl Fs {
     /// Whether the DRAM cache takes writes: a block tier that is not being
     /// removed is mounted, for the write-back to put them on (with none,
     /// writes go through to PM, as on a PM-only pool).
+    /// Nor once the kernel completes the mount's fsyncs itself
+    /// ([`Fs::leave_fsync_to_kernel`]): a cached page would then never be
+    /// written back by an fsync.
     pub(crate) fn cache_takes_writes(&self) -> bool {
-        self.tiers.iter().any(|t| !t.space.is_retiring())
+        !self.fsync_left_to_kernel() && self.tiers.iter().any(|t| !t.space.is_retiring())
     }
 
     /// Discards the dirty pages of an inode being freed.

@@ -107,6 +107,11 @@ pub struct Fs {
     /// Serialises "is there room" checks with the claims that follow them
     /// (cached writes), so two writers cannot both take the last blocks.
     pub(crate) room_lock: Mutex<()>,
+    /// The kernel completes this mount's fsyncs itself (the adapter answered
+    /// one ENOSYS, [`Fs::leave_fsync_to_kernel`]): the DRAM cache takes no
+    /// writes from then on, even once a block tier is attached. Set under
+    /// `room_lock`; never cleared before unmount.
+    pub(crate) fsync_by_kernel: std::sync::atomic::AtomicBool,
     /// Readers of block-tier data without their inode lock, and the frees
     /// waiting for them (`read_pins`).
     pub(crate) read_pins: crate::read_pins::ReadPins,
@@ -347,6 +352,7 @@ impl Fs {
             ),
             wb_inflight_blocks: std::sync::atomic::AtomicU64::new(0),
             room_lock: Mutex::new(Rank::Room, ()),
+            fsync_by_kernel: std::sync::atomic::AtomicBool::new(false),
             read_pins: Default::default(),
             shared: crate::shared::SharedBlocks::new(shared),
             pm_io: terrace_media::BlockStatsCounter::new(),

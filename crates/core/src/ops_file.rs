@@ -342,13 +342,43 @@ impl Fs {
     /// block tier (so no DRAM cache holds dirty data; every write and every
     /// metadata operation is durable on PM when it returns, design.md §7)
     /// and the PM media needs no msync ([`PmMedia::fence_is_durable`]: DAX or
-    /// tmpfs). Fixed for the life of the mount. The FUSE adapter then tells
+    /// tmpfs). It turns false when a tier is attached to the mounted pool;
+    /// the kernel's flag does not, hence [`Fs::leave_fsync_to_kernel`]. The
+    /// FUSE adapter then tells
     /// the kernel that fsync needs no request, which saves one round trip
     /// per `fsync`/`fdatasync`.
     ///
     /// [`PmMedia::fence_is_durable`]: terrace_media::PmMedia::fence_is_durable
     pub fn fsync_is_noop(&self) -> bool {
         self.tiers.is_empty() && self.media.fence_is_durable()
+    }
+
+    /// Called by the adapter before it answers an fsync ENOSYS (because
+    /// [`Fs::fsync_is_noop`] held): the kernel completes every later fsync of
+    /// the mount itself, without a request, until unmount — also after
+    /// `terrace tier add` attached a block tier, when fsync would otherwise
+    /// have cached pages to write back. So from here on the DRAM cache takes
+    /// no writes ([`Fs::cache_takes_writes`]): every write is durable when
+    /// it returns, as the kernel now assumes. Pages cached before the flag
+    /// was set (a tier attached while this fsync ran) are written back here,
+    /// before the reply. Remounting gives the cache back.
+    pub fn leave_fsync_to_kernel(&self) -> FsResult<()> {
+        {
+            let _room = self.room_lock.lock();
+            self.fsync_by_kernel
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        if self.tiers.is_empty() {
+            return Ok(());
+        }
+        self.flush_all()
+    }
+
+    /// Whether the kernel completes this mount's fsyncs itself
+    /// ([`Fs::leave_fsync_to_kernel`]).
+    pub fn fsync_left_to_kernel(&self) -> bool {
+        self.fsync_by_kernel
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Makes an inode's data and metadata durable: writes back its cached

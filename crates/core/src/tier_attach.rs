@@ -72,6 +72,12 @@ impl Fs {
             .sync_all()
             .map_err(|e| format!("cannot persist the superblock: {e}"))?;
         appending.push(tier)?;
+        if self.fsync_left_to_kernel() {
+            self.notice(
+                "the kernel completes this mount's fsyncs itself (it was a pm-only pool when                  the first fsync came): writes are not cached in DRAM until the pool is                  remounted, so each is durable when it returns"
+                    .to_string(),
+            );
+        }
         // Writers waiting for room may find it on the new tier.
         self.kick_migration();
         Ok(())

@@ -100,3 +100,46 @@ fn a_tier_that_breaks_the_order_is_refused_and_changes_nothing() {
         .unwrap_err();
     assert!(e.contains("fastest to slowest"), "{e}");
 }
+
+/// A PM-only pool on durable-fence media answers fsync with ENOSYS once
+/// (the adapter calls `leave_fsync_to_kernel` first), and the kernel then
+/// completes every later fsync of the mount itself. When a block tier is
+/// attached after that, writes must not stay in the DRAM cache: no fsync
+/// would ever reach the daemon to write them back. So a write after the
+/// attach is durable when it returns — here it survives a crash with no
+/// fsync request at all. (Without the flag the same write stays cached and
+/// the crash loses it: the control half of the test.)
+#[test]
+fn writes_after_a_tier_attach_survive_a_crash_when_the_kernel_completes_fsync_itself() {
+    for kernel_fsync in [true, false] {
+        let (pm, fs) = pm_pool(8 << 20, 64);
+        assert!(fs.fsync_is_noop(), "PM-only on durable-fence media");
+        if kernel_fsync {
+            fs.leave_fsync_to_kernel().unwrap();
+        }
+        let ssd = Arc::new(MemBlock::new(256 << 20));
+        fs.attach_tier(record(1, TierKind::Ssd, 256 << 20), ssd.clone())
+            .unwrap();
+        assert!(!fs.fsync_is_noop(), "a tier is attached");
+        let f = fs.mknod(1, b"bulk", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+        // Three times PM: most of it goes to the new tier.
+        let data = pattern(7, 24 << 20);
+        for (k, chunk) in data.chunks(1 << 20).enumerate() {
+            fs.write(f.ino, (k << 20) as u64, chunk).unwrap();
+        }
+        // The daemon dies: no fsync reached it, no unmount.
+        let image = Arc::new(terrace_media::MemMedia::from_image(pm.image()));
+        drop(fs);
+        let fs = mount_tiered(image as Arc<dyn PmMedia>, ssd);
+        let got = fs.read(f.ino, 0, data.len()).unwrap();
+        if kernel_fsync {
+            assert!(got == data, "every acknowledged write survives");
+        } else {
+            assert!(
+                got != data,
+                "control: with fsync requests expected, the write was cached \
+                 (if this fails, the test no longer shows anything)"
+            );
+        }
+    }
+}

@@ -355,7 +355,15 @@ impl Filesystem for FuseAdapter {
     ) {
         let _req = self.arrived(Op::Fsync);
         let r = self.fs.fsync(ino.0, datasync);
-        reply::fsync(reply, r, self.fsync_needs_no_request());
+        // Before the ENOSYS that makes the kernel stop sending fsyncs, the
+        // core stops caching writes for good (a tier may be attached later).
+        let noop = r.is_ok() && self.fsync_needs_no_request();
+        let r = if noop {
+            self.fs.leave_fsync_to_kernel()
+        } else {
+            r
+        };
+        reply::fsync(reply, r, noop);
     }
 
     fn create(
