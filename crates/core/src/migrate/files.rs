@@ -40,6 +40,12 @@ impl Fs {
         // write, a write-back, a clean copy made by the migration thread)
         // drops them rather than commit stale data: move what is left again,
         // a bounded number of times (a file written all along keeps some).
+        // The migration thread leaves these files alone while the command
+        // moves them: a drain copying one of them to another tier meanwhile
+        // changed its pieces, so the command's commit dropped them and its
+        // next round moved them again — into an object tier as extra,
+        // smaller parts (design §5n).
+        let _claim = Commanded::claim(self, inos);
         let mut moved = 0;
         let mut errors: Vec<(Ino, std::io::Error)> = Vec::new();
         let mut todo: Vec<Ino> = inos.to_vec();
@@ -164,5 +170,46 @@ impl Fs {
             }
         }
         Ok(())
+    }
+}
+
+/// Files claimed by a `migrate` command until dropped (see
+/// `Migrator::commanded`).
+struct Commanded<'a> {
+    fs: &'a Fs,
+    inos: Vec<Ino>,
+}
+
+impl<'a> Commanded<'a> {
+    fn claim(fs: &'a Fs, inos: &[Ino]) -> Commanded<'a> {
+        let mut g = fs.migrator.commanded.lock();
+        for &ino in inos {
+            *g.entry(ino).or_default() += 1;
+        }
+        Commanded {
+            fs,
+            inos: inos.to_vec(),
+        }
+    }
+}
+
+impl Drop for Commanded<'_> {
+    fn drop(&mut self) {
+        let mut g = self.fs.migrator.commanded.lock();
+        for ino in &self.inos {
+            if let Some(n) = g.get_mut(ino) {
+                *n -= 1;
+                if *n == 0 {
+                    g.remove(ino);
+                }
+            }
+        }
+    }
+}
+
+impl Fs {
+    /// Whether a `migrate` command is moving `ino` now.
+    pub(crate) fn is_commanded(&self, ino: Ino) -> bool {
+        self.migrator.commanded.lock().contains_key(&ino)
     }
 }

@@ -281,6 +281,10 @@ impl Fs {
                     let Some(&(_, ino)) = files.get(k) else {
                         return;
                     };
+                    if self.is_commanded(ino) {
+                        // A `migrate` command is moving it.
+                        continue;
+                    }
                     let file = {
                         let Ok(g) = self.lock(ino) else { continue };
                         let i = g.as_ref().expect("live");

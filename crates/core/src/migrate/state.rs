@@ -74,6 +74,10 @@ pub struct Migrator {
     /// The error that ended the last failed move, if any since the last
     /// successful pass.
     pub(super) last_failure: Mutex<Option<String>>,
+    /// Files a `migrate` command is moving now (with how many commands):
+    /// the migration thread's drains leave them alone meanwhile
+    /// ([`crate::Fs::migrate_files`]).
+    pub(super) commanded: Mutex<std::collections::HashMap<crate::types::Ino, u32>>,
     /// The last log-migration failure logged (each different one once).
     pub(crate) last_log_failure: Mutex<String>,
     /// Notices for the daemon's log, each said once (see `take_notices`).
