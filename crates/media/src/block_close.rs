@@ -103,6 +103,26 @@ impl<B: BlockMedia> BlockMedia for Closable<B> {
         }
     }
 
+    fn seal(&self) {
+        if let Some(m) = &*self.inner.read() {
+            m.seal();
+        }
+    }
+
+    fn sync_sealed(&self) -> io::Result<()> {
+        match &*self.inner.read() {
+            Some(m) => m.sync_sealed(),
+            None => Err(self.closed()),
+        }
+    }
+
+    fn delete_dead(&self) -> io::Result<()> {
+        match &*self.inner.read() {
+            Some(m) => m.delete_dead(),
+            None => Ok(()),
+        }
+    }
+
     fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {
         match &*self.inner.read() {
             Some(m) => m.trim(block, blocks),

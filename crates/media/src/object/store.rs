@@ -456,8 +456,26 @@ impl Bucket {
         let uploads = stream::iter(objects.into_iter().map(|(key, data)| async move {
             let len = data.content_length() as u64;
             let path = Bucket::path(&key)?;
-            let put = store.put_opts(&path, data, PutOptions::default());
-            match put.await {
+            // Each PUT is a task of the runtime's worker threads: building
+            // a request hashes its body (SigV4 signs the payload's SHA-256),
+            // and polled here every body of the batch was hashed on this
+            // one thread.
+            let store = Arc::clone(store);
+            let put =
+                tokio::spawn(
+                    async move { store.put_opts(&path, data, PutOptions::default()).await },
+                );
+            let put = match put.await {
+                Ok(r) => r,
+                Err(e) => {
+                    add(&self.shared.counters.failures, 1);
+                    return Err(io::Error::other(format!(
+                        "s3 PUT {}/{key}: the upload task failed: {e}",
+                        self.base
+                    )));
+                }
+            };
+            match put {
                 Ok(r) if r.e_tag.as_deref().is_some_and(|t| !t.is_empty()) => {
                     self.shared.health.set(None);
                     add(&self.shared.counters.puts, 1);
