@@ -549,3 +549,76 @@ def test_partial_writes_truncates_and_punches_waiting_on_a_stalled_store_hold_up
             assert punched.read_bytes() == bytes(want_punched)
             assert sha256_file(hot) == hot_digest
         assert_fsck_clean(pool)
+
+
+def test_fsyncs_uploading_to_a_stalled_store_hold_up_no_other_request(server, proxy):
+    """Files pinned to s3 keep their writes in the DRAM cache until fsync,
+    whose write-back uploads them before it returns. With the store's PUT
+    answers held, two such fsyncs are in flight — as many as the mount has
+    request threads — while `stat`, `ls -l` and reads and writes of PM files
+    finish promptly; once the store answers, the fsyncs complete and the
+    data is on s3."""
+    patient = "s3_retries=100,s3_timeout_ns=120s,s3_request_timeout_ns=60s,s3_backoff_ns=50ms"
+    with pool_with_s3(server) as (pool, mnt):
+        with mounted_pool(pool, mnt, patient) as m:
+            archive = mnt / "archive"
+            archive.mkdir()
+            terrace("rule", archive, "s3")
+            hot = mnt / "hot"  # on PM
+            hot_digest = write_file(hot, 256 << 10, 1)
+            size = 1 << 20
+            data = {archive / f"p{k}": pattern_bytes(size, 70 + k) for k in range(2)}
+            fds = {}
+            for f, b in data.items():
+                fds[f] = os.open(f, os.O_WRONLY | os.O_CREAT, 0o644)
+                assert os.write(fds[f], b) == size
+            results: dict = {}
+
+            def fsync(f):
+                try:
+                    os.fsync(fds[f])
+                    results[f.name] = 0
+                except OSError as e:
+                    results[f.name] = e
+
+            probe: dict = {}
+
+            def other_requests():
+                t0 = time.monotonic()
+                for k in range(3):
+                    os.stat(mnt)
+                    os.stat(hot)
+                    subprocess.run(["ls", "-l", str(mnt)], check=True, capture_output=True,
+                                   timeout=30)
+                    assert sha256_file(hot) == hot_digest
+                    write_file(mnt / f"during{k}", 64 << 10, 3)
+                probe["s"] = time.monotonic() - t0
+
+            ops = [threading.Thread(target=fsync, args=(f,)) for f in data]
+            try:
+                with injected(proxy, Fault("delay", method="PUT", path=DATA, delay=math.inf,
+                                           count=None)) as fault:
+                    for t in ops:
+                        t.start()
+                    assert wait_until(lambda: fault.fired >= 1, 20), "no upload reached the store"
+                    time.sleep(1)
+                    prober = threading.Thread(target=other_requests)
+                    prober.start()
+                    prober.join(10)
+                    stuck = [t.is_alive() for t in ops]
+                    served_in_time = not prober.is_alive()
+                prober.join(120)
+                for t in ops:
+                    t.join(120)
+            finally:
+                for fd in fds.values():
+                    os.close(fd)
+            assert served_in_time and probe.get("s", 99) < 2, (
+                f"stat, ls, PM reads and writes took {probe.get('s')}s (over 10 s if None) "
+                f"behind fsyncs uploading to a stalled s3")
+            assert stuck == [True, True], f"the fsyncs were not in flight: {results}"
+            assert results == {"p0": 0, "p1": 0}, results
+            for f, b in data.items():
+                assert f.read_bytes() == b
+                assert s3_bytes(f) == size, f
+            assert m.alive()

@@ -18,7 +18,9 @@
 //!   kept part of that block is read and rewritten, `Fs::setattr`);
 //! - `copy_file_range` whose source range maps to an object tier, or whose
 //!   destination range has such a partial end block (it copies through
-//!   reads and writes, `ops_clone.rs`).
+//!   reads and writes, `ops_clone.rs`);
+//! - an fsync of a file with pages in the DRAM cache: their write-back may
+//!   upload (a file pinned to an object tier, or a spill into one).
 //!
 //! A write and a truncate also fetch such a block into the DRAM cache
 //! before they take the inode lock ([`Fs::warm_partial_ends`],
@@ -87,6 +89,18 @@ impl Fs {
             return false;
         }
         self.may_wait(ino, |i| self.cut_on_object_tier(i, size))
+    }
+
+    /// Whether an fsync of `ino` may wait on an object store: the file has
+    /// pages in the DRAM cache, whose write-back may go to an object tier
+    /// (a rule pinning the file there, or a spill) and then uploads before
+    /// the fsync returns; or the inode lock is busy. False at once for pools
+    /// without an object tier.
+    pub fn fsync_may_wait_on_network(&self, ino: Ino) -> bool {
+        if !self.has_object_tier() {
+            return false;
+        }
+        self.may_wait(ino, |i| !i.dirty.is_empty())
     }
 
     /// Whether `copy_file_range` of `len` bytes from `src` at `src_off` to

@@ -354,6 +354,13 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _req = self.arrived(Op::Fsync);
+        if self.fs.fsync_may_wait_on_network(ino.0) {
+            // Its write-back may upload (seconds, or the retry budget while
+            // the store is down): off the request threads. A pool with an
+            // object tier never leaves fsync to the kernel.
+            return self
+                .off_request(move |a| reply::fsync(reply, a.fs.fsync(ino.0, datasync), false));
+        }
         let r = self.fs.fsync(ino.0, datasync);
         // Before the ENOSYS that makes the kernel stop sending fsyncs, the
         // core stops caching writes for good (a tier may be attached later).

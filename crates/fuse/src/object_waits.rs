@@ -9,8 +9,11 @@
 //! and those wait holding the file's inode lock. Served on a request thread,
 //! two such requests would hold both of the mount's request threads, and
 //! every request — for data on PM or the SSD too — would wait behind them.
-//! So the adapter asks the core whether a request may wait on the network
-//! (`Fs::read_may_wait_on_network`, `write_…`, `truncate_…`, `copy_…`: a
+//! An fsync of a file with cached pages uploads them when their write-back
+//! goes to an object tier (a file pinned there), holding its request thread
+//! for the upload. So the adapter asks the core whether a request may wait
+//! on the network (`Fs::read_may_wait_on_network`, `write_…`, `truncate_…`,
+//! `copy_…`, `fsync_…`: a
 //! range mapped to an object tier, or an inode lock that is busy) and hands
 //! such requests, with their replies, to a pool of [`THREADS`] threads; the
 //! request thread is free at once.
