@@ -6,18 +6,8 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_format::TierKind;
 use terrace_media::{BlockMedia, MemBlock, PmMedia};
-
-fn record(id: u8, kind: TierKind, size: u64) -> TierRecord {
-    TierRecord {
-        id,
-        kind,
-        size,
-        extent_size: DEFAULT_EXTENT_SIZE,
-        path: kind.name().into(),
-    }
-}
 
 #[test]
 fn a_tier_attached_to_a_mounted_pool_takes_data_at_once_and_mounts_with_the_pool() {
@@ -26,7 +16,7 @@ fn a_tier_attached_to_a_mounted_pool_takes_data_at_once_and_mounts_with_the_pool
     let small = pattern(1, 1 << 20);
     fs.write(a.ino, 0, &small).unwrap();
     let ssd = Arc::new(MemBlock::new(32 << 20));
-    fs.attach_tier(record(1, TierKind::Ssd, 32 << 20), ssd.clone())
+    fs.attach_tier(tier_record(1, TierKind::Ssd, 32 << 20), ssd.clone())
         .unwrap();
     assert_eq!(fs.superblock().tiers.len(), 2, "the superblock names it");
     // More than the 4 MiB PM holds: the new tier takes the rest.
@@ -62,7 +52,7 @@ fn a_crash_after_the_attach_leaves_a_pool_that_mounts_with_the_empty_tier_or_wit
     fs.write(a.ino, 0, &data).unwrap();
     fs.fsync(a.ino, false).unwrap();
     let ssd = Arc::new(MemBlock::new(32 << 20));
-    fs.attach_tier(record(1, TierKind::Ssd, 32 << 20), ssd.clone())
+    fs.attach_tier(tier_record(1, TierKind::Ssd, 32 << 20), ssd.clone())
         .unwrap();
     // The daemon dies here: no unmount. The tier holds nothing, so the pool
     // mounts whether its device is there or not.
@@ -83,20 +73,20 @@ fn a_tier_that_breaks_the_order_is_refused_and_changes_nothing() {
     let before = fs.superblock();
     let dev = || Arc::new(MemBlock::new(32 << 20)) as Arc<dyn BlockMedia>;
     for (rec, why) in [
-        (record(1, TierKind::Pm, 32 << 20), "one pm tier"),
-        (record(2, TierKind::Ssd, 32 << 20), "id 1"),
-        (record(1, TierKind::S3, 32 << 20), "before it"),
-        (record(1, TierKind::Ssd, 512 << 10), "two extents"),
+        (tier_record(1, TierKind::Pm, 32 << 20), "one pm tier"),
+        (tier_record(2, TierKind::Ssd, 32 << 20), "id 1"),
+        (tier_record(1, TierKind::S3, 32 << 20), "before it"),
+        (tier_record(1, TierKind::Ssd, 512 << 10), "two extents"),
     ] {
         let e = fs.attach_tier(rec, dev()).unwrap_err();
         assert!(e.contains(why), "{e:?} should say {why:?}");
         assert_eq!(fs.superblock(), before, "a refused attach wrote");
         assert!(fs.status().tiers.len() == 1);
     }
-    fs.attach_tier(record(1, TierKind::Hdd, 32 << 20), dev())
+    fs.attach_tier(tier_record(1, TierKind::Hdd, 32 << 20), dev())
         .unwrap();
     let e = fs
-        .attach_tier(record(2, TierKind::Ssd, 32 << 20), dev())
+        .attach_tier(tier_record(2, TierKind::Ssd, 32 << 20), dev())
         .unwrap_err();
     assert!(e.contains("fastest to slowest"), "{e}");
 }
@@ -118,7 +108,7 @@ fn writes_after_a_tier_attach_survive_a_crash_when_the_kernel_completes_fsync_it
             fs.leave_fsync_to_kernel().unwrap();
         }
         let ssd = Arc::new(MemBlock::new(256 << 20));
-        fs.attach_tier(record(1, TierKind::Ssd, 256 << 20), ssd.clone())
+        fs.attach_tier(tier_record(1, TierKind::Ssd, 256 << 20), ssd.clone())
             .unwrap();
         assert!(!fs.fsync_is_noop(), "a tier is attached");
         let f = fs.mknod(1, b"bulk", libc::S_IFREG | 0o644, 0, CTX).unwrap();

@@ -12,18 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use terrace_core::Fs;
-use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+use terrace_format::TierKind;
 use terrace_media::{BlockMedia, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia};
-
-fn record(id: u8, kind: TierKind, size: u64) -> TierRecord {
-    TierRecord {
-        id,
-        kind,
-        size,
-        extent_size: DEFAULT_EXTENT_SIZE,
-        path: kind.name().into(),
-    }
-}
 
 /// A pool of `pm_bytes` of PM, then an ssd (tier 1) and an hdd (tier 2)
 /// of `block_bytes` each, mounted.
@@ -57,7 +47,7 @@ fn an_empty_attached_tier_is_removed_and_the_pool_mounts_without_it() {
     let data = pattern(1, 1 << 20);
     let a = file_holding(&fs, "a", &data);
     let ssd = Arc::new(MemBlock::new(32 << 20));
-    fs.attach_tier(record(1, TierKind::Ssd, 32 << 20), ssd.clone())
+    fs.attach_tier(tier_record(1, TierKind::Ssd, 32 << 20), ssd.clone())
         .unwrap();
     // Data passes through the tier and leaves it again.
     fs.migrate_file(a, 1).unwrap();
@@ -410,7 +400,7 @@ fn while_the_removal_waits_for_a_move_in_flight_nothing_new_lands_on_the_tier() 
 fn removing_the_only_block_tier_leaves_nothing_in_the_dram_cache() {
     let (pm, fs) = pm_pool(32 << 20, 64);
     let ssd = Arc::new(MemBlock::new(32 << 20));
-    fs.attach_tier(record(1, TierKind::Ssd, 32 << 20), ssd.clone())
+    fs.attach_tier(tier_record(1, TierKind::Ssd, 32 << 20), ssd.clone())
         .unwrap();
     block_first(&fs);
     let inos: Vec<u64> = (0..4).map(|k| file(&fs, 1, &format!("f{k}"))).collect();
@@ -465,7 +455,7 @@ fn removing_the_only_block_tier_leaves_nothing_in_the_dram_cache() {
 fn a_removed_tier_id_can_be_attached_again_and_takes_data() {
     let (pm, fs) = pm_pool(4 << 20, 64);
     let old = Arc::new(MemBlock::new(16 << 20));
-    fs.attach_tier(record(1, TierKind::Ssd, 16 << 20), old.clone())
+    fs.attach_tier(tier_record(1, TierKind::Ssd, 16 << 20), old.clone())
         .unwrap();
     let a = file_holding(&fs, "a", &pattern(5, 1 << 20));
     fs.migrate_file(a, 1).unwrap();
@@ -474,7 +464,7 @@ fn a_removed_tier_id_can_be_attached_again_and_takes_data() {
     fs.migrate_file(a, 0).unwrap();
     fs.detach_last_tier().unwrap();
     let new = Arc::new(MemBlock::new(32 << 20));
-    fs.attach_tier(record(1, TierKind::Hdd, 32 << 20), new.clone())
+    fs.attach_tier(tier_record(1, TierKind::Hdd, 32 << 20), new.clone())
         .unwrap();
     assert_eq!(kinds(&fs), ["pm", "hdd"]);
     // More than PM holds: the new tier takes it.
@@ -503,13 +493,13 @@ fn attaching_after_the_slots_run_out_is_refused_before_the_superblock_changes() 
     let (_pm, fs) = pm_pool(4 << 20, 64);
     let dev = || Arc::new(MemBlock::new(2 << 20)) as Arc<dyn BlockMedia>;
     for _ in 0..terrace_core::tier_list::SLOTS {
-        fs.attach_tier(record(1, TierKind::Ssd, 2 << 20), dev())
+        fs.attach_tier(tier_record(1, TierKind::Ssd, 2 << 20), dev())
             .unwrap();
         fs.detach_last_tier().unwrap();
     }
     let before = fs.superblock();
     let e = fs
-        .attach_tier(record(1, TierKind::Ssd, 2 << 20), dev())
+        .attach_tier(tier_record(1, TierKind::Ssd, 2 << 20), dev())
         .unwrap_err();
     assert!(e.contains("remount the pool to add more tiers"), "{e}");
     assert_eq!(fs.superblock(), before);
@@ -526,7 +516,7 @@ fn a_crash_at_any_point_of_the_removal_leaves_the_empty_tier_named_or_gone() {
     let a = file_holding(&fs, "a", &data);
     fs.fsync(a, false).unwrap();
     let ssd = Arc::new(MemBlock::new(16 << 20));
-    fs.attach_tier(record(1, TierKind::Ssd, 16 << 20), ssd.clone())
+    fs.attach_tier(tier_record(1, TierKind::Ssd, 16 << 20), ssd.clone())
         .unwrap();
     fs.migrate_file(a, 1).unwrap();
     fs.migrate_file(a, 0).unwrap();

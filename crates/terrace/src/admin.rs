@@ -141,6 +141,20 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
     }
 }
 
+/// Maps a failed control call to the command's error, naming `shown` (the
+/// path as given): no daemon serves `mnt`, the call failed, or the daemon
+/// refused the request.
+pub fn control_failed<'a>(
+    mnt: &'a Path,
+    shown: &'a Path,
+) -> impl Fn(ControlError) -> CliError + 'a {
+    move |e| match e {
+        ControlError::NoDaemon => no_daemon(mnt, shown),
+        ControlError::Failed(m) => CliError::at(shown, m),
+        ControlError::Refused(r) => CliError::at(shown, r.error),
+    }
+}
+
 /// `terrace set MOUNTPOINT [KEY [VALUE]]`: list, show or change settings of a
 /// mounted pool at run time.
 pub fn set(mnt: &Path, key: Option<&str>, value: Option<&str>) -> CliResult {
@@ -149,11 +163,7 @@ pub fn set(mnt: &Path, key: Option<&str>, value: Option<&str>) -> CliResult {
         socket: util::control_socket(&abs),
         ..util::run_files(&abs)
     };
-    let failed = |e: ControlError| match e {
-        ControlError::NoDaemon => no_daemon(&abs, mnt),
-        ControlError::Failed(m) => CliError::at(mnt, m),
-        ControlError::Refused(r) => CliError::at(mnt, r.error),
-    };
+    let failed = control_failed(&abs, mnt);
     let timeout = Duration::from_secs(10);
     if let (Some(k), Some(v)) = (key, value) {
         let req = SetSetting {

@@ -240,7 +240,7 @@ fn add_unmounted(pool: &Path, spec: &TierSpec, force: bool) -> CliResult {
 
 /// Asks the daemon serving `mnt` to attach the tier.
 fn add_mounted(shown: &Path, mnt: &Path, spec: &str, force: bool) -> CliResult {
-    use crate::control::{self, protocol::AddTier, ControlError};
+    use crate::control::{self, protocol::AddTier};
     let req = AddTier {
         spec: spec.to_string(),
         force,
@@ -250,11 +250,7 @@ fn add_mounted(shown: &Path, mnt: &Path, spec: &str, force: bool) -> CliResult {
         req,
         std::time::Duration::from_secs(120),
     )
-    .map_err(|e| match e {
-        ControlError::NoDaemon => crate::admin::no_daemon(mnt, shown),
-        ControlError::Failed(m) => CliError::at(shown, m),
-        ControlError::Refused(r) => CliError::at(shown, r.error),
-    })?;
+    .map_err(crate::admin::control_failed(mnt, shown))?;
     util::out(&format!(
         "Added tier {}  {}  {}  {} to the pool mounted on {}; it takes data now",
         got.id,
@@ -364,18 +360,14 @@ pub fn remove(target: &Path) -> CliResult {
 
 /// Asks the daemon serving `mnt` to remove its last tier.
 fn remove_mounted(shown: &Path, mnt: &Path) -> CliResult {
-    use crate::control::{self, protocol::RemoveTier, ControlError};
+    use crate::control::{self, protocol::RemoveTier};
     // A removal may wait for moves in flight and write back the cache.
     let got = control::call(
         &util::control_socket(mnt),
         RemoveTier {},
         std::time::Duration::from_secs(300),
     )
-    .map_err(|e| match e {
-        ControlError::NoDaemon => crate::admin::no_daemon(mnt, shown),
-        ControlError::Failed(m) => CliError::at(shown, m),
-        ControlError::Refused(r) => CliError::at(shown, r.error),
-    })?;
+    .map_err(crate::admin::control_failed(mnt, shown))?;
     util::out(&format!(
         "Removed tier {} ({} {}) from the pool mounted on {}{}",
         got.id,

@@ -183,3 +183,15 @@ pub fn use_nvmfs(fs: &Fs) {
 pub fn block_first(fs: &Fs) {
     fs.set_setting("placement_policy", "block-first").unwrap();
 }
+
+/// The record of a block tier `id` of `size` bytes with the default extent
+/// size, for `Fs::attach_tier` (its path is the kind's name).
+pub fn tier_record(id: u8, kind: TierKind, size: u64) -> TierRecord {
+    TierRecord {
+        id,
+        kind,
+        size,
+        extent_size: DEFAULT_EXTENT_SIZE,
+        path: kind.name().into(),
+    }
+}
