@@ -436,6 +436,22 @@ def pattern_bytes(size: int, seed: int) -> bytes:
     return (block * (size // len(block) + 1))[:size]
 
 
+def other_requests(mnt: Path, hot: Path, hot_digest: str, probe: dict) -> None:
+    """What must go on while requests wait on a stalled store: `stat`, a
+    LOOKUP of a missing name, `ls -l`, and a read and writes of PM files;
+    the seconds it took go to probe["s"]."""
+    t0 = time.monotonic()
+    for k in range(3):
+        os.stat(mnt)
+        os.stat(hot)
+        assert not os.path.exists(mnt / f"absent{k}")  # a LOOKUP
+        subprocess.run(["ls", "-l", str(mnt)], check=True, capture_output=True, timeout=30)
+        assert sha256_file(hot) == hot_digest
+        write_file(mnt / f"during{k}", 64 << 10, 3)
+        os.stat(mnt / f"during{k}")
+    probe["s"] = time.monotonic() - t0
+
+
 def test_partial_writes_truncates_and_punches_waiting_on_a_stalled_store_hold_up_no_other_request(
         server, proxy):
     """A write of part of a block stored on s3, a truncate inside such a
@@ -499,19 +515,6 @@ def test_partial_writes_truncates_and_punches_waiting_on_a_stalled_store_hold_up
 
             probe: dict = {}
 
-            def other_requests():
-                t0 = time.monotonic()
-                for k in range(3):
-                    os.stat(mnt)
-                    os.stat(hot)
-                    assert not os.path.exists(mnt / f"absent{k}")  # a LOOKUP
-                    subprocess.run(["ls", "-l", str(mnt)], check=True, capture_output=True,
-                                   timeout=30)
-                    assert sha256_file(hot) == hot_digest
-                    write_file(mnt / f"during{k}", 64 << 10, 3)
-                    os.stat(mnt / f"during{k}")
-                probe["s"] = time.monotonic() - t0
-
             ops = [threading.Thread(target=partial_write), threading.Thread(target=truncate),
                    threading.Thread(target=punch)]
             with injected(proxy, Fault("delay", method="GET", path=DATA, delay=math.inf,
@@ -522,7 +525,8 @@ def test_partial_writes_truncates_and_punches_waiting_on_a_stalled_store_hold_up
                 # blocks in one read-ahead window) one on the other's fetch.
                 assert wait_until(lambda: fault.fired >= 1, 20), "nothing reached the store"
                 time.sleep(1)
-                prober = threading.Thread(target=other_requests)
+                prober = threading.Thread(target=other_requests,
+                                          args=(mnt, hot, hot_digest, probe))
                 prober.start()
                 prober.join(10)
                 stuck = [t.is_alive() for t in ops]
@@ -583,17 +587,6 @@ def test_fsyncs_uploading_to_a_stalled_store_hold_up_no_other_request(server, pr
 
             probe: dict = {}
 
-            def other_requests():
-                t0 = time.monotonic()
-                for k in range(3):
-                    os.stat(mnt)
-                    os.stat(hot)
-                    subprocess.run(["ls", "-l", str(mnt)], check=True, capture_output=True,
-                                   timeout=30)
-                    assert sha256_file(hot) == hot_digest
-                    write_file(mnt / f"during{k}", 64 << 10, 3)
-                probe["s"] = time.monotonic() - t0
-
             ops = [threading.Thread(target=fsync, args=(f,)) for f in data]
             try:
                 with injected(proxy, Fault("delay", method="PUT", path=DATA, delay=math.inf,
@@ -602,7 +595,8 @@ def test_fsyncs_uploading_to_a_stalled_store_hold_up_no_other_request(server, pr
                         t.start()
                     assert wait_until(lambda: fault.fired >= 1, 20), "no upload reached the store"
                     time.sleep(1)
-                    prober = threading.Thread(target=other_requests)
+                    prober = threading.Thread(target=other_requests,
+                                              args=(mnt, hot, hot_digest, probe))
                     prober.start()
                     prober.join(10)
                     stuck = [t.is_alive() for t in ops]
