@@ -452,6 +452,31 @@ def other_requests(mnt: Path, hot: Path, hot_digest: str, probe: dict) -> None:
     probe["s"] = time.monotonic() - t0
 
 
+def stall_and_probe(proxy: FaultProxy, method: str, ops: list, mnt: Path, hot: Path,
+                    hot_digest: str, none_reached: str) -> tuple:
+    """Holds the store's answers to `method` requests for data parts, starts
+    `ops` (threads whose requests wait on them), and runs `other_requests`
+    meanwhile for up to 10 s. Returns which ops were still in flight then,
+    whether the probe finished in time, and the probe's dict; leaving the
+    block lets the held answers go, and every thread is joined."""
+    probe: dict = {}
+    with injected(proxy, Fault("delay", method=method, path=DATA, delay=math.inf,
+                               count=None)) as fault:
+        for t in ops:
+            t.start()
+        assert wait_until(lambda: fault.fired >= 1, 20), none_reached
+        time.sleep(1)
+        prober = threading.Thread(target=other_requests, args=(mnt, hot, hot_digest, probe))
+        prober.start()
+        prober.join(10)
+        stuck = [t.is_alive() for t in ops]
+        served_in_time = not prober.is_alive()
+    prober.join(120)
+    for t in ops:
+        t.join(120)
+    return stuck, served_in_time, probe, prober
+
+
 def test_partial_writes_truncates_and_punches_waiting_on_a_stalled_store_hold_up_no_other_request(
         server, proxy):
     """A write of part of a block stored on s3, a truncate inside such a
@@ -513,29 +538,12 @@ def test_partial_writes_truncates_and_punches_waiting_on_a_stalled_store_hold_up
                 finally:
                     os.close(fd)
 
-            probe: dict = {}
-
             ops = [threading.Thread(target=partial_write), threading.Thread(target=truncate),
                    threading.Thread(target=punch)]
-            with injected(proxy, Fault("delay", method="GET", path=DATA, delay=math.inf,
-                                       count=None)) as fault:
-                for t in ops:
-                    t.start()
-                # Both wait on the store: on GETs it holds, or (both files'
-                # blocks in one read-ahead window) one on the other's fetch.
-                assert wait_until(lambda: fault.fired >= 1, 20), "nothing reached the store"
-                time.sleep(1)
-                prober = threading.Thread(target=other_requests,
-                                          args=(mnt, hot, hot_digest, probe))
-                prober.start()
-                prober.join(10)
-                stuck = [t.is_alive() for t in ops]
-                served_in_time = not prober.is_alive()
-                # Leaving the block lets the held answers go, so nothing
-                # stays stuck whatever happened above.
-            prober.join(120)
-            for t in ops:
-                t.join(120)
+            # They wait on the store: on GETs it holds, or (files' blocks in
+            # one read-ahead window) one on another's fetch.
+            stuck, served_in_time, probe, prober = stall_and_probe(
+                proxy, "GET", ops, mnt, hot, hot_digest, "nothing reached the store")
             assert served_in_time and probe.get("s", 99) < 2, (
                 f"stat, ls, PM reads and writes took {probe.get('s')}s (over 10 s if None) "
                 f"behind a partial write and a truncate waiting on s3")
@@ -585,25 +593,10 @@ def test_fsyncs_uploading_to_a_stalled_store_hold_up_no_other_request(server, pr
                 except OSError as e:
                     results[f.name] = e
 
-            probe: dict = {}
-
             ops = [threading.Thread(target=fsync, args=(f,)) for f in data]
             try:
-                with injected(proxy, Fault("delay", method="PUT", path=DATA, delay=math.inf,
-                                           count=None)) as fault:
-                    for t in ops:
-                        t.start()
-                    assert wait_until(lambda: fault.fired >= 1, 20), "no upload reached the store"
-                    time.sleep(1)
-                    prober = threading.Thread(target=other_requests,
-                                              args=(mnt, hot, hot_digest, probe))
-                    prober.start()
-                    prober.join(10)
-                    stuck = [t.is_alive() for t in ops]
-                    served_in_time = not prober.is_alive()
-                prober.join(120)
-                for t in ops:
-                    t.join(120)
+                stuck, served_in_time, probe, _ = stall_and_probe(
+                    proxy, "PUT", ops, mnt, hot, hot_digest, "no upload reached the store")
             finally:
                 for fd in fds.values():
                     os.close(fd)

@@ -34,6 +34,16 @@ fn stamped(k: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Every file `inos[k]` reads back as `stamped(k, len)`.
+fn assert_stamped(fs: &Fs, inos: &[u64], len: usize, when: &str) {
+    for (k, &ino) in inos.iter().enumerate() {
+        assert!(
+            fs.read(ino, 0, len).unwrap() == stamped(k as u64, len),
+            "file {k} reads back {when}"
+        );
+    }
+}
+
 #[test]
 fn a_cascade_uploads_objects_of_at_least_half_a_segment_on_average() {
     let pm = Arc::new(MemMedia::new(PM));
@@ -91,12 +101,7 @@ fn a_cascade_uploads_objects_of_at_least_half_a_segment_on_average() {
     let bucket = Bucket::with_store(store, "memory://tier", "pool").unwrap();
     let s3 = Arc::new(ObjectMedia::open_in(bucket, UUID).unwrap());
     let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, s3)]).unwrap();
-    for (k, &ino) in inos.iter().enumerate() {
-        assert!(
-            fs.read(ino, 0, FILE).unwrap() == stamped(k as u64, FILE),
-            "file {k} reads back after the remount"
-        );
-    }
+    assert_stamped(&fs, &inos, FILE, "after the remount");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
@@ -158,12 +163,7 @@ fn windows_into_the_object_tier_end_on_segment_ends_so_each_segment_is_one_part(
         "{puts} PUTs for {} MiB, {fewest} needed: a window cut a segment in two",
         moved >> 20
     );
-    for (k, &ino) in inos.iter().enumerate() {
-        assert!(
-            fs.read(ino, 0, FILE5).unwrap() == stamped(k as u64, FILE5),
-            "file {k} reads back"
-        );
-    }
+    assert_stamped(&fs, &inos, FILE5, "after the migration");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
@@ -194,14 +194,7 @@ fn a_failed_upload_between_pipelined_windows_loses_nothing_and_the_migration_fin
             f.ino
         })
         .collect();
-    let check = |fs: &Fs, when: &str| {
-        for (k, &ino) in inos.iter().enumerate() {
-            assert!(
-                fs.read(ino, 0, SIZE).unwrap() == stamped(k as u64, SIZE),
-                "file {k} reads back {when}"
-            );
-        }
-    };
+    let check = |fs: &Fs, when: &str| assert_stamped(fs, &inos, SIZE, when);
     // 192 MiB in windows of 64 MiB: 128 parts of 512 KiB each. The first
     // window's PUTs all land; the second window's fail partway.
     faults.fail_puts_after(128 + 40, PutFault::Refuse);
