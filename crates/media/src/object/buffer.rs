@@ -144,11 +144,6 @@ impl BlockBuffer {
         }
     }
 
-    /// The held runs as `(first block, blocks)`.
-    pub(super) fn run_list(&self) -> Vec<(u64, u64)> {
-        self.runs.iter().map(|(&s, r)| (s, blocks_of(r))).collect()
-    }
-
     /// Every block held, one `(block, bytes)` each (tests).
     #[cfg(test)]
     pub(super) fn per_block(&self) -> Vec<(u64, Vec<u8>)> {

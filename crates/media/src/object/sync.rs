@@ -71,10 +71,9 @@ impl ObjectMedia {
                 Err(e) => {
                     // Keep the data for the next sync, except blocks written
                     // again (sealed or pending since) or trimmed meanwhile.
-                    let mut newer = trims;
-                    newer.extend(st.sealed.run_list());
+                    // (`fill_gaps` keeps what `sealed` holds, the newer.)
                     let mut restored = std::mem::take(&mut st.sealed);
-                    restored.fill_gaps(&batch, &newer);
+                    restored.fill_gaps(&batch, &trims);
                     st.sealed = restored;
                     return Err(e);
                 }
