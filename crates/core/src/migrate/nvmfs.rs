@@ -11,6 +11,7 @@ impl Fs {
         if self.tiers.is_empty() {
             return (0, 0);
         }
+        self.migrator.split_scans.fetch_add(1, Ordering::Relaxed);
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {
                 let (c, d) = i.extents.pm_clean_dirty();

@@ -50,14 +50,25 @@ impl Fs {
             let (mut used, cap) = self.tier_use(from);
             let mut counted = used;
             if from.is_pm() {
-                // One scan of the inode table per pass (and one more after
-                // evicting): the split is only needed to pass's precision.
-                pm_split = self.pm_clean_dirty();
+                let evict_mark = u64::from(threshold) + (100 - u64::from(threshold)) / 2;
+                // The clean/dirty split is one scan of the inode table (a
+                // lock per slot: on an idle pool it was nearly all the
+                // daemon's CPU), so it is taken only when it can change what
+                // this pass does: NVMFS's flush, PM past the eviction mark,
+                // or PM's whole data use (an upper bound of what counts)
+                // over the threshold. Otherwise nothing moves either way,
+                // and the percent shown is that bound.
+                let split_matters = policy.flushes_dirty_list()
+                    || u128::from(used) * 100 > u128::from(cap) * u128::from(evict_mark)
+                    || mig::should_migrate(used, cap, threshold, params.forced_percent, running)
+                        .is_needed();
+                if split_matters {
+                    pm_split = self.pm_clean_dirty();
+                }
                 let clean = pm_split.0 * BS;
                 // Room for foreground writes: dropping the PM side of clean
                 // data costs no copy, so it goes first once PM passes the
                 // eviction mark (halfway between threshold and full).
-                let evict_mark = u64::from(threshold) + (100 - u64::from(threshold)) / 2;
                 if clean > 0 && u128::from(used) * 100 > u128::from(cap) * u128::from(evict_mark) {
                     let goal = used.saturating_sub(cap / 100 * u64::from(threshold));
                     let freed = self.drain(from, to, goal, &params, &*policy, Mode::Evict);

@@ -64,8 +64,13 @@ pub struct Migrator {
     pub(super) split: Mutex<Option<terrace_policy::nvmfs::AdaptiveSplit>>,
     pub(super) flush_run: Mutex<terrace_policy::nvmfs::FlushRun>,
     pub(super) passes: AtomicU64,
+    /// Scans of the inode table for PM's clean/dirty split
+    /// (`Fs::pm_clean_dirty`): one lock per inode slot each.
+    pub(super) split_scans: AtomicU64,
     /// PM data use the last pass compared with the threshold (percent of
-    /// PM's data capacity; clean copies left out when the policy keeps them).
+    /// PM's data capacity; clean copies left out when the policy keeps them
+    /// and PM's whole data use is over the threshold — below it, that whole
+    /// use, an upper bound).
     pub(super) pm_counted_percent: AtomicU64,
     pub(super) last_reason: Mutex<String>,
     /// Why the last pass that had to drain a tier moved nothing (empty when

@@ -163,3 +163,22 @@ fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot()
     assert_eq!(fs.read(g.ino, 0, 4096).unwrap(), vec![2u8; 4096]);
     fs.check_allocator().unwrap();
 }
+
+#[test]
+fn a_pass_over_a_pm_far_below_its_threshold_scans_no_inode_slot_and_one_over_it_does() {
+    let fs = pool();
+    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    fs.write(f.ino, 0, &[1u8; 64 << 10]).unwrap();
+    let scans = || fs.migrator.split_scans.load(Ordering::Relaxed);
+    let before = scans();
+    for _ in 0..5 {
+        fs.migration_pass();
+    }
+    assert_eq!(scans(), before, "an idle pass scanned the inode table");
+    // PM past its threshold: the split decides what counts, so it is taken.
+    let g = fs.mknod(1, b"g", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    fs.write(g.ino, 0, &vec![2u8; 13 << 20]).unwrap();
+    fs.migration_pass();
+    assert!(scans() > before, "a pass over the threshold took no split");
+}
