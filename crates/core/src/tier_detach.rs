@@ -46,9 +46,10 @@
 use crate::fs::Fs;
 use crate::service_state::RULE_XATTR;
 use crate::tier::BlockTier;
+use crate::types::Ino;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use terrace_format::{PhysBlock, TierId, TierKind, TierRecord, BLOCK_SIZE};
+use terrace_format::{FileBlock, PhysBlock, TierId, TierKind, TierRecord, BLOCK_SIZE};
 
 /// How long a removal waits for allocations on the tier made before it
 /// (moves, write-backs, uploads in flight) to commit or be released.
@@ -73,23 +74,26 @@ struct Holdings {
     /// Extents of files whose data is there, and their blocks.
     extents: u64,
     data_blocks: u64,
-    /// Clean copies there (of data whose primary copy is elsewhere).
+    /// Clean copies there (of data whose primary copy is elsewhere): they
+    /// do not hold the removal up, they are dropped.
     copies: u64,
     copy_blocks: u64,
     /// Inode logs moved there (log blobs).
     logs: u64,
     log_blocks: u64,
-    /// Files unlinked but still open among those holding something.
+    /// Files unlinked but still open among those holding data or a log.
     open_deleted: u64,
 }
 
 impl Holdings {
+    /// Nothing that refuses the removal: clean copies do not (they are
+    /// dropped).
     fn is_empty(&self) -> bool {
-        self.extents == 0 && self.copies == 0 && self.logs == 0
+        self.extents == 0 && self.logs == 0
     }
 
     fn bytes(&self) -> u64 {
-        (self.data_blocks + self.copy_blocks + self.log_blocks) * BLOCK_SIZE
+        (self.data_blocks + self.log_blocks) * BLOCK_SIZE
     }
 
     /// What it holds, in words: "3 extents of files, 1 clean copy".
@@ -99,9 +103,6 @@ impl Holdings {
             |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         if self.extents > 0 {
             parts.push(plural(self.extents, "extent of files", "extents of files"));
-        }
-        if self.copies > 0 {
-            parts.push(plural(self.copies, "clean copy", "clean copies"));
         }
         if self.logs > 0 {
             parts.push(plural(self.logs, "inode log", "inode logs"));
@@ -133,6 +134,50 @@ fn bytes_text(n: u64) -> String {
     }
 }
 
+/// The tier a user names for removal among `tiers` (the superblock's
+/// list): an id, or a kind name (`ssd`, `hdd`, `s3`, `pm`) that one tier of
+/// the pool has. `pm` and `0` resolve (to the PM tier, whose removal is then
+/// refused with its own message).
+pub fn resolve_tier(tiers: &[TierRecord], name: &str) -> Result<TierId, String> {
+    let listed = || {
+        tiers
+            .iter()
+            .map(|t| format!("{} {}", t.id, t.kind.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Ok(id) = name.parse::<u8>() {
+        return match tiers.iter().find(|t| t.id == id) {
+            Some(t) => Ok(TierId(t.id)),
+            None => Err(format!(
+                "the pool has no tier {id} (its tiers: {})",
+                listed()
+            )),
+        };
+    }
+    let Some(kind) = TierKind::parse(name) else {
+        return Err(format!(
+            "unknown tier {name:?}: name it by its id or its kind (its tiers: {})",
+            listed()
+        ));
+    };
+    let of_kind: Vec<&TierRecord> = tiers.iter().filter(|t| t.kind == kind).collect();
+    match of_kind.as_slice() {
+        [t] => Ok(TierId(t.id)),
+        [] => Err(format!(
+            "the pool has no {} tier (its tiers: {})",
+            kind.name(),
+            listed()
+        )),
+        _ => Err(format!(
+            "the pool has {} {} tiers: name one by its id (its tiers: {})",
+            of_kind.len(),
+            kind.name(),
+            listed()
+        )),
+    }
+}
+
 /// "tier 2 (hdd /data/hdd.img)".
 fn tier_name(rec: &TierRecord) -> String {
     format!("tier {} ({} {})", rec.id, rec.kind.name(), rec.path)
@@ -154,24 +199,46 @@ impl Drop for Retiring<'_> {
 }
 
 impl Fs {
-    /// Removes the pool's last tier while mounted; see the module docs for
-    /// the steps. Refused, with nothing changed, on a read-only or frozen
-    /// pool, when the pool has only its PM tier, when a placement rule names
-    /// the tier, when the rest of the pool could not hold the data waiting
-    /// in the DRAM cache, and while anything is stored on the tier (the
-    /// message says what, and how to move it).
+    /// Removes the pool's last tier while mounted ([`Fs::detach_tier`]
+    /// with no tier named).
     pub fn detach_last_tier(&self) -> Result<DetachedTier, String> {
+        self.detach_tier(None)
+    }
+
+    /// Removes tier `which` (the last tier when `None`) while mounted; see
+    /// the module docs for the steps. The other tiers keep their ids.
+    /// Refused, with nothing changed, on a read-only or frozen pool, for
+    /// the PM tier or a tier the pool does not have, when a placement rule
+    /// names the tier, when the rest of the pool could not hold the data
+    /// waiting in the DRAM cache, and while data, an inode log or a deleted
+    /// file still open is stored on the tier (the message says what, and
+    /// how to move it). Clean copies on the tier are dropped.
+    pub fn detach_tier(&self, which: Option<TierId>) -> Result<DetachedTier, String> {
         self.refuse_tier_change()?;
         let changing = self.tiers.begin_append();
-        let rec = self.sb.lock().tiers.last().cloned();
-        let Some(rec) = rec.filter(|r| r.id != 0) else {
-            return Err("the pool has only its pm tier, which cannot be removed".into());
+        let rec = {
+            let sb = self.sb.lock();
+            match which {
+                None => sb.tiers.last().cloned(),
+                Some(id) => sb.tiers.iter().find(|t| t.id == id.get()).cloned(),
+            }
         };
+        let Some(rec) = rec else {
+            let id = which.map_or(0, |t| t.get());
+            return Err(format!("the pool has no tier {id}"));
+        };
+        if rec.id == 0 {
+            return Err(if which.is_none() {
+                "the pool has only its pm tier, which cannot be removed".into()
+            } else {
+                "tier 0 is the pool's pm tier, which cannot be removed".into()
+            });
+        }
         let id = TierId(rec.id);
         // A tier mounted without its device holds nothing (mount refuses a
         // missing tier that holds data): only the superblock names it.
-        let Some(tier) = self.tiers.last().filter(|t| t.id == id) else {
-            self.commit_without_last_tier(&rec)?;
+        let Some(tier) = self.tiers.iter().find(|t| t.id == id) else {
+            self.commit_without_tier(&rec)?;
             return Ok(DetachedTier {
                 record: rec,
                 was_mounted: false,
@@ -207,11 +274,11 @@ impl Fs {
             }
         }
         self.refuse_tier_change()?;
-        let committed = self.commit_without_last_tier(&rec);
+        let committed = self.commit_without_tier(&rec);
         // From the superblock's write on, the tier is gone for the next
         // mount whether or not the sync worked: it stays retiring for good.
         retiring.committed = true;
-        let removed = changing.remove_last();
+        let removed = changing.remove(id);
         debug_assert!(removed.is_some_and(|t| t.id == id));
         tier.close_media();
         self.forget_tier_state(id);
@@ -297,17 +364,18 @@ impl Fs {
         ))
     }
 
-    /// Step 4: waits until the retiring tier holds nothing, or refuses —
-    /// at once when committed state maps something there, after
-    /// [`SETTLE_LIMIT`] when allocations made before the retiring mark
-    /// neither commit nor go.
+    /// Step 4: drops the clean copies on the retiring tier and waits until
+    /// it holds nothing, or refuses — at once when committed state maps
+    /// data, a log or an open deleted file there, after [`SETTLE_LIMIT`]
+    /// when allocations made before the retiring mark neither commit nor
+    /// go (or copies keep coming back, which nothing should make them do).
     fn settle_retiring(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
         let deadline = Instant::now() + SETTLE_LIMIT;
         loop {
             // Valid blocks first: once none is counted, none can come back
             // (nothing allocates on a retiring tier).
             let valid = tier.space.stats().valid_blocks;
-            let held = self.tier_holdings(tier.id);
+            let (held, copies) = self.tier_holdings(tier.id);
             if !held.is_empty() {
                 return Err(format!(
                     "{} still holds {} ({}): move them to another tier first \
@@ -317,10 +385,26 @@ impl Fs {
                     held.describe()
                 ));
             }
+            let timed_out = Instant::now() >= deadline;
+            if !copies.is_empty() {
+                if timed_out {
+                    return Err(format!(
+                        "{} still holds {} clean cop{} after {} s of dropping them: try again",
+                        tier_name(rec),
+                        held.copies,
+                        if held.copies == 1 { "y" } else { "ies" },
+                        SETTLE_LIMIT.as_secs()
+                    ));
+                }
+                self.drop_copies_on(tier.id, copies).map_err(|e| {
+                    format!("cannot drop the clean copies on {}: {e}", tier_name(rec))
+                })?;
+                continue;
+            }
             if valid == 0 {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
+            if timed_out {
                 return Err(format!(
                     "{} still has {} being written or freed by moves or write-backs that began \
                      before the removal and did not finish within {} s: try again",
@@ -335,15 +419,40 @@ impl Fs {
         }
     }
 
+    /// Forgets the clean copies `copies` (per inode, file-block ranges)
+    /// keep on tier `id`: one commit of `Copy` drop entries per file, the
+    /// way extent recycling drops them ([`crate::migrate::Mode::DropCopy`];
+    /// the data's primary copy stays where it is). The copies' blocks are
+    /// freed after the commit. A copy whose mapping changed meanwhile is
+    /// left alone (the caller looks again).
+    fn drop_copies_on(
+        &self,
+        id: TierId,
+        copies: Vec<(Ino, Vec<(FileBlock, u64)>)>,
+    ) -> Result<(), String> {
+        for (ino, ranges) in copies {
+            match self.move_ranges(ino, id, TierId::PM, &ranges, crate::migrate::Mode::DropCopy) {
+                Ok(_) => {}
+                // Deleted meanwhile: its copies went with it.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(format!("inode {ino}: {e}")),
+            }
+        }
+        Ok(())
+    }
+
     /// What the committed state of every inode maps on tier `id` (each
-    /// inode looked at under its lock, one at a time).
-    fn tier_holdings(&self, id: TierId) -> Holdings {
+    /// inode looked at under its lock, one at a time), and the clean copies
+    /// there by inode (file-block ranges).
+    fn tier_holdings(&self, id: TierId) -> (Holdings, Vec<(Ino, Vec<(FileBlock, u64)>)>) {
         let mut h = Holdings::default();
+        let mut copies = Vec::new();
         for slot in &self.table {
             let g = slot.lock();
             let Some(i) = g.as_ref() else { continue };
-            let before = h;
-            for (_, e) in i.extents.iter() {
+            let before = (h.extents, h.logs);
+            let mut ranges = Vec::new();
+            for (fb, e) in i.extents.iter() {
                 if e.tier == id {
                     h.extents += 1;
                     h.data_blocks += e.blocks;
@@ -351,30 +460,37 @@ impl Fs {
                 if e.copy.is_some_and(|(t, _)| t == id) {
                     h.copies += 1;
                     h.copy_blocks += e.blocks;
+                    ranges.push((fb, e.blocks));
                 }
             }
             if let Some(l) = i.log.on_tier.filter(|l| l.tier == id) {
                 h.logs += 1;
                 h.log_blocks += l.blocks;
             }
-            if i.zombie && h != before {
+            if i.zombie && (h.extents, h.logs) != before {
                 h.open_deleted += 1;
             }
+            if !ranges.is_empty() {
+                copies.push((i.ino, ranges));
+            }
         }
-        h
+        (h, copies)
     }
 
-    /// Step 5: both superblock copies without the last tier (`rec`), a
-    /// higher generation, PM synced: the commit point. An error means the
-    /// sync failed after the write (the removal stands for this mount).
-    fn commit_without_last_tier(&self, rec: &TierRecord) -> Result<(), String> {
+    /// Step 5: both superblock copies without the tier `rec` (the others
+    /// keep their records, ids included), a higher generation, PM synced:
+    /// the commit point. An error means the sync failed after the write
+    /// (the removal stands for this mount).
+    fn commit_without_tier(&self, rec: &TierRecord) -> Result<(), String> {
         {
             let mut live = self.sb.lock();
             // Only attach and detach change the tiers, both under the
             // tier-change lock the caller holds.
-            debug_assert_eq!(live.tiers.last(), Some(rec));
+            debug_assert!(live.tiers.contains(rec));
             let mut next = live.clone();
-            next.tiers.pop();
+            next.tiers.retain(|t| t.id != rec.id);
+            // A pool whose ids skip one is read by version-8 builds only.
+            next.version = next.version.max(terrace_format::FORMAT_VERSION);
             next.generation += 1;
             crate::mkfs::write_superblock(&*self.media, &next);
             *live = next;
