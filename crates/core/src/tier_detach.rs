@@ -1,47 +1,57 @@
-//! Removing the last tier of the mounted pool (`terrace tier remove
-//! MOUNTPOINT`, design.md §3 "Removing a tier from a mounted pool").
+//! Removing a tier of the mounted pool (`terrace tier remove MOUNTPOINT
+//! [TIER]`, design.md §3 "Removing a tier from a mounted pool"; the
+//! offline command runs the same code on a pool it mounts itself).
 //!
-//! Tier ids are positions in the superblock and extents name them, so only
-//! the last tier may go, and only once nothing is stored on it.
-//! [`Fs::detach_last_tier`] does it under the tier-change lock (rank
-//! `TierChange`, the first of docs/design.md §4a, nothing else held), in
-//! this order:
+//! Extents name tiers by id, so the tiers that stay keep theirs: any tier
+//! but PM may go, the superblock then lists ids that skip it (format 8),
+//! and a tier attached later takes the id after the last one. A tier goes
+//! only once nothing but clean copies is stored on it. [`Fs::detach_tier`]
+//! does it under the tier-change lock (rank `TierChange`, the first of
+//! docs/design.md §4a, nothing else held), in this order:
 //!
 //! 1. **Retire** the tier ([`crate::tier::ExtentSpace::set_retiring`]),
 //!    under the room lock: from then on no allocation lands on it — writes,
 //!    write-back, migration, log migration and cleaning all allocate
-//!    through its extent space, which refuses — and it counts no free
-//!    blocks. The rest of the pool must still hold the blocks the DRAM
-//!    cache's dirty pages were promised (design §5f): checked in the same
-//!    step, refused otherwise.
-//! 2. **Refuse** when a placement rule names the tier (the rule would no
-//!    longer hold; `rules.rs`).
+//!    through its extent space, which refuses — no clean copy there is
+//!    promoted to primary data (`migrate/mover.rs` checks the mark at the
+//!    capture and again under the inode's lock at the commit), and it
+//!    counts no free blocks. The rest of the pool must still hold the
+//!    blocks the DRAM cache's dirty pages were promised (design §5f):
+//!    checked in the same step, refused otherwise.
+//! 2. **Refuse** when committed state maps data, an inode log or a deleted
+//!    file still open there (the message says what, and how to move it),
+//!    then when a placement rule names the tier (the rule would no longer
+//!    hold; `rules.rs`). Nothing has changed yet.
 //! 3. When it is the pool's only block tier, the cache takes no new pages
 //!    from step 1 on ([`Fs::cache_takes_writes`]) and what it holds is
 //!    written back now (to PM): the pool is PM-only afterwards, where
 //!    nothing reserves room for cached pages and `fsync` may be answered
 //!    by the kernel.
-//! 4. **Settle**: blocks allocated on the tier before step 1 are counted
-//!    valid until their commit or release. While the tier still counts
-//!    valid blocks that no committed state of any inode (data, clean
-//!    copies, log blobs) maps — moves, write-backs or uploads in flight,
-//!    frees waiting for readers (`read_pins`) — wait for them, up to
-//!    [`SETTLE_LIMIT`]. The tier is **empty** when it counts no valid
-//!    block and no inode maps anything there: the file system's own
-//!    accounting, the numbers `terrace tier remove POOL` reads offline.
-//!    Anything mapped there refuses the removal, naming it.
-//! 5. **Commit**: both superblock copies without the tier, generation + 1,
-//!    PM synced. Before it, a crash leaves the pool naming the (empty)
-//!    tier; after it, a pool without it. Either mounts.
-//! 6. **Unpublish** the tier ([`crate::tier_list::Appending::remove_last`]):
+//! 4. **Settle**: the clean copies on the tier are dropped, one commit of
+//!    `Copy` drop entries per file (as extent recycling drops them,
+//!    [`crate::migrate::Mode::DropCopy`]; the data's primary stays where it
+//!    is), their blocks freed after the readers. Blocks allocated on the
+//!    tier before step 1 are counted valid until their commit or release:
+//!    while the tier counts valid blocks that no committed state maps —
+//!    moves, write-backs or uploads in flight, frees waiting for readers
+//!    (`read_pins`) — wait for them, up to [`SETTLE_LIMIT`]. The tier is
+//!    **empty** when it counts no valid block and no inode maps anything
+//!    there. Data that a move in flight committed there meanwhile refuses
+//!    the removal as in step 2.
+//! 5. **Commit**: both superblock copies without the tier (the others keep
+//!    their records and ids), generation + 1, PM synced. Before it, a crash
+//!    leaves the pool naming the tier (empty but for copies, some perhaps
+//!    dropped); after it, a pool without it. Either mounts.
+//! 6. **Unpublish** the tier ([`crate::tier_list::Appending::remove`]):
 //!    lookups no longer find it, references already taken stay valid. Then
 //!    close its media ([`crate::tier::BlockTier::close_media`], after the
 //!    requests in flight) and forget per-tier state a tier attached later
 //!    with the same id must not inherit.
 //!
-//! A refusal at steps 1–4 takes the retiring mark back and changes nothing.
-//! What stays of a removed tier until unmount is its DRAM bookkeeping (the
-//! extent counts and the checksum table, in its slot of the tier list).
+//! A refusal at steps 1–4 takes the retiring mark back and changes nothing
+//! (but clean copies already dropped, which are disposable). What stays of
+//! a removed tier until unmount is its DRAM bookkeeping (the extent counts
+//! and the checksum table, in its slot of the tier list).
 
 use crate::fs::Fs;
 use crate::service_state::RULE_XATTR;
@@ -67,6 +77,9 @@ pub struct DetachedTier {
     /// stands): e.g. an object tier's dead parts left undeleted.
     pub notes: Vec<String>,
 }
+
+/// The clean copies on a tier: per inode, its file-block ranges there.
+type CopiesOn = Vec<(Ino, Vec<(FileBlock, u64)>)>;
 
 /// What committed state maps on one tier.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +191,20 @@ pub fn resolve_tier(tiers: &[TierRecord], name: &str) -> Result<TierId, String> 
     }
 }
 
+/// Why a tier that holds `held` (and counts `valid` blocks) cannot go.
+fn held_message(rec: &TierRecord, held: &Holdings, valid: u64) -> String {
+    format!(
+        "{} still holds {} ({}): move them to another tier first \
+         (terrace migrate MOUNTPOINT --to TIER), then remove it",
+        tier_name(rec),
+        bytes_text(
+            held.bytes()
+                .max(valid.saturating_sub(held.copy_blocks) * BLOCK_SIZE)
+        ),
+        held.describe()
+    )
+}
+
 /// "tier 2 (hdd /data/hdd.img)".
 fn tier_name(rec: &TierRecord) -> String {
     format!("tier {} ({} {})", rec.id, rec.kind.name(), rec.path)
@@ -246,6 +273,9 @@ impl Fs {
             });
         };
         let mut retiring = self.retire_tier(tier, &rec)?;
+        // Data there first (what the user must move anyway), then rules,
+        // both before anything changes (clean copies are dropped in step 4).
+        self.refuse_held(tier, &rec)?;
         self.refuse_ruled(&rec)?;
         if self.tiers.iter().all(|t| t.id == id) {
             // The only block tier: the pool is PM-only after this, so
@@ -364,6 +394,19 @@ impl Fs {
         ))
     }
 
+    /// Refuses at once when committed state maps data, a log or an open
+    /// deleted file on the tier (before step 2: the message a user needs
+    /// first, and nothing has changed yet).
+    fn refuse_held(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
+        let valid = tier.space.stats().valid_blocks;
+        let (held, _) = self.tier_holdings(tier.id);
+        if held.is_empty() {
+            Ok(())
+        } else {
+            Err(held_message(rec, &held, valid))
+        }
+    }
+
     /// Step 4: drops the clean copies on the retiring tier and waits until
     /// it holds nothing, or refuses — at once when committed state maps
     /// data, a log or an open deleted file there, after [`SETTLE_LIMIT`]
@@ -377,13 +420,7 @@ impl Fs {
             let valid = tier.space.stats().valid_blocks;
             let (held, copies) = self.tier_holdings(tier.id);
             if !held.is_empty() {
-                return Err(format!(
-                    "{} still holds {} ({}): move them to another tier first \
-                     (terrace migrate MOUNTPOINT --to TIER), then remove it",
-                    tier_name(rec),
-                    bytes_text(held.bytes().max(valid * BLOCK_SIZE)),
-                    held.describe()
-                ));
+                return Err(held_message(rec, &held, valid));
             }
             let timed_out = Instant::now() >= deadline;
             if !copies.is_empty() {
@@ -425,11 +462,7 @@ impl Fs {
     /// the data's primary copy stays where it is). The copies' blocks are
     /// freed after the commit. A copy whose mapping changed meanwhile is
     /// left alone (the caller looks again).
-    fn drop_copies_on(
-        &self,
-        id: TierId,
-        copies: Vec<(Ino, Vec<(FileBlock, u64)>)>,
-    ) -> Result<(), String> {
+    fn drop_copies_on(&self, id: TierId, copies: CopiesOn) -> Result<(), String> {
         for (ino, ranges) in copies {
             match self.move_ranges(ino, id, TierId::PM, &ranges, crate::migrate::Mode::DropCopy) {
                 Ok(_) => {}
@@ -444,7 +477,7 @@ impl Fs {
     /// What the committed state of every inode maps on tier `id` (each
     /// inode looked at under its lock, one at a time), and the clean copies
     /// there by inode (file-block ranges).
-    fn tier_holdings(&self, id: TierId) -> (Holdings, Vec<(Ino, Vec<(FileBlock, u64)>)>) {
+    fn tier_holdings(&self, id: TierId) -> (Holdings, CopiesOn) {
         let mut h = Holdings::default();
         let mut copies = Vec::new();
         for slot in &self.table {

@@ -629,7 +629,7 @@ impl Fs {
             let data = needs_data(p);
             // Unchanged: same mapping *and* same sequence number (a rewrite
             // that reused the same blocks has a newer one).
-            let still = !(to_retiring && !data)
+            let still = (data || !to_retiring)
                 && i.extents.find(p.file_block).is_some_and(|(s, e)| {
                     e.seq == p.seq
                         && e.tier == p.tier
