@@ -295,6 +295,87 @@ def test_an_object_tier_is_removed_from_a_mounted_pool_once_its_data_moves_up(s3
             assert sha256_file(mnt / "cold") == digest
 
 
+def test_the_ssd_of_an_unmounted_pm_ssd_hdd_pool_is_removed_once_its_data_moves_down():
+    """`terrace tier remove POOL ssd` (issue 19): a tier that is not the
+    last goes once empty, the hdd keeps its id 2, a tier added later takes
+    id 3; refusals (data there, pm, unknown tier) are one line and change
+    nothing; the pool is fsck-clean and whole after each step."""
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
+            temp_pool_path("hdd2") as hdd2, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:128M",
+                "--tier", f"hdd:{hdd}:128M")
+        with mounted_pool(pool, mnt, "reverse_read_ratio=0"):
+            digest = write_pattern_file(mnt / "f", 4 << 20, 3)
+            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
+            assert where_bytes(mnt / "f").get("ssd") == 4 << 20
+        cp = terrace("tier", "remove", pool, "ssd", check=False)
+        assert_clean_error(cp, mentions=["tier 1", "still holds", "migrate"])
+        before = pool.read_bytes()[:8192]
+        for tier, says in [("pm", "pm tier"), ("0", "pm tier"), ("7", "no tier 7"),
+                           ("nvme", "unknown tier")]:
+            cp = terrace("tier", "remove", pool, tier, check=False)
+            assert_clean_error(cp, mentions=[says])
+        assert pool.read_bytes()[:8192] == before, "a refused removal wrote the superblock"
+        with mounted_pool(pool, mnt, "reverse_read_ratio=0") as m:
+            assert kinds_of(m) == ["pm", "ssd", "hdd"]
+            terrace("migrate", "--quiet", "--to", "hdd", mnt, mnt / "f")
+            assert where_bytes(mnt / "f").get("hdd") == 4 << 20
+        out = terrace("tier", "remove", pool, "ssd").stdout
+        assert "Removed tier 1" in out and "may be deleted" in out, out
+        assert ssd.read_bytes()[:4096] == bytes(4096), "the tier header was not wiped"
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            tiers = m.status()["tiers"]
+            assert [(t["id"], t["kind"]) for t in tiers] == [(0, "pm"), (2, "hdd")], tiers
+            assert sha256_file(mnt / "f") == digest
+        out = terrace("tier", "add", pool, f"hdd:{hdd2}:128M").stdout
+        assert "Added tier 3" in out, out
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            assert [t["id"] for t in m.status()["tiers"]] == [0, 2, 3]
+            terrace("migrate", "--quiet", "--to", "3", mnt, mnt / "f")
+            assert sha256_file(mnt / "f") == digest
+        assert_fsck_clean(pool)
+
+
+def test_the_ssd_of_a_mounted_pm_ssd_hdd_pool_is_removed_at_once():
+    """`terrace tier remove MOUNTPOINT ssd`: the daemon removes a middle
+    tier once its data moved down, with a file open across the change;
+    the hdd keeps its data and id; the pool is whole after a remount."""
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
+            temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:128M",
+                "--tier", f"hdd:{hdd}:128M")
+        with mounted_pool(pool, mnt, "reverse_read_ratio=0") as m:
+            digest = write_pattern_file(mnt / "f", 4 << 20, 5)
+            digest_g = write_pattern_file(mnt / "g", 1 << 20, 6)
+            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
+            cp = terrace("tier", "remove", mnt, "1", check=False)
+            assert_clean_error(cp, mentions=["tier 1", "still holds", "migrate"])
+            assert kinds_of(m) == ["pm", "ssd", "hdd"]
+            with open(mnt / "g", "rb") as held:
+                terrace("migrate", "--quiet", "--to", "hdd", mnt, mnt / "f")
+                out = terrace("tier", "remove", mnt, "ssd").stdout
+                assert "Removed tier 1" in out and str(mnt) in out, out
+                assert len(held.read()) == 1 << 20
+            tiers = m.status()["tiers"]
+            assert [(t["id"], t["kind"]) for t in tiers] == [(0, "pm"), (2, "hdd")], tiers
+            assert where_bytes(mnt / "f").get("hdd") == 4 << 20
+            assert sha256_file(mnt / "f") == digest
+            assert sha256_file(mnt / "g") == digest_g
+            assert ssd.read_bytes()[:4096] == bytes(4096), "the tier header was not wiped"
+            # New data still lands on the remaining tiers.
+            digest_h = write_pattern_file(mnt / "h", 2 << 20, 7)
+            terrace("migrate", "--quiet", "--to", "hdd", mnt, mnt / "h")
+            assert where_bytes(mnt / "h").get("hdd") == 2 << 20
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            assert [t["id"] for t in m.status()["tiers"]] == [0, 2]
+            assert sha256_file(mnt / "f") == digest
+            assert sha256_file(mnt / "g") == digest_g
+            assert sha256_file(mnt / "h") == digest_h
+
+
 def test_fsck_of_a_mounted_pool_is_refused_naming_the_mount():
     with temp_pool_path() as pool, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:64M")

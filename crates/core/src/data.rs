@@ -326,6 +326,12 @@ impl Fs {
             .ok_or_else(|| errno(libc::EIO))
     }
 
+    /// Whether `id` is a block tier being removed (retiring: nothing may
+    /// be allocated or promoted there).
+    pub(crate) fn retiring(&self, id: TierId) -> bool {
+        !id.is_pm() && self.tier(id).is_ok_and(|t| t.space.is_retiring())
+    }
+
     /// Reads `dst.len()` bytes starting `off_in_block` bytes into block `block`
     /// of tier `tier`.
     pub(crate) fn read_data(

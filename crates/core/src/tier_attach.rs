@@ -29,7 +29,7 @@ impl Fs {
     /// Appends `rec` (whose media is `dev`) to the mounted pool as its new
     /// slowest tier; see the module docs for the order of steps. Refused on
     /// a read-only or frozen pool, and when the tier would break the order
-    /// of tiers (ids consecutive, no PM, nothing after an object tier, an
+    /// of tiers (the id one above the last tier's, no PM, nothing after an object tier, an
     /// object tier only after a block tier, speeds never rising).
     pub fn attach_tier(&self, rec: TierRecord, dev: Arc<dyn BlockMedia>) -> Result<(), String> {
         if self.read_only || self.is_frozen() {
@@ -84,24 +84,36 @@ impl Fs {
     }
 }
 
+/// The id a tier appended to `tiers` (the superblock's list) takes: one
+/// above the last tier's. Ids are not positions: a tier removed before the
+/// last leaves its id unused, and the tiers after it keep theirs (extents
+/// name them).
+pub fn next_tier_id(tiers: &[TierRecord]) -> u8 {
+    tiers.last().map_or(0, |t| t.id.saturating_add(1))
+}
+
 /// Why `rec` cannot follow `tiers` (the superblock's list), if it cannot.
 pub fn attach_problem(tiers: &[TierRecord], rec: &TierRecord) -> Option<String> {
     let last = tiers.last()?;
     if rec.kind == TierKind::Pm {
         return Some("a pool has exactly one pm tier, given at mkfs".into());
     }
-    if usize::from(rec.id) != tiers.len() {
-        return Some(format!(
-            "the new tier must have id {}, not {}",
-            tiers.len(),
-            rec.id
-        ));
-    }
     if tiers.len() >= terrace_format::MAX_TIERS {
         return Some(format!(
             "the pool has the most tiers a pool may have ({})",
             terrace_format::MAX_TIERS
         ));
+    }
+    let next = next_tier_id(tiers);
+    if usize::from(next) >= terrace_format::MAX_TIERS {
+        return Some(format!(
+            "the pool's tier ids are used up: the last tier has id {}, the highest a tier may \
+             have (ids of removed tiers before it are not reused; remove the last tier first)",
+            last.id
+        ));
+    }
+    if rec.id != next {
+        return Some(format!("the new tier must have id {next}, not {}", rec.id));
     }
     if last.kind == TierKind::S3 {
         return Some("the pool's last tier is s3, and nothing may follow an object tier".into());

@@ -1,54 +1,65 @@
-//! Removing the last tier of the mounted pool (`terrace tier remove
-//! MOUNTPOINT`, design.md §3 "Removing a tier from a mounted pool").
+//! Removing a tier of the mounted pool (`terrace tier remove MOUNTPOINT
+//! [TIER]`, design.md §3 "Removing a tier from a mounted pool"; the
+//! offline command runs the same code on a pool it mounts itself).
 //!
-//! Tier ids are positions in the superblock and extents name them, so only
-//! the last tier may go, and only once nothing is stored on it.
-//! [`Fs::detach_last_tier`] does it under the tier-change lock (rank
-//! `TierChange`, the first of docs/design.md §4a, nothing else held), in
-//! this order:
+//! Extents name tiers by id, so the tiers that stay keep theirs: any tier
+//! but PM may go, the superblock then lists ids that skip it (format 8),
+//! and a tier attached later takes the id after the last one. A tier goes
+//! only once nothing but clean copies is stored on it. [`Fs::detach_tier`]
+//! does it under the tier-change lock (rank `TierChange`, the first of
+//! docs/design.md §4a, nothing else held), in this order:
 //!
 //! 1. **Retire** the tier ([`crate::tier::ExtentSpace::set_retiring`]),
 //!    under the room lock: from then on no allocation lands on it — writes,
 //!    write-back, migration, log migration and cleaning all allocate
-//!    through its extent space, which refuses — and it counts no free
-//!    blocks. The rest of the pool must still hold the blocks the DRAM
-//!    cache's dirty pages were promised (design §5f): checked in the same
-//!    step, refused otherwise.
-//! 2. **Refuse** when a placement rule names the tier (the rule would no
-//!    longer hold; `rules.rs`).
+//!    through its extent space, which refuses — no clean copy there is
+//!    promoted to primary data (`migrate/mover.rs` checks the mark at the
+//!    capture and again under the inode's lock at the commit), and it
+//!    counts no free blocks. The rest of the pool must still hold the
+//!    blocks the DRAM cache's dirty pages were promised (design §5f):
+//!    checked in the same step, refused otherwise.
+//! 2. **Refuse** when committed state maps data, an inode log or a deleted
+//!    file still open there (the message says what, and how to move it),
+//!    then when a placement rule names the tier (the rule would no longer
+//!    hold; `rules.rs`). Nothing has changed yet.
 //! 3. When it is the pool's only block tier, the cache takes no new pages
 //!    from step 1 on ([`Fs::cache_takes_writes`]) and what it holds is
 //!    written back now (to PM): the pool is PM-only afterwards, where
 //!    nothing reserves room for cached pages and `fsync` may be answered
 //!    by the kernel.
-//! 4. **Settle**: blocks allocated on the tier before step 1 are counted
-//!    valid until their commit or release. While the tier still counts
-//!    valid blocks that no committed state of any inode (data, clean
-//!    copies, log blobs) maps — moves, write-backs or uploads in flight,
-//!    frees waiting for readers (`read_pins`) — wait for them, up to
-//!    [`SETTLE_LIMIT`]. The tier is **empty** when it counts no valid
-//!    block and no inode maps anything there: the file system's own
-//!    accounting, the numbers `terrace tier remove POOL` reads offline.
-//!    Anything mapped there refuses the removal, naming it.
-//! 5. **Commit**: both superblock copies without the tier, generation + 1,
-//!    PM synced. Before it, a crash leaves the pool naming the (empty)
-//!    tier; after it, a pool without it. Either mounts.
-//! 6. **Unpublish** the tier ([`crate::tier_list::Appending::remove_last`]):
+//! 4. **Settle**: the clean copies on the tier are dropped, one commit of
+//!    `Copy` drop entries per file (as extent recycling drops them,
+//!    [`crate::migrate::Mode::DropCopy`]; the data's primary stays where it
+//!    is), their blocks freed after the readers. Blocks allocated on the
+//!    tier before step 1 are counted valid until their commit or release:
+//!    while the tier counts valid blocks that no committed state maps —
+//!    moves, write-backs or uploads in flight, frees waiting for readers
+//!    (`read_pins`) — wait for them, up to [`SETTLE_LIMIT`]. The tier is
+//!    **empty** when it counts no valid block and no inode maps anything
+//!    there. Data that a move in flight committed there meanwhile refuses
+//!    the removal as in step 2.
+//! 5. **Commit**: both superblock copies without the tier (the others keep
+//!    their records and ids), generation + 1, PM synced. Before it, a crash
+//!    leaves the pool naming the tier (empty but for copies, some perhaps
+//!    dropped); after it, a pool without it. Either mounts.
+//! 6. **Unpublish** the tier ([`crate::tier_list::Appending::remove`]):
 //!    lookups no longer find it, references already taken stay valid. Then
 //!    close its media ([`crate::tier::BlockTier::close_media`], after the
 //!    requests in flight) and forget per-tier state a tier attached later
 //!    with the same id must not inherit.
 //!
-//! A refusal at steps 1–4 takes the retiring mark back and changes nothing.
-//! What stays of a removed tier until unmount is its DRAM bookkeeping (the
-//! extent counts and the checksum table, in its slot of the tier list).
+//! A refusal at steps 1–4 takes the retiring mark back and changes nothing
+//! (but clean copies already dropped, which are disposable). What stays of
+//! a removed tier until unmount is its DRAM bookkeeping (the extent counts
+//! and the checksum table, in its slot of the tier list).
 
 use crate::fs::Fs;
 use crate::service_state::RULE_XATTR;
 use crate::tier::BlockTier;
+use crate::types::Ino;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use terrace_format::{PhysBlock, TierId, TierKind, TierRecord, BLOCK_SIZE};
+use terrace_format::{FileBlock, PhysBlock, TierId, TierKind, TierRecord, BLOCK_SIZE};
 
 /// How long a removal waits for allocations on the tier made before it
 /// (moves, write-backs, uploads in flight) to commit or be released.
@@ -67,29 +78,35 @@ pub struct DetachedTier {
     pub notes: Vec<String>,
 }
 
+/// The clean copies on a tier: per inode, its file-block ranges there.
+type CopiesOn = Vec<(Ino, Vec<(FileBlock, u64)>)>;
+
 /// What committed state maps on one tier.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Holdings {
     /// Extents of files whose data is there, and their blocks.
     extents: u64,
     data_blocks: u64,
-    /// Clean copies there (of data whose primary copy is elsewhere).
+    /// Clean copies there (of data whose primary copy is elsewhere): they
+    /// do not hold the removal up, they are dropped.
     copies: u64,
     copy_blocks: u64,
     /// Inode logs moved there (log blobs).
     logs: u64,
     log_blocks: u64,
-    /// Files unlinked but still open among those holding something.
+    /// Files unlinked but still open among those holding data or a log.
     open_deleted: u64,
 }
 
 impl Holdings {
+    /// Nothing that refuses the removal: clean copies do not (they are
+    /// dropped).
     fn is_empty(&self) -> bool {
-        self.extents == 0 && self.copies == 0 && self.logs == 0
+        self.extents == 0 && self.logs == 0
     }
 
     fn bytes(&self) -> u64 {
-        (self.data_blocks + self.copy_blocks + self.log_blocks) * BLOCK_SIZE
+        (self.data_blocks + self.log_blocks) * BLOCK_SIZE
     }
 
     /// What it holds, in words: "3 extents of files, 1 clean copy".
@@ -99,9 +116,6 @@ impl Holdings {
             |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         if self.extents > 0 {
             parts.push(plural(self.extents, "extent of files", "extents of files"));
-        }
-        if self.copies > 0 {
-            parts.push(plural(self.copies, "clean copy", "clean copies"));
         }
         if self.logs > 0 {
             parts.push(plural(self.logs, "inode log", "inode logs"));
@@ -133,6 +147,64 @@ fn bytes_text(n: u64) -> String {
     }
 }
 
+/// The tier a user names for removal among `tiers` (the superblock's
+/// list): an id, or a kind name (`ssd`, `hdd`, `s3`, `pm`) that one tier of
+/// the pool has. `pm` and `0` resolve (to the PM tier, whose removal is then
+/// refused with its own message).
+pub fn resolve_tier(tiers: &[TierRecord], name: &str) -> Result<TierId, String> {
+    let listed = || {
+        tiers
+            .iter()
+            .map(|t| format!("{} {}", t.id, t.kind.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Ok(id) = name.parse::<u8>() {
+        return match tiers.iter().find(|t| t.id == id) {
+            Some(t) => Ok(TierId(t.id)),
+            None => Err(format!(
+                "the pool has no tier {id} (its tiers: {})",
+                listed()
+            )),
+        };
+    }
+    let Some(kind) = TierKind::parse(name) else {
+        return Err(format!(
+            "unknown tier {name:?}: name it by its id or its kind (its tiers: {})",
+            listed()
+        ));
+    };
+    let of_kind: Vec<&TierRecord> = tiers.iter().filter(|t| t.kind == kind).collect();
+    match of_kind.as_slice() {
+        [t] => Ok(TierId(t.id)),
+        [] => Err(format!(
+            "the pool has no {} tier (its tiers: {})",
+            kind.name(),
+            listed()
+        )),
+        _ => Err(format!(
+            "the pool has {} {} tiers: name one by its id (its tiers: {})",
+            of_kind.len(),
+            kind.name(),
+            listed()
+        )),
+    }
+}
+
+/// Why a tier that holds `held` (and counts `valid` blocks) cannot go.
+fn held_message(rec: &TierRecord, held: &Holdings, valid: u64) -> String {
+    format!(
+        "{} still holds {} ({}): move them to another tier first \
+         (terrace migrate MOUNTPOINT --to TIER), then remove it",
+        tier_name(rec),
+        bytes_text(
+            held.bytes()
+                .max(valid.saturating_sub(held.copy_blocks) * BLOCK_SIZE)
+        ),
+        held.describe()
+    )
+}
+
 /// "tier 2 (hdd /data/hdd.img)".
 fn tier_name(rec: &TierRecord) -> String {
     format!("tier {} ({} {})", rec.id, rec.kind.name(), rec.path)
@@ -154,24 +226,46 @@ impl Drop for Retiring<'_> {
 }
 
 impl Fs {
-    /// Removes the pool's last tier while mounted; see the module docs for
-    /// the steps. Refused, with nothing changed, on a read-only or frozen
-    /// pool, when the pool has only its PM tier, when a placement rule names
-    /// the tier, when the rest of the pool could not hold the data waiting
-    /// in the DRAM cache, and while anything is stored on the tier (the
-    /// message says what, and how to move it).
+    /// Removes the pool's last tier while mounted ([`Fs::detach_tier`]
+    /// with no tier named).
     pub fn detach_last_tier(&self) -> Result<DetachedTier, String> {
+        self.detach_tier(None)
+    }
+
+    /// Removes tier `which` (the last tier when `None`) while mounted; see
+    /// the module docs for the steps. The other tiers keep their ids.
+    /// Refused, with nothing changed, on a read-only or frozen pool, for
+    /// the PM tier or a tier the pool does not have, when a placement rule
+    /// names the tier, when the rest of the pool could not hold the data
+    /// waiting in the DRAM cache, and while data, an inode log or a deleted
+    /// file still open is stored on the tier (the message says what, and
+    /// how to move it). Clean copies on the tier are dropped.
+    pub fn detach_tier(&self, which: Option<TierId>) -> Result<DetachedTier, String> {
         self.refuse_tier_change()?;
         let changing = self.tiers.begin_append();
-        let rec = self.sb.lock().tiers.last().cloned();
-        let Some(rec) = rec.filter(|r| r.id != 0) else {
-            return Err("the pool has only its pm tier, which cannot be removed".into());
+        let rec = {
+            let sb = self.sb.lock();
+            match which {
+                None => sb.tiers.last().cloned(),
+                Some(id) => sb.tiers.iter().find(|t| t.id == id.get()).cloned(),
+            }
         };
+        let Some(rec) = rec else {
+            let id = which.map_or(0, |t| t.get());
+            return Err(format!("the pool has no tier {id}"));
+        };
+        if rec.id == 0 {
+            return Err(if which.is_none() {
+                "the pool has only its pm tier, which cannot be removed".into()
+            } else {
+                "tier 0 is the pool's pm tier, which cannot be removed".into()
+            });
+        }
         let id = TierId(rec.id);
         // A tier mounted without its device holds nothing (mount refuses a
         // missing tier that holds data): only the superblock names it.
-        let Some(tier) = self.tiers.last().filter(|t| t.id == id) else {
-            self.commit_without_last_tier(&rec)?;
+        let Some(tier) = self.tiers.iter().find(|t| t.id == id) else {
+            self.commit_without_tier(&rec)?;
             return Ok(DetachedTier {
                 record: rec,
                 was_mounted: false,
@@ -179,6 +273,9 @@ impl Fs {
             });
         };
         let mut retiring = self.retire_tier(tier, &rec)?;
+        // Data there first (what the user must move anyway), then rules,
+        // both before anything changes (clean copies are dropped in step 4).
+        self.refuse_held(tier, &rec)?;
         self.refuse_ruled(&rec)?;
         if self.tiers.iter().all(|t| t.id == id) {
             // The only block tier: the pool is PM-only after this, so
@@ -207,11 +304,11 @@ impl Fs {
             }
         }
         self.refuse_tier_change()?;
-        let committed = self.commit_without_last_tier(&rec);
+        let committed = self.commit_without_tier(&rec);
         // From the superblock's write on, the tier is gone for the next
         // mount whether or not the sync worked: it stays retiring for good.
         retiring.committed = true;
-        let removed = changing.remove_last();
+        let removed = changing.remove(id);
         debug_assert!(removed.is_some_and(|t| t.id == id));
         tier.close_media();
         self.forget_tier_state(id);
@@ -297,30 +394,54 @@ impl Fs {
         ))
     }
 
-    /// Step 4: waits until the retiring tier holds nothing, or refuses —
-    /// at once when committed state maps something there, after
-    /// [`SETTLE_LIMIT`] when allocations made before the retiring mark
-    /// neither commit nor go.
+    /// Refuses at once when committed state maps data, a log or an open
+    /// deleted file on the tier (before step 2: the message a user needs
+    /// first, and nothing has changed yet).
+    fn refuse_held(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
+        let valid = tier.space.stats().valid_blocks;
+        let (held, _) = self.tier_holdings(tier.id);
+        if held.is_empty() {
+            Ok(())
+        } else {
+            Err(held_message(rec, &held, valid))
+        }
+    }
+
+    /// Step 4: drops the clean copies on the retiring tier and waits until
+    /// it holds nothing, or refuses — at once when committed state maps
+    /// data, a log or an open deleted file there, after [`SETTLE_LIMIT`]
+    /// when allocations made before the retiring mark neither commit nor
+    /// go (or copies keep coming back, which nothing should make them do).
     fn settle_retiring(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
         let deadline = Instant::now() + SETTLE_LIMIT;
         loop {
             // Valid blocks first: once none is counted, none can come back
             // (nothing allocates on a retiring tier).
             let valid = tier.space.stats().valid_blocks;
-            let held = self.tier_holdings(tier.id);
+            let (held, copies) = self.tier_holdings(tier.id);
             if !held.is_empty() {
-                return Err(format!(
-                    "{} still holds {} ({}): move them to another tier first \
-                     (terrace migrate MOUNTPOINT --to TIER), then remove it",
-                    tier_name(rec),
-                    bytes_text(held.bytes().max(valid * BLOCK_SIZE)),
-                    held.describe()
-                ));
+                return Err(held_message(rec, &held, valid));
+            }
+            let timed_out = Instant::now() >= deadline;
+            if !copies.is_empty() {
+                if timed_out {
+                    return Err(format!(
+                        "{} still holds {} clean cop{} after {} s of dropping them: try again",
+                        tier_name(rec),
+                        held.copies,
+                        if held.copies == 1 { "y" } else { "ies" },
+                        SETTLE_LIMIT.as_secs()
+                    ));
+                }
+                self.drop_copies_on(tier.id, copies).map_err(|e| {
+                    format!("cannot drop the clean copies on {}: {e}", tier_name(rec))
+                })?;
+                continue;
             }
             if valid == 0 {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
+            if timed_out {
                 return Err(format!(
                     "{} still has {} being written or freed by moves or write-backs that began \
                      before the removal and did not finish within {} s: try again",
@@ -335,15 +456,36 @@ impl Fs {
         }
     }
 
+    /// Forgets the clean copies `copies` (per inode, file-block ranges)
+    /// keep on tier `id`: one commit of `Copy` drop entries per file, the
+    /// way extent recycling drops them ([`crate::migrate::Mode::DropCopy`];
+    /// the data's primary copy stays where it is). The copies' blocks are
+    /// freed after the commit. A copy whose mapping changed meanwhile is
+    /// left alone (the caller looks again).
+    fn drop_copies_on(&self, id: TierId, copies: CopiesOn) -> Result<(), String> {
+        for (ino, ranges) in copies {
+            match self.move_ranges(ino, id, TierId::PM, &ranges, crate::migrate::Mode::DropCopy) {
+                Ok(_) => {}
+                // Deleted meanwhile: its copies went with it.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(format!("inode {ino}: {e}")),
+            }
+        }
+        Ok(())
+    }
+
     /// What the committed state of every inode maps on tier `id` (each
-    /// inode looked at under its lock, one at a time).
-    fn tier_holdings(&self, id: TierId) -> Holdings {
+    /// inode looked at under its lock, one at a time), and the clean copies
+    /// there by inode (file-block ranges).
+    fn tier_holdings(&self, id: TierId) -> (Holdings, CopiesOn) {
         let mut h = Holdings::default();
+        let mut copies = Vec::new();
         for slot in &self.table {
             let g = slot.lock();
             let Some(i) = g.as_ref() else { continue };
-            let before = h;
-            for (_, e) in i.extents.iter() {
+            let before = (h.extents, h.logs);
+            let mut ranges = Vec::new();
+            for (fb, e) in i.extents.iter() {
                 if e.tier == id {
                     h.extents += 1;
                     h.data_blocks += e.blocks;
@@ -351,30 +493,37 @@ impl Fs {
                 if e.copy.is_some_and(|(t, _)| t == id) {
                     h.copies += 1;
                     h.copy_blocks += e.blocks;
+                    ranges.push((fb, e.blocks));
                 }
             }
             if let Some(l) = i.log.on_tier.filter(|l| l.tier == id) {
                 h.logs += 1;
                 h.log_blocks += l.blocks;
             }
-            if i.zombie && h != before {
+            if i.zombie && (h.extents, h.logs) != before {
                 h.open_deleted += 1;
             }
+            if !ranges.is_empty() {
+                copies.push((i.ino, ranges));
+            }
         }
-        h
+        (h, copies)
     }
 
-    /// Step 5: both superblock copies without the last tier (`rec`), a
-    /// higher generation, PM synced: the commit point. An error means the
-    /// sync failed after the write (the removal stands for this mount).
-    fn commit_without_last_tier(&self, rec: &TierRecord) -> Result<(), String> {
+    /// Step 5: both superblock copies without the tier `rec` (the others
+    /// keep their records, ids included), a higher generation, PM synced:
+    /// the commit point. An error means the sync failed after the write
+    /// (the removal stands for this mount).
+    fn commit_without_tier(&self, rec: &TierRecord) -> Result<(), String> {
         {
             let mut live = self.sb.lock();
             // Only attach and detach change the tiers, both under the
             // tier-change lock the caller holds.
-            debug_assert_eq!(live.tiers.last(), Some(rec));
+            debug_assert!(live.tiers.contains(rec));
             let mut next = live.clone();
-            next.tiers.pop();
+            next.tiers.retain(|t| t.id != rec.id);
+            // A pool whose ids skip one is read by version-8 builds only.
+            next.version = next.version.max(terrace_format::FORMAT_VERSION);
             next.generation += 1;
             crate::mkfs::write_superblock(&*self.media, &next);
             *live = next;

@@ -2,8 +2,8 @@
 //! set once and never freed.
 //!
 //! A tier may be appended while the pool is mounted (`terrace tier add
-//! MOUNTPOINT`, [`crate::Fs::attach_tier`]) and the last one removed
-//! (`terrace tier remove MOUNTPOINT`, [`crate::Fs::detach_last_tier`]).
+//! MOUNTPOINT`, [`crate::Fs::attach_tier`]) and any one removed
+//! (`terrace tier remove MOUNTPOINT [TIER]`, [`crate::Fs::detach_tier`]).
 //! Readers take no lock: they see the tiers published and not removed, in
 //! tier-id order, and a reference to a tier stays valid for the life of the
 //! [`crate::Fs`] — a removed tier is only marked removed, its slot is never
@@ -15,8 +15,9 @@
 //! - Slots `0..len` are set and never change again, except that a slot's
 //!   `removed` mark goes from false to true once (never back).
 //! - The tiers of slots `0..len` that are not removed have strictly
-//!   ascending ids (the visible list). Only the last visible tier is ever
-//!   removed, and a new tier's id is above every visible one.
+//!   ascending ids (the visible list). Any visible tier may be removed
+//!   (the others keep their ids), and a new tier's id is above every
+//!   visible one.
 //! - A slot is set before `len` counts it, and a slot is marked removed
 //!   before a later slot is set (both with release ordering); readers load
 //!   `len` with acquire before they look at slots, so every slot they visit
@@ -32,7 +33,7 @@ use crate::lock_order::{Mutex, Rank};
 use crate::tier::BlockTier;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
-use terrace_format::MAX_TIERS;
+use terrace_format::{TierId, MAX_TIERS};
 
 /// Slots of the list: tiers mounted, attached and removed since mount, at
 /// most (a removed tier keeps its slot).
@@ -109,7 +110,7 @@ impl BlockTiers {
 
     /// Takes the tier-change lock: the caller checks and commits the change
     /// of the superblock, then publishes it with [`Appending::push`] or
-    /// [`Appending::remove_last`].
+    /// [`Appending::remove`].
     pub fn begin_append(&self) -> Appending<'_> {
         Appending {
             list: self,
@@ -181,17 +182,23 @@ impl<'a> Appending<'a> {
         self.list.push_locked(tier)
     }
 
-    /// Takes the last visible tier out of the list: readers no longer see
-    /// it, and a reference already taken stays valid (the slot keeps it).
-    /// Returns it, or `None` when no tier is visible.
-    pub fn remove_last(&self) -> Option<&'a BlockTier> {
+    /// Takes the visible tier `id` out of the list: readers no longer see
+    /// it, the others keep their places (and ids), and a reference already
+    /// taken stays valid (the slot keeps it). Returns it, or `None` when no
+    /// visible tier has that id.
+    pub fn remove(&self, id: TierId) -> Option<&'a BlockTier> {
         let n = self.list.len.load(Ordering::Acquire);
         let slot = self.list.slots[..n]
             .iter()
-            .rev()
-            .find(|s| s.visible().is_some())?;
+            .find(|s| s.visible().is_some_and(|t| t.id == id))?;
         slot.removed.store(true, Ordering::Release);
         slot.tier.get()
+    }
+
+    /// Takes the last visible tier out of the list ([`Appending::remove`]).
+    pub fn remove_last(&self) -> Option<&'a BlockTier> {
+        let id = self.list.last()?.id;
+        self.remove(id)
     }
 }
 
@@ -208,7 +215,7 @@ mod tests {
     use super::*;
     use crate::tier::ExtentSpace;
     use std::sync::Arc;
-    use terrace_format::{TierId, TierKind};
+    use terrace_format::TierKind;
 
     fn tier(id: u8) -> BlockTier {
         BlockTier::new(
@@ -243,6 +250,24 @@ mod tests {
         list.begin_append().remove_last();
         assert!(list.is_empty());
         assert!(list.begin_append().remove_last().is_none());
+    }
+
+    #[test]
+    fn a_middle_tier_goes_and_the_others_keep_their_ids_and_order() {
+        let list = BlockTiers::from_sorted(vec![tier(1), tier(2), tier(3)]).unwrap();
+        let held = list.iter().nth(1).unwrap();
+        let gone = list.begin_append().remove(TierId(2)).unwrap();
+        assert!(std::ptr::eq(held, gone));
+        assert_eq!(ids(&list), [1, 3]);
+        assert_eq!(held.id.get(), 2, "a reference taken before stays valid");
+        assert!(list.begin_append().remove(TierId(2)).is_none(), "gone once");
+        assert!(list.push(tier(3)).is_err(), "ids ascend past the last");
+        list.push(tier(4)).unwrap();
+        assert_eq!(ids(&list), [1, 3, 4]);
+        assert_eq!(list.first().map(|t| t.id.get()), Some(1));
+        list.begin_append().remove(TierId(1)).unwrap();
+        assert_eq!(ids(&list), [3, 4]);
+        assert_eq!(list.first().map(|t| t.id.get()), Some(3));
     }
 
     #[test]

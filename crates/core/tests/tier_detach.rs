@@ -555,3 +555,247 @@ fn a_crash_at_any_point_of_the_removal_leaves_the_empty_tier_named_or_gone() {
         "the tier must be named before the commit and gone after it ({gone_at:?} of {n})"
     );
 }
+
+fn ids(fs: &Fs) -> Vec<u8> {
+    fs.superblock().tiers.iter().map(|t| t.id).collect()
+}
+
+/// PM+SSD+HDD, the SSD retired: refused while it holds data (nothing
+/// changed), removed once the data is on the HDD and PM. The HDD keeps its
+/// id; nothing reaches the removed device afterwards (placement and
+/// migration go PM → HDD); a tier attached later takes the id after the
+/// HDD's, and the pool mounts and passes fsck with the ids skipping 1.
+#[test]
+fn a_middle_tier_goes_and_the_tiers_after_it_keep_their_ids() {
+    use terrace_format::TierId;
+    let (pm, ssd, hdd, fs) = three_tier_pool(16 << 20, 32 << 20);
+    let (da, db) = (pattern(11, 2 << 20), pattern(12, 1 << 20));
+    let a = file_holding(&fs, "a", &da);
+    let b = file_holding(&fs, "b", &db);
+    fs.migrate_file(a, 1).unwrap();
+    let before = fs.superblock();
+    let e = fs.detach_tier(Some(TierId(1))).unwrap_err();
+    assert!(
+        e.contains("tier 1") && e.contains("still holds") && e.contains("migrate"),
+        "{e}"
+    );
+    assert_eq!(fs.superblock(), before, "a refused removal wrote");
+    for (which, want) in [(0u8, "pm tier"), (5, "no tier 5")] {
+        let e = fs.detach_tier(Some(TierId(which))).unwrap_err();
+        assert!(e.contains(want) && !e.contains('\n'), "{e}");
+        assert_eq!(fs.superblock(), before);
+    }
+    fs.migrate_file(a, 2).unwrap();
+    assert_eq!(tier_bytes(&fs, a, "hdd"), 2 << 20);
+    let gone = fs.detach_tier(Some(TierId(1))).expect("the empty ssd goes");
+    assert_eq!((gone.record.id, gone.record.kind), (1, TierKind::Ssd));
+    assert_eq!(ids(&fs), [0, 2]);
+    assert_eq!(fs.superblock().version, terrace_format::FORMAT_VERSION);
+    assert_eq!(kinds(&fs), ["pm", "hdd"]);
+    assert_eq!(Arc::strong_count(&ssd), 1, "the ssd's media is closed");
+    let ssd_after = ssd.stats();
+    // Placement and migration skip the removed id.
+    assert!(fs.migrate_file(b, 1).is_err(), "a move to the removed id");
+    fs.migrate_file(b, 2).unwrap();
+    assert_eq!(tier_bytes(&fs, b, "hdd"), 1 << 20);
+    fs.migrate_files(&[a, b], 0).unwrap();
+    fs.set_setting("migration_threshold", "1").unwrap();
+    let c = file_holding(&fs, "c", &pattern(13, 4 << 20));
+    fs.migration_pass();
+    assert_eq!(tier_bytes(&fs, c, "ssd"), 0);
+    assert!(
+        fs.status().tiers.iter().all(|t| t.id != 1),
+        "status lists the removed id"
+    );
+    // A rule may not name the removed id or kind.
+    for rule in [&b"1"[..], b"ssd"] {
+        assert_eq!(
+            fs.setxattr(c, b"user.terrace.rule", rule, 0)
+                .unwrap_err()
+                .raw_os_error(),
+            Some(libc::EINVAL)
+        );
+    }
+    // A tier attached later follows the last one: id 3, not the gap.
+    let e = fs
+        .attach_tier(
+            tier_record(1, TierKind::Hdd, 32 << 20),
+            Arc::new(MemBlock::new(32 << 20)),
+        )
+        .unwrap_err();
+    assert!(e.contains("id 3"), "{e}");
+    let more = Arc::new(MemBlock::new(32 << 20));
+    fs.attach_tier(tier_record(3, TierKind::Hdd, 32 << 20), more.clone())
+        .unwrap();
+    assert_eq!(ids(&fs), [0, 2, 3]);
+    fs.migrate_file(b, 3).unwrap();
+    assert_eq!(tier_bytes(&fs, b, "hdd"), 1 << 20);
+    assert_eq!(ssd.stats(), ssd_after, "the removed device was used");
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(2, hdd.clone()), (3, more.clone())];
+    fsck_clean_with(&*pm, &tiers, Fsck::Data, "after the removal");
+    let fs = Fs::mount_with_tiers(pm.clone(), tiers).unwrap_or_else(|e| panic!("mount: {e}"));
+    assert_eq!(ids(&fs), [0, 2, 3]);
+    assert_eq!(content(&fs, a), da);
+    assert_eq!(content(&fs, b), db);
+    assert_eq!(content(&fs, c), pattern(13, 4 << 20));
+    fs.unmount().unwrap();
+}
+
+/// A tier whose only contents are clean copies (NVMFS: the data's primary
+/// is on PM) is removed: the copies are dropped — committed as drops, their
+/// blocks freed — and the data reads back, before and after a remount.
+#[test]
+fn a_tier_holding_only_clean_copies_is_removed_and_the_data_stays() {
+    use terrace_format::TierId;
+    let (pm, _ssd, hdd, fs) = three_tier_pool(16 << 20, 64 << 20);
+    use_nvmfs(&fs);
+    let data = pattern(21, 8 << 20);
+    let f = file_holding(&fs, "f", &data);
+    assert!(fs.migration_pass() > 0, "nothing was flushed");
+    let copies = tier_bytes(&fs, f, "ssd-copy");
+    assert!(copies > 0, "no clean copy on the ssd");
+    assert_eq!(tier_bytes(&fs, f, "ssd"), 0, "data on the ssd");
+    let gone = fs
+        .detach_tier(Some(TierId(1)))
+        .expect("clean copies do not hold the removal up");
+    assert_eq!(gone.record.kind, TierKind::Ssd);
+    assert_eq!(kinds(&fs), ["pm", "hdd"]);
+    assert_eq!(tier_bytes(&fs, f, "ssd-copy"), 0);
+    assert_eq!(content(&fs, f), data);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(2, hdd.clone())];
+    fsck_clean_with(&*pm, &tiers, Fsck::Data, "after the removal");
+    let fs = Fs::mount_with_tiers(pm.clone(), tiers).unwrap_or_else(|e| panic!("mount: {e}"));
+    assert_eq!(content(&fs, f), data);
+    fs.unmount().unwrap();
+}
+
+/// The same for the last tier of a PM+SSD pool (`detach_last_tier`): its
+/// clean copies go with it.
+#[test]
+fn the_last_tier_holding_clean_copies_is_removed_too() {
+    let (pm, _ssd, fs) = tiered_pool(16 << 20, 64 << 20, 64);
+    use_nvmfs(&fs);
+    let data = pattern(22, 8 << 20);
+    let f = file_holding(&fs, "f", &data);
+    assert!(fs.migration_pass() > 0, "nothing was flushed");
+    assert!(tier_bytes(&fs, f, "ssd-copy") > 0);
+    fs.detach_last_tier().expect("the copies are dropped");
+    assert_eq!(kinds(&fs), ["pm"]);
+    assert_eq!(content(&fs, f), data);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(pm.clone());
+    assert_eq!(content(&fs, f), data);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&*pm, None, Fsck::Data, "after the removal");
+}
+
+#[test]
+fn a_tier_is_named_by_its_id_or_its_kind() {
+    use terrace_core::tier_detach::resolve_tier;
+    use terrace_format::TierId;
+    let (_pm, _ssd, _hdd, fs) = three_tier_pool(8 << 20, 32 << 20);
+    let sb = fs.superblock();
+    assert_eq!(resolve_tier(&sb.tiers, "ssd"), Ok(TierId(1)));
+    assert_eq!(resolve_tier(&sb.tiers, "2"), Ok(TierId(2)));
+    assert_eq!(resolve_tier(&sb.tiers, "pm"), Ok(TierId(0)));
+    for (name, want) in [
+        ("s3", "no s3 tier"),
+        ("4", "no tier 4"),
+        ("nvme", "unknown tier"),
+    ] {
+        let e = resolve_tier(&sb.tiers, name).unwrap_err();
+        assert!(e.contains(want) && e.contains("1 ssd"), "{e}");
+    }
+    fs.attach_tier(
+        tier_record(3, TierKind::Hdd, 32 << 20),
+        Arc::new(MemBlock::new(32 << 20)),
+    )
+    .unwrap();
+    let e = resolve_tier(&fs.superblock().tiers, "hdd").unwrap_err();
+    assert!(e.contains("2 hdd tiers"), "{e}");
+}
+
+/// Crash images at every PM event of a middle tier's removal (PM+SSD+HDD,
+/// the SSD goes; a file on the HDD, one on PM, and one on PM with clean
+/// copies on the SSD, which the removal drops): each passes fsck and
+/// mounts (with the SSD's device while its superblock names it), every
+/// file whole; the SSD is named up to the commit point and gone after.
+#[test]
+fn a_crash_at_any_point_of_a_middle_tier_removal_leaves_it_named_or_gone() {
+    use terrace_format::TierId;
+    let (pm, fs) = pm_pool_on(CrashMedia::new(16 << 20), 64);
+    let (da, db) = (pattern(31, 1 << 20), pattern(32, 256 << 10));
+    let a = file_holding(&fs, "a", &da);
+    let b = file_holding(&fs, "b", &db);
+    let ssd = Arc::new(MemBlock::new(16 << 20));
+    let hdd = Arc::new(MemBlock::new(16 << 20));
+    fs.attach_tier(tier_record(1, TierKind::Ssd, 16 << 20), ssd.clone())
+        .unwrap();
+    fs.attach_tier(tier_record(2, TierKind::Hdd, 16 << 20), hdd.clone())
+        .unwrap();
+    fs.migrate_file(a, 1).unwrap();
+    fs.migrate_file(a, 2).unwrap();
+    fs.fsync(b, false).unwrap();
+    use_nvmfs(&fs);
+    let dc = pattern(33, 8 << 20);
+    let c = file_holding(&fs, "c", &dc);
+    assert!(fs.migration_pass() > 0, "nothing was flushed");
+    assert!(
+        tier_bytes(&fs, c, "ssd-copy") > 0,
+        "no clean copy on the ssd"
+    );
+    assert_eq!(tier_bytes(&fs, c, "ssd"), 0);
+    let (r, trace) = pm.trace(|| fs.detach_tier(Some(TierId(1))));
+    r.unwrap();
+    let n = trace.len();
+    assert!(n > 0, "the removal wrote nothing to PM");
+    let mut gone_at = None;
+    for k in 0..=n {
+        for mode in [LossMode::AllUnflushed, LossMode::RandomWords(k as u64)] {
+            let ctx = format!("crash after event {k}/{n} {mode:?}");
+            let img = Arc::new(MemMedia::from_image(trace.image_at(k, mode)));
+            let sb = terrace_core::recovery::read_superblock(&*img)
+                .unwrap_or_else(|e| panic!("{ctx}: superblock: {e}"));
+            let ids: Vec<u8> = sb.tiers.iter().map(|t| t.id).collect();
+            let named = match ids.as_slice() {
+                [0, 1, 2] => true,
+                [0, 2] => false,
+                other => panic!("{ctx}: tiers {other:?}"),
+            };
+            if mode == LossMode::AllUnflushed {
+                match (named, gone_at) {
+                    (false, None) => gone_at = Some(k),
+                    (true, Some(g)) => panic!("{ctx}: named again after it was gone at {g}"),
+                    _ => {}
+                }
+            }
+            let mut tiers: Vec<(u8, Arc<dyn BlockMedia>)> = Vec::new();
+            if named {
+                tiers.push((1, Arc::new(MemBlock::from_image(ssd.image()))));
+            }
+            tiers.push((2, Arc::new(MemBlock::from_image(hdd.image()))));
+            fsck_clean_with(&*img, &tiers, Fsck::Data, &ctx);
+            let fs = Fs::mount_with_tiers(img as Arc<dyn PmMedia>, tiers)
+                .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
+            assert!(content(&fs, a) == da, "{ctx}: the hdd file changed");
+            assert!(content(&fs, b) == db, "{ctx}: the pm file changed");
+            assert!(content(&fs, c) == dc, "{ctx}: the copied file changed");
+            if !named {
+                assert_eq!(tier_bytes(&fs, c, "ssd-copy"), 0, "{ctx}: a copy stayed");
+            }
+            fs.check_allocator()
+                .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+        }
+    }
+    assert!(
+        gone_at.is_some_and(|g| g > 0),
+        "the tier must be named before the commit and gone after it ({gone_at:?} of {n})"
+    );
+}

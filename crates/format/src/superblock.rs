@@ -87,7 +87,11 @@ impl TierKind {
     }
 }
 
-/// One tier of the pool as recorded in the superblock. Tier 0 is always the PM tier.
+/// One tier of the pool as recorded in the superblock. Tier 0 is always the
+/// PM tier. Records are in id order; ids ascend and stay below
+/// [`MAX_TIERS`], but since version 8 they may skip: a tier removed before
+/// the last leaves its id unused (the tiers after it keep theirs, since
+/// extents name them), so an id is not a position in the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TierRecord {
     /// Tier id: the value stored in write entries.
@@ -127,7 +131,7 @@ pub struct Superblock {
     pub mount_count: u64,
     /// Time of the last mount, seconds since the epoch.
     pub last_mount_unix: u64,
-    /// Tiers, tier 0 first.
+    /// Tiers, tier 0 first, ids ascending (not necessarily consecutive).
     pub tiers: Vec<TierRecord>,
 }
 
@@ -201,8 +205,15 @@ impl Superblock {
                 path: String::from_utf8_lossy(&b[r + TR_PATH..r + TR_PATH + n]).into_owned(),
             });
         }
-        if tiers[0].kind != TierKind::Pm {
+        if tiers[0].kind != TierKind::Pm || tiers[0].id != 0 {
             return Err(FormatError::Invalid("tier 0 is not the pm tier"));
+        }
+        // Ids ascend but may skip (version 8: a tier removed before the
+        // last leaves its id unused); every id fits the per-tier arrays.
+        if tiers.windows(2).any(|w| w[1].id <= w[0].id)
+            || tiers.iter().any(|t| usize::from(t.id) >= MAX_TIERS)
+        {
+            return Err(FormatError::Invalid("tier ids"));
         }
         let sb = Superblock {
             version,
@@ -331,6 +342,29 @@ mod tests {
             assert_eq!(TierKind::parse(k.name()), Some(k));
         }
         assert_eq!(TierKind::S3 as u8, 3);
+    }
+
+    #[test]
+    fn ids_may_skip_a_removed_tier_but_must_ascend() {
+        let mut sb = sample();
+        sb.tiers.push(TierRecord {
+            id: 3,
+            kind: TierKind::Hdd,
+            size: 1 << 30,
+            extent_size: 512 << 10,
+            path: "/tmp/hdd".into(),
+        });
+        sb.tiers.remove(1);
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        for bad in [0u8, 8, 200] {
+            let mut b = sb.clone();
+            b.tiers[1].id = bad;
+            assert_eq!(
+                Superblock::decode(&b.encode()),
+                Err(FormatError::Invalid("tier ids")),
+                "id {bad}"
+            );
+        }
     }
 
     #[test]

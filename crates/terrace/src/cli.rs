@@ -45,7 +45,7 @@ pub(crate) enum Cmd {
     Migrate(MigrateArgs),
     /// Show, set or clear per-file placement rules (pin a file or directory to a tier).
     Rule(RuleArgs),
-    /// Add a tier to a pool, or remove its last tier when empty (mounted or not).
+    /// Add a tier to a pool, or remove an empty tier (mounted or not).
     Tier(TierArgs),
     /// Watch a mounted pool's I/O per tier, live (like `zpool iostat -v`).
     Iostat(IostatArgs),
@@ -367,14 +367,17 @@ Given a mount point (or the pm tier of a mounted pool), the daemon makes the
 change at once, with no unmount; given an unmounted pool, this command does.
 Tiers go from fastest to slowest (pm, ssd, hdd, s3): `add` appends a tier
 after the last one when that order still holds (an s3 tier must come last,
-after an ssd or hdd tier); block tiers take the pool's extent size. `remove`
-removes the last tier, and only when nothing is stored on it (no file data,
-clean copy or log) and no placement rule names it: move its data first with
-`terrace migrate MOUNTPOINT --to TIER`. On a mounted pool nothing new lands
-on the tier while its removal runs. The superblock is written last, so an
-interrupted command leaves the pool as it was. A removed file tier's header
-is wiped (the file may then be deleted); an object tier's prefix keeps its
-marker.
+after an ssd or hdd tier); block tiers take the pool's extent size, and a
+new tier's id is one above the last tier's. `remove` removes a tier named
+by id or kind (by default the last one; never pm), and only when no file
+data, log or deleted file still open is stored on it and no placement rule
+names it: move its data first with `terrace migrate MOUNTPOINT --to TIER`.
+Clean copies kept on it are dropped (their data stays where it is). The
+other tiers keep their ids, so the pool's ids may skip the removed one. On
+a mounted pool nothing new lands on the tier while its removal runs. The
+superblock is written last, so an interrupted command leaves the pool as it
+was. A removed file tier's header is wiped (the file may then be deleted);
+an object tier's prefix keeps its marker.
 
 Examples:
   # A pool made with PM only gets an SSD tier:
@@ -385,7 +388,10 @@ Examples:
   terrace tier remove /dev/shm/pool
   # The same on the mounted pool: move its data up, then remove it:
   terrace migrate /mnt/terrace --to pm
-  terrace tier remove /mnt/terrace";
+  terrace tier remove /mnt/terrace
+  # Retire the SSD of a pm+ssd+hdd pool (its data moved down first):
+  terrace migrate /mnt/terrace --to hdd
+  terrace tier remove /mnt/terrace ssd";
 
 #[derive(Args, Debug)]
 #[command(after_help = TIER_AFTER)]
@@ -416,18 +422,25 @@ pub(crate) enum TierAction {
         #[arg(long)]
         force: bool,
     },
-    /// Remove a pool's last tier, mounted or not; refused while it holds data.
+    /// Remove a pool's tier (by default its last), mounted or not; refused
+    /// while it holds data.
     ///
     /// Given a mount point (or the pm tier of a mounted pool), the daemon
-    /// stops placing data on the tier, checks that nothing is stored on it
-    /// and removes it at once, with no unmount. Given an unmounted pool, its
-    /// superblock is changed here. Either way only the last tier goes, and
-    /// only when it holds no file data, clean copy or log (and, mounted, no
-    /// placement rule names it).
+    /// stops placing data on the tier, drops the clean copies kept there,
+    /// checks that nothing else is stored on it and removes it at once, with
+    /// no unmount. Given an unmounted pool, this command does the same in
+    /// its own process. Any tier but pm may go, when it holds no file data,
+    /// log or deleted file still open and no placement rule names it; the
+    /// other tiers keep their ids.
     Remove {
         /// A mount point, or the pool (the path of its pm tier).
         #[arg(value_name = "MOUNTPOINT|POOL")]
         pool: PathBuf,
+        /// The tier to remove: its id (as `terrace status` shows it) or its
+        /// kind (ssd, hdd, s3) when the pool has one tier of that kind.
+        /// Default: the last tier.
+        #[arg(value_name = "TIER")]
+        tier: Option<String>,
     },
 }
 

@@ -58,7 +58,7 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
         Cmd::Tier(a) => match a.action {
             TierAction::Add { pool, tier, force } => tier_cmd::add(&pool, &tier, force),
-            TierAction::Remove { pool } => tier_cmd::remove(&pool),
+            TierAction::Remove { pool, tier } => tier_cmd::remove(&pool, tier.as_deref()),
         },
         Cmd::Iostat(a) => iostat_cmd::run(&a.mountpoint, a.interval, a.count, a.json),
         Cmd::Scrub(a) => scrub_cmd::run(

@@ -12,17 +12,19 @@
 //!   mounted pool is changed by its daemon only.
 //! - Tiers stay ordered from fastest to slowest (pm, ssd, hdd, s3), at most
 //!   one s3 tier and always last, after a block tier: a tier is appended
-//!   only when that order still holds, and only the last tier is removed.
+//!   only when that order still holds (its id one above the last tier's),
+//!   and removing any tier keeps it.
 //! - The superblock is the commit point. `add` writes the new tier's header
 //!   (or creates the object tier) first and the superblock (both copies, a
 //!   higher generation) last, so a crash in between leaves the pool as it
-//!   was plus a formatted tier file that nothing names. `remove` mounts the
-//!   pool in this process to prove that nothing (data, clean copies, logs)
-//!   is stored on the tier, unmounts it cleanly, and then writes the
-//!   superblock without the tier; its tier header is wiped last. A
-//!   mounted pool's daemon proves it with `Fs::detach_last_tier`, which
-//!   commits the superblock; the header is wiped after that, the tier's
-//!   file lock released last.
+//!   was plus a formatted tier file that nothing names. `remove` (of any
+//!   tier but pm; the others keep their ids) goes through
+//!   `Fs::detach_tier`, which drops the tier's clean copies, proves that
+//!   nothing else (data, logs, open deleted files) is stored there and
+//!   commits the superblock without it — in the daemon of a mounted pool,
+//!   or in this process for an unmounted one (mounted here, no FUSE, then
+//!   unmounted cleanly). The tier header is wiped after the commit, a
+//!   daemon's lock on the tier's file released last.
 //! - The daemon holds the lock of every block tier file of its pool, those
 //!   it mounted with and those attached since ([`hold_tier_locks`]), until
 //!   the unmount or the tier's removal.
@@ -70,7 +72,7 @@ fn open_unmounted(pool: &Path) -> CliResult<Opened> {
 /// check a mounted pool makes), then a path the pool already uses.
 fn order_problem(tiers: &[TierRecord], spec: &TierSpec) -> Option<String> {
     let probe = TierRecord {
-        id: u8::try_from(tiers.len()).unwrap_or(u8::MAX),
+        id: terrace_core::tier_attach::next_tier_id(tiers),
         kind: spec.kind,
         size: 0,
         extent_size: 0,
@@ -114,7 +116,7 @@ fn prepare(
     if let Some(why) = order_problem(&sb.tiers, spec) {
         return Err(CliError::at(&spec.path, why).code(2));
     }
-    let id = sb.tiers.len() as u8;
+    let id = terrace_core::tier_attach::next_tier_id(&sb.tiers);
     // Block tiers keep the pool's extent size (the first block tier's; 512K
     // when the pool had none).
     let extent_size = sb
@@ -348,23 +350,26 @@ fn open_tiers(sb: &Superblock) -> CliResult<Vec<(u8, Arc<dyn BlockMedia>)>> {
     Ok(out)
 }
 
-/// Runs `terrace tier remove TARGET`: removes the last tier when nothing
-/// is stored on it. TARGET is a mount point (or the PM tier of a mounted
+/// Runs `terrace tier remove TARGET [TIER]`: removes the tier named (an id
+/// or a kind; by default the last tier) when nothing but clean copies is
+/// stored on it. TARGET is a mount point (or the PM tier of a mounted
 /// pool), whose daemon removes it at once, or an unmounted pool.
-pub fn remove(target: &Path) -> CliResult {
+pub fn remove(target: &Path, tier: Option<&str>) -> CliResult {
     match mount_of(target) {
-        Some(mnt) => remove_mounted(target, &mnt),
-        None => remove_unmounted(target),
+        Some(mnt) => remove_mounted(target, &mnt, tier),
+        None => remove_unmounted(target, tier),
     }
 }
 
-/// Asks the daemon serving `mnt` to remove its last tier.
-fn remove_mounted(shown: &Path, mnt: &Path) -> CliResult {
+/// Asks the daemon serving `mnt` to remove the tier.
+fn remove_mounted(shown: &Path, mnt: &Path, tier: Option<&str>) -> CliResult {
     use crate::control::{self, protocol::RemoveTier};
     // A removal may wait for moves in flight and write back the cache.
     let got = control::call(
         &util::control_socket(mnt),
-        RemoveTier {},
+        RemoveTier {
+            tier: tier.map(str::to_string),
+        },
         std::time::Duration::from_secs(300),
     )
     .map_err(crate::admin::control_failed(mnt, shown))?;
@@ -379,31 +384,52 @@ fn remove_mounted(shown: &Path, mnt: &Path) -> CliResult {
     Ok(())
 }
 
-/// The daemon's side of `tier remove MOUNTPOINT`: the core removes the
-/// last tier (`Fs::detach_last_tier`: retired, proved empty, superblock
-/// committed, unpublished, media closed); then a file tier's header is
-/// wiped and its lock released. An object tier's prefix keeps its marker.
-pub(crate) fn detach(
-    fs: &terrace_core::Fs,
-) -> crate::control::protocol::Answer<crate::control::protocol::TierRemoved> {
-    use crate::control::protocol::{Refusal, TierRemoved};
-    let d = fs
-        .detach_last_tier()
-        .map_err(|e| Refusal::new(format!("cannot remove the last tier: {e}")))?;
-    let r = &d.record;
-    let mut leftover = if r.kind == TierKind::S3 {
+/// "the last tier" or "tier ssd".
+fn removal_target(tier: Option<&str>) -> String {
+    tier.map_or_else(|| "the last tier".to_string(), |t| format!("tier {t}"))
+}
+
+/// What is left of a removed tier, for the message: a file that may be
+/// deleted, or an object prefix that keeps its marker.
+fn leftover_of(r: &TierRecord, wiped: Result<(), String>) -> String {
+    if r.kind == TierKind::S3 {
         format!(
             "; its prefix still holds the tier's marker and header objects ({}), which you may delete",
             r.path
         )
     } else {
-        let wiped = wipe_header(Path::new(&r.path));
-        release_tier_lock(&r.path);
         match wiped {
             Ok(()) => format!("; {} may be deleted", r.path),
             Err(e) => format!("; {e}, but the pool no longer names it"),
         }
+    }
+}
+
+/// The daemon's side of `tier remove MOUNTPOINT [TIER]`: the core removes
+/// the tier (`Fs::detach_tier`: retired, its clean copies dropped, proved
+/// empty, superblock committed, unpublished, media closed); then a file
+/// tier's header is wiped and its lock released. An object tier's prefix
+/// keeps its marker.
+pub(crate) fn detach(
+    fs: &terrace_core::Fs,
+    tier: Option<&str>,
+) -> crate::control::protocol::Answer<crate::control::protocol::TierRemoved> {
+    use crate::control::protocol::{Refusal, TierRemoved};
+    let refuse = |e: String| Refusal::new(format!("cannot remove {}: {e}", removal_target(tier)));
+    let id = match tier {
+        None => None,
+        Some(t) => Some(
+            terrace_core::tier_detach::resolve_tier(&fs.superblock().tiers, t).map_err(refuse)?,
+        ),
     };
+    let d = fs.detach_tier(id).map_err(refuse)?;
+    let r = &d.record;
+    let wiped = (r.kind != TierKind::S3).then(|| {
+        let w = wipe_header(Path::new(&r.path));
+        release_tier_lock(&r.path);
+        w
+    });
+    let mut leftover = leftover_of(r, wiped.unwrap_or(Ok(())));
     for n in &d.notes {
         leftover.push_str("; ");
         leftover.push_str(n);
@@ -417,71 +443,61 @@ pub(crate) fn detach(
     })
 }
 
-fn remove_unmounted(pool: &Path) -> CliResult {
+/// Removes a tier of an unmounted pool: the pool is mounted in this
+/// process (recovery included, no FUSE, no background threads), the core
+/// removes the tier as it does for a daemon (`Fs::detach_tier`: clean
+/// copies dropped, proved empty, the superblock without the tier committed)
+/// and the pool is unmounted cleanly; then a file tier's header is wiped.
+fn remove_unmounted(pool: &Path, tier: Option<&str>) -> CliResult {
     let o = open_unmounted(pool)?;
-    let last = o.sb.tiers.last().expect("tier 0").clone();
-    if last.id == 0 {
-        return Err(CliError::at(
-            pool,
-            "the pool has only its pm tier, which cannot be removed",
-        )
-        .code(2));
+    let refused = |e: String| {
+        CliError::at(pool, format!("cannot remove {}: {e}", removal_target(tier))).code(2)
+    };
+    let id = match tier {
+        None => None,
+        Some(t) => Some(terrace_core::tier_detach::resolve_tier(&o.sb.tiers, t).map_err(refused)?),
+    };
+    // Refused before the pool is mounted: no tier but pm, or pm named.
+    if id.map_or(o.sb.tiers.len() == 1, |i| i.get() == 0) {
+        let why = if id.is_none() {
+            "the pool has only its pm tier, which cannot be removed"
+        } else {
+            "tier 0 is the pool's pm tier, which cannot be removed"
+        };
+        return Err(CliError::at(pool, why).code(2));
     }
-    // Prove the tier empty the only reliable way: mount the pool here
-    // (recovery included), ask the file system, unmount it cleanly.
     let tiers = open_tiers(&o.sb)?;
     let media: Arc<dyn PmMedia> =
         Arc::new(PmFile::open(&o.path).map_err(|e| CliError::new(e.to_string()))?);
     let fs = terrace_core::Fs::mount_with_tiers(media, tiers).map_err(|e| CliError::at(pool, e))?;
-    let st = fs.status();
-    let used = st
-        .tiers
-        .iter()
-        .find(|t| t.id == last.id)
-        .map(|t| (t.used, t.write_entries))
-        .unwrap_or((0, 0));
-    fs.unmount()
-        .map_err(|e| CliError::at(pool, format!("cannot unmount cleanly: {e}")))?;
+    let detached = fs.detach_tier(id);
+    let unmounted = fs.unmount();
     drop(fs);
-    if used != (0, 0) {
-        return Err(CliError::at(
-            pool,
-            format!(
-                "tier {} ({} {}) still holds {} ({} extents of files): move them to another tier first \
-                 (terrace migrate MOUNTPOINT --to TIER), then remove it",
-                last.id,
-                last.kind.name(),
-                last.path,
-                util::human_bytes(used.0),
-                used.1
-            ),
-        ));
-    }
-    // The unmount wrote the superblock: read it again before changing it.
-    let sb = terrace_core::recovery::read_superblock(&o.pm).map_err(|e| CliError::at(pool, e))?;
-    let mut sb2 = sb.clone();
-    sb2.tiers.pop();
-    sb2.generation += 1;
-    write_superblock(&o, &sb2)?;
-    let leftover = if last.kind == TierKind::S3 {
-        format!(
-            "; its prefix still holds the tier's marker and header objects ({}), which you may delete",
-            last.path
-        )
+    let d = detached
+        .map_err(|e| CliError::at(pool, format!("cannot remove {}: {e}", removal_target(tier))))?;
+    unmounted.map_err(|e| CliError::at(pool, format!("cannot unmount cleanly: {e}")))?;
+    let r = &d.record;
+    let leftover = if r.kind == TierKind::S3 {
+        leftover_of(r, Ok(()))
     } else {
-        match wipe_header(Path::new(&last.path)) {
-            Ok(()) => format!("; {} may be deleted", last.path),
+        match wipe_header(Path::new(&r.path)) {
+            Ok(()) => leftover_of(r, Ok(())),
             Err(e) => {
                 util::warn(e);
                 String::new()
             }
         }
     };
+    let mut leftover = leftover;
+    for n in &d.notes {
+        leftover.push_str("; ");
+        leftover.push_str(n);
+    }
     util::out(&format!(
         "Removed tier {} ({} {}) from the pool {}{leftover}",
-        last.id,
-        last.kind.name(),
-        last.path,
+        r.id,
+        r.kind.name(),
+        r.path,
         o.path.display()
     ));
     Ok(())

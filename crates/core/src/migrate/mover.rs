@@ -414,6 +414,12 @@ impl Fs {
         mode: Mode,
         limit: Option<u64>,
     ) -> FsResult<(Option<Prepared>, Option<FileBlock>)> {
+        // Nothing lands on a tier being removed (`tier_detach.rs`): not its
+        // blocks (its allocations fail), and not a promotion of a clean copy
+        // there to primary data, which would hold the removal up.
+        if mode != Mode::DropCopy && self.retiring(to) {
+            return Err(errno(libc::ENOSPC));
+        }
         // 1. Capture.
         let (generation, mut pieces): (u32, Vec<Piece>) = {
             let g = self.lock(ino)?;
@@ -615,16 +621,21 @@ impl Fs {
         let mut kept = 0u64;
         let mut kept_data: Vec<(usize, u64)> = Vec::new(); // (index in phys, blocks)
         let mut k = 0usize;
+        // Checked again under the inode's lock: a removal that marked the
+        // tier retiring since the capture finds no promotion committed
+        // after the mark (it looks at each inode under its lock).
+        let to_retiring = mode != Mode::DropCopy && self.retiring(to);
         for p in &pieces {
             let data = needs_data(p);
             // Unchanged: same mapping *and* same sequence number (a rewrite
             // that reused the same blocks has a newer one).
-            let still = i.extents.find(p.file_block).is_some_and(|(s, e)| {
-                e.seq == p.seq
-                    && e.tier == p.tier
-                    && e.block + (p.file_block - s) == p.block
-                    && s + e.blocks >= p.file_block + p.blocks
-            });
+            let still = (data || !to_retiring)
+                && i.extents.find(p.file_block).is_some_and(|(s, e)| {
+                    e.seq == p.seq
+                        && e.tier == p.tier
+                        && e.block + (p.file_block - s) == p.block
+                        && s + e.blocks >= p.file_block + p.blocks
+                });
             if !still {
                 if data {
                     for b in &phys[k..k + p.blocks as usize] {

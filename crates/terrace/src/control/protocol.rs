@@ -158,10 +158,16 @@ pub struct TierAdded {
     pub path: String,
 }
 
-/// `tier_remove`: remove the mounted pool's last tier, which must hold
-/// nothing (`terrace tier remove MOUNTPOINT`).
+/// `tier_remove`: remove a tier of the mounted pool — the one named, else
+/// the last — which must hold no data, log or open deleted file (`terrace
+/// tier remove MOUNTPOINT [TIER]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RemoveTier {}
+pub struct RemoveTier {
+    /// The tier: an id or a kind name (`ssd`, `hdd`, `s3`); none for the
+    /// last tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+}
 
 /// The reply to [`RemoveTier`]: the tier removed, as the superblock had it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -495,7 +501,7 @@ mod tests {
                 force: false,
             }
             .into(),
-            RemoveTier {}.into(),
+            RemoveTier { tier: None }.into(),
         ]
     }
 

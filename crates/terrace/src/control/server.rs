@@ -240,14 +240,14 @@ impl Server {
                         r.answer(&crate::tier_cmd::attach(&fs, &a));
                     });
                 }
-                Request::TierRemove(RemoveTier {}) => {
+                Request::TierRemove(x) => {
                     let fs = self.fs.clone();
                     let r = Responder::<RemoveTier>::new(stream);
                     // A removal waits for moves in flight and may write
                     // back the cache: answer from its own thread.
                     std::thread::spawn(move || {
                         let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
-                        r.answer(&crate::tier_cmd::detach(&fs));
+                        r.answer(&crate::tier_cmd::detach(&fs, x.tier.as_deref()));
                     });
                 }
                 Request::Extents(x) => {
