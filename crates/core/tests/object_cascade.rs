@@ -11,6 +11,7 @@
 mod common;
 use common::*;
 use std::sync::Arc;
+use std::time::Duration;
 use terrace_core::Fs;
 use terrace_format::TierKind;
 use terrace_media::object::{Bucket, PutFault, DEFAULT_SEGMENT_BLOCKS};
@@ -164,6 +165,60 @@ fn windows_into_the_object_tier_end_on_segment_ends_so_each_segment_is_one_part(
         moved >> 20
     );
     assert_stamped(&fs, &inos, FILE5, "after the migration");
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
+/// The next window's upload starts before the batch waits for the one
+/// before: with the store holding every PUT, the PUTs of two windows wait
+/// at once (one window has at most the bucket's concurrency, 4, in flight),
+/// and everything lands and reads back once they go. With one upload at a
+/// time the store sat idle at every window boundary while the last parts
+/// finished and the next bodies were hashed.
+#[test]
+fn the_next_windows_upload_starts_while_the_one_before_is_still_uploading() {
+    const FILES: u64 = 8;
+    const SIZE: usize = 16 << 20;
+    let (_plain, faults, bucket) = faulty_memory_store();
+    let mut pool = ObjectPool::format(256 << 20, 16 << 20, 1 << 30, bucket);
+    let fs = pool.mount();
+    let inos: Vec<u64> = (0..FILES)
+        .map(|k| {
+            let name = format!("o{k:02}");
+            let f = fs
+                .mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            fs.write(f.ino, 0, &stamped(k, SIZE)).unwrap();
+            fs.fsync(f.ino, false).unwrap();
+            f.ino
+        })
+        .collect();
+    faults.hold_puts();
+    let most_held = std::thread::scope(|s| {
+        let mover = s.spawn(|| fs.migrate_files(&inos, 2));
+        let start = std::time::Instant::now();
+        let mut most = 0;
+        while most <= 4 && start.elapsed() < Duration::from_secs(20) {
+            most = most.max(faults.puts_waiting());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Released before any assertion: the mover would wait forever.
+        faults.release_puts();
+        let (moved, errors) = mover.join().unwrap().unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(moved, FILES * SIZE as u64);
+        most
+    });
+    assert!(
+        most_held > 4,
+        "at most {most_held} PUTs held at once: the second window's upload never started \
+         while the first was held"
+    );
+    assert_stamped(&fs, &inos, SIZE, "after the overlapped uploads");
+    fs.unmount().unwrap();
+    pool.reopen();
+    let fs = pool.mount();
+    assert_stamped(&fs, &inos, SIZE, "after a remount");
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }

@@ -76,15 +76,20 @@ pub trait BlockMedia: Send + Sync {
     fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()>;
     /// Makes everything written before the call durable.
     fn sync(&self) -> io::Result<()>;
-    /// Sets aside everything written so far for [`sync_sealed`](Self::sync_sealed),
-    /// for media whose sync is an upload of what was written (an object
-    /// tier): a caller that seals, then syncs the sealed writes on another
-    /// thread while it writes more, makes exactly its own writes durable in
-    /// that upload. The default does nothing.
-    fn seal(&self) {}
-    /// Makes at least everything sealed before the call durable; the
+    /// Sets aside everything written so far under a new *ticket* for
+    /// [`sync_sealed`](Self::sync_sealed), for media whose sync is an
+    /// upload of what was written (an object tier): a caller that seals,
+    /// then syncs the sealed writes on another thread while it writes (and
+    /// seals, and syncs) more, makes exactly its own writes durable in that
+    /// upload. The default seals nothing and returns 0.
+    fn seal(&self) -> u64 {
+        0
+    }
+    /// Makes at least the writes sealed under `ticket` durable (uploads of
+    /// several tickets may run at once; each ticket is answered once). The
     /// default syncs everything.
-    fn sync_sealed(&self) -> io::Result<()> {
+    fn sync_sealed(&self, ticket: u64) -> io::Result<()> {
+        let _ = ticket;
         self.sync()
     }
     /// The blocks `[block, block + blocks)` hold no live data any more; media
@@ -190,11 +195,11 @@ macro_rules! forward_block_media {
             fn sync(&self) -> io::Result<()> {
                 (**self).sync()
             }
-            fn seal(&self) {
+            fn seal(&self) -> u64 {
                 (**self).seal()
             }
-            fn sync_sealed(&self) -> io::Result<()> {
-                (**self).sync_sealed()
+            fn sync_sealed(&self, ticket: u64) -> io::Result<()> {
+                (**self).sync_sealed(ticket)
             }
             forward_block_extras!(|self| (**self));
             fn describe(&self) -> String {

@@ -103,15 +103,16 @@ impl<B: BlockMedia> BlockMedia for Closable<B> {
         }
     }
 
-    fn seal(&self) {
-        if let Some(m) = &*self.inner.read() {
-            m.seal();
+    fn seal(&self) -> u64 {
+        match &*self.inner.read() {
+            Some(m) => m.seal(),
+            None => 0,
         }
     }
 
-    fn sync_sealed(&self) -> io::Result<()> {
+    fn sync_sealed(&self, ticket: u64) -> io::Result<()> {
         match &*self.inner.read() {
-            Some(m) => m.sync_sealed(),
+            Some(m) => m.sync_sealed(ticket),
             None => Err(self.closed()),
         }
     }

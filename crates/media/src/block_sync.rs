@@ -110,7 +110,7 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
         }
     }
 
-    fn seal(&self) {
+    fn seal(&self) -> u64 {
         self.inner.seal()
     }
 
@@ -118,8 +118,8 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
     /// there is no writer of its own to answer for: a failure is counted for
     /// the writers, and the caller (the mover) keeps what it sealed
     /// uncommitted.
-    fn sync_sealed(&self) -> io::Result<()> {
-        self.inner.sync_sealed().inspect_err(|_| {
+    fn sync_sealed(&self, ticket: u64) -> io::Result<()> {
+        self.inner.sync_sealed(ticket).inspect_err(|_| {
             self.failed.fetch_add(1, Ordering::SeqCst);
         })
     }

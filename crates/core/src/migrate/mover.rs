@@ -76,12 +76,14 @@ pub const MOVE_SYNC_WINDOW_BYTES: u64 = 64 << 20;
 /// data that is not durable.
 ///
 /// A window whose targets are all object tiers is *uploaded in the
-/// background*: its sync (the upload, seconds per window) runs on a thread
-/// of its own while the next window copies, and its moves commit when the
-/// next window is due or at `finish` — after the upload returned, as
-/// always. One window uploads at a time; the object tier takes the next
-/// window's writes into its pending buffer meanwhile, and its `sync` uploads
-/// only what was pending when it began (design §5n).
+/// background*: it is sealed (`BlockMedia::seal`, a ticket per tier) and
+/// its upload (`sync_sealed`, seconds per window) runs on a thread of its
+/// own while the next window copies. When the next window is due, its
+/// upload starts first and only then does the batch wait for the window
+/// before and commit its moves — after that upload returned, as always —
+/// so the store has PUTs to work on while one window's last parts finish
+/// and the next one's bodies are hashed: at most two windows upload at
+/// once, and windows commit in order (design §5n).
 pub(crate) struct MoveBatch<'a> {
     fs: &'a Fs,
     pending: Vec<Prepared>,
@@ -89,9 +91,14 @@ pub(crate) struct MoveBatch<'a> {
     window: u64,
     started: Option<Instant>,
     moved: u64,
-    /// The window being uploaded in the background, if any.
-    uploading: Option<Uploading>,
+    /// The windows being uploaded in the background, oldest first (at
+    /// most [`UPLOADS_IN_FLIGHT`]).
+    uploading: std::collections::VecDeque<Uploading>,
 }
+
+/// Windows uploading at once: the one whose moves wait for their commit,
+/// and the next one, started before that wait.
+const UPLOADS_IN_FLIGHT: usize = 2;
 
 /// A window of moves whose object-tier upload runs on its own thread.
 struct Uploading {
@@ -113,7 +120,7 @@ impl<'a> MoveBatch<'a> {
             window,
             started: None,
             moved: 0,
-            uploading: None,
+            uploading: std::collections::VecDeque::new(),
         }
     }
 
@@ -186,15 +193,15 @@ impl<'a> MoveBatch<'a> {
         })
     }
 
-    /// Syncs the target tiers of the pending moves once, then commits them
-    /// (for object tiers: starts their upload, see the type's docs). The
-    /// window uploading before, if any, commits first; an error of either
-    /// is returned (the pending window is then kept uncommitted when it could
-    /// not start: `finish` tries again).
+    /// Syncs the target tiers of the pending moves once, then commits them.
+    /// A window into object tiers only is sealed and its upload started in
+    /// the background; the window uploading before it then commits (see
+    /// the type's docs). Any other window commits at once, after every
+    /// window uploading. The first error is returned; a window whose sync
+    /// failed commits none of its moves (their blocks are released).
     fn flush(&mut self) -> FsResult<()> {
-        let before = self.finish_upload();
         if self.pending.is_empty() {
-            return before;
+            return self.finish_uploads(0);
         }
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
@@ -207,49 +214,73 @@ impl<'a> MoveBatch<'a> {
             .keys()
             .all(|&t| !t.is_pm() && self.fs.is_object_tier(t))
         {
-            let media: Vec<(TierId, Arc<dyn terrace_media::BlockMedia>)> = copied
-                .keys()
-                .filter_map(|&t| self.fs.tier(t).ok().map(|x| (t, Arc::clone(&x.media))))
-                .collect();
             // Sealed here, so the upload takes exactly this window's blocks:
             // the next window's, written while it runs, wait for their own
-            // upload (and the windows' segment ends stay part ends).
-            for (_, m) in &media {
-                m.seal();
-            }
+            // (and the windows' segment ends stay part ends).
+            let sealed: Vec<(TierId, Arc<dyn terrace_media::BlockMedia>, u64)> = copied
+                .keys()
+                .filter_map(|&t| self.fs.tier(t).ok().map(|x| (t, Arc::clone(&x.media))))
+                .map(|(t, m)| {
+                    let ticket = m.seal();
+                    (t, m, ticket)
+                })
+                .collect();
+            let on_thread = sealed.clone();
             let upload = std::thread::Builder::new()
                 .name("terrace-upload".into())
-                .spawn(move || media.iter().map(|(t, m)| (*t, m.sync_sealed())).collect());
-            // Without a thread (none can be made), the upload runs here.
+                .spawn(move || {
+                    on_thread
+                        .iter()
+                        .map(|(t, m, ticket)| (*t, m.sync_sealed(*ticket)))
+                        .collect()
+                });
             if let Ok(upload) = upload {
-                self.uploading = Some(Uploading {
+                self.uploading.push_back(Uploading {
                     moves: pending,
                     copied,
                     upload,
                     started,
                 });
-                return before;
+                return self.finish_uploads(UPLOADS_IN_FLIGHT - 1);
             }
+            // Without a thread (none can be made), the upload runs here,
+            // after the windows before it commit.
+            let before = self.finish_uploads(0);
+            let synced = sealed.iter().try_for_each(|(t, m, ticket)| {
+                m.sync_sealed(*ticket)
+                    .map_err(|e| self.fs.device_error(*t, e))
+            });
+            let now = self.commit_window(pending, copied, started, synced);
+            return before.and(now);
         }
+        let before = self.finish_uploads(0);
         let tiers: Vec<TierId> = copied.keys().copied().filter(|t| !t.is_pm()).collect();
         let synced = tiers.into_iter().try_for_each(|t| self.fs.sync_tier(t));
         let now = self.commit_window(pending, copied, started, synced);
         before.and(now)
     }
 
-    /// Waits for the window uploading in the background, if any, and commits
-    /// its moves (or releases their blocks when the upload failed).
-    fn finish_upload(&mut self) -> FsResult<()> {
-        let Some(u) = self.uploading.take() else {
-            return Ok(());
-        };
-        let synced = match u.upload.join() {
-            Ok(results) => results
-                .into_iter()
-                .try_for_each(|(t, r)| r.map_err(|e| self.fs.device_error(t, e))),
-            Err(_) => Err(std::io::Error::other("the upload thread panicked")),
-        };
-        self.commit_window(u.moves, u.copied, u.started, synced)
+    /// Waits for the windows uploading in the background, oldest first,
+    /// and commits the moves of each (or releases their blocks when its
+    /// upload failed), until at most `keep` are left; the first error.
+    fn finish_uploads(&mut self, keep: usize) -> FsResult<()> {
+        let mut first = Ok(());
+        while self.uploading.len() > keep {
+            let Some(u) = self.uploading.pop_front() else {
+                break;
+            };
+            let synced = match u.upload.join() {
+                Ok(results) => results
+                    .into_iter()
+                    .try_for_each(|(t, r)| r.map_err(|e| self.fs.device_error(t, e))),
+                Err(_) => Err(std::io::Error::other("the upload thread panicked")),
+            };
+            let r = self.commit_window(u.moves, u.copied, u.started, synced);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
     }
 
     /// Commits the moves of a window whose target tiers `synced` (or
@@ -308,7 +339,7 @@ impl<'a> MoveBatch<'a> {
     /// returns (or, on an error, their target blocks are released).
     pub(super) fn commit_all(&mut self) -> FsResult<()> {
         let r = self.flush();
-        r.and(self.finish_upload())
+        r.and(self.finish_uploads(0))
     }
 
     /// Bytes moved by the moves committed so far.
@@ -321,7 +352,7 @@ impl Drop for MoveBatch<'_> {
     /// A batch dropped without `finish` (a panic unwinding) still waits for
     /// its upload, and releases the blocks of what it never committed.
     fn drop(&mut self) {
-        if let Some(u) = self.uploading.take() {
+        while let Some(u) = self.uploading.pop_front() {
             let _ = u.upload.join();
             let blocks: u64 = u.moves.iter().map(|p| p.total).sum();
             let _done = PendingMoves(&self.fs.migrator, blocks);

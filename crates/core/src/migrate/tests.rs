@@ -182,3 +182,66 @@ fn a_pass_over_a_pm_far_below_its_threshold_scans_no_inode_slot_and_one_over_it_
     fs.migration_pass();
     assert!(scans() > before, "a pass over the threshold took no split");
 }
+
+#[test]
+fn a_copy_drop_prepared_before_the_copy_was_replaced_commits_nothing_and_keeps_the_new_copy() {
+    let fs = pool();
+    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    fs.write(f.ino, 0, &[7u8; 8 * 4096]).unwrap();
+    let copy = |fs: &Fs| {
+        fs.move_ranges(
+            f.ino,
+            TierId::PM,
+            TierId(1),
+            &[(FileBlock(0), 8)],
+            Mode::Copy,
+        )
+        .unwrap();
+        first_extent(fs, f.ino).copy.expect("a clean copy")
+    };
+    let old = copy(&fs);
+    // A drop of that copy is prepared (a tier removal, a cleaner) ...
+    let mut batch = MoveBatch::new(&fs, u64::MAX);
+    batch
+        .add(
+            f.ino,
+            TierId(1),
+            TierId::PM,
+            &[(FileBlock(0), 8)],
+            Mode::DropCopy,
+        )
+        .unwrap();
+    // ... while another drop takes it and a new copy lands elsewhere. The
+    // primary's blocks never changed; each copy entry gives the extent a
+    // new sequence number, which is what the commit sees.
+    fs.move_ranges(
+        f.ino,
+        TierId(1),
+        TierId::PM,
+        &[(FileBlock(0), 8)],
+        Mode::DropCopy,
+    )
+    .unwrap();
+    // Keep the old copy's blocks taken, so the new copy lands elsewhere.
+    let hold = fs.tier(TierId(1)).unwrap().space.alloc(8);
+    let new = copy(&fs);
+    assert_ne!(
+        new, old,
+        "the new copy reused the old blocks: the test proves nothing"
+    );
+    let (_, r) = batch.finish();
+    r.unwrap();
+    assert_eq!(
+        first_extent(&fs, f.ino).copy,
+        Some(new),
+        "the new copy was dropped"
+    );
+    if let Some(runs) = hold {
+        for (b, n) in runs {
+            fs.tier(TierId(1)).unwrap().free(b, n);
+        }
+    }
+    fs.check_allocator().unwrap();
+    assert_eq!(fs.read(f.ino, 0, 8 * 4096).unwrap(), vec![7u8; 8 * 4096]);
+}

@@ -128,6 +128,11 @@ impl BlockBuffer {
         out
     }
 
+    /// The block ranges held, `(first block, blocks)` per run.
+    pub(super) fn ranges(&self) -> Vec<(u64, u64)> {
+        self.runs.iter().map(|(&s, r)| (s, blocks_of(r))).collect()
+    }
+
     /// Puts back the blocks of `old` that are neither held now (newer
     /// writes win) nor inside one of `trims` (`(first block, blocks)`).
     pub(super) fn fill_gaps(&mut self, old: &BlockBuffer, trims: &[(u64, u64)]) {

@@ -77,11 +77,10 @@ mod wrapper;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
-use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
 
@@ -160,16 +159,26 @@ pub struct PartInfo {
 #[derive(Debug, Default)]
 pub(super) struct State {
     index: Index,
-    /// Blocks written since they were last handed to a `sync` or sealed.
+    /// Blocks written since they were last handed to a `sync` or sealed
+    /// (and blocks of a failed upload put back, where nothing newer is).
     pending: BlockBuffer,
-    /// Blocks set aside by `seal` for the next `sync_sealed` (older than
-    /// `pending`, newer than `inflight`).
-    sealed: BlockBuffer,
-    /// Blocks a running `sync` is uploading (still read from here).
-    inflight: Option<Arc<BlockBuffer>>,
-    /// Trims that arrived while `inflight` was set; applied to its parts
-    /// when they become visible.
-    trims_in_flight: Vec<(u64, u64)>,
+    /// Blocks set aside by `seal`, one buffer per ticket, oldest first
+    /// (older than `pending`, newer than `inflight`).
+    sealed: VecDeque<(u64, BlockBuffer)>,
+    /// Uploads running, in the order they took their blocks: the order
+    /// their parts enter the index (`sync.rs`).
+    inflight: VecDeque<sync::Inflight>,
+    /// The last ticket `seal` handed out (tickets start at 1).
+    last_ticket: u64,
+    /// Upload turns: the next to hand out, and the next to finish.
+    next_turn: u64,
+    finishing_turn: u64,
+    /// Tickets an upload took, until their own `sync_sealed` asks: `None`
+    /// while it runs, then its outcome.
+    outcomes: BTreeMap<u64, Option<sync::Outcome>>,
+    /// Uploads that failed so far (a `sync` fails when one that took
+    /// blocks before it did).
+    failed_uploads: u64,
     /// Next upload number.
     next_seq: u64,
     /// Keys of objects to delete that the index does not know (parts of a
@@ -188,7 +197,10 @@ pub struct ObjectMedia {
     len: u64,
     segment_blocks: u64,
     state: Mutex<State>,
-    /// Serialises `sync`, `reclaim` and `retain` (uploads and deletes).
+    /// Signalled when an upload finishes its turn (`sync.rs`).
+    turns: Condvar,
+    /// Serialises the deletes of dead parts (`reclaim`, `retain`, and
+    /// those after a `sync`).
     sync_lock: Mutex<()>,
     stats: BlockStatsCounter,
     /// Keys found at open that are not Terrace's or are malformed, with why.
@@ -236,7 +248,9 @@ impl ObjectMedia {
             stored_bytes: ix.stored_blocks() * BLOCK_SIZE,
             live_bytes: ix.live_blocks() * BLOCK_SIZE,
             dead_parts: ix.dead_parts().len() as u64 + st.stray.len() as u64,
-            pending_bytes: (st.pending.blocks() + st.sealed.blocks()) * BLOCK_SIZE,
+            pending_bytes: (st.pending.blocks()
+                + st.sealed.iter().map(|(_, b)| b.blocks()).sum::<u64>())
+                * BLOCK_SIZE,
             requests: self.bucket.request_stats(),
             failing: self.bucket.failing(),
         }
@@ -295,13 +309,14 @@ impl BlockMedia for ObjectMedia {
         self.sync_pending()
     }
 
-    fn seal(&self) {
-        self.seal_pending();
+    fn seal(&self) -> u64 {
+        self.seal_pending()
     }
 
-    /// Uploads what was sealed (blocks written after the seal stay pending).
-    fn sync_sealed(&self) -> io::Result<()> {
-        self.sync_sealed_only()
+    /// Uploads what was sealed under `ticket` (blocks written after the
+    /// seal stay pending); see `sync.rs`.
+    fn sync_sealed(&self, ticket: u64) -> io::Result<()> {
+        self.sync_ticket(ticket)
     }
 
     fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {
@@ -320,9 +335,11 @@ impl BlockMedia for ObjectMedia {
         let mut st = self.state.lock();
         st.index.trim(block, blocks);
         st.pending.remove(block, end - block);
-        st.sealed.remove(block, end - block);
-        if st.inflight.is_some() {
-            st.trims_in_flight.push((block, blocks));
+        for (_, b) in st.sealed.iter_mut() {
+            b.remove(block, end - block);
+        }
+        for f in st.inflight.iter_mut() {
+            f.trims.push((block, blocks));
         }
         Ok(())
     }

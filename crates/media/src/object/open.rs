@@ -5,7 +5,7 @@
 use std::io;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::index::Index;
 use super::marker::{self, Marker};
@@ -129,6 +129,7 @@ impl ObjectMedia {
                 next_seq,
                 ..State::default()
             }),
+            turns: Condvar::new(),
             sync_lock: Mutex::new(()),
             stats: BlockStatsCounter::new(),
             ignored,

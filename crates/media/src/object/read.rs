@@ -53,12 +53,13 @@ impl ObjectMedia {
                 };
             }
         }
-        // In-flight first, then sealed, then pending: each is newer.
+        // In-flight first, then sealed, then pending, each oldest first:
+        // each is newer than what comes before it.
         let buffered = st
             .inflight
             .iter()
-            .flat_map(|m| m.overlapping(block, n))
-            .chain(st.sealed.overlapping(block, n))
+            .flat_map(|f| f.batch.overlapping(block, n))
+            .chain(st.sealed.iter().flat_map(|(_, b)| b.overlapping(block, n)))
             .chain(st.pending.overlapping(block, n));
         for (b, data) in buffered {
             let at = (b - block) as usize;

@@ -214,3 +214,52 @@ fn parts_report_live_counts_and_upload_times_across_a_reopen() {
         "{parts:?}"
     );
 }
+
+/// Waits (up to 10 s) until `cond` holds.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed().as_secs() < 10, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_later_tickets_upload_runs_while_an_earlier_one_is_held_and_newer_data_wins_in_the_index() {
+    let store = new_store();
+    let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
+    let dynf: Arc<dyn ObjectStore> = fault.clone();
+    let m = ObjectMedia::create_in(bucket(&dynf), UUID, 64 * BLOCK_SIZE, 8).unwrap();
+    m.write_blocks(0, &blocks(0, 8, 1)).unwrap();
+    let t1 = m.seal();
+    // The second ticket overwrites block 0 and fills segment 1.
+    m.write_blocks(0, &blocks(0, 1, 3)).unwrap();
+    m.write_blocks(8, &blocks(8, 8, 2)).unwrap();
+    let t2 = m.seal();
+    assert!(t2 > t1);
+    fault.hold_puts();
+    std::thread::scope(|s| {
+        let _release = ReleasePuts(&fault);
+        let first = s.spawn(|| m.sync_sealed(t1));
+        eventually("the first upload's PUT waits", || fault.puts_waiting() == 1);
+        let second = s.spawn(|| m.sync_sealed(t2));
+        // Both uploads have PUTs out at once (one each segment for the
+        // second): it did not wait for the first to finish.
+        eventually("the second upload's PUTs wait too", || {
+            fault.puts_waiting() == 3
+        });
+        assert_eq!(m.object_stats().parts, 0, "nothing indexed while held");
+        fault.release_puts();
+        first.join().unwrap().unwrap();
+        second.join().unwrap().unwrap();
+    });
+    let mut want = blocks(0, 1, 3);
+    want.extend(blocks(1, 7, 1));
+    want.extend(blocks(8, 8, 2));
+    assert_eq!(read(&m, 0, 16), want);
+    // Each ticket is answered once.
+    assert!(m.sync_sealed(t1).is_err());
+    drop(m);
+    let m = ObjectMedia::open_in(bucket(&store), UUID).unwrap();
+    assert_eq!(read(&m, 0, 16), want, "the newer part wins after a reopen");
+}

@@ -404,3 +404,50 @@ fn a_failed_list_fails_open_with_the_url() {
     );
     assert_eq!(fault.injected().lists, 1);
 }
+
+#[test]
+fn an_earlier_upload_failing_while_a_later_one_holds_newer_blocks_puts_back_only_what_nothing_newer_holds(
+) {
+    let store = new_store();
+    let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
+    let dynf: Arc<dyn ObjectStore> = fault.clone();
+    let m = ObjectMedia::create_in(bucket(&dynf), UUID, 64 * BLOCK_SIZE, 8).unwrap();
+    m.write_blocks(0, &blocks(0, 4, 1)).unwrap();
+    let t1 = m.seal();
+    m.write_blocks(0, &blocks(0, 1, 3)).unwrap();
+    let t2 = m.seal();
+    fault.hold_puts();
+    std::thread::scope(|s| {
+        let _release = ReleasePuts(&fault);
+        let first = s.spawn(|| m.sync_sealed(t1));
+        let start = std::time::Instant::now();
+        while fault.puts_waiting() < 1 {
+            assert!(start.elapsed().as_secs() < 10);
+            std::thread::yield_now();
+        }
+        let second = s.spawn(|| m.sync_sealed(t2));
+        while fault.puts_waiting() < 2 {
+            assert!(start.elapsed().as_secs() < 10);
+            std::thread::yield_now();
+        }
+        // Both fail: the first puts back blocks 1-3 (block 0 is held newer
+        // by the second), the second block 0 as written last.
+        fault.fail_puts_after(0, PutFault::Refuse);
+        fault.release_puts();
+        assert!(first.join().unwrap().is_err());
+        assert!(second.join().unwrap().is_err());
+    });
+    fault.heal();
+    let mut want = blocks(0, 1, 3);
+    want.extend(blocks(1, 3, 1));
+    assert_eq!(read(&m, 0, 4), want, "the newest data reads back");
+    assert_eq!(m.object_stats().pending_bytes, 4 * BLOCK_SIZE);
+    m.sync().unwrap();
+    drop(m);
+    let m = ObjectMedia::open_in(bucket(&store), UUID).unwrap();
+    assert_eq!(
+        read(&m, 0, 4),
+        want,
+        "and is what the next sync made durable"
+    );
+}

@@ -77,3 +77,13 @@ fn read(m: &ObjectMedia, start: u64, n: u64) -> Vec<u8> {
     m.read_blocks(start, &mut b).unwrap();
     b
 }
+
+/// Lets held PUTs go when dropped: a test that fails while the store holds
+/// them must not leave a thread waiting forever (a scope joins its threads).
+struct ReleasePuts<'a>(&'a FaultStore);
+
+impl Drop for ReleasePuts<'_> {
+    fn drop(&mut self) {
+        self.0.release_puts();
+    }
+}

@@ -24,10 +24,12 @@ enum Op {
     /// A sync whose PUTs fail after `n` (deletes work).
     FailingSync(u64, bool),
     Trim(u64, u64),
-    /// Set aside what was written so far.
+    /// Set aside what was written so far, under a new ticket.
     Seal,
-    /// Upload what was sealed; fails after `n` PUTs when `Some(n)`.
-    SyncSealed(Option<u64>),
+    /// `sync_sealed` of one of the tickets not yet answered (picked by the
+    /// index, modulo their number); its upload fails after `n` PUTs when
+    /// `Some(n)`.
+    SyncSealed(usize, Option<u64>),
     Reclaim,
     /// Drop without syncing, open again, `retain` what the model holds.
     Reopen,
@@ -43,7 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3u64, any::<bool>()).prop_map(|(n, lose)| Op::FailingSync(n, lose)),
         2 => (0..MODEL_BLOCKS, 1..12u64).prop_map(|(s, n)| Op::Trim(s, n.min(MODEL_BLOCKS - s))),
         2 => Just(Op::Seal),
-        2 => prop::option::of(0..3u64).prop_map(Op::SyncSealed),
+        2 => (0..4usize, prop::option::of(0..3u64)).prop_map(|(i, f)| Op::SyncSealed(i, f)),
         1 => Just(Op::Reclaim),
         1 => Just(Op::Reopen),
     ]
@@ -76,61 +78,113 @@ proptest! {
         let mut m = ObjectMedia::create_in(bucket(&dynf), UUID, MODEL_BLOCKS * BLOCK_SIZE, 8).unwrap();
         let mut live = vec![Cell::Never; MODEL_BLOCKS as usize];
         let mut durable = live.clone();
-        // What a `sync_sealed` would make durable (Never: nothing sealed).
-        let mut sealed = live.clone();
+        // Written since the last seal (or put back by a failed upload), and
+        // each ticket's sealed blocks with its state: `None` while sealed,
+        // `Some(ok)` once an upload took it.
+        let never = vec![Cell::Never; MODEL_BLOCKS as usize];
+        let mut unsealed = never.clone();
+        let mut tickets: Vec<(u64, Vec<Cell>, Option<bool>)> = Vec::new();
         for op in ops {
             match op {
                 Op::Write(s, n, v) => {
                     m.write_blocks(s, &blocks(s, n, v)).unwrap();
                     for b in s..s + n {
                         live[b as usize] = Cell::Data(v);
+                        unsealed[b as usize] = Cell::Data(v);
                     }
                 }
                 Op::Sync => {
                     m.sync().unwrap();
                     durable = live.clone();
-                    sealed = vec![Cell::Never; MODEL_BLOCKS as usize];
+                    unsealed = never.clone();
+                    for t in tickets.iter_mut().filter(|t| t.2.is_none()) {
+                        t.2 = Some(true);
+                    }
                 }
                 Op::FailingSync(n, lose) => {
                     let how = if lose { PutFault::LoseAnswer } else { PutFault::Refuse };
                     fault.fail_puts_after(n, how);
                     let r = m.sync();
                     fault.heal();
-                    if r.is_ok() {
+                    let ok = r.is_ok();
+                    if ok {
                         durable = live.clone(); // fewer parts than n
-                        sealed = vec![Cell::Never; MODEL_BLOCKS as usize];
+                        unsealed = never.clone();
                     } else {
-                        // Everything unsynced is kept, sealed for the next try.
-                        sealed = live.clone();
+                        // Everything not durable is pending again.
+                        for (b, c) in live.iter().enumerate() {
+                            unsealed[b] = if *c == durable[b] { Cell::Never } else { *c };
+                        }
+                    }
+                    for t in tickets.iter_mut().filter(|t| t.2.is_none()) {
+                        t.2 = Some(ok);
                     }
                 }
                 Op::Seal => {
-                    m.seal();
-                    sealed = live.clone();
+                    let t = m.seal();
+                    prop_assert!(tickets.iter().all(|(old, _, _)| *old < t), "tickets grow");
+                    tickets.push((t, std::mem::replace(&mut unsealed, never.clone()), None));
                 }
-                Op::SyncSealed(fail) => {
+                Op::SyncSealed(i, fail) => {
+                    if tickets.is_empty() {
+                        continue;
+                    }
+                    let i = i % tickets.len();
+                    let (t, _, state) = tickets[i].clone();
                     if let Some(n) = fail {
                         fault.fail_puts_after(n, PutFault::Refuse);
                     }
-                    let r = m.sync_sealed();
+                    let r = m.sync_sealed(t);
                     fault.heal();
-                    if r.is_ok() {
-                        // The sealed values are durable, even where newer
-                        // writes are still pending.
-                        for (d, c) in durable.iter_mut().zip(&sealed) {
-                            if !matches!(c, Cell::Never) {
-                                *d = *c;
+                    match state {
+                        // Answered with the outcome of the upload that took it.
+                        Some(ok) => prop_assert_eq!(r.is_ok(), ok, "ticket {}", t),
+                        None => {
+                            // It took every sealed ticket up to `t`, oldest first.
+                            let ok = r.is_ok();
+                            let mut merged = never.clone();
+                            for (tk, cells, st) in tickets.iter_mut() {
+                                if *tk <= t && st.is_none() {
+                                    *st = Some(ok);
+                                    for (m, c) in merged.iter_mut().zip(cells.iter()) {
+                                        if *c != Cell::Never {
+                                            *m = *c;
+                                        }
+                                    }
+                                }
+                            }
+                            for (b, c) in merged.iter().enumerate() {
+                                if *c == Cell::Never {
+                                    continue;
+                                }
+                                if ok {
+                                    durable[b] = *c;
+                                    continue;
+                                }
+                                // Put back unless held newer.
+                                let newer = unsealed[b] != Cell::Never
+                                    || tickets.iter().any(|(_, cells, st)| {
+                                        st.is_none() && cells[b] != Cell::Never
+                                    });
+                                if !newer {
+                                    unsealed[b] = *c;
+                                }
                             }
                         }
-                        sealed = vec![Cell::Never; MODEL_BLOCKS as usize];
                     }
+                    tickets.remove(i);
+                    // Answered once: a second ask is refused.
+                    prop_assert!(m.sync_sealed(t).is_err());
                 }
                 Op::Trim(s, n) => {
                     m.trim(s, n).unwrap();
                     for b in s..s + n {
                         live[b as usize] = Cell::Any;
                         durable[b as usize] = Cell::Any;
-                        sealed[b as usize] = Cell::Any;
+                        unsealed[b as usize] = Cell::Never;
+                        for (_, cells, _) in tickets.iter_mut() {
+                            cells[b as usize] = Cell::Never;
+                        }
                     }
                 }
                 Op::Reclaim => {
@@ -140,7 +194,8 @@ proptest! {
                     drop(m);
                     m = ObjectMedia::open_in(bucket(&dynf), UUID).unwrap();
                     live = durable.clone();
-                    sealed = vec![Cell::Never; MODEL_BLOCKS as usize];
+                    unsealed = never.clone();
+                    tickets.clear();
                     let used: Vec<(u64, u64)> = live
                         .iter()
                         .enumerate()
