@@ -63,6 +63,13 @@ fn collect(paths: &[PathBuf], dev: u64, out: &mut Vec<(PathBuf, u64, u64)>) -> C
 
 /// Bytes to move per migrate request.
 const REQUEST_BYTES: u64 = 64 << 20;
+/// Bytes to move per migrate request into an object tier. The daemon
+/// commits a request's last window before it answers, so each request ends
+/// with the object store idle; inside a request the next window's upload
+/// starts while the one before finishes (design §5n). 512 MiB is about two
+/// seconds of uploads here: the bar still moves, and Ctrl-C still stops
+/// soon.
+const OBJECT_REQUEST_BYTES: u64 = 512 << 20;
 /// Files per migrate request.
 const REQUEST_FILES: usize = 256;
 /// Failed files named one by one; the rest are counted.
@@ -71,13 +78,13 @@ const FAILURES_NAMED: usize = 10;
 /// A file to move: path, inode number, bytes to move (an estimate).
 type Todo = (PathBuf, u64, u64);
 
-/// Splits the files to move into requests of at most `REQUEST_BYTES` to
+/// Splits the files to move into requests of at most `request_bytes` to
 /// move (a larger file is a request of its own) and `REQUEST_FILES` files.
-fn requests(todo: &[Todo]) -> Vec<&[Todo]> {
+fn requests(todo: &[Todo], request_bytes: u64) -> Vec<&[Todo]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0usize, 0u64);
     for (k, t) in todo.iter().enumerate() {
-        if k > start && (bytes + t.2 > REQUEST_BYTES || k - start >= REQUEST_FILES) {
+        if k > start && (bytes + t.2 > request_bytes || k - start >= REQUEST_FILES) {
             out.push(&todo[start..k]);
             start = k;
             bytes = 0;
@@ -215,7 +222,12 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
     // Files go in requests of up to REQUEST_BYTES to move (or REQUEST_FILES
     // files): the daemon moves a request's files with shared device syncs,
     // and the bar advances by the bytes each request moved.
-    for chunk in requests(&todo) {
+    let request_bytes = if target.kind == "s3" {
+        OBJECT_REQUEST_BYTES
+    } else {
+        REQUEST_BYTES
+    };
+    for chunk in requests(&todo, request_bytes) {
         let first = &chunk[0].0;
         bar.set_message(
             first
@@ -317,7 +329,7 @@ mod tests {
             .map(|n| f(n, 20 << 20))
             .chain([f(10, 100 << 20)])
             .collect();
-        let r = requests(&todo);
+        let r = requests(&todo, REQUEST_BYTES);
         let inos: Vec<Vec<u64>> = r.iter().map(|c| c.iter().map(|t| t.1).collect()).collect();
         assert_eq!(
             inos,
@@ -330,9 +342,15 @@ mod tests {
             ]
         );
         let many: Vec<_> = (0..600).map(|n| f(n, 0)).collect();
-        let sizes: Vec<usize> = requests(&many).iter().map(|c| c.len()).collect();
+        let sizes: Vec<usize> = requests(&many, REQUEST_BYTES)
+            .iter()
+            .map(|c| c.len())
+            .collect();
         assert_eq!(sizes, vec![256, 256, 88]);
-        assert!(requests(&[]).is_empty());
+        assert!(requests(&[], REQUEST_BYTES).is_empty());
+        // Into an object tier: 512 MiB per request.
+        let r = requests(&todo, OBJECT_REQUEST_BYTES);
+        assert_eq!(r.iter().map(|c| c.len()).collect::<Vec<_>>(), vec![11]);
     }
 
     #[test]
