@@ -29,6 +29,14 @@ pub struct DataRuns {
 /// in flight together (design.md §5n, reads).
 const OBJECT_READ_AHEAD_BYTES: u64 = 8 << 20;
 
+/// How many read-ahead windows past the one a sequential reader fetches
+/// are fetched in the background meanwhile (`BlockMedia::read_ahead`;
+/// design.md §5n, reads): their GETs overlap the serving of the window
+/// read now, instead of starting when the reader gets there. Each is a
+/// window of [`OBJECT_READ_AHEAD_BYTES`]; the object tier holds at most
+/// three (`AHEAD_BYTES` in `media/src/object/ahead.rs`).
+const OBJECT_READ_AHEAD_WINDOWS: u64 = 2;
+
 impl Fs {
     /// PM blocks kept free for log pages (the metadata reserve): data stops
     /// going to PM below this, beyond the blocks promised to write-back
@@ -501,11 +509,44 @@ impl Fs {
                 .collect();
             self.give_read_buf(read);
             self.cache.put_clean(tier, blk, pages);
+            if object_read_ahead {
+                self.object_read_ahead(t, blk, left);
+            }
             blk += n;
             left = left.saturating_sub(n);
             skip = 0;
         }
         Ok(())
+    }
+}
+
+impl Fs {
+    /// After a sequential reader's fetch from `blk` (with `left` blocks of
+    /// its write entry from there on) on object tier `t`: starts the fetch
+    /// of the next [`OBJECT_READ_AHEAD_WINDOWS`] windows in the background,
+    /// each from its start up to the first block cached, never past the
+    /// write entry (the file's end, for a file written in one piece), and
+    /// not when the DRAM cache could not hold them beside the window being
+    /// read (they reach the cache through the reads that take them).
+    fn object_read_ahead(&self, t: &crate::tier::BlockTier, blk: PhysBlock, left: u64) {
+        let window = OBJECT_READ_AHEAD_BYTES / BS;
+        let ahead = OBJECT_READ_AHEAD_WINDOWS * window;
+        if self.cache.bound() / BS < 2 * (ahead + window) {
+            return;
+        }
+        let end = blk.get() + left;
+        let mut start = (blk.get() / window + 1) * window;
+        for _ in 0..OBJECT_READ_AHEAD_WINDOWS {
+            if start >= end {
+                break;
+            }
+            let n = (end - start).min(window);
+            let n = self.cache.uncached_run(t.id, PhysBlock(start), n);
+            if n > 0 {
+                t.media.read_ahead(start, n);
+            }
+            start += window;
+        }
     }
 }
 

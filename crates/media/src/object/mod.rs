@@ -54,6 +54,7 @@
 //! fault-injecting store for tests), [`crash`] (an in-memory store with a
 //! crash model, for crash-image tests).
 
+mod ahead;
 mod buffer;
 mod certificates;
 mod client;
@@ -85,6 +86,7 @@ use parking_lot::Mutex;
 
 use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
 
+pub use ahead::AheadStats;
 pub use config::{Credentials, NetworkParams, ObjectConfig, UrlOptions};
 pub use crash::{CrashStore, ObjectEvent, ObjectLoss};
 pub use fault::{FaultStore, InjectedObjectFaults, PutFault};
@@ -190,6 +192,8 @@ pub struct ObjectMedia {
     state: Mutex<State>,
     /// Serialises `sync`, `reclaim` and `retain` (uploads and deletes).
     sync_lock: Mutex<()>,
+    /// Read-ahead GETs started for sequential readers (`ahead.rs`).
+    ahead: ahead::Ahead,
     stats: BlockStatsCounter,
     /// Keys found at open that are not Terrace's or are malformed, with why.
     ignored: Vec<String>,
@@ -215,6 +219,12 @@ impl ObjectMedia {
     /// ([`Bucket::set_network`]).
     pub fn set_network(&self, net: NetworkParams) -> io::Result<()> {
         self.bucket.set_network(net)
+    }
+
+    /// Counters of the read-ahead (`BlockMedia::read_ahead`), and the bytes
+    /// it holds now.
+    pub fn read_ahead_stats(&self) -> (AheadStats, u64) {
+        self.ahead.stats()
     }
 
     /// Blocks per segment.
@@ -302,6 +312,10 @@ impl BlockMedia for ObjectMedia {
     /// Uploads what was sealed (blocks written after the seal stay pending).
     fn sync_sealed(&self) -> io::Result<()> {
         self.sync_sealed_only()
+    }
+
+    fn read_ahead(&self, block: u64, blocks: u64) {
+        self.start_read_ahead(block, blocks);
     }
 
     fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {

@@ -130,6 +130,7 @@ impl ObjectMedia {
                 ..State::default()
             }),
             sync_lock: Mutex::new(()),
+            ahead: Default::default(),
             stats: BlockStatsCounter::new(),
             ignored,
         }
