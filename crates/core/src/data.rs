@@ -529,7 +529,12 @@ impl Fs {
     /// distance and one window more (windows are fetched whole).
     pub(crate) fn object_ahead_runs(&self, i: &crate::inode::Inode, end: u64) -> Vec<AheadRun> {
         let fsize = i.size();
-        if end >= fsize || !self.tiers.iter().any(|t| t.kind == terrace_format::TierKind::S3) {
+        if end >= fsize
+            || !self
+                .tiers
+                .iter()
+                .any(|t| t.kind == terrace_format::TierKind::S3)
+        {
             return Vec::new();
         }
         let first = terrace_format::FileBlock(end / BS);

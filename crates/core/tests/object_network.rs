@@ -303,6 +303,9 @@ fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may
     fs.unmount().unwrap();
 }
 
+/// A file on the object tier: its inode and content.
+type ColdFile = (u64, Vec<u8>);
+
 /// A pool with room for files of tens of MiB, its object tier on a fresh
 /// in-memory store behind a [`FaultStore`]; files `names` of `len` bytes
 /// each written, migrated there, and the pool mounted again (nothing
@@ -310,7 +313,7 @@ fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may
 fn cold_object_files(
     names: &[&str],
     len: usize,
-) -> (ObjectPool, Fs, Arc<FaultStore>, Vec<(u64, Vec<u8>)>) {
+) -> (ObjectPool, Fs, Arc<FaultStore>, Vec<ColdFile>) {
     let (_, fault, faulty) = faulty_memory_store();
     let mut pool = ObjectPool::format(96 << 20, 16 << 20, 256 << 20, faulty);
     let fs = pool.mount();
@@ -336,11 +339,16 @@ fn read_ahead_settles(s3: &ObjectMedia, fault: &FaultStore) {
         let gets_done = s3.object_stats().requests.get_bytes;
         std::thread::sleep(Duration::from_millis(20));
         let (st2, _) = s3.read_ahead_stats();
-        if st == st2 && s3.object_stats().requests.get_bytes == gets_done && fault.gets_waiting() == 0
+        if st == st2
+            && s3.object_stats().requests.get_bytes == gets_done
+            && fault.gets_waiting() == 0
         {
             return;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "read-ahead never settles");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "read-ahead never settles"
+        );
     }
 }
 
@@ -409,9 +417,14 @@ fn a_random_reader_of_object_data_gets_no_read_ahead() {
     // than the tracer needs to call the file random.
     let mut x: u64 = 12345;
     for _ in 0..200 {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let off = ((x >> 33) as usize % (data.len() / 4096)) * 4096;
-        assert_eq!(fs.read(*ino, off as u64, 4096).unwrap(), data[off..off + 4096]);
+        assert_eq!(
+            fs.read(*ino, off as u64, 4096).unwrap(),
+            data[off..off + 4096]
+        );
     }
     read_ahead_settles(s3, &fault);
     let (st, held) = s3.read_ahead_stats();

@@ -247,7 +247,15 @@ impl ObjectMedia {
             live_bytes: ix.live_blocks() * BLOCK_SIZE,
             dead_parts: ix.dead_parts().len() as u64 + st.stray.len() as u64,
             pending_bytes: (st.pending.blocks() + st.sealed.blocks()) * BLOCK_SIZE,
-            requests: self.bucket.request_stats(),
+            requests: {
+                let (ahead, _) = self.ahead.stats();
+                RequestStats {
+                    read_ahead_gets: ahead.started,
+                    read_ahead_bytes: ahead.started_bytes,
+                    read_ahead_taken_bytes: ahead.taken_bytes,
+                    ..self.bucket.request_stats()
+                }
+            },
             failing: self.bucket.failing(),
         }
     }

@@ -66,6 +66,15 @@ pub struct RequestStats {
     /// time-outs), retried or not; S3 tiers only.
     #[serde(default)]
     pub failed_tries: u64,
+    /// Of `gets`, read-ahead GETs started for sequential readers (object
+    /// tiers only; `ahead.rs`), and the bytes they asked for.
+    #[serde(default)]
+    pub read_ahead_gets: u64,
+    #[serde(default)]
+    pub read_ahead_bytes: u64,
+    /// Bytes reads took from read-ahead GETs instead of fetching them.
+    #[serde(default)]
+    pub read_ahead_taken_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -377,6 +386,7 @@ impl Bucket {
             lists: l(&c.lists),
             failures: l(&c.failures),
             failed_tries: l(&c.failed_tries),
+            ..RequestStats::default()
         }
     }
 
