@@ -33,9 +33,10 @@ const OBJECT_READ_AHEAD_BYTES: u64 = 8 << 20;
 /// are fetched in the background meanwhile (`BlockMedia::read_ahead`;
 /// design.md §5n, reads): their GETs overlap the serving of the window
 /// read now, instead of starting when the reader gets there. Each is a
-/// window of [`OBJECT_READ_AHEAD_BYTES`]; the object tier holds at most
-/// three (`AHEAD_BYTES` in `media/src/object/ahead.rs`).
-const OBJECT_READ_AHEAD_WINDOWS: u64 = 2;
+/// window of [`OBJECT_READ_AHEAD_BYTES`], fetched as one GET (per part it
+/// spans); the object tier holds at most four (`AHEAD_BYTES` in
+/// `media/src/object/ahead.rs`).
+const OBJECT_READ_AHEAD_WINDOWS: u64 = 3;
 
 impl Fs {
     /// PM blocks kept free for log pages (the metadata reserve): data stops

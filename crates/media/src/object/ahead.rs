@@ -4,7 +4,7 @@
 //! (design.md §5n "Reads").
 //!
 //! A read-ahead plans the blocks as a read does (`read.rs`) and starts one
-//! GET per piece of a part (at most `GET_PIECE_BLOCKS`) on the bucket's
+//! GET per piece of a part (at most `AHEAD_PIECE_BLOCKS`, 8 MiB) on the bucket's
 //! runtime, without waiting. Each GET is kept here keyed by *part key and
 //! byte range*, not by block: parts are immutable, so the bytes of a part's
 //! range are right for any later read whose plan maps its blocks to that
@@ -34,8 +34,9 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 /// Bytes of read-ahead GETs one object tier holds at most (in flight, or
-/// done and not yet taken by a read): three 8 MiB windows.
-pub(crate) const AHEAD_BYTES: u64 = 24 << 20;
+/// done and not yet taken by a read): four 8 MiB windows (the core asks
+/// for three ahead of the one being read).
+pub(crate) const AHEAD_BYTES: u64 = 32 << 20;
 
 /// What a read-ahead GET gave: the bytes, or the store's error.
 pub(crate) type Fetched = Result<Bytes, Arc<object_store::Error>>;
