@@ -253,6 +253,7 @@ impl ObjectMedia {
                     read_ahead_gets: ahead.started,
                     read_ahead_bytes: ahead.started_bytes,
                     read_ahead_taken_bytes: ahead.taken_bytes,
+                    read_ahead_waited: ahead.waited,
                     ..self.bucket.request_stats()
                 }
             },

@@ -75,6 +75,10 @@ pub struct RequestStats {
     /// Bytes reads took from read-ahead GETs instead of fetching them.
     #[serde(default)]
     pub read_ahead_taken_bytes: u64,
+    /// Read-ahead GETs a read had to wait for (still in flight when it
+    /// wanted them): the store is slower than the reader.
+    #[serde(default)]
+    pub read_ahead_waited: u64,
 }
 
 #[derive(Debug, Default)]
