@@ -29,6 +29,15 @@ pub struct DataRuns {
 /// in flight together (design.md §5n, reads).
 const OBJECT_READ_AHEAD_BYTES: u64 = 8 << 20;
 
+/// How many read-ahead windows past the one a sequential reader fetches
+/// are fetched in the background meanwhile (`BlockMedia::read_ahead`;
+/// design.md §5n, reads): their GETs overlap the serving of the window
+/// read now, instead of starting when the reader gets there. Each is a
+/// window of [`OBJECT_READ_AHEAD_BYTES`], fetched as one GET (per part it
+/// spans); the object tier holds at most four (`AHEAD_BYTES` in
+/// `media/src/object/ahead.rs`).
+const OBJECT_READ_AHEAD_WINDOWS: u64 = 3;
+
 impl Fs {
     /// PM blocks kept free for log pages (the metadata reserve): data stops
     /// going to PM below this, beyond the blocks promised to write-back
@@ -384,7 +393,8 @@ impl Fs {
     /// block tier `tier`, through the DRAM cache. `left` is how many blocks of
     /// the write entry remain from `block` on: a miss reads up to
     /// `max_read_unit_bytes` of them (at least what `dst` needs) — only what
-    /// `dst` needs when `read_ahead` is off — and caches them.
+    /// `dst` needs when `read_ahead` is off — and caches them. Returns
+    /// whether it fetched from an object tier (a miss there).
     pub(crate) fn read_block_tier(
         &self,
         tier: TierId,
@@ -393,7 +403,7 @@ impl Fs {
         off_in_block: u64,
         dst: &mut [u8],
         read_ahead: bool,
-    ) -> FsResult<()> {
+    ) -> FsResult<bool> {
         // An object tier's requests cost a round trip each: a sequential
         // reader's miss fetches more at once, as parallel ranged GETs, never
         // past the end of its read-ahead window, and one fetch at a time per
@@ -420,6 +430,7 @@ impl Fs {
         let mut left = left - off_in_block / BS;
         let mut skip = (off_in_block % BS) as usize;
         let mut at = 0usize;
+        let mut fetched = false;
         while at < dst.len() {
             // The cached blocks from here on, under one cache lock.
             let need = (skip + dst.len() - at).div_ceil(BS as usize) as u64;
@@ -501,12 +512,88 @@ impl Fs {
                 .collect();
             self.give_read_buf(read);
             self.cache.put_clean(tier, blk, pages);
+            fetched |= object;
             blk += n;
             left = left.saturating_sub(n);
             skip = 0;
         }
-        Ok(())
+        Ok(fetched)
     }
+}
+
+impl Fs {
+    /// The object-tier runs of a sequential file's next windows, captured
+    /// under its inode lock by a read that ends at byte `end` of a file of
+    /// `fsize` bytes: what [`Fs::object_read_ahead`] may fetch ahead. Each
+    /// run is (tier, first block, blocks, byte of the file it holds), the
+    /// file's own blocks up to its end, from `end` to the read-ahead
+    /// distance and one window more (windows are fetched whole).
+    pub(crate) fn object_ahead_runs(&self, i: &crate::inode::Inode, end: u64) -> Vec<AheadRun> {
+        let fsize = i.size();
+        if end >= fsize
+            || !self
+                .tiers
+                .iter()
+                .any(|t| t.kind == terrace_format::TierKind::S3)
+        {
+            return Vec::new();
+        }
+        let first = terrace_format::FileBlock(end / BS);
+        let blocks = (OBJECT_READ_AHEAD_WINDOWS + 1) * OBJECT_READ_AHEAD_BYTES / BS;
+        let last = fsize.div_ceil(BS);
+        i.extents
+            .overlaps(first, blocks.min(last - first.get()))
+            .into_iter()
+            .filter(|(_, e)| {
+                self.tier(e.tier)
+                    .is_ok_and(|t| t.kind == terrace_format::TierKind::S3)
+            })
+            .map(|(s, e)| AheadRun {
+                tier: e.tier,
+                block: e.block,
+                blocks: e.blocks,
+                file_byte: s.byte_offset(),
+            })
+            .collect()
+    }
+
+    /// After a sequential reader's miss on an object tier, by a read that
+    /// ended at byte `end`: starts the fetch of the windows of `runs`
+    /// ([`Fs::object_ahead_runs`]) that begin within
+    /// [`OBJECT_READ_AHEAD_WINDOWS`] windows of `end`, in the background
+    /// (`BlockMedia::read_ahead`), each whole (within its run) from its
+    /// start up to the first block cached. Nothing when the DRAM cache
+    /// could not hold them beside the window being read (they reach the
+    /// cache through the reads that take them).
+    pub(crate) fn object_read_ahead(&self, runs: &[AheadRun], end: u64) {
+        let window = OBJECT_READ_AHEAD_BYTES / BS;
+        let ahead = OBJECT_READ_AHEAD_WINDOWS * OBJECT_READ_AHEAD_BYTES;
+        if self.cache.bound() < 2 * (ahead + OBJECT_READ_AHEAD_BYTES) {
+            return;
+        }
+        for r in runs {
+            let Ok(t) = self.tier(r.tier) else { continue };
+            let run_end = r.block.get() + r.blocks;
+            let mut b = r.block.get();
+            while b < run_end && r.file_byte + (b - r.block.get()) * BS < end + ahead {
+                let part_end = run_end.min((b / window + 1) * window);
+                let n = self.cache.uncached_run(r.tier, PhysBlock(b), part_end - b);
+                if n > 0 {
+                    t.media.read_ahead(b, n);
+                }
+                b = part_end;
+            }
+        }
+    }
+}
+
+/// An object-tier run a sequential reader may fetch ahead (see
+/// [`Fs::object_ahead_runs`]).
+pub(crate) struct AheadRun {
+    tier: TierId,
+    block: PhysBlock,
+    blocks: u64,
+    file_byte: u64,
 }
 
 /// A read buffer of [`Fs::read_buf`] (at least the length asked for).

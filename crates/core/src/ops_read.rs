@@ -99,9 +99,11 @@ impl Fs {
         if !wanted(i) {
             return;
         }
-        let Ok(capture) = self.capture_read(i, fb * BS, BS as usize) else {
+        let Ok(mut capture) = self.capture_read(i, fb * BS, BS as usize) else {
             return;
         };
+        // A change's one block: nothing fetched ahead for it.
+        capture.ahead.clear();
         if capture.pieces.is_empty() {
             return;
         }
@@ -136,7 +138,9 @@ impl Fs {
     /// Reads from a locked inode without side effects (dirty cached pages
     /// included).
     pub(crate) fn read_locked(&self, i: &Inode, off: u64, size: usize) -> FsResult<Vec<u8>> {
-        let capture = self.capture_read(i, off, size)?;
+        let mut capture = self.capture_read(i, off, size)?;
+        // Only `Fs::read` fetches ahead in the background.
+        capture.ahead.clear();
         self.finish_read(capture)
     }
 
@@ -145,7 +149,12 @@ impl Fs {
     /// to be read and laid over it by [`Fs::finish_read`].
     fn capture_read(&self, i: &Inode, off: u64, size: usize) -> FsResult<ReadCapture> {
         let fsize = i.size();
+        // Background read-ahead of an object tier's next windows only for a
+        // file its access class calls sequential: a reader at random (or
+        // one not yet classed) never has it.
+        let sequential = i.access.class() == terrace_policy::AccessClass::Sequential;
         let mut c = ReadCapture {
+            end: off,
             out: Vec::new(),
             pieces: Vec::new(),
             overlay: Vec::new(),
@@ -153,11 +162,16 @@ impl Fs {
             // for a file read at random (its access class), which gets what
             // it asked for: reading ahead there only costs device time.
             read_ahead: i.access.class() != terrace_policy::AccessClass::Random,
+            ahead: Vec::new(),
         };
         if off >= fsize {
             return Ok(c);
         }
         let end = (off + size as u64).min(fsize);
+        if sequential {
+            c.ahead = self.object_ahead_runs(i, end);
+        }
+        c.end = end;
         c.out = vec![0u8; (end - off) as usize];
         let mut pos = off;
         while pos < end {
@@ -217,9 +231,12 @@ impl Fs {
             pieces,
             overlay,
             read_ahead,
+            ahead,
+            end,
         } = c;
+        let mut object_miss = false;
         for p in pieces {
-            self.read_block_tier(
+            object_miss |= self.read_block_tier(
                 p.tier,
                 p.block,
                 p.left,
@@ -227,6 +244,11 @@ impl Fs {
                 &mut out[p.at..p.at + p.len],
                 read_ahead,
             )?;
+        }
+        if object_miss && !ahead.is_empty() {
+            // A sequential reader's miss on an object tier: the windows
+            // after this read are fetched meanwhile.
+            self.object_read_ahead(&ahead, end);
         }
         for (at, bytes) in overlay {
             out[at..at + bytes.len()].copy_from_slice(&bytes);
@@ -250,10 +272,16 @@ struct BlockPiece {
 
 /// What [`Fs::capture_read`] saw: the result with PM data and holes filled,
 /// the block-tier runs still to read, the dirty cached pages to lay over
-/// them (copied), and whether misses read ahead.
+/// them (copied), whether misses read ahead, and whether an object tier's
+/// next windows are fetched in the background (a sequential file).
 struct ReadCapture {
     out: Vec<u8>,
     pieces: Vec<BlockPiece>,
     overlay: Vec<(usize, Vec<u8>)>,
     read_ahead: bool,
+    /// Where the read ends (the file's end at most).
+    end: u64,
+    /// For a sequential file: the object-tier runs after the read that a
+    /// miss fetches ahead ([`Fs::object_ahead_runs`]).
+    ahead: Vec<crate::data::AheadRun>,
 }

@@ -302,3 +302,159 @@ fn a_partial_write_waits_on_the_store_without_the_inode_lock_and_a_busy_lock_may
     assert_eq!(fs.read(ino, 0, 2 << 20).unwrap(), want);
     fs.unmount().unwrap();
 }
+
+/// A file on the object tier: its inode and content.
+type ColdFile = (u64, Vec<u8>);
+
+/// A pool with room for files of tens of MiB, its object tier on a fresh
+/// in-memory store behind a [`FaultStore`]; files `names` of `len` bytes
+/// each written, migrated there, and the pool mounted again (nothing
+/// cached).
+fn cold_object_files(
+    names: &[&str],
+    len: usize,
+) -> (ObjectPool, Fs, Arc<FaultStore>, Vec<ColdFile>) {
+    let (_, fault, faulty) = faulty_memory_store();
+    let mut pool = ObjectPool::format(96 << 20, 16 << 20, 256 << 20, faulty);
+    let fs = pool.mount();
+    let mut files = Vec::new();
+    for (k, name) in names.iter().enumerate() {
+        let data = pattern(20 + k as u64, len);
+        let ino = write_file(&fs, name, &data);
+        fs.migrate_file(ino, 2).unwrap();
+        assert_eq!(tier_bytes(&fs, ino, "s3"), len as u64);
+        files.push((ino, data));
+    }
+    fs.unmount().unwrap();
+    pool.reopen();
+    let fs = pool.mount();
+    (pool, fs, fault, files)
+}
+
+/// Waits until the object tier's read-ahead holds no GET in flight.
+fn read_ahead_settles(s3: &ObjectMedia, fault: &FaultStore) {
+    let t0 = Instant::now();
+    loop {
+        let (st, _) = s3.read_ahead_stats();
+        let gets_done = s3.object_stats().requests.get_bytes;
+        std::thread::sleep(Duration::from_millis(20));
+        let (st2, _) = s3.read_ahead_stats();
+        if st == st2
+            && s3.object_stats().requests.get_bytes == gets_done
+            && fault.gets_waiting() == 0
+        {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "read-ahead never settles"
+        );
+    }
+}
+
+/// Reads `ino` sequentially in 256 KiB reads from `*off` while `more`
+/// says so, checking each against `data`.
+fn read_on(fs: &Fs, ino: u64, data: &[u8], off: &mut usize, mut more: impl FnMut() -> bool) {
+    while *off < data.len() && more() {
+        let n = (256 << 10).min(data.len() - *off);
+        assert_eq!(
+            fs.read(ino, *off as u64, n).unwrap(),
+            data[*off..*off + n],
+            "at {off}"
+        );
+        *off += n;
+    }
+}
+
+#[test]
+fn a_sequential_reader_of_object_data_has_the_next_windows_fetched_ahead_each_byte_once() {
+    const MIB: usize = 1 << 20;
+    let (pool, fs, fault, files) = cold_object_files(&["seq"], 40 * MIB);
+    let (ino, data) = &files[0];
+    let s3 = &pool.s3;
+    let gets0 = s3.object_stats().requests;
+    // Sequential reads until the tracer calls the file sequential and a
+    // read misses: that read starts GETs of the next three 8 MiB windows in
+    // the background, and returns without waiting for them.
+    let mut off = 0;
+    read_on(&fs, *ino, data, &mut off, || {
+        s3.read_ahead_stats().0.started == 0
+    });
+    assert!(off < 16 * MIB, "no read-ahead by {off}");
+    read_ahead_settles(s3, &fault);
+    let (st, _) = s3.read_ahead_stats();
+    assert!(
+        st.started_bytes >= (16 << 20) && st.started_bytes <= 32 << 20,
+        "{st:?}"
+    );
+    let fetched = (s3.object_stats().requests.get_bytes - gets0.get_bytes) as usize;
+    assert!(
+        fetched >= off + 16 * MIB,
+        "{fetched} bytes fetched by a reader at {off}"
+    );
+    // The rest of the file: nothing fetched twice, nothing past the end,
+    // everything the read-ahead fetched taken by the reads.
+    read_on(&fs, *ino, data, &mut off, || true);
+    assert_eq!(fs.read(*ino, off as u64, 4096).unwrap(), b"", "EOF");
+    read_ahead_settles(s3, &fault);
+    let req = s3.object_stats().requests;
+    assert_eq!(req.get_bytes - gets0.get_bytes, 40 << 20, "each byte once");
+    let (st, held) = s3.read_ahead_stats();
+    assert!(st.started_bytes >= 24 << 20, "{st:?}");
+    assert_eq!(st.taken_bytes, st.started_bytes, "{st:?}");
+    assert_eq!((st.dropped, held), (0, 0), "{st:?}");
+    assert!(st.peak_bytes <= 32 << 20, "{st:?}");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_random_reader_of_object_data_gets_no_read_ahead() {
+    const MIB: usize = 1 << 20;
+    let (pool, fs, fault, files) = cold_object_files(&["rand"], 30 * MIB);
+    let (ino, data) = &files[0];
+    let s3 = &pool.s3;
+    // 4 KiB reads at scattered offsets (a database's pattern), many more
+    // than the tracer needs to call the file random.
+    let mut x: u64 = 12345;
+    for _ in 0..200 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let off = ((x >> 33) as usize % (data.len() / 4096)) * 4096;
+        assert_eq!(
+            fs.read(*ino, off as u64, 4096).unwrap(),
+            data[off..off + 4096]
+        );
+    }
+    read_ahead_settles(s3, &fault);
+    let (st, held) = s3.read_ahead_stats();
+    assert_eq!((st.started, held), (0, 0), "{st:?}");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_failed_read_ahead_fails_no_read_that_did_not_wait_for_it() {
+    const MIB: usize = 1 << 20;
+    let (pool, fs, fault, files) = cold_object_files(&["seq"], 40 * MIB);
+    let (ino, data) = &files[0];
+    let s3 = &pool.s3;
+    fs.set_setting("s3_retries", "0").unwrap();
+    let mut off = 0;
+    read_on(&fs, *ino, data, &mut off, || {
+        s3.read_ahead_stats().0.started == 0
+    });
+    read_ahead_settles(s3, &fault);
+    // From now on every GET fails: the reads served by what was fetched
+    // ahead go on, and start read-ahead GETs of later windows, which fail.
+    fault.fail_gets_after(0);
+    read_on(&fs, *ino, data, &mut off, || fault.injected().gets == 0);
+    read_ahead_settles(s3, &fault);
+    assert!(fault.injected().gets > 0);
+    fault.heal();
+    // The failed ranges are not held: the reads that want them fetch them.
+    read_on(&fs, *ino, data, &mut off, || true);
+    let (st, held) = s3.read_ahead_stats();
+    assert!(st.dropped > 0, "{st:?}");
+    assert_eq!(held, 0, "{st:?}");
+    fs.unmount().unwrap();
+}

@@ -92,6 +92,14 @@ pub trait BlockMedia: Send + Sync {
         let _ = ticket;
         self.sync()
     }
+    /// A hint: a reader will soon read the blocks `[block, block + blocks)`
+    /// (all of them live). Media whose reads cost a round trip (an object
+    /// tier) may start fetching them in the background, so that the
+    /// `read_blocks` that comes for them finds them on their way; no error
+    /// is reported. The default does nothing.
+    fn read_ahead(&self, block: u64, blocks: u64) {
+        let _ = (block, blocks);
+    }
     /// The blocks `[block, block + blocks)` hold no live data any more; media
     /// may reclaim them. Until they are written again, reads of them return
     /// unspecified contents. Call only once the commit that freed them is
@@ -152,6 +160,9 @@ pub trait BlockMedia: Send + Sync {
 #[macro_export]
 macro_rules! forward_block_extras {
     (|$s:ident| $inner:expr) => {
+        fn read_ahead(&$s, block: u64, blocks: u64) {
+            $inner.read_ahead(block, blocks)
+        }
         fn trim(&$s, block: u64, blocks: u64) -> std::io::Result<()> {
             $inner.trim(block, blocks)
         }

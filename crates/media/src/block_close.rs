@@ -124,6 +124,12 @@ impl<B: BlockMedia> BlockMedia for Closable<B> {
         }
     }
 
+    fn read_ahead(&self, block: u64, blocks: u64) {
+        if let Some(m) = &*self.inner.read() {
+            m.read_ahead(block, blocks);
+        }
+    }
+
     fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {
         match &*self.inner.read() {
             Some(m) => m.trim(block, blocks),

@@ -54,6 +54,7 @@
 //! fault-injecting store for tests), [`crash`] (an in-memory store with a
 //! crash model, for crash-image tests).
 
+mod ahead;
 mod buffer;
 mod certificates;
 mod client;
@@ -84,6 +85,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
 
+pub use ahead::AheadStats;
 pub use config::{Credentials, NetworkParams, ObjectConfig, UrlOptions};
 pub use crash::{CrashStore, ObjectEvent, ObjectLoss};
 pub use fault::{FaultStore, InjectedObjectFaults, PutFault};
@@ -202,6 +204,8 @@ pub struct ObjectMedia {
     /// Serialises the deletes of dead parts (`reclaim`, `retain`, and
     /// those after a `sync`).
     sync_lock: Mutex<()>,
+    /// Read-ahead GETs started for sequential readers (`ahead.rs`).
+    ahead: ahead::Ahead,
     stats: BlockStatsCounter,
     /// Keys found at open that are not Terrace's or are malformed, with why.
     ignored: Vec<String>,
@@ -229,6 +233,12 @@ impl ObjectMedia {
         self.bucket.set_network(net)
     }
 
+    /// Counters of the read-ahead (`BlockMedia::read_ahead`), and the bytes
+    /// it holds now.
+    pub fn read_ahead_stats(&self) -> (AheadStats, u64) {
+        self.ahead.stats()
+    }
+
     /// Blocks per segment.
     pub fn segment_blocks(&self) -> u64 {
         self.segment_blocks
@@ -251,7 +261,16 @@ impl ObjectMedia {
             pending_bytes: (st.pending.blocks()
                 + st.sealed.iter().map(|(_, b)| b.blocks()).sum::<u64>())
                 * BLOCK_SIZE,
-            requests: self.bucket.request_stats(),
+            requests: {
+                let (ahead, _) = self.ahead.stats();
+                RequestStats {
+                    read_ahead_gets: ahead.started,
+                    read_ahead_bytes: ahead.started_bytes,
+                    read_ahead_taken_bytes: ahead.taken_bytes,
+                    read_ahead_waited: ahead.waited,
+                    ..self.bucket.request_stats()
+                }
+            },
             failing: self.bucket.failing(),
         }
     }
@@ -317,6 +336,10 @@ impl BlockMedia for ObjectMedia {
     /// seal stay pending); see `sync.rs`.
     fn sync_sealed(&self, ticket: u64) -> io::Result<()> {
         self.sync_ticket(ticket)
+    }
+
+    fn read_ahead(&self, block: u64, blocks: u64) {
+        self.start_read_ahead(block, blocks);
     }
 
     fn trim(&self, block: u64, blocks: u64) -> io::Result<()> {

@@ -131,6 +131,7 @@ impl ObjectMedia {
             }),
             turns: Condvar::new(),
             sync_lock: Mutex::new(()),
+            ahead: Default::default(),
             stats: BlockStatsCounter::new(),
             ignored,
         }

@@ -66,6 +66,19 @@ pub struct RequestStats {
     /// time-outs), retried or not; S3 tiers only.
     #[serde(default)]
     pub failed_tries: u64,
+    /// Of `gets`, read-ahead GETs started for sequential readers (object
+    /// tiers only; `ahead.rs`), and the bytes they asked for.
+    #[serde(default)]
+    pub read_ahead_gets: u64,
+    #[serde(default)]
+    pub read_ahead_bytes: u64,
+    /// Bytes reads took from read-ahead GETs instead of fetching them.
+    #[serde(default)]
+    pub read_ahead_taken_bytes: u64,
+    /// Read-ahead GETs a read had to wait for (still in flight when it
+    /// wanted them): the store is slower than the reader.
+    #[serde(default)]
+    pub read_ahead_waited: u64,
 }
 
 #[derive(Debug, Default)]
@@ -377,6 +390,7 @@ impl Bucket {
             lists: l(&c.lists),
             failures: l(&c.failures),
             failed_tries: l(&c.failed_tries),
+            ..RequestStats::default()
         }
     }
 
@@ -588,6 +602,55 @@ impl Bucket {
         .buffered(self.concurrency)
         .try_collect::<Vec<Bytes>>();
         self.block_on(fut)
+    }
+
+    /// Starts a ranged GET of `range` of object `key` on the runtime and
+    /// returns at once; `slot` gets the answer (read-ahead, `ahead.rs`). A
+    /// GET that succeeds is counted as a GET at its answer; a failed one
+    /// when a read takes its error ([`Bucket::get_error`]).
+    pub(crate) fn spawn_get(&self, key: &str, range: Range<u64>, slot: Arc<super::ahead::Slot>) {
+        let path = match Bucket::path(key) {
+            Ok(p) => p,
+            Err(e) => {
+                return slot.fill(Err(Arc::new(object_store::Error::Generic {
+                    store: "read-ahead",
+                    source: Box::new(e),
+                })))
+            }
+        };
+        let Some(rt) = &self.runtime else {
+            return slot.fill(Err(Arc::new(object_store::Error::Generic {
+                store: "read-ahead",
+                source: "runtime shut down".into(),
+            })));
+        };
+        let store = self.store();
+        let shared = Arc::clone(&self.shared);
+        rt.spawn(async move {
+            let want = range.end - range.start;
+            let opts = GetOptions {
+                range: Some(GetRange::Bounded(range)),
+                ..GetOptions::default()
+            };
+            let r = match store.get_opts(&path, opts).await {
+                Ok(r) => r.bytes().await,
+                Err(e) => Err(e),
+            };
+            if let Ok(b) = &r {
+                if b.len() as u64 == want {
+                    shared.health.set(None);
+                    add(&shared.counters.gets, 1);
+                    add(&shared.counters.get_bytes, want);
+                }
+            }
+            slot.fill(r.map_err(Arc::new));
+        });
+    }
+
+    /// The error of a failed read-ahead GET of `key` for the read that
+    /// waited for it (counted and reported as a failed GET of its own).
+    pub(crate) fn get_error(&self, key: &str, e: &object_store::Error) -> io::Error {
+        self.error("GET", key, e)
     }
 
     /// Deletes the objects at `keys` (a missing one counts as deleted); the
