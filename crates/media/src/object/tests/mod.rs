@@ -10,6 +10,7 @@
 mod durability;
 mod failures;
 mod model;
+mod wrappers;
 
 use std::sync::Arc;
 
@@ -72,7 +73,7 @@ fn parts_in(store: &Arc<dyn ObjectStore>) -> Vec<String> {
         .collect()
 }
 
-fn read(m: &ObjectMedia, start: u64, n: u64) -> Vec<u8> {
+fn read(m: &dyn BlockMedia, start: u64, n: u64) -> Vec<u8> {
     let mut b = vec![0xee; (n * BLOCK_SIZE) as usize];
     m.read_blocks(start, &mut b).unwrap();
     b
