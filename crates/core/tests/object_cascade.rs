@@ -169,6 +169,22 @@ fn windows_into_the_object_tier_end_on_segment_ends_so_each_segment_is_one_part(
     fs.unmount().unwrap();
 }
 
+/// `files` files named PREFIX00, PREFIX01, … in the root, each `size`
+/// stamped bytes (`stamped(k, size)`), fsync'd; their inode numbers.
+fn stamped_files(fs: &Fs, prefix: &str, files: u64, size: usize) -> Vec<u64> {
+    (0..files)
+        .map(|k| {
+            let name = format!("{prefix}{k:02}");
+            let f = fs
+                .mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            fs.write(f.ino, 0, &stamped(k, size)).unwrap();
+            fs.fsync(f.ino, false).unwrap();
+            f.ino
+        })
+        .collect()
+}
+
 /// The next window's upload starts before the batch waits for the one
 /// before: with the store holding every PUT, the PUTs of two windows wait
 /// at once (one window has at most the bucket's concurrency, 4, in flight),
@@ -182,17 +198,7 @@ fn the_next_windows_upload_starts_while_the_one_before_is_still_uploading() {
     let (_plain, faults, bucket) = faulty_memory_store();
     let mut pool = ObjectPool::format(256 << 20, 16 << 20, 1 << 30, bucket);
     let fs = pool.mount();
-    let inos: Vec<u64> = (0..FILES)
-        .map(|k| {
-            let name = format!("o{k:02}");
-            let f = fs
-                .mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
-                .unwrap();
-            fs.write(f.ino, 0, &stamped(k, SIZE)).unwrap();
-            fs.fsync(f.ino, false).unwrap();
-            f.ino
-        })
-        .collect();
+    let inos = stamped_files(&fs, "o", FILES, SIZE);
     faults.hold_puts();
     let most_held = std::thread::scope(|s| {
         let mover = s.spawn(|| fs.migrate_files(&inos, 2));
@@ -238,17 +244,7 @@ fn a_failed_upload_between_pipelined_windows_loses_nothing_and_the_migration_fin
     // One worker: its windows follow each other (two workers' windows would
     // share uploads and the PUT countdown).
     fs.set_setting("migration_threads", "1").unwrap();
-    let inos: Vec<u64> = (0..FILES)
-        .map(|k| {
-            let name = format!("w{k:02}");
-            let f = fs
-                .mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
-                .unwrap();
-            fs.write(f.ino, 0, &stamped(k, SIZE)).unwrap();
-            fs.fsync(f.ino, false).unwrap();
-            f.ino
-        })
-        .collect();
+    let inos = stamped_files(&fs, "w", FILES, SIZE);
     let check = |fs: &Fs, when: &str| assert_stamped(fs, &inos, SIZE, when);
     // 192 MiB in windows of 64 MiB: 128 parts of 512 KiB each. The first
     // window's PUTs all land; the second window's fail partway.

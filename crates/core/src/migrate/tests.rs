@@ -29,6 +29,14 @@ fn pool() -> Fs {
     Fs::mount_with_tiers(pm, vec![(1, Arc::new(MemBlock::new(32 << 20)))]).unwrap()
 }
 
+/// Makes clean copies of the first 8 blocks of `ino` on the SSD tier (the
+/// PM side stays); returns where the copy is.
+fn copy_to_ssd(fs: &Fs, ino: Ino) -> (TierId, PhysBlock) {
+    fs.move_ranges(ino, TierId::PM, TierId(1), &[(FileBlock(0), 8)], Mode::Copy)
+        .unwrap();
+    first_extent(fs, ino).copy.expect("a clean copy")
+}
+
 fn first_extent(fs: &Fs, ino: Ino) -> crate::extent_map::Extent {
     let g = fs.lock(ino).unwrap();
     g.as_ref().unwrap().extents.find(FileBlock(0)).unwrap().1
@@ -41,15 +49,7 @@ fn rewrites_of_clean_pm_data_count_for_the_dirty_list_and_reads_for_the_clean_on
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
     fs.write(f.ino, 0, &[1u8; 8 * 4096]).unwrap();
     // Clean copies of all 8 blocks on the SSD tier; the PM side stays.
-    fs.move_ranges(
-        f.ino,
-        TierId::PM,
-        TierId(1),
-        &[(FileBlock(0), 8)],
-        Mode::Copy,
-    )
-    .unwrap();
-    assert!(first_extent(&fs, f.ino).copy.is_some());
+    copy_to_ssd(&fs, f.ino);
     let m = &fs.migrator;
     let hits = || {
         (
@@ -189,18 +189,7 @@ fn a_copy_drop_prepared_before_the_copy_was_replaced_commits_nothing_and_keeps_t
     let ctx = crate::Ctx { uid: 0, gid: 0 };
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
     fs.write(f.ino, 0, &[7u8; 8 * 4096]).unwrap();
-    let copy = |fs: &Fs| {
-        fs.move_ranges(
-            f.ino,
-            TierId::PM,
-            TierId(1),
-            &[(FileBlock(0), 8)],
-            Mode::Copy,
-        )
-        .unwrap();
-        first_extent(fs, f.ino).copy.expect("a clean copy")
-    };
-    let old = copy(&fs);
+    let old = copy_to_ssd(&fs, f.ino);
     // A drop of that copy is prepared (a tier removal, a cleaner) ...
     let mut batch = MoveBatch::new(&fs, u64::MAX);
     batch
@@ -225,7 +214,7 @@ fn a_copy_drop_prepared_before_the_copy_was_replaced_commits_nothing_and_keeps_t
     .unwrap();
     // Keep the old copy's blocks taken, so the new copy lands elsewhere.
     let hold = fs.tier(TierId(1)).unwrap().space.alloc(8);
-    let new = copy(&fs);
+    let new = copy_to_ssd(&fs, f.ino);
     assert_ne!(
         new, old,
         "the new copy reused the old blocks: the test proves nothing"
