@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use terrace_core::Fs;
-use terrace_format::TierKind;
-use terrace_media::{BlockMedia, CrashMedia, LossMode, MemBlock, MemMedia, PmMedia};
+use terrace_format::{Superblock, TierKind};
+use terrace_media::{BlockMedia, CrashMedia, CrashTrace, LossMode, MemBlock, MemMedia, PmMedia};
 
 /// A pool of `pm_bytes` of PM, then an ssd (tier 1) and an hdd (tier 2)
 /// of `block_bytes` each, mounted.
@@ -522,6 +522,31 @@ fn a_crash_at_any_point_of_the_removal_leaves_the_empty_tier_named_or_gone() {
     fs.migrate_file(a, 0).unwrap();
     let (r, trace) = pm.trace(|| fs.detach_last_tier());
     r.unwrap();
+    let named = |_: &str, sb: &Superblock| sb.tiers.len() == 2;
+    check_removal_crash_images(&trace, named, |ctx, img, named| {
+        let dev = named.then(|| Arc::new(MemBlock::from_image(ssd.image())) as Arc<dyn BlockMedia>);
+        assert_fsck_clean(&*img, dev.clone(), Fsck::Data, ctx);
+        let tiers = dev.map(|d| (1, d)).into_iter().collect();
+        let fs = Fs::mount_with_tiers(img as Arc<dyn PmMedia>, tiers)
+            .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
+        assert!(content(&fs, a) == data, "{ctx}: the file changed");
+        fs.check_allocator()
+            .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+    });
+}
+
+/// Walks the crash images of a tier removal's PM `trace`: after every
+/// event, with every unflushed word lost and with random words lost. Each
+/// image's superblock must read; `named` says whether it still names the
+/// tier. In the images that lost every unflushed word the tier must be
+/// named up to one event and gone from it on, never named again, and gone
+/// only after the removal wrote something. `check` gets the context to
+/// name in failures, the image and whether the tier is named.
+fn check_removal_crash_images(
+    trace: &CrashTrace,
+    named: impl Fn(&str, &Superblock) -> bool,
+    mut check: impl FnMut(&str, Arc<MemMedia>, bool),
+) {
     let n = trace.len();
     assert!(n > 0, "the removal wrote nothing to PM");
     let mut gone_at = None;
@@ -531,23 +556,15 @@ fn a_crash_at_any_point_of_the_removal_leaves_the_empty_tier_named_or_gone() {
             let img = Arc::new(MemMedia::from_image(trace.image_at(k, mode)));
             let sb = terrace_core::recovery::read_superblock(&*img)
                 .unwrap_or_else(|e| panic!("{ctx}: superblock: {e}"));
-            let named = sb.tiers.len() == 2;
+            let is_named = named(&ctx, &sb);
             if mode == LossMode::AllUnflushed {
-                match (named, gone_at) {
+                match (is_named, gone_at) {
                     (false, None) => gone_at = Some(k),
                     (true, Some(g)) => panic!("{ctx}: named again after it was gone at {g}"),
                     _ => {}
                 }
             }
-            let dev =
-                named.then(|| Arc::new(MemBlock::from_image(ssd.image())) as Arc<dyn BlockMedia>);
-            assert_fsck_clean(&*img, dev.clone(), Fsck::Data, &ctx);
-            let tiers = dev.map(|d| (1, d)).into_iter().collect();
-            let fs = Fs::mount_with_tiers(img as Arc<dyn PmMedia>, tiers)
-                .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
-            assert!(content(&fs, a) == data, "{ctx}: the file changed");
-            fs.check_allocator()
-                .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+            check(&ctx, img, is_named);
         }
     }
     assert!(
@@ -754,48 +771,30 @@ fn a_crash_at_any_point_of_a_middle_tier_removal_leaves_it_named_or_gone() {
     assert_eq!(tier_bytes(&fs, c, "ssd"), 0);
     let (r, trace) = pm.trace(|| fs.detach_tier(Some(TierId(1))));
     r.unwrap();
-    let n = trace.len();
-    assert!(n > 0, "the removal wrote nothing to PM");
-    let mut gone_at = None;
-    for k in 0..=n {
-        for mode in [LossMode::AllUnflushed, LossMode::RandomWords(k as u64)] {
-            let ctx = format!("crash after event {k}/{n} {mode:?}");
-            let img = Arc::new(MemMedia::from_image(trace.image_at(k, mode)));
-            let sb = terrace_core::recovery::read_superblock(&*img)
-                .unwrap_or_else(|e| panic!("{ctx}: superblock: {e}"));
-            let ids: Vec<u8> = sb.tiers.iter().map(|t| t.id).collect();
-            let named = match ids.as_slice() {
-                [0, 1, 2] => true,
-                [0, 2] => false,
-                other => panic!("{ctx}: tiers {other:?}"),
-            };
-            if mode == LossMode::AllUnflushed {
-                match (named, gone_at) {
-                    (false, None) => gone_at = Some(k),
-                    (true, Some(g)) => panic!("{ctx}: named again after it was gone at {g}"),
-                    _ => {}
-                }
-            }
-            let mut tiers: Vec<(u8, Arc<dyn BlockMedia>)> = Vec::new();
-            if named {
-                tiers.push((1, Arc::new(MemBlock::from_image(ssd.image()))));
-            }
-            tiers.push((2, Arc::new(MemBlock::from_image(hdd.image()))));
-            fsck_clean_with(&*img, &tiers, Fsck::Data, &ctx);
-            let fs = Fs::mount_with_tiers(img as Arc<dyn PmMedia>, tiers)
-                .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
-            assert!(content(&fs, a) == da, "{ctx}: the hdd file changed");
-            assert!(content(&fs, b) == db, "{ctx}: the pm file changed");
-            assert!(content(&fs, c) == dc, "{ctx}: the copied file changed");
-            if !named {
-                assert_eq!(tier_bytes(&fs, c, "ssd-copy"), 0, "{ctx}: a copy stayed");
-            }
-            fs.check_allocator()
-                .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+    let named = |ctx: &str, sb: &Superblock| {
+        let ids: Vec<u8> = sb.tiers.iter().map(|t| t.id).collect();
+        match ids.as_slice() {
+            [0, 1, 2] => true,
+            [0, 2] => false,
+            other => panic!("{ctx}: tiers {other:?}"),
         }
-    }
-    assert!(
-        gone_at.is_some_and(|g| g > 0),
-        "the tier must be named before the commit and gone after it ({gone_at:?} of {n})"
-    );
+    };
+    check_removal_crash_images(&trace, named, |ctx, img, named| {
+        let mut tiers: Vec<(u8, Arc<dyn BlockMedia>)> = Vec::new();
+        if named {
+            tiers.push((1, Arc::new(MemBlock::from_image(ssd.image()))));
+        }
+        tiers.push((2, Arc::new(MemBlock::from_image(hdd.image()))));
+        fsck_clean_with(&*img, &tiers, Fsck::Data, ctx);
+        let fs = Fs::mount_with_tiers(img as Arc<dyn PmMedia>, tiers)
+            .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
+        assert!(content(&fs, a) == da, "{ctx}: the hdd file changed");
+        assert!(content(&fs, b) == db, "{ctx}: the pm file changed");
+        assert!(content(&fs, c) == dc, "{ctx}: the copied file changed");
+        if !named {
+            assert_eq!(tier_bytes(&fs, c, "ssd-copy"), 0, "{ctx}: a copy stayed");
+        }
+        fs.check_allocator()
+            .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
+    });
 }
