@@ -530,12 +530,7 @@ impl Fs {
     /// distance and one window more (windows are fetched whole).
     pub(crate) fn object_ahead_runs(&self, i: &crate::inode::Inode, end: u64) -> Vec<AheadRun> {
         let fsize = i.size();
-        if end >= fsize
-            || !self
-                .tiers
-                .iter()
-                .any(|t| t.kind == terrace_format::TierKind::S3)
-        {
+        if end >= fsize || !self.has_object_tier() {
             return Vec::new();
         }
         let first = terrace_format::FileBlock(end / BS);
@@ -544,10 +539,7 @@ impl Fs {
         i.extents
             .overlaps(first, blocks.min(last - first.get()))
             .into_iter()
-            .filter(|(_, e)| {
-                self.tier(e.tier)
-                    .is_ok_and(|t| t.kind == terrace_format::TierKind::S3)
-            })
+            .filter(|(_, e)| self.is_object_tier(e.tier))
             .map(|(s, e)| AheadRun {
                 tier: e.tier,
                 block: e.block,

@@ -174,7 +174,7 @@ impl Fs {
     }
 
     /// Whether the pool has an object tier.
-    fn has_object_tier(&self) -> bool {
+    pub(crate) fn has_object_tier(&self) -> bool {
         self.tiers.iter().any(|t| t.kind == TierKind::S3)
     }
 
