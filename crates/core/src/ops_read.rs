@@ -47,6 +47,62 @@ impl Fs {
             i.block_reads += on_block;
             self.note_pm_hits(clean, dirty);
         }
+        self.note_access_time(i);
+        let data = self.finish_read_unlocking(g, capture)?;
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_read
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(data)
+    }
+
+    /// Reads up to `size` bytes at `off` of `ino` for a copy kept outside
+    /// the pool (the FUSE adapter filling the kernel's page cache after a
+    /// writer closed the file): the file as of the capture, like
+    /// [`Fs::read`], but not a read by an application — no access time,
+    /// no access trace or read heat, no read counters, no read-ahead.
+    pub fn read_for_cache(&self, ino: Ino, off: u64, size: usize) -> FsResult<Vec<u8>> {
+        let g = self.lock(ino)?;
+        let i = g.as_ref().expect("live");
+        i.kind.require_regular(libc::EINVAL)?;
+        let mut capture = self.capture_read(i, off, size)?;
+        capture.ahead.clear();
+        self.finish_read_unlocking(g, capture)
+    }
+
+    /// [`Fs::finish_read`] of a capture made under the inode lock `g`: with
+    /// the lock dropped, under a read pin when block-tier runs are read (or
+    /// under the lock when frees are waiting for pinned readers).
+    fn finish_read_unlocking<G>(&self, g: G, capture: ReadCapture) -> FsResult<Vec<u8>> {
+        let free = |runs: Vec<Released>| self.free_block_runs(runs);
+        if capture.pieces.is_empty() {
+            drop(g);
+            self.finish_read(capture)
+        } else if let Some(pin) = self.read_pins.enter(&free) {
+            drop(g);
+            let r = self.finish_read(capture);
+            drop(pin);
+            r
+        } else {
+            // Frees are waiting for pinned readers: read under the lock.
+            let r = self.finish_read(capture);
+            drop(g);
+            r
+        }
+    }
+
+    /// Updates the access time of `ino` if a read now must (the mount's
+    /// atime rule), as the first read of an open would: for an open whose
+    /// reads the kernel will serve from pages it already holds.
+    pub fn touch_atime(&self, ino: Ino) -> FsResult<()> {
+        let mut g = self.lock(ino)?;
+        let i = g.as_mut().expect("live");
+        self.note_access_time(i);
+        Ok(())
+    }
+
+    /// Updates the access time of a locked inode when a read now must.
+    fn note_access_time(&self, i: &mut Inode) {
         let now = now_ns();
         let a = i.attr;
         if self.atime_due([a.atime, a.mtime, a.ctime], now) {
@@ -63,24 +119,6 @@ impl Fs {
                 let _ = self.commit_one(i, vec![Entry::Attr(na)]);
             }
         }
-        let free = |runs: Vec<Released>| self.free_block_runs(runs);
-        let data = if capture.pieces.is_empty() {
-            drop(g);
-            self.finish_read(capture)?
-        } else if let Some(pin) = self.read_pins.enter(&free) {
-            drop(g);
-            let r = self.finish_read(capture);
-            drop(pin);
-            r?
-        } else {
-            // Frees are waiting for pinned readers: read under the lock.
-            self.finish_read(capture)?
-        };
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .bytes_read
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(data)
     }
 
     /// Reads file block `fb` of `ino` into the DRAM cache when `wanted` says

@@ -16,7 +16,7 @@
 //!   handed to a pool thread ([`FuseAdapter::off_request`]) finishes with
 //!   the adapter it arrived at.
 
-use crate::{invalidate, latency, listing_attrs, object_waits, page_cache, poll};
+use crate::{fill, invalidate, latency, listing_attrs, object_waits, page_cache, poll};
 use fuser::{InitFlags, KernelConfig};
 use latency::{Op, RequestLatency};
 use std::sync::{Arc, OnceLock};
@@ -43,6 +43,8 @@ pub struct FuseAdapter {
     pub(crate) direct_io: bool,
     /// Page-cache state of files opened through the kernel's page cache.
     pub(crate) cached: Arc<page_cache::CachedOpens>,
+    /// Orders a fill's stores with the forget of the file ([`crate::fill`]).
+    pub(crate) fill_gate: Arc<fill::FillGate>,
     /// Before INIT: the mount asked for the kernel's writeback cache; after:
     /// the kernel agreed (`FUSE_WRITEBACK_CACHE`), so every open goes through
     /// the page cache and its writes reach the daemon at write-back.
@@ -86,6 +88,7 @@ impl FuseAdapter {
             notifier,
             direct_io: false,
             cached: Arc::default(),
+            fill_gate: Arc::default(),
             writeback_cache: false,
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),

@@ -11,6 +11,7 @@
 //!   file changed for the page cache ([`crate::page_cache`]).
 
 use crate::adapter::FuseAdapter;
+use crate::invalidate::Stale;
 use crate::setid;
 use fuser::INodeNo;
 use std::io;
@@ -21,13 +22,16 @@ const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
 /// setattr of `ino` by `caller`. Truncate by an unprivileged caller and
 /// any chown drop set-ID bits and file capabilities (the kernel leaves it to
-/// us under KILLPRIV_V2), unless the change sets the mode itself.
+/// us under KILLPRIV_V2), unless the change sets the mode itself. With the
+/// new attributes, the range to drop before replying: past the new size
+/// while a fill of the file's pages runs ([`crate::fill`]), so that the
+/// truncate is acknowledged after the fill's last store.
 pub(crate) fn setattr(
     a: &FuseAdapter,
     caller: &setid::Caller,
     ino: u64,
     mut change: SetAttr,
-) -> io::Result<Attr> {
+) -> io::Result<(Attr, Option<Stale>)> {
     let chown = change.uid.is_some() || change.gid.is_some();
     if a.killpriv && change.mode.is_none() && (chown || change.size.is_some()) {
         if let Ok(cur) = a.fs.getattr(ino) {
@@ -42,15 +46,20 @@ pub(crate) fn setattr(
             a.drop_file_capability(ino);
         }
     }
-    let truncate = change.size.is_some();
-    let r = a.fs.setattr(ino, change);
-    if r.is_ok() && truncate {
+    let truncate = change.size;
+    let attr = a.fs.setattr(ino, change)?;
+    let stale = match truncate {
         // The kernel cuts its own pages at a truncate made through it; the
         // file is still marked changed, so the next cached open starts from
         // a clean page cache.
-        a.cached.changed(ino);
-    }
-    r
+        Some(size) if a.cached.truncated(ino) => Some(Stale {
+            ino,
+            offset: size,
+            len: 0,
+        }),
+        _ => None,
+    };
+    Ok((attr, stale))
 }
 
 impl FuseAdapter {
@@ -80,11 +89,16 @@ impl FuseAdapter {
             ..SetAttr::default()
         };
         if self.fs.setattr(ino, change).is_ok() {
-            // Offset -1 drops the attributes only: the page cache stays and no
-            // inode lock is taken.
-            if let Some(n) = self.notifier.get() {
-                let _ = n.inval_inode(INodeNo(ino), -1, 0);
-            }
+            self.drop_kernel_attrs(ino);
+        }
+    }
+
+    /// Makes the kernel forget its cached attributes of `ino`, which the
+    /// daemon changed on its own: offset -1 drops the attributes only, so
+    /// the page cache stays and no inode or page lock is taken.
+    pub(crate) fn drop_kernel_attrs(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(INodeNo(ino), -1, 0);
         }
     }
 }

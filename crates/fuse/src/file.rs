@@ -15,10 +15,11 @@
 
 use crate::adapter::FuseAdapter;
 use crate::convert::ctx;
-use crate::invalidate::Stale;
-use crate::reply::refuse;
+use crate::fill;
+use crate::invalidate::{Stale, Step};
+use crate::reply::{self, refuse};
 use crate::setid;
-use fuser::{FopenFlags, Request, WriteFlags};
+use fuser::{FopenFlags, ReplyOpen, Request, WriteFlags};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -39,22 +40,34 @@ impl FuseAdapter {
     /// I/O (write-only opens, when the kernel allows mmap of direct-I/O
     /// files: atomic writes); everything through a kept page cache on
     /// kernels without direct-I/O mmap.
-    fn open_flags(&self, ino: u64, flags: i32) -> FopenFlags {
-        if self.cached_open(flags) {
-            // A read due to update the access time (relatime: the first
-            // after a change) must reach the daemon: such an open drops the
-            // kernel's pages, later reads of it are served from the cache.
+    /// `None` while a fill of the file's pages runs ([`crate::fill`]): ask
+    /// again once it ended (the open is not counted meanwhile).
+    pub(crate) fn open_flags(&self, ino: u64, flags: i32) -> Option<FopenFlags> {
+        Some(if self.cached_open(flags) {
             let atime_due = self.fs.atime_due_now(ino);
-            if self.cached.open(ino) && !atime_due {
+            let keep = self.cached.open(ino)?;
+            if keep && atime_due && flags & libc::O_ACCMODE == libc::O_RDONLY {
+                // A read due to update the access time (relatime: the
+                // first after a change) would be served from the pages the
+                // kernel keeps: a read-only open takes the access time now,
+                // as its first read would (design.md §5g0).
+                if self.fs.touch_atime(ino).is_ok() {
+                    self.drop_kernel_attrs(ino);
+                }
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else if keep && !atime_due {
                 FopenFlags::FOPEN_KEEP_CACHE
             } else {
+                // Such a read through a read-write open must reach the
+                // daemon: the open drops the kernel's pages, later reads of
+                // it are served from the cache.
                 FopenFlags::empty()
             }
         } else if self.direct_io {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::FOPEN_KEEP_CACHE
-        }
+        })
     }
 
     /// Whether fsync of a file can be left to the kernel (answered ENOSYS
@@ -95,10 +108,23 @@ impl FuseAdapter {
     }
 }
 
-/// open of a regular file: the core's handle and how the kernel serves it.
-pub(crate) fn open(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<(u64, FopenFlags)> {
-    let fh = a.fs.open(ino, flags)?;
-    Ok((fh, a.open_flags(ino, flags)))
+/// open of a regular file: replies with the core's handle and how the
+/// kernel serves it — from the invalidation thread once a fill of the
+/// file's pages ended, if one runs ([`crate::fill`]).
+pub(crate) fn open(a: &FuseAdapter, ino: u64, flags: i32, reply: ReplyOpen) {
+    let fh = match a.fs.open(ino, flags) {
+        Ok(fh) => fh,
+        Err(e) => return reply::opened(reply, Err(e)),
+    };
+    match a.open_flags(ino, flags) {
+        Some(how) => reply::opened(reply, Ok((fh, how))),
+        None => {
+            let b = a.clone();
+            a.invalidator.step(Step::new(move || {
+                fill::open_after_fill(b, ino, fh, flags, reply)
+            }));
+        }
+    }
 }
 
 /// write of `data` at `offset` by `caller` through an open with `flags`:
@@ -134,11 +160,18 @@ pub(crate) fn write(
 }
 
 /// release of an open with `flags`.
+/// After a write-only open, the kernel's pages of the file may be filled
+/// ([`crate::fill`]).
 pub(crate) fn release(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<()> {
-    if a.cached_open(flags) {
+    let cached = a.cached_open(flags);
+    if cached {
         a.cached.release(ino);
     }
-    a.fs.release(ino)
+    let r = a.fs.release(ino);
+    if !cached {
+        a.fill_after_writer(ino, flags);
+    }
+    r
 }
 
 /// create: a regular file named `name` in `parent`, opened with `flags`.
@@ -157,7 +190,8 @@ pub(crate) fn create(
     let attr = a.fs.mknod(parent, name.as_bytes(), mode, 0, ctx(req))?;
     match a.fs.open(attr.ino, flags) {
         Ok(fh) => {
-            let how = a.open_flags(attr.ino, flags);
+            // A new file: no fill of it can be running.
+            let how = a.open_flags(attr.ino, flags).unwrap_or(FopenFlags::empty());
             Ok((attr, fh, how))
         }
         Err(e) => {
@@ -178,6 +212,7 @@ pub(crate) fn tmpfile(
     flags: i32,
 ) -> io::Result<(Attr, u64, FopenFlags)> {
     let (attr, fh) = a.fs.tmpfile(parent, mode, flags, ctx(req))?;
-    let how = a.open_flags(attr.ino, flags);
+    // A new file: no fill of it can be running.
+    let how = a.open_flags(attr.ino, flags).unwrap_or(FopenFlags::empty());
     Ok((attr, fh, how))
 }

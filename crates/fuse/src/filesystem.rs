@@ -50,7 +50,9 @@ impl Filesystem for FuseAdapter {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         // No reply, so no polling after it: only the timer.
         let _timer = self.latency.as_deref().map(|l| l.start(Op::Forget));
-        self.cached.forget(ino.0);
+        if self.cached.forget(ino.0) {
+            self.forgot_while_filling();
+        }
         self.fs.forget(ino.0, nlookup);
     }
 
@@ -93,10 +95,12 @@ impl Filesystem for FuseAdapter {
         let caller = setid::Caller::of(req);
         if size.is_some_and(|s| self.fs.truncate_may_wait_on_network(ino.0, s)) {
             return self.off_request(move |a| {
-                reply::attr(reply, attr::setattr(a, &caller, ino.0, change));
+                let r = attr::setattr(a, &caller, ino.0, change);
+                a.reply_after(r, move |r| reply::attr(reply, r));
             });
         }
-        reply::attr(reply, attr::setattr(self, &caller, ino.0, change));
+        let r = attr::setattr(self, &caller, ino.0, change);
+        self.reply_after(r, move |r| reply::attr(reply, r));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -265,7 +269,7 @@ impl Filesystem for FuseAdapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _req = self.arrived(Op::Open);
-        reply::opened(reply, file::open(self, ino.0, flags.0));
+        file::open(self, ino.0, flags.0, reply);
     }
 
     fn read(

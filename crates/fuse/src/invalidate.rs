@@ -14,15 +14,28 @@
 //! the request thread is free at once to serve the reads the invalidation
 //! waits for.
 //!
+//! The same thread runs longer work in *steps* that must be ordered with
+//! those invalidations: a fill of a file's pages after its writer closed it
+//! (`crate::fill`) stores one piece per step, and the reply to an open that
+//! waits for the fill is a step that queues itself again until the fill
+//! ended. A change made during a fill queues its invalidation behind the
+//! fill's step in progress, so no store of older bytes lands after the
+//! change is acknowledged.
+//!
 //! Invariants:
 //! - A handed-over reply is sent exactly once, after its invalidation
 //!   returned (or at once when no kernel can be told: before the session
 //!   exists, or when the thread could not be started).
+//! - Jobs run in the order they were queued; a step's next step runs after
+//!   every job queued before the step ended.
 //! - The invalidation thread holds no lock of the core or of the adapter
-//!   while it waits for the kernel.
+//!   while it waits for the kernel, except the fill gate of `crate::fill`
+//!   (which only the forget of the file being filled waits for, and whose
+//!   store waits on no request: no cached open of that file is live).
 
 use fuser::{INodeNo, Notifier};
-use std::sync::mpsc::{self, Sender};
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, OnceLock};
 
 /// A range of a file's data the kernel may hold stale pages of.
@@ -34,9 +47,26 @@ pub(crate) struct Stale {
     pub(crate) len: u64,
 }
 
-struct Job {
-    stale: Stale,
-    then: Box<dyn FnOnce() + Send>,
+/// Work for the invalidation thread, run in the order it was queued.
+enum Job {
+    /// Drop the kernel's pages of `stale`, then run `then` (a reply).
+    Invalidate {
+        stale: Stale,
+        then: Box<dyn FnOnce() + Send>,
+    },
+    /// A step of longer work (a fill of a file's pages, an open waiting for
+    /// it: `crate::fill`).
+    Step(Step),
+}
+
+/// One step of longer work on the invalidation thread: it returns its next
+/// step, which is queued behind everything that arrived meanwhile.
+pub(crate) struct Step(Box<dyn FnOnce() -> Option<Step> + Send>);
+
+impl Step {
+    pub(crate) fn new(f: impl FnOnce() -> Option<Step> + Send + 'static) -> Step {
+        Step(Box::new(f))
+    }
 }
 
 /// The invalidation thread and the way to it.
@@ -60,19 +90,34 @@ impl Invalidator {
         if self.notifier.get().is_none() {
             return then();
         }
-        let job = Job {
+        self.queue(Job::Invalidate {
             stale,
             then: Box::new(then),
-        };
+        });
+    }
+
+    /// Runs `step` on the invalidation thread, in order with the
+    /// invalidations and steps queued before it (here, to its end, when the
+    /// thread could not be started).
+    pub(crate) fn step(&self, step: Step) {
+        self.queue(Job::Step(step));
+    }
+
+    /// The kernel, once the session exists.
+    pub(crate) fn kernel(&self) -> Option<&Notifier> {
+        self.notifier.get()
+    }
+
+    fn queue(&self, job: Job) {
         match self.jobs.get_or_init(|| self.start()) {
             Some(tx) => {
                 if let Err(mpsc::SendError(job)) = tx.send(job) {
                     // The thread is gone (it only ends with the adapter):
-                    // invalidate here rather than lose the reply.
-                    run(&self.notifier, job);
+                    // run the job here rather than lose a reply.
+                    run_to_end(&self.notifier, job);
                 }
             }
-            None => run(&self.notifier, job),
+            None => run_to_end(&self.notifier, job),
         }
     }
 
@@ -81,25 +126,56 @@ impl Invalidator {
         let notifier = self.notifier.clone();
         std::thread::Builder::new()
             .name("fuse-invalidate".into())
-            .spawn(move || {
-                for job in rx {
-                    run(&notifier, job);
-                }
-            })
+            .spawn(move || serve(&notifier, &rx))
             .ok()
             .map(|_| tx)
     }
 }
 
-/// Drops the pages (an error means the kernel forgot the inode or the
-/// session ended: nothing is cached then), then replies.
-fn run(notifier: &OnceLock<Notifier>, job: Job) {
-    if let Some(n) = notifier.get() {
-        let off = i64::try_from(job.stale.offset).unwrap_or(i64::MAX);
-        let len = i64::try_from(job.stale.len).unwrap_or(0);
-        let _ = n.inval_inode(INodeNo(job.stale.ino), off, len);
+/// The invalidation thread: jobs in arrival order; a step's next step goes
+/// behind every job that arrived before it ended. Ends when the adapter's
+/// sender is dropped and nothing is left to run.
+fn serve(notifier: &OnceLock<Notifier>, rx: &Receiver<Job>) {
+    let mut queue = VecDeque::new();
+    loop {
+        queue.extend(rx.try_iter());
+        let job = match queue.pop_front() {
+            Some(job) => job,
+            None => match rx.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        if let Some(next) = run(notifier, job) {
+            queue.extend(rx.try_iter());
+            queue.push_back(Job::Step(next));
+        }
     }
-    (job.then)();
+}
+
+/// Runs `job` and every step after it, here.
+fn run_to_end(notifier: &OnceLock<Notifier>, job: Job) {
+    let mut next = run(notifier, job);
+    while let Some(step) = next {
+        next = (step.0)();
+    }
+}
+
+/// Drops the pages (an error means the kernel forgot the inode or the
+/// session ended: nothing is cached then), then replies; or runs a step.
+fn run(notifier: &OnceLock<Notifier>, job: Job) -> Option<Step> {
+    match job {
+        Job::Invalidate { stale, then } => {
+            if let Some(n) = notifier.get() {
+                let off = i64::try_from(stale.offset).unwrap_or(i64::MAX);
+                let len = i64::try_from(stale.len).unwrap_or(0);
+                let _ = n.inval_inode(INodeNo(stale.ino), off, len);
+            }
+            then();
+            None
+        }
+        Job::Step(step) => (step.0)(),
+    }
 }
 
 #[cfg(test)]

@@ -71,6 +71,7 @@ mod dir;
 mod dirplus;
 mod file;
 mod filesystem;
+mod fill;
 mod invalidate;
 pub mod latency;
 pub mod listing_attrs;

@@ -44,6 +44,18 @@
 //! (invalidating pages from inside such a write request would wait on the
 //! page locks the kernel holds for it).
 //!
+//! Filling the kernel's pages after a writer (`crate::fill`): when the last
+//! write-only open of a file written through direct I/O is released and no
+//! cached open is live, the daemon stores the file's bytes into the
+//! kernel's page cache (`FUSE_NOTIFY_STORE`), so the next reader finds them
+//! there — as ext4's reader finds what its writer left in the page cache.
+//! While a fill runs, a cached open of the file waits for its end (its reply
+//! is queued behind the fill), and a change that bypasses the page cache
+//! stops it and is acknowledged only after the fill's last store (so no
+//! store of older bytes lands after the change's call returned). A fill that
+//! stored every byte of the file with no change in between leaves the file
+//! *fresh*: the next cached open keeps the pages.
+//!
 //! Invariant: a file whose entry is missing or stale has no page in the
 //! kernel that a cached open may keep. Entries are dropped when the kernel
 //! forgets the inode (its pages go with it).
@@ -57,9 +69,26 @@ struct Entry {
     opens: u32,
     /// The data changed since the pages were cached.
     stale: bool,
+    /// A fill of the kernel's pages is queued or running.
+    filling: bool,
+    /// Changes that bypassed the page cache, counted so that a fill knows
+    /// whether one happened while it ran.
+    changes: u64,
 }
 
-/// The page-cache state of every file opened through the page cache.
+impl Entry {
+    fn new() -> Entry {
+        Entry {
+            opens: 0,
+            stale: true,
+            filling: false,
+            changes: 0,
+        }
+    }
+}
+
+/// The page-cache state of every file opened through the page cache or
+/// changed behind it.
 #[derive(Debug, Default)]
 pub struct CachedOpens {
     files: Mutex<HashMap<u64, Entry>>,
@@ -73,17 +102,19 @@ impl CachedOpens {
 
     /// A cached open of `ino`: whether the kernel may keep the pages it
     /// holds (`FOPEN_KEEP_CACHE`) — false the first time and after a change,
-    /// and the kernel then drops them at this open.
-    pub fn open(&self, ino: u64) -> bool {
+    /// and the kernel then drops them at this open. `None` while a fill of
+    /// the file runs: the open is not counted, and is asked again once the
+    /// fill ended.
+    pub fn open(&self, ino: u64) -> Option<bool> {
         let mut files = self.files();
-        let e = files.entry(ino).or_insert(Entry {
-            opens: 0,
-            stale: true,
-        });
+        let e = files.entry(ino).or_insert_with(Entry::new);
+        if e.filling {
+            return None;
+        }
         let keep = !e.stale;
         e.opens += 1;
         e.stale = false;
-        keep
+        Some(keep)
     }
 
     /// The release of a cached open of `ino`.
@@ -94,21 +125,67 @@ impl CachedOpens {
     }
 
     /// The data of `ino` changed (not from the kernel's own page cache):
-    /// true when cached opens are live, so the caller must invalidate the
-    /// changed range in the kernel before it replies.
+    /// true when cached opens are live or a fill runs, so the caller must
+    /// invalidate the changed range in the kernel before it replies (after
+    /// the fill's last store: the invalidation thread runs both in order).
     pub fn changed(&self, ino: u64) -> bool {
-        match self.files().get_mut(&ino) {
-            Some(e) => {
-                e.stale = true;
-                e.opens > 0
+        let mut files = self.files();
+        let e = files.entry(ino).or_insert_with(Entry::new);
+        e.stale = true;
+        e.changes += 1;
+        e.opens > 0 || e.filling
+    }
+
+    /// `ino` was truncated through the kernel, which cuts its own pages:
+    /// true when a fill runs, so the caller must reply only after the
+    /// fill's last store (a store past the new size would grow the
+    /// kernel's size again).
+    pub fn truncated(&self, ino: u64) -> bool {
+        let mut files = self.files();
+        let e = files.entry(ino).or_insert_with(Entry::new);
+        e.stale = true;
+        e.changes += 1;
+        e.filling
+    }
+
+    /// Starts a fill of `ino`'s pages if it needs one and nothing can race
+    /// it: the file changed behind the page cache since its pages were last
+    /// whole, no cached open is live and no fill runs. The number to give
+    /// [`CachedOpens::fill_goes_on`] and [`CachedOpens::end_fill`].
+    pub fn start_fill(&self, ino: u64) -> Option<u64> {
+        let mut files = self.files();
+        let e = files.get_mut(&ino)?;
+        if !e.stale || e.opens > 0 || e.filling {
+            return None;
+        }
+        e.filling = true;
+        Some(e.changes)
+    }
+
+    /// Whether the fill `fill` of `ino` may store more: no change and no
+    /// forget since it started.
+    pub fn fill_goes_on(&self, ino: u64, fill: u64) -> bool {
+        self.files()
+            .get(&ino)
+            .is_some_and(|e| e.filling && e.changes == fill)
+    }
+
+    /// The fill `fill` of `ino` ended, having stored the whole file
+    /// (`whole`) or not: the pages are fresh if it did and nothing changed
+    /// meanwhile. Cached opens may go on.
+    pub fn end_fill(&self, ino: u64, fill: u64, whole: bool) {
+        if let Some(e) = self.files().get_mut(&ino) {
+            e.filling = false;
+            if whole && e.changes == fill {
+                e.stale = false;
             }
-            None => false,
         }
     }
 
-    /// The kernel forgot `ino`: it holds no page of it any more.
-    pub fn forget(&self, ino: u64) {
-        self.files().remove(&ino);
+    /// The kernel forgot `ino`: it holds no page of it any more. True when
+    /// a fill of it was running (it stops at its next step).
+    pub fn forget(&self, ino: u64) -> bool {
+        self.files().remove(&ino).is_some_and(|e| e.filling)
     }
 }
 
@@ -119,12 +196,20 @@ mod tests {
     #[test]
     fn pages_are_kept_only_while_the_data_is_unchanged() {
         let c = CachedOpens::default();
-        assert!(!c.open(7), "nothing cached yet: the first open drops");
+        assert_eq!(
+            c.open(7),
+            Some(false),
+            "nothing cached yet: the first open drops"
+        );
         c.release(7);
-        assert!(c.open(7), "unchanged since: the pages are kept");
+        assert_eq!(c.open(7), Some(true), "unchanged since: the pages are kept");
         c.release(7);
         assert!(!c.changed(7), "no open is live: nothing to invalidate now");
-        assert!(!c.open(7), "changed: the next open drops the pages");
+        assert_eq!(
+            c.open(7),
+            Some(false),
+            "changed: the next open drops the pages"
+        );
     }
 
     #[test]
@@ -133,8 +218,9 @@ mod tests {
         c.open(3);
         assert!(c.changed(3));
         c.release(3);
-        assert!(
-            !c.open(3),
+        assert_eq!(
+            c.open(3),
+            Some(false),
             "the change also drops the pages at the next open"
         );
     }
@@ -146,6 +232,91 @@ mod tests {
         c.open(9);
         c.release(9);
         c.forget(9);
-        assert!(!c.open(9), "after forget the kernel has no pages to keep");
+        assert_eq!(
+            c.open(9),
+            Some(false),
+            "after forget the kernel has no pages to keep"
+        );
+    }
+
+    #[test]
+    fn a_whole_fill_with_no_change_meanwhile_leaves_pages_the_next_open_keeps() {
+        let c = CachedOpens::default();
+        assert_eq!(
+            c.start_fill(4),
+            None,
+            "never written behind the cache: no fill"
+        );
+        assert!(
+            !c.changed(4),
+            "a direct write with no reader invalidates nothing"
+        );
+        let fill = c.start_fill(4).expect("written behind the cache");
+        assert_eq!(c.start_fill(4), None, "one fill at a time");
+        assert!(c.fill_goes_on(4, fill));
+        c.end_fill(4, fill, true);
+        assert_eq!(c.start_fill(4), None, "fresh: nothing to fill");
+        assert_eq!(c.open(4), Some(true), "the filled pages are kept");
+    }
+
+    #[test]
+    fn an_open_during_a_fill_waits_and_is_not_counted_until_it_ends() {
+        let c = CachedOpens::default();
+        c.changed(5);
+        let fill = c.start_fill(5).unwrap();
+        assert_eq!(c.open(5), None);
+        assert!(
+            !c.changed(6) && c.open(6).is_some(),
+            "other files are not held"
+        );
+        c.end_fill(5, fill, true);
+        assert_eq!(c.open(5), Some(true));
+        assert_eq!(c.start_fill(5), None, "no fill while a cached open is live");
+    }
+
+    #[test]
+    fn a_change_during_a_fill_stops_it_waits_for_it_and_leaves_the_file_stale() {
+        let c = CachedOpens::default();
+        c.changed(8);
+        let fill = c.start_fill(8).unwrap();
+        assert!(
+            c.changed(8),
+            "the change must be answered after the fill's last store"
+        );
+        assert!(!c.fill_goes_on(8, fill));
+        c.end_fill(8, fill, true);
+        assert_eq!(
+            c.open(8),
+            Some(false),
+            "pages stored before the change are dropped"
+        );
+
+        c.release(8);
+        c.changed(8);
+        let fill = c.start_fill(8).unwrap();
+        assert!(c.truncated(8), "a truncate during a fill waits for it too");
+        c.end_fill(8, fill, true);
+        assert_eq!(c.open(8), Some(false));
+        c.release(8);
+        assert!(
+            !c.truncated(8),
+            "without a fill the kernel's own cut is enough"
+        );
+    }
+
+    #[test]
+    fn a_fill_that_did_not_store_the_whole_file_or_was_forgotten_leaves_nothing_kept() {
+        let c = CachedOpens::default();
+        c.changed(2);
+        let fill = c.start_fill(2).unwrap();
+        c.end_fill(2, fill, false);
+        assert_eq!(c.open(2), Some(false));
+        c.release(2);
+        c.changed(2);
+        let fill = c.start_fill(2).unwrap();
+        assert!(c.forget(2), "the fill was running");
+        assert!(!c.fill_goes_on(2, fill));
+        c.end_fill(2, fill, true);
+        assert_eq!(c.open(2), Some(false), "a forgotten file starts over");
     }
 }

@@ -1,0 +1,154 @@
+"""The kernel's page cache is filled with what a write-only descriptor
+wrote once it is closed (issue 16: readers of files just written, such as
+RocksDB's reads of the tables it wrote, with read-ahead off), and stays
+coherent while a fill runs: a write, truncate or hole punch made during a
+fill is seen by every later reader, and a reader that opens during a fill
+reads the file as written.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import helpers
+from helpers import mounted_pool, temp_mountpoint, temp_pool_path, terrace
+from test_page_cache import other_process_reads, punch, read_all
+
+MiB = 1 << 20
+
+
+def write_through_a_write_only_descriptor(path, data: bytes, piece: int = 65536 + 7) -> None:
+    """Unaligned pieces, as an appender writes: each one request (direct I/O)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for off in range(0, len(data), piece):
+            os.pwrite(fd, data[off:off + piece], off)
+    finally:
+        os.close(fd)
+
+
+def test_files_a_writer_closed_are_read_without_a_request_to_the_daemon():
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:256M")
+        with mounted_pool(pool, mnt) as m:
+            files = []
+            for k in range(6):
+                data = os.urandom(3 * MiB + 123 * k)
+                write_through_a_write_only_descriptor(mnt / f"f{k}", data)
+                files.append((mnt / f"f{k}", data))
+            # The last release may still be on its way to the daemon
+            # (the kernel sends it after close returned).
+            time.sleep(0.3)
+            before = m.status()["reads"]
+            for path, data in files:
+                atime = os.stat(path).st_atime_ns
+                assert other_process_reads(path) == data
+                # relatime: the first read after the write updated the
+                # access time (taken at the read-only open).
+                assert os.stat(path).st_atime_ns != atime, path
+            reads = m.status()["reads"] - before
+            assert reads == 0, f"{reads} reads of files just written reached the daemon"
+
+
+def test_files_over_the_limit_or_written_with_o_direct_are_not_filled():
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:512M")
+        with mounted_pool(pool, mnt) as m:
+            big = os.urandom(65 * MiB)
+            write_through_a_write_only_descriptor(mnt / "big", big, piece=MiB)
+            time.sleep(0.3)
+            before = m.status()["reads"]
+            assert other_process_reads(mnt / "big") == big
+            assert m.status()["reads"] > before, "a file over 64 MiB was filled"
+
+
+def test_changes_made_while_a_fill_runs_are_seen_by_every_later_reader():
+    rng = random.Random(16)
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:512M")
+        with mounted_pool(pool, mnt):
+            path = mnt / "racy"
+            for round_ in range(40):
+                model = bytearray(os.urandom(16 * MiB))
+                other = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    write_through_a_write_only_descriptor(path, bytes(model), piece=MiB)
+                    # The close above starts a fill of 16 pieces; change the
+                    # file while it runs (or just before or after).
+                    time.sleep(rng.random() * 0.004)
+                    what = round_ % 4
+                    if what == 0:
+                        # Large enough to overlap the piece being stored.
+                        off = rng.randrange(0, len(model) - 4096)
+                        new = os.urandom(rng.randrange(1, 6 * MiB))
+                        new = new[:len(model) - off]
+                        os.pwrite(other, new, off)
+                        model[off:off + len(new)] = new
+                    elif what == 1:
+                        size = rng.randrange(0, len(model))
+                        os.ftruncate(other, size)
+                        del model[size:]
+                    elif what == 2:
+                        off = rng.randrange(0, len(model) // 4096) * 4096
+                        length = min(rng.randrange(1, 64) * 4096, len(model) - off)
+                        punch(other, off, length)
+                        model[off:off + length] = bytes(length)
+                    else:
+                        tail = os.urandom(rng.randrange(1, 3 * MiB))
+                        os.pwrite(other, tail, len(model))
+                        model += tail
+                finally:
+                    os.close(other)
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    got = read_all(fd)
+                finally:
+                    os.close(fd)
+                assert len(got) == len(model), (round_, what, len(got), len(model))
+                assert got == bytes(model), f"round {round_} (change {what}): stale bytes after a fill"
+                assert other_process_reads(path) == bytes(model)
+
+
+def test_a_reader_that_opens_while_a_fill_runs_reads_the_file_as_written():
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:512M")
+        with mounted_pool(pool, mnt):
+            for k in range(12):
+                path = mnt / f"r{k}"
+                data = os.urandom(32 * MiB)
+                got: list[bytes] = []
+                write_through_a_write_only_descriptor(path, data, piece=MiB)
+                # Readers race the fill the close started; one of them
+                # writes through its read-write descriptor, which must wait
+                # for the fill's end (a store after it would bring back the
+                # old bytes).
+                def reader():
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        got.append(read_all(fd))
+                    finally:
+                        os.close(fd)
+                ts = [threading.Thread(target=reader) for _ in range(2)]
+                for t in ts:
+                    t.start()
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    os.pwrite(fd, b"Z" * 5000, 7 * MiB + 11)
+                finally:
+                    os.close(fd)
+                for t in ts:
+                    t.join(60)
+                model = bytearray(data)
+                model[7 * MiB + 11:7 * MiB + 5011] = b"Z" * 5000
+                for g in got:
+                    # Each reader saw the file before or after the write,
+                    # never older bytes after newer ones.
+                    assert g in (data, bytes(model)) or (
+                        g[:7 * MiB] == data[:7 * MiB] and g[8 * MiB:] == data[8 * MiB:]
+                    ), k
+                assert other_process_reads(path) == bytes(model), f"file {k}: the write was lost from the cache"
