@@ -186,6 +186,17 @@ def is_mounted(path: os.PathLike) -> bool:
     return any(m == p for m, _ in mounts())
 
 
+def drop_kernel_pages(path: os.PathLike) -> None:
+    """Makes the kernel drop its cached pages of `path` (the mount fills them
+    after a write-only descriptor is closed), so the next reads reach the
+    daemon: for tests of what the daemon serves."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def wait_until(pred, timeout: float, interval: float = 0.02) -> bool:
     """Poll pred() until it is true or `timeout` seconds passed; return its last value."""
     deadline = time.monotonic() + timeout

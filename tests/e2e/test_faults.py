@@ -236,9 +236,10 @@ def test_ssd_image_truncated_while_mounted_gives_eio_never_wrong_bytes():
             blocks = ssd_blocks(mnt / "big")
             assert len(blocks) == len(big) // BS, where(mnt / "big")
             # Cut the image in the middle of the file's data, and keep the
-            # daemon from serving the file out of its cache.
+            # daemon and the kernel from serving the file out of their caches.
             cut = (blocks[len(blocks) // 2][1] * BS)
             terrace("set", mnt, "dram_cache_bytes", "1M")
+            helpers.drop_kernel_pages(mnt / "big")
             os.truncate(ssd, cut)
             ok, eio = read_blocks_or_eio(mnt / "big", big)
             assert eio > 0, "reads beyond the end of the truncated image did not fail"
