@@ -8,6 +8,7 @@ reads the file as written.
 
 from __future__ import annotations
 
+import mmap
 import os
 import random
 import subprocess
@@ -55,10 +56,36 @@ def test_files_a_writer_closed_are_read_without_a_request_to_the_daemon():
             assert reads == 0, f"{reads} reads of files just written reached the daemon"
 
 
+def test_fills_stop_for_a_writer_that_changes_files_before_anyone_reads_them():
+    """auto: a workload whose fills are wasted (each file is rewritten
+    before it is read) stops paying for them; never: no fill at all."""
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:256M")
+        with mounted_pool(pool, mnt) as m:
+            data = os.urandom(256 << 10)
+            for k in range(40):
+                write_through_a_write_only_descriptor(mnt / "churn", data)
+                # Let the fill end before the next rewrite wastes it.
+                time.sleep(0.01)
+            for k in range(4):
+                write_through_a_write_only_descriptor(mnt / f"late{k}", data)
+            time.sleep(0.3)
+            before = m.status()["reads"]
+            for k in range(4):
+                assert other_process_reads(mnt / f"late{k}") == data
+            assert m.status()["reads"] > before, "fills went on though none was ever used"
+        with mounted_pool(pool, mnt, "fill_after_write=never") as m:
+            write_through_a_write_only_descriptor(mnt / "f", data)
+            time.sleep(0.3)
+            before = m.status()["reads"]
+            assert other_process_reads(mnt / "f") == data
+            assert m.status()["reads"] > before, "fill_after_write=never filled"
+
+
 def test_files_over_the_limit_or_written_with_o_direct_are_not_filled():
     with temp_pool_path() as pool, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:512M")
-        with mounted_pool(pool, mnt) as m:
+        with mounted_pool(pool, mnt, "fill_after_write=always") as m:
             big = os.urandom(65 * MiB)
             write_through_a_write_only_descriptor(mnt / "big", big, piece=MiB)
             time.sleep(0.3)
@@ -66,12 +93,25 @@ def test_files_over_the_limit_or_written_with_o_direct_are_not_filled():
             assert other_process_reads(mnt / "big") == big
             assert m.status()["reads"] > before, "a file over 64 MiB was filled"
 
+            buf = mmap.mmap(-1, MiB)  # page-aligned, as O_DIRECT wants
+            buf.write(os.urandom(MiB))
+            fd = os.open(mnt / "direct", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+            try:
+                assert os.pwritev(fd, [buf], 0) == MiB
+            finally:
+                os.close(fd)
+            time.sleep(0.3)
+            before = m.status()["reads"]
+            assert other_process_reads(mnt / "direct") == bytes(buf)
+            assert m.status()["reads"] > before, "a file written with O_DIRECT was filled"
+
 
 def test_changes_made_while_a_fill_runs_are_seen_by_every_later_reader():
     rng = random.Random(16)
     with temp_pool_path() as pool, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:512M")
-        with mounted_pool(pool, mnt):
+        # always: the fills this test races are never skipped for not paying.
+        with mounted_pool(pool, mnt, "fill_after_write=always"):
             path = mnt / "racy"
             for round_ in range(40):
                 model = bytearray(os.urandom(16 * MiB))
@@ -117,7 +157,7 @@ def test_changes_made_while_a_fill_runs_are_seen_by_every_later_reader():
 def test_a_reader_that_opens_while_a_fill_runs_reads_the_file_as_written():
     with temp_pool_path() as pool, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:512M")
-        with mounted_pool(pool, mnt):
+        with mounted_pool(pool, mnt, "fill_after_write=always"):
             for k in range(12):
                 path = mnt / f"r{k}"
                 data = os.urandom(32 * MiB)

@@ -16,6 +16,7 @@
 //!   handed to a pool thread ([`FuseAdapter::off_request`]) finishes with
 //!   the adapter it arrived at.
 
+use crate::options::FillOption;
 use crate::{fill, invalidate, latency, listing_attrs, object_waits, page_cache, poll};
 use fuser::{InitFlags, KernelConfig};
 use latency::{Op, RequestLatency};
@@ -45,6 +46,8 @@ pub struct FuseAdapter {
     pub(crate) cached: Arc<page_cache::CachedOpens>,
     /// Orders a fill's stores with the forget of the file ([`crate::fill`]).
     pub(crate) fill_gate: Arc<fill::FillGate>,
+    /// When to fill the kernel's pages after a writer ([`crate::fill`]).
+    pub(crate) fill_after_write: FillOption,
     /// Before INIT: the mount asked for the kernel's writeback cache; after:
     /// the kernel agreed (`FUSE_WRITEBACK_CACHE`), so every open goes through
     /// the page cache and its writes reach the daemon at write-back.
@@ -89,6 +92,7 @@ impl FuseAdapter {
             direct_io: false,
             cached: Arc::default(),
             fill_gate: Arc::default(),
+            fill_after_write: FillOption::Auto,
             writeback_cache: false,
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
@@ -101,6 +105,13 @@ impl FuseAdapter {
     /// Asks the kernel for its writeback cache at INIT (`-o writeback_cache`).
     pub fn with_writeback_cache(mut self, want: bool) -> FuseAdapter {
         self.writeback_cache = want;
+        self
+    }
+
+    /// When to fill the kernel's pages of a file after its write-only
+    /// descriptor is closed (`-o fill_after_write=`).
+    pub fn with_fill_after_write(mut self, when: FillOption) -> FuseAdapter {
+        self.fill_after_write = when;
         self
     }
 

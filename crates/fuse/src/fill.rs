@@ -25,6 +25,7 @@
 
 use crate::adapter::FuseAdapter;
 use crate::invalidate::Step;
+use crate::options::FillOption;
 use fuser::{INodeNo, ReplyOpen};
 use std::io;
 use std::sync::Mutex;
@@ -35,6 +36,60 @@ pub(crate) const FILL_MAX_BYTES: u64 = 64 << 20;
 
 /// Bytes stored per step: other files' invalidations wait for at most one.
 const FILL_PIECE: usize = 1 << 20;
+
+/// Whether fills pay: the outcomes of the last [`FillOdds::WINDOW`] whole
+/// fills — *used* when a cached open kept the filled pages, *wasted* when
+/// the file changed or was forgotten first. A server that rewrites or
+/// appends to files more often than it reads them back (Filebench's
+/// fileserver: each file written once is next appended to, deleted or read,
+/// about one time in three a read) pays a copy of every byte it writes for
+/// few reads; a store of tables or cached objects read after they were
+/// written (RocksDB, a web cache) has nearly every fill used.
+///
+/// Fills go on while at least half of the known outcomes were used (and
+/// until [`FillOdds::LEARN`] are known); otherwise one candidate in
+/// [`FillOdds::PROBE`] is still filled, so the odds follow a workload that
+/// changes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FillOdds {
+    /// Outcomes, newest in bit 0: 1 = used.
+    used: u64,
+    /// Outcomes known, up to the window.
+    known: u32,
+    /// Candidates refused since the last probe.
+    refused: u32,
+}
+
+impl FillOdds {
+    /// Outcomes remembered.
+    pub const WINDOW: u32 = 32;
+    /// Outcomes known before the odds decide.
+    pub const LEARN: u32 = 8;
+    /// While fills do not pay, one candidate in this many is filled.
+    pub const PROBE: u32 = 16;
+
+    /// A whole fill was used (true) or wasted (false).
+    pub fn record(&mut self, used: bool) {
+        self.used = (self.used << 1) | u64::from(used);
+        self.known = (self.known + 1).min(Self::WINDOW);
+    }
+
+    /// Whether to fill the candidate at hand.
+    pub fn fill_next(&mut self) -> bool {
+        let mask = (1u64 << self.known) - 1;
+        let used = (self.used & mask).count_ones();
+        if self.known < Self::LEARN || 2 * used >= self.known {
+            self.refused = 0;
+            return true;
+        }
+        self.refused += 1;
+        if self.refused >= Self::PROBE {
+            self.refused = 0;
+            return true;
+        }
+        false
+    }
+}
 
 /// Held by a fill step from its check to its store, and by the forget of a
 /// file being filled.
@@ -51,7 +106,11 @@ impl FuseAdapter {
     /// After the release of a write-only open of `ino` (with `flags`):
     /// starts a fill of the kernel's pages when the file qualifies.
     pub(crate) fn fill_after_writer(&self, ino: u64, flags: i32) {
-        if !self.direct_io || self.writeback_cache || flags & libc::O_DIRECT != 0 {
+        if self.fill_after_write == FillOption::Never
+            || !self.direct_io
+            || self.writeback_cache
+            || flags & libc::O_DIRECT != 0
+        {
             return;
         }
         if self.invalidator.kernel().is_none() {
@@ -69,7 +128,8 @@ impl FuseAdapter {
         {
             return;
         }
-        let Some(fill) = self.cached.start_fill(ino) else {
+        let always = self.fill_after_write == FillOption::Always;
+        let Some(fill) = self.cached.start_fill(ino, always) else {
             return;
         };
         let a = self.clone();
@@ -133,5 +193,48 @@ pub(crate) fn open_after_fill(
             None
         }
         None => Some(Step::new(move || open_after_fill(a, ino, fh, flags, reply))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FillOdds;
+
+    #[test]
+    fn fills_go_on_while_at_least_half_of_them_are_used() {
+        let mut o = FillOdds::default();
+        for _ in 0..FillOdds::LEARN {
+            assert!(o.fill_next(), "still learning");
+            o.record(false);
+        }
+        assert!(!o.fill_next(), "every fill wasted: stop");
+        for used in [true, false].into_iter().cycle().take(40) {
+            o.record(used);
+        }
+        assert!(o.fill_next(), "half used pays");
+        for used in [true, false, false].into_iter().cycle().take(40) {
+            o.record(used);
+        }
+        assert!(
+            !o.fill_next(),
+            "a third used does not (Filebench's fileserver)"
+        );
+    }
+
+    #[test]
+    fn while_fills_do_not_pay_one_candidate_in_sixteen_is_still_filled_and_can_turn_them_on() {
+        let mut o = FillOdds::default();
+        for _ in 0..FillOdds::WINDOW {
+            o.record(false);
+        }
+        let filled = (0..FillOdds::PROBE * 4).filter(|_| o.fill_next()).count();
+        assert_eq!(filled, 4);
+        // The workload changed: every probe's fill is used now.
+        let mut probes = 0;
+        while !(o.fill_next() && o.fill_next()) {
+            probes += 1;
+            assert!(probes < 10_000, "the odds never turned");
+            o.record(true);
+        }
     }
 }

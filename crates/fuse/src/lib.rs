@@ -87,6 +87,6 @@ mod xattr;
 
 pub use adapter::FuseAdapter;
 pub use convert::{file_attr, ns_to_time, time_to_ns};
-pub use options::{AtimeOption, MountOptions, DEFAULT_POLL_US};
+pub use options::{AtimeOption, FillOption, MountOptions, DEFAULT_POLL_US};
 pub use session::{mount, unmount, Mounted};
 pub use special::fallocate_mode;

@@ -26,6 +26,20 @@ pub enum AtimeOption {
     Never,
 }
 
+/// When the kernel's pages are filled with what a write-only descriptor
+/// wrote, once it is closed (`fill_after_write=`; `crate::fill`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FillOption {
+    /// `auto` (default): while fills are used by later readers at least
+    /// half of the time.
+    #[default]
+    Auto,
+    /// `always`: every file that qualifies.
+    Always,
+    /// `never`.
+    Never,
+}
+
 /// How to mount. `Default` is a private, read-write mount with two threads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
@@ -61,6 +75,9 @@ pub struct MountOptions {
     /// page cache and reach the daemon at fsync, close or the kernel's own
     /// write-back (design.md §5g0 and §7 say what that changes).
     pub writeback_cache: bool,
+    /// Fill the kernel's pages of a file after its write-only descriptor is
+    /// closed (`fill_after_write=auto|always|never`, default auto).
+    pub fill_after_write: FillOption,
 }
 
 impl Default for MountOptions {
@@ -79,6 +96,7 @@ impl Default for MountOptions {
             threads: 2,
             poll_us: DEFAULT_POLL_US,
             writeback_cache: false,
+            fill_after_write: FillOption::Auto,
         }
     }
 }
@@ -125,6 +143,9 @@ impl MountOptions {
             "dirsync" => self.dirsync = true,
             "writeback_cache" => self.writeback_cache = true,
             "no_writeback_cache" => self.writeback_cache = false,
+            "fill_after_write=auto" => self.fill_after_write = FillOption::Auto,
+            "fill_after_write=always" => self.fill_after_write = FillOption::Always,
+            "fill_after_write=never" => self.fill_after_write = FillOption::Never,
             _ => {
                 if let Some(n) = opt.strip_prefix("threads=") {
                     match n.parse::<usize>() {
@@ -144,11 +165,15 @@ impl MountOptions {
                             ))
                         }
                     }
+                } else if opt.starts_with("fill_after_write=") {
+                    return Err(format!(
+                        "mount option {opt:?}: fill_after_write must be auto, always or never"
+                    ));
                 } else {
                     return Err(format!(
                         "unknown mount option {opt:?} (known: allow_other, allow_root, default_permissions, ro, rw, \
                          suid, nosuid, dev, nodev, exec, noexec, atime, relatime, strictatime, noatime, nodiratime, lazytime, sync, async, dirsync, threads=N, \
-                         poll_us=N, writeback_cache, no_writeback_cache)"
+                         poll_us=N, writeback_cache, no_writeback_cache, fill_after_write=auto|always|never)"
                     ));
                 }
             }
@@ -240,6 +265,13 @@ mod tests {
         assert!(o.writeback_cache);
         o.apply("no_writeback_cache").unwrap();
         assert!(!o.writeback_cache);
+        assert_eq!(o.fill_after_write, FillOption::Auto);
+        o.apply("fill_after_write=never").unwrap();
+        assert_eq!(o.fill_after_write, FillOption::Never);
+        o.apply("fill_after_write=always").unwrap();
+        assert_eq!(o.fill_after_write, FillOption::Always);
+        let e = o.apply("fill_after_write=sometimes").unwrap_err();
+        assert!(e.contains("auto, always or never"), "{e}");
         let root = MountOptions::for_user(0);
         assert!(root.suid && root.dev);
         let user = MountOptions::for_user(1000);

@@ -60,6 +60,7 @@
 //! kernel that a cached open may keep. Entries are dropped when the kernel
 //! forgets the inode (its pages go with it).
 
+use crate::fill::FillOdds;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -74,6 +75,9 @@ struct Entry {
     /// Changes that bypassed the page cache, counted so that a fill knows
     /// whether one happened while it ran.
     changes: u64,
+    /// A whole fill left pages no open has used yet (its outcome is due:
+    /// [`crate::fill::FillOdds`]).
+    filled: bool,
 }
 
 impl Entry {
@@ -83,6 +87,7 @@ impl Entry {
             stale: true,
             filling: false,
             changes: 0,
+            filled: false,
         }
     }
 }
@@ -91,13 +96,35 @@ impl Entry {
 /// changed behind it.
 #[derive(Debug, Default)]
 pub struct CachedOpens {
-    files: Mutex<HashMap<u64, Entry>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    files: HashMap<u64, Entry>,
+    /// Whether fills have been paying.
+    odds: FillOdds,
+}
+
+impl State {
+    /// The file's entry, made (stale) if it has none.
+    fn entry(&mut self, ino: u64) -> &mut Entry {
+        self.files.entry(ino).or_insert_with(Entry::new)
+    }
+
+    /// A change or forget of a file whose filled pages no open used.
+    fn wasted_fill(&mut self, ino: u64) {
+        let e = self.entry(ino);
+        if std::mem::take(&mut e.filled) {
+            self.odds.record(false);
+        }
+    }
 }
 
 impl CachedOpens {
-    fn files(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic elsewhere cannot leave an entry half-updated.
-        self.files.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A cached open of `ino`: whether the kernel may keep the pages it
@@ -106,20 +133,23 @@ impl CachedOpens {
     /// the file runs: the open is not counted, and is asked again once the
     /// fill ended.
     pub fn open(&self, ino: u64) -> Option<bool> {
-        let mut files = self.files();
-        let e = files.entry(ino).or_insert_with(Entry::new);
+        let mut state = self.state();
+        let e = state.entry(ino);
         if e.filling {
             return None;
         }
         let keep = !e.stale;
         e.opens += 1;
         e.stale = false;
+        if std::mem::take(&mut e.filled) {
+            state.odds.record(true);
+        }
         Some(keep)
     }
 
     /// The release of a cached open of `ino`.
     pub fn release(&self, ino: u64) {
-        if let Some(e) = self.files().get_mut(&ino) {
+        if let Some(e) = self.state().files.get_mut(&ino) {
             e.opens = e.opens.saturating_sub(1);
         }
     }
@@ -129,8 +159,9 @@ impl CachedOpens {
     /// invalidate the changed range in the kernel before it replies (after
     /// the fill's last store: the invalidation thread runs both in order).
     pub fn changed(&self, ino: u64) -> bool {
-        let mut files = self.files();
-        let e = files.entry(ino).or_insert_with(Entry::new);
+        let mut state = self.state();
+        state.wasted_fill(ino);
+        let e = state.entry(ino);
         e.stale = true;
         e.changes += 1;
         e.opens > 0 || e.filling
@@ -141,8 +172,9 @@ impl CachedOpens {
     /// fill's last store (a store past the new size would grow the
     /// kernel's size again).
     pub fn truncated(&self, ino: u64) -> bool {
-        let mut files = self.files();
-        let e = files.entry(ino).or_insert_with(Entry::new);
+        let mut state = self.state();
+        state.wasted_fill(ino);
+        let e = state.entry(ino);
         e.stale = true;
         e.changes += 1;
         e.filling
@@ -150,14 +182,16 @@ impl CachedOpens {
 
     /// Starts a fill of `ino`'s pages if it needs one and nothing can race
     /// it: the file changed behind the page cache since its pages were last
-    /// whole, no cached open is live and no fill runs. The number to give
+    /// whole, no cached open is live and no fill runs — and, unless
+    /// `always`, while fills pay ([`FillOdds`]). The number to give
     /// [`CachedOpens::fill_goes_on`] and [`CachedOpens::end_fill`].
-    pub fn start_fill(&self, ino: u64) -> Option<u64> {
-        let mut files = self.files();
-        let e = files.get_mut(&ino)?;
-        if !e.stale || e.opens > 0 || e.filling {
+    pub fn start_fill(&self, ino: u64, always: bool) -> Option<u64> {
+        let mut state = self.state();
+        let e = state.files.get(&ino)?;
+        if !e.stale || e.opens > 0 || e.filling || !(always || state.odds.fill_next()) {
             return None;
         }
+        let e = state.entry(ino);
         e.filling = true;
         Some(e.changes)
     }
@@ -165,7 +199,8 @@ impl CachedOpens {
     /// Whether the fill `fill` of `ino` may store more: no change and no
     /// forget since it started.
     pub fn fill_goes_on(&self, ino: u64, fill: u64) -> bool {
-        self.files()
+        self.state()
+            .files
             .get(&ino)
             .is_some_and(|e| e.filling && e.changes == fill)
     }
@@ -174,10 +209,11 @@ impl CachedOpens {
     /// (`whole`) or not: the pages are fresh if it did and nothing changed
     /// meanwhile. Cached opens may go on.
     pub fn end_fill(&self, ino: u64, fill: u64, whole: bool) {
-        if let Some(e) = self.files().get_mut(&ino) {
+        if let Some(e) = self.state().files.get_mut(&ino) {
             e.filling = false;
             if whole && e.changes == fill {
                 e.stale = false;
+                e.filled = true;
             }
         }
     }
@@ -185,7 +221,14 @@ impl CachedOpens {
     /// The kernel forgot `ino`: it holds no page of it any more. True when
     /// a fill of it was running (it stops at its next step).
     pub fn forget(&self, ino: u64) -> bool {
-        self.files().remove(&ino).is_some_and(|e| e.filling)
+        let mut state = self.state();
+        let Some(e) = state.files.remove(&ino) else {
+            return false;
+        };
+        if e.filled {
+            state.odds.record(false);
+        }
+        e.filling
     }
 }
 
@@ -243,7 +286,7 @@ mod tests {
     fn a_whole_fill_with_no_change_meanwhile_leaves_pages_the_next_open_keeps() {
         let c = CachedOpens::default();
         assert_eq!(
-            c.start_fill(4),
+            c.start_fill(4, false),
             None,
             "never written behind the cache: no fill"
         );
@@ -251,11 +294,11 @@ mod tests {
             !c.changed(4),
             "a direct write with no reader invalidates nothing"
         );
-        let fill = c.start_fill(4).expect("written behind the cache");
-        assert_eq!(c.start_fill(4), None, "one fill at a time");
+        let fill = c.start_fill(4, false).expect("written behind the cache");
+        assert_eq!(c.start_fill(4, false), None, "one fill at a time");
         assert!(c.fill_goes_on(4, fill));
         c.end_fill(4, fill, true);
-        assert_eq!(c.start_fill(4), None, "fresh: nothing to fill");
+        assert_eq!(c.start_fill(4, false), None, "fresh: nothing to fill");
         assert_eq!(c.open(4), Some(true), "the filled pages are kept");
     }
 
@@ -263,7 +306,7 @@ mod tests {
     fn an_open_during_a_fill_waits_and_is_not_counted_until_it_ends() {
         let c = CachedOpens::default();
         c.changed(5);
-        let fill = c.start_fill(5).unwrap();
+        let fill = c.start_fill(5, false).unwrap();
         assert_eq!(c.open(5), None);
         assert!(
             !c.changed(6) && c.open(6).is_some(),
@@ -271,14 +314,18 @@ mod tests {
         );
         c.end_fill(5, fill, true);
         assert_eq!(c.open(5), Some(true));
-        assert_eq!(c.start_fill(5), None, "no fill while a cached open is live");
+        assert_eq!(
+            c.start_fill(5, false),
+            None,
+            "no fill while a cached open is live"
+        );
     }
 
     #[test]
     fn a_change_during_a_fill_stops_it_waits_for_it_and_leaves_the_file_stale() {
         let c = CachedOpens::default();
         c.changed(8);
-        let fill = c.start_fill(8).unwrap();
+        let fill = c.start_fill(8, false).unwrap();
         assert!(
             c.changed(8),
             "the change must be answered after the fill's last store"
@@ -293,7 +340,7 @@ mod tests {
 
         c.release(8);
         c.changed(8);
-        let fill = c.start_fill(8).unwrap();
+        let fill = c.start_fill(8, false).unwrap();
         assert!(c.truncated(8), "a truncate during a fill waits for it too");
         c.end_fill(8, fill, true);
         assert_eq!(c.open(8), Some(false));
@@ -308,12 +355,12 @@ mod tests {
     fn a_fill_that_did_not_store_the_whole_file_or_was_forgotten_leaves_nothing_kept() {
         let c = CachedOpens::default();
         c.changed(2);
-        let fill = c.start_fill(2).unwrap();
+        let fill = c.start_fill(2, false).unwrap();
         c.end_fill(2, fill, false);
         assert_eq!(c.open(2), Some(false));
         c.release(2);
         c.changed(2);
-        let fill = c.start_fill(2).unwrap();
+        let fill = c.start_fill(2, false).unwrap();
         assert!(c.forget(2), "the fill was running");
         assert!(!c.fill_goes_on(2, fill));
         c.end_fill(2, fill, true);
