@@ -86,12 +86,12 @@ def test_files_over_the_limit_or_written_with_o_direct_are_not_filled():
     with temp_pool_path() as pool, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:512M")
         with mounted_pool(pool, mnt, "fill_after_write=always") as m:
-            big = os.urandom(65 * MiB)
+            big = os.urandom(129 * MiB)
             write_through_a_write_only_descriptor(mnt / "big", big, piece=MiB)
             time.sleep(0.3)
             before = m.status()["reads"]
             assert other_process_reads(mnt / "big") == big
-            assert m.status()["reads"] > before, "a file over 64 MiB was filled"
+            assert m.status()["reads"] > before, "a file over 128 MiB was filled"
 
             buf = mmap.mmap(-1, MiB)  # page-aligned, as O_DIRECT wants
             buf.write(os.urandom(MiB))

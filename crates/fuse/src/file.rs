@@ -40,12 +40,13 @@ impl FuseAdapter {
     /// I/O (write-only opens, when the kernel allows mmap of direct-I/O
     /// files: atomic writes); everything through a kept page cache on
     /// kernels without direct-I/O mmap.
-    /// `None` while a fill of the file's pages runs ([`crate::fill`]): ask
-    /// again once it ended (the open is not counted meanwhile).
+    /// `None` for a writable open while a fill of the file's pages runs
+    /// ([`crate::fill`]): ask again once it ended (the open is not counted
+    /// meanwhile).
     pub(crate) fn open_flags(&self, ino: u64, flags: i32) -> Option<FopenFlags> {
         Some(if self.cached_open(flags) {
             let atime_due = self.fs.atime_due_now(ino);
-            let keep = self.cached.open(ino)?;
+            let keep = self.cached.open(ino, writable(flags))?;
             if keep && atime_due && flags & libc::O_ACCMODE == libc::O_RDONLY {
                 // A read due to update the access time (relatime: the
                 // first after a change) would be served from the pages the
@@ -108,9 +109,14 @@ impl FuseAdapter {
     }
 }
 
+/// Whether an open with `flags` may write.
+fn writable(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY
+}
+
 /// open of a regular file: replies with the core's handle and how the
-/// kernel serves it — from the invalidation thread once a fill of the
-/// file's pages ended, if one runs ([`crate::fill`]).
+/// kernel serves it — for a writable open while a fill of the file's pages
+/// runs, from the invalidation thread once the fill ended ([`crate::fill`]).
 pub(crate) fn open(a: &FuseAdapter, ino: u64, flags: i32, reply: ReplyOpen) {
     let fh = match a.fs.open(ino, flags) {
         Ok(fh) => fh,
@@ -165,7 +171,7 @@ pub(crate) fn write(
 pub(crate) fn release(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<()> {
     let cached = a.cached_open(flags);
     if cached {
-        a.cached.release(ino);
+        a.cached.release(ino, writable(flags));
     }
     let r = a.fs.release(ino);
     if !cached {

@@ -51,7 +51,7 @@ impl Filesystem for FuseAdapter {
         // No reply, so no polling after it: only the timer.
         let _timer = self.latency.as_deref().map(|l| l.start(Op::Forget));
         if self.cached.forget(ino.0) {
-            self.forgot_while_filling();
+            self.forgot_while_filling(ino.0);
         }
         self.fs.forget(ino.0, nlookup);
     }

@@ -1,38 +1,45 @@
 //! Filling the kernel's page cache after a writer: when a write-only
 //! (direct-I/O) open of a file written behind the page cache is released
-//! and no cached open of it is live, the daemon stores the file's bytes
-//! into the kernel's pages (`FUSE_NOTIFY_STORE`), one piece per step of the
-//! invalidation thread, so the next reader is served from memory instead
-//! of sending a read request per page (RocksDB reads the tables it wrote,
-//! with read-ahead off; a web cache serves files it just wrote).
+//! and no writable cached open of it is live, the daemon stores the file's
+//! bytes into the kernel's pages (`FUSE_NOTIFY_STORE`), one piece per step
+//! of the invalidation thread, so the next reader is served from memory
+//! instead of sending a read request per page (RocksDB reads the tables it
+//! wrote, with read-ahead off; a web cache serves files it just wrote).
 //!
 //! The rules that keep the pages coherent are [`crate::page_cache`]'s: a
-//! fill starts only when no cached open is live, a cached open waits for
-//! its end, a change that bypasses the page cache stops it and is
-//! acknowledged after its last store, and only a fill that stored every
-//! byte with no change meanwhile leaves pages a later open keeps.
+//! fill's first step drops every page the kernel holds of the file, so that
+//! from then on each page is current; a read-only open during a fill goes
+//! on (it reads what the fill stores or what the daemon serves, both
+//! current), a writable one waits for the fill's end (no store may land
+//! over bytes a write-through write put in a page); a change that bypasses
+//! the page cache stops the fill and is acknowledged after the step in
+//! progress, and leaves the file stale as any such change does.
 //!
 //! Not filled: files over [`FILL_MAX_BYTES`], written with `O_DIRECT`
 //! (their writer asked to keep them out of memory), unlinked, empty, on an
-//! object tier (a fill must not wait on the network), or any file when
-//! the kernel's writeback cache is on (its pages are already there) or
-//! write-only opens use the page cache.
+//! object tier (a fill must not wait on the network), any file when the
+//! kernel's writeback cache is on (its pages are already there) or
+//! write-only opens use the page cache, and — under `fill_after_write=auto`
+//! — most files while fills are not paying ([`FillOdds`]).
 //!
-//! Invariant: a step stores bytes read after it checked, under the fill
-//! gate, that the fill goes on; a forget of a file being filled takes the
-//! gate, so no store of a forgotten file's bytes lands after the kernel
-//! may have given its number to a new file.
+//! Invariant: a step stores bytes read after it checked that the fill goes
+//! on, and marks the file as being stored from before that check to after
+//! the store; a forget of the file waits while it is, so no store of a
+//! forgotten file's bytes lands after the kernel may have given its node id
+//! to a new file. That wait is bounded: once the kernel forgot the file, a
+//! store of it finds no inode and returns at once.
 
 use crate::adapter::FuseAdapter;
 use crate::invalidate::Step;
 use crate::options::FillOption;
 use fuser::{INodeNo, ReplyOpen};
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
-/// Largest file filled after its writer (a RocksDB table is 64 MiB by
-/// default); larger files are left to the reads that need them.
-pub(crate) const FILL_MAX_BYTES: u64 = 64 << 20;
+/// Largest file filled after its writer: twice RocksDB's default table
+/// size (64 MiB, which the tables a compaction writes slightly exceed);
+/// larger files (a bulk copy) are left to the reads that need them.
+pub(crate) const FILL_MAX_BYTES: u64 = 128 << 20;
 
 /// Bytes stored per step: other files' invalidations wait for at most one.
 const FILL_PIECE: usize = 1 << 20;
@@ -91,14 +98,34 @@ impl FillOdds {
     }
 }
 
-/// Held by a fill step from its check to its store, and by the forget of a
-/// file being filled.
+/// Which file a fill step is storing, from its check to its store: the
+/// forget of that file waits for the store to end.
 #[derive(Debug, Default)]
-pub(crate) struct FillGate(Mutex<()>);
+pub(crate) struct FillGate {
+    storing: Mutex<Option<u64>>,
+    stored: Condvar,
+}
 
 impl FillGate {
-    fn hold(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    fn storing(&self) -> std::sync::MutexGuard<'_, Option<u64>> {
+        self.storing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn begin(&self, ino: u64) {
+        *self.storing() = Some(ino);
+    }
+
+    fn end(&self) {
+        *self.storing() = None;
+        self.stored.notify_all();
+    }
+
+    /// Waits while a step stores bytes of `ino`.
+    fn wait_for(&self, ino: u64) {
+        let mut s = self.storing();
+        while *s == Some(ino) {
+            s = self.stored.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
     }
 }
 
@@ -134,27 +161,44 @@ impl FuseAdapter {
         };
         let a = self.clone();
         self.invalidator
-            .step(Step::new(move || a.fill_step(ino, fill, 0)));
+            .step(Step::new(move || a.fill_first_step(ino, fill)));
+    }
+
+    /// Drops every page the kernel holds of `ino` (a page cached before the
+    /// writer's changes may be stale on kernels that do not drop pages at
+    /// a direct write), so that from then on each page is current, then
+    /// goes on with the first piece.
+    fn fill_first_step(self, ino: u64, fill: u64) -> Option<Step> {
+        let dropped = self.cached.fill_goes_on(ino, fill)
+            && self
+                .invalidator
+                .kernel()
+                .is_some_and(|k| k.inval_inode(INodeNo(ino), 0, 0).is_ok())
+            && self.cached.fill_dropped_pages(ino, fill);
+        if !dropped {
+            self.cached.end_fill(ino, fill, false);
+            return None;
+        }
+        self.fill_step(ino, fill, 0)
     }
 
     /// Stores the piece of `ino` at `off` and returns the next step, or
     /// ends the fill.
     fn fill_step(self, ino: u64, fill: u64, off: u64) -> Option<Step> {
-        let stored = {
-            let _gate = self.fill_gate.hold();
-            if !self.cached.fill_goes_on(ino, fill) {
-                Err(())
-            } else {
-                match self.fs.read_for_cache(ino, off, FILL_PIECE) {
-                    Ok(data) if data.is_empty() => Ok(0),
-                    Ok(data) => match self.invalidator.kernel() {
-                        Some(k) if k.store(INodeNo(ino), off, &data).is_ok() => Ok(data.len()),
-                        _ => Err(()),
-                    },
-                    Err(_) => Err(()),
-                }
+        self.fill_gate.begin(ino);
+        let stored = if !self.cached.fill_goes_on(ino, fill) {
+            Err(())
+        } else {
+            match self.fs.read_for_cache(ino, off, FILL_PIECE) {
+                Ok(data) if data.is_empty() => Ok(0),
+                Ok(data) => match self.invalidator.kernel() {
+                    Some(k) if k.store(INodeNo(ino), off, &data).is_ok() => Ok(data.len()),
+                    _ => Err(()),
+                },
+                Err(_) => Err(()),
             }
         };
+        self.fill_gate.end();
         match stored {
             Ok(n) if n == FILL_PIECE => {
                 Some(Step::new(move || self.fill_step(ino, fill, off + n as u64)))
@@ -170,10 +214,10 @@ impl FuseAdapter {
         }
     }
 
-    /// The kernel forgot `ino`, whose fill was running: waits for its step
-    /// in progress, so nothing of it is stored after this returns.
-    pub(crate) fn forgot_while_filling(&self) {
-        drop(self.fill_gate.hold());
+    /// The kernel forgot `ino`, whose fill was running: waits for a store
+    /// of it in progress, so nothing of it is stored after this returns.
+    pub(crate) fn forgot_while_filling(&self, ino: u64) {
+        self.fill_gate.wait_for(ino);
     }
 }
 

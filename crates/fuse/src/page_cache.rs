@@ -44,17 +44,18 @@
 //! (invalidating pages from inside such a write request would wait on the
 //! page locks the kernel holds for it).
 //!
-//! Filling the kernel's pages after a writer (`crate::fill`): when the last
+//! Filling the kernel's pages after a writer (`crate::fill`): when a
 //! write-only open of a file written through direct I/O is released and no
-//! cached open is live, the daemon stores the file's bytes into the
-//! kernel's page cache (`FUSE_NOTIFY_STORE`), so the next reader finds them
-//! there — as ext4's reader finds what its writer left in the page cache.
-//! While a fill runs, a cached open of the file waits for its end (its reply
-//! is queued behind the fill), and a change that bypasses the page cache
-//! stops it and is acknowledged only after the fill's last store (so no
-//! store of older bytes lands after the change's call returned). A fill that
-//! stored every byte of the file with no change in between leaves the file
-//! *fresh*: the next cached open keeps the pages.
+//! writable cached open is live, the daemon stores the file's bytes into
+//! the kernel's page cache (`FUSE_NOTIFY_STORE`), so the next reader finds
+//! them there — as ext4's reader finds what its writer left in the page
+//! cache. The fill first drops every page the kernel holds of the file;
+//! from then on, if nothing changed, every page is current and the file is
+//! fresh (read-only opens during the fill keep what it stores). A writable
+//! cached open waits for the fill's end (its reply is queued behind it); a
+//! change that bypasses the page cache stops the fill and is acknowledged
+//! only after the fill's step in progress, so no store of older bytes
+//! lands after the change's call returned.
 //!
 //! Invariant: a file whose entry is missing or stale has no page in the
 //! kernel that a cached open may keep. Entries are dropped when the kernel
@@ -64,10 +65,12 @@ use crate::fill::FillOdds;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct Entry {
     /// Live cached opens (their reads and writes fill the page cache).
     opens: u32,
+    /// Those of them that may write (read-write).
+    writers: u32,
     /// The data changed since the pages were cached.
     stale: bool,
     /// A fill of the kernel's pages is queued or running.
@@ -78,16 +81,21 @@ struct Entry {
     /// A whole fill left pages no open has used yet (its outcome is due:
     /// [`crate::fill::FillOdds`]).
     filled: bool,
+    /// A cached open was live while the running fill stored (it used it).
+    read_in_fill: bool,
 }
 
-impl Entry {
-    fn new() -> Entry {
+/// A file the kernel may hold any page of: stale until an open drops them.
+impl Default for Entry {
+    fn default() -> Entry {
         Entry {
             opens: 0,
+            writers: 0,
             stale: true,
             filling: false,
             changes: 0,
             filled: false,
+            read_in_fill: false,
         }
     }
 }
@@ -109,7 +117,7 @@ struct State {
 impl State {
     /// The file's entry, made (stale) if it has none.
     fn entry(&mut self, ino: u64) -> &mut Entry {
-        self.files.entry(ino).or_insert_with(Entry::new)
+        self.files.entry(ino).or_default()
     }
 
     /// A change or forget of a file whose filled pages no open used.
@@ -127,19 +135,21 @@ impl CachedOpens {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A cached open of `ino`: whether the kernel may keep the pages it
-    /// holds (`FOPEN_KEEP_CACHE`) — false the first time and after a change,
-    /// and the kernel then drops them at this open. `None` while a fill of
-    /// the file runs: the open is not counted, and is asked again once the
-    /// fill ended.
-    pub fn open(&self, ino: u64) -> Option<bool> {
+    /// A cached open of `ino`, `writable` or read-only: whether the kernel
+    /// may keep the pages it holds (`FOPEN_KEEP_CACHE`) — false the first
+    /// time and after a change, and the kernel then drops them at this
+    /// open. `None` for a writable open while a fill of the file runs: the
+    /// open is not counted, and is asked again once the fill ended.
+    pub fn open(&self, ino: u64, writable: bool) -> Option<bool> {
         let mut state = self.state();
         let e = state.entry(ino);
-        if e.filling {
+        if e.filling && writable {
             return None;
         }
         let keep = !e.stale;
         e.opens += 1;
+        e.writers += u32::from(writable);
+        e.read_in_fill |= e.filling;
         e.stale = false;
         if std::mem::take(&mut e.filled) {
             state.odds.record(true);
@@ -147,10 +157,13 @@ impl CachedOpens {
         Some(keep)
     }
 
-    /// The release of a cached open of `ino`.
-    pub fn release(&self, ino: u64) {
+    /// The release of a cached open of `ino` (`writable` as at its open).
+    pub fn release(&self, ino: u64, writable: bool) {
         if let Some(e) = self.state().files.get_mut(&ino) {
             e.opens = e.opens.saturating_sub(1);
+            if writable {
+                e.writers = e.writers.saturating_sub(1);
+            }
         }
     }
 
@@ -182,18 +195,34 @@ impl CachedOpens {
 
     /// Starts a fill of `ino`'s pages if it needs one and nothing can race
     /// it: the file changed behind the page cache since its pages were last
-    /// whole, no cached open is live and no fill runs — and, unless
-    /// `always`, while fills pay ([`FillOdds`]). The number to give
-    /// [`CachedOpens::fill_goes_on`] and [`CachedOpens::end_fill`].
+    /// whole, no writable cached open is live (read-only ones may be) and
+    /// no fill runs — and, unless `always`, while fills pay ([`FillOdds`]).
+    /// The number to give the fill's other calls.
     pub fn start_fill(&self, ino: u64, always: bool) -> Option<u64> {
         let mut state = self.state();
         let e = state.files.get(&ino)?;
-        if !e.stale || e.opens > 0 || e.filling || !(always || state.odds.fill_next()) {
+        if !e.stale || e.writers > 0 || e.filling || !(always || state.odds.fill_next()) {
             return None;
         }
         let e = state.entry(ino);
         e.filling = true;
+        e.read_in_fill = e.opens > 0;
         Some(e.changes)
+    }
+
+    /// The first step of fill `fill` of `ino` dropped every page the kernel
+    /// held of the file: if nothing changed since the fill started, every
+    /// page the kernel holds from now on is current (stored by the fill or
+    /// read by a reader), so opens may keep them. False when the fill is to
+    /// stop.
+    pub fn fill_dropped_pages(&self, ino: u64, fill: u64) -> bool {
+        match self.state().files.get_mut(&ino) {
+            Some(e) if e.filling && e.changes == fill => {
+                e.stale = false;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether the fill `fill` of `ino` may store more: no change and no
@@ -206,13 +235,21 @@ impl CachedOpens {
     }
 
     /// The fill `fill` of `ino` ended, having stored the whole file
-    /// (`whole`) or not: the pages are fresh if it did and nothing changed
-    /// meanwhile. Cached opens may go on.
+    /// (`whole`) or not. Whether the pages are current was settled by
+    /// [`CachedOpens::fill_dropped_pages`] and the changes since; a whole
+    /// fill's outcome is due ([`FillOdds`]): now if a reader was open
+    /// meanwhile, else at the file's next open, change or forget. Writable
+    /// opens may go on.
     pub fn end_fill(&self, ino: u64, fill: u64, whole: bool) {
-        if let Some(e) = self.state().files.get_mut(&ino) {
-            e.filling = false;
-            if whole && e.changes == fill {
-                e.stale = false;
+        let mut state = self.state();
+        let Some(e) = state.files.get_mut(&ino) else {
+            return;
+        };
+        e.filling = false;
+        if whole && e.changes == fill {
+            if std::mem::take(&mut e.read_in_fill) {
+                state.odds.record(true);
+            } else {
                 e.filled = true;
             }
         }
@@ -240,16 +277,20 @@ mod tests {
     fn pages_are_kept_only_while_the_data_is_unchanged() {
         let c = CachedOpens::default();
         assert_eq!(
-            c.open(7),
+            c.open(7, false),
             Some(false),
             "nothing cached yet: the first open drops"
         );
-        c.release(7);
-        assert_eq!(c.open(7), Some(true), "unchanged since: the pages are kept");
-        c.release(7);
+        c.release(7, false);
+        assert_eq!(
+            c.open(7, true),
+            Some(true),
+            "unchanged since: the pages are kept"
+        );
+        c.release(7, true);
         assert!(!c.changed(7), "no open is live: nothing to invalidate now");
         assert_eq!(
-            c.open(7),
+            c.open(7, false),
             Some(false),
             "changed: the next open drops the pages"
         );
@@ -258,11 +299,11 @@ mod tests {
     #[test]
     fn a_change_while_a_reader_is_open_asks_for_invalidation() {
         let c = CachedOpens::default();
-        c.open(3);
+        c.open(3, false);
         assert!(c.changed(3));
-        c.release(3);
+        c.release(3, false);
         assert_eq!(
-            c.open(3),
+            c.open(3, false),
             Some(false),
             "the change also drops the pages at the next open"
         );
@@ -272,23 +313,23 @@ mod tests {
     fn files_never_opened_for_reading_need_nothing_and_forget_resets() {
         let c = CachedOpens::default();
         assert!(!c.changed(9));
-        c.open(9);
-        c.release(9);
+        c.open(9, false);
+        c.release(9, false);
         c.forget(9);
         assert_eq!(
-            c.open(9),
+            c.open(9, false),
             Some(false),
             "after forget the kernel has no pages to keep"
         );
     }
 
     #[test]
-    fn a_whole_fill_with_no_change_meanwhile_leaves_pages_the_next_open_keeps() {
+    fn a_fill_with_no_change_meanwhile_leaves_pages_the_next_open_keeps() {
         let c = CachedOpens::default();
         assert_eq!(
             c.start_fill(4, false),
             None,
-            "never written behind the cache: no fill"
+            "never written behind the cache"
         );
         assert!(
             !c.changed(4),
@@ -296,28 +337,48 @@ mod tests {
         );
         let fill = c.start_fill(4, false).expect("written behind the cache");
         assert_eq!(c.start_fill(4, false), None, "one fill at a time");
+        assert_eq!(
+            c.open(4, false),
+            Some(false),
+            "before the drop: stale pages may be there"
+        );
+        c.release(4, false);
+        assert!(c.fill_dropped_pages(4, fill));
         assert!(c.fill_goes_on(4, fill));
+        assert_eq!(
+            c.open(4, false),
+            Some(true),
+            "a reader during the fill keeps what it stores"
+        );
+        c.release(4, false);
         c.end_fill(4, fill, true);
-        assert_eq!(c.start_fill(4, false), None, "fresh: nothing to fill");
-        assert_eq!(c.open(4), Some(true), "the filled pages are kept");
+        assert_eq!(c.start_fill(4, false), None, "current: nothing to fill");
+        assert_eq!(c.open(4, false), Some(true));
     }
 
     #[test]
-    fn an_open_during_a_fill_waits_and_is_not_counted_until_it_ends() {
+    fn a_writable_open_during_a_fill_waits_and_is_not_counted_until_it_ends() {
         let c = CachedOpens::default();
         c.changed(5);
         let fill = c.start_fill(5, false).unwrap();
-        assert_eq!(c.open(5), None);
+        assert!(c.fill_dropped_pages(5, fill));
+        assert_eq!(c.open(5, true), None);
         assert!(
-            !c.changed(6) && c.open(6).is_some(),
+            !c.changed(6) && c.open(6, true).is_some(),
             "other files are not held"
         );
         c.end_fill(5, fill, true);
-        assert_eq!(c.open(5), Some(true));
+        assert_eq!(c.open(5, true), Some(true));
+        c.changed(5);
         assert_eq!(
             c.start_fill(5, false),
             None,
-            "no fill while a cached open is live"
+            "no fill while a writable open is live"
+        );
+        c.release(5, true);
+        assert!(
+            c.start_fill(5, false).is_some(),
+            "read-only opens do not hold fills back"
         );
     }
 
@@ -326,25 +387,30 @@ mod tests {
         let c = CachedOpens::default();
         c.changed(8);
         let fill = c.start_fill(8, false).unwrap();
+        assert!(c.fill_dropped_pages(8, fill));
         assert!(
             c.changed(8),
-            "the change must be answered after the fill's last store"
+            "the change must be answered after the fill's step"
         );
         assert!(!c.fill_goes_on(8, fill));
         c.end_fill(8, fill, true);
         assert_eq!(
-            c.open(8),
+            c.open(8, false),
             Some(false),
             "pages stored before the change are dropped"
         );
+        c.release(8, false);
 
-        c.release(8);
         c.changed(8);
         let fill = c.start_fill(8, false).unwrap();
         assert!(c.truncated(8), "a truncate during a fill waits for it too");
-        c.end_fill(8, fill, true);
-        assert_eq!(c.open(8), Some(false));
-        c.release(8);
+        assert!(
+            !c.fill_dropped_pages(8, fill),
+            "the fill stops before its drop"
+        );
+        c.end_fill(8, fill, false);
+        assert_eq!(c.open(8, false), Some(false));
+        c.release(8, false);
         assert!(
             !c.truncated(8),
             "without a fill the kernel's own cut is enough"
@@ -352,18 +418,42 @@ mod tests {
     }
 
     #[test]
-    fn a_fill_that_did_not_store_the_whole_file_or_was_forgotten_leaves_nothing_kept() {
+    fn a_forgotten_file_stops_its_fill_and_starts_over() {
         let c = CachedOpens::default();
         c.changed(2);
         let fill = c.start_fill(2, false).unwrap();
-        c.end_fill(2, fill, false);
-        assert_eq!(c.open(2), Some(false));
-        c.release(2);
-        c.changed(2);
-        let fill = c.start_fill(2, false).unwrap();
+        assert!(c.fill_dropped_pages(2, fill));
         assert!(c.forget(2), "the fill was running");
         assert!(!c.fill_goes_on(2, fill));
         c.end_fill(2, fill, true);
-        assert_eq!(c.open(2), Some(false), "a forgotten file starts over");
+        assert_eq!(
+            c.open(2, false),
+            Some(false),
+            "a forgotten file starts over"
+        );
+    }
+
+    #[test]
+    fn fills_count_as_used_by_a_reader_during_or_after_them_and_wasted_by_a_change_or_forget() {
+        let c = CachedOpens::default();
+        let fill_and = |ino: u64, then: &dyn Fn(&CachedOpens)| {
+            c.changed(ino);
+            let fill = c.start_fill(ino, true).unwrap();
+            assert!(c.fill_dropped_pages(ino, fill));
+            c.end_fill(ino, fill, true);
+            then(&c);
+        };
+        for ino in 10..20 {
+            fill_and(ino, &|c| {
+                c.changed(ino);
+            });
+        }
+        assert!(!c.state().odds.fill_next(), "ten wasted fills");
+        for ino in 20..40 {
+            fill_and(ino, &|c| {
+                c.open(ino, false);
+            });
+        }
+        assert!(c.state().odds.fill_next(), "twenty used ones");
     }
 }

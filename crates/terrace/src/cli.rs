@@ -504,7 +504,7 @@ Mount options (-o, comma-separated, repeatable):
                   (no_writeback_cache: off)
   fill_after_write=auto|always|never
                   when a file written through a write-only descriptor (up
-                  to 64 MiB, not O_DIRECT) is closed, copy its bytes into
+                  to 128 MiB, not O_DIRECT) is closed, copy its bytes into
                   the kernel's page cache so the next reader is served from
                   memory; auto (default) does so while later readers use at
                   least half of the fills
