@@ -73,7 +73,7 @@ impl FillOdds {
     /// Outcomes known before the odds decide.
     pub const LEARN: u32 = 8;
     /// While fills do not pay, one candidate in this many is filled.
-    pub const PROBE: u32 = 16;
+    pub const PROBE: u32 = 64;
 
     /// A whole fill was used (true) or wasted (false).
     pub fn record(&mut self, used: bool) {
@@ -266,7 +266,7 @@ mod tests {
     }
 
     #[test]
-    fn while_fills_do_not_pay_one_candidate_in_sixteen_is_still_filled_and_can_turn_them_on() {
+    fn while_fills_do_not_pay_one_candidate_in_sixty_four_is_still_filled_and_can_turn_them_on() {
         let mut o = FillOdds::default();
         for _ in 0..FillOdds::WINDOW {
             o.record(false);
