@@ -83,6 +83,10 @@ struct Entry {
     filled: bool,
     /// A cached open was live while the running fill stored (it used it).
     read_in_fill: bool,
+    /// The kernel may hold pages of the file: it had a cached open or a
+    /// fill since the kernel learned of it (a file written through direct
+    /// I/O only has none).
+    paged: bool,
 }
 
 /// A file the kernel may hold any page of: stale until an open drops them.
@@ -96,6 +100,7 @@ impl Default for Entry {
             changes: 0,
             filled: false,
             read_in_fill: false,
+            paged: false,
         }
     }
 }
@@ -150,6 +155,7 @@ impl CachedOpens {
         e.opens += 1;
         e.writers += u32::from(writable);
         e.read_in_fill |= e.filling;
+        e.paged = true;
         e.stale = false;
         if std::mem::take(&mut e.filled) {
             state.odds.record(true);
@@ -208,6 +214,14 @@ impl CachedOpens {
         e.filling = true;
         e.read_in_fill = e.opens > 0;
         Some(e.changes)
+    }
+
+    /// Whether the kernel may hold pages of `ino` that a fill starting now
+    /// must drop first (its own stores will make pages from then on).
+    pub fn fill_must_drop(&self, ino: u64) -> bool {
+        let mut state = self.state();
+        let e = state.entry(ino);
+        std::mem::replace(&mut e.paged, true)
     }
 
     /// The first step of fill `fill` of `ino` dropped every page the kernel
@@ -455,5 +469,20 @@ mod tests {
             });
         }
         assert!(c.state().odds.fill_next(), "twenty used ones");
+    }
+
+    #[test]
+    fn only_a_file_the_kernel_may_hold_pages_of_is_dropped_before_a_fill() {
+        let c = CachedOpens::default();
+        c.changed(30);
+        assert!(!c.fill_must_drop(30), "written through direct I/O only");
+        assert!(c.fill_must_drop(30), "after a fill's stores");
+        c.open(31, false);
+        c.release(31, false);
+        c.changed(31);
+        assert!(c.fill_must_drop(31), "after a cached open");
+        c.forget(31);
+        c.changed(31);
+        assert!(!c.fill_must_drop(31), "the kernel forgot it, pages and all");
     }
 }

@@ -503,11 +503,11 @@ Mount options (-o, comma-separated, repeatable):
                   yet written back and write() is no longer atomic
                   (no_writeback_cache: off)
   fill_after_write=auto|always|never
-                  when a file written through a write-only descriptor (up
-                  to 128 MiB, not O_DIRECT) is closed, copy its bytes into
-                  the kernel's page cache so the next reader is served from
-                  memory; auto (default) does so while later readers use at
-                  least half of the fills
+                  when a file written through a write-only descriptor
+                  (128 KiB to 128 MiB, not O_DIRECT) is closed, copy its
+                  bytes into the kernel's page cache so the next reader is
+                  served from memory; auto (default) does so while later
+                  readers use at least half of the fills
   metrics=IP:PORT serve Prometheus metrics at http://IP:PORT/metrics while
                   mounted (per-tier capacity, use and I/O, migration, cache,
                   predictor accuracy, errors, FUSE request latencies), e.g.
