@@ -287,6 +287,15 @@ impl CachedOpens {
 mod tests {
     use super::*;
 
+    /// `ino` written behind the page cache, then a fill of it started and
+    /// past its drop of the kernel's pages: the fill's number.
+    fn fill_under_way(c: &CachedOpens, ino: u64) -> u64 {
+        c.changed(ino);
+        let fill = c.start_fill(ino, true).expect("a fill starts");
+        assert!(c.fill_dropped_pages(ino, fill));
+        fill
+    }
+
     #[test]
     fn pages_are_kept_only_while_the_data_is_unchanged() {
         let c = CachedOpens::default();
@@ -373,9 +382,7 @@ mod tests {
     #[test]
     fn a_writable_open_during_a_fill_waits_and_is_not_counted_until_it_ends() {
         let c = CachedOpens::default();
-        c.changed(5);
-        let fill = c.start_fill(5, false).unwrap();
-        assert!(c.fill_dropped_pages(5, fill));
+        let fill = fill_under_way(&c, 5);
         assert_eq!(c.open(5, true), None);
         assert!(
             !c.changed(6) && c.open(6, true).is_some(),
@@ -399,9 +406,7 @@ mod tests {
     #[test]
     fn a_change_during_a_fill_stops_it_waits_for_it_and_leaves_the_file_stale() {
         let c = CachedOpens::default();
-        c.changed(8);
-        let fill = c.start_fill(8, false).unwrap();
-        assert!(c.fill_dropped_pages(8, fill));
+        let fill = fill_under_way(&c, 8);
         assert!(
             c.changed(8),
             "the change must be answered after the fill's step"
@@ -434,9 +439,7 @@ mod tests {
     #[test]
     fn a_forgotten_file_stops_its_fill_and_starts_over() {
         let c = CachedOpens::default();
-        c.changed(2);
-        let fill = c.start_fill(2, false).unwrap();
-        assert!(c.fill_dropped_pages(2, fill));
+        let fill = fill_under_way(&c, 2);
         assert!(c.forget(2), "the fill was running");
         assert!(!c.fill_goes_on(2, fill));
         c.end_fill(2, fill, true);
@@ -451,9 +454,7 @@ mod tests {
     fn fills_count_as_used_by_a_reader_during_or_after_them_and_wasted_by_a_change_or_forget() {
         let c = CachedOpens::default();
         let fill_and = |ino: u64, then: &dyn Fn(&CachedOpens)| {
-            c.changed(ino);
-            let fill = c.start_fill(ino, true).unwrap();
-            assert!(c.fill_dropped_pages(ino, fill));
+            let fill = fill_under_way(&c, ino);
             c.end_fill(ino, fill, true);
             then(&c);
         };
