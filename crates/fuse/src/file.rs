@@ -47,7 +47,7 @@ impl FuseAdapter {
         Some(if self.cached_open(flags) {
             let atime_due = self.fs.atime_due_now(ino);
             let keep = self.cached.open(ino, writable(flags))?;
-            if keep && atime_due && flags & libc::O_ACCMODE == libc::O_RDONLY {
+            if keep && atime_due && !writable(flags) {
                 // A read due to update the access time (relatime: the
                 // first after a change) would be served from the pages the
                 // kernel keeps: a read-only open takes the access time now,
@@ -165,9 +165,8 @@ pub(crate) fn write(
     Ok((n as u32, stale))
 }
 
-/// release of an open with `flags`.
-/// After a write-only open, the kernel's pages of the file may be filled
-/// ([`crate::fill`]).
+/// release of an open with `flags`; after a write-only open, the kernel's
+/// pages of the file may be filled ([`crate::fill`]).
 pub(crate) fn release(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<()> {
     let cached = a.cached_open(flags);
     if cached {

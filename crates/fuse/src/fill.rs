@@ -17,11 +17,11 @@
 //!
 //! Not filled: files under [`FILL_MIN_BYTES`] or over [`FILL_MAX_BYTES`],
 //! written with `O_DIRECT` (their writer asked to keep them out of
-//! memory), unlinked, on an
-//! object tier (a fill must not wait on the network), any file when the
-//! kernel's writeback cache is on (its pages are already there) or
-//! write-only opens use the page cache, and — under `fill_after_write=auto`
-//! — most files while fills are not paying ([`FillOdds`]).
+//! memory), unlinked, or on an object tier (a fill must not wait on the
+//! network); any file when the kernel's writeback cache is on (its pages
+//! are already there) or write-only opens use the page cache; and — under
+//! `fill_after_write=auto` — most files while fills are not paying
+//! ([`FillOdds`]).
 //!
 //! Invariant: a step stores bytes read after it checked that the fill goes
 //! on, and marks the file as being stored from before that check to after
