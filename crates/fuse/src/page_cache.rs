@@ -125,12 +125,17 @@ impl State {
         self.files.entry(ino).or_default()
     }
 
-    /// A change or forget of a file whose filled pages no open used.
-    fn wasted_fill(&mut self, ino: u64) {
-        let e = self.entry(ino);
+    /// A change of `ino` behind the page cache (a write, fallocate, copy or
+    /// truncate): the file is stale, a running fill stops, and filled pages
+    /// no open used count as a wasted fill. The file's entry.
+    fn change(&mut self, ino: u64) -> &mut Entry {
+        let e = self.files.entry(ino).or_default();
         if std::mem::take(&mut e.filled) {
             self.odds.record(false);
         }
+        e.stale = true;
+        e.changes += 1;
+        e
     }
 }
 
@@ -179,10 +184,7 @@ impl CachedOpens {
     /// the fill's last store: the invalidation thread runs both in order).
     pub fn changed(&self, ino: u64) -> bool {
         let mut state = self.state();
-        state.wasted_fill(ino);
-        let e = state.entry(ino);
-        e.stale = true;
-        e.changes += 1;
+        let e = state.change(ino);
         e.opens > 0 || e.filling
     }
 
@@ -191,12 +193,7 @@ impl CachedOpens {
     /// fill's last store (a store past the new size would grow the
     /// kernel's size again).
     pub fn truncated(&self, ino: u64) -> bool {
-        let mut state = self.state();
-        state.wasted_fill(ino);
-        let e = state.entry(ino);
-        e.stale = true;
-        e.changes += 1;
-        e.filling
+        self.state().change(ino).filling
     }
 
     /// Starts a fill of `ino`'s pages if it needs one and nothing can race
