@@ -84,8 +84,10 @@ impl HttpConnector for WatchingConnector {
 }
 
 /// An HTTP client that notes each try: a 5xx or 429 answer or a transport
-/// error counts as a failed try and marks the store failing; any other
-/// answer (success, 404, 412 …: the store answered) clears that.
+/// error counts as a failed try and marks the store failing (unless another
+/// request was answered since this one began); any other answer but a
+/// success (404, 412 …: the store answered) clears that. A success is noted
+/// by the operation once the body is in.
 #[derive(Debug)]
 struct WatchedClient {
     inner: HttpClient,
@@ -96,20 +98,24 @@ struct WatchedClient {
 impl HttpService for WatchedClient {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let what = format!("s3 {} {}", req.method(), req.uri());
+        let began = self.shared.health.begin();
         let r = self.inner.execute(req).await;
-        let failed = match &r {
+        match &r {
             Ok(resp) if resp.status().is_server_error() || resp.status().as_u16() == 429 => {
-                Some(format!("{what}: answered {}", resp.status()))
-            }
-            Ok(_) => None,
-            Err(e) => Some(format!("{what}: {}", chain(e))),
-        };
-        match failed {
-            Some(msg) => {
                 add(&self.shared.counters.failed_tries, 1);
-                self.shared.health.set(Some(msg));
+                let msg = format!("{what}: answered {}", resp.status());
+                self.shared.health.failed(began, msg);
             }
-            None => self.shared.health.set(None),
+            // The operation notes a success once the body is in: a body that
+            // stalls then fails as a request that began at `began`.
+            Ok(resp) if resp.status().is_success() => {}
+            Ok(_) => self.shared.health.answered(),
+            Err(e) => {
+                add(&self.shared.counters.failed_tries, 1);
+                self.shared
+                    .health
+                    .failed(began, format!("{what}: {}", chain(e)));
+            }
         }
         r
     }

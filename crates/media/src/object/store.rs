@@ -107,9 +107,60 @@ pub struct StoreFailure {
     pub error: String,
 }
 
-/// Whether the store answers (cleared by any request that succeeds).
+/// Whether the store answers: cleared by any request that succeeds, set
+/// by a failed one unless a request answered after the failed one began.
+///
+/// Invariant: the mark reflects the latest evidence. A try that stalled
+/// through an outage and timed out after the store came back (read-ahead,
+/// cleaning, an upload's retry) began before the answers that followed the
+/// outage, so it does not mark a store that answers as unreachable.
 #[derive(Debug, Default)]
-pub(super) struct Health(std::sync::Mutex<Option<StoreFailure>>);
+pub(super) struct Health(std::sync::Mutex<HealthState>);
+
+#[derive(Debug, Default)]
+struct HealthState {
+    failure: Option<StoreFailure>,
+    /// Requests answered so far: a [`Began`] compares with it.
+    answered: u64,
+}
+
+/// When a request began, in answers seen so far ([`Health::begin`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Began(u64);
+
+impl Health {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        // A poisoned lock only means a panic elsewhere; the value is whole.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the start of a request, for [`Health::failed`].
+    pub(super) fn begin(&self) -> Began {
+        Began(self.lock().answered)
+    }
+
+    /// The store answered: it is not failing.
+    pub(super) fn answered(&self) {
+        let mut g = self.lock();
+        g.failure = None;
+        g.answered += 1;
+    }
+
+    /// A request that began at `began` failed with `error`: the store is
+    /// failing, unless another request was answered since `began`.
+    pub(super) fn failed(&self, began: Began, error: String) {
+        let mut g = self.lock();
+        if g.answered != began.0 {
+            return;
+        }
+        let since_unix = g.failure.as_ref().map_or_else(unix_now, |f| f.since_unix);
+        g.failure = Some(StoreFailure { since_unix, error });
+    }
+
+    fn get(&self) -> Option<StoreFailure> {
+        self.lock().failure.clone()
+    }
+}
 
 /// What the bucket and its watching HTTP client share.
 #[derive(Debug, Default)]
@@ -120,21 +171,6 @@ pub(super) struct Shared {
 
 /// Builds the store again with new network parameters (S3 only).
 type Rebuild = Box<dyn Fn(&NetworkParams) -> io::Result<Arc<dyn ObjectStore>> + Send + Sync>;
-
-impl Health {
-    pub(super) fn set(&self, failure: Option<String>) {
-        // A poisoned lock only means a panic elsewhere; the value is whole.
-        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        *g = failure.map(|error| StoreFailure {
-            since_unix: g.as_ref().map_or_else(unix_now, |f| f.since_unix),
-            error,
-        });
-    }
-
-    fn get(&self) -> Option<StoreFailure> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
@@ -402,7 +438,7 @@ impl Bucket {
     /// The error for request `op` on `key`: a configuration problem's
     /// one-line message (`s3 tier URL: access denied (…)`), else the
     /// request, the object's URL and the cause.
-    fn error(&self, op: &str, key: &str, e: &object_store::Error) -> io::Error {
+    fn error(&self, op: &str, key: &str, e: &object_store::Error, began: Began) -> io::Error {
         add(&self.shared.counters.failures, 1);
         if let (Some(p), Some(site)) = (self.problem(e), &self.site) {
             let url = self.url();
@@ -415,9 +451,12 @@ impl Bucket {
             };
             let msg = p.message(&at, &format!("{op} {key}"));
             if !matches!(p, Problem::Unreachable { .. }) {
-                // The watched client cleared the mark at the answer; an
+                // The watched client cleared the mark at the answer, which
+                // is itself the problem: marked whatever came before. An
                 // unreachable store's mark names the last try already.
-                self.shared.health.set(Some(msg.clone()));
+                self.shared
+                    .health
+                    .failed(self.shared.health.begin(), msg.clone());
             }
             return io::Error::other(msg);
         }
@@ -429,7 +468,7 @@ impl Bucket {
         let msg = format!("s3 {op} {}/{key}: {}", self.base, one_line(&chain(e)));
         if kind == io::ErrorKind::Other {
             // NotFound and AlreadyExists are answers: the store is there.
-            self.shared.health.set(Some(msg.clone()));
+            self.shared.health.failed(began, msg.clone());
         }
         io::Error::new(kind, msg)
     }
@@ -468,6 +507,7 @@ impl Bucket {
         let store = self.store();
         let store = &store;
         let uploads = stream::iter(objects.into_iter().map(|(key, data)| async move {
+            let began = self.shared.health.begin();
             let len = data.content_length() as u64;
             let path = Bucket::path(&key)?;
             // Each PUT is a task of the runtime's worker threads: building
@@ -491,7 +531,7 @@ impl Bucket {
             };
             match put {
                 Ok(r) if r.e_tag.as_deref().is_some_and(|t| !t.is_empty()) => {
-                    self.shared.health.set(None);
+                    self.shared.health.answered();
                     add(&self.shared.counters.puts, 1);
                     add(&self.shared.counters.put_bytes, len);
                     Ok(())
@@ -503,10 +543,10 @@ impl Bucket {
                          the object does not count as stored",
                         self.base
                     );
-                    self.shared.health.set(Some(msg.clone()));
+                    self.shared.health.failed(began, msg.clone());
                     Err(io::Error::other(msg))
                 }
-                Err(e) => Err(self.error("PUT", &key, &e)),
+                Err(e) => Err(self.error("PUT", &key, &e, began)),
             }
         }))
         .buffered(self.concurrency)
@@ -524,6 +564,7 @@ impl Bucket {
     pub(crate) fn put_new(&self, key: &str, data: Bytes) -> io::Result<()> {
         let len = data.len() as u64;
         let path = Bucket::path(key)?;
+        let began = self.shared.health.begin();
         self.block_on(async {
             let opts = PutOptions {
                 mode: PutMode::Create,
@@ -535,12 +576,12 @@ impl Bucket {
                 .await
             {
                 Ok(_) => {
-                    self.shared.health.set(None);
+                    self.shared.health.answered();
                     add(&self.shared.counters.puts, 1);
                     add(&self.shared.counters.put_bytes, len);
                     Ok(())
                 }
-                Err(e) => Err(self.error("PUT", key, &e)),
+                Err(e) => Err(self.error("PUT", key, &e, began)),
             }
         })
     }
@@ -548,6 +589,7 @@ impl Bucket {
     /// The whole object at `key`; `None` when there is none.
     pub(crate) fn get(&self, key: &str) -> io::Result<Option<Bytes>> {
         let path = Bucket::path(key)?;
+        let began = self.shared.health.begin();
         self.block_on(async {
             let r = match self.store().get_opts(&path, GetOptions::default()).await {
                 Ok(r) => r,
@@ -555,10 +597,13 @@ impl Bucket {
                 Err(e @ object_store::Error::NotFound { .. }) if self.problem(&e).is_none() => {
                     return Ok(None)
                 }
-                Err(e) => return Err(self.error("GET", key, &e)),
+                Err(e) => return Err(self.error("GET", key, &e, began)),
             };
-            let b = r.bytes().await.map_err(|e| self.error("GET", key, &e))?;
-            self.shared.health.set(None);
+            let b = r
+                .bytes()
+                .await
+                .map_err(|e| self.error("GET", key, &e, began))?;
+            self.shared.health.answered();
             add(&self.shared.counters.gets, 1);
             add(&self.shared.counters.get_bytes, b.len() as u64);
             Ok(Some(b))
@@ -571,6 +616,7 @@ impl Bucket {
         let store = self.store();
         let store = &store;
         let fut = stream::iter(reqs.into_iter().map(|(key, range)| async move {
+            let began = self.shared.health.begin();
             let path = Bucket::path(&key)?;
             let want = range.end - range.start;
             let opts = GetOptions {
@@ -580,8 +626,11 @@ impl Bucket {
             let r = store
                 .get_opts(&path, opts)
                 .await
-                .map_err(|e| self.error("GET", &key, &e))?;
-            let b = r.bytes().await.map_err(|e| self.error("GET", &key, &e))?;
+                .map_err(|e| self.error("GET", &key, &e, began))?;
+            let b = r
+                .bytes()
+                .await
+                .map_err(|e| self.error("GET", &key, &e, began))?;
             if b.len() as u64 != want {
                 add(&self.shared.counters.failures, 1);
                 let msg = format!(
@@ -591,10 +640,10 @@ impl Bucket {
                     range.end,
                     b.len()
                 );
-                self.shared.health.set(Some(msg.clone()));
+                self.shared.health.failed(began, msg.clone());
                 return Err(io::Error::other(msg));
             }
-            self.shared.health.set(None);
+            self.shared.health.answered();
             add(&self.shared.counters.gets, 1);
             add(&self.shared.counters.get_bytes, want);
             Ok(b)
@@ -638,7 +687,7 @@ impl Bucket {
             };
             if let Ok(b) = &r {
                 if b.len() as u64 == want {
-                    shared.health.set(None);
+                    shared.health.answered();
                     add(&shared.counters.gets, 1);
                     add(&shared.counters.get_bytes, want);
                 }
@@ -650,7 +699,8 @@ impl Bucket {
     /// The error of a failed read-ahead GET of `key` for the read that
     /// waited for it (counted and reported as a failed GET of its own).
     pub(crate) fn get_error(&self, key: &str, e: &object_store::Error) -> io::Error {
-        self.error("GET", key, e)
+        // The read takes the error now: it counts as failing now.
+        self.error("GET", key, e, self.shared.health.begin())
     }
 
     /// Deletes the objects at `keys` (a missing one counts as deleted); the
@@ -668,6 +718,7 @@ impl Bucket {
             return failed;
         }
         let asked: Vec<Path> = paths.clone();
+        let began = self.shared.health.begin();
         let fut = async {
             let input = stream::iter(paths.into_iter().map(Ok)).boxed();
             Ok(self.store().delete_stream(input).collect::<Vec<_>>().await)
@@ -700,7 +751,7 @@ impl Bucket {
             }
         }
         if !done.is_empty() {
-            self.shared.health.set(None);
+            self.shared.health.answered();
         }
         add(&self.shared.counters.deletes, done.len() as u64);
         let first_error = errors.into_iter().next();
@@ -708,7 +759,7 @@ impl Bucket {
             let k = p.to_string();
             if !done.contains(&k) {
                 let e = match &first_error {
-                    Some(e) => self.error("DELETE", &k, e),
+                    Some(e) => self.error("DELETE", &k, e, began),
                     None => io::Error::other(format!(
                         "s3 DELETE {}/{k}: no answer for this key",
                         self.base
@@ -728,6 +779,7 @@ impl Bucket {
         } else {
             Some(Bucket::path(&self.prefix)?)
         };
+        let began = self.shared.health.begin();
         self.block_on(async {
             let metas = self
                 .store()
@@ -738,8 +790,8 @@ impl Bucket {
                 })
                 .try_collect::<Vec<_>>()
                 .await
-                .map_err(|e| self.error("LIST", &format!("{}/", self.prefix), &e))?;
-            self.shared.health.set(None);
+                .map_err(|e| self.error("LIST", &format!("{}/", self.prefix), &e, began))?;
+            self.shared.health.answered();
             add(&self.shared.counters.lists, 1);
             Ok(metas)
         })
@@ -766,4 +818,46 @@ pub(super) fn test_bucket(url: &str, retries: usize, source: &str) -> Bucket {
         source: source.into(),
     };
     Bucket::connect_with(&cfg, creds).unwrap()
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::Health;
+
+    #[test]
+    fn a_failure_marks_the_store_until_an_answer_clears_it_and_keeps_its_first_time() {
+        let h = Health::default();
+        h.failed(h.begin(), "first".into());
+        let first = h.get().expect("marked");
+        h.failed(h.begin(), "second".into());
+        let second = h.get().expect("still marked");
+        assert_eq!(
+            (second.since_unix, second.error.as_str()),
+            (first.since_unix, "second")
+        );
+        h.answered();
+        assert_eq!(h.get(), None);
+    }
+
+    #[test]
+    fn a_request_that_began_before_an_answer_does_not_mark_the_store_when_it_fails_late() {
+        let h = Health::default();
+        let stalled = h.begin(); // began during an outage
+        h.failed(h.begin(), "timed out".into());
+        let later = h.begin(); // began after the store came back
+        h.answered(); // the store answered again
+        h.failed(stalled, "the stalled try timed out at last".into());
+        assert_eq!(
+            h.get(),
+            None,
+            "old evidence must not mark a store that answers"
+        );
+        h.failed(later, "began before the answer too".into());
+        assert_eq!(h.get(), None);
+        h.failed(h.begin(), "a fresh failure".into());
+        assert!(
+            h.get().is_some(),
+            "a failure after the answer marks it again"
+        );
+    }
 }
