@@ -27,6 +27,7 @@ pub mod freeze;
 pub mod fs;
 pub mod fsck;
 pub mod inode;
+pub mod inode_flags;
 pub mod journal;
 mod lock_order;
 pub mod log;

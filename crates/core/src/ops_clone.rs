@@ -111,6 +111,7 @@ impl Fs {
         for ino in [src, dst] {
             l.get(ino).kind.require_regular(libc::EINVAL)?;
         }
+        crate::inode_flags::check_write(l.get(dst))?;
         let src_size = l.get(src).attr.size;
         if src_off >= src_size {
             return Ok(Some(0));

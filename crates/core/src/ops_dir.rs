@@ -140,6 +140,7 @@ impl Fs {
         if p.attr.nlink == 0 {
             return Err(errno(libc::ENOENT));
         }
+        crate::inode_flags::check_add_name(p)?;
         let kind = FileType::from_mode(mode).expect("valid mode");
         let is_dir = kind == FileType::Directory;
         if is_dir && p.attr.nlink >= 65000 {
@@ -348,6 +349,8 @@ impl Fs {
             {
                 continue; // changed while unlocked; look again
             }
+            crate::inode_flags::check_remove_name(l.get(parent))?;
+            crate::inode_flags::check_change_names_or_xattrs(l.get(child))?;
             let now = now_ns();
             let c = l.get(child);
             let is_dir = c.kind == FileType::Directory;
@@ -432,7 +435,9 @@ impl Fs {
             if p.attr.nlink == 0 {
                 return Err(errno(libc::ENOENT));
             }
+            crate::inode_flags::check_add_name(p)?;
         }
+        crate::inode_flags::check_change_names_or_xattrs(l.get(ino))?;
         let c = l.get(ino);
         // An unlinked file cannot be named again; an unnamed file from
         // `tmpfile` (not O_EXCL) gets its first name here (`ops_tmpfile`).
@@ -542,6 +547,18 @@ impl Fs {
             }
             if l.get(newparent).attr.nlink == 0 {
                 return Err(errno(libc::ENOENT));
+            }
+            // The source leaves `parent` for `newparent`; a replaced target
+            // leaves `newparent` (an exchange moves both ways).
+            crate::inode_flags::check_remove_name(l.get(parent))?;
+            crate::inode_flags::check_add_name(l.get(newparent))?;
+            crate::inode_flags::check_change_names_or_xattrs(l.get(src))?;
+            if let Some((d, _)) = dst {
+                crate::inode_flags::check_remove_name(l.get(newparent))?;
+                crate::inode_flags::check_change_names_or_xattrs(l.get(d))?;
+                if flags.exchange {
+                    crate::inode_flags::check_add_name(l.get(parent))?;
+                }
             }
             let now = now_ns();
             let mut tx = TxBuilder::default();

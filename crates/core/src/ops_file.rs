@@ -66,6 +66,7 @@ impl Fs {
         if i.kind == FileType::Directory && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
             return Err(errno(libc::EISDIR));
         }
+        crate::inode_flags::check_open(i, flags)?;
         i.open_count += 1;
         Ok(self.next_fh.fetch_add(1, Ordering::Relaxed))
     }
@@ -128,6 +129,9 @@ impl Fs {
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         i.kind.require_regular(libc::EINVAL)?;
+        crate::inode_flags::check_write(i)?;
+        // `chattr +S`: every write as if the file were opened O_SYNC.
+        let o_sync = o_sync || crate::inode_flags::writes_sync(i);
         if data.is_empty() {
             return Ok(0);
         }
@@ -538,6 +542,13 @@ impl Fs {
             self.lock(ino)?
         };
         let i = g.as_mut().expect("live");
+        let touch_only = s.size.is_none()
+            && s.mode.is_none()
+            && s.uid.is_none()
+            && s.gid.is_none()
+            && !matches!(s.atime, Some(SetTime::At(_)))
+            && !matches!(s.mtime, Some(SetTime::At(_)));
+        crate::inode_flags::check_setattr(i, touch_only)?;
         let now = now_ns();
         let mut a = i.attr;
         let mut entries = Vec::new();
@@ -621,6 +632,13 @@ impl Fs {
         let mut g = self.lock_clean(ino)?;
         let i = g.as_mut().expect("live");
         i.kind.require_regular(libc::ENODEV)?;
+        crate::inode_flags::check_fallocate(
+            i,
+            matches!(
+                mode,
+                FallocateMode::Allocate | FallocateMode::AllocateKeepSize
+            ),
+        )?;
         if len == 0 {
             return Err(errno(libc::EINVAL));
         }

@@ -105,7 +105,8 @@ impl Fs {
     fn note_access_time(&self, i: &mut Inode) {
         let now = now_ns();
         let a = i.attr;
-        if self.atime_due([a.atime, a.mtime, a.ctime], now) {
+        if crate::inode_flags::atime_updates(i) && self.atime_due([a.atime, a.mtime, a.ctime], now)
+        {
             if i.log.on_tier.is_some() {
                 // A cold file whose log is on a block tier: recalling the
                 // log for an access time would bring every file read once
@@ -169,8 +170,11 @@ impl Fs {
     /// [`Fs::read`]): a reader through the kernel's page cache lets that
     /// read reach the daemon (false for a file that does not exist).
     pub fn atime_due_now(&self, ino: Ino) -> bool {
-        self.getattr(ino)
-            .is_ok_and(|a| self.atime_due([a.atime, a.mtime, a.ctime], now_ns()))
+        let Ok(g) = self.lock(ino) else { return false };
+        let i = g.as_ref().expect("live");
+        let a = i.attr;
+        crate::inode_flags::atime_updates(i)
+            && self.atime_due([a.atime, a.mtime, a.ctime], now_ns())
     }
 
     /// Reads from a locked inode without side effects (dirty cached pages

@@ -41,6 +41,7 @@ impl Fs {
         if p.attr.nlink == 0 {
             return Err(errno(libc::ENOENT));
         }
+        crate::inode_flags::check_add_name(p)?;
         let (ino, mut child, inherited) = self.new_inode(p, parent, mode, 0, ctx, None)?;
         // Nothing to commit: no name, and the parent does not change. The
         // link count 0 is DRAM's; on media the file is an orphan whatever

@@ -40,6 +40,7 @@ impl Fs {
         self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
+        crate::inode_flags::check_change_names_or_xattrs(i)?;
         Self::check_xattr_name(i, name)?;
         if value.len() > XATTR_VALUE_MAX {
             return Err(errno(libc::E2BIG));
@@ -97,6 +98,7 @@ impl Fs {
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
+        crate::inode_flags::check_change_names_or_xattrs(i)?;
         Self::check_xattr_name(i, name)?;
         if !i.xattrs.contains_key(name) {
             return Err(errno(libc::ENODATA));

@@ -29,6 +29,9 @@
 //! the data a Write or Copy entry of the same commit points at (format
 //! version 5).
 //!
+//! `Attr.flags` (format version 9) holds the inode's `chattr` flags, the
+//! `ATTR_FLAG_*` bits (Linux's `FS_*_FL` values); older pools have 0 there.
+//!
 //! A Shift entry (format version 6) moves file blocks without touching their
 //! data (`fallocate` COLLAPSE_RANGE / INSERT_RANGE): see [`ShiftOp`].
 //! Times are nanoseconds since the epoch. `Write.size_after` and `Write.mtime` make
@@ -137,9 +140,34 @@ pub struct AttrEntry {
     pub mtime: i64,
     /// Change time, ns.
     pub ctime: i64,
-    /// Inode flags (reserved, 0).
+    /// Inode flags (`chattr`; format 9): a set of the `ATTR_FLAG_*` bits,
+    /// 0 in older pools.
     pub flags: u32,
 }
+
+/// `FS_SYNC_FL` (`chattr +S`): writes to the file are synchronous.
+pub const ATTR_FLAG_SYNC: u32 = 0x8;
+/// `FS_IMMUTABLE_FL` (`chattr +i`): the file, its attributes, xattrs and
+/// names cannot change; a directory's entries cannot change.
+pub const ATTR_FLAG_IMMUTABLE: u32 = 0x10;
+/// `FS_APPEND_FL` (`chattr +a`): the file can only grow by appends and
+/// cannot be renamed, linked or removed; a directory's entries can only be
+/// added.
+pub const ATTR_FLAG_APPEND: u32 = 0x20;
+/// `FS_NODUMP_FL` (`chattr +d`): kept for backup tools; no effect here.
+pub const ATTR_FLAG_NODUMP: u32 = 0x40;
+/// `FS_NOATIME_FL` (`chattr +A`): reads do not update the access time.
+pub const ATTR_FLAG_NOATIME: u32 = 0x80;
+/// `FS_DIRSYNC_FL` (`chattr +D`): directory changes are synchronous (every
+/// directory change is committed on PM before it returns anyway).
+pub const ATTR_FLAG_DIRSYNC: u32 = 0x1_0000;
+/// Every inode flag a pool stores; the bits are Linux's `FS_*_FL` values.
+pub const ATTR_FLAGS_KNOWN: u32 = ATTR_FLAG_SYNC
+    | ATTR_FLAG_IMMUTABLE
+    | ATTR_FLAG_APPEND
+    | ATTR_FLAG_NODUMP
+    | ATTR_FLAG_NOATIME
+    | ATTR_FLAG_DIRSYNC;
 
 /// A write entry: file blocks `[file_block, file_block + blocks)` are stored at
 /// `[block, block + blocks)` of tier `tier`.

@@ -18,10 +18,10 @@ use crate::convert::{ctx, set_time, time_to_ns};
 use crate::latency::Op;
 use crate::{attr, dir, dirplus, file, reply, setid, special, xattr};
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, INodeNo, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::io;
@@ -439,6 +439,24 @@ impl Filesystem for FuseAdapter {
     }
 
     // Special operations.
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _req = self.arrived(Op::Ioctl);
+        match crate::ioctl::ioctl(self, ino.0, cmd, in_data, out_size) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(reply::errno_of(&e)),
+        }
+    }
 
     fn fallocate(
         &self,

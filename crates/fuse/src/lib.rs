@@ -73,6 +73,7 @@ mod file;
 mod filesystem;
 mod fill;
 mod invalidate;
+mod ioctl;
 pub mod latency;
 pub mod listing_attrs;
 mod object_waits;

@@ -1,0 +1,141 @@
+//! ioctl: the inode flags of `chattr`/`lsattr` and `xfs_io chattr`, the only
+//! ioctls a Terrace file answers (any other gets ENOTTY, as on a file system
+//! without it).
+//!
+//! The kernel turns `FS_IOC_GETFLAGS`/`SETFLAGS` and `FS_IOC_FSGETXATTR`/
+//! `FSSETXATTR` on any file or directory into a FUSE ioctl of the same
+//! command on a handle it opens read-only for it, after its own permission
+//! checks (owner, `CAP_LINUX_IMMUTABLE`); the core keeps the flags and
+//! enforces them (`terrace_core::inode_flags`). Changing them changes ctime,
+//! so the kernel's cached attributes of the file are dropped.
+
+use crate::adapter::FuseAdapter;
+use crate::reply::refuse;
+use std::io;
+use terrace_core::inode_flags::{
+    ATTR_FLAG_APPEND, ATTR_FLAG_IMMUTABLE, ATTR_FLAG_NOATIME, ATTR_FLAG_NODUMP, ATTR_FLAG_SYNC,
+};
+
+/// `FS_IOC_GETFLAGS` (`_IOR('f', 1, long)`); the kernel sends a 4-byte int.
+const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+/// `FS_IOC_SETFLAGS` (`_IOW('f', 2, long)`).
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+/// The 32-bit forms of the two (`_IOR('f', 1, int)`, `_IOW('f', 2, int)`).
+const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+/// `FS_IOC_FSGETXATTR` (`_IOR('X', 31, struct fsxattr)`).
+const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+/// `FS_IOC_FSSETXATTR` (`_IOW('X', 32, struct fsxattr)`).
+const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+/// `sizeof(struct fsxattr)`: xflags, extsize, nextents, projid, cowextsize
+/// (u32 each), 8 bytes of padding.
+const FSXATTR_SIZE: usize = 28;
+
+/// `FS_XFLAG_*` bits and the inode flags they stand for.
+const XFLAGS: [(u32, u32); 5] = [
+    (0x08, ATTR_FLAG_IMMUTABLE),
+    (0x10, ATTR_FLAG_APPEND),
+    (0x20, ATTR_FLAG_SYNC),
+    (0x40, ATTR_FLAG_NOATIME),
+    (0x80, ATTR_FLAG_NODUMP),
+];
+
+/// The answer to ioctl `cmd` on `ino` with input `input`: the bytes to
+/// return (at most `out_size`).
+pub(crate) fn ioctl(
+    a: &FuseAdapter,
+    ino: u64,
+    cmd: u32,
+    input: &[u8],
+    out_size: u32,
+) -> io::Result<Vec<u8>> {
+    let out = match cmd {
+        FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => a.fs.inode_flags(ino)?.to_ne_bytes().to_vec(),
+        FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+            let flags = u32_at(input, 0)?;
+            set(a, ino, flags)?;
+            Vec::new()
+        }
+        FS_IOC_FSGETXATTR => {
+            let mut b = vec![0u8; FSXATTR_SIZE];
+            b[..4].copy_from_slice(&to_xflags(a.fs.inode_flags(ino)?).to_ne_bytes());
+            b
+        }
+        FS_IOC_FSSETXATTR => {
+            if input.len() < FSXATTR_SIZE {
+                return Err(refuse(libc::EINVAL));
+            }
+            // Extent size hints, project ids and copy-on-write hints are
+            // not kept: only a request that leaves them at 0 is taken.
+            if (1..5).any(|k| k != 2 && u32_at(input, 4 * k).is_ok_and(|v| v != 0)) {
+                return Err(refuse(libc::EOPNOTSUPP));
+            }
+            let old = a.fs.inode_flags(ino)?;
+            let flags = from_xflags(u32_at(input, 0)?, old)?;
+            set(a, ino, flags)?;
+            Vec::new()
+        }
+        _ => return Err(refuse(libc::ENOTTY)),
+    };
+    if out.len() > out_size as usize {
+        return Err(refuse(libc::EINVAL));
+    }
+    Ok(out)
+}
+
+fn set(a: &FuseAdapter, ino: u64, flags: u32) -> io::Result<()> {
+    a.fs.set_inode_flags(ino, flags)?;
+    a.drop_kernel_attrs(ino);
+    Ok(())
+}
+
+fn u32_at(b: &[u8], at: usize) -> io::Result<u32> {
+    b.get(at..at + 4)
+        .map(|s| u32::from_ne_bytes(s.try_into().expect("4 bytes")))
+        .ok_or_else(|| refuse(libc::EINVAL))
+}
+
+/// The `FS_XFLAG_*` form of inode flags.
+fn to_xflags(flags: u32) -> u32 {
+    XFLAGS
+        .iter()
+        .filter(|(_, f)| flags & f != 0)
+        .fold(0, |x, (xf, _)| x | xf)
+}
+
+/// Inode flags from `FS_XFLAG_*` bits, keeping the flags of `old` that
+/// have no xflag (dirsync); EOPNOTSUPP for an xflag not kept.
+fn from_xflags(xflags: u32, old: u32) -> io::Result<u32> {
+    let known = XFLAGS.iter().fold(0, |x, (xf, _)| x | xf);
+    if xflags & !known != 0 {
+        return Err(refuse(libc::EOPNOTSUPP));
+    }
+    let mapped = XFLAGS.iter().fold(0, |x, (_, f)| x | f);
+    Ok(XFLAGS
+        .iter()
+        .filter(|(xf, _)| xflags & xf != 0)
+        .fold(old & !mapped, |x, (_, f)| x | f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terrace_core::inode_flags::ATTR_FLAG_DIRSYNC;
+
+    #[test]
+    fn xflags_and_inode_flags_map_both_ways_and_keep_dirsync() {
+        let all = ATTR_FLAG_IMMUTABLE
+            | ATTR_FLAG_APPEND
+            | ATTR_FLAG_SYNC
+            | ATTR_FLAG_NOATIME
+            | ATTR_FLAG_NODUMP;
+        assert_eq!(to_xflags(all | ATTR_FLAG_DIRSYNC), 0xf8);
+        assert_eq!(from_xflags(0xf8, 0).unwrap(), all);
+        assert_eq!(
+            from_xflags(0x08, ATTR_FLAG_DIRSYNC | ATTR_FLAG_APPEND).unwrap(),
+            ATTR_FLAG_IMMUTABLE | ATTR_FLAG_DIRSYNC
+        );
+        let e = from_xflags(0x1, 0).unwrap_err(); // FS_XFLAG_REALTIME
+        assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP));
+    }
+}
