@@ -1681,3 +1681,157 @@ def test_flock_conflicts_between_two_open_file_descriptions(both):
             fcntl.flock(b, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     both(two_fds, expect=errno.EWOULDBLOCK)
+
+
+# ---------------------------------------------------------------------------
+# inode flags (chattr): immutable and append-only as ext4 enforces them
+# ---------------------------------------------------------------------------
+
+FS_IOC_GETFLAGS = 0x80086601
+FS_IOC_SETFLAGS = 0x40086602
+FS_IMMUTABLE_FL = 0x10
+FS_APPEND_FL = 0x20
+FS_NODUMP_FL = 0x40
+FS_NOATIME_FL = 0x80
+# The flags both file systems keep (ext4 adds its own, e.g. extents).
+KEPT_FLAGS = FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL
+
+
+def get_flags(path) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, FS_IOC_GETFLAGS, bytes(4)), sys.byteorder)
+    finally:
+        os.close(fd)
+
+
+def set_flags(path, on: int = 0, off: int = 0) -> int:
+    """Turns flags `on` and `off` as chattr does (read, change, write back);
+    returns the kept flags after."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        flags = int.from_bytes(fcntl.ioctl(fd, FS_IOC_GETFLAGS, bytes(4)), sys.byteorder)
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, ((flags | on) & ~off).to_bytes(4, sys.byteorder))
+    finally:
+        os.close(fd)
+    return get_flags(path) & KEPT_FLAGS
+
+
+@contextlib.contextmanager
+def flags_cleared_afterwards(roots):
+    """Clears the immutable and append-only flags of everything under both
+    roots at the end, so a failing test leaves nothing undeletable."""
+    try:
+        yield
+    finally:
+        for root in (roots.terrace, roots.reference):
+            for dirpath, dirnames, filenames in os.walk(root):
+                for n in [*dirnames, *filenames]:
+                    with contextlib.suppress(OSError):
+                        set_flags(j(dirpath, n), off=FS_IMMUTABLE_FL | FS_APPEND_FL)
+
+
+def test_an_immutable_file_refuses_changes_like_ext4(both):
+    with flags_cleared_afterwards(both.roots):
+        def setup(root):
+            p = j(root, "f")
+            write_file(p, b"frozen")
+            os.setxattr(p, "user.k", b"v")
+            return set_flags(p, on=FS_IMMUTABLE_FL)
+
+        assert both(setup, expect=OK) == FS_IMMUTABLE_FL
+        f = lambda root: j(root, "f")  # noqa: E731
+        both(lambda root: os.close(os.open(f(root), os.O_WRONLY)), expect=errno.EPERM)
+        both(lambda root: os.close(os.open(f(root), os.O_RDONLY | os.O_TRUNC)), expect=errno.EPERM)
+        both(lambda root: os.truncate(f(root), 0), expect=errno.EPERM)
+        both(lambda root: os.chmod(f(root), 0o600), expect=errno.EPERM)
+        both(lambda root: os.chown(f(root), 1, 1), expect=errno.EPERM)
+        both(lambda root: os.utime(f(root), (0, 0)), expect=errno.EPERM)
+        both(lambda root: os.utime(f(root)), expect=errno.EPERM)
+        both(lambda root: os.link(f(root), j(root, "g")), expect=errno.EPERM)
+        both(lambda root: os.unlink(f(root)), expect=errno.EPERM)
+        both(lambda root: os.rename(f(root), j(root, "g")), expect=errno.EPERM)
+        both(lambda root: os.setxattr(f(root), "user.k", b"w"), expect=errno.EPERM)
+        both(lambda root: os.removexattr(f(root), "user.k"), expect=errno.EPERM)
+        both(lambda root: (read_file(f(root)), os.getxattr(f(root), "user.k")), expect=OK)
+
+        def clear_and_change(root):
+            after = set_flags(f(root), off=FS_IMMUTABLE_FL)
+            write_file(f(root), b"thawed")
+            return after, read_file(f(root))
+
+        assert both(clear_and_change, expect=OK) == (0, b"thawed")
+
+
+def test_a_write_through_a_descriptor_opened_before_chattr_i_fails_like_ext4(both):
+    with flags_cleared_afterwards(both.roots):
+        def write_after_freeze(root):
+            p = j(root, "f")
+            write_file(p, b"before")
+            with opened(p, os.O_RDWR) as fd:
+                set_flags(p, on=FS_IMMUTABLE_FL)
+                try:
+                    os.pwrite(fd, b"after", 0)
+                finally:
+                    set_flags(p, off=FS_IMMUTABLE_FL)
+
+        both(write_after_freeze, expect=errno.EPERM)
+        both(lambda root: read_file(j(root, "f")), expect=OK)
+
+
+def test_an_append_only_file_only_grows_like_ext4(both):
+    with flags_cleared_afterwards(both.roots):
+        def setup(root):
+            write_file(j(root, "log"), b"line 1\n")
+            return set_flags(j(root, "log"), on=FS_APPEND_FL)
+
+        assert both(setup, expect=OK) == FS_APPEND_FL
+        log = lambda root: j(root, "log")  # noqa: E731
+        both(lambda root: os.close(os.open(log(root), os.O_WRONLY)), expect=errno.EPERM)
+        both(lambda root: os.close(os.open(log(root), os.O_WRONLY | os.O_APPEND | os.O_TRUNC)),
+             expect=errno.EPERM)
+
+        def append(root):
+            with opened(log(root), os.O_WRONLY | os.O_APPEND) as fd:
+                os.write(fd, b"line 2\n")
+            return read_file(log(root))
+
+        assert both(append, expect=OK) == b"line 1\nline 2\n"
+        both(lambda root: os.truncate(log(root), 0), expect=errno.EPERM)
+        both(lambda root: os.utime(log(root), (0, 0)), expect=errno.EPERM)
+        both(lambda root: os.utime(log(root)), expect=OK)
+        both(lambda root: os.unlink(log(root)), expect=errno.EPERM)
+        both(lambda root: os.rename(log(root), j(root, "old")), expect=errno.EPERM)
+        both(lambda root: os.setxattr(log(root), "user.k", b"v"), expect=errno.EPERM)
+
+
+def test_directory_flags_guard_names_like_ext4(both):
+    with flags_cleared_afterwards(both.roots):
+        def setup(root):
+            os.mkdir(j(root, "d"))
+            write_file(j(root, "d", "inside"), b"x")
+            return set_flags(j(root, "d"), on=FS_IMMUTABLE_FL)
+
+        assert both(setup, expect=OK) == FS_IMMUTABLE_FL
+        both(lambda root: write_file(j(root, "d", "new"), b"x"), expect=errno.EPERM)
+        both(lambda root: os.mkdir(j(root, "d", "sub")), expect=errno.EPERM)
+        both(lambda root: os.unlink(j(root, "d", "inside")), expect=errno.EPERM)
+        both(lambda root: os.rename(j(root, "d", "inside"), j(root, "out")), expect=errno.EPERM)
+        both(lambda root: write_file(j(root, "d", "inside"), b"its files still change"),
+             expect=OK)
+        both(lambda root: set_flags(j(root, "d"), on=FS_APPEND_FL, off=FS_IMMUTABLE_FL),
+             expect=OK)
+        both(lambda root: write_file(j(root, "d", "new"), b"x"), expect=OK)
+        both(lambda root: os.unlink(j(root, "d", "new")), expect=errno.EPERM)
+        both(lambda root: sorted(os.listdir(j(root, "d"))), expect=OK)
+
+
+def test_nodump_and_noatime_flags_round_trip_like_ext4(both):
+    def flags(root):
+        p = j(root, "f")
+        write_file(p, b"x")
+        on = set_flags(p, on=FS_NODUMP_FL | FS_NOATIME_FL)
+        off = set_flags(p, off=FS_NODUMP_FL)
+        return on, off
+
+    assert both(flags, expect=OK) == (FS_NODUMP_FL | FS_NOATIME_FL, FS_NOATIME_FL)

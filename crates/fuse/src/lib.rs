@@ -53,7 +53,7 @@
 //! - the requests by concern: `attr.rs` (attributes, set-ID and capability
 //!   clearing), `dir.rs` and `dirplus.rs` (directories and names),
 //!   `file.rs` (opens and data), `xattr.rs`, `special.rs` (fallocate,
-//!   copy_file_range);
+//!   copy_file_range), `ioctl.rs` (inode flags: `chattr`/`lsattr`);
 //! - `reply.rs` (core results → replies, errno mapping) and `convert.rs`
 //!   (times, file types, attributes);
 //! - mounting: [`MountOptions`] (`options.rs`) and [`mount`]/[`unmount`]
