@@ -247,9 +247,12 @@ impl Fs {
             }
         };
         let i = g.as_mut().expect("live");
-        if i.generation != generation {
-            // The file was deleted (its pages discarded) and its slot reused
-            // by another file during the write-back: nothing here is its.
+        if i.generation != generation || i.zombie {
+            // The file was deleted (its pages discarded) during the
+            // write-back: its slot reused by another file, or kept only for
+            // the kernel's references (a zombie, whose space was released
+            // already: blocks committed to it now would never be freed).
+            // Nothing here is its.
             drop(g);
             release(pieces);
             return Ok(());
