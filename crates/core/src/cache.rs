@@ -41,8 +41,10 @@
 //!   inode number), taken before the inode lock; the device I/O runs without
 //!   the inode lock, so reads and writes of the file continue meanwhile. A page
 //!   rewritten during its write-back stays dirty (its sequence number moved on).
-//!   The write-back commits only if the inode's generation is unchanged: a
-//!   file deleted during its write-back may have its slot reused by another.
+//!   The write-back commits only if the inode's generation is unchanged and
+//!   it is not a zombie: a file deleted during its write-back may have its
+//!   slot reused by another, or be kept for the kernel's references with its
+//!   space already released (blocks committed to it would never be freed).
 //!
 //! [`Inode::dirty`]: crate::inode::Inode::dirty
 //! [`DirtyPage`]: crate::inode::DirtyPage
