@@ -21,7 +21,7 @@ use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::io;
@@ -62,6 +62,24 @@ impl Filesystem for FuseAdapter {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _req = self.arrived(Op::Getattr);
         reply::attr(reply, self.fs.getattr(ino.0));
+    }
+
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: ReplyStatx,
+    ) {
+        // Sent for a statx that asks for the birth time (`stat`, `ls
+        // --time=birth`); the kernel keeps it with the other attributes.
+        let _req = self.arrived(Op::Getattr);
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.statx(&reply::TTL, &crate::convert::file_attr(&a)),
+            Err(e) => reply.error(reply::errno_of(&e)),
+        }
     }
 
     fn setattr(

@@ -67,6 +67,7 @@ pub use crate::reply::ReplyEmpty;
 pub use crate::reply::ReplyEntry;
 pub use crate::reply::ReplyIoctl;
 pub use crate::reply::ReplyLock;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyLseek;
 pub use crate::reply::ReplyOpen;
 pub use crate::reply::ReplyPoll;
@@ -851,6 +852,27 @@ pub trait Filesystem: Send + Sync + 'static {
         warn!(
             "[Not Implemented] create(parent: {parent:#x?}, name: {name:?}, mode: {mode}, \
             umask: {umask:#x?}, flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Attributes for `statx(2)` when it asks for more than the basic ones
+    /// (the birth time): `mask` holds the `STATX_*` fields asked for, `flags`
+    /// the `AT_STATX_*` sync flags. ENOSYS (the default) makes the kernel
+    /// answer from `getattr` from then on, without a birth time. (Terrace
+    /// patch, see TERRACE-PATCH.md.)
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!(
+            "[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:#x?}, flags: {flags:#x}, \
+            mask: {mask:#x})"
         );
         reply.error(Errno::ENOSYS);
     }

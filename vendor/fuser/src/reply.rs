@@ -306,6 +306,36 @@ impl ReplyAttr {
 }
 
 ///
+/// Statx Reply (Terrace patch, TERRACE-PATCH.md)
+///
+#[derive(Debug)]
+pub struct ReplyStatx {
+    reply: ReplyRaw,
+}
+
+impl Reply for ReplyStatx {
+    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyStatx {
+        ReplyStatx {
+            reply: Reply::new(unique, sender),
+        }
+    }
+}
+
+impl ReplyStatx {
+    /// Reply with `attr`, its `crtime` as the birth time: the basic fields
+    /// and the birth time are valid (`STATX_BASIC_STATS | STATX_BTIME`).
+    pub fn statx(self, ttl: &Duration, attr: &FileAttr) {
+        self.reply
+            .send_ll(&ll::ResponseStruct::new_statx(ttl, attr));
+    }
+
+    /// Reply to a request with the given error code
+    pub fn error(self, err: Errno) {
+        self.reply.error(err);
+    }
+}
+
+///
 /// XTimes Reply
 ///
 #[cfg(target_os = "macos")]

@@ -120,6 +120,52 @@ impl ResponseStruct<abi::fuse_attr_out> {
     }
 }
 
+// Terrace patch (TERRACE-PATCH.md): the FUSE_STATX reply.
+impl ResponseStruct<abi::fuse_statx_out> {
+    pub(crate) fn new_statx(ttl: &Duration, attr: &crate::FileAttr) -> Self {
+        /// `STATX_BASIC_STATS | STATX_BTIME`.
+        const MASK: u32 = 0x7ff | 0x800;
+        let a = fuse_attr_from_attr(attr);
+        let (btime_secs, btime_nanos) = time_from_system_time(&attr.crtime);
+        let t = |tv_sec: i64, tv_nsec: u32| abi::fuse_sx_time {
+            tv_sec,
+            tv_nsec,
+            reserved: 0,
+        };
+        // The kernel's `new_encode_dev` form of the device number.
+        let (rdev_major, rdev_minor) = ((a.rdev & 0xfff00) >> 8, (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00));
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask: MASK,
+                blksize: a.blksize,
+                attributes: 0,
+                nlink: a.nlink,
+                uid: a.uid,
+                gid: a.gid,
+                mode: a.mode as u16,
+                spare0: [0],
+                ino: a.ino,
+                size: a.size,
+                blocks: a.blocks,
+                attributes_mask: 0,
+                atime: t(a.atime, a.atimensec),
+                btime: t(btime_secs, btime_nanos),
+                ctime: t(a.ctime, a.ctimensec),
+                mtime: t(a.mtime, a.mtimensec),
+                rdev_major,
+                rdev_minor,
+                dev_major: 0,
+                dev_minor: 0,
+                spare2: [0; 14],
+            },
+        })
+    }
+}
+
 #[cfg(target_os = "macos")]
 impl ResponseStruct<abi::fuse_getxtimes_out> {
     pub(crate) fn new_xtimes(bkuptime: SystemTime, crtime: SystemTime) -> Self {
