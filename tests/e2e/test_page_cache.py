@@ -9,6 +9,7 @@ a cached file does not reach the daemon.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
 import subprocess
@@ -95,6 +96,27 @@ def test_a_cached_reader_sees_every_change_made_through_another_descriptor_at_on
                 os.pwrite(writer, b"tail", MiB + 100)
                 model += b"tail"
                 assert read_all(reader) == model, "a cached reader missed an extending write"
+                assert other_process_reads(path) == model
+
+                # O_DIRECT through a read-write open (the kernel drops the
+                # range's cached pages itself), opened so or set by fcntl.
+                page = mmap.mmap(-1, 4096)
+                page.write(pattern(3, 4096))
+                direct = os.open(path, os.O_RDWR | os.O_DIRECT)
+                try:
+                    os.pwrite(direct, page, 8192)
+                finally:
+                    os.close(direct)
+                model[8192:8192 + 4096] = pattern(3, 4096)
+                assert read_all(reader) == model, "a cached reader missed an O_DIRECT write"
+                fl = fcntl.fcntl(writer, fcntl.F_GETFL)
+                fcntl.fcntl(writer, fcntl.F_SETFL, fl | os.O_DIRECT)
+                page.seek(0)
+                page.write(pattern(4, 4096))
+                os.pwrite(writer, page, 16384)
+                fcntl.fcntl(writer, fcntl.F_SETFL, fl)
+                model[16384:16384 + 4096] = pattern(4, 4096)
+                assert read_all(reader) == model, "a cached reader missed a write after F_SETFL O_DIRECT"
                 assert other_process_reads(path) == model
             finally:
                 os.close(writer)
@@ -226,3 +248,54 @@ def test_a_pwrite_and_a_shared_mapping_store_to_one_page_both_land():
                     cp = subprocess.run([str(exe), str(mnt / "holes"), "4", "100"],
                                         capture_output=True, text=True, timeout=300)
                     assert cp.returncode == 0, f"run {run}: {cp.stdout}{cp.stderr}"
+
+
+# A child that shares one read-write descriptor between a process toggling
+# O_DIRECT on it (fcntl F_SETFL) and two processes writing through it, for
+# SECONDS (xfstests generic/036, aio-dio-fcntl-race, with pwrite).
+_TOGGLE_RACE = r"""
+import mmap, os, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
+flags = __import__("fcntl").fcntl(fd, __import__("fcntl").F_GETFL)
+end = time.monotonic() + seconds
+kids = []
+for role in ("toggle", "write", "write"):
+    pid = os.fork()
+    if pid == 0:
+        import fcntl
+        page = mmap.mmap(-1, 4096)  # aligned: an O_DIRECT write takes it
+        page.write(b"x" * 4096)
+        buf = memoryview(page)[:512]
+        while time.monotonic() < end:
+            if role == "toggle":
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            else:
+                # Part of a page: a buffered write of it locks the page
+                # and may read it first, a wider window (as the test).
+                os.pwrite(fd, buf, 512)
+        os._exit(0)
+    kids.append(pid)
+bad = [os.waitpid(p, 0)[1] for p in kids]
+sys.exit(1 if any(bad) else 0)
+"""
+
+
+def test_writes_racing_an_o_direct_toggle_on_a_shared_descriptor_never_hang_the_mount():
+    """A buffered write holds its page locked until the daemon answers; the
+    kernel reads the file's flags for the request later, so O_DIRECT set
+    meanwhile by fcntl arrives with it. The daemon answered such a write only
+    after dropping the kernel's pages of the range — which waited for the
+    very page lock the writer held: the mount hung (generic/036)."""
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        helpers.mkfs(pool, "256M")
+        with mounted_pool(pool, mnt) as m:
+            try:
+                cp = subprocess.run([sys.executable, "-c", _TOGGLE_RACE, str(mnt / "f"), "6"],
+                                    capture_output=True, text=True, timeout=30)
+            except subprocess.TimeoutExpired:
+                m.kill()  # frees the stuck writers (ENOTCONN) so cleanup can unmount
+                raise AssertionError("writers racing an O_DIRECT toggle hung the mount")
+            assert cp.returncode == 0, cp.stderr
+            assert os.stat(mnt / "f").st_size == 1024

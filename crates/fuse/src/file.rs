@@ -155,8 +155,16 @@ pub(crate) fn write(
     // Writes through a cached open went through the kernel's page cache,
     // which holds their bytes already (write-through), as do write-backs of
     // dirty pages (mapped, or every cached write under the writeback
-    // cache); only writes that bypassed it change what cached opens see.
-    let bypassed_cache = !a.cached_open(flags) || flags & libc::O_DIRECT != 0;
+    // cache); only writes of direct-I/O opens (write-only ones) change what
+    // cached opens see. An O_DIRECT write through a cached open needs
+    // nothing here: the kernel drops the range's pages itself, before and
+    // after the write (`generic_file_direct_write`). And `flags` cannot
+    // tell it from a buffered one: the kernel reads the file's flags when
+    // it builds the request, so an fcntl that set O_DIRECT meanwhile comes
+    // with a buffered write, whose writer holds the page locked until this
+    // reply — which must then not wait for that page to be dropped (a hang:
+    // xfstests generic/036).
+    let bypassed_cache = !a.cached_open(flags);
     let stale = if bypassed_cache && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
         a.data_changed(ino, offset, n as u64)
     } else {
