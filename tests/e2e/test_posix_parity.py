@@ -1147,6 +1147,34 @@ def test_modifications_drop_set_id_bits_exactly_as_the_native_file_system_does(b
         assert all(int(after, 8) & 0o6000 == 0 for _, after in seen), seen
 
 
+# A file capability (cap_chown+ep: vfs_cap_data revision 2, effective).
+FILE_CAPABILITY = (0x02000001).to_bytes(4, "little") + (1).to_bytes(4, "little") + bytes(12)
+
+
+@pytest.mark.parametrize("caller", ["nobody", "root"])
+@pytest.mark.parametrize("how", ["write", "truncate", "fallocate", "copy_file_range"])
+def test_any_modification_drops_file_capabilities_like_ext4(both, how, caller):
+    """xfstests generic/093: a write — by root too — takes the file's
+    capabilities away (a changed program must not keep cap_chown)."""
+    uid, gid, groups = SETID_CALLERS[caller]
+
+    def modify(root):
+        os.chmod(root, 0o777)
+        p = j(root, "prog")
+        write_file(p, pattern(8192, 1))
+        os.chmod(p, 0o777)
+        os.setxattr(p, "trusted.keep", b"other xattrs stay")
+        os.setxattr(p, "security.capability", FILE_CAPABILITY)
+        run_as(uid, gid, _setid_modify, how, p, groups=groups)
+        try:
+            cap = os.getxattr(p, "security.capability")
+        except OSError as e:
+            cap = errno.errorcode[e.errno]
+        return cap, os.getxattr(p, "trusted.keep")
+
+    assert both(modify, expect=OK) == ("ENODATA", b"other xattrs stay")
+
+
 def test_a_directory_read_while_its_entries_are_renamed_sees_each_once(both):
     """xfstests generic/736: rename every entry to a temporary name and back
     while reading the directory; the read must end (ext4 returns each once)."""

@@ -75,7 +75,7 @@ impl FuseAdapter {
     }
 
     /// Removes the `security.capability` xattr of `ino`, if it has one.
-    fn drop_file_capability(&self, ino: u64) {
+    pub(crate) fn drop_file_capability(&self, ino: u64) {
         if self.fs.getxattr(ino, SECURITY_CAPABILITY).is_ok() {
             let _ = self.fs.removexattr(ino, SECURITY_CAPABILITY);
         }

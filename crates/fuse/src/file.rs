@@ -149,8 +149,15 @@ pub(crate) fn write(
     // followed by FSYNC, which the predictor judges as any fsync.
     let o_sync = flags & libc::O_DSYNC != 0;
     let n = a.fs.write_hinted(ino, offset, data, o_sync)?;
-    if a.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-        a.kill_priv(ino, &caller.unprivileged());
+    if a.killpriv {
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            a.kill_priv(ino, &caller.unprivileged());
+        } else if n > 0 {
+            // File capabilities go at any write, a privileged writer's too
+            // (the VFS's `file_remove_privs`); only set-ID bits depend on
+            // who writes, and the kernel flags those writes.
+            a.drop_file_capability(ino);
+        }
     }
     // Writes through a cached open went through the kernel's page cache,
     // which holds their bytes already (write-through), as do write-backs of
