@@ -29,8 +29,9 @@
 //!   `FUSE_POSIX_LOCKS`/`FUSE_FLOCK_LOCKS`, so the kernel keeps POSIX locks and
 //!   flocks locally, which is correct for a single-host file system.
 //! - `FUSE_HANDLE_KILLPRIV_V2` when the kernel offers it: the adapter clears
-//!   set-user/group-ID bits and `security.capability` on unprivileged writes,
-//!   truncates and on chown, so the kernel no longer asks for
+//!   set-user/group-ID bits on unprivileged writes, truncates and on chown,
+//!   and `security.capability` on every write, truncate and chown, so the
+//!   kernel no longer asks for
 //!   `security.capability` before every write (a whole extra round trip).
 //! - On a pool where fsync never has work to do (PM only, on DAX or tmpfs:
 //!   every write is durable when it returns), the first fsync is answered
