@@ -142,7 +142,7 @@ impl Fs {
                 return Ok(vec![d]);
             }
         }
-        self.alloc_data_spread(want, n)
+        self.alloc_data_spread(want, n, self.pm_reserve_blocks())
     }
 
     /// Allocates `n` blocks on `want` if it has room, else spread over the
@@ -151,7 +151,16 @@ impl Fs {
     /// together hold exactly `n` blocks. ENOSPC (nothing kept) when all tiers
     /// together lack room. Used by write-back, whose pages were promised a
     /// block each ([`Fs::data_room_blocks`]) but not all on one tier.
-    pub(crate) fn alloc_data_spread(&self, want: TierId, n: u64) -> FsResult<Vec<DataRuns>> {
+    ///
+    /// PM gives blocks down to `pm_floor` free (beyond those promised to
+    /// write-back commits): the metadata reserve for new data; write-back
+    /// short of room may go below it ([`Fs::alloc_write_back`]).
+    pub(crate) fn alloc_data_spread(
+        &self,
+        want: TierId,
+        n: u64,
+        pm_floor: u64,
+    ) -> FsResult<Vec<DataRuns>> {
         if let Ok(d) = self.alloc_data_on(want, n) {
             return Ok(vec![d]);
         }
@@ -168,9 +177,7 @@ impl Fs {
                 break;
             }
             let runs = if id.is_pm() {
-                let room = self
-                    .pm_free_unpromised()
-                    .saturating_sub(self.pm_reserve_blocks());
+                let room = self.pm_free_unpromised().saturating_sub(pm_floor);
                 let take = room.min(need);
                 if take == 0 {
                     continue;

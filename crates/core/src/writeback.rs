@@ -171,7 +171,15 @@ impl Fs {
                 || Instant::now() >= deadline
                 || !self.draining_into_object_tier()
             {
-                return self.alloc_data_spread(want, n);
+                // Pages accepted into the cache were promised their blocks,
+                // but foreground log pages take PM blocks without asking
+                // (down to the reserve), so a promise counted on PM can come
+                // up short by a few blocks: acknowledged data then goes into
+                // the metadata reserve rather than fail its write-back.
+                let floor = self.pm_reserve_blocks();
+                return self
+                    .alloc_data_spread(want, n, floor)
+                    .or_else(|_| self.alloc_data_spread(want, n, 0));
             }
             let before = self.migrator.move_windows_done.load(Ordering::Relaxed);
             self.kick_migration();
