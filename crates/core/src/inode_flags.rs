@@ -22,6 +22,7 @@
 //! |---|---|---|
 //! | open for writing, or with `O_TRUNC` | EPERM | EPERM unless `O_APPEND` (never with `O_TRUNC`) |
 //! | write, `copy_file_range` into it, `fallocate` | EPERM | punch, zero, collapse, insert: EPERM |
+//! | write-back of pages the kernel held dirty | allowed (acknowledged before) | allowed |
 //! | truncate, chmod, chown, set times | EPERM | EPERM |
 //! | set times to now (`touch`) | EPERM | allowed |
 //! | set or remove an xattr | EPERM | EPERM |

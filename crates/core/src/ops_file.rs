@@ -114,22 +114,61 @@ impl Fs {
     /// PM copies of clean data, see [`Fs::retry_freeing_room`]) leaves the
     /// file as it was.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
+        self.write_from(ino, off, data, o_sync, true)
+    }
+
+    /// [`Fs::write_hinted`] of pages the kernel cached and writes back now
+    /// (dirty pages of a shared mapping, or every cached write under the
+    /// writeback cache): their `write()`s or stores were acknowledged
+    /// before, so an immutable flag set since does not refuse them
+    /// (`inode_flags.rs`); dropping them would lose acknowledged data.
+    pub fn write_back_kernel_pages(
+        &self,
+        ino: Ino,
+        off: u64,
+        data: &[u8],
+        o_sync: bool,
+    ) -> FsResult<usize> {
+        self.write_from(ino, off, data, o_sync, false)
+    }
+
+    /// [`Fs::write_hinted`]; `new_change`: the write comes from the
+    /// application now (the inode flags may refuse it).
+    fn write_from(
+        &self,
+        ino: Ino,
+        off: u64,
+        data: &[u8],
+        o_sync: bool,
+        new_change: bool,
+    ) -> FsResult<usize> {
         // Partial blocks on an object tier are fetched before the inode
         // lock is taken (design.md §5n "Network faults").
         self.warm_partial_ends(ino, off, off.saturating_add(data.len() as u64));
         let blocks = (data.len() as u64).div_ceil(BS) + 1;
-        let r = self.retry_freeing_room(blocks, || self.write_once(ino, off, data, o_sync));
+        let r = self.retry_freeing_room(blocks, || {
+            self.write_once(ino, off, data, o_sync, new_change)
+        });
         self.say_room(&r, blocks);
         r
     }
 
-    /// One try of [`Fs::write_hinted`].
-    fn write_once(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
+    /// One try of [`Fs::write_from`].
+    fn write_once(
+        &self,
+        ino: Ino,
+        off: u64,
+        data: &[u8],
+        o_sync: bool,
+        new_change: bool,
+    ) -> FsResult<usize> {
         self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         i.kind.require_regular(libc::EINVAL)?;
-        crate::inode_flags::check_write(i)?;
+        if new_change {
+            crate::inode_flags::check_write(i)?;
+        }
         // `chattr +S`: every write as if the file were opened O_SYNC.
         let o_sync = o_sync || crate::inode_flags::writes_sync(i);
         if data.is_empty() {

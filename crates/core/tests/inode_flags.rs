@@ -83,6 +83,19 @@ fn an_immutable_file_refuses_every_change_and_keeps_its_bytes_and_attributes() {
 }
 
 #[test]
+fn pages_the_kernel_held_dirty_are_written_back_after_chattr_i() {
+    // A write or mapped store acknowledged before the flag was set, that
+    // the kernel writes back only now: refusing it would lose it.
+    let (_m, fs) = pm_pool(64 << 20, 64);
+    let f = file_holding(&fs, "f", b"old bytes");
+    fs.set_inode_flags(f, ATTR_FLAG_IMMUTABLE).unwrap();
+    eperm(fs.write(f, 0, b"new"), "an application's write now");
+    assert_eq!(fs.write_back_kernel_pages(f, 0, b"NEW", false).unwrap(), 3);
+    assert_eq!(fs.read(f, 0, 100).unwrap(), b"NEW bytes");
+    fs.unmount().unwrap();
+}
+
+#[test]
 fn an_append_only_file_grows_only_at_its_end_and_cannot_be_removed() {
     let (_m, fs) = pm_pool(64 << 20, 64);
     let f = file_holding(&fs, "log", b"line 1\n");

@@ -148,7 +148,12 @@ pub(crate) fn write(
     // Under the writeback cache such writes come as write-backs (flags 0)
     // followed by FSYNC, which the predictor judges as any fsync.
     let o_sync = flags & libc::O_DSYNC != 0;
-    let n = a.fs.write_hinted(ino, offset, data, o_sync)?;
+    let n = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+        // Pages the kernel held dirty: already acknowledged.
+        a.fs.write_back_kernel_pages(ino, offset, data, o_sync)?
+    } else {
+        a.fs.write_hinted(ino, offset, data, o_sync)?
+    };
     if a.killpriv {
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             a.kill_priv(ino, &caller.unprivileged());
