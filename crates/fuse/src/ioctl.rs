@@ -30,6 +30,9 @@ const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 /// `sizeof(struct fsxattr)`: xflags, extsize, nextents, projid, cowextsize
 /// (u32 each), 8 bytes of padding.
 const FSXATTR_SIZE: usize = 28;
+/// Offsets in `struct fsxattr` of `fsx_extsize`, `fsx_projid` and
+/// `fsx_cowextsize`: settings this file system does not keep.
+const FSXATTR_UNKEPT: [usize; 3] = [4, 12, 16];
 
 /// `FS_XFLAG_*` bits and the inode flags they stand for.
 const XFLAGS: [(u32, u32); 5] = [
@@ -66,8 +69,12 @@ pub(crate) fn ioctl(
                 return Err(refuse(libc::EINVAL));
             }
             // Extent size hints, project ids and copy-on-write hints are
-            // not kept: only a request that leaves them at 0 is taken.
-            if (1..5).any(|k| k != 2 && u32_at(input, 4 * k).is_ok_and(|v| v != 0)) {
+            // not kept: only a request that leaves them at 0 is taken
+            // (`fsx_nextents` is output only).
+            if FSXATTR_UNKEPT
+                .iter()
+                .any(|&at| u32_at(input, at).is_ok_and(|v| v != 0))
+            {
                 return Err(refuse(libc::EOPNOTSUPP));
             }
             let old = a.fs.inode_flags(ino)?;
