@@ -59,6 +59,7 @@ pub mod tier;
 pub mod tier_attach;
 pub mod tier_detach;
 pub mod tier_list;
+pub mod trim;
 pub mod types;
 mod unmount;
 mod worker;

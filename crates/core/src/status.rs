@@ -131,6 +131,9 @@ pub struct IoStats {
     pub avg_read_bytes: u64,
     /// Cache flushes (fdatasync).
     pub syncs: u64,
+    /// Bytes discarded (`fstrim`, design.md §5q).
+    #[serde(default)]
+    pub discard_bytes: u64,
 }
 
 impl From<terrace_media::BlockStats> for IoStats {
@@ -143,6 +146,7 @@ impl From<terrace_media::BlockStats> for IoStats {
             avg_write_bytes: b.avg_write_bytes(),
             avg_read_bytes: b.avg_read_bytes(),
             syncs: b.syncs,
+            discard_bytes: b.discard_bytes,
         }
     }
 }

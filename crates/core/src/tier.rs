@@ -56,6 +56,10 @@ struct SpaceInner {
     clock: u64,
     /// Extents returned to the free set since mount.
     freed: u64,
+    /// Per extent: free and discarded since it was last allocated from
+    /// (`discard_free`), so a second `fstrim` skips it. Not stored: after a
+    /// mount every free extent counts as not discarded.
+    discarded: Vec<bool>,
 }
 
 /// Numbers `terrace status` shows for a tier.
@@ -117,6 +121,7 @@ impl ExtentSpace {
                     last_use: vec![0; extents as usize],
                     clock: 0,
                     freed: 0,
+                    discarded: vec![false; extents as usize],
                 },
             ),
             retiring: AtomicBool::new(false),
@@ -155,6 +160,7 @@ impl ExtentSpace {
                         .pop_first()
                         .expect("free count says an extent is free");
                     g.open = Some((e, 0));
+                    g.discarded[e as usize] = false;
                     (e, 0)
                 }
             };
@@ -275,7 +281,86 @@ impl ExtentSpace {
     pub fn extents_freed(&self) -> u64 {
         self.inner.lock().freed
     }
+
+    /// Discards the free extents among `extents` (extent numbers) that
+    /// were not discarded since they were last freed, where they lie in a
+    /// run of consecutive free extents of at least `min_blocks` blocks
+    /// (`fstrim --minimum`). `discard(first block, blocks)` gets at most
+    /// [`DISCARD_EXTENTS`] extents at a time and is called *under the
+    /// space lock*: no allocation can take an extent while its blocks are
+    /// being discarded, so the discard can never drop data written after
+    /// it. The lock is let go between calls, so allocations wait for one
+    /// call at most. Every free extent is safe to discard: a block tier's
+    /// blocks return to the free set only once the commit that freed them
+    /// is durable ([`BlockTier::free`]).
+    ///
+    /// Returns the blocks discarded, and the error that stopped it early
+    /// (extents discarded before it stay counted and marked).
+    pub fn discard_free(
+        &self,
+        extents: std::ops::Range<u64>,
+        min_blocks: u64,
+        discard: &mut dyn FnMut(u64, u64) -> std::io::Result<()>,
+    ) -> (u64, Option<std::io::Error>) {
+        let end = extents.end.min(self.extents);
+        let mut cursor = extents.start.max(1);
+        let mut done = 0;
+        while cursor < end {
+            let mut g = self.inner.lock();
+            if self.retiring.load(Ordering::SeqCst) {
+                break;
+            }
+            // The next free extent at or after the cursor, and its run of
+            // consecutive free extents (the whole run counts for the
+            // minimum, also where it reaches outside `extents`).
+            let Some(&first) = g.free.range(cursor..end).next() else {
+                break;
+            };
+            let mut run_start = first;
+            while run_start > 1 && g.free.contains(&(run_start - 1)) {
+                run_start -= 1;
+            }
+            let mut run_end = first + 1;
+            while g.free.contains(&run_end) {
+                run_end += 1;
+            }
+            if (run_end - run_start) * self.extent_blocks < min_blocks {
+                cursor = run_end;
+                continue;
+            }
+            // The first extents of the run from `first` not discarded yet.
+            let stop = run_end.min(end);
+            let Some(a) = (first..stop).find(|&e| !g.discarded[e as usize]) else {
+                cursor = stop;
+                continue;
+            };
+            let b = (a..stop)
+                .take(DISCARD_EXTENTS as usize)
+                .take_while(|&e| !g.discarded[e as usize])
+                .last()
+                .map_or(a + 1, |e| e + 1);
+            if let Err(e) = discard(a * self.extent_blocks, (b - a) * self.extent_blocks) {
+                return (done, Some(e));
+            }
+            for e in a..b {
+                g.discarded[e as usize] = true;
+            }
+            done += (b - a) * self.extent_blocks;
+            cursor = b;
+            drop(g);
+        }
+        (done, None)
+    }
+
+    /// Number of extents, the header's extent 0 included.
+    pub fn extent_count(&self) -> u64 {
+        self.extents
+    }
 }
+
+/// Extents one [`ExtentSpace::discard_free`] call hands to the device at
+/// most (4 MiB with 512 KiB extents): what an allocation may wait for.
+pub const DISCARD_EXTENTS: u64 = 8;
 
 /// The media of a mounted tier: the device, its failed syncs reported to
 /// every writer they may have hurt ([`PerWriterSync`]), closable when the
@@ -433,5 +518,123 @@ mod tests {
         assert!(s.alloc(129).is_none());
         assert_eq!(s.alloc(128).unwrap(), vec![(PhysBlock(128), 128)]);
         assert!(s.alloc(1).is_none());
+    }
+
+    /// Runs `discard_free` over every extent, returning the runs it
+    /// discarded and the blocks it reported.
+    fn discard_all(s: &ExtentSpace, min_blocks: u64) -> (Vec<(u64, u64)>, u64) {
+        let mut runs = Vec::new();
+        let (n, err) = s.discard_free(0..u64::MAX, min_blocks, &mut |b, n| {
+            runs.push((b, n));
+            Ok(())
+        });
+        assert!(err.is_none());
+        (runs, n)
+    }
+
+    #[test]
+    fn discard_takes_only_free_extents_and_each_once_until_it_is_used_again() {
+        // 8 extents: the header, one partly valid (and open), six free.
+        let s = ExtentSpace::new(128 * 8, 128, vec![]).unwrap();
+        let held = s.alloc(10).unwrap();
+        assert_eq!(held, vec![(PhysBlock(128), 10)]);
+        let (runs, n) = discard_all(&s, 0);
+        assert_eq!(runs, vec![(256, 6 * 128)], "extents 2..8 in one call");
+        assert_eq!(n, 6 * 128);
+        assert_eq!(discard_all(&s, 0), (vec![], 0), "nothing new to discard");
+        // Filling the open extent opens extent 2; freeing it again makes it
+        // discardable again, the others stay discarded.
+        let more = s.alloc(128).unwrap();
+        assert_eq!(
+            more,
+            vec![(PhysBlock(138), 128)],
+            "extent 1 full, 10 blocks of 2"
+        );
+        assert_eq!(discard_all(&s, 0), (vec![], 0));
+        s.release(PhysBlock(128), 10);
+        s.release(PhysBlock(138), 118);
+        assert_eq!(discard_all(&s, 0), (vec![(128, 128)], 128));
+        // Long runs go to the device in pieces of DISCARD_EXTENTS extents.
+        let big = ExtentSpace::new(128 * 20, 128, vec![]).unwrap();
+        let (runs, n) = discard_all(&big, 0);
+        assert_eq!(n, 19 * 128);
+        assert!(runs.iter().all(|&(_, n)| n <= DISCARD_EXTENTS * 128));
+        assert_eq!(runs.len(), 3);
+    }
+
+    #[test]
+    fn discard_skips_runs_of_free_extents_shorter_than_the_minimum() {
+        // Extents 1, 3 and 5 hold data: 2 and 4 are single free extents,
+        // 6..10 a run of four.
+        let used = vec![
+            (PhysBlock(128), 1),
+            (PhysBlock(384), 1),
+            (PhysBlock(640), 1),
+        ];
+        let s = ExtentSpace::new(128 * 10, 128, used).unwrap();
+        let (runs, _) = discard_all(&s, 2 * 128);
+        assert_eq!(runs, vec![(768, 4 * 128)]);
+        let (runs, _) = discard_all(&s, 128);
+        assert_eq!(runs, vec![(256, 128), (512, 128)]);
+        // A range counts whole extents and cuts runs, but the minimum
+        // applies to the whole run.
+        let t = ExtentSpace::new(128 * 10, 128, vec![]).unwrap();
+        let mut runs = Vec::new();
+        let (n, _) = t.discard_free(3..5, 9 * 128, &mut |b, n| {
+            runs.push((b, n));
+            Ok(())
+        });
+        assert_eq!((runs, n), (vec![(384, 256)], 256));
+    }
+
+    #[test]
+    fn a_failed_discard_stops_and_reports_what_was_done() {
+        let s = ExtentSpace::new(128 * 30, 128, vec![]).unwrap();
+        let mut calls = 0;
+        let (n, err) = s.discard_free(0..u64::MAX, 0, &mut |_, _| {
+            calls += 1;
+            if calls == 2 {
+                Err(std::io::Error::from_raw_os_error(libc::EIO))
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(n, DISCARD_EXTENTS * 128);
+        assert_eq!(err.unwrap().raw_os_error(), Some(libc::EIO));
+        // The failed part is tried again next time.
+        let (_, n) = discard_all(&s, 0);
+        assert_eq!(n, (29 - DISCARD_EXTENTS) * 128);
+    }
+
+    #[test]
+    fn an_allocation_waits_for_the_discard_of_the_extent_it_takes() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        use std::time::Duration;
+        let s = Arc::new(ExtentSpace::new(128 * 3, 128, vec![]).unwrap());
+        let discarding = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(std::sync::Barrier::new(2));
+        let trimmer = {
+            let (s, discarding, started) = (s.clone(), discarding.clone(), started.clone());
+            std::thread::spawn(move || {
+                s.discard_free(0..u64::MAX, 0, &mut |_, _| {
+                    discarding.store(true, Ordering::SeqCst);
+                    started.wait();
+                    std::thread::sleep(Duration::from_millis(100));
+                    discarding.store(false, Ordering::SeqCst);
+                    Ok(())
+                })
+            })
+        };
+        started.wait();
+        // The discard of extents 1 and 2 is under way: the allocation (which
+        // would take extent 1) must not return before it is done.
+        let got = s.alloc(1).unwrap();
+        assert!(
+            !discarding.load(Ordering::SeqCst),
+            "an allocation returned {got:?} while its extent was being discarded"
+        );
+        assert_eq!(trimmer.join().unwrap().0, 2 * 128);
+        assert_eq!(discard_all(&s, 0).1, 0, "extent 2 stays discarded");
     }
 }

@@ -460,7 +460,7 @@ impl Filesystem for FuseAdapter {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -470,7 +470,8 @@ impl Filesystem for FuseAdapter {
         reply: ReplyIoctl,
     ) {
         let _req = self.arrived(Op::Ioctl);
-        match crate::ioctl::ioctl(self, ino.0, cmd, in_data, out_size) {
+        let caller = setid::Caller::of(req);
+        match crate::ioctl::ioctl(self, &caller, ino.0, cmd, in_data, out_size) {
             Ok(out) => reply.ioctl(0, &out),
             Err(e) => reply.error(reply::errno_of(&e)),
         }

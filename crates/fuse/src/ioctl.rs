@@ -1,6 +1,6 @@
-//! ioctl: the inode flags of `chattr`/`lsattr` and `xfs_io chattr`, the only
-//! ioctls a Terrace file answers (any other gets ENOTTY, as on a file system
-//! without it).
+//! ioctl: the inode flags of `chattr`/`lsattr` and `xfs_io chattr`, and
+//! `FITRIM` (`fstrim`), the only ioctls Terrace answers (any other gets
+//! ENOTTY, as on a file system without it).
 //!
 //! The kernel turns `FS_IOC_GETFLAGS`/`SETFLAGS` and `FS_IOC_FSGETXATTR`/
 //! `FSSETXATTR` on any file or directory into a FUSE ioctl of the same
@@ -11,6 +11,7 @@
 
 use crate::adapter::FuseAdapter;
 use crate::reply::refuse;
+use crate::setid::Caller;
 use std::io;
 use terrace_core::inode_flags::{
     ATTR_FLAG_APPEND, ATTR_FLAG_IMMUTABLE, ATTR_FLAG_NOATIME, ATTR_FLAG_NODUMP, ATTR_FLAG_SYNC,
@@ -27,6 +28,11 @@ const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
 const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 /// `FS_IOC_FSSETXATTR` (`_IOW('X', 32, struct fsxattr)`).
 const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+/// `FITRIM` (`_IOWR('X', 121, struct fstrim_range)`), sent on any file or
+/// directory of the mount (`fstrim` opens the mount point).
+const FITRIM: u32 = 0xc018_5879;
+/// `sizeof(struct fstrim_range)`: start, len, minlen (u64 each).
+const FSTRIM_RANGE_SIZE: usize = 24;
 /// `sizeof(struct fsxattr)`: xflags, extsize, nextents, projid, cowextsize
 /// (u32 each), 8 bytes of padding.
 const FSXATTR_SIZE: usize = 28;
@@ -47,6 +53,7 @@ const XFLAGS: [(u32, u32); 5] = [
 /// return (at most `out_size`).
 pub(crate) fn ioctl(
     a: &FuseAdapter,
+    caller: &Caller,
     ino: u64,
     cmd: u32,
     input: &[u8],
@@ -82,12 +89,36 @@ pub(crate) fn ioctl(
             set(a, ino, flags)?;
             Vec::new()
         }
+        FITRIM => trim(a, caller, input)?,
         _ => return Err(refuse(libc::ENOTTY)),
     };
     if out.len() > out_size as usize {
         return Err(refuse(libc::EINVAL));
     }
     Ok(out)
+}
+
+/// `FITRIM`: discard the free extents of the block tiers in the range
+/// (`terrace_core::trim`); the answer is the range with `len` set to the
+/// bytes discarded. Only a caller with `CAP_SYS_ADMIN`, as on ext4.
+fn trim(a: &FuseAdapter, caller: &Caller, input: &[u8]) -> io::Result<Vec<u8>> {
+    if input.len() < FSTRIM_RANGE_SIZE {
+        return Err(refuse(libc::EINVAL));
+    }
+    if !caller.has_sys_admin() {
+        return Err(refuse(libc::EPERM));
+    }
+    let (start, len, min_len) = (u64_at(input, 0)?, u64_at(input, 8)?, u64_at(input, 16)?);
+    let report = a.fs.trim(start, len, min_len)?;
+    let mut out = input[..FSTRIM_RANGE_SIZE].to_vec();
+    out[8..16].copy_from_slice(&report.bytes.to_ne_bytes());
+    Ok(out)
+}
+
+fn u64_at(b: &[u8], at: usize) -> io::Result<u64> {
+    b.get(at..at + 8)
+        .map(|s| u64::from_ne_bytes(s.try_into().expect("8 bytes")))
+        .ok_or_else(|| refuse(libc::EINVAL))
 }
 
 fn set(a: &FuseAdapter, ino: u64, flags: u32) -> io::Result<()> {

@@ -23,6 +23,8 @@ use std::sync::OnceLock;
 
 /// Bit of `CAP_FSETID` in a capability set.
 const CAP_FSETID: u32 = 4;
+/// Bit of `CAP_SYS_ADMIN` in a capability set.
+const CAP_SYS_ADMIN: u32 = 21;
 
 /// The identity of the process behind one request. What /proc says of it is
 /// read once, on first need (most modifications touch files without set-ID
@@ -116,6 +118,15 @@ impl Caller {
         }
         match self.status().cap_eff {
             Some(caps) => caps & (1 << CAP_FSETID) != 0,
+            None => self.uid == 0,
+        }
+    }
+
+    /// The caller may administer the file system (`CAP_SYS_ADMIN`), as
+    /// `FITRIM` asks of it on ext4.
+    pub fn has_sys_admin(&self) -> bool {
+        match self.status().cap_eff {
+            Some(caps) => caps & (1 << CAP_SYS_ADMIN) != 0,
             None => self.uid == 0,
         }
     }

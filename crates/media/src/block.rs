@@ -35,6 +35,11 @@ pub const BLOCK_SIZE: u64 = 4096;
 
 const BLOCK: usize = BLOCK_SIZE as usize;
 
+/// What test media ([`MemBlock`], [`CrashBlock`](crate::CrashBlock)) hold
+/// in blocks after a [`discard`](BlockMedia::discard): data read from a
+/// discarded block by mistake is garbage a checksum or a test notices.
+pub const DISCARDED_BYTE: u8 = 0xD1;
+
 /// A block device of [`len`](BlockMedia::len) bytes (a multiple of
 /// [`BLOCK_SIZE`]), addressed in 4096-byte blocks.
 ///
@@ -108,6 +113,23 @@ pub trait BlockMedia: Send + Sync {
         let _ = (block, blocks);
         Ok(())
     }
+    /// Tells the device that `[block, block + blocks)` holds nothing it
+    /// must keep (`fstrim`, design.md §5q): a block device gets a discard
+    /// (`BLKDISCARD`, the SSD's TRIM), a regular file a hole punched
+    /// (its space goes back to the file system under it). Until the blocks
+    /// are written again, reads of them return unspecified contents (zeros
+    /// on Linux). Call only for blocks no durable state references and no
+    /// writer holds. Unlike [`trim`](Self::trim), which the pool calls on
+    /// every free and media may ignore, this is a request a user made:
+    /// media that cannot do it answer [`io::ErrorKind::Unsupported`] (the
+    /// default).
+    fn discard(&self, block: u64, blocks: u64) -> io::Result<()> {
+        let _ = (block, blocks);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this media cannot discard blocks",
+        ))
+    }
     /// For media that keep stored data beside the block space (an object
     /// tier's parts): `used` is every block run `(first, blocks)` the
     /// pool's committed state references; every other block is treated as
@@ -165,6 +187,9 @@ macro_rules! forward_block_extras {
         }
         fn trim(&$s, block: u64, blocks: u64) -> std::io::Result<()> {
             $inner.trim(block, blocks)
+        }
+        fn discard(&$s, block: u64, blocks: u64) -> std::io::Result<()> {
+            $inner.discard(block, blocks)
         }
         fn retain_only(
             &$s,
@@ -269,6 +294,8 @@ pub struct BlockStats {
     pub max_write_bytes: u64,
     /// `sync` calls.
     pub syncs: u64,
+    /// Bytes discarded ([`BlockMedia::discard`]).
+    pub discard_bytes: u64,
 }
 
 impl BlockStats {
@@ -296,6 +323,7 @@ pub struct BlockStatsCounter {
     write_bytes: AtomicU64,
     max_write_bytes: AtomicU64,
     syncs: AtomicU64,
+    discard_bytes: AtomicU64,
 }
 
 impl BlockStatsCounter {
@@ -327,6 +355,11 @@ impl BlockStatsCounter {
         self.syncs.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts `bytes` discarded.
+    pub fn record_discard(&self, bytes: u64) {
+        self.discard_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// The current counts (each counter read on its own; not a consistent
     /// snapshot while requests are running).
     pub fn snapshot(&self) -> BlockStats {
@@ -338,6 +371,7 @@ impl BlockStatsCounter {
             write_bytes: self.write_bytes.load(Ordering::Relaxed),
             max_write_bytes: self.max_write_bytes.load(Ordering::Relaxed),
             syncs: self.syncs.load(Ordering::Relaxed),
+            discard_bytes: self.discard_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -565,6 +599,18 @@ impl BlockMedia for MemBlock {
         Ok(())
     }
 
+    /// Overwrites the blocks with [`DISCARDED_BYTE`]: a test that reads
+    /// discarded blocks as data sees garbage, not plausible zeros.
+    fn discard(&self, block: u64, blocks: u64) -> io::Result<()> {
+        let mut b = self.buf.write();
+        let len = usize::try_from(blocks.saturating_mul(BLOCK_SIZE))
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "discard range too long"))?;
+        let (s, e) = check_block_range(b.len() as u64, block, len)?;
+        b[s as usize..e as usize].fill(DISCARDED_BYTE);
+        self.stats.record_discard(len as u64);
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         format!("memory block media ({} bytes)", self.len())
     }
@@ -680,6 +726,7 @@ mod tests {
                 write_bytes: 5 * 4096,
                 max_write_bytes: 4 * 4096,
                 syncs: 1,
+                discard_bytes: 0,
             }
         );
         assert_eq!(s.avg_write_bytes(), 5 * 4096 / 2);

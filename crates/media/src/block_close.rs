@@ -137,6 +137,13 @@ impl<B: BlockMedia> BlockMedia for Closable<B> {
         }
     }
 
+    fn discard(&self, block: u64, blocks: u64) -> io::Result<()> {
+        match &*self.inner.read() {
+            Some(m) => m.discard(block, blocks),
+            None => Err(self.closed()),
+        }
+    }
+
     fn retain_only(&self, used: &[(u64, u64)]) -> io::Result<Option<SweepReport>> {
         match &*self.inner.read() {
             Some(m) => m.retain_only(used),

@@ -53,7 +53,9 @@ use crate::replay::{EventClock, Recorder, Replay, Trace};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::block::{check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE};
+use crate::block::{
+    check_block_range, BlockMedia, BlockStats, BlockStatsCounter, BLOCK_SIZE, DISCARDED_BYTE,
+};
 
 const BLOCK: usize = BLOCK_SIZE as usize;
 
@@ -64,6 +66,8 @@ pub enum BlockEvent {
     Write { block: u64, len: u64 },
     /// `sync`.
     Sync,
+    /// `discard` of `blocks` blocks at `block`.
+    Discard { block: u64, blocks: u64 },
 }
 
 /// Which unsynced writes a crash image keeps.
@@ -134,10 +138,24 @@ impl BlockCrashState {
         }
     }
 
+    /// Applies a discard already checked against the media size: the
+    /// blocks hold [`DISCARDED_BYTE`] at once, live *and* durable (the
+    /// harshest model: a device may drop discarded data at any moment, so a
+    /// crash image must not find in them anything the pool still needs).
+    fn discard(&mut self, block: u64, blocks: u64) {
+        let r = block as usize * BLOCK..(block + blocks) as usize * BLOCK;
+        self.live[r.clone()].fill(DISCARDED_BYTE);
+        self.durable[r].fill(DISCARDED_BYTE);
+        for b in block..block + blocks {
+            self.unsynced.remove(&b);
+        }
+    }
+
     fn apply(&mut self, op: &BlockOp) {
         match op {
             BlockOp::Write { block, data } => self.write(*block, data),
             BlockOp::Sync => self.sync(),
+            BlockOp::Discard { block, blocks } => self.discard(*block, *blocks),
         }
     }
 
@@ -163,6 +181,7 @@ impl BlockCrashState {
 pub enum BlockOp {
     Write { block: u64, data: Box<[u8]> },
     Sync,
+    Discard { block: u64, blocks: u64 },
 }
 
 impl Replay for BlockCrashState {
@@ -179,6 +198,10 @@ impl Replay for BlockCrashState {
                 len: data.len() as u64,
             },
             BlockOp::Sync => BlockEvent::Sync,
+            BlockOp::Discard { block, blocks } => BlockEvent::Discard {
+                block: *block,
+                blocks: *blocks,
+            },
         }
     }
     fn image(&self, loss: BlockLoss) -> Vec<u8> {
@@ -343,6 +366,18 @@ impl BlockMedia for CrashBlock {
     fn sync(&self) -> io::Result<()> {
         self.inner.lock().record(BlockOp::Sync);
         self.stats.record_sync();
+        Ok(())
+    }
+
+    fn discard(&self, block: u64, blocks: u64) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        let len = usize::try_from(blocks.saturating_mul(BLOCK_SIZE))
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "discard range too long"))?;
+        check_block_range(g.state.live.len() as u64, block, len)?;
+        if blocks > 0 {
+            g.record(BlockOp::Discard { block, blocks });
+            self.stats.record_discard(len as u64);
+        }
         Ok(())
     }
 

@@ -53,7 +53,7 @@ pub mod replay;
 
 pub use block::{
     check_block_range, AlignedBuf, BlockMedia, BlockStats, BlockStatsCounter, MemBlock, BLOCK_SIZE,
-    HUGE_BUF_BYTES,
+    DISCARDED_BYTE, HUGE_BUF_BYTES,
 };
 pub use block_close::Closable;
 pub use block_crash::{BlockCrashState, BlockEvent, BlockLoss, BlockTrace, CrashBlock};

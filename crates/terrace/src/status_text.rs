@@ -252,6 +252,16 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             frag
         ));
     }
+    for t in &st.tiers {
+        let discarded = t.io.as_ref().map_or(0, |io| io.discard_bytes);
+        if discarded > 0 {
+            line(format!(
+                "  {:<4} {} of free extents discarded since mount (fstrim)",
+                t.kind,
+                util::human_bytes(discarded)
+            ));
+        }
+    }
     for t in st.tiers.iter().filter(|t| t.shared_saved_bytes > 0) {
         line(format!(
             "  {:<4} {} shared by copies (copy_file_range clones), saving {}",

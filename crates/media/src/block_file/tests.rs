@@ -397,3 +397,33 @@ fn measure_block_file_latency() {
         );
     }
 }
+
+#[test]
+fn discard_punches_a_file_tier_and_reads_of_it_return_zeros() {
+    use std::os::unix::fs::MetadataExt;
+    const BLOCK: usize = BLOCK_SIZE as usize;
+    let dir = tempdir_in("/var/tmp").expect("tempdir in /var/tmp");
+    let path = dir.path().join("tier.img");
+    let f = BlockFile::create(&path, 64 * BLOCK_SIZE).unwrap();
+    let data = crate::AlignedBuf::from_slice(&[7u8; 16 * BLOCK]);
+    f.write_blocks(8, &data).unwrap();
+    f.sync().unwrap();
+    let held = std::fs::metadata(&path).unwrap().blocks() * 512;
+    f.discard(8, 8).unwrap();
+    let after = std::fs::metadata(&path).unwrap().blocks() * 512;
+    assert!(
+        after + 8 * BLOCK_SIZE <= held,
+        "the hole gave its space back: {held} -> {after}"
+    );
+    let mut buf = crate::AlignedBuf::zeroed(16 * BLOCK);
+    f.read_blocks(8, &mut buf).unwrap();
+    assert!(buf[..8 * BLOCK].iter().all(|&b| b == 0), "discarded blocks");
+    assert!(buf[8 * BLOCK..].iter().all(|&b| b == 7), "the rest is kept");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 64 * BLOCK_SIZE);
+    assert_eq!(f.stats().discard_bytes, 8 * BLOCK_SIZE);
+    assert_eq!(
+        f.discard(60, 8).unwrap_err().kind(),
+        io::ErrorKind::InvalidInput,
+        "a range past the end"
+    );
+}

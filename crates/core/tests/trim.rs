@@ -1,0 +1,297 @@
+//! `fstrim` (`Fs::trim`): every free extent of a block tier is discarded,
+//! nothing a file or a crash image needs ever is, and bad ranges get the
+//! errors ext4 gives.
+//!
+//! The SSD tiers here are `CrashBlock`s: a discard overwrites the blocks
+//! with garbage in the live *and* the durable image at once, so a discard
+//! of anything the pool still references shows as wrong file contents, a
+//! checksum error or an fsck problem, now or after a crash.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use terrace_media::{BlockLoss, BlockMedia, LossMode, MemBlock, MemMedia};
+
+const PM: u64 = 8 << 20;
+const SSD: u64 = 64 << 20;
+const EXTENT: u64 = 512 << 10;
+
+fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    r.unwrap_err().raw_os_error().expect("an errno")
+}
+
+/// Files written to the SSD tier (block-first placement), some deleted and
+/// some overwritten in part, everything fsynced: the survivors with their
+/// contents.
+fn churn(fs: &terrace_core::Fs, seed: u64) -> Vec<(u64, Vec<u8>)> {
+    block_first(fs);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut files = Vec::new();
+    for i in 0..12u64 {
+        let len = rng.gen_range(1..5usize) << 20;
+        let data = pattern(seed * 100 + i, len);
+        let ino = file_holding(fs, &format!("f{i}"), &data);
+        files.push((ino, data, format!("f{i}")));
+    }
+    // Every other file goes; the rest get a region rewritten.
+    let mut kept = Vec::new();
+    for (k, (ino, mut data, name)) in files.into_iter().enumerate() {
+        if k % 2 == 0 {
+            fs.unlink(1, name.as_bytes()).unwrap();
+            continue;
+        }
+        let at = rng.gen_range(0..data.len() / 2);
+        let new = pattern(seed * 1000 + k as u64, 700 << 10);
+        fs.write(ino, at as u64, &new).unwrap();
+        data.resize(data.len().max(at + new.len()), 0);
+        data[at..at + new.len()].copy_from_slice(&new);
+        fs.fsync(ino, false).unwrap();
+        kept.push((ino, data));
+    }
+    kept
+}
+
+#[test]
+fn fstrim_discards_every_free_extent_and_nothing_a_file_or_a_crash_image_needs() {
+    let (pm, ssd, fs) = crash_pool(PM, SSD, 64);
+    let files = churn(&fs, 1);
+    let free_before = fs.status().tiers[1].extents.unwrap().free_extents;
+    assert!(
+        free_before > 20,
+        "the churn left free extents: {free_before}"
+    );
+
+    let r = fs.trim(0, u64::MAX, 0).unwrap();
+    assert_eq!(
+        r.bytes,
+        free_before * EXTENT,
+        "every free extent, nothing else"
+    );
+    assert_eq!(ssd.stats().discard_bytes, r.bytes);
+    assert_eq!(fs.status().tiers[1].io.unwrap().discard_bytes, r.bytes);
+    assert_files(&fs, &files, "after fstrim");
+    // Nothing was allocated since: a second fstrim has nothing to do.
+    assert_eq!(fs.trim(0, u64::MAX, 0).unwrap().bytes, 0);
+
+    // A crash now (every unsynced PM line and device block lost): the pool
+    // recovers with every fsynced byte, checksums included.
+    let (_, crashed) = recover(
+        pm.crash_image(LossMode::AllUnflushed),
+        Some(ssd.crash_image(BlockLoss::AllUnsynced)),
+        Fsck::Data,
+        "crash after fstrim",
+    );
+    assert_files(&crashed, &files, "crash image after fstrim");
+
+    // Discarded extents are allocated again like any other, and a clean
+    // unmount and mount read everything back from the device.
+    let more = pattern(77, 6 << 20);
+    let ino = file_holding(&fs, "after", &more);
+    fs.fsync(ino, false).unwrap();
+    let mut all = files.clone();
+    all.push((ino, more));
+    assert_files(&fs, &all, "written after fstrim");
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_files(&fs, &all, "after a remount");
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(
+        &MemMedia::from_image(pm.image()),
+        Some(Arc::new(MemBlock::from_image(ssd.image())) as Arc<dyn BlockMedia>),
+        Fsck::Data,
+        "fsck after fstrim",
+    );
+}
+
+#[test]
+fn fstrim_racing_writes_deletes_and_migration_never_discards_live_data() {
+    let (pm, ssd, fs) = crash_pool(PM, SSD, 256);
+    let fs = Arc::new(fs);
+    block_first(&fs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let trimmer = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut total = 0;
+            while !stop.load(Ordering::Relaxed) {
+                total += fs.trim(0, u64::MAX, 0).unwrap().bytes;
+                thread::yield_now();
+            }
+            total
+        })
+    };
+    let mut rng = StdRng::seed_from_u64(base_seed("fstrim race"));
+    let mut live: Vec<(u64, Vec<u8>, String)> = Vec::new();
+    for round in 0..120u64 {
+        let name = format!("r{round}");
+        let data = pattern(round, rng.gen_range(64usize..1536) << 10);
+        let ino = file_holding(&fs, &name, &data);
+        fs.fsync(ino, false).unwrap();
+        live.push((ino, data, name));
+        if live.len() > 24 {
+            let (_, _, gone) = live.remove(rng.gen_range(0..live.len()));
+            fs.unlink(1, gone.as_bytes()).unwrap();
+        }
+        if round % 5 == 0 {
+            let _ = fs.clean_pass();
+        }
+        // What the devices hold (reads of the pool may come from its DRAM
+        // cache): a crash now must find every file intact.
+        if round % 10 == 9 {
+            let files: Vec<(u64, Vec<u8>)> = live.iter().map(|(i, d, _)| (*i, d.clone())).collect();
+            let (_, crashed) = recover(
+                pm.crash_image(LossMode::AllUnflushed),
+                Some(ssd.crash_image(BlockLoss::AllUnsynced)),
+                Fsck::Data,
+                &format!("crash at round {round}"),
+            );
+            assert_files(&crashed, &files, &format!("crash image at round {round}"));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let trimmed = trimmer.join().unwrap();
+    assert!(trimmed > 0, "the trimmer discarded something");
+    let files: Vec<(u64, Vec<u8>)> = live.into_iter().map(|(i, d, _)| (i, d)).collect();
+    assert_files(&fs, &files, "after the race");
+    let (_, crashed) = recover(
+        pm.crash_image(LossMode::AllUnflushed),
+        Some(ssd.crash_image(BlockLoss::AllUnsynced)),
+        Fsck::Data,
+        "crash after the race",
+    );
+    assert_files(&crashed, &files, "crash image after the race");
+}
+
+#[test]
+fn fstrim_ranges_minimum_lengths_and_pools_that_cannot_trim_get_ext4s_answers() {
+    let (_pm, ssd, fs) = tiered_pool(PM, SSD, 64);
+    let end = fs.trim_space_bytes();
+    // PM's data blocks (the pool less its superblock area), then the SSD.
+    let pm_part = end - SSD;
+    assert!(pm_part <= PM && pm_part > PM - (1 << 20), "{pm_part}");
+    assert_eq!(errno_of(fs.trim(0, 0, 0)), libc::EINVAL, "empty range");
+    assert_eq!(errno_of(fs.trim(0, 100, 0)), libc::EINVAL, "under a block");
+    assert_eq!(
+        errno_of(fs.trim(end, 1 << 20, 0)),
+        libc::EINVAL,
+        "at the end"
+    );
+    assert_eq!(errno_of(fs.trim(u64::MAX, 1 << 20, 0)), libc::EINVAL);
+    assert_eq!(
+        errno_of(fs.trim(0, u64::MAX, SSD + 1)),
+        libc::EINVAL,
+        "a minimum no tier can meet"
+    );
+    // PM's part of the space is never discarded.
+    assert_eq!(fs.trim(0, pm_part, 0).unwrap().bytes, 0);
+    // Only extents wholly inside the range: [1 MiB + 1, 4 MiB + 1) of the
+    // SSD covers extents 2..8, of which 3..8 wholly.
+    let r = fs.trim(pm_part + (1 << 20) + 1, 3 << 20, 0).unwrap();
+    assert_eq!(r.bytes, 5 * EXTENT);
+    // A range reaching past the end is cut there.
+    let rest = fs.trim(pm_part, u64::MAX - pm_part, 0).unwrap().bytes;
+    assert_eq!(rest + 5 * EXTENT, SSD - EXTENT, "all but the header extent");
+    assert_eq!(ssd.stats().discard_bytes, SSD - EXTENT);
+
+    // A minimum length skips runs of free extents shorter than it.
+    let fs2 = {
+        let (_pm, _ssd, fs2) = tiered_pool(PM, SSD, 64);
+        block_first(&fs2);
+        // Eight 1-extent files; deleting every other leaves 1-extent holes.
+        for i in 0..8u64 {
+            let ino = file_holding(&fs2, &format!("x{i}"), &pattern(i, EXTENT as usize));
+            fs2.fsync(ino, false).unwrap();
+        }
+        for i in (0..8u64).step_by(2) {
+            fs2.unlink(1, format!("x{i}").as_bytes()).unwrap();
+        }
+        fs2
+    };
+    let base = fs2.trim_space_bytes() - SSD;
+    let holes_skipped = fs2.trim(base, 9 * EXTENT, 2 * EXTENT).unwrap().bytes;
+    let holes = fs2.trim(base, 9 * EXTENT, EXTENT).unwrap().bytes;
+    assert_eq!(
+        holes_skipped, 0,
+        "single free extents are under the minimum"
+    );
+    assert!(holes > 0, "the holes are discarded without a minimum");
+
+    // A PM-only pool has nothing to discard; a read-only pool discards
+    // nothing.
+    let (_, pm_only) = pm_pool(PM, 64);
+    assert_eq!(errno_of(pm_only.trim(0, u64::MAX, 0)), libc::EOPNOTSUPP);
+}
+
+#[test]
+fn a_device_that_cannot_discard_gets_eopnotsupp_and_one_that_fails_gets_its_errno() {
+    // MemMedia-backed tiers through the default `discard`: unsupported.
+    struct NoDiscard(MemBlock);
+    impl BlockMedia for NoDiscard {
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+        fn read_blocks(&self, b: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.0.read_blocks(b, buf)
+        }
+        fn write_blocks(&self, b: u64, d: &[u8]) -> std::io::Result<()> {
+            self.0.write_blocks(b, d)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.0.sync()
+        }
+        fn describe(&self) -> String {
+            "no discard".into()
+        }
+        fn stats(&self) -> terrace_media::BlockStats {
+            self.0.stats()
+        }
+    }
+    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), NoDiscard(MemBlock::new(SSD)), 64);
+    assert_eq!(errno_of(fs.trim(0, u64::MAX, 0)), libc::EOPNOTSUPP);
+
+    struct FailingDiscard(MemBlock);
+    impl BlockMedia for FailingDiscard {
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+        fn read_blocks(&self, b: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.0.read_blocks(b, buf)
+        }
+        fn write_blocks(&self, b: u64, d: &[u8]) -> std::io::Result<()> {
+            self.0.write_blocks(b, d)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.0.sync()
+        }
+        fn discard(&self, _: u64, _: u64) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        }
+        fn describe(&self) -> String {
+            "failing discard".into()
+        }
+        fn stats(&self) -> terrace_media::BlockStats {
+            self.0.stats()
+        }
+    }
+    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), FailingDiscard(MemBlock::new(SSD)), 64);
+    let data = pattern(5, 3 << 20);
+    let ino = file_holding(&fs, "kept", &data);
+    assert_eq!(errno_of(fs.trim(0, u64::MAX, 0)), libc::EIO);
+    assert_files(&fs, &[(ino, data)], "after a failed discard");
+}
+
+#[test]
+fn fstrim_on_a_read_only_pool_is_refused_with_erofs() {
+    let (pm, ssd, fs) = tiered_pool(PM, SSD, 64);
+    fs.unmount().unwrap();
+    drop(fs);
+    let ro = terrace_core::Fs::mount_read_only(pm, vec![(1, ssd as Arc<dyn BlockMedia>)]).unwrap();
+    assert_eq!(errno_of(ro.trim(0, u64::MAX, 0)), libc::EROFS);
+}
