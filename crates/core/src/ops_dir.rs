@@ -493,7 +493,7 @@ impl Fs {
                 libc::EBUSY
             }));
         }
-        if flags.exchange && flags.noreplace {
+        if flags.exchange && (flags.noreplace || flags.whiteout.is_some()) {
             return Err(errno(libc::EINVAL));
         }
         let _rl = self.rename_lock.lock();
@@ -563,6 +563,10 @@ impl Fs {
             let now = now_ns();
             let mut tx = TxBuilder::default();
             let mut nlink_delta: std::collections::HashMap<Ino, i64> = Default::default();
+            // RENAME_WHITEOUT: the whiteout's slot is published now, named by
+            // nothing; the commit below gives it the source name (a crash
+            // before it leaves an orphan slot that recovery frees).
+            let mut whiteout = None;
             // Both forms give `newname` to the source.
             tx.push(
                 newparent,
@@ -604,12 +608,27 @@ impl Fs {
                         return Err(errno(libc::ENOTEMPTY));
                     }
                 }
-                tx.push(
-                    parent,
-                    Entry::DentryDel {
-                        name: name.to_vec(),
-                    },
-                );
+                if let Some(ctx) = flags.whiteout {
+                    let mode = libc::S_IFCHR;
+                    let (w, child, _) =
+                        self.new_inode(l.get(parent), parent, mode, 0, ctx, None)?;
+                    tx.push(
+                        parent,
+                        Entry::DentryAdd {
+                            ino: w,
+                            file_type: libc::DT_CHR,
+                            name: name.to_vec(),
+                        },
+                    );
+                    whiteout = Some((w, child));
+                } else {
+                    tx.push(
+                        parent,
+                        Entry::DentryDel {
+                            name: name.to_vec(),
+                        },
+                    );
+                }
                 if src_is_dir && parent != newparent {
                     *nlink_delta.entry(parent).or_default() -= 1;
                     *nlink_delta.entry(newparent).or_default() += 1;
@@ -650,11 +669,25 @@ impl Fs {
             let freed = tx.extra.first().map(|_| dst.expect("victim").0);
             // A new name in the same directory takes the old one's readdir
             // position (DRAM only: cookies live as long as the mount).
-            let keep_cookie = (parent == newparent && dst.is_none() && !flags.exchange)
-                .then(|| l.get(parent).dir.as_ref().and_then(|d| d.cookie_of(name)))
-                .flatten();
+            let keep_cookie =
+                (parent == newparent && dst.is_none() && !flags.exchange && whiteout.is_none())
+                    .then(|| l.get(parent).dir.as_ref().and_then(|d| d.cookie_of(name)))
+                    .flatten();
             let (parts, extra) = tx.parts();
-            self.commit(&mut l, parts, extra)?;
+            if let Err(e) = self.commit(&mut l, parts, extra) {
+                if let Some((w, mut child)) = whiteout {
+                    // Nothing named it: undo the slot, as a failed create does.
+                    self.media.store_u64(Fs::state_word(w), 0);
+                    self.media.persist(Fs::state_word(w), 8);
+                    self.release_inode_space(&mut child);
+                    self.release_slot(w);
+                }
+                return Err(e);
+            }
+            if let Some((w, child)) = whiteout {
+                // The kernel was given no entry for it: no lookup to count.
+                self.install_inode(w, child);
+            }
             if let Some(c) = keep_cookie {
                 if let Some(d) = l.get(parent).dir.as_mut() {
                     d.move_to_cookie(newname, c);

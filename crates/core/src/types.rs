@@ -171,6 +171,11 @@ pub struct RenameFlags {
     pub noreplace: bool,
     /// `RENAME_EXCHANGE`: swap source and target atomically.
     pub exchange: bool,
+    /// `RENAME_WHITEOUT` (overlayfs): in the same commit, the source name
+    /// is given to a new *whiteout* — a character device 0:0, mode 0 —
+    /// owned by this caller (the directory's group under a set-group-ID
+    /// directory, as for mknod).
+    pub whiteout: Option<Ctx>,
 }
 
 /// One directory entry returned by `readdir`.

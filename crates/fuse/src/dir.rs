@@ -13,24 +13,26 @@ use fuser::{FopenFlags, INodeNo, RenameFlags as FuseRenameFlags, ReplyDirectory}
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use terrace_core::{Fs, RenameFlags};
+use terrace_core::{Ctx, Fs, RenameFlags};
 
 /// Directory entries fetched from the core per batch while filling a reply.
 const READDIR_BATCH: usize = 128;
 
-/// The core's rename flags of renameat2(2) flag bits: EINVAL for unknown
-/// bits and for NOREPLACE with EXCHANGE.
-pub(crate) fn rename_flags(flags: FuseRenameFlags) -> io::Result<RenameFlags> {
+/// The core's rename flags of renameat2(2) flag bits (a whiteout is owned
+/// by `caller`): EINVAL for unknown bits and for EXCHANGE with NOREPLACE or
+/// WHITEOUT. (Since Linux 5.8 the kernel lets any caller make whiteouts.)
+pub(crate) fn rename_flags(flags: FuseRenameFlags, caller: Ctx) -> io::Result<RenameFlags> {
     let bits = flags.bits();
-    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
     if bits & !known != 0 {
         return Err(refuse(libc::EINVAL));
     }
     let f = RenameFlags {
         noreplace: bits & libc::RENAME_NOREPLACE != 0,
         exchange: bits & libc::RENAME_EXCHANGE != 0,
+        whiteout: (bits & libc::RENAME_WHITEOUT != 0).then_some(caller),
     };
-    if f.noreplace && f.exchange {
+    if f.exchange && (f.noreplace || f.whiteout.is_some()) {
         return Err(refuse(libc::EINVAL));
     }
     Ok(f)
@@ -94,14 +96,19 @@ mod tests {
 
     #[test]
     fn rename_flags_refuse_unknown_bits_and_noreplace_with_exchange() {
-        let of = |bits: u32| rename_flags(FuseRenameFlags::from_bits_retain(bits));
+        let caller = Ctx { uid: 7, gid: 8 };
+        let of = |bits: u32| rename_flags(FuseRenameFlags::from_bits_retain(bits), caller);
         let f = of(0).unwrap();
-        assert!(!f.noreplace && !f.exchange);
+        assert!(!f.noreplace && !f.exchange && f.whiteout.is_none());
         assert!(of(libc::RENAME_NOREPLACE).unwrap().noreplace);
         assert!(of(libc::RENAME_EXCHANGE).unwrap().exchange);
+        assert_eq!(of(libc::RENAME_WHITEOUT).unwrap().whiteout, Some(caller));
+        let both = of(libc::RENAME_WHITEOUT | libc::RENAME_NOREPLACE).unwrap();
+        assert!(both.noreplace && both.whiteout.is_some());
         for bits in [
             libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE,
-            libc::RENAME_WHITEOUT,
+            libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT,
+            1 << 3,
         ] {
             let e = of(bits).unwrap_err();
             assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{bits:#x}");

@@ -201,7 +201,7 @@ impl Filesystem for FuseAdapter {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -210,7 +210,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _req = self.arrived(Op::Rename);
-        let r = dir::rename_flags(flags).and_then(|f| {
+        let r = dir::rename_flags(flags, ctx(req)).and_then(|f| {
             let (name, newname) = (name.as_bytes(), newname.as_bytes());
             self.fs.rename(parent.0, name, newparent.0, newname, f)
         });

@@ -78,6 +78,11 @@ pub struct MountOptions {
     /// Fill the kernel's pages of a file after its write-only descriptor is
     /// closed (`fill_after_write=auto|always|never`, default auto).
     pub fill_after_write: FillOption,
+    /// `norecovery` (or ext4's `noload`): mount without recovering the pool.
+    /// Only with `ro` ([`MountOptions::check`]), where it changes nothing: a
+    /// read-only mount never recovers (it writes nothing, and refuses a pool
+    /// that needs recovery rather than show it half-recovered).
+    pub norecovery: bool,
 }
 
 impl Default for MountOptions {
@@ -97,6 +102,7 @@ impl Default for MountOptions {
             poll_us: DEFAULT_POLL_US,
             writeback_cache: false,
             fill_after_write: FillOption::Auto,
+            norecovery: false,
         }
     }
 }
@@ -141,6 +147,7 @@ impl MountOptions {
             "sync" => self.sync = true,
             "async" => self.sync = false,
             "dirsync" => self.dirsync = true,
+            "norecovery" | "noload" => self.norecovery = true,
             "writeback_cache" => self.writeback_cache = true,
             "no_writeback_cache" => self.writeback_cache = false,
             "fill_after_write=auto" => self.fill_after_write = FillOption::Auto,
@@ -173,10 +180,22 @@ impl MountOptions {
                     return Err(format!(
                         "unknown mount option {opt:?} (known: allow_other, allow_root, default_permissions, ro, rw, \
                          suid, nosuid, dev, nodev, exec, noexec, atime, relatime, strictatime, noatime, nodiratime, lazytime, sync, async, dirsync, threads=N, \
-                         poll_us=N, writeback_cache, no_writeback_cache, fill_after_write=auto|always|never)"
+                         poll_us=N, writeback_cache, no_writeback_cache, fill_after_write=auto|always|never, norecovery)"
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Rules between options, checked once all are applied: `norecovery`
+    /// needs `ro` (as on ext4 and XFS).
+    pub fn check(&self) -> Result<(), String> {
+        if self.norecovery && !self.read_only {
+            return Err(
+                "mount option \"norecovery\" needs \"ro\": a read-write mount always recovers the pool"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -251,6 +270,10 @@ mod tests {
         }
         o.apply("noatime").unwrap();
         assert!(o.apply("bogus").is_err());
+        o.apply("norecovery").unwrap();
+        assert!(o.check().unwrap_err().contains("needs \"ro\""));
+        o.apply("ro").unwrap();
+        o.check().unwrap();
         assert!(o.apply("threads=0").is_err());
         assert_eq!(o.poll_us, DEFAULT_POLL_US);
         o.apply("poll_us=0").unwrap();

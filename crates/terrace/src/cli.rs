@@ -483,6 +483,8 @@ Mount options (-o, comma-separated, repeatable):
   ro              read-only mount: nothing is written to any tier (a pool
                   that was not cleanly unmounted is refused: mount it
                   read-write once); migrate and set are refused
+  norecovery      (or noload) only with ro, which never recovers a pool;
+                  accepted for scripts written for ext4 and XFS
   relatime        reads update the access time when it is not after the last
                   change, or is a day old (the default, as on Linux)
   strictatime     every read updates the access time

@@ -560,6 +560,7 @@ pub fn apply_fs(fs: &Fs, op: &Op) -> Result<(), i32> {
             let f = RenameFlags {
                 noreplace: *flags == 1,
                 exchange: *flags == 2,
+                whiteout: None,
             };
             fs.rename(s, sn, d, dn, f).map_err(e)
         }

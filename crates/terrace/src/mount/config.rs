@@ -72,7 +72,7 @@ impl MountConfig {
             }
             self.raw_options.push(o.clone());
         }
-        Ok(())
+        self.options.check().map_err(CliError::usage)
     }
 
     /// Adds one setting, its value parsed and range-checked now (by its
