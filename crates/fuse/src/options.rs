@@ -270,6 +270,7 @@ mod tests {
         }
         o.apply("noatime").unwrap();
         assert!(o.apply("bogus").is_err());
+        o.apply("rw").unwrap();
         o.apply("norecovery").unwrap();
         assert!(o.check().unwrap_err().contains("needs \"ro\""));
         o.apply("ro").unwrap();
