@@ -103,3 +103,21 @@ def test_an_ro_mount_of_a_pool_that_needs_recovery_is_refused_cleanly():
         with mounted_pool(pool, mnt, "ro"):
             assert (mnt / "f").stat().st_size == 100_000
         assert hashes(pool, ssd) == before
+
+
+def test_norecovery_is_taken_with_ro_and_refused_without_it():
+    """`ro,norecovery` (scripts written for ext4/XFS, xfstests generic/537)
+    is an ro mount: nothing written, fstrim refused with EROFS; without
+    `ro` it is a usage error before anything is opened."""
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        files = populated_pool(pool, ssd, mnt)
+        before = hashes(pool, ssd)
+        cp = terrace("mount", pool, mnt, "-o", "norecovery", check=False)
+        assert cp.returncode == 2, helpers.describe(cp, "norecovery without ro")
+        assert_clean_error(cp, mentions=['"norecovery" needs "ro"'])
+        assert not helpers.is_mounted(mnt)
+        with mounted_pool(pool, mnt, "ro,noload"):
+            assert sha256_file(mnt / "big") == files["big"]
+            cp = helpers.run(["fstrim", str(mnt)], check=False)
+            assert cp.returncode != 0 and "Read-only file system" in cp.stderr, cp.stderr
+        assert hashes(pool, ssd) == before, "an ro,norecovery mount changed a tier file"
