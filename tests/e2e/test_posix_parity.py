@@ -1863,3 +1863,110 @@ def test_nodump_and_noatime_flags_round_trip_like_ext4(both):
         return on, off
 
     assert both(flags, expect=OK) == (FS_NODUMP_FL | FS_NOATIME_FL, FS_NOATIME_FL)
+
+
+# ---------------------------------------------------------------------------
+# POSIX ACLs (setfacl/getfacl; design.md §5r)
+# ---------------------------------------------------------------------------
+
+
+def _acl_of(root: str, *names: str) -> str:
+    """getfacl's text for `names` (numeric ids, paths relative to `root`)."""
+    cp = subprocess.run(["getfacl", "-n", *names], cwd=root, capture_output=True, text=True)
+    if cp.returncode != 0:
+        raise AssertionError(f"getfacl {names}: {cp.stderr}")
+    return cp.stdout
+
+
+def _setfacl(root: str, *args: str) -> None:
+    cp = subprocess.run(["setfacl", *args], cwd=root, capture_output=True, text=True)
+    if cp.returncode != 0:
+        err = re.search(r": (.+)$", cp.stderr.strip())
+        code = {v: k for k, v in ((e, os.strerror(e)) for e in errno.errorcode)}.get(
+            err.group(1) if err else "", errno.EIO)
+        raise OSError(code, cp.stderr.strip())
+
+
+def _mode(p: str) -> str:
+    return oct(stat.S_IMODE(os.lstat(p).st_mode))
+
+
+def test_access_acls_set_the_mode_grant_named_users_and_follow_chmod_like_ext4(both):
+    def acls(root):
+        f = j(root, "f")
+        write_file(f, b"shared")
+        os.chmod(f, 0o640)
+        out = []
+        _setfacl(root, "-m", f"u:{NOBODY}:rw", "f")
+        out += [_acl_of(root, "f"), _mode(f)]
+        # The named user may write now, through the kernel's ACL check.
+        run_as(NOBODY, NOBODY, lambda: open(f, "ab").close())
+        # A mask that takes write away denies it.
+        _setfacl(root, "-m", "m::r", "f")
+        out += [_acl_of(root, "f"), _mode(f)]
+        try:
+            run_as(NOBODY, NOBODY, lambda: open(f, "ab").close())
+            out.append("write allowed")
+        except OSError as e:
+            out.append(errno.errorcode[e.errno])
+        # chmod rewrites owner, mask and other; -b drops the extended entries.
+        os.chmod(f, 0o604)
+        out += [_acl_of(root, "f"), _mode(f)]
+        _setfacl(root, "-b", "f")
+        out += [_acl_of(root, "f"), _mode(f), os.listxattr(f)]
+        # An ACL the mode says entirely is not kept as an xattr.
+        _setfacl(root, "-m", "u::rwx,g::r,o::-", "f")
+        out += [_mode(f), os.listxattr(f)]
+        return out
+
+    got = both(acls, expect=OK)
+    assert "user:65534:rw-" in got[0] and got[1] == "0o660", got[:2]
+    assert got[4] == "EACCES", got
+
+
+def test_default_acls_pass_to_new_files_and_directories_instead_of_the_umask_like_ext4(both):
+    def inherit(root):
+        d = j(root, "d")
+        os.mkdir(d, 0o755)
+        _setfacl(root, "-d", "-m", f"u:{NOBODY}:rwx,g::rx,o::-", "d")
+        old = os.umask(0o077)
+        try:
+            write_file(j(d, "file"), b"x")
+            os.mkdir(j(d, "sub"))
+            os.mkfifo(j(d, "fifo"), 0o666)
+            os.symlink("file", j(d, "link"))
+            fd = os.open(d, os.O_TMPFILE | os.O_WRONLY, 0o644)
+            tmp_mode = oct(stat.S_IMODE(os.fstat(fd).st_mode))
+            os.close(fd)
+            # Without a default ACL the umask applies again.
+            write_file(j(root, "plain"), b"y")
+        finally:
+            os.umask(old)
+        return [_acl_of(root, "d", "d/file", "d/sub", "d/fifo"), _mode(j(d, "file")),
+                _mode(j(d, "sub")), _mode(j(d, "fifo")), _mode(j(d, "link")), tmp_mode,
+                _mode(j(root, "plain")), _acl_of(j(d, "sub"), ".")]
+
+    got = both(inherit, expect=OK)
+    assert got[1] == "0o640" and got[6] == "0o600", got
+
+
+def test_acl_errors_like_ext4(both):
+    def errors(root):
+        write_file(j(root, "f"), b"x")
+        out = []
+        for args in (["-d", "-m", "u::rwx", "f"],          # a default ACL on a file
+                     ["-m", "u:nosuchuser:rw", "f"]):        # setfacl refuses it itself
+            try:
+                _setfacl(root, *args)
+                out.append("ok")
+            except OSError as e:
+                out.append(errno.errorcode.get(e.errno, str(e.errno)))
+        # A malformed value straight through setxattr.
+        try:
+            os.setxattr(j(root, "f"), "system.posix_acl_access", b"\x02\x00\x00\x00\x01\x00")
+            out.append("ok")
+        except OSError as e:
+            out.append(errno.errorcode[e.errno])
+        return out
+
+    both(errors, expect=OK)

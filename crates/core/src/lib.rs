@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod alloc;
 pub mod cache;
 mod cache_write;

@@ -209,6 +209,21 @@ impl Fs {
         } else {
             (ctx.gid, mode)
         };
+        // The directory's default ACL masks the mode and is passed on
+        // (`acl::inherit`); without one the caller's umask applies. Not for
+        // symlinks, whose mode is always 0777.
+        let default_acl = match kind {
+            FileType::Symlink => None,
+            _ => p
+                .xattrs
+                .get(crate::acl::ACL_DEFAULT)
+                .and_then(|v| crate::acl::Acl::parse(v).ok()),
+        };
+        let (mode, access_acl, dir_default_acl) = match (&default_acl, kind) {
+            (_, FileType::Symlink) => (mode, None, None),
+            (Some(d), _) => crate::acl::inherit(d, mode),
+            (None, _) => (mode & !(ctx.umask & 0o777), None, None),
+        };
         let off = inode_offset(ino);
         let mut old = [0u8; 8];
         self.media
@@ -265,6 +280,14 @@ impl Fs {
                 name: crate::service_state::RULE_XATTR.to_vec(),
                 value: value.clone(),
             });
+        }
+        for (name, acl) in [
+            (crate::acl::ACL_ACCESS, &access_acl),
+            (crate::acl::ACL_DEFAULT, &dir_default_acl),
+        ] {
+            if let Some(acl) = acl {
+                initial.extend(crate::inode::xattr_entries(name, &acl.encode()));
+            }
         }
         if !initial.is_empty() {
             match child.log.stage(

@@ -624,6 +624,18 @@ impl Fs {
         }
         if let Some(m) = s.mode {
             a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
+            // chmod rewrites the access ACL in the same commit (`acl.rs`).
+            if let Some(acl) = i
+                .xattrs
+                .get(crate::acl::ACL_ACCESS)
+                .and_then(|v| crate::acl::Acl::parse(v).ok())
+            {
+                let new = crate::acl::chmod(&acl, a.mode);
+                entries.extend(crate::inode::xattr_entries(
+                    crate::acl::ACL_ACCESS,
+                    &new.encode(),
+                ));
+            }
         }
         if let Some(u) = s.uid {
             a.uid = u;

@@ -30,13 +30,36 @@ impl Fs {
             Ok(())
         } else if name.starts_with(b"trusted.") || name.starts_with(b"security.") {
             Ok(())
+        } else if name == crate::acl::ACL_ACCESS || name == crate::acl::ACL_DEFAULT {
+            // POSIX ACLs (`acl.rs`); not on symlinks, as on ext4.
+            if i.kind == FileType::Symlink {
+                return Err(errno(libc::EOPNOTSUPP));
+            }
+            Ok(())
         } else {
             Err(errno(libc::EOPNOTSUPP))
         }
     }
 
     /// Sets an extended attribute (`flags`: [`XATTR_CREATE`], [`XATTR_REPLACE`]).
+    /// An access ACL sets the mode's permission bits in the same commit
+    /// (`acl.rs`).
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        self.setxattr_as(ino, name, value, flags, true)
+    }
+
+    /// [`Fs::setxattr`] by a caller who may keep the set-group-ID bit
+    /// (`may_keep_sgid`: in the file's group, or `CAP_FSETID`) or not: an
+    /// access ACL that changes the mode of a file clears the bit for the
+    /// latter, as the VFS's `posix_acl_update_mode` does.
+    pub fn setxattr_as(
+        &self,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        may_keep_sgid: bool,
+    ) -> FsResult<()> {
         self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
@@ -58,7 +81,30 @@ impl Fs {
         }
         let mut a = i.attr;
         a.ctime = now_ns();
-        let mut entries = crate::inode::xattr_entries(name, value);
+        let mut entries = if name == crate::acl::ACL_ACCESS || name == crate::acl::ACL_DEFAULT {
+            let acl = crate::acl::Acl::parse(value)?;
+            crate::acl::check_target(name, a.mode)?;
+            let (bits, equiv) = crate::acl::equiv_mode(&acl);
+            if name == crate::acl::ACL_ACCESS {
+                a.mode = (a.mode & !0o777) | bits;
+                if !may_keep_sgid {
+                    a.mode &= !libc::S_ISGID;
+                }
+            }
+            if name == crate::acl::ACL_ACCESS && equiv {
+                // The mode bits say it all: nothing to store.
+                match exists {
+                    true => vec![Entry::XattrDel {
+                        name: name.to_vec(),
+                    }],
+                    false => Vec::new(),
+                }
+            } else {
+                crate::inode::xattr_entries(name, &acl.encode())
+            }
+        } else {
+            crate::inode::xattr_entries(name, value)
+        };
         entries.push(Entry::Attr(a));
         self.commit_one(i, entries)?;
         if rule {

@@ -191,7 +191,17 @@ mod tests {
         crate::format(&*pm, &params).unwrap();
         let fs = crate::Fs::mount(pm).unwrap();
         let f = fs
-            .mknod(1, b"f", libc::S_IFREG | 0o644, 0, Ctx { uid: 0, gid: 0 })
+            .mknod(
+                1,
+                b"f",
+                libc::S_IFREG | 0o644,
+                0,
+                Ctx {
+                    uid: 0,
+                    gid: 0,
+                    umask: 0,
+                },
+            )
             .unwrap();
         // Every other block: 4,000 extents, far more than 64 KiB of xattr text.
         for k in 0..4000u64 {

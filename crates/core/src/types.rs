@@ -162,6 +162,10 @@ pub struct Ctx {
     pub uid: u32,
     /// Caller's effective gid.
     pub gid: u32,
+    /// The caller's umask: a new inode's mode loses these bits unless its
+    /// directory has a default ACL, which masks it instead (`acl.rs`). 0 for
+    /// callers that pass a final mode.
+    pub umask: u32,
 }
 
 /// Flags of `rename`.

@@ -11,6 +11,7 @@ use terrace_media::{CrashMedia, LossMode};
 const CALLER: Ctx = Ctx {
     uid: 1000,
     gid: 1000,
+    umask: 0,
 };
 
 fn whiteout() -> RenameFlags {

@@ -138,6 +138,7 @@ fn ownership_and_errors_are_creates() {
     let user = Ctx {
         uid: 1000,
         gid: 1000,
+        umask: 0,
     };
     // A set-group-ID directory gives its group (and not its bit) to files.
     let g = fs.mkdir(1, b"shared", 0o2777, CTX).unwrap().ino;

@@ -52,6 +52,11 @@ pub struct FuseAdapter {
     /// the kernel agreed (`FUSE_WRITEBACK_CACHE`), so every open goes through
     /// the page cache and its writes reach the daemon at write-back.
     pub(crate) writeback_cache: bool,
+    /// Before INIT: POSIX ACLs are wanted (`-o acl`, the default); after:
+    /// the kernel agreed (`FUSE_POSIX_ACL` with `FUSE_DONT_MASK`), so it
+    /// checks permissions against ACLs and sends new inodes' modes unmasked
+    /// with the umask, which the core applies (design.md §5r).
+    pub(crate) posix_acl: bool,
     /// The kernel agreed to `FUSE_NO_OPENDIR_SUPPORT`: opendir is answered
     /// ENOSYS once and never sent again (nor releasedir).
     pub(crate) no_opendir: bool,
@@ -94,12 +99,19 @@ impl FuseAdapter {
             fill_gate: Arc::default(),
             fill_after_write: FillOption::Auto,
             writeback_cache: false,
+            posix_acl: false,
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
             latency: None,
             listing: Arc::default(),
             object_waits: Arc::default(),
         }
+    }
+
+    /// Asks the kernel for POSIX ACLs at INIT (`-o acl`, the default).
+    pub fn with_posix_acl(mut self, want: bool) -> FuseAdapter {
+        self.posix_acl = want;
+        self
     }
 
     /// Asks the kernel for its writeback cache at INIT (`-o writeback_cache`).
@@ -173,6 +185,14 @@ impl FuseAdapter {
         self.writeback_cache = self.writeback_cache
             && config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_ok();
+        // POSIX ACLs (`-o acl`, the default; design.md §5r): the kernel
+        // reads and caches them and checks permissions against them; with
+        // DONT_MASK it leaves the umask of a new inode to the core, which
+        // must not apply it under a default ACL.
+        self.posix_acl = self.posix_acl
+            && config
+                .add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
                 .is_ok();
         // A symlink's target never changes: the kernel may keep it.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);

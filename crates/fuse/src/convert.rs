@@ -95,6 +95,7 @@ pub(crate) fn ctx(req: &Request) -> Ctx {
     Ctx {
         uid: req.uid(),
         gid: req.gid(),
+        umask: 0,
     }
 }
 

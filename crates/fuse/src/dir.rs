@@ -96,7 +96,11 @@ mod tests {
 
     #[test]
     fn rename_flags_refuse_unknown_bits_and_noreplace_with_exchange() {
-        let caller = Ctx { uid: 7, gid: 8 };
+        let caller = Ctx {
+            uid: 7,
+            gid: 8,
+            umask: 0,
+        };
         let of = |bits: u32| rename_flags(FuseRenameFlags::from_bits_retain(bits), caller);
         let f = of(0).unwrap();
         assert!(!f.noreplace && !f.exchange && f.whiteout.is_none());

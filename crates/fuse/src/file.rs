@@ -14,16 +14,16 @@
 //!   counted (the kernel never learns of it).
 
 use crate::adapter::FuseAdapter;
-use crate::convert::ctx;
 use crate::fill;
 use crate::invalidate::{Stale, Step};
 use crate::reply::{self, refuse};
 use crate::setid;
-use fuser::{FopenFlags, ReplyOpen, Request, WriteFlags};
+use fuser::{FopenFlags, ReplyOpen, WriteFlags};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use terrace_core::Attr;
+use terrace_core::Ctx;
 
 impl FuseAdapter {
     /// Whether an open with `flags` goes through the kernel's page cache
@@ -202,7 +202,7 @@ pub(crate) fn release(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<()> {
 /// create: a regular file named `name` in `parent`, opened with `flags`.
 pub(crate) fn create(
     a: &FuseAdapter,
-    req: &Request,
+    caller: Ctx,
     parent: u64,
     name: &OsStr,
     mode: u32,
@@ -212,7 +212,7 @@ pub(crate) fn create(
         0 | libc::S_IFREG => libc::S_IFREG | (mode & 0o7777),
         _ => return Err(refuse(libc::EINVAL)),
     };
-    let attr = a.fs.mknod(parent, name.as_bytes(), mode, 0, ctx(req))?;
+    let attr = a.fs.mknod(parent, name.as_bytes(), mode, 0, caller)?;
     match a.fs.open(attr.ino, flags) {
         Ok(fh) => {
             // A new file: no fill of it can be running.
@@ -231,12 +231,12 @@ pub(crate) fn create(
 /// file in `parent`, created and opened at once by the core.
 pub(crate) fn tmpfile(
     a: &FuseAdapter,
-    req: &Request,
+    caller: Ctx,
     parent: u64,
     mode: u32,
     flags: i32,
 ) -> io::Result<(Attr, u64, FopenFlags)> {
-    let (attr, fh) = a.fs.tmpfile(parent, mode, flags, ctx(req))?;
+    let (attr, fh) = a.fs.tmpfile(parent, mode, flags, caller)?;
     // A new file: no fill of it can be running.
     let how = a.open_flags(attr.ino, flags).unwrap_or(FopenFlags::empty());
     Ok((attr, fh, how))

@@ -28,6 +28,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
+use terrace_core::Ctx;
 use terrace_core::SetAttr;
 
 impl Filesystem for FuseAdapter {
@@ -148,14 +149,18 @@ impl Filesystem for FuseAdapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         let _req = self.arrived(Op::Mknod);
-        let r = self
-            .fs
-            .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), ctx(req));
+        let r = self.fs.mknod(
+            parent.0,
+            name.as_bytes(),
+            mode,
+            u64::from(rdev),
+            Ctx { umask, ..ctx(req) },
+        );
         reply::entry(reply, r);
     }
 
@@ -165,11 +170,13 @@ impl Filesystem for FuseAdapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let _req = self.arrived(Op::Mkdir);
-        let r = self.fs.mkdir(parent.0, name.as_bytes(), mode, ctx(req));
+        let r = self
+            .fs
+            .mkdir(parent.0, name.as_bytes(), mode, Ctx { umask, ..ctx(req) });
         reply::entry(reply, r);
     }
 
@@ -401,12 +408,16 @@ impl Filesystem for FuseAdapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         let _req = self.arrived(Op::Create);
-        reply::created(reply, file::create(self, req, parent.0, name, mode, flags));
+        let caller = Ctx { umask, ..ctx(req) };
+        reply::created(
+            reply,
+            file::create(self, caller, parent.0, name, mode, flags),
+        );
     }
 
     fn tmpfile(
@@ -415,19 +426,20 @@ impl Filesystem for FuseAdapter {
         parent: INodeNo,
         _name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         let _req = self.arrived(Op::Tmpfile);
-        reply::created(reply, file::tmpfile(self, req, parent.0, mode, flags));
+        let caller = Ctx { umask, ..ctx(req) };
+        reply::created(reply, file::tmpfile(self, caller, parent.0, mode, flags));
     }
 
     // Extended attributes.
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -436,13 +448,22 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _req = self.arrived(Op::Setxattr);
-        let r = self.fs.setxattr(ino.0, name.as_bytes(), value, flags);
+        let r = xattr::set(
+            self,
+            &setid::Caller::of(req),
+            ino.0,
+            name.as_bytes(),
+            value,
+            flags,
+        );
         reply::empty(reply, r);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _req = self.arrived(Op::Getxattr);
-        xattr::send(reply, size, self.fs.getxattr(ino.0, name.as_bytes()));
+        let r = xattr::acl_allowed(self, name.as_bytes())
+            .and_then(|()| self.fs.getxattr(ino.0, name.as_bytes()));
+        xattr::send(reply, size, r);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
@@ -453,7 +474,9 @@ impl Filesystem for FuseAdapter {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _req = self.arrived(Op::Removexattr);
-        reply::empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
+        let r = xattr::acl_allowed(self, name.as_bytes())
+            .and_then(|()| self.fs.removexattr(ino.0, name.as_bytes()));
+        reply::empty(reply, r);
     }
 
     // Special operations.

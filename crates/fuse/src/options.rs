@@ -78,6 +78,9 @@ pub struct MountOptions {
     /// Fill the kernel's pages of a file after its write-only descriptor is
     /// closed (`fill_after_write=auto|always|never`, default auto).
     pub fill_after_write: FillOption,
+    /// POSIX ACLs (`acl`, the default as on ext4; `noacl` turns them off:
+    /// ACL xattrs are then refused and the kernel applies the umask).
+    pub acl: bool,
     /// `norecovery` (or ext4's `noload`): mount without recovering the pool.
     /// Only with `ro` ([`MountOptions::check`]), where it changes nothing: a
     /// read-only mount never recovers (it writes nothing, and refuses a pool
@@ -103,6 +106,7 @@ impl Default for MountOptions {
             writeback_cache: false,
             fill_after_write: FillOption::Auto,
             norecovery: false,
+            acl: true,
         }
     }
 }
@@ -148,6 +152,8 @@ impl MountOptions {
             "async" => self.sync = false,
             "dirsync" => self.dirsync = true,
             "norecovery" | "noload" => self.norecovery = true,
+            "acl" => self.acl = true,
+            "noacl" => self.acl = false,
             "writeback_cache" => self.writeback_cache = true,
             "no_writeback_cache" => self.writeback_cache = false,
             "fill_after_write=auto" => self.fill_after_write = FillOption::Auto,
@@ -180,7 +186,7 @@ impl MountOptions {
                     return Err(format!(
                         "unknown mount option {opt:?} (known: allow_other, allow_root, default_permissions, ro, rw, \
                          suid, nosuid, dev, nodev, exec, noexec, atime, relatime, strictatime, noatime, nodiratime, lazytime, sync, async, dirsync, threads=N, \
-                         poll_us=N, writeback_cache, no_writeback_cache, fill_after_write=auto|always|never, norecovery)"
+                         poll_us=N, writeback_cache, no_writeback_cache, fill_after_write=auto|always|never, norecovery, acl, noacl)"
                     ));
                 }
             }

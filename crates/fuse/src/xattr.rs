@@ -1,13 +1,46 @@
-//! Extended attributes: the size-probe protocol of getxattr/listxattr and
-//! the NUL-separated name list. Setting and removing are plain core calls
-//! (`filesystem.rs`).
+//! Extended attributes: the size-probe protocol of getxattr/listxattr, the
+//! NUL-separated name list, and the POSIX ACL names (`system.posix_acl_*`):
+//! refused unless the kernel agreed to `FUSE_POSIX_ACL` (`-o noacl`), and
+//! an access ACL set by a caller outside the file's group without
+//! `CAP_FSETID` clears the set-group-ID bit (the VFS's
+//! `posix_acl_update_mode`, which the kernel leaves to the file system).
 //!
 //! Invariant: a value or list larger than the caller's buffer is ERANGE,
 //! never truncated; `size == 0` asks for the length only.
 
-use crate::reply::errno_of;
+use crate::adapter::FuseAdapter;
+use crate::reply::{errno_of, refuse};
+use crate::setid::Caller;
 use fuser::{Errno, ReplyXattr};
 use std::io;
+use terrace_core::acl::{ACL_ACCESS, ACL_DEFAULT};
+
+/// EOPNOTSUPP for an ACL name when the mount has no POSIX ACLs.
+pub(crate) fn acl_allowed(a: &FuseAdapter, name: &[u8]) -> io::Result<()> {
+    if !a.posix_acl && (name == ACL_ACCESS || name == ACL_DEFAULT) {
+        return Err(refuse(libc::EOPNOTSUPP));
+    }
+    Ok(())
+}
+
+/// setxattr by `caller`.
+pub(crate) fn set(
+    a: &FuseAdapter,
+    caller: &Caller,
+    ino: u64,
+    name: &[u8],
+    value: &[u8],
+    flags: i32,
+) -> io::Result<()> {
+    acl_allowed(a, name)?;
+    let may_keep_sgid = if name == ACL_ACCESS {
+        let gid = a.fs.getattr(ino)?.gid;
+        caller.in_group(gid) || caller.has_fsetid()
+    } else {
+        true
+    };
+    a.fs.setxattr_as(ino, name, value, flags, may_keep_sgid)
+}
 
 /// Replies to getxattr/listxattr with `r` (the value, or the name list):
 /// `size == 0` asks for the length only.

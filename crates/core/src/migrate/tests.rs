@@ -45,7 +45,11 @@ fn first_extent(fs: &Fs, ino: Ino) -> crate::extent_map::Extent {
 #[test]
 fn rewrites_of_clean_pm_data_count_for_the_dirty_list_and_reads_for_the_clean_one() {
     let fs = pool();
-    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let ctx = crate::Ctx {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
     fs.write(f.ino, 0, &[1u8; 8 * 4096]).unwrap();
     // Clean copies of all 8 blocks on the SSD tier; the PM side stays.
@@ -76,7 +80,11 @@ fn rewrites_of_clean_pm_data_count_for_the_dirty_list_and_reads_for_the_clean_on
 
 #[test]
 fn a_move_prepared_before_a_collapse_or_insert_never_lands_on_the_shifted_blocks() {
-    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let ctx = crate::Ctx {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
     for mode in [
         crate::FallocateMode::CollapseRange,
         crate::FallocateMode::InsertRange,
@@ -115,7 +123,11 @@ fn a_move_prepared_before_a_collapse_or_insert_never_lands_on_the_shifted_blocks
 #[test]
 fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot() {
     let fs = pool();
-    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let ctx = crate::Ctx {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
     let d = fs.mkdir(1, b"d", 0o755, ctx).unwrap().ino;
     let f = fs.mknod(d, b"old", libc::S_IFREG | 0o644, 0, ctx).unwrap();
     fs.write(f.ino, 0, &[1u8; 4096]).unwrap();
@@ -167,7 +179,11 @@ fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot()
 #[test]
 fn a_pass_over_a_pm_far_below_its_threshold_scans_no_inode_slot_and_one_over_it_does() {
     let fs = pool();
-    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let ctx = crate::Ctx {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
     fs.write(f.ino, 0, &[1u8; 64 << 10]).unwrap();
     let scans = || fs.migrator.split_scans.load(Ordering::Relaxed);
@@ -186,7 +202,11 @@ fn a_pass_over_a_pm_far_below_its_threshold_scans_no_inode_slot_and_one_over_it_
 #[test]
 fn a_copy_drop_prepared_before_the_copy_was_replaced_commits_nothing_and_keeps_the_new_copy() {
     let fs = pool();
-    let ctx = crate::Ctx { uid: 0, gid: 0 };
+    let ctx = crate::Ctx {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
     let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
     fs.write(f.ino, 0, &[7u8; 8 * 4096]).unwrap();
     let old = copy_to_ssd(&fs, f.ino);

@@ -20,7 +20,11 @@ use rand::Rng;
 use std::collections::{BTreeMap, HashMap};
 use terrace_core::{Ctx, FileType, Fs, RenameFlags, SetAttr};
 
-pub const CTX: Ctx = Ctx { uid: 0, gid: 0 };
+pub const CTX: Ctx = Ctx {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 
 /// Canonical summary of one name in the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -405,6 +405,7 @@ mod tests {
         let ctx = terrace_core::Ctx {
             uid: 1000,
             gid: 1000,
+            umask: 0,
         };
         let private = fs
             .mknod(1, b"private", libc::S_IFREG | 0o600, 0, ctx)
@@ -476,7 +477,11 @@ mod tests {
         ] {
             fs.set_setting(k, v).unwrap();
         }
-        let ctx = terrace_core::Ctx { uid: 0, gid: 0 };
+        let ctx = terrace_core::Ctx {
+            uid: 0,
+            gid: 0,
+            umask: 0,
+        };
         let a = fs.mknod(1, b"a", libc::S_IFREG | 0o644, 0, ctx).unwrap();
         fs.write(a.ino, 0, &vec![5u8; 3 << 20]).unwrap();
         fs.fsync(a.ino, false).unwrap();
