@@ -485,6 +485,7 @@ Mount options (-o, comma-separated, repeatable):
                   read-write once); migrate and set are refused
   norecovery      (or noload) only with ro, which never recovers a pool;
                   accepted for scripts written for ext4 and XFS
+  acl, noacl      POSIX ACLs (setfacl/getfacl), on by default as on ext4
   relatime        reads update the access time when it is not after the last
                   change, or is a day old (the default, as on Linux)
   strictatime     every read updates the access time
