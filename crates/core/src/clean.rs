@@ -24,7 +24,10 @@ use crate::types::Ino;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use terrace_format::{FileBlock, PhysBlock, TierId};
+use terrace_format::{FileBlock, PhysBlock, TierId, TierKind};
+
+/// Extents [`Fs::recycle_for_room`] recycles at most per call.
+const URGENT_VICTIMS: usize = 64;
 use terrace_policy::cleaner;
 
 /// A piece of a file in blocks being emptied ([`Fs::owners_in`]): `blocks`
@@ -104,6 +107,10 @@ pub struct CleanerStatus {
     pub recycled_blocks: u64,
     /// 1 − moved / recycled (NVMFS's cleaning efficiency); `None` before any.
     pub efficiency: Option<f64>,
+    /// Of the rounds, those run because data would otherwise have failed
+    /// for room while the tiers held dead blocks ([`Fs::recycle_for_room`]).
+    #[serde(default)]
+    pub urgent_rounds: u64,
 }
 
 impl Fs {
@@ -127,6 +134,50 @@ impl Fs {
             recycled += self.recycle_on(t.id, &plan.victims);
         }
         recycled
+    }
+
+    /// Room for `blocks` more blocks of data when the block tiers' free
+    /// space is all in partly valid extents (the dead blocks of a
+    /// non-overwrite tier come back only when their whole extent empties):
+    /// recycles the least valid extent of any block tier, one at a time —
+    /// each one's valid blocks land in the room the previous one freed —
+    /// until [`Fs::data_room_blocks`] has `blocks` or nothing more frees an
+    /// extent. Unlike [`Fs::clean_pass`] it ignores the cleaner's thresholds:
+    /// it runs when data that was accepted (dirty cached pages) or asked for
+    /// would otherwise fail with ENOSPC while the pool holds dead blocks.
+    /// Object tiers clean themselves (`object_clean.rs`) and are left alone.
+    /// Whether any extent was freed. Called with no lock held.
+    pub(crate) fn recycle_for_room(&self, blocks: u64) -> bool {
+        let mut freed_any = false;
+        for _ in 0..URGENT_VICTIMS {
+            if self.data_room_blocks() >= blocks || self.is_frozen() {
+                break;
+            }
+            let victim = self
+                .tiers
+                .iter()
+                .filter(|t| t.kind != TierKind::S3 && !t.space.is_retiring())
+                .filter_map(|t| {
+                    let (infos, _, _) = t.space.cleaning_view();
+                    infos
+                        .into_iter()
+                        .filter(|e| e.valid_blocks < e.total_blocks)
+                        .min_by_key(|e| e.valid_blocks)
+                        .map(|e| (e.valid_blocks, t.id, e.id))
+                })
+                .min();
+            let Some((_, tier, extent)) = victim else {
+                break;
+            };
+            self.cleaner_stats
+                .urgent_rounds
+                .fetch_add(1, Ordering::Relaxed);
+            if self.recycle_on(tier, &[extent]) == 0 {
+                break;
+            }
+            freed_any = true;
+        }
+        freed_any
     }
 
     /// Moves every valid block out of extents `victims` of tier `tier` (a
@@ -287,6 +338,7 @@ impl Fs {
             moved_blocks: moved,
             recycled_blocks: recycled,
             efficiency: cleaner::cleaning_efficiency(moved, recycled),
+            urgent_rounds: s.urgent_rounds.load(Ordering::Relaxed),
         }
     }
 }

@@ -41,6 +41,9 @@ pub struct CleanerStats {
     pub(crate) extents_recycled: AtomicU64,
     pub(crate) moved_blocks: AtomicU64,
     pub(crate) recycled_blocks: AtomicU64,
+    /// Rounds of [`Fs::recycle_for_room`](crate::Fs): extents recycled
+    /// because data would otherwise have failed for room.
+    pub(crate) urgent_rounds: AtomicU64,
 }
 
 /// Object-tier cleaning state (`object_clean.rs`).

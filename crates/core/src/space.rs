@@ -349,6 +349,11 @@ impl Fs {
             }
             progressed = true;
         }
+        // Still short, with dead blocks in partly valid extents of the block
+        // tiers: recycle them now rather than fail (`clean.rs`).
+        if self.data_room_blocks() < blocks && self.recycle_for_room(blocks) {
+            progressed = true;
+        }
         if progressed {
             self.space_stats
                 .room_retries

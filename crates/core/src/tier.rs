@@ -37,6 +37,11 @@ use terrace_media::{BlockMedia, Closable, PerWriterSync};
 pub struct ExtentSpace {
     extent_blocks: u64,
     extents: u64,
+    /// Free extents held back for extent recycling ([`ExtentSpace::alloc`]
+    /// leaves them, [`ExtentSpace::alloc_recycling`] may take them): a tier
+    /// whose free space is all dead blocks of partly valid extents can
+    /// always move one extent's valid blocks out, which frees that extent.
+    reserve: u64,
     inner: Mutex<SpaceInner>,
     /// The tier is being removed: nothing may be allocated on it. Changed
     /// only under `inner`'s lock, which `alloc` holds while it checks it.
@@ -111,6 +116,7 @@ impl ExtentSpace {
         Ok(ExtentSpace {
             extent_blocks,
             extents,
+            reserve: RECYCLING_RESERVE_EXTENTS.min(extents / 8),
             inner: Mutex::new(
                 Rank::leaf("tier space"),
                 SpaceInner {
@@ -142,11 +148,27 @@ impl ExtentSpace {
         self.retiring.load(Ordering::SeqCst)
     }
 
-    /// Allocates `n` blocks, appending to the open extent (all or nothing).
-    /// Nothing on a retiring tier.
+    /// Allocates `n` blocks, appending to the open extent (all or nothing),
+    /// leaving the recycling reserve. Nothing on a retiring tier.
     pub fn alloc(&self, n: u64) -> Option<Vec<Run>> {
+        self.alloc_above(n, self.reserve)
+    }
+
+    /// [`ExtentSpace::alloc`] for extent recycling, which may take the
+    /// reserve: what it moves out of an extent frees that extent.
+    pub fn alloc_recycling(&self, n: u64) -> Option<Vec<Run>> {
+        self.alloc_above(n, 0)
+    }
+
+    /// Blocks an allocation leaving `keep` free extents may take.
+    fn usable(&self, g: &SpaceInner, keep: u64) -> u64 {
+        let held = (g.free.len() as u64).min(keep) * self.extent_blocks;
+        g.free_blocks.saturating_sub(held)
+    }
+
+    fn alloc_above(&self, n: u64, keep: u64) -> Option<Vec<Run>> {
         let mut g = self.inner.lock();
-        if g.free_blocks < n || self.retiring.load(Ordering::SeqCst) {
+        if self.usable(&g, keep) < n || self.retiring.load(Ordering::SeqCst) {
             return None;
         }
         let mut runs: Vec<Run> = Vec::new();
@@ -216,14 +238,20 @@ impl ExtentSpace {
         }
     }
 
-    /// Blocks that can still be allocated (cheap: no walk over the
-    /// extents); none while the tier is retiring.
+    /// Blocks that can still be allocated for data, the recycling reserve
+    /// left out (cheap: no walk over the extents); none while the tier is
+    /// retiring.
     pub fn free_blocks(&self) -> u64 {
         let g = self.inner.lock();
         if self.retiring.load(Ordering::SeqCst) {
             return 0;
         }
-        g.free_blocks
+        self.usable(&g, self.reserve)
+    }
+
+    /// Free extents held back for extent recycling.
+    pub fn recycling_reserve_extents(&self) -> u64 {
+        self.reserve
     }
 
     /// Blocks the tier can hold (extent 0, the tier's own header, excluded).
@@ -357,6 +385,10 @@ impl ExtentSpace {
         self.extents
     }
 }
+
+/// Free extents a block tier keeps for extent recycling (at most an eighth
+/// of its extents): 1 MiB with 512 KiB extents.
+pub const RECYCLING_RESERVE_EXTENTS: u64 = 2;
 
 /// Extents one [`ExtentSpace::discard_free`] call hands to the device at
 /// most (4 MiB with 512 KiB extents): what an allocation may wait for.
@@ -518,6 +550,31 @@ mod tests {
         assert!(s.alloc(129).is_none());
         assert_eq!(s.alloc(128).unwrap(), vec![(PhysBlock(128), 128)]);
         assert!(s.alloc(1).is_none());
+    }
+
+    #[test]
+    fn the_last_free_extents_are_left_to_recycling() {
+        // 17 extents: the header, 16 to use, 2 of them held back.
+        let s = ExtentSpace::new(128 * 17, 128, vec![]).unwrap();
+        assert_eq!(s.recycling_reserve_extents(), 2);
+        assert_eq!(s.free_blocks(), 14 * 128, "data sees 14 extents");
+        assert!(s.alloc(14 * 128 + 1).is_none());
+        s.alloc(14 * 128).unwrap();
+        assert_eq!(s.free_blocks(), 0);
+        assert!(s.alloc(1).is_none(), "the reserve is not for data");
+        assert_eq!(
+            s.alloc_recycling(128).unwrap().len(),
+            1,
+            "recycling takes it"
+        );
+        assert_eq!(s.stats().free_extents, 1);
+        // Small tiers keep at most an eighth of their extents.
+        assert_eq!(
+            ExtentSpace::new(128 * 9, 128, vec![])
+                .unwrap()
+                .recycling_reserve_extents(),
+            1
+        );
     }
 
     /// Runs `discard_free` over every extent, returning the runs it

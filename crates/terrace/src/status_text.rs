@@ -384,9 +384,10 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
     ));
     let c = &st.cleaner;
     line(format!(
-        "  recycling     {} extents recycled in {} rounds, {} valid blocks moved; efficiency {}",
+        "  recycling     {} extents recycled in {} rounds ({} to make room for data), {} valid blocks moved; efficiency {}",
         c.extents_recycled,
         c.rounds,
+        c.urgent_rounds,
         c.moved_blocks,
         two_places(c.efficiency)
     ));

@@ -548,7 +548,14 @@ impl Fs {
                 not_pending();
                 return Err(errno(libc::ENOSPC));
             }
-            match t.space.alloc(total) {
+            // Recycling (a move within the tier) may use the tier's reserve:
+            // it frees the extent it empties.
+            let runs = if mode == Mode::Move && from == to {
+                t.space.alloc_recycling(total)
+            } else {
+                t.space.alloc(total)
+            };
+            match runs {
                 Some(runs) => crate::data::DataRuns { tier: to, runs },
                 None => {
                     not_pending();
