@@ -189,7 +189,7 @@ impl Fs {
             batch.push(self.capture(i));
             drop(g);
             if batch.len() >= BATCH_BLOBS {
-                match self.write_and_commit_logs(std::mem::take(&mut batch), to) {
+                match self.write_and_commit_logs(std::mem::take(&mut batch), to, true) {
                     Ok(done) => freed += done.pm_bytes_freed,
                     Err(e) => {
                         self.note_log_failure(&e);
@@ -200,7 +200,7 @@ impl Fs {
             }
         }
         if !batch.is_empty() {
-            match self.write_and_commit_logs(batch, to) {
+            match self.write_and_commit_logs(batch, to, true) {
                 Ok(done) => freed += done.pm_bytes_freed,
                 Err(e) => self.note_log_failure(&e),
             }
@@ -243,20 +243,35 @@ impl Fs {
                 batch.push(self.capture(i));
             }
         }
-        let done = self.write_and_commit_logs(batch, to)?;
+        let done = self.write_and_commit_logs(batch, to, false)?;
         Ok(done.moved)
     }
 
-    /// Steps 2 and 3 of the module docs for captured logs.
-    fn write_and_commit_logs(&self, batch: Vec<Captured>, to: TierId) -> FsResult<LogsMoved> {
+    /// Steps 2 and 3 of the module docs for captured logs. `from_pm`: log
+    /// migration, whose blobs may take only block-tier room no dirty cached
+    /// page was promised (a small log leaves less PM than its blob takes on
+    /// the tier — a 256-byte page becomes a 4 KiB block — so moving it is
+    /// not room-neutral; xfstests generic/077 had 12 MiB of such blobs on a
+    /// full pool whose cached pages then could not be written back).
+    fn write_and_commit_logs(
+        &self,
+        batch: Vec<Captured>,
+        to: TierId,
+        from_pm: bool,
+    ) -> FsResult<LogsMoved> {
         let t = self.tier(to)?;
         let eb = t.space.extent_blocks();
         // Step 2: one contiguous run per blob.
         let mut placed: Vec<(Captured, PhysBlock)> = Vec::with_capacity(batch.len());
         let mut full = false;
+        let room = from_pm.then(|| self.room_lock.lock());
         for c in batch {
             let n = c.blob.len() as u64 / BLOCK_SIZE;
             if n > eb || full {
+                continue;
+            }
+            if room.is_some() && self.data_room_blocks() < n {
+                full = true;
                 continue;
             }
             let Some(runs) = t.space.alloc(n) else {
@@ -283,6 +298,7 @@ impl Fs {
                 }
             }
         }
+        drop(room);
         if placed.is_empty() {
             return if full {
                 Err(errno(libc::ENOSPC))

@@ -201,6 +201,7 @@ impl Fs {
     ) -> FsResult<(Ino, Inode, bool)> {
         let kind = FileType::from_mode(mode).expect("valid mode");
         let is_dir = kind == FileType::Directory;
+        self.check_metadata_room(2 + symlink.map_or(0, |_| 1))?;
         let ino = self.alloc_slot()?;
         let now = now_ns();
         // New inodes take the directory's group when it has the set-group-ID bit.
@@ -445,6 +446,7 @@ impl Fs {
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
         self.wait_for_pm_room();
         check_name(newname)?;
+        self.check_metadata_room(1)?;
         let mut l = self.lock_set(&[ino, newparent])?;
         if l.get(ino).kind == FileType::Directory {
             return Err(errno(libc::EPERM));

@@ -73,6 +73,7 @@ impl Fs {
             self.check_rule(i, value)?;
         }
         let exists = i.xattrs.contains_key(name);
+        self.check_metadata_room(value.len() as u64 / terrace_format::BLOCK_SIZE + 2)?;
         if flags & XATTR_CREATE != 0 && exists {
             return Err(errno(libc::EEXIST));
         }

@@ -26,6 +26,10 @@ pub struct SpaceStats {
     pub copies_dropped_for_room: AtomicU64,
     /// Operations refused for room that were tried again.
     pub room_retries: AtomicU64,
+    /// Operations that add metadata refused with ENOSPC because the PM
+    /// they would take is what dirty cached pages need
+    /// ([`Fs::check_metadata_room`](crate::Fs)).
+    pub metadata_refused: AtomicU64,
     /// 1 + free PM blocks when the last wait gave up (0: it did not):
     /// operations do not wait again until PM has more free blocks.
     pub stalled_at_free: AtomicU64,

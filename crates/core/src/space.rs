@@ -186,8 +186,40 @@ impl Fs {
             promise_refusals: st.promise_refusals.load(Ordering::Relaxed),
             copies_dropped_for_room_bytes: st.copies_dropped_for_room.load(Ordering::Relaxed),
             room_retries: st.room_retries.load(Ordering::Relaxed),
+            metadata_refused: st.metadata_refused.load(Ordering::Relaxed),
             state,
         }
+    }
+
+    /// ENOSPC when an operation that adds metadata — about `blocks` blocks
+    /// of log pages on PM — would take blocks the dirty cached pages need.
+    /// Their write-back may take every free block of PM (down to none,
+    /// `alloc_write_back`) and of the block tiers, so metadata may grow only
+    /// while those cover the dirty pages and it. Foreground log pages take
+    /// PM blocks without asking for room (an unlink on a full pool must
+    /// commit), so the operations that only add — create, mkdir, symlink,
+    /// link, setxattr — ask here first; unlink, rmdir and truncate, which
+    /// free room, do not. Without dirty pages nothing acknowledged is at
+    /// stake and nothing is refused here. (xfstests generic/449: xattrs
+    /// filling a full pool took the PM its accepted pages were counting on.)
+    pub(crate) fn check_metadata_room(&self, blocks: u64) -> FsResult<()> {
+        if self.tiers.is_empty() {
+            return Ok(());
+        }
+        let dirty = self.cache.dirty_blocks();
+        if dirty == 0 {
+            return Ok(());
+        }
+        let tiers: u64 = self.tiers.iter().map(|t| t.space.free_blocks()).sum();
+        let inflight = self.wb_inflight_blocks.load(Ordering::Relaxed);
+        let free = self.pm_free_unpromised() + tiers + inflight;
+        if free < dirty.saturating_add(blocks) {
+            self.space_stats
+                .metadata_refused
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(crate::types::errno(libc::ENOSPC));
+        }
+        Ok(())
     }
 
     /// Waits, with no lock held, until PM has room for metadata: at least
@@ -409,6 +441,10 @@ pub struct SpaceStatus {
     /// Operations refused for room that were tried again after moves in
     /// flight ended or clean copies were dropped.
     pub room_retries: u64,
+    /// Operations adding metadata refused with ENOSPC: the PM they would
+    /// take was what dirty cached pages need.
+    #[serde(default)]
+    pub metadata_refused: u64,
     /// PM's state in words ("" when there is room).
     pub state: String,
 }

@@ -270,3 +270,50 @@ fn every_write_accepted_into_the_cache_is_written_back_on_a_pool_filled_to_the_l
         fs.unmount().unwrap();
     }
 }
+
+/// xfstests generic/449: a file filled to ENOSPC through the DRAM cache
+/// (pages accepted, not yet written back), then 1 KiB xattrs until ENOSPC.
+/// Metadata that only adds (xattrs, creates) must not take the PM the
+/// accepted pages need: it gets ENOSPC instead, and fsync and unmount
+/// persist every accepted page.
+#[test]
+fn xattrs_filling_a_full_pool_leave_the_accepted_cached_pages_their_room() {
+    let (_pm, _ssd, fs) = tiered_pool(4 << 20, 16 << 20, 256);
+    block_first(&fs);
+    // Written back only when asked: the pages stay dirty meanwhile.
+    fs.set_setting("writeback_age_ns", "1h").unwrap();
+    let f = file(&fs, 1, "big");
+    let mut data = Vec::new();
+    loop {
+        let chunk = pattern(data.len() as u64, 256 << 10);
+        match fs.write(f, data.len() as u64, &chunk) {
+            Ok(_) => data.extend_from_slice(&chunk),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(data.len() < 64 << 20, "the pool never filled");
+    }
+    let mut refused = None;
+    for i in 0..20_000 {
+        let name = format!("trusted.{i}");
+        if let Err(e) = fs.setxattr(f, name.as_bytes(), &[b'a'; 1024], 0) {
+            refused = Some(e.raw_os_error());
+            break;
+        }
+    }
+    assert_eq!(refused, Some(Some(libc::ENOSPC)), "xattrs stop at ENOSPC");
+    // New names are refused as well rather than take that PM.
+    for k in 0..64 {
+        if fs
+            .mknod(1, format!("n{k}").as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .is_err()
+        {
+            break;
+        }
+    }
+    fs.fsync(f, false)
+        .expect("every accepted page is written back");
+    assert!(content(&fs, f) == data, "the file holds what was written");
+    fs.unmount()
+        .expect("nothing accepted is left unpersisted at unmount");
+}

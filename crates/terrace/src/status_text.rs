@@ -177,14 +177,15 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             .map(|b| format!(" ({} per inode in use)", util::human_bytes(b)))
             .unwrap_or_default()
     ));
-    if sp.promised_bytes > 0 || sp.waits > 0 || sp.promise_refusals > 0 {
+    if sp.promised_bytes > 0 || sp.waits > 0 || sp.promise_refusals > 0 || sp.metadata_refused > 0 {
         line(format!(
-            "                {} of PM promised to write-back commits; {} waits for migration ({} ms, {} gave up), {} cached writes refused for log room",
+            "                {} of PM promised to write-back commits; {} waits for migration ({} ms, {} gave up), {} cached writes refused for log room, {} metadata changes refused to keep room for cached data",
             util::human_bytes(sp.promised_bytes),
             sp.waits,
             sp.wait_ms,
             sp.stalls,
-            sp.promise_refusals
+            sp.promise_refusals,
+            sp.metadata_refused
         ));
     }
     if !sp.state.is_empty() {

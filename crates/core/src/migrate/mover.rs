@@ -543,8 +543,19 @@ impl Fs {
             // A copy keeps its source: it may take only room that no dirty
             // cached page was promised (a move gives its source back at the
             // commit; a write-back short of room waits for it).
-            let _room = (mode == Mode::Copy).then(|| self.room_lock.lock());
+            let off_pm = mode == Mode::Move && from.is_pm();
+            let _room = (mode == Mode::Copy || off_pm).then(|| self.room_lock.lock());
             if mode == Mode::Copy && self.data_room_blocks() < total {
+                not_pending();
+                return Err(errno(libc::ENOSPC));
+            }
+            // A move off PM gives its PM blocks back at the commit, but while
+            // PM is under its metadata reserve they refill the reserve, not
+            // the room: then it may take only room no dirty page was promised.
+            if off_pm
+                && self.pm_free_unpromised() < self.pm_reserve_blocks()
+                && self.data_room_blocks() < total
+            {
                 not_pending();
                 return Err(errno(libc::ENOSPC));
             }
