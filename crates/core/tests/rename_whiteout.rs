@@ -79,18 +79,14 @@ fn a_whiteout_rename_moves_the_source_and_leaves_a_whiteout_in_its_place() {
         noreplace: true,
         ..whiteout()
     };
-    assert_eq!(
-        errno_of(fs.rename(1, b"victim", d, b"sub2", noreplace)),
-        libc::EEXIST
-    );
     let exchange = RenameFlags {
         exchange: true,
         ..whiteout()
     };
-    assert_eq!(
-        errno_of(fs.rename(1, b"victim", d, b"sub2", exchange)),
-        libc::EINVAL
-    );
+    for (flags, want) in [(noreplace, libc::EEXIST), (exchange, libc::EINVAL)] {
+        let got = errno_of(fs.rename(1, b"victim", d, b"sub2", flags));
+        assert_eq!(got, want, "{flags:?}");
+    }
     assert_eq!(
         errno_of(fs.rename(1, b"nothing", d, b"x", whiteout())),
         libc::ENOENT

@@ -229,58 +229,50 @@ fn fstrim_ranges_minimum_lengths_and_pools_that_cannot_trim_get_ext4s_answers() 
     assert_eq!(errno_of(pm_only.trim(0, u64::MAX, 0)), libc::EOPNOTSUPP);
 }
 
+/// Memory media whose every discard fails with `error()`.
+struct RefusingDiscard {
+    inner: MemBlock,
+    error: fn() -> std::io::Error,
+}
+
+impl BlockMedia for RefusingDiscard {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_blocks(&self, b: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_blocks(b, buf)
+    }
+    fn write_blocks(&self, b: u64, d: &[u8]) -> std::io::Result<()> {
+        self.inner.write_blocks(b, d)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn discard(&self, _: u64, _: u64) -> std::io::Result<()> {
+        Err((self.error)())
+    }
+    fn describe(&self) -> String {
+        "memory media refusing discards".into()
+    }
+    fn stats(&self) -> terrace_media::BlockStats {
+        self.inner.stats()
+    }
+}
+
 #[test]
 fn a_device_that_cannot_discard_gets_eopnotsupp_and_one_that_fails_gets_its_errno() {
-    // MemMedia-backed tiers through the default `discard`: unsupported.
-    struct NoDiscard(MemBlock);
-    impl BlockMedia for NoDiscard {
-        fn len(&self) -> u64 {
-            self.0.len()
-        }
-        fn read_blocks(&self, b: u64, buf: &mut [u8]) -> std::io::Result<()> {
-            self.0.read_blocks(b, buf)
-        }
-        fn write_blocks(&self, b: u64, d: &[u8]) -> std::io::Result<()> {
-            self.0.write_blocks(b, d)
-        }
-        fn sync(&self) -> std::io::Result<()> {
-            self.0.sync()
-        }
-        fn describe(&self) -> String {
-            "no discard".into()
-        }
-        fn stats(&self) -> terrace_media::BlockStats {
-            self.0.stats()
-        }
-    }
-    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), NoDiscard(MemBlock::new(SSD)), 64);
+    let unsupported = RefusingDiscard {
+        inner: MemBlock::new(SSD),
+        error: || std::io::Error::new(std::io::ErrorKind::Unsupported, "no discard"),
+    };
+    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), unsupported, 64);
     assert_eq!(errno_of(fs.trim(0, u64::MAX, 0)), libc::EOPNOTSUPP);
 
-    struct FailingDiscard(MemBlock);
-    impl BlockMedia for FailingDiscard {
-        fn len(&self) -> u64 {
-            self.0.len()
-        }
-        fn read_blocks(&self, b: u64, buf: &mut [u8]) -> std::io::Result<()> {
-            self.0.read_blocks(b, buf)
-        }
-        fn write_blocks(&self, b: u64, d: &[u8]) -> std::io::Result<()> {
-            self.0.write_blocks(b, d)
-        }
-        fn sync(&self) -> std::io::Result<()> {
-            self.0.sync()
-        }
-        fn discard(&self, _: u64, _: u64) -> std::io::Result<()> {
-            Err(std::io::Error::from_raw_os_error(libc::EIO))
-        }
-        fn describe(&self) -> String {
-            "failing discard".into()
-        }
-        fn stats(&self) -> terrace_media::BlockStats {
-            self.0.stats()
-        }
-    }
-    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), FailingDiscard(MemBlock::new(SSD)), 64);
+    let failing = RefusingDiscard {
+        inner: MemBlock::new(SSD),
+        error: || std::io::Error::from_raw_os_error(libc::EIO),
+    };
+    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), failing, 64);
     let data = pattern(5, 3 << 20);
     let ino = file_holding(&fs, "kept", &data);
     assert_eq!(errno_of(fs.trim(0, u64::MAX, 0)), libc::EIO);
