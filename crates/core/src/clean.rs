@@ -148,6 +148,25 @@ impl Fs {
     /// Object tiers clean themselves (`object_clean.rs`) and are left alone.
     /// Whether any extent was freed. Called with no lock held.
     pub(crate) fn recycle_for_room(&self, blocks: u64) -> bool {
+        // Only when the dead blocks can make the room: otherwise every
+        // refused write would move valid blocks around for nothing (and
+        // grow the logs of the files it moves).
+        let usable = |t: &&crate::tier::BlockTier| t.kind != TierKind::S3 && !t.space.is_retiring();
+        let dead: u64 = self
+            .tiers
+            .iter()
+            .filter(usable)
+            .map(|t| {
+                let (infos, _, _) = t.space.cleaning_view();
+                infos
+                    .iter()
+                    .map(|e| e.total_blocks - e.valid_blocks)
+                    .sum::<u64>()
+            })
+            .sum();
+        if self.data_room_blocks().saturating_add(dead) < blocks {
+            return false;
+        }
         let mut freed_any = false;
         for _ in 0..URGENT_VICTIMS {
             if self.data_room_blocks() >= blocks || self.is_frozen() {
@@ -156,7 +175,7 @@ impl Fs {
             let victim = self
                 .tiers
                 .iter()
-                .filter(|t| t.kind != TierKind::S3 && !t.space.is_retiring())
+                .filter(usable)
                 .filter_map(|t| {
                     let (infos, _, _) = t.space.cleaning_view();
                     infos

@@ -38,6 +38,12 @@ const OBJECT_READ_AHEAD_BYTES: u64 = 8 << 20;
 /// `media/src/object/ahead.rs`).
 const OBJECT_READ_AHEAD_WINDOWS: u64 = 3;
 
+/// Blocks of a tiered pool's room that new data never takes (1 MiB): the
+/// margin for log pages background work adds on PM without asking, so the
+/// write-back of accepted pages always finds its blocks
+/// ([`Fs::data_room_blocks`]; xfstests generic/449).
+pub const ROOM_SLACK_BLOCKS: u64 = 256;
+
 impl Fs {
     /// PM blocks kept free for log pages (the metadata reserve): data stops
     /// going to PM below this, beyond the blocks promised to write-back
@@ -82,12 +88,17 @@ impl Fs {
     /// take room on two tiers here though one side is (or can be made) free:
     /// a write refused for room waits for the moves and drops those PM
     /// copies, then tries again ([`Fs::retry_freeing_room`]).
+    ///
+    /// [`ROOM_SLACK_BLOCKS`] are left out as well: background work (the
+    /// commits of moves and extent recycling) adds log pages on PM without
+    /// asking for room, and the write-back of accepted pages, which may take
+    /// every free block, must still find theirs afterwards.
     pub(crate) fn data_room_blocks(&self) -> u64 {
         let (room, dirty) = self.room_and_dirty_blocks();
-        room.saturating_sub(dirty)
+        room.saturating_sub(dirty).saturating_sub(ROOM_SLACK_BLOCKS)
     }
 
-    /// The two sides of [`Fs::data_room_blocks`]: blocks for data before
+    /// The two sides of [`Fs::data_room_blocks`] (less its slack): blocks for data before
     /// the dirty pages are counted (free PM beyond the log reserve,
     /// allocatable blocks of the block tiers, blocks write-backs hold), and
     /// the blocks the dirty pages of the DRAM cache need.
