@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use terrace_format::{FileBlock, PhysBlock, TierId, TierKind};
+use terrace_policy::cleaner;
 
 /// Extents [`Fs::recycle_for_room`] recycles at most per call.
 const URGENT_VICTIMS: usize = 64;
-use terrace_policy::cleaner;
 
 /// A piece of a file in blocks being emptied ([`Fs::owners_in`]): `blocks`
 /// file blocks from `file_block` of inode `ino` — its data, or (`copy`) its

@@ -206,13 +206,12 @@ impl Fs {
         if self.tiers.is_empty() {
             return Ok(());
         }
-        let dirty = self.cache.dirty_blocks();
+        let (room, dirty) = self.room_and_dirty_blocks();
         if dirty == 0 {
             return Ok(());
         }
-        let tiers: u64 = self.tiers.iter().map(|t| t.space.free_blocks()).sum();
-        let inflight = self.wb_inflight_blocks.load(Ordering::Relaxed);
-        let free = self.pm_free_unpromised() + tiers + inflight;
+        // The write-back may take PM's metadata reserve too.
+        let free = room + self.pm_free_unpromised().min(self.pm_reserve_blocks());
         if free < dirty.saturating_add(blocks) {
             self.space_stats
                 .metadata_refused
