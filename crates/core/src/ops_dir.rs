@@ -163,11 +163,7 @@ impl Fs {
             Entry::Attr(pattr),
         ];
         if let Err(e) = self.commit_one(p, entries) {
-            // Undo the slot so fsck finds no orphan; nothing else saw it.
-            self.media.store_u64(Fs::state_word(ino), 0);
-            self.media.persist(Fs::state_word(ino), 8);
-            self.release_inode_space(&mut child);
-            self.release_slot(ino);
+            self.abandon_new_inode(ino, &mut child);
             return Err(e);
         }
         if let Some(d) = child.dir.as_mut() {
@@ -325,6 +321,16 @@ impl Fs {
         self.media.store_u64(Fs::state_word(ino), state);
         self.media.flush(Fs::state_word(ino), 8);
         Ok((ino, child, inherited.is_some()))
+    }
+
+    /// Undoes the slot [`Fs::new_inode`] published, when the commit that
+    /// was to name it failed: nothing else saw it, and fsck then finds no
+    /// orphan.
+    fn abandon_new_inode(&self, ino: Ino, child: &mut Inode) {
+        self.media.store_u64(Fs::state_word(ino), 0);
+        self.media.persist(Fs::state_word(ino), 8);
+        self.release_inode_space(child);
+        self.release_slot(ino);
     }
 
     /// Resolves `name` in `parent` without locking the child.
@@ -701,11 +707,7 @@ impl Fs {
             let (parts, extra) = tx.parts();
             if let Err(e) = self.commit(&mut l, parts, extra) {
                 if let Some((w, mut child)) = whiteout {
-                    // Nothing named it: undo the slot, as a failed create does.
-                    self.media.store_u64(Fs::state_word(w), 0);
-                    self.media.persist(Fs::state_word(w), 8);
-                    self.release_inode_space(&mut child);
-                    self.release_slot(w);
+                    self.abandon_new_inode(w, &mut child);
                 }
                 return Err(e);
             }
