@@ -27,6 +27,11 @@ pub const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
 /// The default ACL's xattr name (directories only).
 pub const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
 
+/// Whether `name` is one of the two POSIX ACL xattr names.
+pub fn is_acl_name(name: &[u8]) -> bool {
+    name == ACL_ACCESS || name == ACL_DEFAULT
+}
+
 /// `POSIX_ACL_XATTR_VERSION`.
 const VERSION: u32 = 2;
 /// Entry tags (`ACL_USER_OBJ` …).

@@ -140,6 +140,37 @@ impl Fs {
         }
     }
 
+    /// One block that replaces a block a file maps, for a change that frees
+    /// more than it takes or as much: the partial block a truncate or a
+    /// hole punch keeps, rewritten with its cut part zeroed
+    /// ([`Fs::zeroed_block`]). Taken as new data when there is room; when
+    /// there is none, beyond the room check, from PM down to half of its
+    /// metadata reserve, else from any block tier: a full pool must still
+    /// shrink its files (ext4 cuts the block in place), and the block the
+    /// change frees pays it back. ENOSPC only when PM's reserve is down to
+    /// half and every tier is full.
+    pub(crate) fn alloc_replacement_block(&self) -> FsResult<DataRuns> {
+        match self.alloc_new_data(TierId::PM, 1) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {}
+            r => return r,
+        }
+        let _room = self.room_lock.lock();
+        if self.pm_free_unpromised() > self.pm_reserve_blocks() / 2 {
+            if let Some(runs) = self.alloc.alloc(1) {
+                return Ok(DataRuns {
+                    tier: TierId::PM,
+                    runs,
+                });
+            }
+        }
+        for t in &self.tiers {
+            if let Some(runs) = t.space.alloc(1) {
+                return Ok(DataRuns { tier: t.id, runs });
+            }
+        }
+        Err(errno(libc::ENOSPC))
+    }
+
     /// [`Fs::alloc_new_data`] that may spread the blocks over several tiers
     /// ([`Fs::alloc_data_spread`]) when no single tier has room for all.
     pub(crate) fn alloc_new_pieces(&self, want: TierId, n: u64) -> FsResult<Vec<DataRuns>> {

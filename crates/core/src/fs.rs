@@ -88,6 +88,10 @@ pub struct Fs {
     /// Frozen by a read-only remount (`freeze.rs`): clean on media, nothing
     /// written until thawed.
     pub(crate) frozen: std::sync::atomic::AtomicBool,
+    /// POSIX ACLs apply (`-o acl`, the default): a directory's default ACL
+    /// passes to new inodes and chmod rewrites the access ACL. Off
+    /// (`-o noacl`), stored ACLs are kept but ignored, as on ext4.
+    pub(crate) posix_acls: std::sync::atomic::AtomicBool,
     /// The access-time mode to restore when thawed.
     pub(crate) atime_before_freeze: Mutex<Option<AtimeMode>>,
     pub(crate) atime: RwLock<AtimeMode>,
@@ -328,6 +332,7 @@ impl Fs {
             unmounted: std::sync::atomic::AtomicBool::new(false),
             read_only,
             frozen: std::sync::atomic::AtomicBool::new(false),
+            posix_acls: std::sync::atomic::AtomicBool::new(true),
             atime_before_freeze: Mutex::new(Rank::leaf("atime before freeze"), None),
             // Reads of a read-only mount set no access time: it would be written.
             atime: RwLock::new(
@@ -445,6 +450,19 @@ impl Fs {
     /// The current settings.
     pub fn settings(&self) -> terrace_policy::Settings {
         self.settings.read().clone()
+    }
+
+    /// Turns POSIX ACLs on or off for this mount (`-o acl`/`noacl`, or the
+    /// kernel refusing `FUSE_POSIX_ACL`): off, new inodes take the caller's
+    /// umask even under a directory with a default ACL, and chmod leaves a
+    /// stored access ACL alone (design.md §5r).
+    pub fn set_posix_acls(&self, on: bool) {
+        self.posix_acls.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether POSIX ACLs apply ([`Fs::set_posix_acls`]).
+    pub(crate) fn posix_acls_on(&self) -> bool {
+        self.posix_acls.load(Ordering::Relaxed)
     }
 
     /// Sets when reads update the access time.

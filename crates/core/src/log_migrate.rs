@@ -210,10 +210,17 @@ impl Fs {
 
     fn note_log_failure(&self, e: &std::io::Error) {
         let msg = format!("log migration failed: {e}");
-        let mut last = self.migrator.last_log_failure.lock();
-        if *last != msg {
-            self.notice(msg.clone());
-            *last = msg;
+        let new = {
+            let mut last = self.migrator.last_log_failure.lock();
+            let new = *last != msg;
+            if new {
+                last.clone_from(&msg);
+            }
+            new
+        };
+        // Notices are a leaf lock of their own: taken after the one above.
+        if new {
+            self.notice(msg);
         }
     }
 

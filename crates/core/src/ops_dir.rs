@@ -211,6 +211,7 @@ impl Fs {
         // symlinks, whose mode is always 0777.
         let default_acl = match kind {
             FileType::Symlink => None,
+            _ if !self.posix_acls_on() => None,
             _ => p
                 .xattrs
                 .get(crate::acl::ACL_DEFAULT)

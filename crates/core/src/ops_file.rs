@@ -459,7 +459,7 @@ impl Fs {
         let mut blk = self.read_locked(i, fb.byte_offset(), BS as usize)?;
         blk.resize(BS as usize, 0);
         blk[from..to].fill(0);
-        let d = self.alloc_new_data(TierId::PM, 1)?;
+        let d = self.alloc_replacement_block()?;
         if let Err(e) = self.store_data(&d, &blk) {
             self.release_data(d);
             return Err(e);
@@ -628,6 +628,7 @@ impl Fs {
             if let Some(acl) = i
                 .xattrs
                 .get(crate::acl::ACL_ACCESS)
+                .filter(|_| self.posix_acls_on())
                 .and_then(|v| crate::acl::Acl::parse(v).ok())
             {
                 let new = crate::acl::chmod(&acl, a.mode);

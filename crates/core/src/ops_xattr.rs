@@ -30,7 +30,7 @@ impl Fs {
             Ok(())
         } else if name.starts_with(b"trusted.") || name.starts_with(b"security.") {
             Ok(())
-        } else if name == crate::acl::ACL_ACCESS || name == crate::acl::ACL_DEFAULT {
+        } else if crate::acl::is_acl_name(name) {
             // POSIX ACLs (`acl.rs`); not on symlinks, as on ext4.
             if i.kind == FileType::Symlink {
                 return Err(errno(libc::EOPNOTSUPP));
@@ -82,7 +82,7 @@ impl Fs {
         }
         let mut a = i.attr;
         a.ctime = now_ns();
-        let mut entries = if name == crate::acl::ACL_ACCESS || name == crate::acl::ACL_DEFAULT {
+        let mut entries = if crate::acl::is_acl_name(name) {
             let acl = crate::acl::Acl::parse(value)?;
             crate::acl::check_target(name, a.mode)?;
             let (bits, equiv) = crate::acl::equiv_mode(&acl);

@@ -230,6 +230,11 @@ pub struct Status {
     /// error (EIO …); the operation failed with it, nothing was lost.
     #[serde(default)]
     pub device_errors: u64,
+    /// Passes of the background threads (write-back, migration) that
+    /// panicked since mount: 0 unless Terrace has a bug (`worker.rs`; the
+    /// daemon's log has the message). The threads go on after one.
+    #[serde(default)]
+    pub background_panics: u64,
     /// Synchronicity predictions settled so far and how many were right
     /// ("synchronous" right when an fsync followed within the threshold).
     pub sync_predictions: terrace_policy::SyncAccuracy,
@@ -364,6 +369,7 @@ impl Fs {
             checksum_errors: c.checksum_errors.load(Ordering::Relaxed),
             device_full_errors: c.device_full_errors.load(Ordering::Relaxed),
             device_errors: c.device_errors.load(Ordering::Relaxed),
+            background_panics: self.cache.worker.panics() + self.migrator.worker.panics(),
             sync_predictions,
             cache: self.cache.stats(),
             migration: self.migration_status(),

@@ -12,12 +12,21 @@
 //! The worker knows nothing of what it runs: the owner's type is a generic
 //! parameter of [`Worker::start`], and the pass a closure.
 //!
+//! A pass that panics (a bug) does not end the thread silently, which would
+//! leave a mover that does nothing: the panic is counted
+//! ([`Worker::panics`], shown by `terrace status` and checked by the tests;
+//! the message went to the daemon's log through the panic hook) and the
+//! worker goes on as if the pass had done nothing (its next pass comes at
+//! the tick). What a pass changes on the media is crash-consistent at every
+//! step; what it held in memory (blocks allocated for a move in flight) may
+//! stay taken until the next mount.
+//!
 //! Lock order: `woke` is a leaf (nothing is locked under it); `thread` is
 //! taken only to store or take the handle.
 
 use crate::lock_order::Mutex;
 use parking_lot::Condvar;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -29,6 +38,8 @@ pub(crate) struct Worker {
     woke: Mutex<bool>,
     stop: AtomicBool,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Passes that panicked since mount.
+    panicked: AtomicU64,
 }
 
 impl Worker {
@@ -36,6 +47,11 @@ impl Worker {
     pub(crate) fn kick(&self) {
         *self.woke.lock() = true;
         self.wake.notify_one();
+    }
+
+    /// Passes that panicked since mount (0 unless there is a bug).
+    pub(crate) fn panics(&self) -> u64 {
+        self.panicked.load(Ordering::Relaxed)
     }
 
     /// Whether the worker was told to stop (long passes check it).
@@ -95,7 +111,15 @@ impl Worker {
                     if w.stopping() {
                         return;
                     }
-                    idle = !pass(&owner);
+                    let ran =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pass(&owner)));
+                    idle = match ran {
+                        Ok(did) => !did,
+                        Err(_) => {
+                            w.panicked.fetch_add(1, Ordering::Relaxed);
+                            true
+                        }
+                    };
                 }
             })
             .unwrap_or_else(|e| panic!("spawn the {name} thread: {e}"));
@@ -119,6 +143,39 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Default)]
+    struct Owner {
+        worker: Worker,
+        passes: AtomicU64,
+    }
+
+    #[test]
+    fn a_pass_that_panics_is_counted_and_the_worker_goes_on() {
+        let owner = Arc::new(Owner::default());
+        Worker::start(
+            &owner,
+            "panicky",
+            Duration::from_millis(5),
+            |o| &o.worker,
+            |o| {
+                let n = o.passes.fetch_add(1, Ordering::Relaxed);
+                assert!(n != 0, "the first pass fails");
+                true
+            },
+        );
+        let start = Instant::now();
+        while owner.passes.load(Ordering::Relaxed) < 3 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the worker stopped"
+            );
+            owner.worker.kick();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        owner.worker.stop();
+        assert_eq!(owner.worker.panics(), 1);
+    }
 
     #[test]
     fn a_kick_wakes_a_busy_worker_at_once_and_an_idle_one_only_at_its_tick() {

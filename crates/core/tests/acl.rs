@@ -139,6 +139,43 @@ fn new_inodes_take_the_default_acl_and_ignore_the_umask_under_it() {
     assert_fsck_clean(&*pm, None, Fsck::Metadata, "after ACLs");
 }
 
+/// `-o noacl` (`Fs::set_posix_acls(false)`): stored ACLs stay, but are not
+/// applied, as on ext4 — a new inode under a default ACL takes the umask
+/// and no ACL, and chmod leaves the access ACL as it was.
+#[test]
+fn with_acls_off_default_acls_are_not_inherited_and_chmod_leaves_the_acl() {
+    let (_pm, fs) = pm_pool(8 << 20, 64);
+    let d = fs.mkdir(1, b"d", 0o755, CTX).unwrap().ino;
+    let dflt = acl(&[(USER_OBJ, 7, U), (GROUP_OBJ, 7, U), (OTHER, 7, U)]);
+    fs.setxattr(d, ACL_DEFAULT, &dflt, 0).unwrap();
+    let f = file_holding(&fs, "f", b"x");
+    fs.setxattr(f, ACL_ACCESS, &named(), 0).unwrap();
+    fs.set_posix_acls(false);
+    let strict = Ctx {
+        umask: 0o077,
+        ..CTX
+    };
+    let g = fs
+        .mknod(d, b"g", libc::S_IFREG | 0o666, 0, strict)
+        .unwrap()
+        .ino;
+    assert_eq!(perms(&fs, g), 0o600, "the umask, not the default ACL");
+    assert!(fs.getxattr(g, ACL_ACCESS).is_err(), "no ACL passed on");
+    let sub = fs.mkdir(d, b"sub", 0o777, strict).unwrap().ino;
+    assert_eq!(perms(&fs, sub), 0o700);
+    assert!(fs.getxattr(sub, ACL_DEFAULT).is_err());
+    chmod(&fs, f, 0o600);
+    assert_eq!(perms(&fs, f), 0o600);
+    assert_eq!(fs.getxattr(f, ACL_ACCESS).unwrap(), named(), "left alone");
+    // On again: the stored ACLs apply as before.
+    fs.set_posix_acls(true);
+    let h = fs
+        .mknod(d, b"h", libc::S_IFREG | 0o666, 0, strict)
+        .unwrap()
+        .ino;
+    assert_eq!(perms(&fs, h), 0o666);
+}
+
 /// The mode and the access ACL of `ino` in the pool recovered from `img`.
 fn mode_and_acl(img: Vec<u8>, ino: u64, ctx: &str) -> (u32, Option<Vec<u8>>) {
     let (pm, fs) = recover(img, None, Fsck::Metadata, ctx);

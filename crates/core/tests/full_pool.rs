@@ -317,3 +317,60 @@ fn xattrs_filling_a_full_pool_leave_the_accepted_cached_pages_their_room() {
     fs.unmount()
         .expect("nothing accepted is left unpersisted at unmount");
 }
+
+/// A tiered pool filled to ENOSPC still shrinks files to sizes inside a
+/// block and punches holes with partial ends: the block such a change keeps
+/// part of is rewritten with the cut part zeroed (copy on write), and that
+/// one block may come from PM's metadata reserve, as ext4 cuts it in place.
+/// Found by `space_pressure.rs`: before 2026-11-29 the truncate failed with
+/// ENOSPC, leaving a full pool no way to shrink a file.
+#[test]
+fn a_full_tiered_pool_still_truncates_inside_a_block_and_punches_partial_ranges() {
+    use terrace_core::{FallocateMode, SetAttr};
+    const BS: usize = 4096;
+    let (_pm, _ssd, fs) = tiered_pool(4 << 20, 16 << 20, 256);
+    let mut files = Vec::new();
+    for k in 0..8 {
+        let f = file(&fs, 1, &format!("f{k}"));
+        let data = pattern(k, 64 * BS);
+        fs.write(f, 0, &data).unwrap();
+        files.push((f, data));
+    }
+    let filler = file(&fs, 1, "filler");
+    let mut off = 0u64;
+    while fs.write(filler, off, &[3u8; 64 << 10]).is_ok() {
+        off += 64 << 10;
+    }
+    while fs.write(filler, off, &[3u8; BS]).is_ok() {
+        off += BS as u64;
+    }
+    fs.fsync(filler, false).unwrap();
+    assert!(
+        fs.write(filler, off, &[3u8; BS]).is_err(),
+        "the pool is full"
+    );
+    for (k, (f, data)) in files.iter_mut().enumerate() {
+        if k % 2 == 0 {
+            let size = data.len() - BS - 100 * (k + 1);
+            fs.setattr(
+                *f,
+                SetAttr {
+                    size: Some(size as u64),
+                    ..Default::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("truncate of file {k} on a full pool: {e}"));
+            data.truncate(size);
+        } else {
+            let (at, len) = (BS + 300, 2 * BS);
+            fs.fallocate(*f, at as u64, len as u64, FallocateMode::PunchHole)
+                .unwrap_or_else(|e| panic!("punch in file {k} on a full pool: {e}"));
+            data[at..at + len].fill(0);
+        }
+    }
+    for (k, (f, data)) in files.iter().enumerate() {
+        assert_eq!(&fs.read(*f, 0, data.len() + BS).unwrap(), data, "file {k}");
+    }
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}

@@ -194,6 +194,7 @@ impl FuseAdapter {
             && config
                 .add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
                 .is_ok();
+        self.fs.set_posix_acls(self.posix_acl);
         // A symlink's target never changes: the kernel may keep it.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
         // opendir/releasedir have nothing to do (readdir needs no handle and

@@ -13,11 +13,11 @@ use crate::reply::{errno_of, refuse};
 use crate::setid::Caller;
 use fuser::{Errno, ReplyXattr};
 use std::io;
-use terrace_core::acl::{ACL_ACCESS, ACL_DEFAULT};
+use terrace_core::acl::{is_acl_name, ACL_ACCESS};
 
 /// EOPNOTSUPP for an ACL name when the mount has no POSIX ACLs.
 pub(crate) fn acl_allowed(a: &FuseAdapter, name: &[u8]) -> io::Result<()> {
-    if !a.posix_acl && (name == ACL_ACCESS || name == ACL_DEFAULT) {
+    if !a.posix_acl && is_acl_name(name) {
         return Err(refuse(libc::EOPNOTSUPP));
     }
     Ok(())

@@ -138,6 +138,14 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             device_errors_line(st.device_errors, st.device_full_errors)
         ));
     }
+    if st.background_panics > 0 {
+        line(format!(
+            "  BUG           {} background pass{} (write-back, migration) panicked since mount; \
+             the threads went on (see the daemon log, and please report it)",
+            st.background_panics,
+            if st.background_panics == 1 { "" } else { "es" }
+        ));
+    }
     if let Some(sc) = &st.scrub {
         line(if sc.running {
             format!(

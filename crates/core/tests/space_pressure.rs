@@ -1,0 +1,336 @@
+//! Space under pressure: random operation sequences on a small tiered pool
+//! (PM + SSD, DRAM cache, write-back and migration running as the daemon
+//! runs them) that fill it, empty it and fill it again. Checked against a
+//! model of the files after every remount:
+//!
+//! - **no ENOSPC while the pool has room**: no operation is refused while
+//!   the files' data (rounded to blocks) is under three quarters of the
+//!   pool's capacity;
+//! - **nothing acknowledged is lost**: every clean unmount succeeds (cached
+//!   writes are always persisted) and every file, size and xattr reads back
+//!   as the model says, before and after the remount;
+//! - **a refusal changes nothing**: an operation that fails leaves the
+//!   model's view (files are all-or-nothing, design §5f);
+//! - the allocators are consistent at every remount, and no pass of the
+//!   background threads panicked.
+//!
+//! Seeds are printed on failure; `TERRACE_SEQUENCES` sets how many run.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use terrace_core::{Fs, SetAttr};
+use terrace_media::{MemBlock, MemMedia};
+
+const PM_BYTES: u64 = 3 << 20;
+const SSD_BYTES: u64 = 24 << 20;
+const BS: u64 = 4096;
+
+/// One file of the model.
+#[derive(Default, Clone)]
+struct FileModel {
+    ino: u64,
+    data: Vec<u8>,
+    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// What the pool must hold: files by name, all in the root directory.
+#[derive(Default)]
+struct Model {
+    files: BTreeMap<String, FileModel>,
+    next_name: u64,
+    /// ENOSPC refusals seen (all with the pool at least three quarters full).
+    refusals: u64,
+    /// The most data blocks the files held at once.
+    peak_blocks: u64,
+}
+
+impl Model {
+    /// Data blocks the files need (sizes rounded up to blocks; no holes are
+    /// made, so this is what they map).
+    fn data_blocks(&self) -> u64 {
+        self.files
+            .values()
+            .map(|f| (f.data.len() as u64).div_ceil(BS))
+            .sum()
+    }
+
+    fn pick(&self, rng: &mut StdRng) -> Option<String> {
+        if self.files.is_empty() {
+            return None;
+        }
+        let k = rng.gen_range(0..self.files.len());
+        self.files.keys().nth(k).cloned()
+    }
+}
+
+/// Mounts the pool, checks its allocators (before any background thread
+/// runs: moves in flight hold blocks no inode maps yet) and starts
+/// write-back and migration.
+fn start(pm: &Arc<MemMedia>, ssd: &Arc<MemBlock>, ctx: &str) -> Arc<Fs> {
+    let fs = Arc::new(mount_tiered(pm.clone(), ssd.clone()));
+    fs.check_allocator()
+        .unwrap_or_else(|e| panic!("{ctx}: allocator after mount: {e}"));
+    fs.set_setting("dram_cache_bytes", "1M").unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    fs
+}
+
+/// Capacity of the pool in blocks: PM plus the SSD.
+fn capacity_blocks() -> u64 {
+    (PM_BYTES + SSD_BYTES) / BS
+}
+
+/// Fails the run when `e` is ENOSPC while the files hold under three
+/// quarters of the pool (the rest covers the fixed margins of this tiny
+/// pool: 1 MiB of room slack, two SSD extents for recycling, PM's metadata
+/// reserve, xattrs and logs on PM, dead blocks not yet recycled).
+fn refuse_enospc_with_room(e: &std::io::Error, m: &mut Model, what: &str, ctx: &str) {
+    if e.raw_os_error() == Some(libc::ENOSPC) {
+        m.refusals += 1;
+        let used = m.data_blocks();
+        assert!(
+            used * 4 >= capacity_blocks() * 3,
+            "{ctx}: {what} got ENOSPC while the files hold {used} of {} blocks",
+            capacity_blocks()
+        );
+    } else {
+        panic!("{ctx}: {what} failed: {e}");
+    }
+}
+
+fn check_all(fs: &Fs, m: &Model, ctx: &str) {
+    assert_eq!(
+        fs.status().background_panics,
+        0,
+        "{ctx}: a background pass panicked (its message is above)"
+    );
+    for (name, f) in &m.files {
+        let a = fs
+            .lookup(1, name.as_bytes())
+            .unwrap_or_else(|e| panic!("{ctx}: lookup {name}: {e}"));
+        fs.forget(a.ino, 1);
+        assert_eq!(a.ino, f.ino, "{ctx}: {name} is another inode");
+        assert_eq!(a.size, f.data.len() as u64, "{ctx}: size of {name}");
+        let got = fs
+            .read(f.ino, 0, f.data.len() + 1)
+            .unwrap_or_else(|e| panic!("{ctx}: read {name}: {e}"));
+        if got != f.data {
+            let at = got.iter().zip(&f.data).position(|(a, b)| a != b);
+            panic!(
+                "{ctx}: {name} differs (first difference at {at:?}, {} bytes read, {} expected)",
+                got.len(),
+                f.data.len()
+            );
+        }
+        for (k, v) in &f.xattrs {
+            let got = fs
+                .getxattr(f.ino, k)
+                .unwrap_or_else(|e| panic!("{ctx}: getxattr {name}: {e}"));
+            assert_eq!(&got, v, "{ctx}: xattr of {name}");
+        }
+    }
+    let listed = fs
+        .readdir(1, 0, usize::MAX)
+        .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let names = listed
+        .iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .count();
+    assert_eq!(names, m.files.len(), "{ctx}: entries in the root");
+}
+
+/// One random operation on the pool and the model.
+fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
+    // Fuller pools delete more, so sequences go up and down.
+    let fill = m.data_blocks() * 100 / capacity_blocks();
+    let delete_weight = if fill > 85 { 30 } else { 4 };
+    let roll = rng.gen_range(0..100 + delete_weight);
+    let seed = rng.gen::<u64>();
+    match roll {
+        // A new small file (mail, source trees), sometimes fsync'd.
+        0..=29 => {
+            let name = format!("f{}", m.next_name);
+            m.next_name += 1;
+            let len = [0usize, 100, 3000, 9000, 40000][rng.gen_range(0..5)];
+            let data = pattern(seed, len);
+            let a = match fs.mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX) {
+                Ok(a) => a,
+                Err(e) => return refuse_enospc_with_room(&e, m, "create", ctx),
+            };
+            // The model holds no kernel references: a deleted file's space
+            // is free at once.
+            fs.forget(a.ino, 1);
+            let mut f = FileModel {
+                ino: a.ino,
+                ..Default::default()
+            };
+            if len > 0 {
+                match fs.write(a.ino, 0, &data) {
+                    Ok(n) => assert_eq!(n, len, "{ctx}: short write"),
+                    Err(e) => {
+                        m.files.insert(name, f);
+                        return refuse_enospc_with_room(&e, m, "write of a new file", ctx);
+                    }
+                }
+                f.data = data;
+            }
+            if rng.gen_bool(0.2) {
+                fs.fsync(a.ino, false)
+                    .unwrap_or_else(|e| panic!("{ctx}: fsync: {e}"));
+            }
+            m.files.insert(name, f);
+        }
+        // Appends to a file in large asynchronous writes (a bulk copy), or
+        // small synchronous ones (a log).
+        30..=54 => {
+            let Some(name) = m.pick(rng) else { return };
+            let sync = rng.gen_bool(0.3);
+            let len = if sync {
+                rng.gen_range(1..=8192)
+            } else {
+                rng.gen_range(64 << 10..=1 << 20)
+            };
+            let data = pattern(seed, len);
+            let f = m.files.get_mut(&name).unwrap();
+            let off = f.data.len() as u64;
+            match fs.write_hinted(f.ino, off, &data, sync) {
+                Ok(n) => {
+                    assert_eq!(n, len, "{ctx}: short append");
+                    f.data.extend_from_slice(&data);
+                }
+                Err(e) => refuse_enospc_with_room(&e, m, "append", ctx),
+            }
+        }
+        // Overwrites inside a file (a database page, a rewritten block).
+        55..=69 => {
+            let Some(name) = m.pick(rng) else { return };
+            let f = m.files.get_mut(&name).unwrap();
+            if f.data.is_empty() {
+                return;
+            }
+            let off = rng.gen_range(0..f.data.len());
+            let len = rng.gen_range(1..=(f.data.len() - off).min(256 << 10));
+            let data = pattern(seed, len);
+            let sync = rng.gen_bool(0.3);
+            match fs.write_hinted(f.ino, off as u64, &data, sync) {
+                Ok(n) => {
+                    assert_eq!(n, len, "{ctx}: short overwrite");
+                    f.data[off..off + len].copy_from_slice(&data);
+                }
+                Err(e) => refuse_enospc_with_room(&e, m, "overwrite", ctx),
+            }
+        }
+        // Shrinks a file.
+        70..=74 => {
+            let Some(name) = m.pick(rng) else { return };
+            let f = m.files.get_mut(&name).unwrap();
+            let size = rng.gen_range(0..=f.data.len());
+            let set = SetAttr {
+                size: Some(size as u64),
+                ..Default::default()
+            };
+            fs.setattr(f.ino, set)
+                .unwrap_or_else(|e| panic!("{ctx}: truncate never fails: {e}"));
+            f.data.truncate(size);
+        }
+        // An xattr, small or large.
+        75..=84 => {
+            let Some(name) = m.pick(rng) else { return };
+            let key = format!("user.k{}", rng.gen_range(0..4)).into_bytes();
+            let len = [8usize, 200, 3000, 20000][rng.gen_range(0..4)];
+            let value = pattern(seed, len);
+            let ino = m.files[&name].ino;
+            match fs.setxattr(ino, &key, &value, 0) {
+                Ok(()) => {
+                    m.files.get_mut(&name).unwrap().xattrs.insert(key, value);
+                }
+                Err(e) => refuse_enospc_with_room(&e, m, "setxattr", ctx),
+            }
+        }
+        // fsync of any file.
+        85..=92 => {
+            let Some(name) = m.pick(rng) else { return };
+            fs.fsync(m.files[&name].ino, rng.gen_bool(0.5))
+                .unwrap_or_else(|e| panic!("{ctx}: fsync: {e}"));
+        }
+        // A rename over another file (an editor's save, a mail delivery).
+        93..=99 => {
+            let (Some(from), Some(to)) = (m.pick(rng), m.pick(rng)) else {
+                return;
+            };
+            if from == to {
+                return;
+            }
+            match fs.rename(1, from.as_bytes(), 1, to.as_bytes(), Default::default()) {
+                Ok(()) => {
+                    let f = m.files.remove(&from).unwrap();
+                    m.files.insert(to, f);
+                }
+                Err(e) => refuse_enospc_with_room(&e, m, "rename", ctx),
+            }
+        }
+        // Deletes.
+        _ => {
+            let Some(name) = m.pick(rng) else { return };
+            fs.unlink(1, name.as_bytes())
+                .unwrap_or_else(|e| panic!("{ctx}: unlink never fails: {e}"));
+            m.files.remove(&name);
+        }
+    }
+}
+
+/// Runs one sequence; returns the refusals seen and the peak of data.
+fn run_sequence(seed: u64, steps: usize) -> (u64, u64) {
+    let (pm, ssd, fs) = tiered_pool(PM_BYTES, SSD_BYTES, 2000);
+    drop(fs);
+    let mut fs = start(&pm, &ssd, "new pool");
+    let mut model = Model::default();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for n in 0..steps {
+        let ctx = format!("seed {seed} step {n}");
+        step(&fs, &mut model, &mut rng, &ctx);
+        model.peak_blocks = model.peak_blocks.max(model.data_blocks());
+        if rng.gen_range(0..60) == 0 {
+            check_all(&fs, &model, &format!("{ctx}, before remount"));
+            fs.unmount().unwrap_or_else(|e| {
+                panic!("{ctx}: acknowledged writes could not be persisted: {e}")
+            });
+            drop(fs);
+            fs = start(&pm, &ssd, &ctx);
+            check_all(&fs, &model, &format!("{ctx}, after remount"));
+        }
+    }
+    check_all(&fs, &model, &format!("seed {seed}, end"));
+    fs.unmount()
+        .unwrap_or_else(|e| panic!("seed {seed}: acknowledged writes could not be persisted: {e}"));
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    check_all(&fs, &model, &format!("seed {seed}, final remount"));
+    fs.check_allocator()
+        .unwrap_or_else(|e| panic!("seed {seed}: allocator: {e}"));
+    fs.unmount().unwrap();
+    (model.refusals, model.peak_blocks)
+}
+
+#[test]
+fn random_fills_and_deletes_of_a_small_tiered_pool_lose_nothing_and_refuse_only_when_full() {
+    let base = base_seed("space pressure");
+    let n = env_u64("TERRACE_SEQUENCES", 16);
+    let (mut refusals, mut filled) = (0, 0);
+    for k in 0..n {
+        let (r, peak) = run_sequence(base.wrapping_add(k), 500);
+        refusals += r;
+        filled += u64::from(peak * 10 >= capacity_blocks() * 8);
+    }
+    eprintln!("{n} sequences: {filled} filled the pool past 80%, {refusals} ENOSPC refusals");
+    // The sequences must reach the full pool, or the test checks nothing.
+    assert!(
+        filled * 2 >= n,
+        "only {filled} of {n} sequences filled the pool past 80%"
+    );
+}
