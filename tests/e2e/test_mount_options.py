@@ -5,6 +5,7 @@ options mount(8) and fstab pass along (nodiratime, lazytime) are accepted."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -86,3 +87,32 @@ def test_a_mount_right_after_umount_waits_for_the_old_daemon_instead_of_failing(
         finally:
             helpers.unmount(m)
         helpers.assert_fsck_clean(pool, "after the quick remount")
+
+
+def test_noacl_keeps_stored_acls_but_applies_none_of_them():
+    """-o noacl as on ext4: a default ACL stored under -o acl no longer
+    passes to new files (the umask applies instead, and they get no access
+    ACL); it is still there, and applies again, after a remount with ACLs."""
+    with helpers.temp_pool_path() as pool, helpers.temp_mountpoint() as mnt:
+        helpers.mkfs(pool, "64M")
+        with helpers.mounted_pool(pool, mnt):
+            (mnt / "d").mkdir()
+            subprocess.run(["setfacl", "-d", "-m", "u::rw,u:65534:r,g::-,m::r,o::-",
+                            str(mnt / "d")], check=True)
+        old = os.umask(0)
+        try:
+            with helpers.mounted_pool(pool, mnt, "noacl"):
+                (mnt / "d" / "f").write_bytes(b"x")
+                assert os.stat(mnt / "d" / "f").st_mode & 0o777 == 0o666, \
+                    "the default ACL masked a new file's mode under noacl"
+            with helpers.mounted_pool(pool, mnt):
+                acl = subprocess.run(["getfacl", "-cn", str(mnt / "d" / "f")],
+                                     capture_output=True, text=True, check=True).stdout
+                assert "user:65534" not in acl, f"an ACL passed on under noacl:\n{acl}"
+                (mnt / "d" / "g").write_bytes(b"x")
+                assert os.stat(mnt / "d" / "g").st_mode & 0o777 == 0o640
+                acl = subprocess.run(["getfacl", "-cn", str(mnt / "d" / "g")],
+                                     capture_output=True, text=True, check=True).stdout
+                assert "user:65534:r--" in acl, acl
+        finally:
+            os.umask(old)

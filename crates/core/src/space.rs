@@ -381,8 +381,10 @@ impl Fs {
             progressed = true;
         }
         // Still short, with dead blocks in partly valid extents of the block
-        // tiers: recycle them now rather than fail (`clean.rs`).
-        if self.data_room_blocks() < blocks && self.recycle_for_room(blocks) {
+        // tiers: recycle them now rather than fail (`clean.rs`). Or the
+        // room came back by itself since the refusal (a write-back or a
+        // move ended): worth another try too.
+        if self.data_room_blocks() >= blocks || self.recycle_for_room(blocks) {
             progressed = true;
         }
         if progressed {

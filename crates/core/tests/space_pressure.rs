@@ -46,6 +46,10 @@ struct Model {
     refusals: u64,
     /// The most data blocks the files held at once.
     peak_blocks: u64,
+    /// What happened to each inode, by step: printed when a file differs.
+    history: Vec<(u64, String)>,
+    /// The step running.
+    step: usize,
 }
 
 impl Model {
@@ -56,6 +60,23 @@ impl Model {
             .values()
             .map(|f| (f.data.len() as u64).div_ceil(BS))
             .sum()
+    }
+
+    /// Notes `what` happened to inode `ino`.
+    fn note(&mut self, ino: u64, what: String) {
+        let step = self.step;
+        self.history.push((ino, format!("step {step}: {what}")));
+    }
+
+    /// The history of inode `ino`, one line per event, with the remounts.
+    fn history_of(&self, ino: u64) -> String {
+        let lines: Vec<&str> = self
+            .history
+            .iter()
+            .filter(|(i, _)| *i == ino || *i == 0)
+            .map(|(_, h)| h.as_str())
+            .collect();
+        lines.join("\n")
     }
 
     fn pick(&self, rng: &mut StdRng) -> Option<String> {
@@ -115,23 +136,34 @@ fn check_all(fs: &Fs, m: &Model, ctx: &str) {
             .unwrap_or_else(|e| panic!("{ctx}: lookup {name}: {e}"));
         fs.forget(a.ino, 1);
         assert_eq!(a.ino, f.ino, "{ctx}: {name} is another inode");
-        assert_eq!(a.size, f.data.len() as u64, "{ctx}: size of {name}");
+        assert_eq!(
+            a.size,
+            f.data.len() as u64,
+            "{ctx}: size of {name}; its history:\n{}",
+            m.history_of(f.ino)
+        );
         let got = fs
             .read(f.ino, 0, f.data.len() + 1)
             .unwrap_or_else(|e| panic!("{ctx}: read {name}: {e}"));
         if got != f.data {
             let at = got.iter().zip(&f.data).position(|(a, b)| a != b);
             panic!(
-                "{ctx}: {name} differs (first difference at {at:?}, {} bytes read, {} expected)",
+                "{ctx}: {name} differs (first difference at {at:?}, {} bytes read, {} expected); its history:\n{}",
                 got.len(),
-                f.data.len()
+                f.data.len(),
+                m.history_of(f.ino)
             );
         }
         for (k, v) in &f.xattrs {
             let got = fs
                 .getxattr(f.ino, k)
                 .unwrap_or_else(|e| panic!("{ctx}: getxattr {name}: {e}"));
-            assert_eq!(&got, v, "{ctx}: xattr of {name}");
+            assert_eq!(
+                &got,
+                v,
+                "{ctx}: xattr of {name}; its history:\n{}",
+                m.history_of(f.ino)
+            );
         }
     }
     let listed = fs
@@ -169,8 +201,11 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                 ino: a.ino,
                 ..Default::default()
             };
+            m.note(a.ino, format!("created as {name}"));
             if len > 0 {
-                match fs.write(a.ino, 0, &data) {
+                let r = fs.write(a.ino, 0, &data);
+                m.note(a.ino, format!("write 0+{len}: {r:?}"));
+                match r {
                     Ok(n) => assert_eq!(n, len, "{ctx}: short write"),
                     Err(e) => {
                         m.files.insert(name, f);
@@ -182,6 +217,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
             if rng.gen_bool(0.2) {
                 fs.fsync(a.ino, false)
                     .unwrap_or_else(|e| panic!("{ctx}: fsync: {e}"));
+                m.note(a.ino, "fsync".into());
             }
             m.files.insert(name, f);
         }
@@ -197,14 +233,18 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
             };
             let data = pattern(seed, len);
             let f = m.files.get_mut(&name).unwrap();
-            let off = f.data.len() as u64;
-            match fs.write_hinted(f.ino, off, &data, sync) {
+            let (ino, off) = (f.ino, f.data.len() as u64);
+            let r = fs.write_hinted(ino, off, &data, sync);
+            let f = m.files.get_mut(&name).unwrap();
+            let res = format!("{r:?}");
+            match r {
                 Ok(n) => {
                     assert_eq!(n, len, "{ctx}: short append");
                     f.data.extend_from_slice(&data);
                 }
                 Err(e) => refuse_enospc_with_room(&e, m, "append", ctx),
             }
+            m.note(ino, format!("append {off}+{len} (sync {sync}): {res}"));
         }
         // Overwrites inside a file (a database page, a rewritten block).
         55..=69 => {
@@ -217,9 +257,13 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
             let len = rng.gen_range(1..=(f.data.len() - off).min(256 << 10));
             let data = pattern(seed, len);
             let sync = rng.gen_bool(0.3);
-            match fs.write_hinted(f.ino, off as u64, &data, sync) {
+            let ino = f.ino;
+            let r = fs.write_hinted(ino, off as u64, &data, sync);
+            m.note(ino, format!("overwrite {off}+{len} (sync {sync}): {r:?}"));
+            match r {
                 Ok(n) => {
                     assert_eq!(n, len, "{ctx}: short overwrite");
+                    let f = m.files.get_mut(&name).unwrap();
                     f.data[off..off + len].copy_from_slice(&data);
                 }
                 Err(e) => refuse_enospc_with_room(&e, m, "overwrite", ctx),
@@ -237,6 +281,8 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
             fs.setattr(f.ino, set)
                 .unwrap_or_else(|e| panic!("{ctx}: truncate never fails: {e}"));
             f.data.truncate(size);
+            let ino = f.ino;
+            m.note(ino, format!("truncate to {size}"));
         }
         // An xattr, small or large.
         75..=84 => {
@@ -245,7 +291,9 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
             let len = [8usize, 200, 3000, 20000][rng.gen_range(0..4)];
             let value = pattern(seed, len);
             let ino = m.files[&name].ino;
-            match fs.setxattr(ino, &key, &value, 0) {
+            let r = fs.setxattr(ino, &key, &value, 0);
+            m.note(ino, format!("setxattr of {len} bytes: {r:?}"));
+            match r {
                 Ok(()) => {
                     m.files.get_mut(&name).unwrap().xattrs.insert(key, value);
                 }
@@ -255,8 +303,10 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
         // fsync of any file.
         85..=92 => {
             let Some(name) = m.pick(rng) else { return };
-            fs.fsync(m.files[&name].ino, rng.gen_bool(0.5))
+            let ino = m.files[&name].ino;
+            fs.fsync(ino, rng.gen_bool(0.5))
                 .unwrap_or_else(|e| panic!("{ctx}: fsync: {e}"));
+            m.note(ino, "fsync".into());
         }
         // A rename over another file (an editor's save, a mail delivery).
         93..=99 => {
@@ -269,6 +319,9 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
             match fs.rename(1, from.as_bytes(), 1, to.as_bytes(), Default::default()) {
                 Ok(()) => {
                     let f = m.files.remove(&from).unwrap();
+                    let over = m.files[&to].ino;
+                    m.note(f.ino, format!("renamed {from} -> {to} (over inode {over})"));
+                    m.note(over, format!("replaced by a rename of {from}"));
                     m.files.insert(to, f);
                 }
                 Err(e) => refuse_enospc_with_room(&e, m, "rename", ctx),
@@ -279,7 +332,8 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
             let Some(name) = m.pick(rng) else { return };
             fs.unlink(1, name.as_bytes())
                 .unwrap_or_else(|e| panic!("{ctx}: unlink never fails: {e}"));
-            m.files.remove(&name);
+            let f = m.files.remove(&name).unwrap();
+            m.note(f.ino, format!("{name} deleted"));
         }
     }
 }
@@ -293,6 +347,7 @@ fn run_sequence(seed: u64, steps: usize) -> (u64, u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     for n in 0..steps {
         let ctx = format!("seed {seed} step {n}");
+        model.step = n;
         step(&fs, &mut model, &mut rng, &ctx);
         model.peak_blocks = model.peak_blocks.max(model.data_blocks());
         if rng.gen_range(0..60) == 0 {
@@ -300,6 +355,7 @@ fn run_sequence(seed: u64, steps: usize) -> (u64, u64) {
             fs.unmount().unwrap_or_else(|e| {
                 panic!("{ctx}: acknowledged writes could not be persisted: {e}")
             });
+            model.history.push((0, format!("step {n}: remount")));
             drop(fs);
             fs = start(&pm, &ssd, &ctx);
             check_all(&fs, &model, &format!("{ctx}, after remount"));
