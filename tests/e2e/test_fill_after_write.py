@@ -33,6 +33,13 @@ def write_through_a_write_only_descriptor(path, data: bytes, piece: int = 65536 
         os.close(fd)
 
 
+def resident_bytes(path) -> int:
+    """Bytes of `path` in the kernel's page cache (util-linux `fincore`)."""
+    cp = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                        capture_output=True, text=True, check=True)
+    return int(cp.stdout.strip() or 0)
+
+
 def test_files_a_writer_closed_are_read_without_a_request_to_the_daemon():
     with temp_pool_path() as pool, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:256M")
@@ -42,15 +49,17 @@ def test_files_a_writer_closed_are_read_without_a_request_to_the_daemon():
                 data = os.urandom(3 * MiB + 123 * k)
                 write_through_a_write_only_descriptor(mnt / f"f{k}", data)
                 files.append((mnt / f"f{k}", data))
-            # The last release may still be on its way to the daemon
-            # (the kernel sends it after close returned).
-            time.sleep(0.3)
+            # The releases may still be on their way to the daemon (the
+            # kernel sends them after close returned), and the fills take
+            # a while on a loaded machine: wait until the page cache holds
+            # every file (a fill that never comes fails below).
+            atimes = [os.stat(path).st_atime_ns for path, _ in files]
+            helpers.wait_until(lambda: all(resident_bytes(p) >= len(d) for p, d in files), 10)
             before = m.status()["reads"]
-            for path, data in files:
-                atime = os.stat(path).st_atime_ns
+            for (path, data), atime in zip(files, atimes):
                 assert other_process_reads(path) == data
-                # relatime: the first read after the write updated the
-                # access time (taken at the read-only open).
+                # relatime: the first read-only open after the write (the
+                # reader's, or fincore's above) updated the access time.
                 assert os.stat(path).st_atime_ns != atime, path
             reads = m.status()["reads"] - before
             assert reads == 0, f"{reads} reads of files just written reached the daemon"
