@@ -32,6 +32,19 @@ fn named() -> Vec<u8> {
     ])
 }
 
+/// A caller with umask 077.
+const STRICT: Ctx = Ctx {
+    umask: 0o077,
+    ..CTX
+};
+
+/// Creates regular file `name` (mode 0666 asked) in `dir` as [`STRICT`].
+fn create_strict(fs: &Fs, dir: u64, name: &str) -> u64 {
+    fs.mknod(dir, name.as_bytes(), libc::S_IFREG | 0o666, 0, STRICT)
+        .unwrap()
+        .ino
+}
+
 fn perms(fs: &Fs, ino: u64) -> u32 {
     fs.getattr(ino).unwrap().mode & 0o7777
 }
@@ -103,30 +116,20 @@ fn new_inodes_take_the_default_acl_and_ignore_the_umask_under_it() {
         (OTHER, 0, U),
     ]);
     fs.setxattr(d, ACL_DEFAULT, &dflt, 0).unwrap();
-    let strict = Ctx {
-        umask: 0o077,
-        ..CTX
-    };
-    let f = fs
-        .mknod(d, b"f", libc::S_IFREG | 0o666, 0, strict)
-        .unwrap()
-        .ino;
+    let f = create_strict(&fs, d, "f");
     assert_eq!(perms(&fs, f), 0o660, "masked by the ACL, not the umask");
     assert!(fs.getxattr(f, ACL_ACCESS).is_ok());
     assert!(
         fs.getxattr(f, ACL_DEFAULT).is_err(),
         "files get no default ACL"
     );
-    let sub = fs.mkdir(d, b"sub", 0o777, strict).unwrap().ino;
+    let sub = fs.mkdir(d, b"sub", 0o777, STRICT).unwrap().ino;
     assert_eq!(perms(&fs, sub), 0o770);
     assert_eq!(fs.getxattr(sub, ACL_DEFAULT).unwrap(), dflt, "passed on");
-    let (t, _) = fs.tmpfile(d, 0o644, libc::O_WRONLY, strict).unwrap();
+    let (t, _) = fs.tmpfile(d, 0o644, libc::O_WRONLY, STRICT).unwrap();
     assert_eq!(perms(&fs, t.ino), 0o640);
     // Without a default ACL the umask applies.
-    let plain = fs
-        .mknod(1, b"plain", libc::S_IFREG | 0o666, 0, strict)
-        .unwrap()
-        .ino;
+    let plain = create_strict(&fs, 1, "plain");
     assert_eq!(perms(&fs, plain), 0o600);
     assert!(fs.getxattr(plain, ACL_ACCESS).is_err());
     // All of it after a remount.
@@ -151,17 +154,10 @@ fn with_acls_off_default_acls_are_not_inherited_and_chmod_leaves_the_acl() {
     let f = file_holding(&fs, "f", b"x");
     fs.setxattr(f, ACL_ACCESS, &named(), 0).unwrap();
     fs.set_posix_acls(false);
-    let strict = Ctx {
-        umask: 0o077,
-        ..CTX
-    };
-    let g = fs
-        .mknod(d, b"g", libc::S_IFREG | 0o666, 0, strict)
-        .unwrap()
-        .ino;
+    let g = create_strict(&fs, d, "g");
     assert_eq!(perms(&fs, g), 0o600, "the umask, not the default ACL");
     assert!(fs.getxattr(g, ACL_ACCESS).is_err(), "no ACL passed on");
-    let sub = fs.mkdir(d, b"sub", 0o777, strict).unwrap().ino;
+    let sub = fs.mkdir(d, b"sub", 0o777, STRICT).unwrap().ino;
     assert_eq!(perms(&fs, sub), 0o700);
     assert!(fs.getxattr(sub, ACL_DEFAULT).is_err());
     chmod(&fs, f, 0o600);
@@ -169,10 +165,7 @@ fn with_acls_off_default_acls_are_not_inherited_and_chmod_leaves_the_acl() {
     assert_eq!(fs.getxattr(f, ACL_ACCESS).unwrap(), named(), "left alone");
     // On again: the stored ACLs apply as before.
     fs.set_posix_acls(true);
-    let h = fs
-        .mknod(d, b"h", libc::S_IFREG | 0o666, 0, strict)
-        .unwrap()
-        .ino;
+    let h = create_strict(&fs, d, "h");
     assert_eq!(perms(&fs, h), 0o666);
 }
 

@@ -50,6 +50,8 @@ struct Model {
     history: Vec<(u64, String)>,
     /// The step running.
     step: usize,
+    /// Every write that succeeded: `(ino, offset, length, pattern seed)`.
+    writes: Vec<(u64, u64, usize, u64)>,
 }
 
 impl Model {
@@ -77,6 +79,47 @@ impl Model {
             .map(|(_, h)| h.as_str())
             .collect();
         lines.join("\n")
+    }
+
+    /// Which successful writes (of any file) hold the bytes of `got` in
+    /// file block `fb`: where a file's bytes differ, tells stale data of
+    /// the file itself from another file's data or zeros.
+    fn explain_block(&self, got: &[u8], fb: u64) -> String {
+        let (lo, hi) = (fb * BS, (fb + 1) * BS);
+        let got_block = &got[lo as usize..(hi as usize).min(got.len())];
+        if got_block.iter().all(|&b| b == 0) {
+            return format!("block {fb} reads as zeros");
+        }
+        let mut found = Vec::new();
+        for &(ino, off, len, seed) in &self.writes {
+            let end = off + len as u64;
+            // Each block this write covered, compared at the same offsets
+            // inside the block (a physical block reused by another file
+            // shows its bytes at their in-block places).
+            let (first, last) = (off / BS, (end - 1) / BS);
+            if last - first > 300 {
+                continue;
+            }
+            let data = pattern(seed, len);
+            for wb in first..=last {
+                let a = off.max(wb * BS);
+                let b = end.min((wb + 1) * BS);
+                let (ia, ib) = ((a - wb * BS) as usize, (b - wb * BS) as usize);
+                if ib > got_block.len() || ib - ia < 32 {
+                    continue;
+                }
+                if got_block[ia..ib] == data[(a - off) as usize..(b - off) as usize] {
+                    found.push(format!(
+                        "bytes {ia}..{ib} of block {fb} are those of inode {ino}'s write {off}+{len} at its block {wb}"
+                    ));
+                }
+            }
+        }
+        if found.is_empty() {
+            format!("block {fb}: no recorded write matches")
+        } else {
+            found.join("\n")
+        }
     }
 
     fn pick(&self, rng: &mut StdRng) -> Option<String> {
@@ -147,8 +190,9 @@ fn check_all(fs: &Fs, m: &Model, ctx: &str) {
             .unwrap_or_else(|e| panic!("{ctx}: read {name}: {e}"));
         if got != f.data {
             let at = got.iter().zip(&f.data).position(|(a, b)| a != b);
+            let explained = at.map_or(String::new(), |x| m.explain_block(&got, x as u64 / BS));
             panic!(
-                "{ctx}: {name} differs (first difference at {at:?}, {} bytes read, {} expected); its history:\n{}",
+                "{ctx}: {name} differs (first difference at {at:?}, {} bytes read, {} expected); its history:\n{}\nwhat is there:\n{explained}",
                 got.len(),
                 f.data.len(),
                 m.history_of(f.ino)
@@ -206,7 +250,10 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                 let r = fs.write(a.ino, 0, &data);
                 m.note(a.ino, format!("write 0+{len}: {r:?}"));
                 match r {
-                    Ok(n) => assert_eq!(n, len, "{ctx}: short write"),
+                    Ok(n) => {
+                        assert_eq!(n, len, "{ctx}: short write");
+                        m.writes.push((a.ino, 0, len, seed));
+                    }
                     Err(e) => {
                         m.files.insert(name, f);
                         return refuse_enospc_with_room(&e, m, "write of a new file", ctx);
@@ -241,6 +288,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                 Ok(n) => {
                     assert_eq!(n, len, "{ctx}: short append");
                     f.data.extend_from_slice(&data);
+                    m.writes.push((ino, off, len, seed));
                 }
                 Err(e) => refuse_enospc_with_room(&e, m, "append", ctx),
             }
@@ -265,6 +313,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                     assert_eq!(n, len, "{ctx}: short overwrite");
                     let f = m.files.get_mut(&name).unwrap();
                     f.data[off..off + len].copy_from_slice(&data);
+                    m.writes.push((ino, off as u64, len, seed));
                 }
                 Err(e) => refuse_enospc_with_room(&e, m, "overwrite", ctx),
             }
