@@ -193,13 +193,29 @@ impl Fs {
         }
     }
 
+    /// Tells the cache that `ino` has no dirty pages (any more), checked
+    /// under its slot's lock: a file created in the slot since the caller
+    /// looked, and written, must stay known as dirty.
+    fn forget_dirty_file_if_clean(&self, ino: Ino) {
+        let Some(slot) = self.table.get(ino as usize) else {
+            self.cache.drop_dirty(ino, 0, true);
+            return;
+        };
+        let g = slot.lock();
+        if g.as_ref().map_or(true, |i| i.dirty.is_empty()) {
+            self.cache.drop_dirty(ino, 0, true);
+        }
+    }
+
     /// One try of [`Fs::flush_inode_part`]: ENOSPC when the tiers lack the
     /// blocks right now.
     pub(crate) fn write_back_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
         let wb = self.cache.writeback_lock(ino);
         let (pages, size, mtime, rule, generation, whole) = {
             let Ok(g) = self.lock(ino) else {
-                self.cache.drop_dirty(ino, 0, true);
+                // Deleted: its pages went with it — unless its slot holds a
+                // new file already, with pages of its own.
+                self.forget_dirty_file_if_clean(ino);
                 return Ok(());
             };
             let i = g.as_ref().expect("live");
@@ -341,8 +357,11 @@ impl Fs {
         for (tier, first, v) in clean_runs {
             self.cache.put_clean(tier, first, v);
         }
-        drop(g);
+        // Under the inode lock too: a write that takes the lock after this
+        // one adds pages the cache must know of, and "none left" said after
+        // it would make them never written back — not even at unmount.
         self.cache.drop_dirty(ino, done, all);
+        drop(g);
         let requests: u64 = pieces.iter().map(|d| d.runs.len() as u64).sum();
         self.cache.note_writeback(n * BS, requests);
         Ok(())
