@@ -146,7 +146,8 @@ impl Fs {
     /// it runs when data that was accepted (dirty cached pages) or asked for
     /// would otherwise fail with ENOSPC while the pool holds dead blocks.
     /// Object tiers clean themselves (`object_clean.rs`) and are left alone.
-    /// Whether any extent was freed. Called with no lock held.
+    /// Whether any extent was freed, or the room is there now. Called with
+    /// no lock held.
     pub(crate) fn recycle_for_room(&self, blocks: u64) -> bool {
         // Only when the dead blocks can make the room: otherwise every
         // refused write would move valid blocks around for nothing (and
@@ -168,6 +169,9 @@ impl Fs {
             return false;
         }
         let mut freed_any = false;
+        // An extent that could not be emptied (blocks of a write-back or a
+        // move still in flight in it) is not tried again in this call.
+        let mut tried: Vec<(TierId, u64)> = Vec::new();
         for _ in 0..URGENT_VICTIMS {
             if self.data_room_blocks() >= blocks || self.is_frozen() {
                 break;
@@ -181,6 +185,7 @@ impl Fs {
                     infos
                         .into_iter()
                         .filter(|e| e.valid_blocks < e.total_blocks)
+                        .filter(|e| !tried.contains(&(t.id, e.id)))
                         .min_by_key(|e| e.valid_blocks)
                         .map(|e| (e.valid_blocks, t.id, e.id))
                 })
@@ -188,15 +193,17 @@ impl Fs {
             let Some((_, tier, extent)) = victim else {
                 break;
             };
+            tried.push((tier, extent));
             self.cleaner_stats
                 .urgent_rounds
                 .fetch_add(1, Ordering::Relaxed);
-            if self.recycle_on(tier, &[extent]) == 0 {
-                break;
+            if self.recycle_on(tier, &[extent]) > 0 {
+                freed_any = true;
             }
-            freed_any = true;
         }
-        freed_any
+        // Room may also have come meanwhile from elsewhere (a write-back or
+        // a move ended): worth another try of the refused operation too.
+        freed_any || self.data_room_blocks() >= blocks
     }
 
     /// Moves every valid block out of extents `victims` of tier `tier` (a
