@@ -522,6 +522,15 @@ impl Fs {
                 runs: Vec::new(),
             }
         } else if to.is_pm() {
+            // Data coming up (reverse migration, recycling that spills to
+            // PM) leaves PM's metadata reserve and the blocks promised to
+            // write-back alone: an unlink on a full pool needs them for its
+            // log entry (found by `space_pressure.rs`: urgent recycling
+            // spilled victims into the reserve until an unlink failed).
+            if self.pm_free_unpromised() < total + self.pm_reserve_blocks() {
+                not_pending();
+                return Err(errno(libc::ENOSPC));
+            }
             match self.alloc.alloc(total) {
                 Some(runs) => crate::data::DataRuns {
                     tier: TierId::PM,
