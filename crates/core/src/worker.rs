@@ -150,29 +150,39 @@ mod tests {
         passes: AtomicU64,
     }
 
-    #[test]
-    fn a_pass_that_panics_is_counted_and_the_worker_goes_on() {
-        let owner = Arc::new(Owner::default());
+    /// Starts `owner`'s worker with `pass` every 5 ms.
+    fn start_passes(owner: &Arc<Owner>, pass: fn(&Owner) -> bool) {
         Worker::start(
-            &owner,
-            "panicky",
+            owner,
+            "terrace-test-worker",
             Duration::from_millis(5),
             |o| &o.worker,
-            |o| {
-                let n = o.passes.fetch_add(1, Ordering::Relaxed);
-                assert!(n != 0, "the first pass fails");
-                true
-            },
+            pass,
         );
+    }
+
+    /// Waits (at most 10 s) until `owner`'s worker ran `n` passes.
+    fn wait_for_passes(owner: &Owner, n: u64) {
         let start = Instant::now();
-        while owner.passes.load(Ordering::Relaxed) < 3 {
+        while owner.passes.load(Ordering::Relaxed) < n {
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "the worker stopped"
             );
             owner.worker.kick();
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    #[test]
+    fn a_pass_that_panics_is_counted_and_the_worker_goes_on() {
+        let owner = Arc::new(Owner::default());
+        start_passes(&owner, |o| {
+            let n = o.passes.fetch_add(1, Ordering::Relaxed);
+            assert!(n != 0, "the first pass fails");
+            true
+        });
+        wait_for_passes(&owner, 3);
         owner.worker.stop();
         assert_eq!(owner.worker.panics(), 1);
     }
@@ -214,27 +224,12 @@ mod tests {
 
     #[test]
     fn a_worker_runs_the_passes_of_any_owner_until_stopped() {
-        #[derive(Default)]
-        struct Owner {
-            worker: Worker,
-            passes: std::sync::atomic::AtomicU64,
-        }
         let owner = Arc::new(Owner::default());
-        Worker::start(
-            &owner,
-            "terrace-test-worker",
-            Duration::from_millis(5),
-            |o| &o.worker,
-            |o| {
-                o.passes.fetch_add(1, Ordering::Relaxed);
-                true
-            },
-        );
-        let start = Instant::now();
-        while owner.passes.load(Ordering::Relaxed) < 3 {
-            assert!(start.elapsed() < Duration::from_secs(10), "no passes ran");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        start_passes(&owner, |o| {
+            o.passes.fetch_add(1, Ordering::Relaxed);
+            true
+        });
+        wait_for_passes(&owner, 3);
         assert!(owner.worker.running());
         owner.worker.stop();
         assert!(!owner.worker.running());
