@@ -240,10 +240,14 @@ class FaultProxy:
 
     def stop(self) -> None:
         self.stopping.set()
-        try:
-            self.listener.close()
-        except OSError:
-            pass
+        # shutdown first: close() alone does not end the accept() another
+        # thread is blocked in, and the socket then keeps listening (a
+        # connection meant to be refused got accepted and timed out).
+        for end in (lambda: self.listener.shutdown(socket.SHUT_RDWR), self.listener.close):
+            try:
+                end()
+            except OSError:
+                pass
         with self.lock:
             socks = list(self.socks)
         for s in socks:
