@@ -168,6 +168,9 @@ impl Fs {
         if self.data_room_blocks().saturating_add(dead) < blocks {
             return false;
         }
+        // One recycler at a time; whoever waited here finds the room the
+        // one before it made (the loop looks first).
+        let _one = self.recycle_lock.lock();
         let mut freed_any = false;
         // An extent that could not be emptied (blocks of a write-back or a
         // move still in flight in it) is not tried again in this call.
@@ -197,7 +200,7 @@ impl Fs {
             self.cleaner_stats
                 .urgent_rounds
                 .fetch_add(1, Ordering::Relaxed);
-            if self.recycle_on(tier, &[extent]) > 0 {
+            if self.recycle_locked(tier, &[extent]) > 0 {
                 freed_any = true;
             }
         }
@@ -214,6 +217,12 @@ impl Fs {
     }
 
     fn recycle_on(&self, tier: TierId, victims: &[u64]) -> u64 {
+        let _one = self.recycle_lock.lock();
+        self.recycle_locked(tier, victims)
+    }
+
+    /// [`Fs::recycle_on`] for a caller that holds `recycle_lock`.
+    fn recycle_locked(&self, tier: TierId, victims: &[u64]) -> u64 {
         let Ok(t) = self.tier(tier) else { return 0 };
         let eb = t.space.extent_blocks();
         let ranges = BlockRanges::new(victims.iter().map(|&e| (PhysBlock(e * eb), eb)));

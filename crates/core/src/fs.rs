@@ -130,6 +130,11 @@ pub struct Fs {
     pub(crate) migrator: crate::migrate::state::Migrator,
     /// Extent recycling counters.
     pub(crate) cleaner_stats: crate::service_state::CleanerStats,
+    /// One extent-recycling round at a time (`clean.rs`): rounds racing on
+    /// one victim would each copy its valid blocks, and every copy but one
+    /// would be dropped at its commit as dead blocks, eating the free
+    /// extents recycling needs.
+    pub(crate) recycle_lock: Mutex<()>,
     /// Object-tier cleaning state and counters.
     pub(crate) object_cleaning: crate::service_state::ObjectCleaning,
     /// Inodes with a placement rule (see `rules`).
@@ -366,6 +371,7 @@ impl Fs {
                 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
             ),
             cleaner_stats: Default::default(),
+            recycle_lock: Mutex::new(Rank::Recycle, ()),
             object_cleaning: Default::default(),
             ruled: Mutex::new(Rank::leaf("ruled inodes"), Default::default()),
             log_migration: Default::default(),

@@ -14,14 +14,16 @@
 //! 0. [`Rank::TierChange`] — a tier being attached to or removed from the
 //!    mounted pool (`BlockTiers::begin_append`): taken with no other lock
 //!    held.
-//! 1. [`Rank::Rename`] — `Fs::rename_lock`.
-//! 2. [`Rank::Writeback`] — a file's write-back lock (one at a time), or
+//! 1. [`Rank::Recycle`] — `Fs::recycle_lock`: one extent-recycling round at
+//!    a time (`clean.rs`).
+//! 2. [`Rank::Rename`] — `Fs::rename_lock`.
+//! 3. [`Rank::Writeback`] — a file's write-back lock (one at a time), or
 //!    [`Rank::DrainPicker`] — a migration drain's picker (never both).
-//! 3. [`Rank::Inode`] — inode locks; several only in ascending inode number
+//! 4. [`Rank::Inode`] — inode locks; several only in ascending inode number
 //!    (`Fs::lock_set`).
-//! 4. [`Rank::Room`] — `Fs::room_lock`, or [`Rank::ObjectFetch`] — a
+//! 5. [`Rank::Room`] — `Fs::room_lock`, or [`Rank::ObjectFetch`] — a
 //!    sequential reader's fetch from an object tier (never both).
-//! 5. [`Rank::Leaf`] — everything else: while a leaf is held no other lock of
+//! 6. [`Rank::Leaf`] — everything else: while a leaf is held no other lock of
 //!    this module is taken, except a PM page-allocator shard under the PM log
 //!    slabs ([`Leaf::LogSlabs`] → [`Leaf::PageAllocator`], the only nesting
 //!    among leaves).
@@ -50,6 +52,8 @@ pub enum Rank {
     /// A tier being attached to or removed from the mounted pool
     /// (`tier_list.rs`).
     TierChange,
+    /// One extent-recycling round at a time (`Fs::recycle_lock`, `clean.rs`).
+    Recycle,
     /// `Fs::rename_lock`.
     Rename,
     /// A file's write-back lock (`PageCache::writeback_lock`).
@@ -89,11 +93,12 @@ impl Rank {
     fn level(self) -> u8 {
         match self {
             Rank::TierChange => 0,
-            Rank::Rename => 1,
-            Rank::Writeback | Rank::DrainPicker => 2,
-            Rank::Inode(_) => 3,
-            Rank::Room | Rank::ObjectFetch => 4,
-            Rank::Leaf(_) => 5,
+            Rank::Recycle => 1,
+            Rank::Rename => 2,
+            Rank::Writeback | Rank::DrainPicker => 3,
+            Rank::Inode(_) => 4,
+            Rank::Room | Rank::ObjectFetch => 5,
+            Rank::Leaf(_) => 6,
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct ExtentSpace {
     /// The tier is being removed: nothing may be allocated on it. Changed
     /// only under `inner`'s lock, which `alloc` holds while it checks it.
     retiring: AtomicBool,
+    /// Blocks released at the end of the open extent are given again
+    /// (SSD and HDD tiers; not object tiers, [`BlockTier::new`]).
+    reuse_released_tail: bool,
 }
 
 #[derive(Debug)]
@@ -131,6 +134,7 @@ impl ExtentSpace {
                 },
             ),
             retiring: AtomicBool::new(false),
+            reuse_released_tail: true,
         })
     }
 
@@ -220,7 +224,17 @@ impl ExtentSpace {
                 "releasing more blocks than extent {e} holds"
             );
             *v = v.saturating_sub(in_e as u32);
-            if *v == 0 {
+            let still_valid = *v > 0;
+            let tail_of_open = matches!(g.open, Some((oe, off)) if oe == e && b + in_e == e * self.extent_blocks + off);
+            if still_valid && tail_of_open && self.reuse_released_tail {
+                // The last blocks the open extent gave (an allocation
+                // dropped before its commit, say): taken back, not left
+                // dead until the extent is recycled.
+                if let Some((_, off)) = g.open.as_mut() {
+                    *off -= in_e;
+                }
+                g.free_blocks += in_e;
+            } else if !still_valid {
                 match g.open {
                     Some((oe, off)) if oe == e => {
                         // The open extent empties: rewind it instead of freeing it.
@@ -433,9 +447,13 @@ impl BlockTier {
         id: TierId,
         kind: terrace_format::TierKind,
         dev: Arc<dyn BlockMedia>,
-        space: ExtentSpace,
+        mut space: ExtentSpace,
         sums: crate::sums::BlockSums,
     ) -> BlockTier {
+        // Object tiers keep the plain rule (a released block stays dead
+        // until its part empties): their parts are uploaded whole and
+        // their cleaning plans by part.
+        space.reuse_released_tail = kind != terrace_format::TierKind::S3;
         // A failed sync must reach every thread whose unsynced writes it
         // may have lost (Linux tells one fsync only).
         let closable = Arc::new(Closable::new(PerWriterSync::new(dev)));
@@ -542,6 +560,27 @@ mod tests {
         s.set_retiring(false);
         assert_eq!(s.free_blocks(), 3 * 128);
         assert!(s.alloc(1).is_some());
+    }
+
+    #[test]
+    fn blocks_released_at_the_end_of_the_open_extent_are_given_again() {
+        let s = ExtentSpace::new(128 * 4, 128, vec![]).unwrap();
+        let kept = s.alloc(10).unwrap();
+        let dropped = s.alloc(6).unwrap();
+        assert_eq!(dropped, vec![(PhysBlock(138), 6)]);
+        let free = s.free_blocks();
+        s.release(dropped[0].0, 6);
+        assert_eq!(s.free_blocks(), free + 6, "taken back");
+        assert_eq!(s.alloc(2).unwrap(), vec![(PhysBlock(138), 2)]);
+        // Blocks before the end stay dead until their extent empties.
+        s.release(PhysBlock(130), 2);
+        assert_eq!(s.free_blocks(), free + 4);
+        assert_eq!(s.stats().valid_blocks, 10);
+        s.release(kept[0].0, 2);
+        s.release(PhysBlock(132), 6);
+        s.release(PhysBlock(138), 2);
+        assert_eq!(s.stats().valid_blocks, 0);
+        assert_eq!(s.free_blocks(), 3 * 128, "the emptied open extent rewinds");
     }
 
     #[test]
