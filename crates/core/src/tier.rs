@@ -5,7 +5,10 @@
 //! to the *open* extent, block after block, so consecutive writes become
 //! sequential requests; when it is full a free extent is opened. A block is never
 //! written again while an extent holds it: overwriting file data writes fresh
-//! blocks elsewhere and only decrements the old extent's valid count. An extent
+//! blocks elsewhere and only decrements the old extent's valid count (one
+//! exception: a run released at the very end of what the open extent gave,
+//! e.g. an allocation dropped before its commit, is given again; SSD and HDD
+//! tiers only). An extent
 //! returns to the free set when its valid count reaches zero; extents that stay
 //! partly valid are what the cleaner (extent recycling, issue 4) will compact.
 //!
