@@ -300,30 +300,39 @@ def test_full_pool_fails_with_enospc_and_keeps_fsynced_files(pool, terrace_mount
             assert read(mnt / name) == data, f"{name} changed across remount"
 
 
-@pytest.mark.pool(size="64M", inodes=256)
-def test_exhausting_inodes_fails_with_enospc_and_keeps_existing_files(pool, terrace_mount):
+@pytest.mark.pool(size="8M", inodes=64)
+def test_files_beyond_the_first_inode_table_grow_it_and_a_full_pool_keeps_them(pool, terrace_mount):
     mnt = terrace_mount.path
+    first = os.statvfs(mnt)
+    assert first.f_files > 64 * 4, f"df -i counts the slots the table can grow by: {first}"
     created = []
     failure = None
-    for i in range(2000):
+    for i in range(5000):
         try:
             write_fsynced(mnt / f"f{i}", str(i).encode())
         except OSError as e:
             failure = e
             break
         created.append(i)
+    # 63 slots at mkfs: the table grew (design.md §3.7) until the 8 MiB of
+    # PM were full of the files' data blocks and logs.
+    assert len(created) > 1000, f"only {len(created)} files before {failure!r}"
     assert failure is not None and failure.errno == errno.ENOSPC, \
-        f"expected ENOSPC after filling 256 inodes, got {failure!r}"
-    assert 200 <= len(created) <= 256
-    with pytest.raises(OSError) as exc:
-        os.mkdir(mnt / "dir")
-    assert exc.value.errno == errno.ENOSPC
+        f"expected ENOSPC once PM is full, got {failure!r}"
     for i in created:
         assert read(mnt / f"f{i}") == str(i).encode()
-    os.unlink(mnt / f"f{created[0]}")
+    for i in created[:10]:
+        os.unlink(mnt / f"f{i}")
     write_fsynced(mnt / "again", b"room again")
+    st = os.statvfs(mnt)
+    # In use: the root and every name (the file whose write failed too).
+    assert st.f_files - st.f_ffree == len(os.listdir(mnt)) + 1
     assert helpers.unmount(terrace_mount)
-    helpers.assert_fsck_clean(pool, "after exhausting inodes")
+    helpers.assert_fsck_clean(pool, "after growing the inode table")
+    with helpers.mounted_pool(pool, mnt):
+        for i in created[10:]:
+            assert read(mnt / f"f{i}") == str(i).encode()
+        assert read(mnt / "again") == b"room again"
 
 
 # ---------------------------------------------------------------------------

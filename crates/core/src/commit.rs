@@ -34,7 +34,7 @@ impl Fs {
         background: bool,
         journal_head: bool,
     ) -> FsResult<StagedCommit> {
-        let base = inode_offset(inode.ino);
+        let base = self.table.pm_offset(inode.ino);
         let room = self.log_room(background);
         // Data on block tiers commits with its checksums (sums.rs).
         let sums = self.sums_entries_for(entries);
@@ -46,8 +46,14 @@ impl Fs {
             &with_sums[..]
         };
         if let Some(t) = inode.log.on_tier {
-            let (st, words) =
-                stage_recall(&*self.media, &room, inode, entries, &self.sums_tables())?;
+            let (st, words) = stage_recall(
+                &*self.media,
+                &room,
+                inode,
+                base,
+                entries,
+                &self.sums_tables(),
+            )?;
             return Ok(StagedCommit {
                 st,
                 words,
@@ -207,7 +213,7 @@ impl Fs {
             Err(_) => return,
         };
         let head = st.new_pages[0].off;
-        let base = inode_offset(inode.ino);
+        let base = self.table.pm_offset(inode.ino);
         self.journal.commit(
             &*self.media,
             &[
@@ -241,13 +247,14 @@ pub(crate) fn stage_recall(
     media: &dyn PmMedia,
     room: &crate::log_space::LogRoom<'_>,
     inode: &Inode,
+    slot: u64,
     entries: &[Entry],
     sums: &crate::sums::SumsTables<'_>,
 ) -> FsResult<(crate::log::Staged, Vec<(u64, u64)>)> {
     let mut all = crate::sums::with_sums(inode.snapshot_entries(), sums);
     all.extend_from_slice(entries);
     let st = crate::log::Log::default().stage(media, room, inode.ino, scratch_slot(), &all)?;
-    let base = inode_offset(inode.ino);
+    let base = slot;
     let words = vec![
         (base + INODE_OFF_LOG_HEAD, st.new_pages[0].off),
         (

@@ -155,20 +155,9 @@ impl Fs {
             r => return r,
         }
         let _room = self.room_lock.lock();
-        if self.pm_free_unpromised() > self.pm_reserve_blocks() / 2 {
-            if let Some(runs) = self.alloc.alloc(1) {
-                return Ok(DataRuns {
-                    tier: TierId::PM,
-                    runs,
-                });
-            }
-        }
-        for t in &self.tiers {
-            if let Some(runs) = t.space.alloc(1) {
-                return Ok(DataRuns { tier: t.id, runs });
-            }
-        }
-        Err(errno(libc::ENOSPC))
+        let mut pieces = self.alloc_data_spread(TierId::PM, 1, self.pm_reserve_blocks() / 2)?;
+        // One block asked for: one piece of one block.
+        pieces.pop().ok_or_else(|| errno(libc::ENOSPC))
     }
 
     /// [`Fs::alloc_new_data`] that may spread the blocks over several tiers

@@ -27,9 +27,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use terrace_format::{
-    inode_offset, FileBlock, PhysBlock, Superblock, TierId, BLOCK_SIZE, INODE_OFF_STATE,
-};
+use terrace_format::{FileBlock, PhysBlock, Superblock, TierId, BLOCK_SIZE, INODE_OFF_STATE};
 use terrace_media::PmMedia;
 
 pub use crate::counters::Counters;
@@ -70,7 +68,7 @@ pub struct MountReport {
 pub struct Fs {
     pub(crate) media: Arc<dyn PmMedia>,
     pub(crate) sb: Mutex<Superblock>,
-    pub(crate) table: Vec<Mutex<Option<Box<Inode>>>>,
+    pub(crate) table: crate::slot_table::SlotTable,
     pub(crate) free_slots: Mutex<Vec<Ino>>,
     pub(crate) alloc: PageAllocator,
     /// Small log pages (slabs inside pool blocks): see `log_space`.
@@ -270,6 +268,7 @@ impl Fs {
     fn from_scan(media: Arc<dyn PmMedia>, sc: Scan, read_only: bool) -> Result<Fs, OpenError> {
         let Scan {
             mut sb,
+            inode_groups,
             inodes,
             problems,
             orphans,
@@ -301,15 +300,16 @@ impl Fs {
             link_count_warnings: problems.len(),
             ..MountReport::default()
         };
-        let n = sb.inode_count as usize;
-        let mut table: Vec<Mutex<Option<Box<Inode>>>> = Vec::with_capacity(n);
-        table.extend((0..n as u64).map(|ino| Mutex::new(Rank::Inode(ino), None)));
+        let table = crate::slot_table::SlotTable::new(&terrace_format::InodeMap::new(
+            sb.inode_count,
+            inode_groups,
+        ));
         for (ino, inode) in inodes {
-            *table[ino as usize].get_mut() = Some(Box::new(inode));
+            *table.slot(ino).lock_unchecked() = Some(Box::new(inode));
         }
-        let mut free: Vec<Ino> = (2..n as u64)
+        let mut free: Vec<Ino> = (2..table.len() as u64)
             .rev()
-            .filter(|&i| table[i as usize].get_mut().is_none())
+            .filter(|&i| table.slot(i).lock_unchecked().is_none())
             .collect();
         free.shrink_to_fit();
         if !read_only {
@@ -548,8 +548,8 @@ impl Fs {
     }
 
     /// Slot-state word address of an inode.
-    pub(crate) fn state_word(ino: Ino) -> u64 {
-        inode_offset(ino) + INODE_OFF_STATE
+    pub(crate) fn state_word(&self, ino: Ino) -> u64 {
+        self.table.pm_offset(ino) + INODE_OFF_STATE
     }
 
     /// Checks that the allocator's free space and the blocks live inodes use
@@ -562,6 +562,12 @@ impl Fs {
             .into_iter()
             .map(|(s, n)| (s, n, "free"))
             .collect();
+        let maps = self.sb.lock().inode_map_blocks.clone();
+        runs.extend(
+            maps.into_iter()
+                .chain(self.table.group_blocks())
+                .map(|b| (PhysBlock(b), 1, "inode table")),
+        );
         let mut small = Vec::new();
         // Data and log blobs by tier (0 = PM), with what holds them.
         let mut held: BTreeMap<TierId, Vec<crate::shared::Found>> = BTreeMap::new();

@@ -15,9 +15,7 @@ use crate::alloc::PageAllocator;
 use crate::recovery::{scan, OpenError, Problem, Scan, TierDevices};
 use crate::types::Ino;
 use std::sync::Arc;
-use terrace_format::{
-    inode_offset, journal_slot_offset, Entry, INODE_OFF_LOG_TAIL, INODE_OFF_STATE,
-};
+use terrace_format::{journal_slot_offset, Entry, INODE_OFF_LOG_TAIL, INODE_OFF_STATE};
 use terrace_media::PmMedia;
 
 /// What fsck found (and, with repair, did).
@@ -228,15 +226,15 @@ pub fn repair(
     for p in &sc.problems {
         match p {
             Problem::BadSlot { ino, .. } => {
-                media.store_u64(inode_offset(*ino) + INODE_OFF_STATE, 0);
-                media.persist(inode_offset(*ino) + INODE_OFF_STATE, 8);
+                media.store_u64(sc.slot_offset(*ino) + INODE_OFF_STATE, 0);
+                media.persist(sc.slot_offset(*ino) + INODE_OFF_STATE, 8);
                 report
                     .repaired
                     .push(format!("freed broken inode slot {ino}"));
                 rescan = true;
             }
             Problem::BadLog { ino, .. }
-                if media.load_u64(inode_offset(*ino) + INODE_OFF_STATE)
+                if media.load_u64(sc.slot_offset(*ino) + INODE_OFF_STATE)
                     == terrace_format::INODE_USED_TIER_LOG =>
             {
                 // An unreadable log blob on a block tier: the inode keeps
@@ -244,12 +242,12 @@ pub fn repair(
                 // crash in between leaves a PM log that does not walk, which
                 // the next repair truncates.
                 media.store_u64(
-                    inode_offset(*ino) + INODE_OFF_STATE,
+                    sc.slot_offset(*ino) + INODE_OFF_STATE,
                     terrace_format::INODE_USED,
                 );
-                media.persist(inode_offset(*ino) + INODE_OFF_STATE, 8);
-                media.store_u64(inode_offset(*ino) + INODE_OFF_LOG_TAIL, 0);
-                media.persist(inode_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
+                media.persist(sc.slot_offset(*ino) + INODE_OFF_STATE, 8);
+                media.store_u64(sc.slot_offset(*ino) + INODE_OFF_LOG_TAIL, 0);
+                media.persist(sc.slot_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
                 report.repaired.push(format!(
                     "emptied the log of inode {ino} (its log on a block tier is unreadable)"
                 ));
@@ -257,10 +255,10 @@ pub fn repair(
             }
             Problem::BadLog { ino, safe_tail, .. } => {
                 media.store_u64(
-                    inode_offset(*ino) + INODE_OFF_LOG_TAIL,
+                    sc.slot_offset(*ino) + INODE_OFF_LOG_TAIL,
                     terrace_format::encode_tail(*safe_tail),
                 );
-                media.persist(inode_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
+                media.persist(sc.slot_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
                 report.repaired.push(format!(
                     "truncated the log of inode {ino} to its last good entry"
                 ));
@@ -347,6 +345,7 @@ fn append_fixes(
                 media,
                 &room,
                 inode,
+                sc.slot_offset(ino),
                 std::slice::from_ref(&e),
                 &tables,
             ) {
@@ -366,16 +365,16 @@ fn append_fixes(
             media,
             &room,
             ino,
-            inode_offset(ino),
+            sc.slot_offset(ino),
             std::slice::from_ref(&e),
         ) {
             Ok(st) => {
                 media.fence();
                 media.store_u64(
-                    inode_offset(ino) + INODE_OFF_LOG_TAIL,
+                    sc.slot_offset(ino) + INODE_OFF_LOG_TAIL,
                     terrace_format::encode_tail(st.new_tail),
                 );
-                media.persist(inode_offset(ino) + INODE_OFF_LOG_TAIL, 8);
+                media.persist(sc.slot_offset(ino) + INODE_OFF_LOG_TAIL, 8);
                 log.apply(st);
                 report.repaired.push(what);
             }

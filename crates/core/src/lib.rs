@@ -52,6 +52,7 @@ pub mod rules;
 pub mod scrub;
 pub mod service_state;
 pub mod shared;
+mod slot_table;
 pub mod space;
 pub mod status;
 pub mod sums;

@@ -34,7 +34,7 @@ use crate::log::{Log, TierLog};
 use crate::types::{errno, FsResult, Ino};
 use std::sync::atomic::Ordering;
 use terrace_format::{
-    encode_tier_log_head, inode_offset, LogBlob, PhysBlock, TierId, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
+    encode_tier_log_head, LogBlob, PhysBlock, TierId, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
     INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED_TIER_LOG,
 };
 use terrace_policy::log_migration::{self as policy, LogMigrationNeed, LogPressure};
@@ -178,7 +178,7 @@ impl Fs {
                 break;
             }
             let ino = cursor.fetch_add(1, Ordering::Relaxed) % n;
-            let Some(g) = self.table[ino as usize].try_lock() else {
+            let Some(g) = self.table.slot(ino).try_lock() else {
                 continue;
             };
             let Some(i) = g.as_ref() else { continue };
@@ -363,7 +363,7 @@ impl Fs {
                 t.free(block, blocks);
                 continue;
             }
-            let base = inode_offset(c.ino);
+            let base = self.table.pm_offset(c.ino);
             // Commit point of a log move: the journal slot that publishes
             // the slot's head, tail and state together.
             self.journal.commit(

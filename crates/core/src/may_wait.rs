@@ -187,7 +187,7 @@ impl Fs {
 
     /// Looks at the live inode `ino` with `f` if its lock is free.
     fn peek<T>(&self, ino: Ino, f: impl FnOnce(&Inode) -> T) -> Peek<T> {
-        let Some(slot) = self.table.get(ino as usize) else {
+        let Some(slot) = self.table.get(ino) else {
             return Peek::Gone;
         };
         let Some(g) = slot.try_lock() else {

@@ -114,6 +114,7 @@ pub fn format(media: &dyn PmMedia, p: &FormatParams) -> Result<Superblock, Strin
         mount_count: 0,
         last_mount_unix: 0,
         tiers,
+        inode_map_blocks: Vec::new(),
     };
     write_superblock(media, &sb);
     media

@@ -14,8 +14,8 @@ use crate::fs::{now_ns, Fs};
 use crate::inode::Inode;
 use crate::types::*;
 use terrace_format::{
-    inode_offset, Entry, InodeSlot, WriteEntry, BLOCK_SIZE, INODE_SIZE, INODE_USED, NAME_MAX,
-    ROOT_INO, SYMLINK_MAX,
+    Entry, InodeSlot, WriteEntry, BLOCK_SIZE, INODE_SIZE, INODE_USED, NAME_MAX, ROOT_INO,
+    SYMLINK_MAX,
 };
 
 /// Checks a single path component.
@@ -64,7 +64,7 @@ impl Fs {
 
     /// Drops `n` kernel references; frees the DRAM slot of a deleted inode at 0.
     pub fn forget(&self, ino: Ino, n: u64) {
-        let Some(slot) = self.table.get(ino as usize) else {
+        let Some(slot) = self.table.get(ino) else {
             return;
         };
         let mut g = slot.lock();
@@ -222,7 +222,7 @@ impl Fs {
             (Some(d), _) => crate::acl::inherit(d, mode),
             (None, _) => (mode & !(ctx.umask & 0o777), None, None),
         };
-        let off = inode_offset(ino);
+        let off = self.table.pm_offset(ino);
         let mut old = [0u8; 8];
         self.media
             .read(off + terrace_format::INODE_OFF_GENERATION, &mut old[..4]);
@@ -319,8 +319,8 @@ impl Fs {
         slot.state = terrace_format::INODE_FREE;
         self.media.write(off, &slot.encode());
         self.media.persist(off, INODE_SIZE as u64);
-        self.media.store_u64(Fs::state_word(ino), state);
-        self.media.flush(Fs::state_word(ino), 8);
+        self.media.store_u64(self.state_word(ino), state);
+        self.media.flush(self.state_word(ino), 8);
         Ok((ino, child, inherited.is_some()))
     }
 
@@ -328,8 +328,8 @@ impl Fs {
     /// was to name it failed: nothing else saw it, and fsck then finds no
     /// orphan.
     fn abandon_new_inode(&self, ino: Ino, child: &mut Inode) {
-        self.media.store_u64(Fs::state_word(ino), 0);
-        self.media.persist(Fs::state_word(ino), 8);
+        self.media.store_u64(self.state_word(ino), 0);
+        self.media.persist(self.state_word(ino), 8);
         self.release_inode_space(child);
         self.release_slot(ino);
     }
@@ -416,7 +416,7 @@ impl Fs {
             };
             let free_now = new_nlink == 0 && c.open_count == 0;
             if free_now {
-                tx.extra.push((Fs::state_word(child), 0));
+                tx.extra.push((self.state_word(child), 0));
             } else {
                 let mut ca = c.attr;
                 ca.nlink = new_nlink;
@@ -679,7 +679,7 @@ impl Fs {
                         v.attr.nlink.saturating_sub(1)
                     };
                     if new_nlink == 0 && v.open_count == 0 {
-                        tx.extra.push((Fs::state_word(d), 0));
+                        tx.extra.push((self.state_word(d), 0));
                     } else {
                         let mut a = v.attr;
                         a.nlink = new_nlink;

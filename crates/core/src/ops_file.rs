@@ -73,7 +73,7 @@ impl Fs {
 
     /// Closes a handle; frees an unlinked inode on its last close.
     pub fn release(&self, ino: Ino) -> FsResult<()> {
-        let Some(slot) = self.table.get(ino as usize) else {
+        let Some(slot) = self.table.get(ino) else {
             return Err(errno(libc::EBADF));
         };
         let mut g = slot.lock();
@@ -84,7 +84,7 @@ impl Fs {
         if i.open_count == 0 && i.attr.nlink == 0 && !i.zombie {
             // Commit point of freeing an unlinked-while-open inode: its state word.
             self.journal
-                .commit(&*self.media, &[(Fs::state_word(ino), 0)]);
+                .commit(&*self.media, &[(self.state_word(ino), 0)]);
             self.release_inode_space(i);
             if i.lookups == 0 {
                 *g = None;
@@ -833,6 +833,7 @@ impl Fs {
         // A copy: the superblock is a leaf lock (design.md §4a).
         let sb = self.sb.lock().clone();
         let free_slots = self.free_slots.lock().len() as u64;
+        let growth = self.inode_growth_room();
         // Every tier counts: `df` shows the pool, not its PM tier. Free space
         // on a tiered pool is what new data can still get (dirty cached pages
         // hold theirs already).
@@ -853,8 +854,9 @@ impl Fs {
             blocks,
             bfree,
             bavail,
-            files: sb.inode_count - 1,
-            ffree: free_slots,
+            // The table may still grow (`Fs::grow_inode_table`).
+            files: (self.table.len() as u64 - 1).saturating_add(growth),
+            ffree: free_slots.saturating_add(growth),
             bsize: BS as u32,
             namelen: terrace_format::NAME_MAX as u32,
         }

@@ -176,6 +176,9 @@ impl std::fmt::Display for Problem {
 pub struct Scan {
     /// The superblock in use.
     pub sb: Superblock,
+    /// The PM block of each group of inode slots the table grew by, in
+    /// group order (read from the inode map blocks).
+    pub inode_groups: Vec<u64>,
     /// DRAM inodes by number (reachable ones only).
     pub inodes: HashMap<Ino, Inode>,
     /// Inconsistencies.
@@ -214,6 +217,18 @@ impl Scan {
     /// The checksum tables, as commits and fsck repairs take them.
     pub fn sums_tables(&self) -> crate::sums::SumsTables<'_> {
         self.sums.iter().map(|(id, s)| (*id, s)).collect()
+    }
+
+    /// Where the scanned inode table's slots lie on PM.
+    pub fn inode_map(&self) -> terrace_format::InodeMap {
+        terrace_format::InodeMap::new(self.sb.inode_count, self.inode_groups.clone())
+    }
+
+    /// PM byte offset of the slot of `ino`, an inode the scan found.
+    pub fn slot_offset(&self, ino: Ino) -> u64 {
+        self.inode_map()
+            .offset(ino)
+            .expect("a scanned inode's slot is in the table")
     }
 }
 
@@ -387,8 +402,9 @@ pub fn finish_recovery(media: &dyn PmMedia, sc: &mut Scan) {
         return;
     }
     for o in &sc.orphans {
-        media.store_u64(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 0);
-        media.flush(inode_offset(*o) + terrace_format::INODE_OFF_STATE, 8);
+        let state = sc.slot_offset(*o) + terrace_format::INODE_OFF_STATE;
+        media.store_u64(state, 0);
+        media.flush(state, 8);
     }
     media.fence();
 }
@@ -419,6 +435,41 @@ fn read_log_blob(
         .map_err(|e| format!("log blob on tier {tier} at block {block}: {e:?}"))
 }
 
+/// The PM block of each group of inode slots the table grew by, in group
+/// order: the entries of the superblock's inode map blocks up to the first
+/// 0 (design.md §3.2). An error names a map block or entry that cannot be
+/// right (outside the page pool, a block named twice, an entry after the
+/// end); the pool does not mount then.
+pub fn read_inode_groups(media: &dyn PmMedia, sb: &Superblock) -> Result<Vec<u64>, String> {
+    let pool = sb.pool_start..sb.pool_start.saturating_add(sb.pool_blocks);
+    let mut groups = Vec::new();
+    let mut seen: std::collections::HashSet<u64> = sb.inode_map_blocks.iter().copied().collect();
+    let mut ended = false;
+    for (m, &map) in sb.inode_map_blocks.iter().enumerate() {
+        for k in 0..terrace_format::INODE_MAP_ENTRIES {
+            let b = media.load_u64(map * BLOCK_SIZE + k * 8);
+            if b == 0 {
+                ended = true;
+                continue;
+            }
+            let what = if ended {
+                "follows the end of the list"
+            } else if !pool.contains(&b) {
+                "lies outside the page pool"
+            } else if !seen.insert(b) {
+                "is named twice"
+            } else {
+                groups.push(b);
+                continue;
+            };
+            return Err(format!(
+                "inode map block {map} (number {m}), entry {k}: group block {b} {what}"
+            ));
+        }
+    }
+    Ok(groups)
+}
+
 fn scan_view(
     media: &dyn PmMedia,
     tiers: &TierDevices,
@@ -427,9 +478,26 @@ fn scan_view(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Scan {
     let pool = sb.pool_start * BLOCK_SIZE..sb.pm_size;
-    let n = sb.inode_count;
+    // The whole table, base and groups, in slot order.
+    let inode_groups = match read_inode_groups(media, &sb) {
+        Ok(g) => g,
+        Err(what) => {
+            problems.push(Problem::BlockOwnership { ino: 0, what });
+            Vec::new()
+        }
+    };
+    let map = terrace_format::InodeMap::new(sb.inode_count, inode_groups.clone());
+    let n = map.total();
     let mut table = vec![0u8; (n * INODE_SIZE as u64) as usize];
-    media.read(inode_offset(0), &mut table);
+    media.read(
+        inode_offset(0),
+        &mut table[..(sb.inode_count * INODE_SIZE as u64) as usize],
+    );
+    const GROUP_BYTES: usize = BLOCK_SIZE as usize;
+    for (g, &block) in inode_groups.iter().enumerate() {
+        let at = (sb.inode_count * INODE_SIZE as u64) as usize + g * GROUP_BYTES;
+        media.read(block * BLOCK_SIZE, &mut table[at..at + GROUP_BYTES]);
+    }
     let mut inodes: HashMap<Ino, Inode> = HashMap::new();
     let sums: std::collections::BTreeMap<TierId, crate::sums::BlockSums> = sb
         .tiers
@@ -621,6 +689,11 @@ fn scan_view(
     // may overlap.
     use crate::shared::{Found, Holder};
     let mut used: Vec<Found> = Vec::new();
+    // The inode table's map and group blocks are pool blocks of no inode
+    // (owner 0).
+    for &b in sb.inode_map_blocks.iter().chain(&inode_groups) {
+        used.push((PhysBlock(b), 1, 0, Holder::Exclusive));
+    }
     let mut log_pages: Vec<(crate::log_space::LogPage, Ino)> = Vec::new();
     let mut block_used: std::collections::BTreeMap<TierId, Vec<Found>> = Default::default();
     for ino in &keys {
@@ -756,6 +829,7 @@ fn scan_view(
     };
     Scan {
         sb,
+        inode_groups,
         inodes,
         problems,
         orphans,

@@ -158,6 +158,7 @@ impl Fs {
     pub fn space_status(&self) -> SpaceStatus {
         let sb = self.superblock();
         let log_blocks = self.log_space.blocks();
+        let table_growth = sb.inode_map_blocks.len() as u64 + self.table.groups();
         let free = self.alloc.free();
         let reserve = self.pm_reserve_blocks();
         let promised = self.promised_blocks();
@@ -175,7 +176,7 @@ impl Fs {
         }
         .to_string();
         SpaceStatus {
-            pm_metadata_bytes: (sb.pool_start + log_blocks) * BLOCK_SIZE,
+            pm_metadata_bytes: (sb.pool_start + table_growth + log_blocks) * BLOCK_SIZE,
             pm_log_bytes: log_blocks * BLOCK_SIZE,
             pm_free_bytes: free * BLOCK_SIZE,
             pm_reserve_bytes: reserve * BLOCK_SIZE,

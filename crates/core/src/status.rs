@@ -340,7 +340,7 @@ impl Fs {
             media: self.media.describe(),
             tiers,
             inodes_used,
-            inodes_total: sb.inode_count - 1,
+            inodes_total: self.table.len() as u64 - 1,
             log_pages,
             log_bytes,
             data_blocks,

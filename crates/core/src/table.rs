@@ -13,6 +13,15 @@ use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::lock_order::MutexGuard;
 use crate::types::{errno, FsResult, Ino};
+use terrace_format::{
+    BLOCK_SIZE, INODES_PER_BLOCK, INODE_GROWTH_VERSION, INODE_MAP_ENTRIES, MAX_INODE_GROUPS,
+};
+
+/// Fewest groups (of 32 slots, one PM block each) the inode table grows by
+/// at once: 4,096 slots, 512 KiB of PM.
+const GROW_MIN_GROUPS: u64 = 128;
+/// Most groups the inode table grows by at once: 262,144 slots, 32 MiB.
+const GROW_MAX_GROUPS: u64 = 8192;
 
 /// How long an inode allocation waits for deleted inodes the kernel still
 /// references before it fails with ENOSPC (see [`Fs::alloc_slot`]).
@@ -27,7 +36,7 @@ impl Fs {
     pub(crate) fn lock(&self, ino: Ino) -> FsResult<Slot<'_>> {
         let slot = self
             .table
-            .get(ino as usize)
+            .get(ino)
             .ok_or_else(|| errno(libc::ENOENT))?
             .lock();
         match slot.as_ref() {
@@ -56,27 +65,137 @@ impl Fs {
     /// locks an empty slot (`Fs::lock`, the table scans) finds nothing and
     /// lets go without waiting for any other lock.
     pub(crate) fn install_inode(&self, ino: Ino, inode: Inode) {
-        let mut slot = self.table[ino as usize].lock_unchecked();
+        let mut slot = self.table.slot(ino).lock_unchecked();
         debug_assert!(slot.is_none(), "inode {ino} installed into a used slot");
         *slot = Some(Box::new(inode));
     }
 
-    /// Takes a free inode slot number. When none is free but deleted inodes
-    /// still wait for the kernel to drop its references (its `forget` comes
-    /// asynchronously, possibly on another FUSE thread after the application
-    /// already saw the unlink finish), waits up to [`ZOMBIE_WAIT`] for one of
-    /// them before failing with ENOSPC.
+    /// Takes a free inode slot number. When none is free, the table grows
+    /// into PM's page pool ([`Fs::grow_inode_table`]); when it cannot grow
+    /// but deleted inodes still wait for the kernel to drop its references
+    /// (its `forget` comes asynchronously, possibly on another FUSE thread
+    /// after the application already saw the unlink finish), waits up to
+    /// [`ZOMBIE_WAIT`] for one of them before failing with ENOSPC.
     pub(crate) fn alloc_slot(&self) -> FsResult<Ino> {
         let deadline = std::time::Instant::now() + ZOMBIE_WAIT;
         loop {
             if let Some(ino) = self.free_slots.lock().pop() {
                 return Ok(ino);
             }
+            if self.grow_inode_table() {
+                continue;
+            }
             if std::time::Instant::now() >= deadline || !self.has_zombies() {
                 return Err(errno(libc::ENOSPC));
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// Most groups the inode table may grow by: a quarter of PM's page pool
+    /// (as XFS's `imaxpct`), within what the format names.
+    pub(crate) fn max_inode_groups(&self) -> u64 {
+        (self.alloc.total() / 4).min(MAX_INODE_GROUPS)
+    }
+
+    /// Slots the inode table may still grow by ([`Fs::max_inode_groups`]),
+    /// which `statfs` counts as free inodes: a bound like XFS's, which
+    /// growing or writing data does not move (creates still fail with
+    /// ENOSPC when PM has no block for a new group).
+    pub(crate) fn inode_growth_room(&self) -> u64 {
+        self.max_inode_groups().saturating_sub(self.table.groups()) * INODES_PER_BLOCK
+    }
+
+    /// Grows the inode table when its slots ran out (design.md §3.7): by a
+    /// quarter of the table (at least [`GROW_MIN_GROUPS`], at most
+    /// [`GROW_MAX_GROUPS`] groups of 32 slots, all groups together within
+    /// [`Fs::max_inode_groups`]), one PM page-pool block a
+    /// group, taken down to a quarter of PM's metadata reserve (without a
+    /// slot no create succeeds, whatever the reserve keeps for logs) and
+    /// never from the room dirty cached pages were promised.
+    ///
+    /// Order: a new inode map block, when the last one is full, is zeroed,
+    /// persisted and committed by a superblock write naming it; the group
+    /// blocks are zeroed and persisted; then each group's 8-byte entry in
+    /// its map block is stored and persisted — the group's commit point.
+    /// Only then are its slots published and free. A crash leaves every
+    /// group whose entry was persisted (all slots free), and the other
+    /// blocks unowned, free at the next mount. True when slots were added
+    /// (or another creator added some meanwhile).
+    pub(crate) fn grow_inode_table(&self) -> bool {
+        let _room = self.room_lock.lock();
+        if !self.free_slots.lock().is_empty() {
+            return true;
+        }
+        let have = self.table.groups();
+        let want = (self.table.len() as u64 / 4)
+            .div_ceil(INODES_PER_BLOCK)
+            .clamp(GROW_MIN_GROUPS, GROW_MAX_GROUPS)
+            .min(self.max_inode_groups().saturating_sub(have));
+        let mut room = self
+            .pm_free_unpromised()
+            .saturating_sub(self.pm_reserve_blocks() / 4);
+        if !self.tiers.is_empty() {
+            // Not the blocks dirty cached pages were promised (as any
+            // metadata, `check_metadata_room`).
+            let (data_room, dirty) = self.room_and_dirty_blocks();
+            let free = data_room + self.pm_free_unpromised().min(self.pm_reserve_blocks());
+            room = room.min(free.saturating_sub(dirty));
+        }
+        // Entries left in the map blocks the superblock names now.
+        let maps = self.sb.lock().inode_map_blocks.clone();
+        let mapped = maps.len() as u64 * INODE_MAP_ENTRIES - have;
+        let new_maps = want.saturating_sub(mapped).div_ceil(INODE_MAP_ENTRIES);
+        let groups = want.min(room.saturating_sub(new_maps));
+        if groups == 0 {
+            return false;
+        }
+        let new_maps = groups.saturating_sub(mapped).div_ceil(INODE_MAP_ENTRIES);
+        let Some(runs) = self.alloc.alloc(groups + new_maps) else {
+            return false;
+        };
+        let mut blocks: Vec<u64> = runs
+            .iter()
+            .flat_map(|&(s, n)| s.get()..s.get() + n)
+            .collect();
+        let group_blocks = blocks.split_off(new_maps as usize);
+        let zero = [0u8; BLOCK_SIZE as usize];
+        for &b in blocks.iter().chain(&group_blocks) {
+            self.media.write(b * BLOCK_SIZE, &zero);
+            self.media.flush(b * BLOCK_SIZE, BLOCK_SIZE);
+        }
+        self.media.fence();
+        if !blocks.is_empty() {
+            // Commits the new (empty) map blocks.
+            let mut sb = self.sb.lock();
+            let mut next = sb.clone();
+            next.inode_map_blocks.extend(&blocks);
+            next.version = next.version.max(INODE_GROWTH_VERSION);
+            next.generation += 1;
+            crate::mkfs::write_superblock(&*self.media, &next);
+            *sb = next;
+        }
+        let maps: Vec<u64> = maps.into_iter().chain(blocks).collect();
+        for (k, &b) in group_blocks.iter().enumerate() {
+            let g = have + k as u64;
+            let entry =
+                maps[(g / INODE_MAP_ENTRIES) as usize] * BLOCK_SIZE + (g % INODE_MAP_ENTRIES) * 8;
+            // Persisted one by one: no entry is durable before the one
+            // ahead of it (recovery reads up to the first 0).
+            self.media.store_u64(entry, b);
+            self.media.persist(entry, 8);
+        }
+        let first = self.table.len() as Ino;
+        self.table.add_groups(&group_blocks);
+        let last = self.table.len() as Ino;
+        self.free_slots.lock().extend((first..last).rev());
+        self.notice(format!(
+            "inode table grew by {} slots ({} KiB of PM) to {}",
+            last - first,
+            (group_blocks.len() as u64 + new_maps) * BLOCK_SIZE / 1024,
+            last - 1
+        ));
+        true
     }
 
     /// Whether some deleted inode still waits for its last kernel reference.

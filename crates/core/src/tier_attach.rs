@@ -65,6 +65,9 @@ impl Fs {
             let mut live = self.sb.lock();
             sb.generation = live.generation + 1;
             sb.clean = live.clean;
+            // The inode table may have grown since the copy was taken.
+            sb.inode_map_blocks = live.inode_map_blocks.clone();
+            sb.version = sb.version.max(live.version);
             crate::mkfs::write_superblock(&*self.media, &sb);
             *live = sb;
         }

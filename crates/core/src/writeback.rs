@@ -197,7 +197,7 @@ impl Fs {
     /// under its slot's lock: a file created in the slot since the caller
     /// looked, and written, must stay known as dirty.
     fn forget_dirty_file_if_clean(&self, ino: Ino) {
-        let Some(slot) = self.table.get(ino as usize) else {
+        let Some(slot) = self.table.get(ino) else {
             self.cache.drop_dirty(ino, 0, true);
             return;
         };

@@ -18,6 +18,8 @@ use crate::{crc, FormatError, PhysBlock, TierId, BLOCK_SIZE};
 
 /// Bytes per inode slot.
 pub const INODE_SIZE: usize = 128;
+/// Inode slots in one block.
+pub const INODES_PER_BLOCK: u64 = crate::BLOCK_SIZE / INODE_SIZE as u64;
 /// Offset of `log_head` in a slot.
 pub const INODE_OFF_LOG_HEAD: u64 = 0;
 /// Offset of `log_tail` in a slot.
@@ -101,9 +103,54 @@ pub fn decode_tail(word: u64) -> Result<u64, FormatError> {
     }
 }
 
-/// Byte offset in the PM tier of inode slot `ino`.
+/// Byte offset in the PM tier of slot `ino` of the base inode table (the
+/// slots mkfs laid out; [`InodeMap`] places every slot).
 pub fn inode_offset(ino: u64) -> u64 {
     crate::INODE_TABLE_BLOCK * BLOCK_SIZE + ino * INODE_SIZE as u64
+}
+
+/// Where each inode slot lies on PM: slots `0..inode_count` in the base
+/// table, then 32 slots in each group block, in group order (the inode map
+/// blocks' entries, [`crate::superblock`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InodeMap {
+    base: u64,
+    /// PM block of each group.
+    groups: Vec<u64>,
+}
+
+impl InodeMap {
+    /// The map of a table of `base` slots followed by `groups`.
+    pub fn new(base: u64, groups: Vec<u64>) -> InodeMap {
+        InodeMap { base, groups }
+    }
+
+    /// PM byte offset of slot `ino`; `None` past the table.
+    pub fn offset(&self, ino: u64) -> Option<u64> {
+        if ino < self.base {
+            return Some(inode_offset(ino));
+        }
+        let i = ino - self.base;
+        let block = *self
+            .groups
+            .get(usize::try_from(i / INODES_PER_BLOCK).ok()?)?;
+        Some(block * BLOCK_SIZE + (i % INODES_PER_BLOCK) * INODE_SIZE as u64)
+    }
+
+    /// Slots of the whole table.
+    pub fn total(&self) -> u64 {
+        self.base + self.groups.len() as u64 * INODES_PER_BLOCK
+    }
+
+    /// Slots of the base table.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The group blocks, in group order.
+    pub fn groups(&self) -> &[u64] {
+        &self.groups
+    }
 }
 
 /// A decoded inode slot.
@@ -303,6 +350,16 @@ mod tests {
     #[test]
     fn slot_offsets_do_not_overlap() {
         assert_eq!(inode_offset(1) - inode_offset(0), INODE_SIZE as u64);
+        let map = InodeMap::new(64, vec![900, 500]);
+        assert_eq!(map.total(), 128);
+        assert_eq!(map.offset(63), Some(inode_offset(63)));
+        assert_eq!(map.offset(64), Some(900 * BLOCK_SIZE));
+        assert_eq!(
+            map.offset(95),
+            Some(900 * BLOCK_SIZE + 31 * INODE_SIZE as u64)
+        );
+        assert_eq!(map.offset(96), Some(500 * BLOCK_SIZE));
+        assert_eq!(map.offset(128), None);
         assert_eq!(inode_offset(0) % 8, 0);
     }
 }

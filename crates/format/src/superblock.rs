@@ -3,6 +3,16 @@
 //! Two copies live in blocks 0 and 1. An update writes copy A, persists it, then
 //! writes copy B, so a crash leaves at least one intact copy. The reader takes the
 //! valid copy with the larger `generation`.
+//!
+//! The inode table is the base table at [`crate::INODE_TABLE_BLOCK`] (sized
+//! at mkfs, `inode_count` slots) followed, since version 10, by *groups* of
+//! 32 slots, one page-pool block each, that the mounted pool adds when its
+//! slots run out. The superblock names up to [`MAX_INODE_MAP_BLOCKS`]
+//! *inode map blocks*; each holds [`INODE_MAP_ENTRIES`] u64 entries, the PM
+//! block of group `m × 512 + k` in entry `k` of map block `m`, filled in
+//! order (0: no group; every entry after a 0 is 0). Numbering in
+//! [`crate::InodeMap`]. A superblock write naming a new map block commits
+//! that (empty) map block; an entry's 8-byte store commits its group.
 
 use crate::le::*;
 use crate::{crc, FormatError, BLOCK_SIZE, FORMAT_VERSION};
@@ -29,6 +39,7 @@ const OFF_TIER_COUNT: usize = 76;
 const OFF_CREATED: usize = 80;
 const OFF_MOUNT_COUNT: usize = 88;
 const OFF_LAST_MOUNT: usize = 96;
+const OFF_MAP_BLOCK_COUNT: usize = 104;
 const OFF_TIERS: usize = 128;
 const TIER_RECORD_SIZE: usize = 256;
 // Within a tier record.
@@ -38,6 +49,16 @@ const TR_SIZE: usize = 8;
 const TR_EXTENT: usize = 16;
 const TR_PATH_LEN: usize = 20;
 const TR_PATH: usize = 32;
+/// Inode map blocks: PM block numbers, u64 each (version 10), up to byte 3072.
+const OFF_MAP_BLOCKS: usize = 2304;
+/// Most inode map blocks a superblock names.
+pub const MAX_INODE_MAP_BLOCKS: usize = 96;
+/// Entries (groups of 32 inode slots) of one inode map block.
+pub const INODE_MAP_ENTRIES: u64 = crate::BLOCK_SIZE / 8;
+/// Most groups the inode table may grow by (1,572,864 slots).
+pub const MAX_INODE_GROUPS: u64 = MAX_INODE_MAP_BLOCKS as u64 * INODE_MAP_ENTRIES;
+/// First format version whose inode table may grow (inode map blocks).
+pub const INODE_GROWTH_VERSION: u32 = 10;
 /// Offset of the crc32c over bytes `[0, OFF_CRC)`.
 const OFF_CRC: usize = BLOCK_SIZE as usize - 4;
 
@@ -117,7 +138,8 @@ pub struct Superblock {
     pub generation: u64,
     /// Size of the PM tier in bytes (a multiple of [`BLOCK_SIZE`]).
     pub pm_size: u64,
-    /// Number of inode slots (slot 0 unused).
+    /// Number of slots of the base inode table (slot 0 unused); groups
+    /// added while mounted follow (see the module doc).
     pub inode_count: u64,
     /// First block of the page pool.
     pub pool_start: u64,
@@ -133,6 +155,8 @@ pub struct Superblock {
     pub last_mount_unix: u64,
     /// Tiers, tier 0 first, ids ascending (not necessarily consecutive).
     pub tiers: Vec<TierRecord>,
+    /// The inode map blocks, in group order (version 10).
+    pub inode_map_blocks: Vec<u64>,
 }
 
 impl Superblock {
@@ -163,6 +187,11 @@ impl Superblock {
             let n = path.len().min(TIER_PATH_MAX);
             put_u16(&mut b, r + TR_PATH_LEN, n as u16);
             b[r + TR_PATH..r + TR_PATH + n].copy_from_slice(&path[..n]);
+        }
+        let maps = &self.inode_map_blocks[..self.inode_map_blocks.len().min(MAX_INODE_MAP_BLOCKS)];
+        put_u32(&mut b, OFF_MAP_BLOCK_COUNT, maps.len() as u32);
+        for (i, &m) in maps.iter().enumerate() {
+            put_u64(&mut b, OFF_MAP_BLOCKS + i * 8, m);
         }
         let c = crc(&b[..OFF_CRC]);
         put_u32(&mut b, OFF_CRC, c);
@@ -215,6 +244,14 @@ impl Superblock {
         {
             return Err(FormatError::Invalid("tier ids"));
         }
+        let mut inode_map_blocks = Vec::new();
+        if version >= INODE_GROWTH_VERSION {
+            let n = u32_at(b, OFF_MAP_BLOCK_COUNT) as usize;
+            if n > MAX_INODE_MAP_BLOCKS {
+                return Err(FormatError::Invalid("inode map block count"));
+            }
+            inode_map_blocks.extend((0..n).map(|i| u64_at(b, OFF_MAP_BLOCKS + i * 8)));
+        }
         let sb = Superblock {
             version,
             uuid: b[OFF_UUID..OFF_UUID + 16].try_into().expect("16 bytes"),
@@ -228,6 +265,7 @@ impl Superblock {
             mount_count: u64_at(b, OFF_MOUNT_COUNT),
             last_mount_unix: u64_at(b, OFF_LAST_MOUNT),
             tiers,
+            inode_map_blocks,
         };
         sb.check_geometry()?;
         Ok(sb)
@@ -249,6 +287,13 @@ impl Superblock {
         }
         if self.pool_start.checked_add(self.pool_blocks) != Some(total) {
             return Err(FormatError::Invalid("pool size"));
+        }
+        // Map blocks lie in the page pool, each named once.
+        let pool = self.pool_start..total;
+        let mut maps = self.inode_map_blocks.clone();
+        maps.sort_unstable();
+        if maps.iter().any(|m| !pool.contains(m)) || maps.windows(2).any(|w| w[0] == w[1]) {
+            return Err(FormatError::Invalid("inode map block"));
         }
         Ok(())
     }
@@ -301,6 +346,7 @@ mod tests {
             created_unix: 1,
             mount_count: 2,
             last_mount_unix: 3,
+            inode_map_blocks: vec![900],
             tiers: vec![
                 TierRecord {
                     id: 0,
@@ -365,6 +411,29 @@ mod tests {
                 "id {bad}"
             );
         }
+    }
+
+    #[test]
+    fn inode_map_blocks_must_lie_in_the_pool_each_once() {
+        let mut sb = sample();
+        sb.inode_map_blocks.push(1000);
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        for bad in [0, 900, 1024, u64::MAX] {
+            let mut b = sb.clone();
+            b.inode_map_blocks.push(bad);
+            assert_eq!(
+                Superblock::decode(&b.encode()),
+                Err(FormatError::Invalid("inode map block")),
+                "block {bad}"
+            );
+        }
+        // A version-9 superblock has none, whatever its spare bytes hold.
+        let mut old = sb.clone();
+        old.version = INODE_GROWTH_VERSION - 1;
+        assert!(Superblock::decode(&old.encode())
+            .unwrap()
+            .inode_map_blocks
+            .is_empty());
     }
 
     #[test]

@@ -334,12 +334,15 @@ Space:
   warning: tmpfs, which may be larger than RAM, keeps its pages in memory.
 
 Inodes:
-  The inode count is fixed at mkfs. By default it is one slot per 16 KiB of
-  PM plus one per 64 KiB of block tiers (at least 64), but at most one per
-  2 KiB of PM: each slot takes 128 bytes of PM, so the inode table stays
+  mkfs sizes the first inode table. By default it has one slot per 16 KiB
+  of PM plus one per 64 KiB of block tiers (at least 64), but at most one
+  per 2 KiB of PM: each slot takes 128 bytes of PM, so the table starts
   within 1/16 of PM (e.g. 256M PM alone: 16,384 slots; with a 4G SSD:
-  81,920). Each file in use also needs log space on PM (256 bytes or more)
-  while its log is there. --inodes N sets the count.
+  81,920). When its slots run out, the mounted pool grows the table by a
+  quarter at a time into PM's free space: up to a quarter of PM (32 slots
+  per 4 KiB), at most 1,572,864 more; it never shrinks. Each file in use
+  also needs log space on PM (256 bytes or more) while its log is there.
+  --inodes N sets the first size.
 
 Safety:
   mkfs never formats any tier of a mounted pool (its PM file or a block-tier
