@@ -357,7 +357,7 @@ impl Fs {
         // above committed to it, which brought its log back to PM.
         logs.retain(|&ino| self.log_place(ino).is_ok_and(|p| p.is_some()));
         if !logs.is_empty() {
-            let _ = self.move_logs_to(&logs, tier);
+            let _ = self.move_logs_for_recycling(&logs, tier);
         }
         moved / terrace_format::BLOCK_SIZE
     }

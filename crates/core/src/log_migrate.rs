@@ -62,6 +62,24 @@ struct Captured {
     entries: u64,
 }
 
+/// Which blocks of a block tier the blobs being written may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlobRoom {
+    /// Log migration off PM: only room no dirty cached page was promised (a
+    /// small log leaves less PM than its blob takes on the tier — a 256-byte
+    /// page becomes a 4 KiB block — so moving it is not room-neutral;
+    /// xfstests generic/077 had 12 MiB of such blobs on a full pool whose
+    /// cached pages then could not be written back).
+    FromPm,
+    /// A blob rewritten on a tier: any free block but the recycling reserve.
+    Rewrite,
+    /// A blob moved out of an extent being recycled: the reserve too, as
+    /// the data moved with it, since what they leave frees the extent (a
+    /// victim whose data moved but whose blobs found no block kept the
+    /// reserve's blocks and was not freed).
+    Recycling,
+}
+
 /// What one batch of log moves did.
 #[derive(Debug, Default)]
 struct LogsMoved {
@@ -189,7 +207,7 @@ impl Fs {
             batch.push(self.capture(i));
             drop(g);
             if batch.len() >= BATCH_BLOBS {
-                match self.write_and_commit_logs(std::mem::take(&mut batch), to, true) {
+                match self.write_and_commit_logs(std::mem::take(&mut batch), to, BlobRoom::FromPm) {
                     Ok(done) => freed += done.pm_bytes_freed,
                     Err(e) => {
                         self.note_log_failure(&e);
@@ -200,7 +218,7 @@ impl Fs {
             }
         }
         if !batch.is_empty() {
-            match self.write_and_commit_logs(batch, to, true) {
+            match self.write_and_commit_logs(batch, to, BlobRoom::FromPm) {
                 Ok(done) => freed += done.pm_bytes_freed,
                 Err(e) => self.note_log_failure(&e),
             }
@@ -235,6 +253,17 @@ impl Fs {
 
     /// [`Fs::move_logs`] to tier `to`.
     pub(crate) fn move_logs_to(&self, inos: &[Ino], to: TierId) -> FsResult<u64> {
+        self.rewrite_logs(inos, to, BlobRoom::Rewrite)
+    }
+
+    /// [`Fs::move_logs_to`] for extent recycling: the blobs move out of the
+    /// extents being emptied into fresh blocks of their tier, which may be
+    /// the tier's recycling reserve (what they leave frees those extents).
+    pub(crate) fn move_logs_for_recycling(&self, inos: &[Ino], tier: TierId) -> FsResult<u64> {
+        self.rewrite_logs(inos, tier, BlobRoom::Recycling)
+    }
+
+    fn rewrite_logs(&self, inos: &[Ino], to: TierId, room: BlobRoom) -> FsResult<u64> {
         self.tier(to)?;
         let now = crate::fs::now_ns();
         let mut batch = Vec::new();
@@ -250,28 +279,28 @@ impl Fs {
                 batch.push(self.capture(i));
             }
         }
-        let done = self.write_and_commit_logs(batch, to, false)?;
+        let done = self.write_and_commit_logs(batch, to, room)?;
         Ok(done.moved)
     }
 
-    /// Steps 2 and 3 of the module docs for captured logs. `from_pm`: log
-    /// migration, whose blobs may take only block-tier room no dirty cached
-    /// page was promised (a small log leaves less PM than its blob takes on
-    /// the tier — a 256-byte page becomes a 4 KiB block — so moving it is
-    /// not room-neutral; xfstests generic/077 had 12 MiB of such blobs on a
-    /// full pool whose cached pages then could not be written back).
+    /// Steps 2 and 3 of the module docs for captured logs, the blobs taking
+    /// their blocks as `blob_room` allows.
     fn write_and_commit_logs(
         &self,
         batch: Vec<Captured>,
         to: TierId,
-        from_pm: bool,
+        blob_room: BlobRoom,
     ) -> FsResult<LogsMoved> {
         let t = self.tier(to)?;
         let eb = t.space.extent_blocks();
         // Step 2: one contiguous run per blob.
         let mut placed: Vec<(Captured, PhysBlock)> = Vec::with_capacity(batch.len());
         let mut full = false;
-        let room = from_pm.then(|| self.room_lock.lock());
+        let room = (blob_room == BlobRoom::FromPm).then(|| self.room_lock.lock());
+        let alloc = |n| match blob_room {
+            BlobRoom::Recycling => t.space.alloc_recycling(n),
+            _ => t.space.alloc(n),
+        };
         for c in batch {
             let n = c.blob.len() as u64 / BLOCK_SIZE;
             if n > eb || full {
@@ -281,7 +310,7 @@ impl Fs {
                 full = true;
                 continue;
             }
-            let Some(runs) = t.space.alloc(n) else {
+            let Some(runs) = alloc(n) else {
                 full = true;
                 continue;
             };
@@ -294,7 +323,7 @@ impl Fs {
                 for (s, k) in runs {
                     t.free(s, k);
                 }
-                match t.space.alloc(n).as_deref() {
+                match alloc(n).as_deref() {
                     Some(&[(start, _)]) => placed.push((c, start)),
                     Some(more) => {
                         for &(s, k) in more {

@@ -40,8 +40,9 @@ use terrace_media::{BlockMedia, Closable, PerWriterSync};
 pub struct ExtentSpace {
     extent_blocks: u64,
     extents: u64,
-    /// Free extents held back for extent recycling ([`ExtentSpace::alloc`]
-    /// leaves them, [`ExtentSpace::alloc_recycling`] may take them): a tier
+    /// Extents' worth of free blocks held back for extent recycling
+    /// ([`ExtentSpace::alloc`] leaves them, [`ExtentSpace::alloc_recycling`]
+    /// may take them; free extents or the rest of the open one): a tier
     /// whose free space is all dead blocks of partly valid extents can
     /// always move one extent's valid blocks out, which frees that extent.
     reserve: u64,
@@ -167,10 +168,14 @@ impl ExtentSpace {
         self.alloc_above(n, 0)
     }
 
-    /// Blocks an allocation leaving `keep` free extents may take.
+    /// Blocks an allocation leaving `keep` extents' worth of free blocks
+    /// may take. Counted in blocks wherever they are, not in free extents:
+    /// once recycling opened a reserve extent, the rest of it is still the
+    /// reserve (counting free extents only gave it to data, and writers
+    /// racing recycling on a full tier used the reserve up: xfstests
+    /// generic/269).
     fn usable(&self, g: &SpaceInner, keep: u64) -> u64 {
-        let held = (g.free.len() as u64).min(keep) * self.extent_blocks;
-        g.free_blocks.saturating_sub(held)
+        g.free_blocks.saturating_sub(keep * self.extent_blocks)
     }
 
     fn alloc_above(&self, n: u64, keep: u64) -> Option<Vec<Run>> {
@@ -584,6 +589,25 @@ mod tests {
         s.release(PhysBlock(138), 2);
         assert_eq!(s.stats().valid_blocks, 0);
         assert_eq!(s.free_blocks(), 3 * 128, "the emptied open extent rewinds");
+    }
+
+    #[test]
+    fn the_rest_of_an_extent_recycling_opened_stays_the_reserve() {
+        // 17 extents: the header, 16 to use, 2 of them held back.
+        let s = ExtentSpace::new(128 * 17, 128, vec![]).unwrap();
+        s.alloc(14 * 128).unwrap();
+        // Recycling opens a reserve extent and takes 10 blocks of it.
+        s.alloc_recycling(10).unwrap();
+        assert_eq!(s.stats().free_extents, 1);
+        assert_eq!(s.free_blocks(), 0, "data gets none of its other 118");
+        assert!(s.alloc(1).is_none());
+        let runs = s.alloc_recycling(128 + 118).unwrap();
+        assert_eq!(
+            runs.iter().map(|r| r.1).sum::<u64>(),
+            246,
+            "recycling gets all"
+        );
+        assert_eq!(s.stats().free_blocks, 0);
     }
 
     #[test]
