@@ -268,7 +268,7 @@ impl Fs {
     fn from_scan(media: Arc<dyn PmMedia>, sc: Scan, read_only: bool) -> Result<Fs, OpenError> {
         let Scan {
             mut sb,
-            inode_groups,
+            inode_map,
             inodes,
             problems,
             orphans,
@@ -300,10 +300,7 @@ impl Fs {
             link_count_warnings: problems.len(),
             ..MountReport::default()
         };
-        let table = crate::slot_table::SlotTable::new(&terrace_format::InodeMap::new(
-            sb.inode_count,
-            inode_groups,
-        ));
+        let table = crate::slot_table::SlotTable::new(&inode_map);
         for (ino, inode) in inodes {
             *table.slot(ino).lock_unchecked() = Some(Box::new(inode));
         }

@@ -176,9 +176,9 @@ impl std::fmt::Display for Problem {
 pub struct Scan {
     /// The superblock in use.
     pub sb: Superblock,
-    /// The PM block of each group of inode slots the table grew by, in
-    /// group order (read from the inode map blocks).
-    pub inode_groups: Vec<u64>,
+    /// Where the inode table's slots lie on PM: the base table and the
+    /// groups it grew by (read from the inode map blocks).
+    pub inode_map: terrace_format::InodeMap,
     /// DRAM inodes by number (reachable ones only).
     pub inodes: HashMap<Ino, Inode>,
     /// Inconsistencies.
@@ -219,14 +219,9 @@ impl Scan {
         self.sums.iter().map(|(id, s)| (*id, s)).collect()
     }
 
-    /// Where the scanned inode table's slots lie on PM.
-    pub fn inode_map(&self) -> terrace_format::InodeMap {
-        terrace_format::InodeMap::new(self.sb.inode_count, self.inode_groups.clone())
-    }
-
     /// PM byte offset of the slot of `ino`, an inode the scan found.
     pub fn slot_offset(&self, ino: Ino) -> u64 {
-        self.inode_map()
+        self.inode_map
             .offset(ino)
             .expect("a scanned inode's slot is in the table")
     }
@@ -437,7 +432,7 @@ fn read_log_blob(
 
 /// The PM block of each group of inode slots the table grew by, in group
 /// order: the entries of the superblock's inode map blocks up to the first
-/// 0 (design.md §3.2). An error names a map block or entry that cannot be
+/// 0 (design.md §3.7). An error names a map block or entry that cannot be
 /// right (outside the page pool, a block named twice, an entry after the
 /// end); the pool does not mount then.
 pub fn read_inode_groups(media: &dyn PmMedia, sb: &Superblock) -> Result<Vec<u64>, String> {
@@ -486,8 +481,7 @@ fn scan_view(
             Vec::new()
         }
     };
-    let map = terrace_format::InodeMap::new(sb.inode_count, inode_groups.clone());
-    let n = map.total();
+    let n = sb.inode_count + inode_groups.len() as u64 * terrace_format::INODES_PER_BLOCK;
     let mut table = vec![0u8; (n * INODE_SIZE as u64) as usize];
     media.read(
         inode_offset(0),
@@ -828,8 +822,8 @@ fn scan_view(
         None
     };
     Scan {
+        inode_map: terrace_format::InodeMap::new(sb.inode_count, inode_groups),
         sb,
-        inode_groups,
         inodes,
         problems,
         orphans,
