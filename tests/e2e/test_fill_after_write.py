@@ -33,6 +33,35 @@ def write_through_a_write_only_descriptor(path, data: bytes, piece: int = 65536 
         os.close(fd)
 
 
+# This VM drops a few clean pages of FUSE files now and then, seconds after
+# they were cached, whether a fill stored them or a read brought them in
+# (measured: 0 to 23 of 64 files of 256-508 KiB lost one to three pages each
+# within 4 s, with no reclaim, migration or invalidation counted in
+# /proc/vmstat or by the daemon; ext4's pages stayed). A reader then fetches
+# those pages from the daemon. Tests of the fill allow that much per file
+# (files here are 256 KiB or more: without the fill every byte of a file
+# would be read from the daemon).
+PAGES_LOST_ALLOWANCE = 4 * 4096
+
+
+def filled(files) -> bool:
+    """Whether the kernel's page cache holds every file of `files`
+    ((path, data) pairs), but for a few pages each."""
+    return all(resident_bytes(p) >= len(d) - PAGES_LOST_ALLOWANCE for p, d in files)
+
+
+def assert_read_from_the_page_cache(m, files) -> None:
+    """Every file of `files` reads back as written, with at most a few
+    pages of each fetched from the daemon."""
+    fetched = []
+    for path, data in files:
+        before = m.status()["bytes_read"]
+        assert other_process_reads(path) == data
+        fetched.append((path.name, m.status()["bytes_read"] - before))
+    over = [(name, n) for name, n in fetched if n > PAGES_LOST_ALLOWANCE]
+    assert not over, f"bytes of files just written read from the daemon: {over}"
+
+
 def resident_bytes(path) -> int:
     """Bytes of `path` in the kernel's page cache (util-linux `fincore`)."""
     cp = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
@@ -54,15 +83,33 @@ def test_files_a_writer_closed_are_read_without_a_request_to_the_daemon():
             # a while on a loaded machine: wait until the page cache holds
             # every file (a fill that never comes fails below).
             atimes = [os.stat(path).st_atime_ns for path, _ in files]
-            helpers.wait_until(lambda: all(resident_bytes(p) >= len(d) for p, d in files), 10)
-            before = m.status()["reads"]
+            assert helpers.wait_until(lambda: filled(files), 10), \
+                [(p.name, resident_bytes(p), len(d)) for p, d in files]
+            assert_read_from_the_page_cache(m, files)
             for (path, data), atime in zip(files, atimes):
-                assert other_process_reads(path) == data
                 # relatime: the first read-only open after the write (the
                 # reader's, or fincore's above) updated the access time.
                 assert os.stat(path).st_atime_ns != atime, path
-            reads = m.status()["reads"] - before
-            assert reads == 0, f"{reads} reads of files just written reached the daemon"
+
+
+def test_a_reader_that_opens_just_after_the_writer_closed_does_not_cancel_the_fill():
+    """The kernel sends a writer's release after close() returned, so an
+    open right after the close may reach the daemon first: the fill after
+    the writer is still due (it was skipped, and every later read of the
+    file went to the daemon)."""
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:256M")
+        with mounted_pool(pool, mnt, "fill_after_write=always") as m:
+            files = []
+            for k in range(64):
+                data = os.urandom(256 * 1024 + 4096 * k)
+                path = mnt / f"f{k}"
+                write_through_a_write_only_descriptor(path, data)
+                os.close(os.open(path, os.O_RDONLY))
+                files.append((path, data))
+            assert helpers.wait_until(lambda: filled(files), 10), \
+                [(p.name, resident_bytes(p), len(d)) for p, d in files if resident_bytes(p) < len(d)]
+            assert_read_from_the_page_cache(m, files)
 
 
 def test_fills_stop_for_a_writer_that_changes_files_before_anyone_reads_them():

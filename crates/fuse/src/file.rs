@@ -65,6 +65,9 @@ impl FuseAdapter {
                 FopenFlags::empty()
             }
         } else if self.direct_io {
+            if writable(flags) {
+                self.cached.direct_writer_opened(ino);
+            }
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::FOPEN_KEEP_CACHE
@@ -194,6 +197,9 @@ pub(crate) fn release(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<()> {
     }
     let r = a.fs.release(ino);
     if !cached {
+        if a.direct_io && writable(flags) {
+            a.cached.direct_writer_released(ino);
+        }
         a.fill_after_writer(ino, flags);
     }
     r

@@ -36,7 +36,9 @@
 //!   kernel cuts its pages itself at a truncate);
 //! - the next cached open of a stale file is answered without
 //!   `FOPEN_KEEP_CACHE`, which makes the kernel drop all of the file's pages
-//!   at that open.
+//!   at that open — unless the kernel holds no page of it (*paged* is false:
+//!   no cached open and no fill since the kernel learned of the inode), when
+//!   there is nothing to drop.
 //!
 //! Writes through a cached open, and writes the kernel sends from its page
 //! cache (`FUSE_WRITE_CACHE`: dirty pages of a shared mapping), carry bytes
@@ -57,8 +59,14 @@
 //! only after the fill's step in progress, so no store of older bytes
 //! lands after the change's call returned.
 //!
-//! Invariant: a file whose entry is missing or stale has no page in the
-//! kernel that a cached open may keep. Entries are dropped when the kernel
+//! A write-only open's release reaches the daemon after `close()` returned,
+//! so a reader's open may come first: while direct-I/O writers of a file
+//! are open, a cached open leaves it stale, and the fill at the last
+//! writer's release is still due.
+//!
+//! Invariant: a file whose entry is stale and paged has no page in the
+//! kernel that a cached open may keep; a file without an entry, or not
+//! paged, has no page in the kernel at all. Entries are dropped when the kernel
 //! forgets the inode (its pages go with it).
 
 use crate::fill::FillOdds;
@@ -71,6 +79,9 @@ struct Entry {
     opens: u32,
     /// Those of them that may write (read-write).
     writers: u32,
+    /// Live direct-I/O opens that may write (write-only): their writes
+    /// change the file behind the page cache, and their release may fill it.
+    direct_writers: u32,
     /// The data changed since the pages were cached.
     stale: bool,
     /// A fill of the kernel's pages is queued or running.
@@ -95,6 +106,7 @@ impl Default for Entry {
         Entry {
             opens: 0,
             writers: 0,
+            direct_writers: 0,
             stale: true,
             filling: false,
             changes: 0,
@@ -146,9 +158,9 @@ impl CachedOpens {
     }
 
     /// A cached open of `ino`, `writable` or read-only: whether the kernel
-    /// may keep the pages it holds (`FOPEN_KEEP_CACHE`) — false the first
-    /// time and after a change, and the kernel then drops them at this
-    /// open. `None` for a writable open while a fill of the file runs: the
+    /// may keep the pages it holds (`FOPEN_KEEP_CACHE`) — false after a
+    /// change while the kernel may hold pages of the file, and the kernel
+    /// then drops them at this open. `None` for a writable open while a fill of the file runs: the
     /// open is not counted, and is asked again once the fill ended.
     pub fn open(&self, ino: u64, writable: bool) -> Option<bool> {
         let mut state = self.state();
@@ -156,12 +168,20 @@ impl CachedOpens {
         if e.filling && writable {
             return None;
         }
-        let keep = !e.stale;
+        // A file the kernel holds no page of (written through direct I/O
+        // only since the kernel learned of it) has nothing to drop: keeping
+        // spares the kernel an invalidation at this open, which could land
+        // after a fill started by the writer's release stored pages.
+        let keep = !e.stale || !e.paged;
         e.opens += 1;
         e.writers += u32::from(writable);
         e.read_in_fill |= e.filling;
         e.paged = true;
-        e.stale = false;
+        // The pages are current from this open on. While a direct writer is
+        // open (its release may not have reached the daemon yet, though the
+        // writer closed before this open) the file stays marked stale: the
+        // fill at that release is still due, and drops what this open kept.
+        e.stale = e.direct_writers > 0;
         if std::mem::take(&mut e.filled) {
             state.odds.record(true);
         }
@@ -175,6 +195,19 @@ impl CachedOpens {
             if writable {
                 e.writers = e.writers.saturating_sub(1);
             }
+        }
+    }
+
+    /// A direct-I/O open of `ino` that may write (write-only: not a cached
+    /// open).
+    pub fn direct_writer_opened(&self, ino: u64) {
+        self.state().entry(ino).direct_writers += 1;
+    }
+
+    /// The release of a direct-I/O open of `ino` that may write.
+    pub fn direct_writer_released(&self, ino: u64) {
+        if let Some(e) = self.state().files.get_mut(&ino) {
+            e.direct_writers = e.direct_writers.saturating_sub(1);
         }
     }
 
@@ -289,6 +322,7 @@ mod tests {
     fn fill_under_way(c: &CachedOpens, ino: u64) -> u64 {
         c.changed(ino);
         let fill = c.start_fill(ino, true).expect("a fill starts");
+        c.fill_must_drop(ino);
         assert!(c.fill_dropped_pages(ino, fill));
         fill
     }
@@ -298,8 +332,8 @@ mod tests {
         let c = CachedOpens::default();
         assert_eq!(
             c.open(7, false),
-            Some(false),
-            "nothing cached yet: the first open drops"
+            Some(true),
+            "the kernel holds no page yet: nothing to drop"
         );
         c.release(7, false);
         assert_eq!(
@@ -335,11 +369,12 @@ mod tests {
         assert!(!c.changed(9));
         c.open(9, false);
         c.release(9, false);
+        c.changed(9);
         c.forget(9);
         assert_eq!(
             c.open(9, false),
-            Some(false),
-            "after forget the kernel has no pages to keep"
+            Some(true),
+            "after forget the kernel has no page to drop"
         );
     }
 
@@ -351,6 +386,8 @@ mod tests {
             None,
             "never written behind the cache"
         );
+        c.open(4, false);
+        c.release(4, false);
         assert!(
             !c.changed(4),
             "a direct write with no reader invalidates nothing"
@@ -401,6 +438,36 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_that_opens_before_the_writers_release_arrives_leaves_the_fill_due() {
+        let c = CachedOpens::default();
+        // A write-only (direct-I/O) open writes and closes; its release is
+        // sent by the kernel after close returned, and a reader's open may
+        // reach the daemon first.
+        c.direct_writer_opened(9);
+        c.changed(9);
+        assert_eq!(
+            c.open(9, false),
+            Some(true),
+            "written through direct I/O only: no page to drop"
+        );
+        c.release(9, false);
+        c.direct_writer_released(9);
+        let fill = c
+            .start_fill(9, false)
+            .expect("the fill after the writer is still due");
+        assert!(c.fill_must_drop(9), "the reader may have read pages");
+        assert!(c.fill_dropped_pages(9, fill));
+        c.end_fill(9, fill, true);
+        assert_eq!(c.open(9, false), Some(true), "filled pages are kept");
+        c.release(9, false);
+        // With no direct writer open, a reader's open makes the file current.
+        c.changed(9);
+        assert_eq!(c.open(9, false), Some(false));
+        c.release(9, false);
+        assert_eq!(c.start_fill(9, true), None, "current: nothing to fill");
+    }
+
+    #[test]
     fn a_change_during_a_fill_stops_it_waits_for_it_and_leaves_the_file_stale() {
         let c = CachedOpens::default();
         let fill = fill_under_way(&c, 8);
@@ -442,8 +509,8 @@ mod tests {
         c.end_fill(2, fill, true);
         assert_eq!(
             c.open(2, false),
-            Some(false),
-            "a forgotten file starts over"
+            Some(true),
+            "a forgotten file starts over: the kernel holds no page of it"
         );
     }
 
