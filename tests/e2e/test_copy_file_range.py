@@ -12,6 +12,7 @@ bits) is in test_posix_parity.py with the other modification paths.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -141,3 +142,25 @@ def test_shared_blocks_survive_a_kill_and_are_freed_with_the_last_copy(terrace_b
         # Everything the 16 MiB took is back (within a few log blocks).
         assert free >= free0 + (16 * MiB // BS) - 16, (free, free0)
     helpers.assert_fsck_clean(pool, "after deleting both copies")
+
+
+def test_a_file_and_its_cp_copy_take_one_copy_of_room_after_migration():
+    """A `cp` shares the source's blocks on PM; migrating the files to the
+    SSD keeps them shared (before, each file got its own copy there, and the
+    room `df` had shown was gone)."""
+    from helpers import temp_mountpoint, temp_pool_path, temp_ssd_image, terrace
+    with temp_pool_path() as pool, temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:128M", "--tier", f"ssd:{ssd}:512M")
+        with helpers.mounted_pool(pool, mnt, "migration_threshold=95") as m:
+            src, dst = j(str(mnt), "src"), j(str(mnt), "dst")
+            want = helpers.write_pattern_file(src, 32 * MiB, seed=5)
+            subprocess.run(["cp", src, dst], check=True)
+            terrace("migrate", "--to", "ssd", mnt, src, dst)
+            st = m.status()
+            ssd_used = st["tiers"][1]["used"]
+            assert ssd_used < 34 * MiB, f"the SSD holds {ssd_used / MiB:.1f} MiB for one 32 MiB file and its copy"
+            assert st["migration"]["reshared_bytes"] >= 32 * MiB, st["migration"]
+            assert helpers.sha256_file(src) == want and helpers.sha256_file(dst) == want
+            where = json.loads(terrace("where", "--json", dst).stdout)["extents"]
+            assert all(e["tier"] == "ssd" for e in where), where
+        helpers.assert_fsck_clean(pool, "after moving shared blocks")

@@ -133,6 +133,9 @@ pub struct Fs {
     /// would be dropped at its commit as dead blocks, eating the free
     /// extents recycling needs.
     pub(crate) recycle_lock: Mutex<()>,
+    /// One commit of a move of shared blocks, with the remaps of their
+    /// other owners, at a time (`reshare.rs`).
+    pub(crate) reshare_lock: Mutex<()>,
     /// Object-tier cleaning state and counters.
     pub(crate) object_cleaning: crate::service_state::ObjectCleaning,
     /// Inodes with a placement rule (see `rules`).
@@ -369,6 +372,7 @@ impl Fs {
             ),
             cleaner_stats: Default::default(),
             recycle_lock: Mutex::new(Rank::Recycle, ()),
+            reshare_lock: Mutex::new(Rank::Reshare, ()),
             object_cleaning: Default::default(),
             ruled: Mutex::new(Rank::leaf("ruled inodes"), Default::default()),
             log_migration: Default::default(),

@@ -48,6 +48,7 @@ pub mod placement_stats;
 pub mod placement_view;
 pub mod read_pins;
 pub mod recovery;
+mod reshare;
 pub mod rules;
 pub mod scrub;
 pub mod service_state;

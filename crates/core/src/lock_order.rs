@@ -18,7 +18,8 @@
 //!    a time (`clean.rs`).
 //! 2. [`Rank::Rename`] — `Fs::rename_lock`.
 //! 3. [`Rank::Writeback`] — a file's write-back lock (one at a time), or
-//!    [`Rank::DrainPicker`] — a migration drain's picker (never both).
+//!    [`Rank::DrainPicker`] — a migration drain's picker, or
+//!    [`Rank::Reshare`] — `Fs::reshare_lock` (never two of them).
 //! 4. [`Rank::Inode`] — inode locks; several only in ascending inode number
 //!    (`Fs::lock_set`).
 //! 5. [`Rank::Room`] — `Fs::room_lock`, or [`Rank::ObjectFetch`] — a
@@ -61,6 +62,10 @@ pub enum Rank {
     /// A migration drain's picker (`migrate/pass.rs`): held while the next
     /// file is snapshotted under its inode lock. Never with a write-back lock.
     DrainPicker,
+    /// `Fs::reshare_lock` (`reshare.rs`): the commit of a move of shared
+    /// blocks and the remaps of their other owners. Never with a write-back
+    /// lock or a drain picker.
+    Reshare,
     /// The lock of inode slot `ino` of the DRAM table.
     Inode(u64),
     /// `Fs::room_lock`.
@@ -95,7 +100,7 @@ impl Rank {
             Rank::TierChange => 0,
             Rank::Recycle => 1,
             Rank::Rename => 2,
-            Rank::Writeback | Rank::DrainPicker => 3,
+            Rank::Writeback | Rank::DrainPicker | Rank::Reshare => 3,
             Rank::Inode(_) => 4,
             Rank::Room | Rank::ObjectFetch => 5,
             Rank::Leaf(_) => 6,

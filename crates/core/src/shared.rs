@@ -23,10 +23,9 @@
 //!   and no log page, log blob or clean copy overlaps a mapped block (what
 //!   [`resolve`] checks at mount: anything else is double ownership).
 //!
-//! Migration and the cleaner move one file's mapping at a time: a shared
-//! block moved for one file is copied, the other files keep the original,
-//! and it is freed when the last one moved (the copies are no longer
-//! shared — documented in design.md §5k).
+//! Migration and the cleaner move one file's mapping at a time; the other
+//! files that map the moved blocks are then pointed at the moved copy
+//! (`reshare.rs`, design.md §5k), so the blocks stay shared.
 //!
 //! Lock order: the map's mutex is a leaf.
 
@@ -151,6 +150,25 @@ impl RefRuns {
         free
     }
 
+    /// The parts of `[start, start + n)` with more than one reference, in
+    /// order, as `(first block, blocks)`.
+    pub fn overlapping(&self, start: PhysBlock, n: u64) -> Vec<crate::alloc::Run> {
+        let end = start + n;
+        let before = self
+            .runs
+            .range(..=start)
+            .next_back()
+            .filter(|(&s, &(len, _))| s + len > start);
+        let inside = self.runs.range(start + 1..end);
+        before
+            .into_iter()
+            .chain(inside)
+            .map(|(&s, &(len, _))| (s.max(start), (s + len).min(end)))
+            .filter(|(s, e)| s < e)
+            .map(|(s, e)| (s, e - s))
+            .collect()
+    }
+
     /// Blocks with more than one reference.
     pub fn shared_blocks(&self) -> u64 {
         self.runs.values().map(|&(n, _)| n).sum()
@@ -220,6 +238,15 @@ impl SharedBlocks {
             }
         }
         out
+    }
+
+    /// The parts of `[start, start + n)` of `tier` more than one extent
+    /// maps, as `(first block, blocks)`.
+    pub fn shared_parts(&self, tier: TierId, start: PhysBlock, n: u64) -> Vec<crate::alloc::Run> {
+        match self.tiers.lock().get(&tier) {
+            Some(r) => r.overlapping(start, n),
+            None => Vec::new(),
+        }
     }
 
     /// Per tier: (blocks mapped more than once, blocks saved).

@@ -10,8 +10,9 @@ mod common;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::sync::Arc;
 use terrace_core::{FallocateMode, Fs, SetAttr};
-use terrace_media::{CrashMedia, LossMode};
+use terrace_media::{BlockMedia, CrashMedia, LossMode};
 
 const BS: u64 = 4096;
 
@@ -459,4 +460,124 @@ fn random_copies_match_a_byte_model_with_ssd_data_migration_and_cleaning() {
     for k in 0..env_u64("TERRACE_CLONE_SEQUENCES", 8) {
         run_model(true, base.wrapping_add(k), 300);
     }
+}
+
+/// Bytes of the SSD tier (tier 1) that sharing saves.
+fn ssd_saved_bytes(fs: &Fs) -> u64 {
+    fs.shared_block_stats().get(&1).map_or(0, |s| s.1) * BS
+}
+
+/// A 4 MiB file on PM and a clone of it.
+fn file_and_clone(fs: &Fs) -> (u64, u64, Vec<u8>) {
+    let data = pattern(11, 4 << 20);
+    let src = file_holding(fs, "src", &data);
+    let dst = file(fs, 1, "dst");
+    assert_eq!(
+        fs.copy_range(src, 0, dst, 0, data.len() as u64).unwrap(),
+        4 << 20
+    );
+    assert_eq!(fs.shared_block_stats().get(&0).copied(), Some((1024, 1024)));
+    (src, dst, data)
+}
+
+#[test]
+fn migrating_a_file_takes_its_clones_along_and_keeps_one_copy() {
+    let (pm, ssd, fs) = tiered_pool(32 << 20, 128 << 20, 64);
+    let (src, dst, data) = file_and_clone(&fs);
+    let used = |fs: &Fs| fs.status().tiers[1].used;
+    fs.migrate_file(src, 1).unwrap();
+    // The clone follows: it maps the moved blocks, shared, and the PM
+    // blocks are free (without this, each file held its own SSD copy).
+    assert_eq!(
+        tier_bytes(&fs, dst, "ssd"),
+        4 << 20,
+        "the clone stayed behind"
+    );
+    assert_eq!(tier_bytes(&fs, dst, "pm"), 0);
+    assert_eq!(ssd_saved_bytes(&fs), 4 << 20);
+    assert!(!fs.shared_block_stats().contains_key(&0));
+    assert_eq!(used(&fs), 4 << 20, "one copy on the SSD");
+    assert!(fs.status().migration.reshared_bytes >= 4 << 20);
+    assert_eq!(fs.migrate_file(dst, 1).unwrap(), 0, "nothing left to move");
+    assert_eq!(used(&fs), 4 << 20);
+    assert_eq!(content(&fs, src), data);
+    assert_eq!(content(&fs, dst), data);
+    fs.check_allocator().unwrap();
+    // A write to one file splits only what it writes.
+    fs.write(dst, 0, &[9u8; 4096]).unwrap();
+    fs.flush_all().unwrap();
+    assert_eq!(content(&fs, src), data);
+    let mut changed = data.clone();
+    changed[..4096].fill(9);
+    assert_eq!(content(&fs, dst), changed);
+    // The counts are rebuilt from the logs after a remount and a crash.
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_eq!(ssd_saved_bytes(&fs), (4 << 20) - 4096);
+    assert_eq!(content(&fs, src), data);
+    assert_eq!(content(&fs, dst), changed);
+    fs.check_allocator().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_eq!(ssd_saved_bytes(&fs), (4 << 20) - 4096);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(
+        &*pm,
+        Some(ssd as Arc<dyn BlockMedia>),
+        Fsck::Data,
+        "after moves of shared blocks",
+    );
+}
+
+#[test]
+fn recycling_an_extent_of_shared_blocks_moves_them_once() {
+    let (_pm, _ssd, fs) = tiered_pool(32 << 20, 128 << 20, 64);
+    let (src, dst, data) = file_and_clone(&fs);
+    fs.migrate_file(src, 1).unwrap();
+    let used = fs.status().tiers[1].used;
+    // The extents the 4 MiB landed in (512 KiB each) and then some.
+    let victims: Vec<u64> = (0..12).collect();
+    assert!(
+        fs.recycle(1, &victims) >= 8,
+        "the data's extents were emptied"
+    );
+    assert_eq!(
+        fs.status().tiers[1].used,
+        used,
+        "the shared blocks were copied once"
+    );
+    assert_eq!(ssd_saved_bytes(&fs), 4 << 20);
+    assert_eq!(content(&fs, src), data);
+    assert_eq!(content(&fs, dst), data);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_crash_at_any_point_of_a_move_that_takes_clones_along_loses_nothing() {
+    let (pm, ssd, fs) = crash_pool(32 << 20, 128 << 20, 64);
+    let data = pattern(12, 2 << 20);
+    let src = file_holding(&fs, "src", &data);
+    let mut files = vec![(src, data.clone())];
+    for name in ["c1", "c2"] {
+        let c = file(&fs, 1, name);
+        assert_eq!(
+            fs.copy_range(src, 0, c, 0, data.len() as u64).unwrap(),
+            2 << 20
+        );
+        files.push((c, data.clone()));
+    }
+    let (r, trace) = pm.trace(|| fs.migrate_file(src, 1));
+    r.unwrap();
+    assert_eq!(
+        fs.status().migration.reshared_bytes,
+        4 << 20,
+        "both clones followed"
+    );
+    // Every crash point recovers with all three files intact, fsck clean
+    // and the counts rebuilt (`assert_recovers` checks the allocator):
+    // each clone maps the old or the new blocks.
+    assert_random_crash_points_recover(&trace, &ssd, &files, 24, "reshare crash");
 }

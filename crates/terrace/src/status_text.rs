@@ -367,6 +367,12 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         m.groups,
         util::human_bytes(m.bandwidth_bytes_per_sec)
     ));
+    if m.reshared_bytes > 0 {
+        line(format!(
+            "                {} of copy_file_range clones followed the blocks they share",
+            util::human_bytes(m.reshared_bytes)
+        ));
+    }
     let per: Vec<String> = m
         .per_tier
         .iter()

@@ -657,7 +657,17 @@ impl Fs {
         // The buffer goes back to the pool whichever way this returns.
         let buf = PooledBuf::new(&self.migrator, buf);
         let needs_data = |p: &Piece| p.needs_data(mode, to);
-        // 3. Commit the pieces whose mapping is unchanged.
+        // 3. Commit the pieces whose mapping is unchanged. A move of blocks
+        // other files share commits, and remaps those files, alone
+        // (`reshare.rs`).
+        let _reshare = (matches!(mode, Mode::Move | Mode::Evict)
+            && pieces.iter().any(|p| {
+                !self
+                    .shared
+                    .shared_parts(p.tier, p.block, p.blocks)
+                    .is_empty()
+            }))
+        .then(|| self.reshare_lock.lock());
         let mut g = match self.lock(ino) {
             Ok(g) => g,
             Err(_) => {
@@ -678,6 +688,8 @@ impl Fs {
         let mut unused: Vec<crate::extent_map::Released> = Vec::new();
         let mut kept = 0u64;
         let mut kept_data: Vec<(usize, u64)> = Vec::new(); // (index in phys, blocks)
+                                                           // Moved blocks other files map too: they follow (`reshare.rs`).
+        let mut shared_moves = Vec::new();
         let mut k = 0usize;
         // Checked again under the inode's lock: a removal that marked the
         // tier retiring since the capture finds no promotion committed
@@ -706,6 +718,11 @@ impl Fs {
             kept += p.blocks;
             if !data {
                 let (ctier, cblock) = p.copy.expect("filtered on its copy");
+                if mode != Mode::DropCopy {
+                    shared_moves.extend(
+                        self.shared_moves(p.tier, p.block, p.blocks, ctier, |j| cblock + j),
+                    );
+                }
                 entries.push(Entry::Copy(CopyEntry {
                     file_block: p.file_block,
                     blocks: p.blocks as u32,
@@ -720,6 +737,12 @@ impl Fs {
                 continue;
             }
             kept_data.push((k, p.blocks));
+            if mode == Mode::Move {
+                let first = k;
+                shared_moves.extend(self.shared_moves(p.tier, p.block, p.blocks, d.tier, |j| {
+                    phys[first + j as usize]
+                }));
+            }
             for off in 0..p.blocks {
                 let fb = p.file_block + off;
                 let b = phys[k + off as usize];
@@ -777,11 +800,14 @@ impl Fs {
         let n_entries = entries.len() as u64;
         // Moves down free a PM block for each one they log: they may use
         // the blocks promised to write-back. Moves up take PM like any write.
+        self.pin_old_blocks(&shared_moves);
         if let Err(e) = self.commit_one_in(i, entries, !to.is_pm()) {
             drop(g);
+            self.unpin_old_blocks(&shared_moves);
             self.release_data(d);
             return Err(e);
         }
+        self.pin_new_blocks(&shared_moves);
         // Keep a DRAM copy of data moved down while the cache is under half
         // full — under the inode lock, so the blocks cannot be freed first.
         if !to.is_pm() && mode == Mode::Move {
@@ -808,6 +834,7 @@ impl Fs {
         drop(g);
         // 4. The old blocks were freed by the commit; free what was not used.
         self.free_runs(unused);
+        self.reshare(shared_moves);
         let bytes = kept * BS;
         let m = &self.migrator;
         match mode {

@@ -40,6 +40,9 @@ pub struct Migrator {
     pub(super) bytes_down: AtomicU64,
     pub(super) bytes_up: AtomicU64,
     pub(super) entries_moved: AtomicU64,
+    /// Blocks of other files pointed at a moved copy of blocks they shared
+    /// (`reshare.rs`).
+    pub(crate) reshared_blocks: AtomicU64,
     pub(super) groups: AtomicU64,
     pub(super) busy_ns: AtomicU64,
     /// Bytes of data actually copied (for the bandwidth).

@@ -29,6 +29,10 @@ pub struct MigrationStatus {
     pub entries_moved: u64,
     /// Groups copied.
     pub groups: u64,
+    /// Bytes of files that shared moved blocks (`copy_file_range` clones)
+    /// pointed at the moved copy instead of getting one of their own.
+    #[serde(default)]
+    pub reshared_bytes: u64,
     /// Bytes written to a lower tier as clean copies (NVMFS flush; the PM
     /// copy stays).
     pub bytes_copied: u64,
@@ -80,6 +84,7 @@ impl Fs {
             bytes_up: m.bytes_up.load(Ordering::Relaxed),
             entries_moved: m.entries_moved.load(Ordering::Relaxed),
             groups: m.groups.load(Ordering::Relaxed),
+            reshared_bytes: m.reshared_blocks.load(Ordering::Relaxed) * BLOCK_SIZE,
             bytes_copied: m.bytes_copied.load(Ordering::Relaxed),
             bytes_evicted: m.bytes_evicted.load(Ordering::Relaxed),
             clean_pm_blocks: self.pm_clean_dirty().0,

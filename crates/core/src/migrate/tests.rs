@@ -254,3 +254,43 @@ fn a_copy_drop_prepared_before_the_copy_was_replaced_commits_nothing_and_keeps_t
     fs.check_allocator().unwrap();
     assert_eq!(fs.read(f.ino, 0, 8 * 4096).unwrap(), vec![7u8; 8 * 4096]);
 }
+
+#[test]
+fn evicting_data_whose_clean_copy_a_clone_could_share_leaves_one_copy() {
+    let fs = pool();
+    let ctx = crate::Ctx {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let data: Vec<u8> = (0..8 * 4096u32).map(|k| (k % 251) as u8).collect();
+    fs.write(f.ino, 0, &data).unwrap();
+    let g = fs.mknod(1, b"g", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    assert_eq!(
+        fs.copy_range(f.ino, 0, g.ino, 0, 8 * 4096).unwrap(),
+        8 * 4096
+    );
+    // Each file gets a clean copy of the shared PM blocks of its own.
+    copy_to_ssd(&fs, f.ino);
+    copy_to_ssd(&fs, g.ino);
+    let ssd_used = |fs: &Fs| fs.status().tiers[1].used;
+    assert_eq!(ssd_used(&fs), 16 * 4096);
+    // Dropping the PM side promotes one file's copy; the other file follows
+    // it, and its own copy is freed.
+    assert!(fs.evict_clean(u64::MAX) > 0);
+    for ino in [f.ino, g.ino] {
+        let e = first_extent(&fs, ino);
+        assert_eq!(e.tier, TierId(1));
+        assert_eq!(e.copy, None);
+        assert_eq!(fs.read(ino, 0, data.len()).unwrap(), data);
+    }
+    assert_eq!(
+        first_extent(&fs, f.ino).block,
+        first_extent(&fs, g.ino).block
+    );
+    assert_eq!(ssd_used(&fs), 8 * 4096, "one copy is left");
+    assert_eq!(fs.shared_block_stats().get(&1).copied(), Some((8, 8)));
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
