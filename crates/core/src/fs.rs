@@ -136,6 +136,8 @@ pub struct Fs {
     /// One commit of a move of shared blocks, with the remaps of their
     /// other owners, at a time (`reshare.rs`).
     pub(crate) reshare_lock: Mutex<()>,
+    /// Files that may share blocks (`clone_families.rs`).
+    pub(crate) clone_families: crate::clone_families::CloneFamilies,
     /// Object-tier cleaning state and counters.
     pub(crate) object_cleaning: crate::service_state::ObjectCleaning,
     /// Inodes with a placement rule (see `rules`).
@@ -265,6 +267,7 @@ impl Fs {
                     .push(format!("tier {id}: {e}")),
             }
         }
+        fs.rebuild_clone_families();
         Ok(fs)
     }
 
@@ -373,6 +376,7 @@ impl Fs {
             cleaner_stats: Default::default(),
             recycle_lock: Mutex::new(Rank::Recycle, ()),
             reshare_lock: Mutex::new(Rank::Reshare, ()),
+            clone_families: Default::default(),
             object_cleaning: Default::default(),
             ruled: Mutex::new(Rank::leaf("ruled inodes"), Default::default()),
             log_migration: Default::default(),
@@ -542,6 +546,7 @@ impl Fs {
         }
         self.free_runs(all);
         inode.log = Default::default();
+        self.clone_families.forget(inode.ino);
     }
     /// The media (for tests and the status command).
     pub fn media(&self) -> &Arc<dyn PmMedia> {

@@ -19,6 +19,7 @@ pub mod cache;
 mod cache_write;
 mod checksums;
 pub mod clean;
+pub mod clone_families;
 mod commit;
 pub mod counters;
 pub mod data;

@@ -49,6 +49,12 @@ impl Fs {
             .collect()
     }
 
+    /// The other files that may share blocks with `ino` (its clone family,
+    /// `clone_families.rs`), in no order.
+    pub fn clone_family_of(&self, ino: Ino) -> Vec<Ino> {
+        self.clone_families.others(ino)
+    }
+
     /// Copies up to `len` bytes from `src` at `src_off` to `dst` at
     /// `dst_off` and returns how many it copied: fewer at the source's end
     /// (0 from there on) and past [`COPY_MAX_BYTES`] or
@@ -184,6 +190,7 @@ impl Fs {
             return Err(e);
         }
         drop(l);
+        self.clone_families.join(src, dst);
         let rest = copied - shared_bytes;
         if rest == 0 || copied < n {
             return Ok(Some(shared_bytes));

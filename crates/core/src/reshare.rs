@@ -6,7 +6,8 @@
 //! A move works on one file's mapping ([`Fs::commit_move`]
 //! (crate::migrate)): file A's blocks `old` are copied to `new` and A's log
 //! commits the new location. The files that still map `old` are found by
-//! walking the inodes' extent maps (the pool has no reverse map), and each
+//! walking the extent maps of A's clone family (`clone_families.rs`; the
+//! pool has no reverse map), and each
 //! one's log commits a `Write` entry with the `SHARED` and `MOVED` flags
 //! that maps the same file blocks to `new` — no data is read or written,
 //! since blocks are never written in place and `new` holds what `old`
@@ -133,12 +134,12 @@ impl Fs {
     /// blocks, then drops the pins of [`Fs::pin_old_blocks`] and
     /// [`Fs::pin_new_blocks`] (old blocks no file maps any more are freed
     /// then). Returns the blocks remapped. Called with no inode lock held.
-    pub(crate) fn reshare(&self, moved: Vec<SharedMove>) -> u64 {
+    pub(crate) fn reshare(&self, mover: Ino, moved: Vec<SharedMove>) -> u64 {
         if moved.is_empty() {
             return 0;
         }
         let mut remapped = 0;
-        for o in self.owners_of(&moved) {
+        for o in self.owners_of(mover, &moved) {
             remapped += self.remap_owner(&o);
         }
         self.migrator
@@ -150,12 +151,13 @@ impl Fs {
     }
 
     /// The pieces of files whose data (not a clean copy) lies in the old
-    /// blocks of `moved`, split per run of `moved`.
-    fn owners_of(&self, moved: &[SharedMove]) -> Vec<Owner> {
+    /// blocks of `moved`, split per run of `moved`: among the other members
+    /// of `mover`'s clone family (`clone_families.rs`), or every inode when
+    /// it has none (which the families' invariant rules out; a fallback).
+    fn owners_of(&self, mover: Ino, moved: &[SharedMove]) -> Vec<Owner> {
         let mut out = Vec::new();
-        for slot in &self.table {
-            let g = slot.lock();
-            let Some(i) = g.as_ref() else { continue };
+        let family = self.clone_families.others(mover);
+        let mut look = |i: &crate::inode::Inode| {
             for (fb, e) in i.extents.iter() {
                 for m in moved.iter().filter(|m| m.from == e.tier) {
                     let s = e.block.max(m.old);
@@ -173,8 +175,50 @@ impl Fs {
                     }
                 }
             }
+        };
+        if family.is_empty() {
+            for slot in &self.table {
+                if let Some(i) = slot.lock().as_ref() {
+                    look(i);
+                }
+            }
+        } else {
+            for ino in family {
+                if let Ok(g) = self.lock(ino) {
+                    if let Some(i) = g.as_ref() {
+                        look(i);
+                    }
+                }
+            }
         }
         out
+    }
+
+    /// Rebuilds the clone families at mount: files whose extents map one
+    /// shared run are joined.
+    pub(crate) fn rebuild_clone_families(&self) {
+        let refs = self.shared.all_tiers();
+        if refs.iter().all(|(_, r)| r.is_empty()) {
+            return;
+        }
+        let mut first: std::collections::HashMap<(TierId, PhysBlock), Ino> = Default::default();
+        for slot in &self.table {
+            let g = slot.lock();
+            let Some(i) = g.as_ref() else { continue };
+            for (_, e) in i.extents.iter() {
+                let Some(r) = refs.get(&e.tier) else { continue };
+                for run in r.run_starts_overlapping(e.block, e.blocks) {
+                    match first.entry((e.tier, run)) {
+                        std::collections::hash_map::Entry::Occupied(o) => {
+                            self.clone_families.join(*o.get(), i.ino)
+                        }
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(i.ino);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Maps `o`'s file blocks to the moved copy if they still map the old

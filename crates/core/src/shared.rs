@@ -169,6 +169,21 @@ impl RefRuns {
             .collect()
     }
 
+    /// The first blocks of the runs that overlap `[start, start + n)`.
+    pub fn run_starts_overlapping(&self, start: PhysBlock, n: u64) -> Vec<PhysBlock> {
+        let end = start + n;
+        let before = self
+            .runs
+            .range(..=start)
+            .next_back()
+            .filter(|(&s, &(len, _))| s + len > start)
+            .map(|(&s, _)| s);
+        before
+            .into_iter()
+            .chain(self.runs.range(start + 1..end).map(|(&s, _)| s))
+            .collect()
+    }
+
     /// Blocks with more than one reference.
     pub fn shared_blocks(&self) -> u64 {
         self.runs.values().map(|&(n, _)| n).sum()
@@ -256,6 +271,11 @@ impl SharedBlocks {
             .iter()
             .map(|(&id, r)| (id, (r.shared_blocks(), r.saved_blocks())))
             .collect()
+    }
+
+    /// A copy of every tier's counts.
+    pub fn all_tiers(&self) -> BTreeMap<TierId, RefRuns> {
+        self.tiers.lock().clone()
     }
 
     /// A copy of one tier's counts (for checks).

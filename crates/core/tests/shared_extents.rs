@@ -521,6 +521,17 @@ fn migrating_a_file_takes_its_clones_along_and_keeps_one_copy() {
     drop(fs);
     let fs = mount_tiered(pm.clone(), ssd.clone());
     assert_eq!(ssd_saved_bytes(&fs), (4 << 20) - 4096);
+    // The files that share blocks are known again after the mount: moving
+    // the source back up takes the clone's shared part along.
+    assert_eq!(fs.clone_family_of(src), vec![dst]);
+    fs.migrate_file(src, 0).unwrap();
+    assert_eq!(
+        fs.shared_block_stats().get(&0).map(|s| s.1 * BS),
+        Some((4 << 20) - 4096)
+    );
+    assert_eq!(fs.status().tiers[1].used, 0, "nothing is left on the SSD");
+    assert_eq!(content(&fs, src), data);
+    assert_eq!(content(&fs, dst), changed);
     fs.unmount().unwrap();
     drop(fs);
     assert_fsck_clean(

@@ -834,7 +834,7 @@ impl Fs {
         drop(g);
         // 4. The old blocks were freed by the commit; free what was not used.
         self.free_runs(unused);
-        self.reshare(shared_moves);
+        self.reshare(ino, shared_moves);
         let bytes = kept * BS;
         let m = &self.migrator;
         match mode {
