@@ -341,9 +341,9 @@ impl DamagedOnTheWay {
     }
 }
 
-impl BlockMedia for DamagedOnTheWay {
-    fn len(&self) -> u64 {
-        self.inner.len()
+impl Hooks for DamagedOnTheWay {
+    fn inner(&self) -> &dyn BlockMedia {
+        &*self.inner
     }
     fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.inner.read_blocks(block, buf)?;
@@ -359,17 +359,8 @@ impl BlockMedia for DamagedOnTheWay {
         }
         Ok(())
     }
-    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
-        self.inner.write_blocks(block, data)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
     fn describe(&self) -> String {
         "ssd damaging reads on the way".into()
-    }
-    fn stats(&self) -> terrace_media::BlockStats {
-        self.inner.stats()
     }
 }
 
@@ -377,11 +368,11 @@ impl BlockMedia for DamagedOnTheWay {
 fn a_block_damaged_on_its_way_once_is_read_again_and_served_right_never_wrong() {
     let (pm, ssd, ino, data, first) = pool_with_a_file_on_the_ssd();
     let pm = Arc::new(MemMedia::from_image(pm.image()));
-    let flaky = Arc::new(DamagedOnTheWay {
+    let flaky = Arc::new(Hooked(DamagedOnTheWay {
         inner: Arc::new(MemBlock::from_image(ssd.image())),
         block: first + 5,
         armed: 0.into(),
-    });
+    }));
     let fs = mount_tiered(pm, flaky.clone());
     // Damaged on every read: EIO, never the wrong bytes (and nothing cached).
     flaky.arm(u32::MAX);

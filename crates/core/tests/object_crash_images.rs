@@ -32,8 +32,8 @@ use std::sync::Arc;
 use terrace_core::{Fs, SetAttr};
 use terrace_media::object::{Bucket, CrashStore, ObjectEvent, ObjectLoss};
 use terrace_media::{
-    BlockLoss, BlockMedia, BlockStats, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia,
-    ObjectMedia, ObjectStats, PartInfo, SweepReport,
+    BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia, ObjectMedia,
+    PartInfo, SweepReport,
 };
 
 const PM: u64 = 4 << 20;
@@ -70,40 +70,13 @@ struct Spy {
     used: parking_lot::Mutex<Vec<(u64, u64)>>,
 }
 
-impl BlockMedia for Spy {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_blocks(block, buf)
-    }
-    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
-        self.inner.write_blocks(block, data)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
-    fn trim(&self, block: u64, blocks: u64) -> std::io::Result<()> {
-        self.inner.trim(block, blocks)
-    }
-    fn retain_only(&self, used: &[(u64, u64)]) -> std::io::Result<Option<SweepReport>> {
-        self.inner.retain_only(used)
+impl Hooks for Spy {
+    fn inner(&self) -> &dyn BlockMedia {
+        &*self.inner
     }
     fn unreferenced(&self, used: &[(u64, u64)]) -> Option<SweepReport> {
         *self.used.lock() = used.to_vec();
         self.inner.unreferenced(used)
-    }
-    fn object_tier_stats(&self) -> Option<ObjectStats> {
-        self.inner.object_tier_stats()
-    }
-    fn object_parts(&self) -> Option<Vec<PartInfo>> {
-        self.inner.object_parts()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn stats(&self) -> BlockStats {
-        self.inner.stats()
     }
 }
 
@@ -115,10 +88,10 @@ fn fsck_clean(
     s3: &Arc<ObjectMedia>,
     ctx: &str,
 ) -> (u64, Vec<(u64, u64)>) {
-    let spy = Arc::new(Spy {
+    let spy = Arc::new(Hooked(Spy {
         inner: s3.clone(),
         used: Default::default(),
-    });
+    }));
     let r = fsck_object_clean(pm, ssd.clone(), spy.clone(), ctx);
     let used = spy.used.lock().clone();
     (r.object_orphans, used)

@@ -279,15 +279,9 @@ struct Gated {
     release: AtomicBool,
 }
 
-impl BlockMedia for Gated {
-    fn len(&self) -> u64 {
-        self.dev.len()
-    }
-    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.dev.read_blocks(block, buf)
-    }
-    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
-        self.dev.write_blocks(block, data)
+impl Hooks for Gated {
+    fn inner(&self) -> &dyn BlockMedia {
+        &*self.dev
     }
     fn sync(&self) -> std::io::Result<()> {
         if self.armed.swap(false, Ordering::SeqCst) {
@@ -301,9 +295,6 @@ impl BlockMedia for Gated {
     }
     fn describe(&self) -> String {
         "gated".into()
-    }
-    fn stats(&self) -> terrace_media::BlockStats {
-        self.dev.stats()
     }
 }
 
@@ -330,12 +321,12 @@ fn while_the_removal_waits_for_a_move_in_flight_nothing_new_lands_on_the_tier() 
         64,
     );
     let ssd = Arc::new(MemBlock::new(32 << 20));
-    let hdd = Arc::new(Gated {
+    let hdd = Arc::new(Hooked(Gated {
         dev: Arc::new(MemBlock::new(32 << 20)),
         armed: AtomicBool::new(false),
         inside: AtomicBool::new(false),
         release: AtomicBool::new(false),
-    });
+    }));
     let fs = Fs::mount_with_tiers(
         pm.clone(),
         vec![(1, ssd.clone() as Arc<dyn BlockMedia>), (2, hdd.clone())],

@@ -235,18 +235,9 @@ struct RefusingDiscard {
     error: fn() -> std::io::Error,
 }
 
-impl BlockMedia for RefusingDiscard {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_blocks(&self, b: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_blocks(b, buf)
-    }
-    fn write_blocks(&self, b: u64, d: &[u8]) -> std::io::Result<()> {
-        self.inner.write_blocks(b, d)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
+impl Hooks for RefusingDiscard {
+    fn inner(&self) -> &dyn BlockMedia {
+        &self.inner
     }
     fn discard(&self, _: u64, _: u64) -> std::io::Result<()> {
         Err((self.error)())
@@ -254,24 +245,21 @@ impl BlockMedia for RefusingDiscard {
     fn describe(&self) -> String {
         "memory media refusing discards".into()
     }
-    fn stats(&self) -> terrace_media::BlockStats {
-        self.inner.stats()
-    }
 }
 
 #[test]
 fn a_device_that_cannot_discard_gets_eopnotsupp_and_one_that_fails_gets_its_errno() {
-    let unsupported = RefusingDiscard {
+    let unsupported = Hooked(RefusingDiscard {
         inner: MemBlock::new(SSD),
         error: || std::io::Error::new(std::io::ErrorKind::Unsupported, "no discard"),
-    };
+    });
     let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), unsupported, 64);
     assert_eq!(errno_of(fs.trim(0, u64::MAX, 0)), libc::EOPNOTSUPP);
 
-    let failing = RefusingDiscard {
+    let failing = Hooked(RefusingDiscard {
         inner: MemBlock::new(SSD),
         error: || std::io::Error::from_raw_os_error(libc::EIO),
-    };
+    });
     let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), failing, 64);
     let data = pattern(5, 3 << 20);
     let ino = file_holding(&fs, "kept", &data);

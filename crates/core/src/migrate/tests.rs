@@ -37,6 +37,13 @@ fn copy_to_ssd(fs: &Fs, ino: Ino) -> (TierId, PhysBlock) {
     first_extent(fs, ino).copy.expect("a clean copy")
 }
 
+/// Root, no umask: who creates the tests' files.
+const ROOT: crate::Ctx = crate::Ctx {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
+
 fn first_extent(fs: &Fs, ino: Ino) -> crate::extent_map::Extent {
     let g = fs.lock(ino).unwrap();
     g.as_ref().unwrap().extents.find(FileBlock(0)).unwrap().1
@@ -45,12 +52,7 @@ fn first_extent(fs: &Fs, ino: Ino) -> crate::extent_map::Extent {
 #[test]
 fn rewrites_of_clean_pm_data_count_for_the_dirty_list_and_reads_for_the_clean_one() {
     let fs = pool();
-    let ctx = crate::Ctx {
-        uid: 0,
-        gid: 0,
-        umask: 0,
-    };
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
     fs.write(f.ino, 0, &[1u8; 8 * 4096]).unwrap();
     // Clean copies of all 8 blocks on the SSD tier; the PM side stays.
     copy_to_ssd(&fs, f.ino);
@@ -80,17 +82,12 @@ fn rewrites_of_clean_pm_data_count_for_the_dirty_list_and_reads_for_the_clean_on
 
 #[test]
 fn a_move_prepared_before_a_collapse_or_insert_never_lands_on_the_shifted_blocks() {
-    let ctx = crate::Ctx {
-        uid: 0,
-        gid: 0,
-        umask: 0,
-    };
     for mode in [
         crate::FallocateMode::CollapseRange,
         crate::FallocateMode::InsertRange,
     ] {
         let fs = pool();
-        let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
         let data: Vec<u8> = (0..8 * 4096u32).map(|i| (i / 4096 + 1) as u8).collect();
         fs.write(f.ino, 0, &data).unwrap();
         // A move of file blocks 2..6 to the SSD is copied, not committed ...
@@ -123,13 +120,8 @@ fn a_move_prepared_before_a_collapse_or_insert_never_lands_on_the_shifted_blocks
 #[test]
 fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot() {
     let fs = pool();
-    let ctx = crate::Ctx {
-        uid: 0,
-        gid: 0,
-        umask: 0,
-    };
-    let d = fs.mkdir(1, b"d", 0o755, ctx).unwrap().ino;
-    let f = fs.mknod(d, b"old", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let d = fs.mkdir(1, b"d", 0o755, ROOT).unwrap().ino;
+    let f = fs.mknod(d, b"old", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
     fs.write(f.ino, 0, &[1u8; 4096]).unwrap();
     let old_block = first_extent(&fs, f.ino);
     // The move is copied but not committed (a large sync window) ...
@@ -148,7 +140,7 @@ fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot()
     // sequence number: everything the old checks compared is equal.
     fs.unlink(d, b"old").unwrap();
     fs.forget(f.ino, 1);
-    let g = fs.mknod(d, b"new", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let g = fs.mknod(d, b"new", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
     // Log pages (whole or in slabs) come from the same allocator, which
     // starts each allocation in the next shard: turn it to the shard of
     // the old block, where first fit finds that block again.
@@ -179,12 +171,7 @@ fn a_move_prepared_for_a_deleted_file_never_lands_in_the_file_reusing_its_slot()
 #[test]
 fn a_pass_over_a_pm_far_below_its_threshold_scans_no_inode_slot_and_one_over_it_does() {
     let fs = pool();
-    let ctx = crate::Ctx {
-        uid: 0,
-        gid: 0,
-        umask: 0,
-    };
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
     fs.write(f.ino, 0, &[1u8; 64 << 10]).unwrap();
     let scans = || fs.migrator.split_scans.load(Ordering::Relaxed);
     let before = scans();
@@ -193,7 +180,7 @@ fn a_pass_over_a_pm_far_below_its_threshold_scans_no_inode_slot_and_one_over_it_
     }
     assert_eq!(scans(), before, "an idle pass scanned the inode table");
     // PM past its threshold: the split decides what counts, so it is taken.
-    let g = fs.mknod(1, b"g", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let g = fs.mknod(1, b"g", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
     fs.write(g.ino, 0, &vec![2u8; 13 << 20]).unwrap();
     fs.migration_pass();
     assert!(scans() > before, "a pass over the threshold took no split");
@@ -202,12 +189,7 @@ fn a_pass_over_a_pm_far_below_its_threshold_scans_no_inode_slot_and_one_over_it_
 #[test]
 fn a_copy_drop_prepared_before_the_copy_was_replaced_commits_nothing_and_keeps_the_new_copy() {
     let fs = pool();
-    let ctx = crate::Ctx {
-        uid: 0,
-        gid: 0,
-        umask: 0,
-    };
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
     fs.write(f.ino, 0, &[7u8; 8 * 4096]).unwrap();
     let old = copy_to_ssd(&fs, f.ino);
     // A drop of that copy is prepared (a tier removal, a cleaner) ...
@@ -258,15 +240,10 @@ fn a_copy_drop_prepared_before_the_copy_was_replaced_commits_nothing_and_keeps_t
 #[test]
 fn evicting_data_whose_clean_copy_a_clone_could_share_leaves_one_copy() {
     let fs = pool();
-    let ctx = crate::Ctx {
-        uid: 0,
-        gid: 0,
-        umask: 0,
-    };
-    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
     let data: Vec<u8> = (0..8 * 4096u32).map(|k| (k % 251) as u8).collect();
     fs.write(f.ino, 0, &data).unwrap();
-    let g = fs.mknod(1, b"g", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+    let g = fs.mknod(1, b"g", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
     assert_eq!(
         fs.copy_range(f.ino, 0, g.ino, 0, 8 * 4096).unwrap(),
         8 * 4096

@@ -1,15 +1,19 @@
 //! Shared test support: a reference model of a POSIX namespace, random
 //! operations applied to both it and the file system, a canonical view of the
 //! whole tree used to compare them, and small helpers; pools on test media
-//! (`pools`), pools with an object tier (`object`) and recovery from crash
-//! images (`crash`).
+//! (`pools`), pools with an object tier (`object`), recovery from crash
+//! images (`crash`) and media that change some calls of other media
+//! (`hooked`).
 #![allow(dead_code)]
 
 mod crash;
+mod hooked;
 mod object;
 mod pools;
 #[allow(unused_imports)]
 pub use crash::*;
+#[allow(unused_imports)]
+pub use hooked::*;
 #[allow(unused_imports)]
 pub use object::*;
 #[allow(unused_imports)]

@@ -8,7 +8,7 @@ pub(crate) struct Round<'a> {
     pub(crate) seed: u64,
     pub(crate) rng: StdRng,
     pub(crate) pm: Arc<Pm>,
-    pub(crate) ssd: Arc<Ssd>,
+    pub(crate) ssd: Arc<Hooked<Ssd>>,
     pub(crate) fs: Arc<Fs>,
     /// Background write-back and migration threads run (not deterministic).
     pub(crate) threads: bool,

@@ -20,13 +20,13 @@ pub(crate) struct Ssd {
 pub(crate) type Gate = (std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>);
 
 impl Ssd {
-    pub(crate) fn new(bytes: u64) -> Ssd {
-        Ssd {
+    pub(crate) fn new(bytes: u64) -> Hooked<Ssd> {
+        Hooked(Ssd {
             fault: FaultBlock::new(Arc::new(CrashBlock::new(bytes))),
             lose_at: parking_lot::Mutex::new(None),
             lost_syncs: AtomicU64::new(0),
             gate: parking_lot::Mutex::new(None),
-        }
+        })
     }
 
     pub(crate) fn inner(&self) -> &Arc<CrashBlock> {
@@ -51,15 +51,9 @@ impl std::ops::Deref for Ssd {
     }
 }
 
-impl BlockMedia for Ssd {
-    fn len(&self) -> u64 {
-        self.fault.len()
-    }
-    fn read_blocks(&self, block: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.fault.read_blocks(block, buf)
-    }
-    fn write_blocks(&self, block: u64, data: &[u8]) -> std::io::Result<()> {
-        self.fault.write_blocks(block, data)
+impl Hooks for Ssd {
+    fn inner(&self) -> &dyn BlockMedia {
+        &self.fault
     }
     fn sync(&self) -> std::io::Result<()> {
         let gate = self.gate.lock().take();
@@ -81,11 +75,5 @@ impl BlockMedia for Ssd {
             }
         }
         self.fault.sync()
-    }
-    fn describe(&self) -> String {
-        self.fault.describe()
-    }
-    fn stats(&self) -> terrace_media::BlockStats {
-        self.fault.stats()
     }
 }
