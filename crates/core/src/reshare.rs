@@ -31,8 +31,10 @@
 //!   logs. A crash between A's commit and the remaps leaves the data
 //!   unshared — the old behaviour — and nothing lost.
 //!
-//! Object tiers are left out: their parts are accounted per object, and a
-//! move to or from them still unshares.
+//! Object tiers take part like the others: a part's live bytes change
+//! only when the last mapping of a block goes (`shared.rs` decides what a
+//! free really frees), so a remap onto uploaded blocks costs the store
+//! nothing.
 //!
 //! Lock order: called with no lock held; takes one inode lock at a time.
 
@@ -76,7 +78,7 @@ struct Owner {
 impl Fs {
     /// The parts of a move of `n` blocks from `old` (tier `from`) to
     /// `to` that other extents map too: `new_of(i)` is the new block of the
-    /// `i`-th old block. Empty for object tiers.
+    /// `i`-th old block.
     pub(crate) fn shared_moves(
         &self,
         from: TierId,
@@ -85,9 +87,6 @@ impl Fs {
         to: TierId,
         new_of: impl Fn(u64) -> PhysBlock,
     ) -> Vec<SharedMove> {
-        if self.is_object_tier(from) || self.is_object_tier(to) {
-            return Vec::new();
-        }
         let mut out: Vec<SharedMove> = Vec::new();
         for (start, k) in self.shared.shared_parts(from, old, n) {
             for b in 0..k {

@@ -130,3 +130,51 @@ fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
     assert_eq!(fs.mount_report().object_orphans, 0);
     fs.unmount().unwrap();
 }
+
+#[test]
+fn a_clone_follows_its_source_to_the_object_tier_and_its_parts_go_with_the_last_file() {
+    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
+    let s3 = pool.s3.clone();
+    let fs = pool.mount();
+    let a = pattern(3, 2 << 20);
+    let ia = write_file(&fs, "a", &a);
+    let ib = file(&fs, 1, "b");
+    assert_eq!(
+        fs.copy_range(ia, 0, ib, 0, a.len() as u64).unwrap(),
+        2 << 20
+    );
+    fs.migrate_file(ia, 2).unwrap();
+    // The clone maps the uploaded blocks: one copy in the store.
+    assert_eq!(
+        tier_bytes(&fs, ib, "s3"),
+        2 << 20,
+        "the clone stayed behind"
+    );
+    assert_eq!(s3.object_stats().live_bytes, 2 << 20);
+    assert_eq!(fs.read(ib, 0, a.len()).unwrap(), a);
+    fs.unlink(1, b"a").unwrap();
+    fs.reclaim_object_tiers();
+    assert_eq!(
+        s3.object_stats().live_bytes,
+        2 << 20,
+        "the clone still maps them"
+    );
+    assert_eq!(fs.read(ib, 0, a.len()).unwrap(), a);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    drop(s3);
+    pool.reopen();
+    let fs = pool.mount();
+    let s3 = pool.s3.clone();
+    assert_eq!(fs.read(ib, 0, a.len()).unwrap(), a);
+    fs.unlink(1, b"b").unwrap();
+    fs.reclaim_object_tiers();
+    assert_eq!(
+        s3.object_stats().live_bytes,
+        0,
+        "parts go with the last file"
+    );
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
