@@ -189,8 +189,10 @@ impl Fs {
             let _still_mapped = self.shared.release(runs);
             return Err(e);
         }
-        drop(l);
+        // Before the locks go: a move of the source from now on looks for
+        // its other owners in a family that has the destination.
         self.clone_families.join(src, dst);
+        drop(l);
         let rest = copied - shared_bytes;
         if rest == 0 || copied < n {
             return Ok(Some(shared_bytes));

@@ -687,9 +687,9 @@ impl Fs {
         let mut entries: Vec<Entry> = Vec::new();
         let mut unused: Vec<crate::extent_map::Released> = Vec::new();
         let mut kept = 0u64;
-        let mut kept_data: Vec<(usize, u64)> = Vec::new(); // (index in phys, blocks)
-                                                           // Moved blocks other files map too: they follow (`reshare.rs`).
+        // Moved blocks other files map too: they follow (`reshare.rs`).
         let mut shared_moves = Vec::new();
+        let mut kept_data: Vec<(usize, u64)> = Vec::new(); // (index in phys, blocks)
         let mut k = 0usize;
         // Checked again under the inode's lock: a removal that marked the
         // tier retiring since the capture finds no promotion committed
