@@ -55,14 +55,7 @@ def ext4_run():
 
 
 def terrace_run(binary):
-    pm = f"/dev/shm/terrace-bench-{os.getpid()}.pm"
-    ssd = f"/var/tmp/terrace-bench-{os.getpid()}.ssd"
-    mnt = tempfile.mkdtemp(prefix="terrace-bench-")
-    subprocess.run([binary, "mkfs", "--force", "--tier", f"pm:{pm}:512M", "--tier", f"ssd:{ssd}:2G"],
-                   check=True, capture_output=True)
-    subprocess.run([binary, "mount", pm, mnt, "--daemon", "-o", "migration_threshold=95"],
-                   check=True, capture_output=True)
-    try:
+    with same_run.tiered_mount(binary, "512M", "2G", "migration_threshold=95") as mnt:
         cp_s = make_tree(mnt)
         t = time.perf_counter()
         subprocess.run([binary, "migrate", "--quiet", "--to", "ssd", mnt], check=True,
@@ -73,12 +66,6 @@ def terrace_run(binary):
         return {"cp_s": round(cp_s, 3), "migrate_s": round(migrate_s, 3),
                 "ssd_used_MiB": round(st["tiers"][1]["used"] / MiB, 1),
                 "reshared_MiB": round(st["migration"].get("reshared_bytes", 0) / MiB, 1)}
-    finally:
-        subprocess.run([binary, "umount", mnt], capture_output=True)
-        os.rmdir(mnt)
-        for p in (pm, ssd):
-            if os.path.exists(p):
-                os.unlink(p)
 
 
 def main():

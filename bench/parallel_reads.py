@@ -25,6 +25,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import same_run  # noqa: E402
+
 SIZE = "512M"
 RUNTIME = int(os.environ.get("RUNTIME", "8"))
 
@@ -53,25 +56,13 @@ def measure(path):
 
 
 def terrace_run(binary):
-    tag = f"terrace-par-{os.getpid()}"
-    pm, ssd = f"/dev/shm/{tag}.pm", f"/var/tmp/{tag}.ssd"
-    mnt = tempfile.mkdtemp(prefix="terrace-par-")
-    subprocess.run([binary, "mkfs", "--force", "--tier", f"pm:{pm}:256M",
-                    "--tier", f"ssd:{ssd}:2G"], check=True, capture_output=True)
-    subprocess.run([binary, "mount", pm, mnt, "--daemon", "-o", "dram_cache_bytes=16M"],
-                   check=True, capture_output=True)
-    try:
+    with same_run.tiered_mount(binary, "256M", "2G", "dram_cache_bytes=16M",
+                               tag="terrace-par") as mnt:
         f = os.path.join(mnt, "f")
         open(f, "w").close()
         os.setxattr(f, "user.terrace.rule", b"ssd")
         fill(f)
         return measure(f)
-    finally:
-        subprocess.run([binary, "umount", mnt], capture_output=True)
-        os.rmdir(mnt)
-        for p in (pm, ssd):
-            if os.path.exists(p):
-                os.unlink(p)
 
 
 def ext4_run():

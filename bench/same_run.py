@@ -5,6 +5,7 @@ result is JSON on stdout with the machine, and one line per run on stderr.
 Used by read_cache.py, metadata_cache.py, rw_opens.py and read_path.py: each gives a `measure(dir)`
 that returns a dict of numbers.
 """
+import contextlib
 import json
 import os
 import platform
@@ -42,6 +43,29 @@ def terrace_run(binary, measure, pm_size, mkfs_extra=(), options=None):
         subprocess.run([binary, "umount", mnt], capture_output=True)
         os.rmdir(mnt)
         os.unlink(pm)
+
+
+@contextlib.contextmanager
+def tiered_mount(binary, pm_size, ssd_size, options=None, tag="terrace-bench"):
+    """A fresh pool PM `pm_size` (on /dev/shm) + SSD `ssd_size` (a sparse
+    image on the disk, /var/tmp) built by `binary`, mounted; yields the
+    mount point, then unmounts and removes the pool."""
+    name = f"{tag}-{os.getpid()}"
+    pm, ssd = f"/dev/shm/{name}.pm", f"/var/tmp/{name}.ssd"
+    mnt = tempfile.mkdtemp(prefix=f"{tag}-")
+    try:
+        subprocess.run([binary, "mkfs", "--force", "--tier", f"pm:{pm}:{pm_size}",
+                        "--tier", f"ssd:{ssd}:{ssd_size}"], check=True, capture_output=True)
+        opts = ["-o", options] if options else []
+        subprocess.run([binary, "mount", pm, mnt, "--daemon", *opts], check=True,
+                       capture_output=True)
+        yield mnt
+    finally:
+        subprocess.run([binary, "umount", mnt], capture_output=True)
+        os.rmdir(mnt)
+        for p in (pm, ssd):
+            if os.path.exists(p):
+                os.unlink(p)
 
 
 def ext4_run(measure):

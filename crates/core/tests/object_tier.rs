@@ -7,18 +7,26 @@
 mod common;
 use common::*;
 use std::sync::Arc;
+use terrace_core::Fs;
 use terrace_media::object::Bucket;
-use terrace_media::MemMedia;
+use terrace_media::{MemMedia, ObjectMedia};
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 16 << 20;
 const S3: u64 = 64 << 20;
 
-#[test]
-fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
-    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
+/// A new pool on a fresh in-memory store, mounted: the pool, its object
+/// tier and the mounted file system.
+fn pool_on_a_memory_store() -> (ObjectPool, Arc<ObjectMedia>, Fs) {
+    let pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
     let s3 = pool.s3.clone();
     let fs = pool.mount();
+    (pool, s3, fs)
+}
+
+#[test]
+fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
+    let (mut pool, s3, fs) = pool_on_a_memory_store();
     let a = pattern(1, 3 << 20);
     let b = pattern(2, 300 << 10);
     let ia = write_file(&fs, "a", &a);
@@ -133,9 +141,7 @@ fn a_crash_between_upload_and_commit_leaves_orphans_the_next_mount_deletes() {
 
 #[test]
 fn a_clone_follows_its_source_to_the_object_tier_and_its_parts_go_with_the_last_file() {
-    let mut pool = ObjectPool::format(PM, SSD, S3, Bucket::in_memory("tier", "pool").unwrap());
-    let s3 = pool.s3.clone();
-    let fs = pool.mount();
+    let (mut pool, s3, fs) = pool_on_a_memory_store();
     let a = pattern(3, 2 << 20);
     let ia = write_file(&fs, "a", &a);
     let ib = file(&fs, 1, "b");
