@@ -38,6 +38,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import same_run  # noqa: E402
+
 WAL_SIZE = "64M"
 BULK_SIZE = os.environ.get("BULK_SIZE", "1G")
 WORKLOAD = os.environ.get("MIXED_WORKLOAD", "fio")
@@ -129,14 +132,7 @@ end_fsync=1
 
 
 def terrace_run(binary, bulk_jobs, pm_size, ssd_size="8G"):
-    tag = f"terrace-mixed-{os.getpid()}"
-    pm = f"/dev/shm/{tag}.pm"
-    ssd = f"/var/tmp/{tag}.ssd"
-    mnt = tempfile.mkdtemp(prefix="terrace-mixed-")
-    subprocess.run([binary, "mkfs", "--force", "--tier", f"pm:{pm}:{pm_size}",
-                    "--tier", f"ssd:{ssd}:{ssd_size}"], check=True, capture_output=True)
-    subprocess.run([binary, "mount", pm, mnt, "--daemon"], check=True, capture_output=True)
-    try:
+    with same_run.tiered_mount(binary, pm_size, ssd_size, tag="terrace-mixed") as mnt:
         res = fio(mnt, bulk_jobs)
         st = json.loads(subprocess.run([binary, "status", mnt, "--json"], check=True,
                                        capture_output=True, text=True).stdout)
@@ -160,12 +156,6 @@ def terrace_run(binary, bulk_jobs, pm_size, ssd_size="8G"):
             on[tier] = on.get(tier, 0) + length
         res["wal_bytes_by_tier"] = on
         return res
-    finally:
-        subprocess.run([binary, "umount", mnt], capture_output=True)
-        os.rmdir(mnt)
-        for f in (pm, ssd):
-            if os.path.exists(f):
-                os.unlink(f)
 
 
 def ext4_run(bulk_jobs):

@@ -24,6 +24,18 @@ fn pool_on_a_memory_store() -> (ObjectPool, Arc<ObjectMedia>, Fs) {
     (pool, s3, fs)
 }
 
+/// Checks the allocator, unmounts `fs`, opens the object tier again over
+/// the same store and mounts: the new file system and tier.
+fn remount(pool: &mut ObjectPool, fs: Fs, s3: Arc<ObjectMedia>) -> (Fs, Arc<ObjectMedia>) {
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    drop(s3);
+    pool.reopen();
+    let fs = pool.mount();
+    (fs, pool.s3.clone())
+}
+
 #[test]
 fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
     let (mut pool, s3, fs) = pool_on_a_memory_store();
@@ -69,13 +81,7 @@ fn migrated_data_reads_back_frees_delete_parts_and_a_remount_reads_it() {
     fs.write(ib, 0, &[7u8; 4096]).unwrap();
     fs.fsync(ib, false).unwrap();
     assert_eq!(s3.object_stats().live_bytes, (300 << 10) - 4096);
-    fs.check_allocator().unwrap();
-    fs.unmount().unwrap();
-    drop(fs);
-    drop(s3);
-
-    pool.reopen();
-    let fs = pool.mount();
+    let (fs, _s3) = remount(&mut pool, fs, s3);
     let mut want = b.clone();
     want[..4096].fill(7);
     assert_eq!(fs.read(ib, 0, want.len()).unwrap(), want);
@@ -166,13 +172,7 @@ fn a_clone_follows_its_source_to_the_object_tier_and_its_parts_go_with_the_last_
         "the clone still maps them"
     );
     assert_eq!(fs.read(ib, 0, a.len()).unwrap(), a);
-    fs.check_allocator().unwrap();
-    fs.unmount().unwrap();
-    drop(fs);
-    drop(s3);
-    pool.reopen();
-    let fs = pool.mount();
-    let s3 = pool.s3.clone();
+    let (fs, s3) = remount(&mut pool, fs, s3);
     assert_eq!(fs.read(ib, 0, a.len()).unwrap(), a);
     fs.unlink(1, b"b").unwrap();
     fs.reclaim_object_tiers();
