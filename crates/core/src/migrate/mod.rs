@@ -65,6 +65,7 @@ use terrace_policy::migration::{
 
 const BS: u64 = BLOCK_SIZE;
 
+mod batch;
 mod buffers;
 mod cold;
 mod files;
@@ -78,9 +79,9 @@ mod status;
 mod tests;
 mod thread;
 
+pub(crate) use batch::MoveBatch;
+pub use batch::MOVE_SYNC_WINDOW_BYTES;
 pub(crate) use buffers::PooledBuf;
-pub(crate) use mover::MoveBatch;
-pub use mover::MOVE_SYNC_WINDOW_BYTES;
 pub use state::Migrator;
 use status::snapshot_entries;
 pub use status::{MigrationStatus, TierMigration};
