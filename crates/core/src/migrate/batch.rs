@@ -317,6 +317,27 @@ impl Drop for MoveBatch<'_> {
     }
 }
 
+impl Fs {
+    /// [`Fs::move_range`] over several disjoint ranges of file blocks
+    /// (`(first block, blocks)`, in file order) at once: their pieces are
+    /// copied to one contiguous run of the target — one sequential request on
+    /// a block tier — and committed together, one entry per run that is
+    /// contiguous both in the file and on the target.
+    pub(crate) fn move_ranges(
+        &self,
+        ino: Ino,
+        from: TierId,
+        to: TierId,
+        ranges: &[(FileBlock, u64)],
+        mode: Mode,
+    ) -> FsResult<u64> {
+        let mut batch = MoveBatch::new(self, 0);
+        let r = batch.add(ino, from, to, ranges, mode);
+        let (moved, done) = batch.finish();
+        r.and(done).map(|()| moved)
+    }
+}
+
 /// The parts of `ranges` (in file order) at or after file block `at`.
 fn ranges_from(ranges: &[(FileBlock, u64)], at: FileBlock) -> Vec<(FileBlock, u64)> {
     ranges

@@ -1,6 +1,6 @@
 //! The move mechanism (module docs of `migrate`, steps 1–4): capture the
 //! pieces of a range, copy them to fresh blocks of the target tier, make
-//! them durable once per window of moves ([`MoveBatch`](super::batch), in
+//! them durable once per window of moves ([`MoveBatch`], in
 //! `batch.rs`), commit each move.
 
 use super::*;
@@ -98,25 +98,6 @@ impl Fs {
         mode: Mode,
     ) -> FsResult<u64> {
         self.move_ranges(ino, from, to, &[(start, n)], mode)
-    }
-
-    /// [`Fs::move_range`] over several disjoint ranges of file blocks
-    /// (`(first block, blocks)`, in file order) at once: their pieces are
-    /// copied to one contiguous run of the target — one sequential request on
-    /// a block tier — and committed together, one entry per run that is
-    /// contiguous both in the file and on the target.
-    pub(crate) fn move_ranges(
-        &self,
-        ino: Ino,
-        from: TierId,
-        to: TierId,
-        ranges: &[(FileBlock, u64)],
-        mode: Mode,
-    ) -> FsResult<u64> {
-        let mut batch = super::batch::MoveBatch::new(self, 0);
-        let r = batch.add(ino, from, to, ranges, mode);
-        let (moved, done) = batch.finish();
-        r.and(done).map(|()| moved)
     }
 
     /// Steps 1 and 2 of the mechanism: captures the pieces of `ranges` and
