@@ -433,6 +433,27 @@ class Mount:
             return False
 
 
+def kill_daemon_during_migrate(m: "Mount", image: os.PathLike, grown_blocks: int,
+                               *args: str) -> tuple[int, str, str]:
+    """Runs `terrace migrate ARGS MOUNT` and kills the daemon of `m` (kill -9)
+    as soon as the tier image `image` has grown by `grown_blocks` 512-byte
+    blocks, i.e. while data is moving; fails if the migration ended first.
+    Returns the command's exit status, stdout and stderr."""
+    before = os.stat(image).st_blocks
+    proc = subprocess.Popen([str(TERRACE_BIN), "migrate", *args, str(m.path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        moving = wait_until(lambda: os.stat(image).st_blocks > before + grown_blocks
+                            or proc.poll() is not None, 60, interval=0.002)
+        assert moving and proc.poll() is None, "the migration ended before the daemon could be killed"
+        m.kill()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            kill_pid(proc.pid, signal.SIGKILL)
+    return proc.returncode, out.decode(), err.decode()
+
+
 def mount(pool: os.PathLike, mnt: os.PathLike, options: Optional[str] = None,
           timeout: float = 60) -> Mount:
     """`terrace mount POOL MNT --daemon`, then wait until the mount is visible."""

@@ -172,8 +172,7 @@ def test_a_kill_while_clones_follow_their_sources_to_the_ssd_loses_nothing():
     every file and copy reads back, and a second migrate finishes with the
     copies still sharing (design.md §5k)."""
     import hashlib
-    import signal
-    from helpers import kill_pid, temp_mountpoint, temp_pool_path, temp_ssd_image, terrace, wait_until
+    from helpers import temp_mountpoint, temp_pool_path, temp_ssd_image, terrace
     files = 160
     with temp_pool_path() as pool, temp_ssd_image() as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:1G", "--tier", f"ssd:{ssd}:1G")
@@ -188,18 +187,7 @@ def test_a_kill_while_clones_follow_their_sources_to_the_ssd_loses_nothing():
                 want[f"a/f{k}"] = want[f"b/f{k}"] = hashlib.sha256(data).hexdigest()
             subprocess.run(["cp", "-r", j(str(mnt), "a"), j(str(mnt), "b")], check=True)
             os.sync()
-            before = os.stat(ssd).st_blocks
-            proc = subprocess.Popen([str(helpers.TERRACE_BIN), "migrate", "--quiet", "--to", "ssd", str(mnt)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            try:
-                moving = wait_until(lambda: os.stat(ssd).st_blocks > before + 8192 or proc.poll() is not None,
-                                    60, interval=0.002)
-                assert moving and proc.poll() is None, "the migration ended before the daemon could be killed"
-                m.kill()
-                proc.communicate(timeout=60)
-            finally:
-                if proc.poll() is None:
-                    kill_pid(proc.pid, signal.SIGKILL)
+            helpers.kill_daemon_during_migrate(m, ssd, 8192, "--quiet", "--to", "ssd")
         finally:
             helpers.lazy_unmount(mnt)
         helpers.assert_fsck_clean(pool, "after a kill while clones followed their sources")

@@ -13,8 +13,8 @@ import subprocess
 import termios
 import time
 
-from helpers import (TERRACE_BIN, describe, kill_pid, mounted_pool, temp_mountpoint, temp_pool_path,
-                     temp_ssd_image, terrace, wait_until)
+from helpers import (TERRACE_BIN, describe, kill_daemon_during_migrate, kill_pid, mounted_pool,
+                     temp_mountpoint, temp_pool_path, temp_ssd_image, terrace)
 
 MiB = 1 << 20
 
@@ -57,22 +57,10 @@ def test_daemon_killed_during_a_migrate_gives_one_error_and_status_1():
         # image grows only once `terrace migrate` moves data.
         with mounted_pool(pool, mnt, "placement_policy=pm-only,migration_threshold=99") as m:
             write_files(mnt, 1200, MiB)  # more than a second of migration here
-            before = os.stat(ssd).st_blocks
-            proc = subprocess.Popen([str(TERRACE_BIN), "migrate", str(mnt)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            try:
-                # Data reaching the SSD image: the migration is under way.
-                moving = wait_until(lambda: os.stat(ssd).st_blocks > before + 2048 or proc.poll() is not None,
-                                    60, interval=0.002)
-                assert moving and proc.poll() is None, "the migration ended before the daemon could be killed"
-                m.kill()
-                out, err = proc.communicate(timeout=60)
-            finally:
-                if proc.poll() is None:
-                    kill_pid(proc.pid, signal.SIGKILL)
-            out, err = out.decode(), err.decode()
+            # Data reaching the SSD image: the migration is under way.
+            code, out, err = kill_daemon_during_migrate(m, ssd, 2048)
             lines = [ln for ln in err.splitlines() if ln.strip()]
-            assert proc.returncode == 1, (proc.returncode, out, err)
+            assert code == 1, (code, out, err)
             assert len(lines) == 1, err
             assert lines[0].startswith(f"terrace: {mnt}: migration stopped: "), lines
             assert out == "", out

@@ -245,6 +245,26 @@ impl ExtentMap {
         (s + e.blocks > b).then_some((s, e))
     }
 
+    /// The extent that still maps file blocks `[fb, fb + blocks)` to
+    /// `[block, block + blocks)` of `tier` with sequence number `seq` (what
+    /// a move or a remap captured, checked again under the inode lock
+    /// before it commits: a rewrite since has a newer sequence number).
+    pub fn still_maps(
+        &self,
+        fb: FileBlock,
+        blocks: u64,
+        tier: TierId,
+        block: PhysBlock,
+        seq: u64,
+    ) -> Option<Extent> {
+        let (s, e) = self.find(fb)?;
+        (e.seq == seq
+            && e.tier == tier
+            && e.block + (fb - s) == block
+            && s + e.blocks >= fb + blocks)
+            .then_some(e)
+    }
+
     /// First block of the first extent starting after block `b`.
     pub fn next_start_after(&self, b: FileBlock) -> Option<FileBlock> {
         self.map.range(b + 1..).next().map(|(&s, _)| s)

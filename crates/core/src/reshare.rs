@@ -230,15 +230,11 @@ impl Fs {
         if i.generation != o.generation {
             return 0;
         }
-        let Some((s, e)) = i.extents.find(o.file_block) else {
-            return 0;
-        };
-        let unchanged = e.seq == o.seq
-            && e.tier == o.moved.from
-            && e.block + (o.file_block - s) == o.old
-            && s + e.blocks >= o.file_block + o.blocks;
+        let still = i
+            .extents
+            .still_maps(o.file_block, o.blocks, o.moved.from, o.old, o.seq);
         let fits = u32::try_from(o.blocks).is_ok();
-        let Some(new) = o.moved.new_of(o.old).filter(|_| unchanged && fits) else {
+        let (Some(e), Some(new), true) = (still, o.moved.new_of(o.old), fits) else {
             return 0;
         };
         let run = (o.moved.to, new, o.blocks);

@@ -150,20 +150,31 @@ impl RefRuns {
         free
     }
 
-    /// The parts of `[start, start + n)` with more than one reference, in
-    /// order, as `(first block, blocks)`.
-    pub fn overlapping(&self, start: PhysBlock, n: u64) -> Vec<crate::alloc::Run> {
+    /// The runs that overlap `[start, start + n)`, in order, as
+    /// `(first block, end)`.
+    fn runs_over(
+        &self,
+        start: PhysBlock,
+        n: u64,
+    ) -> impl Iterator<Item = (PhysBlock, PhysBlock)> + '_ {
         let end = start + n;
         let before = self
             .runs
             .range(..=start)
             .next_back()
             .filter(|(&s, &(len, _))| s + len > start);
-        let inside = self.runs.range(start + 1..end);
         before
             .into_iter()
-            .chain(inside)
-            .map(|(&s, &(len, _))| (s.max(start), (s + len).min(end)))
+            .chain(self.runs.range(start + 1..end))
+            .map(|(&s, &(len, _))| (s, s + len))
+    }
+
+    /// The parts of `[start, start + n)` with more than one reference, in
+    /// order, as `(first block, blocks)`.
+    pub fn overlapping(&self, start: PhysBlock, n: u64) -> Vec<crate::alloc::Run> {
+        let end = start + n;
+        self.runs_over(start, n)
+            .map(|(s, e)| (s.max(start), e.min(end)))
             .filter(|(s, e)| s < e)
             .map(|(s, e)| (s, e - s))
             .collect()
@@ -171,17 +182,7 @@ impl RefRuns {
 
     /// The first blocks of the runs that overlap `[start, start + n)`.
     pub fn run_starts_overlapping(&self, start: PhysBlock, n: u64) -> Vec<PhysBlock> {
-        let end = start + n;
-        let before = self
-            .runs
-            .range(..=start)
-            .next_back()
-            .filter(|(&s, &(len, _))| s + len > start)
-            .map(|(&s, _)| s);
-        before
-            .into_iter()
-            .chain(self.runs.range(start + 1..end).map(|(&s, _)| s))
-            .collect()
+        self.runs_over(start, n).map(|(s, _)| s).collect()
     }
 
     /// Blocks with more than one reference.

@@ -370,12 +370,9 @@ impl Fs {
             // Unchanged: same mapping *and* same sequence number (a rewrite
             // that reused the same blocks has a newer one).
             let still = (data || !to_retiring)
-                && i.extents.find(p.file_block).is_some_and(|(s, e)| {
-                    e.seq == p.seq
-                        && e.tier == p.tier
-                        && e.block + (p.file_block - s) == p.block
-                        && s + e.blocks >= p.file_block + p.blocks
-                });
+                && i.extents
+                    .still_maps(p.file_block, p.blocks, p.tier, p.block, p.seq)
+                    .is_some();
             if !still {
                 if data {
                     for b in &phys[k..k + p.blocks as usize] {
