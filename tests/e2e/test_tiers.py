@@ -415,3 +415,47 @@ def test_scrub_reads_every_block_online_reports_damage_and_status_shows_the_resu
             assert "1 damaged" in terrace("status", mnt).stdout
             cp = terrace("scrub", "--rate", "fast", mnt, check=False)
             assert cp.returncode == 2 and "--rate" in cp.stderr, cp.stderr
+
+
+def test_a_pm_filled_by_pinned_data_keeps_room_for_new_files_and_the_mover_stays_idle():
+    """A directory pinned to PM and written past PM's size: pinned data stops
+    at the forced mark (the rest spills to the SSD), so creates anywhere in
+    the pool still find PM room for their inode and log, and the mover, which
+    may move none of that data, does not spin over it."""
+    with temp_pool_path() as pool, ssd_file(512) as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:512M")
+        with mounted_pool(pool, mnt) as m:
+            pinned = mnt / "pinned"
+            pinned.mkdir()
+            terrace("rule", pinned, "pm")
+            digests = {}
+            for k in range(80):
+                digests[pinned / f"f{k}"] = write_pattern(pinned / f"f{k}", 1 << 20)
+            os.sync()
+            st = m.status()
+            pm = st["tiers"][0]
+            forced = int(terrace("set", mnt, "migration_forced_percent").stdout.split()[-1])
+            # The mark counts data against PM less its log pages; `used`
+            # counts the logs too. Before, pinned data went on down to the
+            # metadata reserve (1/64 of PM: 98.4 % here).
+            assert pm["used"] * 100 <= pm["capacity"] * (forced + 2), pm
+            # Creates in the pinned directory (their data spills) and outside it.
+            (pinned / "many").mkdir()
+            (mnt / "mail").mkdir()
+            for d in (pinned / "many", mnt / "mail"):
+                for k in range(2000):
+                    (d / str(k)).write_bytes(b"hello %d\n" % k)
+            os.sync()
+            for d in (pinned / "many", mnt / "mail"):
+                for k in range(0, 2000, 97):
+                    assert (d / str(k)).read_bytes() == b"hello %d\n" % k
+            # Nothing the mover may move: it must not spin over it.
+            pid = m.pid or m.status()["pid"]
+            time.sleep(2)
+            before = daemon_cpu_seconds(pid)
+            time.sleep(5)
+            used = daemon_cpu_seconds(pid) - before
+            assert used < 0.25, f"the idle daemon used {used:.2f} s of CPU in 5 s on a PM full of pinned data"
+            for p, digest in digests.items():
+                assert sha256(p) == digest, p
+        assert_fsck_clean(pool, "after filling PM with pinned data")

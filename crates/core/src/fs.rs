@@ -141,7 +141,7 @@ pub struct Fs {
     /// Object-tier cleaning state and counters.
     pub(crate) object_cleaning: crate::service_state::ObjectCleaning,
     /// Inodes with a placement rule (see `rules`).
-    pub(crate) ruled: Mutex<std::collections::BTreeSet<Ino>>,
+    pub(crate) ruled: Mutex<crate::service_state::Ruled>,
     /// Log migration state (`log_migrate`).
     pub(crate) log_migration: crate::service_state::LogMigration,
 }
@@ -385,7 +385,7 @@ impl Fs {
             if let Some(i) = slot.lock().as_mut() {
                 fs.relist(i);
                 if i.xattrs.contains_key(crate::service_state::RULE_XATTR) {
-                    fs.ruled.lock().insert(i.ino);
+                    fs.ruled.lock().inos.insert(i.ino);
                 }
             }
         }

@@ -165,7 +165,31 @@ impl Fs {
     /// Moves logs off PM to the first block tier as `need` asks, scanning
     /// the inode table from where the last call stopped. Returns the PM
     /// bytes of log pages freed.
+    ///
+    /// A scan that moved nothing (every file with a log on PM has data there,
+    /// or changed within the age) makes the next ones wait
+    /// ([`IdleBackoff`](crate::worker::IdleBackoff), at most 2 s): PM full
+    /// of data pinned there would otherwise cost a walk of the inode table
+    /// every pass.
     pub(crate) fn migrate_logs(&self, need: LogMigrationNeed) -> u64 {
+        if need == LogMigrationNeed::None
+            || !self
+                .log_migration
+                .idle
+                .lock()
+                .due(std::time::Instant::now())
+        {
+            return 0;
+        }
+        let freed = self.migrate_logs_now(need);
+        self.log_migration
+            .idle
+            .lock()
+            .turn(std::time::Instant::now(), freed > 0);
+        freed
+    }
+
+    fn migrate_logs_now(&self, need: LogMigrationNeed) -> u64 {
         let goal_blocks = match need {
             LogMigrationNeed::None => return 0,
             LogMigrationNeed::Cold { blocks } | LogMigrationNeed::Any { blocks } => blocks,

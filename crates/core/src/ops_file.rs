@@ -241,6 +241,7 @@ impl Fs {
             pm_over_bulk_limit: marks.over_bulk_limit,
             write_bytes: nblocks * BS,
             pm_free_bytes: pm_free,
+            pm_below_forced_bytes: marks.below_forced_bytes,
             pm_capacity_bytes: self.alloc.total() * BS,
             first_block_tier: self.tiers.first().map(|t| t.id),
             rule: self
@@ -251,7 +252,11 @@ impl Fs {
         let class = WriteClass::of(obs.synchronous, obs.large || fresh_large, data.len() as u64);
         // `by_choice`: the policy sends the write to a block tier for its own
         // reasons, not only because PM has no room for it (that is an
-        // overflow in `status`, whoever decided it).
+        // overflow in `status`, whoever decided it). A write pinned to PM
+        // that lands elsewhere (PM full, or past its forced mark) is an
+        // overflow too: the rule asked for PM.
+        let pinned_to_pm =
+            matches!(obs.rule, Some(terrace_policy::TierRule::Pin { tier }) if tier.is_pm());
         let (want, by_choice) = {
             let policy = self.placement.read();
             let want = policy.place(&obs).tier();
@@ -261,7 +266,9 @@ impl Fs {
             };
             (
                 want,
-                !want.is_pm() && (obs.pm_has_room() || !policy.place(&roomy).tier().is_pm()),
+                !want.is_pm()
+                    && !pinned_to_pm
+                    && (obs.pm_has_room() || !policy.place(&roomy).tier().is_pm()),
             )
         };
         // PM use past the forced mark is the policy's to handle (load-aware

@@ -12,13 +12,18 @@
 //! # What it does
 //! - **Placement**: every write of a pinned file goes to its tier (the
 //!   placement policies' `TierRule::Pin`): a pin to PM holds while PM has
-//!   room (then the write spills rather than fail), a pin to a block tier
-//!   goes through the DRAM cache, written back to that tier.
+//!   room and is below its forced mark (then the write spills to the first
+//!   block tier rather than fail: pinned data cannot be moved away, so it
+//!   never takes the last of PM, which metadata — inode slots and logs of
+//!   every file — needs), a pin to a block tier goes through the DRAM
+//!   cache, written back to that tier.
 //! - **Migration**: background migration never moves a pinned file off its
 //!   tier (neither down nor, by reverse migration, up), and each pass moves
 //!   pinned files' data that sits elsewhere to their tier (up to
-//!   [`RULE_BUDGET_BYTES`] a pass, when the tier has room) — so a rule set on
-//!   a file that already has data takes effect without `terrace migrate`.
+//!   [`RULE_BUDGET_BYTES`] a pass, while the tier is below its forced mark;
+//!   PM takes only what fits below it) — so a rule set on a file that
+//!   already has data takes effect without `terrace migrate`. Passes that
+//!   find nothing to move back off, up to 2 s apart.
 //! - **Inheritance**: a file or directory created in a directory that has a
 //!   rule gets the same rule, in the same crash-atomic creation (HetFS's rules
 //!   by location).
@@ -41,6 +46,7 @@ use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::service_state::RULE_XATTR;
 use crate::types::{errno, FileType, FsResult, Ino};
+use std::time::Instant;
 use terrace_format::{TierId, BLOCK_SIZE};
 
 /// Bytes a migration pass moves to enforce rules, at most.
@@ -93,7 +99,10 @@ impl Fs {
 
     /// Notes that `ino` has (or may have) a rule.
     pub(crate) fn note_ruled(&self, ino: Ino) {
-        self.ruled.lock().insert(ino);
+        let mut r = self.ruled.lock();
+        r.inos.insert(ino);
+        // A new rule may have data to move: look at once.
+        r.idle.reset();
     }
 
     /// Moves `bytes` of unpinned PM data down to the first block tier, so
@@ -117,15 +126,27 @@ impl Fs {
 
     /// Moves pinned files' data that is not on their tier there, up to
     /// [`RULE_BUDGET_BYTES`]. Returns the bytes moved.
+    ///
+    /// A tier takes pinned data only below its forced mark, and PM only what
+    /// fits below it: data pinned to PM is data migration may not move, so
+    /// it never takes the room above the mark that metadata needs (the
+    /// placement policies spill pinned writes there too). A pass that moved
+    /// nothing makes the next ones wait ([`IdleBackoff`](crate::worker::IdleBackoff)): a PM full of
+    /// pinned data (or a pinned file larger than its tier's room) would
+    /// otherwise be looked at file by file every 100 ms, for ever.
     pub(crate) fn enforce_rules(&self) -> u64 {
-        let inos: Vec<Ino> = self.ruled.lock().iter().copied().collect();
-        let forced = self.settings.read().migration_params().forced_percent;
-        // A tier past the forced mark takes no more pinned data this pass
-        // (retrying a move that cannot fit would only burn reads).
-        let has_room = |tier: TierId| {
-            let (used, cap) = self.tier_use(tier);
-            u128::from(used) * 100 < u128::from(cap) * u128::from(forced)
+        let inos: Vec<Ino> = {
+            let r = self.ruled.lock();
+            if !r.idle.due(Instant::now()) {
+                return 0;
+            }
+            r.inos.iter().copied().collect()
         };
+        let forced = self.settings.read().migration_params().forced_percent;
+        let room_below_forced = |tier: TierId| self.room_below(tier, forced);
+        // Unpinned PM data is drained for pins until a drain moves nothing
+        // (the rest of PM's data is pinned, or cached only): once a pass.
+        let mut pm_drained_dry = false;
         let mut moved = 0u64;
         for ino in inos {
             if moved >= RULE_BUDGET_BYTES || self.migrator.worker.stopping() {
@@ -133,7 +154,7 @@ impl Fs {
             }
             let want = {
                 let Ok(g) = self.lock(ino) else {
-                    self.ruled.lock().remove(&ino);
+                    self.ruled.lock().inos.remove(&ino);
                     continue;
                 };
                 let i = g.as_ref().expect("live");
@@ -142,7 +163,7 @@ impl Fs {
                     // gone) stays listed: it holds again if the removal is
                     // refused or a tier it names is added.
                     if !i.xattrs.contains_key(RULE_XATTR) {
-                        self.ruled.lock().remove(&ino);
+                        self.ruled.lock().inos.remove(&ino);
                     }
                     continue;
                 };
@@ -159,16 +180,18 @@ impl Fs {
                     // A PM pin on a PM without room for it: unpinned data
                     // moves down to make the room (drains skip files pinned
                     // to PM), whatever the threshold says.
-                    let short = elsewhere
-                        .min(RULE_BUDGET_BYTES)
-                        .saturating_sub(self.pm_data_free_bytes());
+                    let room = room_below_forced(TierId::PM).min(self.pm_data_free_bytes());
+                    let short = elsewhere.min(RULE_BUDGET_BYTES).saturating_sub(room);
                     drop(g);
-                    if short > 0 {
-                        moved += self.make_pm_room_for_pins(short);
+                    if short > 0 && !pm_drained_dry {
+                        let here = self.make_pm_room_for_pins(short);
+                        pm_drained_dry = here == 0;
+                        moved += here;
                     }
-                    has_room(TierId::PM).then_some(TierId::PM)
+                    (elsewhere <= room_below_forced(TierId::PM).min(self.pm_data_free_bytes()))
+                        .then_some(TierId::PM)
                 } else {
-                    (elsewhere > 0 && has_room(tier)).then_some(tier)
+                    (elsewhere > 0 && room_below_forced(tier) > 0).then_some(tier)
                 }
             };
             if let Some(tier) = want {
@@ -177,6 +200,7 @@ impl Fs {
                 moved += self.migrate_file(ino, tier.get()).unwrap_or(0);
             }
         }
+        self.ruled.lock().idle.turn(Instant::now(), moved > 0);
         moved
     }
 }

@@ -92,6 +92,8 @@ pub struct LogMigration {
     pub(crate) pm_bytes_freed: AtomicU64,
     /// Blobs the cleaner moved within a tier.
     pub(crate) relocated: AtomicU64,
+    /// The back-off of scans that moved no log (`Fs::migrate_logs`).
+    pub(crate) idle: crate::lock_order::Mutex<crate::worker::IdleBackoff>,
 }
 
 /// What a scrub found and did (the running one, or the last one;
@@ -127,3 +129,13 @@ pub struct ScrubReport {
 /// The placement rule's xattr name (`rules.rs`). Mount rebuilds
 /// `Fs::ruled`, the inodes that have a rule, from it.
 pub const RULE_XATTR: &[u8] = b"user.terrace.rule";
+
+/// The inodes that have a rule (`Fs::ruled`, `rules.rs`), and when the
+/// rule enforcement of migration passes looks at them next.
+#[derive(Debug, Default)]
+pub(crate) struct Ruled {
+    /// Every inode that has a rule (see the invariant in `rules.rs`).
+    pub(crate) inos: std::collections::BTreeSet<crate::types::Ino>,
+    /// The back-off of passes that moved nothing.
+    pub(crate) idle: crate::worker::IdleBackoff,
+}

@@ -362,7 +362,7 @@ impl Fs {
     /// Step 2: refuses when a placement rule names the tier (a file or a
     /// directory's future files pinned to it).
     fn refuse_ruled(&self, rec: &TierRecord) -> Result<(), String> {
-        let inos: Vec<u64> = self.ruled.lock().iter().copied().collect();
+        let inos: Vec<u64> = self.ruled.lock().inos.iter().copied().collect();
         let mut pinned = Vec::new();
         for ino in inos {
             let Ok(g) = self.lock(ino) else { continue };

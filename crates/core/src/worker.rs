@@ -30,6 +30,48 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+/// Back-off for one job of a worker's pass that found nothing to do: the
+/// job is skipped until its wait is over, and each idle turn doubles the
+/// wait, from [`IdleBackoff::FIRST`] to [`IdleBackoff::MAX`]; a turn that
+/// did something, or a change that may give it work ([`IdleBackoff::reset`]),
+/// makes it due at once. So a job that cannot progress (a PM full of data
+/// pinned there, which neither drains, log migration nor rules may move)
+/// costs a look every two seconds, not every tick.
+#[derive(Debug, Default)]
+pub(crate) struct IdleBackoff {
+    /// When the job is due again (`None`: now).
+    next: Option<Instant>,
+    /// The last wait.
+    wait: Duration,
+}
+
+impl IdleBackoff {
+    /// The wait after the first idle turn.
+    pub(crate) const FIRST: Duration = Duration::from_millis(200);
+    /// The longest wait.
+    pub(crate) const MAX: Duration = Duration::from_secs(2);
+
+    /// Whether the job should run at `now`.
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        self.next.map_or(true, |t| now >= t)
+    }
+
+    /// Records a turn at `now` that did something (`busy`) or nothing.
+    pub(crate) fn turn(&mut self, now: Instant, busy: bool) {
+        if busy {
+            self.reset();
+        } else {
+            self.wait = (self.wait * 2).clamp(Self::FIRST, Self::MAX);
+            self.next = Some(now + self.wait);
+        }
+    }
+
+    /// Makes the job due now, its next idle wait the first one.
+    pub(crate) fn reset(&mut self) {
+        *self = IdleBackoff::default();
+    }
+}
+
 /// A background thread's wake-up and stop state.
 #[derive(Default)]
 pub(crate) struct Worker {
@@ -143,6 +185,34 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_job_waits_twice_as_long_each_turn_up_to_the_cap_and_work_resets_it() {
+        let t0 = Instant::now();
+        let mut b = IdleBackoff::default();
+        assert!(b.due(t0));
+        b.turn(t0, false);
+        assert!(!b.due(t0 + Duration::from_millis(199)));
+        assert!(b.due(t0 + IdleBackoff::FIRST));
+        let mut now = t0;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            now += Duration::from_secs(10);
+            b.turn(now, false);
+            waits.push(b.wait);
+        }
+        assert_eq!(waits[0], Duration::from_millis(400));
+        assert_eq!(waits[1], Duration::from_millis(800));
+        assert_eq!(*waits.last().unwrap(), IdleBackoff::MAX);
+        assert!(!b.due(now + IdleBackoff::MAX - Duration::from_millis(1)));
+        assert!(b.due(now + IdleBackoff::MAX));
+        b.turn(now, true);
+        assert!(b.due(now));
+        b.turn(now, false);
+        assert_eq!(b.wait, IdleBackoff::FIRST);
+        b.reset();
+        assert!(b.due(now));
+    }
 
     #[derive(Default)]
     struct Owner {

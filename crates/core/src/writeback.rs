@@ -419,7 +419,13 @@ impl Fs {
                     over = false;
                 }
                 match oldest {
-                    Some((ino, t)) if over || t >= Duration::from_nanos(age) => Some(ino),
+                    Some((ino, t))
+                        if over
+                            || t >= Duration::from_nanos(age)
+                            || self.promises_hold_metadata_room() =>
+                    {
+                        Some(ino)
+                    }
                     _ => None,
                 }
             };
@@ -440,6 +446,19 @@ impl Fs {
                 break;
             }
         }
+    }
+
+    /// Whether the log room promised to dirty cached pages is what keeps PM
+    /// short of room for metadata (free blocks beyond the promises under
+    /// the metadata reserve, `space.rs`): then young dirty files are written
+    /// back too, oldest first, since each one written back whole gives its
+    /// promise back. Without it, creates of small files on a PM that holds
+    /// only data migration may not move (pinned to PM) waited for the
+    /// write-back age, seconds each.
+    fn promises_hold_metadata_room(&self) -> bool {
+        !self.tiers.is_empty()
+            && self.promised_blocks() > 0
+            && self.pm_free_unpromised() < self.pm_reserve_blocks()
     }
 
     /// Starts the write-back thread: a pass every 100 ms, or at once when

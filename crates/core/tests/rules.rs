@@ -243,3 +243,101 @@ fn a_file_pinned_to_a_full_pm_makes_migration_evict_unpinned_data_for_it() {
     }
     fs.check_allocator().unwrap();
 }
+
+/// Data pinned to PM is data migration may not move: if it could fill PM
+/// to the last block, every create of the pool (whose inode slot and log
+/// live on PM) would wait for a migration that has nothing to move, then
+/// fail with ENOSPC while the SSD had room. Pinned writes stop at the
+/// forced mark and spill to the SSD; the room above it stays for metadata.
+#[test]
+fn data_pinned_to_pm_stops_at_the_forced_mark_and_leaves_the_rest_to_metadata() {
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
+    let db = fs.mkdir(1, b"db", 0o755, CTX).unwrap().ino;
+    fs.setxattr(db, RULE, b"pm", 0).unwrap();
+    // 40 MiB pinned to a 32 MiB PM.
+    let mut pinned = Vec::new();
+    for k in 0..40u64 {
+        let f = file(&fs, db, &format!("t{k}"));
+        fs.write(f, 0, &pattern(100 + k, 1 << 20)).unwrap();
+        pinned.push(f);
+    }
+    let forced = u64::from(fs.settings().migration_params().forced_percent);
+    let pm = fs.status().tiers[0].clone();
+    assert!(
+        pm.used * 100 <= pm.capacity * (forced + 1),
+        "pinned data took PM past its forced mark ({forced}%): {pm:?}"
+    );
+    for &f in &pinned {
+        fs.fsync(f, false).unwrap();
+    }
+    let spilled: u64 = pinned.iter().map(|&f| tier_bytes(&fs, f, "ssd")).sum();
+    assert!(spilled >= 8 << 20, "only {spilled} bytes spilled");
+    // The pool still creates files and directories outside the pinned
+    // directory: their metadata finds PM room (no migration runs here, so
+    // nothing could make room for it).
+    let other = fs.mkdir(1, b"mail", 0o755, CTX).unwrap().ino;
+    for k in 0..3000 {
+        fs.mknod(
+            other,
+            format!("m{k}").as_bytes(),
+            libc::S_IFREG | 0o644,
+            0,
+            CTX,
+        )
+        .unwrap_or_else(|e| panic!("create {k} on a PM full of pinned data: {e}"));
+    }
+    for (k, &f) in pinned.iter().enumerate() {
+        assert!(
+            fs.read(f, 0, 1 << 20).unwrap() == pattern(100 + k as u64, 1 << 20),
+            "pinned file {k} reads back wrong"
+        );
+    }
+    fs.check_allocator().unwrap();
+}
+
+/// Small files written through the DRAM cache hold PM log room promised to
+/// their write-back. On a PM short of room for metadata (here: data pinned
+/// there down to the reserve, with the forced mark at 100 %), one
+/// write-back pass writes every dirty file back, however young, and gives
+/// the promises back: creates waiting for PM room otherwise waited for the
+/// write-back age (5 s) each time.
+#[test]
+fn a_write_back_pass_gives_back_the_promised_log_room_when_pm_is_short_of_it() {
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
+    fs.set_setting("migration_forced_percent", "100").unwrap();
+    let db = fs.mkdir(1, b"db", 0o755, CTX).unwrap().ino;
+    fs.setxattr(db, RULE, b"pm", 0).unwrap();
+    for k in 0..32u64 {
+        let f = file(&fs, db, &format!("t{k}"));
+        fs.write(f, 0, &pattern(200 + k, 1 << 20)).unwrap();
+    }
+    let mut small = Vec::new();
+    for k in 0..50u64 {
+        let f = file(&fs, 1, &format!("s{k}"));
+        fs.write(f, 0, &pattern(300 + k, 3000)).unwrap();
+        small.push(f);
+    }
+    let st = fs.status();
+    assert!(
+        st.space.promised_bytes > 0,
+        "nothing promised: {:?}",
+        st.space
+    );
+    assert!(
+        st.space.state.starts_with("PM full"),
+        "PM not short: {:?}",
+        st.space
+    );
+    fs.writeback_pass();
+    let st = fs.status();
+    assert_eq!(
+        st.cache.dirty_bytes, 0,
+        "young dirty files stayed: {:?}",
+        st.cache
+    );
+    assert_eq!(st.space.promised_bytes, 0, "{:?}", st.space);
+    for (k, &f) in small.iter().enumerate() {
+        assert!(fs.read(f, 0, 3000).unwrap() == pattern(300 + k as u64, 3000));
+    }
+    fs.check_allocator().unwrap();
+}

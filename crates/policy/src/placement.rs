@@ -60,7 +60,9 @@
 //!
 //! A per-file [`TierRule`] (set by the user, later by HetFS-style hints)
 //! overrides the automatic decision in every policy. A pin to PM is honoured
-//! while PM has room for the write; a pin to a block tier writes through when
+//! while PM has room for the write and its use is below the forced mark
+//! (pinned data cannot be moved away to make room for metadata, so it never
+//! takes PM's last few percent); a pin to a block tier writes through when
 //! the write is predicted synchronous and goes through the cache otherwise.
 
 use std::fmt;
@@ -161,6 +163,10 @@ pub struct WriteObservation {
     pub write_bytes: u64,
     /// Free bytes on PM now.
     pub pm_free_bytes: u64,
+    /// Bytes of data PM takes before its use reaches the forced mark: what
+    /// data pinned to PM may still take (a pinned write larger than this
+    /// spills, [`TierRule::Pin`]).
+    pub pm_below_forced_bytes: u64,
     /// PM capacity in bytes (for policies that reason about utilisation).
     pub pm_capacity_bytes: u64,
     /// The fastest block tier, or `None` when the pool is PM only.
@@ -221,10 +227,20 @@ fn pm_or_spill(obs: &WriteObservation) -> Placement {
     }
 }
 
-/// The decision a user rule imposes, if the file has one.
+/// The decision a user rule imposes, if the file has one. A pin to PM
+/// outranks every automatic limit but the forced mark: pinned data is the
+/// data migration may not move, so a pinned write that would take PM past
+/// that mark spills to
+/// the first block tier (migration brings it up once PM is below the mark),
+/// and PM's last room stays for the metadata every file needs.
 fn by_rule(obs: &WriteObservation) -> Option<Placement> {
     match obs.rule? {
-        TierRule::Pin { tier: PM_TIER } => Some(pm_or_spill(obs)),
+        TierRule::Pin { tier: PM_TIER } => Some(match obs.first_block_tier {
+            Some(tier) if obs.pm_saturated || obs.write_bytes > obs.pm_below_forced_bytes => {
+                block(tier, obs.synchronous)
+            }
+            _ => pm_or_spill(obs),
+        }),
         TierRule::Pin { tier } => Some(block(tier, obs.synchronous)),
     }
 }
@@ -364,6 +380,7 @@ mod tests {
             pm_over_bulk_limit: false,
             write_bytes: 4096,
             pm_free_bytes: 64 * MIB,
+            pm_below_forced_bytes: 56 * MIB,
             pm_capacity_bytes: 128 * MIB,
             first_block_tier: Some(TierId(1)),
             rule: None,
@@ -607,8 +624,45 @@ mod tests {
         let mut o = bulk(obs(false, true));
         o.sync_writers_active = true;
         o.pm_over_threshold = true;
+        o.pm_over_bulk_limit = true;
+        o.rule = Some(TierRule::Pin { tier: PM_TIER });
+        for name in placement_policy_names() {
+            assert_eq!(place(name, &o), Placement::Pm, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_pin_to_pm_spills_past_the_forced_mark_so_metadata_keeps_its_room() {
+        // A write that fits below the mark still goes to PM.
+        let mut o = obs(true, false);
+        o.rule = Some(TierRule::Pin { tier: PM_TIER });
+        o.pm_below_forced_bytes = o.write_bytes;
+        assert_eq!(place("ziggurat", &o), Placement::Pm);
+        // One that would cross it spills, as does any once PM is past it.
+        o.pm_below_forced_bytes = o.write_bytes - 1;
+        assert_eq!(
+            place("ziggurat", &o),
+            Placement::BlockSyncWriteThrough { tier: TierId(1) }
+        );
+        let mut o = obs(true, false);
         o.pm_saturated = true;
         o.rule = Some(TierRule::Pin { tier: PM_TIER });
+        for name in placement_policy_names() {
+            assert_eq!(
+                place(name, &o),
+                Placement::BlockSyncWriteThrough { tier: TierId(1) },
+                "{name}"
+            );
+            o.synchronous = false;
+            assert_eq!(
+                place(name, &o),
+                Placement::BlockViaCache { tier: TierId(1) },
+                "{name}"
+            );
+            o.synchronous = true;
+        }
+        // A PM-only pool has nowhere else to put it.
+        o.first_block_tier = None;
         assert_eq!(place("ziggurat", &o), Placement::Pm);
     }
 

@@ -223,7 +223,7 @@ proptest! {
         let obs = WriteObservation {
             synchronous, large, fresh_large, pm_over_threshold, pm_saturated,
             sync_writers_active, pm_over_bulk_limit, write_bytes,
-            pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
+            pm_free_bytes: pm_free, pm_below_forced_bytes: pm_free, pm_capacity_bytes: 1 << 30,
             first_block_tier: tier.map(TierId),
             rule: pin.map(|tier| TierRule::Pin { tier: TierId(tier) }),
             access,
@@ -249,7 +249,7 @@ proptest! {
         let obs = WriteObservation {
             synchronous: true, large, fresh_large, pm_over_threshold, pm_saturated,
             sync_writers_active, pm_over_bulk_limit, write_bytes,
-            pm_free_bytes: pm_free, pm_capacity_bytes: 1 << 30,
+            pm_free_bytes: pm_free, pm_below_forced_bytes: pm_free, pm_capacity_bytes: 1 << 30,
             first_block_tier: tier.map(TierId), rule: None, access: AccessClass::Unknown,
         };
         let p = placement_policy("ziggurat").unwrap().place(&obs);

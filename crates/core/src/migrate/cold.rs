@@ -103,11 +103,20 @@ impl Fs {
         }
     }
 
+    /// Bytes of data tier `id` takes before its use (as [`Fs::tier_use`]
+    /// counts it) reaches `percent` of its capacity.
+    pub(crate) fn room_below(&self, id: TierId, percent: u8) -> u64 {
+        let (used, cap) = self.tier_use(id);
+        let mark = u128::from(cap) * u128::from(percent) / 100;
+        (mark as u64).saturating_sub(used)
+    }
+
     /// Where PM use stands against its marks, from one look at its use
     /// (a write's placement needs all three): the migration threshold
     /// (dynamic or static), the forced mark — past it migration is not
     /// keeping up and asynchronous writes go straight down (load-aware
-    /// routing) — and the bulk limit `bulk_percent`.
+    /// routing) — and the bulk limit `bulk_percent`; and the room left
+    /// below the forced mark, which data pinned to PM may take.
     pub(crate) fn pm_marks(&self, params: &mig::MigrationParams, bulk_percent: u8) -> PmMarks {
         if self.tiers.is_empty() {
             return PmMarks::default();
@@ -119,6 +128,7 @@ impl Fs {
             over_threshold: at_least(threshold),
             forced: at_least(params.forced_percent),
             over_bulk_limit: at_least(bulk_percent),
+            below_forced_bytes: self.room_below(TierId::PM, params.forced_percent),
         }
     }
 }
@@ -132,4 +142,6 @@ pub(crate) struct PmMarks {
     pub forced: bool,
     /// At or past the bulk limit (`placement_bulk_pm_percent`).
     pub over_bulk_limit: bool,
+    /// Bytes of data PM takes before the forced mark.
+    pub below_forced_bytes: u64,
 }

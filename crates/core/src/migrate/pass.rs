@@ -44,6 +44,11 @@ impl Fs {
         let mut pm_split = (0, 0);
         for w in chain.windows(2) {
             let (from, to) = (w[0], w[1]);
+            if from.is_pm() && !self.migrator.pm_idle.lock().due(Instant::now()) {
+                // PM's last drain found nothing it may move: its split scan
+                // and drain wait (the status keeps saying why).
+                continue;
+            }
             let threshold = mig::migration_threshold(params.threshold, io);
             let bit = 1u64 << from.get();
             let running = self.migrator.running.load(Ordering::Relaxed) & bit != 0;
@@ -123,10 +128,14 @@ impl Fs {
                 let here = self.drain(from, to, need.bytes_to_free(), &params, &*policy, mode);
                 moved += here;
                 self.note_drain_result(from, to, here);
+                if from.is_pm() {
+                    self.migrator.pm_idle.lock().turn(Instant::now(), here > 0);
+                }
             } else {
                 self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
                 if from.is_pm() {
                     self.migrator.waiting.lock().clear();
+                    self.migrator.pm_idle.lock().reset();
                 }
             }
             if from.is_pm() && policy.flushes_dirty_list() {
@@ -137,7 +146,7 @@ impl Fs {
         let need = self.log_migration_need(mig::migration_threshold(params.threshold, io));
         moved += self.migrate_logs(need);
         moved += self.reverse_pass(io, &params);
-        if !self.ruled.lock().is_empty() {
+        if !self.ruled.lock().inos.is_empty() {
             moved += self.enforce_rules();
         }
         self.clean_pass();

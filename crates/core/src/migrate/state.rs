@@ -76,6 +76,10 @@ pub struct Migrator {
     /// use, an upper bound).
     pub(super) pm_counted_percent: AtomicU64,
     pub(super) last_reason: Mutex<String>,
+    /// The back-off of PM drains that moved nothing (`migration_pass`): PM
+    /// over its threshold with nothing migration may move (data pinned to
+    /// PM, or only cached) is looked at again after a wait, not every pass.
+    pub(super) pm_idle: Mutex<crate::worker::IdleBackoff>,
     /// Why the last pass that had to drain a tier moved nothing (empty when
     /// it moved data): shown as "waiting: …" and logged once by the daemon.
     pub(super) waiting: Mutex<String>,

@@ -271,3 +271,59 @@ fn evicting_data_whose_clean_copy_a_clone_could_share_leaves_one_copy() {
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
+
+/// A PM over its threshold that holds only data pinned there has nothing a
+/// drain may move: the pass that finds that out makes the next ones skip
+/// PM's split scan and drain for a while ([`crate::worker::IdleBackoff`]),
+/// instead of walking the inode table every 100 ms for ever (a mover that
+/// spins). Once the data may move again, it moves.
+#[test]
+fn a_pm_full_of_pinned_data_is_looked_at_again_after_a_wait_not_every_pass() {
+    let fs = pool();
+    let db = fs.mkdir(1, b"db", 0o755, ROOT).unwrap().ino;
+    fs.setxattr(db, b"user.terrace.rule", b"pm", 0).unwrap();
+    let mut files = Vec::new();
+    for k in 0..12u8 {
+        let f = fs
+            .mknod(
+                db,
+                format!("t{k}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                ROOT,
+            )
+            .unwrap();
+        fs.write(f.ino, 0, &vec![k; 1 << 20]).unwrap();
+        files.push(f.ino);
+    }
+    let scans = || fs.migrator.split_scans.load(Ordering::Relaxed);
+    // The first pass looks, and finds nothing it may move.
+    assert_eq!(fs.migration_pass(), 0);
+    let before = scans();
+    assert!(before > 0, "PM over its threshold took no split");
+    let start = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(fs.migration_pass(), 0);
+    }
+    // Each due look doubles the next wait (from 200 ms): whatever the
+    // machine's speed, far fewer looks than passes.
+    let allowed = 1 + (start.elapsed().as_millis() / 200) as u64;
+    assert!(
+        scans() - before <= allowed,
+        "{} split scans in 20 passes over {:?}",
+        scans() - before,
+        start.elapsed()
+    );
+    // Without the rule the data may move: a pass after the wait moves it.
+    fs.removexattr(db, b"user.terrace.rule").unwrap();
+    for &f in &files {
+        fs.removexattr(f, b"user.terrace.rule").unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut moved = 0;
+    while moved == 0 && Instant::now() < deadline {
+        moved += fs.migration_pass();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(moved > 0, "unpinned data never moved after the back-off");
+}
