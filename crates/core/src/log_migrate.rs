@@ -33,6 +33,7 @@ use crate::inode::Inode;
 use crate::log::{Log, TierLog};
 use crate::types::{errno, FsResult, Ino};
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 use terrace_format::{
     encode_tier_log_head, LogBlob, PhysBlock, TierId, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
     INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED_TIER_LOG,
@@ -167,25 +168,26 @@ impl Fs {
     /// bytes of log pages freed.
     ///
     /// A scan that moved nothing (every file with a log on PM has data there,
-    /// or changed within the age) makes the next ones wait
-    /// ([`IdleBackoff`](crate::worker::IdleBackoff), at most 2 s): PM full
+    /// or changed within the age) makes the next ones wait until the pool's
+    /// room changes or at most 2 s
+    /// ([`IdleBackoff`](crate::worker::IdleBackoff)): PM full
     /// of data pinned there would otherwise cost a walk of the inode table
     /// every pass.
     pub(crate) fn migrate_logs(&self, need: LogMigrationNeed) -> u64 {
-        if need == LogMigrationNeed::None
-            || !self
-                .log_migration
-                .idle
-                .lock()
-                .due(std::time::Instant::now())
-        {
+        if need == LogMigrationNeed::None {
+            return 0;
+        }
+        // The key is read before the back-off's lock (a leaf).
+        let key = self.room_key();
+        if !self.log_migration.idle.lock().due(Instant::now(), key) {
             return 0;
         }
         let freed = self.migrate_logs_now(need);
+        let key = self.room_key();
         self.log_migration
             .idle
             .lock()
-            .turn(std::time::Instant::now(), freed > 0);
+            .turn(Instant::now(), freed > 0, key);
         freed
     }
 

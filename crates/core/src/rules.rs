@@ -131,13 +131,15 @@ impl Fs {
     /// fits below it: data pinned to PM is data migration may not move, so
     /// it never takes the room above the mark that metadata needs (the
     /// placement policies spill pinned writes there too). A pass that moved
-    /// nothing makes the next ones wait ([`IdleBackoff`](crate::worker::IdleBackoff)): a PM full of
+    /// nothing makes the next ones wait until the pool's room changes or
+    /// the back-off ends ([`IdleBackoff`](crate::worker::IdleBackoff)): a PM full of
     /// pinned data (or a pinned file larger than its tier's room) would
     /// otherwise be looked at file by file every 100 ms, for ever.
     pub(crate) fn enforce_rules(&self) -> u64 {
+        let key = self.room_key();
         let inos: Vec<Ino> = {
             let r = self.ruled.lock();
-            if !r.idle.due(Instant::now()) {
+            if !r.idle.due(Instant::now(), key) {
                 return 0;
             }
             r.inos.iter().copied().collect()
@@ -200,7 +202,8 @@ impl Fs {
                 moved += self.migrate_file(ino, tier.get()).unwrap_or(0);
             }
         }
-        self.ruled.lock().idle.turn(Instant::now(), moved > 0);
+        let key = self.room_key();
+        self.ruled.lock().idle.turn(Instant::now(), moved > 0, key);
         moved
     }
 }

@@ -31,16 +31,19 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Back-off for one job of a worker's pass that found nothing to do: the
-/// job is skipped until its wait is over, and each idle turn doubles the
-/// wait, from [`IdleBackoff::FIRST`] to [`IdleBackoff::MAX`]; a turn that
-/// did something, or a change that may give it work ([`IdleBackoff::reset`]),
-/// makes it due at once. So a job that cannot progress (a PM full of data
+/// job is skipped until its wait is over or the state it looked at has
+/// changed (a key the caller derives from it, such as PM's free blocks),
+/// and each idle turn doubles the wait, from [`IdleBackoff::FIRST`] to
+/// [`IdleBackoff::MAX`]; a turn that did something, or a change that may
+/// give it work ([`IdleBackoff::reset`]), makes it due at once. So a job that cannot progress (a PM full of data
 /// pinned there, which neither drains, log migration nor rules may move)
 /// costs a look every two seconds, not every tick.
 #[derive(Debug, Default)]
 pub(crate) struct IdleBackoff {
     /// When the job is due again (`None`: now).
     next: Option<Instant>,
+    /// The state key of the last idle turn.
+    key: u64,
     /// The last wait.
     wait: Duration,
 }
@@ -51,18 +54,20 @@ impl IdleBackoff {
     /// The longest wait.
     pub(crate) const MAX: Duration = Duration::from_secs(2);
 
-    /// Whether the job should run at `now`.
-    pub(crate) fn due(&self, now: Instant) -> bool {
-        self.next.map_or(true, |t| now >= t)
+    /// Whether the job should run at `now`, the state's key being `key`.
+    pub(crate) fn due(&self, now: Instant, key: u64) -> bool {
+        self.next.map_or(true, |t| now >= t || key != self.key)
     }
 
-    /// Records a turn at `now` that did something (`busy`) or nothing.
-    pub(crate) fn turn(&mut self, now: Instant, busy: bool) {
+    /// Records a turn at `now` over the state `key` that did something
+    /// (`busy`) or nothing.
+    pub(crate) fn turn(&mut self, now: Instant, busy: bool, key: u64) {
         if busy {
             self.reset();
         } else {
             self.wait = (self.wait * 2).clamp(Self::FIRST, Self::MAX);
             self.next = Some(now + self.wait);
+            self.key = key;
         }
     }
 
@@ -190,28 +195,30 @@ mod tests {
     fn an_idle_job_waits_twice_as_long_each_turn_up_to_the_cap_and_work_resets_it() {
         let t0 = Instant::now();
         let mut b = IdleBackoff::default();
-        assert!(b.due(t0));
-        b.turn(t0, false);
-        assert!(!b.due(t0 + Duration::from_millis(199)));
-        assert!(b.due(t0 + IdleBackoff::FIRST));
+        assert!(b.due(t0, 7));
+        b.turn(t0, false, 7);
+        assert!(!b.due(t0 + Duration::from_millis(199), 7));
+        assert!(b.due(t0 + IdleBackoff::FIRST, 7));
+        // A changed state is due at once.
+        assert!(b.due(t0, 8));
         let mut now = t0;
         let mut waits = Vec::new();
         for _ in 0..8 {
             now += Duration::from_secs(10);
-            b.turn(now, false);
+            b.turn(now, false, 7);
             waits.push(b.wait);
         }
         assert_eq!(waits[0], Duration::from_millis(400));
         assert_eq!(waits[1], Duration::from_millis(800));
         assert_eq!(*waits.last().unwrap(), IdleBackoff::MAX);
-        assert!(!b.due(now + IdleBackoff::MAX - Duration::from_millis(1)));
-        assert!(b.due(now + IdleBackoff::MAX));
-        b.turn(now, true);
-        assert!(b.due(now));
-        b.turn(now, false);
+        assert!(!b.due(now + IdleBackoff::MAX - Duration::from_millis(1), 7));
+        assert!(b.due(now + IdleBackoff::MAX, 7));
+        b.turn(now, true, 7);
+        assert!(b.due(now, 7));
+        b.turn(now, false, 7);
         assert_eq!(b.wait, IdleBackoff::FIRST);
         b.reset();
-        assert!(b.due(now));
+        assert!(b.due(now, 7));
     }
 
     #[derive(Default)]

@@ -103,6 +103,15 @@ impl Fs {
         }
     }
 
+    /// A key of the pool's room that changes whenever a block is taken or
+    /// freed on any tier: background jobs that found nothing to do look again
+    /// at once when it moved ([`IdleBackoff`](crate::worker::IdleBackoff)).
+    pub(crate) fn room_key(&self) -> u64 {
+        self.tiers.iter().fold(self.alloc.free(), |k, t| {
+            k.wrapping_add(t.space.free_blocks())
+        })
+    }
+
     /// Bytes of data tier `id` takes before its use (as [`Fs::tier_use`]
     /// counts it) reaches `percent` of its capacity.
     pub(crate) fn room_below(&self, id: TierId, percent: u8) -> u64 {

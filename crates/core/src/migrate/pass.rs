@@ -44,9 +44,7 @@ impl Fs {
         let mut pm_split = (0, 0);
         for w in chain.windows(2) {
             let (from, to) = (w[0], w[1]);
-            if from.is_pm() && !self.migrator.pm_idle.lock().due(Instant::now()) {
-                // PM's last drain found nothing it may move: its split scan
-                // and drain wait (the status keeps saying why).
+            if from.is_pm() && self.pm_drain_waits() {
                 continue;
             }
             let threshold = mig::migration_threshold(params.threshold, io);
@@ -129,7 +127,11 @@ impl Fs {
                 moved += here;
                 self.note_drain_result(from, to, here);
                 if from.is_pm() {
-                    self.migrator.pm_idle.lock().turn(Instant::now(), here > 0);
+                    let key = self.room_key();
+                    self.migrator
+                        .pm_idle
+                        .lock()
+                        .turn(Instant::now(), here > 0, key);
                 }
             } else {
                 self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
@@ -151,6 +153,15 @@ impl Fs {
         }
         self.clean_pass();
         moved
+    }
+
+    /// Whether PM's split scan and drain wait this pass: its last drain
+    /// found nothing it may move, no tier's room has changed since, and the
+    /// back-off is not over (the status keeps saying why it waits).
+    fn pm_drain_waits(&self) -> bool {
+        // The key is read before the back-off's lock (a leaf).
+        let key = self.room_key();
+        !self.migrator.pm_idle.lock().due(Instant::now(), key)
     }
 
     pub(super) fn io_counters(&self) -> IoCounters {
