@@ -208,6 +208,16 @@ def daemon_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def idle_daemon_cpu_seconds(m, settle: float, span: float = 5) -> float:
+    """CPU seconds the daemon of mount `m` uses in `span` seconds, after
+    `settle` seconds for work in flight to end."""
+    pid = m.pid or m.status()["pid"]
+    time.sleep(settle)
+    before = daemon_cpu_seconds(pid)
+    time.sleep(span)
+    return daemon_cpu_seconds(pid) - before
+
+
 def test_a_full_tiered_pool_says_enospc_at_write_keeps_what_it_took_and_stays_idle():
     with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
@@ -245,11 +255,7 @@ def test_a_full_tiered_pool_says_enospc_at_write_keeps_what_it_took_and_stays_id
             assert vfs.f_bavail * vfs.f_frsize < 8 << 20, vfs
             assert abs(m.status()["room_bytes"] - vfs.f_bavail * vfs.f_frsize) < 1 << 20
             # A full pool gives the mover nothing to do: it must not spin.
-            pid = m.pid or m.status()["pid"]
-            time.sleep(1)
-            before = daemon_cpu_seconds(pid)
-            time.sleep(5)
-            used = daemon_cpu_seconds(pid) - before
+            used = idle_daemon_cpu_seconds(m, settle=1)
             assert used < 0.25, f"the idle daemon used {used:.2f} s of CPU in 5 s on a full pool"
         assert_fsck_clean(pool, "after filling the pool")
         with mounted_pool(pool, mnt):
@@ -450,11 +456,7 @@ def test_a_pm_filled_by_pinned_data_keeps_room_for_new_files_and_the_mover_stays
                 for k in range(0, 2000, 97):
                     assert (d / str(k)).read_bytes() == b"hello %d\n" % k
             # Nothing the mover may move: it must not spin over it.
-            pid = m.pid or m.status()["pid"]
-            time.sleep(2)
-            before = daemon_cpu_seconds(pid)
-            time.sleep(5)
-            used = daemon_cpu_seconds(pid) - before
+            used = idle_daemon_cpu_seconds(m, settle=2)
             assert used < 0.25, f"the idle daemon used {used:.2f} s of CPU in 5 s on a PM full of pinned data"
             for p, digest in digests.items():
                 assert sha256(p) == digest, p
