@@ -188,6 +188,13 @@ def test_rules_pin_files_through_the_mount_and_directories_pass_them_on():
             os.fsync(fd)
             os.close(fd)
             assert set(where(archive / "2025" / "big.bin")["bytes_per_tier"]) == {"ssd"}
+            # `terrace migrate` leaves a pinned file where its rule keeps it
+            # (the rule would bring it back at once) and says so; exit 0.
+            cp = terrace("migrate", mnt, "--to", "pm", wal)
+            assert "left where a rule pins it" in cp.stdout, cp.stdout
+            assert "pinned to ssd by a rule" in cp.stderr and "terrace rule" in cp.stderr, cp.stderr
+            time.sleep(0.5)
+            assert set(where(wal)["bytes_per_tier"]) == {"ssd"}
             cp = terrace("rule", wal, "tape", check=False)
             assert_clean_error(cp, mentions=["no tier", "tape"])
             assert "auto" in terrace("rule", wal, "auto").stdout

@@ -86,6 +86,22 @@ impl Fs {
         i.xattrs.get(RULE_XATTR).and_then(|v| self.tier_by_name(v))
     }
 
+    /// Why `terrace migrate` leaves `ino` alone when moving it to `to`: a
+    /// rule pins it to another tier (the error names that tier and how to
+    /// clear the rule); `None` when it may move.
+    pub(crate) fn pinned_elsewhere(&self, ino: Ino, to: TierId) -> Option<std::io::Error> {
+        let g = self.lock(ino).ok()?;
+        let tier = self.rule_of(g.as_ref()?)?;
+        if tier == to {
+            return None;
+        }
+        let name = match self.tiers.iter().find(|t| t.id == tier) {
+            Some(t) => t.kind.name(),
+            None => "pm",
+        };
+        Some(std::io::Error::other(PinnedElsewhere { tier: name }))
+    }
+
     /// Checks a rule value before it is stored.
     pub(crate) fn check_rule(&self, i: &Inode, value: &[u8]) -> FsResult<()> {
         if !matches!(i.kind, FileType::Regular | FileType::Directory) {
@@ -207,3 +223,24 @@ impl Fs {
         moved
     }
 }
+
+/// Why `terrace migrate` left a file where it was: a rule pins it to
+/// `tier` ([`Fs::migrate_files`] reports it among the files that did not
+/// move; find it with `get_ref()?.downcast_ref()`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedElsewhere {
+    /// The tier's kind name (`pm`, `ssd`, `hdd`, `s3`).
+    pub tier: &'static str,
+}
+
+impl std::fmt::Display for PinnedElsewhere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pinned to {} by a rule, left there (`terrace rule PATH auto` clears the rule)",
+            self.tier
+        )
+    }
+}
+
+impl std::error::Error for PinnedElsewhere {}

@@ -341,3 +341,38 @@ fn a_write_back_pass_gives_back_the_promised_log_room_when_pm_is_short_of_it() {
     }
     fs.check_allocator().unwrap();
 }
+
+/// `terrace migrate` leaves a file where a rule pins it (the rule's
+/// enforcement would bring the data back within a pass, after the command
+/// had said it moved) and says why; files without a rule, or pinned to the
+/// target, move.
+#[test]
+fn migrating_a_file_pinned_elsewhere_leaves_it_and_names_the_rule() {
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
+    let pinned = file(&fs, 1, "wal");
+    let free = file(&fs, 1, "data");
+    let to_ssd = file(&fs, 1, "archive");
+    for (k, f) in [pinned, free, to_ssd].into_iter().enumerate() {
+        fs.write(f, 0, &pattern(400 + k as u64, 1 << 20)).unwrap();
+    }
+    fs.setxattr(pinned, RULE, b"pm", 0).unwrap();
+    fs.setxattr(to_ssd, RULE, b"ssd", 0).unwrap();
+    let (moved, errors) = fs.migrate_files(&[pinned, free, to_ssd], 1).unwrap();
+    assert_eq!(moved, 2 << 20);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, pinned);
+    let why = errors[0]
+        .1
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<terrace_core::rules::PinnedElsewhere>())
+        .expect("a PinnedElsewhere error");
+    assert_eq!(why.tier, "pm");
+    assert!(errors[0].1.to_string().contains("terrace rule"));
+    assert_eq!(tier_bytes(&fs, pinned, "pm"), 1 << 20);
+    assert_eq!(tier_bytes(&fs, free, "ssd"), 1 << 20);
+    assert_eq!(tier_bytes(&fs, to_ssd, "ssd"), 1 << 20);
+    // Without the rule it moves.
+    fs.removexattr(pinned, RULE).unwrap();
+    assert_eq!(fs.migrate_file(pinned, 1).unwrap(), 1 << 20);
+    assert!(fs.read(pinned, 0, 1 << 20).unwrap() == pattern(400, 1 << 20));
+}

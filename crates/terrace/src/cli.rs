@@ -190,7 +190,10 @@ directories; the whole mount when no PATH is given) to one tier now. Without --t
 --to pm brings it up. Background migration does the same by itself when a
 tier passes its threshold (see `terrace set MOUNTPOINT migration_threshold`);
 this command is for doing it by hand. Each file moves crash-safely: a crash
-leaves it where it was or where it was going, never both or neither.
+leaves it where it was or where it was going, never both or neither. A file
+that a rule pins to another tier (`terrace rule`) is left there and named on
+stderr: the rule would bring its data back at once; clear it first with
+`terrace rule PATH auto`.
 
 Progress: on a terminal, a bar on stderr counts the bytes that actually move
 (the data of the files not yet on the target tier; files already there are
@@ -200,8 +203,8 @@ fast; --quiet prints neither. The first 10 files that fail are named on
 stderr, the rest counted. If the daemon dies or stops answering, migrate stops
 with one error: what moved stays moved, the rest stays where it was.
 
-Exit status: 0 everything moved, 1 some file failed or the daemon stopped,
-2 bad command line.
+Exit status: 0 everything moved (files left where rules pin them
+included), 1 some file failed or the daemon stopped, 2 bad command line.
 
 Examples:
   terrace migrate /mnt/terrace                      # everything down to ssd

@@ -219,6 +219,14 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
             bar.suspend(|| eprintln!("terrace: {what}"));
         }
     };
+    // Files a rule pins to another tier stay there: said, not failed.
+    let mut pinned = 0usize;
+    let mut left = |bar: &indicatif::ProgressBar, what: String| {
+        pinned += 1;
+        if pinned <= FAILURES_NAMED {
+            bar.suspend(|| eprintln!("terrace: {what}"));
+        }
+    };
     // Files go in requests of up to REQUEST_BYTES to move (or REQUEST_FILES
     // files): the daemon moves a request's files with shared device syncs,
     // and the bar advances by the bytes each request moved.
@@ -240,12 +248,17 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
         match control::call(&files.socket, req, Duration::from_secs(3600)) {
             Ok(r) => {
                 moved += r.bytes;
-                for f in &r.failed {
-                    let path = chunk
+                let path_of = |ino: u64| {
+                    chunk
                         .iter()
-                        .find(|t| t.1 == f.ino)
-                        .map_or_else(|| format!("inode {}", f.ino), |t| t.0.display().to_string());
-                    report(&bar, format!("{path}: {}", f.error));
+                        .find(|t| t.1 == ino)
+                        .map_or_else(|| format!("inode {ino}"), |t| t.0.display().to_string())
+                };
+                for f in &r.failed {
+                    report(&bar, format!("{}: {}", path_of(f.ino), f.error));
+                }
+                for f in &r.pinned {
+                    left(&bar, format!("{}: {}", path_of(f.ino), f.error));
                 }
                 // What the request moved replaces its estimate: the bar
                 // ends at 100 % of what moved.
@@ -285,7 +298,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
     let secs = started.elapsed().as_secs_f64();
     if !quiet {
         util::out(&format!(
-            "terrace: moved {} of {} files to {} (tier {to_id}) in {secs:.1} s{}{}{}",
+            "terrace: moved {} of {} files to {} (tier {to_id}) in {secs:.1} s{}{}{}{}",
             util::human_bytes(moved),
             todo.len(),
             target.kind,
@@ -299,12 +312,23 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
                 1 => "; 1 file already there".into(),
                 n => format!("; {n} files already there"),
             },
+            match pinned {
+                0 => String::new(),
+                1 => "; 1 file left where a rule pins it".into(),
+                n => format!("; {n} files left where rules pin them"),
+            },
             if failures > 0 {
                 format!("; {failures} files failed")
             } else {
                 String::new()
             }
         ));
+    }
+    if pinned > FAILURES_NAMED {
+        eprintln!(
+            "terrace: ... and {} more files left where rules pin them",
+            pinned - FAILURES_NAMED
+        );
     }
     if failures > FAILURES_NAMED {
         eprintln!(

@@ -24,6 +24,9 @@ impl Fs {
     /// more than one request in flight. Returns the bytes moved and the files
     /// that failed (a file that fails does not stop the others); `Err` only
     /// for a bad target tier (`to` is a tier id as the command line gives it).
+    /// A file a rule pins to another tier is not moved: it is among the
+    /// failed ones with a [`PinnedElsewhere`](crate::rules::PinnedElsewhere)
+    /// error.
     pub fn migrate_files(
         &self,
         inos: &[Ino],
@@ -36,6 +39,22 @@ impl Fs {
         if self.read_only || self.is_frozen() {
             return Err(errno(libc::EROFS));
         }
+        // A file a rule pins to another tier stays where the rule keeps it:
+        // the rule's enforcement would bring its data back within a pass or
+        // two, after the command had said it moved (`rules.rs`).
+        let mut errors: Vec<(Ino, std::io::Error)> = Vec::new();
+        let inos: Vec<Ino> = inos
+            .iter()
+            .copied()
+            .filter(|&ino| match self.pinned_elsewhere(ino, to) {
+                Some(e) => {
+                    errors.push((ino, e));
+                    false
+                }
+                None => true,
+            })
+            .collect();
+        let inos = &inos[..];
         // A move whose pieces changed between their copy and its commit (a
         // write, a write-back, a clean copy made by the migration thread)
         // drops them rather than commit stale data: move what is left again,
@@ -47,7 +66,6 @@ impl Fs {
         // smaller parts (design §5n).
         let _claim = Commanded::claim(self, inos);
         let mut moved = 0;
-        let mut errors: Vec<(Ino, std::io::Error)> = Vec::new();
         let mut todo: Vec<Ino> = inos.to_vec();
         for _ in 0..MIGRATE_ROUNDS {
             let (m, e) = self.migrate_files_once(&todo, to);

@@ -277,6 +277,10 @@ pub struct MigrateReply {
     pub bytes: u64,
     /// Files that did not move, and why.
     pub failed: Vec<FileFailure>,
+    /// Files left where a placement rule pins them (another tier), and
+    /// where that is.
+    #[serde(default)]
+    pub pinned: Vec<FileFailure>,
 }
 
 /// A file a migration could not move.

@@ -16,6 +16,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use terrace_core::rules::PinnedElsewhere;
 use terrace_core::Fs;
 
 /// The connection of one request of type `C`: it can be answered only with
@@ -343,21 +344,35 @@ fn extents(fs: &Fs, x: &GetExtents, asker: &Asker) -> ExtentsReply {
 
 /// Moves the files; a request for one file is refused when it fails, one
 /// for several reports failures per file.
+/// Files a rule pins elsewhere are listed apart: they are left where the
+/// user wants them, not failures.
 fn migrate(fs: &Fs, m: &MigrateFiles) -> Answer<MigrateReply> {
-    match fs.migrate_files(&m.inos, m.to) {
-        Ok((bytes, failed)) if failed.is_empty() || m.inos.len() > 1 => Ok(MigrateReply {
-            bytes,
-            failed: failed
-                .iter()
-                .map(|(ino, e)| FileFailure {
-                    ino: *ino,
-                    error: util::os_reason(e),
-                })
-                .collect(),
-        }),
-        Ok((_, failed)) => Err(Refusal::new(util::os_reason(&failed[0].1))),
-        Err(e) => Err(Refusal::new(util::os_reason(&e))),
+    let (bytes, errors) = fs
+        .migrate_files(&m.inos, m.to)
+        .map_err(|e| Refusal::new(util::os_reason(&e)))?;
+    let (pinned, failed): (Vec<_>, Vec<_>) = errors
+        .into_iter()
+        .map(|(ino, e)| {
+            let rule = e
+                .get_ref()
+                .is_some_and(|r| r.downcast_ref::<PinnedElsewhere>().is_some());
+            let f = FileFailure {
+                ino,
+                error: util::os_reason(&e),
+            };
+            (rule, f)
+        })
+        .partition(|(rule, _)| *rule);
+    let strip = |v: Vec<(bool, FileFailure)>| v.into_iter().map(|(_, f)| f).collect::<Vec<_>>();
+    let failed = strip(failed);
+    if m.inos.len() == 1 && !failed.is_empty() {
+        return Err(Refusal::new(failed[0].error.clone()));
     }
+    Ok(MigrateReply {
+        bytes,
+        failed,
+        pinned: strip(pinned),
+    })
 }
 
 #[cfg(test)]
