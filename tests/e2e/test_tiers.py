@@ -468,3 +468,36 @@ def test_a_pm_filled_by_pinned_data_keeps_room_for_new_files_and_the_mover_stays
             for p, digest in digests.items():
                 assert sha256(p) == digest, p
         assert_fsck_clean(pool, "after filling PM with pinned data")
+
+
+def test_a_recursive_rule_pins_the_files_already_in_a_directory_and_auto_clears_them():
+    """`terrace rule DIR TIER` pins DIR (its new files inherit the rule) and
+    says that the files already there keep their placement; `-r` pins those
+    too, and their data follows; `-r DIR auto` clears every rule below."""
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            db = mnt / "db"
+            (db / "sub").mkdir(parents=True)
+            digests = {p: write_pattern(p, 2 << 20) for p in (db / "a", db / "sub" / "b")}
+            (db / "link").symlink_to("a")
+            out = terrace("rule", db, "ssd").stdout
+            assert "keep theirs" in out and "-r" in out, out
+            assert all(set(where(p)["bytes_per_tier"]) == {"pm"} for p in digests)
+            out = terrace("rule", "-r", db, "ssd").stdout
+            assert "and 3 files and directories below it" in out, out
+            for p in (db / "a", db / "sub", db / "sub" / "b"):
+                assert os.getxattr(p, "user.terrace.rule") == b"ssd", p
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not all(
+                    set(where(p)["bytes_per_tier"]) == {"ssd"} for p in digests):
+                time.sleep(0.2)
+            for p, digest in digests.items():
+                assert set(where(p)["bytes_per_tier"]) == {"ssd"}, where(p)
+                assert sha256(p) == digest
+            terrace("rule", "-r", db, "auto")
+            listing = terrace("rule", db).stdout
+            assert "no file or directory below it has a rule" in listing, listing
+            cp = terrace("rule", "-r", db, check=False)
+            assert cp.returncode == 2 and "TIER" in cp.stderr, cp
+        assert_fsck_clean(pool, "after recursive rules")

@@ -125,7 +125,9 @@ A rule pins a file to one tier, overriding automatic placement and migration:
 its writes go to that tier, background migration never moves it off, and data
 it already has elsewhere is moved there by the migration thread (when the tier
 has room). A rule on a directory is inherited by the files and directories
-created in it afterwards. Rules are stored in the pool (the xattr
+created in it afterwards; with -r it is also set on (or, with auto, cleared
+from) every file and directory already below it, one at a time (each change
+is atomic, the walk as a whole is not; symbolic links are not followed). Rules are stored in the pool (the xattr
 user.terrace.rule) and survive remounts; `auto` removes one.
 
 Without TIER, the rule of PATH is shown; for a directory, then every file and
@@ -136,6 +138,7 @@ every rule of the pool.
 Examples:
   terrace rule /mnt/terrace/db/wal.log pm        # keep the WAL on PM
   terrace rule /mnt/terrace/archive hdd          # new files in archive/ go to HDD
+  terrace rule -r /mnt/terrace/db pm             # db/ and every file already in it on PM
   terrace rule /mnt/terrace/db/wal.log           # show
   terrace rule /mnt/terrace --list               # list every rule
   terrace rule /mnt/terrace/archive auto         # back to automatic placement
@@ -182,6 +185,11 @@ pub(crate) struct RuleArgs {
     /// does; `terrace rule MOUNTPOINT --list` lists every rule of the pool).
     #[arg(long, conflicts_with = "tier")]
     pub(crate) list: bool,
+    /// With TIER on a directory: set (or, with auto, clear) the rule of
+    /// every file and directory already below it too, not only of the
+    /// directory (whose rule new files inherit).
+    #[arg(short, long, requires = "tier")]
+    pub(crate) recursive: bool,
 }
 
 const MIGRATE_AFTER: &str = "\

@@ -55,7 +55,11 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Where(a) => where_cmd::run(&a.path, a.all, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
         Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths, a.quiet),
-        Cmd::Rule(a) => rule_cmd::run(std::slice::from_ref(&a.path), a.tier.as_deref()),
+        Cmd::Rule(a) => rule_cmd::run(
+            std::slice::from_ref(&a.path),
+            a.tier.as_deref(),
+            a.recursive,
+        ),
         Cmd::Tier(a) => match a.action {
             TierAction::Add { pool, tier, force } => tier_cmd::add(&pool, &tier, force),
             TierAction::Remove { pool, tier } => tier_cmd::remove(&pool, tier.as_deref()),

@@ -184,8 +184,59 @@ fn list(dir: &Path) -> std::io::Result<usize> {
     Ok(errors.len())
 }
 
+/// `change` (a set or a clear) on every file and directory below `dir`:
+/// how many it changed, and the paths it could not change, with why.
+fn change_below(
+    dir: &Path,
+    change: &dyn Fn(&Path) -> std::io::Result<()>,
+) -> (usize, Vec<(PathBuf, std::io::Error)>) {
+    let done = std::cell::Cell::new(0usize);
+    let (_, errors) = ruled_below(dir, &|p| {
+        change(p)?;
+        done.set(done.get() + 1);
+        Ok(None)
+    });
+    (done.get(), errors)
+}
+
+/// What a rule set on (or cleared from) a directory does to what is below
+/// it: with `recursive`, `change` runs there too (the count is said, each
+/// failure named and counted in `failed`); without, a directory that has
+/// entries gets a note that they keep their placement.
+fn below(
+    path: &Path,
+    recursive: bool,
+    tier: &str,
+    change: &dyn Fn(&Path) -> std::io::Result<()>,
+    failed: &mut usize,
+) {
+    if !path.is_dir() {
+        return;
+    }
+    if !recursive {
+        let occupied = std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some());
+        if occupied {
+            util::out(&format!(
+                "  (new files below it inherit the rule; those already there keep theirs: `terrace rule -r {} {tier}` changes them too)",
+                path.display()
+            ));
+        }
+        return;
+    }
+    let (done, errors) = change_below(path, change);
+    util::out(&format!(
+        "  and {done} file{} and director{} below it",
+        if done == 1 { "" } else { "s" },
+        if done == 1 { "y" } else { "ies" }
+    ));
+    for (p, e) in &errors {
+        eprintln!("terrace: {}", CliError::at(p, reason(e, Some(tier))).msg);
+    }
+    *failed += errors.len();
+}
+
 /// `terrace rule`.
-pub fn run(paths: &[PathBuf], tier: Option<&str>) -> CliResult {
+pub fn run(paths: &[PathBuf], tier: Option<&str>, recursive: bool) -> CliResult {
     let mut failed = 0;
     for path in paths {
         match on_terrace(path) {
@@ -213,12 +264,14 @@ pub fn run(paths: &[PathBuf], tier: Option<&str>) -> CliResult {
                     r.as_deref().unwrap_or("auto (no rule)")
                 ))
             }),
-            Some("auto") => {
-                clear(path).map(|()| util::out(&format!("{}: auto (rule cleared)", path.display())))
-            }
-            Some(t) => {
-                set(path, t).map(|()| util::out(&format!("{}: pinned to {t}", path.display())))
-            }
+            Some("auto") => clear(path).map(|()| {
+                util::out(&format!("{}: auto (rule cleared)", path.display()));
+                below(path, recursive, "auto", &clear, &mut failed);
+            }),
+            Some(t) => set(path, t).map(|()| {
+                util::out(&format!("{}: pinned to {t}", path.display()));
+                below(path, recursive, t, &|p| set(p, t), &mut failed);
+            }),
         };
         if let Err(e) = r {
             failed += 1;
