@@ -162,6 +162,8 @@ impl Fs {
         };
         let forced = self.settings.read().migration_params().forced_percent;
         let room_below_forced = |tier: TierId| self.room_below(tier, forced);
+        // What PM can take for pins: below the mark, beyond the reserve.
+        let pm_room = || room_below_forced(TierId::PM).min(self.pm_data_free_bytes());
         // Unpinned PM data is drained for pins until a drain moves nothing
         // (the rest of PM's data is pinned, or cached only): once a pass.
         let mut pm_drained_dry = false;
@@ -198,16 +200,14 @@ impl Fs {
                     // A PM pin on a PM without room for it: unpinned data
                     // moves down to make the room (drains skip files pinned
                     // to PM), whatever the threshold says.
-                    let room = room_below_forced(TierId::PM).min(self.pm_data_free_bytes());
-                    let short = elsewhere.min(RULE_BUDGET_BYTES).saturating_sub(room);
+                    let short = elsewhere.min(RULE_BUDGET_BYTES).saturating_sub(pm_room());
                     drop(g);
                     if short > 0 && !pm_drained_dry {
                         let here = self.make_pm_room_for_pins(short);
                         pm_drained_dry = here == 0;
                         moved += here;
                     }
-                    (elsewhere <= room_below_forced(TierId::PM).min(self.pm_data_free_bytes()))
-                        .then_some(TierId::PM)
+                    (elsewhere <= pm_room()).then_some(TierId::PM)
                 } else {
                     (elsewhere > 0 && room_below_forced(tier) > 0).then_some(tier)
                 }
