@@ -17,7 +17,7 @@ from helpers import REPO, TERRACE_BIN, run
 
 PREFIX = "/opt/terrace"
 SUBCOMMANDS = ["mkfs", "mount", "umount", "status", "fsck", "where", "set", "migrate", "rule",
-               "tier", "iostat", "scrub", "completions"]
+               "tier", "iostat", "scrub", "sync", "completions"]
 
 
 def _make_install(dest, *extra):

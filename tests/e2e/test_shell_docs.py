@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO, TERRACE_BIN, describe, run, terrace
 
 SUBCOMMANDS = ["mkfs", "mount", "umount", "status", "fsck", "where", "set", "migrate", "rule",
-               "tier", "iostat", "scrub", "completions"]
+               "tier", "iostat", "scrub", "sync", "completions"]
 # Subcommands of subcommands get pages of their own too.
 NESTED = ["tier-add", "tier-remove"]
 

@@ -501,3 +501,35 @@ def test_a_recursive_rule_pins_the_files_already_in_a_directory_and_auto_clears_
             cp = terrace("rule", "-r", db, check=False)
             assert cp.returncode == 2 and "TIER" in cp.stderr, cp
         assert_fsck_clean(pool, "after recursive rules")
+
+
+def test_terrace_sync_makes_cached_writes_durable_across_a_kill():
+    """sync(1) reaches no FUSE daemon, so `terrace sync` is how a user makes
+    every cached write durable at once: after it, kill -9 loses nothing,
+    while a file written after it (no fsync, write-back an hour away) is not
+    whole after the kill, which shows the kill does lose cached writes."""
+    import helpers
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        m = helpers.mount(pool, mnt)
+        try:
+            terrace("set", mnt, "writeback_age_ns", "1h")
+            archive = mnt / "archive"
+            archive.mkdir()
+            terrace("rule", archive, "ssd")  # asynchronous writes go through the DRAM cache
+            synced = write_pattern(archive / "synced", 4 << 20)
+            assert m.status()["cache"]["dirty_bytes"] >= 4 << 20
+            out = terrace("sync", mnt).stdout
+            assert "every write is durable" in out and "4.00 MiB" in out, out
+            assert m.status()["cache"]["dirty_bytes"] == 0
+            write_pattern(archive / "unsynced", 4 << 20)
+            assert m.status()["cache"]["dirty_bytes"] >= 4 << 20
+            m.kill()
+        finally:
+            helpers.lazy_unmount(mnt)
+        assert_fsck_clean(pool, "after kill -9")
+        with mounted_pool(pool, mnt):
+            assert sha256(mnt / "archive" / "synced") == synced
+            assert (mnt / "archive" / "unsynced").stat().st_size < 4 << 20
+        cp = terrace("sync", "/tmp", check=False)
+        assert_clean_error(cp, mentions=["not mounted"])

@@ -3,7 +3,7 @@
 //! rendered in `status_text.rs`; `terrace fsck` is in `fsck_cmd.rs`).
 
 use crate::control::protocol::{
-    self, DaemonStatus, GetStatus, ListSettings, SetSetting, Unmount, UnmountReply,
+    self, DaemonStatus, GetStatus, ListSettings, SetSetting, SyncPool, Unmount, UnmountReply,
 };
 use crate::control::{self, ControlError};
 use crate::util::{self, CliError, CliResult};
@@ -157,6 +157,21 @@ pub fn control_failed<'a>(
 
 /// `terrace set MOUNTPOINT [KEY [VALUE]]`: list, show or change settings of a
 /// mounted pool at run time.
+/// `terrace sync`: every cached write of the pool written back and synced.
+pub fn sync(mnt: &Path) -> CliResult {
+    let abs = util::abs_path(mnt);
+    let socket = util::control_socket(&abs);
+    let failed = control_failed(&abs, mnt);
+    // A write-back of a whole cache on a slow disk takes minutes, not hours.
+    let r = control::call(&socket, SyncPool {}, Duration::from_secs(3600)).map_err(failed)?;
+    util::out(&format!(
+        "terrace: {}: every write is durable ({} of cached data written back)",
+        mnt.display(),
+        util::human_bytes(r.dirty_bytes)
+    ));
+    Ok(())
+}
+
 pub fn set(mnt: &Path, key: Option<&str>, value: Option<&str>) -> CliResult {
     let abs = util::abs_path(mnt);
     let files = util::RunFiles {

@@ -52,6 +52,9 @@ pub(crate) enum Cmd {
     /// Read and verify every block of data on the block tiers of a mounted
     /// pool, repairing from clean copies.
     Scrub(ScrubArgs),
+    /// Make every write to a mounted pool durable now (what sync(1) cannot
+    /// do for a FUSE file system).
+    Sync(SyncArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
     /// Write the manual pages (terrace.1, terrace-SUBCOMMAND.1) into a directory.
@@ -118,6 +121,30 @@ pub(crate) struct ScrubArgs {
     /// No progress bar (there is none without a terminal either).
     #[arg(long, short)]
     pub(crate) quiet: bool,
+}
+
+const SYNC_AFTER: &str = "\
+Writes back every write the pool's DRAM cache holds (asynchronous writes bound
+for a block tier) and syncs the devices; when it returns, everything written
+through the mount before it started is durable. sync(1) and syncfs(2) cannot
+do this for Terrace: the kernel sends them to no FUSE daemon (only to
+virtiofs). Without it, cached writes become durable at their file's
+fsync/fdatasync, the write-back within writeback_age_ns (5 s by default), or
+unmount. Writes to PM, O_SYNC/O_DSYNC writes and writes predicted synchronous
+are durable when they return anyway.
+
+Exit status: 0 everything is durable, 1 the write-back failed (the error is
+printed; the data stays cached and is tried again), 2 bad command line.
+
+Examples:
+  terrace sync /mnt/terrace
+  cp -r /data /mnt/terrace/backup && terrace sync /mnt/terrace";
+
+#[derive(Args, Debug)]
+#[command(after_help = SYNC_AFTER)]
+pub(crate) struct SyncArgs {
+    /// Where the pool is mounted.
+    pub(crate) mountpoint: PathBuf,
 }
 
 const RULE_AFTER: &str = "\

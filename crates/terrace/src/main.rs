@@ -72,6 +72,7 @@ fn run(cli: Cli) -> CliResult {
             a.json,
             a.quiet,
         ),
+        Cmd::Sync(a) => admin::sync(&a.mountpoint),
         Cmd::Completions(a) => shell_docs::completions(Cli::command(), a.shell),
         Cmd::Man(a) => shell_docs::man_pages(Cli::command(), &a.dir),
     }

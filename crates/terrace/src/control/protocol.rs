@@ -37,12 +37,14 @@ pub enum Request {
     /// Remove the mounted pool's last tier.
     #[serde(rename = "tier_remove")]
     TierRemove(RemoveTier),
+    /// Write back every cached write now.
+    Sync(SyncPool),
 }
 
 impl Request {
     /// The `cmd` of every request, in the order the daemon lists them
     /// (a test checks that it names every variant).
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 10] = [
         "status",
         "umount",
         "settings",
@@ -52,13 +54,17 @@ impl Request {
         "extents",
         "tier_add",
         "tier_remove",
+        "sync",
     ];
 
     /// What the request does, in words, when only root and the mounting user
     /// may make it; `None` when anyone may.
     pub fn privileged(&self) -> Option<&'static str> {
         match self {
-            Request::Status(_) | Request::Settings(_) | Request::Extents(_) => None,
+            // Anyone may sync, as anyone may run sync(1).
+            Request::Status(_) | Request::Settings(_) | Request::Extents(_) | Request::Sync(_) => {
+                None
+            }
             Request::Umount(_) => Some("unmount"),
             Request::Set(_) => Some("change settings"),
             Request::Migrate(_) => Some("migrate"),
@@ -120,6 +126,19 @@ pub struct MigrateFiles {
     pub inos: Vec<u64>,
     /// Target tier id.
     pub to: u8,
+}
+
+/// `sync`: write back every write the DRAM cache holds, as `sync(1)` would
+/// on a kernel file system (the kernel sends no sync to a FUSE daemon:
+/// it forwards `syncfs` to virtiofs only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncPool {}
+
+/// The reply to [`SyncPool`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Synced {
+    /// Bytes of cached data that were dirty when the sync began.
+    pub dirty_bytes: u64,
 }
 
 /// `scrub`: start a scrub in the daemon (the client follows it through the
@@ -443,6 +462,7 @@ calls! {
     ListSettings => Settings, SettingsReply;
     SetSetting => Set, SetReply;
     MigrateFiles => Migrate, MigrateReply;
+    SyncPool => Sync, Synced;
     StartScrub => Scrub, ScrubStarted;
     GetExtents => Extents, ExtentsReply;
     AddTier => TierAdd, TierAdded;
@@ -476,6 +496,7 @@ mod tests {
             Request::Extents(_) => "extents",
             Request::TierAdd(_) => "tier_add",
             Request::TierRemove(_) => "tier_remove",
+            Request::Sync(_) => "sync",
         }
     }
 
@@ -506,6 +527,7 @@ mod tests {
             }
             .into(),
             RemoveTier { tier: None }.into(),
+            SyncPool {}.into(),
         ]
     }
 
@@ -524,6 +546,7 @@ mod tests {
                 r#"{"cmd":"extents","inos":[9]}"#,
                 r#"{"cmd":"tier_add","spec":"hdd:/d/h.img:1G","force":false}"#,
                 r#"{"cmd":"tier_remove"}"#,
+                r#"{"cmd":"sync"}"#,
             ]
         );
         for (r, line) in every_request().iter().zip(&lines) {
@@ -556,7 +579,7 @@ mod tests {
             .into())
         );
         let unknown = Refusal::new(
-            "unknown command (known: status, umount, settings, set, migrate, scrub, extents, tier_add, tier_remove)",
+            "unknown command (known: status, umount, settings, set, migrate, scrub, extents, tier_add, tier_remove, sync)",
         );
         assert_eq!(decode_request(r#"{"cmd":"fly"}"#), Err(unknown.clone()));
         assert_eq!(decode_request(r#"{}"#), Err(unknown.clone()));

@@ -6,7 +6,7 @@ use super::protocol::{
     self, AddTier, Answer, Call, DaemonStatus, ExtentsReply, FileExtents, FileFailure, GetExtents,
     GetStatus, ListSettings, MigrateFiles, MigrateReply, Refusal, RemoveTier, Request,
     ScrubStarted, SetReply, SetSetting, SettingInfo, SettingsReply, StartScrub, StatusReply,
-    Unmount,
+    SyncPool, Synced, Unmount,
 };
 use crate::util;
 use std::io::{self, BufRead, BufReader, Write};
@@ -249,6 +249,21 @@ impl Server {
                     std::thread::spawn(move || {
                         let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
                         r.answer(&crate::tier_cmd::detach(&fs, x.tier.as_deref()));
+                    });
+                }
+                Request::Sync(SyncPool {}) => {
+                    let fs = self.fs.clone();
+                    let r = Responder::<SyncPool>::new(stream);
+                    // A write-back of the whole cache takes a while: answer
+                    // from its own thread.
+                    std::thread::spawn(move || {
+                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
+                        let dirty_bytes = fs.status().cache.dirty_bytes;
+                        let answer = fs
+                            .flush_all()
+                            .map(|()| Synced { dirty_bytes })
+                            .map_err(|e| Refusal::new(util::os_reason(&e)));
+                        r.answer(&answer);
                     });
                 }
                 Request::Extents(x) => {
