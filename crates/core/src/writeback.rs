@@ -386,6 +386,14 @@ impl Fs {
         Ok(())
     }
 
+    /// `terrace sync`: writes back every file with dirty pages
+    /// ([`Fs::flush_all`]); returns the bytes of cached data that were dirty
+    /// when it began.
+    pub fn sync_cached(&self) -> FsResult<u64> {
+        let dirty = self.cache.dirty_bytes();
+        self.flush_all().map(|()| dirty)
+    }
+
     /// Writes back every file with dirty pages.
     pub fn flush_all(&self) -> FsResult<()> {
         let files = self.cache.dirty_files();

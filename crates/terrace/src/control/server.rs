@@ -258,10 +258,9 @@ impl Server {
                     // from its own thread.
                     std::thread::spawn(move || {
                         let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
-                        let dirty_bytes = fs.status().cache.dirty_bytes;
                         let answer = fs
-                            .flush_all()
-                            .map(|()| Synced { dirty_bytes })
+                            .sync_cached()
+                            .map(|dirty_bytes| Synced { dirty_bytes })
                             .map_err(|e| Refusal::new(util::os_reason(&e)));
                         r.answer(&answer);
                     });
@@ -358,36 +357,33 @@ fn extents(fs: &Fs, x: &GetExtents, asker: &Asker) -> ExtentsReply {
 }
 
 /// Moves the files; a request for one file is refused when it fails, one
-/// for several reports failures per file.
-/// Files a rule pins elsewhere are listed apart: they are left where the
-/// user wants them, not failures.
+/// for several reports failures per file. Files a rule pins elsewhere are
+/// listed apart: they are left where the user wants them, not failures.
 fn migrate(fs: &Fs, m: &MigrateFiles) -> Answer<MigrateReply> {
     let (bytes, errors) = fs
         .migrate_files(&m.inos, m.to)
         .map_err(|e| Refusal::new(util::os_reason(&e)))?;
-    let (pinned, failed): (Vec<_>, Vec<_>) = errors
-        .into_iter()
-        .map(|(ino, e)| {
-            let rule = e
-                .get_ref()
-                .is_some_and(|r| r.downcast_ref::<PinnedElsewhere>().is_some());
-            let f = FileFailure {
-                ino,
-                error: util::os_reason(&e),
-            };
-            (rule, f)
-        })
-        .partition(|(rule, _)| *rule);
-    let strip = |v: Vec<(bool, FileFailure)>| v.into_iter().map(|(_, f)| f).collect::<Vec<_>>();
-    let failed = strip(failed);
-    if m.inos.len() == 1 && !failed.is_empty() {
-        return Err(Refusal::new(failed[0].error.clone()));
-    }
-    Ok(MigrateReply {
+    let mut reply = MigrateReply {
         bytes,
-        failed,
-        pinned: strip(pinned),
-    })
+        failed: Vec::new(),
+        pinned: Vec::new(),
+    };
+    for (ino, e) in errors {
+        let pinned = e.get_ref().is_some_and(|r| r.is::<PinnedElsewhere>());
+        let f = FileFailure {
+            ino,
+            error: util::os_reason(&e),
+        };
+        if pinned {
+            reply.pinned.push(f);
+        } else {
+            reply.failed.push(f);
+        }
+    }
+    match reply.failed.first() {
+        Some(f) if m.inos.len() == 1 => Err(Refusal::new(f.error.clone())),
+        _ => Ok(reply),
+    }
 }
 
 #[cfg(test)]
