@@ -80,7 +80,7 @@ pub type Released = (TierId, PhysBlock, u64);
 /// File block → extent map. Keys are first file blocks; extents never overlap.
 ///
 /// Invariant: the counters (`blocks`, `copies`, `tier_blocks`,
-/// `pm_clean_blocks`) always equal what a scan of `map` would give; every
+/// `pm_clean_blocks`, `sums_bytes`) always equal what a scan of `map` would give; every
 /// change of `map` goes through [`ExtentMap::put`] and [`ExtentMap::take`].
 /// They make the hot paths (stat, log-compaction checks, NVMFS's dirty/clean
 /// accounting) O(1) in the number of extents.
@@ -93,6 +93,9 @@ pub struct ExtentMap {
     /// (ids are below `MAX_TIERS`; `[0]` is PM).
     tier_blocks: [u64; MAX_TIERS],
     pm_clean_blocks: u64,
+    /// Log bytes of the Sums entries the block-tier runs carry, counted per
+    /// run as [`crate::sums::sums_log_bytes`] does.
+    sums_bytes: u64,
 }
 
 impl ExtentMap {
@@ -111,6 +114,9 @@ impl ExtentMap {
         }
         if e.tier.is_pm() && e.copy.is_some() {
             f(&mut self.pm_clean_blocks, e.blocks);
+        }
+        for (_, _, n, _) in e.block_tier_runs() {
+            f(&mut self.sums_bytes, crate::sums::sums_log_bytes(n));
         }
     }
 
@@ -301,6 +307,13 @@ impl ExtentMap {
         self.copies
     }
 
+    /// Log bytes the checksums of the block-tier runs (data and clean
+    /// copies) take in a compacted log, estimated per run as
+    /// [`crate::sums::sums_log_bytes`] does. O(1): kept by `put` and `take`.
+    pub fn sums_log_bytes(&self) -> u64 {
+        self.sums_bytes
+    }
+
     /// Blocks on PM: `(with a clean copy, without)`.
     pub fn pm_clean_dirty(&self) -> (u64, u64) {
         (
@@ -400,6 +413,12 @@ mod tests {
                 .filter(|(_, e)| !e.tier.is_pm())
                 .fold(0u8, |k, (_, e)| k | 1 << e.tier.get());
             assert_eq!(m.block_tier_mask(), mask, "step {step}");
+            let sums: u64 = m
+                .iter()
+                .flat_map(|(_, e)| e.block_tier_runs())
+                .map(|(_, _, n, _)| crate::sums::sums_log_bytes(n))
+                .sum();
+            assert_eq!(m.sums_log_bytes(), sums, "step {step}");
         }
     }
 

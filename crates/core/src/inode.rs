@@ -389,11 +389,7 @@ impl Inode {
     /// Log bytes the checksums of this file's block-tier data take in a
     /// compacted log (at most).
     pub fn sums_log_bytes(&self) -> u64 {
-        self.extents
-            .iter()
-            .flat_map(|(_, e)| e.block_tier_runs())
-            .map(|(_, _, n, _)| crate::sums::sums_log_bytes(n))
-            .sum()
+        self.extents.sums_log_bytes()
     }
 
     /// Number of entries a compacted log would hold.
