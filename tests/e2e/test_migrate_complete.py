@@ -13,8 +13,8 @@ import json
 import os
 import time
 
-from helpers import mounted_pool, sha256_file, temp_mountpoint, temp_pool_path, temp_ssd_image, \
-    terrace
+from helpers import assert_clean_error, mounted_pool, sha256_file, temp_mountpoint, \
+    temp_pool_path, temp_ssd_image, terrace
 
 MiB = 1 << 20
 
@@ -48,3 +48,32 @@ def test_migrate_moves_every_byte_of_files_the_migration_thread_is_copying():
         with mounted_pool(pool, mnt):
             for f, digest in files.items():
                 assert sha256_file(f) == digest
+
+
+def test_migrate_up_of_a_file_larger_than_pm_moves_none_of_it_and_says_why():
+    """`terrace migrate --to pm` of a file that PM cannot hold leaves it
+    whole on the SSD with one line saying how much room PM has (before: it
+    copied until PM was full, failed with a bare "no space left on device",
+    said 0 B had moved, and migration took the part that came up down again
+    within seconds). A file that fits moves; when that leaves PM past its
+    migration threshold, the command says the data may go down again and
+    how to keep it (`terrace rule`)."""
+    with temp_pool_path() as pool, temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:1G")
+        with mounted_pool(pool, mnt):
+            big, fits = mnt / "big", mnt / "fits"
+            big_sum = write_1m_writes(big, 96, 1)
+            write_1m_writes(fits, 40, 2)
+            terrace("migrate", "--to", "ssd", mnt, big, fits)
+            cp = terrace("migrate", "--to", "pm", mnt, big, check=False)
+            msg = assert_clean_error(cp, mentions=[str(big), "no room on pm", "96.0 MiB to move"])
+            assert "left where it was" in msg, msg
+            assert "moved 0 B of 1 files" in cp.stdout, cp.stdout
+            time.sleep(1)
+            tiers = json.loads(terrace("where", "--json", big).stdout)["bytes_per_tier"]
+            assert tiers == {"ssd": 96 * MiB}, tiers
+            cp = terrace("migrate", "--to", "pm", mnt, fits)
+            assert cp.stdout.startswith("terrace: moved 40.0 MiB of 1 files to pm"), cp.stdout
+            assert "past its migration threshold" in cp.stderr, cp.stderr
+            assert "terrace rule PATH pm" in cp.stderr, cp.stderr
+            assert sha256_file(big) == big_sum

@@ -80,6 +80,37 @@ fn cold_files_move_down_in_large_groups_while_a_fsynced_log_stays_on_pm() {
     assert!(fs.read(table, 0, data.len()).unwrap() == data);
 }
 
+/// `terrace migrate --to pm` of a file larger than PM's room for data
+/// moves none of it, says how much room there is, and still moves the
+/// files that fit. (Before, the file moved up until PM was full, the
+/// command failed with a bare ENOSPC and said 0 bytes had moved, and
+/// migration moved the part that came up down again at once.)
+#[test]
+fn moving_up_a_file_larger_than_pm_leaves_it_whole_and_says_how_much_room_there_is() {
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
+    let big = file_holding(&fs, "big", &pattern(3, 24 << 20));
+    let small = file_holding(&fs, "small", &pattern(4, 2 << 20));
+    fs.migrate_files(&[big, small], 1).unwrap();
+    assert_eq!(tier_bytes(&fs, big, "ssd"), 24 << 20);
+    let (moved, errors) = fs.migrate_files(&[big, small], 0).unwrap();
+    assert_eq!(moved, 2 << 20, "the file that fits moves");
+    assert_eq!(tier_bytes(&fs, small, "pm"), 2 << 20);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, big);
+    let why = errors[0]
+        .1
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<terrace_core::migrate::NoRoomOnTier>())
+        .expect("a NoRoomOnTier error");
+    assert_eq!((why.tier, why.needed), ("pm", 24 << 20));
+    assert!(why.room > 0 && why.room < 16 << 20, "{why:?}");
+    assert_eq!(tier_bytes(&fs, big, "pm"), 0, "nothing of it moved");
+    let one = fs.migrate_file(big, 0).unwrap_err().to_string();
+    assert!(one.starts_with("no room on pm: 24.0 MiB to move"), "{one}");
+    assert_eq!(tier_bytes(&fs, big, "ssd"), 24 << 20);
+    assert!(fs.read(big, 0, 24 << 20).unwrap() == pattern(3, 24 << 20));
+}
+
 #[test]
 fn migration_does_not_change_size_or_times() {
     let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 64);

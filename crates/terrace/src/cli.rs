@@ -228,7 +228,12 @@ this command is for doing it by hand. Each file moves crash-safely: a crash
 leaves it where it was or where it was going, never both or neither. A file
 that a rule pins to another tier (`terrace rule`) is left there and named on
 stderr: the rule would bring its data back at once; clear it first with
-`terrace rule PATH auto`.
+`terrace rule PATH auto`. A file whose data does not fit in the room the
+target has for it (on pm: up to its forced mark, migration_forced_percent)
+is left whole where it was and fails with how much room there is. Data moved
+up to pm stays there only while pm is below its migration threshold:
+past it, background migration moves the coldest data down again, and the
+command says so; `terrace rule PATH pm` keeps a file on pm.
 
 Progress: on a terminal, a bar on stderr counts the bytes that actually move
 (the data of the files not yet on the target tier; files already there are

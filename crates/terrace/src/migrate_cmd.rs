@@ -147,6 +147,29 @@ fn progress_bar(total: u64, quiet: bool) -> indicatif::ProgressBar {
     bar
 }
 
+/// After data moved up to PM: a note when PM is now past its migration
+/// threshold, since background migration then moves the coldest data —
+/// maybe what just came up, whose writes are old — down again. Nothing when
+/// the status cannot be read (what moved has been reported already).
+fn pm_threshold_note(socket: &Path) {
+    let Ok(r) = control::call(socket, GetStatus {}, Duration::from_secs(10)) else {
+        return;
+    };
+    let st = r.status.core;
+    let Some(pm) = st.tiers.iter().find(|t| t.id == 0) else {
+        return;
+    };
+    let threshold = st.migration.pm_threshold_percent;
+    let used = (pm.used as f64 * 100.0 / pm.capacity.max(1) as f64).round() as u64;
+    if st.tiers.len() > 1 && used > u64::from(threshold) {
+        eprintln!(
+            "terrace: note: pm is {used} % full, past its migration threshold ({threshold} %): \
+             background migration moves the coldest data down again, this data too if it is \
+             the coldest; `terrace rule PATH pm` keeps a file on pm"
+        );
+    }
+}
+
 /// `terrace migrate`.
 pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliResult {
     let abs = util::abs_path(mnt);
@@ -323,6 +346,9 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
                 String::new()
             }
         ));
+    }
+    if to_id == 0 && moved > 0 && !quiet {
+        pm_threshold_note(&files.socket);
     }
     if pinned > FAILURES_NAMED {
         eprintln!(

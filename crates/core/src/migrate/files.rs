@@ -90,6 +90,40 @@ impl Fs {
             .unwrap_or(false)
     }
 
+    /// The error for a move of `bytes` into tier `to` that cannot fit
+    /// (`None` when it can, or `to` is an object tier: its room is the
+    /// store's). The room of PM is what data may take there: below the
+    /// forced mark and beyond the metadata reserve (as for data pinned to
+    /// PM, `rules.rs`); a block tier's is its capacity less its valid data
+    /// (dead blocks are recycled for room).
+    fn no_room_for(&self, to: TierId, bytes: u64) -> Option<std::io::Error> {
+        if bytes == 0 || (!to.is_pm() && self.is_object_tier(to)) {
+            return None;
+        }
+        let forced = self.settings.read().migration_params().forced_percent;
+        let (room, name, mark) = if to.is_pm() {
+            let room = self
+                .room_below(TierId::PM, forced)
+                .min(self.pm_data_free_bytes());
+            (room, "pm", Some(forced))
+        } else {
+            let name = self
+                .tiers
+                .iter()
+                .find(|t| t.id == to)
+                .map_or("?", |t| t.kind.name());
+            (self.room_below(to, 100), name, None)
+        };
+        (bytes > room).then(|| {
+            std::io::Error::other(NoRoomOnTier {
+                tier: name,
+                needed: bytes,
+                room,
+                forced_percent: mark,
+            })
+        })
+    }
+
     /// One round of [`Fs::migrate_files`] over `inos`.
     fn migrate_files_once(&self, inos: &[Ino], to: TierId) -> (u64, Vec<(Ino, std::io::Error)>) {
         let params = self.settings.read().migration_params();
@@ -168,14 +202,20 @@ impl Fs {
             batch.commit_all()?;
             self.flush_inode(ino)?;
         }
-        let entries: Vec<EntrySnapshot> = {
+        let (entries, to_copy) = {
             let g = self.lock(ino)?;
             let i = g.as_ref().expect("live");
             if i.kind != FileType::Regular {
                 return Ok(());
             }
-            snapshot_entries(i)
+            (snapshot_entries(i), bytes_to_copy(i, to))
         };
+        // A file that cannot fit is left whole where it is: moved in part,
+        // it came back down at once (PM past its threshold) and the command
+        // had copied for nothing.
+        if let Some(e) = self.no_room_for(to, to_copy) {
+            return Err(e);
+        }
         for &from in tiers {
             let mine: Vec<EntrySnapshot> =
                 entries.iter().filter(|e| e.tier == from).copied().collect();
@@ -188,6 +228,63 @@ impl Fs {
             }
         }
         Ok(())
+    }
+}
+
+/// Bytes of `i`'s data that a move to `to` copies: what is neither there
+/// nor has a clean copy there (a clean copy is promoted without a copy).
+fn bytes_to_copy(i: &Inode, to: TierId) -> u64 {
+    i.extents
+        .iter()
+        .filter(|(_, e)| e.tier != to && e.copy.map_or(true, |(t, _)| t != to))
+        .map(|(_, e)| e.blocks)
+        .sum::<u64>()
+        * BS
+}
+
+/// Why `terrace migrate` left a file where it was: its data does not fit
+/// in the room `tier` has for it ([`Fs::migrate_files`] reports it among
+/// the failed files; nothing of the file moved).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoRoomOnTier {
+    /// The tier's kind name (`pm`, `ssd`, `hdd`).
+    pub tier: &'static str,
+    /// Bytes the move would copy there.
+    pub needed: u64,
+    /// Bytes of room the tier has for them.
+    pub room: u64,
+    /// PM's forced mark (percent), which data may not pass.
+    pub forced_percent: Option<u8>,
+}
+
+impl std::fmt::Display for NoRoomOnTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no room on {}: {} to move, room for {}",
+            self.tier,
+            size_text(self.needed),
+            size_text(self.room)
+        )?;
+        if let Some(p) = self.forced_percent {
+            write!(f, " (data may fill PM up to {p} %)")?;
+        }
+        write!(f, "; left where it was")
+    }
+}
+
+impl std::error::Error for NoRoomOnTier {}
+
+/// `1.50 GiB`, `230.0 MiB`, `12 KiB`: sizes in the messages above.
+fn size_text(bytes: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    let b = bytes as f64;
+    if b >= 1024.0 * MIB {
+        format!("{:.2} GiB", b / (1024.0 * MIB))
+    } else if b >= MIB {
+        format!("{:.1} MiB", b / MIB)
+    } else {
+        format!("{} KiB", bytes.div_ceil(1024))
     }
 }
 

@@ -82,6 +82,7 @@ mod thread;
 pub(crate) use batch::MoveBatch;
 pub use batch::MOVE_SYNC_WINDOW_BYTES;
 pub(crate) use buffers::PooledBuf;
+pub use files::NoRoomOnTier;
 pub use state::Migrator;
 use status::snapshot_entries;
 pub use status::{MigrationStatus, TierMigration};

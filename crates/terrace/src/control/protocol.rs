@@ -289,7 +289,7 @@ pub struct SetReply {
 }
 
 /// The reply to [`MigrateFiles`] (a request for one file is refused when
-/// that file fails).
+/// that file fails and nothing of it moved).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigrateReply {
     /// Bytes moved.

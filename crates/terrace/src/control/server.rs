@@ -356,8 +356,8 @@ fn extents(fs: &Fs, x: &GetExtents, asker: &Asker) -> ExtentsReply {
     reply
 }
 
-/// Moves the files; a request for one file is refused when it fails, one
-/// for several reports failures per file. Files a rule pins elsewhere are
+/// Moves the files; a request for one file is refused when it fails with
+/// nothing moved, one for several reports failures per file. Files a rule pins elsewhere are
 /// listed apart: they are left where the user wants them, not failures.
 fn migrate(fs: &Fs, m: &MigrateFiles) -> Answer<MigrateReply> {
     let (bytes, errors) = fs
@@ -380,8 +380,10 @@ fn migrate(fs: &Fs, m: &MigrateFiles) -> Answer<MigrateReply> {
             reply.failed.push(f);
         }
     }
+    // A one-file request that moved nothing is refused with the reason;
+    // one that moved part before failing answers with the bytes it moved.
     match reply.failed.first() {
-        Some(f) if m.inos.len() == 1 => Err(Refusal::new(f.error.clone())),
+        Some(f) if m.inos.len() == 1 && reply.bytes == 0 => Err(Refusal::new(f.error.clone())),
         _ => Ok(reply),
     }
 }
