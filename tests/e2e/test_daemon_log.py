@@ -124,8 +124,9 @@ def test_a_migration_stall_and_a_checksum_mismatch_are_logged_with_their_priorit
             with pytest.raises(OSError) as e:
                 (mnt / "f").read_bytes()
             assert e.value.errno == errno.EIO, e.value
+            # A stall is logged once it has lasted 10 s (STALL_LOG_AFTER).
             assert wait_until(lambda: "migration stalled" in log.read_text()
-                              and "checksum mismatch" in log.read_text(), 20), log.read_text()
+                              and "checksum mismatch" in log.read_text(), 40), log.read_text()
         got = []
         while sum("unmounted" in g for g in got) < 2:
             got.append(fake_syslog.recv(8192).decode())

@@ -84,6 +84,7 @@ pub use batch::MOVE_SYNC_WINDOW_BYTES;
 pub(crate) use buffers::PooledBuf;
 pub use files::NoRoomOnTier;
 pub use state::Migrator;
+use state::{Stall, STALL_LOG_AFTER};
 use status::snapshot_entries;
 pub use status::{MigrationStatus, TierMigration};
 

@@ -136,7 +136,7 @@ impl Fs {
             } else {
                 self.migrator.running.fetch_and(!bit, Ordering::Relaxed);
                 if from.is_pm() {
-                    self.migrator.waiting.lock().clear();
+                    *self.migrator.waiting.lock() = Stall::default();
                     self.migrator.pm_idle.lock().reset();
                 }
             }
@@ -376,30 +376,33 @@ impl Fs {
     }
 
     /// Records what a drain of `from` achieved: nothing moved while the tier
-    /// is over its threshold is a stall, said in words (status) and queued
-    /// once for the daemon's log; moving again clears it.
+    /// is over its threshold is a stall, said in words at once (status) and
+    /// queued for the daemon's log once it has lasted [`STALL_LOG_AFTER`];
+    /// moving again clears it (and says so in the log when the stall was
+    /// logged).
     pub(super) fn note_drain_result(&self, from: TierId, to: TierId, moved: u64) {
         let m = &self.migrator;
         let failure = m.last_failure.lock().take();
         // `waiting` and `notices` are both leaves: the notice is queued
         // after `waiting` is released.
         let notice = {
-            let mut waiting = m.waiting.lock();
+            let mut w = m.waiting.lock();
             if moved > 0 {
-                let was_waiting = !waiting.is_empty();
-                waiting.clear();
-                was_waiting.then(|| format!("migration from tier {from} moves data again"))
+                let logged = w.logged;
+                *w = Stall::default();
+                logged.then(|| format!("migration from tier {from} moves data again"))
             } else {
-                let why = match failure {
+                w.why = match failure {
                     Some(e) => format!("moves from tier {from} to tier {to} fail: {e}"),
                     None => format!(
-                        "nothing on tier {from} can move to tier {to} (data pinned there by rules, or only in the DRAM cache)"
+                        "nothing on tier {from} can move to tier {to} (data pinned there by rules, only in the DRAM cache, or being moved by `terrace migrate`)"
                     ),
                 };
-                (*waiting != why).then(|| {
-                    let notice = format!("migration stalled: {why}");
-                    *waiting = why;
-                    notice
+                let now = Instant::now();
+                let since = *w.since.get_or_insert(now);
+                (!w.logged && now.duration_since(since) >= STALL_LOG_AFTER).then(|| {
+                    w.logged = true;
+                    format!("migration stalled: {}", w.why)
                 })
             }
         };

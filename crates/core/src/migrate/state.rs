@@ -11,6 +11,7 @@
 use crate::lock_order::{Mutex, Rank};
 use crate::worker::Worker;
 use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
 use terrace_format::MAX_TIERS;
 use terrace_policy::cold_list::Shard;
 
@@ -80,9 +81,11 @@ pub struct Migrator {
     /// over its threshold with nothing migration may move (data pinned to
     /// PM, or only cached) is looked at again after a wait, not every pass.
     pub(super) pm_idle: Mutex<crate::worker::IdleBackoff>,
-    /// Why the last pass that had to drain a tier moved nothing (empty when
-    /// it moved data): shown as "waiting: …" and logged once by the daemon.
-    pub(super) waiting: Mutex<String>,
+    /// Why the drains of a tier over its threshold move nothing, and since
+    /// when ([`Stall`]; empty when the last one moved data): shown at once
+    /// as "waiting: …", logged by the daemon once it has lasted
+    /// [`STALL_LOG_AFTER`].
+    pub(super) waiting: Mutex<Stall>,
     /// The error that ended the last failed move, if any since the last
     /// successful pass.
     pub(super) last_failure: Mutex<Option<String>>,
@@ -122,4 +125,24 @@ impl Migrator {
             ..Default::default()
         }
     }
+}
+
+/// How long drains must have moved nothing before the daemon's log says
+/// migration is stalled. Shorter stalls are the normal course of a pool
+/// under load — the coldest data is still in the DRAM cache, or a
+/// `terrace migrate` command is moving it — and logging each one (with its
+/// "moves data again") filled the log with pairs of lines (2026-11-29).
+pub(crate) const STALL_LOG_AFTER: Duration = Duration::from_secs(10);
+
+/// Drains of a tier over its threshold that move nothing
+/// (`Migrator::waiting`).
+#[derive(Debug, Default)]
+pub(super) struct Stall {
+    /// Why, in words (empty: the last drain moved data).
+    pub(super) why: String,
+    /// When the drains began to move nothing.
+    pub(super) since: Option<Instant>,
+    /// Whether the daemon's log was told (then it is told when data moves
+    /// again).
+    pub(super) logged: bool,
 }

@@ -72,7 +72,7 @@ impl Fs {
         // Each leaf alone: a guard in the literal below would live until the
         // whole literal is built.
         let reason = m.last_reason.lock().clone();
-        let waiting = m.waiting.lock().clone();
+        let waiting = m.waiting.lock().why.clone();
         MigrationStatus {
             policy: st.migration_policy.clone(),
             running: m.running.load(Ordering::Relaxed) != 0,

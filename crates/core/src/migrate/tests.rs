@@ -327,3 +327,39 @@ fn a_pm_full_of_pinned_data_is_looked_at_again_after_a_wait_not_every_pass() {
     }
     assert!(moved > 0, "unpinned data never moved after the back-off");
 }
+
+/// A drain that moves nothing is said at once in the status, but the
+/// daemon's log hears of it only once it has lasted `STALL_LOG_AFTER`
+/// (short stalls — data still cached, files a `migrate` command is moving —
+/// are the normal course of a busy pool and filled the log with pairs of
+/// lines), once per stall, and then hears when data moves again.
+#[test]
+fn a_stall_reaches_the_log_only_once_it_has_lasted_and_then_once() {
+    let fs = pool();
+    let stalls = |fs: &Fs| {
+        fs.take_notices()
+            .into_iter()
+            .filter(|n| n.contains("migration stalled") || n.contains("moves data again"))
+            .collect::<Vec<_>>()
+    };
+    // A short stall and its end: nothing for the log.
+    fs.note_drain_result(TierId::PM, TierId(1), 0);
+    assert!(fs
+        .migration_status()
+        .waiting
+        .starts_with("nothing on tier 0"));
+    fs.note_drain_result(TierId::PM, TierId(1), 4096);
+    assert!(fs.migration_status().waiting.is_empty());
+    assert_eq!(stalls(&fs), Vec::<String>::new());
+    // A stall that lasts: one line, however many drains it spans.
+    fs.note_drain_result(TierId::PM, TierId(1), 0);
+    fs.migrator.waiting.lock().since = Instant::now().checked_sub(STALL_LOG_AFTER);
+    for _ in 0..5 {
+        fs.note_drain_result(TierId::PM, TierId(1), 0);
+    }
+    let got = stalls(&fs);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].starts_with("migration stalled: nothing on tier 0 can move to tier 1"));
+    fs.note_drain_result(TierId::PM, TierId(1), 4096);
+    assert_eq!(stalls(&fs), vec!["migration from tier 0 moves data again"]);
+}
