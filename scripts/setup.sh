@@ -38,6 +38,9 @@ declare -A PKG_FOR_CMD=(
     # in a real journald (systemd-journald started standalone, journalctl).
     [systemd-analyze]=systemd
     [journalctl]=systemd
+    # PostgreSQL killed with the daemon under it (tests/e2e/test_postgres.py)
+    # and bench/postgres.py; its programs are in /usr/lib/postgresql/*/bin.
+    [pg_ctlcluster]=postgresql
 )
 
 # Commands in /sbin and /usr/sbin are not always on a non-root PATH.
