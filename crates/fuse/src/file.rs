@@ -47,21 +47,22 @@ impl FuseAdapter {
         Some(if self.cached_open(flags) {
             let atime_due = self.fs.atime_due_now(ino);
             let keep = self.cached.open(ino, writable(flags))?;
-            if keep && atime_due && !writable(flags) {
+            if keep && atime_due {
                 // A read due to update the access time (relatime: the
                 // first after a change) would be served from the pages the
-                // kernel keeps: a read-only open takes the access time now,
-                // as its first read would (design.md §5g0).
+                // kernel keeps: the open takes the access time now, as its
+                // first read would (design.md §5g0). Read-write opens too:
+                // dropping the pages instead made every open of a file
+                // changed since (a database's) read it all again.
                 if self.fs.touch_atime(ino).is_ok() {
                     self.drop_kernel_attrs(ino);
                 }
                 FopenFlags::FOPEN_KEEP_CACHE
-            } else if keep && !atime_due {
+            } else if keep {
                 FopenFlags::FOPEN_KEEP_CACHE
             } else {
-                // Such a read through a read-write open must reach the
-                // daemon: the open drops the kernel's pages, later reads of
-                // it are served from the cache.
+                // The file changed where the kernel did not see it: the
+                // open drops the kernel's pages.
                 FopenFlags::empty()
             }
         } else if self.direct_io {
