@@ -73,14 +73,7 @@ def main():
         ("terrace-writeback-noatime",
          lambda: terrace_run(binary, "allow_other,writeback_cache,noatime")),
     ]
-    runs = []
-    for r in range(rounds):
-        for name, fn in systems:
-            load = os.getloadavg()[0]
-            res = fn()
-            res.update({"fs": name, "round": r + 1, "load_1m_before": round(load, 2)})
-            runs.append(res)
-            print(json.dumps(res), file=sys.stderr)
+    runs = same_run.run_rounds(systems, rounds)
     version = subprocess.run([f"{BIN}/postgres", "--version"], capture_output=True,
                              text=True).stdout.strip()
     print(json.dumps(same_run.report(runs, terrace=binary, scale=SCALE, seconds=SECONDS,

@@ -81,18 +81,26 @@ def main(measure, pm_size, mkfs_extra=()):
     and NEW in turn, ROUNDS times (default 3), and prints the JSON."""
     old, new = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    runs = run_rounds([("ext4", lambda: ext4_run(measure)),
+                       ("old", lambda: terrace_run(old, measure, pm_size, mkfs_extra)),
+                       ("new", lambda: terrace_run(new, measure, pm_size, mkfs_extra))], rounds)
+    print(json.dumps(report(runs, old=old, new=new), indent=2))
+
+
+def run_rounds(systems, rounds):
+    """Runs each `(name, fn)` of `systems` in turn, `rounds` times; each
+    run's dict gets its system, round and the load average around it, and
+    is printed on stderr as it ends. Returns the runs."""
     runs = []
     for r in range(rounds):
-        for name, fn in (("ext4", lambda: ext4_run(measure)),
-                         ("old", lambda: terrace_run(old, measure, pm_size, mkfs_extra)),
-                         ("new", lambda: terrace_run(new, measure, pm_size, mkfs_extra))):
+        for name, fn in systems:
             load = os.getloadavg()[0]
             res = fn()
             res.update({"fs": name, "round": r + 1, "load_1m_before": round(load, 2),
                         "load_1m_after": round(os.getloadavg()[0], 2)})
             runs.append(res)
             print(json.dumps(res), file=sys.stderr)
-    print(json.dumps(report(runs, old=old, new=new), indent=2))
+    return runs
 
 
 def machine():

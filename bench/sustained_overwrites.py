@@ -59,17 +59,9 @@ def terrace_run(binary):
 def main():
     old, new = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    runs = []
-    for r in range(rounds):
-        for name, fn in (("ext4", lambda: same_run.ext4_run(measure)),
-                         ("old", lambda: terrace_run(old)),
-                         ("new", lambda: terrace_run(new))):
-            load = os.getloadavg()[0]
-            res = fn()
-            res.update({"fs": name, "round": r + 1, "load_1m_before": round(load, 2),
-                        "load_1m_after": round(os.getloadavg()[0], 2)})
-            runs.append(res)
-            print(json.dumps(res), file=sys.stderr)
+    runs = same_run.run_rounds([("ext4", lambda: same_run.ext4_run(measure)),
+                                ("old", lambda: terrace_run(old)),
+                                ("new", lambda: terrace_run(new))], rounds)
     print(json.dumps(same_run.report(runs, old=old, new=new, runtime_s=RUNTIME), indent=2))
 
 
