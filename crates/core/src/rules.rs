@@ -215,7 +215,7 @@ impl Fs {
             if let Some(tier) = want {
                 // A full target is not an error here: the rule is retried
                 // next pass, and writes still honour it as room allows.
-                moved += self.migrate_file(ino, tier.get()).unwrap_or(0);
+                moved += self.move_file_as_room_allows(ino, tier).unwrap_or(0);
             }
         }
         let key = self.room_key();

@@ -166,6 +166,30 @@ fn a_new_rule_brings_the_file_data_to_its_tier_and_clearing_it_restores_automati
     fs.check_allocator().unwrap();
 }
 
+/// A pin to a block tier without room for all of the file is followed as
+/// far as the room goes (`terrace migrate` instead leaves such a file
+/// whole, `migration.rs`): the part that fits moves, the rest stays, and
+/// nothing is lost.
+#[test]
+fn a_pin_to_a_tier_too_small_for_the_whole_file_moves_what_fits() {
+    // Moves go in groups of 16 MiB (group_migration_bytes): two fit.
+    let (_, _, fs) = tiered_pool(128 << 20, 40 << 20, 64);
+    let data = pattern(6, 56 << 20);
+    let f = file_holding(&fs, "big", &data);
+    let on_pm = tier_bytes(&fs, f, "pm");
+    assert!(
+        on_pm > 40 << 20,
+        "the file must be larger than the SSD: {on_pm}"
+    );
+    fs.setxattr(f, RULE, b"ssd", 0).unwrap();
+    fs.migration_pass();
+    let on_ssd = tier_bytes(&fs, f, "ssd");
+    assert!(on_ssd >= 16 << 20, "only {on_ssd} bytes followed the pin");
+    assert_eq!(tier_bytes(&fs, f, "pm") + on_ssd, 56 << 20);
+    assert!(fs.read(f, 0, data.len()).unwrap() == data);
+    fs.check_allocator().unwrap();
+}
+
 #[test]
 fn access_traces_classify_files_and_hetfs_streams_sequential_files_to_disk() {
     let (_, _, fs) = tiered_pool(PM, SSD, 64);

@@ -10,7 +10,17 @@ impl Fs {
     /// migrate`), in groups of `group_migration_bytes`. Returns bytes moved.
     /// (`to` is a tier id as the command line gives it.)
     pub fn migrate_file(&self, ino: Ino, to: u8) -> FsResult<u64> {
-        let (moved, mut errors) = self.migrate_files(&[ino], to)?;
+        self.move_file(ino, to, Fit::Whole)
+    }
+
+    /// Moves what fits of `ino`'s data to tier `to` (rule enforcement: a
+    /// pin is followed as far as the target's room allows, and retried).
+    pub(crate) fn move_file_as_room_allows(&self, ino: Ino, to: TierId) -> FsResult<u64> {
+        self.move_file(ino, to.get(), Fit::AsRoomAllows)
+    }
+
+    fn move_file(&self, ino: Ino, to: u8, fit: Fit) -> FsResult<u64> {
+        let (moved, mut errors) = self.move_files(&[ino], to, fit)?;
         match errors.pop() {
             Some((_, e)) => Err(e),
             None => Ok(moved),
@@ -27,10 +37,22 @@ impl Fs {
     /// A file a rule pins to another tier is not moved: it is among the
     /// failed ones with a [`PinnedElsewhere`](crate::rules::PinnedElsewhere)
     /// error.
+    ///
+    /// A file whose data does not fit in the room `to` has for it is not
+    /// moved at all: it fails with a [`NoRoomOnTier`] error.
     pub fn migrate_files(
         &self,
         inos: &[Ino],
         to: u8,
+    ) -> FsResult<(u64, Vec<(Ino, std::io::Error)>)> {
+        self.move_files(inos, to, Fit::Whole)
+    }
+
+    fn move_files(
+        &self,
+        inos: &[Ino],
+        to: u8,
+        fit: Fit,
     ) -> FsResult<(u64, Vec<(Ino, std::io::Error)>)> {
         let to = TierId(to);
         if !to.is_pm() && !self.tiers.iter().any(|t| t.id == to) {
@@ -68,7 +90,7 @@ impl Fs {
         let mut moved = 0;
         let mut todo: Vec<Ino> = inos.to_vec();
         for _ in 0..MIGRATE_ROUNDS {
-            let (m, e) = self.migrate_files_once(&todo, to);
+            let (m, e) = self.migrate_files_once(&todo, to, fit);
             moved += m;
             todo.retain(|ino| !e.iter().any(|(i, _)| i == ino) && self.has_data_off(*ino, to));
             errors.extend(e);
@@ -125,7 +147,12 @@ impl Fs {
     }
 
     /// One round of [`Fs::migrate_files`] over `inos`.
-    fn migrate_files_once(&self, inos: &[Ino], to: TierId) -> (u64, Vec<(Ino, std::io::Error)>) {
+    fn migrate_files_once(
+        &self,
+        inos: &[Ino],
+        to: TierId,
+        fit: Fit,
+    ) -> (u64, Vec<(Ino, std::io::Error)>) {
         let params = self.settings.read().migration_params();
         let gb = params.group_blocks();
         let window = MOVE_SYNC_WINDOW_BYTES.max(gb * BS);
@@ -152,7 +179,7 @@ impl Fs {
                     break;
                 };
                 last = Some(ino);
-                if let Err(e) = self.add_file_to_batch(&mut batch, ino, to, &tiers, gb) {
+                if let Err(e) = self.add_file_to_batch(&mut batch, ino, to, &tiers, gb, fit) {
                     errors.push((ino, e));
                 }
             }
@@ -185,13 +212,14 @@ impl Fs {
     /// Adds every group of file `ino` that is not on tier `to` (from each of
     /// `tiers`) to `batch`, after writing back its cached writes so that what
     /// moves is the file's current data.
-    pub(super) fn add_file_to_batch(
+    fn add_file_to_batch(
         &self,
         batch: &mut MoveBatch<'_>,
         ino: Ino,
         to: TierId,
         tiers: &[TierId],
         gb: u64,
+        fit: Fit,
     ) -> FsResult<()> {
         // This thread's uncommitted moves may hold the room the write-back
         // needs: commit them before waiting for room.
@@ -213,8 +241,10 @@ impl Fs {
         // A file that cannot fit is left whole where it is: moved in part,
         // it came back down at once (PM past its threshold) and the command
         // had copied for nothing.
-        if let Some(e) = self.no_room_for(to, to_copy) {
-            return Err(e);
+        if fit == Fit::Whole {
+            if let Some(e) = self.no_room_for(to, to_copy) {
+                return Err(e);
+            }
         }
         for &from in tiers {
             let mine: Vec<EntrySnapshot> =
@@ -229,6 +259,15 @@ impl Fs {
         }
         Ok(())
     }
+}
+
+/// How much of a file a move may leave behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// All of it moves or none (`terrace migrate`).
+    Whole,
+    /// What fits moves (rule enforcement; the rest on a later pass).
+    AsRoomAllows,
 }
 
 /// Bytes of `i`'s data that a move to `to` copies: what is neither there
