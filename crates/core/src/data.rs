@@ -59,7 +59,7 @@ impl Fs {
     pub(crate) fn alloc_data_on(&self, want: TierId, n: u64) -> FsResult<DataRuns> {
         if !want.is_pm() {
             if let Some(t) = self.tiers.iter().find(|t| t.id == want) {
-                if let Some(runs) = t.space.alloc(n) {
+                if let Some(runs) = t.alloc_data(n) {
                     return Ok(DataRuns { tier: want, runs });
                 }
             }
@@ -106,7 +106,7 @@ impl Fs {
         let pm = self
             .pm_free_unpromised()
             .saturating_sub(self.pm_reserve_blocks());
-        let tiers: u64 = self.tiers.iter().map(|t| t.space.free_blocks()).sum();
+        let tiers: u64 = self.tiers.iter().map(|t| t.room_blocks()).sum();
         let inflight = self
             .wb_inflight_blocks
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -218,11 +218,11 @@ impl Fs {
                 let Some(t) = self.tiers.iter().find(|t| t.id == id) else {
                     continue;
                 };
-                let take = t.space.free_blocks().min(need);
+                let take = t.room_blocks().min(need);
                 if take == 0 {
                     continue;
                 }
-                t.space.alloc(take).map(|r| (take, r))
+                t.alloc_data(take).map(|r| (take, r))
             };
             if let Some((take, runs)) = runs {
                 pieces.push(DataRuns { tier: id, runs });
@@ -250,7 +250,7 @@ impl Fs {
         self.tiers
             .iter()
             .filter(|t| t.kind != terrace_format::TierKind::S3)
-            .map(|t| t.space.free_blocks())
+            .map(|t| t.room_blocks())
             .fold(pm, u64::saturating_add)
     }
 
@@ -273,7 +273,7 @@ impl Fs {
             }
         }
         for t in &self.tiers {
-            if let Some(runs) = t.space.alloc(n) {
+            if let Some(runs) = t.alloc_data(n) {
                 return Ok(DataRuns { tier: t.id, runs });
             }
         }
@@ -315,6 +315,7 @@ impl Fs {
             t.media
                 .write_blocks(b.get(), &buf[at..at + len])
                 .map_err(|e| self.device_error(t.id, e))?;
+            self.device_took_write(t);
             at += len;
         }
         Ok(())
@@ -329,8 +330,9 @@ impl Fs {
     }
 
     /// Notes an error of block tier `id`'s device: ENOSPC there means the
-    /// device (or the file system holding its image) is full — counted, and
-    /// logged once per mount — which no migration can help. Any other error
+    /// device (or the file system holding its image) is full — counted, the
+    /// tier marked full (`device_full.rs`) and logged at the 1st, 2nd, 4th …
+    /// episode — which no migration can help. Any other error
     /// (EIO …) is counted and logged at the 1st, 2nd, 4th, 8th … occurrence.
     pub(crate) fn device_error(&self, id: TierId, e: std::io::Error) -> std::io::Error {
         if e.raw_os_error() != Some(libc::ENOSPC) {
@@ -346,18 +348,80 @@ impl Fs {
             }
             return e;
         }
-        if e.raw_os_error() == Some(libc::ENOSPC)
-            && self
-                .counters
-                .device_full_errors
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                == 0
-        {
-            self.notice(format!(
-                "tier {id}: its device, or the file system holding its image, is full (ENOSPC on a write to allocated blocks): writes that need it fail until it has room"
-            ));
+        self.counters
+            .device_full_errors
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Ok(t) = self.tier(id) else {
+            return e;
+        };
+        let change = t
+            .full
+            .note_full(std::time::Instant::now(), t.media.host_free_bytes());
+        if let crate::device_full::Change::Began(n) = change {
+            if n.is_power_of_two() {
+                self.notice(format!(
+                    "tier {id}: its device, or the file system holding its image, is full (ENOSPC on a write to allocated blocks): its free space no longer counts as room for new data, and writes to it are tried again after waits of 1 s, 2 s, 4 s … up to a minute, or as soon as its file system has {} MiB more room{}",
+                    crate::device_full::HOST_GROWTH >> 20,
+                    if n == 1 { String::new() } else { format!(" ({n} times since mount)") }
+                ));
+            }
         }
         e
+    }
+
+    /// Looks at every block tier whose device is full
+    /// (`device_full.rs`): one whose host file system has grown is room
+    /// again; a device without such a host gets one zeroed free block
+    /// written when its back-off wait is over, which ends the episode if
+    /// it succeeds. Called by the write-back thread every pass.
+    pub(crate) fn recheck_full_devices(&self) {
+        for t in self.tiers.iter().filter(|t| t.full.is_full()) {
+            let now = std::time::Instant::now();
+            if t.full.knows_host() {
+                let change = t.full.end_if_host_grew(now, t.media.host_free_bytes());
+                self.say_device_change(t, change);
+                continue;
+            }
+            if t.kind == terrace_format::TierKind::S3 || t.refuses_allocation() {
+                continue;
+            }
+            let Some(runs) = t.space.alloc(1) else {
+                continue;
+            };
+            let (b, _) = runs[0];
+            match t.media.write_blocks(b.get(), &[0u8; BS as usize]) {
+                Ok(()) => self.device_took_write(t),
+                Err(e) => {
+                    let _ = self.device_error(t.id, e);
+                }
+            }
+            // Never referenced: no commit to wait for.
+            for (b, n) in runs {
+                t.free(b, n);
+            }
+        }
+    }
+
+    /// Notes a write to block tier `t` that succeeded: an episode of its
+    /// device being full ends (`device_full.rs`), said in the log when its
+    /// beginning was.
+    pub(crate) fn device_took_write(&self, t: &crate::tier::BlockTier) {
+        let change = t.full.note_write_ok(std::time::Instant::now());
+        self.say_device_change(t, change);
+    }
+
+    /// Logs the end of an episode of `t`'s device being full when its
+    /// beginning was logged.
+    fn say_device_change(&self, t: &crate::tier::BlockTier, change: crate::device_full::Change) {
+        if let crate::device_full::Change::Ended(d) = change {
+            if t.full.episodes().is_power_of_two() {
+                self.notice(format!(
+                    "tier {}: its device has room again (it was full for {:.1} s)",
+                    t.id,
+                    d.as_secs_f64()
+                ));
+            }
+        }
     }
 
     /// Returns allocated but unused blocks.

@@ -23,6 +23,7 @@ pub mod clone_families;
 mod commit;
 pub mod counters;
 pub mod data;
+pub mod device_full;
 pub mod dir_index;
 pub mod extent_map;
 pub mod freeze;

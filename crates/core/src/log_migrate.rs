@@ -324,6 +324,8 @@ impl Fs {
         let mut full = false;
         let room = (blob_room == BlobRoom::FromPm).then(|| self.room_lock.lock());
         let alloc = |n| match blob_room {
+            // Its device is full (`device_full.rs`).
+            _ if t.refuses_allocation() => None,
             BlobRoom::Recycling => t.space.alloc_recycling(n),
             _ => t.space.alloc(n),
         };
@@ -386,8 +388,9 @@ impl Fs {
             }
             if let Err(e) = t.media.write_blocks(start.get(), &buf) {
                 release_all(&placed);
-                return Err(e);
+                return Err(self.device_error(t.id, e));
             }
+            self.device_took_write(t);
             i = j;
         }
         // The blobs are durable before any slot points at them.

@@ -40,6 +40,21 @@ pub struct TierStatus {
     /// What an object tier stores (design §5n).
     #[serde(default)]
     pub object: Option<ObjectTierStatus>,
+    /// Set while the tier's device (or the file system holding its image)
+    /// is full: its free space is no room for new data, and writes to it
+    /// are tried again after a back-off (`device_full.rs`, design §5s).
+    #[serde(default)]
+    pub device_full: Option<DeviceFullStatus>,
+}
+
+/// A block tier whose device is full (`TierStatus::device_full`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceFullStatus {
+    /// Seconds since its device said it was full.
+    pub full_for_secs: u64,
+    /// Seconds until the next try of a write to it (0: the next one tries;
+    /// sooner when its file system gains room).
+    pub next_try_in_secs: u64,
 }
 
 /// An object tier's parts and how much of them is live.
@@ -325,6 +340,12 @@ impl Fs {
                             ..o.into()
                         }
                     }),
+                    device_full: mounted
+                        .and_then(|b| b.full.status(std::time::Instant::now()))
+                        .map(|f| DeviceFullStatus {
+                            full_for_secs: f.for_how_long.as_secs(),
+                            next_try_in_secs: f.next_try_in.as_secs_f64().ceil() as u64,
+                        }),
                 }
             })
             .collect();

@@ -435,6 +435,8 @@ pub struct BlockTier {
     pub space: ExtentSpace,
     /// Checksums of the data blocks on it (`sums.rs`).
     pub sums: crate::sums::BlockSums,
+    /// Whether its device said it is full (`device_full.rs`).
+    pub full: crate::device_full::DeviceFull,
 }
 
 /// Every run of a block tier the pool holds, given the runs its committed
@@ -472,7 +474,34 @@ impl BlockTier {
             closable,
             space,
             sums,
+            full: Default::default(),
         }
+    }
+
+    /// Free blocks new data may count on: none while its device is full
+    /// (`device_full.rs`).
+    pub fn room_blocks(&self) -> u64 {
+        if self.full.is_full() {
+            0
+        } else {
+            self.space.free_blocks()
+        }
+    }
+
+    /// Whether allocations on the tier wait now because its device is full
+    /// (one try per back-off wait gets through; `device_full.rs`).
+    pub fn refuses_allocation(&self) -> bool {
+        self.full
+            .refuses(std::time::Instant::now(), || self.media.host_free_bytes())
+    }
+
+    /// `n` blocks for data ([`ExtentSpace::alloc`]), unless its device is
+    /// full ([`BlockTier::refuses_allocation`]).
+    pub fn alloc_data(&self, n: u64) -> Option<Vec<Run>> {
+        if self.refuses_allocation() {
+            return None;
+        }
+        self.space.alloc(n)
     }
 
     /// Closes the tier's media once the requests in flight are done (the

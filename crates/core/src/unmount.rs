@@ -115,13 +115,16 @@ impl Fs {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                     let left = self.cache.dirty_blocks();
                     // A full device is not helped by migration (it moves
-                    // data *to* the block tiers): give up soon.
-                    let limit =
-                        if self.counters.device_full_errors.load(Ordering::Relaxed) > device_full {
-                            std::time::Duration::from_secs(2)
-                        } else {
-                            std::time::Duration::from_secs(60)
-                        };
+                    // data *to* the block tiers): give up soon. (One known
+                    // full is not even tried within its back-off wait,
+                    // `device_full.rs`, so it adds no error here.)
+                    let full = self.tiers.iter().any(|t| t.full.is_full())
+                        || self.counters.device_full_errors.load(Ordering::Relaxed) > device_full;
+                    let limit = if full {
+                        std::time::Duration::from_secs(2)
+                    } else {
+                        std::time::Duration::from_secs(60)
+                    };
                     if left < last_left {
                         last_left = left;
                         progress_at = std::time::Instant::now();

@@ -235,6 +235,15 @@ impl Fs {
             Some(t) if !t.is_pm() => t,
             _ => self.tiers.first().map_or(TierId::PM, |t| t.id),
         };
+        // These pages hold their room while dirty; the blocks taken for them
+        // now must not count twice until the commit drops them from the cache.
+        let _inflight = InflightBlocks::new(&self.wb_inflight_blocks, n);
+        // Usually one piece on `want`; near a full pool the pages may be
+        // spread over several tiers (each page was promised a block, not a
+        // tier). They all commit together, so the writes stay whole. Blocks
+        // first, pages copied after: a write-back that finds none (a full
+        // device waiting, `device_full.rs`) costs no copy.
+        let pieces = self.alloc_write_back(want, n)?;
         // One block-aligned buffer in page order (O_DIRECT takes it without a
         // bounce copy; pooled with migration's); `store_data` writes each run
         // in one request.
@@ -242,13 +251,6 @@ impl Fs {
         for (k, (_, p)) in pages.iter().enumerate() {
             pooled[k * BS as usize..(k + 1) * BS as usize].copy_from_slice(&p.data);
         }
-        // These pages hold their room while dirty; the blocks taken for them
-        // now must not count twice until the commit drops them from the cache.
-        let _inflight = InflightBlocks::new(&self.wb_inflight_blocks, n);
-        // Usually one piece on `want`; near a full pool the pages may be
-        // spread over several tiers (each page was promised a block, not a
-        // tier). They all commit together, so the writes stay whole.
-        let pieces = self.alloc_write_back(want, n)?;
         let pieces = self.store_write_back(pieces, &pooled[..(n * BS) as usize])?;
         let release = |pieces: Vec<DataRuns>| {
             for d in pieces {
@@ -413,6 +415,7 @@ impl Fs {
         if self.is_frozen() {
             return;
         }
+        self.recheck_full_devices();
         let (age, pct) = {
             let st = self.settings.read();
             (st.writeback_age_ns, st.writeback_dirty_percent as u64)

@@ -170,6 +170,14 @@ pub trait BlockMedia: Send + Sync {
         Ok(())
     }
 
+    /// Bytes the file system holding this media's image file can still give
+    /// it (`fstatvfs`: blocks available to unprivileged users), for media
+    /// kept in a regular file, whose unwritten blocks take room there only
+    /// when first written; `None` for devices and media without such a host.
+    fn host_free_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// One-line description for status output and mount messages.
     fn describe(&self) -> String;
     /// Request counters since the media was opened.
@@ -178,7 +186,9 @@ pub trait BlockMedia: Send + Sync {
 
 /// The optional [`BlockMedia`] methods of a wrapper, forwarded to the media
 /// it wraps: `forward_block_extras!(|self| self.inner)`. Every wrapper must
-/// forward them, or trims and sweeps stop at the wrapper.
+/// forward them, or trims and sweeps stop at the wrapper; and
+/// [`BlockMedia::host_free_bytes`] too, which is left out here so that a
+/// test wrapper may answer it itself.
 #[macro_export]
 macro_rules! forward_block_extras {
     (|$s:ident| $inner:expr) => {
@@ -238,6 +248,9 @@ macro_rules! forward_block_media {
                 (**self).sync_sealed(ticket)
             }
             forward_block_extras!(|self| (**self));
+            fn host_free_bytes(&self) -> Option<u64> {
+                (**self).host_free_bytes()
+            }
             fn describe(&self) -> String {
                 (**self).describe()
             }

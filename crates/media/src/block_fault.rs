@@ -12,6 +12,11 @@
 //! ([`io::ErrorKind::InvalidInput`]) are rejected before the countdown and do
 //! not consume it. [`FaultBlock::injected`] counts the failures injected.
 //!
+//! [`FaultBlock::fail_writes_with`] picks another errno for failed writes
+//! (ENOSPC: a full device, or a full file system under a sparse image), and
+//! [`FaultBlock::set_host_free`] what [`BlockMedia::host_free_bytes`]
+//! answers (the inner media's answer until set).
+//!
 //! [`FaultBlock::hold_syncs`] makes syncs wait (a slow device) until
 //! [`FaultBlock::release_syncs`], so a test can keep work that waits for a
 //! sync in flight while it checks what else the file system does meanwhile;
@@ -50,6 +55,10 @@ struct State {
     sync_hold: Hold,
     /// Holds reads ([`FaultBlock::hold_reads`]).
     read_hold: Hold,
+    /// The errno of failed writes (0: EIO).
+    write_errno: i32,
+    /// What `host_free_bytes` answers, once set.
+    host_free: Option<Option<u64>>,
 }
 
 /// Operations of one kind wait while `on` is set; `waiting` of them are
@@ -88,6 +97,19 @@ impl<B: BlockMedia> FaultBlock<B> {
     /// [`heal`](Self::heal). `0` fails the next write.
     pub fn fail_writes_after(&self, n: u64) {
         self.state.lock().writes = Countdown::After(n);
+    }
+
+    /// The next `n` writes succeed; every later one fails with `errno`
+    /// until [`heal`](Self::heal) (which makes later failures EIO again).
+    pub fn fail_writes_with(&self, errno: i32, n: u64) {
+        let mut s = self.state.lock();
+        s.writes = Countdown::After(n);
+        s.write_errno = errno;
+    }
+
+    /// Makes [`BlockMedia::host_free_bytes`] answer `bytes`.
+    pub fn set_host_free(&self, bytes: Option<u64>) {
+        self.state.lock().host_free = Some(bytes);
     }
 
     /// The next `n` reads succeed; every later one fails with EIO until
@@ -142,6 +164,7 @@ impl<B: BlockMedia> FaultBlock<B> {
         s.reads = Countdown::Off;
         s.writes = Countdown::Off;
         s.syncs = Countdown::Off;
+        s.write_errno = 0;
     }
 
     /// True while some kind of operation is failing (its countdown ran out).
@@ -203,7 +226,10 @@ impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
             let mut s = self.state.lock();
             if s.writes.tick() {
                 s.injected.writes += 1;
-                return Err(eio());
+                return Err(match s.write_errno {
+                    0 => eio(),
+                    e => io::Error::from_raw_os_error(e),
+                });
             }
         }
         self.inner.write_blocks(block, data)
@@ -222,6 +248,11 @@ impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
     }
 
     crate::forward_block_extras!(|self| self.inner);
+
+    fn host_free_bytes(&self) -> Option<u64> {
+        let set = self.state.lock().host_free;
+        set.unwrap_or_else(|| self.inner.host_free_bytes())
+    }
 
     fn describe(&self) -> String {
         format!("{} (fault-injecting)", self.inner.describe())

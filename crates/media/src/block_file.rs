@@ -344,6 +344,25 @@ impl BlockMedia for BlockFile {
         Ok(())
     }
 
+    /// A regular file's file system's available bytes (`fstatvfs`); `None`
+    /// for a block device, or when the call fails.
+    fn host_free_bytes(&self) -> Option<u64> {
+        if self.block_device {
+            return None;
+        }
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // Safety: `fstatvfs` writes a `statvfs` through the pointer, which
+        // points at `st`, alive and large enough for the call; it is read
+        // only when the call succeeded.
+        let r = unsafe { libc::fstatvfs(self.file.as_raw_fd(), st.as_mut_ptr()) };
+        if r != 0 {
+            return None;
+        }
+        // Safety: the call succeeded, so it initialised `st`.
+        let st = unsafe { st.assume_init() };
+        Some(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+
     /// A block device gets `BLKDISCARD` (the device's TRIM/UNMAP; a loop
     /// device punches a hole in its backing file); a regular file gets a
     /// hole punched (`FALLOC_FL_PUNCH_HOLE`), which gives its space back

@@ -126,6 +126,10 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
 
     crate::forward_block_extras!(|self| self.inner);
 
+    fn host_free_bytes(&self) -> Option<u64> {
+        self.inner.host_free_bytes()
+    }
+
     fn describe(&self) -> String {
         self.inner.describe()
     }

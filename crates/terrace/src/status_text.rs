@@ -138,6 +138,16 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             device_errors_line(st.device_errors, st.device_full_errors)
         ));
     }
+    for t in &st.tiers {
+        if let Some(f) = t.device_full {
+            line(format!(
+                "  FULL DEVICE   tier {} ({}): its device, or the file system holding {}, \
+                 has been full for {} s: its free space does not count as room for new data; \
+                 writes to it are tried again in {} s, or as soon as that file system has room",
+                t.id, t.kind, t.path, f.full_for_secs, f.next_try_in_secs
+            ));
+        }
+    }
     if st.background_panics > 0 {
         line(format!(
             "  BUG           {} background pass{} (write-back, migration) panicked since mount; \

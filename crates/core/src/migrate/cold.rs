@@ -107,9 +107,9 @@ impl Fs {
     /// freed on any tier: background jobs that found nothing to do look again
     /// at once when it moved ([`IdleBackoff`](crate::worker::IdleBackoff)).
     pub(crate) fn room_key(&self) -> u64 {
-        self.tiers.iter().fold(self.alloc.free(), |k, t| {
-            k.wrapping_add(t.space.free_blocks())
-        })
+        self.tiers
+            .iter()
+            .fold(self.alloc.free(), |k, t| k.wrapping_add(t.room_blocks()))
     }
 
     /// Bytes of data tier `id` takes before its use (as [`Fs::tier_use`]

@@ -240,7 +240,10 @@ impl Fs {
             }
             // Recycling (a move within the tier) may use the tier's reserve:
             // it frees the extent it empties.
-            let runs = if mode == Mode::Move && from == to {
+            let runs = if t.refuses_allocation() {
+                // Its device is full (`device_full.rs`).
+                None
+            } else if mode == Mode::Move && from == to {
                 t.space.alloc_recycling(total)
             } else {
                 t.space.alloc(total)

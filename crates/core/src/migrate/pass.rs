@@ -392,7 +392,11 @@ impl Fs {
                 *w = Stall::default();
                 logged.then(|| format!("migration from tier {from} moves data again"))
             } else {
+                let to_full = self.tier(to).is_ok_and(|t| t.full.is_full());
                 w.why = match failure {
+                    Some(_) if to_full => format!(
+                        "moves from tier {from} to tier {to} wait: tier {to}'s device, or the file system holding its image, is full"
+                    ),
                     Some(e) => format!("moves from tier {from} to tier {to} fail: {e}"),
                     None => format!(
                         "nothing on tier {from} can move to tier {to} (data pinned there by rules, only in the DRAM cache, or being moved by `terrace migrate`)"

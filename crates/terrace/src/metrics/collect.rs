@@ -191,6 +191,11 @@ impl Sample {
             "1 when the tier is in use by this mount (a block tier needs its device).",
             &rows(&|t| Some(bool_gauge(t.active))),
         )?;
+        f.gauges(
+            "terrace_tier_device_full",
+            "1 while a block tier's device (or the file system holding its image) is full: its free space is no room for new data.",
+            &rows(&|t| (t.id != 0).then(|| bool_gauge(t.device_full.is_some()))),
+        )?;
         f.counters(
             "terrace_tier_read_requests",
             "Read requests each tier served since mount (PM: data loads by the file system).",

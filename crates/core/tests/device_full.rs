@@ -1,0 +1,236 @@
+//! A block tier whose device says "full" (ENOSPC on writes to blocks the
+//! pool allocated: a thin device, or a sparse image on a file system that
+//! filled up) while the pool's own accounting still has room
+//! (`device_full.rs`, design.md §5s).
+
+mod common;
+use common::*;
+use std::time::Duration;
+use terrace_core::Fs;
+use terrace_media::{BlockMedia, FaultBlock, MemBlock, MemMedia};
+
+const SSD: u64 = 96 << 20;
+const MIB: u64 = 1 << 20;
+
+/// Fills PM (so write-back has nowhere to go but the SSD) with the SSD
+/// healthy, then goes back to block-first placement.
+fn fill_pm(fs: &Fs) {
+    fs.set_setting("placement_policy", "pm-only").unwrap();
+    let filler = file(fs, 1, "filler");
+    let mut off = 0;
+    while fs.status().placement_overflows == 0 {
+        fs.write(filler, off, &[7u8; 65536]).unwrap();
+        off += 65536;
+    }
+    fs.fsync(filler, false).unwrap();
+    block_first(fs);
+}
+
+fn free_bytes(fs: &Fs) -> u64 {
+    fs.statfs().bavail * 4096
+}
+
+#[test]
+fn a_full_device_is_tried_once_per_wait_refuses_new_writes_and_comes_back_when_it_has_room() {
+    let (pm, ssd, fs) = tiered_pool_on(
+        MemMedia::new(4 << 20),
+        FaultBlock::new(MemBlock::new(SSD)),
+        64,
+    );
+    fill_pm(&fs);
+    assert!(free_bytes(&fs) > 64 * MIB, "{}", free_bytes(&fs));
+    // Every write-back pass below writes back what is dirty.
+    fs.set_setting("writeback_age_ns", "1ms").unwrap();
+
+    let b = file(&fs, 1, "b");
+    // The file system under the image fills up.
+    ssd.set_host_free(Some(0));
+    ssd.fail_writes_with(libc::ENOSPC, 0);
+    let a = file(&fs, 1, "a");
+    let data = pattern(1, MIB as usize);
+    fs.write(a, 0, &data)
+        .expect("accepted: the pool does not know yet");
+    let e = fs.fsync(a, false).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    let tried = ssd.injected().writes;
+    assert!(tried > 0);
+
+    // Known full: its room is gone from statfs, new data is refused at
+    // write() (creates too: the accepted page has no block), and `status`
+    // says so.
+    let st = fs.status();
+    let full = st.tiers[1]
+        .device_full
+        .expect("status shows the full device");
+    assert!(full.next_try_in_secs <= 1, "{full:?}");
+    assert!(
+        free_bytes(&fs) < 2 * MIB,
+        "df still counts the full device: {} bytes free",
+        free_bytes(&fs)
+    );
+    let e = fs.write(b, 0, &pattern(2, MIB as usize)).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC),
+        "a write the pool cannot keep was accepted"
+    );
+    let e = fs
+        .mknod(1, b"c", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+
+    // No loop of tries: a hundred write-back passes and fsyncs within the
+    // wait send the device nothing.
+    for _ in 0..100 {
+        fs.writeback_pass();
+    }
+    for _ in 0..5 {
+        assert!(fs.fsync(a, false).is_err());
+    }
+    assert_eq!(
+        ssd.injected().writes,
+        tried,
+        "the full device was tried within its wait"
+    );
+
+    // After the wait, one try; it fails, and the next wait is longer.
+    std::thread::sleep(Duration::from_millis(1100));
+    fs.writeback_pass();
+    let tried_again = ssd.injected().writes;
+    assert!(tried_again > tried, "no try after the wait");
+    for _ in 0..100 {
+        fs.writeback_pass();
+    }
+    assert_eq!(ssd.injected().writes, tried_again);
+    assert!(fs.status().tiers[1].device_full.unwrap().next_try_in_secs >= 1);
+
+    // Unmount cannot persist the accepted page: it says so soon (not after
+    // a minute of waiting for migration) and the pool stays usable.
+    let t0 = std::time::Instant::now();
+    let e = fs.unmount().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(fs.read(a, 0, MIB as usize).unwrap() == data);
+
+    // Space is freed on the image's file system: the next write-back pass
+    // sees it, the episode ends without waiting, the page is written back,
+    // and the pool has its room again.
+    ssd.heal();
+    ssd.set_host_free(Some(64 * MIB));
+    fs.writeback_pass();
+    assert!(fs.status().tiers[1].device_full.is_none());
+    assert_eq!(fs.status().cache.dirty_bytes, 0);
+    fs.fsync(a, false).expect("fsync once the device has room");
+    assert!(free_bytes(&fs) > 64 * MIB);
+    fs.write(b, 0, &pattern(2, MIB as usize)).unwrap();
+    fs.fsync(b, false).unwrap();
+    assert!(fs.read(a, 0, MIB as usize).unwrap() == data);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(
+        &*pm,
+        Some(ssd.clone()),
+        Fsck::Data,
+        "after the device had room again",
+    );
+    let fs = mount_tiered(pm, ssd);
+    assert!(fs.read(a, 0, MIB as usize).unwrap() == data);
+    assert!(fs.read(b, 0, MIB as usize).unwrap() == pattern(2, MIB as usize));
+}
+
+#[test]
+fn writes_that_fit_on_pm_go_on_while_the_device_is_full() {
+    let (_pm, ssd, fs) = tiered_pool_on(
+        MemMedia::new(16 << 20),
+        FaultBlock::new(MemBlock::new(SSD)),
+        64,
+    );
+    block_first(&fs);
+    ssd.fail_writes_with(libc::ENOSPC, 0);
+    let a = file(&fs, 1, "a");
+    fs.write(a, 0, &pattern(1, MIB as usize)).unwrap();
+    // Write-back fails on the SSD and lands on PM instead.
+    fs.fsync(a, false).unwrap();
+    assert!(fs.status().tiers[1].device_full.is_some());
+    // Small files still fit on PM; the pool says how much room that is.
+    let room = free_bytes(&fs);
+    assert!(room > 4 * MIB && room < 16 * MIB, "{room}");
+    for i in 0..4 {
+        let f = file(&fs, 1, &format!("s{i}"));
+        fs.write(f, 0, &pattern(10 + i, 256 << 10)).unwrap();
+        fs.fsync(f, false).unwrap();
+    }
+    assert!(fs.read(a, 0, MIB as usize).unwrap() == pattern(1, MIB as usize));
+}
+
+#[test]
+fn a_full_device_without_a_host_file_system_is_probed_after_its_wait() {
+    let (_pm, ssd, fs) = tiered_pool_on(
+        MemMedia::new(4 << 20),
+        FaultBlock::new(MemBlock::new(SSD)),
+        64,
+    );
+    fill_pm(&fs);
+    let b = file(&fs, 1, "b");
+    // A thin-provisioned device: no host file system to ask.
+    ssd.fail_writes_with(libc::ENOSPC, 0);
+    let a = file(&fs, 1, "a");
+    fs.write(a, 0, &pattern(1, MIB as usize)).unwrap();
+    assert!(fs.fsync(a, false).is_err());
+    // The application gives up on that file: nothing is dirty, and the
+    // pool refuses every new write, so no write could find the room.
+    fs.unlink(1, b"a").unwrap();
+    assert_eq!(fs.status().cache.dirty_bytes, 0);
+    assert!(fs.write(b, 0, &pattern(2, MIB as usize)).is_err());
+    ssd.heal();
+    let before = ssd.inner().stats().write_requests;
+    fs.writeback_pass();
+    assert!(
+        fs.status().tiers[1].device_full.is_some(),
+        "probed within the wait"
+    );
+    assert_eq!(ssd.inner().stats().write_requests, before);
+    std::thread::sleep(Duration::from_millis(1100));
+    // The write-back thread probes it with one block once the wait is over.
+    fs.writeback_pass();
+    assert_eq!(ssd.inner().stats().write_requests, before + 1);
+    assert!(fs.status().tiers[1].device_full.is_none());
+    fs.write(b, 0, &pattern(2, MIB as usize)).unwrap();
+    fs.fsync(b, false).unwrap();
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn a_write_back_that_finds_the_ssd_full_lands_on_the_hdd_and_fsync_succeeds() {
+    use terrace_format::TierKind;
+    let pm = std::sync::Arc::new(MemMedia::new(4 << 20));
+    let ssd = std::sync::Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
+    let hdd = std::sync::Arc::new(MemBlock::new(64 << 20));
+    mkfs_tiers(
+        &*pm,
+        &[(TierKind::Ssd, 64 << 20), (TierKind::Hdd, 64 << 20)],
+        64,
+    );
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap();
+    fill_pm(&fs);
+    ssd.set_host_free(Some(0));
+    ssd.fail_writes_with(libc::ENOSPC, 0);
+    let a = file(&fs, 1, "a");
+    fs.write(a, 0, &pattern(1, MIB as usize)).unwrap();
+    fs.fsync(a, false)
+        .expect("the HDD had room: the fsync must not fail for the SSD's device");
+    assert_eq!(tier_bytes(&fs, a, "hdd"), MIB);
+    assert!(fs.status().tiers[1].device_full.is_some());
+    // The pool's room is now the HDD's: writes go on there.
+    assert!(free_bytes(&fs) > 32 * MIB, "{}", free_bytes(&fs));
+    let b = file(&fs, 1, "b");
+    fs.write(b, 0, &pattern(2, 8 * MIB as usize)).unwrap();
+    fs.fsync(b, false).unwrap();
+    assert_eq!(tier_bytes(&fs, b, "hdd"), 8 * MIB);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, hdd)]).unwrap();
+    assert!(fs.read(a, 0, MIB as usize).unwrap() == pattern(1, MIB as usize));
+    assert!(fs.read(b, 0, 8 * MIB as usize).unwrap() == pattern(2, 8 * MIB as usize));
+}
