@@ -234,3 +234,49 @@ fn a_write_back_that_finds_the_ssd_full_lands_on_the_hdd_and_fsync_succeeds() {
     assert!(fs.read(a, 0, MIB as usize).unwrap() == pattern(1, MIB as usize));
     assert!(fs.read(b, 0, 8 * MIB as usize).unwrap() == pattern(2, 8 * MIB as usize));
 }
+
+#[test]
+fn migration_passes_over_a_full_ssd_to_the_hdd_so_pm_keeps_draining() {
+    use terrace_format::TierKind;
+    let pm = std::sync::Arc::new(MemMedia::new(8 << 20));
+    let ssd = std::sync::Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
+    let hdd = std::sync::Arc::new(MemBlock::new(64 << 20));
+    mkfs_tiers(
+        &*pm,
+        &[(TierKind::Ssd, 64 << 20), (TierKind::Hdd, 64 << 20)],
+        64,
+    );
+    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap();
+    fs.set_setting("placement_policy", "pm-only").unwrap();
+    fs.set_setting("migration_age_ns", "0").unwrap();
+    let files: Vec<(u64, Vec<u8>)> = (0..5)
+        .map(|i| {
+            let f = file(&fs, 1, &format!("f{i}"));
+            let data = pattern(i, MIB as usize);
+            fs.write(f, 0, &data).unwrap();
+            fs.fsync(f, false).unwrap();
+            (f, data)
+        })
+        .collect();
+    let pm_before = fs.status().tiers[0].used;
+    ssd.set_host_free(Some(0));
+    ssd.fail_writes_with(libc::ENOSPC, 0);
+    // The first drain meets the full SSD; the next ones go to the HDD.
+    // (A drain that moved nothing makes the next one wait 200 ms.)
+    for _ in 0..4 {
+        fs.migration_pass();
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let st = fs.status();
+    assert!(st.tiers[1].device_full.is_some());
+    assert!(
+        st.tiers[2].used > 0,
+        "nothing drained to the HDD: {:?}",
+        st.migration
+    );
+    assert!(st.tiers[0].used < pm_before, "PM did not drain");
+    for (f, data) in &files {
+        assert!(fs.read(*f, 0, MIB as usize).unwrap() == *data);
+    }
+    fs.check_allocator().unwrap();
+}

@@ -108,11 +108,18 @@ impl Fs {
                     pm_used: used,
                     pm_capacity: cap,
                 };
-                let mode = if from.is_pm() && policy.keep_clean_copy(&obs) {
+                // A next tier whose device is full (`device_full.rs`) is
+                // passed over for the first one below it that takes writes:
+                // PM keeps draining (its room is for the writes that wait
+                // on it). Data moves there plainly: clean copies are kept
+                // on the next tier only.
+                let below = self.drain_target(from, to);
+                let mode = if from.is_pm() && below == to && policy.keep_clean_copy(&obs) {
                     Mode::Copy
                 } else {
                     Mode::Move
                 };
+                let to = below;
                 *self.migrator.last_reason.lock() = format!(
                     "tier {from} at {}% of capacity, threshold {threshold}%{}{}",
                     counted * 100 / cap.max(1),
@@ -153,6 +160,27 @@ impl Fs {
         }
         self.clean_pass();
         moved
+    }
+
+    /// Where a drain of `from` writes: its next tier `next`, unless that
+    /// tier's device is full and a tier further down takes writes (the
+    /// first such; `device_full.rs`).
+    fn drain_target(&self, from: TierId, next: TierId) -> TierId {
+        let full = |id: TierId| self.tier(id).is_ok_and(|t| t.full.is_full());
+        if !full(next) {
+            return next;
+        }
+        self.tiers
+            .iter()
+            .skip_while(|t| t.id != next)
+            .skip(1)
+            .find(|t| {
+                !t.full.is_full()
+                    && t.id != from
+                    && t.kind != terrace_format::TierKind::S3
+                    && !self.retiring(t.id)
+            })
+            .map_or(next, |t| t.id)
     }
 
     /// Whether PM's split scan and drain wait this pass: its last drain
