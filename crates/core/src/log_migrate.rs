@@ -196,9 +196,19 @@ impl Fs {
             LogMigrationNeed::None => return 0,
             LogMigrationNeed::Cold { blocks } | LogMigrationNeed::Any { blocks } => blocks,
         };
-        let Some(to) = self.tiers.first().map(|t| t.id) else {
+        // The first block tier, or the first below it that takes writes
+        // while its device is full (`device_full.rs`).
+        let Some(first) = self.tiers.first() else {
             return 0;
         };
+        let to = self
+            .tiers
+            .iter()
+            .find(|t| {
+                !t.full.is_full() && t.kind != terrace_format::TierKind::S3 && !self.retiring(t.id)
+            })
+            .unwrap_or(first)
+            .id;
         // Even when PM is short of room, a file changed within the last
         // second is left alone: a directory that a burst of creates keeps
         // changing would otherwise move and come back (its whole state

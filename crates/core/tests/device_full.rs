@@ -280,3 +280,49 @@ fn migration_passes_over_a_full_ssd_to_the_hdd_so_pm_keeps_draining() {
     }
     fs.check_allocator().unwrap();
 }
+
+/// The burst of `log_migration.rs` (small files whose logs do not fit PM)
+/// on a pool whose SSD's device is full from the start: the logs move to
+/// the HDD instead, nothing fails, and everything reads back.
+#[test]
+fn logs_move_to_the_hdd_while_the_ssd_device_is_full() {
+    use terrace_format::TierKind;
+    let pm = std::sync::Arc::new(MemMedia::new(8 << 20));
+    let ssd = std::sync::Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
+    let hdd = std::sync::Arc::new(MemBlock::new(256 << 20));
+    mkfs_tiers(
+        &*pm,
+        &[(TierKind::Ssd, 64 << 20), (TierKind::Hdd, 256 << 20)],
+        30_000,
+    );
+    ssd.set_host_free(Some(0));
+    ssd.fail_writes_with(libc::ENOSPC, 0);
+    let fs = std::sync::Arc::new(
+        Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap(),
+    );
+    fs.set_setting("dram_cache_bytes", "16M").unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    let dirs = mkdirs(&fs, 8);
+    let mut files = Vec::new();
+    for i in 0..24_000u32 {
+        let ino = file(&fs, dirs[i as usize % dirs.len()], &format!("file-{i}"));
+        let data = pattern(u64::from(i), 64 + i as usize % 200);
+        fs.write(ino, 0, &data)
+            .unwrap_or_else(|e| panic!("write {i}: {e}"));
+        files.push((ino, data));
+    }
+    let st = fs.log_migration_status();
+    assert!(st.moved > 0 && st.logs_on_tiers > 0, "{st:?}");
+    let on_hdd = files
+        .iter()
+        .filter(|(ino, _)| fs.log_place(*ino).unwrap().is_some_and(|p| p.0 == 2))
+        .count();
+    assert!(on_hdd > 0, "no log on the HDD");
+    assert!(fs.status().tiers[1].device_full.is_some());
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, hdd)]).unwrap();
+    fs.check_allocator().unwrap();
+    assert_files(&fs, &files, "after the burst");
+}
