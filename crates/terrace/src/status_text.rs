@@ -140,11 +140,15 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
     }
     for t in &st.tiers {
         if let Some(f) = t.device_full {
+            let next = match f.next_try_in_secs {
+                0 => "with the next write that needs it".to_string(),
+                n => format!("in {n} s"),
+            };
             line(format!(
                 "  FULL DEVICE   tier {} ({}): its device, or the file system holding {}, \
                  has been full for {} s: its free space does not count as room for new data; \
-                 writes to it are tried again in {} s, or as soon as that file system has room",
-                t.id, t.kind, t.path, f.full_for_secs, f.next_try_in_secs
+                 writes to it are tried again {next}, or as soon as that file system has room",
+                t.id, t.kind, t.path, f.full_for_secs
             ));
         }
     }
