@@ -5,8 +5,10 @@
 
 mod common;
 use common::*;
+use std::sync::Arc;
 use std::time::Duration;
 use terrace_core::Fs;
+use terrace_format::TierKind;
 use terrace_media::{BlockMedia, FaultBlock, MemBlock, MemMedia};
 
 const SSD: u64 = 96 << 20;
@@ -28,6 +30,27 @@ fn fill_pm(fs: &Fs) {
 
 fn free_bytes(fs: &Fs) -> u64 {
     fs.statfs().bavail * 4096
+}
+
+/// A pool of PM (`pm_bytes`), an SSD whose faults the test injects (64 MiB)
+/// and an HDD (`hdd_bytes`), formatted and mounted: (PM, SSD, HDD, Fs).
+type ThreeTiers = (Arc<MemMedia>, Arc<FaultBlock<MemBlock>>, Arc<MemBlock>, Fs);
+
+fn three_tiers(pm_bytes: u64, hdd_bytes: u64, inodes: u64) -> ThreeTiers {
+    let pm = Arc::new(MemMedia::new(pm_bytes));
+    let ssd = Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
+    let hdd = Arc::new(MemBlock::new(hdd_bytes));
+    mkfs_tiers(
+        &*pm,
+        &[(TierKind::Ssd, 64 << 20), (TierKind::Hdd, hdd_bytes)],
+        inodes,
+    );
+    let fs = remount_three(&pm, &ssd, &hdd);
+    (pm, ssd, hdd, fs)
+}
+
+fn remount_three(pm: &Arc<MemMedia>, ssd: &Arc<FaultBlock<MemBlock>>, hdd: &Arc<MemBlock>) -> Fs {
+    Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap()
 }
 
 #[test]
@@ -203,16 +226,7 @@ fn a_full_device_without_a_host_file_system_is_probed_after_its_wait() {
 
 #[test]
 fn a_write_back_that_finds_the_ssd_full_lands_on_the_hdd_and_fsync_succeeds() {
-    use terrace_format::TierKind;
-    let pm = std::sync::Arc::new(MemMedia::new(4 << 20));
-    let ssd = std::sync::Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
-    let hdd = std::sync::Arc::new(MemBlock::new(64 << 20));
-    mkfs_tiers(
-        &*pm,
-        &[(TierKind::Ssd, 64 << 20), (TierKind::Hdd, 64 << 20)],
-        64,
-    );
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap();
+    let (pm, ssd, hdd, fs) = three_tiers(4 << 20, 64 << 20, 64);
     fill_pm(&fs);
     ssd.set_host_free(Some(0));
     ssd.fail_writes_with(libc::ENOSPC, 0);
@@ -230,23 +244,14 @@ fn a_write_back_that_finds_the_ssd_full_lands_on_the_hdd_and_fsync_succeeds() {
     assert_eq!(tier_bytes(&fs, b, "hdd"), 8 * MIB);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, hdd)]).unwrap();
+    let fs = remount_three(&pm, &ssd, &hdd);
     assert!(fs.read(a, 0, MIB as usize).unwrap() == pattern(1, MIB as usize));
     assert!(fs.read(b, 0, 8 * MIB as usize).unwrap() == pattern(2, 8 * MIB as usize));
 }
 
 #[test]
 fn migration_passes_over_a_full_ssd_to_the_hdd_so_pm_keeps_draining() {
-    use terrace_format::TierKind;
-    let pm = std::sync::Arc::new(MemMedia::new(8 << 20));
-    let ssd = std::sync::Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
-    let hdd = std::sync::Arc::new(MemBlock::new(64 << 20));
-    mkfs_tiers(
-        &*pm,
-        &[(TierKind::Ssd, 64 << 20), (TierKind::Hdd, 64 << 20)],
-        64,
-    );
-    let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap();
+    let (_pm, ssd, _hdd, fs) = three_tiers(8 << 20, 64 << 20, 64);
     fs.set_setting("placement_policy", "pm-only").unwrap();
     fs.set_setting("migration_age_ns", "0").unwrap();
     let files: Vec<(u64, Vec<u8>)> = (0..5)
@@ -286,32 +291,12 @@ fn migration_passes_over_a_full_ssd_to_the_hdd_so_pm_keeps_draining() {
 /// the HDD instead, nothing fails, and everything reads back.
 #[test]
 fn logs_move_to_the_hdd_while_the_ssd_device_is_full() {
-    use terrace_format::TierKind;
-    let pm = std::sync::Arc::new(MemMedia::new(8 << 20));
-    let ssd = std::sync::Arc::new(FaultBlock::new(MemBlock::new(64 << 20)));
-    let hdd = std::sync::Arc::new(MemBlock::new(256 << 20));
-    mkfs_tiers(
-        &*pm,
-        &[(TierKind::Ssd, 64 << 20), (TierKind::Hdd, 256 << 20)],
-        30_000,
-    );
+    let (pm, ssd, hdd, fs) = three_tiers(8 << 20, 256 << 20, 30_000);
+    // Full from the start: the first write-back marks it.
     ssd.set_host_free(Some(0));
     ssd.fail_writes_with(libc::ENOSPC, 0);
-    let fs = std::sync::Arc::new(
-        Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap(),
-    );
-    fs.set_setting("dram_cache_bytes", "16M").unwrap();
-    fs.start_writeback();
-    fs.start_migration();
-    let dirs = mkdirs(&fs, 8);
-    let mut files = Vec::new();
-    for i in 0..24_000u32 {
-        let ino = file(&fs, dirs[i as usize % dirs.len()], &format!("file-{i}"));
-        let data = pattern(u64::from(i), 64 + i as usize % 200);
-        fs.write(ino, 0, &data)
-            .unwrap_or_else(|e| panic!("write {i}: {e}"));
-        files.push((ino, data));
-    }
+    let fs = Arc::new(fs);
+    let files = small_files_burst(&fs, 24_000);
     let st = fs.log_migration_status();
     assert!(st.moved > 0 && st.logs_on_tiers > 0, "{st:?}");
     let on_hdd = files
@@ -322,7 +307,7 @@ fn logs_move_to_the_hdd_while_the_ssd_device_is_full() {
     assert!(fs.status().tiers[1].device_full.is_some());
     fs.unmount().unwrap();
     drop(fs);
-    let fs = Fs::mount_with_tiers(pm, vec![(1, ssd), (2, hdd)]).unwrap();
+    let fs = remount_three(&pm, &ssd, &hdd);
     fs.check_allocator().unwrap();
     assert_files(&fs, &files, "after the burst");
 }

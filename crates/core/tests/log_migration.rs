@@ -317,19 +317,8 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
 fn a_burst_of_small_files_larger_than_pm_moves_their_logs_instead_of_failing() {
     let (pm, ssd, fs) = tiered_pool(8 << 20, 256 << 20, 30_000);
     let fs = Arc::new(fs);
-    fs.set_setting("dram_cache_bytes", "16M").unwrap();
-    fs.start_writeback();
-    fs.start_migration();
-    let dirs = mkdirs(&fs, 8);
     let n = 24_000u32;
-    let mut files = Vec::new();
-    for i in 0..n {
-        let ino = file(&fs, dirs[i as usize % dirs.len()], &format!("file-{i}"));
-        let data = pattern(u64::from(i), 64 + i as usize % 200);
-        fs.write(ino, 0, &data)
-            .unwrap_or_else(|e| panic!("write {i}: {e}"));
-        files.push((ino, data));
-    }
+    let files = small_files_burst(&fs, n);
     let st = fs.log_migration_status();
     let pool = fs.superblock().pool_blocks * 4096;
     // 24,000 logs of at least 256 bytes each do not fit this PM's pool.

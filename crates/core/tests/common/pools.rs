@@ -195,3 +195,22 @@ pub fn tier_record(id: u8, kind: TierKind, size: u64) -> TierRecord {
         path: kind.name().into(),
     }
 }
+
+/// Starts write-back and migration (with a 16 MiB DRAM cache) and creates
+/// `n` small files (64–263 bytes) in 8 directories, one write each: a
+/// burst whose logs outgrow a small PM. Returns the files with their data.
+pub fn small_files_burst(fs: &Arc<Fs>, n: u32) -> Vec<(u64, Vec<u8>)> {
+    fs.set_setting("dram_cache_bytes", "16M").unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    let dirs = mkdirs(fs, 8);
+    (0..n)
+        .map(|i| {
+            let ino = file(fs, dirs[i as usize % dirs.len()], &format!("file-{i}"));
+            let data = super::pattern(u64::from(i), 64 + i as usize % 200);
+            fs.write(ino, 0, &data)
+                .unwrap_or_else(|e| panic!("write {i}: {e}"));
+            (ino, data)
+        })
+        .collect()
+}
