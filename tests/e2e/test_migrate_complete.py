@@ -77,3 +77,45 @@ def test_migrate_up_of_a_file_larger_than_pm_moves_none_of_it_and_says_why():
             assert "past its migration threshold" in cp.stderr, cp.stderr
             assert "terrace rule PATH pm" in cp.stderr, cp.stderr
             assert sha256_file(big) == big_sum
+
+
+def test_migrate_defragment_rewrites_a_scattered_file_in_order_and_keeps_its_contents():
+    """`terrace migrate --defragment`: a file overwritten at random offsets
+    and migrated lies scattered over the SSD (block tiers never overwrite in
+    place); the command rewrites it in file order, says how many runs it
+    was in before and after, and changes no byte. A second run finds
+    nothing to do; pm is refused with the reason (design.md §5d)."""
+    import random
+    with temp_pool_path() as pool, temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:1G")
+        with mounted_pool(pool, mnt):
+            f = mnt / "db"
+            write_1m_writes(f, 64, 7)
+            terrace("migrate", "-q", mnt, f)
+            rng = random.Random(7)
+            fd = os.open(f, os.O_WRONLY)
+            try:
+                for k in range(3000):
+                    os.pwrite(fd, rng.randbytes(4096), rng.randrange(64 * 256) * 4096)
+                    if k % 500 == 0:
+                        os.fsync(fd)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            terrace("migrate", "-q", mnt, f)
+            digest = sha256_file(f)
+            out = terrace("migrate", "--defragment", mnt, f).stdout
+            line = [ln for ln in out.splitlines() if "defragmented" in ln]
+            assert line and "defragmented 1 of 1 files on ssd" in line[0], out
+            words = line[0].split()
+            before = int(words[words.index("runs") - 1])
+            after = int(words[words.index("after") - 1])
+            assert before > 1000 and after * 20 < before, line[0]
+            assert sha256_file(f) == digest
+            again = terrace("migrate", "--defragment", mnt, f).stdout
+            assert "defragmented 0 of 1 files" in again, again
+            cp = terrace("migrate", "--defragment", "--to", "pm", mnt, f, check=False)
+            assert "--defragment is for ssd and hdd tiers" in assert_clean_error(cp)
+        assert terrace("fsck", pool, "--data", check=False).returncode == 0
+        with mounted_pool(pool, mnt):
+            assert sha256_file(mnt / "db") == digest

@@ -235,6 +235,17 @@ up to pm stays there only while pm is below its migration threshold:
 past it, background migration moves the coldest data down again, and the
 command says so; `terrace rule PATH pm` keeps a file on pm.
 
+--defragment then rewrites, in file order, the data each file has on the
+target tier where it is fragmented (in runs of less than 256 KiB on average).
+Block tiers never overwrite in place, so a file rewritten at random offsets
+and migrated piece by piece lies scattered over the tier, and reading it
+sequentially is random on the device; after --defragment it lies in
+consecutive runs of at least an extent. It costs one more write of that data
+to the tier (its old blocks become dead space that extent recycling
+reclaims), needs room there for a second copy of it (a file without is left
+as it was and named on stderr), and is crash-safe like any move. Not for pm
+or s3 tiers.
+
 Progress: on a terminal, a bar on stderr counts the bytes that actually move
 (the data of the files not yet on the target tier; files already there are
 skipped) and ends at 100 %. Without a terminal there is no bar. At the end one
@@ -249,7 +260,8 @@ included), 1 some file failed or the daemon stopped, 2 bad command line.
 Examples:
   terrace migrate /mnt/terrace                      # everything down to ssd
   terrace migrate /mnt/terrace /mnt/terrace/archive # one directory
-  terrace migrate --to pm /mnt/terrace /mnt/terrace/db/index";
+  terrace migrate --to pm /mnt/terrace /mnt/terrace/db/index
+  terrace migrate --defragment /mnt/terrace /mnt/terrace/db   # and rewrite scattered data in order";
 
 #[derive(Args, Debug)]
 #[command(after_help = MIGRATE_AFTER)]
@@ -264,6 +276,10 @@ pub(crate) struct MigrateArgs {
     /// No progress bar and no summary line (errors are still printed).
     #[arg(short, long)]
     pub(crate) quiet: bool,
+    /// Then rewrite each file's fragmented data on the target tier in file
+    /// order (block tiers only; see below).
+    #[arg(long)]
+    pub(crate) defragment: bool,
 }
 
 const SET_AFTER: &str = "\

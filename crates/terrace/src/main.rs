@@ -54,7 +54,15 @@ fn run(cli: Cli) -> CliResult {
         Cmd::Fsck(a) => fsck_cmd::fsck(&a.pool, a.repair, a.data, a.json, a.quiet),
         Cmd::Where(a) => where_cmd::run(&a.path, a.all, a.json),
         Cmd::Set(a) => admin::set(&a.mountpoint, a.key.as_deref(), a.value.as_deref()),
-        Cmd::Migrate(a) => migrate_cmd::run(&a.mountpoint, a.to.as_deref(), &a.paths, a.quiet),
+        Cmd::Migrate(a) => migrate_cmd::run(
+            &a.mountpoint,
+            a.to.as_deref(),
+            &a.paths,
+            migrate_cmd::Options {
+                quiet: a.quiet,
+                defragment: a.defragment,
+            },
+        ),
         Cmd::Rule(a) => rule_cmd::run(
             std::slice::from_ref(&a.path),
             a.tier.as_deref(),

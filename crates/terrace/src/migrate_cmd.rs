@@ -12,7 +12,9 @@
 //! bytes each request really moved. If the daemon dies or stops answering,
 //! the command stops with one error.
 
-use crate::control::protocol::{ExtentRow, GetExtents, GetStatus, MigrateFiles, Refusal};
+use crate::control::protocol::{
+    DefragmentFiles, ExtentRow, GetExtents, GetStatus, MigrateFiles, Refusal,
+};
 use crate::control::{self, ControlError};
 use crate::util::{self, CliError, CliResult};
 use crate::where_cmd;
@@ -171,7 +173,17 @@ fn pm_threshold_note(socket: &Path) {
 }
 
 /// `terrace migrate`.
-pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliResult {
+/// How `terrace migrate` runs besides what and where.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// No progress bar and no summary line.
+    pub quiet: bool,
+    /// Then rewrite the files' fragmented data on the target tier.
+    pub defragment: bool,
+}
+
+pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> CliResult {
+    let quiet = opts.quiet;
     let abs = util::abs_path(mnt);
     let files = util::RunFiles {
         socket: util::control_socket(&abs),
@@ -202,6 +214,12 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
         })?,
     };
     let to_id = target.id;
+    if opts.defragment && (to_id == 0 || target.kind == "s3") {
+        return Err(CliError::new(format!(
+            "--defragment is for ssd and hdd tiers: {} data is not read in device-sized runs",
+            target.kind
+        )));
+    }
     let dev = std::fs::metadata(&abs)
         .map_err(|e| CliError::at(mnt, util::os_reason(&e)))?
         .dev();
@@ -222,6 +240,11 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
     let mut all = Vec::new();
     collect(&roots, dev, &mut all)?;
     let nfiles = all.len();
+    let every_file: Vec<(PathBuf, u64)> = if opts.defragment {
+        all.iter().map(|t| (t.0.clone(), t.1)).collect()
+    } else {
+        Vec::new()
+    };
     // The bar counts what moves: each file's data not on the target tier
     // (files already there are left out); an older daemon that cannot list
     // extents leaves the file sizes as the estimate.
@@ -350,6 +373,34 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
     if to_id == 0 && moved > 0 && !quiet {
         pm_threshold_note(&files.socket);
     }
+    let mut defrag_failures = 0usize;
+    if opts.defragment {
+        let mut report = |bar: &indicatif::ProgressBar, what: String| {
+            defrag_failures += 1;
+            if defrag_failures <= FAILURES_NAMED {
+                bar.suspend(|| eprintln!("terrace: {what}"));
+            }
+        };
+        let d = defragment(&files.socket, &every_file, to_id, quiet, &mut report).map_err(|e| {
+            let why = match e {
+                ControlError::NoDaemon => "the daemon is gone".to_string(),
+                ControlError::Failed(m) | ControlError::Refused(Refusal { error: m, .. }) => m,
+            };
+            CliError::at(mnt, format!("defragmenting stopped: {why}"))
+        })?;
+        if !quiet {
+            util::out(&format!(
+                "terrace: defragmented {} of {} files on {} (tier {to_id}): {} rewritten, \
+                 their data in {} runs before, {} after",
+                d.files,
+                every_file.len(),
+                target.kind,
+                util::human_bytes(d.bytes),
+                d.runs_before,
+                d.runs_after
+            ));
+        }
+    }
     if pinned > FAILURES_NAMED {
         eprintln!(
             "terrace: ... and {} more files left where rules pin them",
@@ -362,10 +413,77 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], quiet: bool) -> CliR
             failures - FAILURES_NAMED
         );
     }
-    if failures > 0 {
+    if defrag_failures > FAILURES_NAMED {
+        eprintln!(
+            "terrace: ... and {} more files could not be defragmented",
+            defrag_failures - FAILURES_NAMED
+        );
+    }
+    if failures > 0 || defrag_failures > 0 {
         return Err(CliError::new(String::new()));
     }
     Ok(())
+}
+
+/// What a `--defragment` phase did, summed over the files it rewrote.
+#[derive(Debug, Default)]
+struct DefragSum {
+    files: usize,
+    bytes: u64,
+    runs_before: u64,
+    runs_after: u64,
+}
+
+/// Asks the daemon to defragment `files` on tier `tier`, in requests of at
+/// most [`REQUEST_FILES`] files, with a bar over the files on a terminal;
+/// failures go to `report`.
+fn defragment(
+    socket: &Path,
+    files: &[(PathBuf, u64)],
+    tier: u8,
+    quiet: bool,
+    report: &mut impl FnMut(&indicatif::ProgressBar, String),
+) -> Result<DefragSum, ControlError> {
+    let bar = if quiet || !std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(files.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "defragmenting [{bar:40}] {pos}/{len} files ({eta}) {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        b
+    };
+    let mut sum = DefragSum::default();
+    for chunk in files.chunks(REQUEST_FILES) {
+        let inos: Vec<u64> = chunk.iter().map(|f| f.1).collect();
+        let path_of = |ino: u64| {
+            chunk
+                .iter()
+                .find(|f| f.1 == ino)
+                .map_or_else(|| format!("inode {ino}"), |f| f.0.display().to_string())
+        };
+        let r = control::call(
+            socket,
+            DefragmentFiles { inos, tier },
+            Duration::from_secs(3600),
+        )?;
+        for f in r.files.iter().filter(|f| f.bytes > 0) {
+            sum.files += 1;
+            sum.bytes += f.bytes;
+            sum.runs_before += f.runs_before;
+            sum.runs_after += f.runs_after;
+        }
+        for f in &r.failed {
+            report(&bar, format!("{}: {}", path_of(f.ino), f.error));
+        }
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    Ok(sum)
 }
 
 #[cfg(test)]

@@ -329,13 +329,13 @@ fn size_text(bytes: u64) -> String {
 
 /// Files claimed by a `migrate` command until dropped (see
 /// `Migrator::commanded`).
-struct Commanded<'a> {
+pub(super) struct Commanded<'a> {
     fs: &'a Fs,
     inos: Vec<Ino>,
 }
 
 impl<'a> Commanded<'a> {
-    fn claim(fs: &'a Fs, inos: &[Ino]) -> Commanded<'a> {
+    pub(super) fn claim(fs: &'a Fs, inos: &[Ino]) -> Commanded<'a> {
         let mut g = fs.migrator.commanded.lock();
         for &ino in inos {
             *g.entry(ino).or_default() += 1;

@@ -39,12 +39,14 @@ pub enum Request {
     TierRemove(RemoveTier),
     /// Write back every cached write now.
     Sync(SyncPool),
+    /// Rewrite files' fragmented data on a block tier in file order.
+    Defragment(DefragmentFiles),
 }
 
 impl Request {
     /// The `cmd` of every request, in the order the daemon lists them
     /// (a test checks that it names every variant).
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "status",
         "umount",
         "settings",
@@ -55,6 +57,7 @@ impl Request {
         "tier_add",
         "tier_remove",
         "sync",
+        "defragment",
     ];
 
     /// What the request does, in words, when only root and the mounting user
@@ -68,6 +71,7 @@ impl Request {
             Request::Umount(_) => Some("unmount"),
             Request::Set(_) => Some("change settings"),
             Request::Migrate(_) => Some("migrate"),
+            Request::Defragment(_) => Some("defragment"),
             Request::Scrub(_) => Some("scrub"),
             Request::TierAdd(_) => Some("add tiers"),
             Request::TierRemove(_) => Some("remove tiers"),
@@ -79,6 +83,7 @@ impl Request {
         match self {
             Request::Set(_) => Some("settings cannot change"),
             Request::Migrate(_) => Some("data cannot migrate"),
+            Request::Defragment(_) => Some("data cannot be rewritten"),
             Request::TierAdd(_) => Some("tiers cannot be added"),
             Request::TierRemove(_) => Some("tiers cannot be removed"),
             _ => None,
@@ -126,6 +131,39 @@ pub struct MigrateFiles {
     pub inos: Vec<u64>,
     /// Target tier id.
     pub to: u8,
+}
+
+/// `defragment`: rewrite the data some regular files have on block tier
+/// `tier` in file order where it is fragmented (`terrace migrate
+/// --defragment`); failures are reported per file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefragmentFiles {
+    /// Inode numbers of the files.
+    pub inos: Vec<u64>,
+    /// The block tier's id.
+    pub tier: u8,
+}
+
+/// What a defragmentation did to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDefragmented {
+    /// Its inode number.
+    pub ino: u64,
+    /// Runs of its data on the tier before and after.
+    pub runs_before: u64,
+    /// See `runs_before`.
+    pub runs_after: u64,
+    /// Bytes rewritten (0: it was not fragmented).
+    pub bytes: u64,
+}
+
+/// The reply to [`DefragmentFiles`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefragmentReply {
+    /// The files done (rewritten or left as they were).
+    pub files: Vec<FileDefragmented>,
+    /// Files that failed, and why.
+    pub failed: Vec<FileFailure>,
 }
 
 /// `sync`: write back every write the DRAM cache holds, as `sync(1)` would
@@ -467,6 +505,7 @@ calls! {
     GetExtents => Extents, ExtentsReply;
     AddTier => TierAdd, TierAdded;
     RemoveTier => TierRemove, TierRemoved;
+    DefragmentFiles => Defragment, DefragmentReply;
 }
 
 /// The setting a name given to `terrace set` names: `policy` is short for
@@ -497,6 +536,7 @@ mod tests {
             Request::TierAdd(_) => "tier_add",
             Request::TierRemove(_) => "tier_remove",
             Request::Sync(_) => "sync",
+            Request::Defragment(_) => "defragment",
         }
     }
 
@@ -528,6 +568,11 @@ mod tests {
             .into(),
             RemoveTier { tier: None }.into(),
             SyncPool {}.into(),
+            DefragmentFiles {
+                inos: vec![3],
+                tier: 1,
+            }
+            .into(),
         ]
     }
 
@@ -547,6 +592,7 @@ mod tests {
                 r#"{"cmd":"tier_add","spec":"hdd:/d/h.img:1G","force":false}"#,
                 r#"{"cmd":"tier_remove"}"#,
                 r#"{"cmd":"sync"}"#,
+                r#"{"cmd":"defragment","inos":[3],"tier":1}"#,
             ]
         );
         for (r, line) in every_request().iter().zip(&lines) {
@@ -579,7 +625,7 @@ mod tests {
             .into())
         );
         let unknown = Refusal::new(
-            "unknown command (known: status, umount, settings, set, migrate, scrub, extents, tier_add, tier_remove, sync)",
+            "unknown command (known: status, umount, settings, set, migrate, scrub, extents, tier_add, tier_remove, sync, defragment)",
         );
         assert_eq!(decode_request(r#"{"cmd":"fly"}"#), Err(unknown.clone()));
         assert_eq!(decode_request(r#"{}"#), Err(unknown.clone()));

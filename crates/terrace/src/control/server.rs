@@ -3,10 +3,10 @@
 //! (it ends the FUSE session), which answers it when done.
 
 use super::protocol::{
-    self, AddTier, Answer, Call, DaemonStatus, ExtentsReply, FileExtents, FileFailure, GetExtents,
-    GetStatus, ListSettings, MigrateFiles, MigrateReply, Refusal, RemoveTier, Request,
-    ScrubStarted, SetReply, SetSetting, SettingInfo, SettingsReply, StartScrub, StatusReply,
-    SyncPool, Synced, Unmount,
+    self, AddTier, Answer, Call, DaemonStatus, DefragmentFiles, DefragmentReply, ExtentsReply,
+    FileDefragmented, FileExtents, FileFailure, GetExtents, GetStatus, ListSettings, MigrateFiles,
+    MigrateReply, Refusal, RemoveTier, Request, ScrubStarted, SetReply, SetSetting, SettingInfo,
+    SettingsReply, StartScrub, StatusReply, SyncPool, Synced, Unmount,
 };
 use crate::util;
 use std::io::{self, BufRead, BufReader, Write};
@@ -227,6 +227,15 @@ impl Server {
                         r.answer(&migrate(&fs, &m));
                     });
                 }
+                Request::Defragment(d) => {
+                    let fs = self.fs.clone();
+                    let r = Responder::<DefragmentFiles>::new(stream);
+                    // Long work, as for `migrate`.
+                    std::thread::spawn(move || {
+                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
+                        r.answer(&defragment(&fs, &d));
+                    });
+                }
                 Request::Scrub(s) => {
                     let answer = self.scrub(&s);
                     Responder::<StartScrub>::new(stream).answer(&answer)
@@ -386,6 +395,31 @@ fn migrate(fs: &Fs, m: &MigrateFiles) -> Answer<MigrateReply> {
         Some(f) if m.inos.len() == 1 && reply.bytes == 0 => Err(Refusal::new(f.error.clone())),
         _ => Ok(reply),
     }
+}
+
+/// Rewrites the files' fragmented data on the tier.
+fn defragment(fs: &Fs, d: &DefragmentFiles) -> Answer<DefragmentReply> {
+    let (done, errors) = fs
+        .defragment_files(&d.inos, d.tier)
+        .map_err(|e| Refusal::new(util::os_reason(&e)))?;
+    Ok(DefragmentReply {
+        files: done
+            .into_iter()
+            .map(|(ino, r)| FileDefragmented {
+                ino,
+                runs_before: r.runs_before,
+                runs_after: r.runs_after,
+                bytes: r.bytes,
+            })
+            .collect(),
+        failed: errors
+            .into_iter()
+            .map(|(ino, e)| FileFailure {
+                ino,
+                error: util::os_reason(&e),
+            })
+            .collect(),
+    })
 }
 
 #[cfg(test)]
