@@ -104,6 +104,8 @@ def test_migrate_defragment_rewrites_a_scattered_file_in_order_and_keeps_its_con
                 os.close(fd)
             terrace("migrate", "-q", mnt, f)
             digest = sha256_file(f)
+            where = terrace("where", f).stdout
+            assert "on the ssd device:" in where and "(fragmented:" in where, where
             out = terrace("migrate", "--defragment", mnt, f).stdout
             line = [ln for ln in out.splitlines() if "defragmented" in ln]
             assert line and "defragmented 1 of 1 files on ssd" in line[0], out
@@ -112,6 +114,8 @@ def test_migrate_defragment_rewrites_a_scattered_file_in_order_and_keeps_its_con
             after = int(words[words.index("after") - 1])
             assert before > 1000 and after * 20 < before, line[0]
             assert sha256_file(f) == digest
+            where = terrace("where", f).stdout
+            assert "on the ssd device:" in where and "fragmented" not in where, where
             again = terrace("migrate", "--defragment", mnt, f).stdout
             assert "defragmented 0 of 1 files" in again, again
             cp = terrace("migrate", "--defragment", "--to", "pm", mnt, f, check=False)

@@ -120,6 +120,31 @@ fn coalesce(rows: &[ExtentRow]) -> Vec<Run> {
     out
 }
 
+/// Runs on the device of each block tier (ssd, hdd, or a tier id; not pm,
+/// s3, copies or cached data) in file order: a row continues the run when
+/// its blocks follow the run's on the device. Returns (tier, runs, bytes).
+/// What `terrace migrate --defragment` counts (`core/src/migrate/defrag.rs`).
+fn device_runs(rows: &[ExtentRow]) -> Vec<(String, u64, u64)> {
+    let mut out: BTreeMap<String, (u64, u64, Option<u64>)> = BTreeMap::new();
+    for r in rows {
+        let Some(block) = r.block else { continue };
+        if r.tier == "pm" || r.tier == "s3" || r.tier.ends_with("-copy") {
+            continue;
+        }
+        let e = out.entry(r.tier.clone()).or_insert((0, 0, None));
+        if e.2 != Some(block) {
+            e.0 += 1;
+        }
+        e.1 += r.length;
+        e.2 = Some(block + r.length.div_ceil(4096));
+    }
+    out.into_iter().map(|(t, (n, b, _))| (t, n, b)).collect()
+}
+
+/// Average run length below which `--defragment` rewrites a file (as the
+/// core's `DEFRAG_RUN_BYTES`).
+const FRAGMENTED_BELOW: u64 = 256 << 10;
+
 /// What a file that is not a regular file is ("a directory"), for the
 /// note under its (empty) extent list; `None` for a regular file.
 fn not_a_file(ft: std::fs::FileType) -> Option<&'static str> {
@@ -344,9 +369,24 @@ fn print_file(
     ));
     if !all && runs.len() != rows.len() {
         o.push_str(&format!(
-            "extents: {} in {} runs (--all lists each)\n",
+            "extents: {} in {} run{} (--all lists each)\n",
             rows.len(),
-            runs.len()
+            runs.len(),
+            if runs.len() == 1 { "" } else { "s" }
+        ));
+    }
+    for (tier, n, bytes) in device_runs(rows) {
+        let avg = bytes / n.max(1);
+        o.push_str(&format!(
+            "on the {tier} device: {n} run{} of {} on average{}\n",
+            if n == 1 { "" } else { "s" },
+            human(avg),
+            if n > 1 && avg < FRAGMENTED_BELOW {
+                " (fragmented: sequential reads are random there; \
+                 `terrace migrate --defragment` rewrites it in order)"
+            } else {
+                ""
+            }
         ));
     }
     o.push_str(&format!(
@@ -446,7 +486,9 @@ fn directory(dir: &Path, md: &std::fs::Metadata, reader: &mut Reader, as_json: b
 
 #[cfg(test)]
 mod tests {
-    use super::{bytes_per_tier, coalesce, not_a_file, parse_xattr_line, ExtentRow, Run};
+    use super::{
+        bytes_per_tier, coalesce, device_runs, not_a_file, parse_xattr_line, ExtentRow, Run,
+    };
 
     #[test]
     fn directories_and_devices_are_named_and_regular_files_are_not() {
@@ -457,6 +499,30 @@ mod tests {
         std::fs::write(&f, b"").unwrap();
         assert_eq!(kind(f.to_str().unwrap()), None);
         let _ = std::fs::remove_file(&f);
+    }
+
+    #[test]
+    fn device_runs_join_rows_whose_blocks_follow_and_skip_pm_copies_and_holes() {
+        let at = |off: u64, len: u64, tier: &str, block: u64| ExtentRow {
+            offset: off,
+            length: len,
+            tier: tier.into(),
+            block: Some(block),
+            counter: 0,
+        };
+        let rows = [
+            at(0, 8192, "ssd", 10),
+            // A hole in the file, the blocks right after: one run.
+            at(65536, 4096, "ssd", 12),
+            at(69632, 4096, "pm", 7),
+            at(73728, 4096, "ssd", 500),
+            at(73728, 4096, "ssd-copy", 13),
+            at(77824, 4096, "hdd", 1),
+        ];
+        assert_eq!(
+            device_runs(&rows),
+            [("hdd".to_string(), 1, 4096), ("ssd".to_string(), 2, 16384)]
+        );
     }
 
     fn row(off: u64, len: u64, tier: &str) -> ExtentRow {
