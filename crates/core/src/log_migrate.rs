@@ -204,9 +204,7 @@ impl Fs {
         let to = self
             .tiers
             .iter()
-            .find(|t| {
-                !t.full.is_full() && t.kind != terrace_format::TierKind::S3 && !self.retiring(t.id)
-            })
+            .find(|t| t.stands_in_for_a_full_tier())
             .unwrap_or(first)
             .id;
         // Even when PM is short of room, a file changed within the last

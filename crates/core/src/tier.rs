@@ -495,6 +495,15 @@ impl BlockTier {
             .refuses(std::time::Instant::now(), || self.media.host_free_bytes())
     }
 
+    /// Whether data meant for a tier above it whose device is full may go
+    /// here instead (migration's drains, log migration): its own device is
+    /// not full, it is not an object tier, and it is not being removed.
+    pub fn stands_in_for_a_full_tier(&self) -> bool {
+        !self.full.is_full()
+            && self.kind != terrace_format::TierKind::S3
+            && !self.space.is_retiring()
+    }
+
     /// `n` blocks for data ([`ExtentSpace::alloc`]), unless its device is
     /// full ([`BlockTier::refuses_allocation`]).
     pub fn alloc_data(&self, n: u64) -> Option<Vec<Run>> {

@@ -62,8 +62,9 @@ pub struct Defragmented {
 }
 
 impl Fs {
-    /// Runs of `ino`'s data on tier `tier` and its bytes there (for
-    /// `where` and tests).
+    /// Runs of `ino`'s data on tier `tier` and its bytes there, as
+    /// [`Fs::defragment_files`] counts them (for tests; `terrace where`
+    /// counts the same from the extent rows it gets).
     pub fn runs_on_tier(&self, ino: Ino, tier: u8) -> FsResult<(u64, u64)> {
         let g = self.lock(ino)?;
         let i = g.as_ref().expect("live");

@@ -113,7 +113,7 @@ impl Fs {
                 // PM keeps draining (its room is for the writes that wait
                 // on it). Data moves there plainly: clean copies are kept
                 // on the next tier only.
-                let below = self.drain_target(from, to);
+                let below = self.drain_target(to);
                 let mode = if from.is_pm() && below == to && policy.keep_clean_copy(&obs) {
                     Mode::Copy
                 } else {
@@ -162,10 +162,10 @@ impl Fs {
         moved
     }
 
-    /// Where a drain of `from` writes: its next tier `next`, unless that
+    /// Where a drain writes: the next tier `next`, unless that
     /// tier's device is full and a tier further down takes writes (the
     /// first such; `device_full.rs`).
-    fn drain_target(&self, from: TierId, next: TierId) -> TierId {
+    fn drain_target(&self, next: TierId) -> TierId {
         let full = |id: TierId| self.tier(id).is_ok_and(|t| t.full.is_full());
         if !full(next) {
             return next;
@@ -174,12 +174,7 @@ impl Fs {
             .iter()
             .skip_while(|t| t.id != next)
             .skip(1)
-            .find(|t| {
-                !t.full.is_full()
-                    && t.id != from
-                    && t.kind != terrace_format::TierKind::S3
-                    && !self.retiring(t.id)
-            })
+            .find(|t| t.stands_in_for_a_full_tier())
             .map_or(next, |t| t.id)
     }
 
