@@ -43,6 +43,19 @@ impl<C: Call> Responder<C> {
     pub fn refuse(&self, why: impl Into<String>) {
         self.answer(&Err(Refusal::new(why)))
     }
+
+    /// Does long work (`migrate`, `defragment`, `sync`, tier changes) on a
+    /// thread of its own and answers from there, so that `status` stays
+    /// responsive meanwhile.
+    fn answer_from_thread(self, work: impl FnOnce() -> Answer<C::Reply> + Send + 'static)
+    where
+        C: 'static,
+    {
+        std::thread::spawn(move || {
+            let _ = self.stream.set_write_timeout(Some(Duration::from_secs(30)));
+            self.answer(&work());
+        });
+    }
 }
 
 fn send(mut s: &UnixStream, line: &str) {
@@ -219,22 +232,13 @@ impl Server {
                 }
                 Request::Migrate(m) => {
                     let fs = self.fs.clone();
-                    let r = Responder::<MigrateFiles>::new(stream);
-                    // Long work: answer from its own thread so status stays
-                    // responsive.
-                    std::thread::spawn(move || {
-                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
-                        r.answer(&migrate(&fs, &m));
-                    });
+                    Responder::<MigrateFiles>::new(stream)
+                        .answer_from_thread(move || migrate(&fs, &m));
                 }
                 Request::Defragment(d) => {
                     let fs = self.fs.clone();
-                    let r = Responder::<DefragmentFiles>::new(stream);
-                    // Long work, as for `migrate`.
-                    std::thread::spawn(move || {
-                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
-                        r.answer(&defragment(&fs, &d));
-                    });
+                    Responder::<DefragmentFiles>::new(stream)
+                        .answer_from_thread(move || defragment(&fs, &d));
                 }
                 Request::Scrub(s) => {
                     let answer = self.scrub(&s);
@@ -242,36 +246,25 @@ impl Server {
                 }
                 Request::TierAdd(a) => {
                     let fs = self.fs.clone();
-                    let r = Responder::<AddTier>::new(stream);
-                    // Creating an object tier talks to the store: answer
-                    // from its own thread.
-                    std::thread::spawn(move || {
-                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
-                        r.answer(&crate::tier_cmd::attach(&fs, &a));
-                    });
+                    // Creating an object tier talks to the store.
+                    Responder::<AddTier>::new(stream)
+                        .answer_from_thread(move || crate::tier_cmd::attach(&fs, &a));
                 }
                 Request::TierRemove(x) => {
                     let fs = self.fs.clone();
-                    let r = Responder::<RemoveTier>::new(stream);
                     // A removal waits for moves in flight and may write
-                    // back the cache: answer from its own thread.
-                    std::thread::spawn(move || {
-                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
-                        r.answer(&crate::tier_cmd::detach(&fs, x.tier.as_deref()));
+                    // back the cache.
+                    Responder::<RemoveTier>::new(stream).answer_from_thread(move || {
+                        crate::tier_cmd::detach(&fs, x.tier.as_deref())
                     });
                 }
                 Request::Sync(SyncPool {}) => {
                     let fs = self.fs.clone();
-                    let r = Responder::<SyncPool>::new(stream);
-                    // A write-back of the whole cache takes a while: answer
-                    // from its own thread.
-                    std::thread::spawn(move || {
-                        let _ = r.stream.set_write_timeout(Some(Duration::from_secs(30)));
-                        let answer = fs
-                            .sync_cached()
+                    // A write-back of the whole cache takes a while.
+                    Responder::<SyncPool>::new(stream).answer_from_thread(move || {
+                        fs.sync_cached()
                             .map(|dirty_bytes| Synced { dirty_bytes })
-                            .map_err(|e| Refusal::new(util::os_reason(&e)));
-                        r.answer(&answer);
+                            .map_err(|e| Refusal::new(util::os_reason(&e)))
                     });
                 }
                 Request::Extents(x) => {
