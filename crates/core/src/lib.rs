@@ -44,6 +44,7 @@ pub mod ops_clone;
 pub mod ops_dir;
 pub mod ops_file;
 pub mod ops_read;
+pub mod ops_seek;
 pub mod ops_tmpfile;
 pub mod ops_xattr;
 pub mod placement_stats;

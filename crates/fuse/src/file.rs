@@ -87,6 +87,15 @@ impl FuseAdapter {
         self.fs.fsync_is_noop() && !self.writeback_cache
     }
 
+    /// Whether the kernel may hold dirty pages of `ino` that have not reached
+    /// the daemon: a writable cached open is live, or opens go through a
+    /// page cache this adapter does not track (kernels without direct-I/O
+    /// mmap).
+    pub(crate) fn kernel_may_hold_dirty_pages(&self, ino: u64) -> bool {
+        let tracked = self.direct_io || self.writeback_cache;
+        !tracked || self.cached.has_writers(ino)
+    }
+
     /// The data of `ino` from byte `offset` on (`len` bytes, 0: to the end)
     /// changed other than from the kernel's page cache: marks the file so
     /// the next cached open drops its pages, and names the range the kernel

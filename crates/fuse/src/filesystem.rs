@@ -20,8 +20,8 @@ use crate::{attr, dir, dirplus, file, reply, setid, special, xattr};
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::io;
@@ -520,6 +520,21 @@ impl Filesystem for FuseAdapter {
         }
         let r = special::fallocate(self, &caller, ino.0, offset, length, mode);
         self.reply_after(r, move |r| reply::empty(reply, r));
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let _req = self.arrived(Op::Lseek);
+        special::lseek(self, ino.0, offset, whence, move |r| {
+            reply::offset(reply, r)
+        });
     }
 
     fn copy_file_range(

@@ -113,6 +113,7 @@ ops! {
     Tmpfile => "tmpfile",
     Fallocate => "fallocate",
     CopyFileRange => "copy_file_range",
+    Lseek => "lseek",
     Ioctl => "ioctl",
 }
 

@@ -198,6 +198,14 @@ impl CachedOpens {
         }
     }
 
+    /// Whether a writable cached open of `ino` is live: the kernel may then
+    /// hold dirty pages of it the daemon has not seen (stores through a
+    /// shared mapping, which keeps its open alive until it is unmapped;
+    /// writes under the writeback cache).
+    pub fn has_writers(&self, ino: u64) -> bool {
+        self.state().files.get(&ino).is_some_and(|e| e.writers > 0)
+    }
+
     /// A direct-I/O open of `ino` that may write (write-only: not a cached
     /// open).
     pub fn direct_writer_opened(&self, ino: u64) {

@@ -9,7 +9,7 @@
 use crate::convert::{file_attr, negative_attr};
 use fuser::{
     Errno, FileHandle, FopenFlags, Generation, ReplyAttr, ReplyCreate, ReplyData, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyWrite,
+    ReplyEntry, ReplyLseek, ReplyOpen, ReplyWrite,
 };
 use std::io;
 use std::time::Duration;
@@ -58,6 +58,15 @@ pub(crate) fn entry(reply: ReplyEntry, r: io::Result<Attr>) {
 pub(crate) fn attr(reply: ReplyAttr, r: io::Result<Attr>) {
     match r {
         Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+        Err(e) => reply.error(errno_of(&e)),
+    }
+}
+
+/// Replies to an lseek (SEEK_DATA/SEEK_HOLE) with the offset found.
+pub(crate) fn offset(reply: ReplyLseek, r: io::Result<u64>) {
+    match r {
+        // The core never answers past MAX_FILE_SIZE (< 2^63).
+        Ok(off) => reply.offset(i64::try_from(off).unwrap_or(i64::MAX)),
         Err(e) => reply.error(errno_of(&e)),
     }
 }

@@ -1,6 +1,7 @@
 //! fallocate and copy_file_range: changes of a file's data that do not come
 //! as a write, so the adapter itself clears privileges (as the VFS's
-//! `file_modified` would) and drops the kernel's cached pages of the range.
+//! `file_modified` would) and drops the kernel's cached pages of the range;
+//! and lseek's SEEK_DATA/SEEK_HOLE, which find a file's holes.
 //!
 //! Invariants: fallocate(2) modes are accepted and refused exactly as ext4
 //! does ([`fallocate_mode`]); privileges are cleared before the change, the
@@ -12,6 +13,7 @@ use crate::reply::refuse;
 use crate::setid;
 use fuser::CopyFileRangeFlags;
 use std::io;
+use terrace_core::ops_seek::SeekTo;
 use terrace_core::FallocateMode;
 
 /// fallocate of `[offset, offset + length)` of `ino` with mode bits `mode`;
@@ -56,6 +58,46 @@ pub(crate) fn copy_file_range(
     let n =
         a.fs.copy_range(ino_in, offset_in, ino_out, offset_out, len)?;
     Ok((n as u32, a.data_changed(ino_out, offset_out, n)))
+}
+
+/// lseek of `ino` from `offset` with `whence`, answered through `reply`:
+/// SEEK_DATA and SEEK_HOLE by the core (`ops_seek`); the kernel answers
+/// every other `whence` itself and never sends it, so it is refused EINVAL.
+/// A negative offset is ENXIO, as on ext4.
+///
+/// The kernel asks without writing its dirty pages back first (ext4 looks
+/// into its page cache instead), so a store through a shared mapping not
+/// yet written back would read as a hole, and `cp` would skip it. When the
+/// kernel may hold dirty pages of the file, its pages from the offset on
+/// are dropped first — which writes the dirty ones back (`launder_folio`)
+/// — on the invalidation thread, and the answer is made after that.
+pub(crate) fn lseek(
+    a: &FuseAdapter,
+    ino: u64,
+    offset: i64,
+    whence: i32,
+    reply: impl FnOnce(io::Result<u64>) + Send + 'static,
+) {
+    let to = match whence {
+        libc::SEEK_DATA => SeekTo::Data,
+        libc::SEEK_HOLE => SeekTo::Hole,
+        _ => return reply(Err(refuse(libc::EINVAL))),
+    };
+    let Ok(off) = u64::try_from(offset) else {
+        return reply(Err(refuse(libc::ENXIO)));
+    };
+    if !a.kernel_may_hold_dirty_pages(ino) {
+        return reply(a.fs.seek_data_or_hole(ino, off, to));
+    }
+    let page = 4096;
+    let stale = Stale {
+        ino,
+        offset: off - off % page,
+        len: 0,
+    };
+    let b = a.clone();
+    a.invalidator
+        .then(stale, move || reply(b.fs.seek_data_or_hole(ino, off, to)));
 }
 
 /// The [`FallocateMode`] of fallocate(2) mode bits, or the errno ext4 (and
