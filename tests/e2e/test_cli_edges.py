@@ -195,3 +195,19 @@ def test_an_empty_block_tier_shows_no_fragmentation():
     io = text[text.index("  I/O"):].splitlines()
     ssd_row = next(ln for ln in io if ln.strip().startswith("ssd"))
     assert ssd_row.split()[-1] == "-", ssd_row
+
+
+def test_a_path_inside_a_mount_names_the_mount_point_and_migrate_takes_it_as_what_to_move():
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            (mnt / "d").mkdir()
+            (mnt / "d" / "f").write_bytes(b"x" * 65536)
+            for cmd in (["status"], ["set"], ["sync"]):
+                cp = terrace(*cmd, mnt / "d", check=False)
+                assert_clean_error(cp, mentions=[str(mnt / "d"), f"inside the mount {mnt}"])
+            # `terrace migrate FILE`: the file is what moves, on its mount.
+            cp = terrace("migrate", "--to", "ssd", mnt / "d" / "f")
+            assert cp.stdout.startswith("terrace: moved 64.0 KiB of 1 file to ssd"), cp.stdout
+            rows = helpers.json.loads(terrace("where", "--json", mnt / "d" / "f").stdout)
+            assert rows["bytes_per_tier"] == {"ssd": 65536}, rows

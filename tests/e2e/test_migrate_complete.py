@@ -68,12 +68,12 @@ def test_migrate_up_of_a_file_larger_than_pm_moves_none_of_it_and_says_why():
             cp = terrace("migrate", "--to", "pm", mnt, big, check=False)
             msg = assert_clean_error(cp, mentions=[str(big), "no room on pm", "96.0 MiB to move"])
             assert "left where it was" in msg, msg
-            assert "moved 0 B of 1 files" in cp.stdout, cp.stdout
+            assert "moved 0 B of 1 file" in cp.stdout, cp.stdout
             time.sleep(1)
             tiers = json.loads(terrace("where", "--json", big).stdout)["bytes_per_tier"]
             assert tiers == {"ssd": 96 * MiB}, tiers
             cp = terrace("migrate", "--to", "pm", mnt, fits)
-            assert cp.stdout.startswith("terrace: moved 40.0 MiB of 1 files to pm"), cp.stdout
+            assert cp.stdout.startswith("terrace: moved 40.0 MiB of 1 file to pm"), cp.stdout
             assert "past its migration threshold" in cp.stderr, cp.stderr
             assert "terrace rule PATH pm" in cp.stderr, cp.stderr
             assert sha256_file(big) == big_sum
@@ -108,7 +108,7 @@ def test_migrate_defragment_rewrites_a_scattered_file_in_order_and_keeps_its_con
             assert "on the ssd device:" in where and "(fragmented:" in where, where
             out = terrace("migrate", "--defragment", mnt, f).stdout
             line = [ln for ln in out.splitlines() if "defragmented" in ln]
-            assert line and "defragmented 1 of 1 files on ssd" in line[0], out
+            assert line and "defragmented 1 of 1 file on ssd" in line[0], out
             words = line[0].split()
             before = int(words[words.index("runs") - 1])
             after = int(words[words.index("after") - 1])
@@ -117,7 +117,7 @@ def test_migrate_defragment_rewrites_a_scattered_file_in_order_and_keeps_its_con
             where = terrace("where", f).stdout
             assert "on the ssd device:" in where and "fragmented" not in where, where
             again = terrace("migrate", "--defragment", mnt, f).stdout
-            assert "defragmented 0 of 1 files" in again, again
+            assert "defragmented 0 of 1 file" in again, again
             cp = terrace("migrate", "--defragment", "--to", "pm", mnt, f, check=False)
             assert "--defragment is for ssd and hdd tiers" in assert_clean_error(cp)
         assert terrace("fsck", pool, "--data", check=False).returncode == 0

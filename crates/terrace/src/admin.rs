@@ -20,7 +20,16 @@ pub(crate) fn no_daemon(mnt: &Path, shown: &Path) -> CliError {
             format!("mounted ({} from {}), but no terrace daemon answers; it may have died: run `terrace umount {}`", m.fstype, m.source, shown.display()),
         ),
         Some(m) => CliError::at(shown, format!("not a Terrace mount ({} from {})", m.fstype, m.source)),
-        None => CliError::at(shown, "not mounted (no terrace daemon serves it)"),
+        None => match util::fuse_mount_containing(mnt) {
+            Some(m) => CliError::at(
+                shown,
+                format!(
+                    "not a mount point: it is inside the mount {} (give that mount point instead)",
+                    m.mount_point.display()
+                ),
+            ),
+            None => CliError::at(shown, "not mounted (no terrace daemon serves it)"),
+        },
     }
 }
 

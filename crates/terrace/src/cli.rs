@@ -266,7 +266,8 @@ Examples:
 #[derive(Args, Debug)]
 #[command(after_help = MIGRATE_AFTER)]
 pub(crate) struct MigrateArgs {
-    /// Where the pool is mounted.
+    /// Where the pool is mounted (a file or directory inside the mount also
+    /// works: it is then the first PATH).
     pub(crate) mountpoint: PathBuf,
     /// Files or directories on that mount (default: all of it).
     pub(crate) paths: Vec<PathBuf>,

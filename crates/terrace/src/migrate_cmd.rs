@@ -172,7 +172,14 @@ fn pm_threshold_note(socket: &Path) {
     }
 }
 
-/// `terrace migrate`.
+/// "1 file", "N files".
+fn files_count(n: usize) -> String {
+    match n {
+        1 => "1 file".into(),
+        n => format!("{n} files"),
+    }
+}
+
 /// How `terrace migrate` runs besides what and where.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
@@ -183,17 +190,24 @@ pub struct Options {
 }
 
 pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> CliResult {
-    let quiet = opts.quiet;
     let abs = util::abs_path(mnt);
+    // `terrace migrate FILE...`: a first path inside a mount (not its mount
+    // point) names what to move, on the mount that holds it.
+    if util::mount_at(&abs).is_none() {
+        if let Some(m) = util::fuse_mount_containing(&abs) {
+            let all: Vec<PathBuf> = std::iter::once(mnt.to_path_buf())
+                .chain(paths.iter().cloned())
+                .collect();
+            return run(&m.mount_point, to, &all, opts);
+        }
+    }
+    let quiet = opts.quiet;
     let files = util::RunFiles {
         socket: util::control_socket(&abs),
         ..util::run_files(&abs)
     };
     let failed = |e: ControlError| match e {
-        ControlError::NoDaemon => CliError::at(
-            mnt,
-            "no Terrace daemon serves this mount point (is it mounted?)",
-        ),
+        ControlError::NoDaemon => crate::admin::no_daemon(&abs, mnt),
         ControlError::Failed(m) => CliError::at(mnt, m),
         ControlError::Refused(r) => CliError::at(mnt, r.error),
     };
@@ -344,9 +358,9 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
     let secs = started.elapsed().as_secs_f64();
     if !quiet {
         util::out(&format!(
-            "terrace: moved {} of {} files to {} (tier {to_id}) in {secs:.1} s{}{}{}{}",
+            "terrace: moved {} of {} to {} (tier {to_id}) in {secs:.1} s{}{}{}{}",
             util::human_bytes(moved),
-            todo.len(),
+            files_count(todo.len()),
             target.kind,
             if secs > 0.0 && moved > 0 {
                 format!(" ({}/s)", util::human_bytes((moved as f64 / secs) as u64))
@@ -364,7 +378,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
                 n => format!("; {n} files left where rules pin them"),
             },
             if failures > 0 {
-                format!("; {failures} files failed")
+                format!("; {} failed", files_count(failures))
             } else {
                 String::new()
             }
@@ -390,10 +404,10 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
         })?;
         if !quiet {
             util::out(&format!(
-                "terrace: defragmented {} of {} files on {} (tier {to_id}): {} rewritten, \
+                "terrace: defragmented {} of {} on {} (tier {to_id}): {} rewritten, \
                  their data in {} runs before, {} after",
                 d.files,
-                every_file.len(),
+                files_count(every_file.len()),
                 target.kind,
                 util::human_bytes(d.bytes),
                 d.runs_before,

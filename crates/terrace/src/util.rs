@@ -210,6 +210,17 @@ pub fn mount_at(mnt: &Path) -> Option<MountEntry> {
     mounts().into_iter().rev().find(|m| m.mount_point == mnt)
 }
 
+/// The FUSE mount whose mount point is the nearest proper ancestor of the
+/// absolute path `path` (a path inside a mount, not its mount point), if
+/// any.
+pub fn fuse_mount_containing(path: &Path) -> Option<MountEntry> {
+    mounts()
+        .into_iter()
+        .filter(|m| m.mount_point != path && path.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.components().count())
+        .filter(|m| m.fstype.starts_with("fuse"))
+}
+
 /// Mounts of the pool at `pool` (an absolute path) by a Terrace daemon.
 pub fn mounts_of_pool(pool: &Path) -> Vec<MountEntry> {
     let p = pool.to_string_lossy();
