@@ -86,7 +86,7 @@ pub type Released = (TierId, PhysBlock, u64);
 /// accounting) O(1) in the number of extents.
 #[derive(Debug, Clone, Default)]
 pub struct ExtentMap {
-    map: BTreeMap<FileBlock, Extent>,
+    map: Runs,
     blocks: u64,
     copies: u64,
     /// Blocks whose data (not clean copies) is on each tier, by tier id
@@ -341,6 +341,109 @@ impl ExtentMap {
     }
 }
 
+/// The extents of a map by first file block: a `BTreeMap`, except for a
+/// map of one extent (most files: written once, or small), which is kept
+/// inline. A `BTreeMap` allocates a whole node (room for 11 extents, about
+/// 700 bytes) for its first entry, and every inode of the pool stays in
+/// DRAM while it is mounted (design.md §8).
+#[derive(Debug, Clone, Default)]
+enum Runs {
+    #[default]
+    Empty,
+    One(FileBlock, Extent),
+    Many(BTreeMap<FileBlock, Extent>),
+}
+
+/// Iterator over a [`Runs`] range.
+enum RunsIter<'a> {
+    One(std::option::IntoIter<(&'a FileBlock, &'a Extent)>),
+    Many(std::collections::btree_map::Range<'a, FileBlock, Extent>),
+}
+
+impl<'a> Iterator for RunsIter<'a> {
+    type Item = (&'a FileBlock, &'a Extent);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            RunsIter::One(i) => i.next(),
+            RunsIter::Many(i) => i.next(),
+        }
+    }
+}
+
+impl DoubleEndedIterator for RunsIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        match self {
+            RunsIter::One(i) => i.next_back(),
+            RunsIter::Many(i) => i.next_back(),
+        }
+    }
+}
+
+impl Runs {
+    fn insert(&mut self, k: FileBlock, v: Extent) -> Option<Extent> {
+        match self {
+            Runs::Empty => {
+                *self = Runs::One(k, v);
+                None
+            }
+            Runs::One(k0, v0) if *k0 == k => Some(std::mem::replace(v0, v)),
+            Runs::One(k0, v0) => {
+                let mut m = BTreeMap::new();
+                m.insert(*k0, *v0);
+                m.insert(k, v);
+                *self = Runs::Many(m);
+                None
+            }
+            Runs::Many(m) => m.insert(k, v),
+        }
+    }
+
+    fn remove(&mut self, k: &FileBlock) -> Option<Extent> {
+        match self {
+            Runs::One(k0, v0) if k0 == k => {
+                let v = *v0;
+                *self = Runs::Empty;
+                Some(v)
+            }
+            Runs::Many(m) => {
+                let v = m.remove(k);
+                // Back to one inline extent: the node is freed.
+                if m.len() == 1 {
+                    let (k1, v1) = m.pop_first().expect("one entry");
+                    *self = Runs::One(k1, v1);
+                }
+                v
+            }
+            _ => None,
+        }
+    }
+
+    fn range<R: std::ops::RangeBounds<FileBlock>>(&self, r: R) -> RunsIter<'_> {
+        match self {
+            Runs::Empty => RunsIter::One(None.into_iter()),
+            Runs::One(k, v) => RunsIter::One(r.contains(k).then_some((k, v)).into_iter()),
+            Runs::Many(m) => RunsIter::Many(m.range(r)),
+        }
+    }
+
+    fn iter(&self) -> RunsIter<'_> {
+        self.range(..)
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Runs::Empty => 0,
+            Runs::One(..) => 1,
+            Runs::Many(m) => m.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,6 +459,51 @@ mod tests {
             copy: None,
             writes: 1,
             shared: false,
+        }
+    }
+
+    #[test]
+    fn inline_runs_answer_every_query_as_a_btreemap_does() {
+        use rand::{Rng, SeedableRng};
+        use std::ops::Bound::*;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_0f_e0);
+        for _ in 0..200 {
+            let (mut runs, mut model) = (Runs::default(), BTreeMap::new());
+            for step in 0..60 {
+                let k = FileBlock(rng.gen_range(0..8));
+                if rng.gen_bool(0.55) {
+                    let v = ext(rng.gen_range(1..4), rng.gen_range(0..100));
+                    assert_eq!(runs.insert(k, v), model.insert(k, v), "insert {k:?}");
+                } else {
+                    assert_eq!(runs.remove(&k), model.remove(&k), "remove {k:?}");
+                }
+                assert_eq!(runs.len(), model.len());
+                assert_eq!(runs.is_empty(), model.is_empty());
+                // One extent is kept inline, never in a node.
+                assert_eq!(
+                    matches!(runs, Runs::One(..)),
+                    model.len() == 1,
+                    "step {step}"
+                );
+                let (a, b) = (
+                    FileBlock(rng.gen_range(0..9)),
+                    FileBlock(rng.gen_range(0..9)),
+                );
+                let (lo, hi) = (a.min(b), a.max(b));
+                let got: Vec<_> = runs.range(lo..hi).collect();
+                assert_eq!(got, model.range(lo..hi).collect::<Vec<_>>());
+                let got: Vec<_> = runs.range(..=a).rev().collect();
+                assert_eq!(got, model.range(..=a).rev().collect::<Vec<_>>());
+                let got: Vec<_> = runs.range((Excluded(lo), Unbounded)).collect();
+                assert_eq!(
+                    got,
+                    model.range((Excluded(lo), Unbounded)).collect::<Vec<_>>()
+                );
+                assert_eq!(
+                    runs.iter().collect::<Vec<_>>(),
+                    model.iter().collect::<Vec<_>>()
+                );
+            }
         }
     }
 
