@@ -466,7 +466,7 @@ mod tests {
     fn inline_runs_answer_every_query_as_a_btreemap_does() {
         use rand::{Rng, SeedableRng};
         use std::ops::Bound::*;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_0f_e0);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_0fe0);
         for _ in 0..200 {
             let (mut runs, mut model) = (Runs::default(), BTreeMap::new());
             for step in 0..60 {
