@@ -203,7 +203,7 @@ def test_a_path_inside_a_mount_names_the_mount_point_and_migrate_takes_it_as_wha
         with mounted_pool(pool, mnt):
             (mnt / "d").mkdir()
             (mnt / "d" / "f").write_bytes(b"x" * 65536)
-            for cmd in (["status"], ["set"], ["sync"]):
+            for cmd in (["status"], ["set"], ["sync"], ["umount"], ["iostat"]):
                 cp = terrace(*cmd, mnt / "d", check=False)
                 assert_clean_error(cp, mentions=[str(mnt / "d"), f"inside the mount {mnt}"])
             # `terrace migrate FILE`: the file is what moves, on its mount.

@@ -13,7 +13,12 @@ fault media; these tests use faults a real daemon meets, on real files:
 (c) the daemon is killed (SIGKILL) during `terrace scrub` of a damaged pool,
     and `terrace fsck --repair` is killed at random points: the pool mounts,
     fsck is clean or reports only the injected damage, and no fsync'd byte is
-    lost.
+    lost;
+(d) the PM tier's own file system (a small tmpfs) fills up after mkfs: the
+    mount takes PM's pages first, so the pool goes on to its own ENOSPC and
+    the daemon lives (a store into a page tmpfs could not back killed it
+    with SIGBUS); a mount that cannot back PM refuses with how much is
+    missing.
 
 Every test unmounts what it mounts (Terrace and tmpfs) even when it fails.
 """
@@ -442,3 +447,49 @@ def test_fsck_repair_killed_at_random_points_leaves_a_pool_that_repairs_and_moun
             assert not [p for p in os.listdir(mnt) if p.startswith("orphan")]
         assert_fsck_clean(pool, "after the repairs and a remount")
         print(f"\n(c) fsck --repair: {interrupted} of 12 runs killed mid-way")
+
+
+def test_pm_tier_on_a_tmpfs_that_fills_up_after_mkfs_never_kills_the_daemon():
+    with small_tmpfs("96M") as d, temp_mountpoint() as mnt:
+        pool = d / "pool"
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        assert os.stat(pool).st_blocks * 512 < 8 * MiB, "mkfs leaves PM sparse"
+        with mounted_pool(pool, mnt) as m:
+            assert os.stat(pool).st_blocks * 512 >= 64 * MiB, "the mount did not back PM"
+            # Something else fills the tmpfs.
+            with open(d / "filler", "wb") as f:
+                with contextlib.suppress(OSError):
+                    for _ in range(96):
+                        f.write(b"\0" * MiB)
+            written = 0
+            with open(mnt / "data", "wb") as f:
+                try:
+                    for k in range(80):
+                        f.write(data_of(k, MiB))
+                        f.flush()
+                        written += 1
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
+            assert 40 <= written < 80, f"{written} MiB written into a 64 MiB pool"
+            assert m.status()["pid"], "the daemon died"
+            with open(mnt / "data", "rb") as f:
+                for k in range(written):
+                    assert f.read(MiB) == data_of(k, MiB), f"MiB {k}"
+        assert_fsck_clean(pool)
+
+
+def test_a_mount_that_cannot_back_its_pm_tier_refuses_with_what_is_missing():
+    with small_tmpfs("96M") as d, temp_mountpoint() as mnt:
+        pool = d / "pool"
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        with open(d / "filler", "wb") as f:
+            f.write(b"\0" * (60 * MiB))
+        cp = terrace("mount", "--daemon", pool, mnt, check=False)
+        msg = assert_clean_error(cp, mentions=[str(pool), "cannot back the whole pm tier"])
+        assert "free space on that file system" in msg, msg
+        assert not helpers.is_mounted(mnt), "a refused mount left a mount behind"
+        (d / "filler").unlink()
+        with mounted_pool(pool, mnt) as m:
+            (mnt / "f").write_bytes(b"x" * 4096)
+            assert m.status()["pid"]
+        assert_fsck_clean(pool)

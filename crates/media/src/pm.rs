@@ -27,7 +27,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use rustix::mm::{Advice, MapFlags, MsyncFlags, ProtFlags};
+use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
 
 use crate::media_file::{media_len, on_tmpfs, open_mode, open_sized, path_error, with_path};
 use crate::{persist, PmMedia};
@@ -179,19 +179,38 @@ impl PmFile {
         &self.path
     }
 
-    /// Prefaults the whole mapping for writing (`MADV_POPULATE_WRITE`) so the
-    /// first store to each page does not take a fault. Errors (old kernels,
-    /// no space) are ignored: faults then happen lazily.
-    pub fn advise_populate(&self) {
-        // Safety: the range is exactly our own live mapping; the advice changes
-        // no contents (it only allocates/maps pages).
-        let _ = unsafe {
-            rustix::mm::madvise(
-                self.base.as_ptr().cast(),
-                self.len as usize,
-                Advice::LinuxPopulateWrite,
-            )
-        };
+    /// Bytes of a regular file's length its file system has not allocated
+    /// yet (a sparse PM file, as mkfs creates it); 0 for a device.
+    ///
+    /// Stores into such a page make the file system allocate it then, and a
+    /// file system that has no room left answers that fault with SIGBUS,
+    /// which kills the process: see [`PmFile::back_fully`].
+    pub fn unbacked_bytes(&self) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let md = self._file.metadata()?;
+        if !md.file_type().is_file() {
+            return Ok(0);
+        }
+        Ok(self.len.saturating_sub(md.blocks().saturating_mul(512)))
+    }
+
+    /// Makes the file system allocate every page of a regular file now
+    /// (`fallocate`, size unchanged), so no later store into the mapping can
+    /// meet a full file system. On tmpfs this takes the memory now. ENOSPC
+    /// when the file system cannot back the whole file; EOPNOTSUPP when it
+    /// cannot preallocate. A device: nothing to do.
+    pub fn back_fully(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if self.unbacked_bytes()? == 0 {
+            return Ok(());
+        }
+        // Safety: plain system call on a descriptor this value owns; no
+        // memory is passed.
+        let r = unsafe { libc::fallocate(self._file.as_raw_fd(), 0, 0, self.len as libc::off_t) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Panics unless `[off, off + len)` lies inside the media; returns `off`
@@ -343,7 +362,7 @@ mod tests {
         {
             let pm = PmFile::create(&p, 64 * 1024).unwrap();
             kind = pm.kind();
-            pm.advise_populate();
+            pm.back_fully().unwrap();
             assert_eq!(pm.len(), 64 * 1024);
             pm.write(100, b"hello, pm");
             pm.store_u64(4096, 0x0102_0304_0506_0708);
@@ -373,6 +392,25 @@ mod tests {
         assert_eq!(round_trip_in(Path::new("/dev/shm")), PmKind::Tmpfs);
         // /tmp is ext4 here (PmKind::File), but may be tmpfs elsewhere.
         assert_ne!(round_trip_in(Path::new("/tmp")), PmKind::Dax);
+    }
+
+    #[test]
+    fn a_sparse_pm_file_is_backed_fully_on_request() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("sparse");
+        let pm = PmFile::create(&p, 1 << 20).unwrap();
+        assert!(
+            pm.unbacked_bytes().unwrap() > 0,
+            "mkfs-style files start sparse"
+        );
+        pm.back_fully().unwrap();
+        assert_eq!(pm.unbacked_bytes().unwrap(), 0);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().len(),
+            1 << 20,
+            "size unchanged"
+        );
+        pm.back_fully().unwrap();
     }
 
     #[test]

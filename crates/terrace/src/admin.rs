@@ -120,7 +120,7 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
         Err(ControlError::Failed(m)) => Err(CliError::at(mnt, m)),
         Err(ControlError::NoDaemon) => {
             let Some(m) = util::mount_at(&abs) else {
-                return Err(CliError::at(mnt, "not mounted"));
+                return Err(no_daemon(&abs, mnt));
             };
             if !m.fstype.starts_with("fuse") {
                 return Err(CliError::at(

@@ -387,7 +387,9 @@ Space:
   the file already holds counts; tiers on the same file system are added up),
   though it is created sparse. A pm tier larger than that is always refused:
   PM is mapped, and a write to a page the file system cannot back kills the
-  daemon. A block tier larger than that is refused unless --force, which
+  daemon; for the same reason each read-write mount has the file system
+  allocate the whole pm tier first (on tmpfs: its memory), and refuses when
+  it cannot. A block tier larger than that is refused unless --force, which
   creates it sparse anyway (thin provisioning: its writes fail with ENOSPC
   once the file system fills). Block devices are used up to their size. A pm
   tier on tmpfs larger than the memory available (RAM and swap) gets a

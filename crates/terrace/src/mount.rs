@@ -137,6 +137,9 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
     };
     let pm = PmFile::open(&pool).map_err(|e| CliError::new(e.to_string()))?;
     let sb = terrace_core::recovery::read_superblock(&pm).map_err(|e| CliError::at(raw, e))?;
+    if !cfg.options.read_only {
+        back_pm_fully(&pm, raw)?;
+    }
     if cfg.options.read_only && !sb.clean {
         return Err(CliError::at(
             raw,
@@ -185,6 +188,59 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
         tier_locks,
         sb,
     })
+}
+
+/// Has the file system under a PM file allocate all of it before the pool
+/// is served. mkfs creates the file sparse; a store into a page its file
+/// system can no longer back (the tmpfs or the disk filled up since) faults
+/// with SIGBUS, which would kill the daemon. So the mount takes the space
+/// now, once (on tmpfs: the memory), or refuses with how much is missing.
+/// A file system that cannot preallocate gets a warning.
+fn back_pm_fully(pm: &PmFile, raw: &Path) -> CliResult {
+    let need = pm
+        .unbacked_bytes()
+        .map_err(|e| CliError::at(raw, util::os_reason(&e)))?;
+    if need == 0 {
+        return Ok(());
+    }
+    let why = "a store into a page it cannot back would kill the daemon";
+    if pm.kind() == PmKind::Tmpfs {
+        if let Some(available) = util::memory_available() {
+            if need > available {
+                return Err(CliError::at(
+                    raw,
+                    format!(
+                        "the pm tier needs {} more memory to be fully backed, and {} is available (RAM and swap): tmpfs keeps PM in memory, and {why}; free memory or use a smaller pool",
+                        util::human_bytes(need),
+                        util::human_bytes(available)
+                    ),
+                ));
+            }
+        }
+    }
+    match pm.back_fully() {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+            let free = util::free_space(raw)
+                .map(util::human_bytes)
+                .unwrap_or_else(|_| "less".into());
+            Err(CliError::at(
+                raw,
+                format!(
+                    "its file system cannot back the whole pm tier: {} of it is not allocated yet and {free} is free there, and {why}; free space on that file system first",
+                    util::human_bytes(need)
+                ),
+            ))
+        }
+        Err(e) => {
+            util::warn(format!(
+                "{}: could not preallocate the pm tier ({}): if its file system fills up, a store into the pool may kill the daemon",
+                raw.display(),
+                util::os_reason(&e)
+            ));
+            Ok(())
+        }
+    }
 }
 
 /// Runs `terrace mount`.
