@@ -18,7 +18,10 @@ fault media; these tests use faults a real daemon meets, on real files:
     mount takes PM's pages first, so the pool goes on to its own ENOSPC and
     the daemon lives (a store into a page tmpfs could not back killed it
     with SIGBUS); a mount that cannot back PM refuses with how much is
-    missing.
+    missing;
+(e) the SSD image's tmpfs is full when the pool is mounted: the tier
+    mounts as a full device (no room counted, writes refused at write()),
+    so nothing is accepted that its image could not take.
 
 Every test unmounts what it mounts (Terrace and tmpfs) even when it fails.
 """
@@ -36,6 +39,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 import helpers
 from helpers import (assert_clean_error, assert_fsck_clean, mounted_pool, temp_mountpoint,
@@ -67,6 +72,18 @@ def small_tmpfs(size: str):
                 helpers.run(["umount", "-l", d], check=False)
         with contextlib.suppress(OSError):
             d.rmdir()
+
+
+def fill_up(path: Path) -> None:
+    """Writes zeros to `path` until its file system is full (ENOSPC)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * MiB)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
 
 
 def data_of(seed: int, size: int) -> bytes:
@@ -457,10 +474,7 @@ def test_pm_tier_on_a_tmpfs_that_fills_up_after_mkfs_never_kills_the_daemon():
         with mounted_pool(pool, mnt) as m:
             assert os.stat(pool).st_blocks * 512 >= 64 * MiB, "the mount did not back PM"
             # Something else fills the tmpfs.
-            with open(d / "filler", "wb") as f:
-                with contextlib.suppress(OSError):
-                    for _ in range(96):
-                        f.write(b"\0" * MiB)
+            fill_up(d / "filler")
             written = 0
             with open(mnt / "data", "wb") as f:
                 try:
@@ -492,4 +506,29 @@ def test_a_mount_that_cannot_back_its_pm_tier_refuses_with_what_is_missing():
         with mounted_pool(pool, mnt) as m:
             (mnt / "f").write_bytes(b"x" * 4096)
             assert m.status()["pid"]
+        assert_fsck_clean(pool)
+
+
+def test_a_sparse_ssd_image_on_a_tmpfs_full_at_mount_counts_no_room():
+    with small_tmpfs("12M") as fsdir, temp_pool_path() as pool, temp_mountpoint() as mnt:
+        ssd = fsdir / "ssd.img"
+        terrace("mkfs", "--force", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        fill_up(fsdir / "filler")
+        with mounted_pool(pool, mnt) as m:
+            st = m.status()
+            assert st["tiers"][1]["device_full"], "the tier mounted as if its image had room"
+            assert os.statvfs(mnt).f_bavail * 4096 < 16 * MiB, "df counts the full image's room"
+            terrace("set", mnt, "placement_policy", "block-first")
+            with pytest.raises(OSError) as e:
+                with open(mnt / "big", "wb") as f:
+                    for k in range(32):
+                        f.write(data_of(k, MiB))
+            assert e.value.errno == errno.ENOSPC
+            assert m.status()["pid"]
+            # Room comes back: the next write-back pass sees it.
+            (fsdir / "filler").unlink()
+            assert helpers.wait_until(lambda: not m.status()["tiers"][1]["device_full"], 10)
+            with open(mnt / "after", "wb") as f:
+                f.write(data_of(99, 4 * MiB))
+                os.fsync(f.fileno())
         assert_fsck_clean(pool)

@@ -402,6 +402,40 @@ impl Fs {
         }
     }
 
+    /// Block tiers that begin full (`device_full.rs`), looked at when the
+    /// pool is mounted and when a tier is attached: an image file with
+    /// unallocated blocks on a file system with less than
+    /// [`crate::device_full::HOST_GROWTH`] free would take new data into
+    /// room it cannot have, and fail its write-back with ENOSPC after the
+    /// writes were accepted. Its episode begins now instead (its free space
+    /// is no room; one try per wait, or the host growing, ends it). A fully
+    /// allocated image needs nothing from its host and is left alone.
+    pub(crate) fn note_full_hosts(&self) {
+        for t in self.tiers.iter() {
+            if t.kind == terrace_format::TierKind::S3 || t.full.is_full() {
+                continue;
+            }
+            let (Some(unbacked), Some(free)) =
+                (t.media.unbacked_bytes(), t.media.host_free_bytes())
+            else {
+                continue;
+            };
+            if unbacked == 0 || free >= crate::device_full::HOST_GROWTH {
+                continue;
+            }
+            let change = t.full.note_full(std::time::Instant::now(), Some(free));
+            if let crate::device_full::Change::Began(_) = change {
+                self.notice(format!(
+                    "tier {}: the file system holding its image is full ({} KiB free, {} MiB of the image not allocated yet): its free space counts as no room for new data until that file system has {} MiB more room, or a write to the tier succeeds (tried after 1 s, 2 s, 4 s … up to a minute)",
+                    t.id,
+                    free >> 10,
+                    unbacked >> 20,
+                    crate::device_full::HOST_GROWTH >> 20
+                ));
+            }
+        }
+    }
+
     /// Notes a write to block tier `t` that succeeded: an episode of its
     /// device being full ends (`device_full.rs`), said in the log when its
     /// beginning was.

@@ -268,6 +268,9 @@ impl Fs {
             }
         }
         fs.rebuild_clone_families();
+        if !read_only {
+            fs.note_full_hosts();
+        }
         Ok(fs)
     }
 

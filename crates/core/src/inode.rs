@@ -77,8 +77,9 @@ pub struct Inode {
     pub log: Log,
     /// Data mapping (regular files and symlinks).
     pub extents: ExtentMap,
-    /// Names (directories).
-    pub dir: Option<DirIndex>,
+    /// Names (directories; boxed, so a file's inode does not carry an
+    /// empty index).
+    pub dir: Option<Box<DirIndex>>,
     /// Extended attributes.
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Open file handles.
@@ -132,7 +133,7 @@ impl Inode {
     /// The inode as its slot describes it, before any log entry.
     pub fn from_slot(ino: Ino, slot: &InodeSlot) -> Option<Inode> {
         let kind = FileType::from_mode(slot.mode)?;
-        let dir = (kind == FileType::Directory).then(DirIndex::default);
+        let dir = (kind == FileType::Directory).then(Box::<DirIndex>::default);
         Some(Inode {
             ino,
             generation: slot.generation,

@@ -58,6 +58,14 @@ impl Fs {
         self.may_wait(ino, |i| self.maps_to_object_tier(i, off, end))
     }
 
+    /// Whether `lseek(SEEK_DATA/SEEK_HOLE)` of `ino` may wait on an object
+    /// store: it reads no data, so only when the inode lock is busy (its
+    /// holder may be waiting on the store). False at once for pools without
+    /// an object tier.
+    pub fn seek_may_wait_on_network(&self, ino: Ino) -> bool {
+        self.has_object_tier() && self.may_wait(ino, |_| false)
+    }
+
     /// Whether `fallocate` of `len` bytes at `off` of `ino` may wait on an
     /// object store: as for a write of that range (zeroing or punching a
     /// partial block rewrites its other bytes, read first). Plain

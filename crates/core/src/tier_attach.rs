@@ -75,9 +75,11 @@ impl Fs {
             .sync_all()
             .map_err(|e| format!("cannot persist the superblock: {e}"))?;
         appending.push(tier)?;
+        // An image on a full file system begins full (`note_full_hosts`).
+        self.note_full_hosts();
         if self.fsync_left_to_kernel() {
             self.notice(
-                "the kernel completes this mount's fsyncs itself (it was a pm-only pool when                  the first fsync came): writes are not cached in DRAM until the pool is                  remounted, so each is durable when it returns"
+                "the kernel completes this mount's fsyncs itself (it was a pm-only pool when the first fsync came): writes are not cached in DRAM until the pool is remounted, so each is durable when it returns"
                     .to_string(),
             );
         }

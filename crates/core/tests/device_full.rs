@@ -311,3 +311,54 @@ fn logs_move_to_the_hdd_while_the_ssd_device_is_full() {
     fs.check_allocator().unwrap();
     assert_files(&fs, &files, "after the burst");
 }
+
+#[test]
+fn a_sparse_image_on_a_full_host_begins_full_at_mount_and_a_whole_image_does_not() {
+    let (pm, ssd, fs) = tiered_pool_on(
+        MemMedia::new(4 << 20),
+        FaultBlock::new(MemBlock::new(SSD)),
+        64,
+    );
+    fill_pm(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    // The host file system filled up while the pool was unmounted; the
+    // image still has unallocated blocks.
+    ssd.set_host_free(Some(64 << 10));
+    ssd.set_unbacked(Some(32 * MIB));
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert!(
+        fs.status().tiers[1].device_full.is_some(),
+        "a sparse image on a full file system mounts as a full device"
+    );
+    assert!(free_bytes(&fs) < 2 * MIB, "{} bytes free", free_bytes(&fs));
+    let a = file(&fs, 1, "a");
+    let e = fs.write(a, 0, &pattern(3, MIB as usize)).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC),
+        "a write its image cannot back was accepted"
+    );
+    assert!(fs
+        .take_notices()
+        .iter()
+        .any(|n| n.contains("the file system holding its image is full")));
+    // Room on the host: the next write-back pass ends the episode.
+    ssd.set_host_free(Some(64 * MIB));
+    fs.writeback_pass();
+    assert!(fs.status().tiers[1].device_full.is_none());
+    fs.write(a, 0, &pattern(3, MIB as usize)).unwrap();
+    fs.fsync(a, false).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+
+    // A fully allocated image needs nothing from its full host.
+    ssd.set_host_free(Some(0));
+    ssd.set_unbacked(Some(0));
+    let fs = mount_tiered(pm, ssd);
+    assert!(fs.status().tiers[1].device_full.is_none());
+    assert!(free_bytes(&fs) > 32 * MIB);
+    let b = file(&fs, 1, "b");
+    fs.write(b, 0, &pattern(4, MIB as usize)).unwrap();
+    fs.fsync(b, false).unwrap();
+}

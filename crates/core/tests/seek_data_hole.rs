@@ -191,6 +191,12 @@ fn check(fs: &Fs, ino: u64, m: &DataModel, rng: &mut StdRng, ctx: &str) {
     }
 }
 
+/// [`check`] of the file of sequence `seed` on the pool mounted again.
+fn check_after_remount(fs: &Fs, ino: u64, m: &DataModel, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    check(fs, ino, m, &mut rng, &format!("seed {seed} after remount"));
+}
+
 fn run(
     fs: &Fs,
     ino: u64,
@@ -228,14 +234,7 @@ fn seek_data_and_hole_match_a_block_model_on_a_pm_only_pool_and_after_remount() 
         fs.unmount().unwrap();
         drop(fs);
         let fs = mount(pm);
-        let mut rng = StdRng::seed_from_u64(seed);
-        check(
-            &fs,
-            ino,
-            &m,
-            &mut rng,
-            &format!("seed {seed} after remount"),
-        );
+        check_after_remount(&fs, ino, &m, seed);
     }
 }
 
@@ -271,14 +270,7 @@ fn seek_data_and_hole_see_cached_pages_written_back_and_migrated_data() {
         fs.unmount().unwrap();
         drop(fs);
         let fs = mount_tiered(pm, ssd);
-        let mut rng = StdRng::seed_from_u64(seed);
-        check(
-            &fs,
-            ino,
-            &m,
-            &mut rng,
-            &format!("seed {seed} after remount"),
-        );
+        check_after_remount(&fs, ino, &m, seed);
     }
 }
 

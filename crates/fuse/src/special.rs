@@ -87,7 +87,7 @@ pub(crate) fn lseek(
         return reply(Err(refuse(libc::ENXIO)));
     };
     if !a.kernel_may_hold_dirty_pages(ino) {
-        return reply(a.fs.seek_data_or_hole(ino, off, to));
+        return seek_now(a, ino, off, to, reply);
     }
     let page = 4096;
     let stale = Stale {
@@ -97,7 +97,23 @@ pub(crate) fn lseek(
     };
     let b = a.clone();
     a.invalidator
-        .then(stale, move || reply(b.fs.seek_data_or_hole(ino, off, to)));
+        .then(stale, move || seek_now(&b, ino, off, to, reply));
+}
+
+/// Answers an lseek from the core: here, or off the request threads (and
+/// off the invalidation thread) when the file's lock may be held by a wait
+/// on an object store.
+fn seek_now(
+    a: &FuseAdapter,
+    ino: u64,
+    off: u64,
+    to: SeekTo,
+    reply: impl FnOnce(io::Result<u64>) + Send + 'static,
+) {
+    if a.fs.seek_may_wait_on_network(ino) {
+        return a.off_request(move |a| reply(a.fs.seek_data_or_hole(ino, off, to)));
+    }
+    reply(a.fs.seek_data_or_hole(ino, off, to));
 }
 
 /// The [`FallocateMode`] of fallocate(2) mode bits, or the errno ext4 (and

@@ -178,6 +178,14 @@ pub trait BlockMedia: Send + Sync {
         None
     }
 
+    /// Bytes of this media's image file that its file system has not
+    /// allocated yet (a sparse image), whose first writes need room there;
+    /// `None` for devices and media without such a host. Forwarded by
+    /// wrappers like [`BlockMedia::host_free_bytes`].
+    fn unbacked_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// One-line description for status output and mount messages.
     fn describe(&self) -> String;
     /// Request counters since the media was opened.
@@ -187,8 +195,8 @@ pub trait BlockMedia: Send + Sync {
 /// The optional [`BlockMedia`] methods of a wrapper, forwarded to the media
 /// it wraps: `forward_block_extras!(|self| self.inner)`. Every wrapper must
 /// forward them, or trims and sweeps stop at the wrapper; and
-/// [`BlockMedia::host_free_bytes`] too, which is left out here so that a
-/// test wrapper may answer it itself.
+/// [`BlockMedia::host_free_bytes`] and [`BlockMedia::unbacked_bytes`] too,
+/// which are left out here so that a test wrapper may answer them itself.
 #[macro_export]
 macro_rules! forward_block_extras {
     (|$s:ident| $inner:expr) => {
@@ -250,6 +258,9 @@ macro_rules! forward_block_media {
             forward_block_extras!(|self| (**self));
             fn host_free_bytes(&self) -> Option<u64> {
                 (**self).host_free_bytes()
+            }
+            fn unbacked_bytes(&self) -> Option<u64> {
+                (**self).unbacked_bytes()
             }
             fn describe(&self) -> String {
                 (**self).describe()

@@ -180,6 +180,10 @@ impl<B: BlockMedia> BlockMedia for Closable<B> {
         self.inner.read().as_ref().and_then(|m| m.host_free_bytes())
     }
 
+    fn unbacked_bytes(&self) -> Option<u64> {
+        self.inner.read().as_ref().and_then(|m| m.unbacked_bytes())
+    }
+
     fn describe(&self) -> String {
         match &*self.inner.read() {
             Some(m) => m.describe(),

@@ -59,6 +59,8 @@ struct State {
     write_errno: i32,
     /// What `host_free_bytes` answers, once set.
     host_free: Option<Option<u64>>,
+    /// What `unbacked_bytes` answers, once set.
+    unbacked: Option<Option<u64>>,
 }
 
 /// Operations of one kind wait while `on` is set; `waiting` of them are
@@ -105,6 +107,11 @@ impl<B: BlockMedia> FaultBlock<B> {
         let mut s = self.state.lock();
         s.writes = Countdown::After(n);
         s.write_errno = errno;
+    }
+
+    /// Makes [`BlockMedia::unbacked_bytes`] answer `bytes`.
+    pub fn set_unbacked(&self, bytes: Option<u64>) {
+        self.state.lock().unbacked = Some(bytes);
     }
 
     /// Makes [`BlockMedia::host_free_bytes`] answer `bytes`.
@@ -252,6 +259,11 @@ impl<B: BlockMedia> BlockMedia for FaultBlock<B> {
     fn host_free_bytes(&self) -> Option<u64> {
         let set = self.state.lock().host_free;
         set.unwrap_or_else(|| self.inner.host_free_bytes())
+    }
+
+    fn unbacked_bytes(&self) -> Option<u64> {
+        let set = self.state.lock().unbacked;
+        set.unwrap_or_else(|| self.inner.unbacked_bytes())
     }
 
     fn describe(&self) -> String {

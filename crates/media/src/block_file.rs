@@ -363,6 +363,17 @@ impl BlockMedia for BlockFile {
         Some(st.f_bavail.saturating_mul(st.f_frsize))
     }
 
+    /// A regular file's length less what its file system has allocated
+    /// (`fstat` blocks); `None` for a block device, or when the call fails.
+    fn unbacked_bytes(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        if self.block_device {
+            return None;
+        }
+        let md = self.file.metadata().ok()?;
+        Some(md.len().saturating_sub(md.blocks().saturating_mul(512)))
+    }
+
     /// A block device gets `BLKDISCARD` (the device's TRIM/UNMAP; a loop
     /// device punches a hole in its backing file); a regular file gets a
     /// hole punched (`FALLOC_FL_PUNCH_HOLE`), which gives its space back

@@ -130,6 +130,10 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
         self.inner.host_free_bytes()
     }
 
+    fn unbacked_bytes(&self) -> Option<u64> {
+        self.inner.unbacked_bytes()
+    }
+
     fn describe(&self) -> String {
         self.inner.describe()
     }
