@@ -134,10 +134,12 @@ impl Fs {
         let mut released = Vec::new();
         for ((ino, entries), s) in parts.into_iter().zip(staged) {
             let inode = l.get(ino);
+            let split = inode.extents.pm_clean_dirty();
             released.extend(Fs::apply_staged(inode, s));
             for e in &entries {
                 released.extend(inode.apply(e));
             }
+            self.note_pm_split_change(split, inode.extents.pm_clean_dirty());
             self.relist(inode);
         }
         self.free_runs(released);
@@ -163,10 +165,12 @@ impl Fs {
         // (with a recall, the journal slot that publishes head, tail and state).
         self.journal.commit(&*self.media, &sc.words);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        let split = inode.extents.pm_clean_dirty();
         let mut released: Vec<Released> = Fs::apply_staged(inode, sc).into_iter().collect();
         for e in &entries {
             released.extend(inode.apply(e));
         }
+        self.note_pm_split_change(split, inode.extents.pm_clean_dirty());
         self.relist(inode);
         self.free_runs(released);
         self.maybe_compact(inode);

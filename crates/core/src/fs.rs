@@ -268,6 +268,7 @@ impl Fs {
             }
         }
         fs.rebuild_clone_families();
+        fs.reset_pm_split();
         if !read_only {
             fs.note_full_hosts();
         }
@@ -543,7 +544,9 @@ impl Fs {
         self.unlist(inode);
         let pages = std::mem::take(&mut inode.log.pages);
         self.log_space.free_all(&self.alloc, pages);
+        let split = inode.extents.pm_clean_dirty();
         let mut all = inode.extents.unmap(FileBlock::ZERO, u64::MAX);
+        self.note_pm_split_change(split, (0, 0));
         if let Some(t) = inode.log.on_tier.take() {
             all.push((t.tier, t.block, t.blocks));
         }
@@ -565,6 +568,19 @@ impl Fs {
     /// partition the pool exactly (no leak, no double ownership). For tests.
     pub fn check_allocator(&self) -> Result<(), String> {
         use crate::shared::Holder;
+        {
+            let m = &self.migrator;
+            let kept = (
+                m.pm_clean_blocks.load(std::sync::atomic::Ordering::Relaxed),
+                m.pm_dirty_blocks.load(std::sync::atomic::Ordering::Relaxed),
+            );
+            let scanned = self.scan_pm_clean_dirty();
+            if kept != scanned {
+                return Err(format!(
+                    "PM clean/dirty totals {kept:?} differ from a scan of the inodes {scanned:?}"
+                ));
+            }
+        }
         let mut runs: Vec<(PhysBlock, u64, &'static str)> = self
             .alloc
             .free_runs()

@@ -299,9 +299,11 @@ impl Fs {
                     slot.log_head = st.new_pages[0].off;
                     slot.log_tail = st.new_tail;
                     child.log.apply(st);
+                    let split = child.extents.pm_clean_dirty();
                     for e in &initial {
                         child.apply(e);
                     }
+                    self.note_pm_split_change(split, child.extents.pm_clean_dirty());
                 }
                 Err(e) => {
                     for &b in &data_blocks {

@@ -5,12 +5,49 @@ use super::*;
 
 impl Fs {
     /// PM blocks holding clean data (with a copy on a block tier) and dirty
-    /// data (PM only).
+    /// data (PM only); (0, 0) on a pool without block tiers. The running
+    /// totals, O(1).
     pub(crate) fn pm_clean_dirty(&self) -> (u64, u64) {
-        let (mut clean, mut dirty) = (0, 0);
         if self.tiers.is_empty() {
             return (0, 0);
         }
+        let m = &self.migrator;
+        (
+            m.pm_clean_blocks.load(Ordering::Relaxed),
+            m.pm_dirty_blocks.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Adds the change of one inode's PM split (`before` → `after`, as its
+    /// `ExtentMap::pm_clean_dirty` gives them around a change of its
+    /// extents, under its lock) to the pool's totals.
+    pub(crate) fn note_pm_split_change(&self, before: (u64, u64), after: (u64, u64)) {
+        let m = &self.migrator;
+        if after != before {
+            // Two's complement: a decrease wraps back, totals never go negative.
+            m.pm_clean_blocks
+                .fetch_add(after.0.wrapping_sub(before.0), Ordering::Relaxed);
+            m.pm_dirty_blocks
+                .fetch_add(after.1.wrapping_sub(before.1), Ordering::Relaxed);
+        }
+    }
+
+    /// Sets the running totals from a scan of the inode table (at mount,
+    /// once every inode is in DRAM).
+    pub(crate) fn reset_pm_split(&self) {
+        let (clean, dirty) = self.scan_pm_clean_dirty();
+        self.migrator
+            .pm_clean_blocks
+            .store(clean, Ordering::Relaxed);
+        self.migrator
+            .pm_dirty_blocks
+            .store(dirty, Ordering::Relaxed);
+    }
+
+    /// [`Fs::pm_clean_dirty`]'s totals counted afresh: one lock per inode
+    /// slot (whatever the tiers).
+    pub(crate) fn scan_pm_clean_dirty(&self) -> (u64, u64) {
+        let (mut clean, mut dirty) = (0, 0);
         self.migrator.split_scans.fetch_add(1, Ordering::Relaxed);
         for slot in &self.table {
             if let Some(i) = slot.lock().as_ref() {

@@ -44,8 +44,11 @@ impl Fs {
         let mut pm_split = (0, 0);
         for w in chain.windows(2) {
             let (from, to) = (w[0], w[1]);
-            if from.is_pm() && self.pm_drain_waits() {
-                continue;
+            if from.is_pm() {
+                if self.pm_drain_waits() {
+                    continue;
+                }
+                self.migrator.pm_looks.fetch_add(1, Ordering::Relaxed);
             }
             let threshold = mig::migration_threshold(params.threshold, io);
             let bit = 1u64 << from.get();
@@ -54,13 +57,12 @@ impl Fs {
             let mut counted = used;
             if from.is_pm() {
                 let evict_mark = u64::from(threshold) + (100 - u64::from(threshold)) / 2;
-                // The clean/dirty split is one scan of the inode table (a
-                // lock per slot: on an idle pool it was nearly all the
-                // daemon's CPU), so it is taken only when it can change what
-                // this pass does: NVMFS's flush, PM past the eviction mark,
-                // or PM's whole data use (an upper bound of what counts)
-                // over the threshold. Otherwise nothing moves either way,
-                // and the percent shown is that bound.
+                // The clean/dirty split (running totals, `pm_clean_dirty`)
+                // is taken only when it can change what this pass does:
+                // NVMFS's flush, PM past the eviction mark, or PM's whole
+                // data use (an upper bound of what counts) over the
+                // threshold. Otherwise nothing moves either way, and the
+                // percent shown is that bound.
                 let split_matters = policy.flushes_dirty_list()
                     || u128::from(used) * 100 > u128::from(cap) * u128::from(evict_mark)
                     || mig::should_migrate(used, cap, threshold, params.forced_percent, running)
@@ -178,7 +180,7 @@ impl Fs {
             .map_or(next, |t| t.id)
     }
 
-    /// Whether PM's split scan and drain wait this pass: its last drain
+    /// Whether PM's look (its split and drain) waits this pass: its last drain
     /// found nothing it may move, no tier's room has changed since, and the
     /// back-off is not over (the status keeps saying why it waits).
     fn pm_drain_waits(&self) -> bool {

@@ -69,8 +69,19 @@ pub struct Migrator {
     pub(super) flush_run: Mutex<terrace_policy::nvmfs::FlushRun>,
     pub(super) passes: AtomicU64,
     /// Scans of the inode table for PM's clean/dirty split
-    /// (`Fs::pm_clean_dirty`): one lock per inode slot each.
+    /// (`Fs::scan_pm_clean_dirty`: at mount and in `check_allocator`): one
+    /// lock per inode slot each.
     pub(super) split_scans: AtomicU64,
+    /// PM blocks of the pool holding clean data (with a copy on a block
+    /// tier) and dirty data: the sums of every live inode's
+    /// `ExtentMap::pm_clean_dirty`, kept by each change of an extent map
+    /// (`Fs::note_pm_split_change`) so that `Fs::pm_clean_dirty` reads them
+    /// instead of locking every inode slot (ten times a second, from the
+    /// migration thread, while PM is over its threshold).
+    pub(crate) pm_clean_blocks: AtomicU64,
+    pub(crate) pm_dirty_blocks: AtomicU64,
+    /// Passes that looked at PM (its drain was not waiting out a back-off).
+    pub(super) pm_looks: AtomicU64,
     /// PM data use the last pass compared with the threshold (percent of
     /// PM's data capacity; clean copies left out when the policy keeps them
     /// and PM's whole data use is over the threshold — below it, that whole
