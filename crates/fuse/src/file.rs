@@ -92,8 +92,14 @@ impl FuseAdapter {
     /// page cache this adapter does not track (kernels without direct-I/O
     /// mmap).
     pub(crate) fn kernel_may_hold_dirty_pages(&self, ino: u64) -> bool {
-        let tracked = self.direct_io || self.writeback_cache;
-        !tracked || self.cached.has_writers(ino)
+        !self.tracks_cached_opens() || self.cached.has_writers(ino)
+    }
+
+    /// Whether `cached` follows the opens that go through the kernel's page
+    /// cache: with direct I/O for write-only opens, or under the writeback
+    /// cache (otherwise every open is cached and none is tracked).
+    fn tracks_cached_opens(&self) -> bool {
+        self.direct_io || self.writeback_cache
     }
 
     /// The data of `ino` from byte `offset` on (`len` bytes, 0: to the end)
@@ -102,8 +108,11 @@ impl FuseAdapter {
     /// must drop before the change is acknowledged while cached opens may
     /// hold it (the caller replies through [`FuseAdapter::reply_after`]).
     pub(crate) fn data_changed(&self, ino: u64, offset: u64, len: u64) -> Option<Stale> {
-        let tracked = self.direct_io || self.writeback_cache;
-        (tracked && self.cached.changed(ino)).then_some(Stale { ino, offset, len })
+        (self.tracks_cached_opens() && self.cached.changed(ino)).then_some(Stale {
+            ino,
+            offset,
+            len,
+        })
     }
 
     /// Replies with `r` through `reply` — once the kernel dropped the pages

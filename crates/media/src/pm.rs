@@ -59,8 +59,8 @@ impl fmt::Display for PmKind {
 /// A file or block device mapped as persistent memory.
 pub struct PmFile {
     path: PathBuf,
-    // Keeps the descriptor open for the life of the mapping.
-    _file: File,
+    // Open for the life of the mapping.
+    file: File,
     base: NonNull<u8>,
     len: u64,
     kind: PmKind,
@@ -160,7 +160,7 @@ impl PmFile {
             .ok_or_else(|| path_error(path, io::ErrorKind::Other, "mmap returned null"))?;
         Ok(PmFile {
             path: path.to_path_buf(),
-            _file: file,
+            file,
             base,
             len,
             kind,
@@ -187,7 +187,7 @@ impl PmFile {
     /// which kills the process: see [`PmFile::back_fully`].
     pub fn unbacked_bytes(&self) -> io::Result<u64> {
         use std::os::unix::fs::MetadataExt;
-        let md = self._file.metadata()?;
+        let md = self.file.metadata()?;
         if !md.file_type().is_file() {
             return Ok(0);
         }
@@ -206,7 +206,7 @@ impl PmFile {
         }
         // Safety: plain system call on a descriptor this value owns; no
         // memory is passed.
-        let r = unsafe { libc::fallocate(self._file.as_raw_fd(), 0, 0, self.len as libc::off_t) };
+        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, self.len as libc::off_t) };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
