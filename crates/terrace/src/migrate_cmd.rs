@@ -206,13 +206,9 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
         socket: util::control_socket(&abs),
         ..util::run_files(&abs)
     };
-    let failed = |e: ControlError| match e {
-        ControlError::NoDaemon => crate::admin::no_daemon(&abs, mnt),
-        ControlError::Failed(m) => CliError::at(mnt, m),
-        ControlError::Refused(r) => CliError::at(mnt, r.error),
-    };
+    let failed = crate::admin::control_failed(&abs, mnt);
     let st = control::call(&files.socket, GetStatus {}, Duration::from_secs(10))
-        .map_err(failed)?
+        .map_err(&failed)?
         .status;
     if st.read_only {
         return Err(CliError::at(
@@ -369,8 +365,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
             },
             match nfiles - todo.len() {
                 0 => String::new(),
-                1 => "; 1 file already there".into(),
-                n => format!("; {n} files already there"),
+                n => format!("; {} already there", files_count(n)),
             },
             match pinned {
                 0 => String::new(),
