@@ -7,6 +7,7 @@ with no unmount; every refusal is a clear one-line error that changes
 nothing; an object tier is added behind them against a real MinIO."""
 
 import json
+import time
 
 from helpers import (assert_clean_error, fsck, mounted_pool, sha256_file, temp_mountpoint,
                      temp_pool_path, terrace, write_pattern_file)
@@ -374,6 +375,45 @@ def test_the_ssd_of_a_mounted_pm_ssd_hdd_pool_is_removed_at_once():
             assert sha256_file(mnt / "f") == digest
             assert sha256_file(mnt / "g") == digest_g
             assert sha256_file(mnt / "h") == digest_h
+
+
+def test_a_tier_holding_inode_logs_of_cold_files_is_removed_and_the_logs_move_with_it():
+    """Log migration moves the logs of cold small files to the ssd, where
+    no command of the user moves them (`terrace migrate` moves data).
+    Removing the ssd once its data moved down moves the logs to the hdd
+    itself; every file reads back, before and after a remount, and fsck is
+    clean. (It used to refuse: "still holds … inode logs: move them to
+    another tier first (terrace migrate …)", which could not be done.)"""
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
+            temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M",
+                "--tier", f"hdd:{hdd}:256M")
+        body = lambda i: bytes([i % 251]) * (100 + i % 3000)  # noqa: E731
+        n = 3000
+        with mounted_pool(pool, mnt, "migration_threshold=1,migration_age_ns=0") as m:
+            for d in range(4):
+                (mnt / f"d{d}").mkdir()
+            for i in range(n):
+                (mnt / f"d{i % 4}" / f"f{i}").write_bytes(body(i))
+            deadline = time.monotonic() + 30
+            while m.status()["log_migration"]["logs_on_tiers"] < 100:
+                assert time.monotonic() < deadline, m.status()["log_migration"]
+                time.sleep(0.2)
+            terrace("set", mnt, "migration_threshold", "90")
+            terrace("migrate", "--quiet", "--to", "hdd", mnt)
+            on_ssd = m.status()["log_migration"]["logs_on_tiers"]
+            assert on_ssd > 0, "moving data recalled every log: the test needs some on the ssd"
+            out = terrace("tier", "remove", mnt, "ssd").stdout
+            assert "Removed tier 1" in out, out
+            assert kinds_of(m) == ["pm", "hdd"]
+            assert m.status()["log_migration"]["logs_on_tiers"] == on_ssd, "the logs went to the hdd"
+            bad = [i for i in range(n) if (mnt / f"d{i % 4}" / f"f{i}").read_bytes() != body(i)]
+            assert not bad, f"{len(bad)} files differ, e.g. {bad[:5]}"
+        assert_fsck_clean(pool)
+        with mounted_pool(pool, mnt) as m:
+            assert [t["id"] for t in m.status()["tiers"]] == [0, 2]
+            bad = [i for i in range(n) if (mnt / f"d{i % 4}" / f"f{i}").read_bytes() != body(i)]
+            assert not bad, f"{len(bad)} files differ after a remount, e.g. {bad[:5]}"
 
 
 def test_fsck_of_a_mounted_pool_is_refused_naming_the_mount():

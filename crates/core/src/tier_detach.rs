@@ -18,10 +18,12 @@
 //!    counts no free blocks. The rest of the pool must still hold the
 //!    blocks the DRAM cache's dirty pages were promised (design §5f):
 //!    checked in the same step, refused otherwise.
-//! 2. **Refuse** when committed state maps data, an inode log or a deleted
-//!    file still open there (the message says what, and how to move it),
-//!    then when a placement rule names the tier (the rule would no longer
-//!    hold; `rules.rs`). Nothing has changed yet.
+//! 2. **Refuse** when committed state maps files' data there (the message
+//!    says how much, and how to move it), then when a placement rule names
+//!    the tier (the rule would no longer hold; `rules.rs`). Nothing has
+//!    changed yet. Then **move the inode logs** there (`Fs::relocate_logs`:
+//!    to the first other block tier, else back to PM), and refuse when
+//!    one is left (a deleted file still open keeps its log).
 //! 3. When it is the pool's only block tier, the cache takes no new pages
 //!    from step 1 on ([`Fs::cache_takes_writes`]) and what it holds is
 //!    written back now (to PM): the pool is PM-only afterwards, where
@@ -64,6 +66,9 @@ use terrace_format::{FileBlock, PhysBlock, TierId, TierKind, TierRecord, BLOCK_S
 /// How long a removal waits for allocations on the tier made before it
 /// (moves, write-backs, uploads in flight) to commit or be released.
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// Inode logs moved off a retiring tier per device write and sync.
+const LOG_BATCH: usize = 1024;
 
 /// A tier removed from the mounted pool: what the superblock said of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,10 +278,14 @@ impl Fs {
             });
         };
         let mut retiring = self.retire_tier(tier, &rec)?;
-        // Data there first (what the user must move anyway), then rules,
-        // both before anything changes (clean copies are dropped in step 4).
-        self.refuse_held(tier, &rec)?;
+        // Files' data there first (what the user must move), then rules,
+        // both before anything changes; then the inode logs there, which
+        // the removal moves itself; then anything left (clean copies are
+        // dropped in step 4).
+        self.refuse_held_data(tier, &rec)?;
         self.refuse_ruled(&rec)?;
+        self.relocate_logs(tier, &rec)?;
+        self.refuse_held(tier, &rec)?;
         if self.tiers.iter().all(|t| t.id == id) {
             // The only block tier: the pool is PM-only after this, so
             // nothing may stay cached (the cache takes no pages now).
@@ -394,9 +403,82 @@ impl Fs {
         ))
     }
 
+    /// Step 2: refuses at once when committed state maps files' data on
+    /// the tier (the message a user needs first: moving it is theirs to
+    /// do; nothing has changed yet). Inode logs there do not count here.
+    fn refuse_held_data(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
+        let (mut held, _) = self.tier_holdings(tier.id);
+        if held.extents == 0 {
+            return Ok(());
+        }
+        let logs = held.logs;
+        held.logs = 0;
+        held.log_blocks = 0;
+        let mut msg = held_message(rec, &held, held.data_blocks);
+        if logs > 0 {
+            msg.push_str(&format!(
+                " (the {logs} inode log{} there move by themselves when it goes)",
+                if logs == 1 { "" } else { "s" }
+            ));
+        }
+        Err(msg)
+    }
+
+    /// Step 2b: moves the inode logs that log migration put on the
+    /// retiring tier (design.md §3) to the first other block tier that
+    /// takes writes — its device not full, not an object tier, which holds
+    /// no logs — or, with none, back to PM (a recall, as a file's next change makes). Logs of
+    /// deleted files still open stay (the refusal after this names them).
+    /// Each log moves crash-safely, as log migration moves it; a log that
+    /// moved stays moved when a later step refuses.
+    fn relocate_logs(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
+        let mut inos = Vec::new();
+        for slot in &self.table {
+            let g = slot.lock();
+            if let Some(i) = g.as_ref() {
+                if !i.zombie && i.log.on_tier.is_some_and(|l| l.tier == tier.id) {
+                    inos.push(i.ino);
+                }
+            }
+        }
+        if inos.is_empty() {
+            return Ok(());
+        }
+        let to = self
+            .tiers
+            .iter()
+            .find(|t| t.id != tier.id && t.stands_in_for_a_full_tier());
+        let cannot = |to: &str, e: &dyn std::fmt::Display| {
+            format!(
+                "cannot move the {} inode log{} on {} to {to}: {e}",
+                inos.len(),
+                if inos.len() == 1 { "" } else { "s" },
+                tier_name(rec)
+            )
+        };
+        match to {
+            Some(to) => {
+                let name = format!("tier {} ({})", to.id.get(), to.kind.name());
+                for batch in inos.chunks(LOG_BATCH) {
+                    self.move_logs_to(batch, to.id)
+                        .map_err(|e| cannot(&name, &e))?;
+                }
+            }
+            None => {
+                for &ino in &inos {
+                    let Ok(mut g) = self.lock(ino) else { continue };
+                    if let Some(i) = g.as_mut() {
+                        self.recall_log(i, false)
+                            .map_err(|e| cannot("PM", &e))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses at once when committed state maps data, a log or an open
-    /// deleted file on the tier (before step 2: the message a user needs
-    /// first, and nothing has changed yet).
+    /// deleted file on the tier.
     fn refuse_held(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
         let valid = tier.space.stats().valid_blocks;
         let (held, _) = self.tier_holdings(tier.id);

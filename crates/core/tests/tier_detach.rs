@@ -789,3 +789,113 @@ fn a_crash_at_any_point_of_a_middle_tier_removal_leaves_it_named_or_gone() {
             .unwrap_or_else(|e| panic!("{ctx}: allocator: {e}"));
     });
 }
+
+/// `n` small files under two directories, their data moved to tier `data_to`
+/// and then their logs (and the directories') to tier `logs_to`; returns the
+/// files with their contents and every inode whose log moved.
+fn files_with_logs_on(
+    fs: &Fs,
+    n: u32,
+    data_to: u8,
+    logs_to: u8,
+) -> (Vec<(u64, Vec<u8>)>, Vec<u64>) {
+    let dirs = mkdirs(fs, 2);
+    let mut files = Vec::new();
+    for i in 0..n {
+        let ino = file(fs, dirs[i as usize % 2], &format!("f{i}"));
+        let data = pattern(u64::from(i) + 40, 500 + (i as usize * 613) % 7000);
+        fs.write(ino, 0, &data).unwrap();
+        fs.migrate_file(ino, data_to).unwrap();
+        files.push((ino, data));
+    }
+    let mut inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    inos.extend(dirs);
+    assert_eq!(fs.move_logs(&inos, logs_to).unwrap(), inos.len() as u64);
+    (files, inos)
+}
+
+fn logs_on(fs: &Fs, inos: &[u64], tier: u8) -> usize {
+    inos.iter()
+        .filter(|&&ino| fs.log_place(ino).unwrap().is_some_and(|(t, _, _)| t == tier))
+        .count()
+}
+
+/// Log migration puts logs of cold files on a block tier, where no user
+/// command moves them: removing that tier moves them to the next block
+/// tier itself (it used to refuse, naming `terrace migrate`, which moves
+/// data only), and the files read back across a remount without it.
+#[test]
+fn inode_logs_on_a_removed_tier_move_to_another_block_tier() {
+    use terrace_format::TierId;
+    let (pm, _ssd, hdd, fs) = three_tier_pool(16 << 20, 32 << 20);
+    // Data on the hdd, logs on the ssd: what `terrace migrate --to hdd`
+    // leaves of files log migration had moved before.
+    let (mut files, inos) = files_with_logs_on(&fs, 60, 2, 1);
+    let on_ssd = pattern(60, 1 << 20);
+    let a = file_holding(&fs, "a", &on_ssd);
+    fs.migrate_file(a, 1).unwrap();
+    files.push((a, on_ssd));
+    let tree = fs_tree(&fs);
+    // Data still there refuses first, saying the logs need nothing.
+    let before = fs.superblock();
+    let e = fs.detach_tier(Some(TierId(1))).unwrap_err();
+    assert!(
+        e.contains("still holds 1.0 MiB")
+            && e.contains("migrate")
+            && e.contains("the 62 inode logs there move by themselves"),
+        "{e}"
+    );
+    assert_eq!(fs.superblock(), before, "a refused removal wrote");
+    assert_eq!(logs_on(&fs, &inos, 1), inos.len(), "a refusal moved logs");
+    fs.migrate_file(a, 2).unwrap();
+    fs.detach_tier(Some(TierId(1)))
+        .expect("a tier holding only logs goes");
+    assert_eq!(ids(&fs), [0, 2]);
+    assert_eq!(logs_on(&fs, &inos, 2), inos.len(), "the logs are on the hdd");
+    assert_files(&fs, &files, "after the removal");
+    assert_same_tree(&fs_tree(&fs), &tree, "after the removal");
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(2, hdd.clone())];
+    fsck_clean_with(&*pm, &tiers, Fsck::Data, "after the removal");
+    let fs = Fs::mount_with_tiers(pm.clone(), tiers).unwrap_or_else(|e| panic!("mount: {e}"));
+    assert_eq!(logs_on(&fs, &inos, 2), inos.len());
+    assert_files(&fs, &files, "remounted");
+    assert_same_tree(&fs_tree(&fs), &tree, "remounted");
+    fs.unmount().unwrap();
+}
+
+/// With no other block tier, the logs come back to PM, and the pool is
+/// PM-only afterwards.
+#[test]
+fn inode_logs_on_the_only_block_tier_come_back_to_pm_when_it_goes() {
+    let (pm, _ssd, fs) = tiered_pool(16 << 20, 32 << 20, 256);
+    // Empty files and their directories: logs without data anywhere.
+    let dirs = mkdirs(&fs, 2);
+    let mut inos: Vec<u64> = (0..40)
+        .map(|i| {
+            let ino = file(&fs, dirs[i % 2], &format!("e{i}"));
+            fs.setxattr(ino, b"user.n", format!("{i}").as_bytes(), 0)
+                .unwrap();
+            ino
+        })
+        .collect();
+    inos.extend(&dirs);
+    let on_pm = file_holding(&fs, "on-pm", &pattern(50, 9000));
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), inos.len() as u64);
+    let tree = fs_tree(&fs);
+    fs.detach_last_tier().expect("a tier holding only logs goes");
+    assert_eq!(kinds(&fs), ["pm"]);
+    assert_eq!(fs.log_migration_status().logs_on_tiers, 0);
+    assert_eq!(logs_on(&fs, &inos, 1), 0);
+    assert_eq!(content(&fs, on_pm), pattern(50, 9000));
+    assert_same_tree(&fs_tree(&fs), &tree, "after the removal");
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(&*pm, None, Fsck::Data, "after the removal");
+    let fs = mount(pm.clone());
+    assert_same_tree(&fs_tree(&fs), &tree, "remounted");
+    fs.unmount().unwrap();
+}

@@ -491,12 +491,14 @@ pub(crate) enum TierAction {
     /// while it holds data.
     ///
     /// Given a mount point (or the pm tier of a mounted pool), the daemon
-    /// stops placing data on the tier, drops the clean copies kept there,
-    /// checks that nothing else is stored on it and removes it at once, with
-    /// no unmount. Given an unmounted pool, this command does the same in
-    /// its own process. Any tier but pm may go, when it holds no file data,
-    /// log or deleted file still open and no placement rule names it; the
-    /// other tiers keep their ids.
+    /// stops placing data on the tier, moves the inode logs of cold files
+    /// kept there to the next block tier (or back to pm), drops the clean
+    /// copies kept there, checks that nothing else is stored on it and
+    /// removes it at once, with no unmount. Given an unmounted pool, this
+    /// command does the same in its own process. Any tier but pm may go,
+    /// when it holds no file data (`terrace migrate --to TIER` moves it) and
+    /// no deleted file still open, and no placement rule names it; the other
+    /// tiers keep their ids.
     Remove {
         /// A mount point, or the pool (the path of its pm tier).
         #[arg(value_name = "MOUNTPOINT|POOL")]

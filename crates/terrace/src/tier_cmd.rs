@@ -399,10 +399,20 @@ fn leftover_of(r: &TierRecord, wiped: Result<(), String>) -> String {
         )
     } else {
         match wiped {
+            Ok(()) if is_block_device(&r.path) => {
+                format!("; the pool no longer uses the device {}", r.path)
+            }
             Ok(()) => format!("; {} may be deleted", r.path),
             Err(e) => format!("; {e}, but the pool no longer names it"),
         }
     }
+}
+
+/// Whether `path` names a block device (a device is not deleted, only no
+/// longer used).
+fn is_block_device(path: &str) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// The daemon's side of `tier remove MOUNTPOINT [TIER]`: the core removes

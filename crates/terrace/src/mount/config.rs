@@ -29,6 +29,31 @@ pub struct MountConfig {
     pub child: bool,
 }
 
+/// The error for an `-o` word the FUSE options refused: a known word
+/// given without its value says what the value is, and an unknown word's
+/// list of known options also names `metrics=` and the settings, which
+/// are read here rather than by the FUSE options.
+fn explain_unknown_option(part: &str, why: String) -> String {
+    if part == "metrics" {
+        return format!(
+            "mount option \"metrics\" needs an address: use {}",
+            crate::metrics::FORM
+        );
+    }
+    if terrace_policy::Settings::key(part).is_some() {
+        return format!(
+            "mount option {part:?} is a setting and needs a value: {part}=VALUE \
+             (`terrace set MOUNTPOINT {part}` explains it)"
+        );
+    }
+    match why.strip_suffix(')') {
+        Some(list) if why.starts_with("unknown mount option") => format!(
+            "{list}, metrics=IP:PORT, and any setting as KEY=VALUE; `terrace mount --help` explains them)"
+        ),
+        _ => why,
+    }
+}
+
 impl MountConfig {
     /// A foreground mount with the default options of the user running it
     /// (`suid,dev` for root, `nosuid,nodev` otherwise).
@@ -68,7 +93,9 @@ impl MountConfig {
                         continue;
                     }
                 }
-                self.options.apply(part).map_err(CliError::new)?;
+                self.options
+                    .apply(part)
+                    .map_err(|why| CliError::new(explain_unknown_option(part, why)))?;
             }
             self.raw_options.push(o.clone());
         }
@@ -118,5 +145,34 @@ impl MountConfig {
         terrace_policy::Settings::default()
             .with(&given)
             .map_err(|e| CliError::new(format!("invalid settings: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MountConfig;
+
+    fn refusal(opt: &str) -> String {
+        let mut cfg = MountConfig::new("/p".into(), "/m".into());
+        cfg.apply_options(&[opt.to_string()]).unwrap_err().msg
+    }
+
+    #[test]
+    fn a_word_that_needs_a_value_says_which_value() {
+        let e = refusal("metrics");
+        assert!(e.contains("needs an address") && e.contains("metrics=IP:PORT"), "{e}");
+        let e = refusal("sync_threshold_bytes");
+        assert!(
+            e.contains("is a setting and needs a value: sync_threshold_bytes=VALUE"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_word_lists_metrics_and_settings_among_the_known() {
+        let e = refusal("metrcs=1.2.3.4:5");
+        assert!(e.starts_with("unknown mount option \"metrcs=1.2.3.4:5\""), "{e}");
+        assert!(e.contains("noacl, metrics=IP:PORT, and any setting as KEY=VALUE"), "{e}");
+        assert!(e.ends_with("explains them)"), "{e}");
     }
 }
