@@ -211,3 +211,38 @@ def test_a_path_inside_a_mount_names_the_mount_point_and_migrate_takes_it_as_wha
             assert cp.stdout.startswith("terrace: moved 64.0 KiB of 1 file to ssd"), cp.stdout
             rows = helpers.json.loads(terrace("where", "--json", mnt / "d" / "f").stdout)
             assert rows["bytes_per_tier"] == {"ssd": 65536}, rows
+
+
+def test_a_user_mounts_their_own_pool_where_dev_fuse_lets_them_and_is_told_why_not_elsewhere():
+    """An unprivileged user (HPC sites) formats, mounts, uses and unmounts a
+    pool of their own, through fusermount3, when /dev/fuse is 0666 (most
+    systems). Where it is 0600 (this CI machine's containers), the mount
+    fails with one line naming /dev/fuse and what to change, not a bare
+    "Permission denied" (found by hand, 2026-11-30)."""
+    fuse_mode = os.stat("/dev/fuse").st_mode & 0o7777
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        os.chown(mnt, 65534, 65534)
+        cp = as_nobody("mkfs", "--tier", f"pm:{pool}:64M")
+        assert cp.returncode == 0, helpers.describe(cp, "mkfs as nobody")
+        try:
+            os.chmod("/dev/fuse", 0o600)
+            cp = as_nobody("mount", "--daemon", pool, mnt)
+            assert_clean_error(cp, mentions=["/dev/fuse", "0600", "chmod 0666 /dev/fuse"])
+            assert not helpers.is_mounted(mnt)
+            os.chmod("/dev/fuse", 0o666)
+            cp = as_nobody("mount", "--daemon", pool, mnt)
+            assert cp.returncode == 0, helpers.describe(cp, "mount as nobody with /dev/fuse 0666")
+            write = helpers.run([*NOBODY, "sh", "-c",
+                                 f"echo mine > {mnt}/f && cat {mnt}/f && stat -c %u {mnt}/f"],
+                                check=False)
+            assert write.stdout == "mine\n65534\n", helpers.describe(write, "write as nobody")
+            # Without allow_other the mount is its owner's alone, as with any FUSE mount.
+            with pytest.raises(PermissionError):
+                os.stat(mnt / "f")
+            assert "Terrace pool" in as_nobody("status", mnt).stdout
+            cp = as_nobody("umount", mnt)
+            assert cp.returncode == 0, helpers.describe(cp, "umount as nobody")
+            assert not helpers.is_mounted(mnt)
+        finally:
+            os.chmod("/dev/fuse", fuse_mode)
+        assert terrace("fsck", pool).returncode == 0

@@ -468,8 +468,7 @@ impl Fs {
                 for &ino in &inos {
                     let Ok(mut g) = self.lock(ino) else { continue };
                     if let Some(i) = g.as_mut() {
-                        self.recall_log(i, false)
-                            .map_err(|e| cannot("PM", &e))?;
+                        self.recall_log(i, false).map_err(|e| cannot("PM", &e))?;
                     }
                 }
             }

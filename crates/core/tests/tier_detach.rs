@@ -816,7 +816,11 @@ fn files_with_logs_on(
 
 fn logs_on(fs: &Fs, inos: &[u64], tier: u8) -> usize {
     inos.iter()
-        .filter(|&&ino| fs.log_place(ino).unwrap().is_some_and(|(t, _, _)| t == tier))
+        .filter(|&&ino| {
+            fs.log_place(ino)
+                .unwrap()
+                .is_some_and(|(t, _, _)| t == tier)
+        })
         .count()
 }
 
@@ -851,7 +855,11 @@ fn inode_logs_on_a_removed_tier_move_to_another_block_tier() {
     fs.detach_tier(Some(TierId(1)))
         .expect("a tier holding only logs goes");
     assert_eq!(ids(&fs), [0, 2]);
-    assert_eq!(logs_on(&fs, &inos, 2), inos.len(), "the logs are on the hdd");
+    assert_eq!(
+        logs_on(&fs, &inos, 2),
+        inos.len(),
+        "the logs are on the hdd"
+    );
     assert_files(&fs, &files, "after the removal");
     assert_same_tree(&fs_tree(&fs), &tree, "after the removal");
     fs.check_allocator().unwrap();
@@ -885,7 +893,8 @@ fn inode_logs_on_the_only_block_tier_come_back_to_pm_when_it_goes() {
     let on_pm = file_holding(&fs, "on-pm", &pattern(50, 9000));
     assert_eq!(fs.move_logs(&inos, 1).unwrap(), inos.len() as u64);
     let tree = fs_tree(&fs);
-    fs.detach_last_tier().expect("a tier holding only logs goes");
+    fs.detach_last_tier()
+        .expect("a tier holding only logs goes");
     assert_eq!(kinds(&fs), ["pm"]);
     assert_eq!(fs.log_migration_status().logs_on_tiers, 0);
     assert_eq!(logs_on(&fs, &inos, 1), 0);

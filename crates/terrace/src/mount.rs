@@ -450,7 +450,14 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         Err(e) => {
             let _ = fs.unmount();
             remove_run_files(&files);
-            return Err(CliError::at(&cfg.mountpoint, format!("cannot mount: {e}")));
+            return Err(CliError::at(
+                &cfg.mountpoint,
+                format!(
+                    "cannot mount: {}{}",
+                    e.to_string().trim_end(),
+                    dev_fuse_hint(&e)
+                ),
+            ));
         }
     };
     drop(tx);
@@ -671,5 +678,23 @@ fn spawn_notice_logger(fs: &Arc<Fs>) {
 fn log_notices(fs: &Fs) {
     for n in fs.take_notices() {
         log(n);
+    }
+}
+
+/// What to do when the FUSE device refused the user: "Permission denied"
+/// alone does not name /dev/fuse, nor what to change.
+fn dev_fuse_hint(e: &std::io::Error) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    if e.kind() != std::io::ErrorKind::PermissionDenied {
+        return String::new();
+    }
+    match std::fs::metadata("/dev/fuse") {
+        Ok(m) if m.permissions().mode() & 0o006 != 0o006 => format!(
+            " (opening /dev/fuse: it has mode {:04o} here, so only root can mount FUSE file \
+             systems; most systems give it 0666: `chmod 0666 /dev/fuse` as root, or mount as \
+             root with -o allow_other)",
+            m.permissions().mode() & 0o7777
+        ),
+        _ => String::new(),
     }
 }

@@ -160,7 +160,10 @@ mod tests {
     #[test]
     fn a_word_that_needs_a_value_says_which_value() {
         let e = refusal("metrics");
-        assert!(e.contains("needs an address") && e.contains("metrics=IP:PORT"), "{e}");
+        assert!(
+            e.contains("needs an address") && e.contains("metrics=IP:PORT"),
+            "{e}"
+        );
         let e = refusal("sync_threshold_bytes");
         assert!(
             e.contains("is a setting and needs a value: sync_threshold_bytes=VALUE"),
@@ -171,8 +174,14 @@ mod tests {
     #[test]
     fn an_unknown_word_lists_metrics_and_settings_among_the_known() {
         let e = refusal("metrcs=1.2.3.4:5");
-        assert!(e.starts_with("unknown mount option \"metrcs=1.2.3.4:5\""), "{e}");
-        assert!(e.contains("noacl, metrics=IP:PORT, and any setting as KEY=VALUE"), "{e}");
+        assert!(
+            e.starts_with("unknown mount option \"metrcs=1.2.3.4:5\""),
+            "{e}"
+        );
+        assert!(
+            e.contains("noacl, metrics=IP:PORT, and any setting as KEY=VALUE"),
+            "{e}"
+        );
         assert!(e.ends_with("explains them)"), "{e}");
     }
 }
