@@ -390,13 +390,41 @@ fn print_file(
         ));
     }
     o.push_str(&format!(
-        "rule: {}",
-        rule.as_deref().unwrap_or("auto (no rule)")
+        "rule: {}{}",
+        rule.as_deref().unwrap_or("auto (no rule)"),
+        rule.as_deref()
+            .map(|r| rule_not_met(r, per_tier))
+            .unwrap_or_default()
     ));
     if let Some(a) = access {
         o.push_str(&format!("\naccess: {a}"));
     }
     util::out(&o);
+}
+
+/// What the `rule:` line adds when part of a pinned file's data is on
+/// another tier than the rule's (named by kind, as `per_tier` is): a pin
+/// to PM spills to the first block tier while PM is full, and migration
+/// moves such data to the rule's tier as room allows. Data still in the
+/// DRAM cache is on its way and clean copies are second places: neither
+/// counts. Empty when the rule holds, or names a tier by id.
+fn rule_not_met(rule: &str, per_tier: &BTreeMap<String, u64>) -> String {
+    if !per_tier.contains_key(rule) && !["pm", "ssd", "hdd", "s3"].contains(&rule) {
+        return String::new();
+    }
+    let elsewhere: u64 = per_tier
+        .iter()
+        .filter(|(t, _)| t.as_str() != rule && t.as_str() != "dram" && !t.ends_with("-copy"))
+        .map(|(_, b)| *b)
+        .sum();
+    if elsewhere == 0 {
+        return String::new();
+    }
+    format!(
+        " (not met yet for {}: written while {rule} had no room, or not moved yet; \
+         migration moves it to {rule} as room allows)",
+        human(elsewhere)
+    )
 }
 
 /// Regular files under `dir` (not following symlinks, staying on its file
@@ -487,8 +515,33 @@ fn directory(dir: &Path, md: &std::fs::Metadata, reader: &mut Reader, as_json: b
 #[cfg(test)]
 mod tests {
     use super::{
-        bytes_per_tier, coalesce, device_runs, not_a_file, parse_xattr_line, ExtentRow, Run,
+        bytes_per_tier, coalesce, device_runs, not_a_file, parse_xattr_line, rule_not_met,
+        ExtentRow, Run,
     };
+
+    #[test]
+    fn a_rule_is_said_not_met_only_for_primary_data_on_another_tier() {
+        let tiers = |v: &[(&str, u64)]| v.iter().map(|(t, b)| (t.to_string(), *b)).collect();
+        assert_eq!(rule_not_met("pm", &tiers(&[("pm", 1 << 20)])), "");
+        assert_eq!(
+            rule_not_met(
+                "pm",
+                &tiers(&[("pm", 4096), ("dram", 8192), ("ssd-copy", 4096)])
+            ),
+            "",
+            "cached data and clean copies do not count"
+        );
+        let said = rule_not_met("pm", &tiers(&[("pm", 4096), ("ssd", 1 << 20)]));
+        assert!(
+            said.contains("not met yet for 1.0 MiB") && said.contains("pm had no room"),
+            "{said}"
+        );
+        assert_eq!(
+            rule_not_met("2", &tiers(&[("ssd", 4096)])),
+            "",
+            "an id is not matched"
+        );
+    }
 
     #[test]
     fn directories_and_devices_are_named_and_regular_files_are_not() {
