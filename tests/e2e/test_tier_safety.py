@@ -136,6 +136,45 @@ def test_mount_refuses_a_block_tier_replaced_by_another_pools_image():
         assert digest(pool) == pm_before
 
 
+def test_a_restored_backup_of_the_pm_tier_is_refused_once_the_pool_moved_on():
+    """The PM tier is a file one may back up and restore apart from the
+    block tiers (on /dev/shm it must be, to outlive a reboot). A backup
+    restored after the pool moved on is refused by mount and reported by
+    fsck, naming the tier, with nothing written; the PM tier that moved on
+    mounts and every file is whole. Before tier epochs the backup mounted
+    and read damaged data (EIO), and its writes would have damaged the
+    newer copy's (found by hand, 2026-11-30)."""
+    with temp_pool_path() as pool, temp_pool_path("backup") as backup, \
+            temp_pool_path("newer") as newer, helpers.temp_ssd_image() as ssd, \
+            temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt):
+            files = fill(mnt)
+        backup.write_bytes(pool.read_bytes())
+        with mounted_pool(pool, mnt):
+            check(files)
+            (mnt / "big").unlink()
+            del files[mnt / "big"]
+            p = mnt / "after"
+            files[p] = helpers.write_pattern_file(p, 48 * MiB, 7)
+        newer.write_bytes(pool.read_bytes())
+        pool.write_bytes(backup.read_bytes())
+        ssd_before = digest(ssd)
+        for ro in ([], ["-o", "ro"]):
+            cp = helpers.run([helpers.TERRACE_BIN, "mount", pool, mnt, "--daemon", *ro], check=False)
+            if helpers.is_mounted(mnt):
+                helpers.unmount(helpers.Mount(pool, mnt))
+            assert_clean_error(cp, mentions=[str(ssd), "tier 1", "another copy of this pool's PM tier"])
+        cp = helpers.run([helpers.TERRACE_BIN, "fsck", pool], check=False)
+        assert cp.returncode != 0 and "another copy of this pool's PM tier" in cp.stdout, cp.stdout
+        assert digest(pool) == digest(backup), "a refused mount wrote to the PM tier"
+        assert digest(ssd) == ssd_before, "a refused mount wrote to the SSD tier"
+        pool.write_bytes(newer.read_bytes())
+        with mounted_pool(pool, mnt):
+            check(files)
+        assert_fsck_clean(pool, "the copy that moved on")
+
+
 def test_fsck_reports_a_block_tier_that_is_truncated_replaced_or_damaged_and_reads_nothing_from_it():
     """fsck checks each block tier's header against the superblock as mount
     does (it used to read another pool's image and say "clean")."""

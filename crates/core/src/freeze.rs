@@ -60,6 +60,9 @@ impl Fs {
         crate::mkfs::write_superblock(&*self.media, &sb);
         drop(sb);
         let synced = self.media.sync_all();
+        // A copy of PM taken while frozen (a consistent backup) is stale
+        // once the pool changes again.
+        let synced = synced.and_then(|()| self.advance_tier_epochs());
         // Two leaves: the saved mode is taken before `atime` is.
         let saved = self.atime_before_freeze.lock().take();
         if let Some(mode) = saved {

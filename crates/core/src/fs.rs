@@ -200,6 +200,9 @@ impl Fs {
     ) -> Result<Fs, OpenError> {
         // Refuse before writing anything when a tier that holds data is missing.
         let sc = scan(&*media, &devices, false, &mut |_, _| {})?;
+        // Before anything is written: a tier another copy of this PM tier
+        // used since is refused (`tier_epoch.rs`).
+        crate::tier_epoch::check_devices(&sc.sb, &devices).map_err(OpenError::StaleTier)?;
         for (tier, runs) in &sc.block_used {
             if !runs.is_empty() && !devices.iter().any(|&(id, _)| id == tier.get()) {
                 return Err(OpenError::MissingTier(tier.get()));
@@ -270,6 +273,9 @@ impl Fs {
         fs.rebuild_clone_families();
         fs.reset_pm_split();
         if !read_only {
+            // Before any new write reaches a tier (nothing runs yet).
+            fs.advance_tier_epochs()
+                .map_err(|e| OpenError::Stamp(e.to_string()))?;
             fs.note_full_hosts();
         }
         Ok(fs)

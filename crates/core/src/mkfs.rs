@@ -115,6 +115,7 @@ pub fn format(media: &dyn PmMedia, p: &FormatParams) -> Result<Superblock, Strin
         last_mount_unix: 0,
         tiers,
         inode_map_blocks: Vec::new(),
+        next_tier_epoch: 0,
     };
     write_superblock(media, &sb);
     media

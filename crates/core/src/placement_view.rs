@@ -184,6 +184,7 @@ mod tests {
                 size: pm.len(),
                 extent_size: 0,
                 path: "/dev/shm/p".into(),
+                epoch: 0,
             }],
             root_uid: 0,
             root_gid: 0,

@@ -42,6 +42,11 @@ pub enum OpenError {
     BadSuperblock(String),
     /// A block tier that holds data was not given to mount.
     MissingTier(u8),
+    /// A block tier was last used by another copy of the PM tier
+    /// (`tier_epoch.rs`); the message names it.
+    StaleTier(String),
+    /// A block tier's header could not be stamped (`tier_epoch.rs`).
+    Stamp(String),
 }
 
 impl std::fmt::Display for OpenError {
@@ -59,6 +64,10 @@ impl std::fmt::Display for OpenError {
             OpenError::BadSuperblock(why) => write!(f, "pool is corrupt: {why}"),
             OpenError::MissingTier(t) => {
                 write!(f, "block tier {t} holds data but its device is missing")
+            }
+            OpenError::StaleTier(why) => write!(f, "{why}"),
+            OpenError::Stamp(why) => {
+                write!(f, "cannot stamp the block tiers' headers at mount: {why}")
             }
         }
     }

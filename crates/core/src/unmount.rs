@@ -58,6 +58,8 @@ impl Fs {
         }
         self.media.fence();
         self.media.sync_all()?;
+        // A copy of PM taken while mounted is stale from here on.
+        self.advance_tier_epochs()?;
         let mut sb = self.sb.lock();
         sb.clean = true;
         sb.generation += 1;

@@ -40,6 +40,8 @@ const OFF_CREATED: usize = 80;
 const OFF_MOUNT_COUNT: usize = 88;
 const OFF_LAST_MOUNT: usize = 96;
 const OFF_MAP_BLOCK_COUNT: usize = 104;
+/// A tier epoch being stamped (0: none): see [`Superblock::next_tier_epoch`].
+const OFF_NEXT_TIER_EPOCH: usize = 112;
 const OFF_TIERS: usize = 128;
 const TIER_RECORD_SIZE: usize = 256;
 // Within a tier record.
@@ -48,6 +50,7 @@ const TR_KIND: usize = 1;
 const TR_SIZE: usize = 8;
 const TR_EXTENT: usize = 16;
 const TR_PATH_LEN: usize = 20;
+const TR_EPOCH: usize = 24;
 const TR_PATH: usize = 32;
 /// Inode map blocks: PM block numbers, u64 each (version 10), up to byte 3072.
 const OFF_MAP_BLOCKS: usize = 2304;
@@ -125,6 +128,9 @@ pub struct TierRecord {
     pub extent_size: u32,
     /// Path of the file or device at format time; an object tier's URL.
     pub path: String,
+    /// The stamp this pool last wrote into the tier's header (0: none, as
+    /// in pools formatted before 2026-11-30, for PM and for object tiers).
+    pub epoch: u64,
 }
 
 /// The decoded superblock.
@@ -157,6 +163,11 @@ pub struct Superblock {
     pub tiers: Vec<TierRecord>,
     /// The inode map blocks, in group order (version 10).
     pub inode_map_blocks: Vec<u64>,
+    /// A new tier epoch being written into the block tiers' headers (0:
+    /// none). Stored before the first header is written and cleared in the
+    /// write that stores it in the tier records, so after a crash between
+    /// the two a header may hold either value.
+    pub next_tier_epoch: u64,
 }
 
 impl Superblock {
@@ -177,12 +188,14 @@ impl Superblock {
         put_u64(&mut b, OFF_CREATED, self.created_unix);
         put_u64(&mut b, OFF_MOUNT_COUNT, self.mount_count);
         put_u64(&mut b, OFF_LAST_MOUNT, self.last_mount_unix);
+        put_u64(&mut b, OFF_NEXT_TIER_EPOCH, self.next_tier_epoch);
         for (i, t) in self.tiers.iter().take(MAX_TIERS).enumerate() {
             let r = OFF_TIERS + i * TIER_RECORD_SIZE;
             put_u8(&mut b, r + TR_ID, t.id);
             put_u8(&mut b, r + TR_KIND, t.kind as u8);
             put_u64(&mut b, r + TR_SIZE, t.size);
             put_u32(&mut b, r + TR_EXTENT, t.extent_size);
+            put_u64(&mut b, r + TR_EPOCH, t.epoch);
             let path = t.path.as_bytes();
             let n = path.len().min(TIER_PATH_MAX);
             put_u16(&mut b, r + TR_PATH_LEN, n as u16);
@@ -232,6 +245,7 @@ impl Superblock {
                 size: u64_at(b, r + TR_SIZE),
                 extent_size: u32_at(b, r + TR_EXTENT),
                 path: String::from_utf8_lossy(&b[r + TR_PATH..r + TR_PATH + n]).into_owned(),
+                epoch: u64_at(b, r + TR_EPOCH),
             });
         }
         if tiers[0].kind != TierKind::Pm || tiers[0].id != 0 {
@@ -266,9 +280,25 @@ impl Superblock {
             last_mount_unix: u64_at(b, OFF_LAST_MOUNT),
             tiers,
             inode_map_blocks,
+            next_tier_epoch: u64_at(b, OFF_NEXT_TIER_EPOCH),
         };
         sb.check_geometry()?;
         Ok(sb)
+    }
+
+    /// Whether a block tier whose header holds `header_epoch` was last used
+    /// by this copy of the pool as the tier of record `rec` (the pool's, or
+    /// one being added): the header and the record agree, or the header holds the epoch being stamped when a
+    /// crash came (`next_tier_epoch`). A zero on either side was never
+    /// stamped (a pool or header from before epochs, an object tier) and
+    /// agrees with anything. A PM tier that disagrees is older than the
+    /// tier's contents: restored from a backup, or a copy of it was mounted
+    /// since.
+    pub fn accepts_tier_epoch(&self, rec: &TierRecord, header_epoch: u64) -> bool {
+        header_epoch == 0
+            || rec.epoch == 0
+            || header_epoch == rec.epoch
+            || (self.next_tier_epoch != 0 && header_epoch == self.next_tier_epoch)
     }
 
     /// Checks that the geometry fields agree with each other.
@@ -347,6 +377,7 @@ mod tests {
             mount_count: 2,
             last_mount_unix: 3,
             inode_map_blocks: vec![900],
+            next_tier_epoch: 0x77,
             tiers: vec![
                 TierRecord {
                     id: 0,
@@ -354,6 +385,7 @@ mod tests {
                     size: 1024 * BLOCK_SIZE,
                     extent_size: 0,
                     path: "/dev/shm/x".into(),
+                    epoch: 0,
                 },
                 TierRecord {
                     id: 1,
@@ -361,9 +393,27 @@ mod tests {
                     size: 1 << 30,
                     extent_size: 512 << 10,
                     path: "/tmp/ssd".into(),
+                    epoch: 0x5eed,
                 },
             ],
         }
+    }
+
+    #[test]
+    fn a_tier_header_is_accepted_when_its_epoch_is_the_records_or_the_one_being_stamped() {
+        let mut sb = sample();
+        let mut rec = sb.tiers[1].clone();
+        assert!(sb.accepts_tier_epoch(&rec, 0x5eed), "the record's");
+        assert!(sb.accepts_tier_epoch(&rec, 0x77), "the one being stamped");
+        assert!(sb.accepts_tier_epoch(&rec, 0), "a header never stamped");
+        assert!(!sb.accepts_tier_epoch(&rec, 0x1234), "another copy's");
+        sb.next_tier_epoch = 0;
+        assert!(!sb.accepts_tier_epoch(&rec, 0x77));
+        rec.epoch = 0;
+        assert!(
+            sb.accepts_tier_epoch(&rec, 0x1234),
+            "a record never stamped"
+        );
     }
 
     #[test]
@@ -381,6 +431,7 @@ mod tests {
             size: 1 << 40,
             extent_size: 16 << 20,
             path: "http://127.0.0.1:9000/bucket/pool-a".into(),
+            epoch: 0,
         });
         assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
         for k in [TierKind::Pm, TierKind::Ssd, TierKind::Hdd, TierKind::S3] {
@@ -399,6 +450,7 @@ mod tests {
             size: 1 << 30,
             extent_size: 512 << 10,
             path: "/tmp/hdd".into(),
+            epoch: 0,
         });
         sb.tiers.remove(1);
         assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);

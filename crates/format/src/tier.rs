@@ -3,7 +3,15 @@
 //! It ties the device to its pool, so mounting with a device of another pool, or a
 //! device that was reformatted, is a clear error. Layout: 0 magic [u8; 8],
 //! 8 pool uuid [u8; 16], 24 tier id u8, 25 kind u8, 32 size u64,
-//! 40 extent size u32, 4092 crc32c over [0, 4092).
+//! 40 extent size u32, 48 epoch u64, 4092 crc32c over [0, 4092).
+//!
+//! The *epoch* (since 2026-11-30; 0 in headers written before, and in an
+//! object tier's, which is never restamped) is the random stamp of the PM
+//! tier that last used the tier: the superblock's tier record holds the same
+//! value (`TierRecord::epoch`), and every read-write mount, thaw and clean
+//! unmount writes a new one to both (design.md §3, "Stale PM tiers"). A PM
+//! tier whose record disagrees with the header is an older copy of the pool
+//! than the one that last wrote the tier ([`crate::Superblock::accepts_tier_epoch`]).
 
 use crate::le::*;
 use crate::{crc, FormatError, TierKind, BLOCK_SIZE};
@@ -26,6 +34,8 @@ pub struct TierHeader {
     pub size: u64,
     /// Extent size in bytes.
     pub extent_size: u32,
+    /// Stamp of the PM tier that last used this tier (0: never stamped).
+    pub epoch: u64,
 }
 
 impl TierHeader {
@@ -38,6 +48,7 @@ impl TierHeader {
         put_u8(&mut b, 25, self.kind as u8);
         put_u64(&mut b, 32, self.size);
         put_u32(&mut b, 40, self.extent_size);
+        put_u64(&mut b, 48, self.epoch);
         let c = crc(&b[..4092]);
         put_u32(&mut b, 4092, c);
         b
@@ -60,6 +71,7 @@ impl TierHeader {
             kind: TierKind::from_u8(u8_at(b, 25)).ok_or(FormatError::Invalid("tier kind"))?,
             size: u64_at(b, 32),
             extent_size: u32_at(b, 40),
+            epoch: u64_at(b, 48),
         })
     }
 }
@@ -76,6 +88,7 @@ mod tests {
             kind: TierKind::Ssd,
             size: 1 << 34,
             extent_size: DEFAULT_EXTENT_SIZE,
+            epoch: 0x1234_5678_9abc_def0,
         };
         let mut b = h.encode();
         assert_eq!(TierHeader::decode(&b).unwrap(), h);

@@ -57,6 +57,7 @@ pub(crate) fn tier_header(r: &TierRecord, pool_uuid: [u8; 16]) -> TierHeader {
         kind: r.kind,
         size: r.size,
         extent_size: r.extent_size,
+        epoch: r.epoch,
     }
 }
 
@@ -149,6 +150,13 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
                 es as u32
             },
             path: t.path.to_string_lossy().into_owned(),
+            // Block tiers are stamped from the start (design.md §3, "Stale
+            // PM tiers"); PM needs none.
+            epoch: if t.spec.kind == TierKind::Pm {
+                0
+            } else {
+                terrace_core::tier_epoch::new_epoch()
+            },
         });
     }
     // The object tier first (its create refuses a prefix in use, before

@@ -31,7 +31,9 @@ pub fn check_tier(t: &TierRecord, sb: &Superblock) -> Result<(), String> {
 }
 
 /// Checks the tier header `head` (block 0 of tier `t`) against the pool's
-/// superblock `sb`: it names this pool, tier id, kind, size and extent size.
+/// superblock `sb`: it names this pool, tier id, kind, size and extent
+/// size, and was last stamped by this copy of the PM tier (a stale copy is
+/// refused: `terrace_core::tier_epoch`).
 pub fn check_header(t: &TierRecord, sb: &Superblock, head: &[u8]) -> Result<(), String> {
     let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
     let h = match TierHeader::decode(head) {
@@ -64,6 +66,9 @@ pub fn check_header(t: &TierRecord, sb: &Superblock, head: &[u8]) -> Result<(), 
             "{what}: its header says {} bytes in extents of {}, the pool expects {} in extents of {} (replaced by another image?)",
             h.size, h.extent_size, t.size, t.extent_size
         ));
+    }
+    if !sb.accepts_tier_epoch(t, h.epoch) {
+        return Err(terrace_core::tier_epoch::stale_message(&what));
     }
     Ok(())
 }

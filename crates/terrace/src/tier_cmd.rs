@@ -77,6 +77,7 @@ fn order_problem(tiers: &[TierRecord], spec: &TierSpec) -> Option<String> {
         size: 0,
         extent_size: 0,
         path: String::new(),
+        epoch: 0,
     };
     if let Some(why) = terrace_core::tier_attach::attach_problem(tiers, &probe) {
         return Some(why);
@@ -148,6 +149,7 @@ fn prepare(
         size: t.size,
         extent_size,
         path: t.path.to_string_lossy().into_owned(),
+        epoch: terrace_core::tier_epoch::new_epoch(),
     };
     mkfs::write_tier_header(&t, &mkfs::tier_header(&r, sb.uuid)).map_err(|e| {
         CliError::at(

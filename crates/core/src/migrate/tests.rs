@@ -11,6 +11,7 @@ fn pool() -> Fs {
         size,
         extent_size,
         path: "t".into(),
+        epoch: 0,
     };
     format(
         &*pm,

@@ -19,6 +19,7 @@ pub fn mkfs(media: &dyn PmMedia, inodes: u64) {
             size: media.len(),
             extent_size: 0,
             path: "test".into(),
+            epoch: 0,
         }],
         root_uid: 0,
         root_gid: 0,
@@ -47,6 +48,7 @@ pub fn mkfs_tiers_sized(pm: &dyn PmMedia, blocks: &[(TierKind, u64, u32)], inode
         size,
         extent_size,
         path: kind.name().into(),
+        epoch: 0,
     };
     let mut tiers = vec![tier(0, TierKind::Pm, pm.len(), 0)];
     for (id, &(kind, size, extent_size)) in (1..).zip(blocks) {
@@ -193,6 +195,7 @@ pub fn tier_record(id: u8, kind: TierKind, size: u64) -> TierRecord {
         size,
         extent_size: DEFAULT_EXTENT_SIZE,
         path: kind.name().into(),
+        epoch: 0,
     }
 }
 

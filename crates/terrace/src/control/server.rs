@@ -433,6 +433,7 @@ mod tests {
             size,
             extent_size,
             path: path.into(),
+            epoch: 0,
         };
         let params = terrace_core::FormatParams {
             uuid: [7; 16],

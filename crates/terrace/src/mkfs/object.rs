@@ -68,6 +68,8 @@ pub(crate) fn object_tier_record(spec: &TierSpec, id: u8) -> CliResult<TierRecor
         size,
         extent_size: OBJECT_SEGMENT as u32,
         path: url.into_owned(),
+        // An object tier's header is never restamped (design.md §3).
+        epoch: 0,
     })
 }
 
