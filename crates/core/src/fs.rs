@@ -273,9 +273,17 @@ impl Fs {
         fs.rebuild_clone_families();
         fs.reset_pm_split();
         if !read_only {
-            // Before any new write reaches a tier (nothing runs yet).
-            fs.advance_tier_epochs()
-                .map_err(|e| OpenError::Stamp(e.to_string()))?;
+            // Before any new write reaches a tier (nothing runs yet). A
+            // header that cannot be written leaves the epoch pending, which
+            // every header accepts: the pool mounts, as it would with a
+            // failing tier, and the next stamping finishes the job.
+            if let Err(e) = fs.advance_tier_epochs() {
+                fs.notice(format!(
+                    "cannot stamp the block tiers' headers with a new epoch ({e}): a copy \
+                     of the PM tier taken before this mount is not told apart until a \
+                     later mount, thaw or unmount stamps them"
+                ));
+            }
             fs.note_full_hosts();
         }
         Ok(fs)

@@ -45,8 +45,6 @@ pub enum OpenError {
     /// A block tier was last used by another copy of the PM tier
     /// (`tier_epoch.rs`); the message names it.
     StaleTier(String),
-    /// A block tier's header could not be stamped (`tier_epoch.rs`).
-    Stamp(String),
 }
 
 impl std::fmt::Display for OpenError {
@@ -66,9 +64,6 @@ impl std::fmt::Display for OpenError {
                 write!(f, "block tier {t} holds data but its device is missing")
             }
             OpenError::StaleTier(why) => write!(f, "{why}"),
-            OpenError::Stamp(why) => {
-                write!(f, "cannot stamp the block tiers' headers at mount: {why}")
-            }
         }
     }
 }
