@@ -101,13 +101,18 @@ impl Fs {
                     self.counters
                         .checksummed_reads
                         .fetch_add(checked, Ordering::Relaxed);
-                    self.counters
+                    let n = 1 + self
+                        .counters
                         .checksum_errors
                         .fetch_add(1, Ordering::Relaxed);
-                    let (got, want) = (block_crc(b), sums.get(blk).unwrap_or_default());
-                    self.notice(format!(
-                        "checksum mismatch on tier {tier}, block {blk} (crc32c {got:08x}, recorded {want:08x}): the data read there is damaged and is never served: a read reads it once more, and fails with EIO if it is still damaged"
-                    ));
+                    // The 1st, 2nd, 4th, 8th… (a damaged file read in a
+                    // loop would fill the log); status counts them all.
+                    if n.is_power_of_two() {
+                        let (got, want) = (block_crc(b), sums.get(blk).unwrap_or_default());
+                        self.notice(format!(
+                            "checksum mismatch on tier {tier}, block {blk} (crc32c {got:08x}, recorded {want:08x}; mismatch {n} since mount, logged at each power of two, all counted by `terrace status`): the data read there is damaged and is never served: a read reads it once more, and fails with EIO if it is still damaged"
+                        ));
+                    }
                     return i;
                 }
             }

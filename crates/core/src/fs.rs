@@ -166,6 +166,11 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// Notices that may wait for the daemon's logger (drained once a second):
+/// a flood — a damaged file read in a loop — neither fills memory nor the
+/// log; the rest are counted and said to be dropped.
+pub const MAX_PENDING_NOTICES: usize = 256;
+
 impl Fs {
     /// Opens (mounts) a pool: runs recovery and marks the pool in use.
     pub fn mount(media: Arc<dyn PmMedia>) -> Result<Fs, OpenError> {
@@ -468,12 +473,32 @@ impl Fs {
 
     /// Queues a message for the daemon's log.
     pub(crate) fn notice(&self, msg: String) {
-        self.migrator.notices.lock().push(msg);
+        let mut pending = self.migrator.notices.lock();
+        if pending.len() < MAX_PENDING_NOTICES {
+            pending.push(msg);
+        } else {
+            self.migrator
+                .notices_dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
-    /// Messages for the daemon's log (each returned once).
+    /// Messages for the daemon's log (each returned once); when more came
+    /// than [`MAX_PENDING_NOTICES`] between two calls, a last one says how
+    /// many were dropped.
     pub fn take_notices(&self) -> Vec<String> {
-        std::mem::take(&mut *self.migrator.notices.lock())
+        let mut taken = std::mem::take(&mut *self.migrator.notices.lock());
+        let dropped = self
+            .migrator
+            .notices_dropped
+            .swap(0, std::sync::atomic::Ordering::Relaxed);
+        if dropped > 0 {
+            taken.push(format!(
+                "{dropped} more notices came too fast to be logged and were dropped \
+                 (`terrace status` counts errors and damage)"
+            ));
+        }
+        taken
     }
 
     /// The current settings.

@@ -389,3 +389,47 @@ fn a_block_damaged_on_its_way_once_is_read_again_and_served_right_never_wrong() 
         "the damage was seen, and the block read once more"
     );
 }
+
+/// A damaged file read in a loop (a web server retrying, a backup tool)
+/// logs its mismatches at each power of two, so the daemon's log grows by
+/// a line per doubling, while every one is counted; and the notices
+/// waiting for the logger never exceed their cap, whatever the flood.
+#[test]
+fn a_damaged_block_read_in_a_loop_logs_a_line_per_doubling_and_counts_every_read() {
+    let (pm, ssd, ino, _data, first) = pool_with_a_file_on_the_ssd();
+    damage(&ssd, first, 10, 5);
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
+    let _ = fs.take_notices();
+    for _ in 0..1000 {
+        let e = fs.read(ino, 0, BS as usize).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    }
+    let errors = fs.counters.checksum_errors.load(Ordering::Relaxed);
+    assert!(errors >= 1000, "every damaged read counts: {errors}");
+    let lines: Vec<String> = fs
+        .take_notices()
+        .into_iter()
+        .filter(|n| n.contains("checksum mismatch"))
+        .collect();
+    let doublings = 64 - errors.leading_zeros() as usize;
+    assert_eq!(
+        lines.len(),
+        doublings,
+        "one line per power of two: {lines:?}"
+    );
+    assert!(lines[0].contains("mismatch 1 since mount"), "{}", lines[0]);
+    // The cap: more notices than it holds between two takes.
+    for i in 0..(terrace_core::fs::MAX_PENDING_NOTICES + 50) {
+        fs.set_setting("migration_threshold", if i % 2 == 0 { "40" } else { "50" })
+            .unwrap();
+    }
+    let notes = fs.take_notices();
+    let cap = terrace_core::fs::MAX_PENDING_NOTICES;
+    assert_eq!(notes.len(), cap + 1, "the cap, then what was dropped");
+    assert!(
+        notes[cap].starts_with("50 more notices came too fast"),
+        "{}",
+        notes[cap]
+    );
+    assert!(fs.take_notices().is_empty(), "said once");
+}

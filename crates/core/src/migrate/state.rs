@@ -106,8 +106,12 @@ pub struct Migrator {
     pub(super) commanded: Mutex<std::collections::HashMap<crate::types::Ino, u32>>,
     /// The last log-migration failure logged (each different one once).
     pub(crate) last_log_failure: Mutex<String>,
-    /// Notices for the daemon's log, each said once (see `take_notices`).
+    /// Notices for the daemon's log, each said once (see `take_notices`),
+    /// at most `MAX_PENDING_NOTICES` waiting.
     pub(crate) notices: Mutex<Vec<String>>,
+    /// Notices dropped because that many were waiting (said, counted, by
+    /// the next `take_notices`).
+    pub(crate) notices_dropped: AtomicU64,
     /// The migration thread ([`crate::worker`]).
     pub(crate) worker: Worker,
     /// Copy buffers of finished moves, for reuse (at most
