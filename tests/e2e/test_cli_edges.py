@@ -246,3 +246,26 @@ def test_a_user_mounts_their_own_pool_where_dev_fuse_lets_them_and_is_told_why_n
         finally:
             os.chmod("/dev/fuse", fuse_mode)
         assert terrace("fsck", pool).returncode == 0
+
+
+def test_a_path_that_is_not_what_the_command_takes_is_named_for_what_it_is(terrace_mount):
+    """fsck given the mount point names the pool mounted there (fsck takes
+    the pool, unmounted); given another directory, says what it takes; the
+    commands that take a mount point tell a missing path and a file from a
+    directory with nothing mounted (they all said "not mounted")."""
+    mnt = terrace_mount.path
+    msg = assert_clean_error(terrace("fsck", mnt, check=False),
+                             mentions=[str(mnt), str(terrace_mount.pool), "terrace umount"])
+    assert "is where the pool" in msg, msg
+    msg = assert_clean_error(terrace("fsck", "/tmp", check=False), mentions=["pm tier"])
+    assert "is a directory" in msg, msg
+    with tempfile.TemporaryDirectory() as d:
+        missing, plain = Path(d) / "missing", Path(d) / "file"
+        plain.write_text("x")
+        for cmd in ("status", "sync", "scrub"):
+            msg = assert_clean_error(terrace(cmd, missing, check=False), mentions=[str(missing)])
+            assert "no such file or directory" in msg, msg
+            msg = assert_clean_error(terrace(cmd, plain, check=False), mentions=[str(plain)])
+            assert "not a mount point (a file" in msg, msg
+            msg = assert_clean_error(terrace(cmd, d, check=False), mentions=[d])
+            assert "not mounted" in msg, msg

@@ -28,7 +28,16 @@ pub(crate) fn no_daemon(mnt: &Path, shown: &Path) -> CliError {
                     m.mount_point.display()
                 ),
             ),
-            None => CliError::at(shown, "not mounted (no terrace daemon serves it)"),
+            None => match std::fs::symlink_metadata(mnt) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    CliError::at(shown, "no such file or directory")
+                }
+                Ok(md) if !md.is_dir() => CliError::at(
+                    shown,
+                    "not a mount point (a file; give the directory a pool is mounted on)",
+                ),
+                _ => CliError::at(shown, "not mounted (no terrace daemon serves it)"),
+            },
         },
     }
 }

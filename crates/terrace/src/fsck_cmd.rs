@@ -7,12 +7,30 @@ use std::path::Path;
 use std::sync::Arc;
 use terrace_media::{PmFile, PmMedia};
 
+/// What fsck says when given a directory: a mount point names its pool
+/// (fsck takes the pool, unmounted); any other directory is not a pool.
+fn directory_given(dir: &Path) -> String {
+    match util::mount_at(&util::abs_path(dir)) {
+        Some(m) if m.fstype == "fuse.terrace" => format!(
+            "is where the pool {} is mounted: fsck takes the pool (the path of its pm tier), \
+             unmounted (`terrace umount {}` first)",
+            m.source,
+            dir.display()
+        ),
+        _ => {
+            "is a directory: fsck takes a pool, the path of its pm tier (e.g. /dev/shm/pool)".into()
+        }
+    }
+}
+
 /// `terrace fsck POOL [--repair] [--data] [--json]`. Exit codes: 0 clean, 1
 /// problems remain, 2 cannot check.
 pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -> CliResult {
     let cannot = |e: CliError| e.code(2);
-    if let Err(e) = std::fs::metadata(pool) {
-        return Err(cannot(CliError::at(pool, util::os_reason(&e))));
+    match std::fs::metadata(pool) {
+        Err(e) => return Err(cannot(CliError::at(pool, util::os_reason(&e)))),
+        Ok(md) if md.is_dir() => return Err(cannot(CliError::at(pool, directory_given(pool)))),
+        Ok(_) => {}
     }
     let abs = util::abs_path(pool);
     let head =
