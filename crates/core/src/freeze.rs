@@ -62,7 +62,7 @@ impl Fs {
         let synced = self.media.sync_all();
         // A copy of PM taken while frozen (a consistent backup) is stale
         // once the pool changes again.
-        let synced = synced.and_then(|()| self.advance_tier_epochs());
+        self.stamp_tiers_or_say_why();
         // Two leaves: the saved mode is taken before `atime` is.
         let saved = self.atime_before_freeze.lock().take();
         if let Some(mode) = saved {

@@ -282,13 +282,7 @@ impl Fs {
             // header that cannot be written leaves the epoch pending, which
             // every header accepts: the pool mounts, as it would with a
             // failing tier, and the next stamping finishes the job.
-            if let Err(e) = fs.advance_tier_epochs() {
-                fs.notice(format!(
-                    "cannot stamp the block tiers' headers with a new epoch ({e}): a copy \
-                     of the PM tier taken before this mount is not told apart until a \
-                     later mount, thaw or unmount stamps them"
-                ));
-            }
+            fs.stamp_tiers_or_say_why();
             fs.note_full_hosts();
         }
         Ok(fs)

@@ -10,6 +10,20 @@ use crate::tier_epoch::{new_epoch, stamped_header};
 use terrace_format::TierHeader;
 
 impl Fs {
+    /// [`Fs::advance_tier_epochs`], a failure said in the daemon's log
+    /// rather than returned: mount, thaw and unmount go on (the epoch
+    /// stays pending, which every header accepts, and a failing tier is
+    /// handled as any device error).
+    pub(crate) fn stamp_tiers_or_say_why(&self) {
+        if let Err(e) = self.advance_tier_epochs() {
+            self.notice(format!(
+                "cannot stamp the block tiers' headers with a new epoch ({e}): a copy of the \
+                 PM tier taken before now is not told apart from this one until a later \
+                 mount, read-write remount or unmount stamps them"
+            ));
+        }
+    }
+
     /// Writes a new epoch into the headers of the stamped block tiers and
     /// their records (module docs, steps 1–3). Nothing on a read-only pool
     /// or one without stamped tiers. An error leaves the epoch pending in

@@ -58,8 +58,10 @@ impl Fs {
         }
         self.media.fence();
         self.media.sync_all()?;
-        // A copy of PM taken while mounted is stale from here on.
-        self.advance_tier_epochs()?;
+        // A copy of PM taken while mounted is stale from here on. A header
+        // that cannot be written does not keep the pool from being marked
+        // clean: the epoch stays pending, which every header accepts.
+        self.stamp_tiers_or_say_why();
         let mut sb = self.sb.lock();
         sb.clean = true;
         sb.generation += 1;

@@ -223,3 +223,27 @@ fn a_block_tier_restored_from_an_older_backup_is_refused_too() {
     assert_files(&fs, &files, "with the hdd of the same moment");
     fs.unmount().unwrap();
 }
+
+#[test]
+fn an_unmount_whose_stamping_fails_still_marks_the_pool_clean() {
+    let (pm, ssd, hdd) = pool();
+    let faulty_hdd = Arc::new(FaultBlock::new(MemBlock::from_image(hdd.image())));
+    let fs = open(&pm, vec![(1, ssd.clone()), (2, faulty_hdd.clone())]).unwrap();
+    let files = fill(&fs, 30);
+    fs.flush_all().unwrap();
+    // Every write to the hdd fails from here on: its header's included.
+    faulty_hdd.fail_writes_after(0);
+    fs.unmount().unwrap();
+    assert!(
+        fs.take_notices().iter().any(|n| n.contains("cannot stamp")),
+        "the failure is said"
+    );
+    drop(fs);
+    let sb = terrace_core::recovery::read_superblock(&*pm).unwrap();
+    assert!(sb.clean, "the pool is marked clean");
+    assert_ne!(sb.next_tier_epoch, 0, "the epoch is left pending");
+    faulty_hdd.heal();
+    let fs = open(&pm, vec![(1, ssd.clone()), (2, faulty_hdd.clone())]).unwrap();
+    assert_files(&fs, &files, "after the unmount whose stamping failed");
+    fs.unmount().unwrap();
+}
