@@ -57,6 +57,9 @@ pub struct FuseAdapter {
     /// checks permissions against ACLs and sends new inodes' modes unmasked
     /// with the umask, which the core applies (design.md §5r).
     pub(crate) posix_acl: bool,
+    /// `security.selinux` is stored (`-o selinux_labels`); otherwise it is
+    /// not supported ([`crate::xattr::name_allowed`]).
+    pub(crate) selinux_labels: bool,
     /// The kernel agreed to `FUSE_NO_OPENDIR_SUPPORT`: opendir is answered
     /// ENOSYS once and never sent again (nor releasedir).
     pub(crate) no_opendir: bool,
@@ -100,6 +103,7 @@ impl FuseAdapter {
             fill_after_write: FillOption::Auto,
             writeback_cache: false,
             posix_acl: false,
+            selinux_labels: false,
             no_opendir: false,
             poller: Arc::new(poll::RequestPoller::new(window)),
             latency: None,
@@ -111,6 +115,12 @@ impl FuseAdapter {
     /// Asks the kernel for POSIX ACLs at INIT (`-o acl`, the default).
     pub fn with_posix_acl(mut self, want: bool) -> FuseAdapter {
         self.posix_acl = want;
+        self
+    }
+
+    /// Stores `security.selinux` like any attribute (`-o selinux_labels`).
+    pub fn with_selinux_labels(mut self, on: bool) -> FuseAdapter {
+        self.selinux_labels = on;
         self
     }
 

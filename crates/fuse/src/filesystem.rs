@@ -461,20 +461,23 @@ impl Filesystem for FuseAdapter {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _req = self.arrived(Op::Getxattr);
-        let r = xattr::acl_allowed(self, name.as_bytes())
+        let r = xattr::name_allowed(self, name.as_bytes())
             .and_then(|()| self.fs.getxattr(ino.0, name.as_bytes()));
         xattr::send(reply, size, r);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _req = self.arrived(Op::Listxattr);
-        let r = self.fs.listxattr(ino.0).map(xattr::name_list);
+        let r = self
+            .fs
+            .listxattr(ino.0)
+            .map(|names| xattr::name_list(xattr::listed(self, names)));
         xattr::send(reply, size, r);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _req = self.arrived(Op::Removexattr);
-        let r = xattr::acl_allowed(self, name.as_bytes())
+        let r = xattr::name_allowed(self, name.as_bytes())
             .and_then(|()| self.fs.removexattr(ino.0, name.as_bytes()));
         reply::empty(reply, r);
     }

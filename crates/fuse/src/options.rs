@@ -81,6 +81,11 @@ pub struct MountOptions {
     /// POSIX ACLs (`acl`, the default as on ext4; `noacl` turns them off:
     /// ACL xattrs are then refused and the kernel applies the umask).
     pub acl: bool,
+    /// `selinux_labels`: store `security.selinux` like any attribute (as
+    /// ext4 does). Off by default: the attribute is then not supported
+    /// (EOPNOTSUPP, left out of listings), so `ls -l`, which asks every
+    /// file for it, stops asking after one (design.md §5g0).
+    pub selinux_labels: bool,
     /// `norecovery` (or ext4's `noload`): mount without recovering the pool.
     /// Only with `ro` ([`MountOptions::check`]), where it changes nothing: a
     /// read-only mount never recovers (it writes nothing, and refuses a pool
@@ -107,6 +112,7 @@ impl Default for MountOptions {
             fill_after_write: FillOption::Auto,
             norecovery: false,
             acl: true,
+            selinux_labels: false,
         }
     }
 }
@@ -154,6 +160,8 @@ impl MountOptions {
             "norecovery" | "noload" => self.norecovery = true,
             "acl" => self.acl = true,
             "noacl" => self.acl = false,
+            "selinux_labels" => self.selinux_labels = true,
+            "noselinux_labels" => self.selinux_labels = false,
             "writeback_cache" => self.writeback_cache = true,
             "no_writeback_cache" => self.writeback_cache = false,
             "fill_after_write=auto" => self.fill_after_write = FillOption::Auto,
@@ -186,7 +194,7 @@ impl MountOptions {
                     return Err(format!(
                         "unknown mount option {opt:?} (known: allow_other, allow_root, default_permissions, ro, rw, \
                          suid, nosuid, dev, nodev, exec, noexec, atime, relatime, strictatime, noatime, nodiratime, lazytime, sync, async, dirsync, threads=N, \
-                         poll_us=N, writeback_cache, no_writeback_cache, fill_after_write=auto|always|never, norecovery, acl, noacl)"
+                         poll_us=N, writeback_cache, no_writeback_cache, fill_after_write=auto|always|never, norecovery, acl, noacl, selinux_labels, noselinux_labels)"
                     ));
                 }
             }

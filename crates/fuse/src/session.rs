@@ -66,6 +66,7 @@ pub fn mount(
     let mut adapter = FuseAdapter::with_poll_window(fs, Duration::from_micros(opts.poll_us))
         .with_writeback_cache(opts.writeback_cache)
         .with_posix_acl(opts.acl)
+        .with_selinux_labels(opts.selinux_labels)
         .with_fill_after_write(opts.fill_after_write);
     if let Some(l) = latency {
         adapter = adapter.with_latency(l);

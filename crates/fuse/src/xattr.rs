@@ -1,6 +1,7 @@
 //! Extended attributes: the size-probe protocol of getxattr/listxattr, the
 //! NUL-separated name list, and the POSIX ACL names (`system.posix_acl_*`):
-//! refused unless the kernel agreed to `FUSE_POSIX_ACL` (`-o noacl`), and
+//! refused unless the kernel agreed to `FUSE_POSIX_ACL` (`-o noacl`), the
+//! SELinux label unless `-o selinux_labels` ([`name_allowed`]), and
 //! an access ACL set by a caller outside the file's group without
 //! `CAP_FSETID` clears the set-group-ID bit (the VFS's
 //! `posix_acl_update_mode`, which the kernel leaves to the file system).
@@ -15,12 +16,33 @@ use fuser::{Errno, ReplyXattr};
 use std::io;
 use terrace_core::acl::{is_acl_name, ACL_ACCESS};
 
-/// EOPNOTSUPP for an ACL name when the mount has no POSIX ACLs.
-pub(crate) fn acl_allowed(a: &FuseAdapter, name: &[u8]) -> io::Result<()> {
+/// The SELinux label's name: stored only with `-o selinux_labels`.
+pub(crate) const SELINUX_LABEL: &[u8] = b"security.selinux";
+
+/// EOPNOTSUPP for a name the mount does not support: an ACL name when it
+/// has no POSIX ACLs, the SELinux label unless `-o selinux_labels`. For
+/// the label, that is what a file system without SELinux labels answers:
+/// coreutils `ls -l` asks each file for it, and stops asking on a device
+/// that answers EOPNOTSUPP once, where every ENODATA cost a round trip per
+/// file (design.md §5g0). A host with SELinux enabled labels a FUSE mount
+/// itself and does not ask.
+pub(crate) fn name_allowed(a: &FuseAdapter, name: &[u8]) -> io::Result<()> {
     if !a.posix_acl && is_acl_name(name) {
         return Err(refuse(libc::EOPNOTSUPP));
     }
+    if !a.selinux_labels && name == SELINUX_LABEL {
+        return Err(refuse(libc::EOPNOTSUPP));
+    }
     Ok(())
+}
+
+/// listxattr's names as the mount shows them: without the SELinux label
+/// unless `-o selinux_labels` (a label stored before stays, unseen).
+pub(crate) fn listed(a: &FuseAdapter, mut names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    if !a.selinux_labels {
+        names.retain(|n| n != SELINUX_LABEL);
+    }
+    names
 }
 
 /// setxattr by `caller`.
@@ -32,7 +54,7 @@ pub(crate) fn set(
     value: &[u8],
     flags: i32,
 ) -> io::Result<()> {
-    acl_allowed(a, name)?;
+    name_allowed(a, name)?;
     let may_keep_sgid = if name == ACL_ACCESS {
         let gid = a.fs.getattr(ino)?.gid;
         caller.in_group(gid) || caller.has_fsetid()

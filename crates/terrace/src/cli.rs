@@ -553,6 +553,10 @@ Mount options (-o, comma-separated, repeatable):
   norecovery      (or noload) only with ro, which never recovers a pool;
                   accepted for scripts written for ext4 and XFS
   acl, noacl      POSIX ACLs (setfacl/getfacl), on by default as on ext4
+  selinux_labels  store the security.selinux attribute as ext4 does; off by
+                  default, where it is not supported (EOPNOTSUPP), so `ls -l`
+                  stops asking every file for it (a host with SELinux
+                  enabled labels a FUSE mount itself and never asks)
   relatime        reads update the access time when it is not after the last
                   change, or is a day old (the default, as on Linux)
   strictatime     every read updates the access time
