@@ -88,8 +88,9 @@ pub struct Inode {
     pub lookups: u64,
     /// The slot was freed on media (nlink 0, not open); DRAM waits for the kernel to forget it.
     pub zombie: bool,
-    /// Ziggurat's synchronicity predictor for this file (DRAM only).
-    pub sync: terrace_policy::SyncPredictor,
+    /// What the file's I/O since mount taught the predictors (DRAM only),
+    /// made at its first read, write or fsync ([`Inode::io_mut`]).
+    pub io: Option<Box<IoHistory>>,
     /// Pages written to the DRAM cache and not yet in the log, by file page
     /// (see `cache`). Their content is newer than the extent map's.
     pub dirty: BTreeMap<FileBlock, DirtyPage>,
@@ -117,8 +118,6 @@ pub struct Inode {
     pub block_reads: u64,
     /// Counts write entries applied (see [`Extent::seq`]).
     pub data_seq: u64,
-    /// HetFS access trace (DRAM only; empty at mount).
-    pub access: terrace_policy::AccessTrace,
     /// `attr.atime` was set by a read while the log is on a block tier and
     /// is not in the log yet (lazytime: written with the inode's next
     /// commit, its next log move, or at unmount; see `log_migrate`).
@@ -129,7 +128,33 @@ pub struct Inode {
     pub linkable: bool,
 }
 
+/// A file's I/O since mount as the placement predictors see it: 176 bytes
+/// that most inodes of a large pool never need (they are not read or
+/// written in a mount), so an inode gets them at its first read, write or
+/// fsync (design.md §8).
+#[derive(Debug, Clone, Default)]
+pub struct IoHistory {
+    /// Ziggurat's synchronicity predictor.
+    pub sync: terrace_policy::SyncPredictor,
+    /// HetFS access trace (empty at mount).
+    pub access: terrace_policy::AccessTrace,
+}
+
 impl Inode {
+    /// The file's I/O history, made on first use.
+    pub fn io_mut(&mut self) -> &mut IoHistory {
+        self.io.get_or_insert_with(Box::default)
+    }
+
+    /// The file's HetFS access class (that of an empty trace when it had
+    /// no I/O since mount).
+    pub fn access_class(&self) -> terrace_policy::AccessClass {
+        match &self.io {
+            Some(h) => h.access.class(),
+            None => terrace_policy::AccessTrace::default().class(),
+        }
+    }
+
     /// The inode as its slot describes it, before any log entry.
     pub fn from_slot(ino: Ino, slot: &InodeSlot) -> Option<Inode> {
         let kind = FileType::from_mode(slot.mode)?;
@@ -158,7 +183,7 @@ impl Inode {
             open_count: 0,
             lookups: 0,
             zombie: false,
-            sync: terrace_policy::SyncPredictor::new(),
+            io: None,
             dirty: BTreeMap::new(),
             dirty_runs: 0,
             cached_size: 0,
@@ -169,7 +194,6 @@ impl Inode {
             pm_cold_keys: [None, None],
             block_reads: 0,
             data_seq: 0,
-            access: Default::default(),
             lazy_atime: false,
             linkable: false,
         })

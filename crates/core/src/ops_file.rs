@@ -220,10 +220,11 @@ impl Fs {
             }
             self.note_pm_write_hits(clean, dirty);
         }
+        let io = i.io_mut();
         let synchronous =
-            i.sync
+            io.sync
                 .on_write(data.len() as u64, now.max(0) as u64, o_sync, &sync_params);
-        i.access.record(off, data.len() as u64, true);
+        io.access.record(off, data.len() as u64, true);
         let now_u = now.max(0) as u64;
         let placement_stats = &self.counters.placement;
         if synchronous || o_sync {
@@ -247,7 +248,7 @@ impl Fs {
             rule: self
                 .rule_of(i)
                 .map(|tier| terrace_policy::TierRule::Pin { tier }),
-            access: i.access.class(),
+            access: i.access_class(),
         };
         let class = WriteClass::of(obs.synchronous, obs.large || fresh_large, data.len() as u64);
         // `by_choice`: the policy sends the write to a block tier for its own
@@ -441,6 +442,7 @@ impl Fs {
             let mut g = self.lock(ino)?;
             g.as_mut()
                 .expect("live")
+                .io_mut()
                 .sync
                 .on_fsync(now_ns().max(0) as u64, &sync_params);
         }

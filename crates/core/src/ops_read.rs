@@ -31,7 +31,7 @@ impl Fs {
         i.kind.require_regular(libc::EINVAL)?;
         let capture = self.capture_read(i, off, size)?;
         let len = capture.out.len() as u64;
-        i.access.record(off, len, false);
+        i.io_mut().access.record(off, len, false);
         if !self.tiers.is_empty() && len > 0 {
             // Reverse-migration heat: blocks of this read that live on a block tier.
             let fb = off / BS;
@@ -194,7 +194,7 @@ impl Fs {
         // Background read-ahead of an object tier's next windows only for a
         // file its access class calls sequential: a reader at random (or
         // one not yet classed) never has it.
-        let sequential = i.access.class() == terrace_policy::AccessClass::Sequential;
+        let sequential = i.access_class() == terrace_policy::AccessClass::Sequential;
         let mut c = ReadCapture {
             end: off,
             out: Vec::new(),
@@ -203,7 +203,7 @@ impl Fs {
             // A miss on a block tier reads ahead a whole read unit, except
             // for a file read at random (its access class), which gets what
             // it asked for: reading ahead there only costs device time.
-            read_ahead: i.access.class() != terrace_policy::AccessClass::Random,
+            read_ahead: i.access_class() != terrace_policy::AccessClass::Random,
             ahead: Vec::new(),
         };
         if off >= fsize {

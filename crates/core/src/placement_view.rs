@@ -49,7 +49,8 @@ impl Fs {
     /// The value of a virtual xattr, `None` when `name` is not one.
     pub(crate) fn virtual_xattr(&self, i: &Inode, name: &[u8]) -> Option<Vec<u8>> {
         if name == XATTR_ACCESS {
-            let a = &i.access;
+            let none = terrace_policy::AccessTrace::default();
+            let a = i.io.as_ref().map_or(&none, |h| &h.access);
             return Some(
                 format!(
                     "class={} requests={} sequential={}% small={}% reads={} writes={} bytes={}",

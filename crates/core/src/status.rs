@@ -285,7 +285,9 @@ impl Fs {
                 if i.zombie {
                     continue;
                 }
-                sync_predictions.add(i.sync.accuracy());
+                if let Some(h) = &i.io {
+                    sync_predictions.add(h.sync.accuracy());
+                }
                 inodes_used += 1;
                 log_pages += i.log.pages.len() as u64;
                 log_bytes += i.log.pages.iter().map(|p| p.size).sum::<u64>();
