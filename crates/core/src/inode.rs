@@ -395,12 +395,11 @@ impl Inode {
             }
         }
         if let Some(d) = &self.dir {
-            for name in d.order.values() {
-                let (ino, dt, _) = d.names[name];
+            for (_, name, ino, dt) in d.iter() {
                 v.push(Entry::DentryAdd {
                     ino,
                     file_type: dt,
-                    name: name.clone(),
+                    name: name.to_vec(),
                 });
             }
         }

@@ -788,16 +788,15 @@ impl Fs {
                 name: b"..".to_vec(),
             });
         }
-        for (&c, name) in d.order.range(offset.max(FIRST_COOKIE - 1) + 1..) {
+        for (c, name, child, dt) in d.after(offset.max(FIRST_COOKIE - 1)) {
             if out.len() >= max {
                 break;
             }
-            let (child, dt, _) = d.names[name];
             out.push(DirEntry {
                 ino: child,
                 next_offset: c,
                 kind: FileType::from_dt(dt).unwrap_or(FileType::Regular),
-                name: name.clone(),
+                name: name.to_vec(),
             });
         }
         out.truncate(max.max(1));

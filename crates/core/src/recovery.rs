@@ -613,7 +613,7 @@ fn scan_view(
                 let names: Vec<(Vec<u8>, Ino, u8)> = inodes[&d]
                     .dir
                     .as_ref()
-                    .map(|x| x.names.iter().map(|(k, v)| (k.clone(), v.0, v.1)).collect())
+                    .map(|x| x.iter().map(|(_, n, i, t)| (n.to_vec(), i, t)).collect())
                     .unwrap_or_default();
                 for (name, child, dt) in names {
                     let ok = inodes
