@@ -37,6 +37,17 @@ fn three_tier_pool(
     (pm, ssd, hdd, fs)
 }
 
+/// After the ssd went: checks `fs`'s allocator, unmounts it, checks the
+/// pool (PM and the hdd as tier 2) with fsck and mounts it again.
+fn remount_with_only_the_hdd(fs: Fs, pm: &Arc<MemMedia>, hdd: &Arc<MemBlock>) -> Fs {
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(2, hdd.clone())];
+    fsck_clean_with(&**pm, &tiers, Fsck::Data, "after the removal");
+    Fs::mount_with_tiers(pm.clone(), tiers).unwrap_or_else(|e| panic!("mount: {e}"))
+}
+
 fn kinds(fs: &Fs) -> Vec<&'static str> {
     fs.status().tiers.iter().map(|t| t.kind).collect()
 }
@@ -673,12 +684,7 @@ fn a_tier_holding_only_clean_copies_is_removed_and_the_data_stays() {
     assert_eq!(kinds(&fs), ["pm", "hdd"]);
     assert_eq!(tier_bytes(&fs, f, "ssd-copy"), 0);
     assert_eq!(content(&fs, f), data);
-    fs.check_allocator().unwrap();
-    fs.unmount().unwrap();
-    drop(fs);
-    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(2, hdd.clone())];
-    fsck_clean_with(&*pm, &tiers, Fsck::Data, "after the removal");
-    let fs = Fs::mount_with_tiers(pm.clone(), tiers).unwrap_or_else(|e| panic!("mount: {e}"));
+    let fs = remount_with_only_the_hdd(fs, &pm, &hdd);
     assert_eq!(content(&fs, f), data);
     fs.unmount().unwrap();
 }
@@ -862,12 +868,7 @@ fn inode_logs_on_a_removed_tier_move_to_another_block_tier() {
     );
     assert_files(&fs, &files, "after the removal");
     assert_same_tree(&fs_tree(&fs), &tree, "after the removal");
-    fs.check_allocator().unwrap();
-    fs.unmount().unwrap();
-    drop(fs);
-    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(2, hdd.clone())];
-    fsck_clean_with(&*pm, &tiers, Fsck::Data, "after the removal");
-    let fs = Fs::mount_with_tiers(pm.clone(), tiers).unwrap_or_else(|e| panic!("mount: {e}"));
+    let fs = remount_with_only_the_hdd(fs, &pm, &hdd);
     assert_eq!(logs_on(&fs, &inos, 2), inos.len());
     assert_files(&fs, &files, "remounted");
     assert_same_tree(&fs_tree(&fs), &tree, "remounted");
