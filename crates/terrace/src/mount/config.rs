@@ -179,8 +179,12 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("noacl, metrics=IP:PORT, and any setting as KEY=VALUE"),
+            e.contains(", metrics=IP:PORT, and any setting as KEY=VALUE"),
             "{e}"
+        );
+        assert!(
+            e.contains("noacl,"),
+            "the FUSE options are still listed: {e}"
         );
         assert!(e.ends_with("explains them)"), "{e}");
     }
