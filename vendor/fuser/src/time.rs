@@ -36,14 +36,46 @@ pub(crate) fn time_from_system_time(system_time: &SystemTime) -> (i64, u32) {
 
 /// Converts a tuple of (seconds, nanoseconds) since the Unix epoch to a `SystemTime`.
 ///
-/// This handles negative seconds (times before the Unix epoch).
+/// This handles negative seconds (times before the Unix epoch) as a
+/// `timespec` does: the nanoseconds count forward from the (negative)
+/// second, so `(-1, 500_000_000)` is half a second before the epoch. On
+/// Linux every `(i64, nanoseconds)` pair is a `SystemTime` (a `timespec`);
+/// where one is not, the time falls back towards the epoch by halving until
+/// it is (never a panic).
 pub(crate) fn system_time_from_time(secs: i64, nsecs: u32) -> SystemTime {
+    let nanos = Duration::from_nanos(u64::from(nsecs));
     if secs >= 0 {
-        SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nsecs)
+        let whole = Duration::from_secs(secs as u64);
+        UNIX_EPOCH
+            .checked_add(whole)
+            .and_then(|t| t.checked_add(nanos))
+            .unwrap_or_else(|| latest_time(whole + nanos))
     } else {
-        // TODO: overflow
-        // TODO: 1_000_000_000 - nsec
-        SystemTime::UNIX_EPOCH - Duration::new((-secs) as u64, nsecs)
+        let whole = Duration::from_secs(secs.unsigned_abs());
+        match UNIX_EPOCH.checked_sub(whole) {
+            Some(t) => t + nanos,
+            None => earliest_time(whole),
+        }
+    }
+}
+
+/// A `SystemTime` past the epoch by at most `after` (halving it until one is).
+fn latest_time(mut after: Duration) -> SystemTime {
+    loop {
+        after /= 2;
+        if let Some(t) = UNIX_EPOCH.checked_add(after) {
+            return t;
+        }
+    }
+}
+
+/// A `SystemTime` before the epoch by at most `before` (halving it until one is).
+fn earliest_time(mut before: Duration) -> SystemTime {
+    loop {
+        before /= 2;
+        if let Some(t) = UNIX_EPOCH.checked_sub(before) {
+            return t;
+        }
     }
 }
 
@@ -52,7 +84,33 @@ mod test {
     use std::time::Duration;
     use std::time::UNIX_EPOCH;
 
+    use crate::time::system_time_from_time;
     use crate::time::time_from_system_time;
+
+    #[test]
+    fn negative_seconds_with_nanoseconds_count_forward_from_the_second() {
+        let half_before = system_time_from_time(-1, 500_000_000);
+        assert_eq!(half_before, UNIX_EPOCH - Duration::from_millis(500));
+        let t = system_time_from_time(-2, 1);
+        assert_eq!(t, UNIX_EPOCH - Duration::new(1, 999_999_999));
+    }
+
+    #[test]
+    fn times_round_trip_through_seconds_and_nanoseconds() {
+        for (secs, nanos) in [
+            (0, 0),
+            (1, 5),
+            (-1, 500_000_000),
+            (-1, 0),
+            (-31_536_000, 999_999_999),
+            (i64::MAX, 999_999_999),
+            (i64::MIN, 0),
+            (i64::MIN, 999_999_999),
+        ] {
+            let t = system_time_from_time(secs, nanos);
+            assert_eq!(time_from_system_time(&t), (secs, nanos), "{secs}.{nanos}");
+        }
+    }
 
     #[test]
     fn test_time_from_system_time_negative() {
