@@ -143,6 +143,29 @@ def test_rule_of_a_directory_lists_the_rules_below_it():
             assert out == f"{mnt}/d/plain: auto (no rule)"
 
 
+def test_a_listing_counts_the_files_that_inherited_their_directorys_rule_instead_of_naming_each():
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:64M")
+        with mounted_pool(pool, mnt):
+            big = mnt / "big"
+            big.mkdir()
+            terrace("rule", big, "ssd")
+            (big / "sub").mkdir()
+            for i in range(200):
+                (big / "sub" / f"f{i}").write_bytes(b"x")
+            terrace("rule", big / "sub" / "f7", "pm")
+            lines = terrace("rule", mnt).stdout.splitlines()
+            assert lines == [
+                f"{mnt}: auto (no rule)",
+                f"{big}: ssd",
+                "  and 200 files and directories below it with the same rule (--all lists them)",
+                f"{big}/sub/f7: pm",
+            ], lines
+            every = terrace("rule", big, "--all").stdout.splitlines()
+            assert len(every) == 1 + 1 + 200, every[:5]
+            assert f"{big}/sub/f123: ssd" in every and f"{big}/sub/f7: pm" in every
+
+
 @pytest.mark.pool(size="64M")
 def test_where_of_a_directory_says_it_is_a_directory(terrace_mount):
     d = terrace_mount.path / "dir"

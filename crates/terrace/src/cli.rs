@@ -157,10 +157,12 @@ from) every file and directory already below it, one at a time (each change
 is atomic, the walk as a whole is not; symbolic links are not followed). Rules are stored in the pool (the xattr
 user.terrace.rule) and survive remounts; `auto` removes one.
 
-Without TIER, the rule of PATH is shown; for a directory, then every file and
-directory below it that has a rule, one `PATH: TIER` line each (symbolic
-links are not followed). `terrace rule MOUNTPOINT` (or with `--list`) lists
-every rule of the pool.
+Without TIER, the rule of PATH is shown; for a directory, then the rules
+below it, one `PATH: TIER` line each (symbolic links are not followed). Files
+and directories whose rule is the one of the directory they are in (those
+created after the directory was pinned inherit it) are not listed one by one
+but counted under the line of that directory; --all lists each of them too.
+`terrace rule MOUNTPOINT` (or with `--list`) lists every rule of the pool.
 
 Examples:
   terrace rule /mnt/terrace/db/wal.log pm        # keep the WAL on PM
@@ -212,6 +214,11 @@ pub(crate) struct RuleArgs {
     /// does; `terrace rule MOUNTPOINT --list` lists every rule of the pool).
     #[arg(long, conflicts_with = "tier")]
     pub(crate) list: bool,
+    /// With a listing: one line for every ruled file and directory, also
+    /// those that only share the rule of the directory they are in (by
+    /// default counted under it).
+    #[arg(long, conflicts_with = "tier")]
+    pub(crate) all: bool,
     /// With TIER on a directory: set (or, with auto, clear) the rule of
     /// every file and directory already below it too, not only of the
     /// directory (whose rule new files inherit).

@@ -67,6 +67,7 @@ fn run(cli: Cli) -> CliResult {
             std::slice::from_ref(&a.path),
             a.tier.as_deref(),
             a.recursive,
+            a.all,
         ),
         Cmd::Tier(a) => match a.action {
             TierAction::Add { pool, tier, force } => tier_cmd::add(&pool, &tier, force),

@@ -163,17 +163,68 @@ fn walk(
     }
 }
 
-/// `terrace rule DIR`: the directory's own rule, then every rule below it.
-fn list(dir: &Path) -> std::io::Result<usize> {
+/// The lines of a listing: each ruled entry whose rule differs from its
+/// directory's (`top` has `top_rule`), with how many entries below it share
+/// its rule through their directories; with `all`, every ruled entry and no
+/// counts. `found` is in walk order (a directory before what is below it).
+fn listing(
+    top: &Path,
+    top_rule: Option<&str>,
+    found: &[(PathBuf, String)],
+    all: bool,
+) -> Vec<(PathBuf, String, usize)> {
+    use std::collections::HashMap;
+    let mut lines: Vec<(PathBuf, String, usize)> = Vec::new();
+    // A ruled directory → the line its own entry counts under (its own, or
+    // that of the directory it shares the rule with).
+    let mut line_of: HashMap<&Path, usize> = HashMap::new();
+    let mut rule_of: HashMap<&Path, &str> = HashMap::new();
+    if let Some(r) = top_rule {
+        lines.push((top.to_path_buf(), r.to_string(), 0));
+        line_of.insert(top, 0);
+        rule_of.insert(top, r);
+    }
+    for (p, r) in found {
+        let parent = p.parent().unwrap_or(top);
+        let shared = match (rule_of.get(parent), line_of.get(parent)) {
+            (Some(pr), Some(&line)) if !all && *pr == r.as_str() => Some(line),
+            _ => None,
+        };
+        let line = match shared {
+            Some(line) => {
+                lines[line].2 += 1;
+                line
+            }
+            None => {
+                lines.push((p.clone(), r.clone(), 0));
+                lines.len() - 1
+            }
+        };
+        line_of.insert(p, line);
+        rule_of.insert(p, r);
+    }
+    lines
+}
+
+/// `terrace rule DIR`: the directory's own rule, then the rules below it
+/// (with `all`, every one; otherwise those that differ from their
+/// directory's, the others counted).
+fn list(dir: &Path, all: bool) -> std::io::Result<usize> {
     let own = get(dir)?;
-    util::out(&format!(
-        "{}: {}",
-        dir.display(),
-        own.as_deref().unwrap_or("auto (no rule)")
-    ));
     let (found, errors) = ruled_below(dir, &get);
-    for (p, r) in &found {
+    let lines = listing(dir, own.as_deref(), &found, all);
+    if own.is_none() {
+        util::out(&format!("{}: auto (no rule)", dir.display()));
+    }
+    for (p, r, same) in &lines {
         util::out(&format!("{}: {r}", p.display()));
+        if *same > 0 {
+            util::out(&format!(
+                "  and {same} file{} and director{} below it with the same rule (--all lists them)",
+                if *same == 1 { "" } else { "s" },
+                if *same == 1 { "y" } else { "ies" }
+            ));
+        }
     }
     if found.is_empty() {
         util::out("  (no file or directory below it has a rule)");
@@ -236,7 +287,7 @@ fn below(
 }
 
 /// `terrace rule`.
-pub fn run(paths: &[PathBuf], tier: Option<&str>, recursive: bool) -> CliResult {
+pub fn run(paths: &[PathBuf], tier: Option<&str>, recursive: bool, all: bool) -> CliResult {
     let mut failed = 0;
     for path in paths {
         match on_terrace(path) {
@@ -256,7 +307,7 @@ pub fn run(paths: &[PathBuf], tier: Option<&str>, recursive: bool) -> CliResult 
             }
         }
         let r = match tier {
-            None if path.is_dir() => list(path).map(|errors| failed += errors),
+            None if path.is_dir() => list(path, all).map(|errors| failed += errors),
             None => get(path).map(|r| {
                 util::out(&format!(
                     "{}: {}",
@@ -338,5 +389,41 @@ mod tests {
             got,
             want.map(|(p, r)| (p.to_string(), r.to_string())).to_vec()
         );
+    }
+
+    #[test]
+    fn a_listing_counts_entries_that_share_their_directorys_rule_under_it() {
+        let top = Path::new("/m");
+        let found: Vec<(PathBuf, String)> = [
+            ("/m/big", "ssd"),
+            ("/m/big/a", "ssd"),
+            ("/m/big/sub", "ssd"),
+            ("/m/big/sub/b", "ssd"),
+            ("/m/big/sub/wal", "pm"),
+            ("/m/big/z", "hdd"),
+            ("/m/loose", "ssd"),
+        ]
+        .iter()
+        .map(|(p, r)| (PathBuf::from(p), r.to_string()))
+        .collect();
+        let got = listing(top, None, &found, false);
+        let want = [
+            ("/m/big", "ssd", 3),
+            ("/m/big/sub/wal", "pm", 0),
+            ("/m/big/z", "hdd", 0),
+            ("/m/loose", "ssd", 0),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(p, r, n)| (PathBuf::from(p), r.to_string(), n))
+                .to_vec()
+        );
+        // The top's own rule collects what shares it; --all lists everything.
+        let got = listing(Path::new("/m/big"), Some("ssd"), &found[1..5], false);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], (PathBuf::from("/m/big"), "ssd".to_string(), 3));
+        let all = listing(top, None, &found, true);
+        assert_eq!(all.len(), found.len());
+        assert!(all.iter().all(|l| l.2 == 0));
     }
 }
