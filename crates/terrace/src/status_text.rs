@@ -56,6 +56,10 @@ fn device_errors_line(io_errors: u64, full_errors: u64) -> String {
     )
 }
 
+/// Application bytes written since mount below which `status` shows no
+/// write amplification.
+const WRITE_AMPLIFICATION_MIN_BYTES: u64 = 1 << 20;
+
 /// Renders a mount's status as the human table.
 pub fn render_status(daemon: &DaemonStatus) -> String {
     let st = &daemon.core;
@@ -422,10 +426,14 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
     ));
     for t in &st.tiers {
         if let Some(wa) = t.write_amplification {
-            line(format!(
-                "  {:<13} write amplification {wa:.2} (bytes written to it / bytes applications wrote)",
-                t.kind
-            ));
+            // Below a mebibyte the tier's own writes at mount (its header's
+            // epoch, 4 KiB) make a ratio that says nothing (1024 for 4 bytes).
+            let shown = if st.bytes_written < WRITE_AMPLIFICATION_MIN_BYTES {
+                "- (applications wrote under 1 MiB since mount)".to_string()
+            } else {
+                format!("{wa:.2} (bytes written to it / bytes applications wrote)")
+            };
+            line(format!("  {:<13} write amplification {shown}", t.kind));
         }
     }
     let sp = &st.sync_predictions;

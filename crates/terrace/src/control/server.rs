@@ -520,6 +520,51 @@ mod tests {
     }
 
     #[test]
+    fn write_amplification_is_shown_once_applications_wrote_a_mebibyte() {
+        let fs = tiered_fs();
+        let server = Server {
+            fs: fs.clone(),
+            pool: "/dev/shm/pool".into(),
+            mnt: "/mnt/t".into(),
+            metrics: None,
+        };
+        let wa_line = |text: &str| {
+            text.lines()
+                .find(|l| l.contains("write amplification"))
+                .expect("a write amplification line for the ssd")
+                .to_string()
+        };
+        let ctx = terrace_core::Ctx {
+            uid: 0,
+            gid: 0,
+            umask: 0,
+        };
+        let a = fs.mknod(1, b"a", libc::S_IFREG | 0o644, 0, ctx).unwrap();
+        fs.write(a.ino, 0, b"tiny").unwrap();
+        let text = crate::status_text::render_status(&server.status().status);
+        assert!(
+            wa_line(&text)
+                .ends_with("write amplification - (applications wrote under 1 MiB since mount)"),
+            "{text}"
+        );
+        fs.write(a.ino, 0, &vec![5u8; 2 << 20]).unwrap();
+        fs.fsync(a.ino, false).unwrap();
+        let (moved, failed) = fs.migrate_files(&[a.ino], 1).unwrap();
+        assert!(moved > 0 && failed.is_empty(), "{moved} {failed:?}");
+        fs.fsync(a.ino, false).unwrap();
+        let text = crate::status_text::render_status(&server.status().status);
+        let line = wa_line(&text);
+        let ratio: f64 = line
+            .split("write amplification ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("a ratio in {line}"));
+        assert!((0.5..2.0).contains(&ratio), "{line}");
+        fs.unmount().unwrap();
+    }
+
+    #[test]
     fn the_status_reads_back_as_the_daemon_sent_it() {
         let fs = tiered_fs();
         // Settings away from their defaults (each kind of value), data on
