@@ -279,7 +279,21 @@ impl Fs {
             self.kick_migration();
         }
         let pm_full = pm_free < nblocks * BS;
-        let to_cache = self.cache_takes_writes() && (!want.is_pm() || pm_full);
+        // A large asynchronous write to a file whose earlier writes wait in
+        // the cache joins them there, even where the policy would take PM:
+        // going to PM would first write the file's dirty pages back in this
+        // request (`lock_clean`, per-file order), so a stream the policy
+        // sends to PM and to the cache by turns (PM-first, migration freeing
+        // PM behind it) paid a whole write-back per turn. The write-back
+        // thread drains the cache; once the file has no dirty pages, the
+        // policy decides again. Small writes, synchronous ones and those of
+        // files pinned to PM still go where the policy says.
+        let joins_cached = want.is_pm()
+            && class == WriteClass::AsyncLarge
+            && !(synchronous || o_sync || pinned_to_pm)
+            && !i.dirty.is_empty();
+        let by_choice = by_choice || (joins_cached && !pm_full);
+        let to_cache = self.cache_takes_writes() && (!want.is_pm() || pm_full || joins_cached);
         if to_cache {
             drop(g);
             let bytes = nblocks * BS;

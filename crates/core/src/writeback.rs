@@ -15,6 +15,11 @@ use terrace_format::{Entry, FileBlock, PhysBlock, TierId, WriteEntry, BLOCK_SIZE
 
 const BS: u64 = BLOCK_SIZE;
 
+/// Bytes of a write-back's pages copied and written at a time
+/// ([`Fs::store_pages`]): four huge pages, so the pooled buffer is reused
+/// by every write-back, and each device request is still large.
+const WRITEBACK_WINDOW_BYTES: usize = 8 << 20;
+
 /// Most bytes a write-back under cache pressure writes at a time
 /// ([`Fs::flush_inode_part`]); parts are an eighth of the cache bound, at
 /// least 64 KiB, at most this.
@@ -125,14 +130,18 @@ impl Fs {
         self.retry_freeing_room(blocks, || self.write_back_part(ino, max_bytes))
     }
 
-    /// Writes `buf` (the pages of a write-back, in page order) to the blocks
-    /// of `pieces`, unsynced. When the device fails, the pages go to PM
-    /// instead if it has room; else the error goes to the caller and the
-    /// pages stay dirty. Returns where the pages are; every block not kept
-    /// is released.
-    fn store_write_back(&self, pieces: Vec<DataRuns>, buf: &[u8]) -> FsResult<Vec<DataRuns>> {
-        let n = buf.len() as u64 / BS;
-        let e = match self.store_pieces(&pieces, buf) {
+    /// Writes `pages` (a write-back's, in page order) to the blocks of
+    /// `pieces` and syncs their block tiers. When the device fails, the
+    /// pages go to PM instead if it has room; else the error goes to the
+    /// caller and the pages stay dirty. Returns where the pages are; every
+    /// block not kept is released.
+    fn store_write_back(
+        &self,
+        pieces: Vec<DataRuns>,
+        pages: &[(FileBlock, DirtyPage)],
+    ) -> FsResult<Vec<DataRuns>> {
+        let n = pages.len() as u64;
+        let e = match self.store_pages(&pieces, pages) {
             Ok(()) => return Ok(pieces),
             Err(e) => e,
         };
@@ -148,11 +157,70 @@ impl Fs {
             self.release_data(d);
             return Err(e);
         }
-        if let Err(e) = self.store_data(&d, buf) {
-            self.release_data(d);
+        let d = vec![d];
+        if let Err(e) = self.store_pages(&d, pages) {
+            for d in d {
+                self.release_data(d);
+            }
             return Err(e);
         }
-        Ok(vec![d])
+        Ok(d)
+    }
+
+    /// [`Fs::store_pieces`] for the pages of a write-back: the k-th page
+    /// goes to the k-th block of `pieces`. The pages are copied into one
+    /// pooled, block-aligned buffer (O_DIRECT takes it without a bounce
+    /// copy) at most [`WRITEBACK_WINDOW_BYTES`] at a time, each window
+    /// written with one request per run in it. A buffer of the whole
+    /// write-back was a fresh mapping, faulted in and zeroed, whenever it
+    /// was larger than any pooled one: an `fsync` after a 1.5 GiB `dd`
+    /// spent more time zeroing it than writing. An object tier's piece
+    /// still goes in one buffer: each write to it makes an object.
+    fn store_pages(&self, pieces: &[DataRuns], pages: &[(FileBlock, DirtyPage)]) -> FsResult<()> {
+        let copy = |buf: &mut [u8], from: &[(FileBlock, DirtyPage)]| {
+            for (k, (_, p)) in from.iter().enumerate() {
+                buf[k * BS as usize..(k + 1) * BS as usize].copy_from_slice(&p.data);
+            }
+        };
+        let window = WRITEBACK_WINDOW_BYTES as u64 / BS;
+        let mut at = 0usize;
+        for d in pieces {
+            let blocks: u64 = d.runs.iter().map(|r| r.1).sum();
+            let len = (blocks * BS) as usize;
+            if self.is_object_tier(d.tier) {
+                let mut buf = self.migrator.take_pooled(len);
+                copy(&mut buf, &pages[at..at + blocks as usize]);
+                self.write_data_unsynced(d, &buf[..len])?;
+                at += blocks as usize;
+                continue;
+            }
+            let mut buf = self
+                .migrator
+                .take_pooled((blocks.min(window) * BS) as usize);
+            for &(b, n) in &d.runs {
+                let mut done = 0u64;
+                while done < n {
+                    let m = (n - done).min(window);
+                    let bytes = (m * BS) as usize;
+                    copy(&mut buf, &pages[at..at + m as usize]);
+                    let part = DataRuns {
+                        tier: d.tier,
+                        runs: vec![(b + done, m)],
+                    };
+                    self.write_data_unsynced(&part, &buf[..bytes])?;
+                    at += m as usize;
+                    done += m;
+                }
+            }
+        }
+        let mut synced: Vec<TierId> = Vec::new();
+        for d in pieces {
+            if !d.tier.is_pm() && !synced.contains(&d.tier) {
+                self.sync_tier(d.tier)?;
+                synced.push(d.tier);
+            }
+        }
+        Ok(())
     }
 
     /// Blocks for a write-back of `n` pages that want tier `want`
@@ -244,20 +312,12 @@ impl Fs {
         // first, pages copied after: a write-back that finds none (a full
         // device waiting, `device_full.rs`) costs no copy.
         let pieces = self.alloc_write_back(want, n)?;
-        // One block-aligned buffer in page order (O_DIRECT takes it without a
-        // bounce copy; pooled with migration's); `store_data` writes each run
-        // in one request.
-        let mut pooled = self.migrator.take_pooled((n * BS) as usize);
-        for (k, (_, p)) in pages.iter().enumerate() {
-            pooled[k * BS as usize..(k + 1) * BS as usize].copy_from_slice(&p.data);
-        }
-        let pieces = self.store_write_back(pieces, &pooled[..(n * BS) as usize])?;
+        let pieces = self.store_write_back(pieces, &pages)?;
         let release = |pieces: Vec<DataRuns>| {
             for d in pieces {
                 self.release_data(d);
             }
         };
-        drop(pooled);
         // Tier and physical block of each page, in page order.
         let mut phys: Vec<(TierId, PhysBlock)> = Vec::with_capacity(n as usize);
         for d in &pieces {

@@ -41,6 +41,36 @@ fn writes_spill_to_the_ssd_tier_when_pm_is_full_and_read_back_after_remount() {
 }
 
 #[test]
+fn a_write_back_larger_than_its_copy_window_lands_whole_and_in_order() {
+    let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    fs.set_setting("dram_cache_bytes", "64M").unwrap();
+    let a = file(&fs, 1, "big");
+    // 20 MiB, every 4 KiB block different, written out of order so the
+    // pages' order is not the writes' order: more than two copy windows.
+    let block = |k: u64| -> Vec<u8> { (0..4096u64).map(|x| (x * 7 + k * 13) as u8).collect() };
+    let blocks = (20u64 << 20) / 4096;
+    for k in (0..blocks).rev().step_by(2).chain((0..blocks).step_by(2)) {
+        fs.write(a, k * 4096, &block(k)).unwrap();
+    }
+    assert!(
+        tier_bytes(&fs, a, "dram") >= 16 << 20,
+        "cached, not yet written back"
+    );
+    fs.fsync(a, false).unwrap();
+    assert_eq!(tier_bytes(&fs, a, "ssd"), 20 << 20);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm, ssd);
+    let got = fs.read(a, 0, (20 << 20) as usize).unwrap();
+    for k in 0..blocks {
+        let at = (k * 4096) as usize;
+        assert!(got[at..at + 4096] == block(k)[..], "block {k}");
+    }
+    fs.check_allocator().unwrap();
+}
+
+#[test]
 fn mounting_without_a_tier_that_holds_data_is_refused_without_writes() {
     let (pm, _, fs) = tiered_pool(2 << 20, SSD, 64);
     let a = file(&fs, 1, "f");
@@ -244,6 +274,50 @@ fn large_new_asynchronous_data_goes_to_the_ssd_once_pm_passes_its_threshold() {
         tier_bytes(&fs, off, "ssd") + tier_bytes(&fs, off, "dram"),
         0
     );
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn a_large_asynchronous_write_joins_the_files_cached_writes_instead_of_flushing_them_for_pm() {
+    let (_, _, fs) = tiered_pool(16 << 20, SSD, 64);
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let stream = file(&fs, 1, "stream");
+    for k in 0..2u64 {
+        fs.write(stream, k << 20, &vec![1u8; 1 << 20]).unwrap();
+    }
+    assert_eq!(tier_bytes(&fs, stream, "dram"), 2 << 20, "cached first");
+    // The policy now takes PM for new large data (PM-first, as by default).
+    fs.set_setting("placement_policy", "ziggurat").unwrap();
+    let elsewhere = file(&fs, 1, "elsewhere");
+    fs.write(elsewhere, 0, &vec![2u8; 1 << 20]).unwrap();
+    assert_eq!(
+        tier_bytes(&fs, elsewhere, "pm"),
+        1 << 20,
+        "the policy takes PM"
+    );
+    // The stream's next large write joins its cached pages: none of them
+    // was written back for it to go to PM.
+    fs.write(stream, 2 << 20, &vec![3u8; 1 << 20]).unwrap();
+    assert_eq!(tier_bytes(&fs, stream, "dram"), 3 << 20);
+    assert_eq!(tier_bytes(&fs, stream, "pm"), 0);
+    assert_eq!(
+        fs.status().cache.writebacks,
+        0,
+        "no write-back in the write"
+    );
+    // A small write still goes to PM (after the cached pages, in order).
+    fs.write(stream, 3 << 20, &[4u8; 4096]).unwrap();
+    assert_eq!(tier_bytes(&fs, stream, "pm"), 4096);
+    assert_eq!(tier_bytes(&fs, stream, "dram"), 0);
+    // Written back, the policy decides again: PM.
+    fs.write(stream, 4 << 20, &vec![5u8; 1 << 20]).unwrap();
+    assert_eq!(tier_bytes(&fs, stream, "pm"), (1 << 20) + 4096);
+    let mut want = vec![1u8; 2 << 20];
+    want.extend(vec![3u8; 1 << 20]);
+    want.extend([4u8; 4096]);
+    want.resize((4 << 20) as usize, 0);
+    want.extend(vec![5u8; 1 << 20]);
+    assert_eq!(content(&fs, stream), want);
     fs.check_allocator().unwrap();
 }
 
