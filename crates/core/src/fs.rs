@@ -70,6 +70,10 @@ pub struct Fs {
     pub(crate) sb: Mutex<Superblock>,
     pub(crate) table: crate::slot_table::SlotTable,
     pub(crate) free_slots: Mutex<Vec<Ino>>,
+    /// Groups the inode table had when a create last found it at its
+    /// `inode_max_percent` cap and said so (`table.rs`; `u64::MAX`: never):
+    /// one notice per size the table stops at.
+    pub(crate) inode_cap_noticed_at: AtomicU64,
     pub(crate) alloc: PageAllocator,
     /// Small log pages (slabs inside pool blocks): see `log_space`.
     pub(crate) log_space: crate::log_space::LogSpace,
@@ -347,6 +351,7 @@ impl Fs {
             sb: Mutex::new(Rank::leaf("superblock"), sb),
             table,
             free_slots: Mutex::new(Rank::leaf("free slots"), free),
+            inode_cap_noticed_at: AtomicU64::new(u64::MAX),
             alloc,
             log_space,
             journal: Journal::default(),

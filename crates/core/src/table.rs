@@ -13,6 +13,7 @@ use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::lock_order::MutexGuard;
 use crate::types::{errno, FsResult, Ino};
+use std::sync::atomic::Ordering;
 use terrace_format::{
     BLOCK_SIZE, INODES_PER_BLOCK, INODE_GROWTH_VERSION, INODE_MAP_ENTRIES, MAX_INODE_GROUPS,
 };
@@ -92,10 +93,12 @@ impl Fs {
         }
     }
 
-    /// Most groups the inode table may grow by: a quarter of PM's page pool
-    /// (as XFS's `imaxpct`), within what the format names.
+    /// Most groups the inode table may grow by: `inode_max_percent` of PM's
+    /// page pool (a quarter by default, as XFS's `imaxpct`), within what the
+    /// format names.
     pub(crate) fn max_inode_groups(&self) -> u64 {
-        (self.alloc.total() / 4).min(MAX_INODE_GROUPS)
+        let percent = u64::from(self.settings.read().inode_max_percent);
+        (self.alloc.total() * percent / 100).min(MAX_INODE_GROUPS)
     }
 
     /// Slots the inode table may still grow by ([`Fs::max_inode_groups`]),
@@ -128,6 +131,18 @@ impl Fs {
             return true;
         }
         let have = self.table.groups();
+        if have >= self.max_inode_groups()
+            && self.inode_cap_noticed_at.swap(have, Ordering::Relaxed) != have
+        {
+            let percent = self.settings.read().inode_max_percent;
+            self.notice(format!(
+                "inode table full: {} slots, its growth at the cap of inode_max_percent={percent} \
+                 (% of PM's page pool); creates fail with ENOSPC while the pool may still \
+                 have room (`df -i`); raise it with `terrace set MOUNTPOINT inode_max_percent N` \
+                 (up to 90)",
+                self.table.len() - 1
+            ));
+        }
         let want = (self.table.len() as u64 / 4)
             .div_ceil(INODES_PER_BLOCK)
             .clamp(GROW_MIN_GROUPS, GROW_MAX_GROUPS)

@@ -56,6 +56,71 @@ fn a_pool_creates_far_more_files_than_its_first_inode_table_holds() {
     fs.unmount().unwrap();
 }
 
+/// Creates empty files `<prefix><k>` until a create fails; returns how many
+/// were made and the error.
+fn create_until_refused(fs: &Fs, prefix: &str) -> (u64, std::io::Error) {
+    let mut k = 0u64;
+    loop {
+        match fs.mknod(
+            1,
+            format!("{prefix}{k}").as_bytes(),
+            libc::S_IFREG | 0o644,
+            0,
+            CTX,
+        ) {
+            Ok(_) => k += 1,
+            Err(e) => return (k, e),
+        }
+        assert!(k < 1_000_000, "the cap never stopped the table");
+    }
+}
+
+#[test]
+fn raising_inode_max_percent_lets_a_table_stopped_by_its_cap_grow_again() {
+    let (_pm, fs) = pm_pool(16 << 20, 64);
+    fs.set_setting("inode_max_percent", "5").unwrap();
+    let (first, err) = create_until_refused(&fs, "a");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    let st = fs.statfs();
+    assert_eq!(st.ffree, 0, "df -i shows the table full: {st:?}");
+    assert!(
+        st.bfree > st.blocks / 2,
+        "stopped by the cap, not by PM: {st:?}"
+    );
+    let notices = fs.take_notices().join("\n");
+    assert_eq!(
+        notices.matches("inode table full").count(),
+        1,
+        "said once, naming the setting: {notices}"
+    );
+    assert!(notices.contains("inode_max_percent=5"), "{notices}");
+    assert!(fs.mknod(1, b"x", libc::S_IFREG | 0o644, 0, CTX).is_err());
+    assert!(
+        !fs.take_notices().join("").contains("inode table full"),
+        "not again"
+    );
+    // The cap is a setting: raised, the table grows again at once.
+    fs.set_setting("inode_max_percent", "20").unwrap();
+    assert!(fs.statfs().ffree > 2 * first, "{:?}", fs.statfs());
+    let (more, _) = create_until_refused(&fs, "b");
+    assert!(
+        more > 2 * first,
+        "5 % gave {first} files, 20 % only {more} more"
+    );
+    // Lowered, it stops growth but takes nothing back.
+    fs.set_setting("inode_max_percent", "1").unwrap();
+    assert_eq!(fs.statfs().ffree, 0);
+    let a0 = fs.lookup(1, b"a0").unwrap().ino;
+    fs.unlink(1, b"a0").unwrap();
+    // The kernel's references (the create's and the lookup's) go with it.
+    fs.forget(a0, 2);
+    fs.mknod(1, b"again", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    assert!(fs.set_setting("inode_max_percent", "91").is_err());
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn a_pool_whose_pm_is_full_refuses_creates_with_enospc_and_keeps_what_it_has() {
     // 1 MiB of PM: the table cannot grow far; creates end with ENOSPC.

@@ -178,6 +178,16 @@ pub static KEYS: &[Key] = &[
          100 = up to the forced mark)"
     ),
     num_key!(
+        inode_max_percent: u8,
+        percent(1, 90),
+        25u8,
+        "1-90; the inode table grows (128 bytes of PM per file) while all its slots past \
+         the base table mkfs made take at most this share of PM's page pool, as XFS's \
+         imaxpct (default 25: about 260,000 files per 1 GiB of PM); raise it for \
+         millions of small files on a small PM tier (`df -i` shows the room); lowering it \
+         stops growth, it never shrinks the table"
+    ),
+    num_key!(
         dram_cache_bytes: u64,
         size(1 << 20, u64::MAX),
         256u64 << 20,

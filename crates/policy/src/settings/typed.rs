@@ -49,6 +49,9 @@ pub struct Settings {
     /// Bulk asynchronous writes take PM only while its use is below this
     /// percentage, synchronous writer or not (room kept for one arriving).
     pub placement_bulk_pm_percent: u8,
+    /// The inode table's slots past the base table take at most this
+    /// percentage of PM's page pool (design.md §3.7).
+    pub inode_max_percent: u8,
     /// Bound of the DRAM page cache for block-tier data (bytes).
     pub dram_cache_bytes: u64,
     /// Dirty data older than this is written back even when the cache is not
@@ -130,6 +133,7 @@ impl Default for Settings {
             placement_policy: String::new(),
             placement_sync_window_ns: 0,
             placement_bulk_pm_percent: 0,
+            inode_max_percent: 0,
             dram_cache_bytes: 0,
             writeback_age_ns: 0,
             writeback_dirty_percent: 0,
