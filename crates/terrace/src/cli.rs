@@ -409,7 +409,8 @@ Inodes:
   within 1/16 of PM (e.g. 256M PM alone: 16,384 slots; with a 4G SSD:
   81,920). When its slots run out, the mounted pool grows the table by a
   quarter at a time into PM's free space: up to a quarter of PM (32 slots
-  per 4 KiB), at most 1,572,864 more; it never shrinks. Each file in use
+  per 4 KiB; the setting inode_max_percent changes that share, at mount or
+  with `terrace set`), at most 1,572,864 more; it never shrinks. Each file in use
   also needs log space on PM (256 bytes or more) while its log is there.
   --inodes N sets the first size.
 
