@@ -213,14 +213,7 @@ impl Fs {
                 }
             }
         }
-        let mut synced: Vec<TierId> = Vec::new();
-        for d in pieces {
-            if !d.tier.is_pm() && !synced.contains(&d.tier) {
-                self.sync_tier(d.tier)?;
-                synced.push(d.tier);
-            }
-        }
-        Ok(())
+        self.sync_tiers_of(pieces)
     }
 
     /// Blocks for a write-back of `n` pages that want tier `want`
@@ -429,6 +422,18 @@ impl Fs {
         Ok(())
     }
 
+    /// Syncs each block tier `pieces` were written to, once.
+    fn sync_tiers_of(&self, pieces: &[DataRuns]) -> FsResult<()> {
+        let mut synced: Vec<TierId> = Vec::new();
+        for d in pieces {
+            if !d.tier.is_pm() && !synced.contains(&d.tier) {
+                self.sync_tier(d.tier)?;
+                synced.push(d.tier);
+            }
+        }
+        Ok(())
+    }
+
     /// Writes each piece's share of `buf` (in piece order) and syncs every
     /// block tier written, before anything may reference the blocks.
     pub(crate) fn store_pieces(&self, pieces: &[DataRuns], buf: &[u8]) -> FsResult<()> {
@@ -438,14 +443,7 @@ impl Fs {
             self.write_data_unsynced(d, &buf[at..at + len])?;
             at += len;
         }
-        let mut synced: Vec<TierId> = Vec::new();
-        for d in pieces {
-            if !d.tier.is_pm() && !synced.contains(&d.tier) {
-                self.sync_tier(d.tier)?;
-                synced.push(d.tier);
-            }
-        }
-        Ok(())
+        self.sync_tiers_of(pieces)
     }
 
     /// `terrace sync`: writes back every file with dirty pages

@@ -500,8 +500,8 @@ mod tests {
         fs.unmount().unwrap();
     }
 
-    #[test]
-    fn an_empty_block_tier_shows_no_fragmentation() {
+    /// A tiered pool and a control server over it.
+    fn tiered_server() -> (Arc<Fs>, Server) {
         let fs = tiered_fs();
         let server = Server {
             fs: fs.clone(),
@@ -509,6 +509,12 @@ mod tests {
             mnt: "/mnt/t".into(),
             metrics: None,
         };
+        (fs, server)
+    }
+
+    #[test]
+    fn an_empty_block_tier_shows_no_fragmentation() {
+        let (fs, server) = tiered_server();
         let text = crate::status_text::render_status(&server.status().status);
         let io_row = text
             .lines()
@@ -521,13 +527,7 @@ mod tests {
 
     #[test]
     fn write_amplification_is_shown_once_applications_wrote_a_mebibyte() {
-        let fs = tiered_fs();
-        let server = Server {
-            fs: fs.clone(),
-            pool: "/dev/shm/pool".into(),
-            mnt: "/mnt/t".into(),
-            metrics: None,
-        };
+        let (fs, server) = tiered_server();
         let wa_line = |text: &str| {
             text.lines()
                 .find(|l| l.contains("write amplification"))
