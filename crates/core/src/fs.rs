@@ -124,6 +124,9 @@ pub struct Fs {
     /// Extra references of blocks several extents map (`copy_file_range`
     /// clones): see `shared`.
     pub(crate) shared: crate::shared::SharedBlocks,
+    /// Extra references of blocks several small log blobs were packed into
+    /// (log migration, format version 11): a block frees with its last blob.
+    pub(crate) packed_logs: crate::shared::SharedBlocks,
     /// File data stored to and loaded from PM (for `terrace status`).
     pub(crate) pm_io: terrace_media::BlockStatsCounter,
     /// Counters of the PM room rules (`space.rs`).
@@ -305,6 +308,7 @@ impl Fs {
             alloc,
             log_space,
             shared,
+            packed_logs,
             ..
         } = sc;
         let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
@@ -390,6 +394,7 @@ impl Fs {
             fsync_by_kernel: std::sync::atomic::AtomicBool::new(false),
             read_pins: Default::default(),
             shared: crate::shared::SharedBlocks::new(shared),
+            packed_logs: crate::shared::SharedBlocks::new(packed_logs),
             pm_io: terrace_media::BlockStatsCounter::new(),
             space_stats: Default::default(),
             migrator: crate::migrate::state::Migrator::new(
@@ -551,7 +556,10 @@ impl Fs {
     /// read pin (`read_pins`): it may be reading them.
     pub(crate) fn free_runs(&self, runs: Vec<Released>) {
         let mut block = Vec::new();
-        for (tier, b, n) in self.shared.release(runs) {
+        // A run is data (possibly cloned) or a log blob (possibly packed
+        // with others), never both: each map passes what it does not hold.
+        let runs = self.packed_logs.release(self.shared.release(runs));
+        for (tier, b, n) in runs {
             if n == 0 {
                 continue;
             }
@@ -605,7 +613,6 @@ impl Fs {
     /// Checks that the allocator's free space and the blocks live inodes use
     /// partition the pool exactly (no leak, no double ownership). For tests.
     pub fn check_allocator(&self) -> Result<(), String> {
-        use crate::shared::Holder;
         {
             let m = &self.migrator;
             let kept = (
@@ -656,7 +663,7 @@ impl Fs {
                         l.block,
                         l.blocks,
                         i.ino,
-                        Holder::Exclusive,
+                        crate::shared::log_holder(&l),
                     ));
                 }
             }
@@ -675,6 +682,13 @@ impl Fs {
                     "tier {tier}: shared-block counts {:?} differ from the mappings' {:?}",
                     self.shared.of_tier(tier),
                     r.refs
+                ));
+            }
+            if r.log_refs != self.packed_logs.of_tier(tier) {
+                return Err(format!(
+                    "tier {tier}: packed-log block counts {:?} differ from the blobs' {:?}",
+                    self.packed_logs.of_tier(tier),
+                    r.log_refs
                 ));
             }
             referenced.insert(tier, r.used.iter().map(|u| u.1).sum());

@@ -28,10 +28,33 @@ pub struct TierLog {
     pub tier: terrace_format::TierId,
     /// First block of the blob on the tier.
     pub block: terrace_format::PhysBlock,
-    /// Blocks the blob takes.
+    /// Bytes into `block` where the blob starts: 0, or for a blob packed
+    /// with others into one block a multiple of
+    /// [`terrace_format::LOG_BLOB_ALIGN`] (format version 11).
+    pub offset: u64,
+    /// Blocks the blob takes (1 for a packed blob, which shares it).
     pub blocks: u64,
     /// The blob's length in bytes (the slot's tail).
     pub bytes: u64,
+}
+
+impl TierLog {
+    /// Whether the blob may share its block with other blobs: it fits in
+    /// one block. Such a block is held by every blob in it, and freed when
+    /// the last goes (`Fs::packed_logs`); a longer blob owns its blocks.
+    pub fn shares_its_block(&self) -> bool {
+        self.offset + self.bytes <= terrace_format::BLOCK_SIZE
+    }
+
+    /// Bytes of the tier the blob accounts for: its aligned length when it
+    /// shares a block, else its whole blocks.
+    pub fn tier_bytes(&self) -> u64 {
+        if self.shares_its_block() {
+            self.bytes.next_multiple_of(terrace_format::LOG_BLOB_ALIGN)
+        } else {
+            self.blocks * terrace_format::BLOCK_SIZE
+        }
+    }
 }
 
 /// DRAM view of one inode's log.

@@ -36,7 +36,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use terrace_format::{
     encode_tier_log_head, LogBlob, PhysBlock, TierId, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
-    INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED_TIER_LOG,
+    INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED_TIER_LOG, LOG_BLOB_ALIGN, LOG_BLOB_PACK_MAX,
 };
 use terrace_policy::log_migration::{self as policy, LogMigrationNeed, LogPressure};
 
@@ -61,6 +61,70 @@ struct Captured {
     blob: Vec<u8>,
     bytes: u64,
     entries: u64,
+}
+
+/// Blobs written to one place: one blob alone in blocks of its own, or
+/// blobs of at most [`LOG_BLOB_PACK_MAX`] bytes packed into one block.
+struct BlobUnit {
+    /// Each blob and the byte offset it starts at in the unit's first block.
+    members: Vec<(Captured, u64)>,
+    /// Blocks the unit takes.
+    blocks: u64,
+}
+
+impl BlobUnit {
+    /// The bytes the unit's blocks get: each blob at its offset, zeros
+    /// between and after.
+    fn image(&self) -> Vec<u8> {
+        if let [(c, 0)] = &self.members[..] {
+            return c.blob.clone();
+        }
+        let mut b = vec![0u8; (self.blocks * BLOCK_SIZE) as usize];
+        for (c, offset) in &self.members {
+            let (at, len) = (*offset as usize, c.bytes as usize);
+            b[at..at + len].copy_from_slice(&c.blob[..len]);
+        }
+        b
+    }
+}
+
+/// Groups captured blobs into units. A blob longer than
+/// [`LOG_BLOB_PACK_MAX`] is a unit alone; shorter ones fill blocks in the
+/// order given (files of one directory, captured together, share blocks),
+/// each at the next multiple of [`LOG_BLOB_ALIGN`], a new block begun when
+/// the next blob does not fit.
+fn pack_blobs(batch: Vec<Captured>) -> Vec<BlobUnit> {
+    let mut units = Vec::new();
+    let mut open: Option<BlobUnit> = None;
+    let mut fill = 0;
+    for c in batch {
+        if c.bytes > LOG_BLOB_PACK_MAX {
+            let blocks = c.blob.len() as u64 / BLOCK_SIZE;
+            units.push(BlobUnit {
+                members: vec![(c, 0)],
+                blocks,
+            });
+            continue;
+        }
+        let len = c.bytes.next_multiple_of(LOG_BLOB_ALIGN);
+        if fill + len > BLOCK_SIZE {
+            units.extend(open.take());
+        }
+        let unit = match open.as_mut() {
+            Some(u) => u,
+            None => {
+                fill = 0;
+                open.insert(BlobUnit {
+                    members: Vec::new(),
+                    blocks: 1,
+                })
+            }
+        };
+        unit.members.push((c, fill));
+        fill += len;
+    }
+    units.extend(open);
+    units
 }
 
 /// Which blocks of a block tier the blobs being written may take.
@@ -95,8 +159,9 @@ struct LogsMoved {
 pub struct LogMigrationStatus {
     /// Inodes whose log is on a block tier now.
     pub logs_on_tiers: u64,
-    /// Blocks those logs take on the block tiers.
-    pub tier_log_blocks: u64,
+    /// Bytes those logs take on the block tiers (a packed blob counts its
+    /// aligned length, a longer one its blocks).
+    pub tier_log_bytes: u64,
     /// Logs moved off PM since mount.
     pub moved: u64,
     /// PM bytes of log pages freed by those moves.
@@ -327,8 +392,9 @@ impl Fs {
     ) -> FsResult<LogsMoved> {
         let t = self.tier(to)?;
         let eb = t.space.extent_blocks();
-        // Step 2: one contiguous run per blob.
-        let mut placed: Vec<(Captured, PhysBlock)> = Vec::with_capacity(batch.len());
+        // Step 2: small blobs packed into shared blocks, one contiguous run
+        // per unit.
+        let mut placed: Vec<(BlobUnit, PhysBlock)> = Vec::with_capacity(batch.len());
         let mut full = false;
         let room = (blob_room == BlobRoom::FromPm).then(|| self.room_lock.lock());
         let alloc = |n| match blob_room {
@@ -337,8 +403,8 @@ impl Fs {
             BlobRoom::Recycling => t.space.alloc_recycling(n),
             _ => t.space.alloc(n),
         };
-        for c in batch {
-            let n = c.blob.len() as u64 / BLOCK_SIZE;
+        for u in pack_blobs(batch) {
+            let n = u.blocks;
             if n > eb || full {
                 continue;
             }
@@ -352,7 +418,7 @@ impl Fs {
             };
             if let [(start, got)] = runs[..] {
                 debug_assert_eq!(got, n);
-                placed.push((c, start));
+                placed.push((u, start));
             } else {
                 // Split across extents: the next allocation starts a fresh
                 // extent; give these back and try once more.
@@ -360,7 +426,7 @@ impl Fs {
                     t.free(s, k);
                 }
                 match alloc(n).as_deref() {
-                    Some(&[(start, _)]) => placed.push((c, start)),
+                    Some(&[(start, _)]) => placed.push((u, start)),
                     Some(more) => {
                         for &(s, k) in more {
                             t.free(s, k);
@@ -379,19 +445,19 @@ impl Fs {
             };
         }
         placed.sort_by_key(|p| p.1);
-        let release_all = |placed: &[(Captured, PhysBlock)]| {
-            for (c, b) in placed {
-                t.free(*b, c.blob.len() as u64 / BLOCK_SIZE);
+        let release_all = |placed: &[(BlobUnit, PhysBlock)]| {
+            for (u, b) in placed {
+                t.free(*b, u.blocks);
             }
         };
-        // Adjacent blobs go out in one request.
+        // Adjacent units go out in one request.
         let mut i = 0;
         while i < placed.len() {
             let start = placed[i].1;
-            let mut buf: Vec<u8> = placed[i].0.blob.clone();
+            let mut buf: Vec<u8> = placed[i].0.image();
             let mut j = i + 1;
             while j < placed.len() && placed[j].1 == start + buf.len() as u64 / BLOCK_SIZE {
-                buf.extend_from_slice(&placed[j].0.blob);
+                buf.extend_from_slice(&placed[j].0.image());
                 j += 1;
             }
             if let Err(e) = t.media.write_blocks(start.get(), &buf) {
@@ -406,71 +472,87 @@ impl Fs {
             release_all(&placed);
             return Err(e);
         }
+        // A packed block is held by each of its blobs from now on: one that
+        // does not commit below lets its hold go like a freed blob.
+        for (u, block) in &placed {
+            if u.members.len() > 1 {
+                self.packed_logs
+                    .add(&vec![(to, *block, 1); u.members.len() - 1]);
+            }
+        }
         // Step 3.
         let mut done = LogsMoved::default();
-        for (c, block) in placed {
-            let blocks = c.blob.len() as u64 / BLOCK_SIZE;
-            let Ok(mut g) = self.lock(c.ino) else {
-                t.free(block, blocks);
-                continue;
-            };
-            let Some(i) = g.as_mut() else {
-                t.free(block, blocks);
-                continue;
-            };
-            let unchanged = i.generation == c.generation
-                && i.log.head == c.head
-                && i.log.tail == c.tail
-                && i.log.on_tier == c.on_tier
-                && !i.zombie
-                && i.dirty.is_empty()
-                && (c.on_tier.is_some() || Fs::log_can_move(i, 0, 0, true));
-            if !unchanged {
-                t.free(block, blocks);
-                continue;
-            }
-            let base = self.table.pm_offset(c.ino);
-            // Commit point of a log move: the journal slot that publishes
-            // the slot's head, tail and state together.
-            self.journal.commit(
-                &*self.media,
-                &[
-                    (base + INODE_OFF_LOG_HEAD, encode_tier_log_head(to, block)),
-                    (
-                        base + INODE_OFF_LOG_TAIL,
-                        terrace_format::encode_tail(c.bytes),
-                    ),
-                    (base + INODE_OFF_STATE, INODE_USED_TIER_LOG),
-                ],
-            );
-            let pages = std::mem::take(&mut i.log.pages);
-            let pm_bytes: u64 = pages.iter().map(|p| p.size).sum();
-            self.log_space.free_all(&self.alloc, pages);
-            let old_blob = i.log.on_tier;
-            // A read after the capture may have set a newer lazy atime.
-            i.lazy_atime = i.lazy_atime && i.attr.atime != c.atime;
-            i.log = Log {
-                on_tier: Some(TierLog {
-                    tier: to,
-                    block,
-                    blocks,
-                    bytes: c.bytes,
-                }),
-                entries: c.entries,
-                ..Log::default()
-            };
-            drop(g);
-            let lm = &self.log_migration;
-            done.moved += 1;
-            match old_blob {
-                Some(o) => {
-                    self.free_runs(vec![(o.tier, o.block, o.blocks)]);
-                    lm.relocated.fetch_add(1, Ordering::Relaxed);
+        for (u, block) in placed {
+            let blocks = u.blocks;
+            let give_back = || self.free_runs(vec![(to, block, blocks)]);
+            for (c, offset) in u.members {
+                let Ok(mut g) = self.lock(c.ino) else {
+                    give_back();
+                    continue;
+                };
+                let Some(i) = g.as_mut() else {
+                    give_back();
+                    continue;
+                };
+                let unchanged = i.generation == c.generation
+                    && i.log.head == c.head
+                    && i.log.tail == c.tail
+                    && i.log.on_tier == c.on_tier
+                    && !i.zombie
+                    && i.dirty.is_empty()
+                    && (c.on_tier.is_some() || Fs::log_can_move(i, 0, 0, true));
+                if !unchanged {
+                    drop(g);
+                    give_back();
+                    continue;
                 }
-                None => {
-                    done.pm_bytes_freed += pm_bytes;
-                    lm.moved.fetch_add(1, Ordering::Relaxed);
-                    lm.pm_bytes_freed.fetch_add(pm_bytes, Ordering::Relaxed);
+                let base = self.table.pm_offset(c.ino);
+                // Commit point of a log move: the journal slot that publishes
+                // the slot's head, tail and state together.
+                self.journal.commit(
+                    &*self.media,
+                    &[
+                        (
+                            base + INODE_OFF_LOG_HEAD,
+                            encode_tier_log_head(to, block, offset),
+                        ),
+                        (
+                            base + INODE_OFF_LOG_TAIL,
+                            terrace_format::encode_tail(c.bytes),
+                        ),
+                        (base + INODE_OFF_STATE, INODE_USED_TIER_LOG),
+                    ],
+                );
+                let pages = std::mem::take(&mut i.log.pages);
+                let pm_bytes: u64 = pages.iter().map(|p| p.size).sum();
+                self.log_space.free_all(&self.alloc, pages);
+                let old_blob = i.log.on_tier;
+                // A read after the capture may have set a newer lazy atime.
+                i.lazy_atime = i.lazy_atime && i.attr.atime != c.atime;
+                i.log = Log {
+                    on_tier: Some(TierLog {
+                        tier: to,
+                        block,
+                        offset,
+                        blocks,
+                        bytes: c.bytes,
+                    }),
+                    entries: c.entries,
+                    ..Log::default()
+                };
+                drop(g);
+                let lm = &self.log_migration;
+                done.moved += 1;
+                match old_blob {
+                    Some(o) => {
+                        self.free_runs(vec![(o.tier, o.block, o.blocks)]);
+                        lm.relocated.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {
+                        done.pm_bytes_freed += pm_bytes;
+                        lm.moved.fetch_add(1, Ordering::Relaxed);
+                        lm.pm_bytes_freed.fetch_add(pm_bytes, Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -512,7 +594,7 @@ impl Fs {
         for slot in &self.table {
             if let Some(l) = slot.lock().as_ref().and_then(|i| i.log.on_tier) {
                 st.logs_on_tiers += 1;
-                st.tier_log_blocks += l.blocks;
+                st.tier_log_bytes += l.tier_bytes();
             }
         }
         st
@@ -525,5 +607,67 @@ impl Fs {
         Ok(g.as_ref()
             .and_then(|i| i.log.on_tier)
             .map(|l| (l.tier.get(), l.block.get(), l.blocks)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn captured(ino: Ino, bytes: u64) -> Captured {
+        let blocks = (bytes.div_ceil(BLOCK_SIZE)).max(1);
+        let mut blob = vec![0u8; (blocks * BLOCK_SIZE) as usize];
+        blob[..bytes as usize].fill(ino as u8);
+        Captured {
+            ino,
+            generation: 1,
+            head: 0,
+            tail: 0,
+            on_tier: None,
+            atime: 0,
+            blob,
+            bytes,
+            entries: 1,
+        }
+    }
+
+    #[test]
+    fn small_blobs_fill_blocks_at_aligned_offsets_and_long_ones_go_alone() {
+        let batch = vec![
+            captured(1, 300),  // 512 aligned
+            captured(2, 2048), // the longest that packs
+            captured(3, 5000), // two blocks of its own
+            captured(4, 1000), // 1024: 512 + 2048 + 1024 = 3584
+            captured(5, 600),  // 768 would pass 4096: next block
+            captured(6, 2049), // one block of its own
+        ];
+        let units = pack_blobs(batch);
+        let shape: Vec<(Vec<(Ino, u64)>, u64)> = units
+            .iter()
+            .map(|u| {
+                (
+                    u.members.iter().map(|(c, o)| (c.ino, *o)).collect(),
+                    u.blocks,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (vec![(3, 0)], 2),
+                (vec![(1, 0), (2, 512), (4, 2560)], 1),
+                (vec![(6, 0)], 1),
+                (vec![(5, 0)], 1),
+            ]
+        );
+        // Each blob's bytes at its offset, zeros elsewhere.
+        let image = units[1].image();
+        assert_eq!(image.len(), BLOCK_SIZE as usize);
+        assert!(image[..300].iter().all(|&b| b == 1));
+        assert!(image[300..512].iter().all(|&b| b == 0));
+        assert!(image[512..2560].iter().all(|&b| b == 2));
+        assert!(image[2560..3560].iter().all(|&b| b == 4));
+        assert!(image[3560..].iter().all(|&b| b == 0));
+        assert_eq!(units[0].image().len(), 2 * BLOCK_SIZE as usize);
     }
 }

@@ -206,6 +206,8 @@ pub struct Scan {
     pub sums: std::collections::BTreeMap<TierId, crate::sums::BlockSums>,
     /// Extra references of blocks several extents map, by tier (0 = PM).
     pub shared: std::collections::BTreeMap<TierId, crate::shared::RefRuns>,
+    /// Extra references of blocks several packed log blobs share, by tier.
+    pub packed_logs: std::collections::BTreeMap<TierId, crate::shared::RefRuns>,
 }
 
 /// How much log a scan replayed.
@@ -409,18 +411,18 @@ pub fn finish_recovery(media: &dyn PmMedia, sc: &mut Scan) {
 }
 
 /// Reads the log blob of inode `ino` (slot generation `generation`) that
-/// its slot places on tier `tier` at `block`, `bytes` long. `Ok(None)`: the
-/// tier's device was not given.
+/// its slot places on tier `tier`, `offset` bytes into `block`, `bytes`
+/// long. `Ok(None)`: the tier's device was not given.
 fn read_log_blob(
     tiers: &TierDevices,
     ino: Ino,
     generation: u32,
-    (tier, block, bytes): (TierId, PhysBlock, u64),
+    (tier, block, offset, bytes): (TierId, PhysBlock, u64, u64),
 ) -> Result<Option<LogBlob>, String> {
     let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier.get()) else {
         return Ok(None);
     };
-    let blocks = bytes.div_ceil(BLOCK_SIZE);
+    let blocks = (offset + bytes).div_ceil(BLOCK_SIZE);
     if block == PhysBlock::ZERO || !fits_within(block, blocks, PhysBlock(dev.blocks())) {
         return Err(format!(
             "log blob at block {block} of tier {tier} lies outside the device"
@@ -429,7 +431,7 @@ fn read_log_blob(
     let mut buf = vec![0u8; (blocks * BLOCK_SIZE) as usize];
     dev.read_blocks(block.get(), &mut buf)
         .map_err(|e| format!("log blob on tier {tier} at block {block}: {e}"))?;
-    LogBlob::decode(&buf, bytes, ino, generation)
+    LogBlob::decode(&buf[offset as usize..], bytes, ino, generation)
         .map(Some)
         .map_err(|e| format!("log blob on tier {tier} at block {block}: {e:?}"))
 }
@@ -533,17 +535,22 @@ fn scan_view(
         };
         if slot.state == INODE_USED_TIER_LOG {
             // The log was moved to a block tier (log migration): one blob.
-            let (tier, block) = decode_tier_log_head(slot.log_head);
+            let (tier, block, offset) = decode_tier_log_head(slot.log_head);
             let bytes = slot.log_tail;
-            let blocks = bytes.div_ceil(BLOCK_SIZE);
+            let blocks = (offset + bytes).div_ceil(BLOCK_SIZE);
             let rec = sb
                 .tiers
                 .iter()
                 .find(|t| t.id == tier.get() && t.kind != terrace_format::TierKind::Pm);
-            if !rec.is_some_and(|r| {
-                block > PhysBlock::ZERO
-                    && fits_within(block, blocks, PhysBlock(r.size / BLOCK_SIZE))
-            }) {
+            // A blob that does not start a block is packed: it lies inside
+            // its block.
+            let packed_fits = offset == 0 || offset + bytes <= BLOCK_SIZE;
+            if !packed_fits
+                || !rec.is_some_and(|r| {
+                    block > PhysBlock::ZERO
+                        && fits_within(block, blocks, PhysBlock(r.size / BLOCK_SIZE))
+                })
+            {
                 problems.push(Problem::BadLog {
                     ino,
                     what: format!("log on tier {tier} at block {block}: no such place"),
@@ -552,7 +559,7 @@ fn scan_view(
                 inodes.insert(ino, inode);
                 continue;
             }
-            match read_log_blob(tiers, ino, slot.generation, (tier, block, bytes)) {
+            match read_log_blob(tiers, ino, slot.generation, (tier, block, offset, bytes)) {
                 Ok(Some(blob)) => {
                     for e in &blob.entries {
                         inode.apply(e);
@@ -573,6 +580,7 @@ fn scan_view(
             inode.log.on_tier = Some(crate::log::TierLog {
                 tier,
                 block,
+                offset,
                 blocks,
                 bytes,
             });
@@ -694,6 +702,9 @@ fn scan_view(
     }
     let mut log_pages: Vec<(crate::log_space::LogPage, Ino)> = Vec::new();
     let mut block_used: std::collections::BTreeMap<TierId, Vec<Found>> = Default::default();
+    // Blobs that may share a block, by block: (offset, length, inode).
+    let mut packed_blobs: std::collections::BTreeMap<(TierId, PhysBlock), Vec<(u64, u64, Ino)>> =
+        Default::default();
     for ino in &keys {
         let inode = &inodes[ino];
         for p in &inode.log.pages {
@@ -708,8 +719,14 @@ fn scan_view(
                 t.block,
                 t.blocks,
                 *ino,
-                Holder::Exclusive,
+                crate::shared::log_holder(&t),
             ));
+            if t.shares_its_block() {
+                packed_blobs
+                    .entry((t.tier, t.block))
+                    .or_default()
+                    .push((t.offset, t.bytes, *ino));
+            }
         }
         // Primary blocks and clean copies alike are owned.
         let runs = inode.extents.iter().flat_map(|(fb, ext)| {
@@ -758,7 +775,23 @@ fn scan_view(
             used.push((block, blocks, *ino, holder));
         }
     }
+    // Blobs packed into one block must not overlap inside it.
+    for ((tier, block), mut blobs) in packed_blobs {
+        blobs.sort_unstable();
+        for w in blobs.windows(2) {
+            let ((off, len, first), (next, _, second)) = (w[0], w[1]);
+            if off + len > next {
+                problems.push(Problem::BlockOwnership {
+                    ino: second,
+                    what: format!(
+                        "its log blob at byte {next} of block {block} of tier {tier} overlaps the log blob of inode {first}"
+                    ),
+                });
+            }
+        }
+    }
     let mut shared = std::collections::BTreeMap::new();
+    let mut packed_logs = std::collections::BTreeMap::new();
     let mut block_used_runs = std::collections::BTreeMap::new();
     for (tier, found) in block_used {
         let r = crate::shared::resolve(found);
@@ -773,6 +806,9 @@ fn scan_view(
         }
         if !r.refs.is_empty() {
             shared.insert(tier, r.refs);
+        }
+        if !r.log_refs.is_empty() {
+            packed_logs.insert(tier, r.log_refs);
         }
         block_used_runs.insert(tier, r.used);
     }
@@ -839,6 +875,7 @@ fn scan_view(
         block_used: block_used_runs,
         sums,
         shared,
+        packed_logs,
     }
 }
 

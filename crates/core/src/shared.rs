@@ -292,8 +292,21 @@ pub enum Holder {
     Data,
     /// File data mapped by an entry with the shared flag.
     SharedData,
-    /// A log page, a log blob or a clean copy: never shared.
+    /// A log page, a log blob longer than a block, or a clean copy: never
+    /// shared.
     Exclusive,
+    /// A log blob that fits in one block: the blobs packed into one block
+    /// (format version 11) all hold it, and nothing else may.
+    PackedLog,
+}
+
+/// How a log blob on a block tier holds its blocks.
+pub fn log_holder(t: &crate::log::TierLog) -> Holder {
+    if t.shares_its_block() {
+        Holder::PackedLog
+    } else {
+        Holder::Exclusive
+    }
 }
 
 /// The runs extent `e` holds, `(tier, first block, blocks, holder)`: its
@@ -332,6 +345,8 @@ pub struct Resolved {
     pub used: Vec<crate::alloc::Run>,
     /// Extra references of blocks mapped more than once.
     pub refs: RefRuns,
+    /// Extra references of blocks that several packed log blobs share.
+    pub log_refs: RefRuns,
     /// Overlaps the rules do not allow (see the module invariants).
     pub conflicts: Vec<Conflict>,
 }
@@ -374,10 +389,16 @@ pub fn resolve(mut found: Vec<Found>) -> Resolved {
                     .copied()
                     .filter(|&i| found[i].3 == Holder::Data)
                     .collect();
-                if exclusive > 0 || plain.len() > 1 {
+                let packed = active
+                    .iter()
+                    .filter(|&&i| found[i].3 == Holder::PackedLog)
+                    .count();
+                // Packed log blobs share a block only with each other.
+                let mixed = packed > 0 && packed < active.len();
+                if exclusive > 0 || plain.len() > 1 || mixed {
                     // One report per pair of holders, at the first overlap.
                     let (a, b) = (active[0], active[1]);
-                    let (a, b) = if exclusive == 0 {
+                    let (a, b) = if exclusive == 0 && plain.len() > 1 {
                         (plain[0], plain[1])
                     } else {
                         (a, b)
@@ -390,6 +411,8 @@ pub fn resolve(mut found: Vec<Found>) -> Resolved {
                         });
                         reported = Some((a, b));
                     }
+                } else if packed > 0 {
+                    out.log_refs.add_count(at, n, (active.len() - 1) as u32);
                 } else {
                     out.refs.add_count(at, n, (active.len() - 1) as u32);
                 }
@@ -599,6 +622,44 @@ mod tests {
                     .collect();
                 prop_assert_eq!(model_of(&r.refs), want);
             }
+        }
+    }
+
+    #[test]
+    fn packed_log_blobs_share_a_block_only_with_each_other() {
+        let r = resolve(vec![
+            (PhysBlock(10), 1, 2, Holder::PackedLog),
+            (PhysBlock(10), 1, 3, Holder::PackedLog),
+            (PhysBlock(10), 1, 4, Holder::PackedLog),
+            (PhysBlock(11), 1, 5, Holder::PackedLog),
+            (PhysBlock(12), 2, 6, Holder::SharedData),
+            (PhysBlock(12), 2, 7, Holder::SharedData),
+        ]);
+        assert!(r.conflicts.is_empty(), "{:?}", r.conflicts);
+        assert_eq!(r.used, vec![(PhysBlock(10), 4)]);
+        assert_eq!(
+            r.log_refs.iter().collect::<Vec<_>>(),
+            vec![(PhysBlock(10), 1, 2)]
+        );
+        assert_eq!(
+            r.refs.iter().collect::<Vec<_>>(),
+            vec![(PhysBlock(12), 2, 1)]
+        );
+        // A packed blob in a block of data, shared or not, or in a long blob.
+        for other in [Holder::Data, Holder::SharedData, Holder::Exclusive] {
+            let r = resolve(vec![
+                (PhysBlock(10), 1, 2, Holder::PackedLog),
+                (PhysBlock(9), 4, 3, other),
+            ]);
+            assert_eq!(
+                r.conflicts,
+                vec![Conflict {
+                    block: PhysBlock(10),
+                    first: 2,
+                    second: 3
+                }],
+                "{other:?}"
+            );
         }
     }
 }

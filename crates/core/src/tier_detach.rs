@@ -98,7 +98,7 @@ struct Holdings {
     copy_blocks: u64,
     /// Inode logs moved there (log blobs).
     logs: u64,
-    log_blocks: u64,
+    log_bytes: u64,
     /// Files unlinked but still open among those holding data or a log.
     open_deleted: u64,
 }
@@ -111,7 +111,7 @@ impl Holdings {
     }
 
     fn bytes(&self) -> u64 {
-        (self.data_blocks + self.log_blocks) * BLOCK_SIZE
+        self.data_blocks * BLOCK_SIZE + self.log_bytes
     }
 
     /// What it holds, in words: "3 extents of files, 1 clean copy".
@@ -413,7 +413,7 @@ impl Fs {
         }
         let logs = held.logs;
         held.logs = 0;
-        held.log_blocks = 0;
+        held.log_bytes = 0;
         let mut msg = held_message(rec, &held, held.data_blocks);
         if logs > 0 {
             msg.push_str(&format!(
@@ -579,7 +579,7 @@ impl Fs {
             }
             if let Some(l) = i.log.on_tier.filter(|l| l.tier == id) {
                 h.logs += 1;
-                h.log_blocks += l.blocks;
+                h.log_bytes += l.tier_bytes();
             }
             if i.zombie && (h.extents, h.logs) != before {
                 h.open_deleted += 1;
@@ -633,6 +633,7 @@ impl Fs {
     fn forget_tier_state(&self, id: TierId) {
         self.cache.invalidate(id, PhysBlock(0), u64::MAX);
         debug_assert!(self.shared.of_tier(id).is_empty());
+        debug_assert!(self.packed_logs.of_tier(id).is_empty());
         self.forget_tier_migration(id);
         self.object_cleaning.tiers.lock().remove(&id);
     }

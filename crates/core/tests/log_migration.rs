@@ -88,6 +88,98 @@ fn cold_logs_move_to_the_ssd_free_pm_and_read_back_after_a_remount() {
     assert_same_tree(&fs_tree(&fs), &tree, "remounted");
 }
 
+/// Format version 11: blobs of a few hundred bytes share blocks (a small
+/// file costs its data block and a part of one, not two blocks); a shared
+/// block stays while any of its blobs does, across remounts, and is freed
+/// with the last.
+#[test]
+fn small_logs_share_blocks_and_a_block_frees_with_its_last_blob() {
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
+    let files = small_files(&fs, 64);
+    let valid = |fs: &Fs| fs.status().tiers[1].extents.unwrap().valid_blocks;
+    let data_blocks = valid(&fs);
+    let inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), 64);
+    let log_blocks = valid(&fs) - data_blocks;
+    assert!(
+        log_blocks * 4 <= 64,
+        "64 blobs of a few hundred bytes took {log_blocks} blocks"
+    );
+    let st = fs.log_migration_status();
+    assert!(
+        st.tier_log_bytes <= log_blocks * 4096 && st.tier_log_bytes >= 64 * 256,
+        "status counts {} bytes of logs in {log_blocks} blocks",
+        st.tier_log_bytes
+    );
+    fs.check_allocator().unwrap();
+    // The files of the first block, and whether that block still counts.
+    let block_of = |fs: &Fs, ino: u64| fs.log_place(ino).unwrap().map(|p| p.1);
+    let first = block_of(&fs, inos[0]).unwrap();
+    let sharing: Vec<u64> = inos
+        .iter()
+        .copied()
+        .filter(|&i| block_of(&fs, i) == Some(first))
+        .collect();
+    assert!(
+        sharing.len() >= 4,
+        "block {first} holds {} blobs",
+        sharing.len()
+    );
+    let chmod = |fs: &Fs, ino: u64| {
+        fs.setattr(
+            ino,
+            SetAttr {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(fs.log_place(ino).unwrap().is_none(), "{ino} recalled");
+    };
+    // All but one of them come back to PM: the block stays, also across a
+    // remount (whose counts must match the live ones).
+    for &ino in &sharing[1..] {
+        chmod(&fs, ino);
+    }
+    assert_eq!(valid(&fs), data_blocks + log_blocks);
+    fs.check_allocator().unwrap();
+    let tree = fs_tree(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "some recalled");
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    fs.check_allocator().unwrap();
+    assert_same_tree(&fs_tree(&fs), &tree, "remounted");
+    let now = valid(&fs);
+    // The last ones go: so does the block. (The unmount rewrote the blobs
+    // of files read since their move, for their access times: the blocks
+    // are looked up again.)
+    let last = block_of(&fs, sharing[0]).unwrap();
+    let group: Vec<u64> = inos
+        .iter()
+        .copied()
+        .filter(|&i| block_of(&fs, i) == Some(last))
+        .collect();
+    for (k, &ino) in group.iter().enumerate() {
+        assert_eq!(valid(&fs), now, "{k} of {} recalled", group.len());
+        chmod(&fs, ino);
+    }
+    assert_eq!(valid(&fs), now - 1);
+    fs.check_allocator().unwrap();
+    // Deleting every file frees every block, blobs and data.
+    for d in ["d0", "d1"] {
+        let dir = fs.lookup(1, d.as_bytes()).unwrap().ino;
+        for (k, _) in files.iter().enumerate() {
+            let _ = fs.unlink(dir, format!("f{k}").as_bytes());
+        }
+    }
+    assert_eq!(valid(&fs), 0);
+    fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "all deleted");
+}
+
 #[test]
 fn any_change_brings_a_log_back_to_pm_and_persists() {
     let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
@@ -333,4 +425,78 @@ fn a_burst_of_small_files_larger_than_pm_moves_their_logs_instead_of_failing() {
     let fs = mount_tiered(pm.clone(), ssd.clone());
     fs.check_allocator().unwrap();
     assert_files(&fs, &files, "after the burst");
+}
+
+/// A packed blob's place is checked at mount: a head word whose offset
+/// puts the blob past its block, or onto another file's blob, makes mount
+/// refuse the pool and fsck name the inode; the pool is fine once the word
+/// is right again.
+#[test]
+fn a_packed_blob_at_a_wrong_offset_is_refused_not_misread() {
+    use terrace_format::INODE_OFF_LOG_HEAD;
+    use terrace_format::{decode_tier_log_head, encode_tier_log_head, inode_offset};
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
+    let files = small_files(&fs, 16);
+    let inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), 16);
+    fs.unmount().unwrap();
+    drop(fs);
+    let head = |ino: u64| pm.load_u64(inode_offset(ino) + INODE_OFF_LOG_HEAD);
+    // Two files whose blobs share a block, the second not at its start.
+    let placed: Vec<(u64, u64, terrace_format::PhysBlock, u64)> = inos
+        .iter()
+        .map(|&i| {
+            let (t, b, o) = decode_tier_log_head(head(i));
+            (i, u64::from(t.get()), b, o)
+        })
+        .collect();
+    let &(victim, tier, block, _) = placed
+        .iter()
+        .find(|p| p.3 > 0)
+        .expect("a blob packed after another");
+    let &(neighbour, _, _, neighbour_offset) = placed
+        .iter()
+        .find(|p| p.2 == block && p.0 != victim)
+        .unwrap();
+    let word = head(victim);
+    let tiers: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = vec![(1, ssd.clone())];
+    let tier = terrace_format::TierId(tier as u8);
+    // An offset byte of 16 (4096 bytes: past the block; encode_tier_log_head
+    // cannot write it), then the neighbour's offset.
+    let past_the_block = word & !(0xff << 48) | 16 << 48;
+    let neighbours = encode_tier_log_head(tier, block, neighbour_offset);
+    for (bad, expect) in [
+        (past_the_block, "no such place"),
+        (neighbours, "another inode"),
+    ] {
+        let addr = inode_offset(victim) + INODE_OFF_LOG_HEAD;
+        let offset = decode_tier_log_head(bad).2;
+        pm.store_u64(addr, bad);
+        pm.flush(addr, 8);
+        pm.fence();
+        let pmd: Arc<dyn PmMedia> = pm.clone();
+        match Fs::mount_with_tiers(pmd, tiers.clone()) {
+            Ok(_) => panic!("mounted with inode {victim}'s blob at byte {offset}"),
+            Err(e) => assert!(
+                e.to_string().contains(&format!("inode {victim}"))
+                    && e.to_string().contains(expect),
+                "offset {offset} (neighbour {neighbour}): {e}"
+            ),
+        }
+        let report = terrace_core::fsck::check(&*pm, &tiers, &mut |_, _| {}).unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.to_string().contains(&format!("inode {victim}"))),
+            "fsck: {:?}",
+            report.problems
+        );
+        pm.store_u64(addr, word);
+        pm.flush(addr, 8);
+        pm.fence();
+    }
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    check_files(&fs, &files, "after the word was put back");
+    fs.check_allocator().unwrap();
 }

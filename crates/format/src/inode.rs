@@ -10,7 +10,8 @@
 //! - `log_head` (offset 0): only meaningful while `log_tail != 0`.
 //! - `state` (offset 16): 0 free, 1 in use with its log on PM, 2 in use with
 //!   its log moved to a block tier (format version 4: `log_head` then names
-//!   the tier and block of a [`crate::LogBlob`], `log_tail` its length). An
+//!   the tier and block of a [`crate::LogBlob`] — since version 11 also its
+//!   offset in that block —, `log_tail` its length). An
 //!   in-use slot that no directory entry reaches is an orphan; mount frees it.
 
 use crate::le::*;
@@ -56,18 +57,37 @@ pub fn is_used_state(state: u64) -> bool {
     state == INODE_USED || state == INODE_USED_TIER_LOG
 }
 
+/// Alignment of a log blob inside its first block (format version 11): a
+/// blob of at most [`LOG_BLOB_PACK_MAX`] bytes may share one block with other
+/// such blobs, each starting at a multiple of this.
+pub const LOG_BLOB_ALIGN: u64 = 256;
+/// The longest blob that is packed with others into one block (longer ones
+/// start a block of their own, at offset 0).
+pub const LOG_BLOB_PACK_MAX: u64 = BLOCK_SIZE / 2;
+/// Bits of a tier log head that hold the block; the byte above them holds
+/// the blob's offset in its block in units of [`LOG_BLOB_ALIGN`].
+const TIER_LOG_BLOCK_BITS: u32 = 48;
+
 /// The `log_head` word of a slot whose log is a blob on block tier `tier`
-/// starting at block `block`: the tier id in the top byte, the block below.
-pub fn encode_tier_log_head(tier: TierId, block: PhysBlock) -> u64 {
-    u64::from(tier.get()) << 56 | block.get() & ((1 << 56) - 1)
+/// starting `offset` bytes into block `block`: the tier id in the top byte,
+/// the offset in units of [`LOG_BLOB_ALIGN`] in the byte below it (0 for
+/// every blob before format version 11), the block in the low 48 bits.
+pub fn encode_tier_log_head(tier: TierId, block: PhysBlock, offset: u64) -> u64 {
+    debug_assert!(offset % LOG_BLOB_ALIGN == 0 && offset < BLOCK_SIZE);
+    debug_assert!(block.get() < 1 << TIER_LOG_BLOCK_BITS);
+    u64::from(tier.get()) << 56
+        | (offset / LOG_BLOB_ALIGN & 0xff) << TIER_LOG_BLOCK_BITS
+        | block.get() & ((1 << TIER_LOG_BLOCK_BITS) - 1)
 }
 
-/// The tier id and first block of a `log_head` word written by
-/// [`encode_tier_log_head`].
-pub fn decode_tier_log_head(word: u64) -> (TierId, PhysBlock) {
+/// The tier id, first block and byte offset in that block of a `log_head`
+/// word written by [`encode_tier_log_head`]. The offset is as stored: a
+/// reader checks that it lies inside the block.
+pub fn decode_tier_log_head(word: u64) -> (TierId, PhysBlock, u64) {
     (
         TierId((word >> 56) as u8),
-        PhysBlock(word & ((1 << 56) - 1)),
+        PhysBlock(word & ((1 << TIER_LOG_BLOCK_BITS) - 1)),
+        (word >> TIER_LOG_BLOCK_BITS & 0xff) * LOG_BLOB_ALIGN,
     )
 }
 
@@ -361,5 +381,22 @@ mod tests {
         assert_eq!(map.offset(96), Some(500 * BLOCK_SIZE));
         assert_eq!(map.offset(128), None);
         assert_eq!(inode_offset(0) % 8, 0);
+    }
+
+    #[test]
+    fn tier_log_heads_round_trip_and_version_4_heads_read_as_offset_zero() {
+        for (tier, block, offset) in [(1, 1, 0), (2, 123_456_789, 256), (7, (1 << 48) - 1, 3840)] {
+            let w = encode_tier_log_head(TierId(tier), PhysBlock(block), offset);
+            assert_eq!(
+                decode_tier_log_head(w),
+                (TierId(tier), PhysBlock(block), offset)
+            );
+        }
+        // A version-4 build wrote the tier above a 56-bit block.
+        let v4 = 3u64 << 56 | 4242;
+        assert_eq!(decode_tier_log_head(v4), (TierId(3), PhysBlock(4242), 0));
+        // An offset byte past the block decodes as such; readers refuse it.
+        let bad = 1u64 << 56 | 16 << 48 | 9;
+        assert_eq!(decode_tier_log_head(bad).2, BLOCK_SIZE);
     }
 }

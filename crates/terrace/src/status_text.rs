@@ -187,7 +187,7 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         line(format!(
             "  cold logs     {} on block tiers ({}); {} moved off PM since mount, freeing {} of PM",
             lm.logs_on_tiers,
-            util::human_bytes(lm.tier_log_blocks * 4096),
+            util::human_bytes(lm.tier_log_bytes),
             lm.moved,
             util::human_bytes(lm.pm_bytes_freed)
         ));
