@@ -703,8 +703,7 @@ fn scan_view(
     let mut log_pages: Vec<(crate::log_space::LogPage, Ino)> = Vec::new();
     let mut block_used: std::collections::BTreeMap<TierId, Vec<Found>> = Default::default();
     // Blobs that may share a block, by block: (offset, length, inode).
-    let mut packed_blobs: std::collections::BTreeMap<(TierId, PhysBlock), Vec<(u64, u64, Ino)>> =
-        Default::default();
+    let mut packed_blobs: PackedBlobs = Default::default();
     for ino in &keys {
         let inode = &inodes[ino];
         for p in &inode.log.pages {
@@ -878,6 +877,10 @@ fn scan_view(
         packed_logs,
     }
 }
+
+/// Log blobs that may share a block, by tier and block: (offset, length,
+/// inode) of each.
+type PackedBlobs = std::collections::BTreeMap<(TierId, PhysBlock), Vec<(u64, u64, Ino)>>;
 
 /// Whether `blocks` blocks from `first` end at or before `end`, without
 /// overflow (a crafted image with a valid CRC may carry any numbers).

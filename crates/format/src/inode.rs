@@ -76,7 +76,7 @@ pub fn encode_tier_log_head(tier: TierId, block: PhysBlock, offset: u64) -> u64 
     debug_assert!(offset % LOG_BLOB_ALIGN == 0 && offset < BLOCK_SIZE);
     debug_assert!(block.get() < 1 << TIER_LOG_BLOCK_BITS);
     u64::from(tier.get()) << 56
-        | (offset / LOG_BLOB_ALIGN & 0xff) << TIER_LOG_BLOCK_BITS
+        | ((offset / LOG_BLOB_ALIGN) & 0xff) << TIER_LOG_BLOCK_BITS
         | block.get() & ((1 << TIER_LOG_BLOCK_BITS) - 1)
 }
 
@@ -87,7 +87,7 @@ pub fn decode_tier_log_head(word: u64) -> (TierId, PhysBlock, u64) {
     (
         TierId((word >> 56) as u8),
         PhysBlock(word & ((1 << TIER_LOG_BLOCK_BITS) - 1)),
-        (word >> TIER_LOG_BLOCK_BITS & 0xff) * LOG_BLOB_ALIGN,
+        ((word >> TIER_LOG_BLOCK_BITS) & 0xff) * LOG_BLOB_ALIGN,
     )
 }
 

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Mail spool capacity: how many Maildir messages a pool of a small PM tier and
+a 1 GiB SSD tier takes before it is full, against ext4 on a 1 GiB loop device
+over the same disk, in the same run (and, with --base, a second Terrace build).
+
+Workload (one process, the same everywhere): Maildir delivery as an MTA does
+it. Message i (1,500..3,300 bytes) is created in tmp/ with O_EXCL, written,
+fsync'd every tenth message, closed and renamed into new/; 100 messages later
+the reader renames it into cur/ (`:2,S`). Delivery stops at the first error
+(ENOSPC on a full pool) or at --limit messages.
+
+Reported per system: messages delivered and why delivery stopped, ms per
+message, bytes of the device per message, and for Terrace the `status` lines
+of the tiers and of the logs moved to the SSD (cold logs). Ratios: messages
+against ext4's. ext4 is made with one inode per 4 KiB (`mkfs.ext4 -i 4096`,
+what a spool needs: the default of one per 16 KiB gives a 1 GiB file system
+65,536 inodes, fewer messages than either pool takes).
+
+  bench/mail_spool.py [--pm 64M] [--ssd 1G] [--base PATH/TO/OLD/terrace] [--limit N]
+
+Results: a Markdown table on stdout and bench/results/mail-spool-<date>.json.
+Needs root (mounts, loop devices) and target/release/terrace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TERRACE = ROOT / "target" / "release" / "terrace"
+SCRATCH = Path("/var/tmp")
+
+
+def sh(*cmd, check=True, **kw) -> subprocess.CompletedProcess:
+    cp = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if check and cp.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{cp.stdout}{cp.stderr}")
+    return cp
+
+
+def deliver(root: Path, limit: int) -> dict:
+    """Maildir delivery until the first error or `limit` messages."""
+    for d in ("tmp", "new", "cur"):
+        (root / d).mkdir()
+    rnd = random.Random(1)
+    body = random.Random(2).randbytes(4000)
+    done, stopped = 0, f"limit of {limit} messages"
+    start = time.monotonic()
+    try:
+        for i in range(limit):
+            name = f"{i}.M{i}P1.bench"
+            fd = os.open(root / "tmp" / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            try:
+                os.write(fd, body[: rnd.randint(1500, 3300)])
+                if i % 10 == 0:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(root / "tmp" / name, root / "new" / name)
+            if i >= 100:
+                old = f"{i - 100}.M{i - 100}P1.bench"
+                os.rename(root / "new" / old, root / "cur" / f"{old}:2,S")
+            done = i + 1
+    except OSError as e:
+        stopped = os.strerror(e.errno or 0)
+    seconds = time.monotonic() - start
+    st = os.statvfs(root)
+    return {
+        "messages": done,
+        "stopped": stopped,
+        "seconds": round(seconds, 1),
+        "ms_per_message": round(seconds / max(done, 1) * 1e3, 3),
+        "free_bytes": st.f_bavail * st.f_frsize,
+        "free_inodes": st.f_favail,
+    }
+
+
+def ext4(size: str, limit: int) -> dict:
+    img = SCRATCH / f"bench-spool-ext4-{os.getpid()}.img"
+    mnt = Path(f"/tmp/bench-spool-ext4-{os.getpid()}")
+    mnt.mkdir(exist_ok=True)
+    sh("truncate", "-s", size, img)
+    loop = sh("losetup", "--find", "--show", img).stdout.strip()
+    try:
+        sh("mkfs.ext4", "-q", "-F", "-i", "4096", loop)
+        sh("mount", loop, mnt)
+        try:
+            r = deliver(mnt, limit)
+            os.sync()
+            r["device_bytes_used"] = int(sh("du", "-sb", "--apparent-size", img).stdout.split()[0])
+            used = sh("df", "-B1", "--output=used", mnt).stdout.split()[1]
+            r["fs_bytes_used"] = int(used)
+            return r
+        finally:
+            sh("umount", mnt, check=False)
+    finally:
+        sh("losetup", "-d", loop, check=False)
+        img.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            mnt.rmdir()
+
+
+def terrace(binary: Path, pm: str, ssd: str, limit: int) -> dict:
+    pool = Path(f"/dev/shm/bench-spool-{os.getpid()}.pm")
+    img = SCRATCH / f"bench-spool-ssd-{os.getpid()}.img"
+    mnt = Path(f"/tmp/bench-spool-terrace-{os.getpid()}")
+    mnt.mkdir(exist_ok=True)
+    sh(binary, "mkfs", "--tier", f"pm:{pool}:{pm}", "--tier", f"ssd:{img}:{ssd}", "--force")
+    # The inode table may take most of PM: the spool's limit is then the SSD.
+    sh(binary, "mount", "--daemon", "-o", "inode_max_percent=90", pool, mnt)
+    try:
+        r = deliver(mnt, limit)
+        st = json.loads(sh(binary, "status", "--json", mnt).stdout)
+        text = sh(binary, "status", mnt).stdout
+        r["status_lines"] = [
+            ln.strip() for ln in text.splitlines()
+            if ln.strip().startswith(("0 ", "1 ", "cold logs", "inodes", "metadata"))
+        ]
+        ssd_used = st["tiers"][1]["used"]
+        r["fs_bytes_used"] = ssd_used
+        lm = st.get("log_migration", {})
+        r["cold_logs"] = lm.get("logs_on_tiers")
+        r["cold_log_bytes"] = lm.get("tier_log_bytes", lm.get("tier_log_blocks", 0) * 4096)
+        return r
+    finally:
+        if sh(binary, "umount", mnt, check=False, timeout=600).returncode != 0:
+            sh("umount", "-l", mnt, check=False)
+        fsck = sh(binary, "fsck", pool, check=False, timeout=1200)
+        print(f"{binary}: fsck after the run: exit {fsck.returncode}", file=sys.stderr)
+        pool.unlink(missing_ok=True)
+        img.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            mnt.rmdir()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pm", default="64M", help="PM tier of the pools (default 64M)")
+    ap.add_argument("--ssd", default="1G", help="SSD tier of the pools and size of the ext4 device (default 1G)")
+    ap.add_argument("--base", type=Path, help="a second terrace binary to run the same way (e.g. an older build)")
+    ap.add_argument("--limit", type=int, default=1_000_000, help="stop after this many messages")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (mounts, loop devices)")
+    runs = {"ext4": ext4(a.ssd, a.limit)}
+    runs["terrace"] = terrace(TERRACE, a.pm, a.ssd, a.limit)
+    if a.base:
+        runs["terrace-base"] = terrace(a.base, a.pm, a.ssd, a.limit)
+    base = runs["ext4"]["messages"] or 1
+    print(f"| system | messages | vs ext4 | stopped by | ms/msg | device bytes used per message | cold logs on the SSD |")
+    print("|---|---:|---:|---|---:|---:|---|")
+    for name, r in runs.items():
+        per = r["fs_bytes_used"] / max(r["messages"], 1)
+        logs = f"{r['cold_logs']} ({r['cold_log_bytes'] / 2**20:.1f} MiB)" if "cold_logs" in r else "-"
+        print(f"| {name} | {r['messages']:,} | {r['messages'] / base:.2f}× | {r['stopped']} | "
+              f"{r['ms_per_message']} | {per:,.0f} | {logs} |")
+    out = ROOT / "bench" / "results" / f"mail-spool-{datetime.date.today()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "pm": a.pm, "ssd": a.ssd, "base": str(a.base) if a.base else None,
+        "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "host": platform.node()},
+        "terrace": sh(TERRACE, "--version").stdout.strip(),
+        "runs": runs,
+    }, indent=2) + "\n")
+    print(f"\nraw: {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
