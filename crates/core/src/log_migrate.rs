@@ -10,9 +10,12 @@
 //! 1. *Capture* under each inode's lock: the inode qualifies (no data on PM,
 //!    no dirty cached page, still linked); its blob is encoded from the DRAM
 //!    state, and the log's identity (head, tail, place) is noted.
-//! 2. *Write*: blocks for every blob are allocated on the tier (one
+//! 2. *Write*: blobs of at most 2 KiB are packed several to a block
+//!    (format 11); blocks for every unit are allocated on the tier (one
 //!    contiguous run each, in the open extent, so a batch is one sequential
-//!    request), written, and the device is synced once.
+//!    request), written, and the device is synced once. A packed block is
+//!    then held by each of its blobs (`Fs::packed_logs`) and freed with the
+//!    last; it is never written again.
 //! 3. *Commit* under each inode's lock again, if its log is unchanged: one
 //!    journal transaction publishes the slot's head (tier and block), tail
 //!    (blob length) and state 2 together — the commit point. Then the PM
@@ -131,8 +134,9 @@ fn pack_blobs(batch: Vec<Captured>) -> Vec<BlobUnit> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BlobRoom {
     /// Log migration off PM: only room no dirty cached page was promised (a
-    /// small log leaves less PM than its blob takes on the tier — a 256-byte
-    /// page becomes a 4 KiB block — so moving it is not room-neutral;
+    /// log may leave less PM than its blob takes on the tier — a blob takes
+    /// whole blocks or, packed, 256-byte steps — so moving it is not
+    /// room-neutral;
     /// xfstests generic/077 had 12 MiB of such blobs on a full pool whose
     /// cached pages then could not be written back).
     FromPm,
@@ -154,13 +158,15 @@ struct LogsMoved {
     pm_bytes_freed: u64,
 }
 
-/// What `terrace status` shows about log migration.
+/// What `terrace status` shows about log migration. (Fields a daemon of
+/// another version does not send read as 0.)
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LogMigrationStatus {
     /// Inodes whose log is on a block tier now.
     pub logs_on_tiers: u64,
-    /// Bytes those logs take on the block tiers (a packed blob counts its
-    /// aligned length, a longer one its blocks).
+    /// Bytes of the blocks those logs take on the block tiers (a block that
+    /// packed blobs share counts once).
     pub tier_log_bytes: u64,
     /// Logs moved off PM since mount.
     pub moved: u64,
@@ -591,12 +597,20 @@ impl Fs {
             pm_bytes_freed: self.log_migration.pm_bytes_freed.load(Ordering::Relaxed),
             ..Default::default()
         };
+        // Blocks packed blobs share count once (a pool from before format 11
+        // has one blob per block: each counts whole).
+        let mut shared_blocks = std::collections::BTreeSet::new();
         for slot in &self.table {
             if let Some(l) = slot.lock().as_ref().and_then(|i| i.log.on_tier) {
                 st.logs_on_tiers += 1;
-                st.tier_log_bytes += l.tier_bytes();
+                if l.shares_its_block() {
+                    shared_blocks.insert((l.tier, l.block));
+                } else {
+                    st.tier_log_bytes += l.blocks * BLOCK_SIZE;
+                }
             }
         }
+        st.tier_log_bytes += shared_blocks.len() as u64 * BLOCK_SIZE;
         st
     }
 
