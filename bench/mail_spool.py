@@ -31,21 +31,11 @@ import json
 import os
 import platform
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TERRACE = ROOT / "target" / "release" / "terrace"
-SCRATCH = Path("/var/tmp")
-
-
-def sh(*cmd, check=True, **kw) -> subprocess.CompletedProcess:
-    cp = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    if check and cp.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(map(str, cmd))}\n{cp.stdout}{cp.stderr}")
-    return cp
+from small_files import ROOT, SCRATCH, TERRACE, ext4_mount, sh
 
 
 def deliver(root: Path, limit: int) -> dict:
@@ -86,28 +76,11 @@ def deliver(root: Path, limit: int) -> dict:
 
 
 def ext4(size: str, limit: int) -> dict:
-    img = SCRATCH / f"bench-spool-ext4-{os.getpid()}.img"
-    mnt = Path(f"/tmp/bench-spool-ext4-{os.getpid()}")
-    mnt.mkdir(exist_ok=True)
-    sh("truncate", "-s", size, img)
-    loop = sh("losetup", "--find", "--show", img).stdout.strip()
-    try:
-        sh("mkfs.ext4", "-q", "-F", "-i", "4096", loop)
-        sh("mount", loop, mnt)
-        try:
-            r = deliver(mnt, limit)
-            os.sync()
-            r["device_bytes_used"] = int(sh("du", "-sb", "--apparent-size", img).stdout.split()[0])
-            used = sh("df", "-B1", "--output=used", mnt).stdout.split()[1]
-            r["fs_bytes_used"] = int(used)
-            return r
-        finally:
-            sh("umount", mnt, check=False)
-    finally:
-        sh("losetup", "-d", loop, check=False)
-        img.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            mnt.rmdir()
+    with ext4_mount(size, ("-i", "4096")) as mnt:
+        r = deliver(mnt, limit)
+        os.sync()
+        r["fs_bytes_used"] = int(sh("df", "-B1", "--output=used", mnt).stdout.split()[1])
+        return r
 
 
 def terrace(binary: Path, pm: str, ssd: str, limit: int) -> dict:

@@ -93,14 +93,15 @@ def workload(root: Path, n: int) -> dict:
 
 
 @contextlib.contextmanager
-def ext4_mount(size: str):
+def ext4_mount(size: str, mkfs_args: tuple[str, ...] = ()):
+    """ext4 on a loop device over a sparse file of `size` under /var/tmp."""
     img = SCRATCH / f"bench-small-ext4-{os.getpid()}.img"
     mnt = Path(f"/tmp/bench-small-ext4-{os.getpid()}")
     mnt.mkdir(exist_ok=True)
     sh("truncate", "-s", size, img)
     loop = sh("losetup", "--find", "--show", img).stdout.strip()
     try:
-        sh("mkfs.ext4", "-q", "-F", loop)
+        sh("mkfs.ext4", "-q", "-F", *mkfs_args, loop)
         sh("mount", loop, mnt)
         try:
             yield mnt
