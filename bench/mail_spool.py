@@ -25,7 +25,6 @@ Needs root (mounts, loop devices) and target/release/terrace.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
@@ -35,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from small_files import ROOT, SCRATCH, TERRACE, ext4_mount, sh
+from small_files import ROOT, TERRACE, ext4_mount, sh, terrace_mount
 
 
 def deliver(root: Path, limit: int) -> dict:
@@ -84,36 +83,15 @@ def ext4(size: str, limit: int) -> dict:
 
 
 def terrace(binary: Path, pm: str, ssd: str, limit: int) -> dict:
-    pool = Path(f"/dev/shm/bench-spool-{os.getpid()}.pm")
-    img = SCRATCH / f"bench-spool-ssd-{os.getpid()}.img"
-    mnt = Path(f"/tmp/bench-spool-terrace-{os.getpid()}")
-    mnt.mkdir(exist_ok=True)
-    sh(binary, "mkfs", "--tier", f"pm:{pool}:{pm}", "--tier", f"ssd:{img}:{ssd}", "--force")
     # The inode table may take most of PM: the spool's limit is then the SSD.
-    sh(binary, "mount", "--daemon", "-o", "inode_max_percent=90", pool, mnt)
-    try:
+    with terrace_mount(pm, ssd, None, binary, ("inode_max_percent=90",)) as (_pool, mnt):
         r = deliver(mnt, limit)
         st = json.loads(sh(binary, "status", "--json", mnt).stdout)
-        text = sh(binary, "status", mnt).stdout
-        r["status_lines"] = [
-            ln.strip() for ln in text.splitlines()
-            if ln.strip().startswith(("0 ", "1 ", "cold logs", "inodes", "metadata"))
-        ]
-        ssd_used = st["tiers"][1]["used"]
-        r["fs_bytes_used"] = ssd_used
+        r["fs_bytes_used"] = st["tiers"][1]["used"]
         lm = st.get("log_migration", {})
         r["cold_logs"] = lm.get("logs_on_tiers")
         r["cold_log_bytes"] = lm.get("tier_log_bytes", lm.get("tier_log_blocks", 0) * 4096)
         return r
-    finally:
-        if sh(binary, "umount", mnt, check=False, timeout=600).returncode != 0:
-            sh("umount", "-l", mnt, check=False)
-        fsck = sh(binary, "fsck", pool, check=False, timeout=1200)
-        print(f"{binary}: fsck after the run: exit {fsck.returncode}", file=sys.stderr)
-        pool.unlink(missing_ok=True)
-        img.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            mnt.rmdir()
 
 
 def main() -> None:

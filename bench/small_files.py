@@ -115,21 +115,25 @@ def ext4_mount(size: str, mkfs_args: tuple[str, ...] = ()):
 
 
 @contextlib.contextmanager
-def terrace_mount(pm: str, ssd: str, inodes: int):
+def terrace_mount(pm: str, ssd: str, inodes: int | None, binary: Path = TERRACE,
+                  opts: tuple[str, ...] = ()):
+    """A pool of PM `pm` on /dev/shm and an SSD image of `ssd` under
+    /var/tmp (mkfs's default inode count when `inodes` is None), mounted
+    with `-o` `opts`; unmounted, checked with fsck and deleted afterwards."""
     pool = Path(f"/dev/shm/bench-small-{os.getpid()}.pm")
     img = SCRATCH / f"bench-small-ssd-{os.getpid()}.img"
     mnt = Path(f"/tmp/bench-small-terrace-{os.getpid()}")
     mnt.mkdir(exist_ok=True)
-    sh(TERRACE, "mkfs", "--tier", f"pm:{pool}:{pm}", "--tier", f"ssd:{img}:{ssd}",
-       "--inodes", inodes, "--force")
-    sh(TERRACE, "mount", pool, mnt, "--daemon")
+    count = ["--inodes", inodes] if inodes is not None else []
+    sh(binary, "mkfs", "--tier", f"pm:{pool}:{pm}", "--tier", f"ssd:{img}:{ssd}", *count, "--force")
+    sh(binary, "mount", pool, mnt, "--daemon", *(["-o", ",".join(opts)] if opts else []))
     try:
         yield pool, mnt
     finally:
-        if sh(TERRACE, "umount", mnt, check=False, timeout=600).returncode != 0:
+        if sh(binary, "umount", mnt, check=False, timeout=600).returncode != 0:
             sh("umount", "-l", mnt, check=False)
-        fsck = sh(TERRACE, "fsck", pool, check=False, timeout=1200)
-        print(f"fsck after the run: exit {fsck.returncode}", file=sys.stderr)
+        fsck = sh(binary, "fsck", pool, check=False, timeout=1200)
+        print(f"{binary}: fsck after the run: exit {fsck.returncode}", file=sys.stderr)
         pool.unlink(missing_ok=True)
         img.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
