@@ -25,6 +25,7 @@ the option and ignores it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import subprocess
@@ -107,6 +108,45 @@ def test_without_the_option_every_write_reaches_the_daemon_when_it_is_made(wb_po
                 assert daemon_writes(m) - before == 1, "a 1 MiB write-only write() is one request"
             finally:
                 os.close(fd)
+
+
+def test_a_writer_that_never_syncs_gets_enospc_at_write_when_the_pool_is_full():
+    """A writer on a full pool that never calls fsync (`dd if=/dev/zero
+    of=F bs=1M`, xfstests generic/015) gets ENOSPC from a write() soon after
+    the pool is full, as on ext4, instead of writing on for ever while the
+    kernel drops every page it cannot write back (before the fix the file
+    reached 340 GB on a 255 MiB pool). What the kernel accepted before the
+    refusal is reported at close; after a delete the pool takes writes
+    again, and it is fsck-clean."""
+    with helpers.temp_ssd_image("wbfull") as ssd, temp_pool_path("wbfull") as pool, \
+            temp_mountpoint("wbfull") as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        with mounted_pool(pool, mnt, OPT) as m:
+            assert_writes_are_cached(m, mnt / "probe")
+            capacity = os.statvfs(mnt).f_blocks * os.statvfs(mnt).f_frsize
+            buf = mmap.mmap(-1, MiB)
+            written = 0
+            fd = os.open(mnt / "fill", os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                with pytest.raises(OSError) as err:
+                    # At most twice the pool: the kernel may accept its dirty
+                    # limit's worth beyond the room before a refusal.
+                    while written < 2 * capacity:
+                        written += os.write(fd, buf)
+                assert err.value.errno == errno.ENOSPC, err.value
+            finally:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            assert written > capacity // 2, f"ENOSPC after {written} of {capacity} bytes"
+            os.unlink(mnt / "fill")
+            fd = os.open(mnt / "again", os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                for _ in range(8):
+                    assert os.write(fd, buf) == MiB
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        helpers.assert_fsck_clean(pool, "after the pool filled under the writeback cache")
 
 
 def test_cached_writes_reach_the_daemon_at_fsync_close_and_o_dsync(wb_pool):

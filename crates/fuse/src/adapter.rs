@@ -72,6 +72,8 @@ pub struct FuseAdapter {
     /// Serves requests that may wait on an object store off the request
     /// threads.
     pub(crate) object_waits: Arc<object_waits::ObjectWaits>,
+    /// Files whose write-back the pool refused for room (writeback cache).
+    pub(crate) refused_writebacks: Arc<crate::refused_writebacks::RefusedWritebacks>,
 }
 
 /// What a handler holds from its request's arrival until it has replied:
@@ -109,6 +111,7 @@ impl FuseAdapter {
             latency: None,
             listing: Arc::default(),
             object_waits: Arc::default(),
+            refused_writebacks: Arc::default(),
         }
     }
 

@@ -171,8 +171,21 @@ pub(crate) fn write(
     // followed by FSYNC, which the predictor judges as any fsync.
     let o_sync = flags & libc::O_DSYNC != 0;
     let n = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-        // Pages the kernel held dirty: already acknowledged.
-        a.fs.write_back_kernel_pages(ino, offset, data, o_sync)?
+        // Pages the kernel held dirty: already acknowledged. Refused for
+        // room, the writer's next write() fails ([`crate::refused_writebacks`]).
+        match a.fs.write_back_kernel_pages(ino, offset, data, o_sync) {
+            Ok(n) => n,
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::ENOSPC) && a.writeback_cache {
+                    a.refused_writebacks.refused(ino, data.len() as u64);
+                    if let Some(n) = a.notifier.get() {
+                        // Attributes only (offset -1): no page lock is waited for.
+                        let _ = n.inval_inode(fuser::INodeNo(ino), -1, 0);
+                    }
+                }
+                return Err(e);
+            }
+        }
     } else {
         a.fs.write_hinted(ino, offset, data, o_sync)?
     };

@@ -60,8 +60,18 @@ impl Filesystem for FuseAdapter {
     // batch_forget: fuser's default calls `forget` for each node (its ForgetOne type
     // is not exported, so it cannot be overridden).
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _req = self.arrived(Op::Getattr);
+        // With a handle: maybe the kernel's check before a cached write of a
+        // file whose write-back was refused for room (`refused_writebacks`).
+        if fh.is_some()
+            && self.refused_writebacks.still_refused(ino.0, || {
+                let st = self.fs.statfs();
+                st.bavail * u64::from(st.bsize)
+            })
+        {
+            return reply.error(Errno::ENOSPC);
+        }
         reply::attr(reply, self.fs.getattr(ino.0));
     }
 

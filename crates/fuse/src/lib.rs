@@ -81,6 +81,7 @@ mod object_waits;
 mod options;
 pub mod page_cache;
 pub mod poll;
+mod refused_writebacks;
 mod reply;
 mod session;
 pub mod setid;
