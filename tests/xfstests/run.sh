@@ -33,7 +33,9 @@ Options (each also an environment variable):
                                           built with cargo if missing). The run uses a copy.
   --report FILE        XFSTESTS_REPORT  results file (default docs/results/xfstests-<config>-<date>.md)
   --no-report                           write the report only into the run folder
-  --expected FILE      XFSTESTS_EXPECTED  expected failures (default tests/xfstests/expected-failures)
+  --expected FILE      XFSTESTS_EXPECTED  expected failures (default tests/xfstests/expected-failures;
+                                          with writeback_cache in --mount-opts, plus
+                                          tests/xfstests/expected-failures-writeback-cache)
   --mount-opts OPTS    XFSTESTS_MOUNT_OPTS  extra -o options for every mount of the two pools
   --no-fsck            XFSTESTS_FSCK=0   do not unmount and \`terrace fsck\` the scratch pool after
                                           each test that used it (default: do)
@@ -237,6 +239,16 @@ GIT_REV="$GIT_REV; binary $TERRACE_SRC built $(date -u -r "$TERRACE_SRC" '+%F %T
 STAMP=$(date +%Y%m%d-%H%M%S)
 RUN=$WORK/runs/$CONFIG-$STAMP
 mkdir -p "$RUN"
+
+# Mounts with the kernel's writeback cache add the failures that only it
+# explains (expected-failures-writeback-cache) to the expected ones.
+case ",$EXTRA_OPTS," in
+    *,writeback_cache,*)
+        if [ -f "$HERE/expected-failures-writeback-cache" ]; then
+            cat "$EXPECTED" "$HERE/expected-failures-writeback-cache" >"$RUN/expected-failures"
+            EXPECTED=$RUN/expected-failures
+        fi ;;
+esac
 
 # ------------------------------------------------------------- exit cleanup
 # Unmounts whatever is mounted from the two pools (also leftovers of a killed run).
