@@ -40,10 +40,9 @@ pub(crate) fn setattr(
         // for one such a request means now (xfstests generic/079 under
         // `-o writeback_cache`). Elsewhere the explicit time stands: an
         // atime of now beside a chosen mtime is a valid `utimensat`.
-        let append_only = a
-            .fs
-            .inode_flags(ino)
-            .is_ok_and(|f| f & terrace_core::inode_flags::ATTR_FLAG_APPEND != 0);
+        let append_only =
+            a.fs.inode_flags(ino)
+                .is_ok_and(|f| f & terrace_core::inode_flags::ATTR_FLAG_APPEND != 0);
         if append_only {
             change.mtime = Some(SetTime::Now);
         }
