@@ -77,3 +77,30 @@ def test_flags_the_pool_does_not_keep_are_refused_with_a_clear_error():
             assert "Inappropriate ioctl" in cp.stderr or "not supported" in cp.stderr.lower() \
                 or cp.returncode != 0, cp
         terrace("fsck", pool)
+
+
+@pytest.mark.parametrize("options", [None, "writeback_cache"])
+def test_an_append_only_file_takes_appends_and_times_set_to_now_but_no_chosen_time(options):
+    """As on ext4 (xfstests generic/079): an append-only file takes O_APPEND
+    writes and `utime(NULL)`, and refuses times chosen by the caller. Under
+    the writeback cache the kernel sends its own clock as an explicit mtime
+    for `utime(NULL)`; that too must be taken as "now"."""
+    with temp_pool_path() as pool, temp_mountpoint() as mnt:
+        helpers.mkfs(pool, "64M")
+        with mounted_pool(pool, mnt, options):
+            f = mnt / "log"
+            f.write_bytes(b"first\n")
+            run(["chattr", "+a", str(f)])
+            fd = os.open(f, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, b"second\n")
+            finally:
+                os.close(fd)
+            os.utime(f, None)
+            with pytest.raises(PermissionError):
+                os.utime(f, (1_000_000, 1_000_000))
+            with pytest.raises(PermissionError):
+                os.truncate(f, 0)
+            assert f.read_bytes() == b"first\nsecond\n"
+            run(["chattr", "-a", str(f)])
+        helpers.assert_fsck_clean(pool, "after the append-only file")

@@ -25,21 +25,26 @@ const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 /// us under KILLPRIV_V2), unless the change sets the mode itself. With the
 /// new attributes, the range to drop before replying: past the new size
 /// while a fill of the file's pages runs ([`crate::fill`]), so that the
-/// truncate is acknowledged after the fill's last store.
+/// truncate is acknowledged after the fill's last store. `with_handle`: the
+/// request named an open of the file (`FATTR_FH`).
 pub(crate) fn setattr(
     a: &FuseAdapter,
     caller: &setid::Caller,
     ino: u64,
     mut change: SetAttr,
+    with_handle: bool,
 ) -> io::Result<(Attr, Option<Stale>)> {
-    if a.writeback_cache && kernel_clock_for_now(&change) {
-        // Under the writeback cache the kernel trusts its own times: where
-        // the caller asked for "now" (`utime(NULL)`, `touch`) it sends its
-        // clock as an explicit mtime, with a ctime, while the atime still
-        // says "now". An append-only file allows times set to now only, so
-        // for one such a request means now (xfstests generic/079 under
-        // `-o writeback_cache`). Elsewhere the explicit time stands: an
-        // atime of now beside a chosen mtime is a valid `utimensat`.
+    if a.writeback_cache && kernel_clock_for_now(&change, with_handle) {
+        // Under the writeback cache the kernel trusts its own times and sends
+        // its clock as an explicit mtime, with a ctime: where the caller
+        // asked for "now" (`utime(NULL)`, `touch`: the atime still says
+        // "now"), and when it writes back the times of its cached writes
+        // (mtime and ctime alone, with the open's handle, at `close` and
+        // `fsync`). An append-only file allows times set to now only, so for
+        // one such a request means now: else `utime(NULL)` failed (xfstests
+        // generic/079) and so did `close` after an append. Elsewhere the
+        // explicit time stands (an atime of now beside a chosen mtime is a
+        // valid `utimensat`).
         let append_only =
             a.fs.inode_flags(ino)
                 .is_ok_and(|f| f & terrace_core::inode_flags::ATTR_FLAG_APPEND != 0);
@@ -77,17 +82,24 @@ pub(crate) fn setattr(
     Ok((attr, stale))
 }
 
-/// A setattr of times only whose atime is "now" and whose mtime is
-/// explicit, with a ctime: what the kernel sends under the writeback cache
-/// for `utime(NULL)` (see [`setattr`]).
-fn kernel_clock_for_now(c: &SetAttr) -> bool {
+/// A setattr of times only with an explicit mtime and a ctime, and either
+/// an atime of "now" (`utime(NULL)`) or, with an open's handle, no atime
+/// (the kernel writing back the times of its cached writes): what the
+/// kernel sends under the writeback cache for times that mean "now" (see
+/// [`setattr`]). (`futimens` of an mtime alone also looks so; on an
+/// append-only file it then sets now instead of failing.)
+fn kernel_clock_for_now(c: &SetAttr, with_handle: bool) -> bool {
     c.size.is_none()
         && c.mode.is_none()
         && c.uid.is_none()
         && c.gid.is_none()
         && c.ctime.is_some()
-        && matches!(c.atime, Some(SetTime::Now))
         && matches!(c.mtime, Some(SetTime::At(_)))
+        && match c.atime {
+            Some(SetTime::Now) => true,
+            None => with_handle,
+            Some(SetTime::At(_)) => false,
+        }
 }
 
 impl FuseAdapter {

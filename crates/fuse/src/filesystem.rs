@@ -104,7 +104,7 @@ impl Filesystem for FuseAdapter {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -124,11 +124,11 @@ impl Filesystem for FuseAdapter {
         let caller = setid::Caller::of(req);
         if size.is_some_and(|s| self.fs.truncate_may_wait_on_network(ino.0, s)) {
             return self.off_request(move |a| {
-                let r = attr::setattr(a, &caller, ino.0, change);
+                let r = attr::setattr(a, &caller, ino.0, change, fh.is_some());
                 a.reply_after(r, move |r| reply::attr(reply, r));
             });
         }
-        let r = attr::setattr(self, &caller, ino.0, change);
+        let r = attr::setattr(self, &caller, ino.0, change, fh.is_some());
         self.reply_after(r, move |r| reply::attr(reply, r));
     }
 
