@@ -173,6 +173,14 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// The wall clock as of the kernel's last tick (`CLOCK_REALTIME_COARSE`,
+/// what the kernel stamps files with): not later than [`now_ns`], nor than
+/// any time the kernel stamps afterwards.
+pub fn coarse_now_ns() -> i64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
 /// Notices that may wait for the daemon's logger (drained once a second):
 /// a flood — a damaged file read in a loop — neither fills memory nor the
 /// log; the rest are counted and said to be dropped.
