@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -292,3 +294,38 @@ def test_a_path_that_is_not_what_the_command_takes_is_named_for_what_it_is(terra
             assert "not a mount point (a file" in msg, msg
             msg = assert_clean_error(terrace(cmd, d, check=False), mentions=[d])
             assert "not mounted" in msg, msg
+
+
+def test_a_mount_waits_for_the_daemon_still_serving_its_mount_point_to_exit(terrace_mount):
+    """`umount -l M` while a file is open leaves the old daemon serving that
+    file (as `umount M` leaves it persisting the pool for a moment). A new
+    `terrace mount OTHER M` waits for it to exit, up to 3 s, instead of
+    refusing at once with "another terrace daemon still serves this mount
+    point": a script's `umount M; terrace mount P M` works."""
+    m = terrace_mount
+    old_pid = m.pid
+    held = open(m.path / "held", "w")
+    with temp_pool_path("second") as other:
+        helpers.mkfs(other, "64M")
+        proc = None
+        try:
+            helpers.lazy_unmount(m.path)
+            proc = subprocess.Popen([str(helpers.TERRACE_BIN), "mount", str(other), str(m.path),
+                                     "--daemon"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            time.sleep(0.5)
+            assert proc.poll() is None, f"gave up while the old daemon served: {proc.communicate()}"
+            assert helpers.pid_alive(old_pid), "the old daemon exited before its file closed"
+            held.close()
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0, f"exit {proc.returncode}: {out} {err}"
+            assert helpers.is_mounted(m.path)
+            second = helpers.Mount(other, m.path)
+            assert second.status()["pool"].endswith(other.name), second.status()["pool"]
+            assert not helpers.pid_alive(old_pid)
+        finally:
+            held.close()
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            if helpers.is_mounted(m.path):
+                helpers.unmount(helpers.Mount(other, m.path))

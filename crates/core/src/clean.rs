@@ -23,6 +23,7 @@ use crate::fs::Fs;
 use crate::types::Ino;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use terrace_format::{FileBlock, PhysBlock, TierId, TierKind};
 use terrace_policy::cleaner;
@@ -153,19 +154,26 @@ impl Fs {
         // refused write would move valid blocks around for nothing (and
         // grow the logs of the files it moves).
         let usable = |t: &&crate::tier::BlockTier| t.kind != TierKind::S3 && !t.space.is_retiring();
-        let dead: u64 = self
-            .tiers
-            .iter()
-            .filter(usable)
-            .map(|t| {
-                let (infos, _, _) = t.space.cleaning_view();
-                infos
-                    .iter()
-                    .map(|e| e.total_blocks - e.valid_blocks)
-                    .sum::<u64>()
-            })
-            .sum();
-        if self.data_room_blocks().saturating_add(dead) < blocks {
+        // The dead blocks, and what the tiers' space looks like: a call
+        // that freed nothing from one look of it would free nothing again.
+        let mut dead = 0u64;
+        let mut look = std::hash::DefaultHasher::new();
+        for t in self.tiers.iter().filter(usable) {
+            let (infos, free, _) = t.space.cleaning_view();
+            let valid: u64 = infos.iter().map(|e| e.valid_blocks).sum();
+            dead += infos
+                .iter()
+                .map(|e| e.total_blocks - e.valid_blocks)
+                .sum::<u64>();
+            (t.id.get(), free, valid, t.space.extents_freed()).hash(&mut look);
+        }
+        let room = self.data_room_blocks();
+        room.hash(&mut look);
+        let look = look.finish().max(1);
+        if room.saturating_add(dead) < blocks {
+            return false;
+        }
+        if self.cleaner_stats.futile_look.load(Ordering::Relaxed) == look {
             return false;
         }
         // One recycler at a time; whoever waited here finds the room the
@@ -204,6 +212,13 @@ impl Fs {
                 freed_any = true;
             }
         }
+        // Nothing freed: not again until the space changes (a free, an
+        // allocation, an extent emptied, room on PM). Every refused write on
+        // a full pool whose moves cannot succeed used to walk the inode
+        // table for each of its victims (xfstests generic/027).
+        self.cleaner_stats
+            .futile_look
+            .store(if freed_any { 0 } else { look }, Ordering::Relaxed);
         // Room may also have come meanwhile from elsewhere (a write-back or
         // a move ended): worth another try of the refused operation too.
         freed_any || self.data_room_blocks() >= blocks

@@ -9,6 +9,7 @@
 use crate::extent_map::Released;
 use crate::fs::Fs;
 use crate::inode::Inode;
+use crate::space::LogUse;
 use crate::table::Locked;
 use crate::types::{FsResult, Ino};
 use std::collections::HashMap;
@@ -31,11 +32,11 @@ impl Fs {
         &self,
         inode: &Inode,
         entries: &[Entry],
-        background: bool,
+        use_: LogUse,
         journal_head: bool,
     ) -> FsResult<StagedCommit> {
         let base = self.table.pm_offset(inode.ino);
-        let room = self.log_room(background);
+        let room = self.log_room(use_);
         // Data on block tiers commits with its checksums (sums.rs).
         let sums = self.sums_entries_for(entries);
         let with_sums;
@@ -108,11 +109,32 @@ impl Fs {
         parts: Vec<(Ino, Vec<Entry>)>,
         extra: Vec<(u64, u64)>,
     ) -> FsResult<()> {
+        self.commit_for(l, parts, extra, LogUse::Foreground)
+    }
+
+    /// [`Fs::commit`] of an operation that removes (unlink, rmdir): it may
+    /// take PM's removal reserve (`space.rs` rule 4).
+    pub(crate) fn commit_removal(
+        &self,
+        l: &mut Locked<'_>,
+        parts: Vec<(Ino, Vec<Entry>)>,
+        extra: Vec<(u64, u64)>,
+    ) -> FsResult<()> {
+        self.commit_for(l, parts, extra, LogUse::Removal)
+    }
+
+    fn commit_for(
+        &self,
+        l: &mut Locked<'_>,
+        parts: Vec<(Ino, Vec<Entry>)>,
+        extra: Vec<(u64, u64)>,
+        use_: LogUse,
+    ) -> FsResult<()> {
         let mut staged: Vec<StagedCommit> = Vec::with_capacity(parts.len());
         let journal_head = parts.len() + extra.len() > 1;
         for (ino, entries) in &parts {
             let inode = l.get(*ino);
-            match self.stage_commit(inode, entries, false, journal_head) {
+            match self.stage_commit(inode, entries, use_, journal_head) {
                 Ok(s) => staged.push(s),
                 Err(e) => {
                     for s in staged {
@@ -151,6 +173,16 @@ impl Fs {
         self.commit_one_in(inode, entries, false)
     }
 
+    /// [`Fs::commit_one`] of an operation that removes (removexattr): it
+    /// may take PM's removal reserve (`space.rs` rule 4).
+    pub(crate) fn commit_one_removal(
+        &self,
+        inode: &mut Inode,
+        entries: Vec<Entry>,
+    ) -> FsResult<()> {
+        self.commit_one_for(inode, entries, LogUse::Removal)
+    }
+
     /// Commits entries to one locked inode's log; `background` commits
     /// (write-back of cached data, migration) may take the PM blocks promised
     /// to write-back (`space.rs`), foreground ones may not.
@@ -160,7 +192,11 @@ impl Fs {
         entries: Vec<Entry>,
         background: bool,
     ) -> FsResult<()> {
-        let sc = self.stage_commit(inode, &entries, background, false)?;
+        self.commit_one_for(inode, entries, LogUse::of(background))
+    }
+
+    fn commit_one_for(&self, inode: &mut Inode, entries: Vec<Entry>, use_: LogUse) -> FsResult<()> {
+        let sc = self.stage_commit(inode, &entries, use_, false)?;
         // Commit point of every single-inode operation: the log tail store
         // (with a recall, the journal slot that publishes head, tail and state).
         self.journal.commit(&*self.media, &sc.words);
@@ -209,7 +245,9 @@ impl Fs {
         // Stage into a new chain without touching the slot's head word.
         let st = match fresh.stage(
             &*self.media,
-            &self.log_room(false),
+            // Compaction frees more than it takes: it may use the removal
+            // reserve, so a directory that removals grew can shrink again.
+            &self.log_room(LogUse::Removal),
             inode.ino,
             scratch_slot(),
             &entries,

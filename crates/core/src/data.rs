@@ -54,6 +54,13 @@ impl Fs {
         (self.alloc.total() / 64).max(32)
     }
 
+    /// The part of the metadata reserve only removals may take (unlink,
+    /// rmdir, removexattr, log compaction; `space.rs` rule 4), and that the
+    /// inode table's growth leaves too.
+    pub(crate) fn pm_removal_reserve_blocks(&self) -> u64 {
+        self.pm_reserve_blocks() / 4
+    }
+
     /// Allocates `n` blocks on the tier `want` if it has room, else wherever
     /// there is room (PM first). ENOSPC only when no tier has room.
     pub(crate) fn alloc_data_on(&self, want: TierId, n: u64) -> FsResult<DataRuns> {

@@ -45,16 +45,6 @@ impl TierLog {
     pub fn shares_its_block(&self) -> bool {
         self.offset + self.bytes <= terrace_format::BLOCK_SIZE
     }
-
-    /// Bytes of the tier the blob accounts for: its aligned length when it
-    /// shares a block, else its whole blocks.
-    pub fn tier_bytes(&self) -> u64 {
-        if self.shares_its_block() {
-            self.bytes.next_multiple_of(terrace_format::LOG_BLOB_ALIGN)
-        } else {
-            self.blocks * terrace_format::BLOCK_SIZE
-        }
-    }
 }
 
 /// DRAM view of one inode's log.

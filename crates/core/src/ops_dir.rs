@@ -295,7 +295,7 @@ impl Fs {
         if !initial.is_empty() {
             match child.log.stage(
                 &*self.media,
-                &self.log_room(false),
+                &self.log_room(crate::space::LogUse::Foreground),
                 ino,
                 crate::commit::scratch_slot(),
                 &initial,
@@ -431,7 +431,7 @@ impl Fs {
                 tx.push(child, Entry::Attr(ca));
             }
             let (parts, extra) = tx.parts();
-            self.commit(&mut l, parts, extra)?;
+            self.commit_removal(&mut l, parts, extra)?;
             if free_now {
                 self.drop_inode(&mut l, child);
             } else if new_nlink == 0 {

@@ -152,7 +152,7 @@ impl Fs {
         }
         let mut a = i.attr;
         a.ctime = now_ns();
-        self.commit_one(
+        self.commit_one_removal(
             i,
             vec![
                 Entry::XattrDel {

@@ -48,6 +48,10 @@ pub struct CleanerStats {
     /// Rounds of [`Fs::recycle_for_room`](crate::Fs): extents recycled
     /// because data would otherwise have failed for room.
     pub(crate) urgent_rounds: AtomicU64,
+    /// A digest of the block tiers' space (free extents, valid blocks,
+    /// extents freed, the pool's room) when a `recycle_for_room` freed
+    /// nothing (0: none): a call that finds the same does not try again.
+    pub(crate) futile_look: AtomicU64,
 }
 
 /// Object-tier cleaning state (`object_clean.rs`).

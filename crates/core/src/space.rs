@@ -26,6 +26,13 @@
 //!    ([`Fs::wait_for_pm_room`]), as long as migration keeps freeing blocks —
 //!    instead of failing with ENOSPC while the block tiers have room.
 //!
+//! 4. *Removals last.* Operations that add metadata leave PM's last
+//!    blocks — the removal reserve, a quarter of the metadata reserve — to
+//!    the ones that remove it ([`LogUse`]): an unlink needs a log entry in
+//!    its directory, and a pool whose PM creates, renames or xattrs had
+//!    taken to its last block refused every `rm` with ENOSPC and could
+//!    never be emptied (xfstests generic/027 under `-o writeback_cache`).
+//!
 //! Lock order: the room lock (`Fs::room_lock`) is taken under an inode lock
 //! and before the cache's state lock; waiting happens with no lock held.
 //!
@@ -39,6 +46,32 @@ use crate::types::{errno, FsResult};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use terrace_format::{BLOCK_SIZE, LOG_PAGE_HEADER, SUMS_PER_ENTRY};
+
+/// What a commit's new log pages are for, which decides how much of PM's
+/// free room it must leave (rule 4 of the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogUse {
+    /// Write-back of cached data and moves down: any free block (they free
+    /// more PM than they take, or they are what the promise is for).
+    Background,
+    /// Operations that remove — unlink, rmdir, removexattr — and log
+    /// compaction: all but the blocks promised to write-back.
+    Removal,
+    /// Every other operation: also leaves the removal reserve
+    /// ([`Fs::pm_removal_reserve_blocks`]).
+    Foreground,
+}
+
+impl LogUse {
+    /// [`LogUse::Background`] or [`LogUse::Foreground`].
+    pub(crate) fn of(background: bool) -> LogUse {
+        if background {
+            LogUse::Background
+        } else {
+            LogUse::Foreground
+        }
+    }
+}
 
 /// Bytes of one write entry (what a write-back commits per run of pages).
 const WRITE_ENTRY_BYTES: u64 = 48;
@@ -120,16 +153,16 @@ impl Fs {
         promise_blocks(self.cache.log_promise_total())
     }
 
-    /// Where a log's new pages come from: background commits (write-back,
-    /// moves down) may take promised blocks, foreground ones may not.
-    pub(crate) fn log_room(&self, background: bool) -> LogRoom<'_> {
+    /// Where a log's new pages come from, and how much of PM's free room
+    /// the taker must leave ([`LogUse`]).
+    pub(crate) fn log_room(&self, use_: LogUse) -> LogRoom<'_> {
         LogRoom {
             space: &self.log_space,
             alloc: &self.alloc,
-            keep_free: if background {
-                0
-            } else {
-                self.promised_blocks()
+            keep_free: match use_ {
+                LogUse::Background => 0,
+                LogUse::Removal => self.promised_blocks(),
+                LogUse::Foreground => self.promised_blocks() + self.pm_removal_reserve_blocks(),
             },
         }
     }

@@ -149,7 +149,7 @@ impl Fs {
             .min(self.max_inode_groups().saturating_sub(have));
         let mut room = self
             .pm_free_unpromised()
-            .saturating_sub(self.pm_reserve_blocks() / 4);
+            .saturating_sub(self.pm_removal_reserve_blocks());
         if !self.tiers.is_empty() {
             // Not the blocks dirty cached pages were promised (as any
             // metadata, `check_metadata_room`).

@@ -561,6 +561,9 @@ impl Fs {
     fn tier_holdings(&self, id: TierId) -> (Holdings, CopiesOn) {
         let mut h = Holdings::default();
         let mut copies = Vec::new();
+        // Blocks packed log blobs share count once, as `terrace status`
+        // and the tier's valid blocks count them.
+        let mut packed_blocks = std::collections::BTreeSet::new();
         for slot in &self.table {
             let g = slot.lock();
             let Some(i) = g.as_ref() else { continue };
@@ -579,7 +582,11 @@ impl Fs {
             }
             if let Some(l) = i.log.on_tier.filter(|l| l.tier == id) {
                 h.logs += 1;
-                h.log_bytes += l.tier_bytes();
+                if l.shares_its_block() {
+                    packed_blocks.insert(l.block);
+                } else {
+                    h.log_bytes += l.blocks * BLOCK_SIZE;
+                }
             }
             if i.zombie && (h.extents, h.logs) != before {
                 h.open_deleted += 1;
@@ -588,6 +595,7 @@ impl Fs {
                 copies.push((i.ino, ranges));
             }
         }
+        h.log_bytes += packed_blocks.len() as u64 * BLOCK_SIZE;
         (h, copies)
     }
 

@@ -10,6 +10,7 @@
 mod common;
 use common::*;
 use terrace_core::{FallocateMode, Fs};
+use terrace_media::{FaultBlock, MemBlock, MemMedia};
 
 const PM: u64 = 4 << 20;
 const SSD: u64 = 16 << 20;
@@ -116,4 +117,70 @@ fn cached_pages_are_written_back_after_migration_takes_the_free_extents() {
     assert_files(&fs, &files, "after the write-back");
     fs.unmount()
         .expect("nothing acknowledged is left unpersisted at unmount");
+}
+
+/// Dead blocks that no recycling can free: a full pool (PM to its reserve,
+/// then the SSD) with one block punched out of every 512 KiB of the file
+/// that filled it, on an SSD whose
+/// writes then fail, so no move out of a partly valid extent can succeed.
+/// A writer that keeps trying on such a pool gets ENOSPC, and the pool must
+/// not walk every inode for victims again on each try while nothing has
+/// changed: xfstests generic/027 under `-o writeback_cache` ran 93,290 such
+/// rounds, none of which freed an extent, and took half an hour instead of
+/// 43 s. Once something changes (here a delete), it tries again.
+#[test]
+fn refused_writes_on_a_pool_whose_dead_blocks_cannot_be_freed_do_not_recycle_again() {
+    let (_pm, ssd, fs) = tiered_pool_on(MemMedia::new(PM), FaultBlock::new(MemBlock::new(SSD)), 64);
+    fs.set_setting("cleaner_free_percent", "0").unwrap();
+    // PM first, to its metadata reserve, then the SSD.
+    let (full, mut full_data) = fill(&fs, "full");
+    // To the last block.
+    loop {
+        let block = pattern(full_data.len() as u64, 4096);
+        match fs.write(full, full_data.len() as u64, &block) {
+            Ok(_) => full_data.extend_from_slice(&block),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    fs.fsync(full, false).unwrap();
+    // Only blocks on the SSD: a block punched on PM would be room.
+    let on_ssd: Vec<(u64, u64)> = extents(&fs, full)
+        .into_iter()
+        .filter(|e| e.2 == "ssd")
+        .map(|e| (e.0, e.1))
+        .collect();
+    let mut punched = 0;
+    for (start, len) in on_ssd {
+        for off in (start..start + len).step_by(512 << 10) {
+            fs.fallocate(full, off, 4096, FallocateMode::PunchHole)
+                .unwrap();
+            full_data[off as usize..off as usize + 4096].fill(0);
+            punched += 1;
+        }
+    }
+    assert!(punched >= 16, "{punched} blocks punched on the SSD");
+    fs.fsync(full, false).unwrap();
+    ssd.fail_writes_after(0);
+    let f = file(&fs, 1, "late");
+    let before = fs.cleaner_status();
+    for k in 0..50u64 {
+        let e = fs
+            .write(f, k * 4096, &pattern(k, 4096))
+            .expect_err("a full pool whose moves fail");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    }
+    let after = fs.cleaner_status();
+    assert!(
+        after.urgent_rounds - before.urgent_rounds <= 64,
+        "50 refused writes ran {} recycling rounds ({before:?} -> {after:?})",
+        after.urgent_rounds - before.urgent_rounds
+    );
+    ssd.heal();
+    assert_files(&fs, &[(full, full_data)], "after the refused writes");
+    // Room that comes back is used again.
+    fs.unlink(1, b"full").unwrap();
+    fs.write(f, 0, &pattern(99, 4096))
+        .expect("room again after a delete");
+    fs.check_allocator().unwrap();
 }

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terrace_core::Fs;
+use terrace_core::{Fs, RenameFlags};
 use terrace_media::{MemBlock, MemMedia};
 
 /// A pool of `pm_mib` PM and `ssd_mib` SSD with a DRAM cache of `cache`,
@@ -259,4 +259,117 @@ fn an_unmount_that_cannot_persist_keeps_the_data_and_succeeds_later() {
     assert!(fs.read(a.ino, 0, data.len()).unwrap() == data);
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
+}
+
+/// Fills `fs` with data until a write is refused; returns the file.
+fn fill_with_data(fs: &Fs) -> u64 {
+    let big = file(fs, 1, "big");
+    let mut off = 0u64;
+    while fs.write(big, off, &pattern(off, 64 << 10)).is_ok() {
+        off += 64 << 10;
+        assert!(off < 1 << 30, "the pool never filled with data");
+    }
+    let _ = fs.fsync(big, false);
+    big
+}
+
+/// Creates files with long names in `dirs`, in turn, until a create is
+/// refused; returns the names created in each.
+fn fill_with_files(fs: &Fs, dirs: &[u64]) -> Vec<Vec<String>> {
+    let mut names = vec![Vec::new(); dirs.len()];
+    for i in 0..1_000_000u32 {
+        let k = i as usize % dirs.len();
+        let name = format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
+        match fs.mknod(dirs[k], name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX) {
+            Ok(_) => names[k].push(name),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("create {name}: {e}"),
+        }
+    }
+    names
+}
+
+/// A pool whose PM filled with metadata could not delete anything: each
+/// unlink needs a log entry in its directory, and once creates had taken
+/// PM's last block the directory's log had no page to grow into, so `rm`
+/// failed with ENOSPC on every file and the pool could never be emptied.
+/// The first round of creates stops at the inode table's growth, which
+/// leaves a part of PM's metadata reserve; a second round reuses the
+/// slots the deletes freed and, before the fix, took PM down to its last
+/// block (found with xfstests generic/027's loop of creates until ENOSPC
+/// and `rm -rf`, under `-o writeback_cache`). Operations that add
+/// metadata now leave a part of the reserve to the ones that remove it.
+#[test]
+fn a_pool_whose_pm_filled_with_metadata_can_still_delete_everything() {
+    for tiered in [false, true] {
+        let fs = if tiered {
+            tiered_pool(4 << 20, 16 << 20, 64).2
+        } else {
+            pm_pool(4 << 20, 64).1
+        };
+        fs.set_setting("inode_max_percent", "90").unwrap();
+        let dirs = mkdirs(&fs, 4);
+        fill_with_data(&fs);
+        for round in 0..3u32 {
+            let names = fill_with_files(&fs, &dirs);
+            let files: usize = names.iter().map(Vec::len).sum();
+            assert!(
+                files > 20,
+                "tiered={tiered} round {round}: only {files} files"
+            );
+            // Then what else adds metadata, until PM refuses it too: xattrs,
+            // and renames back and forth, which grow a directory's log.
+            let big = fs.lookup(1, b"big").unwrap().ino;
+            let value = pattern(u64::from(round), 2000);
+            for k in 0..100_000u32 {
+                let name = format!("user.r{round}.{k}");
+                if fs.setxattr(big, name.as_bytes(), &value, 0).is_err() {
+                    break;
+                }
+            }
+            let (d, name) = (dirs[0], names[0][0].clone());
+            let mut at = name.as_bytes();
+            for _ in 0..1_000_000 {
+                let to: &[u8] = if at == b"moved" {
+                    name.as_bytes()
+                } else {
+                    b"moved"
+                };
+                if fs.rename(d, at, d, to, RenameFlags::default()).is_err() {
+                    break;
+                }
+                at = to;
+            }
+            if at == b"moved" {
+                fs.unlink(d, b"moved").unwrap_or_else(|e| {
+                    panic!("tiered={tiered} round {round}: unlink on a full pool: {e}")
+                });
+            }
+            let moved_away = at == b"moved";
+            for (d, list) in dirs.iter().zip(&names) {
+                for name in list {
+                    if moved_away && *d == dirs[0] && *name == names[0][0] {
+                        continue;
+                    }
+                    fs.unlink(*d, name.as_bytes()).unwrap_or_else(|e| {
+                        panic!(
+                            "tiered={tiered} round {round}: unlink of one of {files} files \
+                             on a full pool: {e}"
+                        )
+                    });
+                }
+            }
+        }
+        for d in 0..4 {
+            fs.rmdir(1, format!("d{d}").as_bytes())
+                .unwrap_or_else(|e| panic!("tiered={tiered}: rmdir d{d}: {e}"));
+        }
+        fs.unlink(1, b"big")
+            .unwrap_or_else(|e| panic!("tiered={tiered}: unlink big: {e}"));
+        // Room again for what the deletes freed.
+        let f = file(&fs, 1, "after");
+        fs.write(f, 0, &pattern(9, 64 << 10))
+            .unwrap_or_else(|e| panic!("tiered={tiered}: a write after the deletes: {e}"));
+        fs.check_allocator().unwrap();
+    }
 }

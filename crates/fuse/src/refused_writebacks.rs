@@ -28,15 +28,20 @@
 //! at `fsync`/`close`, as the writeback cache has always done (README).
 //!
 //! Lock order: the map's mutex is a leaf; the room is read before it is
-//! taken.
+//! taken. A GETATTR while no file is noted takes no lock: `noted` mirrors
+//! the map's length, changed under the mutex (a GETATTR racing the first
+//! refusal may miss it; the kernel asks again before its next write).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Files whose write-back was refused with ENOSPC, with the bytes refused.
 #[derive(Debug, Default)]
 pub(crate) struct RefusedWritebacks {
     files: Mutex<HashMap<u64, u64>>,
+    /// How many files `files` holds.
+    noted: AtomicUsize,
 }
 
 impl RefusedWritebacks {
@@ -49,6 +54,7 @@ impl RefusedWritebacks {
         let mut f = self.files();
         let e = f.entry(ino).or_default();
         *e = (*e).max(bytes.max(1));
+        self.noted.store(f.len(), Ordering::Release);
     }
 
     /// Whether a GETATTR with a handle of `ino` is to fail with ENOSPC:
@@ -56,11 +62,16 @@ impl RefusedWritebacks {
     /// asked for (`room` is called only for such a file). A file with room
     /// again is forgotten.
     pub(crate) fn still_refused(&self, ino: u64, room: impl FnOnce() -> u64) -> bool {
+        if self.noted.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let Some(wanted) = self.files().get(&ino).copied() else {
             return false;
         };
         if room() >= wanted {
-            self.files().remove(&ino);
+            let mut f = self.files();
+            f.remove(&ino);
+            self.noted.store(f.len(), Ordering::Release);
             false
         } else {
             true
@@ -90,5 +101,10 @@ mod tests {
         assert!(!r.still_refused(8, || 0), "another file");
         assert!(!r.still_refused(7, || 1 << 20), "room again");
         assert!(!r.still_refused(7, || 0), "forgotten once it had room");
+        assert_eq!(
+            r.noted.load(Ordering::Relaxed),
+            0,
+            "nothing noted: no lock taken"
+        );
     }
 }

@@ -137,13 +137,20 @@ pub fn spawn(raw_options: &[String], pool: &Path, mnt: &Path) -> CliResult {
 
 /// Takes the run-time files of the mount point `mnt` (as given, for
 /// messages) for this process: binds the control socket (replacing a stale
-/// one; refused while another daemon answers on it) and writes the pid
-/// file. Returns the socket's listener.
-pub fn claim_run_files(files: &RunFiles, mnt: &Path) -> CliResult<UnixListener> {
+/// one) and writes the pid file. Returns the socket's listener.
+///
+/// Another daemon that still answers on the socket is one finishing an
+/// unmount (`umount` returns before the daemon has persisted the pool), or
+/// one a lazy unmount left serving open files: the claim waits up to `wait`
+/// for it to exit (a script's `umount M; terrace mount P M` then works),
+/// then refuses.
+pub fn claim_run_files(files: &RunFiles, mnt: &Path, wait: Duration) -> CliResult<UnixListener> {
     let dir = util::runtime_dir();
     std::fs::create_dir_all(&dir).map_err(|e| CliError::at(&dir, util::os_reason(&e)))?;
-    if files.socket.exists() {
+    let deadline = Instant::now() + wait;
+    while files.socket.exists() {
         match UnixStream::connect(&files.socket) {
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             Ok(_) => {
                 let pid = std::fs::read_to_string(&files.pid).unwrap_or_default();
                 return Err(CliError::at(

@@ -85,8 +85,9 @@ fn check_tiers(pool: &Path, sb: &Superblock) -> CliResult<Vec<(String, File)>> {
     Ok(locks)
 }
 
-/// How long a mount waits for a pool that another daemon still holds (it
-/// may be finishing an unmount) before saying it is busy.
+/// How long a mount waits for a pool, or a mount point, that another
+/// daemon still holds (it may be finishing an unmount) before saying it is
+/// busy.
 const BUSY_WAIT: Duration = Duration::from_secs(3);
 
 /// Every check that must pass before anything is written.
@@ -298,7 +299,7 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         None => None,
     };
     let files = util::run_files(&mnt);
-    let listener = daemon::claim_run_files(&files, &cfg.mountpoint)?;
+    let listener = daemon::claim_run_files(&files, &cfg.mountpoint, BUSY_WAIT)?;
     let read_only = cfg.options.read_only;
     let mut devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
