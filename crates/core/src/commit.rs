@@ -173,8 +173,9 @@ impl Fs {
         self.commit_one_in(inode, entries, false)
     }
 
-    /// [`Fs::commit_one`] of an operation that removes (removexattr): it
-    /// may take PM's removal reserve (`space.rs` rule 4).
+    /// [`Fs::commit_one`] of an operation that removes (removexattr, a
+    /// shrinking truncate, a hole punch): it may take PM's removal reserve
+    /// (`space.rs` rule 4).
     pub(crate) fn commit_one_removal(
         &self,
         inode: &mut Inode,

@@ -152,17 +152,19 @@ impl Fs {
     /// hole punch keeps, rewritten with its cut part zeroed
     /// ([`Fs::zeroed_block`]). Taken as new data when there is room; when
     /// there is none, beyond the room check, from PM down to half of its
-    /// metadata reserve, else from any block tier: a full pool must still
-    /// shrink its files (ext4 cuts the block in place), and the block the
-    /// change frees pays it back. ENOSPC only when PM's reserve is down to
-    /// half and every tier is full.
+    /// removal reserve (`space.rs` rule 4: what only removals may take, as
+    /// this change is one), else from any block tier: a full pool must
+    /// still shrink its files (ext4 cuts the block in place), and the block
+    /// the change frees pays it back. ENOSPC only when PM is down to half
+    /// its removal reserve and every tier is full.
     pub(crate) fn alloc_replacement_block(&self) -> FsResult<DataRuns> {
         match self.alloc_new_data(TierId::PM, 1) {
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {}
             r => return r,
         }
         let _room = self.room_lock.lock();
-        let mut pieces = self.alloc_data_spread(TierId::PM, 1, self.pm_reserve_blocks() / 2)?;
+        let mut pieces =
+            self.alloc_data_spread(TierId::PM, 1, self.pm_removal_reserve_blocks() / 2)?;
         // One block asked for: one piece of one block.
         pieces.pop().ok_or_else(|| errno(libc::ENOSPC))
     }

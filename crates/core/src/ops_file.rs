@@ -678,8 +678,16 @@ impl Fs {
             None => {}
         }
         a.ctime = s.ctime.unwrap_or(now);
+        // A truncate that shrinks may take PM's removal reserve (`space.rs`
+        // rule 4): it frees room.
+        let shrinks = a.size < i.attr.size;
         entries.push(Entry::Attr(a));
-        if let Err(e) = self.commit_one(i, entries) {
+        let committed = if shrinks {
+            self.commit_one_removal(i, entries)
+        } else {
+            self.commit_one(i, entries)
+        };
+        if let Err(e) = committed {
             for d in new_blocks {
                 self.release_data(d);
             }
@@ -841,7 +849,16 @@ impl Fs {
             }
             a.ctime = now;
             entries.push(Entry::Attr(a));
-            self.commit_one(i, std::mem::take(&mut entries))
+            // A punch or collapse frees room: it may take PM's removal
+            // reserve (`space.rs` rule 4).
+            if matches!(
+                mode,
+                FallocateMode::PunchHole | FallocateMode::CollapseRange
+            ) {
+                self.commit_one_removal(i, std::mem::take(&mut entries))
+            } else {
+                self.commit_one(i, std::mem::take(&mut entries))
+            }
         })();
         if result.is_err() {
             for d in taken {

@@ -28,7 +28,8 @@
 //!
 //! 4. *Removals last.* Operations that add metadata leave PM's last
 //!    blocks — the removal reserve, a quarter of the metadata reserve — to
-//!    the ones that remove it ([`LogUse`]): an unlink needs a log entry in
+//!    the ones that remove (unlink, rmdir, removexattr, shrinking truncates,
+//!    hole punches) ([`LogUse`]): an unlink needs a log entry in
 //!    its directory, and a pool whose PM creates, renames or xattrs had
 //!    taken to its last block refused every `rm` with ENOSPC and could
 //!    never be emptied (xfstests generic/027 under `-o writeback_cache`).
@@ -54,8 +55,9 @@ pub(crate) enum LogUse {
     /// Write-back of cached data and moves down: any free block (they free
     /// more PM than they take, or they are what the promise is for).
     Background,
-    /// Operations that remove — unlink, rmdir, removexattr — and log
-    /// compaction: all but the blocks promised to write-back.
+    /// Operations that remove — unlink, rmdir, removexattr, a truncate
+    /// that shrinks, a hole punch or collapse — and log compaction: all but
+    /// the blocks promised to write-back.
     Removal,
     /// Every other operation: also leaves the removal reserve
     /// ([`Fs::pm_removal_reserve_blocks`]).

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terrace_core::{Fs, RenameFlags};
+use terrace_core::{FallocateMode, Fs, RenameFlags, SetAttr};
 use terrace_media::{MemBlock, MemMedia};
 
 /// A pool of `pm_mib` PM and `ssd_mib` SSD with a DRAM cache of `cache`,
@@ -345,6 +345,19 @@ fn a_pool_whose_pm_filled_with_metadata_can_still_delete_everything() {
                     panic!("tiered={tiered} round {round}: unlink on a full pool: {e}")
                 });
             }
+            // Shrinking frees room too: a truncate and a hole punch of the
+            // data file, each in the middle of a block, commit on this PM.
+            let size = fs.getattr(big).unwrap().size;
+            fs.setattr(
+                big,
+                SetAttr {
+                    size: Some(size - 5000),
+                    ..Default::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("tiered={tiered} round {round}: truncate: {e}"));
+            fs.fallocate(big, 3000, 10_000, FallocateMode::PunchHole)
+                .unwrap_or_else(|e| panic!("tiered={tiered} round {round}: punch: {e}"));
             let moved_away = at == b"moved";
             for (d, list) in dirs.iter().zip(&names) {
                 for name in list {
