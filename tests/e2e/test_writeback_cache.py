@@ -149,6 +149,62 @@ def test_a_writer_that_never_syncs_gets_enospc_at_write_when_the_pool_is_full():
         helpers.assert_fsck_clean(pool, "after the pool filled under the writeback cache")
 
 
+def test_files_written_on_a_nearly_full_pool_get_enospc_at_write_and_keep_what_it_accepted():
+    """xfstests generic/027's loop under this option: on a full pool with
+    2 MiB freed, writers create 1 KiB files until a write fails. With every
+    open cached, each new file's write() went into the kernel's pages and
+    its write-back was refused: the write() succeeded, the data was lost
+    (reported only at close, which `xfs_io` ignores), and the loop ran on
+    until the inode table was full. A writable open made while the pool has
+    little room now writes through (direct I/O): write() fails with ENOSPC
+    as on ext4, and every write() that succeeded is in the pool, across a
+    remount."""
+    with helpers.temp_ssd_image("wbnear") as ssd, temp_pool_path("wbnear") as pool, \
+            temp_mountpoint("wbnear") as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:256M")
+        accepted = {}
+        with mounted_pool(pool, mnt, OPT):
+            (mnt / "reserve").write_bytes(b"r" * (2 * MiB))
+            buf = mmap.mmap(-1, MiB)
+            fd = os.open(mnt / "big", os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, buf)
+                with contextlib.suppress(OSError):
+                    os.fsync(fd)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            os.unlink(mnt / "reserve")
+            (mnt / "d").mkdir()
+            refused = None
+            for i in range(20_000):
+                data = pattern(i, 1024)
+                try:
+                    fd = os.open(mnt / "d" / f"file_{i}", os.O_WRONLY | os.O_CREAT, 0o644)
+                except OSError as e:
+                    refused = ("open", e.errno)
+                    break
+                try:
+                    os.write(fd, data)
+                except OSError as e:
+                    refused = ("write", e.errno)
+                    break
+                finally:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)  # as xfs_io: an error at close goes unseen
+                accepted[i] = data
+            assert refused == ("write", errno.ENOSPC), \
+                f"after {len(accepted)} files: {refused}"
+            assert len(accepted) < 2048, f"{len(accepted)} files of 1 KiB accepted in 2 MiB"
+        with mounted_pool(pool, mnt):
+            lost = [i for i, data in accepted.items()
+                    if (mnt / "d" / f"file_{i}").read_bytes() != data]
+            assert not lost, f"{len(lost)} of {len(accepted)} accepted writes lost, e.g. {lost[:5]}"
+        helpers.assert_fsck_clean(pool, "after files written on a nearly full pool")
+
+
 def test_cached_writes_reach_the_daemon_at_fsync_close_and_o_dsync(wb_pool):
     pool, mnt = wb_pool
     with mounted_pool(pool, mnt, OPT) as m:

@@ -74,6 +74,8 @@ pub struct FuseAdapter {
     pub(crate) object_waits: Arc<object_waits::ObjectWaits>,
     /// Files whose write-back the pool refused for room (writeback cache).
     pub(crate) refused_writebacks: Arc<crate::refused_writebacks::RefusedWritebacks>,
+    /// Writable opens made while the pool was short of room (writeback cache).
+    pub(crate) write_through: Arc<crate::write_through::WriteThroughOpens>,
 }
 
 /// What a handler holds from its request's arrival until it has replied:
@@ -112,6 +114,7 @@ impl FuseAdapter {
             listing: Arc::default(),
             object_waits: Arc::default(),
             refused_writebacks: Arc::default(),
+            write_through: Arc::default(),
         }
     }
 

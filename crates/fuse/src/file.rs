@@ -34,6 +34,29 @@ impl FuseAdapter {
         self.writeback_cache || (self.direct_io && flags & libc::O_ACCMODE != libc::O_WRONLY)
     }
 
+    /// How the open `fh` of `ino` with `flags` is served, as
+    /// [`FuseAdapter::open_flags`] says — except a writable open under the
+    /// writeback cache while the pool has little room, which writes through
+    /// ([`crate::write_through`]). `None` as for `open_flags`.
+    pub(crate) fn open_flags_of(&self, ino: u64, fh: u64, flags: i32) -> Option<FopenFlags> {
+        if self.writeback_cache && writable(flags) {
+            let st = self.fs.statfs();
+            let room = st.bavail * u64::from(st.bsize);
+            if room < crate::write_through::WRITE_THROUGH_BELOW_BYTES {
+                self.write_through.add(fh);
+                self.cached.direct_writer_opened(ino);
+                return Some(FopenFlags::FOPEN_DIRECT_IO);
+            }
+        }
+        self.open_flags(ino, flags)
+    }
+
+    /// Whether writes of the open `fh` with `flags` bypass the kernel's
+    /// page cache (direct I/O).
+    fn writes_bypass_cache(&self, fh: u64, flags: i32) -> bool {
+        !self.cached_open(flags) || self.write_through.contains(fh)
+    }
+
     /// How regular files are opened (after the core's open of `ino`
     /// succeeded): through the page cache, kept while the file is
     /// unchanged, when [`FuseAdapter::cached_open`] says so; otherwise direct
@@ -144,7 +167,7 @@ pub(crate) fn open(a: &FuseAdapter, ino: u64, flags: i32, reply: ReplyOpen) {
         Ok(fh) => fh,
         Err(e) => return reply::opened(reply, Err(e)),
     };
-    match a.open_flags(ino, flags) {
+    match a.open_flags_of(ino, fh, flags) {
         Some(how) => reply::opened(reply, Ok((fh, how))),
         None => {
             let b = a.clone();
@@ -155,17 +178,25 @@ pub(crate) fn open(a: &FuseAdapter, ino: u64, flags: i32, reply: ReplyOpen) {
     }
 }
 
-/// write of `data` at `offset` by `caller` through an open with `flags`:
+/// The open a request came through: its handle and its open flags.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Through {
+    pub(crate) fh: u64,
+    pub(crate) flags: i32,
+}
+
+/// write of `data` at `offset` by `caller` through the open `through`:
 /// the number of bytes written, and the range cached opens may hold stale.
 pub(crate) fn write(
     a: &FuseAdapter,
     caller: setid::Caller,
     ino: u64,
+    through: Through,
     offset: u64,
     data: &[u8],
     write_flags: WriteFlags,
-    flags: i32,
 ) -> io::Result<(u32, Option<Stale>)> {
+    let Through { fh, flags } = through;
     // O_SYNC and O_DSYNC (which O_SYNC includes) make a write synchronous.
     // Under the writeback cache such writes come as write-backs (flags 0)
     // followed by FSYNC, which the predictor judges as any fsync.
@@ -211,7 +242,7 @@ pub(crate) fn write(
     // with a buffered write, whose writer holds the page locked until this
     // reply — which must then not wait for that page to be dropped (a hang:
     // xfstests generic/036).
-    let bypassed_cache = !a.cached_open(flags);
+    let bypassed_cache = a.writes_bypass_cache(fh, flags);
     let stale = if bypassed_cache && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
         a.data_changed(ino, offset, n as u64)
     } else {
@@ -222,7 +253,12 @@ pub(crate) fn write(
 
 /// release of an open with `flags`; after a write-only open, the kernel's
 /// pages of the file may be filled ([`crate::fill`]).
-pub(crate) fn release(a: &FuseAdapter, ino: u64, flags: i32) -> io::Result<()> {
+pub(crate) fn release(a: &FuseAdapter, ino: u64, fh: u64, flags: i32) -> io::Result<()> {
+    if a.write_through.remove(fh) {
+        let r = a.fs.release(ino);
+        a.cached.direct_writer_released(ino);
+        return r;
+    }
     let cached = a.cached_open(flags);
     if cached {
         a.cached.release(ino, writable(flags));
@@ -254,7 +290,9 @@ pub(crate) fn create(
     match a.fs.open(attr.ino, flags) {
         Ok(fh) => {
             // A new file: no fill of it can be running.
-            let how = a.open_flags(attr.ino, flags).unwrap_or(FopenFlags::empty());
+            let how = a
+                .open_flags_of(attr.ino, fh, flags)
+                .unwrap_or(FopenFlags::empty());
             Ok((attr, fh, how))
         }
         Err(e) => {
@@ -276,6 +314,8 @@ pub(crate) fn tmpfile(
 ) -> io::Result<(Attr, u64, FopenFlags)> {
     let (attr, fh) = a.fs.tmpfile(parent, mode, flags, caller)?;
     // A new file: no fill of it can be running.
-    let how = a.open_flags(attr.ino, flags).unwrap_or(FopenFlags::empty());
+    let how = a
+        .open_flags_of(attr.ino, fh, flags)
+        .unwrap_or(FopenFlags::empty());
     Ok((attr, fh, how))
 }

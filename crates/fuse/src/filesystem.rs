@@ -330,7 +330,7 @@ impl Filesystem for FuseAdapter {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -340,15 +340,19 @@ impl Filesystem for FuseAdapter {
     ) {
         let _req = self.arrived(Op::Write);
         let caller = setid::Caller::of(req);
+        let through = file::Through {
+            fh: fh.0,
+            flags: flags.0,
+        };
         if self.fs.write_may_wait_on_network(ino.0, offset, data.len()) {
             // The request's buffer is the session's: the data is copied.
             let data = data.to_vec();
             return self.off_request(move |a| {
-                let r = file::write(a, caller, ino.0, offset, &data, write_flags, flags.0);
+                let r = file::write(a, caller, ino.0, through, offset, &data, write_flags);
                 a.reply_after(r, move |r| reply::written(reply, r));
             });
         }
-        let r = file::write(self, caller, ino.0, offset, data, write_flags, flags.0);
+        let r = file::write(self, caller, ino.0, through, offset, data, write_flags);
         self.reply_after(r, move |r| reply::written(reply, r));
     }
 
@@ -374,14 +378,14 @@ impl Filesystem for FuseAdapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         let _req = self.arrived(Op::Release);
-        reply::empty(reply, file::release(self, ino.0, flags.0));
+        reply::empty(reply, file::release(self, ino.0, fh.0, flags.0));
     }
 
     fn fsync(

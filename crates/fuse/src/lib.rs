@@ -86,6 +86,7 @@ mod reply;
 mod session;
 pub mod setid;
 mod special;
+mod write_through;
 mod xattr;
 
 pub use adapter::FuseAdapter;
