@@ -18,6 +18,16 @@ use crate::types::*;
 use std::sync::atomic::Ordering;
 use terrace_format::{Entry, FileBlock, TierId, WriteEntry, BLOCK_SIZE};
 
+/// The time a write stamps on its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stamp {
+    /// The daemon's clock.
+    Now,
+    /// The file's mtime as it is: the kernel keeps the times and sends its
+    /// own ([`Fs::write_back_kernel_pages`]).
+    Kept,
+}
+
 /// Largest file size (16 TiB, as ext4 with 4 KiB blocks).
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
 const BS: u64 = BLOCK_SIZE;
@@ -114,7 +124,7 @@ impl Fs {
     /// PM copies of clean data, see [`Fs::retry_freeing_room`]) leaves the
     /// file as it was.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
-        self.write_from(ino, off, data, o_sync, true)
+        self.write_from(ino, off, data, o_sync, true, Stamp::Now)
     }
 
     /// [`Fs::write_hinted`] of pages the kernel cached and writes back now
@@ -122,14 +132,28 @@ impl Fs {
     /// writeback cache): their `write()`s or stores were acknowledged
     /// before, so an immutable flag set since does not refuse them
     /// (`inode_flags.rs`); dropping them would lose acknowledged data.
+    ///
+    /// `kernel_times`: the kernel keeps the file's mtime and ctime itself
+    /// (the writeback cache) and sends them when it changes them; the
+    /// write-back then leaves the file's times as they are instead of
+    /// stamping its own clock, which the kernel would never learn of. It
+    /// does not send them when its write fell in the tick the file was
+    /// created in, and the times read after a remount differed from those
+    /// read before (xfstests generic/003 under `-o writeback_cache`).
     pub fn write_back_kernel_pages(
         &self,
         ino: Ino,
         off: u64,
         data: &[u8],
         o_sync: bool,
+        kernel_times: bool,
     ) -> FsResult<usize> {
-        self.write_from(ino, off, data, o_sync, false)
+        let stamp = if kernel_times {
+            Stamp::Kept
+        } else {
+            Stamp::Now
+        };
+        self.write_from(ino, off, data, o_sync, false, stamp)
     }
 
     /// [`Fs::write_hinted`]; `new_change`: the write comes from the
@@ -141,13 +165,14 @@ impl Fs {
         data: &[u8],
         o_sync: bool,
         new_change: bool,
+        stamp: Stamp,
     ) -> FsResult<usize> {
         // Partial blocks on an object tier are fetched before the inode
         // lock is taken (design.md §5n "Network faults").
         self.warm_partial_ends(ino, off, off.saturating_add(data.len() as u64));
         let blocks = (data.len() as u64).div_ceil(BS) + 1;
         let r = self.retry_freeing_room(blocks, || {
-            self.write_once(ino, off, data, o_sync, new_change)
+            self.write_once(ino, off, data, o_sync, new_change, stamp)
         });
         self.say_room(&r, blocks);
         r
@@ -161,6 +186,7 @@ impl Fs {
         data: &[u8],
         o_sync: bool,
         new_change: bool,
+        stamp: Stamp,
     ) -> FsResult<usize> {
         self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
@@ -181,6 +207,12 @@ impl Fs {
             return Err(errno(libc::EFBIG));
         }
         let now = now_ns();
+        // The time the write's entries carry (its mtime and ctime).
+        let mtime = match stamp {
+            Stamp::Now => now,
+            Stamp::Kept if i.dirty.is_empty() => i.attr.mtime,
+            Stamp::Kept => i.attr.mtime.max(i.cached_mtime),
+        };
         let fb0 = FileBlock::containing(off);
         let fb1 = FileBlock::containing(end - 1);
         let nblocks = fb1 - fb0 + 1;
@@ -301,7 +333,7 @@ impl Fs {
                 let r = (|| {
                     let mut g = self.lock(ino)?;
                     let i = g.as_mut().expect("live");
-                    self.write_cached(i, off, data, counter, now, bytes)
+                    self.write_cached(i, off, data, counter, mtime, bytes)
                 })();
                 if !matches!(r, Ok(true)) {
                     self.cache.unreserve(bytes);
@@ -389,7 +421,7 @@ impl Fs {
         let mut entries = Vec::new();
         let mut fb = fb0;
         for d in &pieces {
-            entries.extend(write_entries(d, fb, counter, size_after, now));
+            entries.extend(write_entries(d, fb, counter, size_after, mtime));
             fb += d.runs.iter().map(|r| r.1).sum::<u64>();
         }
         if let Err(e) = self.commit_one(i, entries) {

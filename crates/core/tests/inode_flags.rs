@@ -90,7 +90,11 @@ fn pages_the_kernel_held_dirty_are_written_back_after_chattr_i() {
     let f = file_holding(&fs, "f", b"old bytes");
     fs.set_inode_flags(f, ATTR_FLAG_IMMUTABLE).unwrap();
     eperm(fs.write(f, 0, b"new"), "an application's write now");
-    assert_eq!(fs.write_back_kernel_pages(f, 0, b"NEW", false).unwrap(), 3);
+    assert_eq!(
+        fs.write_back_kernel_pages(f, 0, b"NEW", false, false)
+            .unwrap(),
+        3
+    );
     assert_eq!(fs.read(f, 0, 100).unwrap(), b"NEW bytes");
     fs.unmount().unwrap();
 }

@@ -204,7 +204,10 @@ pub(crate) fn write(
     let n = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
         // Pages the kernel held dirty: already acknowledged. Refused for
         // room, the writer's next write() fails ([`crate::refused_writebacks`]).
-        match a.fs.write_back_kernel_pages(ino, offset, data, o_sync) {
+        match a
+            .fs
+            .write_back_kernel_pages(ino, offset, data, o_sync, a.writeback_cache)
+        {
             Ok(n) => n,
             Err(e) => {
                 if e.raw_os_error() == Some(libc::ENOSPC) && a.writeback_cache {
