@@ -42,6 +42,7 @@ pub mod mkfs;
 pub mod object_clean;
 pub mod ops_clone;
 pub mod ops_dir;
+pub mod ops_fallocate;
 pub mod ops_file;
 pub mod ops_read;
 pub mod ops_seek;
