@@ -39,16 +39,21 @@ impl FuseAdapter {
     /// writeback cache while the pool has little room, which writes through
     /// ([`crate::write_through`]). `None` as for `open_flags`.
     pub(crate) fn open_flags_of(&self, ino: u64, fh: u64, flags: i32) -> Option<FopenFlags> {
-        if self.writeback_cache && writable(flags) {
-            let st = self.fs.statfs();
-            let room = st.bavail * u64::from(st.bsize);
-            if room < crate::write_through::WRITE_THROUGH_BELOW_BYTES {
-                self.write_through.add(fh);
-                self.cached.direct_writer_opened(ino);
-                return Some(FopenFlags::FOPEN_DIRECT_IO);
-            }
+        if self.writeback_cache
+            && writable(flags)
+            && self.room_bytes() < crate::write_through::WRITE_THROUGH_BELOW_BYTES
+        {
+            self.write_through.add(fh);
+            self.cached.direct_writer_opened(ino);
+            return Some(FopenFlags::FOPEN_DIRECT_IO);
         }
         self.open_flags(ino, flags)
+    }
+
+    /// Bytes of room the pool has for new data (what `df` shows available).
+    pub(crate) fn room_bytes(&self) -> u64 {
+        let st = self.fs.statfs();
+        st.bavail * u64::from(st.bsize)
     }
 
     /// Whether writes of the open `fh` with `flags` bypass the kernel's

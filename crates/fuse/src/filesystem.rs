@@ -65,10 +65,9 @@ impl Filesystem for FuseAdapter {
         // With a handle: maybe the kernel's check before a cached write of a
         // file whose write-back was refused for room (`refused_writebacks`).
         if fh.is_some()
-            && self.refused_writebacks.still_refused(ino.0, || {
-                let st = self.fs.statfs();
-                st.bavail * u64::from(st.bsize)
-            })
+            && self
+                .refused_writebacks
+                .still_refused(ino.0, || self.room_bytes())
         {
             return reply.error(Errno::ENOSPC);
         }
