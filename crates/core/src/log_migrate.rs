@@ -36,7 +36,7 @@ use crate::inode::Inode;
 use crate::log::{Log, TierLog};
 use crate::types::{errno, FsResult, Ino};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use terrace_format::{
     encode_tier_log_head, LogBlob, PhysBlock, TierId, BLOCK_SIZE, INODE_OFF_LOG_HEAD,
     INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED_TIER_LOG, LOG_BLOB_ALIGN, LOG_BLOB_PACK_MAX,
@@ -50,6 +50,23 @@ const SCAN_SLOTS: u64 = 1 << 16;
 const ANY_MIN_AGE_NS: u64 = 1_000_000_000;
 /// Blobs written with one device sync.
 const BATCH_BLOBS: usize = 1024;
+/// After a scan that looked at every slot and fell short of its goal, the
+/// next one waits for the first log that was too young to ripen, at least
+/// this long...
+const SHORT_SCAN_HOLD_MIN: Duration = Duration::from_millis(200);
+/// ...and at most this long (logs whose files' cached pages or PM data
+/// leave meanwhile become movable without ripening).
+const SHORT_SCAN_HOLD_MAX: Duration = crate::worker::IdleBackoff::MAX;
+
+/// What one scan of the inode table found beyond the logs it moved.
+#[derive(Debug, Default)]
+struct ScanEnd {
+    /// Every slot was looked at and the goal was not reached.
+    short: bool,
+    /// The earliest time (ns since the epoch) a log left behind only for
+    /// being too young becomes old enough.
+    first_ripe_ns: Option<i64>,
+}
 
 /// One log captured for a move.
 struct Captured {
@@ -172,6 +189,8 @@ pub struct LogMigrationStatus {
     pub moved: u64,
     /// PM bytes of log pages freed by those moves.
     pub pm_bytes_freed: u64,
+    /// Scans of the inode table for logs to move since mount.
+    pub scans: u64,
 }
 
 impl Fs {
@@ -243,7 +262,13 @@ impl Fs {
     /// room changes or at most 2 s
     /// ([`IdleBackoff`](crate::worker::IdleBackoff)): PM full
     /// of data pinned there would otherwise cost a walk of the inode table
-    /// every pass.
+    /// every pass. A scan that moved some logs but looked at every slot
+    /// without reaching its goal holds the next one until the first log it
+    /// left for being too young ripens (between [`SHORT_SCAN_HOLD_MIN`]
+    /// and [`SHORT_SCAN_HOLD_MAX`]), room changes or not: thousands of
+    /// small files ageing past the migration age one by one cost a walk
+    /// of the table per kicked pass otherwise (7 % of a CPU while their
+    /// write-backs went on: each walk of 12k slots took 7-50 ms here).
     pub(crate) fn migrate_logs(&self, need: LogMigrationNeed) -> u64 {
         if need == LogMigrationNeed::None {
             return 0;
@@ -253,24 +278,30 @@ impl Fs {
         if !self.log_migration.idle.lock().due(Instant::now(), key) {
             return 0;
         }
-        let freed = self.migrate_logs_now(need);
+        let (freed, end) = self.migrate_logs_now(need);
         let key = self.room_key();
-        self.log_migration
-            .idle
-            .lock()
-            .turn(Instant::now(), freed > 0, key);
+        let now = Instant::now();
+        let mut idle = self.log_migration.idle.lock();
+        idle.turn(now, freed > 0, key);
+        if end.short {
+            let ripe_in = end.first_ripe_ns.map_or(SHORT_SCAN_HOLD_MAX, |at| {
+                Duration::from_nanos(at.saturating_sub(crate::fs::now_ns()).max(0) as u64)
+            });
+            idle.hold_until(now + ripe_in.clamp(SHORT_SCAN_HOLD_MIN, SHORT_SCAN_HOLD_MAX));
+        }
         freed
     }
 
-    fn migrate_logs_now(&self, need: LogMigrationNeed) -> u64 {
+    fn migrate_logs_now(&self, need: LogMigrationNeed) -> (u64, ScanEnd) {
+        let mut end = ScanEnd::default();
         let goal_blocks = match need {
-            LogMigrationNeed::None => return 0,
+            LogMigrationNeed::None => return (0, end),
             LogMigrationNeed::Cold { blocks } | LogMigrationNeed::Any { blocks } => blocks,
         };
         // The first block tier, or the first below it that takes writes
         // while its device is full (`device_full.rs`).
         let Some(first) = self.tiers.first() else {
-            return 0;
+            return (0, end);
         };
         let to = self
             .tiers
@@ -289,23 +320,33 @@ impl Fs {
         let goal = goal_blocks * BLOCK_SIZE;
         let n = self.table.len() as u64;
         if n < 2 {
-            return 0;
+            return (0, end);
         }
+        self.log_migration.scans.fetch_add(1, Ordering::Relaxed);
         let now = crate::fs::now_ns();
         let cursor = &self.log_migration.cursor;
         let mut freed = 0u64;
         let mut batch: Vec<Captured> = Vec::new();
         let mut batch_bytes = 0u64;
-        for _ in 0..SCAN_SLOTS.min(n) {
+        let slots = SCAN_SLOTS.min(n);
+        let mut looked = 0;
+        for _ in 0..slots {
             if freed + batch_bytes >= goal {
                 break;
             }
+            looked += 1;
             let ino = cursor.fetch_add(1, Ordering::Relaxed) % n;
             let Some(g) = self.table.slot(ino).try_lock() else {
                 continue;
             };
             let Some(i) = g.as_ref() else { continue };
-            if !Fs::log_can_move(i, now, age_ns, false) {
+            if !Fs::log_can_move(i, now, 0, true) {
+                continue;
+            }
+            let changed = i.attr.mtime.max(i.attr.ctime);
+            if !policy::log_is_old_enough(now, changed, age_ns, false) {
+                let at = changed.saturating_add(age_ns.min(i64::MAX as u64) as i64);
+                end.first_ripe_ns = Some(end.first_ripe_ns.map_or(at, |r| r.min(at)));
                 continue;
             }
             batch_bytes += i.log.pages.iter().map(|p| p.size).sum::<u64>();
@@ -316,19 +357,20 @@ impl Fs {
                     Ok(done) => freed += done.pm_bytes_freed,
                     Err(e) => {
                         self.note_log_failure(&e);
-                        return freed;
+                        return (freed, end);
                     }
                 }
                 batch_bytes = 0;
             }
         }
+        end.short = looked == slots && slots == n && freed + batch_bytes < goal;
         if !batch.is_empty() {
             match self.write_and_commit_logs(batch, to, BlobRoom::FromPm) {
                 Ok(done) => freed += done.pm_bytes_freed,
                 Err(e) => self.note_log_failure(&e),
             }
         }
-        freed
+        (freed, end)
     }
 
     fn note_log_failure(&self, e: &std::io::Error) {
@@ -595,6 +637,7 @@ impl Fs {
         let mut st = LogMigrationStatus {
             moved: self.log_migration.moved.load(Ordering::Relaxed),
             pm_bytes_freed: self.log_migration.pm_bytes_freed.load(Ordering::Relaxed),
+            scans: self.log_migration.scans.load(Ordering::Relaxed),
             ..Default::default()
         };
         // Blocks packed blobs share count once (a pool from before format 11

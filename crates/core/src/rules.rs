@@ -154,10 +154,11 @@ impl Fs {
     pub(crate) fn enforce_rules(&self) -> u64 {
         let key = self.room_key();
         let inos: Vec<Ino> = {
-            let r = self.ruled.lock();
+            let mut r = self.ruled.lock();
             if !r.idle.due(Instant::now(), key) {
                 return 0;
             }
+            r.walks += 1;
             r.inos.iter().copied().collect()
         };
         let forced = self.settings.read().migration_params().forced_percent;

@@ -96,6 +96,8 @@ pub struct LogMigration {
     pub(crate) pm_bytes_freed: AtomicU64,
     /// Blobs the cleaner moved within a tier.
     pub(crate) relocated: AtomicU64,
+    /// Scans of the inode table for logs to move since mount.
+    pub(crate) scans: AtomicU64,
     /// The back-off of scans that moved no log (`Fs::migrate_logs`).
     pub(crate) idle: crate::lock_order::Mutex<crate::worker::IdleBackoff>,
 }
@@ -142,4 +144,6 @@ pub(crate) struct Ruled {
     pub(crate) inos: std::collections::BTreeSet<crate::types::Ino>,
     /// The back-off of passes that moved nothing.
     pub(crate) idle: crate::worker::IdleBackoff,
+    /// Walks of `inos` since mount (`terrace status`: the mover's looks).
+    pub(crate) walks: u64,
 }

@@ -38,6 +38,13 @@ use std::time::{Duration, Instant};
 /// give it work ([`IdleBackoff::reset`]), makes it due at once. So a job that cannot progress (a PM full of data
 /// pinned there, which neither drains, log migration nor rules may move)
 /// costs a look every two seconds, not every tick.
+///
+/// A job that walks its whole input each turn (the inode table) may also be
+/// *held* ([`IdleBackoff::hold_until`]): after a walk that looked at
+/// everything, the next one waits until the input's next item can be
+/// ready, and a change of the state key does not cut that wait short.
+/// (The key changes with every write-back; without the hold, a trickle of
+/// files ageing into a job's reach cost a walk per kicked pass.)
 #[derive(Debug, Default)]
 pub(crate) struct IdleBackoff {
     /// When the job is due again (`None`: now).
@@ -46,6 +53,8 @@ pub(crate) struct IdleBackoff {
     key: u64,
     /// The last wait.
     wait: Duration,
+    /// No turn before this, whatever the key (`None`: no hold).
+    hold: Option<Instant>,
 }
 
 impl IdleBackoff {
@@ -56,7 +65,17 @@ impl IdleBackoff {
 
     /// Whether the job should run at `now`, the state's key being `key`.
     pub(crate) fn due(&self, now: Instant, key: u64) -> bool {
+        if self.hold.is_some_and(|h| now < h) {
+            return false;
+        }
         self.next.map_or(true, |t| now >= t || key != self.key)
+    }
+
+    /// Holds the job until `until`: no turn before it, even if the state
+    /// changes. Ended by the next idle [`IdleBackoff::turn`] or
+    /// [`IdleBackoff::reset`].
+    pub(crate) fn hold_until(&mut self, until: Instant) {
+        self.hold = Some(until);
     }
 
     /// Records a turn at `now` over the state `key` that did something
@@ -68,6 +87,7 @@ impl IdleBackoff {
             self.wait = (self.wait * 2).clamp(Self::FIRST, Self::MAX);
             self.next = Some(now + self.wait);
             self.key = key;
+            self.hold = None;
         }
     }
 
@@ -219,6 +239,30 @@ mod tests {
         assert_eq!(b.wait, IdleBackoff::FIRST);
         b.reset();
         assert!(b.due(now, 7));
+    }
+
+    #[test]
+    fn a_held_job_waits_out_its_hold_whatever_the_state_and_an_idle_turn_ends_it() {
+        let t0 = Instant::now();
+        let mut b = IdleBackoff::default();
+        b.turn(t0, true, 7);
+        b.hold_until(t0 + Duration::from_millis(500));
+        // Neither time short of the hold nor a changed state makes it due.
+        assert!(!b.due(t0 + Duration::from_millis(499), 7));
+        assert!(!b.due(t0 + Duration::from_millis(499), 8));
+        assert!(b.due(t0 + Duration::from_millis(500), 8));
+        // A hold past an idle turn's wait still holds.
+        b.turn(t0, false, 7);
+        b.hold_until(t0 + Duration::from_secs(1));
+        assert!(!b.due(t0 + IdleBackoff::FIRST, 7));
+        assert!(b.due(t0 + Duration::from_secs(1), 7));
+        // The next idle turn drops the hold; its own wait applies.
+        let t1 = t0 + Duration::from_secs(1);
+        b.turn(t1, false, 7);
+        assert!(b.due(t1, 8), "a changed state is due at once again");
+        b.hold_until(t1 + Duration::from_secs(1));
+        b.reset();
+        assert!(b.due(t1, 7), "a reset drops the hold");
     }
 
     #[derive(Default)]

@@ -385,6 +385,10 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         m.groups,
         util::human_bytes(m.bandwidth_bytes_per_sec)
     ));
+    line(format!(
+        "                {} passes since mount; {} looks for work in them (at PM data, logs, rules)",
+        m.passes, m.looks
+    ));
     if m.reshared_bytes > 0 {
         line(format!(
             "                {} of copy_file_range clones followed the blocks they share",

@@ -47,6 +47,18 @@ pub struct MigrationStatus {
     /// Per target tier: bytes written there by migration and the throughput
     /// while copying to it.
     pub per_tier: Vec<TierMigration>,
+    /// Migration passes since mount (one every 100 ms, more when writes
+    /// kick the mover).
+    #[serde(default)]
+    pub passes: u64,
+    /// Looks those passes took at work they might do, each a walk of
+    /// files: at PM's data (a drain), at the logs on PM, and at the files
+    /// that have rules. A mover with nothing it may move looks again only
+    /// when the pool's room changes or after a back-off of up to 2 s
+    /// (`worker::IdleBackoff`), so in an idle pool this grows far slower
+    /// than `passes`; one look per pass is a mover that spins.
+    #[serde(default)]
+    pub looks: u64,
 }
 
 /// Migration into one tier (`terrace status`).
@@ -73,6 +85,7 @@ impl Fs {
         // whole literal is built.
         let reason = m.last_reason.lock().clone();
         let waiting = m.waiting.lock().why.clone();
+        let rule_walks = self.ruled.lock().walks;
         MigrationStatus {
             policy: st.migration_policy.clone(),
             running: m.running.load(Ordering::Relaxed) != 0,
@@ -110,6 +123,10 @@ impl Fs {
                         as u64,
                 })
                 .collect(),
+            passes: m.passes.load(Ordering::Relaxed),
+            looks: m.pm_looks.load(Ordering::Relaxed)
+                + self.log_migration.scans.load(Ordering::Relaxed)
+                + rule_walks,
         }
     }
 }
