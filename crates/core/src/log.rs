@@ -87,6 +87,31 @@ pub fn next_page_size(last: Option<u64>, len: u64) -> u64 {
     grown.max((len + LOG_PAGE_HEADER).next_power_of_two())
 }
 
+/// A page of `size` bytes for an entry of `len` bytes or, when PM has no
+/// block left for it, the largest smaller page that holds the entry and fits
+/// in a slab block's free units. Removals need this on a full PM: deleted
+/// files free their small log pages (slab units, rarely a whole block) while
+/// a large directory's log asks for 4 KiB pages, so without the fallback a
+/// directory of thousands of small files could not be emptied once PM was
+/// full (xfstests generic/416 under `-o writeback_cache`). A log's pages may
+/// have any sizes in any order (design.md §3.5); compaction rewrites the log
+/// in growing pages again.
+fn take_page(room: &LogRoom<'_>, size: u64, len: u64) -> Option<LogPage> {
+    let least = (len + LOG_PAGE_HEADER)
+        .next_power_of_two()
+        .max(LOG_PAGE_MIN);
+    let mut try_size = size;
+    loop {
+        if let Some(page) = room.take(try_size) {
+            return Some(page);
+        }
+        if try_size <= least {
+            return None;
+        }
+        try_size /= 2;
+    }
+}
+
 impl Log {
     /// Writes `entries` after the tail, allocating and chaining pages as needed,
     /// and flushes them (no fence: the commit fences). `slot_off` is the inode
@@ -120,7 +145,8 @@ impl Log {
                         media.flush(st.new_tail, pe.len() as u64);
                     }
                     let size = next_page_size(last_page.map(|p| p.size), len);
-                    let page = room.take(size).ok_or_else(|| errno(libc::ENOSPC))?;
+                    let page = take_page(room, size, len).ok_or_else(|| errno(libc::ENOSPC))?;
+                    let size = page.size;
                     st.new_pages.push(page);
                     // The whole page is written: header, then zeros. A page
                     // (above all a small one in a slab) reuses bytes that
@@ -316,7 +342,7 @@ mod tests {
     use super::*;
     use crate::alloc::PageAllocator;
     use crate::log_space::LogSpace;
-    use terrace_format::AttrEntry;
+    use terrace_format::{AttrEntry, BLOCK_SIZE};
     use terrace_media::MemMedia;
 
     fn room<'a>(ls: &'a LogSpace, a: &'a PageAllocator) -> LogRoom<'a> {
@@ -420,5 +446,61 @@ mod tests {
             Some(libc::ENOSPC)
         );
         assert_eq!(a.free(), 2);
+    }
+
+    #[test]
+    fn a_log_goes_on_in_smaller_pages_from_slab_room_when_no_block_is_left() {
+        let m = MemMedia::new(64 * 4096);
+        let a = PageAllocator::new(terrace_format::PhysBlock(4), 60, 2);
+        let ls = LogSpace::default();
+        // A log grown to 4 KiB pages, and one slab block with room left.
+        let mut log = Log::default();
+        let mut entries = Vec::new();
+        while log.pages.last().map_or(true, |p| p.size < LOG_PAGE_MAX) {
+            let e = attr(entries.len() as u32);
+            let st = log.stage(&m, &room(&ls, &a), 3, 0, &[e.clone()]).unwrap();
+            log.apply(st);
+            entries.push(e);
+        }
+        // Every other block taken — the next 4 KiB page cannot be had —
+        // but for a slab block with room left in it.
+        while ls
+            .alloc(&a, 256, 0)
+            .is_some_and(|p| p.off % BLOCK_SIZE != 0)
+        {}
+        let other = ls.alloc(&a, 256, 0).expect("a small page");
+        let hole = ls.alloc(&a, 2048, 0).expect("a small page");
+        while a.alloc_one().is_some() {}
+        ls.free(&a, hole);
+        let fill = (LOG_PAGE_MAX - (log.tail - log.pages.last().unwrap().off)) / 64 + 1;
+        for _ in 0..fill {
+            let e = attr(entries.len() as u32);
+            let st = log.stage(&m, &room(&ls, &a), 3, 0, &[e.clone()]).unwrap();
+            log.apply(st);
+            entries.push(e);
+        }
+        let last = *log.pages.last().unwrap();
+        assert!(last.size < LOG_PAGE_MAX, "{last:?}");
+        assert_eq!(last.off / BLOCK_SIZE, other.off / BLOCK_SIZE, "in the slab");
+        let w = walk(&m, 3, log.head, log.tail, 16384..64 * 4096).unwrap();
+        assert_eq!(
+            w.entries.into_iter().map(|e| e.0).collect::<Vec<_>>(),
+            entries
+        );
+        // The slab's room gone too: ENOSPC, and nothing taken.
+        while ls.alloc(&a, 256, 0).is_some() {}
+        let before = ls.bitmaps();
+        let mut err = None;
+        for _ in 0..64 {
+            match log.stage(&m, &room(&ls, &a), 3, 0, &[attr(0)]) {
+                Ok(st) => log.apply(st),
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        assert_eq!(err.and_then(|e| e.raw_os_error()), Some(libc::ENOSPC));
+        assert_eq!(ls.bitmaps(), before);
     }
 }

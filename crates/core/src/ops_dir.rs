@@ -71,6 +71,10 @@ impl Fs {
         let Some(i) = g.as_mut() else { return };
         i.lookups = i.lookups.saturating_sub(n);
         if i.zombie && i.lookups == 0 && i.open_count == 0 {
+            // Its space went at the unlink; anything taken for it since
+            // goes back with the slot (a no-op unless something committed
+            // to the zombie).
+            self.release_inode_space(i);
             *g = None;
             drop(g);
             self.release_slot(ino);

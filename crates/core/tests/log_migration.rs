@@ -402,6 +402,66 @@ fn crashes_while_logs_move_and_come_back_recover_to_before_or_after() {
     });
 }
 
+/// What the kernel sends for a file it still holds after the unlink (under
+/// `-o writeback_cache`, the times of the inode it evicts) changes the
+/// zombie in DRAM only: its log is not recalled from the SSD nor given a
+/// page, and after the forget PM and the SSD hold exactly what the live
+/// files use (before, each deleted file leaked a small PM page until the
+/// next mount: xfstests generic/416 could not delete half of a full pool).
+#[test]
+fn times_set_on_an_unlinked_file_the_kernel_still_holds_take_no_room() {
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
+    let files = small_files(&fs, 200);
+    let d0 = fs.lookup(1, b"d0").unwrap().ino;
+    let d1 = fs.lookup(1, b"d1").unwrap().ino;
+    let inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), 200);
+    let free_before = fs.space_status().pm_free_bytes;
+    for (k, (ino, _)) in files.iter().enumerate() {
+        let dir = if k % 2 == 0 { d0 } else { d1 };
+        // The kernel's reference (a lookup), then the unlink.
+        assert_eq!(
+            fs.lookup(dir, format!("f{k}").as_bytes()).unwrap().ino,
+            *ino
+        );
+        fs.unlink(dir, format!("f{k}").as_bytes()).unwrap();
+        let a = fs
+            .setattr(
+                *ino,
+                SetAttr {
+                    mtime: Some(terrace_core::SetTime::At(1_000_000_000)),
+                    ctime: Some(2_000_000_000),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            (a.nlink, a.mtime, a.ctime),
+            (0, 1_000_000_000, 2_000_000_000)
+        );
+        assert_eq!(fs.getattr(*ino).unwrap().mtime, 1_000_000_000);
+        assert_eq!(fs.log_place(*ino).unwrap(), None, "the zombie's log");
+    }
+    // Every reference the kernel had (the create's and the lookup's).
+    for (ino, _) in &files {
+        fs.forget(*ino, u64::MAX);
+    }
+    fs.check_allocator().unwrap();
+    // A remount rebuilds PM's free space from the live inodes: what the
+    // zombies took and kept would be free again there.
+    let free_after = fs.space_status().pm_free_bytes;
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Metadata, "after the zombies");
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    let free_remounted = fs.space_status().pm_free_bytes;
+    assert_eq!(
+        free_after, free_remounted,
+        "PM free after the forgets / after a remount (before the deletes: {free_before})"
+    );
+    fs.check_allocator().unwrap();
+}
+
 /// Logs left on PM only for being younger than the migration age cost one
 /// scan of the inode table until the first of them ripens, however often
 /// the pool's room changes meanwhile (every write-back changes it: before
