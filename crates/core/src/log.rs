@@ -458,7 +458,9 @@ mod tests {
         let mut entries = Vec::new();
         while log.pages.last().map_or(true, |p| p.size < LOG_PAGE_MAX) {
             let e = attr(entries.len() as u32);
-            let st = log.stage(&m, &room(&ls, &a), 3, 0, &[e.clone()]).unwrap();
+            let st = log
+                .stage(&m, &room(&ls, &a), 3, 0, std::slice::from_ref(&e))
+                .unwrap();
             log.apply(st);
             entries.push(e);
         }
@@ -475,7 +477,9 @@ mod tests {
         let fill = (LOG_PAGE_MAX - (log.tail - log.pages.last().unwrap().off)) / 64 + 1;
         for _ in 0..fill {
             let e = attr(entries.len() as u32);
-            let st = log.stage(&m, &room(&ls, &a), 3, 0, &[e.clone()]).unwrap();
+            let st = log
+                .stage(&m, &room(&ls, &a), 3, 0, std::slice::from_ref(&e))
+                .unwrap();
             log.apply(st);
             entries.push(e);
         }
