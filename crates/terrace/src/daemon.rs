@@ -16,8 +16,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long `mount --daemon` waits for the mount to appear.
-const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// After this long without the mount, `mount --daemon` says the daemon is
+/// still mounting (a pool of half a million files replays as many logs)...
+const DAEMON_START_NOTE: Duration = Duration::from_secs(10);
+/// ...and after this long it gives up and stops the daemon. Until then it
+/// waits as long as the daemon runs: it ends the wait itself if it fails.
+const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A detached daemon's log is kept across mounts and unmounts (what
 /// happened to a pool stays readable after it is unmounted); when it passed
@@ -90,6 +94,7 @@ pub fn spawn(raw_options: &[String], pool: &Path, mnt: &Path) -> CliResult {
         .spawn()
         .map_err(|e| CliError::new(format!("cannot start the daemon: {e}")))?;
     let start = Instant::now();
+    let mut noted = false;
     loop {
         match child.try_wait() {
             Ok(Some(st)) => {
@@ -118,6 +123,17 @@ pub fn spawn(raw_options: &[String], pool: &Path, mnt: &Path) -> CliResult {
                 files.log.display()
             ));
             return Ok(());
+        }
+        if !noted && start.elapsed() > DAEMON_START_NOTE {
+            noted = true;
+            util::out(&format!(
+                "terrace: the daemon (pid {}) is still mounting {} (a pool with many files \
+                 takes a while); waiting up to {} min, see {}",
+                child.id(),
+                pool.display(),
+                DAEMON_START_TIMEOUT.as_secs() / 60,
+                files.log.display()
+            ));
         }
         if start.elapsed() > DAEMON_START_TIMEOUT {
             // Safety: signalling our own child.
