@@ -681,8 +681,8 @@ impl Fs {
             }
             a.size = size;
         }
-        if let Some(m) = s.mode {
-            a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
+        set_mode_owner_and_times(&mut a, &s, now);
+        if s.mode.is_some() {
             // chmod rewrites the access ACL in the same commit (`acl.rs`).
             if let Some(acl) = i
                 .xattrs
@@ -697,23 +697,6 @@ impl Fs {
                 ));
             }
         }
-        if let Some(u) = s.uid {
-            a.uid = u;
-        }
-        if let Some(gid) = s.gid {
-            a.gid = gid;
-        }
-        match s.atime {
-            Some(SetTime::Now) => a.atime = now,
-            Some(SetTime::At(t)) => a.atime = t,
-            None => {}
-        }
-        match s.mtime {
-            Some(SetTime::Now) => a.mtime = now,
-            Some(SetTime::At(t)) => a.mtime = t,
-            None => {}
-        }
-        a.ctime = s.ctime.unwrap_or(now);
         // A truncate that shrinks may take PM's removal reserve (`space.rs`
         // rule 4): it frees room.
         let shrinks = a.size < i.attr.size;
@@ -743,24 +726,7 @@ impl Fs {
     /// PM page leaked per deleted file until the next mount, and a pool
     /// whose PM was full could not be emptied (xfstests generic/416).
     fn setattr_of_a_zombie(i: &mut Inode, s: &SetAttr) -> Attr {
-        let now = now_ns();
-        let a = &mut i.attr;
-        if let Some(m) = s.mode {
-            a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
-        }
-        a.uid = s.uid.unwrap_or(a.uid);
-        a.gid = s.gid.unwrap_or(a.gid);
-        match s.atime {
-            Some(SetTime::Now) => a.atime = now,
-            Some(SetTime::At(t)) => a.atime = t,
-            None => {}
-        }
-        match s.mtime {
-            Some(SetTime::Now) => a.mtime = now,
-            Some(SetTime::At(t)) => a.mtime = t,
-            None => {}
-        }
-        a.ctime = s.ctime.unwrap_or(now);
+        set_mode_owner_and_times(&mut i.attr, s, now_ns());
         i.stat()
     }
 
@@ -797,4 +763,26 @@ impl Fs {
             namelen: terrace_format::NAME_MAX as u32,
         }
     }
+}
+
+/// What `setattr` changes besides the size: permission bits, owner, group,
+/// the times it names (`now` for "set to now"), and ctime (the caller's, or
+/// `now`).
+fn set_mode_owner_and_times(a: &mut terrace_format::AttrEntry, s: &SetAttr, now: i64) {
+    if let Some(m) = s.mode {
+        a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
+    }
+    a.uid = s.uid.unwrap_or(a.uid);
+    a.gid = s.gid.unwrap_or(a.gid);
+    match s.atime {
+        Some(SetTime::Now) => a.atime = now,
+        Some(SetTime::At(t)) => a.atime = t,
+        None => {}
+    }
+    match s.mtime {
+        Some(SetTime::Now) => a.mtime = now,
+        Some(SetTime::At(t)) => a.mtime = t,
+        None => {}
+    }
+    a.ctime = s.ctime.unwrap_or(now);
 }
