@@ -14,6 +14,11 @@ pub struct Counters {
     pub reads: AtomicU64,
     /// Bytes read by applications.
     pub bytes_read: AtomicU64,
+    /// Bytes copied into a page cache kept outside the pool (the kernel's,
+    /// filled after a writer closed a file: [`crate::Fs::note_cache_fill`]).
+    pub cache_fill_bytes: AtomicU64,
+    /// Fills of such a cache that stored their whole file.
+    pub cache_fills: AtomicU64,
     /// fsync/fdatasync calls.
     pub fsyncs: AtomicU64,
     /// Log commits.

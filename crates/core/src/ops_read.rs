@@ -70,6 +70,18 @@ impl Fs {
         self.finish_read_unlocking(g, capture)
     }
 
+    /// Counts bytes read with [`Fs::read_for_cache`] that the caller stored
+    /// into its cache (`stored`), and whether that store ended a fill of the
+    /// whole file (`whole`): `terrace status` shows both.
+    pub fn note_cache_fill(&self, stored: u64, whole: bool) {
+        self.counters
+            .cache_fill_bytes
+            .fetch_add(stored, Ordering::Relaxed);
+        if whole {
+            self.counters.cache_fills.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// [`Fs::finish_read`] of a capture made under the inode lock `g`: with
     /// the lock dropped, under a read pin when block-tier runs are read (or
     /// under the lock when frees are waiting for pinned readers).

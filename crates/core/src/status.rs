@@ -207,6 +207,15 @@ pub struct Status {
     pub reads: u64,
     /// Bytes read by applications.
     pub bytes_read: u64,
+    /// Bytes the FUSE adapter stored into the kernel's page cache after
+    /// writers closed files (`fill_after_write`), and the fills that stored
+    /// their whole file: what readers may then get without a request (the
+    /// kernel may still drop such pages on its own, as any cached page).
+    #[serde(default)]
+    pub cache_fill_bytes: u64,
+    /// Whole fills of the kernel's page cache (see `cache_fill_bytes`).
+    #[serde(default)]
+    pub cache_fills: u64,
     /// fsync calls the daemon handled.
     pub fsyncs: u64,
     /// fsync never has work to do on this pool ([`crate::Fs::fsync_is_noop`]):
@@ -377,6 +386,8 @@ impl Fs {
             bytes_written: c.bytes_written.load(Ordering::Relaxed),
             reads: c.reads.load(Ordering::Relaxed),
             bytes_read: c.bytes_read.load(Ordering::Relaxed),
+            cache_fill_bytes: c.cache_fill_bytes.load(Ordering::Relaxed),
+            cache_fills: c.cache_fills.load(Ordering::Relaxed),
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             fsync_in_kernel: self.fsync_is_noop(),
             commits: c.commits.load(Ordering::Relaxed),

@@ -209,6 +209,9 @@ impl FuseAdapter {
             }
         };
         self.fill_gate.end();
+        if let Ok(n) = stored {
+            self.fs.note_cache_fill(n as u64, n < FILL_PIECE);
+        }
         match stored {
             Ok(n) if n == FILL_PIECE => {
                 Some(Step::new(move || self.fill_step(ino, fill, off + n as u64)))

@@ -252,6 +252,13 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         "                {} log commits ({} journaled), {} log compactions",
         st.commits, st.journaled_commits, st.compactions
     ));
+    if st.cache_fills > 0 || st.cache_fill_bytes > 0 {
+        line(format!(
+            "                {} files ({}) stored into the kernel's page cache after their writers closed them",
+            st.cache_fills,
+            util::human_bytes(st.cache_fill_bytes)
+        ));
+    }
     line(String::new());
     line(format!(
         "  {:<4} {:>9} {:>11} {:>11} {:>10} {:>10} {:>9}",
