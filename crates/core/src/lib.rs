@@ -52,6 +52,7 @@ pub mod placement_stats;
 pub mod placement_view;
 pub mod read_pins;
 pub mod recovery;
+mod recovery_blobs;
 mod reshare;
 pub mod rules;
 pub mod scrub;

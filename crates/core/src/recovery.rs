@@ -18,16 +18,15 @@ use crate::inode::Inode;
 use crate::log::walk;
 use crate::types::{FileType, Ino};
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use terrace_format::{
-    decode_tier_log_head, inode_offset, is_used_state, FormatError, InodeSlot, LogBlob, PhysBlock,
+    decode_tier_log_head, inode_offset, is_used_state, FormatError, InodeSlot, PhysBlock,
     Superblock, TierId, BLOCK_SIZE, INODE_SIZE, INODE_USED_TIER_LOG, ROOT_INO, SUPERBLOCK_A_BLOCK,
     SUPERBLOCK_B_BLOCK,
 };
-use terrace_media::{BlockMedia, PmMedia};
+use terrace_media::PmMedia;
 
-/// The block-tier devices a scan may read logs from: `(tier id, device)`.
-pub type TierDevices = [(u8, Arc<dyn BlockMedia>)];
+pub use crate::recovery_blobs::TierDevices;
+use crate::recovery_blobs::{fits_within, read_log_blob, BlobBlocks};
 
 /// Why a pool cannot be opened at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -408,49 +407,6 @@ pub fn finish_recovery(media: &dyn PmMedia, sc: &mut Scan) {
         media.flush(state, 8);
     }
     media.fence();
-}
-
-/// The blocks the scan read last for a log blob. Packed blobs share
-/// blocks, and log migration packs them in inode order, so the next inode's
-/// blob is mostly in the block just read: a pool of 546,000 small files
-/// with their logs on the SSD read every block a dozen times (one device
-/// read per inode) and took over a minute to mount (xfstests generic/558).
-#[derive(Default)]
-struct BlobBlocks {
-    /// (tier, first block, blocks) of `buf`.
-    at: Option<(TierId, PhysBlock, u64)>,
-    buf: Vec<u8>,
-}
-
-/// Reads the log blob of inode `ino` (slot generation `generation`) that
-/// its slot places on tier `tier`, `offset` bytes into `block`, `bytes`
-/// long. `Ok(None)`: the tier's device was not given.
-fn read_log_blob(
-    tiers: &TierDevices,
-    last: &mut BlobBlocks,
-    ino: Ino,
-    generation: u32,
-    (tier, block, offset, bytes): (TierId, PhysBlock, u64, u64),
-) -> Result<Option<LogBlob>, String> {
-    let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier.get()) else {
-        return Ok(None);
-    };
-    let blocks = (offset + bytes).div_ceil(BLOCK_SIZE);
-    if block == PhysBlock::ZERO || !fits_within(block, blocks, PhysBlock(dev.blocks())) {
-        return Err(format!(
-            "log blob at block {block} of tier {tier} lies outside the device"
-        ));
-    }
-    if last.at != Some((tier, block, blocks)) {
-        last.at = None;
-        last.buf.resize((blocks * BLOCK_SIZE) as usize, 0);
-        dev.read_blocks(block.get(), &mut last.buf)
-            .map_err(|e| format!("log blob on tier {tier} at block {block}: {e}"))?;
-        last.at = Some((tier, block, blocks));
-    }
-    LogBlob::decode(&last.buf[offset as usize..], bytes, ino, generation)
-        .map(Some)
-        .map_err(|e| format!("log blob on tier {tier} at block {block}: {e:?}"))
 }
 
 /// The PM block of each group of inode slots the table grew by, in group
@@ -905,9 +861,3 @@ fn scan_view(
 /// Log blobs that may share a block, by tier and block: (offset, length,
 /// inode) of each.
 type PackedBlobs = std::collections::BTreeMap<(TierId, PhysBlock), Vec<(u64, u64, Ino)>>;
-
-/// Whether `blocks` blocks from `first` end at or before `end`, without
-/// overflow (a crafted image with a valid CRC may carry any numbers).
-fn fits_within(first: PhysBlock, blocks: u64, end: PhysBlock) -> bool {
-    first.checked_end(blocks).is_some_and(|last| last <= end)
-}
