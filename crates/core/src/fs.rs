@@ -94,6 +94,9 @@ pub struct Fs {
     /// passes to new inodes and chmod rewrites the access ACL. Off
     /// (`-o noacl`), stored ACLs are kept but ignored, as on ext4.
     pub(crate) posix_acls: std::sync::atomic::AtomicBool,
+    /// The kernel stamps writes with its own clock (the FUSE writeback
+    /// cache): new inodes are born on that clock ([`Fs::birth_now_ns`]).
+    pub(crate) kernel_stamps_writes: std::sync::atomic::AtomicBool,
     /// The access-time mode to restore when thawed.
     pub(crate) atime_before_freeze: Mutex<Option<AtimeMode>>,
     pub(crate) atime: RwLock<AtimeMode>,
@@ -375,6 +378,7 @@ impl Fs {
             read_only,
             frozen: std::sync::atomic::AtomicBool::new(false),
             posix_acls: std::sync::atomic::AtomicBool::new(true),
+            kernel_stamps_writes: std::sync::atomic::AtomicBool::new(false),
             atime_before_freeze: Mutex::new(Rank::leaf("atime before freeze"), None),
             // Reads of a read-only mount set no access time: it would be written.
             atime: RwLock::new(
@@ -524,6 +528,32 @@ impl Fs {
     /// stored access ACL alone (design.md §5r).
     pub fn set_posix_acls(&self, on: bool) {
         self.posix_acls.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the kernel stamps the times of writes itself, with its
+    /// coarse clock (the FUSE adapter under `-o writeback_cache`): new
+    /// inodes are then born on that clock ([`Fs::birth_now_ns`]).
+    pub fn set_kernel_stamps_writes(&self, on: bool) {
+        self.kernel_stamps_writes.store(on, Ordering::Relaxed);
+    }
+
+    /// The birth time of an inode created now, which its first atime, mtime
+    /// and ctime copy. Every time must keep the order of the events it
+    /// stamps (xfstests generic/423: a file is not born after its first
+    /// write, nor before the changes that preceded its creation):
+    /// - when the kernel stamps writes ([`Fs::set_kernel_stamps_writes`]),
+    ///   the kernel's coarse clock, which those stamps come from: up to a
+    ///   tick behind the fine one, so a birth on the fine clock could come
+    ///   after the file's first write;
+    /// - otherwise the fine clock, which the daemon stamps writes and every
+    ///   other change with: a birth on the coarse clock could come before
+    ///   the write of another file made just before the create.
+    pub(crate) fn birth_now_ns(&self) -> i64 {
+        if self.kernel_stamps_writes.load(Ordering::Relaxed) {
+            coarse_now_ns()
+        } else {
+            now_ns()
+        }
     }
 
     /// Whether POSIX ACLs apply ([`Fs::set_posix_acls`]).

@@ -203,12 +203,8 @@ impl Fs {
         let is_dir = kind == FileType::Directory;
         self.check_metadata_room(2 + symlink.map_or(0, |_| 1))?;
         let ino = self.alloc_slot()?;
-        // The birth time, which the first atime, mtime and ctime copy, is the
-        // kernel's coarse clock: under the writeback cache the kernel stamps
-        // the file's writes with that clock, up to a tick behind the fine
-        // one, and a file must not be born after its first write (xfstests
-        // generic/423 under `-o writeback_cache`). ext4 stamps so too.
-        let now = crate::fs::coarse_now_ns();
+        // On the clock the file's writes will be stamped with.
+        let now = self.birth_now_ns();
         // New inodes take the directory's group when it has the set-group-ID bit.
         let (gid, mode) = if p.attr.mode & libc::S_ISGID != 0 {
             (p.attr.gid, if is_dir { mode | libc::S_ISGID } else { mode })

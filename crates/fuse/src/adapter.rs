@@ -202,6 +202,9 @@ impl FuseAdapter {
             && config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
                 .is_ok();
+        // The kernel then stamps cached writes with its own coarse clock;
+        // new inodes are born on it (`Fs::birth_now_ns`).
+        self.fs.set_kernel_stamps_writes(self.writeback_cache);
         // POSIX ACLs (`-o acl`, the default; design.md §5r): the kernel
         // reads and caches them and checks permissions against them; with
         // DONT_MASK it leaves the umask of a new inode to the core, which
