@@ -353,6 +353,16 @@ mod tests {
         }
     }
 
+    /// A 64-block PM, an allocator of its blocks 4..64 (2 shards) and an
+    /// empty log space: the room the tests' logs grow in.
+    fn small_pm() -> (MemMedia, PageAllocator, LogSpace) {
+        (
+            MemMedia::new(64 * 4096),
+            PageAllocator::new(terrace_format::PhysBlock(4), 60, 2),
+            LogSpace::default(),
+        )
+    }
+
     fn attr(n: u32) -> Entry {
         Entry::Attr(AttrEntry {
             nlink: n,
@@ -362,9 +372,7 @@ mod tests {
 
     #[test]
     fn staged_entries_are_invisible_until_the_tail_moves() {
-        let m = MemMedia::new(64 * 4096);
-        let a = PageAllocator::new(terrace_format::PhysBlock(4), 60, 2);
-        let ls = LogSpace::default();
+        let (m, a, ls) = small_pm();
         let mut log = Log::default();
         let st = log
             .stage(&m, &room(&ls, &a), 7, 0, &[attr(1), attr(2)])
@@ -386,9 +394,7 @@ mod tests {
 
     #[test]
     fn entries_spanning_many_pages_walk_back_in_order() {
-        let m = MemMedia::new(64 * 4096);
-        let a = PageAllocator::new(terrace_format::PhysBlock(4), 60, 2);
-        let ls = LogSpace::default();
+        let (m, a, ls) = small_pm();
         let mut log = Log::default();
         let names: Vec<Entry> = (0..300)
             .map(|i| Entry::DentryAdd {
@@ -412,9 +418,7 @@ mod tests {
 
     #[test]
     fn corrupt_entry_is_reported_with_a_safe_tail() {
-        let m = MemMedia::new(64 * 4096);
-        let a = PageAllocator::new(terrace_format::PhysBlock(4), 60, 2);
-        let ls = LogSpace::default();
+        let (m, a, ls) = small_pm();
         let mut log = Log::default();
         let st = log
             .stage(&m, &room(&ls, &a), 3, 0, &[attr(1), attr(2), attr(3)])
@@ -450,9 +454,7 @@ mod tests {
 
     #[test]
     fn a_log_goes_on_in_smaller_pages_from_slab_room_when_no_block_is_left() {
-        let m = MemMedia::new(64 * 4096);
-        let a = PageAllocator::new(terrace_format::PhysBlock(4), 60, 2);
-        let ls = LogSpace::default();
+        let (m, a, ls) = small_pm();
         // A log grown to 4 KiB pages, and one slab block with room left.
         let mut log = Log::default();
         let mut entries = Vec::new();
