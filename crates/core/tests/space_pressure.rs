@@ -150,18 +150,53 @@ fn capacity_blocks() -> u64 {
     (PM_BYTES + SSD_BYTES) / BS
 }
 
+/// What holds the pool's blocks, for a failure message: the room and the
+/// dirty pages, PM's free blocks, reserve and logs, each block tier's free
+/// and valid blocks (the rest of its extents is dead or its header), PM data with a clean copy, and the cleaner's
+/// rounds.
+fn where_the_room_is(fs: &Fs) -> String {
+    let st = fs.status();
+    let sp = &st.space;
+    let tiers: Vec<String> = st
+        .tiers
+        .iter()
+        .filter_map(|t| t.extents.as_ref().map(|x| (t.id, x)))
+        .map(|(id, x)| {
+            format!(
+                "tier {id}: {} blocks free, {} valid, in {} extents ({} free)",
+                x.free_blocks, x.valid_blocks, x.extents, x.free_extents
+            )
+        })
+        .collect();
+    format!(
+        "room {} B, dirty {} B, PM free {} B (reserve {} B, logs {} B, promised {} B), clean PM blocks {}, {}; recycled {} extents in {} rounds ({} urgent)",
+        st.room_bytes,
+        st.cache.dirty_bytes,
+        sp.pm_free_bytes,
+        sp.pm_reserve_bytes,
+        sp.pm_log_bytes,
+        sp.promised_bytes,
+        st.migration.clean_pm_blocks,
+        tiers.join("; "),
+        st.cleaner.extents_recycled,
+        st.cleaner.rounds,
+        st.cleaner.urgent_rounds
+    )
+}
+
 /// Fails the run when `e` is ENOSPC while the files hold under three
 /// quarters of the pool (the rest covers the fixed margins of this tiny
 /// pool: 1 MiB of room slack, two SSD extents for recycling, PM's metadata
 /// reserve, xattrs and logs on PM, dead blocks not yet recycled).
-fn refuse_enospc_with_room(e: &std::io::Error, m: &mut Model, what: &str, ctx: &str) {
+fn refuse_enospc_with_room(e: &std::io::Error, fs: &Fs, m: &mut Model, what: &str, ctx: &str) {
     if e.raw_os_error() == Some(libc::ENOSPC) {
         m.refusals += 1;
         let used = m.data_blocks();
         assert!(
             used * 4 >= capacity_blocks() * 3,
-            "{ctx}: {what} got ENOSPC while the files hold {used} of {} blocks",
-            capacity_blocks()
+            "{ctx}: {what} got ENOSPC while the files hold {used} of {} blocks; {}",
+            capacity_blocks(),
+            where_the_room_is(fs)
         );
     } else {
         panic!("{ctx}: {what} failed: {e}");
@@ -248,7 +283,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
             let data = pattern(seed, len);
             let a = match fs.mknod(1, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX) {
                 Ok(a) => a,
-                Err(e) => return refuse_enospc_with_room(&e, m, "create", ctx),
+                Err(e) => return refuse_enospc_with_room(&e, fs, m, "create", ctx),
             };
             // The model holds no kernel references: a deleted file's space
             // is free at once.
@@ -268,7 +303,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                     }
                     Err(e) => {
                         m.files.insert(name, f);
-                        return refuse_enospc_with_room(&e, m, "write of a new file", ctx);
+                        return refuse_enospc_with_room(&e, fs, m, "write of a new file", ctx);
                     }
                 }
                 f.data = data;
@@ -302,7 +337,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                     f.data.extend_from_slice(&data);
                     m.writes.push((ino, off, len, seed));
                 }
-                Err(e) => refuse_enospc_with_room(&e, m, "append", ctx),
+                Err(e) => refuse_enospc_with_room(&e, fs, m, "append", ctx),
             }
             m.note(ino, format!("append {off}+{len} (sync {sync}): {res}"));
         }
@@ -327,7 +362,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                     f.data[off..off + len].copy_from_slice(&data);
                     m.writes.push((ino, off as u64, len, seed));
                 }
-                Err(e) => refuse_enospc_with_room(&e, m, "overwrite", ctx),
+                Err(e) => refuse_enospc_with_room(&e, fs, m, "overwrite", ctx),
             }
         }
         // Shrinks a file.
@@ -358,7 +393,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                 Ok(()) => {
                     m.files.get_mut(&name).unwrap().xattrs.insert(key, value);
                 }
-                Err(e) => refuse_enospc_with_room(&e, m, "setxattr", ctx),
+                Err(e) => refuse_enospc_with_room(&e, fs, m, "setxattr", ctx),
             }
         }
         // fsync of any file.
@@ -385,7 +420,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, ctx: &str) {
                     m.note(over, format!("replaced by a rename of {from}"));
                     m.files.insert(to, f);
                 }
-                Err(e) => refuse_enospc_with_room(&e, m, "rename", ctx),
+                Err(e) => refuse_enospc_with_room(&e, fs, m, "rename", ctx),
             }
         }
         // Deletes.
