@@ -152,8 +152,8 @@ fn capacity_blocks() -> u64 {
 
 /// What holds the pool's blocks, for a failure message: the room and the
 /// dirty pages, PM's free blocks, reserve and logs, each block tier's free
-/// and valid blocks (the rest of its extents is dead or its header), PM data with a clean copy, and the cleaner's
-/// rounds.
+/// and valid blocks (the rest of its extents is dead or its header), PM
+/// data with a clean copy, and the cleaner's rounds.
 fn where_the_room_is(fs: &Fs) -> String {
     let st = fs.status();
     let sp = &st.space;

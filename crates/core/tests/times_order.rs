@@ -6,18 +6,7 @@
 
 mod common;
 use common::*;
-
-/// The kernel's coarse wall clock (`CLOCK_REALTIME_COARSE`), in ns.
-fn kernel_clock_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // Safety: `ts` is a valid, writable timespec for the call's duration.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    assert_eq!(rc, 0);
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
+use terrace_core::fs::coarse_now_ns;
 
 /// Found 2026-11-30: births on the coarse clock (the writeback cache's
 /// fix) came up to a tick before the write of another file made just
@@ -55,7 +44,7 @@ fn when_the_kernel_stamps_writes_a_new_file_is_not_born_after_the_kernels_clock(
     fs.set_kernel_stamps_writes(true);
     for k in 0..300 {
         let ino = file(&fs, 1, &format!("f{k}"));
-        let kernel_now = kernel_clock_ns();
+        let kernel_now = coarse_now_ns();
         let born = fs.getattr(ino).unwrap().btime;
         assert!(
             born <= kernel_now,
