@@ -240,6 +240,8 @@ impl Fs {
     fn recycle_locked(&self, tier: TierId, victims: &[u64]) -> u64 {
         let Ok(t) = self.tier(tier) else { return 0 };
         let eb = t.space.extent_blocks();
+        // Nothing this round moves may land in a victim's unused end.
+        t.space.seal(victims);
         let ranges = BlockRanges::new(victims.iter().map(|&e| (PhysBlock(e * eb), eb)));
         let (owned, logs) = self.owners_in(tier, &ranges);
         let s = &self.cleaner_stats;
@@ -251,6 +253,7 @@ impl Fs {
         // One sync and commit per file (window 0); to PM when the tier is full.
         let moved = self.evacuate(tier, owned, logs, 0, true, u64::MAX);
         let freed = t.space.extents_freed() - freed_before;
+        t.space.unseal(victims);
         s.moved_blocks.fetch_add(moved, Ordering::Relaxed);
         s.extents_recycled.fetch_add(freed, Ordering::Relaxed);
         s.recycled_blocks.fetch_add(freed * eb, Ordering::Relaxed);

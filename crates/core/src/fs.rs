@@ -706,7 +706,7 @@ impl Fs {
                 }
             }
         }
-        let mut referenced: BTreeMap<TierId, u64> = BTreeMap::new();
+        let mut referenced: BTreeMap<TierId, Vec<crate::alloc::Run>> = BTreeMap::new();
         for (tier, found) in held {
             let r = crate::shared::resolve(found);
             if let Some(c) = r.conflicts.first() {
@@ -729,9 +729,10 @@ impl Fs {
                     r.log_refs
                 ));
             }
-            referenced.insert(tier, r.used.iter().map(|u| u.1).sum());
             if tier.is_pm() {
                 runs.extend(r.used.into_iter().map(|(s, n)| (s, n, "data")));
+            } else {
+                referenced.insert(tier, r.used);
             }
         }
         let slabs = crate::log_space::bitmaps_of(small);
@@ -757,16 +758,14 @@ impl Fs {
             ));
         }
         drop(sb);
-        // Block tiers: the valid counts must equal what live extents reference.
+        // Block tiers: each extent's valid count is what live extents
+        // reference in it, and none of them lies where it could be given
+        // again.
         for t in &self.tiers {
-            let referenced = referenced.get(&t.id).copied().unwrap_or(0);
-            let valid = t.space.stats().valid_blocks;
-            if valid != referenced {
-                return Err(format!(
-                    "tier {}: {valid} valid blocks counted, {referenced} referenced",
-                    t.id
-                ));
-            }
+            let used = referenced.remove(&t.id).unwrap_or_default();
+            t.space
+                .check_referenced(&used)
+                .map_err(|e| format!("tier {}: {e}", t.id))?;
         }
         Ok(())
     }

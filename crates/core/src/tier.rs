@@ -3,21 +3,47 @@
 //! A tier is cut into extents of `extent_blocks` blocks (512 KiB by default);
 //! extent 0 holds the tier header and is never allocated. New data is appended
 //! to the *open* extent, block after block, so consecutive writes become
-//! sequential requests; when it is full a free extent is opened. A block is never
-//! written again while an extent holds it: overwriting file data writes fresh
-//! blocks elsewhere and only decrements the old extent's valid count (one
-//! exception: a run released at the very end of what the open extent gave,
-//! e.g. an allocation dropped before its commit, is given again; SSD and HDD
-//! tiers only). An extent
-//! returns to the free set when its valid count reaches zero; extents that stay
-//! partly valid are what the cleaner (extent recycling, issue 4) will compact.
+//! sequential requests; when it is full another extent is opened. A block is
+//! never written again while its extent holds live data *below* it:
+//! overwriting file data writes fresh blocks elsewhere and only decrements
+//! the old extent's valid count. An extent returns to the free set when its
+//! valid count reaches zero; extents that stay partly valid are what the
+//! cleaner (extent recycling) compacts.
+//!
+//! # The given mark (SSD and HDD tiers)
+//!
+//! Each extent has a *given mark*: the blocks from its start that were
+//! handed out since it was last free. Blocks past the mark were never given
+//! (or were given back), so no committed entry references them. Invariants,
+//! under the space lock:
+//!
+//! - a free extent's mark is 0; the open extent's mark is where the next
+//!   allocation starts in it;
+//! - a run released that ends exactly at its extent's mark lowers the mark
+//!   to the run's start (an allocation dropped before its commit, a failed
+//!   write-back, a log blob split across extents: its blocks are given
+//!   again, not left dead until the extent is recycled);
+//! - an extent neither free nor open whose mark is short of its end is a
+//!   *tail extent*; its blocks past the mark count as free, and
+//!   allocations take tail extents once no extent is free (a tail may be
+//!   a few blocks: taken first, it would cut sequential writes up);
+//! - at mount each partly valid extent's mark is the end of its last live
+//!   run, so the unwritten rest of the extent that was open, and any tail
+//!   released before, are given again;
+//! - extent recycling seals its victims (mark to the end,
+//!   [`ExtentSpace::seal`]) before it moves their blocks, so its copies
+//!   never land in an extent it is emptying.
+//!
+//! Object tiers keep the plain rule (every extent's mark is its end once it
+//! was opened: a released block stays dead until its part empties), since
+//! their parts are uploaded whole.
 //!
 //! Like the PM allocator, this state is not stored: at mount the valid counts
-//! are rebuilt from the live write entries that point at the tier (the reverse
-//! map "which inode owns this block" is the same derivation, kept by `fsck`).
-//! Because a block is only reused once no committed entry references it, and
-//! data is synced before the entry that references it commits, a crash can
-//! never expose stale or unsynced data.
+//! and marks are rebuilt from the live write entries that point at the tier
+//! (the reverse map "which inode owns this block" is the same derivation,
+//! kept by `fsck`). Because a block is only reused once no committed entry
+//! references it, and data is synced before the entry that references it
+//! commits, a crash can never expose stale or unsynced data.
 //!
 //! A tier being removed from the mounted pool is *retiring*
 //! ([`ExtentSpace::set_retiring`], `tier_detach.rs`): from the moment the
@@ -50,8 +76,8 @@ pub struct ExtentSpace {
     /// The tier is being removed: nothing may be allocated on it. Changed
     /// only under `inner`'s lock, which `alloc` holds while it checks it.
     retiring: AtomicBool,
-    /// Blocks released at the end of the open extent are given again
-    /// (SSD and HDD tiers; not object tiers, [`BlockTier::new`]).
+    /// Blocks released at an extent's given mark are given again (SSD and
+    /// HDD tiers; not object tiers, [`ExtentSpace::keep_released_blocks_dead`]).
     reuse_released_tail: bool,
 }
 
@@ -59,8 +85,20 @@ pub struct ExtentSpace {
 struct SpaceInner {
     free: BTreeSet<u64>,
     valid: Vec<u32>,
-    /// Open extent and the next block offset in it.
-    open: Option<(u64, u64)>,
+    /// Per extent, its given mark (module docs): blocks from its start
+    /// handed out since it was last free.
+    given: Vec<u32>,
+    /// The open extent: allocations continue at its given mark.
+    open: Option<u64>,
+    /// Tail extents (module docs): neither free nor open, given mark short
+    /// of the end. Allocations take them, lowest first, once no extent is
+    /// free.
+    tails: BTreeSet<u64>,
+    /// Extents recycling is emptying ([`ExtentSpace::seal`]): their marks
+    /// stay at their ends until they empty or are unsealed.
+    sealed: BTreeSet<u64>,
+    /// Blocks free extents, the open extent and tail extents hold past
+    /// their marks.
     free_blocks: u64,
     /// Per extent, when it was last allocated from or released into
     /// (a logical clock: the cleaner only needs the order).
@@ -83,7 +121,8 @@ pub struct SpaceStats {
     pub free_extents: u64,
     /// Blocks holding live data.
     pub valid_blocks: u64,
-    /// Blocks that can still be allocated (free extents + rest of the open one).
+    /// Blocks that can still be allocated (free extents, the rest of the
+    /// open one, the ends of tail extents).
     pub free_blocks: u64,
     /// Ideal extent use / actual extent use, in percent (100 = no fragmentation).
     pub fragmentation_pct: u64,
@@ -98,6 +137,7 @@ impl ExtentSpace {
         let extents = blocks / extent_blocks;
         let mut valid = vec![0u32; extents as usize];
         used.sort_unstable();
+        let mut given = vec![0u32; extents as usize];
         let mut prev_end = extent_blocks;
         for &(s, n) in &used {
             let s = s.get();
@@ -115,11 +155,19 @@ impl ExtentSpace {
                 let e = b / extent_blocks;
                 let in_e = ((e + 1) * extent_blocks).min(s + n) - b;
                 valid[e as usize] += in_e as u32;
+                given[e as usize] = (b + in_e - e * extent_blocks) as u32;
                 b += in_e;
             }
         }
         let free: BTreeSet<u64> = (1..extents).filter(|&e| valid[e as usize] == 0).collect();
-        let free_blocks = free.len() as u64 * extent_blocks;
+        let tails: BTreeSet<u64> = (1..extents)
+            .filter(|&e| valid[e as usize] > 0 && u64::from(given[e as usize]) < extent_blocks)
+            .collect();
+        let free_blocks = free.len() as u64 * extent_blocks
+            + tails
+                .iter()
+                .map(|&e| extent_blocks - u64::from(given[e as usize]))
+                .sum::<u64>();
         Ok(ExtentSpace {
             extent_blocks,
             extents,
@@ -129,7 +177,10 @@ impl ExtentSpace {
                 SpaceInner {
                     free,
                     valid,
+                    given,
                     open: None,
+                    tails,
+                    sealed: BTreeSet::new(),
                     free_blocks,
                     last_use: vec![0; extents as usize],
                     clock: 0,
@@ -154,6 +205,55 @@ impl ExtentSpace {
     /// Whether the tier is retiring ([`ExtentSpace::set_retiring`]).
     pub fn is_retiring(&self) -> bool {
         self.retiring.load(Ordering::SeqCst)
+    }
+
+    /// The plain rule of object tiers: a released block stays dead until
+    /// its extent empties, and what a partly valid extent did not give
+    /// before the mount is not given after it. Called before any
+    /// allocation.
+    pub fn keep_released_blocks_dead(&mut self) {
+        self.reuse_released_tail = false;
+        let eb = self.extent_blocks;
+        let g = self.inner.get_mut();
+        for e in std::mem::take(&mut g.tails) {
+            g.free_blocks -= eb - u64::from(g.given[e as usize]);
+            g.given[e as usize] = eb as u32;
+        }
+    }
+
+    /// Seals `extents` (extent recycling's victims): their given marks go to
+    /// their ends and stay there, so nothing more is allocated in them
+    /// until they empty and return to the free set, or are unsealed
+    /// ([`ExtentSpace::unseal`]). An open one is closed. Their blocks past
+    /// the mark stop counting as free until then.
+    pub fn seal(&self, extents: &[u64]) {
+        let mut g = self.inner.lock();
+        let eb = self.extent_blocks;
+        for &e in extents.iter().filter(|&&e| e > 0 && e < self.extents) {
+            let i = e as usize;
+            // An empty extent (free, or the open one rewound) has nothing
+            // to move out; sealed, it would never empty to be freed.
+            if g.valid[i] == 0 {
+                continue;
+            }
+            g.tails.remove(&e);
+            g.sealed.insert(e);
+            g.free_blocks -= eb - u64::from(g.given[i]);
+            g.given[i] = eb as u32;
+            if g.open == Some(e) {
+                g.open = None;
+            }
+        }
+    }
+
+    /// Ends [`ExtentSpace::seal`] for the extents of `extents` that did not
+    /// empty: runs released at their marks from now on are given again.
+    /// Their marks stay where they are.
+    pub fn unseal(&self, extents: &[u64]) {
+        let mut g = self.inner.lock();
+        for e in extents {
+            g.sealed.remove(e);
+        }
     }
 
     /// Allocates `n` blocks, appending to the open extent (all or nothing),
@@ -186,18 +286,25 @@ impl ExtentSpace {
         let mut runs: Vec<Run> = Vec::new();
         let mut need = n;
         while need > 0 {
-            let (e, off) = match g.open {
-                Some((e, off)) if off < self.extent_blocks => (e, off),
+            let e = match g.open {
+                Some(e) if u64::from(g.given[e as usize]) < self.extent_blocks => e,
                 _ => {
-                    let e = g
-                        .free
-                        .pop_first()
-                        .expect("free count says an extent is free");
-                    g.open = Some((e, 0));
+                    // Whole free extents first: a tail may be a few blocks,
+                    // which would cut this and later writes into small
+                    // requests.
+                    let e = match g.free.pop_first() {
+                        Some(e) => e,
+                        None => g
+                            .tails
+                            .pop_first()
+                            .expect("free count says an extent has room"),
+                    };
+                    g.open = Some(e);
                     g.discarded[e as usize] = false;
-                    (e, 0)
+                    e
                 }
             };
+            let off = u64::from(g.given[e as usize]);
             let take = (self.extent_blocks - off).min(need);
             let start = PhysBlock(e * self.extent_blocks + off);
             match runs.last_mut() {
@@ -208,7 +315,7 @@ impl ExtentSpace {
             g.clock += 1;
             let now = g.clock;
             g.last_use[e as usize] = now;
-            g.open = Some((e, off + take));
+            g.given[e as usize] = (off + take) as u32;
             g.free_blocks -= take;
             need -= take;
         }
@@ -233,27 +340,28 @@ impl ExtentSpace {
             );
             *v = v.saturating_sub(in_e as u32);
             let still_valid = *v > 0;
-            let tail_of_open = matches!(g.open, Some((oe, off)) if oe == e && b + in_e == e * self.extent_blocks + off);
-            if still_valid && tail_of_open && self.reuse_released_tail {
-                // The last blocks the open extent gave (an allocation
-                // dropped before its commit, say): taken back, not left
-                // dead until the extent is recycled.
-                if let Some((_, off)) = g.open.as_mut() {
-                    *off -= in_e;
+            let i = e as usize;
+            let at_mark = b + in_e == e * self.extent_blocks + u64::from(g.given[i]);
+            if !still_valid {
+                // Every block up to the mark is free again (past it they
+                // were counted already).
+                g.free_blocks += u64::from(g.given[i]);
+                g.given[i] = 0;
+                g.sealed.remove(&e);
+                if g.open != Some(e) {
+                    // The open extent is rewound rather than freed.
+                    g.tails.remove(&e);
+                    g.free.insert(e);
+                    g.freed += 1;
                 }
+            } else if at_mark && self.reuse_released_tail && !g.sealed.contains(&e) {
+                // The last blocks the extent gave (an allocation dropped
+                // before its commit, say): given again, not left dead
+                // until the extent is recycled.
+                g.given[i] -= in_e as u32;
                 g.free_blocks += in_e;
-            } else if !still_valid {
-                match g.open {
-                    Some((oe, off)) if oe == e => {
-                        // The open extent empties: rewind it instead of freeing it.
-                        g.free_blocks += off;
-                        g.open = Some((e, 0));
-                    }
-                    _ => {
-                        g.free.insert(e);
-                        g.free_blocks += self.extent_blocks;
-                        g.freed += 1;
-                    }
+                if g.open != Some(e) {
+                    g.tails.insert(e);
                 }
             }
             b += in_e;
@@ -304,23 +412,31 @@ impl ExtentSpace {
     /// Where in its extent the next allocation starts (0: at an extent's
     /// first block, as when the open extent is full or none is open).
     pub fn open_offset(&self) -> u64 {
-        match self.inner.lock().open {
-            Some((_, off)) if off < self.extent_blocks => off,
-            _ => 0,
+        let g = self.inner.lock();
+        match g.open {
+            Some(e) if u64::from(g.given[e as usize]) < self.extent_blocks => {
+                u64::from(g.given[e as usize])
+            }
+            _ if !g.free.is_empty() => 0,
+            _ => g
+                .tails
+                .first()
+                .map_or(0, |&e| u64::from(g.given[e as usize])),
         }
     }
 
     /// What the cleaner needs: every extent holding valid blocks except the
-    /// open one, the number of free extents, and the number of extents.
+    /// open one, the number of free extents, and the number of extents. An
+    /// extent's size is its given mark: a tail extent's blocks past it are
+    /// free already, not dead.
     pub fn cleaning_view(&self) -> (Vec<terrace_policy::cleaner::ExtentInfo>, u64, u64) {
         let g = self.inner.lock();
-        let open = g.open.map(|(e, _)| e);
         let infos = (1..self.extents)
-            .filter(|&e| g.valid[e as usize] > 0 && Some(e) != open)
+            .filter(|&e| g.valid[e as usize] > 0 && Some(e) != g.open)
             .map(|e| terrace_policy::cleaner::ExtentInfo {
                 id: e,
                 valid_blocks: g.valid[e as usize] as u64,
-                total_blocks: self.extent_blocks,
+                total_blocks: u64::from(g.given[e as usize]),
                 last_use_ns: g.last_use[e as usize],
             })
             .collect();
@@ -402,6 +518,48 @@ impl ExtentSpace {
         (done, None)
     }
 
+    /// Checks the space against `used`, every run live entries reference on
+    /// the tier: each extent's valid count is the blocks referenced in it,
+    /// and no referenced block lies in a free extent or past its extent's
+    /// given mark (where it would be allocated again).
+    pub fn check_referenced(&self, used: &[Run]) -> Result<(), String> {
+        let g = self.inner.lock();
+        let eb = self.extent_blocks;
+        let mut counted = vec![0u64; self.extents as usize];
+        for &(s, n) in used {
+            let (s, end) = (s.get(), s.get() + n);
+            if s < eb || end > self.extents * eb {
+                return Err(format!("referenced blocks {s}+{n} lie outside the extents"));
+            }
+            let mut b = s;
+            while b < end {
+                let e = b / eb;
+                let upto = ((e + 1) * eb).min(end);
+                counted[e as usize] += upto - b;
+                if g.free.contains(&e) {
+                    return Err(format!("referenced block {b} lies in free extent {e}"));
+                }
+                let mark = e * eb + u64::from(g.given[e as usize]);
+                if upto > mark {
+                    return Err(format!(
+                        "referenced block {} lies past extent {e}'s given mark {mark}",
+                        upto - 1
+                    ));
+                }
+                b = upto;
+            }
+        }
+        for (e, &n) in counted.iter().enumerate() {
+            if u64::from(g.valid[e]) != n {
+                return Err(format!(
+                    "extent {e}: {} valid blocks counted, {n} referenced",
+                    g.valid[e]
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Number of extents, the header's extent 0 included.
     pub fn extent_count(&self) -> u64 {
         self.extents
@@ -463,7 +621,9 @@ impl BlockTier {
         // Object tiers keep the plain rule (a released block stays dead
         // until its part empties): their parts are uploaded whole and
         // their cleaning plans by part.
-        space.reuse_released_tail = kind != terrace_format::TierKind::S3;
+        if kind == terrace_format::TierKind::S3 {
+            space.keep_released_blocks_dead();
+        }
         // A failed sync must reach every thread whose unsynced writes it
         // may have lost (Linux tells one fsync only).
         let closable = Arc::new(Closable::new(PerWriterSync::new(dev)));
@@ -627,6 +787,132 @@ mod tests {
         s.release(PhysBlock(138), 2);
         assert_eq!(s.stats().valid_blocks, 0);
         assert_eq!(s.free_blocks(), 3 * 128, "the emptied open extent rewinds");
+    }
+
+    #[test]
+    fn an_allocation_across_two_extents_given_back_leaves_no_dead_blocks() {
+        // Either order of the two releases: the blocks at the end of the
+        // extent the allocation filled are given again too.
+        for first_part_first in [true, false] {
+            let s = ExtentSpace::new(128 * 4, 128, vec![]).unwrap();
+            let kept = s.alloc(100).unwrap();
+            let free = s.free_blocks();
+            let split = s.alloc(60).unwrap();
+            // Extents 1 and 2 are adjacent: one run.
+            assert_eq!(split, vec![(PhysBlock(228), 60)]);
+            let split = vec![(PhysBlock(228), 28), (PhysBlock(256), 32)];
+            let order: Vec<Run> = if first_part_first {
+                split.clone()
+            } else {
+                split.iter().rev().copied().collect()
+            };
+            for (b, n) in order {
+                s.release(b, n);
+            }
+            assert_eq!(s.free_blocks(), free, "order {first_part_first}");
+            assert_eq!(s.stats().valid_blocks, 100);
+            // Extent 2 stays open; once it is full, extent 1's end is
+            // given before extent 3.
+            assert_eq!(s.alloc(128).unwrap(), vec![(PhysBlock(256), 128)]);
+            assert_eq!(s.alloc(30).unwrap(), vec![(PhysBlock(384), 30)]);
+            assert_eq!(
+                s.alloc(98 + 28).unwrap(),
+                vec![(PhysBlock(414), 98), (PhysBlock(228), 28)]
+            );
+            s.release(kept[0].0, 100);
+        }
+    }
+
+    #[test]
+    fn the_unwritten_rest_of_partly_valid_extents_is_given_after_a_mount() {
+        // Extent 1 was open with 10 blocks given; extent 2 holds one block
+        // at 300 (block 44 of it), dead blocks before it.
+        let s = ExtentSpace::new(
+            128 * 5,
+            128,
+            vec![(PhysBlock(128), 10), (PhysBlock(300), 1)],
+        )
+        .unwrap();
+        assert_eq!(s.stats().free_blocks, 2 * 128 + 118 + 83);
+        // Free extents first, then the ends past the last live blocks.
+        assert_eq!(s.alloc(2 * 128).unwrap(), vec![(PhysBlock(384), 256)]);
+        assert_eq!(
+            s.alloc(120).unwrap(),
+            vec![(PhysBlock(138), 118), (PhysBlock(301), 2)],
+        );
+        assert_eq!(s.alloc(81).unwrap(), vec![(PhysBlock(303), 81)]);
+        // Only extent 2's blocks before its live one stay dead.
+        let st = s.stats();
+        assert_eq!((st.free_blocks, st.valid_blocks), (0, 4 * 128 - 44));
+        assert!(s.alloc(1).is_none());
+    }
+
+    #[test]
+    fn object_tiers_keep_released_blocks_dead() {
+        let mut s = ExtentSpace::new(128 * 4, 128, vec![(PhysBlock(128), 10)]).unwrap();
+        s.keep_released_blocks_dead();
+        assert_eq!(s.stats().free_blocks, 2 * 128, "no tail after a mount");
+        let a = s.alloc(20).unwrap();
+        assert_eq!(a, vec![(PhysBlock(256), 20)]);
+        s.release(a[0].0, 20);
+        assert_eq!(s.stats().free_blocks, 2 * 128, "the open extent rewinds");
+        let b = s.alloc(100).unwrap();
+        let c = s.alloc(10).unwrap();
+        assert_eq!(s.stats().free_blocks, 128 + 18);
+        s.release(c[0].0, 10);
+        assert_eq!(s.stats().free_blocks, 128 + 18, "dead while b lives");
+        s.release(b[0].0, 100);
+        assert_eq!(s.stats().free_blocks, 2 * 128);
+    }
+
+    #[test]
+    fn a_sealed_extent_takes_no_allocation_until_it_empties() {
+        let s = ExtentSpace::new(128 * 4, 128, vec![]).unwrap();
+        let a = s.alloc(128).unwrap();
+        let b = s.alloc(10).unwrap();
+        // Extent 1 gives back its end: a tail extent.
+        s.release(PhysBlock(200), 56);
+        assert_eq!(s.stats().free_blocks, 128 + 118 + 56);
+        let (infos, _, _) = s.cleaning_view();
+        assert_eq!(
+            (infos[0].id, infos[0].valid_blocks, infos[0].total_blocks),
+            (1, 72, 72),
+            "its end is free, not dead: no candidate for recycling"
+        );
+        // Recycling seals it and the open extent 2: their ends are not
+        // given, nor is what is released at their marks meanwhile.
+        s.seal(&[1, 2]);
+        assert_eq!(s.stats().free_blocks, 128);
+        assert_eq!(s.alloc(5).unwrap(), vec![(PhysBlock(384), 5)]);
+        s.release(PhysBlock(190), 10);
+        assert_eq!(s.stats().free_blocks, 128 - 5);
+        let c = s.alloc(123).unwrap();
+        assert_eq!(c, vec![(PhysBlock(389), 123)], "extent 3 to its end");
+        s.release(c[0].0, 123);
+        assert_eq!(s.stats().free_blocks, 123, "extent 3 is not sealed");
+        s.seal(&[3]);
+        assert_eq!(s.stats().free_blocks, 0);
+        s.release(PhysBlock(384), 5);
+        assert_eq!(s.stats().free_blocks, 128, "an emptied extent is free");
+        s.seal(&[3]);
+        assert_eq!(s.stats().free_blocks, 128, "a free extent is not sealed");
+        s.unseal(&[1, 2, 3]);
+        s.release(b[0].0, 10);
+        s.release(a[0].0, 62);
+        assert_eq!(s.stats().free_blocks, 3 * 128);
+        assert_eq!(s.stats().free_extents, 3);
+        let d = s.alloc(128).unwrap();
+        s.alloc(1).unwrap();
+        s.seal(&[d[0].0.get() / 128]);
+        s.release(PhysBlock(d[0].0.get() + 100), 28);
+        assert_eq!(s.stats().free_blocks, 2 * 128 - 1, "dead while sealed");
+        // An open extent rewound to its start has nothing to move out.
+        let t = ExtentSpace::new(128 * 3, 128, vec![]).unwrap();
+        let x = t.alloc(5).unwrap();
+        t.release(x[0].0, 5);
+        t.seal(&[1]);
+        assert_eq!(t.stats().free_blocks, 2 * 128);
+        assert_eq!(t.alloc(2 * 128).unwrap().len(), 1);
     }
 
     #[test]

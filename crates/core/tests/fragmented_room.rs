@@ -184,3 +184,33 @@ fn refused_writes_on_a_pool_whose_dead_blocks_cannot_be_freed_do_not_recycle_aga
         .expect("room again after a delete");
     fs.check_allocator().unwrap();
 }
+
+/// The SSD tier's free blocks (`terrace status`).
+fn ssd_free_blocks(fs: &Fs) -> u64 {
+    fs.status().tiers[1].extents.unwrap().free_blocks
+}
+
+#[test]
+fn a_remount_gives_the_unwritten_rest_of_the_open_extent_again() {
+    let (pm, ssd, fs) = tiered_pool(PM, SSD, 64);
+    block_first(&fs);
+    // 1,000 blocks: seven 128-block extents and 104 blocks of an eighth,
+    // which is open when the pool is unmounted.
+    let f = file(&fs, 1, "part");
+    let data = pattern(3, 1000 * 4096);
+    fs.write(f, 0, &data).unwrap();
+    fs.fsync(f, false).unwrap();
+    assert_eq!(tier_bytes(&fs, f, "ssd"), data.len() as u64);
+    let before = ssd_free_blocks(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm, ssd);
+    fs.check_allocator().unwrap();
+    assert_eq!(
+        ssd_free_blocks(&fs),
+        before,
+        "the 24 blocks the open extent had not given are free after the mount"
+    );
+    fs.check_allocator().unwrap();
+    assert_eq!(content(&fs, f), data);
+}
