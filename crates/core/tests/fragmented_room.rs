@@ -10,7 +10,7 @@
 mod common;
 use common::*;
 use terrace_core::{FallocateMode, Fs};
-use terrace_media::{FaultBlock, MemBlock, MemMedia};
+use terrace_media::{BlockMedia, FaultBlock, MemBlock, MemMedia, PmMedia};
 
 const PM: u64 = 4 << 20;
 const SSD: u64 = 16 << 20;
@@ -213,4 +213,53 @@ fn a_remount_gives_the_unwritten_rest_of_the_open_extent_again() {
     );
     fs.check_allocator().unwrap();
     assert_eq!(content(&fs, f), data);
+}
+
+#[test]
+fn data_written_into_the_ends_of_extents_given_back_survives_crashes_and_harms_nothing() {
+    // SSD: the header, 11 extents of 128 blocks, one of them the reserve.
+    let (pm, ssd, fs) = crash_pool(PM, 12 * 512 << 10, 64);
+    block_first(&fs);
+    // In each of 10 extents a file kept (100 blocks) and a file dropped
+    // (the last 28): deleting the dropped ones gives the extents' ends back.
+    let mut kept = Vec::new();
+    for i in 0..10u64 {
+        let k = file_holding(&fs, &format!("keep{i}"), &pattern(100 + i, 100 * 4096));
+        let d = file_holding(&fs, &format!("drop{i}"), &pattern(200 + i, 28 * 4096));
+        for f in [k, d] {
+            fs.fsync(f, false).unwrap();
+            assert_eq!(tier_bytes(&fs, f, "ssd"), fs.getattr(f).unwrap().size);
+        }
+        kept.push((k, pattern(100 + i, 100 * 4096)));
+    }
+    for i in 0..10 {
+        fs.unlink(1, format!("drop{i}").as_bytes()).unwrap();
+    }
+    fs.check_allocator().unwrap();
+    assert_eq!(
+        ssd_free_blocks(&fs),
+        128 + 10 * 28,
+        "the ends are free again"
+    );
+    pm.sync_all().unwrap();
+    ssd.sync().unwrap();
+    // 250 blocks: the free extent, then the ends.
+    let c = file(&fs, 1, "into-the-ends");
+    let data = pattern(7, 250 * 4096);
+    let ((), trace) = pm.trace(|| {
+        fs.write(c, 0, &data).unwrap();
+        fs.fsync(c, false).unwrap();
+    });
+    // Blocks 100..128 of extents 1..=10.
+    let in_ends = extents(&fs, c)
+        .iter()
+        .filter(|e| e.2 == "ssd")
+        .flat_map(|e| e.3..e.3 + e.1 / 4096)
+        .filter(|b| (1..=10).contains(&(b / 128)) && b % 128 >= 100)
+        .count() as u64;
+    assert_eq!(in_ends, 250 - 128, "{:?}", extents(&fs, c));
+    fs.check_allocator().unwrap();
+    assert_random_crash_points_recover(&trace, &ssd, &kept, 12, "writes into the ends of extents");
+    kept.push((c, data));
+    assert_files(&fs, &kept, "after the write");
 }
