@@ -198,7 +198,8 @@ impl Fs {
     ///
     /// Nothing is taken unless the tiers' room, counted first, covers `n`:
     /// blocks taken and given back are not always room again — on a
-    /// non-overwrite tier, those in an extent that held data before stay
+    /// non-overwrite tier, those given back where an extent's given mark
+    /// has moved past them since (another allocation took more of it) stay
     /// dead until the extent is recycled (`ExtentSpace::release`). A try
     /// that found PM short after taking the SSD's room used to lose them,
     /// and the write-back's next try, for which they were counted, failed

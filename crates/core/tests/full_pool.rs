@@ -323,7 +323,8 @@ fn xattrs_filling_a_full_pool_leave_the_accepted_cached_pages_their_room() {
 /// try of the write-back, which leaves PM's metadata reserve alone, took
 /// all of the SSD's room, found PM short, and gave the blocks back: the
 /// ones in that partly written extent came back *dead* (a non-overwrite
-/// tier reuses only the open extent's tail), so the second try, which may
+/// tier then reused only the open extent's tail; since the given marks
+/// of 2026-11-30 it reuses them too), so the second try, which may
 /// take the reserve, came up short by them — and the unmount was refused
 /// with the accepted pages still in the cache (2026-11-30: 59 blocks short
 /// in 3 runs of 4 on a 64 MiB PM + 192 MiB SSD pool). Two pools: the
