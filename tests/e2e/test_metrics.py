@@ -72,6 +72,7 @@ def test_a_scrape_after_a_write_shows_the_bytes_written_and_the_write_latency_mo
             assert before["terrace_tier_capacity_bytes" + PM] > 0
             assert before["terrace_tier_capacity_bytes" + SSD] == 256 << 20
             assert "terrace_tier_write_amplification_ratio" + SSD in before
+            assert before["terrace_tier_dead_bytes" + SSD] == 0, "a new tier has no dead blocks"
             data = os.urandom(1 << 20)
             with open(mnt / "f", "wb", buffering=0) as f:
                 f.write(data)

@@ -126,6 +126,11 @@ pub struct SpaceStats {
     pub free_blocks: u64,
     /// Ideal extent use / actual extent use, in percent (100 = no fragmentation).
     pub fragmentation_pct: u64,
+    /// Blocks neither valid nor free: released inside extents that still
+    /// hold valid blocks after them (or sealed for recycling). Extent
+    /// recycling gets them back.
+    #[serde(default)]
+    pub dead_blocks: u64,
 }
 
 impl ExtentSpace {
@@ -401,6 +406,9 @@ impl ExtentSpace {
             valid_blocks,
             free_blocks: g.free_blocks,
             fragmentation_pct: (ideal * 100).checked_div(used_extents).unwrap_or(100),
+            dead_blocks: (self.capacity_blocks())
+                .saturating_sub(valid_blocks)
+                .saturating_sub(g.free_blocks),
         }
     }
 
@@ -711,6 +719,7 @@ mod tests {
         let a = s.alloc(128).unwrap();
         let b = s.alloc(10).unwrap();
         s.release(a[0].0, 5);
+        assert_eq!(s.stats().dead_blocks, 5);
         assert_eq!(
             s.alloc(1).unwrap(),
             vec![(b[0].0 + 10, 1)],
@@ -725,6 +734,7 @@ mod tests {
         let st = s.stats();
         assert_eq!(st.valid_blocks, 11);
         assert_eq!(st.fragmentation_pct, 100);
+        assert_eq!(st.dead_blocks, 0);
     }
 
     #[test]

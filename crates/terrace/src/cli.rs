@@ -673,7 +673,10 @@ mount, what recovery did, and I/O counters since mount.
 FRAG, per block tier, is NVMFS's extent use: the fewest extents that could
 hold the tier's data over the extents that do hold it (100% = no
 fragmentation; the cleaner recycles extents when it falls below 80%), and
-\"-\" for a tier that holds no data.
+\"-\" for a tier that holds no data. A block tier with dead blocks (freed
+inside extents that still hold data: SSD and HDD tiers are written
+non-overwrite) gets a line saying how much; `df` does not count them as
+free, and extent recycling reclaims them before a write would get ENOSPC.
 
 Anyone may ask for the status; only root and the user who mounted the pool
 may change it (set, migrate, scrub, umount).

@@ -296,6 +296,15 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             ));
         }
     }
+    for t in &st.tiers {
+        if let Some(e) = t.extents.filter(|e| e.dead_blocks > 0) {
+            line(format!(
+                "  {:<4} {} in dead blocks (freed inside extents that still hold data; recycling reclaims them)",
+                t.kind,
+                util::human_bytes(e.dead_blocks * terrace_format::BLOCK_SIZE)
+            ));
+        }
+    }
     for t in st.tiers.iter().filter(|t| t.shared_saved_bytes > 0) {
         line(format!(
             "  {:<4} {} shared by copies (copy_file_range clones), saving {}",

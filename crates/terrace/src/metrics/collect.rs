@@ -187,6 +187,11 @@ impl Sample {
             &rows(&|t| Some(t.used as f64)),
         )?;
         f.gauges(
+            "terrace_tier_dead_bytes",
+            "Bytes of each block tier freed inside extents that still hold data: not free until extent recycling reclaims them.",
+            &rows(&|t| t.extents.map(|e| (e.dead_blocks * terrace_format::BLOCK_SIZE) as f64)),
+        )?;
+        f.gauges(
             "terrace_tier_active",
             "1 when the tier is in use by this mount (a block tier needs its device).",
             &rows(&|t| Some(bool_gauge(t.active))),
