@@ -218,7 +218,7 @@ fn a_remount_gives_the_unwritten_rest_of_the_open_extent_again() {
 #[test]
 fn data_written_into_the_ends_of_extents_given_back_survives_crashes_and_harms_nothing() {
     // SSD: the header, 11 extents of 128 blocks, one of them the reserve.
-    let (pm, ssd, fs) = crash_pool(PM, 12 * 512 << 10, 64);
+    let (pm, ssd, fs) = crash_pool(PM, 12 * (512 << 10), 64);
     block_first(&fs);
     // In each of 10 extents a file kept (100 blocks) and a file dropped
     // (the last 28): deleting the dropped ones gives the extents' ends back.
