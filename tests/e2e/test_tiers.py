@@ -558,6 +558,11 @@ def test_terrace_sync_makes_cached_writes_durable_across_a_kill():
         assert_clean_error(cp, mentions=["not mounted"])
 
 
+def ssd_of(status: dict) -> dict:
+    """The SSD tier's part of `terrace status --json`."""
+    return next(t for t in status["tiers"] if t["kind"] == "ssd")
+
+
 def test_status_and_metrics_show_dead_blocks_and_recycling_reclaims_them():
     """Blocks freed inside an extent that still holds data are dead (SSD
     tiers are written non-overwrite): `status` says how much, and forced
@@ -584,11 +589,11 @@ def test_status_and_metrics_show_dead_blocks_and_recycling_reclaims_them():
                 f.write(b"z" * (8 << 10))
                 os.fsync(f.fileno())
             kept["last"] = sha256(d / "last")
-            ssd_tier = [t for t in m.status()["tiers"] if t["kind"] == "ssd"][0]
+            ssd_tier = ssd_of(m.status())
             assert ssd_tier["extents"]["dead_blocks"] == 0, ssd_tier
             for i in range(8):
                 (d / f"gone{i}").unlink()
-            ssd_tier = [t for t in m.status()["tiers"] if t["kind"] == "ssd"][0]
+            ssd_tier = ssd_of(m.status())
             assert ssd_tier["extents"]["dead_blocks"] == 8 * 25, ssd_tier
             text = terrace("status", mnt).stdout
             assert "800 KiB in dead blocks" in text, text
@@ -598,7 +603,7 @@ def test_status_and_metrics_show_dead_blocks_and_recycling_reclaims_them():
             terrace("set", mnt, "cleaner_fragmentation_percent", "100")
             deadline = time.time() + 30
             while time.time() < deadline:
-                ssd_tier = [t for t in m.status()["tiers"] if t["kind"] == "ssd"][0]
+                ssd_tier = ssd_of(m.status())
                 if ssd_tier["extents"]["dead_blocks"] == 0:
                     break
                 time.sleep(0.2)

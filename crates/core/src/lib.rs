@@ -26,6 +26,7 @@ pub mod data;
 pub mod device_full;
 pub mod dir_index;
 pub mod extent_map;
+pub mod extent_space;
 pub mod freeze;
 pub mod fs;
 pub mod fsck;

@@ -256,6 +256,7 @@ const COMPONENTS: &[&str] = &[
     "counters",
     "dir_index",
     "extent_map",
+    "extent_space",
     "inode",
     "journal",
     "lock_order",
