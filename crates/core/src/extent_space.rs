@@ -111,6 +111,32 @@ struct SpaceInner {
     discarded: Vec<bool>,
 }
 
+impl SpaceInner {
+    /// Extent `e` gives up its blocks past its given mark: the mark goes to
+    /// the extent's end (`eb` blocks) and those blocks stop counting as free.
+    fn give_up_rest(&mut self, e: u64, eb: u64) {
+        let i = e as usize;
+        self.free_blocks -= eb - u64::from(self.given[i]);
+        self.given[i] = eb as u32;
+    }
+}
+
+/// The pieces of the run of `n` blocks from `start` that fall in each
+/// extent of `eb` blocks: `(extent, first block, blocks)`, in order.
+fn extent_pieces(start: u64, n: u64, eb: u64) -> impl Iterator<Item = (u64, u64, u64)> {
+    let end = start + n;
+    let mut b = start;
+    std::iter::from_fn(move || {
+        (b < end).then(|| {
+            let e = b / eb;
+            let in_e = ((e + 1) * eb).min(end) - b;
+            let piece = (e, b, in_e);
+            b += in_e;
+            piece
+        })
+    })
+}
+
 /// Numbers `terrace status` shows for a tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SpaceStats {
@@ -154,13 +180,9 @@ impl ExtentSpace {
                 return Err(format!("blocks {s}+{n} lie beyond the end of the tier"));
             }
             prev_end = s + n;
-            let mut b = s;
-            while b < s + n {
-                let e = b / extent_blocks;
-                let in_e = ((e + 1) * extent_blocks).min(s + n) - b;
+            for (e, b, in_e) in extent_pieces(s, n, extent_blocks) {
                 valid[e as usize] += in_e as u32;
                 given[e as usize] = (b + in_e - e * extent_blocks) as u32;
-                b += in_e;
             }
         }
         let free: BTreeSet<u64> = (1..extents).filter(|&e| valid[e as usize] == 0).collect();
@@ -220,8 +242,7 @@ impl ExtentSpace {
         let eb = self.extent_blocks;
         let g = self.inner.get_mut();
         for e in std::mem::take(&mut g.tails) {
-            g.free_blocks -= eb - u64::from(g.given[e as usize]);
-            g.given[e as usize] = eb as u32;
+            g.give_up_rest(e, eb);
         }
     }
 
@@ -242,8 +263,7 @@ impl ExtentSpace {
             }
             g.tails.remove(&e);
             g.sealed.insert(e);
-            g.free_blocks -= eb - u64::from(g.given[i]);
-            g.given[i] = eb as u32;
+            g.give_up_rest(e, eb);
             if g.open == Some(e) {
                 g.open = None;
             }
@@ -329,22 +349,18 @@ impl ExtentSpace {
     /// Marks a run no longer referenced; whole extents that become empty are freed.
     pub fn release(&self, s: PhysBlock, n: u64) {
         let mut g = self.inner.lock();
-        let s = s.get();
-        let mut b = s;
-        while b < s + n {
-            let e = b / self.extent_blocks;
-            let in_e = ((e + 1) * self.extent_blocks).min(s + n) - b;
+        for (e, b, in_e) in extent_pieces(s.get(), n, self.extent_blocks) {
+            let i = e as usize;
             g.clock += 1;
             let now = g.clock;
-            g.last_use[e as usize] = now;
-            let v = &mut g.valid[e as usize];
+            g.last_use[i] = now;
+            let v = &mut g.valid[i];
             debug_assert!(
                 *v as u64 >= in_e,
                 "releasing more blocks than extent {e} holds"
             );
             *v = v.saturating_sub(in_e as u32);
             let still_valid = *v > 0;
-            let i = e as usize;
             let at_mark = b + in_e == e * self.extent_blocks + u64::from(g.given[i]);
             if !still_valid {
                 // Every block up to the mark is free again (past it they
@@ -368,7 +384,6 @@ impl ExtentSpace {
                     g.tails.insert(e);
                 }
             }
-            b += in_e;
         }
     }
 
@@ -538,11 +553,9 @@ impl ExtentSpace {
             if s < eb || end > self.extents * eb {
                 return Err(format!("referenced blocks {s}+{n} lie outside the extents"));
             }
-            let mut b = s;
-            while b < end {
-                let e = b / eb;
-                let upto = ((e + 1) * eb).min(end);
-                counted[e as usize] += upto - b;
+            for (e, b, in_e) in extent_pieces(s, n, eb) {
+                let upto = b + in_e;
+                counted[e as usize] += in_e;
                 if g.free.contains(&e) {
                     return Err(format!("referenced block {b} lies in free extent {e}"));
                 }
@@ -553,7 +566,6 @@ impl ExtentSpace {
                         upto - 1
                     ));
                 }
-                b = upto;
             }
         }
         for (e, &n) in counted.iter().enumerate() {
