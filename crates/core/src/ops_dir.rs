@@ -375,6 +375,18 @@ impl Fs {
     }
 
     fn remove_name(&self, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()> {
+        // Refused log room on PM: again while waiting makes PM freer
+        // (`Fs::wait_for_removal_room`).
+        loop {
+            match self.try_remove_name(parent, name, want_dir) {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOSPC) && self.wait_for_removal_room() => {}
+                r => return r,
+            }
+        }
+    }
+
+    fn try_remove_name(&self, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()> {
         loop {
             let (child, _) = self.peek_child(parent, name)?;
             let mut l = self.lock_set(&[parent, child])?;

@@ -33,6 +33,10 @@ pub struct SpaceStats {
     /// 1 + free PM blocks when the last wait gave up (0: it did not):
     /// operations do not wait again until PM has more free blocks.
     pub stalled_at_free: AtomicU64,
+    /// The look of the pool's space (`Fs::space_look`) when the last wait
+    /// of a removal for PM room gave up (0: it did not): removals do not
+    /// wait again until it changes.
+    pub removal_stalled_look: AtomicU64,
     /// Set when a data write was refused for room, until one succeeds: the
     /// daemon's log says each change once, not once per refused write.
     pub full: AtomicBool,

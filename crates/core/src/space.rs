@@ -84,6 +84,9 @@ const ROOM_RETRIES: u32 = 8;
 /// How long [`Fs::wait_for_pm_room`] waits without PM getting any freer.
 const STALL_LIMIT: Duration = Duration::from_secs(10);
 
+/// How long [`Fs::wait_for_removal_room`] waits without PM getting freer.
+const REMOVAL_STALL: Duration = Duration::from_secs(5);
+
 /// Log bytes the write-back of a file's dirty pages can take in one commit
 /// (`Fs::flush_inode_part` of the whole file): one write entry per run of
 /// consecutive dirty pages (at most `runs`, never more than `pages`), plus
@@ -314,6 +317,89 @@ impl Fs {
         self.space_stats
             .wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Waits, with no lock held, for PM to get freer after a removal
+    /// (unlink, rmdir) was refused log room: its directory's log needs an
+    /// entry, or its whole state when the log is on a block tier (a recall),
+    /// and the removal reserve (rule 6) was used up. Removals free room, but
+    /// often on a block tier only (a file whose data and log left PM), so
+    /// `rm -rf` of a pool full on every tier failed on thousands of names
+    /// while the names before had freed SSD room that migration could move
+    /// PM's data into. Wakes migration and write-back and drops PM sides of
+    /// clean data until PM has more free blocks than at the call — true:
+    /// worth another try — or until PM has got no freer for
+    /// [`REMOVAL_STALL`], or at once when the block tiers have neither room
+    /// for data to leave PM into nor dead blocks the cleaner could turn into
+    /// some. After a wait that gave up, removals do not wait
+    /// again until the pool's space looks different ([`Fs::space_look`]):
+    /// on a pool that nothing can free, each would wait the whole limit.
+    /// Pools without block tiers or a migration thread never wait.
+    pub(crate) fn wait_for_removal_room(&self) -> bool {
+        if self.tiers.is_empty()
+            || self.unmounted.load(Ordering::Relaxed)
+            || !self.migration_thread_running()
+            || self.is_frozen()
+        {
+            return false;
+        }
+        let stalled = &self.space_stats.removal_stalled_look;
+        if stalled.load(Ordering::Relaxed) == self.space_look() {
+            return false;
+        }
+        let before = self.alloc.free();
+        let start = Instant::now();
+        self.space_stats.waits.fetch_add(1, Ordering::Relaxed);
+        let freer = loop {
+            if self.pm_clean_dirty().0 > 0 {
+                self.evict_clean(self.pm_reserve_blocks() * BLOCK_SIZE);
+            }
+            if self.alloc.free() > before {
+                break true;
+            }
+            // Data leaves PM only into room for data on a block tier, or
+            // room the cleaner makes of dead blocks there (a pass of the
+            // migration thread recycles them).
+            let moving = self.migrator.move_blocks_pending.load(Ordering::Relaxed) > 0;
+            if self.data_room_blocks() == 0 && !moving && self.block_tier_dead_blocks() == 0 {
+                break false;
+            }
+            if start.elapsed() > REMOVAL_STALL || self.unmounted.load(Ordering::Relaxed) {
+                break false;
+            }
+            self.kick_migration();
+            self.cache.wake_writeback();
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        stalled.store(if freer { 0 } else { self.space_look() }, Ordering::Relaxed);
+        self.space_stats
+            .wait_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        freer
+    }
+
+    /// Dead blocks of the SSD and HDD tiers (released inside extents that
+    /// still hold data, until recycled).
+    fn block_tier_dead_blocks(&self) -> u64 {
+        self.tiers
+            .iter()
+            .filter(|t| t.kind != terrace_format::TierKind::S3)
+            .map(|t| t.space.stats().dead_blocks)
+            .sum()
+    }
+
+    /// One number for how the pool's space stands: free PM blocks, and each
+    /// block tier's free and valid blocks (a removal changes the latter
+    /// even when what it frees is dead until recycled). Never 0.
+    fn space_look(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        self.alloc.free().hash(&mut h);
+        for t in self.tiers.iter() {
+            let st = t.space.stats();
+            (st.free_blocks, st.valid_blocks).hash(&mut h);
+        }
+        h.finish().max(1)
     }
 
     /// Runs `op`, a foreground operation that takes about `blocks` blocks of

@@ -441,3 +441,90 @@ fn a_pool_filled_with_small_files_in_one_directory_deletes_half_of_them_after_a_
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
+
+/// A pool full on every tier, whose directories' and files' logs had
+/// moved to the SSD (log migration, as a tree left alone for a while has
+/// them), must still delete everything in `rm -rf`'s order. An unlink in a
+/// directory whose log is on a block tier brings that log back to PM (its
+/// whole state), one of a hard-linked file commits the new link count to
+/// the file's log, and every unlink adds an entry to its directory's log;
+/// while removing files whose data and logs are on the SSD frees SSD room
+/// only. Found with fsstress filling a tiered pool (PM 32 MiB, SSD
+/// 768 MiB) until both were full: `rm -rf` then failed with ENOSPC on
+/// 2,200 of 6,800 names, which a second `rm -rf` removed. A removal
+/// refused PM room now waits while migration moves PM data into the room
+/// the removals before it freed.
+#[test]
+fn a_pool_full_on_every_tier_whose_logs_left_pm_can_still_delete_everything() {
+    let (_, _, fs) = running_pool(4, 16, 64, "4M");
+    fs.set_setting("inode_max_percent", "90").unwrap();
+    // The tree: files of 8 KiB written to the SSD, every fourth with a
+    // second name in the next directory.
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let dirs = mkdirs(&fs, 8);
+    let mut names: Vec<Vec<String>> = vec![Vec::new(); dirs.len()];
+    let mut inos = dirs.clone();
+    for (k, &d) in dirs.iter().enumerate() {
+        for i in 0..80u32 {
+            let name = format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
+            let a = fs
+                .mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            fs.write(a.ino, 0, &content(i, 8192)).unwrap();
+            fs.fsync(a.ino, false).unwrap();
+            inos.push(a.ino);
+            names[k].push(name);
+            if i % 4 == 0 {
+                let other = (k + 1) % dirs.len();
+                let link = format!("link-{k}-{i}");
+                fs.link(a.ino, dirs[other], link.as_bytes()).unwrap();
+                names[other].push(link);
+            }
+        }
+    }
+    fs.set_setting("placement_policy", "ziggurat").unwrap();
+    fs.move_logs(&inos, 1).unwrap();
+    for &d in &dirs {
+        assert!(
+            fs.log_place(d).unwrap().is_some(),
+            "a directory's log left PM"
+        );
+    }
+    // Then the pool fills: data until refused, then files until refused.
+    fill_with_data(&fs);
+    let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
+    let filled = fill_with_files(&fs, &[fill]);
+    let pm_free = fs.space_status().pm_free_bytes;
+    assert!(
+        pm_free <= fs.space_status().pm_reserve_bytes,
+        "PM did not fill: {pm_free} bytes free"
+    );
+    // `rm -rf`: every name of a directory, then the directory.
+    let mut failed = Vec::new();
+    let mut removals = 0;
+    let mut remove = |what: String, r: std::io::Result<()>| {
+        removals += 1;
+        if let Err(e) = r {
+            failed.push(format!("{what}: {e}"));
+        }
+    };
+    for (k, &d) in dirs.iter().enumerate() {
+        for name in &names[k] {
+            remove(format!("d{k}/{name}"), fs.unlink(d, name.as_bytes()));
+        }
+        remove(format!("d{k}"), fs.rmdir(1, format!("d{k}").as_bytes()));
+    }
+    for name in &filled[0] {
+        remove(format!("fill/{name}"), fs.unlink(fill, name.as_bytes()));
+    }
+    remove("fill".into(), fs.rmdir(1, b"fill"));
+    remove("big".into(), fs.unlink(1, b"big"));
+    assert!(
+        failed.is_empty(),
+        "{} of {removals} removals on a full pool failed, the first: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    fs.stop_background_for_crash_test();
+    fs.check_allocator().unwrap();
+}
