@@ -37,9 +37,12 @@ pub struct SpaceStats {
     /// of a removal for PM room gave up (0: it did not): removals do not
     /// wait again until it changes.
     pub removal_stalled_look: AtomicU64,
-    /// Set when a data write was refused for room, until one succeeds: the
-    /// daemon's log says each change once, not once per refused write.
+    /// Set when a data write was refused for room, until the pool has room
+    /// for that request again: the daemon's log says each change once, not
+    /// once per refused write.
     pub full: AtomicBool,
+    /// Blocks of the request whose refusal set `full`.
+    pub full_request_blocks: AtomicU64,
 }
 
 /// Extent recycling counters (`clean.rs`).

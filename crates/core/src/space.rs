@@ -378,6 +378,18 @@ impl Fs {
         freer
     }
 
+    /// Blocks new data can still take, as [`Fs::say_room`] says it: the
+    /// room rule's with block tiers, PM's free blocks beyond the metadata
+    /// reserve without (where the room rule does not apply).
+    fn room_to_say(&self) -> u64 {
+        if self.tiers.is_empty() {
+            self.pm_free_unpromised()
+                .saturating_sub(self.pm_reserve_blocks())
+        } else {
+            self.data_room_blocks()
+        }
+    }
+
     /// Dead blocks of the SSD and HDD tiers (released inside extents that
     /// still hold data, until recycled).
     fn block_tier_dead_blocks(&self) -> u64 {
@@ -442,7 +454,11 @@ impl Fs {
     /// Says in the daemon's log when new data starts being refused for room
     /// (`r` is ENOSPC) and when it is accepted again — each change once, not
     /// once per write. For foreground writes and fallocate; `blocks` is what
-    /// the request asked for.
+    /// the request asked for. "Again" means room for the request whose
+    /// refusal was said, not a smaller write that fits: on a full pool that
+    /// frees and takes a few blocks by turns, each small write used to end
+    /// the full state and the next large one to start it, two lines each
+    /// time (422 of them in six minutes of fsstress on a full pool).
     pub(crate) fn say_room<T>(&self, r: &FsResult<T>, blocks: u64) {
         let full = &self.space_stats.full;
         match r {
@@ -450,13 +466,21 @@ impl Fs {
                 if e.raw_os_error() == Some(libc::ENOSPC)
                     && !full.swap(true, Ordering::Relaxed) =>
             {
+                self.space_stats
+                    .full_request_blocks
+                    .store(blocks, Ordering::Relaxed);
                 self.notice(format!(
                     "the pool is full: writes are refused with ENOSPC (a request for {} KiB; {} KiB of room left)",
                     blocks * BLOCK_SIZE / 1024,
-                    self.data_room_blocks() * BLOCK_SIZE / 1024
+                    self.room_to_say() * BLOCK_SIZE / 1024
                 ));
             }
-            Ok(_) if full.load(Ordering::Relaxed) && full.swap(false, Ordering::Relaxed) => {
+            Ok(_)
+                if full.load(Ordering::Relaxed)
+                    && self.room_to_say()
+                        >= self.space_stats.full_request_blocks.load(Ordering::Relaxed)
+                    && full.swap(false, Ordering::Relaxed) =>
+            {
                 self.notice("the pool has room again: writes are accepted".into());
             }
             _ => {}
