@@ -112,15 +112,15 @@ impl Fs {
         self.commit_for(l, parts, extra, LogUse::Foreground)
     }
 
-    /// [`Fs::commit`] of an operation that removes (unlink, rmdir): it may
-    /// take PM's removal reserve (`space.rs` rule 4).
+    /// [`Fs::commit`] of an operation that removes a name (unlink, rmdir):
+    /// it may take all of PM's removal reserve (`space.rs` rule 4).
     pub(crate) fn commit_removal(
         &self,
         l: &mut Locked<'_>,
         parts: Vec<(Ino, Vec<Entry>)>,
         extra: Vec<(u64, u64)>,
     ) -> FsResult<()> {
-        self.commit_for(l, parts, extra, LogUse::Removal)
+        self.commit_for(l, parts, extra, LogUse::Name)
     }
 
     fn commit_for(
@@ -174,8 +174,8 @@ impl Fs {
     }
 
     /// [`Fs::commit_one`] of an operation that removes (removexattr, a
-    /// shrinking truncate, a hole punch): it may take PM's removal reserve
-    /// (`space.rs` rule 4).
+    /// shrinking truncate, a hole punch): it may take the first half of
+    /// PM's removal reserve (`space.rs` rule 4).
     pub(crate) fn commit_one_removal(
         &self,
         inode: &mut Inode,
@@ -248,7 +248,7 @@ impl Fs {
             &*self.media,
             // Compaction frees more than it takes: it may use the removal
             // reserve, so a directory that removals grew can shrink again.
-            &self.log_room(LogUse::Removal),
+            &self.log_room(LogUse::Name),
             inode.ino,
             scratch_slot(),
             &entries,

@@ -26,13 +26,14 @@
 //!    ([`Fs::wait_for_pm_room`]), as long as migration keeps freeing blocks —
 //!    instead of failing with ENOSPC while the block tiers have room.
 //!
-//! 4. *Removals last.* Operations that add metadata leave PM's last
-//!    blocks — the removal reserve, a quarter of the metadata reserve — to
-//!    the ones that remove (unlink, rmdir, removexattr, shrinking truncates,
-//!    hole punches) ([`LogUse`]): an unlink needs a log entry in
-//!    its directory, and a pool whose PM creates, renames or xattrs had
-//!    taken to its last block refused every `rm` with ENOSPC and could
-//!    never be emptied (xfstests generic/027 under `-o writeback_cache`).
+//! 4. *Removals last, names last of all.* Operations that add metadata
+//!    leave PM's last blocks — the removal reserve, a quarter of the
+//!    metadata reserve — to the ones that remove ([`LogUse`]), and
+//!    removexattr, shrinking truncates and hole punches leave its last half
+//!    to unlink and rmdir: an unlink needs a log entry in its directory,
+//!    and a pool whose PM creates, renames or xattrs had taken to its last
+//!    block refused every `rm` with ENOSPC and could never be emptied
+//!    (xfstests generic/027 under `-o writeback_cache`).
 //!
 //! Lock order: the room lock (`Fs::room_lock`) is taken under an inode lock
 //! and before the cache's state lock; waiting happens with no lock held.
@@ -55,9 +56,14 @@ pub(crate) enum LogUse {
     /// Write-back of cached data and moves down: any free block (they free
     /// more PM than they take, or they are what the promise is for).
     Background,
-    /// Operations that remove — unlink, rmdir, removexattr, a truncate
-    /// that shrinks, a hole punch or collapse — and log compaction: all but
-    /// the blocks promised to write-back.
+    /// Unlink and rmdir, and log compaction (it frees more than it
+    /// takes): all but the blocks promised to write-back.
+    Name,
+    /// Other operations that remove — removexattr, a truncate that
+    /// shrinks, a hole punch or collapse: also leave the last half of the
+    /// removal reserve to [`LogUse::Name`], so what they leave of PM still
+    /// lets `rm` empty the pool (a truncate or punch of a file whose log is
+    /// on a block tier brings its whole log back to PM first).
     Removal,
     /// Every other operation: also leaves the removal reserve
     /// ([`Fs::pm_removal_reserve_blocks`]).
@@ -166,7 +172,8 @@ impl Fs {
             alloc: &self.alloc,
             keep_free: match use_ {
                 LogUse::Background => 0,
-                LogUse::Removal => self.promised_blocks(),
+                LogUse::Name => self.promised_blocks(),
+                LogUse::Removal => self.promised_blocks() + self.pm_removal_reserve_blocks() / 2,
                 LogUse::Foreground => self.promised_blocks() + self.pm_removal_reserve_blocks(),
             },
         }

@@ -528,3 +528,63 @@ fn a_pool_full_on_every_tier_whose_logs_left_pm_can_still_delete_everything() {
     fs.stop_background_for_crash_test();
     fs.check_allocator().unwrap();
 }
+
+/// Truncates of files whose logs are on the SSD, on a pool full on every
+/// tier, each bring the file's whole log back to PM first, out of PM's
+/// removal reserve. They may take its first half only: the rest is left to
+/// unlink and rmdir, so every file can still be deleted afterwards. Before,
+/// the truncates took PM to its last block and the unlinks found none
+/// (fsstress's truncates and hole punches on a full pool, before `rm -rf`).
+#[test]
+fn truncates_of_files_with_cold_logs_leave_room_for_deleting_every_file() {
+    let (_, _, fs) = tiered_pool(4 << 20, 16 << 20, 64);
+    fs.set_setting("inode_max_percent", "90").unwrap();
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let d = mkdirs(&fs, 1)[0];
+    let mut files = Vec::new();
+    for i in 0..150u32 {
+        let name = format!("f{i}");
+        let a = fs
+            .mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        for k in 0..24u32 {
+            let key = format!("user.attribute-with-a-long-name.{k}");
+            fs.setxattr(a.ino, key.as_bytes(), &[b'v'; 40], 0).unwrap();
+        }
+        fs.write(a.ino, 0, &content(i, 8192)).unwrap();
+        fs.fsync(a.ino, false).unwrap();
+        files.push((name, a.ino));
+    }
+    fs.set_setting("placement_policy", "ziggurat").unwrap();
+    let mut inos: Vec<u64> = files.iter().map(|f| f.1).collect();
+    inos.push(d);
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), inos.len() as u64);
+    fill_with_data(&fs);
+    let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
+    fill_with_files(&fs, &[fill]);
+    let mut refused = 0;
+    for (_, ino) in &files {
+        let set = SetAttr {
+            size: Some(5000),
+            ..Default::default()
+        };
+        if fs.setattr(*ino, set).is_err() {
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "the truncates never ran short of PM");
+    let mut failed = Vec::new();
+    for (name, _) in &files {
+        if let Err(e) = fs.unlink(d, name.as_bytes()) {
+            failed.push(format!("{name}: {e}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} unlinks after the truncates failed, the first: {:?}",
+        failed.len(),
+        files.len(),
+        &failed[..failed.len().min(3)]
+    );
+    fs.check_allocator().unwrap();
+}
