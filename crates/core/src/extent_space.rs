@@ -387,6 +387,12 @@ impl ExtentSpace {
         }
     }
 
+    /// A count that moves with every allocation from and release into the
+    /// tier (cheap): unchanged means nothing was taken or given back.
+    pub fn changes(&self) -> u64 {
+        self.inner.lock().clock
+    }
+
     /// Blocks that can still be allocated for data, the recycling reserve
     /// left out (cheap: no walk over the extents); none while the tier is
     /// retiring.

@@ -357,6 +357,11 @@ impl Fs {
         let before = self.alloc.free();
         let start = Instant::now();
         self.space_stats.waits.fetch_add(1, Ordering::Relaxed);
+        // Data leaves PM only into room for data on a block tier, or room
+        // the cleaner makes of dead blocks there (a pass of the migration
+        // thread recycles them). One look at the dead blocks (a walk over
+        // the extents), not one per turn.
+        let dead = self.block_tier_dead_blocks() > 0;
         let freer = loop {
             if self.pm_clean_dirty().0 > 0 {
                 self.evict_clean(self.pm_reserve_blocks() * BLOCK_SIZE);
@@ -364,11 +369,8 @@ impl Fs {
             if self.alloc.free() > before {
                 break true;
             }
-            // Data leaves PM only into room for data on a block tier, or
-            // room the cleaner makes of dead blocks there (a pass of the
-            // migration thread recycles them).
             let moving = self.migrator.move_blocks_pending.load(Ordering::Relaxed) > 0;
-            if self.data_room_blocks() == 0 && !moving && self.block_tier_dead_blocks() == 0 {
+            if self.data_room_blocks() == 0 && !moving && !dead {
                 break false;
             }
             if start.elapsed() > REMOVAL_STALL || self.unmounted.load(Ordering::Relaxed) {
@@ -407,16 +409,16 @@ impl Fs {
             .sum()
     }
 
-    /// One number for how the pool's space stands: free PM blocks, and each
-    /// block tier's free and valid blocks (a removal changes the latter
-    /// even when what it frees is dead until recycled). Never 0.
+    /// One number for how the pool's space stands: free PM blocks, and
+    /// each block tier's free blocks and count of allocations and releases
+    /// (a removal changes it even when what it frees stays dead until
+    /// recycled). Cheap: no walk over extents. Never 0.
     fn space_look(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::hash::DefaultHasher::new();
         self.alloc.free().hash(&mut h);
         for t in self.tiers.iter() {
-            let st = t.space.stats();
-            (st.free_blocks, st.valid_blocks).hash(&mut h);
+            (t.space.free_blocks(), t.space.changes()).hash(&mut h);
         }
         h.finish().max(1)
     }
