@@ -110,9 +110,7 @@ impl Fs {
     /// allocatable blocks of the block tiers, blocks write-backs hold), and
     /// the blocks the dirty pages of the DRAM cache need.
     pub(crate) fn room_and_dirty_blocks(&self) -> (u64, u64) {
-        let pm = self
-            .pm_free_unpromised()
-            .saturating_sub(self.pm_reserve_blocks());
+        let pm = self.pm_data_room_blocks();
         let tiers: u64 = self.tiers.iter().map(|t| t.room_blocks()).sum();
         let inflight = self
             .wb_inflight_blocks
@@ -267,9 +265,7 @@ impl Fs {
     /// Blocks [`Fs::alloc_data_spread`] can find on PM (beyond the log
     /// reserve) and the block tiers, object tiers not counted.
     pub(crate) fn block_room_blocks(&self) -> u64 {
-        let pm = self
-            .pm_free_unpromised()
-            .saturating_sub(self.pm_reserve_blocks());
+        let pm = self.pm_data_room_blocks();
         self.tiers
             .iter()
             .filter(|t| t.kind != terrace_format::TierKind::S3)
@@ -277,11 +273,9 @@ impl Fs {
             .fold(pm, u64::saturating_add)
     }
 
-    /// Free PM bytes available to data (the log reserve excluded).
+    /// [`Fs::pm_data_room_blocks`] in bytes.
     pub(crate) fn pm_data_free_bytes(&self) -> u64 {
-        self.pm_free_unpromised()
-            .saturating_sub(self.pm_reserve_blocks())
-            * BS
+        self.pm_data_room_blocks() * BS
     }
 
     /// Allocates `n` blocks for file data (all on one tier), PM first. ENOSPC

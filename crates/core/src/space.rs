@@ -71,6 +71,18 @@ pub(crate) enum LogUse {
 }
 
 impl LogUse {
+    /// The room a log compaction set off by a commit of this kind may take
+    /// (`Fs::maybe_compact`): an unlink's or rmdir's all but the promised
+    /// blocks, so a directory that removals grew can shrink again; a
+    /// background commit's no more than that (it is write-back's promise
+    /// the background may take, not compaction's); the others' their own.
+    pub(crate) fn compaction(self) -> LogUse {
+        match self {
+            LogUse::Background | LogUse::Name => LogUse::Name,
+            other => other,
+        }
+    }
+
     /// [`LogUse::Background`] or [`LogUse::Foreground`].
     pub(crate) fn of(background: bool) -> LogUse {
         if background {
@@ -199,6 +211,14 @@ impl Fs {
         self.alloc.free().saturating_sub(self.promised_blocks())
     }
 
+    /// Free PM blocks new data may take: beyond the blocks promised to
+    /// write-back and the metadata reserve ([`Fs::pm_reserve_blocks`]). The
+    /// PM part of every count of room for data.
+    pub(crate) fn pm_data_room_blocks(&self) -> u64 {
+        self.pm_free_unpromised()
+            .saturating_sub(self.pm_reserve_blocks())
+    }
+
     /// How PM's room stands now.
     pub fn space_status(&self) -> SpaceStatus {
         let sb = self.superblock();
@@ -252,12 +272,10 @@ impl Fs {
         if self.tiers.is_empty() {
             return Ok(());
         }
-        let (room, dirty) = self.room_and_dirty_blocks();
+        let (free, dirty) = self.metadata_room_and_dirty_blocks();
         if dirty == 0 {
             return Ok(());
         }
-        // The write-back may take PM's metadata reserve too.
-        let free = room + self.pm_free_unpromised().min(self.pm_reserve_blocks());
         if free < dirty.saturating_add(blocks) {
             self.space_stats
                 .metadata_refused
@@ -265,6 +283,17 @@ impl Fs {
             return Err(crate::types::errno(libc::ENOSPC));
         }
         Ok(())
+    }
+
+    /// The room metadata and the dirty cached pages share, and the blocks
+    /// those pages need: [`Fs::room_and_dirty_blocks`] with PM's free part
+    /// of the metadata reserve added to the room, as their write-back may
+    /// take the reserve too (`alloc_write_back`). Metadata may grow into
+    /// what the pages do not need.
+    pub(crate) fn metadata_room_and_dirty_blocks(&self) -> (u64, u64) {
+        let (room, dirty) = self.room_and_dirty_blocks();
+        let reserve_free = self.pm_free_unpromised().min(self.pm_reserve_blocks());
+        (room + reserve_free, dirty)
     }
 
     /// Waits, with no lock held, until PM has room for metadata: at least
@@ -294,10 +323,7 @@ impl Fs {
         let mut progress_at = start;
         self.space_stats.waits.fetch_add(1, Ordering::Relaxed);
         loop {
-            self.kick_migration();
-            // Dirty cached pages hold promises; writing them back frees them.
-            self.cache.wake_writeback();
-            std::thread::sleep(Duration::from_millis(2));
+            self.wake_what_frees_pm();
             if self.pm_free_unpromised() >= self.pm_reserve_blocks() {
                 self.space_stats.stalled_at_free.store(0, Ordering::Relaxed);
                 break;
@@ -324,6 +350,15 @@ impl Fs {
         self.space_stats
             .wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// One turn of a wait for PM room: wakes migration (it moves data down)
+    /// and write-back (dirty cached pages hold promised blocks; writing
+    /// them back gives those back), then sleeps 2 ms.
+    fn wake_what_frees_pm(&self) {
+        self.kick_migration();
+        self.cache.wake_writeback();
+        std::thread::sleep(Duration::from_millis(2));
     }
 
     /// Waits, with no lock held, for PM to get freer after a removal
@@ -376,9 +411,7 @@ impl Fs {
             if start.elapsed() > REMOVAL_STALL || self.unmounted.load(Ordering::Relaxed) {
                 break false;
             }
-            self.kick_migration();
-            self.cache.wake_writeback();
-            std::thread::sleep(Duration::from_millis(2));
+            self.wake_what_frees_pm();
         };
         stalled.store(if freer { 0 } else { self.space_look() }, Ordering::Relaxed);
         self.space_stats
@@ -392,8 +425,7 @@ impl Fs {
     /// reserve without (where the room rule does not apply).
     fn room_to_say(&self) -> u64 {
         if self.tiers.is_empty() {
-            self.pm_free_unpromised()
-                .saturating_sub(self.pm_reserve_blocks())
+            self.pm_data_room_blocks()
         } else {
             self.data_room_blocks()
         }

@@ -153,8 +153,7 @@ impl Fs {
         if !self.tiers.is_empty() {
             // Not the blocks dirty cached pages were promised (as any
             // metadata, `check_metadata_room`).
-            let (data_room, dirty) = self.room_and_dirty_blocks();
-            let free = data_room + self.pm_free_unpromised().min(self.pm_reserve_blocks());
+            let (free, dirty) = self.metadata_room_and_dirty_blocks();
             room = room.min(free.saturating_sub(dirty));
         }
         // Entries left in the map blocks the superblock names now.
