@@ -134,13 +134,32 @@ impl PageAllocator {
     /// Allocates `n` blocks as few runs as it can (first fit, one shard first,
     /// then the others). All or nothing: `None` when fewer than `n` are free.
     pub fn alloc(&self, n: u64) -> Option<Vec<Run>> {
+        self.alloc_keeping(n, 0)
+    }
+
+    /// One block, if one is free.
+    pub fn alloc_one(&self) -> Option<PhysBlock> {
+        self.alloc(1).map(|r| r[0].0)
+    }
+
+    /// One block, if more than `keep_free` blocks are free (and so at least
+    /// `keep_free` stay free after it, whatever other callers take meanwhile).
+    pub fn alloc_one_keeping(&self, keep_free: u64) -> Option<PhysBlock> {
+        self.alloc_keeping(1, keep_free).map(|r| r[0].0)
+    }
+
+    /// [`PageAllocator::alloc`] that leaves at least `keep_free` blocks free:
+    /// `None` when fewer than `n + keep_free` are. The count is checked and
+    /// taken in one atomic step, so concurrent callers cannot take a
+    /// reserve between a look and an allocation.
+    pub fn alloc_keeping(&self, n: u64, keep_free: u64) -> Option<Vec<Run>> {
         if n == 0 {
             return Some(Vec::new());
         }
         // Reserve the count first so concurrent callers cannot overcommit.
         let mut cur = self.free_blocks.load(Ordering::Relaxed);
         loop {
-            if cur < n {
+            if cur < n.saturating_add(keep_free) {
                 return None;
             }
             match self.free_blocks.compare_exchange_weak(
@@ -199,11 +218,6 @@ impl PageAllocator {
         let next = self.next_shard.load(Ordering::Relaxed) % self.shards.len();
         let sh = &self.shards[next];
         (sh.start..sh.end).contains(&block)
-    }
-
-    /// Allocates one block.
-    pub fn alloc_one(&self) -> Option<PhysBlock> {
-        self.alloc(1).map(|r| r[0].0)
     }
 
     /// Returns a run to the free sets, merging with its neighbours.

@@ -210,7 +210,7 @@ impl Fs {
         self.note_pm_split_change(split, inode.extents.pm_clean_dirty());
         self.relist(inode);
         self.free_runs(released);
-        self.maybe_compact(inode);
+        self.maybe_compact(inode, use_.compaction());
         Ok(())
     }
 
@@ -225,7 +225,14 @@ impl Fs {
     /// files: 447 bytes of log per file on average without this, 2026-11-24),
     /// and a log is rewritten only after its dead part has grown well past
     /// its live part since the last time.
-    pub(crate) fn maybe_compact(&self, inode: &mut Inode) {
+    ///
+    /// `use_` is the room the fresh chain may take ([`LogUse::compaction`]
+    /// of the operation whose commit set it off): a compaction frees more
+    /// log bytes than it takes, but not always more blocks — a small log's
+    /// pages share slab blocks with other logs, and the fresh chain may
+    /// need a new one — so one that a create or an access-time update set
+    /// off leaves PM's removal reserve alone, as that operation does.
+    pub(crate) fn maybe_compact(&self, inode: &mut Inode, use_: LogUse) {
         // Checksums of block-tier data are live too. This runs after every
         // commit, so nothing here walks the file's extents or, while the log
         // cannot be due, its pages: a walk over the extents made each 4 KiB
@@ -246,9 +253,7 @@ impl Fs {
         // Stage into a new chain without touching the slot's head word.
         let st = match fresh.stage(
             &*self.media,
-            // Compaction frees more than it takes: it may use the removal
-            // reserve, so a directory that removals grew can shrink again.
-            &self.log_room(LogUse::Name),
+            &self.log_room(use_),
             inode.ino,
             scratch_slot(),
             &entries,

@@ -132,6 +132,13 @@ impl LogRoom<'_> {
         self.space.alloc(self.alloc, size, self.keep_free)
     }
 
+    /// A whole block outside any log, taken by the same rule as a log page
+    /// (what is kept free for others): a symlink's target, which its
+    /// create commits with the link's first log entry.
+    pub fn take_block(&self) -> Option<PhysBlock> {
+        self.alloc.alloc_one_keeping(self.keep_free)
+    }
+
     /// Returns pages.
     pub fn give_back(&self, pages: impl IntoIterator<Item = LogPage>) {
         self.space.free_all(self.alloc, pages)
@@ -185,13 +192,7 @@ impl LogSpace {
     /// blocks are free (blocks promised to others: see `Fs::log_promise`).
     /// `None` when there is no room.
     pub fn alloc(&self, alloc: &PageAllocator, size: u64, keep_free: u64) -> Option<LogPage> {
-        let new_block = || {
-            if alloc.free() > keep_free {
-                alloc.alloc_one().map(PhysBlock::get)
-            } else {
-                None
-            }
-        };
+        let new_block = || alloc.alloc_one_keeping(keep_free).map(PhysBlock::get);
         if size >= LOG_PAGE_MAX {
             let b = new_block()?;
             self.slabs.lock().whole += 1;

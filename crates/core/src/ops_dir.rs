@@ -255,7 +255,9 @@ impl Fs {
         };
         let mut data_blocks = Vec::new();
         if let Some(target) = symlink {
-            let block = match self.alloc.alloc_one() {
+            // Metadata of a create: PM's removal reserve stays free for the
+            // removals (`space.rs` rule 4), as with the create's log pages.
+            let block = match self.log_room(crate::space::LogUse::Foreground).take_block() {
                 Some(b) => b,
                 None => {
                     self.release_slot(ino);
@@ -450,7 +452,7 @@ impl Fs {
                 l.get(child).attr.nlink = 0;
             }
             let p = l.get(parent);
-            self.maybe_compact(p);
+            self.maybe_compact(p, crate::space::LogUse::Name);
             return Ok(());
         }
     }
