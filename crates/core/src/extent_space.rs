@@ -292,6 +292,13 @@ impl ExtentSpace {
         self.alloc_above(n, 0)
     }
 
+    /// [`ExtentSpace::alloc`] for a rescue of PM room for removals
+    /// (`migrate/rescue.rs`), which may take up to half of the recycling
+    /// reserve (none of a reserve of one extent).
+    pub fn alloc_rescue(&self, n: u64) -> Option<Vec<Run>> {
+        self.alloc_above(n, self.reserve.div_ceil(2))
+    }
+
     /// Blocks an allocation leaving `keep` extents' worth of free blocks
     /// may take. Counted in blocks wherever they are, not in free extents:
     /// once recycling opened a reserve extent, the rest of it is still the

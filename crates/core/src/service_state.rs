@@ -37,6 +37,9 @@ pub struct SpaceStats {
     /// of a removal for PM room gave up (0: it did not): removals do not
     /// wait again until it changes.
     pub removal_stalled_look: AtomicU64,
+    /// Bytes of PM data moved into a block tier's recycling reserve for
+    /// removals refused PM room (`migrate/rescue.rs`).
+    pub rescued_bytes: AtomicU64,
     /// Set when a data write was refused for room, until the pool has room
     /// for that request again: the daemon's log says each change once, not
     /// once per refused write.

@@ -373,7 +373,9 @@ impl Fs {
     /// worth another try — or until PM has got no freer for
     /// [`REMOVAL_STALL`], or at once when the block tiers have neither room
     /// for data to leave PM into nor dead blocks the cleaner could turn into
-    /// some. After a wait that gave up, removals do not wait
+    /// some — after a rescue of a little PM data into a block tier's
+    /// recycling reserve, if one may run (`migrate/rescue.rs`), which is
+    /// true when it freed PM. After a wait that gave up, removals do not wait
     /// again until the pool's space looks different ([`Fs::space_look`]):
     /// on a pool that nothing can free, each would wait the whole limit.
     /// Pools without block tiers or a migration thread never wait.
@@ -405,10 +407,12 @@ impl Fs {
                 break true;
             }
             let moving = self.migrator.move_blocks_pending.load(Ordering::Relaxed) > 0;
-            if self.data_room_blocks() == 0 && !moving && !dead {
-                break false;
+            if (self.data_room_blocks() == 0 && !moving && !dead) || start.elapsed() > REMOVAL_STALL
+            {
+                // Nothing else frees PM: the rescue, if it may.
+                break self.rescue_pm_for_removal();
             }
-            if start.elapsed() > REMOVAL_STALL || self.unmounted.load(Ordering::Relaxed) {
+            if self.unmounted.load(Ordering::Relaxed) {
                 break false;
             }
             self.wake_what_frees_pm();

@@ -676,3 +676,45 @@ fn symlinks_made_until_refused_leave_room_for_deleting_everything() {
         fs.check_allocator().unwrap();
     }
 }
+
+/// A pool full on every tier, whose PM holds data, empties a directory of
+/// empty files: each unlink adds an entry to the directory's log and frees
+/// no block (an empty file has no log page of its own), so the unlinks use
+/// PM's removal reserve up, and with the block tiers full migration has
+/// nowhere to move PM's data. A removal refused then moves a little of
+/// PM's data into a block tier's recycling reserve (when nothing cached
+/// is dirty and the tier has nothing to recycle): before, the first
+/// `rm -rf` of such a pool failed with ENOSPC on thousands of names.
+#[test]
+fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
+    let (_, _, fs) = running_pool(4, 16, 64, "4M");
+    fs.set_setting("inode_max_percent", "90").unwrap();
+    let d = mkdirs(&fs, 1)[0];
+    let mut names = Vec::new();
+    for i in 0..1500u32 {
+        let name = format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
+        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        names.push(name);
+    }
+    fill_with_data(&fs);
+    let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
+    fill_with_files(&fs, &[fill]);
+    let mut failed = Vec::new();
+    for name in &names {
+        if let Err(e) = fs.unlink(d, name.as_bytes()) {
+            failed.push(format!("{name}: {e}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} unlinks failed, the first: {:?}; {:?}",
+        failed.len(),
+        names.len(),
+        &failed[..failed.len().min(3)],
+        fs.space_status()
+    );
+    fs.rmdir(1, b"d0").unwrap();
+    fs.stop_background_for_crash_test();
+    fs.check_allocator().unwrap();
+}

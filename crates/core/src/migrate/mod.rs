@@ -73,6 +73,7 @@ mod files;
 mod mover;
 mod nvmfs;
 mod pass;
+mod rescue;
 mod reverse;
 pub(crate) mod state;
 mod status;

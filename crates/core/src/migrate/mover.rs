@@ -230,8 +230,11 @@ impl Fs {
             }
             // A move off PM gives its PM blocks back at the commit, but while
             // PM is under its metadata reserve they refill the reserve, not
-            // the room: then it may take only room no dirty page was promised.
+            // the room: then it may take only room no dirty page was promised
+            // — or, in a rescue, the recycling reserve (`rescue.rs`).
+            let rescue = off_pm && mode == Mode::Move && super::rescue::rescuing();
             if off_pm
+                && !rescue
                 && self.pm_free_unpromised() < self.pm_reserve_blocks()
                 && self.data_room_blocks() < total
             {
@@ -245,6 +248,8 @@ impl Fs {
                 None
             } else if mode == Mode::Move && from == to {
                 t.space.alloc_recycling(total)
+            } else if rescue {
+                t.space.alloc(total).or_else(|| t.space.alloc_rescue(total))
             } else {
                 t.space.alloc(total)
             };

@@ -1,0 +1,135 @@
+//! The rescue: a little of PM's data moved into a block tier's recycling
+//! reserve so that a removal finds a PM block when every tier is full
+//! (design.md §5f, rule 6, "The rescue").
+//!
+//! Removals need PM: an unlink adds an entry to its directory's log. What
+//! they may take of PM, the removal reserve, is refilled by migration
+//! moving PM's data down into block-tier room — the room removals free.
+//! But removals that free nothing (empty files, names whose files are
+//! still linked elsewhere) or that free only later (after the names before
+//! them) can use the reserve up while the block tiers are full, and then
+//! nothing frees PM: `rm -rf` of such a pool failed with ENOSPC on
+//! thousands of names in its first pass. A removal that finds no other
+//! way ([`Fs::wait_for_removal_room`]) then moves up to [`RESCUE_BLOCKS`]
+//! of PM's coldest data into the recycling reserve of the first block
+//! tier ([`ExtentSpace::alloc_rescue`](crate::extent_space::ExtentSpace::alloc_rescue)).
+//!
+//! Invariants:
+//! - Only while no cached page is dirty and no write-back is in flight:
+//!   the room those need is not touched, so no acknowledged write can
+//!   find its block gone.
+//! - Only into a tier with no dead blocks: its reserve is what recycling
+//!   needs to turn dead blocks into room, and with none there is nothing
+//!   to recycle until removals free some — by which time they free room.
+//!   Half the reserve (at least one extent) always stays.
+//! - Data a rule pins to PM stays. The move is an ordinary one
+//!   (`move_ranges`): crash-safe at every step, committed by the log tail.
+
+use super::*;
+use std::cell::Cell;
+
+/// PM blocks one rescue moves at most (128 KiB: about 1,400 unlink
+/// entries in a directory's log).
+pub(crate) const RESCUE_BLOCKS: u64 = 32;
+
+/// Cold PM files one rescue looks at, coldest first.
+const RESCUE_FILES: usize = 16;
+
+thread_local! {
+    /// Set while this thread moves data for a rescue: the mover then takes
+    /// its blocks from the recycling reserve (`prepare_move`).
+    static RESCUING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is moving data for a rescue.
+pub(super) fn rescuing() -> bool {
+    RESCUING.with(Cell::get)
+}
+
+/// Marks this thread as rescuing until dropped.
+struct Rescuing;
+
+impl Rescuing {
+    fn start() -> Rescuing {
+        RESCUING.with(|r| r.set(true));
+        Rescuing
+    }
+}
+
+impl Drop for Rescuing {
+    fn drop(&mut self) {
+        RESCUING.with(|r| r.set(false));
+    }
+}
+
+impl Fs {
+    /// Moves up to [`RESCUE_BLOCKS`] of PM's coldest data into the first
+    /// block tier's recycling reserve, under the invariants of the module
+    /// doc. Whether PM has more free blocks afterwards. Called with no lock
+    /// held.
+    pub(crate) fn rescue_pm_for_removal(&self) -> bool {
+        if self.cache.dirty_blocks() > 0 || self.wb_inflight_blocks.load(Ordering::Relaxed) > 0 {
+            return false;
+        }
+        let Some(t) = self.tiers.iter().find(|t| {
+            t.kind != terrace_format::TierKind::S3 && !t.full.is_full() && !t.refuses_allocation()
+        }) else {
+            return false;
+        };
+        if t.space.stats().dead_blocks > 0 {
+            return false;
+        }
+        let before = self.alloc.free();
+        let _rescuing = Rescuing::start();
+        for (_, ino) in self.coldest_files(TierId::PM, Mode::Move, RESCUE_FILES) {
+            if self.is_commanded(ino) {
+                continue;
+            }
+            let ranges = {
+                let Ok(g) = self.lock(ino) else { continue };
+                let Some(i) = g.as_ref() else { continue };
+                if self.rule_of(i) == Some(TierId::PM) {
+                    continue;
+                }
+                pm_ranges(i, RESCUE_BLOCKS)
+            };
+            if ranges.is_empty() {
+                continue;
+            }
+            if let Ok(n @ 1..) = self.move_ranges(ino, TierId::PM, t.id, &ranges, Mode::Move) {
+                let st = &self.space_stats;
+                if st.rescued_bytes.fetch_add(n, Ordering::Relaxed) == 0 {
+                    self.notice(format!(
+                        "every tier is full and removals found no PM room: {} KiB of PM data \
+                         moved into the recycling reserve of tier {} so that they go on",
+                        n / 1024,
+                        t.id
+                    ));
+                }
+            }
+            if self.alloc.free() > before {
+                break;
+            }
+        }
+        self.alloc.free() > before
+    }
+}
+
+/// `i`'s file ranges whose data is on PM, in file order, `limit` blocks
+/// at most in all.
+fn pm_ranges(i: &Inode, limit: u64) -> Vec<(FileBlock, u64)> {
+    let mut ranges: Vec<(FileBlock, u64)> = Vec::new();
+    let mut left = limit;
+    for (fb, e) in i.extents.iter().filter(|(_, e)| e.tier.is_pm()) {
+        if left == 0 {
+            break;
+        }
+        let n = e.blocks.min(left);
+        left -= n;
+        match ranges.last_mut() {
+            Some((s, k)) if s.get() + *k == fb.get() => *k += n,
+            _ => ranges.push((fb, n)),
+        }
+    }
+    ranges
+}
