@@ -3,6 +3,7 @@
 #   make demo         build and mount a default pool in ./terrace-demo/mnt, print its status
 #   make test         everything CI runs: fmt, clippy, unit/model tests, FUSE end-to-end tests, short xfstests list
 #   make crash-long   the long kill -9 crash loop (200 iterations)
+#   make stress-full-pool  fsstress until a tiered pool is full on every tier, with migrate, scrub and kill -9, then rm -rf: no name refused, fsck clean (~4 minutes; needs the fsstress of make xfstests-short)
 #   make faults       the long fault campaign: EIO/ENOSPC/lost syncs under random operations, a tier image filled, truncated, kill -9 during scrub and repair -> docs/reliability.md
 #   make xfstests     xfstests on Terrace mounts (XFSTESTS_CONFIG=pm|tiered, XFSTESTS_ARGS="-g quick") -> docs/results/
 #   make xfstests-short  the xfstests that guard fixes (tests/xfstests/short-list; part of `make test`)
@@ -121,6 +122,12 @@ test: setup fmt-check clippy unit test-s3 e2e xfstests-short
 
 crash-long: build
 	CRASH_ITERATIONS=$(CRASH_ITERATIONS) $(PYTHON) -m pytest -q tests/e2e/test_crash_kill.py
+
+# Not part of `make test` (about 4 minutes): scripts/stress_full_pool.sh.
+STRESS_ROUNDS ?= 6
+.PHONY: stress-full-pool
+stress-full-pool: build
+	TERRACE="$(TERRACE)" scripts/stress_full_pool.sh $(STRESS_ROUNDS)
 
 # The long fault campaign (issue 20; the short form runs in `make unit` and
 # `make e2e`): the core campaign with FAULT_ROUNDS rounds per base seed (and
