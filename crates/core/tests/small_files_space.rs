@@ -261,6 +261,34 @@ fn an_unmount_that_cannot_persist_keeps_the_data_and_succeeds_later() {
     fs.unmount().unwrap();
 }
 
+/// A pool of 4 MiB PM, with a 16 MiB SSD when `tiered`, whose inode
+/// table may take up to 90 % of PM (no background threads).
+fn small_pool(tiered: bool) -> Fs {
+    let fs = if tiered {
+        tiered_pool(4 << 20, 16 << 20, 64).2
+    } else {
+        pm_pool(4 << 20, 64).1
+    };
+    fs.set_setting("inode_max_percent", "90").unwrap();
+    fs
+}
+
+/// Asserts that every removal succeeded: `results` are the names and what
+/// their unlink or rmdir returned; the message gives the first failures.
+fn assert_all_removed(context: &str, results: Vec<(String, std::io::Result<()>)>) {
+    let total = results.len();
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|(name, r)| r.err().map(|e| format!("{name}: {e}")))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{context}: {} of {total} removals failed, the first: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+}
+
 /// Fills `fs` with data until a write is refused; returns the file.
 fn fill_with_data(fs: &Fs) -> u64 {
     let big = file(fs, 1, "big");
@@ -302,12 +330,7 @@ fn fill_with_files(fs: &Fs, dirs: &[u64]) -> Vec<Vec<String>> {
 #[test]
 fn a_pool_whose_pm_filled_with_metadata_can_still_delete_everything() {
     for tiered in [false, true] {
-        let fs = if tiered {
-            tiered_pool(4 << 20, 16 << 20, 64).2
-        } else {
-            pm_pool(4 << 20, 64).1
-        };
-        fs.set_setting("inode_max_percent", "90").unwrap();
+        let fs = small_pool(tiered);
         let dirs = mkdirs(&fs, 4);
         fill_with_data(&fs);
         for round in 0..3u32 {
@@ -573,19 +596,11 @@ fn truncates_of_files_with_cold_logs_leave_room_for_deleting_every_file() {
         }
     }
     assert!(refused > 0, "the truncates never ran short of PM");
-    let mut failed = Vec::new();
-    for (name, _) in &files {
-        if let Err(e) = fs.unlink(d, name.as_bytes()) {
-            failed.push(format!("{name}: {e}"));
-        }
-    }
-    assert!(
-        failed.is_empty(),
-        "{} of {} unlinks after the truncates failed, the first: {:?}",
-        failed.len(),
-        files.len(),
-        &failed[..failed.len().min(3)]
-    );
+    let unlinks = files
+        .iter()
+        .map(|(name, _)| (name.clone(), fs.unlink(d, name.as_bytes())))
+        .collect();
+    assert_all_removed("unlinks after the truncates", unlinks);
     fs.check_allocator().unwrap();
 }
 
@@ -601,12 +616,7 @@ fn truncates_of_files_with_cold_logs_leave_room_for_deleting_every_file() {
 #[test]
 fn symlinks_made_until_refused_leave_room_for_deleting_everything() {
     for tiered in [false, true] {
-        let fs = if tiered {
-            tiered_pool(4 << 20, 16 << 20, 64).2
-        } else {
-            pm_pool(4 << 20, 64).1
-        };
-        fs.set_setting("inode_max_percent", "90").unwrap();
+        let fs = small_pool(tiered);
         let mut removals: Vec<(u64, String)> = Vec::new();
         if tiered {
             fs.set_setting("placement_policy", "block-first").unwrap();
@@ -655,24 +665,18 @@ fn symlinks_made_until_refused_leave_room_for_deleting_everything() {
             }
             removals.push((1, format!("d{k}")));
         }
-        let mut failed = Vec::new();
-        for (d, name) in &removals {
-            let r = if d == &1 {
-                fs.rmdir(1, name.as_bytes())
-            } else {
-                fs.unlink(*d, name.as_bytes())
-            };
-            if let Err(e) = r {
-                failed.push(format!("{name}: {e}"));
-            }
-        }
-        assert!(
-            failed.is_empty(),
-            "tiered={tiered}: {} of {} removals failed, the first: {:?}",
-            failed.len(),
-            removals.len(),
-            &failed[..failed.len().min(3)]
-        );
+        let results = removals
+            .iter()
+            .map(|(d, name)| {
+                let r = if *d == 1 {
+                    fs.rmdir(1, name.as_bytes())
+                } else {
+                    fs.unlink(*d, name.as_bytes())
+                };
+                (name.clone(), r)
+            })
+            .collect();
+        assert_all_removed(&format!("tiered={tiered}"), results);
         fs.check_allocator().unwrap();
     }
 }
@@ -700,20 +704,11 @@ fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
     fill_with_data(&fs);
     let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
     fill_with_files(&fs, &[fill]);
-    let mut failed = Vec::new();
-    for name in &names {
-        if let Err(e) = fs.unlink(d, name.as_bytes()) {
-            failed.push(format!("{name}: {e}"));
-        }
-    }
-    assert!(
-        failed.is_empty(),
-        "{} of {} unlinks failed, the first: {:?}; {:?}",
-        failed.len(),
-        names.len(),
-        &failed[..failed.len().min(3)],
-        fs.space_status()
-    );
+    let unlinks = names
+        .iter()
+        .map(|name| (name.clone(), fs.unlink(d, name.as_bytes())))
+        .collect();
+    assert_all_removed("empty files on a full pool", unlinks);
     fs.rmdir(1, b"d0").unwrap();
     fs.stop_background_for_crash_test();
     fs.check_allocator().unwrap();
