@@ -70,6 +70,11 @@ pub struct Fs {
     pub(crate) sb: Mutex<Superblock>,
     pub(crate) table: crate::slot_table::SlotTable,
     pub(crate) free_slots: Mutex<Vec<Ino>>,
+    /// Deleted inodes whose slot waits for the kernel's last reference
+    /// (zombies: `Inode::zombie`). Raised when one becomes a zombie, lowered
+    /// after its slot number is back in `free_slots`: a create that sees 0
+    /// finds every slot they held free (`alloc_slot`).
+    pub(crate) zombies: AtomicU64,
     /// Groups the inode table had when a create last found it at its
     /// `inode_max_percent` cap and said so (`table.rs`; `u64::MAX`: never):
     /// one notice per size the table stops at.
@@ -366,6 +371,7 @@ impl Fs {
             sb: Mutex::new(Rank::leaf("superblock"), sb),
             table,
             free_slots: Mutex::new(Rank::leaf("free slots"), free),
+            zombies: AtomicU64::new(0),
             inode_cap_noticed_at: AtomicU64::new(u64::MAX),
             alloc,
             log_space,

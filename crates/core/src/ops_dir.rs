@@ -76,8 +76,12 @@ impl Fs {
             // to the zombie).
             self.release_inode_space(i);
             *g = None;
-            drop(g);
+            // Its number is free before it stops counting as a zombie: a
+            // create that sees none left finds it (`alloc_slot`).
             self.release_slot(ino);
+            self.zombies
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            drop(g);
         }
     }
 
@@ -467,6 +471,8 @@ impl Fs {
             self.release_slot(ino);
         } else {
             l.get(ino).zombie = true;
+            self.zombies
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 

@@ -103,6 +103,7 @@ impl Fs {
                 self.release_slot(ino);
             } else {
                 i.zombie = true;
+                self.zombies.fetch_add(1, Ordering::SeqCst);
             }
         }
         Ok(())
