@@ -30,7 +30,7 @@ pub const DEFRAG_RUN_BYTES: u64 = 256 << 10;
 /// entry continues the run before it when its data follows that run's on
 /// the device; holes in the file do not count), its blocks there, and the
 /// file ranges that data covers.
-fn runs_on(i: &Inode, tier: TierId) -> (u64, u64, Vec<(FileBlock, u64)>) {
+pub(super) fn runs_on(i: &Inode, tier: TierId) -> (u64, u64, Vec<(FileBlock, u64)>) {
     let mut runs = 0u64;
     let mut blocks = 0u64;
     let mut ranges: Vec<(FileBlock, u64)> = Vec::new();

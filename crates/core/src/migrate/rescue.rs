@@ -91,7 +91,8 @@ impl Fs {
                 if self.rule_of(i) == Some(TierId::PM) {
                     continue;
                 }
-                pm_ranges(i, RESCUE_BLOCKS)
+                let (_, _, ranges) = super::defrag::runs_on(i, TierId::PM);
+                first_blocks(ranges, RESCUE_BLOCKS)
             };
             if ranges.is_empty() {
                 continue;
@@ -115,21 +116,13 @@ impl Fs {
     }
 }
 
-/// `i`'s file ranges whose data is on PM, in file order, `limit` blocks
-/// at most in all.
-fn pm_ranges(i: &Inode, limit: u64) -> Vec<(FileBlock, u64)> {
-    let mut ranges: Vec<(FileBlock, u64)> = Vec::new();
+/// The first `limit` blocks of `ranges` (file ranges in file order).
+fn first_blocks(mut ranges: Vec<(FileBlock, u64)>, limit: u64) -> Vec<(FileBlock, u64)> {
     let mut left = limit;
-    for (fb, e) in i.extents.iter().filter(|(_, e)| e.tier.is_pm()) {
-        if left == 0 {
-            break;
-        }
-        let n = e.blocks.min(left);
-        left -= n;
-        match ranges.last_mut() {
-            Some((s, k)) if s.get() + *k == fb.get() => *k += n,
-            _ => ranges.push((fb, n)),
-        }
-    }
+    ranges.retain_mut(|(_, n)| {
+        *n = (*n).min(left);
+        left -= *n;
+        *n > 0
+    });
     ranges
 }
