@@ -41,6 +41,11 @@ declare -A PKG_FOR_CMD=(
     # PostgreSQL killed with the daemon under it (tests/e2e/test_postgres.py)
     # and bench/postgres.py; its programs are in /usr/lib/postgresql/*/bin.
     [pg_ctlcluster]=postgresql
+    # POSIX ACLs through a mount (tests/e2e/test_posix_parity.py and
+    # test_mount_options.py). xfstests' setup installs it too, but the e2e
+    # tests run first on a fresh machine.
+    [setfacl]=acl
+    [getfacl]=acl
 )
 
 # Commands in /sbin and /usr/sbin are not always on a non-root PATH.
