@@ -253,6 +253,7 @@ impl Fs {
             copies_dropped_for_room_bytes: st.copies_dropped_for_room.load(Ordering::Relaxed),
             room_retries: st.room_retries.load(Ordering::Relaxed),
             metadata_refused: st.metadata_refused.load(Ordering::Relaxed),
+            rescued_bytes: st.rescued_bytes.load(Ordering::Relaxed),
             state,
         }
     }
@@ -637,6 +638,11 @@ pub struct SpaceStatus {
     /// take was what dirty cached pages need.
     #[serde(default)]
     pub metadata_refused: u64,
+    /// Bytes of PM data the rescue moved into a block tier's recycling
+    /// reserve so that removals on a pool full on every tier could go on
+    /// (`migrate/rescue.rs`).
+    #[serde(default)]
+    pub rescued_bytes: u64,
     /// PM's state in words ("" when there is room).
     pub state: String,
 }

@@ -709,6 +709,9 @@ fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
         .map(|name| (name.clone(), fs.unlink(d, name.as_bytes())))
         .collect();
     assert_all_removed("empty files on a full pool", unlinks);
+    // The rescue made the room (the unlinks failed without it), and the
+    // status says how much it moved.
+    assert!(fs.status().space.rescued_bytes > 0);
     fs.rmdir(1, b"d0").unwrap();
     fs.stop_background_for_crash_test();
     fs.check_allocator().unwrap();

@@ -214,6 +214,12 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             sp.metadata_refused
         ));
     }
+    if sp.rescued_bytes > 0 {
+        line(format!(
+            "                {} of PM data moved into the recycling reserve so that removals on a pool full on every tier could go on",
+            util::human_bytes(sp.rescued_bytes)
+        ));
+    }
     if !sp.state.is_empty() {
         line(format!(
             "  PM            {} ({} free, {} kept for logs)",

@@ -381,6 +381,11 @@ impl Sample {
             "terrace_pm_room_stalls",
             "Waits for PM room that gave up.",
             sp.stalls,
+        )?;
+        f.counter(
+            "terrace_pm_rescued_bytes",
+            "PM data moved into a block tier's recycling reserve so that removals on a pool full on every tier could go on.",
+            sp.rescued_bytes,
         )
     }
 
