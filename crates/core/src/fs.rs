@@ -71,7 +71,7 @@ pub struct Fs {
     pub(crate) table: crate::slot_table::SlotTable,
     pub(crate) free_slots: Mutex<Vec<Ino>>,
     /// Deleted inodes whose slot waits for the kernel's last reference
-    /// (zombies: `Inode::zombie`). Raised when one becomes a zombie, lowered
+    /// (zombies: `Inode::zombie`). Raised by `Fs::make_zombie`, lowered
     /// after its slot number is back in `free_slots`: a create that sees 0
     /// finds every slot they held free (`alloc_slot`).
     pub(crate) zombies: AtomicU64,

@@ -470,9 +470,7 @@ impl Fs {
             *l.slot(ino) = None;
             self.release_slot(ino);
         } else {
-            l.get(ino).zombie = true;
-            self.zombies
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.make_zombie(l.get(ino));
         }
     }
 

@@ -102,8 +102,7 @@ impl Fs {
                 drop(g);
                 self.release_slot(ino);
             } else {
-                i.zombie = true;
-                self.zombies.fetch_add(1, Ordering::SeqCst);
+                self.make_zombie(i);
             }
         }
         Ok(())

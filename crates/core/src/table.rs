@@ -218,6 +218,14 @@ impl Fs {
         true
     }
 
+    /// Marks deleted inode `i`, whose space is released, as a zombie: its
+    /// DRAM slot waits for the kernel's FORGET (`Fs::forget`). The one place
+    /// the mark is set, so that [`Fs::zombies`] counts every marked inode.
+    pub(crate) fn make_zombie(&self, i: &mut Inode) {
+        i.zombie = true;
+        self.zombies.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Whether some deleted inode still waits for its last kernel reference
     /// (`Fs::zombies`; a look at each slot's lock missed the one a FORGET
     /// held while freeing it, and a create then failed with ENOSPC).

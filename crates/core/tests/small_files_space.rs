@@ -301,13 +301,30 @@ fn fill_with_data(fs: &Fs) -> u64 {
     big
 }
 
+/// The `i`-th name of a mail spool (Maildir): long, as such names are.
+fn maildir_name(i: u32) -> String {
+    format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,")
+}
+
+/// Creates the `i`-th mail file in `dir` with 8 KiB written and fsynced;
+/// returns its inode and name.
+fn mail_file(fs: &Fs, dir: u64, i: u32) -> (u64, String) {
+    let name = maildir_name(i);
+    let a = fs
+        .mknod(dir, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    fs.write(a.ino, 0, &content(i, 8192)).unwrap();
+    fs.fsync(a.ino, false).unwrap();
+    (a.ino, name)
+}
+
 /// Creates files with long names in `dirs`, in turn, until a create is
 /// refused; returns the names created in each.
 fn fill_with_files(fs: &Fs, dirs: &[u64]) -> Vec<Vec<String>> {
     let mut names = vec![Vec::new(); dirs.len()];
     for i in 0..1_000_000u32 {
         let k = i as usize % dirs.len();
-        let name = format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
+        let name = maildir_name(i);
         match fs.mknod(dirs[k], name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX) {
             Ok(_) => names[k].push(name),
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
@@ -489,18 +506,13 @@ fn a_pool_full_on_every_tier_whose_logs_left_pm_can_still_delete_everything() {
     let mut inos = dirs.clone();
     for (k, &d) in dirs.iter().enumerate() {
         for i in 0..80u32 {
-            let name = format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
-            let a = fs
-                .mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
-                .unwrap();
-            fs.write(a.ino, 0, &content(i, 8192)).unwrap();
-            fs.fsync(a.ino, false).unwrap();
-            inos.push(a.ino);
+            let (ino, name) = mail_file(&fs, d, i);
+            inos.push(ino);
             names[k].push(name);
             if i % 4 == 0 {
                 let other = (k + 1) % dirs.len();
                 let link = format!("link-{k}-{i}");
-                fs.link(a.ino, dirs[other], link.as_bytes()).unwrap();
+                fs.link(ino, dirs[other], link.as_bytes()).unwrap();
                 names[other].push(link);
             }
         }
@@ -623,13 +635,8 @@ fn symlinks_made_until_refused_leave_room_for_deleting_everything() {
             let cold = fs.mkdir(1, b"cold", 0o755, CTX).unwrap().ino;
             let mut inos = vec![cold];
             for i in 0..60u32 {
-                let name = format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
-                let a = fs
-                    .mknod(cold, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
-                    .unwrap();
-                fs.write(a.ino, 0, &content(i, 8192)).unwrap();
-                fs.fsync(a.ino, false).unwrap();
-                inos.push(a.ino);
+                let (ino, name) = mail_file(&fs, cold, i);
+                inos.push(ino);
                 removals.push((cold, name));
             }
             fs.set_setting("placement_policy", "ziggurat").unwrap();
@@ -696,7 +703,7 @@ fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
     let d = mkdirs(&fs, 1)[0];
     let mut names = Vec::new();
     for i in 0..1500u32 {
-        let name = format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
+        let name = maildir_name(i);
         fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
             .unwrap();
         names.push(name);
