@@ -34,6 +34,10 @@
 //!    and a pool whose PM creates, renames or xattrs had taken to its last
 //!    block refused every `rm` with ENOSPC and could never be emptied
 //!    (xfstests generic/027 under `-o writeback_cache`).
+//! 5. *Moves last of all.* On a pool with block tiers, no foreground
+//!    commit takes PM's last [`MOVE_LOG_BLOCKS`]: a move down (the rescue's,
+//!    `migrate/rescue.rs`, or migration's) may need a log page for its
+//!    commit, and it is what frees PM once removals have used the rest.
 //!
 //! Lock order: the room lock (`Fs::room_lock`) is taken under an inode lock
 //! and before the cache's state lock; waiting happens with no lock held.
@@ -57,7 +61,8 @@ pub(crate) enum LogUse {
     /// more PM than they take, or they are what the promise is for).
     Background,
     /// Unlink and rmdir, and log compaction (it frees more than it
-    /// takes): all but the blocks promised to write-back.
+    /// takes): all but the blocks promised to write-back and, with block
+    /// tiers, the last blocks left for a move's commit (rule 5).
     Name,
     /// Other operations that remove — removexattr, a truncate that
     /// shrinks, a hole punch or collapse: also leave the last half of the
@@ -92,6 +97,14 @@ impl LogUse {
         }
     }
 }
+
+/// PM blocks every foreground commit leaves free on a pool with block
+/// tiers ([`Fs::log_room`]): the log pages of one move's commit (its write
+/// and checksum entries fit in two 4 KiB pages). Without them, unlinks of
+/// empty files took PM's last block and the rescue's move of 128 KiB
+/// down failed with ENOSPC for want of one log page, whenever the moved
+/// file's last log page happened to be full.
+const MOVE_LOG_BLOCKS: u64 = 2;
 
 /// Bytes of one write entry (what a write-back commits per run of pages).
 const WRITE_ENTRY_BYTES: u64 = 48;
@@ -176,6 +189,18 @@ impl Fs {
         promise_blocks(self.cache.log_promise_total())
     }
 
+    /// PM blocks no foreground commit takes on a pool with block tiers:
+    /// room for the log commit of a move down ([`MOVE_LOG_BLOCKS`]), so
+    /// that removals which took PM to its end still leave the rescue
+    /// (`migrate/rescue.rs`) and migration the page their commit needs.
+    fn move_log_blocks(&self) -> u64 {
+        if self.tiers.is_empty() {
+            0
+        } else {
+            MOVE_LOG_BLOCKS
+        }
+    }
+
     /// Where a log's new pages come from, and how much of PM's free room
     /// the taker must leave ([`LogUse`]).
     pub(crate) fn log_room(&self, use_: LogUse) -> LogRoom<'_> {
@@ -184,9 +209,17 @@ impl Fs {
             alloc: &self.alloc,
             keep_free: match use_ {
                 LogUse::Background => 0,
-                LogUse::Name => self.promised_blocks(),
-                LogUse::Removal => self.promised_blocks() + self.pm_removal_reserve_blocks() / 2,
-                LogUse::Foreground => self.promised_blocks() + self.pm_removal_reserve_blocks(),
+                LogUse::Name => self.promised_blocks() + self.move_log_blocks(),
+                LogUse::Removal => {
+                    self.promised_blocks()
+                        + self.move_log_blocks()
+                        + self.pm_removal_reserve_blocks() / 2
+                }
+                LogUse::Foreground => {
+                    self.promised_blocks()
+                        + self.move_log_blocks()
+                        + self.pm_removal_reserve_blocks()
+                }
             },
         }
     }
