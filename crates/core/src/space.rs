@@ -334,7 +334,8 @@ impl Fs {
     /// half the metadata reserve free beyond the promised blocks. While it is
     /// short, migration is woken (it moves data down and frees PM); the wait
     /// ends when the room is back, or when PM has not become freer for
-    /// [`STALL_LIMIT`] (the operation then goes on and fails with ENOSPC if
+    /// [`STALL_LIMIT`] or at once when nothing can free it
+    /// ([`Fs::nothing_frees_pm`]) (the operation then goes on and fails with ENOSPC if
     /// it really finds no room; later operations do not wait again until PM
     /// is freer than it was then). Pools without block tiers, or without a
     /// migration thread, never wait.
@@ -356,6 +357,8 @@ impl Fs {
         let mut best = self.alloc.free();
         let mut progress_at = start;
         self.space_stats.waits.fetch_add(1, Ordering::Relaxed);
+        // One look at the dead blocks (a walk over the extents).
+        let dead = self.block_tier_dead_blocks() > 0;
         loop {
             self.wake_what_frees_pm();
             if self.pm_free_unpromised() >= self.pm_reserve_blocks() {
@@ -363,18 +366,26 @@ impl Fs {
                 break;
             }
             let free = self.alloc.free();
+            let hopeless = self.nothing_frees_pm(dead);
             if free > best {
                 best = free;
                 progress_at = Instant::now();
-            } else if progress_at.elapsed() > STALL_LIMIT || self.unmounted.load(Ordering::Relaxed)
+            } else if hopeless
+                || progress_at.elapsed() > STALL_LIMIT
+                || self.unmounted.load(Ordering::Relaxed)
             {
                 self.space_stats
                     .stalled_at_free
                     .store(free + 1, Ordering::Relaxed);
                 if self.space_stats.stalls.fetch_add(1, Ordering::Relaxed) == 0 {
+                    let why = if hopeless {
+                        "every block tier is full, so nothing can leave PM".to_string()
+                    } else {
+                        format!("migration freed none for {} s", STALL_LIMIT.as_secs())
+                    };
                     self.notice(format!(
-                        "PM has no room for metadata and migration freed none for {} s: operations go on and may fail with ENOSPC ({})",
-                        STALL_LIMIT.as_secs(),
+                        "PM has no room for metadata and {why}: operations go on and may fail \
+                         with ENOSPC ({})",
                         self.migration_status().waiting
                     ));
                 }
@@ -384,6 +395,21 @@ impl Fs {
         self.space_stats
             .wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether no background work can free PM now, so a wait for PM room
+    /// would wait in vain: the block tiers have no room for data to leave
+    /// PM into, no move is in flight, they hold no dead blocks the cleaner
+    /// could recycle (`dead`, looked at once by the caller), and no cached
+    /// page is dirty or being written back (write-back gives back the
+    /// blocks promised to it). A create on a pool full on every tier then
+    /// fails at once, as on ext4, instead of after [`STALL_LIMIT`].
+    fn nothing_frees_pm(&self, dead: bool) -> bool {
+        !dead
+            && self.data_room_blocks() == 0
+            && self.migrator.move_blocks_pending.load(Ordering::Relaxed) == 0
+            && self.cache.dirty_blocks() == 0
+            && self.wb_inflight_blocks.load(Ordering::Relaxed) == 0
     }
 
     /// One turn of a wait for PM room: wakes migration (it moves data down)

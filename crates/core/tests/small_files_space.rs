@@ -723,3 +723,29 @@ fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
     fs.stop_background_for_crash_test();
     fs.check_allocator().unwrap();
 }
+
+/// A create on a pool full on every tier, where nothing can free PM (no
+/// block-tier room for data to leave into, nothing dead to recycle, nothing
+/// dirty), fails with ENOSPC at once, as on ext4. Before, the first one
+/// waited the whole stall limit (10 s) for a migration that had nowhere to
+/// move anything. The wait still gives up (a stall is counted), so later
+/// creates do not wait either.
+#[test]
+fn a_create_on_a_pool_full_on_every_tier_fails_at_once() {
+    let (_, _, fs) = running_pool(4, 16, 64, "4M");
+    fill_with_data(&fs);
+    let dir = mkdirs(&fs, 1)[0];
+    let start = Instant::now();
+    let names = fill_with_files(&fs, &[dir]);
+    let took = start.elapsed();
+    assert!(!names[0].is_empty(), "no file was created");
+    assert!(
+        took < Duration::from_secs(5),
+        "creating {} files until ENOSPC took {took:?}: the refused create waited for \
+         migration that had nowhere to move data",
+        names[0].len()
+    );
+    assert!(fs.space_status().stalls > 0, "no wait gave up");
+    fs.stop_background_for_crash_test();
+    fs.check_allocator().unwrap();
+}
