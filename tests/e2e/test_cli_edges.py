@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -329,3 +331,69 @@ def test_a_mount_waits_for_the_daemon_still_serving_its_mount_point_to_exit(terr
                 proc.kill()
             if helpers.is_mounted(m.path):
                 helpers.unmount(helpers.Mount(other, m.path))
+
+
+def _stop_the_mounting_child(mnt: Path, timeout: float = 5.0) -> Optional[int]:
+    """Finds the daemon `terrace mount --daemon` started for `mnt` (the
+    `--foreground-child` process) and stops it (SIGSTOP) as soon as it
+    appears; its pid, or None if it did not appear within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in helpers.find_pids_with_arg("--foreground-child"):
+            if str(mnt) in helpers._cmdline(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                    return pid
+        time.sleep(0.001)
+    return None
+
+
+def test_mount_daemon_says_the_daemon_is_still_mounting_after_10_s(pool, mountpoint):
+    """A large pool takes a while to mount (its logs are replayed):
+    `terrace mount --daemon` says after 10 s that the daemon is still
+    mounting, with its pid and log, and keeps waiting instead of giving up
+    or staying silent. The daemon is held with SIGSTOP before its mount
+    appears, then let go; the mount must then come up and the command
+    succeed. (A try where the mount appeared before the stop is undone and
+    made again.)"""
+    for attempt in range(5):
+        proc = subprocess.Popen([str(helpers.TERRACE_BIN), "mount", str(pool), str(mountpoint),
+                                 "--daemon"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        child = None
+        try:
+            child = _stop_the_mounting_child(mountpoint)
+            assert child is not None, "the daemon process did not appear"
+            if helpers.is_mounted(mountpoint):
+                # Mounted before the stop: nothing to see; try again.
+                print(f"attempt {attempt}: mounted before the stop")
+                os.kill(child, signal.SIGCONT)
+                child = None
+                proc.communicate(timeout=30)
+                helpers.unmount(helpers.Mount(pool, mountpoint))
+                continue
+            time.sleep(11)
+            assert proc.poll() is None, f"gave up on a daemon still mounting: {proc.communicate()}"
+            os.kill(child, signal.SIGCONT)
+            child = None
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, f"exit {proc.returncode}: {out} {err}"
+            note = [line for line in out.splitlines() if "still mounting" in line]
+            assert note, f"no 'still mounting' note in: {out!r} {err!r}"
+            assert "waiting up to 10 min" in note[0] and ".log" in note[0], note[0]
+            assert "mounted" in out.splitlines()[-1], out
+            assert helpers.is_mounted(mountpoint)
+            m = helpers.Mount(pool, mountpoint)
+            assert f"(pid {m.find_pid()})" in note[0], note[0]
+            assert helpers.unmount(m)
+            return
+        finally:
+            if child is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGCONT)
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            if helpers.is_mounted(mountpoint):
+                helpers.unmount(helpers.Mount(pool, mountpoint))
+    pytest.fail("the mount appeared before the daemon could be stopped, 5 times")
