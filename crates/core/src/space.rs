@@ -400,13 +400,15 @@ impl Fs {
     /// Whether no background work can free PM now, so a wait for PM room
     /// would wait in vain: the block tiers have no room for data to leave
     /// PM into, no move is in flight, they hold no dead blocks the cleaner
-    /// could recycle (`dead`, looked at once by the caller), and no cached
+    /// could recycle (`dead`, looked at once by the caller), PM holds no
+    /// clean data (its PM side can be dropped for free), and no cached
     /// page is dirty or being written back (write-back gives back the
     /// blocks promised to it). A create on a pool full on every tier then
     /// fails at once, as on ext4, instead of after [`STALL_LIMIT`].
     fn nothing_frees_pm(&self, dead: bool) -> bool {
         !dead
             && self.data_room_blocks() == 0
+            && self.pm_clean_dirty().0 == 0
             && self.migrator.move_blocks_pending.load(Ordering::Relaxed) == 0
             && self.cache.dirty_blocks() == 0
             && self.wb_inflight_blocks.load(Ordering::Relaxed) == 0
