@@ -613,3 +613,55 @@ def test_status_and_metrics_show_dead_blocks_and_recycling_reclaims_them():
             for name, want in kept.items():
                 assert sha256(d / name) == want, f"{name} changed"
         assert_fsck_clean(pool, "after recycling")
+
+
+def _fill_until_enospc(step) -> int:
+    """Calls `step(i)` for i = 0, 1, ... until it fails with ENOSPC; how many
+    calls succeeded."""
+    for i in range(1_000_000):
+        try:
+            step(i)
+        except OSError as e:
+            assert e.errno == 28, e
+            return i
+    raise AssertionError("never full")
+
+
+def test_rm_of_empty_files_on_a_pool_full_on_every_tier_removes_them_all_and_status_says_so():
+    """A pool full on every tier is emptied by `rm` even of files that free no
+    PM block (empty files: each unlink only adds to its directory's log):
+    the removals' PM reserve runs out, and a little of PM's data is moved
+    into the SSD's recycling reserve (the rescue) so that they go on.
+    `terrace status` and its JSON say how much was moved. A create on that
+    full pool is refused at once, not after a wait for migration that has
+    nowhere to move anything."""
+    with temp_pool_path() as pool, ssd_file() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:4M", "--tier", f"ssd:{ssd}:16M", "--inodes", "2048")
+        with mounted_pool(pool, mnt, "inode_max_percent=90") as m:
+            d = mnt / "mail"
+            d.mkdir()
+            names = [f"{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2," for i in range(1500)]
+            for name in names:
+                (d / name).touch()
+            chunk = bytes(range(256)) * 256  # 64 KiB
+            with open(mnt / "big", "wb", buffering=0) as f:
+                _fill_until_enospc(lambda i: f.write(chunk))
+                os.fsync(f.fileno())
+            (mnt / "fill").mkdir()
+            start = time.monotonic()
+            made = _fill_until_enospc(lambda i: (mnt / "fill" / names[i % 1500].replace("mail", f"f{i}")).touch())
+            took = time.monotonic() - start
+            assert made > 0
+            assert took < 5, f"creating {made} files until ENOSPC took {took:.1f} s"
+            refused = []
+            for name in names:
+                try:
+                    os.unlink(d / name)
+                except OSError as e:
+                    refused.append((name, e.errno))
+            assert not refused, f"{len(refused)} of {len(names)} unlinks refused, e.g. {refused[:3]}"
+            assert m.status()["space"]["rescued_bytes"] > 0, m.status()["space"]
+            text = terrace("status", mnt).stdout
+            assert "moved into the recycling reserve" in text, text
+            d.rmdir()
+        assert_fsck_clean(pool, "after emptying a pool full on every tier")
