@@ -226,15 +226,17 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
-def find_pids_with_arg(arg: str, exe_hint: str = "terrace") -> list[int]:
-    """Pids of live processes whose command line has `arg` as an argument and whose
-    program name contains `exe_hint`."""
+def find_pids_with_arg(arg: str, *more_args: str, exe_hint: str = "terrace") -> list[int]:
+    """Pids of live processes whose command line has `arg` (and each of
+    `more_args`) as an argument and whose program name contains `exe_hint`."""
     pids = []
+    wanted = (arg, *more_args)
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == os.getpid():
             continue
         cl = _cmdline(int(d))
-        if cl and arg in cl and exe_hint in os.path.basename(cl[0]) and pid_alive(int(d)):
+        if (cl and all(a in cl for a in wanted) and exe_hint in os.path.basename(cl[0])
+                and pid_alive(int(d))):
             pids.append(int(d))
     return pids
 

@@ -339,11 +339,10 @@ def _stop_the_mounting_child(mnt: Path, timeout: float = 5.0) -> Optional[int]:
     appears; its pid, or None if it did not appear within `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for pid in helpers.find_pids_with_arg("--foreground-child"):
-            if str(mnt) in helpers._cmdline(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGSTOP)
-                    return pid
+        for pid in helpers.find_pids_with_arg("--foreground-child", str(mnt)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                return pid
         time.sleep(0.001)
     return None
 

@@ -207,21 +207,23 @@ impl Fs {
         LogRoom {
             space: &self.log_space,
             alloc: &self.alloc,
-            keep_free: match use_ {
-                LogUse::Background => 0,
-                LogUse::Name => self.promised_blocks() + self.move_log_blocks(),
-                LogUse::Removal => {
-                    self.promised_blocks()
-                        + self.move_log_blocks()
-                        + self.pm_removal_reserve_blocks() / 2
-                }
-                LogUse::Foreground => {
-                    self.promised_blocks()
-                        + self.move_log_blocks()
-                        + self.pm_removal_reserve_blocks()
-                }
-            },
+            keep_free: self.log_keep_free(use_),
         }
+    }
+
+    /// PM blocks a commit's new log pages must leave free (rules 2, 4 and
+    /// 5 of the module doc): none for the background; for every foreground
+    /// commit the promised blocks and a move's log room, and beyond those
+    /// half the removal reserve for [`LogUse::Removal`] and all of it for
+    /// [`LogUse::Foreground`].
+    fn log_keep_free(&self, use_: LogUse) -> u64 {
+        let reserve_part = match use_ {
+            LogUse::Background => return 0,
+            LogUse::Name => 0,
+            LogUse::Removal => self.pm_removal_reserve_blocks() / 2,
+            LogUse::Foreground => self.pm_removal_reserve_blocks(),
+        };
+        self.promised_blocks() + self.move_log_blocks() + reserve_part
     }
 
     /// ENOSPC when PM cannot hold the log bytes `ino`'s write-back will need
@@ -366,11 +368,13 @@ impl Fs {
                 break;
             }
             let free = self.alloc.free();
-            let hopeless = self.nothing_frees_pm(dead);
             if free > best {
                 best = free;
                 progress_at = Instant::now();
-            } else if hopeless
+                continue;
+            }
+            let hopeless = self.nothing_frees_pm(dead);
+            if hopeless
                 || progress_at.elapsed() > STALL_LIMIT
                 || self.unmounted.load(Ordering::Relaxed)
             {
@@ -406,12 +410,20 @@ impl Fs {
     /// blocks promised to it). A create on a pool full on every tier then
     /// fails at once, as on ext4, instead of after [`STALL_LIMIT`].
     fn nothing_frees_pm(&self, dead: bool) -> bool {
-        !dead
-            && self.data_room_blocks() == 0
+        self.nowhere_to_move_pm_data(dead)
             && self.pm_clean_dirty().0 == 0
-            && self.migrator.move_blocks_pending.load(Ordering::Relaxed) == 0
             && self.cache.dirty_blocks() == 0
             && self.wb_inflight_blocks.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether no data can leave PM now: the block tiers have no room for
+    /// data, no move is in flight, and they hold no dead blocks the
+    /// cleaner could recycle into room (`dead`, looked at once by the
+    /// caller: a walk over the extents).
+    fn nowhere_to_move_pm_data(&self, dead: bool) -> bool {
+        !dead
+            && self.data_room_blocks() == 0
+            && self.migrator.move_blocks_pending.load(Ordering::Relaxed) == 0
     }
 
     /// One turn of a wait for PM room: wakes migration (it moves data down)
@@ -468,9 +480,7 @@ impl Fs {
             if self.alloc.free() > before {
                 break true;
             }
-            let moving = self.migrator.move_blocks_pending.load(Ordering::Relaxed) > 0;
-            if (self.data_room_blocks() == 0 && !moving && !dead) || start.elapsed() > REMOVAL_STALL
-            {
+            if self.nowhere_to_move_pm_data(dead) || start.elapsed() > REMOVAL_STALL {
                 // Nothing else frees PM: the rescue, if it may.
                 break self.rescue_pm_for_removal();
             }
