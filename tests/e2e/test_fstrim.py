@@ -90,6 +90,42 @@ def test_fstrim_punches_the_free_extents_of_a_file_tier_and_keeps_every_file():
         helpers.assert_fsck_clean(pool, "after fstrim and a crash")
 
 
+def test_mount_option_discard_punches_freed_extents_of_a_file_tier_in_the_background():
+    """`-o discard` (online discard, every 10 s at most): the extents the
+    deleted files freed go back to the disk under the tier image without
+    any fstrim, `terrace status` says so, every file keeps its bytes across
+    a kill -9, and a mount without the option discards nothing."""
+    with temp_pool_path() as pool, temp_ssd_image() as img, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{img}:256M")
+        with mounted_pool(pool, mnt) as m:
+            assert m.status()["discard"]["interval_ns"] == 0, "off by default"
+            assert "online discard" not in terrace("status", mnt).stdout
+        with mounted_pool(pool, mnt, "discard") as m:
+            assert m.status()["discard"]["interval_ns"] == 10 * 10**9
+            sums = fill_and_thin(mnt)
+            run(["sync"])
+            held_after_deletes = allocated(img)
+            assert held_after_deletes >= 20 * MiB, "the files reached the SSD image"
+            # The deleted files (12 MiB) leave the image within two
+            # intervals, no fstrim asked.
+            assert helpers.wait_until(
+                lambda: allocated(img) <= held_after_deletes - 12 * MiB, 25), \
+                f"online discard gave nothing back: {allocated(img)} of {held_after_deletes}"
+            st = m.status()["discard"]
+            assert st["passes"] >= 1 and st["bytes"] >= 12 * MiB and st["errors"] == 0, st
+            text = terrace("status", mnt).stdout
+            assert "online discard: free extents discarded at most every 10s" in text, text
+            assert "discarded since mount (fstrim, online discard)" in text, text
+            assert_files(mnt, sums, "after online discard")
+            sums["after"] = write_pattern_file(mnt / "data" / "after", 40 * MiB, seed=98)
+            m.kill()
+        helpers.lazy_unmount(mnt)
+        with mounted_pool(pool, mnt, "nodiscard") as m:
+            assert m.status()["discard"]["interval_ns"] == 0
+            assert_files(mnt, sums, "after kill -9 and a new mount")
+        helpers.assert_fsck_clean(pool, "after online discard and a crash")
+
+
 def test_fstrim_sends_blkdiscard_to_a_block_device_tier():
     if not os.path.exists("/dev/loop-control"):
         pytest.skip("no loop devices on this machine")

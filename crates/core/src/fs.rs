@@ -155,6 +155,8 @@ pub struct Fs {
     pub(crate) clone_families: crate::clone_families::CloneFamilies,
     /// Object-tier cleaning state and counters.
     pub(crate) object_cleaning: crate::service_state::ObjectCleaning,
+    /// Online discard (`-o discard`; `trim.rs`).
+    pub(crate) online_discard: crate::trim::OnlineDiscard,
     /// Inodes with a placement rule (see `rules`).
     pub(crate) ruled: Mutex<crate::service_state::Ruled>,
     /// Log migration state (`log_migrate`).
@@ -423,6 +425,7 @@ impl Fs {
             reshare_lock: Mutex::new(Rank::Reshare, ()),
             clone_families: Default::default(),
             object_cleaning: Default::default(),
+            online_discard: Default::default(),
             ruled: Mutex::new(Rank::leaf("ruled inodes"), Default::default()),
             log_migration: Default::default(),
         };

@@ -190,6 +190,9 @@ pub struct Status {
     /// Bytes new data can still get, over every tier (what `df` shows as
     /// available): dirty pages of the DRAM cache hold theirs already.
     pub room_bytes: u64,
+    /// Online discard (`-o discard`): its interval and what it did.
+    #[serde(default)]
+    pub discard: crate::trim::DiscardStatus,
     /// Was the pool cleanly unmounted before this mount.
     pub clean_last_time: bool,
     /// Mounts so far.
@@ -378,6 +381,7 @@ impl Fs {
             data_blocks,
             space: self.space_status(),
             room_bytes: self.statfs().bavail * terrace_format::BLOCK_SIZE,
+            discard: self.discard_status(),
             clean_last_time: self.report.was_clean,
             mount_count: sb.mount_count,
             frozen: self.is_frozen(),

@@ -23,11 +23,21 @@
 //! the next `fstrim` (and counted nowhere), so a daily `fstrim` costs
 //! little; after a mount every free extent is discarded once more.
 //!
+//! *Online discard* (`-o discard`, the setting `discard_interval_ns`) runs
+//! the same discard of every block tier in the background: the migration
+//! thread, after a pass, when the interval has passed since the last
+//! discard and a tier's space changed since then ([`Fs::maybe_discard_free`]).
+//! Like ext4's and btrfs's `discard=async`, extents are discarded in batches
+//! some time after they are freed, never on the free path itself; the
+//! safety argument is `fstrim`'s, unchanged.
+//!
 //! [`ExtentSpace::discard_free`]: crate::tier::ExtentSpace::discard_free
 
 use crate::fs::Fs;
 use crate::types::{errno, FsResult};
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use terrace_format::BLOCK_SIZE;
 
 /// What one `fstrim` did.
@@ -36,6 +46,40 @@ pub struct TrimReport {
     /// Bytes discarded (what `fstrim -v` prints).
     pub bytes: u64,
     /// Block tiers whose device or file system cannot discard (skipped).
+    pub unsupported_tiers: u32,
+}
+
+/// Online discard's state and counters (`Fs::online_discard`).
+#[derive(Default)]
+pub struct OnlineDiscard {
+    /// When the last background discard started, and the look of the
+    /// block tiers' space then ([`Fs::tier_space_changes`]): a pass is due
+    /// only once the interval has passed and the look changed.
+    pub(crate) last: crate::lock_order::Mutex<Option<(Instant, u64)>>,
+    /// Background discards run since mount.
+    pub(crate) passes: AtomicU64,
+    /// Bytes they discarded.
+    pub(crate) bytes: AtomicU64,
+    /// Background discards a device error stopped.
+    pub(crate) errors: AtomicU64,
+    /// Tier ids (bit per id) whose device cannot discard: skipped by later
+    /// background passes (`fstrim` still asks them).
+    pub(crate) unsupported: AtomicU64,
+}
+
+/// What online discard has done since mount (`terrace status`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DiscardStatus {
+    /// Least time between two background discards (ns); 0: online discard
+    /// is off.
+    pub interval_ns: u64,
+    /// Background discards run.
+    pub passes: u64,
+    /// Bytes they discarded.
+    pub bytes: u64,
+    /// Background discards a device error stopped.
+    pub errors: u64,
+    /// Block tiers skipped because their device cannot discard.
     pub unsupported_tiers: u32,
 }
 
@@ -75,9 +119,28 @@ impl Fs {
             return Err(errno(libc::EINVAL));
         }
         let end = start.saturating_add(len).min(end_of_space);
-        let min_blocks = min_len.div_ceil(BLOCK_SIZE);
-        let mut report = TrimReport::default();
-        let mut supported = 0u32;
+        let report = self.discard_tiers(start, end, min_len.div_ceil(BLOCK_SIZE), 0)?;
+        if report.unsupported_tiers > 0 && !report.any_supported {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        Ok(TrimReport {
+            bytes: report.bytes,
+            unsupported_tiers: report.unsupported_tiers,
+        })
+    }
+
+    /// Discards the free extents of the block tiers in `[start, end)` of
+    /// the pool's address space, in runs of at least `min_blocks` blocks,
+    /// skipping the tiers whose id bit is set in `skip`. A device's error
+    /// stops it (what was discarded before stays discarded).
+    fn discard_tiers(
+        &self,
+        start: u64,
+        end: u64,
+        min_blocks: u64,
+        skip: u64,
+    ) -> FsResult<TiersDiscarded> {
+        let mut report = TiersDiscarded::default();
         let mut base = self.sb.lock().pool_blocks.saturating_mul(BLOCK_SIZE);
         for t in self.tiers.iter() {
             let tier_len = t.media.len();
@@ -91,6 +154,9 @@ impl Fs {
             // Extents wholly inside [a, b), in tier-local numbers.
             let first = (a - tier_start).div_ceil(extent_bytes);
             let last = (b - tier_start) / extent_bytes;
+            if skip & tier_bit(t.id) != 0 {
+                continue;
+            }
             let media = &t.media;
             let mut unsupported = false;
             let (blocks, err) = t
@@ -106,13 +172,99 @@ impl Fs {
             report.bytes += blocks * BLOCK_SIZE;
             if unsupported {
                 report.unsupported_tiers += 1;
+                report.unsupported_bits |= tier_bit(t.id);
             } else {
-                supported += 1;
+                report.any_supported = true;
             }
-        }
-        if supported == 0 && report.unsupported_tiers > 0 {
-            return Err(errno(libc::EOPNOTSUPP));
         }
         Ok(report)
     }
+
+    /// Online discard: when `discard_interval_ns` is set, at least that
+    /// long has passed since the last background discard and the block
+    /// tiers' space changed since, discards every free extent not
+    /// discarded since it was freed (as `fstrim` does, see the module
+    /// docs). Called by the migration thread after each pass. Returns the
+    /// bytes discarded. A tier whose device cannot discard is noted once
+    /// and skipped from then on; a device error is noted and counted, and
+    /// the next pass tries again.
+    pub fn maybe_discard_free(&self) -> u64 {
+        let interval = self.settings.read().discard_interval_ns;
+        if interval == 0 || self.tiers.is_empty() || self.read_only || self.is_frozen() {
+            return 0;
+        }
+        let look = self.tier_space_changes();
+        {
+            let mut last = self.online_discard.last.lock();
+            if last.is_some_and(|(at, seen)| {
+                seen == look || at.elapsed() < Duration::from_nanos(interval)
+            }) {
+                return 0;
+            }
+            *last = Some((Instant::now(), look));
+        }
+        let od = &self.online_discard;
+        od.passes.fetch_add(1, Ordering::Relaxed);
+        let skip = od.unsupported.load(Ordering::Relaxed);
+        match self.discard_tiers(0, self.trim_space_bytes(), 0, skip) {
+            Ok(r) => {
+                od.bytes.fetch_add(r.bytes, Ordering::Relaxed);
+                let new = r.unsupported_bits & !skip;
+                if new != 0 {
+                    od.unsupported.fetch_or(new, Ordering::Relaxed);
+                    self.notice(format!(
+                        "online discard: {} block tier(s) cannot discard (device or file \
+                         system without discard support) and are skipped from now on",
+                        new.count_ones()
+                    ));
+                }
+                r.bytes
+            }
+            Err(e) => {
+                if od.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    self.notice(format!(
+                        "online discard failed: {e}; it is tried again after \
+                         discard_interval_ns (data is not affected)"
+                    ));
+                }
+                0
+            }
+        }
+    }
+
+    /// A number that moves with every allocation from and release into a
+    /// block tier (cheap: no walk over extents).
+    fn tier_space_changes(&self) -> u64 {
+        self.tiers.iter().fold(0u64, |sum, t| {
+            sum.wrapping_mul(31).wrapping_add(t.space.changes())
+        })
+    }
+
+    /// What online discard has done since mount.
+    pub fn discard_status(&self) -> DiscardStatus {
+        let od = &self.online_discard;
+        DiscardStatus {
+            interval_ns: self.settings.read().discard_interval_ns,
+            passes: od.passes.load(Ordering::Relaxed),
+            bytes: od.bytes.load(Ordering::Relaxed),
+            errors: od.errors.load(Ordering::Relaxed),
+            unsupported_tiers: od.unsupported.load(Ordering::Relaxed).count_ones(),
+        }
+    }
+}
+
+/// What [`Fs::discard_tiers`] did.
+#[derive(Default)]
+struct TiersDiscarded {
+    bytes: u64,
+    unsupported_tiers: u32,
+    /// Tier-id bits of the tiers that cannot discard.
+    unsupported_bits: u64,
+    /// Whether some tier in the range could discard.
+    any_supported: bool,
+}
+
+/// The bit of tier `id` in a set of tier ids.
+fn tier_bit(id: terrace_format::TierId) -> u64 {
+    1u64 << (id.get() % 64)
 }

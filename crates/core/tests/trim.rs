@@ -275,3 +275,154 @@ fn fstrim_on_a_read_only_pool_is_refused_with_erofs() {
     let ro = terrace_core::Fs::mount_read_only(pm, vec![(1, ssd as Arc<dyn BlockMedia>)]).unwrap();
     assert_eq!(errno_of(ro.trim(0, u64::MAX, 0)), libc::EROFS);
 }
+
+#[test]
+fn online_discard_is_off_by_default_and_then_discards_what_was_freed_once_per_interval() {
+    let (pm, ssd, fs) = crash_pool(PM, SSD, 64);
+    let files = churn(&fs, 3);
+    let free = fs.status().tiers[1].extents.unwrap().free_extents;
+    assert_eq!(fs.maybe_discard_free(), 0, "off by default");
+    assert_eq!(ssd.stats().discard_bytes, 0);
+    assert_eq!(fs.discard_status().passes, 0);
+
+    // The first pass discards every free extent, as fstrim would.
+    fs.set_setting("discard_interval_ns", "1h").unwrap();
+    assert_eq!(fs.maybe_discard_free(), free * EXTENT);
+    assert_eq!(ssd.stats().discard_bytes, free * EXTENT);
+    assert_files(&fs, &files, "after the first online discard");
+
+    // More extents are freed: nothing is discarded before the interval ends.
+    let gone = pattern(31, 3 << 20);
+    let ino = file_holding(&fs, "gone", &gone);
+    fs.fsync(ino, false).unwrap();
+    fs.unlink(1, b"gone").unwrap();
+    fs.flush_all().unwrap();
+    assert_eq!(fs.maybe_discard_free(), 0, "within the interval");
+
+    // Once it has passed, what was freed since goes, and only that.
+    fs.set_setting("discard_interval_ns", "1ms").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let second = fs.maybe_discard_free();
+    assert!(second >= 4 * EXTENT, "the deleted file's extents: {second}");
+    assert_eq!(ssd.stats().discard_bytes, free * EXTENT + second);
+    let st = fs.discard_status();
+    assert_eq!(
+        (st.passes, st.bytes, st.errors),
+        (2, free * EXTENT + second, 0)
+    );
+    assert_eq!(st.interval_ns, 1_000_000);
+    assert_eq!(fs.status().discard, st);
+
+    // Nothing allocated or freed since: no pass at all, however often asked.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(fs.maybe_discard_free(), 0);
+    assert_eq!(
+        fs.discard_status().passes,
+        2,
+        "an unchanged space is not looked at"
+    );
+
+    assert_files(&fs, &files, "after online discard");
+    let (_, crashed) = recover(
+        pm.crash_image(LossMode::AllUnflushed),
+        Some(ssd.crash_image(BlockLoss::AllUnsynced)),
+        Fsck::Data,
+        "crash after online discard",
+    );
+    assert_files(&crashed, &files, "crash image after online discard");
+}
+
+#[test]
+fn the_migration_thread_discards_online_while_files_are_written_and_deleted() {
+    let (pm, ssd, fs) = crash_pool(PM, SSD, 256);
+    let fs = Arc::new(fs);
+    block_first(&fs);
+    fs.set_setting("discard_interval_ns", "1ms").unwrap();
+    fs.start_migration();
+    let mut rng = StdRng::seed_from_u64(base_seed("online discard"));
+    let mut live: Vec<(u64, Vec<u8>, String)> = Vec::new();
+    for round in 0..60u64 {
+        let name = format!("r{round}");
+        let data = pattern(round, rng.gen_range(64usize..1536) << 10);
+        let ino = file_holding(&fs, &name, &data);
+        fs.fsync(ino, false).unwrap();
+        live.push((ino, data, name));
+        if live.len() > 12 {
+            let (_, _, gone) = live.remove(rng.gen_range(0..live.len()));
+            fs.unlink(1, gone.as_bytes()).unwrap();
+        }
+        if round % 20 == 19 {
+            let files: Vec<(u64, Vec<u8>)> = live.iter().map(|(i, d, _)| (*i, d.clone())).collect();
+            let (_, crashed) = recover(
+                pm.crash_image(LossMode::AllUnflushed),
+                Some(ssd.crash_image(BlockLoss::AllUnsynced)),
+                Fsck::Data,
+                &format!("crash at round {round}"),
+            );
+            assert_files(&crashed, &files, &format!("crash image at round {round}"));
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fs.discard_status().bytes == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let st = fs.discard_status();
+    assert!(
+        st.bytes > 0 && st.passes > 0,
+        "the thread discarded: {st:?}"
+    );
+    assert_eq!(ssd.stats().discard_bytes, st.bytes);
+    let files: Vec<(u64, Vec<u8>)> = live.into_iter().map(|(i, d, _)| (i, d)).collect();
+    assert_files(&fs, &files, "after online discard");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn online_discard_skips_a_device_that_cannot_discard_and_retries_one_that_failed() {
+    let unsupported = Hooked(RefusingDiscard {
+        inner: MemBlock::new(SSD),
+        error: || std::io::Error::new(std::io::ErrorKind::Unsupported, "no discard"),
+    });
+    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), unsupported, 64);
+    fs.set_setting("discard_interval_ns", "1ns").unwrap();
+    assert_eq!(fs.maybe_discard_free(), 0);
+    let st = fs.discard_status();
+    assert_eq!((st.passes, st.unsupported_tiers, st.errors), (1, 1, 0));
+    let notices = fs.take_notices();
+    assert!(
+        notices.iter().any(|n| n.contains("cannot discard")),
+        "{notices:?}"
+    );
+
+    let failing = Hooked(RefusingDiscard {
+        inner: MemBlock::new(SSD),
+        error: || std::io::Error::from_raw_os_error(libc::EIO),
+    });
+    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), failing, 64);
+    block_first(&fs);
+    let data = pattern(5, 3 << 20);
+    let ino = file_holding(&fs, "kept", &data);
+    fs.fsync(ino, false).unwrap();
+    fs.set_setting("discard_interval_ns", "1ns").unwrap();
+    assert_eq!(fs.maybe_discard_free(), 0);
+    let gone = file_holding(&fs, "gone", &pattern(6, 2 << 20));
+    fs.fsync(gone, false).unwrap();
+    fs.unlink(1, b"gone").unwrap();
+    assert_eq!(fs.maybe_discard_free(), 0);
+    let st = fs.discard_status();
+    assert_eq!(
+        (st.passes, st.errors, st.unsupported_tiers),
+        (2, 2, 0),
+        "{st:?}"
+    );
+    let notices = fs.take_notices();
+    assert_eq!(
+        notices
+            .iter()
+            .filter(|n| n.contains("online discard failed"))
+            .count(),
+        1,
+        "said once: {notices:?}"
+    );
+    assert_files(&fs, &[(ino, data)], "after failed online discards");
+}

@@ -584,6 +584,11 @@ Mount options (-o, comma-separated, repeatable):
                   cost a memory copy, but a killed daemon loses what was not
                   yet written back and write() is no longer atomic
                   (no_writeback_cache: off)
+  discard         online discard: free extents of the SSD/HDD tiers are
+                  discarded in the background, at most every 10 s (BLKDISCARD
+                  on a device, a punched hole in a tier file), as fstrim does
+                  on demand; nodiscard (the default) leaves it to fstrim.
+                  Same as discard_interval_ns=10s (0: off)
   fill_after_write=auto|always|never
                   when a file written through a write-only descriptor
                   (128 KiB to 128 MiB, not O_DIRECT) is closed, copy its

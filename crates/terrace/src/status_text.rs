@@ -296,11 +296,19 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         let discarded = t.io.as_ref().map_or(0, |io| io.discard_bytes);
         if discarded > 0 {
             line(format!(
-                "  {:<4} {} of free extents discarded since mount (fstrim)",
+                "  {:<4} {} of free extents discarded since mount (fstrim{})",
                 t.kind,
-                util::human_bytes(discarded)
+                util::human_bytes(discarded),
+                if st.discard.interval_ns > 0 {
+                    ", online discard"
+                } else {
+                    ""
+                }
             ));
         }
+    }
+    if st.discard.interval_ns > 0 {
+        line(discard_line(&st.discard));
     }
     for t in &st.tiers {
         if let Some(e) = t.extents.filter(|e| e.dead_blocks > 0) {
@@ -495,4 +503,28 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
     ));
     o.pop();
     o
+}
+
+/// `terrace status`'s line for online discard (`-o discard`).
+fn discard_line(d: &terrace_core::trim::DiscardStatus) -> String {
+    let mut text = format!(
+        "  online discard: free extents discarded at most every {}; {} in {} pass{}",
+        terrace_policy::settings::format_duration(d.interval_ns),
+        util::human_bytes(d.bytes),
+        d.passes,
+        if d.passes == 1 { "" } else { "es" }
+    );
+    if d.unsupported_tiers > 0 {
+        text += &format!(
+            "; {} tier(s) skipped: their device cannot discard",
+            d.unsupported_tiers
+        );
+    }
+    if d.errors > 0 {
+        text += &format!(
+            "; {} pass(es) stopped by a device error (see the daemon's log)",
+            d.errors
+        );
+    }
+    text
 }

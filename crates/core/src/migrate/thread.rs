@@ -7,7 +7,8 @@ impl Fs {
     /// after a pass that moved nothing — target full, or nothing qualifies —
     /// kicks wait for the next tick, so it never spins on them), each
     /// followed by object cleaning (at most once per
-    /// `object_clean_interval_ns`) and the deletes of dead parts; stops at
+    /// `object_clean_interval_ns`), the deletes of dead parts and online
+    /// discard (at most once per `discard_interval_ns`); stops at
     /// [`Fs::unmount`].
     pub fn start_migration(self: &Arc<Self>) {
         crate::worker::Worker::start(
@@ -20,6 +21,7 @@ impl Fs {
                 let moved = fs.migration_pass() > 0;
                 fs.maybe_clean_object_tiers();
                 fs.reclaim_object_tiers();
+                fs.maybe_discard_free();
                 moved
             },
         );

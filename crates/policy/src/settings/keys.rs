@@ -361,6 +361,15 @@ pub static KEYS: &[Key] = &[
          tenth of MinIO's PUT rate here)"
     ),
     num_key!(
+        discard_interval_ns: u64,
+        ANY_DURATION,
+        0u64,
+        "duration; online discard: the block tiers' free extents freed since the last pass \
+         are discarded in the background (as fstrim does: BLKDISCARD on a device, a punched \
+         hole in a tier file) at most this often (default 0ns = off; -o discard sets 10s, \
+         -o nodiscard 0)"
+    ),
+    num_key!(
         s3_retries: u32,
         number(0, 100),
         100u32,

@@ -110,6 +110,9 @@ pub struct Settings {
     pub object_clean_bytes_per_pass: u64,
     /// Object cleaning: least time between two passes (ns).
     pub object_clean_interval_ns: u64,
+    /// Online discard: least time between two background discards of the
+    /// block tiers' free extents (ns; 0 = off, `-o discard` sets 10 s).
+    pub discard_interval_ns: u64,
     /// Object tiers: retries of a failed request (0 = none).
     pub s3_retries: u32,
     /// Object tiers: no retry starts later than this after a request's first
@@ -157,6 +160,7 @@ impl Default for Settings {
             object_clean_live_percent: 0,
             object_clean_bytes_per_pass: 0,
             object_clean_interval_ns: 0,
+            discard_interval_ns: 0,
             s3_retries: 0,
             s3_timeout_ns: 0,
             s3_request_timeout_ns: 0,

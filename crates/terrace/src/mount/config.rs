@@ -48,7 +48,7 @@ fn explain_unknown_option(part: &str, why: String) -> String {
     }
     match why.strip_suffix(')') {
         Some(list) if why.starts_with("unknown mount option") => format!(
-            "{list}, metrics=IP:PORT, and any setting as KEY=VALUE; `terrace mount --help` explains them)"
+            "{list}, discard, nodiscard, metrics=IP:PORT, and any setting as KEY=VALUE; `terrace mount --help` explains them)"
         ),
         _ => why,
     }
@@ -85,6 +85,12 @@ impl MountConfig {
                 if let Some(addr) = part.strip_prefix("metrics=") {
                     let addr = crate::metrics::parse_addr(addr).map_err(CliError::usage)?;
                     self.metrics = Some(addr);
+                    continue;
+                }
+                // ext4's names for online discard: a setting here
+                // (`discard_interval_ns`), so `terrace set` can change it.
+                if let Some(interval) = discard_option(part) {
+                    self.add_setting("discard_interval_ns", interval)?;
                     continue;
                 }
                 if let Some((k, v)) = part.split_once('=') {
@@ -148,6 +154,20 @@ impl MountConfig {
     }
 }
 
+/// `discard_interval_ns` for the mount options `discard` (online discard
+/// every 10 s, as often as ext4's `discard` batches are issued at most) and
+/// `nodiscard` (off).
+fn discard_option(part: &str) -> Option<&'static str> {
+    match part {
+        "discard" => Some(DISCARD_INTERVAL),
+        "nodiscard" => Some("0"),
+        _ => None,
+    }
+}
+
+/// The interval `-o discard` sets.
+pub const DISCARD_INTERVAL: &str = "10s";
+
 #[cfg(test)]
 mod tests {
     use super::MountConfig;
@@ -187,5 +207,31 @@ mod tests {
             "the FUSE options are still listed: {e}"
         );
         assert!(e.ends_with("explains them)"), "{e}");
+        assert!(e.contains(", discard, nodiscard,"), "{e}");
+    }
+
+    #[test]
+    fn discard_turns_online_discard_on_every_10_s_and_nodiscard_off() {
+        let mut cfg = MountConfig::new("/p".into(), "/m".into());
+        cfg.apply_options(&["rw,discard".to_string()]).unwrap();
+        let s = cfg.finished_settings().unwrap();
+        assert_eq!(s.discard_interval_ns, 10_000_000_000);
+        cfg.apply_options(&["nodiscard".to_string()]).unwrap();
+        assert_eq!(cfg.finished_settings().unwrap().discard_interval_ns, 0);
+        let mut cfg = MountConfig::new("/p".into(), "/m".into());
+        cfg.apply_options(&["discard_interval_ns=1m".to_string()])
+            .unwrap();
+        assert_eq!(
+            cfg.finished_settings().unwrap().discard_interval_ns,
+            60_000_000_000
+        );
+        assert_eq!(
+            MountConfig::new("/p".into(), "/m".into())
+                .finished_settings()
+                .unwrap()
+                .discard_interval_ns,
+            0,
+            "off by default"
+        );
     }
 }
