@@ -205,7 +205,13 @@ impl Fs {
         }
         let od = &self.online_discard;
         od.passes.fetch_add(1, Ordering::Relaxed);
-        let skip = od.unsupported.load(Ordering::Relaxed);
+        // Object tiers delete dead parts on their own (design.md §5n).
+        let objects = self
+            .tiers
+            .iter()
+            .filter(|t| t.kind == terrace_format::TierKind::S3)
+            .fold(0, |bits, t| bits | tier_bit(t.id));
+        let skip = od.unsupported.load(Ordering::Relaxed) | objects;
         match self.discard_tiers(0, self.trim_space_bytes(), 0, skip) {
             Ok(r) => {
                 od.bytes.fetch_add(r.bytes, Ordering::Relaxed);

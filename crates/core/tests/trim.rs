@@ -426,3 +426,29 @@ fn online_discard_skips_a_device_that_cannot_discard_and_retries_one_that_failed
     );
     assert_files(&fs, &[(ino, data)], "after failed online discards");
 }
+
+#[test]
+fn online_discard_leaves_object_tiers_to_their_own_cleaning() {
+    let bucket = terrace_media::object::Bucket::in_memory("tier", "pool").unwrap();
+    let pool = ObjectPool::format(PM, SSD, 64 << 20, bucket);
+    let fs = pool.mount();
+    fs.set_setting("discard_interval_ns", "1ns").unwrap();
+    let free = fs.status().tiers[1].extents.unwrap().free_extents;
+    assert_eq!(
+        fs.maybe_discard_free(),
+        free * EXTENT,
+        "the SSD's free extents"
+    );
+    let st = fs.discard_status();
+    assert_eq!(
+        (st.passes, st.unsupported_tiers, st.errors),
+        (1, 0, 0),
+        "{st:?}"
+    );
+    let notices = fs.take_notices();
+    assert!(
+        !notices.iter().any(|n| n.contains("cannot discard")),
+        "nothing said about the object tier: {notices:?}"
+    );
+    fs.unmount().unwrap();
+}
