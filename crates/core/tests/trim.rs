@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use terrace_media::{BlockLoss, BlockMedia, LossMode, MemBlock, MemMedia};
+use terrace_media::{BlockLoss, BlockMedia, CrashBlock, CrashMedia, LossMode, MemBlock, MemMedia};
 
 const PM: u64 = 8 << 20;
 const SSD: u64 = 64 << 20;
@@ -55,6 +55,54 @@ fn churn(fs: &terrace_core::Fs, seed: u64) -> Vec<(u64, Vec<u8>)> {
     kept
 }
 
+/// A crash now (every unsynced PM line and device block lost): the pool
+/// recovers with exactly `files`, checksums included (fsck with data).
+fn assert_crash_keeps(pm: &CrashMedia, ssd: &CrashBlock, files: &[(u64, Vec<u8>)], when: &str) {
+    let (_, crashed) = recover(
+        pm.crash_image(LossMode::AllUnflushed),
+        Some(ssd.crash_image(BlockLoss::AllUnsynced)),
+        Fsck::Data,
+        &format!("crash {when}"),
+    );
+    assert_files(&crashed, files, &format!("crash image {when}"));
+}
+
+/// `rounds` files of 64 KiB to 1.5 MiB written one by one and fsync'd,
+/// a random one deleted whenever more than `keep` are live; `each_round`
+/// runs after every round, and every tenth round a crash image must hold
+/// the live files. Returns them.
+fn write_and_delete(
+    fs: &terrace_core::Fs,
+    (pm, ssd): (&CrashMedia, &CrashBlock),
+    seed: &str,
+    (rounds, keep): (u64, usize),
+    mut each_round: impl FnMut(u64),
+) -> Vec<(u64, Vec<u8>)> {
+    let mut rng = StdRng::seed_from_u64(base_seed(seed));
+    let mut live: Vec<(u64, Vec<u8>, String)> = Vec::new();
+    let files = |live: &[(u64, Vec<u8>, String)]| -> Vec<(u64, Vec<u8>)> {
+        live.iter().map(|(i, d, _)| (*i, d.clone())).collect()
+    };
+    for round in 0..rounds {
+        let name = format!("r{round}");
+        let data = pattern(round, rng.gen_range(64usize..1536) << 10);
+        let ino = file_holding(fs, &name, &data);
+        fs.fsync(ino, false).unwrap();
+        live.push((ino, data, name));
+        if live.len() > keep {
+            let (_, _, gone) = live.remove(rng.gen_range(0..live.len()));
+            fs.unlink(1, gone.as_bytes()).unwrap();
+        }
+        each_round(round);
+        // What the devices hold (reads of the pool may come from its DRAM
+        // cache): a crash now must find every file intact.
+        if round % 10 == 9 {
+            assert_crash_keeps(pm, ssd, &files(&live), &format!("at round {round}"));
+        }
+    }
+    files(&live)
+}
+
 #[test]
 fn fstrim_discards_every_free_extent_and_nothing_a_file_or_a_crash_image_needs() {
     let (pm, ssd, fs) = crash_pool(PM, SSD, 64);
@@ -79,13 +127,7 @@ fn fstrim_discards_every_free_extent_and_nothing_a_file_or_a_crash_image_needs()
 
     // A crash now (every unsynced PM line and device block lost): the pool
     // recovers with every fsynced byte, checksums included.
-    let (_, crashed) = recover(
-        pm.crash_image(LossMode::AllUnflushed),
-        Some(ssd.crash_image(BlockLoss::AllUnsynced)),
-        Fsck::Data,
-        "crash after fstrim",
-    );
-    assert_files(&crashed, &files, "crash image after fstrim");
+    assert_crash_keeps(&pm, &ssd, &files, "after fstrim");
 
     // Discarded extents are allocated again like any other, and a clean
     // unmount and mount read everything back from the device.
@@ -127,46 +169,16 @@ fn fstrim_racing_writes_deletes_and_migration_never_discards_live_data() {
             total
         })
     };
-    let mut rng = StdRng::seed_from_u64(base_seed("fstrim race"));
-    let mut live: Vec<(u64, Vec<u8>, String)> = Vec::new();
-    for round in 0..120u64 {
-        let name = format!("r{round}");
-        let data = pattern(round, rng.gen_range(64usize..1536) << 10);
-        let ino = file_holding(&fs, &name, &data);
-        fs.fsync(ino, false).unwrap();
-        live.push((ino, data, name));
-        if live.len() > 24 {
-            let (_, _, gone) = live.remove(rng.gen_range(0..live.len()));
-            fs.unlink(1, gone.as_bytes()).unwrap();
-        }
+    let files = write_and_delete(&fs, (&pm, &ssd), "fstrim race", (120, 24), |round| {
         if round % 5 == 0 {
             let _ = fs.clean_pass();
         }
-        // What the devices hold (reads of the pool may come from its DRAM
-        // cache): a crash now must find every file intact.
-        if round % 10 == 9 {
-            let files: Vec<(u64, Vec<u8>)> = live.iter().map(|(i, d, _)| (*i, d.clone())).collect();
-            let (_, crashed) = recover(
-                pm.crash_image(LossMode::AllUnflushed),
-                Some(ssd.crash_image(BlockLoss::AllUnsynced)),
-                Fsck::Data,
-                &format!("crash at round {round}"),
-            );
-            assert_files(&crashed, &files, &format!("crash image at round {round}"));
-        }
-    }
+    });
     stop.store(true, Ordering::Relaxed);
     let trimmed = trimmer.join().unwrap();
     assert!(trimmed > 0, "the trimmer discarded something");
-    let files: Vec<(u64, Vec<u8>)> = live.into_iter().map(|(i, d, _)| (i, d)).collect();
     assert_files(&fs, &files, "after the race");
-    let (_, crashed) = recover(
-        pm.crash_image(LossMode::AllUnflushed),
-        Some(ssd.crash_image(BlockLoss::AllUnsynced)),
-        Fsck::Data,
-        "crash after the race",
-    );
-    assert_files(&crashed, &files, "crash image after the race");
+    assert_crash_keeps(&pm, &ssd, &files, "after the race");
 }
 
 #[test]
@@ -323,13 +335,7 @@ fn online_discard_is_off_by_default_and_then_discards_what_was_freed_once_per_in
     );
 
     assert_files(&fs, &files, "after online discard");
-    let (_, crashed) = recover(
-        pm.crash_image(LossMode::AllUnflushed),
-        Some(ssd.crash_image(BlockLoss::AllUnsynced)),
-        Fsck::Data,
-        "crash after online discard",
-    );
-    assert_files(&crashed, &files, "crash image after online discard");
+    assert_crash_keeps(&pm, &ssd, &files, "after online discard");
 }
 
 #[test]
@@ -339,29 +345,7 @@ fn the_migration_thread_discards_online_while_files_are_written_and_deleted() {
     block_first(&fs);
     fs.set_setting("discard_interval_ns", "1ms").unwrap();
     fs.start_migration();
-    let mut rng = StdRng::seed_from_u64(base_seed("online discard"));
-    let mut live: Vec<(u64, Vec<u8>, String)> = Vec::new();
-    for round in 0..60u64 {
-        let name = format!("r{round}");
-        let data = pattern(round, rng.gen_range(64usize..1536) << 10);
-        let ino = file_holding(&fs, &name, &data);
-        fs.fsync(ino, false).unwrap();
-        live.push((ino, data, name));
-        if live.len() > 12 {
-            let (_, _, gone) = live.remove(rng.gen_range(0..live.len()));
-            fs.unlink(1, gone.as_bytes()).unwrap();
-        }
-        if round % 20 == 19 {
-            let files: Vec<(u64, Vec<u8>)> = live.iter().map(|(i, d, _)| (*i, d.clone())).collect();
-            let (_, crashed) = recover(
-                pm.crash_image(LossMode::AllUnflushed),
-                Some(ssd.crash_image(BlockLoss::AllUnsynced)),
-                Fsck::Data,
-                &format!("crash at round {round}"),
-            );
-            assert_files(&crashed, &files, &format!("crash image at round {round}"));
-        }
-    }
+    let files = write_and_delete(&fs, (&pm, &ssd), "online discard", (60, 12), |_| {});
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while fs.discard_status().bytes == 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -372,7 +356,6 @@ fn the_migration_thread_discards_online_while_files_are_written_and_deleted() {
         "the thread discarded: {st:?}"
     );
     assert_eq!(ssd.stats().discard_bytes, st.bytes);
-    let files: Vec<(u64, Vec<u8>)> = live.into_iter().map(|(i, d, _)| (i, d)).collect();
     assert_files(&fs, &files, "after online discard");
     fs.unmount().unwrap();
 }
