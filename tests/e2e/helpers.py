@@ -17,9 +17,11 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,6 +226,33 @@ def _cmdline(pid: int) -> list[str]:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
     except OSError:
         return []
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+METRICS_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
+
+
+def scrape_metrics(port: int) -> tuple[str, dict[str, float]]:
+    """The daemon's metrics page at 127.0.0.1:`port` (`-o metrics=`): its
+    Content-Type and its samples, as {"name{labels}": value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        assert r.status == 200
+        ctype = r.headers["Content-Type"]
+        text = r.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = METRICS_SAMPLE.match(line)
+        assert m, f"not a sample line of the text format: {line!r}"
+        samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return ctype, samples
 
 
 def find_pids_with_arg(arg: str, *more_args: str, exe_hint: str = "terrace") -> list[int]:

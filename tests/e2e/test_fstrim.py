@@ -93,14 +93,15 @@ def test_fstrim_punches_the_free_extents_of_a_file_tier_and_keeps_every_file():
 def test_mount_option_discard_punches_freed_extents_of_a_file_tier_in_the_background():
     """`-o discard` (online discard, every 10 s at most): the extents the
     deleted files freed go back to the disk under the tier image without
-    any fstrim, `terrace status` says so, every file keeps its bytes across
+    any fstrim, `terrace status` and the metrics say so, every file keeps its bytes across
     a kill -9, and a mount without the option discards nothing."""
     with temp_pool_path() as pool, temp_ssd_image() as img, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{img}:256M")
         with mounted_pool(pool, mnt) as m:
             assert m.status()["discard"]["interval_ns"] == 0, "off by default"
             assert "online discard" not in terrace("status", mnt).stdout
-        with mounted_pool(pool, mnt, "discard") as m:
+        port = helpers.free_port()
+        with mounted_pool(pool, mnt, f"discard,metrics=127.0.0.1:{port}") as m:
             assert m.status()["discard"]["interval_ns"] == 10 * 10**9
             sums = fill_and_thin(mnt)
             run(["sync"])
@@ -116,6 +117,12 @@ def test_mount_option_discard_punches_freed_extents_of_a_file_tier_in_the_backgr
             text = terrace("status", mnt).stdout
             assert "online discard: free extents discarded at most every 10s" in text, text
             assert "discarded since mount (fstrim, online discard)" in text, text
+            _, metrics = helpers.scrape_metrics(port)
+            assert metrics["terrace_online_discard_interval_seconds"] == 10
+            assert metrics["terrace_online_discard_passes_total"] >= 1
+            assert metrics["terrace_online_discard_errors_total"] == 0
+            ssd_discarded = metrics['terrace_tier_discarded_bytes_total{tier="ssd",tier_id="1"}']
+            assert ssd_discarded >= 12 * MiB, metrics
             assert_files(mnt, sums, "after online discard")
             sums["after"] = write_pattern_file(mnt / "data" / "after", 40 * MiB, seed=98)
             m.kill()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -21,33 +20,14 @@ import helpers
 from helpers import (TERRACE_BIN, assert_clean_error, is_mounted, mounted_pool, temp_mountpoint,
                      temp_pool_path, terrace, wait_until)
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
 
 WRITE_COUNT = 'terrace_fuse_request_duration_seconds_count{op="write"}'
 PM = '{tier="pm",tier_id="0"}'
 SSD = '{tier="ssd",tier_id="1"}'
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _scrape(port: int) -> tuple[str, dict[str, float]]:
-    """The page's Content-Type and its samples, as {"name{labels}": value}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-        assert r.status == 200
-        ctype = r.headers["Content-Type"]
-        text = r.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = SAMPLE.match(line)
-        assert m, f"not a sample line of the text format: {line!r}"
-        samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-    return ctype, samples
+_free_port = helpers.free_port
+_scrape = helpers.scrape_metrics
 
 
 def _write_count_passes(port: int, n: float) -> bool:

@@ -8,7 +8,6 @@ kernel was handed is given back, so deleted files free their inode slots.
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import subprocess
 import time
@@ -18,10 +17,7 @@ import helpers
 from helpers import mounted_pool, temp_mountpoint, temp_pool_path, terrace, wait_until
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = helpers.free_port
 
 
 def requests(port: int, op: str) -> int:

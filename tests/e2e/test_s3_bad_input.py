@@ -144,7 +144,7 @@ def test_mkfs_into_a_missing_bucket_says_create_it_first(s3):
 def test_mkfs_with_an_unreachable_endpoint_fails_in_seconds_and_says_so(monkeypatch):
     # No TERRACE_S3_TIMEOUT: mkfs's own short retries bound it.
     monkeypatch.delenv("TERRACE_S3_TIMEOUT", raising=False)
-    port = helpers_free_port()
+    port = helpers.free_port()
     url = f"http://127.0.0.1:{port}/bkt/p"
     cp, took = failed_mkfs(url)
     msg = assert_runtime_error(cp, took, f"s3 tier {url}: cannot reach http://127.0.0.1:{port}")
@@ -277,9 +277,3 @@ def test_a_pool_made_with_a_credentials_file_mounts_and_reads_back_without_aws_v
         assert secret.encode() not in raw
 
 
-def helpers_free_port() -> int:
-    """A port nothing listens on (bound, then closed)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -226,6 +226,11 @@ impl Sample {
             "Device cache flushes (fdatasync) of each tier since mount.",
             &io_rows(&|io| io.syncs),
         )?;
+        f.counters(
+            "terrace_tier_discarded_bytes",
+            "Bytes of free extents discarded on each block tier since mount (fstrim and online discard).",
+            &io_rows(&|io| io.discard_bytes),
+        )?;
         f.gauges(
             "terrace_tier_write_amplification_ratio",
             "Bytes written to each block tier / bytes applications wrote, since mount.",
@@ -386,6 +391,22 @@ impl Sample {
             "terrace_pm_rescued_bytes",
             "PM data moved into a block tier's recycling reserve so that removals on a pool full on every tier could go on.",
             sp.rescued_bytes,
+        )?;
+        let d = &s.discard;
+        f.gauge(
+            "terrace_online_discard_interval_seconds",
+            "Least time between two online discards (-o discard); 0: online discard is off.",
+            d.interval_ns as f64 / 1e9,
+        )?;
+        f.counter(
+            "terrace_online_discard_passes",
+            "Online discards of the block tiers' free extents since mount.",
+            d.passes,
+        )?;
+        f.counter(
+            "terrace_online_discard_errors",
+            "Online discards a device error stopped.",
+            d.errors,
         )
     }
 
