@@ -10,8 +10,7 @@ import json
 import subprocess
 import time
 
-from helpers import TERRACE_BIN, mounted_pool, sha256_file, terrace
-from test_metrics import _free_port, _scrape
+from helpers import TERRACE_BIN, free_port, mounted_pool, scrape_metrics, sha256_file, terrace
 from test_s3_tier import object_stats, pool_with_s3, s3, where_tiers, write_fsynced  # noqa: F401
 
 MiB = 1 << 20
@@ -25,17 +24,17 @@ def _object(samples: dict, name: str, op: str | None = None) -> float:
 
 def test_a_migration_to_s3_and_a_cold_read_move_the_put_and_get_series(s3):  # noqa: F811
     size = 12 * MiB
-    port = _free_port()
+    port = free_port()
     with pool_with_s3(s3) as (pool, mnt, _url):
         # The data stays on PM until `terrace migrate` moves it.
         with mounted_pool(pool, mnt, f"metrics=127.0.0.1:{port},placement_policy=pm-only,"
                                      "migration_threshold=99") as m:
             digest = write_fsynced(mnt / "f", size, 5)
             assert where_tiers(mnt / "f").get("pm") == size, where_tiers(mnt / "f")
-            _, before = _scrape(port)
+            _, before = scrape_metrics(port)
             terrace("migrate", "--quiet", "--to", "s3", mnt, mnt / "f")
             assert where_tiers(mnt / "f").get("s3") == size
-            _, after = _scrape(port)
+            _, after = scrape_metrics(port)
             puts = (_object(after, "requests_total", "put")
                     - _object(before, "requests_total", "put"))
             up = _object(after, "uploaded_bytes_total") - _object(before, "uploaded_bytes_total")
@@ -55,9 +54,9 @@ def test_a_migration_to_s3_and_a_cold_read_move_the_put_and_get_series(s3):  # n
             assert f"{req['puts']} PUTs" in line and "GETs" in line and "deletes" in line, line
         # A fresh mount: nothing cached, reads stay on the object tier.
         with mounted_pool(pool, mnt, f"metrics=127.0.0.1:{port},reverse_read_ratio=0"):
-            _, before = _scrape(port)
+            _, before = scrape_metrics(port)
             assert sha256_file(mnt / "f") == digest
-            _, after = _scrape(port)
+            _, after = scrape_metrics(port)
             gets = (_object(after, "requests_total", "get")
                     - _object(before, "requests_total", "get"))
             down = (_object(after, "downloaded_bytes_total")
