@@ -12,7 +12,8 @@
 # Usage: scripts/stress_full_pool.sh [ROUNDS]   (default 6; about 35 s a round)
 # Environment: TERRACE (the binary; default target/release/terrace),
 # FSSTRESS (default: the xfstests build that `make xfstests-short` makes),
-# STRESS_DIR (work directory; default a new one under /tmp).
+# STRESS_DIR (work directory; default a new one under /tmp), STRESS_OPTIONS
+# (mount options added to the run's own, e.g. discard_interval_ns=100ms).
 set -euo pipefail
 
 rounds=${1:-6}
@@ -38,7 +39,7 @@ trap cleanup EXIT
 
 mkdir -p "$mnt"
 "$T" mkfs --tier "pm:$pm:32M" --tier "ssd:$dir/ssd.img:768M" --force >/dev/null
-opts=migration_threshold=20,migration_age_ns=1s,size_fresh_large_bytes=64K
+opts=migration_threshold=20,migration_age_ns=1s,size_fresh_large_bytes=64K${STRESS_OPTIONS:+,$STRESS_OPTIONS}
 
 check_fsck() {
     "$T" fsck "$pm" --data --quiet >"$dir/fsck.log" 2>&1 ||
