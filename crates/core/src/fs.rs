@@ -156,7 +156,7 @@ pub struct Fs {
     /// Object-tier cleaning state and counters.
     pub(crate) object_cleaning: crate::service_state::ObjectCleaning,
     /// Online discard (`-o discard`; `trim.rs`).
-    pub(crate) online_discard: crate::trim::OnlineDiscard,
+    pub(crate) online_discard: crate::service_state::OnlineDiscard,
     /// Inodes with a placement rule (see `rules`).
     pub(crate) ruled: Mutex<crate::service_state::Ruled>,
     /// Log migration state (`log_migrate`).

@@ -2,7 +2,7 @@
 //! cursor, the last scrub's report, the name of the xattr the rules index
 //! is rebuilt from. It is declared here, below `fs.rs`, so that `Fs` holds it
 //! without importing the services whose code reads and updates it
-//! (`space.rs`, `clean.rs`, `log_migrate.rs`, `scrub.rs`, `rules.rs`; the
+//! (`space.rs`, `clean.rs`, `log_migrate.rs`, `scrub.rs`, `rules.rs`, `trim.rs`; the
 //! migrator's state is `migrate/state.rs`). Plain data, no logic: see
 //! docs/design.md §1, "Layers".
 
@@ -93,6 +93,24 @@ pub struct ObjectTierCleaning {
     /// (upload number → blocks): a free can wait for a reader; the next pass
     /// counts them if they died meanwhile.
     pub(crate) awaiting: BTreeMap<u64, u64>,
+}
+
+/// Online discard's state and counters (`trim.rs`).
+#[derive(Default)]
+pub struct OnlineDiscard {
+    /// When the last background discard started, and the look of the
+    /// block tiers' space then (`Fs::tier_space_changes`): a pass is due
+    /// only once the interval has passed and the look changed.
+    pub(crate) last: crate::lock_order::Mutex<Option<(std::time::Instant, u64)>>,
+    /// Background discards run since mount.
+    pub(crate) passes: AtomicU64,
+    /// Bytes they discarded.
+    pub(crate) bytes: AtomicU64,
+    /// Background discards a device error stopped.
+    pub(crate) errors: AtomicU64,
+    /// Tier ids (bit per id) whose device cannot discard: skipped by later
+    /// background passes (`fstrim` still asks them).
+    pub(crate) unsupported: AtomicU64,
 }
 
 /// Log migration counters and the scan cursor (`log_migrate.rs`).

@@ -36,7 +36,7 @@
 use crate::fs::Fs;
 use crate::types::{errno, FsResult};
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use terrace_format::BLOCK_SIZE;
 
@@ -47,24 +47,6 @@ pub struct TrimReport {
     pub bytes: u64,
     /// Block tiers whose device or file system cannot discard (skipped).
     pub unsupported_tiers: u32,
-}
-
-/// Online discard's state and counters (`Fs::online_discard`).
-#[derive(Default)]
-pub struct OnlineDiscard {
-    /// When the last background discard started, and the look of the
-    /// block tiers' space then ([`Fs::tier_space_changes`]): a pass is due
-    /// only once the interval has passed and the look changed.
-    pub(crate) last: crate::lock_order::Mutex<Option<(Instant, u64)>>,
-    /// Background discards run since mount.
-    pub(crate) passes: AtomicU64,
-    /// Bytes they discarded.
-    pub(crate) bytes: AtomicU64,
-    /// Background discards a device error stopped.
-    pub(crate) errors: AtomicU64,
-    /// Tier ids (bit per id) whose device cannot discard: skipped by later
-    /// background passes (`fstrim` still asks them).
-    pub(crate) unsupported: AtomicU64,
 }
 
 /// What online discard has done since mount (`terrace status`).
