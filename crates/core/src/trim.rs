@@ -168,8 +168,9 @@ impl Fs {
     /// discarded since it was freed (as `fstrim` does, see the module
     /// docs). Called by the migration thread after each pass. Returns the
     /// bytes discarded. A tier whose device cannot discard is noted once
-    /// and skipped from then on; a device error is noted and counted, and
-    /// the next pass tries again.
+    /// and skipped from then on; a device error is noted (once) and
+    /// counted, and the pass is due again after the interval, whether or
+    /// not the space changes.
     pub fn maybe_discard_free(&self) -> u64 {
         let interval = self.settings.read().discard_interval_ns;
         if interval == 0 || self.tiers.is_empty() || self.read_only || self.is_frozen() {
@@ -209,6 +210,10 @@ impl Fs {
                 r.bytes
             }
             Err(e) => {
+                // Due again after the interval, even if nothing changes.
+                if let Some((_, seen)) = od.last.lock().as_mut() {
+                    *seen = look.wrapping_add(1);
+                }
                 if od.errors.fetch_add(1, Ordering::Relaxed) == 0 {
                     self.notice(format!(
                         "online discard failed: {e}; it is tried again after \
