@@ -724,6 +724,52 @@ fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
     fs.check_allocator().unwrap();
 }
 
+/// The same on a pool whose SSD also holds a few dead blocks (a hole
+/// punched in a file there): too few for the cleaner to recycle their
+/// extent, so they free nothing. The rescue refused any tier with dead
+/// blocks, so every unlink after the removal reserve was used up failed
+/// with ENOSPC (`scripts/stress_full_pool.sh`: 4 KiB dead, 2,500 names
+/// refused). It now runs once recycling and migration had the removal
+/// wait's time and freed nothing.
+#[test]
+fn a_pool_full_on_every_tier_with_a_few_dead_blocks_empties_a_directory_of_empty_files() {
+    let (_, _, fs) = running_pool(4, 16, 64, "4M");
+    fs.set_setting("inode_max_percent", "90").unwrap();
+    let d = mkdirs(&fs, 1)[0];
+    let mut names = Vec::new();
+    for i in 0..1500u32 {
+        let name = maildir_name(i);
+        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+        names.push(name);
+    }
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    let on_ssd = file(&fs, 1, "on-ssd");
+    fs.write(on_ssd, 0, &pattern(9, 512 << 10)).unwrap();
+    fs.fsync(on_ssd, false).unwrap();
+    fs.set_setting("placement_policy", "ziggurat").unwrap();
+    fill_with_data(&fs);
+    fs.fallocate(
+        on_ssd,
+        64 << 10,
+        4096,
+        terrace_core::FallocateMode::PunchHole,
+    )
+    .unwrap();
+    let dead = fs.status().tiers[1].extents.unwrap().dead_blocks;
+    assert!(dead > 0, "the punch left dead blocks on the SSD");
+    let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
+    fill_with_files(&fs, &[fill]);
+    let unlinks = names
+        .iter()
+        .map(|name| (name.clone(), fs.unlink(d, name.as_bytes())))
+        .collect();
+    assert_all_removed("empty files on a full pool with dead blocks", unlinks);
+    assert!(fs.status().space.rescued_bytes > 0);
+    fs.stop_background_for_crash_test();
+    fs.check_allocator().unwrap();
+}
+
 /// A create on a pool full on every tier, where nothing can free PM (no
 /// block-tier room for data to leave into, nothing dead to recycle, nothing
 /// dirty), fails with ENOSPC at once, as on ext4. Before, the first one

@@ -18,10 +18,15 @@
 //! - Only while no cached page is dirty and no write-back is in flight:
 //!   the room those need is not touched, so no acknowledged write can
 //!   find its block gone.
-//! - Only into a tier with no dead blocks: its reserve is what recycling
-//!   needs to turn dead blocks into room, and with none there is nothing
-//!   to recycle until removals free some — by which time they free room.
-//!   Half the reserve (at least one extent) always stays.
+//! - Half the reserve (at least one extent) always stays: it is what
+//!   recycling needs to turn dead blocks into room (it moves an extent's
+//!   valid blocks into it). A tier with dead blocks is rescued into only
+//!   after the removal wait gave recycling and migration
+//!   `REMOVAL_STALL` to free PM and they freed none: a few dead blocks
+//!   in otherwise full extents are not worth recycling (the cleaner's
+//!   thresholds leave them), and refusing the rescue for them left every
+//!   later `rm` of a full pool refused (`scripts/stress_full_pool.sh`:
+//!   4 KiB dead, 2,500 names refused).
 //! - Data a rule pins to PM stays. The move is an ordinary one
 //!   (`move_ranges`): crash-safe at every step, committed by the log tail.
 
@@ -76,9 +81,6 @@ impl Fs {
         }) else {
             return false;
         };
-        if t.space.stats().dead_blocks > 0 {
-            return false;
-        }
         let before = self.alloc.free();
         let _rescuing = Rescuing::start();
         for (_, ino) in self.coldest_files(TierId::PM, Mode::Move, RESCUE_FILES) {
