@@ -301,6 +301,24 @@ fn fill_with_data(fs: &Fs) -> u64 {
     big
 }
 
+/// A running pool of PM 4 MiB + SSD 16 MiB whose inode table may take 90 %
+/// of PM, with `n` empty files of Maildir names in one directory: the
+/// pool, the directory and the names.
+fn pool_with_empty_files(n: u32) -> (Arc<Fs>, u64, Vec<String>) {
+    let (_, _, fs) = running_pool(4, 16, 64, "4M");
+    fs.set_setting("inode_max_percent", "90").unwrap();
+    let d = mkdirs(&fs, 1)[0];
+    let names = (0..n)
+        .map(|i| {
+            let name = maildir_name(i);
+            fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            name
+        })
+        .collect();
+    (fs, d, names)
+}
+
 /// The `i`-th name of a mail spool (Maildir): long, as such names are.
 fn maildir_name(i: u32) -> String {
     format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,")
@@ -698,16 +716,7 @@ fn symlinks_made_until_refused_leave_room_for_deleting_everything() {
 /// `rm -rf` of such a pool failed with ENOSPC on thousands of names.
 #[test]
 fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
-    let (_, _, fs) = running_pool(4, 16, 64, "4M");
-    fs.set_setting("inode_max_percent", "90").unwrap();
-    let d = mkdirs(&fs, 1)[0];
-    let mut names = Vec::new();
-    for i in 0..1500u32 {
-        let name = maildir_name(i);
-        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
-            .unwrap();
-        names.push(name);
-    }
+    let (fs, d, names) = pool_with_empty_files(1500);
     fill_with_data(&fs);
     let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
     fill_with_files(&fs, &[fill]);
@@ -733,16 +742,7 @@ fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
 /// wait's time and freed nothing.
 #[test]
 fn a_pool_full_on_every_tier_with_a_few_dead_blocks_empties_a_directory_of_empty_files() {
-    let (_, _, fs) = running_pool(4, 16, 64, "4M");
-    fs.set_setting("inode_max_percent", "90").unwrap();
-    let d = mkdirs(&fs, 1)[0];
-    let mut names = Vec::new();
-    for i in 0..1500u32 {
-        let name = maildir_name(i);
-        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
-            .unwrap();
-        names.push(name);
-    }
+    let (fs, d, names) = pool_with_empty_files(1500);
     fs.set_setting("placement_policy", "block-first").unwrap();
     let on_ssd = file(&fs, 1, "on-ssd");
     fs.write(on_ssd, 0, &pattern(9, 512 << 10)).unwrap();
