@@ -319,6 +319,20 @@ fn pool_with_empty_files(n: u32) -> (Arc<Fs>, u64, Vec<String>) {
     (fs, d, names)
 }
 
+/// Fills PM with empty files in a new directory `fill` until ENOSPC, then
+/// unlinks every one of `names` from `d`: all must go, and the rescue must
+/// have made room for them (they failed without it) and say how much.
+fn fill_then_unlink_all(fs: &Fs, d: u64, names: &[String], what: &str) {
+    let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
+    fill_with_files(fs, &[fill]);
+    let unlinks = names
+        .iter()
+        .map(|name| (name.clone(), fs.unlink(d, name.as_bytes())))
+        .collect();
+    assert_all_removed(what, unlinks);
+    assert!(fs.status().space.rescued_bytes > 0, "{what}: no rescue");
+}
+
 /// The `i`-th name of a mail spool (Maildir): long, as such names are.
 fn maildir_name(i: u32) -> String {
     format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,")
@@ -718,16 +732,7 @@ fn symlinks_made_until_refused_leave_room_for_deleting_everything() {
 fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
     let (fs, d, names) = pool_with_empty_files(1500);
     fill_with_data(&fs);
-    let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
-    fill_with_files(&fs, &[fill]);
-    let unlinks = names
-        .iter()
-        .map(|name| (name.clone(), fs.unlink(d, name.as_bytes())))
-        .collect();
-    assert_all_removed("empty files on a full pool", unlinks);
-    // The rescue made the room (the unlinks failed without it), and the
-    // status says how much it moved.
-    assert!(fs.status().space.rescued_bytes > 0);
+    fill_then_unlink_all(&fs, d, &names, "empty files on a full pool");
     fs.rmdir(1, b"d0").unwrap();
     fs.stop_background_for_crash_test();
     fs.check_allocator().unwrap();
@@ -758,14 +763,12 @@ fn a_pool_full_on_every_tier_with_a_few_dead_blocks_empties_a_directory_of_empty
     .unwrap();
     let dead = fs.status().tiers[1].extents.unwrap().dead_blocks;
     assert!(dead > 0, "the punch left dead blocks on the SSD");
-    let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
-    fill_with_files(&fs, &[fill]);
-    let unlinks = names
-        .iter()
-        .map(|name| (name.clone(), fs.unlink(d, name.as_bytes())))
-        .collect();
-    assert_all_removed("empty files on a full pool with dead blocks", unlinks);
-    assert!(fs.status().space.rescued_bytes > 0);
+    fill_then_unlink_all(
+        &fs,
+        d,
+        &names,
+        "empty files on a full pool with dead blocks",
+    );
     fs.stop_background_for_crash_test();
     fs.check_allocator().unwrap();
 }
