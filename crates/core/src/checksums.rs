@@ -83,6 +83,35 @@ impl Fs {
         true
     }
 
+    /// Whether every block of `buf` (read from block `first` of `tier` on)
+    /// matches its checksum, or has none; nothing is counted or logged.
+    pub(crate) fn blocks_match(&self, tier: TierId, first: PhysBlock, buf: &[u8]) -> bool {
+        let Some(sums) = self.sums_of(tier) else {
+            return true;
+        };
+        buf.chunks(BLOCK_SIZE as usize)
+            .enumerate()
+            .all(|(i, b)| sums.check(first + i as u64, b) != Some(false))
+    }
+
+    /// Whether file blocks `[fb, fb + blocks)` of `ino` are still mapped,
+    /// all of them, by the extent with data sequence number `seq` (what an
+    /// unlocked reader captured; the parts an extent is split into keep its
+    /// number, a new mapping has a new one).
+    pub(crate) fn still_mapped(
+        &self,
+        ino: crate::types::Ino,
+        (fb, blocks): (terrace_format::FileBlock, u64),
+        seq: u64,
+    ) -> bool {
+        let Ok(g) = self.lock(ino) else {
+            return false;
+        };
+        g.as_ref()
+            .and_then(|i| i.extents.find(fb))
+            .is_some_and(|(s, e)| e.seq == seq && s + e.blocks >= fb + blocks)
+    }
+
     /// How many leading blocks of `buf` (read from block `first` of `tier`
     /// on) match their checksums (blocks without one count as matching). The
     /// first mismatch is counted and logged.

@@ -197,21 +197,37 @@ impl Fs {
     }
 
     fn commit_one_for(&self, inode: &mut Inode, entries: Vec<Entry>, use_: LogUse) -> FsResult<()> {
+        let released = self.commit_one_keeping(inode, entries, use_)?;
+        self.free_runs(released);
+        Ok(())
+    }
+
+    /// [`Fs::commit_one_for`] that frees none of the data blocks the
+    /// entries unmap: it returns them, and the caller owns them from then
+    /// on (a write into preallocated blocks rewrites them in place,
+    /// `ops_prealloc_write.rs`). A recalled log's old blob is freed.
+    pub(crate) fn commit_one_keeping(
+        &self,
+        inode: &mut Inode,
+        entries: Vec<Entry>,
+        use_: LogUse,
+    ) -> FsResult<Vec<Released>> {
         let sc = self.stage_commit(inode, &entries, use_, false)?;
         // Commit point of every single-inode operation: the log tail store
         // (with a recall, the journal slot that publishes head, tail and state).
         self.journal.commit(&*self.media, &sc.words);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         let split = inode.extents.pm_clean_dirty();
-        let mut released: Vec<Released> = Fs::apply_staged(inode, sc).into_iter().collect();
+        let blob: Vec<Released> = Fs::apply_staged(inode, sc).into_iter().collect();
+        let mut released = Vec::new();
         for e in &entries {
             released.extend(inode.apply(e));
         }
         self.note_pm_split_change(split, inode.extents.pm_clean_dirty());
         self.relist(inode);
-        self.free_runs(released);
+        self.free_runs(blob);
         self.maybe_compact(inode, use_.compaction());
-        Ok(())
+        Ok(released)
     }
 
     /// Compacts a log whose dead entries outnumber the live ones by far: writes a

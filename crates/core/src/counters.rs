@@ -35,6 +35,9 @@ pub struct Counters {
     pub placement_overflows: AtomicU64,
     /// Where writes went, per class of write.
     pub placement: crate::placement_stats::PlacementStats,
+    /// Writes that had no room for a copy and went into the preallocated
+    /// (zero-filled) blocks they cover instead (`ops_prealloc_write.rs`).
+    pub prealloc_in_place_writes: AtomicU64,
     /// Blocks read from block tiers whose checksum matched.
     pub checksummed_reads: AtomicU64,
     /// Blocks read from block tiers whose checksum did not match (EIO).

@@ -21,12 +21,24 @@ use terrace_format::{Entry, FileBlock, TierId, WriteEntry, BLOCK_SIZE};
 
 /// The time a write stamps on its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stamp {
+pub(crate) enum Stamp {
     /// The daemon's clock.
     Now,
     /// The file's mtime as it is: the kernel keeps the times and sends its
     /// own ([`Fs::write_back_kernel_pages`]).
     Kept,
+}
+
+impl Stamp {
+    /// The time the write's entries carry (its mtime and ctime) for file
+    /// `i`, `now` being the daemon's clock.
+    pub(crate) fn time(self, i: &Inode, now: i64) -> i64 {
+        match self {
+            Stamp::Now => now,
+            Stamp::Kept if i.dirty.is_empty() => i.attr.mtime,
+            Stamp::Kept => i.attr.mtime.max(i.cached_mtime),
+        }
+    }
 }
 
 /// Largest file size (16 TiB, as ext4 with 4 KiB blocks).
@@ -175,6 +187,15 @@ impl Fs {
         let r = self.retry_freeing_room(blocks, || {
             self.write_once(ino, off, data, o_sync, new_change, stamp)
         });
+        // No room for a copy: a write over preallocated zeros goes into
+        // their blocks (fallocate's promise, `ops_prealloc_write.rs`).
+        let r = match r {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => self
+                .write_into_preallocated(ino, off, data, new_change, stamp)
+                .map(|done| done.ok_or(e))
+                .and_then(|r| r),
+            r => r,
+        };
         self.say_room(&r, blocks);
         r
     }
@@ -209,11 +230,7 @@ impl Fs {
         }
         let now = now_ns();
         // The time the write's entries carry (its mtime and ctime).
-        let mtime = match stamp {
-            Stamp::Now => now,
-            Stamp::Kept if i.dirty.is_empty() => i.attr.mtime,
-            Stamp::Kept => i.attr.mtime.max(i.cached_mtime),
-        };
+        let mtime = stamp.time(i, now);
         let fb0 = FileBlock::containing(off);
         let fb1 = FileBlock::containing(end - 1);
         let nblocks = fb1 - fb0 + 1;

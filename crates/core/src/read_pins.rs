@@ -25,6 +25,13 @@
 //! deferred runs are freed then. A writer refused for room waits for them
 //! ([`ReadPins::wait_deferred`], from `retry_freeing_room`).
 //!
+//! A write into preallocated blocks (`ops_prealloc_write.rs`) rewrites
+//! blocks in place, which nothing else does: it holds an exclusion
+//! ([`ReadPins::exclude`]) while it writes, which gives no new pin and
+//! first waits for the pins held to go, so no unlocked reader can be
+//! reading the blocks it overwrites (readers then read under their own
+//! inode lock, and the writer holds the lock of the file it writes).
+//!
 //! PM blocks are never read this way: PM reads are memory copies, done
 //! under the lock, and PM frees are never deferred.
 //!
@@ -58,6 +65,20 @@ struct PinState {
     readers: usize,
     /// Runs freed while readers were in; freed by the last one out.
     deferred: Vec<Released>,
+    /// Exclusions held ([`ReadPins::exclude`]): no pin is given meanwhile.
+    excluded: usize,
+}
+
+/// While it lives, no reader reads block-tier blocks without its inode
+/// lock ([`ReadPins::exclude`]).
+pub struct ReadExclusion<'a> {
+    pins: &'a ReadPins,
+}
+
+impl Drop for ReadExclusion<'_> {
+    fn drop(&mut self) {
+        self.pins.state.lock().excluded -= 1;
+    }
 }
 
 /// A reader's pin: while it lives, no block-tier block is freed.
@@ -72,7 +93,7 @@ impl ReadPins {
     /// frees runs for real; the last pin out calls it.
     pub fn enter<'a>(&'a self, free: &'a dyn Fn(Vec<Released>)) -> Option<ReadPin<'a>> {
         let mut s = self.state.lock();
-        if !s.deferred.is_empty() {
+        if !s.deferred.is_empty() || s.excluded > 0 {
             return None;
         }
         s.readers += 1;
@@ -105,6 +126,18 @@ impl ReadPins {
         true
     }
 
+    /// Stops giving pins, then waits until every pin held has gone: while
+    /// the returned exclusion lives, no reader reads block-tier data
+    /// without its inode lock. The caller may hold one inode lock (pinned
+    /// readers hold none); the wait lasts one device read per reader in.
+    pub fn exclude(&self) -> ReadExclusion<'_> {
+        let mut s = self.state.lock();
+        s.excluded += 1;
+        self.drained
+            .wait_while(s.condvar_guard(), |s| s.readers > 0);
+        ReadExclusion { pins: self }
+    }
+
     /// Blocks whose free is deferred now.
     pub fn deferred_blocks(&self) -> u64 {
         self.state.lock().deferred.iter().map(|r| r.2).sum()
@@ -118,6 +151,9 @@ impl Drop for ReadPin<'_> {
             s.readers -= 1;
             if s.readers > 0 {
                 return;
+            }
+            if s.excluded > 0 {
+                self.pins.drained.notify_all();
             }
             std::mem::take(&mut s.deferred)
         };
@@ -156,5 +192,29 @@ mod tests {
         assert_eq!(*freed.borrow(), vec![(TierId(1), PhysBlock(20), 3)]);
         assert_eq!(pins.deferred_blocks(), 0);
         assert!(pins.enter(&free).is_some());
+    }
+
+    #[test]
+    fn an_exclusion_waits_for_the_pins_held_and_gives_none_while_it_lives() {
+        let pins = ReadPins::default();
+        let free = |_: Vec<Released>| {};
+        let reader_out = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let pin = pins.enter(&free).unwrap();
+            let excluder = s.spawn(|| {
+                let x = pins.exclude();
+                assert!(
+                    reader_out.load(std::sync::atomic::Ordering::SeqCst),
+                    "the exclusion began while a reader was in"
+                );
+                assert!(pins.enter(&free).is_none(), "no pin under an exclusion");
+                drop(x);
+                assert!(pins.enter(&free).is_some(), "pins again after it");
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            reader_out.store(true, std::sync::atomic::Ordering::SeqCst);
+            drop(pin);
+            excluder.join().unwrap();
+        });
     }
 }

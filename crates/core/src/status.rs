@@ -243,6 +243,10 @@ pub struct Status {
     /// asynchronous), and why.
     #[serde(default)]
     pub placement_by_class: crate::placement_stats::PlacementByClass,
+    /// Writes that found no room for a copy on a full pool and went into
+    /// the preallocated blocks they cover (fallocate's promise kept).
+    #[serde(default)]
+    pub prealloc_in_place_writes: u64,
     /// The running scrub, or the last one since mount.
     pub scrub: Option<crate::service_state::ScrubReport>,
     /// Block-tier data blocks read and verified against their checksum.
@@ -402,6 +406,7 @@ impl Fs {
             placed_block: c.placed_block.load(Ordering::Relaxed),
             placement_overflows: c.placement_overflows.load(Ordering::Relaxed),
             placement_by_class: c.placement.snapshot(),
+            prealloc_in_place_writes: c.prealloc_in_place_writes.load(Ordering::Relaxed),
             scrub: self.scrub_status(),
             checksummed_reads: c.checksummed_reads.load(Ordering::Relaxed),
             checksum_errors: c.checksum_errors.load(Ordering::Relaxed),

@@ -494,6 +494,12 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             util::human_bytes(c.overflow_bytes)
         ));
     }
+    if st.prealloc_in_place_writes > 0 {
+        line(format!(
+            "    {:<11} {} into their preallocated blocks (no room left for a copy)",
+            "in place", st.prealloc_in_place_writes
+        ));
+    }
     line(format!(
         "  predictions   synchronous right {} of {}, asynchronous right {} of {}",
         sp.predicted_sync_correct,

@@ -280,11 +280,31 @@ impl Fs {
             } else {
                 let read = self
                     .tier(p.tier)
-                    .and_then(|t| t.media.read_blocks(p.block.get(), &mut buf[at..at + len]))
-                    .and_then(|()| self.verify_read(p.tier, p.block, &buf[at..at + len]));
-                if let Err(e) = read {
-                    release(d);
-                    return Err(e);
+                    .and_then(|t| t.media.read_blocks(p.block.get(), &mut buf[at..at + len]));
+                // A mismatch counts as damage only while the piece is still
+                // mapped as captured: a write into preallocated blocks
+                // (`ops_prealloc_write.rs`) rewrites them in place after
+                // unmapping them, under the file's lock.
+                let read = read.and_then(|()| {
+                    let data = &buf[at..at + len];
+                    if self.blocks_match(p.tier, p.block, data) {
+                        Ok(Some(()))
+                    } else if !self.still_mapped(ino, (p.file_block, p.blocks), p.seq) {
+                        Ok(None)
+                    } else {
+                        self.verify_read(p.tier, p.block, data).map(Some)
+                    }
+                });
+                match read {
+                    Ok(Some(())) => {}
+                    Ok(None) => {
+                        release(d);
+                        return Ok((None, cut));
+                    }
+                    Err(e) => {
+                        release(d);
+                        return Err(e);
+                    }
                 }
             }
             at += len;
