@@ -6,7 +6,9 @@
 //! first and last blocks are merged with the old content, and one log commit
 //! (one tail store — the commit point) publishes all the write entries of the
 //! call together with the new size and mtime. The old blocks are freed after the
-//! commit. So every write() is atomic, and durable when it returns.
+//! commit. So every write() is atomic, and durable when it returns. (On a
+//! pool with no room for a copy, a write over preallocated zeros goes into
+//! their blocks instead, atomically too: `ops_prealloc_write.rs`.)
 //!
 //! Invariant: bytes of a mapped block past the file size read as zero (truncate
 //! and hole punching zero the partial block they cut).
@@ -586,8 +588,9 @@ impl Fs {
     }
 
     /// Where `n` preallocated (zero-filled) blocks of a file with placement
-    /// rule `rule` go. Writes never land in them (copy-on-write: a write
-    /// takes new blocks), so on PM they would only take room: a range of
+    /// rule `rule` go. Writes land in them only on a full pool
+    /// (`ops_prealloc_write.rs`; otherwise a write takes new blocks), so
+    /// on PM they would mostly take room: a range of
     /// at least a bulk write (`BULK_WRITE_BYTES`) goes to the first block
     /// tier, a smaller one to PM (as a small write would), and a pinned
     /// file's to its pinned tier.

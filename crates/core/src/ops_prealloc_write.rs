@@ -1,5 +1,5 @@
 //! Writes into preallocated space on a pool with no room for a copy
-//! (design.md §5t, "Writes into preallocated space"; xfstests generic/274).
+//! (design.md §5i, "Writes into preallocated space"; xfstests generic/274).
 //!
 //! Data is copy-on-write: a write takes new blocks and frees the old ones
 //! after its commit, so on a full pool even a write over blocks that
@@ -73,7 +73,8 @@ impl Fs {
         if data.is_empty() || end > MAX_FILE_SIZE {
             return Ok(None);
         }
-        let Ok(mut g) = self.lock_clean(ino) else {
+        let (fb0, fb1) = (FileBlock::containing(off), FileBlock::containing(end - 1));
+        let Ok(mut g) = self.lock(ino) else {
             return Ok(None);
         };
         let i = g.as_mut().expect("live");
@@ -81,10 +82,22 @@ impl Fs {
         if new_change {
             crate::inode_flags::check_write(i)?;
         }
+        if self.preallocated_runs(i, fb0, fb1).is_none() {
+            return Ok(None);
+        }
+        if !i.dirty.is_empty() {
+            // The file's cached writes commit first (per-file order, as a
+            // write through PM does).
+            drop(g);
+            let Ok(clean) = self.lock_clean(ino) else {
+                return Ok(None);
+            };
+            g = clean;
+        }
+        let i = g.as_mut().expect("live");
         if !i.dirty.is_empty() {
             return Ok(None);
         }
-        let (fb0, fb1) = (FileBlock::containing(off), FileBlock::containing(end - 1));
         let Some(held) = self.preallocated_runs(i, fb0, fb1) else {
             return Ok(None);
         };
@@ -173,13 +186,17 @@ impl Fs {
 
     /// The runs holding file blocks `[fb0, fb1]` of `i` when every one is
     /// mapped, by an extent that is not shared, has no clean copy and lies
-    /// on PM or a device tier that takes writes; `None` otherwise.
+    /// on PM or a device tier that takes writes, and none has a dirty
+    /// cached page; `None` otherwise.
     fn preallocated_runs(
         &self,
         i: &crate::inode::Inode,
         fb0: FileBlock,
         fb1: FileBlock,
     ) -> Option<Vec<Held>> {
+        if i.dirty.range(fb0..=fb1).next().is_some() {
+            return None;
+        }
         let mut held = Vec::new();
         let mut fb = fb0;
         while fb <= fb1 {

@@ -2,7 +2,7 @@
 //! `posix_fallocate`: "subsequent writes to the range shall not fail for
 //! lack of free space"; xfstests generic/274). Data is copy-on-write, so on
 //! a pool with no room left a write over preallocated zeros goes into the
-//! preallocated blocks themselves (design.md §5t, "Writes into preallocated
+//! preallocated blocks themselves (design.md §5i, "Writes into preallocated
 //! space"), and a crash at any moment of it leaves the range as it was or
 //! as written, never torn.
 
