@@ -100,8 +100,9 @@ pub struct ObjectTierCleaning {
 pub struct OnlineDiscard {
     /// When the last background discard started, and the look of the
     /// block tiers' space then (`Fs::tier_space_changes`): a pass is due
-    /// only once the interval has passed and the look changed.
-    pub(crate) last: crate::lock_order::Mutex<Option<(std::time::Instant, u64)>>,
+    /// only once the interval has passed and the look changed. No look
+    /// after a pass that failed: the next is due after the interval.
+    pub(crate) last: crate::lock_order::Mutex<Option<(std::time::Instant, Option<u64>)>>,
     /// Background discards run since mount.
     pub(crate) passes: AtomicU64,
     /// Bytes they discarded.

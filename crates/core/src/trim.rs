@@ -180,11 +180,11 @@ impl Fs {
         {
             let mut last = self.online_discard.last.lock();
             if last.is_some_and(|(at, seen)| {
-                seen == look || at.elapsed() < Duration::from_nanos(interval)
+                seen == Some(look) || at.elapsed() < Duration::from_nanos(interval)
             }) {
                 return 0;
             }
-            *last = Some((Instant::now(), look));
+            *last = Some((Instant::now(), Some(look)));
         }
         let od = &self.online_discard;
         od.passes.fetch_add(1, Ordering::Relaxed);
@@ -212,7 +212,7 @@ impl Fs {
             Err(e) => {
                 // Due again after the interval, even if nothing changes.
                 if let Some((_, seen)) = od.last.lock().as_mut() {
-                    *seen = look.wrapping_add(1);
+                    *seen = None;
                 }
                 if od.errors.fetch_add(1, Ordering::Relaxed) == 0 {
                     self.notice(format!(

@@ -532,7 +532,7 @@ fn a_pool_full_on_every_tier_whose_logs_left_pm_can_still_delete_everything() {
     fs.set_setting("inode_max_percent", "90").unwrap();
     // The tree: files of 8 KiB written to the SSD, every fourth with a
     // second name in the next directory.
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    block_first(&fs);
     let dirs = mkdirs(&fs, 8);
     let mut names: Vec<Vec<String>> = vec![Vec::new(); dirs.len()];
     let mut inos = dirs.clone();
@@ -606,7 +606,7 @@ fn a_pool_full_on_every_tier_whose_logs_left_pm_can_still_delete_everything() {
 fn truncates_of_files_with_cold_logs_leave_room_for_deleting_every_file() {
     let (_, _, fs) = tiered_pool(4 << 20, 16 << 20, 64);
     fs.set_setting("inode_max_percent", "90").unwrap();
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    block_first(&fs);
     let d = mkdirs(&fs, 1)[0];
     let mut files = Vec::new();
     for i in 0..150u32 {
@@ -663,7 +663,7 @@ fn symlinks_made_until_refused_leave_room_for_deleting_everything() {
         let fs = small_pool(tiered);
         let mut removals: Vec<(u64, String)> = Vec::new();
         if tiered {
-            fs.set_setting("placement_policy", "block-first").unwrap();
+            block_first(&fs);
             let cold = fs.mkdir(1, b"cold", 0o755, CTX).unwrap().ino;
             let mut inos = vec![cold];
             for i in 0..60u32 {
@@ -748,7 +748,7 @@ fn a_pool_full_on_every_tier_empties_a_directory_of_empty_files() {
 #[test]
 fn a_pool_full_on_every_tier_with_a_few_dead_blocks_empties_a_directory_of_empty_files() {
     let (fs, d, names) = pool_with_empty_files(1500);
-    fs.set_setting("placement_policy", "block-first").unwrap();
+    block_first(&fs);
     let on_ssd = file(&fs, 1, "on-ssd");
     fs.write(on_ssd, 0, &pattern(9, 512 << 10)).unwrap();
     fs.fsync(on_ssd, false).unwrap();
