@@ -7,8 +7,8 @@
 //! writes into a successfully preallocated range do not fail for lack of
 //! space, and databases (WAL files, InnoDB and RocksDB preallocate theirs)
 //! rely on it. When [`Fs::write`] found no room, a write whose every block
-//! is mapped, holds zeros, is neither shared with a clone nor has a clean
-//! copy, and lies on PM or on a device tier (not an object tier), goes into
+//! is mapped, holds zeros, is mapped once (not shared with a clone: the
+//! reference counts of `shared.rs` say so) and has no clean copy, and lies on PM or on a device tier (not an object tier), goes into
 //! those blocks instead:
 //!
 //! 1. under the file's lock (its dirty cached pages written back first), a
@@ -207,14 +207,18 @@ impl Fs {
                         && !t.refuses_allocation()
                         && !t.space.is_retiring()
                 });
-            if e.shared || e.copy.is_some() || !writable {
+            let k = (s + e.blocks - fb).min(fb1 + 1 - fb);
+            let block = e.block + (fb - s);
+            // Of the entries mapping a cloned block only one may lack the
+            // shared flag: the reference counts tell, not the flag.
+            let cloned = e.shared || !self.shared.shared_parts(e.tier, block, k).is_empty();
+            if cloned || e.copy.is_some() || !writable {
                 return None;
             }
-            let k = (s + e.blocks - fb).min(fb1 + 1 - fb);
             held.push(Held {
                 file_block: fb,
                 tier: e.tier,
-                block: e.block + (fb - s),
+                block,
                 blocks: k,
             });
             fb += k;

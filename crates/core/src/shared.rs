@@ -3,9 +3,11 @@
 //!
 //! A clone maps the destination's file blocks to the source's physical
 //! blocks (Write entries with `WRITE_FLAG_SHARED`) instead of copying them.
-//! Data blocks are never written in place, so sharing needs no copy later:
-//! a write to either file goes to fresh blocks and only drops one reference
-//! to the old ones. What has to change is freeing: a block is returned to
+//! Shared data blocks are never written in place, so sharing needs no copy
+//! later: a write to either file goes to fresh blocks and only drops one
+//! reference to the old ones. (The one write in place, into preallocated
+//! blocks on a full pool, `ops_prealloc_write.rs`, asks this map and
+//! leaves any block mapped more than once alone.) What has to change is freeing: a block is returned to
 //! its allocator only when the last mapping of it goes.
 //!
 //! [`SharedBlocks`] holds, per tier, the *extra* references of every block

@@ -333,3 +333,28 @@ fn a_reader_of_preallocated_blocks_finishes_before_they_are_written_in_place() {
     assert_eq!(fs.status().checksum_errors, 0);
     fs.unmount().unwrap();
 }
+
+#[test]
+fn preallocated_blocks_a_clone_shares_are_never_written_in_place() {
+    let (_, _, fs) = tiered_pool(PM, SSD, 64);
+    let src = file_holding(&fs, "src", &pattern(7, CHUNK as usize));
+    let len = CHUNK + (1 << 20);
+    fs.fallocate(src, CHUNK, 1 << 20, FallocateMode::Allocate)
+        .unwrap();
+    let dst = file(&fs, 1, "dst");
+    assert_eq!(fs.copy_range(src, 0, dst, 0, len).unwrap(), len);
+    let (src_before, dst_before) = (content(&fs, src), content(&fs, dst));
+    fill_pool(&fs);
+    // The source's blocks are shared with the clone, whichever entry
+    // carries the shared flag: no write goes into them.
+    for ino in [src, dst] {
+        let e = fs
+            .write(ino, CHUNK, &pattern(13, CHUNK as usize))
+            .expect_err("a write over shared blocks of a full pool");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    }
+    assert_eq!(fs.status().prealloc_in_place_writes, 0);
+    assert_eq!(content(&fs, src), src_before);
+    assert_eq!(content(&fs, dst), dst_before);
+    fs.unmount().unwrap();
+}
