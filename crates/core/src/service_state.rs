@@ -112,6 +112,9 @@ pub struct OnlineDiscard {
     /// Tier ids (bit per id) whose device cannot discard: skipped by later
     /// background passes (`fstrim` still asks them).
     pub(crate) unsupported: AtomicU64,
+    /// The daemon's log was told that this pool has no block tier to
+    /// discard on (said once per mount).
+    pub(crate) nothing_to_discard_said: std::sync::atomic::AtomicBool,
 }
 
 /// Log migration counters and the scan cursor (`log_migrate.rs`).

@@ -173,6 +173,19 @@ impl Fs {
     /// not the space changes.
     pub fn maybe_discard_free(&self) -> u64 {
         let interval = self.settings.read().discard_interval_ns;
+        if interval > 0
+            && self.tiers.is_empty()
+            && !self
+                .online_discard
+                .nothing_to_discard_said
+                .swap(true, Ordering::Relaxed)
+        {
+            self.notice(
+                "online discard is on (discard_interval_ns), but this pool has no SSD or \
+                 HDD tier: there is nothing to discard (PM needs no discard)"
+                    .into(),
+            );
+        }
         if interval == 0 || self.tiers.is_empty() || self.read_only || self.is_frozen() {
             return 0;
         }

@@ -437,3 +437,20 @@ fn online_discard_leaves_object_tiers_to_their_own_cleaning() {
     );
     fs.unmount().unwrap();
 }
+
+#[test]
+fn online_discard_on_a_pool_without_block_tiers_says_once_that_it_has_nothing_to_do() {
+    let (_, fs) = pm_pool(PM, 64);
+    fs.set_setting("discard_interval_ns", "1ms").unwrap();
+    assert_eq!(fs.maybe_discard_free(), 0);
+    let notices = fs.take_notices();
+    assert!(
+        notices.iter().any(|n| n.contains("nothing to discard")),
+        "{notices:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(fs.maybe_discard_free(), 0);
+    assert!(fs.take_notices().is_empty(), "said once");
+    assert_eq!(fs.discard_status().passes, 0);
+    fs.unmount().unwrap();
+}
