@@ -503,10 +503,29 @@ impl ExtentSpace {
         min_blocks: u64,
         discard: &mut dyn FnMut(u64, u64) -> std::io::Result<()>,
     ) -> (u64, Option<std::io::Error>) {
+        let (done, err, _) = self.discard_free_until(extents, min_blocks, &|| false, discard);
+        (done, err)
+    }
+
+    /// [`ExtentSpace::discard_free`] that stops early, between two device
+    /// calls, once `stop` says so (a background pass's time slice). The
+    /// third value says whether it stopped with free extents left to look
+    /// at; a later call finds them again (the discarded marks skip what
+    /// this one did).
+    pub fn discard_free_until(
+        &self,
+        extents: std::ops::Range<u64>,
+        min_blocks: u64,
+        stop: &dyn Fn() -> bool,
+        discard: &mut dyn FnMut(u64, u64) -> std::io::Result<()>,
+    ) -> (u64, Option<std::io::Error>, bool) {
         let end = extents.end.min(self.extents);
         let mut cursor = extents.start.max(1);
         let mut done = 0;
         while cursor < end {
+            if done > 0 && stop() {
+                return (done, None, true);
+            }
             let mut g = self.inner.lock();
             if self.retiring.load(Ordering::SeqCst) {
                 break;
@@ -541,7 +560,7 @@ impl ExtentSpace {
                 .last()
                 .map_or(a + 1, |e| e + 1);
             if let Err(e) = discard(a * self.extent_blocks, (b - a) * self.extent_blocks) {
-                return (done, Some(e));
+                return (done, Some(e), false);
             }
             for e in a..b {
                 g.discarded[e as usize] = true;
@@ -550,7 +569,7 @@ impl ExtentSpace {
             cursor = b;
             drop(g);
         }
-        (done, None)
+        (done, None, false)
     }
 
     /// Checks the space against `used`, every run live entries reference on

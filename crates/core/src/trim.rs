@@ -29,7 +29,9 @@
 //! discard and a tier's space changed since then ([`Fs::maybe_discard_free`]).
 //! Like ext4's and btrfs's `discard=async`, extents are discarded in batches
 //! some time after they are freed, never on the free path itself; the
-//! safety argument is `fstrim`'s, unchanged.
+//! safety argument is `fstrim`'s, unchanged. A pass stops after
+//! [`ONLINE_DISCARD_SLICE`] of requests and leaves the rest to the thread's
+//! next pass.
 //!
 //! [`ExtentSpace::discard_free`]: crate::tier::ExtentSpace::discard_free
 
@@ -39,6 +41,12 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use terrace_format::BLOCK_SIZE;
+
+/// How long one online discard pass may issue requests before it yields
+/// the migration thread (the rest follows at the thread's next pass, 100
+/// ms later): a first pass over a large, empty device is otherwise one
+/// long series of discards with migration waiting behind it.
+pub const ONLINE_DISCARD_SLICE: Duration = Duration::from_millis(100);
 
 /// What one `fstrim` did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -101,7 +109,7 @@ impl Fs {
             return Err(errno(libc::EINVAL));
         }
         let end = start.saturating_add(len).min(end_of_space);
-        let report = self.discard_tiers(start, end, min_len.div_ceil(BLOCK_SIZE), 0)?;
+        let report = self.discard_tiers(start, end, min_len.div_ceil(BLOCK_SIZE), 0, &|| false)?;
         if report.unsupported_tiers > 0 && !report.any_supported {
             return Err(errno(libc::EOPNOTSUPP));
         }
@@ -114,13 +122,15 @@ impl Fs {
     /// Discards the free extents of the block tiers in `[start, end)` of
     /// the pool's address space, in runs of at least `min_blocks` blocks,
     /// skipping the tiers whose id bit is set in `skip`. A device's error
-    /// stops it (what was discarded before stays discarded).
+    /// stops it (what was discarded before stays discarded), and so does
+    /// `stop`, between two device calls (`TiersDiscarded::cut`).
     fn discard_tiers(
         &self,
         start: u64,
         end: u64,
         min_blocks: u64,
         skip: u64,
+        stop: &dyn Fn() -> bool,
     ) -> FsResult<TiersDiscarded> {
         let mut report = TiersDiscarded::default();
         let mut base = self.sb.lock().pool_blocks.saturating_mul(BLOCK_SIZE);
@@ -141,9 +151,12 @@ impl Fs {
             }
             let media = &t.media;
             let mut unsupported = false;
-            let (blocks, err) = t
-                .space
-                .discard_free(first..last, min_blocks, &mut |b, n| media.discard(b, n));
+            let (blocks, err, cut) =
+                t.space
+                    .discard_free_until(first..last, min_blocks, stop, &mut |b, n| {
+                        media.discard(b, n)
+                    });
+            report.cut |= cut;
             match err {
                 Some(e) if e.kind() == io::ErrorKind::Unsupported => unsupported = true,
                 // What was discarded before stays discarded; the caller
@@ -158,6 +171,9 @@ impl Fs {
             } else {
                 report.any_supported = true;
             }
+            if report.cut {
+                break;
+            }
         }
         Ok(report)
     }
@@ -170,7 +186,8 @@ impl Fs {
     /// bytes discarded. A tier whose device cannot discard is noted once
     /// and skipped from then on; a device error is noted (once) and
     /// counted, and the pass is due again after the interval, whether or
-    /// not the space changes.
+    /// not the space changes. A pass cut at [`ONLINE_DISCARD_SLICE`] is
+    /// due again at once (the thread's next pass goes on with it).
     pub fn maybe_discard_free(&self) -> u64 {
         let interval = self.settings.read().discard_interval_ns;
         if interval > 0
@@ -208,9 +225,18 @@ impl Fs {
             .filter(|t| t.kind == terrace_format::TierKind::S3)
             .fold(0, |bits, t| bits | tier_bit(t.id));
         let skip = od.unsupported.load(Ordering::Relaxed) | objects;
-        match self.discard_tiers(0, self.trim_space_bytes(), 0, skip) {
+        // One slice of the migration thread's time: the first pass after a
+        // mount has every free extent of the tiers to discard, which on a
+        // large device is a long series of requests.
+        let slice_end = Instant::now() + ONLINE_DISCARD_SLICE;
+        let stop = || Instant::now() >= slice_end;
+        match self.discard_tiers(0, self.trim_space_bytes(), 0, skip, &stop) {
             Ok(r) => {
                 od.bytes.fetch_add(r.bytes, Ordering::Relaxed);
+                if r.cut {
+                    // The rest at the thread's next pass, not an interval on.
+                    *od.last.lock() = None;
+                }
                 let new = r.unsupported_bits & !skip;
                 if new != 0 {
                     od.unsupported.fetch_or(new, Ordering::Relaxed);
@@ -268,6 +294,8 @@ struct TiersDiscarded {
     unsupported_bits: u64,
     /// Whether some tier in the range could discard.
     any_supported: bool,
+    /// Whether `stop` cut it short, with free extents left to look at.
+    cut: bool,
 }
 
 /// The bit of tier `id` in a set of tier ids.

@@ -288,6 +288,21 @@ fn fstrim_on_a_read_only_pool_is_refused_with_erofs() {
     assert_eq!(errno_of(ro.trim(0, u64::MAX, 0)), libc::EROFS);
 }
 
+/// Online discard passes, one after the other, while each discards
+/// something (a pass cut at its time slice leaves the next one due at
+/// once): the bytes and the passes.
+fn discard_while_due(fs: &terrace_core::Fs) -> (u64, u64) {
+    let (mut bytes, mut passes) = (0, 0);
+    loop {
+        let n = fs.maybe_discard_free();
+        if n == 0 {
+            return (bytes, passes);
+        }
+        bytes += n;
+        passes += 1;
+    }
+}
+
 #[test]
 fn online_discard_is_off_by_default_and_then_discards_what_was_freed_once_per_interval() {
     let (pm, ssd, fs) = crash_pool(PM, SSD, 64);
@@ -297,9 +312,11 @@ fn online_discard_is_off_by_default_and_then_discards_what_was_freed_once_per_in
     assert_eq!(ssd.stats().discard_bytes, 0);
     assert_eq!(fs.discard_status().passes, 0);
 
-    // The first pass discards every free extent, as fstrim would.
+    // The first pass discards every free extent, as fstrim would (in
+    // slices of the thread's time, one after the other).
     fs.set_setting("discard_interval_ns", "1h").unwrap();
-    assert_eq!(fs.maybe_discard_free(), free * EXTENT);
+    let (first, slices) = discard_while_due(&fs);
+    assert_eq!(first, free * EXTENT);
     assert_eq!(ssd.stats().discard_bytes, free * EXTENT);
     assert_files(&fs, &files, "after the first online discard");
 
@@ -314,13 +331,13 @@ fn online_discard_is_off_by_default_and_then_discards_what_was_freed_once_per_in
     // Once it has passed, what was freed since goes, and only that.
     fs.set_setting("discard_interval_ns", "1ms").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(5));
-    let second = fs.maybe_discard_free();
+    let (second, slices2) = discard_while_due(&fs);
     assert!(second >= 4 * EXTENT, "the deleted file's extents: {second}");
     assert_eq!(ssd.stats().discard_bytes, free * EXTENT + second);
     let st = fs.discard_status();
     assert_eq!(
         (st.passes, st.bytes, st.errors),
-        (2, free * EXTENT + second, 0)
+        (slices + slices2, free * EXTENT + second, 0)
     );
     assert_eq!(st.interval_ns, 1_000_000);
     assert_eq!(fs.status().discard, st);
@@ -330,7 +347,7 @@ fn online_discard_is_off_by_default_and_then_discards_what_was_freed_once_per_in
     assert_eq!(fs.maybe_discard_free(), 0);
     assert_eq!(
         fs.discard_status().passes,
-        2,
+        slices + slices2,
         "an unchanged space is not looked at"
     );
 
@@ -452,5 +469,61 @@ fn online_discard_on_a_pool_without_block_tiers_says_once_that_it_has_nothing_to
     assert_eq!(fs.maybe_discard_free(), 0);
     assert!(fs.take_notices().is_empty(), "said once");
     assert_eq!(fs.discard_status().passes, 0);
+    fs.unmount().unwrap();
+}
+
+/// Memory media whose discards take `delay` each.
+struct SlowDiscard {
+    inner: MemBlock,
+    delay: std::time::Duration,
+}
+
+impl Hooks for SlowDiscard {
+    fn inner(&self) -> &dyn BlockMedia {
+        &self.inner
+    }
+    fn discard(&self, block: u64, blocks: u64) -> std::io::Result<()> {
+        thread::sleep(self.delay);
+        self.inner.discard(block, blocks)
+    }
+}
+
+#[test]
+fn a_long_online_discard_yields_the_migration_thread_after_a_slice_and_goes_on_at_its_next_pass() {
+    let slow = Hooked(SlowDiscard {
+        inner: MemBlock::new(SSD),
+        delay: std::time::Duration::from_millis(40),
+    });
+    let (_pm, _ssd, fs) = tiered_pool_on(MemMedia::new(PM), slow, 64);
+    // A fresh tier: every extent free, in 4 MiB requests (12 or so of them).
+    let free = fs.status().tiers[1].extents.unwrap().free_extents;
+    assert!(free * EXTENT >= 40 << 20, "{free} free extents");
+    fs.set_setting("discard_interval_ns", "1h").unwrap();
+    let slice = terrace_core::trim::ONLINE_DISCARD_SLICE;
+    let mut total = 0;
+    let mut passes = 0;
+    while total < free * EXTENT {
+        let started = std::time::Instant::now();
+        let n = fs.maybe_discard_free();
+        let took = started.elapsed();
+        assert!(
+            n > 0,
+            "pass {passes} discarded nothing with {total} of {} done",
+            free * EXTENT
+        );
+        assert!(
+            took < slice + std::time::Duration::from_millis(40 + 200),
+            "pass {passes} held the thread {took:?}"
+        );
+        total += n;
+        passes += 1;
+    }
+    assert_eq!(total, free * EXTENT);
+    assert!(
+        passes >= 3,
+        "the first discard of the whole tier was sliced ({passes} passes)"
+    );
+    // Done: the interval applies again.
+    assert_eq!(fs.maybe_discard_free(), 0);
     fs.unmount().unwrap();
 }
