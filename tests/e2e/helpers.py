@@ -397,6 +397,16 @@ def temp_ssd_image(tag: str = "ssd") -> Iterator[Path]:
             path.unlink()
 
 
+def pattern(n: int, seed: int) -> bytes:
+    """`n` bytes that differ with `seed` (sha256 of seed and counter)."""
+    out = bytearray()
+    k = 0
+    while len(out) < n:
+        out += hashlib.sha256(b"%d-%d" % (seed, k)).digest()
+        k += 1
+    return bytes(out[:n])
+
+
 def write_pattern_file(path: os.PathLike, size: int, seed: int) -> str:
     """Write `size` bytes of a pattern chosen by `seed`, fsync, return the sha256."""
     h = hashlib.sha256()

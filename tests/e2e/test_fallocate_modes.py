@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import mounted_pool, temp_mountpoint, temp_pool_path, temp_ssd_image, terrace
+from helpers import mounted_pool, pattern, temp_mountpoint, temp_pool_path, temp_ssd_image, terrace
 
 KEEP_SIZE = 0x01
 PUNCH_HOLE = 0x02
@@ -47,15 +47,6 @@ def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
     if _libc.fallocate(fd, mode, offset, length) != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e))
-
-
-def pattern(n: int, seed: int) -> bytes:
-    out = bytearray()
-    k = 0
-    while len(out) < n:
-        out += hashlib.sha256(b"%d-%d" % (seed, k)).digest()
-        k += 1
-    return bytes(out[:n])
 
 
 def digest(path: str) -> tuple[int, str]:

@@ -27,12 +27,7 @@ PREALLOC = 4 << 20
 
 
 def chunk_data(seed: int) -> bytes:
-    out = bytearray()
-    k = 0
-    while len(out) < CHUNK:
-        out += hashlib.sha256(b"%d-%d" % (seed, k)).digest()
-        k += 1
-    return bytes(out[:CHUNK])
+    return helpers.pattern(CHUNK, seed)
 
 
 def fill(root: Path) -> int:
