@@ -12,9 +12,10 @@
 //! those blocks instead:
 //!
 //! 1. under the file's lock (its dirty cached pages written back first), a
-//!    commit unmaps the range *without freeing its blocks* (a Punch entry,
-//!    committed with the removal room): the range reads as zeros — which
-//!    it held — and the blocks belong to this write alone;
+//!    commit unmaps the range *without freeing its blocks* (a Punch entry):
+//!    the range reads as zeros — which it held — and the blocks belong to
+//!    this write alone. It takes foreground log room, as step 3 does, so
+//!    a pool out of that room too refuses the write here, unchanged;
 //! 2. with unlocked block-tier readers kept out ([`ReadPins::exclude`]:
 //!    one may have captured the blocks before step 1), the new data (the
 //!    blocks' zeros around it) is written into the same blocks and made
@@ -123,7 +124,7 @@ impl Fs {
                 file_block: fb0,
                 blocks: nblocks,
             }],
-            LogUse::Removal,
+            LogUse::Foreground,
         )?;
         let now = now_ns();
         let mtime = stamp.time(i, now);
