@@ -194,8 +194,7 @@ impl Fs {
         let r = match r {
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => self
                 .write_into_preallocated(ino, off, data, new_change, stamp)
-                .map(|done| done.ok_or(e))
-                .and_then(|r| r),
+                .and_then(|done| done.ok_or(e)),
             r => r,
         };
         self.say_room(&r, blocks);

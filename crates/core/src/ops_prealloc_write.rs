@@ -83,25 +83,24 @@ impl Fs {
         if new_change {
             crate::inode_flags::check_write(i)?;
         }
-        if self.preallocated_runs(i, fb0, fb1).is_none() {
+        let Some(mut held) = self.preallocated_runs(i, fb0, fb1) else {
             return Ok(None);
-        }
+        };
         if !i.dirty.is_empty() {
             // The file's cached writes commit first (per-file order, as a
-            // write through PM does).
+            // write through PM does); the range is looked at again after.
             drop(g);
             let Ok(clean) = self.lock_clean(ino) else {
                 return Ok(None);
             };
             g = clean;
+            let i = g.as_ref().expect("live");
+            match self.preallocated_runs(i, fb0, fb1) {
+                Some(again) if i.dirty.is_empty() => held = again,
+                _ => return Ok(None),
+            }
         }
         let i = g.as_mut().expect("live");
-        if !i.dirty.is_empty() {
-            return Ok(None);
-        }
-        let Some(held) = self.preallocated_runs(i, fb0, fb1) else {
-            return Ok(None);
-        };
         let nblocks = fb1 - fb0 + 1;
         let mut buf = vec![0u8; (nblocks * BS) as usize];
         // They hold zeros (what the range reads as once unmapped).
