@@ -67,7 +67,10 @@ impl Fs {
         let mut words = Vec::with_capacity(2);
         if inode.log.head == 0 && journal_head {
             // The head was stored ahead; journal it too so a rollback is exact.
-            words.push((base + INODE_OFF_LOG_HEAD, inode.log.head_after(&st)));
+            words.push((
+                base + INODE_OFF_LOG_HEAD,
+                terrace_format::encode_page_pointer(inode.log.head_after(&st)),
+            ));
         }
         words.push((
             base + INODE_OFF_LOG_TAIL,
@@ -282,7 +285,10 @@ impl Fs {
         self.journal.commit(
             &*self.media,
             &[
-                (base + INODE_OFF_LOG_HEAD, head),
+                (
+                    base + INODE_OFF_LOG_HEAD,
+                    terrace_format::encode_page_pointer(head),
+                ),
                 (
                     base + INODE_OFF_LOG_TAIL,
                     terrace_format::encode_tail(st.new_tail),
@@ -321,7 +327,10 @@ pub(crate) fn stage_recall(
     let st = crate::log::Log::default().stage(media, room, inode.ino, scratch_slot(), &all)?;
     let base = slot;
     let words = vec![
-        (base + INODE_OFF_LOG_HEAD, st.new_pages[0].off),
+        (
+            base + INODE_OFF_LOG_HEAD,
+            terrace_format::encode_page_pointer(st.new_pages[0].off),
+        ),
         (
             base + INODE_OFF_LOG_TAIL,
             terrace_format::encode_tail(st.new_tail),

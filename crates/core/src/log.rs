@@ -161,11 +161,17 @@ impl Log {
                     media.flush(page.off, size);
                     match last_page {
                         Some(prev) => {
-                            media.store_u64(prev.off + LOG_PAGE_OFF_NEXT, page.off);
+                            media.store_u64(
+                                prev.off + LOG_PAGE_OFF_NEXT,
+                                terrace_format::encode_page_pointer(page.off),
+                            );
                             media.flush(prev.off + LOG_PAGE_OFF_NEXT, 8);
                         }
                         None => {
-                            media.store_u64(slot_off + INODE_OFF_LOG_HEAD, page.off);
+                            media.store_u64(
+                                slot_off + INODE_OFF_LOG_HEAD,
+                                terrace_format::encode_page_pointer(page.off),
+                            );
                             media.flush(slot_off + INODE_OFF_LOG_HEAD, 8);
                         }
                     }
@@ -298,7 +304,14 @@ pub fn walk(
                     return err(pos, last_good, format!("bad page-end marker: {e}"));
                 }
             }
-            let next = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+            let word = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+            let Ok(next) = terrace_format::decode_page_pointer(word) else {
+                return err(
+                    pos,
+                    last_good,
+                    format!("log page {:#x}: damaged next pointer", page.off),
+                );
+            };
             if next == 0 {
                 return err(
                     pos,

@@ -123,11 +123,11 @@ fn metadata_offsets(img: &[u8], inodes: u64) -> Vec<usize> {
         if u64_at(slot + INODE_OFF_STATE) != INODE_USED {
             continue;
         }
-        let mut page = u64_at(slot + INODE_OFF_LOG_HEAD);
+        let mut page = u64_at(slot + INODE_OFF_LOG_HEAD) & ((1 << 48) - 1);
         let mut hops = 0;
         while page != 0 && page + BLOCK_SIZE <= img.len() as u64 && hops < 10_000 {
             pages.push(page / BLOCK_SIZE);
-            page = u64_at(page + LOG_PAGE_OFF_NEXT);
+            page = u64_at(page + LOG_PAGE_OFF_NEXT) & ((1 << 48) - 1);
             hops += 1;
         }
     }

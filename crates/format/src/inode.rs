@@ -123,6 +123,23 @@ pub fn decode_tail(word: u64) -> Result<u64, FormatError> {
     }
 }
 
+/// The word stored for a pointer to a log page at PM offset `off` (0: none):
+/// a state-1 slot's head and a log page's `next` (format version 12). It
+/// carries the tail's 16-bit check: a page's owner word cannot tell the
+/// first page of a log from a later one, so a damaged head or `next` that
+/// lands on a later page of the same log would replay the log without the
+/// entries it skipped. A state-2 head is [`encode_tier_log_head`] instead;
+/// the blob it names carries its own checks.
+pub fn encode_page_pointer(off: u64) -> u64 {
+    encode_tail(off)
+}
+
+/// The PM offset of a stored log page pointer. As for tails, a zero check is
+/// read unchecked: every pointer written before format version 12 has one.
+pub fn decode_page_pointer(word: u64) -> Result<u64, FormatError> {
+    decode_tail(word)
+}
+
 /// Byte offset in the PM tier of slot `ino` of the base inode table (the
 /// slots mkfs laid out; [`InodeMap`] places every slot).
 pub fn inode_offset(ino: u64) -> u64 {
@@ -176,7 +193,9 @@ impl InodeMap {
 /// A decoded inode slot.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InodeSlot {
-    /// PM byte offset of the first log page, 0 when the inode has no log.
+    /// State 1: PM byte offset of the first log page, 0 when the inode has
+    /// no log (stored with [`encode_page_pointer`]'s check). State 2: the word of
+    /// [`encode_tier_log_head`], as stored.
     pub log_head: u64,
     /// PM byte offset just past the last committed entry, 0 when no log.
     pub log_tail: u64,
@@ -202,7 +221,12 @@ impl InodeSlot {
     /// Encodes into [`INODE_SIZE`] bytes.
     pub fn encode(&self) -> [u8; INODE_SIZE] {
         let mut b = [0u8; INODE_SIZE];
-        put_u64(&mut b, INODE_OFF_LOG_HEAD as usize, self.log_head);
+        let head = if self.state == INODE_USED {
+            encode_page_pointer(self.log_head)
+        } else {
+            self.log_head
+        };
+        put_u64(&mut b, INODE_OFF_LOG_HEAD as usize, head);
         put_u64(
             &mut b,
             INODE_OFF_LOG_TAIL as usize,
@@ -251,6 +275,16 @@ impl InodeSlot {
                     return Err(FormatError::BadChecksum);
                 }
                 slot.log_tail = decode_tail(u64_at(b, INODE_OFF_LOG_TAIL as usize))?;
+                if slot.state == INODE_USED {
+                    // Without a log (tail 0) the head word is not read: it
+                    // may hold a page staged by a commit that never
+                    // happened, or nothing.
+                    slot.log_head = if slot.log_tail == 0 {
+                        0
+                    } else {
+                        decode_page_pointer(slot.log_head)?
+                    };
+                }
                 if slot.state == INODE_USED_TIER_LOG && slot.log_tail == 0 {
                     return Err(FormatError::Invalid("a log on a block tier of 0 bytes"));
                 }
@@ -263,7 +297,8 @@ impl InodeSlot {
 
 /// Size of the header at the start of every log page.
 pub const LOG_PAGE_HEADER: u64 = 16;
-/// Offset of `next` (PM byte offset of the next log page, 0 = none) in a log page.
+/// Offset of `next` in a log page: the PM byte offset of the next log page,
+/// 0 = none, stored with [`encode_page_pointer`]'s check.
 pub const LOG_PAGE_OFF_NEXT: u64 = 0;
 /// Offset of the owner word in a log page: the owner inode number in the low
 /// 56 bits, the page's size class in the top byte (byte 15 of the page).
@@ -350,6 +385,45 @@ mod tests {
             parent_hint: 1,
         };
         assert_eq!(InodeSlot::decode(&s.encode()).unwrap(), s);
+    }
+
+    #[test]
+    fn pm_log_heads_carry_a_check_and_tier_heads_are_stored_as_given() {
+        let s = InodeSlot {
+            log_head: 4096 * 9 + 512,
+            log_tail: 4096 * 12 + 80,
+            state: INODE_USED,
+            mode: 0o40755,
+            ..Default::default()
+        };
+        let b = s.encode();
+        let word = u64_at(&b, INODE_OFF_LOG_HEAD as usize);
+        assert_eq!(word, encode_page_pointer(4096 * 9 + 512));
+        assert_ne!(word >> 48, 0, "a version-12 head has a check");
+        for bit in 0..48 {
+            let mut d = b;
+            put_u64(&mut d, INODE_OFF_LOG_HEAD as usize, word ^ (1 << bit));
+            assert!(InodeSlot::decode(&d).is_err(), "head bit {bit} flipped");
+        }
+        // A head written before version 12 (no check) still reads.
+        let mut old = b;
+        put_u64(&mut old, INODE_OFF_LOG_HEAD as usize, 4096 * 9 + 512);
+        assert_eq!(InodeSlot::decode(&old).unwrap(), s);
+        // Without a log, the head word is not read.
+        let mut empty = s.clone();
+        empty.log_tail = 0;
+        let mut e = empty.encode();
+        put_u64(&mut e, INODE_OFF_LOG_HEAD as usize, 0xdead_beef);
+        assert_eq!(InodeSlot::decode(&e).unwrap().log_head, 0);
+        // A state-2 head names a blob on a block tier: stored as given.
+        let tier = InodeSlot {
+            log_head: encode_tier_log_head(TierId(1), PhysBlock(77), 256),
+            state: INODE_USED_TIER_LOG,
+            ..s
+        };
+        let t = tier.encode();
+        assert_eq!(u64_at(&t, INODE_OFF_LOG_HEAD as usize), tier.log_head);
+        assert_eq!(InodeSlot::decode(&t).unwrap(), tier);
     }
 
     #[test]

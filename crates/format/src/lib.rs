@@ -48,7 +48,7 @@ pub use units::{FileBlock, PhysBlock, TierId};
 pub const BLOCK_SIZE: u64 = 4096;
 /// Current on-media format version. Bump it, and add a line to the version log in
 /// docs/design.md, on any change of layout or meaning.
-pub const FORMAT_VERSION: u32 = 11;
+pub const FORMAT_VERSION: u32 = 12;
 /// Longest file name, in bytes (as ext4).
 pub const NAME_MAX: usize = 255;
 /// Longest symlink target, in bytes (PATH_MAX - 1).
