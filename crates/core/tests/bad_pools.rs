@@ -83,6 +83,23 @@ fn one_damaged_superblock_copy_is_survived_and_two_are_reported() {
     assert!(matches!(err, OpenError::BadSuperblock(_)), "{err}");
 }
 
+/// Mounts `pm`: a refusal, or an error while the tree is walked, is an
+/// answer; a mount that serves a tree other than `want` is not.
+fn assert_refused_or_same_tree(pm: Arc<MemMedia>, want: &Tree, what: &str) {
+    let Ok(fs) = Fs::mount(pm as Arc<dyn PmMedia>) else {
+        return;
+    };
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs_tree(&fs)));
+    if let Ok(got) = walked {
+        assert!(
+            &got == want,
+            "{what}: mounted and served a different tree:\n{}",
+            diff_trees(&got, want)
+        );
+    }
+    let _ = fs.unmount();
+}
+
 /// PM offsets of the pages of `ino`'s log, in chain order.
 fn log_chain(m: &MemMedia, ino: u64) -> Vec<u64> {
     let pointer = |at: u64| decode_page_pointer(m.load_u64(at)).unwrap();
@@ -148,16 +165,8 @@ fn a_flipped_bit_in_a_log_page_pointer_is_refused_never_a_shorter_log_replayed()
                 }
                 let pm = Arc::new(MemMedia::from_image(clean.clone()));
                 pm.store_u64(addr, flipped);
-                if let Ok(fs) = Fs::mount(pm.clone() as Arc<dyn PmMedia>) {
-                    let got = fs_tree(&fs);
-                    assert!(
-                        got == want,
-                        "dir {ino}, bit {bit} of the pointer at {addr:#x} flipped: \
-                         mounted and served a different tree:\n{}",
-                        diff_trees(&got, &want)
-                    );
-                    fs.unmount().unwrap();
-                }
+                let what = format!("dir {ino}, bit {bit} of the pointer at {addr:#x} flipped");
+                assert_refused_or_same_tree(pm, &want, &what);
             }
         }
     }
@@ -220,4 +229,52 @@ fn a_version_11_pool_with_unchecked_log_pointers_mounts_and_becomes_version_12()
     drop(fs);
     let report = fsck::check(&*m, &[], &mut |_, _| {}).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+/// The words of an in-use slot that its checksum does not cover (log head,
+/// log tail, state): every flipped bit is refused or changes nothing.
+#[test]
+fn a_flipped_bit_in_a_slot_word_is_refused_or_harmless() {
+    let (m, fs) = pm_pool(8 << 20, 64);
+    let mut inos = vec![1];
+    for d in 0..3u32 {
+        let dir = fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX).unwrap();
+        fs.setxattr(dir.ino, b"user.x", b"value", 0).unwrap();
+        for i in 0..(4 + 6 * u64::from(d)) {
+            let f = fs
+                .mknod(
+                    dir.ino,
+                    format!("f{i}").as_bytes(),
+                    libc::S_IFREG | 0o644,
+                    0,
+                    CTX,
+                )
+                .unwrap();
+            fs.write(f.ino, 0, &pattern(i, 5000 * i as usize)).unwrap();
+            inos.push(f.ino);
+            fs.forget(f.ino, 1);
+        }
+        inos.push(dir.ino);
+        fs.forget(dir.ino, 1);
+    }
+    let l = fs.symlink(1, b"link", b"d0/f1", CTX).unwrap();
+    inos.push(l.ino);
+    let want = fs_tree(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let clean = m.image();
+    for ino in inos {
+        for byte in 0..24u64 {
+            for bit in 0..8 {
+                let at = inode_offset(ino) + byte;
+                let pm = Arc::new(MemMedia::from_image(clean.clone()));
+                let mut b = [0u8; 1];
+                pm.read(at, &mut b);
+                b[0] ^= 1 << bit;
+                pm.write(at, &b);
+                let what = format!("inode {ino}, slot byte {byte} bit {bit} flipped");
+                assert_refused_or_same_tree(pm, &want, &what);
+            }
+        }
+    }
 }
