@@ -8,8 +8,9 @@
 
 mod common;
 use common::*;
+use std::sync::Arc;
 use terrace_core::{FallocateMode, Fs};
-use terrace_media::{BlockLoss, BlockMedia, LossMode};
+use terrace_media::{BlockLoss, BlockMedia, LossMode, MemBlock, MemMedia};
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 48 << 20;
@@ -71,6 +72,18 @@ fn fill_preallocation(fs: &Fs, ino: u64, head: &[u8], prealloc: u64, seed: u64) 
     want
 }
 
+/// Unmounts `fs`, checks the pool with its data (fsck `--data`), mounts it
+/// again and checks the allocator and `files`.
+fn remount_and_check(pm: Arc<MemMedia>, ssd: Arc<MemBlock>, fs: Fs, files: &[(u64, Vec<u8>)]) {
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Data, "after unmount");
+    let fs = mount_tiered(pm, ssd);
+    fs.check_allocator().unwrap();
+    assert_files(&fs, files, "after a remount");
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn writes_into_preallocated_space_succeed_on_a_full_pool() {
     let (pm, ssd, fs) = tiered_pool(PM, SSD, 64);
@@ -100,13 +113,7 @@ fn writes_into_preallocated_space_succeed_on_a_full_pool() {
     files.push((big, big_want));
     files.push((small, small_want));
     assert_files(&fs, &files, "after writing the preallocated space");
-    fs.unmount().unwrap();
-    drop(fs);
-    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Data, "after unmount");
-    let fs = mount_tiered(pm.clone(), ssd.clone());
-    fs.check_allocator().unwrap();
-    assert_files(&fs, &files, "after a remount");
-    fs.unmount().unwrap();
+    remount_and_check(pm, ssd, fs, &files);
 }
 
 #[test]
@@ -232,13 +239,9 @@ fn readers_scrub_and_migration_beside_writes_into_preallocated_space_see_no_torn
     let st = fs.status();
     assert!(st.prealloc_in_place_writes > 0, "written in place");
     assert_eq!(st.checksum_errors, 0, "no read found damage");
-    assert_files(&fs, &[(ino, want.clone())], "after the writes");
-    fs.unmount().unwrap();
-    drop(fs);
-    assert_fsck_clean(&*pm, Some(ssd.clone()), Fsck::Data, "after unmount");
-    let fs = mount_tiered(pm, ssd);
-    assert_files(&fs, &[(ino, want)], "after a remount");
-    fs.unmount().unwrap();
+    let files = [(ino, want)];
+    assert_files(&fs, &files, "after the writes");
+    remount_and_check(pm, ssd, fs, &files);
 }
 
 /// Memory media that holds one read of block `pause_at` after reading it,
@@ -292,7 +295,7 @@ fn a_reader_of_preallocated_blocks_finishes_before_they_are_written_in_place() {
         reached: reached_tx.into(),
         go: go_rx.into(),
     });
-    let (_, ssd, fs) = tiered_pool_on(terrace_media::MemMedia::new(PM), media, 64);
+    let (_, ssd, fs) = tiered_pool_on(MemMedia::new(PM), media, 64);
     let prealloc = 1u64 << 20;
     let (ino, _) = preallocated(&fs, "f", prealloc);
     // The preallocation is inside the file, so a read reaches its blocks.
