@@ -112,6 +112,55 @@ fn log_chain(m: &MemMedia, ino: u64) -> Vec<u64> {
     pages
 }
 
+/// A clean PM pool (unmounted) of directories `d0`, `d1`, … under the root,
+/// each with an xattr; directory `d` holds `files[d]` files named by `name`,
+/// file `i` holding `size(i)` bytes; plus a symlink `link`.
+struct DirPool {
+    m: Arc<MemMedia>,
+    /// Inode numbers of the directories, the files, and the symlink.
+    dirs: Vec<u64>,
+    others: Vec<u64>,
+    tree: Tree,
+}
+
+/// `inodes` must exceed the inodes made: the tests find slots with
+/// `inode_offset`, which knows the base table only.
+fn pool_of_dirs(
+    inodes: u64,
+    files: &[u64],
+    name: fn(u64) -> String,
+    size: fn(u64) -> usize,
+) -> DirPool {
+    assert!(files.iter().sum::<u64>() + files.len() as u64 + 2 < inodes);
+    let (m, fs) = pm_pool(8 << 20, inodes);
+    let (mut dirs, mut others) = (Vec::new(), Vec::new());
+    for (d, &n) in files.iter().enumerate() {
+        let dir = fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX).unwrap();
+        fs.setxattr(dir.ino, b"user.first", b"in the first page", 0)
+            .unwrap();
+        for i in 0..n {
+            let f = fs
+                .mknod(dir.ino, name(i).as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+                .unwrap();
+            fs.write(f.ino, 0, &pattern(i, size(i))).unwrap();
+            others.push(f.ino);
+            fs.forget(f.ino, 1);
+        }
+        dirs.push(dir.ino);
+        fs.forget(dir.ino, 1);
+    }
+    let l = fs.symlink(1, b"link", b"d0/f1", CTX).unwrap();
+    others.push(l.ino);
+    let tree = fs_tree(&fs);
+    fs.unmount().unwrap();
+    DirPool {
+        m,
+        dirs,
+        others,
+        tree,
+    }
+}
+
 /// A bit flipped in a slot's log head once made mount replay the log from a
 /// later page of the same inode's chain (the page's owner word matched): the
 /// directory silently lost its first entries and xattr (corrupt_images, seed
@@ -120,36 +169,17 @@ fn log_chain(m: &MemMedia, ino: u64) -> Vec<u64> {
 /// be refused, or leave the tree as it was.
 #[test]
 fn a_flipped_bit_in_a_log_page_pointer_is_refused_never_a_shorter_log_replayed() {
-    // Enough base slots for every inode: `inode_offset` knows the base table.
-    let (m, fs) = pm_pool(8 << 20, 256);
-    let mut dirs = Vec::new();
-    for d in 0..4u32 {
-        let dir = fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX).unwrap();
-        fs.setxattr(dir.ino, b"user.first", b"in the first page", 0)
-            .unwrap();
-        for i in 0..(20 + 15 * d) {
-            let f = fs
-                .mknod(
-                    dir.ino,
-                    format!("file-with-a-long-name-{i:04}").as_bytes(),
-                    libc::S_IFREG | 0o644,
-                    0,
-                    CTX,
-                )
-                .unwrap();
-            fs.write(f.ino, 0, &pattern(u64::from(i), 100)).unwrap();
-            fs.forget(f.ino, 1);
-        }
-        dirs.push(dir.ino);
-        fs.forget(dir.ino, 1);
-    }
-    let want = fs_tree(&fs);
-    fs.unmount().unwrap();
-    drop(fs);
+    let pool = pool_of_dirs(
+        256,
+        &[20, 35, 50, 65],
+        |i| format!("file-with-a-long-name-{i:04}"),
+        |_| 100,
+    );
+    let (m, want) = (&pool.m, &pool.tree);
     let clean = m.image();
     let mut skips = 0;
-    for &ino in &dirs {
-        let chain = log_chain(&m, ino);
+    for &ino in &pool.dirs {
+        let chain = log_chain(m, ino);
         assert!(chain.len() > 2, "dir {ino}: its log should span pages");
         // Each pointer word, and the pages after the one it names.
         let mut pointers = vec![(inode_offset(ino) + INODE_OFF_LOG_HEAD, &chain[1..])];
@@ -166,7 +196,7 @@ fn a_flipped_bit_in_a_log_page_pointer_is_refused_never_a_shorter_log_replayed()
                 let pm = Arc::new(MemMedia::from_image(clean.clone()));
                 pm.store_u64(addr, flipped);
                 let what = format!("dir {ino}, bit {bit} of the pointer at {addr:#x} flipped");
-                assert_refused_or_same_tree(pm, &want, &what);
+                assert_refused_or_same_tree(pm, want, &what);
             }
         }
     }
@@ -179,33 +209,12 @@ fn a_flipped_bit_in_a_log_page_pointer_is_refused_never_a_shorter_log_replayed()
 /// mount unchanged, and a read-write mount marks them version 12.
 #[test]
 fn a_version_11_pool_with_unchecked_log_pointers_mounts_and_becomes_version_12() {
-    let (m, fs) = pm_pool(8 << 20, 64);
-    let mut inos = vec![1];
-    for d in 0..3u32 {
-        let dir = fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX).unwrap();
-        for i in 0..30u64 {
-            let f = fs
-                .mknod(
-                    dir.ino,
-                    format!("f{i}").as_bytes(),
-                    libc::S_IFREG | 0o644,
-                    0,
-                    CTX,
-                )
-                .unwrap();
-            fs.write(f.ino, 0, &pattern(i, 64)).unwrap();
-            fs.forget(f.ino, 1);
-        }
-        inos.push(dir.ino);
-        fs.forget(dir.ino, 1);
-    }
-    let want = fs_tree(&fs);
-    fs.unmount().unwrap();
-    drop(fs);
+    let pool = pool_of_dirs(256, &[30, 30, 30], |i| format!("f{i}"), |_| 64);
+    let m = &pool.m;
     // Write every pointer of these logs as a version-11 build did.
     let mut stripped = 0;
-    for ino in inos {
-        let chain = log_chain(&m, ino);
+    for &ino in [1].iter().chain(&pool.dirs) {
+        let chain = log_chain(m, ino);
         let head = inode_offset(ino) + INODE_OFF_LOG_HEAD;
         for addr in std::iter::once(head).chain(chain.iter().map(|p| p + LOG_PAGE_OFF_NEXT)) {
             let word = m.load_u64(addr);
@@ -219,15 +228,15 @@ fn a_version_11_pool_with_unchecked_log_pointers_mounts_and_becomes_version_12()
         stripped > 6,
         "the pool's pointers should have carried checks"
     );
-    let mut sb = terrace_core::recovery::read_superblock(&*m).unwrap();
+    let mut sb = terrace_core::recovery::read_superblock(&**m).unwrap();
     sb.version = 11;
-    terrace_core::mkfs::write_superblock(&*m, &sb);
+    terrace_core::mkfs::write_superblock(&**m, &sb);
     let fs = mount(m.clone());
-    assert_same_tree(&fs_tree(&fs), &want, "version-11 pool");
+    assert_same_tree(&fs_tree(&fs), &pool.tree, "version-11 pool");
     assert_eq!(fs.superblock().version, terrace_format::FORMAT_VERSION);
     fs.unmount().unwrap();
     drop(fs);
-    let report = fsck::check(&*m, &[], &mut |_, _| {}).unwrap();
+    let report = fsck::check(&**m, &[], &mut |_, _| {}).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
 }
 
@@ -235,35 +244,9 @@ fn a_version_11_pool_with_unchecked_log_pointers_mounts_and_becomes_version_12()
 /// log tail, state): every flipped bit is refused or changes nothing.
 #[test]
 fn a_flipped_bit_in_a_slot_word_is_refused_or_harmless() {
-    let (m, fs) = pm_pool(8 << 20, 64);
-    let mut inos = vec![1];
-    for d in 0..3u32 {
-        let dir = fs.mkdir(1, format!("d{d}").as_bytes(), 0o755, CTX).unwrap();
-        fs.setxattr(dir.ino, b"user.x", b"value", 0).unwrap();
-        for i in 0..(4 + 6 * u64::from(d)) {
-            let f = fs
-                .mknod(
-                    dir.ino,
-                    format!("f{i}").as_bytes(),
-                    libc::S_IFREG | 0o644,
-                    0,
-                    CTX,
-                )
-                .unwrap();
-            fs.write(f.ino, 0, &pattern(i, 5000 * i as usize)).unwrap();
-            inos.push(f.ino);
-            fs.forget(f.ino, 1);
-        }
-        inos.push(dir.ino);
-        fs.forget(dir.ino, 1);
-    }
-    let l = fs.symlink(1, b"link", b"d0/f1", CTX).unwrap();
-    inos.push(l.ino);
-    let want = fs_tree(&fs);
-    fs.unmount().unwrap();
-    drop(fs);
-    let clean = m.image();
-    for ino in inos {
+    let pool = pool_of_dirs(64, &[4, 10, 16], |i| format!("f{i}"), |i| 5000 * i as usize);
+    let clean = pool.m.image();
+    for &ino in [1].iter().chain(&pool.dirs).chain(&pool.others) {
         for byte in 0..24u64 {
             for bit in 0..8 {
                 let at = inode_offset(ino) + byte;
@@ -273,7 +256,7 @@ fn a_flipped_bit_in_a_slot_word_is_refused_or_harmless() {
                 b[0] ^= 1 << bit;
                 pm.write(at, &b);
                 let what = format!("inode {ino}, slot byte {byte} bit {bit} flipped");
-                assert_refused_or_same_tree(pm, &want, &what);
+                assert_refused_or_same_tree(pm, &pool.tree, &what);
             }
         }
     }
