@@ -15,7 +15,9 @@ use crate::alloc::PageAllocator;
 use crate::recovery::{scan, OpenError, Problem, Scan, TierDevices};
 use crate::types::Ino;
 use std::sync::Arc;
-use terrace_format::{journal_slot_offset, Entry, INODE_OFF_LOG_TAIL, INODE_OFF_STATE};
+use terrace_format::{
+    journal_slot_offset, Entry, BLOCK_SIZE, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL, INODE_OFF_STATE,
+};
 use terrace_media::PmMedia;
 
 /// What fsck found (and, with repair, did).
@@ -233,6 +235,43 @@ pub fn repair(
                     .push(format!("freed broken inode slot {ino}"));
                 rescan = true;
             }
+            Problem::BadLogPointer {
+                ino,
+                next_at,
+                safe_tail,
+            } => {
+                let slot = sc.slot_offset(*ino);
+                let at = next_at.unwrap_or(slot + INODE_OFF_LOG_HEAD);
+                let pool = sc.sb.pool_start * BLOCK_SIZE..sc.sb.pm_size;
+                let which = if next_at.is_some() { "next" } else { "head" };
+                match crate::pointer_repair::corrected_pointer(&*media, *ino, slot, at, pool) {
+                    Some(word) => {
+                        media.store_u64(at, word);
+                        media.persist(at, 8);
+                        report.repaired.push(format!(
+                            "corrected the damaged log {which} pointer of inode {ino} at {at:#x}"
+                        ));
+                    }
+                    None if next_at.is_none() => {
+                        media.store_u64(slot + INODE_OFF_STATE, 0);
+                        media.persist(slot + INODE_OFF_STATE, 8);
+                        report.repaired.push(format!(
+                            "freed inode slot {ino} (its log head pointer is damaged beyond correction)"
+                        ));
+                    }
+                    None => {
+                        media.store_u64(
+                            slot + INODE_OFF_LOG_TAIL,
+                            terrace_format::encode_tail(*safe_tail),
+                        );
+                        media.persist(slot + INODE_OFF_LOG_TAIL, 8);
+                        report.repaired.push(format!(
+                            "truncated the log of inode {ino} to its last good entry (a next pointer is damaged beyond correction)"
+                        ));
+                    }
+                }
+                rescan = true;
+            }
             Problem::BadLog { ino, .. }
                 if media.load_u64(sc.slot_offset(*ino) + INODE_OFF_STATE)
                     == terrace_format::INODE_USED_TIER_LOG =>
@@ -280,13 +319,19 @@ pub fn repair(
             .repaired
             .push(format!("freed {} orphan inodes", sc.orphans.len()));
     }
-    let sc = if rescan {
+    let mut sc = if rescan {
         scan(&*media, tiers, true, progress)?
     } else {
         sc
     };
-    // Pass 2: namespace problems, fixed by appending entries to logs.
-    if let Some(alloc) = sc.alloc.as_ref() {
+    // Pass 2: namespace problems, fixed by appending entries to logs. A fix
+    // may show the next one: removing a dangling entry of a directory lowers
+    // its parent's count of subdirectories, so its link count is wrong in
+    // the scan after. A few rounds settle every such chain.
+    for _ in 0..PASS_2_ROUNDS {
+        let Some(alloc) = sc.alloc.as_ref() else {
+            break;
+        };
         let mut fixes: Vec<(Ino, Entry, String)> = Vec::new();
         for p in &sc.problems {
             match p {
@@ -303,19 +348,19 @@ pub fn repair(
                 _ => {}
             }
         }
-        let any = !fixes.is_empty();
-        append_fixes(&*media, &sc.log_space, alloc, &sc, fixes, &mut report);
-        if any {
-            let sc2 = scan(&*media, tiers, true, progress)?;
-            summarize(&sc2, &mut report);
-            sweep_objects(&sc2, tiers, true, &mut report);
-            return Ok(report);
+        if fixes.is_empty() {
+            break;
         }
+        append_fixes(&*media, &sc.log_space, alloc, &sc, fixes, &mut report);
+        sc = scan(&*media, tiers, true, progress)?;
     }
     summarize(&sc, &mut report);
     sweep_objects(&sc, tiers, true, &mut report);
     Ok(report)
 }
+
+/// Rounds of namespace fixes `repair` makes at most (each one scans again).
+const PASS_2_ROUNDS: usize = 3;
 
 fn append_fixes(
     media: &dyn PmMedia,

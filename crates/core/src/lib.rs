@@ -52,6 +52,7 @@ pub mod ops_tmpfile;
 pub mod ops_xattr;
 pub mod placement_stats;
 pub mod placement_view;
+pub mod pointer_repair;
 pub mod read_pins;
 pub mod recovery;
 mod recovery_blobs;

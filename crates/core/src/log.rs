@@ -221,6 +221,10 @@ pub struct WalkError {
     pub last_good: u64,
     /// What was wrong.
     pub what: String,
+    /// PM offset of a page's `next` word that failed its check (format
+    /// version 12), when that stopped the walk: `fsck --repair` may correct
+    /// it (`pointer_repair.rs`).
+    pub damaged_next: Option<u64>,
 }
 
 /// Result of walking a committed log.
@@ -255,6 +259,7 @@ pub fn walk(
             at,
             last_good,
             what,
+            damaged_next: None,
         })
     };
     // Reads a page's header and checks its size class and place.
@@ -306,11 +311,15 @@ pub fn walk(
             }
             let word = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
             let Ok(next) = terrace_format::decode_page_pointer(word) else {
-                return err(
-                    pos,
-                    last_good,
-                    format!("log page {:#x}: damaged next pointer", page.off),
-                );
+                return Err(WalkError {
+                    damaged_next: Some(page.off + LOG_PAGE_OFF_NEXT),
+                    ..err(
+                        pos,
+                        last_good,
+                        format!("log page {:#x}: damaged next pointer", page.off),
+                    )
+                    .unwrap_err()
+                });
             };
             if next == 0 {
                 return err(

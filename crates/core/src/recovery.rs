@@ -88,6 +88,20 @@ pub enum Problem {
         /// End of the last readable entry (0 = none).
         safe_tail: u64,
     },
+    /// A log page pointer whose check failed (format version 12): the
+    /// slot's head word (`next_at` None; the inode is left out, as a bad
+    /// slot) or the `next` word of a page at PM offset `next_at` (the log is
+    /// replayed up to `safe_tail`). `fsck --repair` corrects the word when
+    /// one a few bits away walks the log to its tail (`pointer_repair.rs`),
+    /// else frees the slot (a head) or truncates the log (a `next`).
+    BadLogPointer {
+        /// Inode.
+        ino: Ino,
+        /// PM offset of the damaged `next` word; None for the slot's head.
+        next_at: Option<u64>,
+        /// End of the last readable entry (0 = none).
+        safe_tail: u64,
+    },
     /// A directory entry naming a free or broken inode.
     DanglingEntry {
         /// Directory.
@@ -148,6 +162,19 @@ impl std::fmt::Display for Problem {
         match self {
             Problem::BadSlot { ino, what } => write!(f, "inode {ino}: {what}"),
             Problem::BadLog { ino, what, .. } => write!(f, "inode {ino}: log unreadable: {what}"),
+            Problem::BadLogPointer {
+                ino,
+                next_at: None,
+                ..
+            } => write!(f, "inode {ino}: the log head word is damaged (its check fails)"),
+            Problem::BadLogPointer {
+                ino,
+                next_at: Some(at),
+                ..
+            } => write!(
+                f,
+                "inode {ino}: log unreadable: the next pointer at {at:#x} is damaged (its check fails)"
+            ),
             Problem::DanglingEntry { dir, name, target } => {
                 write!(
                     f,
@@ -326,9 +353,9 @@ pub fn read_superblock(media: &dyn PmMedia) -> Result<Superblock, OpenError> {
 
 /// A read-only view of a media with some 8-byte words replaced: the state the
 /// journal rollback would produce, seen before anything is written.
-struct Overlay<'a> {
-    inner: &'a dyn PmMedia,
-    words: std::collections::BTreeMap<u64, u64>,
+pub(crate) struct Overlay<'a> {
+    pub(crate) inner: &'a dyn PmMedia,
+    pub(crate) words: std::collections::BTreeMap<u64, u64>,
 }
 
 impl PmMedia for Overlay<'_> {
@@ -492,6 +519,14 @@ fn scan_view(
         let slot = match InodeSlot::decode(raw) {
             Ok(s) if is_used_state(s.state) => s,
             Ok(_) => continue,
+            Err(_) if crate::pointer_repair::only_the_head_fails(raw) => {
+                problems.push(Problem::BadLogPointer {
+                    ino,
+                    next_at: None,
+                    safe_tail: 0,
+                });
+                continue;
+            }
             Err(e) => {
                 problems.push(Problem::BadSlot {
                     ino,
@@ -570,10 +605,17 @@ fn scan_view(
         let walked = match walk(media, ino, slot.log_head, slot.log_tail, pool.clone()) {
             Ok(w) => w,
             Err(e) => {
-                problems.push(Problem::BadLog {
-                    ino,
-                    what: format!("{} at {:#x}", e.what, e.at),
-                    safe_tail: e.last_good,
+                problems.push(match e.damaged_next {
+                    Some(at) => Problem::BadLogPointer {
+                        ino,
+                        next_at: Some(at),
+                        safe_tail: e.last_good,
+                    },
+                    None => Problem::BadLog {
+                        ino,
+                        what: format!("{} at {:#x}", e.what, e.at),
+                        safe_tail: e.last_good,
+                    },
                 });
                 walk(media, ino, slot.log_head, e.last_good, pool.clone()).unwrap_or_default()
             }

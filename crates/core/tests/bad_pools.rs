@@ -6,7 +6,8 @@ use common::*;
 use std::sync::Arc;
 use terrace_core::{fsck, Fs, OpenError};
 use terrace_format::{
-    decode_page_pointer, inode_offset, INODE_OFF_LOG_HEAD, LOG_PAGE_HEADER, LOG_PAGE_OFF_NEXT,
+    decode_page_pointer, encode_page_pointer, inode_offset, INODE_OFF_LOG_HEAD, LOG_PAGE_HEADER,
+    LOG_PAGE_OFF_NEXT,
 };
 use terrace_media::{MemMedia, PmMedia};
 
@@ -84,10 +85,11 @@ fn one_damaged_superblock_copy_is_survived_and_two_are_reported() {
 }
 
 /// Mounts `pm`: a refusal, or an error while the tree is walked, is an
-/// answer; a mount that serves a tree other than `want` is not.
-fn assert_refused_or_same_tree(pm: Arc<MemMedia>, want: &Tree, what: &str) {
+/// answer; a mount that serves a tree other than `want` is not. True when
+/// mount refused.
+fn assert_refused_or_same_tree(pm: Arc<MemMedia>, want: &Tree, what: &str) -> bool {
     let Ok(fs) = Fs::mount(pm as Arc<dyn PmMedia>) else {
-        return;
+        return true;
     };
     let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs_tree(&fs)));
     if let Ok(got) = walked {
@@ -98,6 +100,7 @@ fn assert_refused_or_same_tree(pm: Arc<MemMedia>, want: &Tree, what: &str) {
         );
     }
     let _ = fs.unmount();
+    false
 }
 
 /// PM offsets of the pages of `ino`'s log, in chain order.
@@ -166,7 +169,8 @@ fn pool_of_dirs(
 /// directory silently lost its first entries and xattr (corrupt_images, seed
 /// 8305404732010082727). A page's `next` word could skip pages the same way.
 /// Every flipped bit of every head and `next` word of a directory's log must
-/// be refused, or leave the tree as it was.
+/// be refused, or leave the tree as it was; `fsck --repair` of a refused pool
+/// corrects the word and loses nothing.
 #[test]
 fn a_flipped_bit_in_a_log_page_pointer_is_refused_never_a_shorter_log_replayed() {
     let pool = pool_of_dirs(
@@ -177,7 +181,7 @@ fn a_flipped_bit_in_a_log_page_pointer_is_refused_never_a_shorter_log_replayed()
     );
     let (m, want) = (&pool.m, &pool.tree);
     let clean = m.image();
-    let mut skips = 0;
+    let (mut skips, mut corrected) = (0, 0);
     for &ino in &pool.dirs {
         let chain = log_chain(m, ino);
         assert!(chain.len() > 2, "dir {ino}: its log should span pages");
@@ -196,13 +200,32 @@ fn a_flipped_bit_in_a_log_page_pointer_is_refused_never_a_shorter_log_replayed()
                 let pm = Arc::new(MemMedia::from_image(clean.clone()));
                 pm.store_u64(addr, flipped);
                 let what = format!("dir {ino}, bit {bit} of the pointer at {addr:#x} flipped");
-                assert_refused_or_same_tree(pm, want, &what);
+                if !assert_refused_or_same_tree(pm.clone(), want, &what) {
+                    continue;
+                }
+                // One flipped bit is corrected: repair loses nothing.
+                let report =
+                    fsck::repair(pm.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {}).unwrap();
+                assert!(report.is_clean(), "{what}: {:?}", report.problems);
+                assert!(
+                    report
+                        .repaired
+                        .iter()
+                        .any(|r| r.starts_with("corrected the damaged log")),
+                    "{what}: {:?}",
+                    report.repaired
+                );
+                let fs = mount(pm);
+                assert_same_tree(&fs_tree(&fs), want, &format!("{what}, repaired"));
+                fs.unmount().unwrap();
+                corrected += 1;
             }
         }
     }
     // Some flips must land on later pages of the same log (a skip), or the
     // test proves nothing about them.
     assert!(skips > 0, "no flipped pointer skipped pages of its own log");
+    assert!(corrected > 0, "no damaged pointer was corrected");
 }
 
 /// Pools of format version 11 have log page pointers without a check: they
@@ -260,4 +283,34 @@ fn a_flipped_bit_in_a_slot_word_is_refused_or_harmless() {
             }
         }
     }
+}
+
+/// A head word that names a later page of its own log, its check three bits
+/// off, is not "corrected" to that page (which walks to the tail): no word
+/// within two bits qualifies, so repair frees the slot as before.
+#[test]
+fn a_head_damaged_beyond_correction_is_freed_never_pointed_at_a_later_page() {
+    let pool = pool_of_dirs(64, &[40], |i| format!("f{i}"), |_| 64);
+    let (m, dir) = (&pool.m, pool.dirs[0]);
+    let chain = log_chain(m, dir);
+    assert!(chain.len() > 2);
+    let addr = inode_offset(dir) + INODE_OFF_LOG_HEAD;
+    m.store_u64(addr, encode_page_pointer(chain[1]) ^ 0b111 << 50);
+    assert!(Fs::mount(m.clone() as Arc<dyn PmMedia>).is_err());
+    let report = fsck::repair(m.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert!(
+        report
+            .repaired
+            .iter()
+            .any(|r| r.starts_with(&format!("freed inode slot {dir}"))),
+        "{:?}",
+        report.repaired
+    );
+    let fs = mount(m.clone());
+    assert_eq!(
+        fs.lookup(1, b"d0").unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    fs.unmount().unwrap();
 }
