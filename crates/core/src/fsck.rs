@@ -12,12 +12,10 @@
 //! directory with two parents and a missing root are reported, not repaired.
 
 use crate::alloc::PageAllocator;
-use crate::recovery::{scan, OpenError, Problem, Scan, TierDevices};
+use crate::recovery::{scan, LogWord, OpenError, Problem, Scan, TierDevices};
 use crate::types::Ino;
 use std::sync::Arc;
-use terrace_format::{
-    journal_slot_offset, Entry, BLOCK_SIZE, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL, INODE_OFF_STATE,
-};
+use terrace_format::{journal_slot_offset, Entry, BLOCK_SIZE, INODE_OFF_LOG_TAIL, INODE_OFF_STATE};
 use terrace_media::PmMedia;
 
 /// What fsck found (and, with repair, did).
@@ -237,26 +235,24 @@ pub fn repair(
             }
             Problem::BadLogPointer {
                 ino,
-                next_at,
+                word,
                 safe_tail,
             } => {
                 let slot = sc.slot_offset(*ino);
-                let at = next_at.unwrap_or(slot + INODE_OFF_LOG_HEAD);
                 let pool = sc.sb.pool_start * BLOCK_SIZE..sc.sb.pm_size;
-                let which = if next_at.is_some() { "next" } else { "head" };
-                match crate::pointer_repair::corrected_pointer(&*media, *ino, slot, at, pool) {
-                    Some(word) => {
-                        media.store_u64(at, word);
+                match crate::pointer_repair::corrected_word(&*media, *ino, slot, *word, pool) {
+                    Some((at, fixed)) => {
+                        media.store_u64(at, fixed);
                         media.persist(at, 8);
-                        report.repaired.push(format!(
-                            "corrected the damaged log {which} pointer of inode {ino} at {at:#x}"
-                        ));
+                        report
+                            .repaired
+                            .push(format!("corrected the damaged log {word} of inode {ino}"));
                     }
-                    None if next_at.is_none() => {
+                    None if !matches!(word, LogWord::Next(_)) => {
                         media.store_u64(slot + INODE_OFF_STATE, 0);
                         media.persist(slot + INODE_OFF_STATE, 8);
                         report.repaired.push(format!(
-                            "freed inode slot {ino} (its log head pointer is damaged beyond correction)"
+                            "freed inode slot {ino} (its log {word} is damaged beyond correction)"
                         ));
                     }
                     None => {
@@ -266,7 +262,7 @@ pub fn repair(
                         );
                         media.persist(slot + INODE_OFF_LOG_TAIL, 8);
                         report.repaired.push(format!(
-                            "truncated the log of inode {ino} to its last good entry (a next pointer is damaged beyond correction)"
+                            "truncated the log of inode {ino} to its last good entry (its {word} is damaged beyond correction)"
                         ));
                     }
                 }

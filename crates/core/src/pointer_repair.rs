@@ -1,24 +1,24 @@
-//! Correcting a damaged log page pointer (`fsck --repair`).
+//! Correcting a damaged word that links a PM log (`fsck --repair`).
 //!
-//! Since format version 12 a state-1 slot's head word and every log page's
-//! `next` word carry a 16-bit check of the PM offset they hold
-//! (`terrace_format::encode_page_pointer`). A word whose check fails was
-//! damaged, most often by a flipped bit or two. Repair takes the word
+//! A state-1 slot's tail word (since format version 3), its head word and
+//! every log page's `next` word (since version 12) carry a 16-bit check of
+//! the PM offset they hold (`terrace_format::encode_page_pointer`). A word
+//! whose check fails was damaged, most often by a flipped bit or two. Repair takes the word
 //! nearest to the stored one — fewest differing bits, at most
 //! [`MAX_FLIPPED_BITS`] — whose check holds and with which the log walks
 //! from its head to its tail (page owners and entry checksums included).
 //! Only a unique nearest word is taken. The check is what tells the true
-//! offset from a later page of the same log, which also walks to the tail:
-//! such a word differs from the stored one in about half of its 16 check
-//! bits. When no word qualifies, repair does what it does with any
-//! unreadable log: a damaged head frees the slot, a damaged `next`
-//! truncates the log after the last entry before it.
+//! offset from a later page of the same log (or a tail from an earlier
+//! entry's end), which also walks: such a word differs from the stored one
+//! in about half of its 16 check bits. When no word qualifies, repair does
+//! what it does with any unreadable log: a damaged head or tail frees the
+//! slot, a damaged `next` truncates the log after the last entry before it.
 
 use crate::log::walk;
-use crate::recovery::Overlay;
+use crate::recovery::{LogWord, Overlay};
 use std::ops::Range;
-use terrace_format::{encode_page_pointer, InodeSlot, INODE_OFF_LOG_HEAD, INODE_SIZE, INODE_USED};
-use terrace_format::{LOG_PAGE_MIN, LOG_PAGE_OFF_NEXT};
+use terrace_format::{encode_page_pointer, InodeSlot, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL};
+use terrace_format::{INODE_SIZE, INODE_USED, LOG_PAGE_MIN};
 use terrace_media::PmMedia;
 
 /// The most bits in which a corrected word may differ from the stored one.
@@ -27,32 +27,23 @@ pub const MAX_FLIPPED_BITS: u32 = 2;
 /// Bits of a pointer word that hold the PM offset (the check is above them).
 const OFFSET_BITS: u32 = 48;
 
-/// True when the in-use slot bytes `raw` fail to decode only because of
-/// their head word: with the head cleared they decode as a state-1 slot
-/// with a log.
-pub(crate) fn only_the_head_fails(raw: &[u8]) -> bool {
-    let Some(raw) = raw.get(..INODE_SIZE) else {
-        return false;
-    };
-    let mut copy = raw.to_vec();
-    let head = INODE_OFF_LOG_HEAD as usize;
-    copy[head..head + 8].fill(0);
-    matches!(InodeSlot::decode(&copy), Ok(s) if s.state == INODE_USED && s.log_tail != 0)
-}
-
-/// The word to store at `at` — the head word of the slot at PM offset
-/// `slot` (inode `ino`), or the `next` word of one of its log pages — so
-/// that the log walks to its tail: the unique nearest such word within
-/// [`MAX_FLIPPED_BITS`] of the stored one. `pool` is the byte range log
-/// pages lie in. None when there is none, or more than one.
-pub fn corrected_pointer(
+/// The word to store as `word` of the log of inode `ino`, whose slot is at
+/// PM offset `slot`, so that the log walks from its head to its tail: the
+/// unique nearest such word within [`MAX_FLIPPED_BITS`] of the stored one.
+/// `pool` is the byte range log pages lie in. Returns the word's PM offset
+/// and the word, or None when there is no such word, or more than one.
+pub fn corrected_word(
     media: &dyn PmMedia,
     ino: u64,
     slot: u64,
-    at: u64,
+    word: LogWord,
     pool: Range<u64>,
-) -> Option<u64> {
-    debug_assert!(at == slot + INODE_OFF_LOG_HEAD || at % LOG_PAGE_MIN == LOG_PAGE_OFF_NEXT);
+) -> Option<(u64, u64)> {
+    let (at, is_page) = match word {
+        LogWord::Head => (slot + INODE_OFF_LOG_HEAD, true),
+        LogWord::Tail => (slot + INODE_OFF_LOG_TAIL, false),
+        LogWord::Next(at) => (at, true),
+    };
     let stored = media.load_u64(at);
     let offset = stored & ((1 << OFFSET_BITS) - 1);
     // (distance, word) of the nearest word found, and whether another word
@@ -60,26 +51,27 @@ pub fn corrected_pointer(
     let mut best: Option<(u32, u64)> = None;
     let mut tied = false;
     for candidate in within_two_bits(offset) {
-        if candidate % LOG_PAGE_MIN != 0 || !pool.contains(&candidate) {
+        if is_page && candidate % LOG_PAGE_MIN != 0 || !pool.contains(&candidate) {
             continue;
         }
-        let word = encode_page_pointer(candidate);
-        let distance = (word ^ stored).count_ones();
+        // Tails, heads and `next` words carry the same check.
+        let fixed = encode_page_pointer(candidate);
+        let distance = (fixed ^ stored).count_ones();
         if distance > MAX_FLIPPED_BITS || best.is_some_and(|(d, _)| distance > d) {
             continue;
         }
-        if !walks_to_its_tail(media, ino, slot, at, word, pool.clone()) {
+        if !walks_to_its_tail(media, ino, slot, at, fixed, pool.clone()) {
             continue;
         }
         match best {
             Some((d, _)) if d == distance => tied = true,
             _ => {
-                best = Some((distance, word));
+                best = Some((distance, fixed));
                 tied = false;
             }
         }
     }
-    best.filter(|_| !tied).map(|(_, word)| word)
+    best.filter(|_| !tied).map(|(_, fixed)| (at, fixed))
 }
 
 /// `offset`, and every value that differs from it in one or two of the

@@ -23,6 +23,7 @@ use terrace_format::{
     Superblock, TierId, BLOCK_SIZE, INODE_SIZE, INODE_USED_TIER_LOG, ROOT_INO, SUPERBLOCK_A_BLOCK,
     SUPERBLOCK_B_BLOCK,
 };
+use terrace_format::{INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL, INODE_USED};
 use terrace_media::PmMedia;
 
 pub use crate::recovery_blobs::TierDevices;
@@ -88,17 +89,17 @@ pub enum Problem {
         /// End of the last readable entry (0 = none).
         safe_tail: u64,
     },
-    /// A log page pointer whose check failed (format version 12): the
-    /// slot's head word (`next_at` None; the inode is left out, as a bad
-    /// slot) or the `next` word of a page at PM offset `next_at` (the log is
-    /// replayed up to `safe_tail`). `fsck --repair` corrects the word when
-    /// one a few bits away walks the log to its tail (`pointer_repair.rs`),
-    /// else frees the slot (a head) or truncates the log (a `next`).
+    /// A word that links a PM log whose check failed: the slot's head or
+    /// tail word (the inode is left out, as a bad slot), or the `next` word
+    /// of one of its pages (the log is replayed up to `safe_tail`). `fsck
+    /// --repair` corrects the word when one a few bits away lets the log
+    /// walk to its tail (`pointer_repair.rs`), else frees the slot (head or
+    /// tail) or truncates the log (`next`).
     BadLogPointer {
         /// Inode.
         ino: Ino,
-        /// PM offset of the damaged `next` word; None for the slot's head.
-        next_at: Option<u64>,
+        /// Which word.
+        word: LogWord,
         /// End of the last readable entry (0 = none).
         safe_tail: u64,
     },
@@ -150,6 +151,27 @@ pub enum Problem {
     },
 }
 
+/// A word that links a PM log (format version 12 gives each a check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum LogWord {
+    /// The slot's head word.
+    Head,
+    /// The slot's tail word.
+    Tail,
+    /// The `next` word at this PM offset, in one of the log's pages.
+    Next(u64),
+}
+
+impl std::fmt::Display for LogWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogWord::Head => write!(f, "head word"),
+            LogWord::Tail => write!(f, "tail word"),
+            LogWord::Next(at) => write!(f, "next pointer at {at:#x}"),
+        }
+    }
+}
+
 impl Problem {
     /// True when mount must refuse the pool.
     pub fn blocks_mount(&self) -> bool {
@@ -162,19 +184,12 @@ impl std::fmt::Display for Problem {
         match self {
             Problem::BadSlot { ino, what } => write!(f, "inode {ino}: {what}"),
             Problem::BadLog { ino, what, .. } => write!(f, "inode {ino}: log unreadable: {what}"),
-            Problem::BadLogPointer {
-                ino,
-                next_at: None,
-                ..
-            } => write!(f, "inode {ino}: the log head word is damaged (its check fails)"),
-            Problem::BadLogPointer {
-                ino,
-                next_at: Some(at),
-                ..
-            } => write!(
-                f,
-                "inode {ino}: log unreadable: the next pointer at {at:#x} is damaged (its check fails)"
-            ),
+            Problem::BadLogPointer { ino, word, .. } => {
+                write!(
+                    f,
+                    "inode {ino}: the log {word} is damaged (its check fails)"
+                )
+            }
             Problem::DanglingEntry { dir, name, target } => {
                 write!(
                     f,
@@ -471,6 +486,26 @@ pub fn read_inode_groups(media: &dyn PmMedia, sb: &Superblock) -> Result<Vec<u64
     Ok(groups)
 }
 
+/// The slot word whose check alone makes the in-use slot bytes `raw` fail
+/// to decode: with it cleared they decode as a state-1 slot (with a log,
+/// for the head). None when the slot has another fault.
+fn damaged_slot_word(raw: &[u8]) -> Option<LogWord> {
+    let raw = raw.get(..INODE_SIZE)?;
+    let decodes_without = |word: u64, need_log: bool| {
+        let mut copy = raw.to_vec();
+        copy[word as usize..word as usize + 8].fill(0);
+        matches!(InodeSlot::decode(&copy),
+            Ok(s) if s.state == INODE_USED && (s.log_tail != 0 || !need_log))
+    };
+    if decodes_without(INODE_OFF_LOG_HEAD, true) {
+        Some(LogWord::Head)
+    } else if decodes_without(INODE_OFF_LOG_TAIL, false) {
+        Some(LogWord::Tail)
+    } else {
+        None
+    }
+}
+
 fn scan_view(
     media: &dyn PmMedia,
     tiers: &TierDevices,
@@ -519,10 +554,10 @@ fn scan_view(
         let slot = match InodeSlot::decode(raw) {
             Ok(s) if is_used_state(s.state) => s,
             Ok(_) => continue,
-            Err(_) if crate::pointer_repair::only_the_head_fails(raw) => {
+            Err(_) if damaged_slot_word(raw).is_some() => {
                 problems.push(Problem::BadLogPointer {
                     ino,
-                    next_at: None,
+                    word: damaged_slot_word(raw).expect("just found"),
                     safe_tail: 0,
                 });
                 continue;
@@ -608,7 +643,7 @@ fn scan_view(
                 problems.push(match e.damaged_next {
                     Some(at) => Problem::BadLogPointer {
                         ino,
-                        next_at: Some(at),
+                        word: LogWord::Next(at),
                         safe_tail: e.last_good,
                     },
                     None => Problem::BadLog {

@@ -265,6 +265,7 @@ const COMPONENTS: &[&str] = &[
     "migrate/state",
     "mkfs",
     "placement_stats",
+    "pointer_repair",
     "read_pins",
     "recovery",
     "service_state",

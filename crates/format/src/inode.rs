@@ -221,10 +221,13 @@ impl InodeSlot {
     /// Encodes into [`INODE_SIZE`] bytes.
     pub fn encode(&self) -> [u8; INODE_SIZE] {
         let mut b = [0u8; INODE_SIZE];
-        let head = if self.state == INODE_USED {
-            encode_page_pointer(self.log_head)
-        } else {
+        // A slot may be written marked free and then published by a store
+        // of its state word alone (a new inode): every head but a state-2
+        // one is written with its check.
+        let head = if self.state == INODE_USED_TIER_LOG {
             self.log_head
+        } else {
+            encode_page_pointer(self.log_head)
         };
         put_u64(&mut b, INODE_OFF_LOG_HEAD as usize, head);
         put_u64(
@@ -405,6 +408,14 @@ mod tests {
             put_u64(&mut d, INODE_OFF_LOG_HEAD as usize, word ^ (1 << bit));
             assert!(InodeSlot::decode(&d).is_err(), "head bit {bit} flipped");
         }
+        // A new inode's slot is written marked free, then published by a
+        // store of its state word: its head carries the check as well.
+        let mut free = s.clone();
+        free.state = INODE_FREE;
+        let mut f = free.encode();
+        put_u64(&mut f, INODE_OFF_STATE as usize, INODE_USED);
+        assert_eq!(u64_at(&f, INODE_OFF_LOG_HEAD as usize), word);
+        assert_eq!(InodeSlot::decode(&f).unwrap(), s);
         // A head written before version 12 (no check) still reads.
         let mut old = b;
         put_u64(&mut old, INODE_OFF_LOG_HEAD as usize, 4096 * 9 + 512);

@@ -709,11 +709,12 @@ and log entry checksum, log chains, reachability from the root, link counts and
 block ownership (no block owned twice, no leak). Orphan inodes and open journal
 transactions left by a crash are reported; mount handles them by itself.
 
---repair fixes what can be fixed safely: corrects a log pointer (head or next
-page) that is one or two bits off, which loses nothing; otherwise truncates
-unreadable logs to their last good entry and frees broken inode slots (with
-what only they reached: there is no lost+found); then removes directory
-entries that point nowhere, corrects link counts and frees orphans.
+--repair fixes what can be fixed safely: corrects a word linking a log (its
+head, tail or next page) that is one or two bits off, which loses nothing;
+otherwise truncates unreadable logs to their last good entry and frees broken
+inode slots (with what only they reached: there is no lost+found); then
+removes directory entries that point nowhere, corrects link counts and frees
+orphans.
 
 Shows a progress bar on large pools. Refuses a mounted pool.
 Exit status: 0 clean, 1 problems remain, 2 cannot check (not a pool, mounted, …).
