@@ -220,7 +220,7 @@ pub fn repair(
 ) -> Result<FsckReport, OpenError> {
     let mut report = FsckReport::default();
     // Pass 1: problems below the log level (slots, logs, journal).
-    let sc = scan(&*media, tiers, true, progress)?;
+    let sc = repair_scan(&*media, tiers, progress, &mut report)?;
     report.open_transactions = sc.rolled_back;
     let mut rescan = false;
     for p in &sc.problems {
@@ -310,13 +310,8 @@ pub fn repair(
             _ => {}
         }
     }
-    if !sc.orphans.is_empty() {
-        report
-            .repaired
-            .push(format!("freed {} orphan inodes", sc.orphans.len()));
-    }
     let mut sc = if rescan {
-        scan(&*media, tiers, true, progress)?
+        repair_scan(&*media, tiers, progress, &mut report)?
     } else {
         sc
     };
@@ -348,11 +343,30 @@ pub fn repair(
             break;
         }
         append_fixes(&*media, &sc.log_space, alloc, &sc, fixes, &mut report);
-        sc = scan(&*media, tiers, true, progress)?;
+        sc = repair_scan(&*media, tiers, progress, &mut report)?;
     }
     summarize(&sc, &mut report);
     sweep_objects(&sc, tiers, true, &mut report);
     Ok(report)
+}
+
+/// A scan of `repair`: it writes what recovery writes — rolls back open
+/// transactions and frees orphans — but only when nothing it found blocks a
+/// mount, so the orphans are reported freed only then (the children of a
+/// directory whose log word is damaged are orphans until it is corrected).
+fn repair_scan(
+    media: &dyn PmMedia,
+    tiers: &TierDevices,
+    progress: &mut dyn FnMut(u64, u64),
+    report: &mut FsckReport,
+) -> Result<Scan, OpenError> {
+    let sc = scan(media, tiers, true, progress)?;
+    if !sc.orphans.is_empty() && !sc.problems.iter().any(|p| p.blocks_mount()) {
+        report
+            .repaired
+            .push(format!("freed {} orphan inodes", sc.orphans.len()));
+    }
+    Ok(sc)
 }
 
 /// Rounds of namespace fixes `repair` makes at most (each one scans again).
