@@ -3,8 +3,8 @@
 //! A state-1 slot's tail word (since format version 3), its head word and
 //! every log page's `next` word (since version 12) carry a 16-bit check of
 //! the PM offset they hold (`terrace_format::encode_page_pointer`). A word
-//! whose check fails was damaged, most often by a flipped bit or two. Repair takes the word
-//! nearest to the stored one — fewest differing bits, at most
+//! whose check fails was damaged, most often by a flipped bit or two.
+//! Repair takes the word nearest to the stored one — fewest differing bits, at most
 //! [`MAX_FLIPPED_BITS`] — whose check holds and with which the log walks
 //! from its head to its tail (page owners and entry checksums included).
 //! Only a unique nearest word is taken. The check is what tells the true
@@ -51,7 +51,9 @@ pub fn corrected_word(
     let mut best: Option<(u32, u64)> = None;
     let mut tied = false;
     for candidate in within_two_bits(offset) {
-        if is_page && candidate % LOG_PAGE_MIN != 0 || !pool.contains(&candidate) {
+        // A tail may be 0: an inode without a log (its slot says it all).
+        let empty_tail = !is_page && candidate == 0;
+        if is_page && candidate % LOG_PAGE_MIN != 0 || !pool.contains(&candidate) && !empty_tail {
             continue;
         }
         // Tails, heads and `next` words carry the same check.
@@ -84,7 +86,7 @@ fn within_two_bits(offset: u64) -> impl Iterator<Item = u64> {
 }
 
 /// True when, with `word` stored at `at`, the slot at `slot` decodes as a
-/// state-1 slot and its log walks from head to tail.
+/// state-1 slot and its log walks from head to tail (at once when empty).
 fn walks_to_its_tail(
     media: &dyn PmMedia,
     ino: u64,
@@ -100,9 +102,8 @@ fn walks_to_its_tail(
     let mut raw = [0u8; INODE_SIZE];
     view.read(slot, &mut raw);
     match InodeSlot::decode(&raw) {
-        Ok(s) if s.state == INODE_USED && s.log_tail != 0 => {
-            walk(&view, ino, s.log_head, s.log_tail, pool).is_ok()
-        }
+        // An empty log (tail 0) walks at once.
+        Ok(s) if s.state == INODE_USED => walk(&view, ino, s.log_head, s.log_tail, pool).is_ok(),
         _ => false,
     }
 }

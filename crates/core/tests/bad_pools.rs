@@ -135,7 +135,8 @@ fn log_chain(m: &MemMedia, ino: u64) -> Vec<u64> {
 
 /// A clean PM pool (unmounted) of directories `d0`, `d1`, … under the root,
 /// each with an xattr; directory `d` holds `files[d]` files named by `name`,
-/// file `i` holding `size(i)` bytes; plus a symlink `link`.
+/// file `i` holding `size(i)` bytes; plus a symlink `link` and an empty
+/// file `empty` (a slot without a log).
 struct DirPool {
     m: Arc<MemMedia>,
     /// Inode numbers of the directories, the files, and the symlink.
@@ -152,7 +153,7 @@ fn pool_of_dirs(
     name: fn(u64) -> String,
     size: fn(u64) -> usize,
 ) -> DirPool {
-    assert!(files.iter().sum::<u64>() + files.len() as u64 + 2 < inodes);
+    assert!(files.iter().sum::<u64>() + files.len() as u64 + 3 < inodes);
     let (m, fs) = pm_pool(8 << 20, inodes);
     let (mut dirs, mut others) = (Vec::new(), Vec::new());
     for (d, &n) in files.iter().enumerate() {
@@ -172,6 +173,11 @@ fn pool_of_dirs(
     }
     let l = fs.symlink(1, b"link", b"d0/f1", CTX).unwrap();
     others.push(l.ino);
+    // An inode whose slot says it all: no log (tail 0).
+    let e = fs
+        .mknod(1, b"empty", libc::S_IFREG | 0o600, 0, CTX)
+        .unwrap();
+    others.push(e.ino);
     let tree = fs_tree(&fs);
     fs.unmount().unwrap();
     DirPool {
