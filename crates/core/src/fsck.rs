@@ -6,16 +6,21 @@
 //! that no block is owned twice. Free space is derived from what is reachable, so
 //! unreachable space cannot leak; unreachable inodes (orphans) are reported.
 //!
-//! Repair fixes what it can without guessing: it truncates an unreadable log to
-//! its last good entry, frees broken slots, removes directory entries that point
-//! nowhere, corrects link counts and frees orphans. A block owned twice, a
-//! directory with two parents and a missing root are reported, not repaired.
+//! Repair fixes what it can without guessing: it corrects a log's link word
+//! one or two bits off (`pointer_repair.rs`), truncates an unreadable log to
+//! its last good entry, frees broken slots, keeps the inodes only those named
+//! in `/lost+found`, removes directory entries that point nowhere, corrects
+//! link counts and frees the other orphans. A block owned twice, a directory
+//! with two parents and a missing root are reported, not repaired.
 
 use crate::alloc::PageAllocator;
 use crate::recovery::{scan, LogWord, OpenError, Problem, Scan, TierDevices};
 use crate::types::Ino;
 use std::sync::Arc;
-use terrace_format::{journal_slot_offset, Entry, BLOCK_SIZE, INODE_OFF_LOG_TAIL, INODE_OFF_STATE};
+use terrace_format::{
+    journal_slot_offset, Entry, InodeSlot, BLOCK_SIZE, INODE_FREE, INODE_OFF_GENERATION,
+    INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_SIZE, INODE_USED, ROOT_INO,
+};
 use terrace_media::PmMedia;
 
 /// What fsck found (and, with repair, did).
@@ -310,6 +315,11 @@ pub fn repair(
             _ => {}
         }
     }
+    if rescan {
+        // What pass 1 freed or cut may have been the only way to inodes
+        // that are fine: keep them in /lost+found rather than free them.
+        adopt_orphans(&*media, tiers, progress, &mut report)?;
+    }
     let mut sc = if rescan {
         repair_scan(&*media, tiers, progress, &mut report)?
     } else {
@@ -367,6 +377,153 @@ fn repair_scan(
             .push(format!("freed {} orphan inodes", sc.orphans.len()));
     }
     Ok(sc)
+}
+
+/// The directory under the root where repair puts the orphans it keeps.
+pub const LOST_FOUND: &[u8] = b"lost+found";
+
+/// Names in `/lost+found` the orphans that a repair of damage left and that
+/// are worth keeping (e2fsck's way): every orphan with names before (link
+/// count above 0: not a file unlinked while open) that no other orphan
+/// directory names, as `#INO`. Makes `/lost+found` (mode 0700, owned by
+/// root) when the root has no such directory. Runs only after pass 1
+/// changed something, on a pool without open journal transactions (a later
+/// rollback could undo the appended entries); orphans it does not adopt are
+/// freed as before. The adopted inodes' link counts are set in pass 2.
+fn adopt_orphans(
+    media: &dyn PmMedia,
+    tiers: &TierDevices,
+    progress: &mut dyn FnMut(u64, u64),
+    report: &mut FsckReport,
+) -> Result<(), OpenError> {
+    let sc = crate::recovery::scan_keeping_orphans(media, tiers, progress)?;
+    let adopt = orphans_to_adopt(&sc);
+    let Some(alloc) = sc.alloc.as_ref() else {
+        return Ok(());
+    };
+    if adopt.is_empty() || sc.rolled_back > 0 {
+        return Ok(());
+    }
+    let Some(root) = sc.inodes.get(&ROOT_INO).and_then(|r| r.dir.as_ref()) else {
+        return Ok(());
+    };
+    let sc = match root.get(LOST_FOUND) {
+        Some((_, dt)) if dt == libc::DT_DIR => sc,
+        // Something else has the name: the orphans go as before.
+        Some(_) => return Ok(()),
+        None => {
+            let Some(ino) = new_directory_slot(media, &sc) else {
+                return Ok(());
+            };
+            let entry = Entry::DentryAdd {
+                ino,
+                file_type: libc::DT_DIR,
+                name: LOST_FOUND.to_vec(),
+            };
+            let made = format!("made /lost+found (inode {ino})");
+            append_fixes(
+                media,
+                &sc.log_space,
+                alloc,
+                &sc,
+                vec![(ROOT_INO, entry, made)],
+                report,
+            );
+            crate::recovery::scan_keeping_orphans(media, tiers, progress)?
+        }
+    };
+    let (Some(alloc), Some(root)) = (
+        sc.alloc.as_ref(),
+        sc.inodes.get(&ROOT_INO).and_then(|r| r.dir.as_ref()),
+    ) else {
+        return Ok(());
+    };
+    let Some((lost_found, _)) = root.get(LOST_FOUND) else {
+        return Ok(());
+    };
+    let Some(names) = sc.inodes.get(&lost_found).and_then(|d| d.dir.as_ref()) else {
+        return Ok(());
+    };
+    let mut fixes = Vec::new();
+    for (ino, dt) in adopt {
+        let mut name = format!("#{ino}");
+        let mut n = 1;
+        while names.get(name.as_bytes()).is_some() {
+            name = format!("#{ino}.{n}");
+            n += 1;
+        }
+        let what = format!("put orphan inode {ino} in /lost+found as {name}");
+        let entry = Entry::DentryAdd {
+            ino,
+            file_type: dt,
+            name: name.into_bytes(),
+        };
+        fixes.push((lost_found, entry, what));
+    }
+    append_fixes(media, &sc.log_space, alloc, &sc, fixes, report);
+    Ok(())
+}
+
+/// The orphans of `sc` (a scan that kept them) worth keeping, with their
+/// directory entry types: link count above 0, and not named by another
+/// orphan directory (adopting that one brings them along).
+fn orphans_to_adopt(sc: &Scan) -> Vec<(Ino, u8)> {
+    let orphans: std::collections::HashSet<Ino> = sc.orphans.iter().copied().collect();
+    let named: std::collections::HashSet<Ino> = sc
+        .orphans
+        .iter()
+        .filter_map(|o| sc.inodes.get(o)?.dir.as_ref())
+        .flat_map(|d| d.iter().map(|(_, _, child, _)| child))
+        .filter(|c| orphans.contains(c))
+        .collect();
+    let mut adopt: Vec<(Ino, u8)> = sc
+        .orphans
+        .iter()
+        .filter(|o| !named.contains(o))
+        .filter_map(|o| sc.inodes.get(o).map(|i| (*o, i)))
+        .filter(|(_, i)| i.attr.nlink > 0)
+        .map(|(o, i)| (o, i.kind.dt()))
+        .collect();
+    adopt.sort_unstable();
+    adopt
+}
+
+/// Takes a free inode slot that no entry names and makes it an empty
+/// directory (mode 0700, owned by root), published by a store of its state
+/// word as `Fs` publishes a new inode: `/lost+found` before a root entry
+/// names it (a crash in between leaves an orphan the next mount frees).
+fn new_directory_slot(media: &dyn PmMedia, sc: &Scan) -> Option<Ino> {
+    // Not a slot a directory entry still names: the entries of a directory
+    // repair just freed are removed only in pass 2.
+    let named: std::collections::HashSet<Ino> = sc
+        .inodes
+        .values()
+        .filter_map(|i| i.dir.as_ref())
+        .flat_map(|d| d.iter().map(|(_, _, child, _)| child))
+        .collect();
+    let (ino, off) = (2..sc.inode_map.total())
+        .filter(|i| !sc.inodes.contains_key(i) && !named.contains(i))
+        .filter_map(|i| Some((i, sc.inode_map.offset(i)?)))
+        .find(|(_, off)| media.load_u64(off + INODE_OFF_STATE) == INODE_FREE)?;
+    let mut generation = [0u8; 4];
+    media.read(off + INODE_OFF_GENERATION, &mut generation);
+    let slot = InodeSlot {
+        log_head: 0,
+        log_tail: 0,
+        state: INODE_FREE,
+        mode: libc::S_IFDIR | 0o700,
+        uid: 0,
+        gid: 0,
+        generation: u32::from_le_bytes(generation).wrapping_add(1),
+        rdev: 0,
+        btime_ns: crate::fs::now_ns(),
+        parent_hint: ROOT_INO,
+    };
+    media.write(off, &slot.encode());
+    media.persist(off, INODE_SIZE as u64);
+    media.store_u64(off + INODE_OFF_STATE, INODE_USED);
+    media.persist(off + INODE_OFF_STATE, 8);
+    Some(ino)
 }
 
 /// Rounds of namespace fixes `repair` makes at most (each one scans again).

@@ -412,6 +412,34 @@ pub fn scan(
     write: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Scan, OpenError> {
+    let mut sc = read_scan(media, tiers, progress, false)?;
+    if write {
+        finish_recovery(media, &mut sc);
+    }
+    Ok(sc)
+}
+
+/// A scan that writes nothing and keeps the orphans: they are listed in
+/// `orphans` and also kept in `inodes`, so that the allocator counts their
+/// log pages and data as used (`fsck --repair` adopts orphans into
+/// `/lost+found` with entries it appends, and must not hand their space to
+/// those entries). Their link counts show up as problems.
+pub fn scan_keeping_orphans(
+    media: &dyn PmMedia,
+    tiers: &TierDevices,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Scan, OpenError> {
+    read_scan(media, tiers, progress, true)
+}
+
+/// The reading half of a scan: on a view with open journal transactions
+/// rolled back in DRAM.
+fn read_scan(
+    media: &dyn PmMedia,
+    tiers: &TierDevices,
+    progress: &mut dyn FnMut(u64, u64),
+    keep_orphans: bool,
+) -> Result<Scan, OpenError> {
     let sb = read_superblock(media)?;
     let mut problems = Vec::new();
     let (rolled_back, words) = match crate::journal::open_transactions(media) {
@@ -425,11 +453,8 @@ pub fn scan(
         inner: media,
         words,
     };
-    let mut sc = scan_view(&view, tiers, sb, problems, progress);
+    let mut sc = scan_view(&view, tiers, sb, problems, progress, keep_orphans);
     sc.rolled_back = rolled_back;
-    if write {
-        finish_recovery(media, &mut sc);
-    }
     Ok(sc)
 }
 
@@ -512,6 +537,7 @@ fn scan_view(
     sb: Superblock,
     mut problems: Vec<Problem>,
     progress: &mut dyn FnMut(u64, u64),
+    keep_orphans: bool,
 ) -> Scan {
     let pool = sb.pool_start * BLOCK_SIZE..sb.pm_size;
     // The whole table, base and groups, in slot order.
@@ -720,11 +746,19 @@ fn scan_view(
         logs: inodes.len() as u64,
         entries: inodes.values().map(|i| i.log.entries).sum(),
     };
-    let orphan_bytes = orphans
-        .iter()
-        .filter_map(|o| inodes.remove(o))
-        .map(|i| i.extents.mapped_blocks() * BLOCK_SIZE)
-        .sum();
+    let orphan_bytes = if keep_orphans {
+        orphans
+            .iter()
+            .filter_map(|o| inodes.get(o))
+            .map(|i| i.extents.mapped_blocks() * BLOCK_SIZE)
+            .sum()
+    } else {
+        orphans
+            .iter()
+            .filter_map(|o| inodes.remove(o))
+            .map(|i| i.extents.mapped_blocks() * BLOCK_SIZE)
+            .sum()
+    };
     for (ino, inode) in inodes.iter_mut() {
         if let Some(d) = inode.dir.as_mut() {
             d.parent = parent_of.get(ino).copied().unwrap_or(ROOT_INO);

@@ -333,3 +333,95 @@ fn a_head_damaged_beyond_correction_is_freed_never_pointed_at_a_later_page() {
     );
     fs.unmount().unwrap();
 }
+
+/// Flips a byte of the checksummed part of `ino`'s slot: the slot is broken
+/// beyond correction.
+fn break_slot(m: &MemMedia, ino: u64) {
+    let at = inode_offset(ino) + 28; // uid, under the slot checksum
+    let mut b = [0u8; 1];
+    m.read(at, &mut b);
+    m.write(at, &[b[0] ^ 0x40]);
+}
+
+/// A directory whose slot is broken is freed by repair, but the inodes only
+/// it named are fine: they go to `/lost+found` as `#INO` (made on the
+/// first repair, reused on the next), data and subtrees intact, link counts
+/// set, and the pool is clean after. A file also named elsewhere stays
+/// where it is.
+#[test]
+fn inodes_a_broken_directory_named_are_kept_in_lost_found() {
+    let (m, fs) = pm_pool(8 << 20, 128);
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    for d in ["d", "e"] {
+        let dir = fs.mkdir(1, d.as_bytes(), 0o755, CTX).unwrap();
+        for i in 0..4u64 {
+            let f = fs
+                .mknod(
+                    dir.ino,
+                    format!("f{i}").as_bytes(),
+                    libc::S_IFREG | 0o644,
+                    0,
+                    CTX,
+                )
+                .unwrap();
+            let data = pattern(i + 10 * dirs.len() as u64, 3000 + 1000 * i as usize);
+            fs.write(f.ino, 0, &data).unwrap();
+            files.push((f.ino, data));
+        }
+        let sub = fs.mkdir(dir.ino, b"sub", 0o750, CTX).unwrap();
+        let g = fs
+            .mknod(sub.ino, b"g", libc::S_IFREG | 0o600, 0, CTX)
+            .unwrap();
+        fs.write(g.ino, 0, b"in a subdirectory").unwrap();
+        dirs.push((dir.ino, sub.ino, g.ino));
+    }
+    // d/f0 is also /hard: it is not an orphan when d goes.
+    fs.link(files[0].0, 1, b"hard").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+
+    for (round, &(dir, sub, g)) in dirs.iter().enumerate() {
+        break_slot(&m, dir);
+        assert!(Fs::mount(m.clone() as Arc<dyn PmMedia>).is_err());
+        let report = fsck::repair(m.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {}).unwrap();
+        assert!(report.is_clean(), "round {round}: {:?}", report.problems);
+        let made = report
+            .repaired
+            .iter()
+            .any(|r| r.starts_with("made /lost+found"));
+        assert_eq!(made, round == 0, "round {round}: {:?}", report.repaired);
+        let fs = mount(m.clone());
+        let lf = fs.lookup(1, b"lost+found").unwrap();
+        assert_eq!(lf.kind, terrace_core::FileType::Directory);
+        assert_eq!(lf.mode & 0o7777, 0o700);
+        let name = |ino: u64| format!("#{ino}").into_bytes();
+        // The subdirectory comes with its file.
+        let s = fs.lookup(lf.ino, &name(sub)).unwrap();
+        assert_eq!(s.ino, sub);
+        assert_eq!(s.mode & 0o7777, 0o750);
+        let gg = fs.lookup(sub, b"g").unwrap();
+        assert_eq!(gg.ino, g);
+        assert_eq!(content(&fs, g), b"in a subdirectory");
+        for (ino, data) in &files[round * 4..round * 4 + 4] {
+            if round == 0 && *ino == files[0].0 {
+                // Still named /hard, now once.
+                let h = fs.lookup(1, b"hard").unwrap();
+                assert_eq!((h.ino, h.nlink), (*ino, 1));
+                assert!(fs.lookup(lf.ino, &name(*ino)).is_err());
+            } else {
+                let a = fs.lookup(lf.ino, &name(*ino)).unwrap();
+                assert_eq!((a.ino, a.nlink), (*ino, 1));
+            }
+            assert_eq!(&content(&fs, *ino), data);
+        }
+        assert_eq!(
+            fs.lookup(1, b"d").unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+        fs.unmount().unwrap();
+        drop(fs);
+        let check = fsck::check(&*m, &[], &mut |_, _| {}).unwrap();
+        assert!(check.is_clean(), "round {round}: {:?}", check.problems);
+    }
+}
