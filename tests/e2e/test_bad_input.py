@@ -537,3 +537,40 @@ def test_a_flipped_bit_in_a_log_head_is_refused_and_fsck_repair_corrects_it_losi
         assert sorted(os.listdir(d)) == sorted(want)
         for name, data in want.items():
             assert read(d / name) == data, name
+
+
+def test_files_of_a_broken_directory_are_kept_in_lost_found_by_fsck_repair(pool, mountpoint):
+    """A directory whose inode slot is damaged beyond correction (a byte under
+    its checksum): mount refuses, and `fsck --repair` frees it but keeps what
+    only it named in /lost+found as #INODE, as e2fsck does."""
+    want = {}
+    with helpers.mounted_pool(pool, mountpoint) as m:
+        d = m.path / "doomed"
+        d.mkdir()
+        for i in range(5):
+            data = os.urandom(5000 + i)
+            write_fsynced(d / f"f{i}", data)
+            want[os.stat(d / f"f{i}").st_ino] = data
+        (d / "sub").mkdir()
+        write_fsynced(d / "sub" / "g", b"nested")
+        sub = os.stat(d / "sub").st_ino
+        ino = os.stat(d).st_ino
+    uid = INODE_TABLE + ino * INODE_SIZE + 28  # under the slot checksum
+    with open(pool, "r+b") as f:
+        f.seek(uid)
+        b = f.read(1)
+        f.seek(uid)
+        f.write(bytes([b[0] ^ 0x40]))
+    assert_clean_error(attempt_mount(pool, mountpoint), mentions=["fsck --repair"])
+    cp = helpers.fsck(pool, "--repair")
+    assert cp.returncode == 0, helpers.describe(cp, "fsck --repair")
+    assert "lost+found" in cp.stdout, helpers.describe(cp, "fsck --repair")
+    helpers.assert_fsck_clean(pool, "after the repair")
+    with helpers.mounted_pool(pool, mountpoint) as m:
+        lf = m.path / "lost+found"
+        assert not (m.path / "doomed").exists()
+        assert os.stat(lf).st_mode & 0o7777 == 0o700
+        assert sorted(os.listdir(lf)) == sorted(f"#{i}" for i in [*want, sub])
+        for i, data in want.items():
+            assert read(lf / f"#{i}") == data
+        assert read(lf / f"#{sub}" / "g") == b"nested"
