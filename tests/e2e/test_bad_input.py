@@ -499,6 +499,16 @@ INODE_TABLE = 3 * 4096  # the inode table starts at block 3 (docs/design.md §3.
 INODE_SIZE = 128
 
 
+def xor_slot_byte(pool, ino: int, offset: int, mask: int) -> None:
+    """Flip the bits `mask` of byte `offset` of inode `ino`'s slot (base table)."""
+    at = INODE_TABLE + ino * INODE_SIZE + offset
+    with open(pool, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ mask]))
+
+
 def test_a_flipped_bit_in_a_log_head_is_refused_and_fsck_repair_corrects_it_losing_nothing(pool, mountpoint):
     """One flipped bit in a directory's log head word (format 12 gives it a
     check): mount refuses with a one-line error, fsck reports it without
@@ -512,12 +522,7 @@ def test_a_flipped_bit_in_a_log_head_is_refused_and_fsck_repair_corrects_it_losi
             write_fsynced(d / f"file-with-a-long-name-{i:03}", data)
             want[f"file-with-a-long-name-{i:03}"] = data
         ino = os.stat(d).st_ino
-    head = INODE_TABLE + ino * INODE_SIZE
-    with open(pool, "r+b") as f:
-        f.seek(head + 1)
-        b = f.read(1)
-        f.seek(head + 1)
-        f.write(bytes([b[0] ^ 0x02]))  # bit 9 of the head word
+    xor_slot_byte(pool, ino, 1, 0x02)  # bit 9 of the head word
     before = sha256_file(pool)
     cp = attempt_mount(pool, mountpoint)
     msg = assert_clean_error(cp, mentions=["log head", "fsck --repair"])
@@ -555,12 +560,7 @@ def test_files_of_a_broken_directory_are_kept_in_lost_found_by_fsck_repair(pool,
         write_fsynced(d / "sub" / "g", b"nested")
         sub = os.stat(d / "sub").st_ino
         ino = os.stat(d).st_ino
-    uid = INODE_TABLE + ino * INODE_SIZE + 28  # under the slot checksum
-    with open(pool, "r+b") as f:
-        f.seek(uid)
-        b = f.read(1)
-        f.seek(uid)
-        f.write(bytes([b[0] ^ 0x40]))
+    xor_slot_byte(pool, ino, 28, 0x40)  # the uid, under the slot checksum
     assert_clean_error(attempt_mount(pool, mountpoint), mentions=["fsck --repair"])
     cp = helpers.fsck(pool, "--repair")
     assert cp.returncode == 0, helpers.describe(cp, "fsck --repair")
