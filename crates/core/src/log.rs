@@ -312,13 +312,10 @@ pub fn walk(
             let word = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
             let Ok(next) = terrace_format::decode_page_pointer(word) else {
                 return Err(WalkError {
+                    at: pos,
+                    last_good,
+                    what: format!("log page {:#x}: damaged next pointer", page.off),
                     damaged_next: Some(page.off + LOG_PAGE_OFF_NEXT),
-                    ..err(
-                        pos,
-                        last_good,
-                        format!("log page {:#x}: damaged next pointer", page.off),
-                    )
-                    .unwrap_err()
                 });
             };
             if next == 0 {

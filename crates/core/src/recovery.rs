@@ -580,18 +580,17 @@ fn scan_view(
         let slot = match InodeSlot::decode(raw) {
             Ok(s) if is_used_state(s.state) => s,
             Ok(_) => continue,
-            Err(_) if damaged_slot_word(raw).is_some() => {
-                problems.push(Problem::BadLogPointer {
-                    ino,
-                    word: damaged_slot_word(raw).expect("just found"),
-                    safe_tail: 0,
-                });
-                continue;
-            }
             Err(e) => {
-                problems.push(Problem::BadSlot {
-                    ino,
-                    what: format!("slot {e}"),
+                problems.push(match damaged_slot_word(raw) {
+                    Some(word) => Problem::BadLogPointer {
+                        ino,
+                        word,
+                        safe_tail: 0,
+                    },
+                    None => Problem::BadSlot {
+                        ino,
+                        what: format!("slot {e}"),
+                    },
                 });
                 continue;
             }
