@@ -56,6 +56,7 @@ pub mod pointer_repair;
 pub mod read_pins;
 pub mod recovery;
 mod recovery_blobs;
+mod recovery_problems;
 mod reshare;
 pub mod rules;
 pub mod scrub;

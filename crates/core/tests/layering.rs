@@ -268,6 +268,7 @@ const COMPONENTS: &[&str] = &[
     "pointer_repair",
     "read_pins",
     "recovery",
+    "recovery_problems",
     "service_state",
     "shared",
     "sums",
