@@ -6,7 +6,9 @@
 //! that no block is owned twice. Free space is derived from what is reachable, so
 //! unreachable space cannot leak; unreachable inodes (orphans) are reported.
 //!
-//! Repair fixes what it can without guessing: it corrects a log's link word
+//! Repair fixes what it can without guessing. It first rolls back open
+//! journal transactions and clears unreadable journal slots, so that every
+//! later step works on the words the scans saw. Then it corrects a log's link word
 //! one or two bits off (`pointer_repair.rs`), truncates an unreadable log to
 //! its last good entry, frees broken slots, keeps the inodes only those named
 //! in `/lost+found`, removes directory entries that point nowhere, corrects
@@ -18,8 +20,8 @@ use crate::recovery::{scan, LogWord, OpenError, Problem, Scan, TierDevices};
 use crate::types::Ino;
 use std::sync::Arc;
 use terrace_format::{
-    journal_slot_offset, Entry, InodeSlot, BLOCK_SIZE, INODE_FREE, INODE_OFF_GENERATION,
-    INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_SIZE, INODE_USED, ROOT_INO,
+    Entry, InodeSlot, INODE_FREE, INODE_OFF_GENERATION, INODE_OFF_LOG_TAIL, INODE_OFF_STATE,
+    INODE_SIZE, INODE_USED, ROOT_INO,
 };
 use terrace_media::PmMedia;
 
@@ -224,15 +226,24 @@ pub fn repair(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<FsckReport, OpenError> {
     let mut report = FsckReport::default();
-    // Pass 1: problems below the log level (slots, logs, journal).
+    // Open transactions first, as a mount would. The scans below see the
+    // pool with them rolled back (in DRAM); doing it on media now makes
+    // every fix below apply to the words they saw, and no later rollback
+    // can undo an entry that repair appends.
+    let (rolled_back, cleared) = crate::journal::roll_back_or_clear(&*media);
+    report.open_transactions = rolled_back;
+    for (slot, what) in cleared {
+        report
+            .repaired
+            .push(format!("cleared unreadable journal slot {slot} ({what})"));
+    }
+    // Pass 1: problems below the log level (slots, logs).
     let sc = repair_scan(&*media, tiers, progress, &mut report)?;
-    report.open_transactions = sc.rolled_back;
     let mut rescan = false;
     for p in &sc.problems {
         match p {
             Problem::BadSlot { ino, .. } => {
-                media.store_u64(sc.slot_offset(*ino) + INODE_OFF_STATE, 0);
-                media.persist(sc.slot_offset(*ino) + INODE_OFF_STATE, 8);
+                free_slot(&*media, sc.slot_offset(*ino));
                 report
                     .repaired
                     .push(format!("freed broken inode slot {ino}"));
@@ -244,28 +255,22 @@ pub fn repair(
                 safe_tail,
             } => {
                 let slot = sc.slot_offset(*ino);
-                let pool = sc.sb.pool_start * BLOCK_SIZE..sc.sb.pm_size;
-                match crate::pointer_repair::corrected_word(&*media, *ino, slot, *word, pool) {
+                let pages = sc.sb.page_pool_bytes();
+                match crate::pointer_repair::corrected_word(&*media, *ino, slot, *word, pages) {
                     Some((at, fixed)) => {
-                        media.store_u64(at, fixed);
-                        media.persist(at, 8);
+                        store_word(&*media, at, fixed);
                         report
                             .repaired
                             .push(format!("corrected the damaged log {word} of inode {ino}"));
                     }
                     None if !matches!(word, LogWord::Next(_)) => {
-                        media.store_u64(slot + INODE_OFF_STATE, 0);
-                        media.persist(slot + INODE_OFF_STATE, 8);
+                        free_slot(&*media, slot);
                         report.repaired.push(format!(
                             "freed inode slot {ino} (its log {word} is damaged beyond correction)"
                         ));
                     }
                     None => {
-                        media.store_u64(
-                            slot + INODE_OFF_LOG_TAIL,
-                            terrace_format::encode_tail(*safe_tail),
-                        );
-                        media.persist(slot + INODE_OFF_LOG_TAIL, 8);
+                        truncate_log(&*media, slot, *safe_tail);
                         report.repaired.push(format!(
                             "truncated the log of inode {ino} to its last good entry (its {word} is damaged beyond correction)"
                         ));
@@ -281,35 +286,19 @@ pub fn repair(
                 // what its slot says (an empty log on PM). State first: a
                 // crash in between leaves a PM log that does not walk, which
                 // the next repair truncates.
-                media.store_u64(
-                    sc.slot_offset(*ino) + INODE_OFF_STATE,
-                    terrace_format::INODE_USED,
-                );
-                media.persist(sc.slot_offset(*ino) + INODE_OFF_STATE, 8);
-                media.store_u64(sc.slot_offset(*ino) + INODE_OFF_LOG_TAIL, 0);
-                media.persist(sc.slot_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
+                let slot = sc.slot_offset(*ino);
+                store_word(&*media, slot + INODE_OFF_STATE, terrace_format::INODE_USED);
+                store_word(&*media, slot + INODE_OFF_LOG_TAIL, 0);
                 report.repaired.push(format!(
                     "emptied the log of inode {ino} (its log on a block tier is unreadable)"
                 ));
                 rescan = true;
             }
             Problem::BadLog { ino, safe_tail, .. } => {
-                media.store_u64(
-                    sc.slot_offset(*ino) + INODE_OFF_LOG_TAIL,
-                    terrace_format::encode_tail(*safe_tail),
-                );
-                media.persist(sc.slot_offset(*ino) + INODE_OFF_LOG_TAIL, 8);
+                truncate_log(&*media, sc.slot_offset(*ino), *safe_tail);
                 report.repaired.push(format!(
                     "truncated the log of inode {ino} to its last good entry"
                 ));
-                rescan = true;
-            }
-            Problem::BadJournal { slot, .. } => {
-                media.store_u64(journal_slot_offset(*slot), 0);
-                media.persist(journal_slot_offset(*slot), 8);
-                report
-                    .repaired
-                    .push(format!("cleared unreadable journal slot {slot}"));
                 rescan = true;
             }
             _ => {}
@@ -360,6 +349,28 @@ pub fn repair(
     Ok(report)
 }
 
+/// Stores one 8-byte word of a slot and makes it durable before the next
+/// store (each repair store is a commit of its own).
+fn store_word(media: &dyn PmMedia, at: u64, value: u64) {
+    media.store_u64(at, value);
+    media.persist(at, 8);
+}
+
+/// Frees the inode slot at `slot` (its state word).
+fn free_slot(media: &dyn PmMedia, slot: u64) {
+    store_word(media, slot + INODE_OFF_STATE, INODE_FREE);
+}
+
+/// Cuts the log of the inode slot at `slot` back to `safe_tail`, the end of
+/// its last good entry.
+fn truncate_log(media: &dyn PmMedia, slot: u64, safe_tail: u64) {
+    store_word(
+        media,
+        slot + INODE_OFF_LOG_TAIL,
+        terrace_format::encode_tail(safe_tail),
+    );
+}
+
 /// A scan of `repair`: it writes what recovery writes — rolls back open
 /// transactions and frees orphans — but only when nothing it found blocks a
 /// mount, so the orphans are reported freed only then (the children of a
@@ -387,9 +398,9 @@ pub const LOST_FOUND: &[u8] = b"lost+found";
 /// count above 0: not a file unlinked while open) that no other orphan
 /// directory names, as `#INO`. Makes `/lost+found` (mode 0700, owned by
 /// root) when the root has no such directory. Runs only after pass 1
-/// changed something, on a pool without open journal transactions (a later
-/// rollback could undo the appended entries); orphans it does not adopt are
-/// freed as before. The adopted inodes' link counts are set in pass 2.
+/// changed something (the journal is empty by then: repair rolls it back
+/// first); orphans it does not adopt are freed as before. The adopted
+/// inodes' link counts are set in pass 2.
 fn adopt_orphans(
     media: &dyn PmMedia,
     tiers: &TierDevices,
@@ -401,7 +412,7 @@ fn adopt_orphans(
     let Some(alloc) = sc.alloc.as_ref() else {
         return Ok(());
     };
-    if adopt.is_empty() || sc.rolled_back > 0 {
+    if adopt.is_empty() {
         return Ok(());
     }
     let Some(root) = sc.inodes.get(&ROOT_INO).and_then(|r| r.dir.as_ref()) else {

@@ -352,7 +352,7 @@ fn scan_view(
     progress: &mut dyn FnMut(u64, u64),
     keep_orphans: bool,
 ) -> Scan {
-    let pool = sb.pool_start * BLOCK_SIZE..sb.pm_size;
+    let pool = sb.page_pool_bytes();
     // The whole table, base and groups, in slot order.
     let inode_groups = match read_inode_groups(media, &sb) {
         Ok(g) => g,

@@ -171,6 +171,11 @@ pub struct Superblock {
 }
 
 impl Superblock {
+    /// PM byte offsets of the page pool, where every log page lies.
+    pub fn page_pool_bytes(&self) -> std::ops::Range<u64> {
+        self.pool_start * BLOCK_SIZE..self.pm_size
+    }
+
     /// Encodes into one block.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_SIZE as usize];

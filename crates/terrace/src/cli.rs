@@ -709,13 +709,15 @@ and log entry checksum, log chains, reachability from the root, link counts and
 block ownership (no block owned twice, no leak). Orphan inodes and open journal
 transactions left by a crash are reported; mount handles them by itself.
 
---repair fixes what can be fixed safely: corrects a word linking a log (its
-head, tail or next page) that is one or two bits off, which loses nothing;
-otherwise truncates unreadable logs to their last good entry and frees broken
-inode slots. Files and directories that only those named are kept in
-/lost+found as #INODE (made when missing, mode 0700); then it removes
-directory entries that point nowhere, corrects link counts and frees the
-other orphans (files unlinked while open, creates a crash cut short).
+--repair fixes what can be fixed safely. It first rolls back open journal
+transactions (as mount would) and clears unreadable journal slots. Then it
+corrects a word linking a log (its head, tail or next page) that is one or two
+bits off, which loses nothing; otherwise it truncates unreadable logs to their
+last good entry and frees broken inode slots. Files and directories that only
+those named are kept in /lost+found as #INODE (made when missing, mode 0700).
+Last, it removes directory entries that point nowhere, corrects link counts
+and frees the other orphans (files unlinked while open, creates a crash cut
+short).
 
 Shows a progress bar on large pools. Refuses a mounted pool.
 Exit status: 0 clean, 1 problems remain, 2 cannot check (not a pool, mounted, …).
