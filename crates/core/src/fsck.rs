@@ -256,7 +256,9 @@ pub fn repair(
             } => {
                 let slot = sc.slot_offset(*ino);
                 let pages = sc.sb.page_pool_bytes();
-                match crate::pointer_repair::corrected_word(&*media, *ino, slot, *word, pages) {
+                match crate::pointer_repair::corrected_word(
+                    &*media, tiers, *ino, slot, *word, pages,
+                ) {
                     Some((at, fixed)) => {
                         store_word(&*media, at, fixed);
                         report

@@ -13,27 +13,36 @@
 //! in about half of its 16 check bits. When no word qualifies, repair does
 //! what it does with any unreadable log: a damaged head or tail frees the
 //! slot, a damaged `next` truncates the log after the last entry before it.
+//!
+//! A state-2 slot (its log is one blob on a block tier) has a tail word
+//! that holds the blob's length with the same check; a length is taken when
+//! the blob reads back whole with it (magic, owner, generation, length and
+//! checksum). Its head word has no check: the blob it names checks itself.
 
 use crate::log::walk;
-use crate::recovery::{LogWord, Overlay};
+use crate::recovery::{LogWord, Overlay, TierDevices};
+use crate::recovery_blobs::{read_log_blob, BlobBlocks};
 use std::ops::Range;
-use terrace_format::{encode_page_pointer, InodeSlot, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL};
-use terrace_format::{INODE_SIZE, INODE_USED, LOG_PAGE_MIN};
+use terrace_format::{decode_tier_log_head, encode_page_pointer, InodeSlot, INODE_OFF_LOG_HEAD};
+use terrace_format::{INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_SIZE, INODE_USED};
+use terrace_format::{INODE_USED_TIER_LOG, LOG_PAGE_MIN, PAGE_POINTER_OFFSET_MASK};
 use terrace_media::PmMedia;
 
 /// The most bits in which a corrected word may differ from the stored one.
 pub const MAX_FLIPPED_BITS: u32 = 2;
 
 /// Bits of a pointer word that hold the PM offset (the check is above them).
-const OFFSET_BITS: u32 = 48;
+const OFFSET_BITS: u32 = PAGE_POINTER_OFFSET_MASK.count_ones();
 
 /// The word to store as `word` of the log of inode `ino`, whose slot is at
-/// PM offset `slot`, so that the log walks from its head to its tail: the
-/// unique nearest such word within [`MAX_FLIPPED_BITS`] of the stored one.
-/// `pool` is the byte range log pages lie in. Returns the word's PM offset
-/// and the word, or None when there is no such word, or more than one.
+/// PM offset `slot`, so that the log reads whole: walks from its head to
+/// its tail, or (state 2) its blob on `tiers` decodes. The unique nearest
+/// such word within [`MAX_FLIPPED_BITS`] of the stored one. `pool` is the
+/// byte range log pages lie in. Returns the word's PM offset and the word,
+/// or None when there is no such word, or more than one.
 pub fn corrected_word(
     media: &dyn PmMedia,
+    tiers: &TierDevices,
     ino: u64,
     slot: u64,
     word: LogWord,
@@ -44,8 +53,11 @@ pub fn corrected_word(
         LogWord::Tail => (slot + INODE_OFF_LOG_TAIL, false),
         LogWord::Next(at) => (at, true),
     };
+    // A state-2 tail is a length, not a PM offset.
+    let blob_length = media.load_u64(slot + INODE_OFF_STATE) == INODE_USED_TIER_LOG;
     let stored = media.load_u64(at);
-    let offset = stored & ((1 << OFFSET_BITS) - 1);
+    let offset = stored & PAGE_POINTER_OFFSET_MASK;
+    let mut blobs = BlobBlocks::default();
     // (distance, word) of the nearest word found, and whether another word
     // lies at that distance.
     let mut best: Option<(u32, u64)> = None;
@@ -53,7 +65,12 @@ pub fn corrected_word(
     for candidate in within_two_bits(offset) {
         // A tail may be 0: an inode without a log (its slot says it all).
         let empty_tail = !is_page && candidate == 0;
-        if is_page && candidate % LOG_PAGE_MIN != 0 || !pool.contains(&candidate) && !empty_tail {
+        let placed = if blob_length {
+            candidate != 0
+        } else {
+            (!is_page || candidate % LOG_PAGE_MIN == 0) && (pool.contains(&candidate) || empty_tail)
+        };
+        if !placed {
             continue;
         }
         // Tails, heads and `next` words carry the same check.
@@ -62,7 +79,12 @@ pub fn corrected_word(
         if distance > MAX_FLIPPED_BITS || best.is_some_and(|(d, _)| distance > d) {
             continue;
         }
-        if !walks_to_its_tail(media, ino, slot, at, fixed, pool.clone()) {
+        let reads_whole = if blob_length {
+            blob_reads_whole(media, tiers, &mut blobs, ino, slot, at, fixed)
+        } else {
+            walks_to_its_tail(media, ino, slot, at, fixed, pool.clone())
+        };
+        if !reads_whole {
             continue;
         }
         match best {
@@ -106,6 +128,46 @@ fn walks_to_its_tail(
         Ok(s) if s.state == INODE_USED => walk(&view, ino, s.log_head, s.log_tail, pool).is_ok(),
         _ => false,
     }
+}
+
+/// True when, with `word` stored at `at`, the slot at `slot` decodes as a
+/// state-2 slot whose log blob reads back whole from `tiers`.
+fn blob_reads_whole(
+    media: &dyn PmMedia,
+    tiers: &TierDevices,
+    blobs: &mut BlobBlocks,
+    ino: u64,
+    slot: u64,
+    at: u64,
+    word: u64,
+) -> bool {
+    let view = Overlay {
+        inner: media,
+        words: [(at, word)].into_iter().collect(),
+    };
+    let mut raw = [0u8; INODE_SIZE];
+    view.read(slot, &mut raw);
+    let Ok(s) = InodeSlot::decode(&raw) else {
+        return false;
+    };
+    let (tier, block, offset) = decode_tier_log_head(s.log_head);
+    // A packed blob (not at a block's start) lies inside its block.
+    let packed_fits = offset == 0
+        || offset
+            .checked_add(s.log_tail)
+            .is_some_and(|end| end <= terrace_format::BLOCK_SIZE);
+    s.state == INODE_USED_TIER_LOG
+        && packed_fits
+        && matches!(
+            read_log_blob(
+                tiers,
+                blobs,
+                ino,
+                s.generation,
+                (tier, block, offset, s.log_tail)
+            ),
+            Ok(Some(_))
+        )
 }
 
 #[cfg(test)]

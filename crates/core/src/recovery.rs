@@ -325,19 +325,27 @@ pub fn read_inode_groups(media: &dyn PmMedia, sb: &Superblock) -> Result<Vec<u64
 }
 
 /// The slot word whose check alone makes the in-use slot bytes `raw` fail
-/// to decode: with it cleared they decode as a state-1 slot (with a log,
-/// for the head). None when the slot has another fault.
-fn damaged_slot_word(raw: &[u8]) -> Option<LogWord> {
+/// to decode: with its check bits cleared (read unchecked) they decode as
+/// an in-use slot — a state-1 slot with a log, for the head; a state-1 or
+/// state-2 slot, for the tail (a state-2 tail is its log blob's length).
+/// None when the slot has another fault.
+pub(crate) fn damaged_slot_word(raw: &[u8]) -> Option<LogWord> {
     let raw = raw.get(..INODE_SIZE)?;
-    let decodes_without = |word: u64, need_log: bool| {
+    let decodes_unchecked = |word: u64, need_log: bool| {
         let mut copy = raw.to_vec();
-        copy[word as usize..word as usize + 8].fill(0);
-        matches!(InodeSlot::decode(&copy),
-            Ok(s) if s.state == INODE_USED && (s.log_tail != 0 || !need_log))
+        let at = word as usize..word as usize + 8;
+        let stored = u64::from_le_bytes(copy[at.clone()].try_into().expect("8 bytes"));
+        copy[at]
+            .copy_from_slice(&(stored & terrace_format::PAGE_POINTER_OFFSET_MASK).to_le_bytes());
+        match InodeSlot::decode(&copy) {
+            Ok(s) if s.state == INODE_USED => s.log_tail != 0 || !need_log,
+            Ok(s) => s.state == INODE_USED_TIER_LOG && !need_log,
+            Err(_) => false,
+        }
     };
-    if decodes_without(INODE_OFF_LOG_HEAD, true) {
+    if decodes_unchecked(INODE_OFF_LOG_HEAD, true) {
         Some(LogWord::Head)
-    } else if decodes_without(INODE_OFF_LOG_TAIL, false) {
+    } else if decodes_unchecked(INODE_OFF_LOG_TAIL, false) {
         Some(LogWord::Tail)
     } else {
         None

@@ -646,3 +646,65 @@ fn a_packed_blob_at_a_wrong_offset_is_refused_not_misread() {
     check_files(&fs, &files, "after the word was put back");
     fs.check_allocator().unwrap();
 }
+
+/// A state-2 slot's tail word holds its log blob's length with a 16-bit
+/// check. Every flipped bit of it is refused by mount (or harmless), and
+/// `fsck --repair` corrects it, since only the true length reads the blob
+/// back whole: nothing is lost. (Before 2026-12-07 repair freed such a
+/// slot, and with it the file.)
+#[test]
+fn a_flipped_bit_in_a_blob_length_is_refused_and_corrected_by_repair() {
+    use terrace_format::{inode_offset, INODE_OFF_LOG_TAIL};
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
+    let files = small_files(&fs, 6);
+    let inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), 6);
+    let tree = fs_tree(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let tiers: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = vec![(1, ssd.clone())];
+    let (mut refused, mut corrected) = (0, 0);
+    // A packed blob and one at a block's start, when both kinds are there.
+    for &victim in [inos[0], inos[3]].iter() {
+        let addr = inode_offset(victim) + INODE_OFF_LOG_TAIL;
+        let word = pm.load_u64(addr);
+        for bit in 0..64 {
+            pm.store_u64(addr, word ^ 1 << bit);
+            pm.persist(addr, 8);
+            let what = format!("inode {victim}, tail bit {bit}");
+            let pmd: Arc<dyn PmMedia> = pm.clone();
+            match Fs::mount_with_tiers(pmd, tiers.clone()) {
+                Ok(fs) => {
+                    // Harmless only when it reads the same tree.
+                    assert_same_tree(&fs_tree(&fs), &tree, &what);
+                    fs.unmount().unwrap();
+                }
+                Err(e) => {
+                    refused += 1;
+                    assert!(
+                        e.to_string().contains(&format!("inode {victim}")),
+                        "{what}: {e}"
+                    );
+                    let pmd: Arc<dyn PmMedia> = pm.clone();
+                    let report = terrace_core::fsck::repair(pmd, &tiers, &mut |_, _| {}).unwrap();
+                    assert!(report.is_clean(), "{what}: {:?}", report.problems);
+                    assert!(
+                        report.repaired.iter().any(|r| r.starts_with("corrected")),
+                        "{what}: {:?}",
+                        report.repaired
+                    );
+                    assert_eq!(pm.load_u64(addr), word, "{what}");
+                    corrected += 1;
+                    let fs = mount_tiered(pm.clone(), ssd.clone());
+                    assert_same_tree(&fs_tree(&fs), &tree, &what);
+                    check_files(&fs, &files, &what);
+                    fs.unmount().unwrap();
+                }
+            }
+            pm.store_u64(addr, word);
+            pm.persist(addr, 8);
+        }
+    }
+    assert!(refused >= 64, "refused {refused} of 128 flips");
+    assert_eq!(corrected, refused);
+}

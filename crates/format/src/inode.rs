@@ -94,6 +94,9 @@ pub fn decode_tier_log_head(word: u64) -> (TierId, PhysBlock, u64) {
 /// Bits of the tail word that hold the PM offset; the 16 above them hold a
 /// check of it (format version 3).
 const TAIL_OFFSET_BITS: u32 = 48;
+/// The bits of a tail or page pointer word that hold the offset (or a
+/// state-2 tail's length); the bits above them are its check.
+pub const PAGE_POINTER_OFFSET_MASK: u64 = (1 << TAIL_OFFSET_BITS) - 1;
 
 fn tail_check(off: u64) -> u64 {
     // Never 0: a check of 0 marks a tail written by a version-2 build.
