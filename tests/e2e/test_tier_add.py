@@ -73,6 +73,23 @@ def test_tier_changes_that_would_break_the_pool_are_refused_with_one_clear_line(
             # The daemon of a mounted pool checks the order as mkfs does.
             cp = terrace("tier", "add", mnt, f"ssd:{ssd}:128M", check=False)
             assert_clean_error(cp, mentions=["fastest to slowest"])
+            # A tier inside the pool's own mount: the pool could never mount
+            # again (it would need itself). Refused online and offline, by
+            # mkfs too, also through a symlink; nothing is created there.
+            inside = mnt / "inside.img"
+            cp = terrace("tier", "add", mnt, f"hdd:{inside}:16M", check=False)
+            assert_clean_error(cp, mentions=["Terrace mount", str(mnt)])
+            (mnt / "sub").mkdir()
+            link = ssd2.parent / (ssd2.name + ".link")
+            link.symlink_to(mnt / "sub")
+            try:
+                cp = terrace("mkfs", "--tier", f"pm:{ssd2}:64M", "--tier",
+                             f"hdd:{link}/t.img:128M", check=False)
+                assert_clean_error(cp, mentions=["Terrace mount"])
+            finally:
+                link.unlink()
+            assert sorted(p.name for p in mnt.iterdir()) == ["sub"]
+            (mnt / "sub").rmdir()
         before = pool.read_bytes()[:8192]
         # Slower to faster, a second pm tier, a tier the pool already has.
         cp = terrace("tier", "add", pool, f"ssd:{ssd2}:128M", check=False)

@@ -144,6 +144,9 @@ pub struct MountEntry {
     pub owner_uid: Option<u32>,
     /// Read-only, by its per-mount options or its super options.
     pub read_only: bool,
+    /// The device number (`major:minor`) of the file system mounted, as
+    /// `stat` reports it for its files.
+    pub dev: Option<(u32, u32)>,
 }
 
 fn unescape_mount(s: &str) -> String {
@@ -200,6 +203,9 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             source: unescape_mount(rf[1]),
             owner_uid: rf.get(2).and_then(|o| fuse_owner(o)),
             read_only: ro(lf[5]) || rf.get(2).is_some_and(|o| ro(o)),
+            dev: lf[2]
+                .split_once(':')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))),
         });
     }
     v
@@ -219,6 +225,24 @@ pub fn fuse_mount_containing(path: &Path) -> Option<MountEntry> {
         .filter(|m| m.mount_point != path && path.starts_with(&m.mount_point))
         .max_by_key(|m| m.mount_point.components().count())
         .filter(|m| m.fstype.starts_with("fuse"))
+}
+
+/// The Terrace mount that holds `path` (a file, or where one would be
+/// created: its directory when it does not exist), found by the device
+/// number of the file system it is on, so symlinks and bind mounts cannot
+/// hide it. A tier must never lie there: the pool would need itself (or
+/// another pool) mounted to mount.
+pub fn terrace_mount_holding(path: &Path) -> Option<MountEntry> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).or_else(|_| {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+        std::fs::metadata(dir.unwrap_or(Path::new(".")))
+    });
+    let dev = meta.ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    mounts()
+        .into_iter()
+        .find(|m| m.dev == Some((major, minor)) && m.fstype == "fuse.terrace")
 }
 
 /// Mounts of the pool at `pool` (an absolute path) by a Terrace daemon.

@@ -40,6 +40,17 @@ fn device_len(f: &File) -> io::Result<u64> {
 
 pub(crate) fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
     let raw = &spec.path;
+    if let Some(m) = util::terrace_mount_holding(raw) {
+        return Err(CliError::at(
+            raw,
+            format!(
+                "lies on the Terrace mount {} (pool {}): a tier must be on a device or file system of its own, or the pool could not mount without that mount",
+                m.mount_point.display(),
+                m.source
+            ),
+        )
+        .code(2));
+    }
     let (exists, is_blockdev, current_len) = match std::fs::metadata(raw) {
         Ok(m) => {
             let ft = m.file_type();
