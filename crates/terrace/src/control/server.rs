@@ -209,7 +209,9 @@ impl Server {
                     continue;
                 }
             }
-            if let Some(what) = req.writes().filter(|_| self.fs.is_read_only()) {
+            // A read-only mount, or one remounted read-only since (frozen).
+            let read_only = self.fs.is_read_only() || self.fs.is_frozen();
+            if let Some(what) = req.writes().filter(|_| read_only) {
                 refuse(&stream, Refusal::read_only(what));
                 continue;
             }
