@@ -82,6 +82,8 @@ pub struct BlockFile {
     fallback_reason: Option<String>,
     stats: BlockStatsCounter,
     bounced: AtomicU64,
+    /// Opened O_RDONLY ([`BlockFile::open_read_only`]).
+    read_only: bool,
 }
 
 fn is_einval(e: &io::Error) -> bool {
@@ -140,8 +142,10 @@ impl BlockFile {
     }
 
     /// Opens an existing regular file or block device for reading only
-    /// (a read-only mount), preferring O_DIRECT: every write fails (EBADF),
-    /// so nothing can reach the media.
+    /// (O_RDONLY: a read-only mount or fsck without repair; works on a
+    /// read-only file system or an immutable file), preferring O_DIRECT:
+    /// every write and discard fails with EROFS, so nothing can reach the
+    /// media; `sync` has nothing to do.
     pub fn open_read_only(path: impl AsRef<Path>) -> io::Result<BlockFile> {
         Self::open_inner(path.as_ref(), DirectIo::Prefer, None, false)
     }
@@ -223,6 +227,7 @@ impl BlockFile {
             fallback_reason,
             stats: BlockStatsCounter::new(),
             bounced: AtomicU64::new(0),
+            read_only: !writable,
         })
     }
 
@@ -296,6 +301,19 @@ impl BlockFile {
         Ok(())
     }
 
+    /// True for media opened by [`open_read_only`](Self::open_read_only).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// EROFS when opened read-only (before a write or discard).
+    fn check_writable(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        Ok(())
+    }
+
     fn needs_bounce(&self, p: *const u8) -> bool {
         self.direct && !is_block_aligned(p)
     }
@@ -325,6 +343,7 @@ impl BlockMedia for BlockFile {
 
     fn write_blocks(&self, block: u64, data: &[u8]) -> io::Result<()> {
         let off = self.check(block, data.len())?;
+        self.check_writable()?;
         if data.is_empty() {
             return Ok(());
         }
@@ -339,6 +358,9 @@ impl BlockMedia for BlockFile {
     }
 
     fn sync(&self) -> io::Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
         self.file.sync_data()?;
         self.stats.record_sync();
         Ok(())
@@ -385,6 +407,7 @@ impl BlockMedia for BlockFile {
             .and_then(|l| usize::try_from(l).ok())
             .ok_or_else(|| invalid(&self.path, format_args!("discard of {blocks} blocks")))?;
         let off = self.check(block, len)?;
+        self.check_writable()?;
         if len == 0 {
             return Ok(());
         }
@@ -439,7 +462,7 @@ impl BlockMedia for BlockFile {
             self.path.display(),
             self.len,
             if self.direct { "O_DIRECT" } else { "buffered" }
-        )
+        ) + if self.read_only { ", read-only" } else { "" }
     }
 
     fn stats(&self) -> BlockStats {
@@ -455,6 +478,7 @@ impl fmt::Debug for BlockFile {
             .field("direct", &self.direct)
             .field("block_device", &self.block_device)
             .field("fallback_reason", &self.fallback_reason)
+            .field("read_only", &self.read_only)
             .finish()
     }
 }

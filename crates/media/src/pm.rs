@@ -18,13 +18,22 @@
 //! - User-caused errors (missing file, bad length, unmappable path) are
 //!   `io::Error`s naming the path, never panics. Out-of-range or misaligned
 //!   access is a caller bug and panics, as the [`PmMedia`] contract says.
+//! - [`PmFile::open_read_only`] (a check without repair, a read-only mount)
+//!   opens the file O_RDONLY, so it works on a read-only file system, an
+//!   immutable file or a snapshot, and maps it `MAP_PRIVATE`: a store that
+//!   reaches it anyway lands in a private copy-on-write page of this
+//!   process and never reaches the file (no SIGSEGV, no write). Flushes
+//!   and fences issue no `msync`; `sync_all` fails with EROFS once a store
+//!   has been made, since it can never become durable. Should the kernel
+//!   refuse the private writable mapping (ENOMEM under strict overcommit),
+//!   the file is mapped shared and read-only, and a store panics instead.
 
 use std::fmt;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
@@ -68,16 +77,37 @@ pub struct PmFile {
     unsynced: Mutex<Option<(u64, u64)>>,
     /// First `msync` failure seen by `fence`, reported by `sync_all`.
     sync_error: Mutex<Option<io::Error>>,
+    /// How the file is opened and mapped.
+    access: Access,
+    /// Read-only media: set by the first store (kept in private pages).
+    stored: AtomicBool,
 }
 
-// Safety: `base` points to a MAP_SHARED mapping owned by this value and valid
-// until drop; nothing in it is tied to a thread. Concurrent access is through
+/// How a [`PmFile`] is opened and mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// Read-write, `MAP_SHARED`: stores reach the file.
+    Shared,
+    /// O_RDONLY, `MAP_PRIVATE` readable and writable: stores stay in
+    /// private copy-on-write pages.
+    Private,
+    /// O_RDONLY, `MAP_SHARED` readable only: a store is a bug and panics.
+    ReadOnly,
+}
+
+// Safety: `base` points to a mapping (MAP_SHARED, or MAP_PRIVATE when opened
+// read-only) owned by this value and valid until drop; nothing in it is tied to a thread. Concurrent access is through
 // raw copies and atomics, and the `PmMedia` contract makes callers serialise
 // overlapping ranges, so no two threads race on the same bytes.
 unsafe impl Send for PmFile {}
 // Safety: see `Send`; all interior mutability besides the mapping is behind
 // mutexes.
 unsafe impl Sync for PmFile {}
+
+/// EROFS, what read-only media answers when asked to write.
+fn erofs() -> io::Error {
+    io::Error::from_raw_os_error(libc::EROFS)
+}
 
 fn check_len(path: &Path, len: u64) -> io::Result<()> {
     if len == 0 || len % PAGE != 0 {
@@ -105,6 +135,95 @@ impl PmFile {
         let file = open_mode(path, false, true).map_err(|e| with_path(path, "open", e))?;
         let (len, is_blk) = media_len(path, &file)?;
         Self::map(path, file, len, is_blk)
+    }
+
+    /// Maps an existing file or block device over its whole length for
+    /// reading only: opened O_RDONLY (no write permission, writable file
+    /// system or mutable file needed), mapped privately, so that no store
+    /// can reach the file (see the module docs). For `fsck` without repair
+    /// and read-only mounts.
+    pub fn open_read_only(path: impl AsRef<Path>) -> io::Result<PmFile> {
+        let path = path.as_ref();
+        let file = open_mode(path, false, false).map_err(|e| with_path(path, "open", e))?;
+        let (len, is_blk) = media_len(path, &file)?;
+        check_len(path, len)?;
+        let ulen = len as usize;
+        let kind = if is_blk {
+            PmKind::File
+        } else if Self::is_dax(&file, ulen) {
+            PmKind::Dax
+        } else if on_tmpfs(&file) {
+            PmKind::Tmpfs
+        } else {
+            PmKind::File
+        };
+        // Safety: a fresh mapping at an address of the kernel's choosing
+        // aliases no Rust object; `file` is open for reading and `len` long.
+        // A private mapping may be writable on a read-only descriptor: its
+        // stores go to anonymous copies, never to the file.
+        let private = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                ulen,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+                &file,
+                0,
+            )
+        };
+        let (addr, access) = match private {
+            Ok(addr) => (addr, Access::Private),
+            Err(rustix::io::Errno::NOMEM) => {
+                // Safety: as above, shared and readable only, so no store
+                // can reach the file (one would fault; `write` panics first).
+                let addr = unsafe {
+                    rustix::mm::mmap(
+                        std::ptr::null_mut(),
+                        ulen,
+                        ProtFlags::READ,
+                        MapFlags::SHARED,
+                        &file,
+                        0,
+                    )
+                }
+                .map_err(|e| with_path(path, "mmap (read-only)", e))?;
+                (addr, Access::ReadOnly)
+            }
+            Err(e) => return Err(with_path(path, "mmap (private)", e)),
+        };
+        Self::wrap(path, file, addr, len, kind, access)
+    }
+
+    /// Whether `file` accepts a `MAP_SYNC` mapping (DAX); the probe mapping
+    /// (readable only) is removed at once.
+    fn is_dax(file: &File, ulen: usize) -> bool {
+        // Safety: a fresh read-only mapping at an address of the kernel's
+        // choosing, aliasing no Rust object, unmapped below before anything
+        // reads it.
+        let probe = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                ulen,
+                ProtFlags::READ,
+                MapFlags::SHARED_VALIDATE | MapFlags::SYNC,
+                file,
+                0,
+            )
+        };
+        match probe {
+            Ok(addr) => {
+                // Safety: `addr` is the mapping of `ulen` bytes made above,
+                // of which nothing holds a reference.
+                let _ = unsafe { rustix::mm::munmap(addr, ulen) };
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// True for media opened by [`open_read_only`](Self::open_read_only).
+    pub fn is_read_only(&self) -> bool {
+        self.access != Access::Shared
     }
 
     /// Maps `path` with length `size` (a non-zero multiple of 4096).
@@ -156,6 +275,17 @@ impl PmFile {
             }
             Err(e) => return Err(with_path(path, "mmap (MAP_SYNC)", e)),
         };
+        Self::wrap(path, file, addr, len, kind, Access::Shared)
+    }
+
+    fn wrap(
+        path: &Path,
+        file: File,
+        addr: *mut std::ffi::c_void,
+        len: u64,
+        kind: PmKind,
+        access: Access,
+    ) -> io::Result<PmFile> {
         let base = NonNull::new(addr.cast::<u8>())
             .ok_or_else(|| path_error(path, io::ErrorKind::Other, "mmap returned null"))?;
         Ok(PmFile {
@@ -166,7 +296,27 @@ impl PmFile {
             kind,
             unsynced: Mutex::new(None),
             sync_error: Mutex::new(None),
+            access,
+            stored: AtomicBool::new(false),
         })
+    }
+
+    /// Before a store: read-only media remembers it (for `sync_all`), or
+    /// panics when its mapping cannot take it.
+    fn note_store(&self, off: u64, len: usize) {
+        match self.access {
+            Access::Shared => {}
+            Access::Private => self.stored.store(true, Ordering::Relaxed),
+            Access::ReadOnly => panic!(
+                "{}: store of {len} bytes at {off} to PM media opened read-only",
+                self.path.display()
+            ),
+        }
+    }
+
+    /// Whether flushes must be msynced: a shared page-cache mapping.
+    fn needs_msync(&self) -> bool {
+        self.kind == PmKind::File && self.access == Access::Shared
     }
 
     /// How durability is reached on this media.
@@ -203,6 +353,13 @@ impl PmFile {
         use std::os::fd::AsRawFd;
         if self.unbacked_bytes()? == 0 {
             return Ok(());
+        }
+        if self.is_read_only() {
+            return Err(with_path(
+                &self.path,
+                "opened read-only: cannot allocate it",
+                erofs(),
+            ));
         }
         // Safety: plain system call on a descriptor this value owns; no
         // memory is passed.
@@ -258,6 +415,7 @@ impl fmt::Debug for PmFile {
             .field("path", &self.path)
             .field("len", &self.len)
             .field("kind", &self.kind)
+            .field("access", &self.access)
             .finish()
     }
 }
@@ -278,7 +436,9 @@ impl PmMedia for PmFile {
 
     fn write(&self, off: u64, data: &[u8]) {
         let o = self.check(off, data.len() as u64);
-        // Safety: the destination is inside the mapping (checked), `data` is a
+        self.note_store(off, data.len());
+        // Safety: the destination is inside the mapping (checked) and
+        // writable (`note_store` panics for a read-only one), `data` is a
         // distinct allocation; callers serialise overlapping ranges.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(o), data.len())
@@ -288,7 +448,9 @@ impl PmMedia for PmFile {
     fn store_u64(&self, off: u64, value: u64) {
         assert!(off % 8 == 0, "store_u64 at unaligned offset {off}");
         let o = self.check(off, 8);
-        // Safety: the word is inside the mapping (checked), 8-aligned (the map
+        self.note_store(off, 8);
+        // Safety: the word is inside the mapping (checked) and writable
+        // (`note_store` panics for a read-only one), 8-aligned (the map
         // is page-aligned and `off` is 8-aligned), and only accessed atomically
         // or under the caller's serialisation for as long as this call lasts.
         let word = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(o).cast::<u64>()) };
@@ -297,11 +459,11 @@ impl PmMedia for PmFile {
 
     fn flush(&self, off: u64, len: u64) {
         let o = self.check(off, len);
-        if len == 0 {
+        if len == 0 || self.is_read_only() {
             return;
         }
         persist::flush_range(self.base.as_ptr().wrapping_add(o), len as usize);
-        if self.kind == PmKind::File {
+        if self.needs_msync() {
             let mut u = self.unsynced.lock();
             let end = off + len;
             *u = Some(match *u {
@@ -313,7 +475,7 @@ impl PmMedia for PmFile {
 
     fn fence(&self) {
         persist::fence();
-        if self.kind == PmKind::File {
+        if self.needs_msync() {
             // Held across msync so that a concurrent fence cannot return before
             // the lines it is responsible for are on disk.
             let mut u = self.unsynced.lock();
@@ -326,10 +488,20 @@ impl PmMedia for PmFile {
     }
 
     fn sync_all(&self) -> io::Result<()> {
+        if self.is_read_only() {
+            if self.stored.load(Ordering::Relaxed) {
+                return Err(with_path(
+                    &self.path,
+                    "opened read-only: stores to it were kept in memory and cannot be persisted",
+                    erofs(),
+                ));
+            }
+            return Ok(());
+        }
         if let Some(e) = self.sync_error.lock().take() {
             return Err(e);
         }
-        if self.kind == PmKind::File {
+        if self.needs_msync() {
             let mut u = self.unsynced.lock();
             self.msync(0, self.len)?;
             *u = None;
@@ -338,15 +510,20 @@ impl PmMedia for PmFile {
     }
 
     fn fence_is_durable(&self) -> bool {
-        self.kind != PmKind::File
+        !self.needs_msync()
     }
 
     fn describe(&self) -> String {
         format!(
-            "{} ({}, {})",
+            "{} ({}, {}){}",
             self.path.display(),
             self.kind,
-            persist::flush_instruction()
+            persist::flush_instruction(),
+            if self.is_read_only() {
+                ", read-only"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -483,6 +660,91 @@ mod tests {
             &on_disk[(PAGE - 4) as usize..(PAGE + 4) as usize],
             &[7u8; 8]
         );
+    }
+
+    /// A pool-like file with a recognisable pattern, and its bytes.
+    fn patterned(dir: &Path, len: u64) -> (PathBuf, Vec<u8>) {
+        let p = dir.join("ro");
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&p, &bytes).unwrap();
+        (p, bytes)
+    }
+
+    #[test]
+    fn read_only_stores_never_reach_the_file() {
+        for parent in ["/dev/shm", "/var/tmp"] {
+            let d = tempfile::tempdir_in(parent).unwrap();
+            let (p, bytes) = patterned(d.path(), 4 * PAGE);
+            let pm = PmFile::open_read_only(&p).unwrap();
+            assert!(pm.is_read_only());
+            assert_eq!(pm.len(), 4 * PAGE);
+            assert!(pm.describe().ends_with(", read-only"), "{}", pm.describe());
+            assert!(pm.fence_is_durable(), "nothing to msync");
+            let mut b = vec![0u8; PAGE as usize];
+            pm.read(PAGE, &mut b);
+            assert_eq!(&b[..], &bytes[PAGE as usize..2 * PAGE as usize]);
+            // Nothing stored yet: a sync has nothing to do.
+            pm.sync_all().unwrap();
+            // Stores land in private pages: this process sees them…
+            pm.write(100, b"not on disk");
+            pm.store_u64(2 * PAGE, 0xdead_beef);
+            pm.persist(100, 11);
+            pm.persist(2 * PAGE, 8);
+            assert_eq!(pm.load_u64(2 * PAGE), 0xdead_beef);
+            let mut w = [0u8; 11];
+            pm.read(100, &mut w);
+            assert_eq!(&w, b"not on disk");
+            // …the file never does, and a sync says so.
+            let e = pm.sync_all().unwrap_err();
+            assert_eq!(e.kind(), erofs().kind(), "{e}");
+            assert!(e.to_string().contains(&*p.to_string_lossy()), "{e}");
+            assert_eq!(std::fs::read(&p).unwrap(), bytes, "{parent}");
+            let other = PmFile::open_read_only(&p).unwrap();
+            assert_ne!(other.load_u64(2 * PAGE), 0xdead_beef);
+            drop(pm);
+            drop(other);
+            assert_eq!(std::fs::read(&p).unwrap(), bytes, "{parent}");
+        }
+    }
+
+    #[test]
+    fn read_only_open_needs_no_write_permission() {
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (p, bytes) = patterned(d.path(), 2 * PAGE);
+        let mut perm = std::fs::metadata(&p).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o444);
+        std::fs::set_permissions(&p, perm).unwrap();
+        let pm = PmFile::open_read_only(&p).unwrap();
+        assert_eq!(pm.kind(), PmKind::Tmpfs);
+        let e = pm.back_fully();
+        // The file is fully written, so there is nothing to allocate.
+        assert!(e.is_ok(), "{e:?}");
+        let mut b = vec![0u8; 2 * PAGE as usize];
+        pm.read(0, &mut b);
+        assert_eq!(b, bytes);
+        // A read-only open is refused nothing a writable one would be.
+        assert_eq!(
+            PmFile::open_read_only(d.path().join("missing"))
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+        std::fs::write(d.path().join("odd"), vec![0u8; 5000]).unwrap();
+        let e = PmFile::open_read_only(d.path().join("odd")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    }
+
+    #[test]
+    fn read_only_sparse_file_is_not_allocated() {
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let p = d.path().join("sparse");
+        drop(PmFile::create(&p, 1 << 20).unwrap());
+        let pm = PmFile::open_read_only(&p).unwrap();
+        let before = pm.unbacked_bytes().unwrap();
+        assert!(before > 0);
+        let e = pm.back_fully().unwrap_err();
+        assert_eq!(e.kind(), erofs().kind(), "{e}");
+        assert_eq!(pm.unbacked_bytes().unwrap(), before);
     }
 
     #[test]

@@ -42,7 +42,21 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
         )));
     }
     let _lock = util::lock_unmounted_pool(pool, &abs, "unmount it first").map_err(cannot)?;
-    let pm = PmFile::open(&abs).map_err(|e| cannot(CliError::new(e.to_string())))?;
+    // A check writes nothing: it opens the pool read-only, so it also
+    // works on a read-only file system, snapshot or immutable file (as
+    // `e2fsck -n`); only --repair needs to write.
+    let opened = if repair {
+        PmFile::open(&abs)
+    } else {
+        PmFile::open_read_only(&abs)
+    };
+    let pm = opened.map_err(|e| {
+        let msg = match crate::tier_check::read_only_refusal(&abs, &e) {
+            Some(line) if repair => format!("{} {line}", pool.display()),
+            _ => e.to_string(),
+        };
+        cannot(CliError::new(msg))
+    })?;
     let sb =
         terrace_core::recovery::read_superblock(&pm).map_err(|e| cannot(CliError::at(pool, e)))?;
     let bar = if sb.inode_count >= 100_000
@@ -88,7 +102,12 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
             tier_problems.push(e);
             continue;
         }
-        match terrace_media::BlockFile::open(&t.path) {
+        let opened = if repair {
+            terrace_media::BlockFile::open(&t.path)
+        } else {
+            terrace_media::BlockFile::open_read_only(&t.path)
+        };
+        match opened {
             Ok(f) => tiers.push((t.id, Arc::new(f))),
             Err(e) => util::warn(format!(
                 "tier {} ({}) cannot be opened: {e}; logs stored there are not checked",

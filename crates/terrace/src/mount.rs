@@ -136,7 +136,17 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
             Err(e) => return Err(CliError::at(raw, util::os_reason(&e))),
         }
     };
-    let pm = PmFile::open(&pool).map_err(|e| CliError::new(e.to_string()))?;
+    // A read-only mount writes nothing: it opens the pool read-only, so it
+    // also serves a read-only file system, snapshot or immutable file.
+    let opened = if cfg.options.read_only {
+        PmFile::open_read_only(&pool)
+    } else {
+        PmFile::open(&pool)
+    };
+    let pm = opened.map_err(|e| match crate::tier_check::read_only_refusal(&pool, &e) {
+        Some(line) if !cfg.options.read_only => CliError::new(format!("{} {line}", raw.display())),
+        _ => CliError::new(e.to_string()),
+    })?;
     let sb = terrace_core::recovery::read_superblock(&pm).map_err(|e| CliError::at(raw, e))?;
     if !cfg.options.read_only {
         back_pm_fully(&pm, raw)?;
@@ -175,7 +185,7 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
             ),
         ));
     }
-    if !cfg.child && pm.kind() == PmKind::File {
+    if !cfg.child && pm.kind() == PmKind::File && !cfg.options.read_only {
         util::warn(format!(
             "{} is not on a DAX file system or tmpfs: every persist needs msync and will be slow",
             pool.display()
@@ -329,9 +339,11 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             }
             Err(e) => {
                 remove_run_files(&files);
+                let why = crate::tier_check::read_only_refusal(Path::new(&t.path), &e)
+                    .map_or_else(|| format!(": {e}"), |l| format!(" {l}"));
                 return Err(CliError::at(
                     &cfg.pool,
-                    format!("tier {} ({}): {e}", t.id, t.path),
+                    format!("tier {} ({}){why}", t.id, t.path),
                 ));
             }
         }

@@ -1,8 +1,10 @@
 //! Whether a block tier's file or device is the one the pool's superblock
 //! names: used by mount (which refuses a pool whose tier fails) and fsck
-//! (which reports the tier as a problem and reads nothing from it).
+//! (which reports the tier as a problem and reads nothing from it); and
+//! what both say when a pool that would be written is read-only.
 
 use crate::util;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 use terrace_format::{Superblock, TierHeader, TierRecord};
@@ -71,4 +73,48 @@ pub fn check_header(t: &TierRecord, sb: &Superblock, head: &[u8]) -> Result<(), 
         return Err(terrace_core::tier_epoch::stale_message(&what));
     }
     Ok(())
+}
+
+/// When opening `path` (a pool's PM file or a tier) for writing failed with
+/// `e` and the file can be read (a read-only file system or snapshot, an
+/// immutable file, no write permission): the one line `fsck --repair` and a
+/// read-write mount fail with after the file's name ("is read-only (…):
+/// mount it with -o ro, or check it without --repair"). `None`
+/// for any other failure, which the caller reports as it is.
+pub fn read_only_refusal(path: &Path, e: &io::Error) -> Option<String> {
+    // EROFS's kind is compared by value: its name is newer than the MSRV.
+    let rofs = io::Error::from_raw_os_error(libc::EROFS).kind();
+    if !(e.kind() == rofs || e.kind() == io::ErrorKind::PermissionDenied)
+        || File::open(path).is_err()
+    {
+        return None;
+    }
+    // The open failed already, so trying it again changes nothing; it gives
+    // the OS's reason, which `e` (its message prefixed) no longer carries.
+    let why = match OpenOptions::new().read(true).write(true).open(path) {
+        Err(e) => util::os_reason(&e),
+        Ok(_) => return None,
+    };
+    Some(format!(
+        "is read-only ({why}): mount it with -o ro, or check it without --repair"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_readable_file_that_cannot_be_written_is_read_only() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pool");
+        std::fs::write(&p, b"x").unwrap();
+        let rofs = io::Error::from_raw_os_error(libc::EROFS);
+        // Writable after all (the error was something else): no refusal.
+        assert_eq!(read_only_refusal(&p, &rofs), None);
+        let missing = d.path().join("missing");
+        assert_eq!(read_only_refusal(&missing, &rofs), None);
+        let other = io::Error::from_raw_os_error(libc::EIO);
+        assert_eq!(read_only_refusal(&p, &other), None);
+    }
 }

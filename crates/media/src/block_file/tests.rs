@@ -122,8 +122,13 @@ fn a_read_only_open_reads_and_refuses_every_write() {
         let mut back = AlignedBuf::zeroed(2 * B);
         r.read_blocks(3, &mut back).unwrap();
         assert_eq!(&back[..], &pattern(0, 2)[..]);
+        assert!(r.is_read_only());
+        assert!(r.describe().ends_with(", read-only"), "{}", r.describe());
         let e = r.write_blocks(0, &data).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+        let e = r.discard(0, 1).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+        r.sync().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), before, "{parent}");
         // No write permission is needed.
         let mut perm = std::fs::metadata(&path).unwrap().permissions();

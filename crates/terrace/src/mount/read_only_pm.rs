@@ -63,6 +63,7 @@ impl terrace_media::PmMedia for ReadOnlyPm {
         true
     }
     fn describe(&self) -> String {
-        format!("{}, read-only", self.inner.describe())
+        // The PM file is opened read-only, and says so.
+        self.inner.describe()
     }
 }
