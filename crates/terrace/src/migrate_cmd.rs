@@ -11,13 +11,19 @@
 //! target tier; files already there are not sent. The bar advances by the
 //! bytes each request really moved. If the daemon dies or stops answering,
 //! the command stops with one error.
+//!
+//! The walk reaches files at any depth ([`tree_walk`]) and takes each file
+//! once however many names (hard links) it has: the counts are of files,
+//! as du counts them. An entry it cannot read is named; the rest still
+//! moves, and the command exits 1.
 
 use crate::control::protocol::{
     DefragmentFiles, ExtentRow, GetExtents, GetStatus, MigrateFiles, Refusal,
 };
 use crate::control::{self, ControlError};
 use crate::util::{self, CliError, CliResult};
-use crate::where_cmd;
+use crate::where_cmd::{self, tree_walk};
+use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -44,23 +50,37 @@ fn resolve_tier<'a>(tiers: &'a [TierStatus], want: &str) -> Result<&'a TierStatu
     }
 }
 
-/// Regular files under `paths` (not following symlinks, staying on the mount).
-fn collect(paths: &[PathBuf], dev: u64, out: &mut Vec<(PathBuf, u64, u64)>) -> CliResult {
+/// The regular files under `paths` (not following symlinks below them,
+/// staying on the mount `dev`), each once however many names it has (the
+/// first met), as (path, inode number, size); the entries that could not be
+/// read are named on stderr and counted in the second value.
+fn collect(paths: &[PathBuf], dev: u64) -> CliResult<(Vec<Todo>, usize)> {
+    let mut seen = HashSet::new();
+    let mut files = Vec::new();
+    let mut unreadable = 0usize;
     for p in paths {
         let md = std::fs::symlink_metadata(p).map_err(|e| CliError::at(p, util::os_reason(&e)))?;
         if md.dev() != dev {
             continue;
         }
         if md.is_file() {
-            out.push((p.clone(), md.ino(), md.size()));
+            if seen.insert(md.ino()) {
+                files.push((p.clone(), md.ino(), md.size()));
+            }
         } else if md.is_dir() {
-            let rd = std::fs::read_dir(p).map_err(|e| CliError::at(p, util::os_reason(&e)))?;
-            let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            kids.sort();
-            collect(&kids, dev, out)?;
+            let errors = tree_walk::walk_below(p, &mut |entry| {
+                if entry.kind == tree_walk::Kind::File && seen.insert(entry.ino) {
+                    files.push((entry.path.clone(), entry.ino, entry.size));
+                }
+                Ok(())
+            });
+            for (path, e) in &errors {
+                eprintln!("terrace: {}", CliError::at(path, util::os_reason(e)).msg);
+            }
+            unreadable += errors.len();
         }
     }
-    Ok(())
+    Ok((files, unreadable))
 }
 
 /// Bytes to move per migrate request.
@@ -247,8 +267,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
             ));
         }
     }
-    let mut all = Vec::new();
-    collect(&roots, dev, &mut all)?;
+    let (all, unreadable) = collect(&roots, dev)?;
     let nfiles = all.len();
     let every_file: Vec<(PathBuf, u64)> = if opts.defragment {
         all.iter().map(|t| (t.0.clone(), t.1)).collect()
@@ -354,7 +373,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
     let secs = started.elapsed().as_secs_f64();
     if !quiet {
         util::out(&format!(
-            "terrace: moved {} of {} to {} (tier {to_id}) in {secs:.1} s{}{}{}{}",
+            "terrace: moved {} of {} to {} (tier {to_id}) in {secs:.1} s{}{}{}{}{}",
             util::human_bytes(moved),
             files_count(todo.len()),
             target.kind,
@@ -376,6 +395,11 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
                 format!("; {} failed", files_count(failures))
             } else {
                 String::new()
+            },
+            match unreadable {
+                0 => String::new(),
+                1 => "; 1 entry could not be read".into(),
+                n => format!("; {n} entries could not be read"),
             }
         ));
     }
@@ -428,7 +452,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
             defrag_failures - FAILURES_NAMED
         );
     }
-    if failures > 0 || defrag_failures > 0 {
+    if failures > 0 || defrag_failures > 0 || unreadable > 0 {
         return Err(CliError::new(String::new()));
     }
     Ok(())

@@ -2,8 +2,14 @@
 //! (HetFS). A rule is the stored xattr `user.terrace.rule`; this command
 //! reads and writes it through the mount, so it needs no daemon connection
 //! and follows the file's permissions, like `setfattr` would.
+//!
+//! A directory's rules (`rule DIR`, `rule -r DIR TIER`) are walked at any
+//! depth, paths longer than `PATH_MAX` included ([`tree_walk`]); an entry
+//! that cannot be read or changed is named on a line of its own, and the
+//! command then exits 1.
 
 use crate::util::{self, CliError, CliResult};
+use crate::where_cmd::tree_walk::{self, WalkError};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -19,8 +25,13 @@ fn name() -> CString {
     CString::new(RULE).expect("no NUL in a constant name")
 }
 
-/// The rule of `path`: `Ok(None)` when it has none.
+/// The rule of `path` (of any length, as the other calls here: see
+/// [`tree_walk::reachable`]): `Ok(None)` when it has none.
 fn get(path: &Path) -> std::io::Result<Option<String>> {
+    tree_walk::reachable(path, get_at)
+}
+
+fn get_at(path: &Path) -> std::io::Result<Option<String>> {
     let p = cpath(path)?;
     let mut buf = vec![0u8; 256];
     // Safety: both strings are NUL-terminated and live across the call; `buf`
@@ -45,6 +56,10 @@ fn get(path: &Path) -> std::io::Result<Option<String>> {
 }
 
 fn set(path: &Path, tier: &str) -> std::io::Result<()> {
+    tree_walk::reachable(path, |reachable| set_at(reachable, tier))
+}
+
+fn set_at(path: &Path, tier: &str) -> std::io::Result<()> {
     let p = cpath(path)?;
     // Safety: the strings are NUL-terminated and `tier` is readable for its
     // length during the call.
@@ -64,6 +79,10 @@ fn set(path: &Path, tier: &str) -> std::io::Result<()> {
 }
 
 fn clear(path: &Path) -> std::io::Result<()> {
+    tree_walk::reachable(path, clear_at)
+}
+
+fn clear_at(path: &Path) -> std::io::Result<()> {
     let p = cpath(path)?;
     // Safety: both strings are NUL-terminated and live across the call.
     let r = unsafe { libc::removexattr(p.as_ptr(), name().as_ptr()) };
@@ -96,6 +115,10 @@ fn reason(e: &std::io::Error, tier: Option<&str>) -> String {
 /// xattr `user.terrace.access` (so a rule is never stored as a plain xattr
 /// on another file system).
 fn on_terrace(path: &Path) -> std::io::Result<bool> {
+    tree_walk::reachable(path, on_terrace_at)
+}
+
+fn on_terrace_at(path: &Path) -> std::io::Result<bool> {
     let p = cpath(path)?;
     let n = CString::new("user.terrace.access").expect("no NUL in a constant name");
     // Safety: both strings are NUL-terminated and live across the call; a
@@ -114,53 +137,27 @@ fn on_terrace(path: &Path) -> std::io::Result<bool> {
 /// How `ruled_below` reads a path's rule.
 type Rule<'a> = &'a dyn Fn(&Path) -> std::io::Result<Option<String>>;
 
+/// Whether `path` (of any length) is a directory, following a symbolic link.
+fn is_dir(path: &Path) -> bool {
+    tree_walk::reachable(path, |p| std::fs::metadata(p)).is_ok_and(|m| m.is_dir())
+}
+
 /// Every file and directory below `dir` (in name order, depth first) whose
 /// `rule` is set, with the rule; symbolic links are not followed and other
 /// file systems mounted below are not entered. Entries that cannot be read
-/// are returned apart, with their error.
-#[allow(clippy::type_complexity)]
-fn ruled_below(dir: &Path, rule: Rule) -> (Vec<(PathBuf, String)>, Vec<(PathBuf, std::io::Error)>) {
-    use std::os::unix::fs::MetadataExt;
-    let (mut found, mut errors) = (Vec::new(), Vec::new());
-    match std::fs::metadata(dir) {
-        Ok(m) => walk(dir, m.dev(), rule, &mut found, &mut errors),
-        Err(e) => errors.push((dir.to_path_buf(), e)),
-    }
+/// (or whose `rule` fails) are returned apart, with their error.
+fn ruled_below(dir: &Path, rule: Rule) -> (Vec<(PathBuf, String)>, Vec<WalkError>) {
+    let mut found = Vec::new();
+    let errors = tree_walk::walk_below(dir, &mut |entry| {
+        if entry.kind == tree_walk::Kind::Other {
+            return Ok(()); // symbolic links, special files
+        }
+        if let Some(r) = rule(&entry.path)? {
+            found.push((entry.path.clone(), r));
+        }
+        Ok(())
+    });
     (found, errors)
-}
-
-fn walk(
-    dir: &Path,
-    dev: u64,
-    rule: Rule,
-    found: &mut Vec<(PathBuf, String)>,
-    errors: &mut Vec<(PathBuf, std::io::Error)>,
-) {
-    use std::os::unix::fs::MetadataExt;
-    let mut names: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(it) => it.filter_map(|e| e.ok().map(|e| e.path())).collect(),
-        Err(e) => {
-            errors.push((dir.to_path_buf(), e));
-            return;
-        }
-    };
-    names.sort();
-    for p in names {
-        let Ok(m) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        if m.dev() != dev || !(m.is_file() || m.is_dir()) {
-            continue; // symbolic links, special files, other mounts
-        }
-        match rule(&p) {
-            Ok(Some(r)) => found.push((p.clone(), r)),
-            Ok(None) => {}
-            Err(e) => errors.push((p.clone(), e)),
-        }
-        if m.is_dir() {
-            walk(&p, dev, rule, found, errors);
-        }
-    }
 }
 
 /// The lines of a listing: each ruled entry whose rule differs from its
@@ -226,8 +223,14 @@ fn list(dir: &Path, all: bool) -> std::io::Result<usize> {
             ));
         }
     }
-    if found.is_empty() {
+    if found.is_empty() && errors.is_empty() {
         util::out("  (no file or directory below it has a rule)");
+    }
+    if !errors.is_empty() {
+        util::out(&format!(
+            "  (incomplete: {} could not be read, named below)",
+            entries_count(errors.len())
+        ));
     }
     for (p, e) in &errors {
         eprintln!("terrace: {}", CliError::at(p, reason(e, None)).msg);
@@ -235,12 +238,20 @@ fn list(dir: &Path, all: bool) -> std::io::Result<usize> {
     Ok(errors.len())
 }
 
+/// "1 entry", "N entries".
+fn entries_count(n: usize) -> String {
+    match n {
+        1 => "1 entry".into(),
+        n => format!("{n} entries"),
+    }
+}
+
 /// `change` (a set or a clear) on every file and directory below `dir`:
-/// how many it changed, and the paths it could not change, with why.
+/// how many it changed, and the paths it could not read or change, with why.
 fn change_below(
     dir: &Path,
     change: &dyn Fn(&Path) -> std::io::Result<()>,
-) -> (usize, Vec<(PathBuf, std::io::Error)>) {
+) -> (usize, Vec<WalkError>) {
     let done = std::cell::Cell::new(0usize);
     let (_, errors) = ruled_below(dir, &|p| {
         change(p)?;
@@ -261,11 +272,12 @@ fn below(
     change: &dyn Fn(&Path) -> std::io::Result<()>,
     failed: &mut usize,
 ) {
-    if !path.is_dir() {
+    if !is_dir(path) {
         return;
     }
     if !recursive {
-        let occupied = std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some());
+        let occupied = tree_walk::reachable(path, |p| std::fs::read_dir(p))
+            .is_ok_and(|mut d| d.next().is_some());
         if occupied {
             util::out(&format!(
                 "  (new files below it inherit the rule; those already there keep theirs: `terrace rule -r {} {tier}` changes them too)",
@@ -276,9 +288,16 @@ fn below(
     }
     let (done, errors) = change_below(path, change);
     util::out(&format!(
-        "  and {done} file{} and director{} below it",
+        "  and {done} file{} and director{} below it{}",
         if done == 1 { "" } else { "s" },
-        if done == 1 { "y" } else { "ies" }
+        if done == 1 { "y" } else { "ies" },
+        match errors.len() {
+            0 => String::new(),
+            n => format!(
+                " ({} could not be read or changed, named below)",
+                entries_count(n)
+            ),
+        }
     ));
     for (p, e) in &errors {
         eprintln!("terrace: {}", CliError::at(p, reason(e, Some(tier))).msg);
@@ -307,7 +326,7 @@ pub fn run(paths: &[PathBuf], tier: Option<&str>, recursive: bool, all: bool) ->
             }
         }
         let r = match tier {
-            None if path.is_dir() => list(path, all).map(|errors| failed += errors),
+            None if is_dir(path) => list(path, all).map(|errors| failed += errors),
             None => get(path).map(|r| {
                 util::out(&format!(
                     "{}: {}",

@@ -12,6 +12,12 @@
 //! By default adjacent extents on the same tier are shown as one run (with
 //! how many extents it joins); `--all` lists every extent with its block
 //! address and write-size counter; `--json` gives both.
+//!
+//! A directory's summary walks it at any depth ([`tree_walk`]) and counts
+//! each file once however many names (hard links) it has, as du does; an
+//! entry the walk cannot read is named, and the command then exits 1.
+
+pub(crate) mod tree_walk;
 
 use crate::control::protocol::{ExtentRow, GetExtents};
 use crate::control::{self};
@@ -23,7 +29,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The value of xattr `name` of `path` (of any length: see
+/// [`tree_walk::reachable`]).
 fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    tree_walk::reachable(path, |reachable| getxattr_at(reachable, name))
+}
+
+fn getxattr_at(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
     let p = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     let n = CString::new(name).expect("no NUL in a constant name");
@@ -197,7 +209,8 @@ impl Reader {
         }
     }
 
-    /// The extents of each of `files` (path, inode number), or why not.
+    /// The extents of each of `files` (path, inode number), or why not; a
+    /// file listed under several names gets its answer under each.
     fn read(&mut self, files: &[(PathBuf, u64)]) -> Vec<Result<Vec<ExtentRow>, String>> {
         if let Some(socket) = &self.socket {
             let req = GetExtents {
@@ -215,7 +228,8 @@ impl Reader {
                     return files
                         .iter()
                         .map(|(_, ino)| {
-                            got.remove(ino)
+                            got.get(ino)
+                                .cloned()
                                 .unwrap_or_else(|| Err("the daemon did not list it".into()))
                         })
                         .collect();
@@ -277,7 +291,7 @@ pub fn run(path: &Path, all: bool, as_json: bool) -> CliResult {
     let md = std::fs::metadata(path).map_err(|e| CliError::at(path, util::os_reason(&e)))?;
     let mut reader = Reader::new(path);
     if md.is_dir() {
-        return directory(path, &md, &mut reader, as_json);
+        return directory(path, &mut reader, as_json);
     }
     let rows = reader
         .read(&[(path.to_path_buf(), md.ino())])
@@ -427,42 +441,43 @@ fn rule_not_met(rule: &str, per_tier: &BTreeMap<String, u64>) -> String {
     )
 }
 
-/// Regular files under `dir` (not following symlinks, staying on its file
-/// system), as (path, inode number, size).
-fn files_below(dir: &Path, dev: u64, out: &mut Vec<(PathBuf, u64, u64)>) -> CliResult {
-    let rd = std::fs::read_dir(dir).map_err(|e| CliError::at(dir, util::os_reason(&e)))?;
-    let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    kids.sort();
-    for p in kids {
-        let Ok(md) = std::fs::symlink_metadata(&p) else {
-            continue; // gone meanwhile
-        };
-        if md.dev() != dev {
-            continue;
+/// A regular file below a directory: a path of it, its inode number, size.
+type FileBelow = (PathBuf, u64, u64);
+
+/// The regular files below `dir` (not following symlinks, staying on its
+/// file system), each once however many names it has (the first in walk
+/// order), and the entries that could not be read.
+fn files_below(dir: &Path) -> (Vec<FileBelow>, Vec<tree_walk::WalkError>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut files = Vec::new();
+    let errors = tree_walk::walk_below(dir, &mut |entry| {
+        if entry.kind == tree_walk::Kind::File && seen.insert(entry.ino) {
+            files.push((entry.path.clone(), entry.ino, entry.size));
         }
-        if md.is_file() {
-            out.push((p, md.ino(), md.len()));
-        } else if md.is_dir() {
-            files_below(&p, dev, out)?;
-        }
-    }
-    Ok(())
+        Ok(())
+    });
+    (files, errors)
 }
 
 /// `where DIR`: the data of the regular files below `dir`, summed by tier.
-fn directory(dir: &Path, md: &std::fs::Metadata, reader: &mut Reader, as_json: bool) -> CliResult {
-    let mut files = Vec::new();
-    files_below(dir, md.dev(), &mut files)?;
-    let size: u64 = files.iter().map(|f| f.2).sum();
+fn directory(dir: &Path, reader: &mut Reader, as_json: bool) -> CliResult {
+    let (files, unreadable) = files_below(dir);
+    for (path, e) in &unreadable {
+        eprintln!("terrace: {}", CliError::at(path, util::os_reason(e)).msg);
+    }
+    // The size and extents of the files whose extents were read.
+    let mut size = 0u64;
     let mut per_tier: BTreeMap<String, u64> = BTreeMap::new();
     let mut extents = 0usize;
     let mut read = 0usize;
+    let mut failed = unreadable.len();
     for chunk in files.chunks(REQUEST_FILES) {
         let batch: Vec<(PathBuf, u64)> = chunk.iter().map(|f| (f.0.clone(), f.1)).collect();
         for (f, rows) in chunk.iter().zip(reader.read(&batch)) {
             match rows {
                 Ok(rows) => {
                     read += 1;
+                    size += f.2;
                     extents += rows.len();
                     for (t, b) in bytes_per_tier(&rows) {
                         *per_tier.entry(t).or_default() += b;
@@ -472,7 +487,10 @@ fn directory(dir: &Path, md: &std::fs::Metadata, reader: &mut Reader, as_json: b
                 Err(e)
                     if e == util::os_reason(&std::io::Error::from_raw_os_error(libc::ENOENT)) => {}
                 Err(e) if e == "not on a Terrace mount" => return Err(CliError::at(dir, e)),
-                Err(e) => util::warn(format!("{}: {e}", f.0.display())),
+                Err(e) => {
+                    failed += 1;
+                    eprintln!("terrace: {}", CliError::at(&f.0, e).msg);
+                }
             }
         }
     }
@@ -482,7 +500,8 @@ fn directory(dir: &Path, md: &std::fs::Metadata, reader: &mut Reader, as_json: b
     if as_json {
         util::out(
             &serde_json::json!({"path": dir, "directory": true, "files": read, "size": size,
-                "extents": extents, "bytes_per_tier": per_tier, "complete": !reader.cut, "rule": rule})
+                "extents": extents, "bytes_per_tier": per_tier,
+                "complete": !reader.cut && failed == 0, "unreadable": failed, "rule": rule})
             .to_string(),
         );
     } else {
@@ -491,10 +510,13 @@ fn directory(dir: &Path, md: &std::fs::Metadata, reader: &mut Reader, as_json: b
             .map(|(t, b)| format!("{t} {}", human(*b)))
             .collect();
         util::out(&format!(
-            "{} (a directory): {} files below it, {} ({} bytes) in {} extents\n\
-             total: {}\nrule: {}",
+            "{} (a directory): {} below it, {} ({} bytes) in {} extents\n\
+             total: {}\nrule: {}{}",
             dir.display(),
-            read,
+            match read {
+                1 => "1 file".to_string(),
+                n => format!("{n} files"),
+            },
             human(size),
             size,
             extents,
@@ -503,11 +525,22 @@ fn directory(dir: &Path, md: &std::fs::Metadata, reader: &mut Reader, as_json: b
             } else {
                 summary.join(", ")
             },
-            rule.as_deref().unwrap_or("auto (no rule)")
+            rule.as_deref().unwrap_or("auto (no rule)"),
+            match failed {
+                0 => String::new(),
+                n => format!(
+                    "\nincomplete: {n} entr{} could not be read (named above); \
+                     the totals count the rest",
+                    if n == 1 { "y" } else { "ies" }
+                ),
+            }
         ));
     }
     if reader.cut {
         return Err(cut_error(dir));
+    }
+    if failed > 0 {
+        return Err(CliError::new(String::new()));
     }
     Ok(())
 }
