@@ -214,3 +214,46 @@ def test_fsck_reports_a_block_tier_that_is_truncated_replaced_or_damaged_and_rea
         # Restored: clean again.
         ssd.write_bytes(good)
         assert_fsck_clean(pool, "after restoring the image")
+
+
+def test_fsck_with_a_tier_holding_logs_missing_keeps_the_orphans_and_says_to_put_it_back():
+    """With the SSD that holds directories' logs (log migration) moved away,
+    the files those directories name look like orphans. fsck must not say
+    the next mount or repair frees them (neither does: the pool does not
+    mount, and repair frees nothing while a problem stands), nor send the
+    user to --repair: the tier has to come back. Once it is back, the pool
+    is clean and every file reads as before."""
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M")
+        files = {}
+        with mounted_pool(pool, mnt, "migration_threshold=1,migration_age_ns=0") as m:
+            for d in range(4):
+                (mnt / f"d{d}").mkdir()
+                for i in range(50):
+                    p = mnt / f"d{d}" / f"f{i}"
+                    p.write_bytes(bytes([i]) * (100 + 37 * i))
+                    files[p.relative_to(mnt)] = p.read_bytes()
+            # The directories' logs leave PM (their files' data is on PM,
+            # so theirs stay).
+            assert helpers.wait_until(
+                lambda: m.status()["log_migration"]["logs_on_tiers"] >= 4, 30), \
+                m.status()["log_migration"]
+        assert_fsck_clean(pool, "with the logs on the ssd")
+        away = ssd.with_name(ssd.name + ".away")
+        os.replace(ssd, away)
+        try:
+            for args in (["fsck", pool], ["fsck", "--repair", pool]):
+                cp = terrace(*args, check=False)
+                out = cp.stdout + cp.stderr
+                assert cp.returncode == 1, out
+                assert "missing" in out and "put the missing or wrong tier back" in out, out
+                assert "fsck --repair` to fix" not in out, out
+                assert "orphan inodes" in out, out
+                assert "kept while the problems below remain" in out, out
+                assert "freed" not in out and "next mount frees" not in out, out
+        finally:
+            os.replace(away, ssd)
+        assert_fsck_clean(pool, "with the ssd back")
+        with mounted_pool(pool, mnt):
+            for rel, data in files.items():
+                assert (mnt / rel).read_bytes() == data, rel

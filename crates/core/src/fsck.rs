@@ -62,6 +62,13 @@ pub struct FsckReport {
     pub object_orphan_bytes: u64,
     /// Orphan parts deleted by repair.
     pub object_orphans_deleted: u64,
+    /// A problem found blocks a mount: the orphans are then kept, neither
+    /// freed by repair nor by the next mount (what is damaged or missing
+    /// may name them).
+    pub mount_blocked: bool,
+    /// A log is on a block tier whose device was not given: repair cannot
+    /// fix that, only the device put back can.
+    pub tier_missing: bool,
 }
 
 impl FsckReport {
@@ -86,6 +93,11 @@ fn summarize(sc: &Scan, report: &mut FsckReport) {
         .sum();
     report.free_blocks = sc.alloc.as_ref().map(|a| a.free()).unwrap_or(0);
     report.clean_unmount = sc.sb.clean;
+    report.mount_blocked = sc.problems.iter().any(Problem::blocks_mount);
+    report.tier_missing = sc
+        .problems
+        .iter()
+        .any(|p| matches!(p, Problem::LogOnMissingTier { .. }));
 }
 
 /// Counts the orphan parts of object tiers (see

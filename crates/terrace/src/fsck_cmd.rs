@@ -141,6 +141,7 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
         b.finish_and_clear();
     }
     let mut rep = result.map_err(|e| cannot(CliError::at(pool, e)))?;
+    let tier_trouble = !tier_problems.is_empty() || rep.tier_missing;
     rep.problems.splice(0..0, tier_problems);
     let clean = rep.is_clean();
     if as_json {
@@ -191,7 +192,9 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
                 "  {} orphan inodes ({}{more}): {}",
                 rep.orphans.len(),
                 list.join(", "),
-                if repair {
+                if rep.mount_blocked || tier_trouble {
+                    "kept while the problems below remain (what is damaged or missing may name them)"
+                } else if repair {
                     "freed"
                 } else {
                     "the next mount frees them"
@@ -230,7 +233,9 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
                 } else {
                     "problems remain"
                 },
-                if repair {
+                if tier_trouble {
+                    "; put the missing or wrong tier back first (repair does not touch tiers), then check again"
+                } else if repair {
                     ""
                 } else {
                     "; run `terrace fsck --repair` to fix what can be fixed"
