@@ -37,6 +37,7 @@ mod lock_order;
 pub mod log;
 pub mod log_migrate;
 pub mod log_space;
+mod log_trim;
 pub mod may_wait;
 pub mod migrate;
 pub mod mkfs;

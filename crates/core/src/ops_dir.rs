@@ -381,12 +381,15 @@ impl Fs {
     }
 
     fn remove_name(&self, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()> {
-        // Refused log room on PM: again while waiting makes PM freer
-        // (`Fs::wait_for_removal_room`).
+        // Refused log room on PM: again after trimming the directory's log
+        // (`log_trim.rs`: the pages of names removed before), or while
+        // waiting makes PM freer (`Fs::wait_for_removal_room`).
         loop {
             match self.try_remove_name(parent, name, want_dir) {
                 Err(e)
-                    if e.raw_os_error() == Some(libc::ENOSPC) && self.wait_for_removal_room() => {}
+                    if e.raw_os_error() == Some(libc::ENOSPC)
+                        && (self.trim_dir_log(parent).unwrap_or(false)
+                            || self.wait_for_removal_room()) => {}
                 r => return r,
             }
         }

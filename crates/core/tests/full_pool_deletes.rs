@@ -1,26 +1,23 @@
 //! A pool filled to ENOSPC with small files in one directory, on a PM whose
 //! inode table may take half of it, must still delete every file.
 //!
-//! KNOWN BUG (found 2026-12-07 by hand, as a user following the README's
-//! advice for many small files): it does not. PM 16 MiB + SSD 512 MiB with
-//! `inode_max_percent=50`, 63,486 files of 8,000 bytes in one directory:
-//! the first 24,636 unlinks succeed, then every one fails with ENOSPC, for
-//! good. The files' logs are on the SSD by then (log migration), so an
-//! unlink frees no PM, while each adds an entry to the directory's log on
-//! PM; the removal reserve runs out. Compaction of that log would free the
-//! pages of the names already deleted, but it rewrites the whole live log
-//! (about 2.5 MiB here) into new pages first, and PM has no such room. The
-//! fix planned: compact a log's prefix of pages whose entries are dead (or
-//! few live ones, rewritten into one new page), committed by the head word
-//! alone, verified by replaying the shortened log against the inode's state.
-//! Ignored until then (it takes 90 s): run it with `--ignored`.
+//! It did not (found 2026-12-07 by hand, as a user following the README's
+//! advice for many small files): PM 16 MiB + SSD 512 MiB with
+//! `inode_max_percent=50`, 63,486 files of 8,000 bytes in one directory;
+//! the first 24,636 unlinks succeeded, then every one failed with ENOSPC,
+//! for good. The files' logs were on the SSD by then (log migration), so an
+//! unlink freed no PM, while each added entries to the directory's log on
+//! PM. Compaction would have freed the pages of the names already removed,
+//! but it rewrites the whole live log (about 2.5 MiB here) into new pages
+//! first, and PM had no such room. Removals now trim the directory's log
+//! from its head instead (`log_trim.rs`), which needs room for the few
+//! live entries of the dropped pages only.
 
 mod common;
 use common::*;
 use std::sync::Arc;
 
 #[test]
-#[ignore = "known bug: a directory's log fills PM during rm (module doc)"]
 fn a_spool_filled_until_enospc_with_a_large_inode_table_deletes_every_file() {
     let (_, _, fs) = tiered_pool(16 << 20, 512 << 20, 512);
     let fs = Arc::new(fs);

@@ -1,0 +1,98 @@
+//! Trimming a directory's log from its head (`log_trim.rs`): the dropped
+//! pages' names are gone for good, what they alone held comes back from
+//! E, and a crash at any point of a trim leaves the same tree.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use terrace_media::{CrashMedia, LossMode, PmMedia};
+
+/// A directory `d` whose log starts with many names since removed, with a
+/// few names made early and kept, an xattr and a subdirectory; then many
+/// more names, so that the live names keep compaction from rewriting the
+/// log (it waits for three times the live entries' room). Returns the
+/// directory's inode.
+fn directory_with_a_dead_head(fs: &terrace_core::Fs) -> u64 {
+    let d = fs.mkdir(1, b"d", 0o750, CTX).unwrap().ino;
+    fs.setxattr(d, b"user.kept", b"set before the names", 0)
+        .unwrap();
+    for i in 0..600u32 {
+        let name = format!("early-{i:04}-with-a-long-name");
+        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+    }
+    fs.mkdir(d, b"sub", 0o700, CTX).unwrap();
+    for i in 0..600u32 {
+        if i % 100 != 7 {
+            let name = format!("early-{i:04}-with-a-long-name");
+            fs.unlink(d, name.as_bytes()).unwrap();
+        }
+    }
+    for i in 0..4500u32 {
+        let name = format!("late-{i}");
+        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o600, 0, CTX)
+            .unwrap();
+    }
+    d
+}
+
+#[test]
+fn a_trim_frees_the_pages_of_removed_names_and_the_tree_survives_a_remount() {
+    let (m, fs) = pm_pool(16 << 20, 8192);
+    let d = directory_with_a_dead_head(&fs);
+    let tree = fs_tree(&fs);
+    let free_before = fs.space_status().pm_free_bytes;
+    assert!(fs.trim_dir_log(d).unwrap(), "nothing to trim");
+    let freed = fs.space_status().pm_free_bytes - free_before;
+    assert!(freed >= 32 << 10, "the trim freed {freed} bytes");
+    assert_same_tree(&fs_tree(&fs), &tree, "after the trim");
+    assert!(!fs.trim_dir_log(d).unwrap(), "a second trim found more");
+    fs.check_allocator().unwrap();
+    // Changes after the trim append to the new chain.
+    fs.unlink(d, b"late-3").unwrap();
+    fs.setxattr(d, b"user.after", b"x", 0).unwrap();
+    let tree = fs_tree(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(&*m, None, Fsck::Metadata, "after the trim");
+    let fs = mount(m.clone() as std::sync::Arc<dyn PmMedia>);
+    assert_same_tree(&fs_tree(&fs), &tree, "remounted");
+    assert_eq!(
+        fs.getxattr(d, b"user.kept").unwrap(),
+        b"set before the names"
+    );
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn a_crash_at_any_point_of_a_trim_leaves_the_same_tree() {
+    let (media, fs) = pm_pool_on(CrashMedia::new(16 << 20), 8192);
+    let d = directory_with_a_dead_head(&fs);
+    let tree = fs_tree(&fs);
+    media.sync_all().unwrap();
+    let (trimmed, trace) = media.trace(|| fs.trim_dir_log(d).unwrap());
+    assert!(trimmed);
+    let mut rng = StdRng::seed_from_u64(base_seed("log trim crash test"));
+    let n = trace.len();
+    // The events of the commit (the last few) and a sample of the staging.
+    let samples = env_u64("TERRACE_TRIM_CRASH_POINTS", 24) as usize;
+    let mut points: Vec<usize> = (0..samples).map(|_| rng.gen_range(0..=n)).collect();
+    points.extend(n.saturating_sub(6)..=n);
+    points.push(0);
+    points.sort_unstable();
+    points.dedup();
+    for k in points {
+        for mode in [
+            LossMode::AllUnflushed,
+            LossMode::RandomLines(rng.gen()),
+            LossMode::RandomWords(rng.gen()),
+        ] {
+            let what = format!("trim, crash after event {k}/{n} {mode:?}");
+            let (m2, fs2) = recover(trace.image_at(k, mode), None, Fsck::Metadata, &what);
+            assert_same_tree(&fs_tree(&fs2), &tree, &what);
+            fs2.unmount().unwrap();
+            assert_fsck_clean(&*m2, None, Fsck::Metadata, &what);
+        }
+    }
+}
