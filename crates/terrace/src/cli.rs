@@ -525,8 +525,8 @@ pub(crate) struct MkfsArgs {
     /// A tier as KIND:PATH:SIZE (repeat for each tier), e.g. pm:/dev/shm/pool:1G.
     #[arg(long = "tier", value_name = "KIND:PATH:SIZE", required = true, value_parser = mkfs::parse_tier)]
     pub(crate) tiers: Vec<mkfs::TierSpec>,
-    /// Number of inode slots (default: one per 16 KiB of PM plus one per 64
-    /// KiB of block tiers, at most one per 2 KiB of PM; see below).
+    /// Number of inode slots (default, or 0: one per 16 KiB of PM plus one
+    /// per 64 KiB of block tiers, at most one per 2 KiB of PM; see below).
     #[arg(long, value_name = "N")]
     pub(crate) inodes: Option<u64>,
     /// Extent size of the SSD/HDD tiers (power of two, 4K to 1G).

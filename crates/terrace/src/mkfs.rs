@@ -167,9 +167,14 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
         create_object_tier(&r, uuid)?;
         records.push(r);
     }
-    for (t, r) in targets.iter().zip(&records).skip(1) {
+    for (n, (t, r)) in targets.iter().zip(&records).enumerate().skip(1) {
         let h = tier_header(r, uuid);
         write_tier_header(t, &h).map_err(|e| {
+            // Files this mkfs created for block tiers so far go again: a
+            // failed mkfs leaves nothing behind that was not there.
+            for made in targets[1..=n].iter().filter(|t| !t.exists) {
+                let _ = std::fs::remove_file(&made.path);
+            }
             CliError::at(
                 &t.spec.path,
                 format!("cannot write the tier header: {}", util::os_reason(&e)),

@@ -129,12 +129,16 @@ pub(crate) fn examine(spec: &TierSpec, force: bool) -> CliResult<Target> {
         MIN_BLOCK
     };
     if size < min {
+        // A size taken from the file is its length in whole blocks.
+        let got = match spec.size {
+            Some(_) => format!("got {}", util::human_bytes(size)),
+            None => format!("the file holds {}", util::human_bytes(current_len)),
+        };
         return Err(CliError::at(
             raw,
             format!(
-                "a {kind} tier needs at least {} (got {})",
-                util::human_bytes(min),
-                util::human_bytes(size)
+                "a {kind} tier needs at least {} ({got})",
+                util::human_bytes(min)
             ),
         )
         .code(2));
