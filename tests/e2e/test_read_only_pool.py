@@ -22,8 +22,8 @@ from typing import Iterator
 
 import helpers
 from helpers import assert_clean_error, mounted_pool, run, sha256_file, temp_mountpoint, terrace
+from test_read_only import populated_pool as read_only_mount_pool
 
-MiB = 1 << 20
 HINT = "mount it with -o ro, or check it without --repair"
 
 
@@ -38,17 +38,10 @@ def pool_dir() -> Iterator[Path]:
 
 
 def populated_pool(d: Path, mnt: Path) -> tuple[Path, Path, dict]:
-    """A pool (PM file and SSD image in `d`) with files on both tiers,
-    cleanly unmounted; returns the two paths and {relative path: sha256}."""
+    """`test_read_only.populated_pool` with its PM file and SSD image in `d`
+    (so that one bind mount covers both); returns the two paths too."""
     pool, ssd = d / "p.pm", d / "ssd.img"
-    terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
-    files = {}
-    with mounted_pool(pool, mnt):
-        (mnt / "d").mkdir()
-        for i in range(10):
-            files[f"d/s{i}"] = helpers.write_pattern_file(mnt / "d" / f"s{i}", 1000 * (i + 1), i)
-        files["big"] = helpers.write_pattern_file(mnt / "big", 24 * MiB, 7)  # spills to the SSD
-    return pool, ssd, files
+    return pool, ssd, read_only_mount_pool(pool, ssd, mnt)
 
 
 def hashes(*paths: Path) -> dict:

@@ -117,17 +117,27 @@ fn walks_to_its_tail(
     word: u64,
     pool: Range<u64>,
 ) -> bool {
-    let view = Overlay {
-        inner: media,
-        words: [(at, word)].into_iter().collect(),
-    };
-    let mut raw = [0u8; INODE_SIZE];
-    view.read(slot, &mut raw);
-    match InodeSlot::decode(&raw) {
+    let view = with_word(media, at, word);
+    match slot_in(&view, slot) {
         // An empty log (tail 0) walks at once.
-        Ok(s) if s.state == INODE_USED => walk(&view, ino, s.log_head, s.log_tail, pool).is_ok(),
+        Some(s) if s.state == INODE_USED => walk(&view, ino, s.log_head, s.log_tail, pool).is_ok(),
         _ => false,
     }
+}
+
+/// `media` as it would read with `word` stored at `at`.
+fn with_word(media: &dyn PmMedia, at: u64, word: u64) -> Overlay<'_> {
+    Overlay {
+        inner: media,
+        words: [(at, word)].into_iter().collect(),
+    }
+}
+
+/// The slot at PM offset `slot` of `view`, when it decodes.
+fn slot_in(view: &Overlay<'_>, slot: u64) -> Option<InodeSlot> {
+    let mut raw = [0u8; INODE_SIZE];
+    view.read(slot, &mut raw);
+    InodeSlot::decode(&raw).ok()
 }
 
 /// True when, with `word` stored at `at`, the slot at `slot` decodes as a
@@ -141,13 +151,7 @@ fn blob_reads_whole(
     at: u64,
     word: u64,
 ) -> bool {
-    let view = Overlay {
-        inner: media,
-        words: [(at, word)].into_iter().collect(),
-    };
-    let mut raw = [0u8; INODE_SIZE];
-    view.read(slot, &mut raw);
-    let Ok(s) = InodeSlot::decode(&raw) else {
+    let Some(s) = slot_in(&with_word(media, at, word), slot) else {
         return false;
     };
     let (tier, block, offset) = decode_tier_log_head(s.log_head);
