@@ -58,6 +58,8 @@ struct PageFacts {
     /// Bytes of the entries that establish, for each page, the names whose
     /// last add is there and which the directory still has.
     name_bytes: Vec<u64>,
+    /// Those entries (as E holds them), each with the page of its last add.
+    live_names: Vec<(usize, Entry)>,
     /// Per xattr name the directory still has: (page of its last Set, page
     /// of its last entry of any kind, bytes of its entries in E).
     xattrs: Vec<(usize, usize, u64)>,
@@ -84,6 +86,7 @@ impl PageFacts {
             }
         }
         let mut name_bytes = vec![0u64; pages];
+        let mut live_names = Vec::new();
         if let Some(d) = &dir.dir {
             for (_, name, ino, file_type) in d.iter() {
                 if let Some(&p) = last_add.get(name) {
@@ -93,6 +96,7 @@ impl PageFacts {
                         name: name.to_vec(),
                     };
                     name_bytes[p] += e.encode().len() as u64;
+                    live_names.push((p, e));
                 }
             }
         }
@@ -109,7 +113,11 @@ impl PageFacts {
                 (set, any, bytes)
             })
             .collect();
-        PageFacts { name_bytes, xattrs }
+        PageFacts {
+            name_bytes,
+            live_names,
+            xattrs,
+        }
     }
 
     /// The cut of the first `k` pages, or None when it is not allowed: an
@@ -217,26 +225,13 @@ impl Fs {
         };
         // E: the attributes, then what only the dropped pages establish.
         let mut e_entries = vec![attr];
-        let last_add_in_prefix = {
-            let mut last: HashMap<&[u8], usize> = HashMap::new();
-            for (e, p) in &entries {
-                if let Entry::DentryAdd { name, .. } = e {
-                    last.insert(name.as_slice(), *p);
-                }
-            }
-            last
-        };
-        if let Some(d) = &whole.dir {
-            for (_, name, ino, file_type) in d.iter() {
-                if last_add_in_prefix.get(name).is_some_and(|&p| p < cut.k) {
-                    e_entries.push(Entry::DentryAdd {
-                        ino,
-                        file_type,
-                        name: name.to_vec(),
-                    });
-                }
-            }
-        }
+        e_entries.extend(
+            facts
+                .live_names
+                .iter()
+                .filter(|(p, _)| *p < cut.k)
+                .map(|(_, e)| e.clone()),
+        );
         for ((name, value), &(_, any, _)) in whole.xattrs.iter().zip(&facts.xattrs) {
             if any < cut.k {
                 e_entries.extend(crate::inode::xattr_entries(name, value));
@@ -336,6 +331,7 @@ mod tests {
         // always kept).
         let facts = PageFacts {
             name_bytes: vec![0, 0, 3000, 0, 100],
+            live_names: vec![],
             xattrs: vec![],
         };
         let c = best_cut(&facts, &p, 80, 1 << 20).unwrap();
@@ -347,6 +343,7 @@ mod tests {
         // Nothing to gain when the pages are all live.
         let full = PageFacts {
             name_bytes: vec![4000; 5],
+            live_names: vec![],
             xattrs: vec![],
         };
         assert_eq!(best_cut(&full, &p, 80, 1 << 20), None);
@@ -357,6 +354,7 @@ mod tests {
         let p = pages(&[4096; 4]);
         let facts = PageFacts {
             name_bytes: vec![0; 4],
+            live_names: vec![],
             // Set in page 1, appended in page 2.
             xattrs: vec![(1, 2, 500)],
         };

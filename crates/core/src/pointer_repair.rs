@@ -21,7 +21,7 @@
 
 use crate::log::walk;
 use crate::recovery::{LogWord, Overlay, TierDevices};
-use crate::recovery_blobs::{read_log_blob, BlobBlocks};
+use crate::recovery_blobs::{blob_fits_its_place, read_log_blob, BlobBlocks};
 use std::ops::Range;
 use terrace_format::{decode_tier_log_head, encode_page_pointer, InodeSlot, INODE_OFF_LOG_HEAD};
 use terrace_format::{INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_SIZE, INODE_USED};
@@ -155,13 +155,8 @@ fn blob_reads_whole(
         return false;
     };
     let (tier, block, offset) = decode_tier_log_head(s.log_head);
-    // A packed blob (not at a block's start) lies inside its block.
-    let packed_fits = offset == 0
-        || offset
-            .checked_add(s.log_tail)
-            .is_some_and(|end| end <= terrace_format::BLOCK_SIZE);
     s.state == INODE_USED_TIER_LOG
-        && packed_fits
+        && blob_fits_its_place(offset, s.log_tail)
         && matches!(
             read_log_blob(
                 tiers,

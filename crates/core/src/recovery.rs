@@ -27,7 +27,7 @@ use terrace_format::{INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL, INODE_USED};
 use terrace_media::PmMedia;
 
 pub use crate::recovery_blobs::TierDevices;
-use crate::recovery_blobs::{fits_within, read_log_blob, BlobBlocks};
+use crate::recovery_blobs::{blob_fits_its_place, fits_within, read_log_blob, BlobBlocks};
 pub use crate::recovery_problems::{LogWord, OpenError, Problem};
 
 /// Everything a scan learned.
@@ -432,10 +432,7 @@ fn scan_view(
                 .tiers
                 .iter()
                 .find(|t| t.id == tier.get() && t.kind != terrace_format::TierKind::Pm);
-            // A blob that does not start a block is packed: it lies inside
-            // its block.
-            let packed_fits = offset == 0 || offset + bytes <= BLOCK_SIZE;
-            if !packed_fits
+            if !blob_fits_its_place(offset, bytes)
                 || !rec.is_some_and(|r| {
                     block > PhysBlock::ZERO
                         && fits_within(block, blocks, PhysBlock(r.size / BLOCK_SIZE))

@@ -56,6 +56,16 @@ pub(crate) fn read_log_blob(
         .map_err(|e| format!("log blob on tier {tier} at block {block}: {e:?}"))
 }
 
+/// Whether a blob of `bytes` bytes starting `offset` bytes into its first
+/// block lies where a blob may: one that does not start a block is packed
+/// with others, and lies inside its block (format version 11).
+pub(crate) fn blob_fits_its_place(offset: u64, bytes: u64) -> bool {
+    offset == 0
+        || offset
+            .checked_add(bytes)
+            .is_some_and(|end| end <= BLOCK_SIZE)
+}
+
 /// Whether `blocks` blocks from `first` end at or before `end`, without
 /// overflow (a crafted image with a valid CRC may carry any numbers).
 pub(crate) fn fits_within(first: PhysBlock, blocks: u64, end: PhysBlock) -> bool {
