@@ -211,11 +211,19 @@ def wait_until(pred, timeout: float, interval: float = 0.02) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """True if `pid` exists and is not a zombie."""
+    """True if `pid` exists and is not a zombie whose every thread has ended.
+
+    A multithreaded process's leader shows as a zombie as soon as it exits,
+    while its other threads may still be exiting and still hold its open
+    files (a daemon's pool lock among them), so a zombie leader with other
+    tasks left counts as alive.
+    """
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
+        if state not in ("Z", "X"):
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
 
@@ -281,16 +289,24 @@ def lazy_unmount(path: os.PathLike) -> None:
             pass
 
 
-def kill_pid(pid: Optional[int], sig: int = signal.SIGKILL, wait: float = 10.0) -> None:
-    """Send `sig` to pid (ignoring a vanished process) and wait for it to die."""
+def kill_pid(pid: Optional[int], sig: int = signal.SIGKILL, wait: float = 30.0) -> bool:
+    """Send `sig` to pid (ignoring a vanished process) and wait for it to die.
+
+    Returns True once every thread of the process has ended (so its files,
+    and the pool lock among them, are closed); False if it outlived `wait`.
+    """
     if not pid:
-        return
+        return True
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    # Reap it if it is our child; otherwise init does.
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-    wait_until(lambda: not pid_alive(pid), wait)
+
+    def gone() -> bool:
+        # Reap it if it is our child; otherwise init does.
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        return not pid_alive(pid)
+
+    return wait_until(gone, wait)
 
 
 def clean_stale_test_mounts() -> list[str]:
@@ -461,7 +477,7 @@ class Mount:
         """kill -9 the daemon (a crash) and return its pid. The mount stays (dead)."""
         pid = self.pid or self.find_pid()
         assert pid, f"cannot find the daemon of {self.path}"
-        kill_pid(pid, signal.SIGKILL)
+        assert kill_pid(pid, signal.SIGKILL), f"the daemon {pid} of {self.path} outlived kill -9"
         self.pid = None
         return pid
 
