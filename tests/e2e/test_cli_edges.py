@@ -396,3 +396,28 @@ def test_mount_daemon_says_the_daemon_is_still_mounting_after_10_s(pool, mountpo
             if helpers.is_mounted(mountpoint):
                 helpers.unmount(helpers.Mount(pool, mountpoint))
     pytest.fail("the mount appeared before the daemon could be stopped, 5 times")
+
+
+def test_a_bad_option_or_setting_is_a_usage_error_exit_2_and_a_failure_exit_1(pool, mountpoint):
+    """One exit-code rule for every command: 2 for what the user typed wrong
+    (found before anything changed), 1 for a command that failed."""
+    for opts in ("bogus_option", "placement_policy=bogus", "sync_threshold_bytes=lots",
+                 "norecovery", "metrics=nowhere"):
+        cp = terrace("mount", "-o", opts, pool, mountpoint, check=False)
+        assert_clean_error(cp)
+        assert cp.returncode == 2, helpers.describe(cp, f"mount -o {opts} is a usage error")
+        assert not helpers.is_mounted(mountpoint)
+    with mounted_pool(pool, mountpoint) as m:
+        before = terrace("set", m.path, "placement_policy").stdout
+        for args, named in ((["placement_policy", "bogus"], "bogus"),
+                            (["no_such_setting", "1"], "no_such_setting"),
+                            (["no_such_setting"], "no_such_setting")):
+            cp = terrace("set", m.path, *args, check=False)
+            assert_clean_error(cp, mentions=[named])
+            assert cp.returncode == 2, helpers.describe(cp, f"set {' '.join(args)} is a usage error")
+        assert terrace("set", m.path, "placement_policy").stdout == before, "a refused set changed the setting"
+        cp = terrace("iostat", m.path, "0", check=False)
+        assert cp.returncode == 2, helpers.describe(cp, "a bad iostat interval is a usage error")
+    cp = terrace("mount", str(pool) + ".missing", mountpoint, check=False)
+    assert_clean_error(cp, mentions=[".missing"])
+    assert cp.returncode == 1, helpers.describe(cp, "a pool that is not there is a failure, not a usage error")

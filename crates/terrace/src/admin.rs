@@ -161,7 +161,8 @@ pub fn umount(mnt: &Path, lazy: bool) -> CliResult {
 
 /// Maps a failed control call to the command's error, naming `shown` (the
 /// path as given): no daemon serves `mnt`, the call failed, or the daemon
-/// refused the request.
+/// refused the request (a refusal with EINVAL, a bad argument such as an
+/// unknown setting or value, is a usage error: exit status 2).
 pub fn control_failed<'a>(
     mnt: &'a Path,
     shown: &'a Path,
@@ -169,6 +170,9 @@ pub fn control_failed<'a>(
     move |e| match e {
         ControlError::NoDaemon => no_daemon(mnt, shown),
         ControlError::Failed(m) => CliError::at(shown, m),
+        ControlError::Refused(r) if r.errno == Some(libc::EINVAL) => {
+            CliError::at(shown, r.error).code(2)
+        }
         ControlError::Refused(r) => CliError::at(shown, r.error),
     }
 }
@@ -225,7 +229,7 @@ pub fn set(mnt: &Path, key: Option<&str>, value: Option<&str>) -> CliResult {
     }
     if let (Some(k), false) = (key, found) {
         let known: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
-        return Err(CliError::new(format!(
+        return Err(CliError::usage(format!(
             "unknown setting {k:?}; known: {}",
             known.join(", ")
         )));

@@ -16,7 +16,11 @@ Quick start:
   terrace umount /tmp/t
   terrace fsck /dev/shm/pool
 
-Run `terrace help <command>` for a command's options and examples.";
+Run `terrace help <command>` for a command's options and examples.
+
+Exit status: 0 success, 1 the command failed, 2 a usage error (an unknown
+command, option or setting, or a bad value), found before anything changed.
+mkfs, fsck, scrub, sync and migrate say more in their own help.";
 
 #[derive(Parser, Debug)]
 #[command(name = "terrace", version, about = ABOUT, long_about = ABOUT, after_long_help = MAIN_AFTER, after_help = MAIN_AFTER)]

@@ -404,6 +404,15 @@ impl Refusal {
         }
     }
 
+    /// The refusal of a bad argument (an unknown setting, a bad value):
+    /// EINVAL, which the CLI reports as a usage error (exit status 2).
+    pub fn invalid(error: impl Into<String>) -> Refusal {
+        Refusal {
+            error: error.into(),
+            errno: Some(libc::EINVAL),
+        }
+    }
+
     /// The refusal of a request that would write on a read-only mount
     /// ([`Request::writes`] says what it would do).
     pub fn read_only(what: &str) -> Refusal {

@@ -313,7 +313,9 @@ impl Server {
 
     fn set(&self, s: &SetSetting) -> Answer<SetReply> {
         let key = protocol::setting_name(&s.key);
-        self.fs.set_setting(key, &s.value).map_err(Refusal::new)?;
+        self.fs
+            .set_setting(key, &s.value)
+            .map_err(Refusal::invalid)?;
         Ok(SetReply {
             key: key.into(),
             value: self.fs.settings().get(key).unwrap_or_default(),

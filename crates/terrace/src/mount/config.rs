@@ -74,7 +74,8 @@ impl MountConfig {
 
     /// Applies comma-separated `-o` arguments (options only mount(8) and
     /// fstab use are accepted and ignored: `mount_helper::mount8_only`). A
-    /// bad `metrics=` address is a usage error (exit status 2).
+    /// unknown option, a bad value or a bad `metrics=` address is a usage
+    /// error (exit status 2).
     pub fn apply_options(&mut self, opts: &[String]) -> CliResult {
         for o in opts {
             for part in o.split(',') {
@@ -101,7 +102,7 @@ impl MountConfig {
                 }
                 self.options
                     .apply(part)
-                    .map_err(|why| CliError::new(explain_unknown_option(part, why)))?;
+                    .map_err(|why| CliError::usage(explain_unknown_option(part, why)))?;
             }
             self.raw_options.push(o.clone());
         }
@@ -112,7 +113,7 @@ impl MountConfig {
     /// key's parser) so a bad value fails at once with the key's name; rules
     /// between keys are checked on the finished settings.
     pub fn add_setting(&mut self, key: &str, value: &str) -> CliResult {
-        terrace_policy::Settings::check_value(key, value).map_err(CliError::new)?;
+        terrace_policy::Settings::check_value(key, value).map_err(CliError::usage)?;
         self.settings.push((key.to_string(), value.to_string()));
         Ok(())
     }
