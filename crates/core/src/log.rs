@@ -87,6 +87,22 @@ pub fn next_page_size(last: Option<u64>, len: u64) -> u64 {
     grown.max((len + LOG_PAGE_HEADER).next_power_of_two())
 }
 
+/// The sizes of the pages [`Log::stage`] chains into an empty log for
+/// entries of `lens` bytes, when PM has every size it asks for.
+pub fn page_sizes_for(lens: impl IntoIterator<Item = u64>) -> Vec<u64> {
+    let mut sizes: Vec<u64> = Vec::new();
+    let mut left = 0;
+    for len in lens {
+        if len > left {
+            let size = next_page_size(sizes.last().copied(), len);
+            sizes.push(size);
+            left = size - LOG_PAGE_HEADER;
+        }
+        left -= len;
+    }
+    sizes
+}
+
 /// A page of `size` bytes for an entry of `len` bytes or, when PM has no
 /// block left for it, the largest smaller page that holds the entry and fits
 /// in a slab block's free units. Removals need this on a full PM: deleted
@@ -387,6 +403,25 @@ mod tests {
             nlink: n,
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn page_sizes_for_predicts_the_pages_a_stage_takes() {
+        for (n, long) in [(1, 0), (12, 230), (40, 3), (67, 5), (200, 100)] {
+            let (m, a, ls) = small_pm();
+            let mut entries = vec![attr(1)];
+            entries.extend((0..n).map(|i| Entry::DentryAdd {
+                ino: i,
+                file_type: 8,
+                name: format!("{i:05}{}", "n".repeat(long)).into_bytes(),
+            }));
+            let st = Log::default()
+                .stage(&m, &room(&ls, &a), 7, 0, &entries)
+                .unwrap();
+            let staged: Vec<u64> = st.new_pages.iter().map(|p| p.size).collect();
+            let lens = entries.iter().map(|e| e.encode().len() as u64);
+            assert_eq!(page_sizes_for(lens), staged, "{n} names of {long}+5 bytes");
+        }
     }
 
     #[test]

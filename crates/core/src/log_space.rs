@@ -241,6 +241,34 @@ impl LogSpace {
         }
     }
 
+    /// For each `k` in `0..=pages.len()`, the pool blocks that freeing the
+    /// first `k` of `pages` (live pages of one log, in its order) would
+    /// give back now: each whole-block page, and each slab block whose
+    /// every used unit is among them. A log trim chooses its cut by it.
+    pub fn blocks_freed_by_prefixes(&self, pages: &[LogPage]) -> Vec<u64> {
+        let s = self.slabs.lock();
+        let mut dropped: BTreeMap<u64, u16> = BTreeMap::new();
+        let mut freed = 0;
+        let mut out = Vec::with_capacity(pages.len() + 1);
+        out.push(0);
+        for p in pages {
+            if p.size >= LOG_PAGE_MAX {
+                freed += 1;
+            } else {
+                let (block, mask) = p.units();
+                let acc = dropped.entry(block).or_insert(0);
+                let before = *acc;
+                *acc |= mask;
+                let used = s.used.get(&block).copied().unwrap_or(0);
+                if *acc == used && before != used {
+                    freed += 1;
+                }
+            }
+            out.push(freed);
+        }
+        out
+    }
+
     /// Pool blocks that hold log pages: slab blocks and whole-block pages.
     pub fn blocks(&self) -> u64 {
         let s = self.slabs.lock();
@@ -268,6 +296,31 @@ pub fn bitmaps_of(pages: impl IntoIterator<Item = LogPage>) -> BTreeMap<u64, u16
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_freed_by_prefixes_counts_a_slab_block_only_once_all_its_pages_go() {
+        let a = PageAllocator::new(PhysBlock(0), 8, 1);
+        let ls = LogSpace::default();
+        // One log: a small page, a whole page, another small page in the
+        // same slab block; a second log's small page shares that block too.
+        let mine = [
+            ls.alloc(&a, 256, 0).unwrap(),
+            ls.alloc(&a, 4096, 0).unwrap(),
+            ls.alloc(&a, 512, 0).unwrap(),
+        ];
+        let other = ls.alloc(&a, 256, 0).unwrap();
+        assert_eq!(mine[0].off / BLOCK_SIZE, other.off / BLOCK_SIZE);
+        assert_eq!(ls.blocks_freed_by_prefixes(&mine), vec![0, 0, 1, 1]);
+        ls.free(&a, other);
+        assert_eq!(ls.blocks_freed_by_prefixes(&mine), vec![0, 0, 1, 2]);
+        let free = a.free();
+        ls.free_all(&a, mine);
+        assert_eq!(
+            a.free(),
+            free + 2,
+            "the prediction matches what freeing gives"
+        );
+    }
 
     #[test]
     fn small_pages_share_a_block_and_return_it_when_all_are_freed() {

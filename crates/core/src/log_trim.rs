@@ -19,7 +19,10 @@
 //!
 //! Steps, under the directory's inode lock:
 //! 1. Walk the log; note for each page the names and xattrs it is the last
-//!    to set; choose the `k` that frees most more than E takes.
+//!    to set; choose the `k` whose pages give back the most pool blocks
+//!    more than E's pages take (at least one: checked again once E is
+//!    staged, where its pages really lie, so each trim that reports
+//!    success has freed a block and a removal's retries end).
 //! 2. Stage E into fresh pages (a page-end marker after its last entry),
 //!    link the last new page's `next` to the suffix's first page, flush.
 //! 3. Commit point: one store of the slot's head word (fence, store,
@@ -46,10 +49,21 @@ use terrace_format::{Entry, InodeSlot, INODE_OFF_LOG_HEAD, INODE_SIZE, LOG_PAGE_
 struct Cut {
     /// Pages dropped.
     k: usize,
-    /// Their bytes.
+    /// Pool blocks that dropping them gives back
+    /// ([`crate::log_space::LogSpace::blocks_freed_by_prefixes`]).
     freed: u64,
     /// Bytes E takes (encoded entries, not counting page headers).
     needed: u64,
+}
+
+/// A live xattr of the directory, as the walked log sets it.
+struct XattrFacts {
+    /// Page of its last Set (or Del).
+    set: usize,
+    /// Page of its last entry of any kind.
+    any: usize,
+    /// Encoded lengths of its entries in E.
+    lens: Vec<u64>,
 }
 
 /// The last page that sets each live name and each xattr of a directory,
@@ -58,11 +72,11 @@ struct PageFacts {
     /// Bytes of the entries that establish, for each page, the names whose
     /// last add is there and which the directory still has.
     name_bytes: Vec<u64>,
-    /// Those entries (as E holds them), each with the page of its last add.
-    live_names: Vec<(usize, Entry)>,
-    /// Per xattr name the directory still has: (page of its last Set, page
-    /// of its last entry of any kind, bytes of its entries in E).
-    xattrs: Vec<(usize, usize, u64)>,
+    /// Those entries (as E holds them), each with the page of its last add
+    /// and its encoded length.
+    live_names: Vec<(usize, Entry, u64)>,
+    /// Per xattr name the directory still has, in its order.
+    xattrs: Vec<XattrFacts>,
 }
 
 impl PageFacts {
@@ -95,22 +109,22 @@ impl PageFacts {
                         file_type,
                         name: name.to_vec(),
                     };
-                    name_bytes[p] += e.encode().len() as u64;
-                    live_names.push((p, e));
+                    let len = e.encode().len() as u64;
+                    name_bytes[p] += len;
+                    live_names.push((p, e, len));
                 }
             }
         }
         let xattrs = dir
             .xattrs
             .iter()
-            .map(|(name, value)| {
-                let bytes = crate::inode::xattr_entries(name, value)
+            .map(|(name, value)| XattrFacts {
+                set: last_set.get(name.as_slice()).copied().unwrap_or(0),
+                any: last_any.get(name.as_slice()).copied().unwrap_or(0),
+                lens: crate::inode::xattr_entries(name, value)
                     .iter()
                     .map(|e| e.encode().len() as u64)
-                    .sum();
-                let set = last_set.get(name.as_slice()).copied().unwrap_or(0);
-                let any = last_any.get(name.as_slice()).copied().unwrap_or(0);
-                (set, any, bytes)
+                    .collect(),
             })
             .collect();
         PageFacts {
@@ -120,38 +134,78 @@ impl PageFacts {
         }
     }
 
-    /// The cut of the first `k` pages, or None when it is not allowed: an
-    /// xattr set in the dropped pages and appended to after them (E would
-    /// hold its whole value, and the suffix would append again).
-    fn cut(&self, pages: &[LogPage], k: usize, attr_bytes: u64) -> Option<Cut> {
+    /// The cut of the first `k` pages (`freed[k]` blocks given back), or
+    /// None when it is not allowed: an xattr set in the dropped pages and
+    /// appended to after them (E would hold its whole value, and the suffix
+    /// would append again).
+    fn cut(&self, freed: &[u64], k: usize, attr_bytes: u64) -> Option<Cut> {
         let mut needed = attr_bytes + self.name_bytes[..k].iter().sum::<u64>();
-        for &(set, any, bytes) in &self.xattrs {
-            if any < k {
-                needed += bytes;
-            } else if set < k {
+        for x in &self.xattrs {
+            if x.any < k {
+                needed += x.lens.iter().sum::<u64>();
+            } else if x.set < k {
                 return None;
             }
         }
-        let freed = pages[..k].iter().map(|p| p.size).sum();
-        Some(Cut { k, freed, needed })
+        Some(Cut {
+            k,
+            freed: freed[k],
+            needed,
+        })
+    }
+
+    /// Encoded lengths of E's entries for a cut of `k` pages, in the order
+    /// E is staged: the attributes, the names, the xattrs.
+    fn e_lens(&self, k: usize, attr_bytes: u64) -> Vec<u64> {
+        let mut lens = vec![attr_bytes];
+        lens.extend(
+            self.live_names
+                .iter()
+                .filter(|(p, _, _)| *p < k)
+                .map(|(_, _, len)| *len),
+        );
+        for x in self.xattrs.iter().filter(|x| x.any < k) {
+            lens.extend_from_slice(&x.lens);
+        }
+        lens
     }
 }
 
-/// The cut to make: of those whose E (with a page header per 4 KiB) fits
-/// in `room` bytes — or in one smallest page — the one freeing most beyond
-/// what E takes, and at least one 4 KiB block more.
-fn best_cut(facts: &PageFacts, pages: &[LogPage], attr_bytes: u64, room: u64) -> Option<Cut> {
-    let takes = |c: &Cut| {
-        let e_pages = c
-            .needed
-            .div_ceil(terrace_format::LOG_PAGE_MAX - LOG_PAGE_HEADER);
-        c.needed + e_pages * LOG_PAGE_HEADER
+/// How many of the cuts with the best rough gain are priced exactly.
+const CUTS_PRICED: usize = 8;
+
+/// The cut to make: of those whose E fits in `room_blocks` free blocks (or
+/// in one smallest page), the one that gives back the most blocks beyond
+/// what E's pages take, and at least one. E's pages take at most a block
+/// each (a small one may open a slab block of its own), as many as
+/// [`Log::stage`] chains for E into an empty log
+/// ([`crate::log::page_sizes_for`]). Cuts are ranked roughly (E in 4 KiB
+/// pages), then the best few priced by that page sequence.
+fn best_cut(facts: &PageFacts, freed: &[u64], attr_bytes: u64, room_blocks: u64) -> Option<Cut> {
+    // Fewer pages than E can take (none holds more than a whole page's).
+    let rough = |c: &Cut| {
+        c.needed
+            .div_ceil(terrace_format::LOG_PAGE_MAX - LOG_PAGE_HEADER)
     };
-    let room = room.max(terrace_format::LOG_PAGE_MIN);
-    (1..pages.len())
-        .filter_map(|k| facts.cut(pages, k, attr_bytes))
-        .filter(|c| takes(c) <= room && c.freed >= takes(c) + terrace_format::BLOCK_SIZE)
-        .max_by_key(|c| c.freed - takes(c))
+    let may_fit = |c: &Cut| {
+        rough(c) <= room_blocks || c.needed + LOG_PAGE_HEADER <= terrace_format::LOG_PAGE_MIN
+    };
+    let mut cuts: Vec<Cut> = (1..freed.len() - 1)
+        .filter_map(|k| facts.cut(freed, k, attr_bytes))
+        .filter(|c| c.freed > rough(c) && may_fit(c))
+        .collect();
+    cuts.sort_by_key(|c| (std::cmp::Reverse(c.freed - rough(c)), c.k));
+    cuts.into_iter()
+        .take(CUTS_PRICED)
+        .filter_map(|c| {
+            let lens = facts.e_lens(c.k, attr_bytes);
+            let sizes = crate::log::page_sizes_for(lens.iter().copied());
+            let takes = sizes.len() as u64;
+            let fits = takes <= room_blocks || sizes == [terrace_format::LOG_PAGE_MIN];
+            (fits && c.freed > takes).then_some((c.freed - takes, c))
+        })
+        .max_by_key(|&(gain, c)| (gain, std::cmp::Reverse(c.k)))
+        .map(|(_, c)| c)
 }
 
 /// The entries of an inode's state as a sorted list of encodings: equal
@@ -217,10 +271,10 @@ impl Fs {
         }
         let attr = Entry::Attr(whole.attr);
         let facts = PageFacts::of(&whole, &entries, walked.pages.len());
-        let room_bytes =
-            self.alloc.free().saturating_sub(self.promised_blocks()) * terrace_format::BLOCK_SIZE;
+        let room_blocks = self.alloc.free().saturating_sub(self.promised_blocks());
         let attr_bytes = attr.encode().len() as u64;
-        let Some(cut) = best_cut(&facts, &walked.pages, attr_bytes, room_bytes) else {
+        let freed = self.log_space.blocks_freed_by_prefixes(&walked.pages);
+        let Some(cut) = best_cut(&facts, &freed, attr_bytes, room_blocks) else {
             return false;
         };
         // E: the attributes, then what only the dropped pages establish.
@@ -229,11 +283,11 @@ impl Fs {
             facts
                 .live_names
                 .iter()
-                .filter(|(p, _)| *p < cut.k)
-                .map(|(_, e)| e.clone()),
+                .filter(|(p, _, _)| *p < cut.k)
+                .map(|(_, e, _)| e.clone()),
         );
-        for ((name, value), &(_, any, _)) in whole.xattrs.iter().zip(&facts.xattrs) {
-            if any < cut.k {
+        for ((name, value), x) in whole.xattrs.iter().zip(&facts.xattrs) {
+            if x.any < cut.k {
                 e_entries.extend(crate::inode::xattr_entries(name, value));
             }
         }
@@ -269,6 +323,18 @@ impl Fs {
         ) else {
             return false;
         };
+        // Where E's pages really lie decides what the trim gives and takes
+        // (a small page of E in a slab block with dropped pages keeps that
+        // block): at least a block more given than taken, or nothing is
+        // published, so a removal's retries after trims end.
+        let gives = self
+            .log_space
+            .blocks_freed_by_prefixes(&walked.pages[..cut.k])[cut.k];
+        let takes = self.log_space.blocks_freed_by_prefixes(&st.new_pages)[st.new_pages.len()];
+        if gives <= takes {
+            room.give_back(st.new_pages);
+            return false;
+        }
         let last = *st.new_pages.last().expect("E has an entry");
         if last.end() - st.new_tail >= terrace_format::ENTRY_HEADER as u64 {
             let pe = Entry::PageEnd.encode();
@@ -312,54 +378,95 @@ impl Fs {
 mod tests {
     use super::*;
 
-    fn pages(sizes: &[u64]) -> Vec<LogPage> {
-        let mut off = 1 << 20;
-        sizes
-            .iter()
-            .map(|&size| {
-                let p = LogPage { off, size };
-                off += 4096;
-                p
-            })
-            .collect()
+    /// Facts of a log of `pages` pages whose live names, of `len` bytes
+    /// each, have their last add in the pages `at` lists.
+    fn facts(pages: usize, at: &[(usize, u64)]) -> PageFacts {
+        let mut name_bytes = vec![0; pages];
+        let mut live_names = Vec::new();
+        for &(p, len) in at {
+            name_bytes[p] += len;
+            live_names.push((p, Entry::PageEnd, len));
+        }
+        PageFacts {
+            name_bytes,
+            live_names,
+            xattrs: vec![],
+        }
     }
 
     #[test]
     fn the_cut_frees_most_beyond_what_the_kept_names_take() {
-        let p = pages(&[4096; 5]);
-        // Live names: 3,000 bytes set in page 2, 100 in page 4 (the last,
-        // always kept).
-        let facts = PageFacts {
-            name_bytes: vec![0, 0, 3000, 0, 100],
-            live_names: vec![],
-            xattrs: vec![],
-        };
-        let c = best_cut(&facts, &p, 80, 1 << 20).unwrap();
-        assert_eq!((c.k, c.freed, c.needed), (4, 4 * 4096, 3080));
-        // With room for an E of one smallest page only, the cut stops
-        // before the live names.
-        let c = best_cut(&facts, &p, 80, 0).unwrap();
-        assert_eq!((c.k, c.freed, c.needed), (2, 2 * 4096, 80));
+        // Five whole-block pages; live names: 30 of 100 bytes set in page 2,
+        // one in page 4 (the last, always kept).
+        let freed: Vec<u64> = (0..=5).collect();
+        let mut at = vec![(2, 100); 30];
+        at.push((4, 100));
+        let f = facts(5, &at);
+        // E for k = 4: 80 + 3,000 bytes in pages of 256, 512, 1024, 2048:
+        // four pages, each may take a block, so dropping 4 gains nothing;
+        // dropping 2 (E: the attributes alone, one small page) gains 1.
+        let c = best_cut(&f, &freed, 80, 1 << 20).unwrap();
+        assert_eq!((c.k, c.freed, c.needed), (2, 2, 80));
+        // With many more dead pages behind the names, the deep cut wins.
+        let freed: Vec<u64> = (0..=12).collect();
+        let mut at = vec![(2, 100); 30];
+        at.push((11, 100));
+        let f = facts(12, &at);
+        let c = best_cut(&f, &freed, 80, 1 << 20).unwrap();
+        assert_eq!((c.k, c.freed, c.needed), (11, 11, 3080));
+        // With no free block, only an E of one smallest page may be made.
+        let c = best_cut(&f, &freed, 80, 0).unwrap();
+        assert_eq!((c.k, c.needed), (2, 80));
         // Nothing to gain when the pages are all live.
-        let full = PageFacts {
-            name_bytes: vec![4000; 5],
-            live_names: vec![],
-            xattrs: vec![],
-        };
-        assert_eq!(best_cut(&full, &p, 80, 1 << 20), None);
+        let full = facts(5, &[(0, 4000), (1, 4000), (2, 4000), (3, 4000), (4, 4000)]);
+        assert_eq!(
+            best_cut(&full, &(0..=5).collect::<Vec<_>>(), 80, 1 << 20),
+            None
+        );
+    }
+
+    #[test]
+    fn a_cut_that_frees_no_more_blocks_than_its_e_takes_is_never_chosen() {
+        // The pages a first trim leaves (E of 12 names of 280 bytes: pages
+        // of 256, 512, 1024, 2048 and 4096 bytes, the small ones sharing
+        // one slab block) give back 2 blocks; a new E would take as many.
+        let f = facts(
+            6,
+            &[
+                (1, 280),
+                (2, 280),
+                (2, 280),
+                (2, 280),
+                (3, 280),
+                (3, 280),
+                (3, 280),
+                (3, 280),
+                (3, 280),
+                (3, 280),
+                (3, 280),
+                (4, 280),
+            ],
+        );
+        let freed = vec![0, 0, 0, 1, 1, 2, 2];
+        assert_eq!(best_cut(&f, &freed, 64, 1 << 20), None);
     }
 
     #[test]
     fn an_xattr_set_before_the_cut_and_appended_after_it_forbids_the_cut() {
-        let p = pages(&[4096; 4]);
-        let facts = PageFacts {
+        let f = PageFacts {
             name_bytes: vec![0; 4],
             live_names: vec![],
             // Set in page 1, appended in page 2.
-            xattrs: vec![(1, 2, 500)],
+            xattrs: vec![XattrFacts {
+                set: 1,
+                any: 2,
+                lens: vec![300, 200],
+            }],
         };
-        assert_eq!(facts.cut(&p, 2, 80), None);
-        assert_eq!(facts.cut(&p, 3, 80).map(|c| c.needed), Some(580));
-        assert_eq!(facts.cut(&p, 1, 80).map(|c| c.needed), Some(80));
+        let freed: Vec<u64> = (0..=4).collect();
+        assert_eq!(f.cut(&freed, 2, 80), None);
+        assert_eq!(f.cut(&freed, 3, 80).map(|c| c.needed), Some(580));
+        assert_eq!(f.cut(&freed, 1, 80).map(|c| c.needed), Some(80));
+        assert_eq!(f.e_lens(3, 80), vec![80, 300, 200]);
     }
 }

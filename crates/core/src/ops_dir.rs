@@ -18,6 +18,11 @@ use terrace_format::{
     SYMLINK_MAX,
 };
 
+/// Trims of a directory's log one removal refused for PM room may ask for
+/// before it waits instead: each that succeeds frees at least a block, so
+/// this is a bound in case the pool changes under it, not a count needed.
+const TRIMS_PER_REMOVAL: u32 = 8;
+
 /// Checks a single path component.
 pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() {
@@ -382,14 +387,19 @@ impl Fs {
 
     fn remove_name(&self, parent: Ino, name: &[u8], want_dir: bool) -> FsResult<()> {
         // Refused log room on PM: again after trimming the directory's log
-        // (`log_trim.rs`: the pages of names removed before), or while
-        // waiting makes PM freer (`Fs::wait_for_removal_room`).
+        // (`log_trim.rs`: the pages of names removed before; each trim that
+        // reports success freed a block, and a removal tries a bounded
+        // number), or while waiting makes PM freer
+        // (`Fs::wait_for_removal_room`).
+        let mut trims = 0;
         loop {
             match self.try_remove_name(parent, name, want_dir) {
                 Err(e)
                     if e.raw_os_error() == Some(libc::ENOSPC)
-                        && (self.trim_dir_log(parent).unwrap_or(false)
-                            || self.wait_for_removal_room()) => {}
+                        && ((trims < TRIMS_PER_REMOVAL && {
+                            trims += 1;
+                            self.trim_dir_log(parent).unwrap_or(false)
+                        }) || self.wait_for_removal_room()) => {}
                 r => return r,
             }
         }

@@ -96,3 +96,78 @@ fn a_crash_at_any_point_of_a_trim_leaves_the_same_tree() {
         }
     }
 }
+
+/// A directory whose log starts with `kept` names of `len` bytes (kept),
+/// then 600 names since removed, then 4,500 more: its inode.
+fn directory_keeping_early_names(fs: &terrace_core::Fs, kept: u32, len: usize) -> u64 {
+    let d = fs.mkdir(1, b"d", 0o750, CTX).unwrap().ino;
+    let long = |i: u32| format!("{i:05}{}", "k".repeat(len - 5));
+    for i in 0..kept {
+        fs.mknod(d, long(i).as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+    }
+    for i in 0..600u32 {
+        let name = format!("early-{i:04}-with-a-long-name");
+        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .unwrap();
+    }
+    for i in 0..600u32 {
+        let name = format!("early-{i:04}-with-a-long-name");
+        fs.unlink(d, name.as_bytes()).unwrap();
+    }
+    for i in 0..4500u32 {
+        let name = format!("late-{i}");
+        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o600, 0, CTX)
+            .unwrap();
+    }
+    d
+}
+
+#[test]
+fn every_trim_that_reports_success_frees_a_block_so_trims_in_a_row_end() {
+    // E's sizes around the ones whose pages (256 B to 4 KiB, growing) a
+    // second trim would once replace by the same pages, reporting success
+    // each time while freeing nothing: a removal retrying after each trim
+    // never ended.
+    for (kept, len) in [
+        (1, 255),
+        (6, 255),
+        (10, 255),
+        (11, 255),
+        (12, 255),
+        (13, 255),
+        (14, 255),
+        (20, 255),
+        (64, 29),
+        (66, 29),
+        (67, 29),
+        (70, 29),
+    ] {
+        let (_m, fs) = pm_pool(16 << 20, 8192);
+        let d = directory_keeping_early_names(&fs, kept, len);
+        let tree = fs_tree(&fs);
+        let mut trims = 0;
+        loop {
+            let free = fs.space_status().pm_free_bytes;
+            if !fs.trim_dir_log(d).unwrap() {
+                break;
+            }
+            trims += 1;
+            let gained = fs.space_status().pm_free_bytes as i64 - free as i64;
+            assert!(
+                gained >= 4096,
+                "{kept} names of {len} bytes: trim {trims} reported success but freed {gained} bytes"
+            );
+            assert!(
+                trims <= 3,
+                "{kept} names of {len} bytes: {trims} trims in a row"
+            );
+        }
+        assert!(
+            trims >= 1,
+            "{kept} names of {len} bytes: nothing was trimmed"
+        );
+        assert_same_tree(&fs_tree(&fs), &tree, "after the trims");
+        fs.check_allocator().unwrap();
+    }
+}
