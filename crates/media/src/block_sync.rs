@@ -19,6 +19,20 @@
 //! answers for exactly its writes; a thread that wrote before a failure and
 //! never synced gets a spurious error at its next sync — only ever after a
 //! real device error. The cost is a thread-local map lookup per request.
+//!
+//! Two more ways a sync could answer for writes a failure lost:
+//! - Syncs run alongside each other wait on the same write-back, and Linux
+//!   reports its failure to one of them: another could return success and
+//!   look at the failure count before the failing one raised it. So a sync
+//!   that succeeded waits, before it looks, for every sync that ran beside
+//!   it to end (syncs are grouped in generations: one that ends closes the
+//!   current generation and waits for the ones at or before it; later ones
+//!   never hold it up). Syncs still run together on the device.
+//! - A thread whose own sync failed may still hold writes made before it
+//!   that a later sync of its own is meant to answer for (a migration
+//!   worker's batch, written, then a file's write-back synced and failed,
+//!   then the batch synced and committed). The failure lost those too, so
+//!   the thread's record is kept: its next sync fails as well.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -43,6 +57,20 @@ pub struct PerWriterSync<B: BlockMedia> {
     id: u64,
     /// Syncs that failed since the wrapper was made.
     failed: AtomicU64,
+    /// The syncs running, by generation (module docs); a leaf lock:
+    /// nothing else is locked under it.
+    running: parking_lot::Mutex<Running>,
+    /// Signalled when a sync ends.
+    ended: parking_lot::Condvar,
+}
+
+/// The syncs of `inner` under way.
+#[derive(Debug, Default)]
+struct Running {
+    /// The generation a sync starting now joins.
+    generation: u64,
+    /// Syncs under way per generation (no entry once none is).
+    by_generation: std::collections::BTreeMap<u64, u32>,
 }
 
 impl<B: BlockMedia> PerWriterSync<B> {
@@ -52,6 +80,8 @@ impl<B: BlockMedia> PerWriterSync<B> {
             inner,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             failed: AtomicU64::new(0),
+            running: parking_lot::Mutex::new(Running::default()),
+            ended: parking_lot::Condvar::new(),
         }
     }
 
@@ -95,10 +125,40 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
 
     fn sync(&self) -> io::Result<()> {
         let first = FIRST_WRITE.with(|m| m.borrow_mut().remove(&self.id));
-        if let Err(e) = self.inner.sync() {
+        let joined = {
+            let mut r = self.running.lock();
+            let g = r.generation;
+            *r.by_generation.entry(g).or_insert(0) += 1;
+            g
+        };
+        let result = self.inner.sync();
+        let mut r = self.running.lock();
+        if let std::collections::btree_map::Entry::Occupied(mut n) = r.by_generation.entry(joined) {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
+        if let Err(e) = result {
             self.failed.fetch_add(1, Ordering::SeqCst);
+            drop(r);
+            self.ended.notify_all();
+            if let Some(seen) = first {
+                // Writes this thread made before may still wait for a sync
+                // of its own: that one fails too (module docs).
+                FIRST_WRITE.with(|m| m.borrow_mut().insert(self.id, seen));
+            }
             return Err(e);
         }
+        self.ended.notify_all();
+        // Every sync that ran beside this one started at or before this
+        // generation: wait for them to end (and count their failures).
+        let last = r.generation;
+        r.generation += 1;
+        while r.by_generation.range(..=last).next().is_some() {
+            self.ended.wait(&mut r);
+        }
+        drop(r);
         match first {
             // The device synced, but a failed sync since this thread's first
             // write may have dropped some of it: EIO, as the kernel would
@@ -156,6 +216,9 @@ mod tests {
     struct Errseq {
         dev: Arc<CrashBlock>,
         fail_next: std::sync::atomic::AtomicBool,
+        /// Run by the failing sync after it lost the writes, before it
+        /// returns the error.
+        while_failing: Option<Box<dyn Fn() + Send + Sync>>,
     }
 
     impl BlockMedia for Errseq {
@@ -171,6 +234,9 @@ mod tests {
         fn sync(&self) -> io::Result<()> {
             if self.fail_next.swap(false, Ordering::SeqCst) {
                 self.dev.lose_unsynced();
+                if let Some(f) = &self.while_failing {
+                    f();
+                }
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
             self.dev.sync()
@@ -189,6 +255,7 @@ mod tests {
         let m = Arc::new(PerWriterSync::new(Errseq {
             dev: dev.clone(),
             fail_next: false.into(),
+            while_failing: None,
         }));
         // Thread A writes block 1 and waits; this thread writes block 2 and
         // its sync fails, losing both; A's sync must fail too.
@@ -224,9 +291,82 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(dev.crash_image(BlockLoss::AllUnsynced)[B], 1);
-        // A thread that wrote nothing gets the device's answer.
+        // This thread's block 2 was lost by its own failed sync: its next
+        // sync says so once; then it has nothing unsynced and gets the
+        // device's answer.
+        assert!(m.sync().is_err());
         m.sync().unwrap();
         assert_eq!(m.failed_syncs(), 1);
+    }
+
+    #[test]
+    fn a_sync_run_beside_a_failing_one_fails_for_the_writes_that_failure_lost() {
+        use std::sync::mpsc::{channel, Receiver, Sender};
+        use std::sync::Mutex;
+        use std::time::Duration;
+        let dev = Arc::new(CrashBlock::new(8 * BLOCK_SIZE));
+        // The failing sync lets A start its sync and gives it time to reach
+        // the device before returning its error (Linux tells one of the
+        // syncs waiting on a failed write-back, and the other succeeds).
+        let (go_tx, go_rx): (Sender<()>, Receiver<()>) = channel();
+        let (syncing_tx, syncing_rx): (Sender<()>, Receiver<()>) = channel();
+        let (go_tx, syncing_rx) = (Mutex::new(go_tx), Mutex::new(syncing_rx));
+        let m = Arc::new(PerWriterSync::new(Errseq {
+            dev: dev.clone(),
+            fail_next: false.into(),
+            while_failing: Some(Box::new(move || {
+                go_tx.lock().unwrap().send(()).unwrap();
+                syncing_rx.lock().unwrap().recv().unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            })),
+        }));
+        let (wrote_tx, wrote_rx) = channel();
+        let a = {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                m.write_blocks(1, &[1; B]).unwrap();
+                wrote_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                syncing_tx.send(()).unwrap();
+                m.sync()
+            })
+        };
+        wrote_rx.recv().unwrap();
+        m.write_blocks(2, &[2; B]).unwrap();
+        m.inner().fail_next.store(true, Ordering::SeqCst);
+        assert!(m.sync().is_err());
+        let r = a.join().unwrap();
+        assert_eq!(
+            dev.crash_image(BlockLoss::AllUnsynced)[B],
+            0,
+            "A's block was lost"
+        );
+        assert!(r.is_err(), "A's sync answered success for a lost block");
+    }
+
+    #[test]
+    fn a_thread_whose_sync_failed_fails_its_next_sync_for_the_writes_before() {
+        let dev = Arc::new(CrashBlock::new(8 * BLOCK_SIZE));
+        let m = PerWriterSync::new(Errseq {
+            dev: dev.clone(),
+            fail_next: false.into(),
+            while_failing: None,
+        });
+        // A batch written, then another write synced alone fails (its
+        // caller copes), then the batch's own sync: it must not succeed.
+        m.write_blocks(1, &[1; B]).unwrap();
+        m.write_blocks(2, &[2; B]).unwrap();
+        m.inner().fail_next.store(true, Ordering::SeqCst);
+        assert!(m.sync().is_err());
+        assert!(
+            m.sync().is_err(),
+            "the batch's sync answered for a lost block"
+        );
+        assert_eq!(dev.crash_image(BlockLoss::AllUnsynced)[B], 0);
+        // Writes after that are unaffected.
+        m.write_blocks(1, &[1; B]).unwrap();
+        m.sync().unwrap();
+        assert_eq!(dev.crash_image(BlockLoss::AllUnsynced)[B], 1);
     }
 
     #[test]
@@ -241,8 +381,9 @@ mod tests {
         m.write_blocks(1, &[8; B]).unwrap();
         assert!(m.sync().is_err());
         m.inner().heal();
-        // This thread's failed sync consumed its pending writes' error; the
-        // device (unlike Linux) kept them unsynced: the next sync works.
+        // The thread's writes before the failure count as lost (on Linux
+        // they are): its next sync fails too, and the one after works.
+        assert!(m.sync().is_err());
         m.sync().unwrap();
         assert_eq!(m.failed_syncs(), 1);
     }

@@ -347,3 +347,37 @@ fn a_sync_error_seen_by_another_writer_does_not_let_lost_writes_commit() {
         got.map(|d| d.len())
     );
 }
+
+/// A migration batch holds one file's moved blocks unsynced while the next
+/// file's cached writes are written back by the same thread; that sync
+/// fails (losing both) and the write-back copes by keeping its pages on
+/// PM. The batch's own sync afterwards must not succeed for the first
+/// file's lost blocks: its moves would commit and free the PM copy.
+#[test]
+fn a_failed_write_back_inside_a_migration_batch_keeps_the_batch_from_committing() {
+    let (pm, ssd, fs) = tiered_pool_on(MemMedia::new(16 << 20), Ssd::new(32 << 20), 64);
+    fs.set_setting("migration_threads", "1").unwrap();
+    let a = fs.mknod(1, b"a", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let b = fs.mknod(1, b"b", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    let data = pattern(7, 2 << 20);
+    fs.write(a.ino, 0, &data).unwrap();
+    fs.fsync(a.ino, false).unwrap();
+    assert_eq!(tier_bytes(&fs, a.ino, "pm"), 2 << 20);
+    // b: a small write kept dirty in the DRAM cache.
+    fs.set_setting("placement_policy", "block-first").unwrap();
+    fs.write(b.ino, 0, &pattern(8, 8192)).unwrap();
+    ssd.lose_writes_at_sync_after(0);
+    let moved = fs.migrate_files(&[a.ino, b.ino], 1);
+    assert_eq!(ssd.lost_syncs.load(Ordering::Relaxed), 1, "{moved:?}");
+    let pm2 = Arc::new(MemMedia::from_image(pm.image()));
+    let ssd2 = Arc::new(MemBlock::from_image(
+        ssd.inner().crash_image(BlockLoss::AllUnsynced),
+    ));
+    let fs2 = mount_tiered(pm2, ssd2);
+    let got = fs2.read(a.ino, 0, data.len());
+    assert!(
+        matches!(&got, Ok(d) if *d == data),
+        "migration result {moved:?}: after a crash the fsynced file reads {:?}",
+        got.map(|d| d.len())
+    );
+}
