@@ -118,6 +118,11 @@ pub struct Inode {
     pub block_reads: u64,
     /// Counts write entries applied (see [`Extent::seq`]).
     pub data_seq: u64,
+    /// Counts every entry applied since the inode was loaded (DRAM only,
+    /// never reset): what a log move checks to know the state it captured
+    /// is still the inode's, since the log's head and tail positions can
+    /// come back after a change (pages are reused first-fit).
+    pub applied: u64,
     /// `attr.atime` was set by a read while the log is on a block tier and
     /// is not in the log yet (lazytime: written with the inode's next
     /// commit, its next log move, or at unmount; see `log_migrate`).
@@ -194,6 +199,7 @@ impl Inode {
             pm_cold_keys: [None, None],
             block_reads: 0,
             data_seq: 0,
+            applied: 0,
             lazy_atime: false,
             linkable: false,
         })
@@ -201,6 +207,7 @@ impl Inode {
 
     /// Applies one committed entry; returns the physical runs it released.
     pub fn apply(&mut self, e: &Entry) -> Vec<Released> {
+        self.applied += 1;
         match e {
             Entry::PageEnd => Vec::new(),
             Entry::Attr(a) => {

@@ -72,10 +72,12 @@ struct ScanEnd {
 struct Captured {
     ino: Ino,
     generation: u32,
-    /// The log as it was: a move commits only if it is still so.
+    /// The log as it was: a move commits only if it is still so, and no
+    /// entry was applied since (`Inode::applied`).
     head: u64,
     tail: u64,
     on_tier: Option<TierLog>,
+    applied: u64,
     /// The access time the blob holds.
     atime: i64,
     blob: Vec<u8>,
@@ -230,6 +232,7 @@ impl Fs {
             head: i.log.head,
             tail: i.log.tail,
             on_tier: i.log.on_tier,
+            applied: i.applied,
             atime: i.attr.atime,
             bytes: LogBlob::len_of(&enc),
             blob: enc,
@@ -546,6 +549,7 @@ impl Fs {
                     && i.log.head == c.head
                     && i.log.tail == c.tail
                     && i.log.on_tier == c.on_tier
+                    && i.applied == c.applied
                     && !i.zombie
                     && i.dirty.is_empty()
                     && (c.on_tier.is_some() || Fs::log_can_move(i, 0, 0, true));
@@ -681,6 +685,7 @@ mod tests {
             head: 0,
             tail: 0,
             on_tier: None,
+            applied: 0,
             atime: 0,
             blob,
             bytes,
@@ -726,5 +731,103 @@ mod tests {
         assert!(image[2560..3560].iter().all(|&b| b == 4));
         assert!(image[3560..].iter().all(|&b| b == 0));
         assert_eq!(units[0].image().len(), 2 * BLOCK_SIZE as usize);
+    }
+}
+
+#[cfg(test)]
+mod commit_check_tests {
+    use crate::types::{Ctx, SetAttr};
+    use crate::FormatParams;
+    use crate::Fs;
+    use std::sync::Arc;
+    use terrace_format::{TierId, TierKind, TierRecord};
+    use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
+
+    fn tiered() -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
+        let pm = Arc::new(MemMedia::new(16 << 20));
+        let ssd = Arc::new(MemBlock::new(32 << 20));
+        let tier = |id, kind, size, extent_size| TierRecord {
+            id,
+            kind,
+            size,
+            extent_size,
+            path: "t".into(),
+            epoch: 0,
+        };
+        let p = FormatParams {
+            uuid: [9; 16],
+            inode_count: 64,
+            tiers: vec![
+                tier(0, TierKind::Pm, pm.len(), 0),
+                tier(1, TierKind::Ssd, ssd.len(), 512 << 10),
+            ],
+            root_uid: 0,
+            root_gid: 0,
+        };
+        crate::format(&*pm, &p).unwrap();
+        let fs = Fs::mount_with_tiers(
+            pm.clone() as Arc<dyn PmMedia>,
+            vec![(1, ssd.clone() as Arc<dyn BlockMedia>)],
+        )
+        .unwrap();
+        (pm, ssd, fs)
+    }
+
+    #[test]
+    fn a_log_move_is_not_committed_when_the_inode_changed_though_its_log_is_where_it_was() {
+        let (pm, ssd, fs) = tiered();
+        let mut captured = Vec::new();
+        for name in [&b"changed"[..], b"kept"] {
+            let f = fs
+                .mknod(1, name, libc::S_IFREG | 0o644, 0, Ctx::default())
+                .unwrap()
+                .ino;
+            fs.write(f, 0, b"cold data").unwrap();
+            fs.fsync(f, false).unwrap();
+            // Logs move once the data has left PM.
+            fs.migrate_file(f, 1).unwrap();
+            let g = fs.lock(f).unwrap();
+            captured.push(fs.capture(g.as_ref().unwrap()));
+        }
+        let (changed, kept) = (captured[0].ino, captured[1].ino);
+        fs.setattr(
+            changed,
+            SetAttr {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        // As if compactions had brought the log back to the captured pages
+        // (first-fit reuse): the positions match, the state does not.
+        {
+            let g = fs.lock(changed).unwrap();
+            let i = g.as_ref().unwrap();
+            captured[0].head = i.log.head;
+            captured[0].tail = i.log.tail;
+        }
+        let done = fs
+            .write_and_commit_logs(captured, TierId(1), super::BlobRoom::Rewrite)
+            .unwrap();
+        assert_eq!(
+            done.moved, 1,
+            "the unchanged log moves, the stale blob does not"
+        );
+        fs.unmount().unwrap();
+        drop(fs);
+        let fs = Fs::mount_with_tiers(
+            Arc::new(MemMedia::from_image(pm.image())) as Arc<dyn PmMedia>,
+            vec![(1, ssd as Arc<dyn BlockMedia>)],
+        )
+        .unwrap();
+        assert_eq!(fs.getattr(changed).unwrap().mode & 0o7777, 0o600);
+        assert!(
+            fs.log_place(kept).unwrap().is_some(),
+            "the kept file's log moved"
+        );
+        assert!(
+            fs.log_place(changed).unwrap().is_none(),
+            "the changed file's log stayed"
+        );
     }
 }
