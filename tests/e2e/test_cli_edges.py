@@ -421,3 +421,19 @@ def test_a_bad_option_or_setting_is_a_usage_error_exit_2_and_a_failure_exit_1(po
     cp = terrace("mount", str(pool) + ".missing", mountpoint, check=False)
     assert_clean_error(cp, mentions=[".missing"])
     assert cp.returncode == 1, helpers.describe(cp, "a pool that is not there is a failure, not a usage error")
+
+
+def test_a_rule_on_a_fifo_says_rules_are_for_files_and_directories_not_that_it_is_off_terrace(terrace_mount):
+    fifo = terrace_mount.path / "fifo"
+    os.mkfifo(fifo)
+    for args in ([fifo, "pm"], [fifo]):
+        cp = terrace("rule", *args, check=False)
+        msg = assert_clean_error(cp, mentions=[str(fifo)])
+        assert "a FIFO" in msg and "regular files and directories" in msg, helpers.describe(cp, "misleading")
+        assert "not on a Terrace mount" not in msg
+    # Off Terrace, a FIFO is still off Terrace.
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        other = Path(d) / "fifo"
+        os.mkfifo(other)
+        msg = assert_clean_error(terrace("rule", other, check=False))
+        assert "not on a Terrace mount" in msg

@@ -411,6 +411,11 @@ def test_daemon_killed_during_scrub_of_a_damaged_pool_loses_nothing():
         assert_fsck_clean(pool, "after a daemon was killed during scrub")
         code, report = fsck_json(pool, "--data")
         assert code == 1 and report["bad_blocks"] == len(damaged), report
+        # Repair does not touch file data: fsck sends the user to scrub,
+        # not to a --repair that would change nothing.
+        cp = terrace("fsck", pool, "--data", check=False)
+        assert cp.returncode == 1 and "terrace scrub" in cp.stdout, cp.stdout
+        assert "run `terrace fsck --repair`" not in cp.stdout, cp.stdout
 
 
 def test_fsck_repair_killed_at_random_points_leaves_a_pool_that_repairs_and_mounts():

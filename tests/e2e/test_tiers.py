@@ -417,7 +417,8 @@ def test_bytes_damaged_in_the_ssd_image_are_never_served_and_fsck_data_finds_the
             assert (mnt / "other").read_bytes() == b"unharmed" * 1000
             st = json.loads(terrace("status", "--json", mnt).stdout)
             assert st["checksum_errors"] >= 1 and st["checksummed_reads"] > 0, st
-            assert "DAMAGED" in terrace("status", mnt).stdout
+            text = terrace("status", mnt).stdout
+            assert "DAMAGED" in text and "checksum mismatch" in text, text
             # Migration does not carry the damage to PM.
             cp = terrace("migrate", "--to", "pm", mnt, mnt / "f", check=False)
             assert cp.returncode != 0

@@ -69,6 +69,10 @@ pub struct FsckReport {
     /// A log is on a block tier whose device was not given: repair cannot
     /// fix that, only the device put back can.
     pub tier_missing: bool,
+    /// Of `problems`, those that are damaged or unreadable block-tier data
+    /// ([`check_data`]): repair does not touch data; a scrub of the mounted
+    /// pool repairs such blocks from a good copy where one exists.
+    pub data_problems: usize,
 }
 
 impl FsckReport {
@@ -200,6 +204,7 @@ fn verify_data(
             let chunk = &mut buf[..(n * BS) as usize];
             if let Err(e) = dev.read_blocks((block + off).get(), chunk) {
                 report.bad_blocks += n;
+                report.data_problems += 1;
                 report.problems.push(format!(
                     "inode {ino}: file blocks {}..{} on tier {tier} (blocks {}..{}) cannot be read: {e}",
                     fb + off,
@@ -217,6 +222,7 @@ fn verify_data(
                     Some(true) => report.checked_blocks += 1,
                     Some(false) => {
                         report.bad_blocks += 1;
+                        report.data_problems += 1;
                         report.problems.push(format!(
                             "inode {ino}: file block {} on tier {tier} block {b}: checksum mismatch (the data is damaged; reads of it fail with EIO)",
                             fb + off + i as u64

@@ -98,7 +98,13 @@ impl Fs {
             total_blocks: total,
             ..Default::default()
         });
-        let mut buf = vec![0u8; (CHUNK_BLOCKS * BS) as usize];
+        // At a low rate, chunks of about a second's reading, so the rate
+        // holds over any stretch of a few seconds, not only on average.
+        let chunk_blocks = match rate {
+            0 => CHUNK_BLOCKS,
+            r => (r / BS).clamp(1, CHUNK_BLOCKS),
+        };
+        let mut buf = vec![0u8; (chunk_blocks * BS) as usize];
         let mut read_bytes = 0u64;
         'files: for (ino, _) in inos {
             for p in self.scrub_pieces(ino) {
@@ -108,14 +114,19 @@ impl Fs {
                         self.update_scrub(|r| r.stopped = true);
                         break 'files;
                     }
-                    let n = (p.blocks - off).min(CHUNK_BLOCKS);
+                    let n = (p.blocks - off).min(chunk_blocks);
                     let chunk = &mut buf[..(n * BS) as usize];
                     self.scrub_chunk(ino, &p, off, chunk, repair);
                     off += n;
                     read_bytes += n * BS;
                     if rate > 0 {
+                        // Wait until the bytes read are due, a second at a
+                        // time (an unmount stops the scrub meanwhile).
                         let due = Duration::from_secs_f64(read_bytes as f64 / rate as f64);
-                        if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        while let Some(wait) = due.checked_sub(started.elapsed()) {
+                            if wait.is_zero() || self.unmounted.load(Ordering::Relaxed) {
+                                break;
+                            }
                             std::thread::sleep(wait.min(Duration::from_secs(1)));
                         }
                     }

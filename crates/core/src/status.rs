@@ -251,8 +251,10 @@ pub struct Status {
     pub scrub: Option<crate::service_state::ScrubReport>,
     /// Block-tier data blocks read and verified against their checksum.
     pub checksummed_reads: u64,
-    /// Block-tier data blocks whose checksum did not match (reads failed
-    /// with EIO; the daemon's log names tier and block).
+    /// Checksum mismatches of block-tier data seen since mount, counted per
+    /// read that met one (a damaged block read twice counts twice; a
+    /// damaged clean copy counts though no read failed); the daemon's log
+    /// names tier and block.
     pub checksum_errors: u64,
     /// Writes or syncs that a block tier's device refused with ENOSPC (the
     /// file system holding its image is full).

@@ -433,3 +433,19 @@ fn a_damaged_block_read_in_a_loop_logs_a_line_per_doubling_and_counts_every_read
     );
     assert!(fs.take_notices().is_empty(), "said once");
 }
+
+#[test]
+fn scrub_reads_no_faster_than_its_rate_even_a_low_one() {
+    // 1 MiB at 256 KiB/s: about 4 s. Each pause was once capped at a second
+    // per 1 MiB chunk, so any rate below 1 MiB/s read about 1 MiB/s.
+    let (pm, ssd, _ino, data, _first) = pool_with_a_file_on_the_ssd();
+    let (_pm, _ssd, fs) = mount_copy(&pm, &ssd);
+    let started = std::time::Instant::now();
+    let r = fs.scrub(256 << 10, true);
+    let took = started.elapsed().as_secs_f64();
+    assert_eq!(r.read_blocks, data.len() as u64 / BS);
+    assert!(
+        took >= 3.5,
+        "1 MiB scrubbed in {took:.2} s at a rate of 256 KiB/s"
+    );
+}

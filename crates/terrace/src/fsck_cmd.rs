@@ -235,10 +235,12 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
                 },
                 if tier_trouble {
                     "; put the missing or wrong tier back first (repair does not touch tiers), then check again"
+                } else if rep.data_problems == k {
+                    "; repair does not touch file data: mount the pool and run `terrace scrub`, which repairs damaged blocks from a good copy where one exists; a range with none reads EIO until that part of the file is rewritten or the file deleted"
                 } else if repair {
                     ""
                 } else {
-                    "; run `terrace fsck --repair` to fix what can be fixed"
+                    "; run `terrace fsck --repair` to fix what can be fixed (damaged file data is left to `terrace scrub` on the mounted pool)"
                 }
             ));
         }

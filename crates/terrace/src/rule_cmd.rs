@@ -134,6 +134,31 @@ fn on_terrace_at(path: &Path) -> std::io::Result<bool> {
     }
 }
 
+/// Why `path`, which has no rule xattr, cannot have a rule: a special file
+/// (a FIFO, socket or device node) on a Terrace mount answers no rule
+/// xattr either, and is named for what it is; anything else is not on a
+/// Terrace mount.
+fn not_ruled(path: &Path) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = tree_walk::reachable(path, |p| std::fs::metadata(p)).map(|m| m.file_type());
+    let what = match kind {
+        Ok(t) if t.is_fifo() => "a FIFO",
+        Ok(t) if t.is_socket() => "a socket",
+        Ok(t) if t.is_block_device() || t.is_char_device() => "a device node",
+        _ => return "not on a Terrace mount".into(),
+    };
+    let parent = match path.parent() {
+        Some(p) if p.as_os_str().is_empty() => Path::new("."),
+        Some(p) => p,
+        None => return "not on a Terrace mount".into(),
+    };
+    if on_terrace(parent).unwrap_or(false) {
+        format!("this is {what}: rules apply to regular files and directories")
+    } else {
+        "not on a Terrace mount".into()
+    }
+}
+
 /// How `ruled_below` reads a path's rule.
 type Rule<'a> = &'a dyn Fn(&Path) -> std::io::Result<Option<String>>;
 
@@ -217,9 +242,8 @@ fn list(dir: &Path, all: bool) -> std::io::Result<usize> {
         util::out(&format!("{}: {r}", p.display()));
         if *same > 0 {
             util::out(&format!(
-                "  and {same} file{} and director{} below it with the same rule (--all lists them)",
-                if *same == 1 { "" } else { "s" },
-                if *same == 1 { "y" } else { "ies" }
+                "  and {} below it with the same rule (--all lists them)",
+                files_and_directories(*same)
             ));
         }
     }
@@ -239,6 +263,14 @@ fn list(dir: &Path, all: bool) -> std::io::Result<usize> {
 }
 
 /// "1 entry", "N entries".
+/// "1 file or directory", "N files and directories".
+fn files_and_directories(n: usize) -> String {
+    match n {
+        1 => "1 file or directory".into(),
+        n => format!("{n} files and directories"),
+    }
+}
+
 fn entries_count(n: usize) -> String {
     match n {
         1 => "1 entry".into(),
@@ -288,9 +320,8 @@ fn below(
     }
     let (done, errors) = change_below(path, change);
     util::out(&format!(
-        "  and {done} file{} and director{} below it{}",
-        if done == 1 { "" } else { "s" },
-        if done == 1 { "y" } else { "ies" },
+        "  and {} below it{}",
+        files_and_directories(done),
         match errors.len() {
             0 => String::new(),
             n => format!(
@@ -313,10 +344,7 @@ pub fn run(paths: &[PathBuf], tier: Option<&str>, recursive: bool, all: bool) ->
             Ok(true) => {}
             Ok(false) => {
                 failed += 1;
-                eprintln!(
-                    "terrace: {}",
-                    CliError::at(path, "not on a Terrace mount").msg
-                );
+                eprintln!("terrace: {}", CliError::at(path, not_ruled(path)).msg);
                 continue;
             }
             Err(e) => {

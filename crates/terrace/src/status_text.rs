@@ -134,7 +134,12 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             if bad == 0 {
                 "no damage found".to_string()
             } else {
-                format!("{bad} DAMAGED (reads of them failed with EIO; see the daemon log)")
+                // Counted per mismatch seen (a block read twice counts
+                // twice; a damaged clean copy counts though no read failed).
+                format!(
+                    "DAMAGED data found: {bad} checksum mismatch{} since mount (never served: a read with no good copy fails with EIO, a damaged copy is dropped; `terrace scrub` lists and repairs what it can; the daemon log names tier and block)",
+                    if bad == 1 { "" } else { "es" }
+                )
             }
         ));
         line(format!(
