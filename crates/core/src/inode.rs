@@ -288,7 +288,10 @@ impl Inode {
         if w.wflags & terrace_format::WRITE_FLAG_MOVED == 0 {
             self.attr.size = w.size_after;
             self.attr.mtime = w.mtime;
-            self.attr.ctime = w.mtime;
+            // Never back: a cached write is written back (with its own
+            // time) after later changes of the inode that did not write
+            // the cache back first (a chmod, a link, an xattr).
+            self.attr.ctime = self.attr.ctime.max(w.mtime);
         }
         if w.blocks == 0 {
             return Vec::new();

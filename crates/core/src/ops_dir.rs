@@ -67,14 +67,18 @@ impl Fs {
         Ok(c.stat())
     }
 
-    /// Drops `n` kernel references; frees the DRAM slot of a deleted inode at 0.
-    pub fn forget(&self, ino: Ino, n: u64) {
+    /// Drops `n` kernel references; frees the DRAM slot of a deleted inode
+    /// at 0. Returns the references left: more than 0 when the kernel
+    /// looked the inode up again before this forget of an earlier
+    /// incarnation reached the daemon (it still knows the inode).
+    pub fn forget(&self, ino: Ino, n: u64) -> u64 {
         let Some(slot) = self.table.get(ino) else {
-            return;
+            return 0;
         };
         let mut g = slot.lock();
-        let Some(i) = g.as_mut() else { return };
+        let Some(i) = g.as_mut() else { return 0 };
         i.lookups = i.lookups.saturating_sub(n);
+        let left = i.lookups;
         if i.zombie && i.lookups == 0 && i.open_count == 0 {
             // Its space went at the unlink; anything taken for it since
             // goes back with the slot (a no-op unless something committed
@@ -88,6 +92,7 @@ impl Fs {
                 .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
             drop(g);
         }
+        left
     }
 
     /// Creates a regular file, device node, FIFO or socket.

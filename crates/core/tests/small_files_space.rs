@@ -322,11 +322,15 @@ fn pool_with_empty_files(n: u32) -> (Arc<Fs>, u64, Vec<String>) {
 /// Fills PM with empty files in a new directory `fill` until ENOSPC, then
 /// unlinks every one of `names` from `d`: all must go, and the rescue must
 /// have made room for them (they failed without it) and say how much.
+/// Newest first: the oldest pages of `d`'s log then keep live names until
+/// the end, so a log trim (`log_trim.rs`, which drops a log's dead first
+/// pages) cannot make the room, and this tests the rescue.
 fn fill_then_unlink_all(fs: &Fs, d: u64, names: &[String], what: &str) {
     let fill = fs.mkdir(1, b"fill", 0o755, CTX).unwrap().ino;
     fill_with_files(fs, &[fill]);
     let unlinks = names
         .iter()
+        .rev()
         .map(|name| (name.clone(), fs.unlink(d, name.as_bytes())))
         .collect();
     assert_all_removed(what, unlinks);

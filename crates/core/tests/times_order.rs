@@ -52,3 +52,41 @@ fn when_the_kernel_stamps_writes_a_new_file_is_not_born_after_the_kernels_clock(
         );
     }
 }
+
+/// Found in review 2026-12-07: a write kept in the DRAM cache is written
+/// back later with the time of the write; a chmod between the two (which
+/// does not write the cache back first) set a later ctime, and the
+/// write-back set ctime back to the write's time: `stat` showed ctime go
+/// backwards, and a remount kept the earlier one. ext4 keeps the chmod's.
+#[test]
+fn a_cached_write_written_back_after_a_chmod_does_not_move_ctime_back() {
+    let (pm, ssd, fs) = tiered_pool(16 << 20, 32 << 20, 64);
+    block_first(&fs);
+    let f = file(&fs, 1, "f");
+    fs.write(f, 0, &[7u8; 8192]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    fs.setattr(
+        f,
+        terrace_core::SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let after_chmod = fs.getattr(f).unwrap();
+    fs.fsync(f, false).unwrap();
+    let after_write_back = fs.getattr(f).unwrap();
+    assert_eq!(
+        after_write_back.ctime, after_chmod.ctime,
+        "ctime moved at write-back"
+    );
+    assert_eq!(after_write_back.mtime, after_chmod.mtime);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm, ssd);
+    assert_eq!(
+        fs.getattr(f).unwrap().ctime,
+        after_chmod.ctime,
+        "after a remount"
+    );
+}

@@ -51,10 +51,13 @@ impl Filesystem for FuseAdapter {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         // No reply, so no polling after it: only the timer.
         let _timer = self.latency.as_deref().map(|l| l.start(Op::Forget));
-        if self.cached.forget(ino.0) {
+        // A forget of an inode the kernel evicted can reach the daemon after
+        // the kernel looked it up again (a batch of forgets is served one by
+        // one while other requests go on): the page-cache state then belongs
+        // to the inode the kernel holds now, and stays.
+        if self.fs.forget(ino.0, nlookup) == 0 && self.cached.forget(ino.0) {
             self.forgot_while_filling(ino.0);
         }
-        self.fs.forget(ino.0, nlookup);
     }
 
     // batch_forget: fuser's default calls `forget` for each node (its ForgetOne type

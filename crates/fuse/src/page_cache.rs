@@ -308,9 +308,16 @@ impl CachedOpens {
     }
 
     /// The kernel forgot `ino`: it holds no page of it any more. True when
-    /// a fill of it was running (it stops at its next step).
+    /// a fill of it was running (it stops at its next step). The kernel
+    /// never evicts an inode with open files, so a forget that finds opens
+    /// live is of an earlier incarnation and changes nothing.
     pub fn forget(&self, ino: u64) -> bool {
         let mut state = self.state();
+        match state.files.get(&ino) {
+            None => return false,
+            Some(e) if e.opens > 0 || e.direct_writers > 0 => return false,
+            Some(_) => {}
+        }
         let Some(e) = state.files.remove(&ino) else {
             return false;
         };
@@ -383,6 +390,20 @@ mod tests {
             c.open(9, false),
             Some(true),
             "after forget the kernel has no page to drop"
+        );
+    }
+
+    #[test]
+    fn a_late_forget_of_a_file_with_live_opens_keeps_its_state() {
+        let c = CachedOpens::default();
+        c.open(5, false);
+        assert!(!c.forget(5));
+        assert!(c.changed(5), "a change must still reach the open reader");
+        c.release(5, false);
+        assert_eq!(
+            c.open(5, false),
+            Some(false),
+            "the changed file's pages are dropped at the next open"
         );
     }
 
