@@ -1973,3 +1973,24 @@ def test_acl_errors_like_ext4(both):
         return out
 
     both(errors, expect=OK)
+
+
+def test_reads_through_an_o_noatime_open_leave_the_access_time_alone(both):
+    """Backup tools (tar --atime-preserve=system, rsync --open-noatime) read
+    so; an ordinary read after them still moves it (relatime: atime older
+    than mtime)."""
+    old = 946684800 * 10**9  # 2000-01-01
+
+    def noatime_then_plain(root):
+        p = j(root, "f")
+        write_file(p, b"data " * 1000)
+        os.utime(p, ns=(old, time.time_ns()))
+        with opened(p, os.O_RDONLY | os.O_NOATIME) as fd:
+            os.read(fd, 100)
+        kept = os.stat(p).st_atime_ns == old
+        with opened(p, os.O_RDONLY) as fd:
+            os.read(fd, 100)
+        moved = os.stat(p).st_atime_ns > old
+        return kept, moved
+
+    assert both(noatime_then_plain, expect=OK) == (True, True)

@@ -345,3 +345,17 @@ def test_a_read_only_remount_leaves_a_clean_pool_image_and_read_write_resumes(te
                     assert hashlib.sha256(f.read()).hexdigest() == want
             with open(os.path.join(m.path, "new"), "rb") as f:
                 assert f.read() == b"after the thaw"
+
+
+def test_a_file_created_for_reading_and_writing_keeps_its_birth_as_access_time(pool, mountpoint):
+    """ext4: atime == mtime == birth after `open(O_CREAT|O_RDWR)`. The
+    create's open once took the access time (relatime found it due), after
+    the kernel had the attributes from before: stat and a remount differed."""
+    with helpers.mounted_pool(pool, mountpoint) as m:
+        p = m.path / "f"
+        os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644))
+        before = os.stat(p)
+        assert before.st_atime_ns == before.st_mtime_ns
+    with helpers.mounted_pool(pool, mountpoint) as m:
+        after = os.stat(m.path / "f")
+        assert (after.st_atime_ns, after.st_mtime_ns) == (before.st_atime_ns, before.st_mtime_ns)

@@ -26,6 +26,16 @@ impl Fs {
     /// (`read_pins`), so readers of one file do not queue behind each
     /// other's device reads. The result is the file as of the capture.
     pub fn read(&self, ino: Ino, off: u64, size: usize) -> FsResult<Vec<u8>> {
+        self.read_touching(ino, off, size, true)
+    }
+
+    /// [`Fs::read`] through an open made with `O_NOATIME`: the access time
+    /// stays as it is (backup tools read so).
+    pub fn read_noatime(&self, ino: Ino, off: u64, size: usize) -> FsResult<Vec<u8>> {
+        self.read_touching(ino, off, size, false)
+    }
+
+    fn read_touching(&self, ino: Ino, off: u64, size: usize, atime: bool) -> FsResult<Vec<u8>> {
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         i.kind.require_regular(libc::EINVAL)?;
@@ -47,7 +57,9 @@ impl Fs {
             i.block_reads += on_block;
             self.note_pm_hits(clean, dirty);
         }
-        self.note_access_time(i);
+        if atime {
+            self.note_access_time(i);
+        }
         let data = self.finish_read_unlocking(g, capture)?;
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters

@@ -73,7 +73,8 @@ impl FuseAdapter {
     /// meanwhile).
     pub(crate) fn open_flags(&self, ino: u64, flags: i32) -> Option<FopenFlags> {
         Some(if self.cached_open(flags) {
-            let atime_due = self.fs.atime_due_now(ino);
+            // O_NOATIME: the open's reads leave the access time alone.
+            let atime_due = flags & libc::O_NOATIME == 0 && self.fs.atime_due_now(ino);
             let keep = self.cached.open(ino, writable(flags))?;
             if keep && atime_due {
                 // A read due to update the access time (relatime: the
@@ -303,9 +304,12 @@ pub(crate) fn create(
     let attr = a.fs.mknod(parent, name.as_bytes(), mode, 0, caller)?;
     match a.fs.open(attr.ino, flags) {
         Ok(fh) => {
-            // A new file: no fill of it can be running.
+            // A new file: no fill of it can be running. Its access time is
+            // its birth, as on ext4: the create's open does not take it
+            // (relatime finds it due, atime being equal to mtime), which
+            // also left the kernel the attributes from before the touch.
             let how = a
-                .open_flags_of(attr.ino, fh, flags)
+                .open_flags_of(attr.ino, fh, flags | libc::O_NOATIME)
                 .unwrap_or(FopenFlags::empty());
             Ok((attr, fh, how))
         }

@@ -316,16 +316,22 @@ impl Filesystem for FuseAdapter {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         let _req = self.arrived(Op::Read);
         let size = size as usize;
+        // An open with O_NOATIME leaves the access time alone, as on ext4.
+        let noatime = flags.0 & libc::O_NOATIME != 0;
+        let read = move |fs: &terrace_core::Fs| match noatime {
+            true => fs.read_noatime(ino.0, offset, size),
+            false => fs.read(ino.0, offset, size),
+        };
         if self.fs.read_may_wait_on_network(ino.0, offset, size) {
-            return self.off_request(move |a| reply::data(reply, a.fs.read(ino.0, offset, size)));
+            return self.off_request(move |a| reply::data(reply, read(&a.fs)));
         }
-        reply::data(reply, self.fs.read(ino.0, offset, size));
+        reply::data(reply, read(&self.fs));
     }
 
     fn write(
