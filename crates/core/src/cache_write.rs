@@ -14,7 +14,7 @@
 
 use crate::fs::Fs;
 use crate::inode::{DirtyPage, Inode};
-use crate::types::{errno, FsResult};
+use crate::types::FsResult;
 use std::time::Duration;
 use terrace_format::{FileBlock, BLOCK_SIZE};
 
@@ -23,7 +23,8 @@ const BS: u64 = BLOCK_SIZE;
 impl Fs {
     /// Reserves room for `bytes` of dirty pages, writing back and evicting
     /// until it fits. `false` when the data can never fit (larger than the
-    /// bound): the caller writes it through instead.
+    /// bound), or found no room for ten seconds: the caller writes it
+    /// through instead.
     pub(crate) fn cache_reserve(&self, bytes: u64) -> FsResult<bool> {
         let mut tries = 0u32;
         loop {
@@ -51,8 +52,11 @@ impl Fs {
                 }
             }
             if tries > 50_000 {
-                // Ten seconds without room: other writers hold it all.
-                return Err(errno(libc::EAGAIN));
+                // Ten seconds without room: other writers hold it all. The
+                // write goes through instead (a blocking write(2) never
+                // fails with EAGAIN on ext4; before 2026-12-07 this did).
+                self.cache.note_bypassed_write();
+                return Ok(false);
             }
         }
     }
