@@ -68,6 +68,8 @@ pub mod space;
 pub mod status;
 pub mod sums;
 mod table;
+#[cfg(test)]
+mod test_pools;
 pub mod tier;
 pub mod tier_attach;
 pub mod tier_detach;

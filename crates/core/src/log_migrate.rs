@@ -736,46 +736,14 @@ mod tests {
 
 #[cfg(test)]
 mod commit_check_tests {
+    use crate::test_pools::{mount_again, tiered_pool};
     use crate::types::{Ctx, SetAttr};
-    use crate::FormatParams;
-    use crate::Fs;
-    use std::sync::Arc;
-    use terrace_format::{TierId, TierKind, TierRecord};
-    use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
-
-    fn tiered() -> (Arc<MemMedia>, Arc<MemBlock>, Fs) {
-        let pm = Arc::new(MemMedia::new(16 << 20));
-        let ssd = Arc::new(MemBlock::new(32 << 20));
-        let tier = |id, kind, size, extent_size| TierRecord {
-            id,
-            kind,
-            size,
-            extent_size,
-            path: "t".into(),
-            epoch: 0,
-        };
-        let p = FormatParams {
-            uuid: [9; 16],
-            inode_count: 64,
-            tiers: vec![
-                tier(0, TierKind::Pm, pm.len(), 0),
-                tier(1, TierKind::Ssd, ssd.len(), 512 << 10),
-            ],
-            root_uid: 0,
-            root_gid: 0,
-        };
-        crate::format(&*pm, &p).unwrap();
-        let fs = Fs::mount_with_tiers(
-            pm.clone() as Arc<dyn PmMedia>,
-            vec![(1, ssd.clone() as Arc<dyn BlockMedia>)],
-        )
-        .unwrap();
-        (pm, ssd, fs)
-    }
+    use terrace_format::TierId;
+    use terrace_media::MemMedia;
 
     #[test]
     fn a_log_move_is_not_committed_when_the_inode_changed_though_its_log_is_where_it_was() {
-        let (pm, ssd, fs) = tiered();
+        let (pm, ssd, fs) = tiered_pool(64);
         let mut captured = Vec::new();
         for name in [&b"changed"[..], b"kept"] {
             let f = fs
@@ -815,11 +783,7 @@ mod commit_check_tests {
         );
         fs.unmount().unwrap();
         drop(fs);
-        let fs = Fs::mount_with_tiers(
-            Arc::new(MemMedia::from_image(pm.image())) as Arc<dyn PmMedia>,
-            vec![(1, ssd as Arc<dyn BlockMedia>)],
-        )
-        .unwrap();
+        let fs = mount_again(&std::sync::Arc::new(MemMedia::from_image(pm.image())), &ssd);
         assert_eq!(fs.getattr(changed).unwrap().mode & 0o7777, 0o600);
         assert!(
             fs.log_place(kept).unwrap().is_some(),

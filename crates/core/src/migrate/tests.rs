@@ -1,33 +1,7 @@
 use super::*;
-use crate::{format, FormatParams};
-use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
-use terrace_media::{MemBlock, MemMedia};
 
 fn pool() -> Fs {
-    let pm = Arc::new(MemMedia::new(16 << 20));
-    let tier = |id, kind, size, extent_size| TierRecord {
-        id,
-        kind,
-        size,
-        extent_size,
-        path: "t".into(),
-        epoch: 0,
-    };
-    format(
-        &*pm,
-        &FormatParams {
-            uuid: [3; 16],
-            inode_count: 16,
-            tiers: vec![
-                tier(0, TierKind::Pm, 16 << 20, 0),
-                tier(1, TierKind::Ssd, 32 << 20, DEFAULT_EXTENT_SIZE),
-            ],
-            root_uid: 0,
-            root_gid: 0,
-        },
-    )
-    .unwrap();
-    Fs::mount_with_tiers(pm, vec![(1, Arc::new(MemBlock::new(32 << 20)))]).unwrap()
+    crate::test_pools::tiered_pool(16).2
 }
 
 /// Makes clean copies of the first 8 blocks of `ino` on the SSD tier (the

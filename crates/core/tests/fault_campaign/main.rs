@@ -335,14 +335,26 @@ fn a_sync_error_seen_by_another_writer_does_not_let_lost_writes_commit() {
     go.send(()).unwrap();
     let moved = mover.join().unwrap();
     // Whatever the migration reports, a crash now must find a's data.
+    assert_file_survives_a_crash(&pm, &ssd, a.ino, &data, &moved);
+}
+
+/// After a crash now (the SSD loses every unsynced write), file `ino` reads
+/// `data`, whatever the migration that ran reported (`moved`).
+fn assert_file_survives_a_crash(
+    pm: &MemMedia,
+    ssd: &Ssd,
+    ino: u64,
+    data: &[u8],
+    moved: &dyn std::fmt::Debug,
+) {
     let pm2 = Arc::new(MemMedia::from_image(pm.image()));
     let ssd2 = Arc::new(MemBlock::from_image(
         ssd.inner().crash_image(BlockLoss::AllUnsynced),
     ));
     let fs2 = mount_tiered(pm2, ssd2);
-    let got = fs2.read(a.ino, 0, data.len());
+    let got = fs2.read(ino, 0, data.len());
     assert!(
-        matches!(&got, Ok(d) if *d == data),
+        matches!(&got, Ok(d) if d == data),
         "migration result {moved:?}: after a crash the fsynced file reads {:?}",
         got.map(|d| d.len())
     );
@@ -369,15 +381,5 @@ fn a_failed_write_back_inside_a_migration_batch_keeps_the_batch_from_committing(
     ssd.lose_writes_at_sync_after(0);
     let moved = fs.migrate_files(&[a.ino, b.ino], 1);
     assert_eq!(ssd.lost_syncs.load(Ordering::Relaxed), 1, "{moved:?}");
-    let pm2 = Arc::new(MemMedia::from_image(pm.image()));
-    let ssd2 = Arc::new(MemBlock::from_image(
-        ssd.inner().crash_image(BlockLoss::AllUnsynced),
-    ));
-    let fs2 = mount_tiered(pm2, ssd2);
-    let got = fs2.read(a.ino, 0, data.len());
-    assert!(
-        matches!(&got, Ok(d) if *d == data),
-        "migration result {moved:?}: after a crash the fsynced file reads {:?}",
-        got.map(|d| d.len())
-    );
+    assert_file_survives_a_crash(&pm, &ssd, a.ino, &data, &moved);
 }
