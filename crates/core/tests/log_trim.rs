@@ -17,24 +17,39 @@ fn directory_with_a_dead_head(fs: &terrace_core::Fs) -> u64 {
     let d = fs.mkdir(1, b"d", 0o750, CTX).unwrap().ino;
     fs.setxattr(d, b"user.kept", b"set before the names", 0)
         .unwrap();
+    early_then_late_names(
+        fs,
+        d,
+        |i| i % 100 == 7,
+        || {
+            fs.mkdir(d, b"sub", 0o700, CTX).unwrap();
+        },
+    );
+    d
+}
+
+/// In directory `d`: 600 names, then `between()`, then those names removed
+/// but the ones `kept` keeps, then 4,500 more names.
+fn early_then_late_names(
+    fs: &terrace_core::Fs,
+    d: u64,
+    kept: impl Fn(u32) -> bool,
+    between: impl FnOnce(),
+) {
+    let early = |i: u32| format!("early-{i:04}-with-a-long-name");
     for i in 0..600u32 {
-        let name = format!("early-{i:04}-with-a-long-name");
-        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+        fs.mknod(d, early(i).as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
             .unwrap();
     }
-    fs.mkdir(d, b"sub", 0o700, CTX).unwrap();
-    for i in 0..600u32 {
-        if i % 100 != 7 {
-            let name = format!("early-{i:04}-with-a-long-name");
-            fs.unlink(d, name.as_bytes()).unwrap();
-        }
+    between();
+    for i in (0..600u32).filter(|&i| !kept(i)) {
+        fs.unlink(d, early(i).as_bytes()).unwrap();
     }
     for i in 0..4500u32 {
         let name = format!("late-{i}");
         fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o600, 0, CTX)
             .unwrap();
     }
-    d
 }
 
 #[test]
@@ -106,20 +121,7 @@ fn directory_keeping_early_names(fs: &terrace_core::Fs, kept: u32, len: usize) -
         fs.mknod(d, long(i).as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
             .unwrap();
     }
-    for i in 0..600u32 {
-        let name = format!("early-{i:04}-with-a-long-name");
-        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
-            .unwrap();
-    }
-    for i in 0..600u32 {
-        let name = format!("early-{i:04}-with-a-long-name");
-        fs.unlink(d, name.as_bytes()).unwrap();
-    }
-    for i in 0..4500u32 {
-        let name = format!("late-{i}");
-        fs.mknod(d, name.as_bytes(), libc::S_IFREG | 0o600, 0, CTX)
-            .unwrap();
-    }
+    early_then_late_names(fs, d, |_| false, || {});
     d
 }
 
