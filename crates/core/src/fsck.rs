@@ -237,12 +237,34 @@ fn verify_data(
     }
 }
 
-/// Repairs a pool in place, then checks it again.
+/// Repairs a pool in place, then checks it again. Repairs nothing, and
+/// only checks, while a block tier of the pool is not among `tiers`: the
+/// logs and data there are unknown, so what the namespace seems to lack
+/// (names, link counts, slots) may be there, and a fix made without them
+/// would destroy it once the tier is back (found in review, 2026-12-07).
 pub fn repair(
     media: Arc<dyn PmMedia>,
     tiers: &TierDevices,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<FsckReport, OpenError> {
+    let sb = crate::recovery::read_superblock(&*media)?;
+    let absent: Vec<u8> = sb
+        .tiers
+        .iter()
+        .map(|t| t.id)
+        .filter(|&id| id != 0 && !tiers.iter().any(|(given, _)| *given == id))
+        .collect();
+    if !absent.is_empty() {
+        let mut report = check(&*media, tiers, progress)?;
+        report.tier_missing = true;
+        report.problems.push(format!(
+            "nothing was repaired: tier{} {} of the pool {} not given (repair waits for every tier)",
+            if absent.len() == 1 { "" } else { "s" },
+            absent.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "),
+            if absent.len() == 1 { "was" } else { "were" }
+        ));
+        return Ok(report);
+    }
     let mut report = FsckReport::default();
     // Open transactions first, as a mount would. The scans below see the
     // pool with them rolled back (in DRAM); doing it on media now makes

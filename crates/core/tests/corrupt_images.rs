@@ -228,7 +228,8 @@ fn run_case(
             let _ = fs.unmount();
         }
         // Repair never panics either, and a pool it calls clean mounts.
-        if fsck::repair(pm.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {})
+        let given: [(u8, Arc<dyn BlockMedia>); 1] = [(1, ssd.clone() as Arc<dyn BlockMedia>)];
+        if fsck::repair(pm.clone() as Arc<dyn PmMedia>, &given, &mut |_, _| {})
             .is_ok_and(|r| r.is_clean())
         {
             let fs = open(&pm, &ssd).map_err(|e| format!("repaired pool does not mount: {e}"))?;

@@ -708,3 +708,54 @@ fn a_flipped_bit_in_a_blob_length_is_refused_and_corrected_by_repair() {
     assert!(refused >= 64, "refused {refused} of 128 flips");
     assert_eq!(corrected, refused);
 }
+
+/// Found in review 2026-12-07: repair without the tier that holds moved
+/// logs went on to "fix" the namespace it could not see whole. A file with
+/// two names, one in a directory whose log is on the SSD, had its link
+/// count set to 1; a file whose log is on the SSD had its log replaced by an
+/// empty one on PM. Now repair changes nothing while a tier is not given,
+/// and with the tier back the pool is clean and whole.
+#[test]
+fn repair_without_a_tier_holding_logs_changes_nothing() {
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
+    let files = small_files(&fs, 6);
+    let (d0, d1) = (
+        fs.lookup(1, b"d0").unwrap().ino,
+        fs.lookup(1, b"d1").unwrap().ino,
+    );
+    // A file whose log moves, named in two directories whose logs stay
+    // (its link count is only in the log on the SSD).
+    fs.link(files[0].0, 1, b"second").unwrap();
+    // A file whose log stays (its data is on PM), named in the root and in
+    // a directory whose log moves.
+    let pm_file = file(&fs, d1, "on-pm");
+    fs.write(pm_file, 0, b"stays on pm").unwrap();
+    fs.link(pm_file, 1, b"other-name").unwrap();
+    let mut inos: Vec<u64> = files.iter().map(|f| f.0).collect();
+    inos.push(d1);
+    assert_eq!(fs.move_logs(&inos, 1).unwrap(), 7);
+    let _ = d0;
+    let tree = fs_tree(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let before = pm.image();
+    let report =
+        terrace_core::fsck::repair(pm.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {}).unwrap();
+    assert!(
+        !report.is_clean() && report.tier_missing,
+        "{:?}",
+        report.problems
+    );
+    assert!(report.repaired.is_empty(), "{:?}", report.repaired);
+    assert!(
+        pm.image() == before,
+        "repair without the tier changed the pool"
+    );
+    let tiers: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = vec![(1, ssd.clone())];
+    let report =
+        terrace_core::fsck::repair(pm.clone() as Arc<dyn PmMedia>, &tiers, &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_same_tree(&fs_tree(&fs), &tree, "with the tier back");
+    check_files(&fs, &files, "with the tier back");
+}
