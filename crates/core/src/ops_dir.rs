@@ -515,8 +515,10 @@ impl Fs {
         crate::inode_flags::check_change_names_or_xattrs(l.get(ino))?;
         let c = l.get(ino);
         // An unlinked file cannot be named again; an unnamed file from
-        // `tmpfile` (not O_EXCL) gets its first name here (`ops_tmpfile`).
-        if c.attr.nlink == 0 && !c.linkable {
+        // `tmpfile` (not O_EXCL) gets its first name here (`ops_tmpfile`) —
+        // unless its last close freed it already (a zombie: its slot is free
+        // on PM, and the kernel, through an O_PATH reference, may still ask).
+        if c.zombie || (c.attr.nlink == 0 && !c.linkable) {
             return Err(errno(libc::ENOENT));
         }
         if c.attr.nlink >= 65000 {

@@ -191,3 +191,25 @@ fn an_unnamed_file_on_a_tiered_pool_returns_its_block_space_at_close() {
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
 }
+
+/// Found in review 2026-12-07: an unnamed file closed for the last time is
+/// freed on PM, but the kernel may still hold it (an `O_PATH` open of
+/// `/proc/self/fd/N` keeps a reference without a FUSE open) and send a
+/// `linkat` for it. `link` named the freed slot: the next mount refused
+/// the pool (a name pointing to a free slot). It is ENOENT now, as for
+/// any file whose last name and open are gone.
+#[test]
+fn a_link_of_an_unnamed_file_freed_by_its_last_close_is_refused() {
+    let (pm, fs) = pm_pool(8 << 20, 64);
+    let d = mkdirs(&fs, 1)[0];
+    // The lookup the tmpfile counts stands for the kernel's O_PATH reference.
+    let (a, _) = fs.tmpfile(d, 0o644, libc::O_RDWR, CTX).unwrap();
+    fs.write(a.ino, 0, b"gone at close").unwrap();
+    fs.release(a.ino).unwrap();
+    assert_eq!(err(fs.link(a.ino, d, b"x")), libc::ENOENT);
+    assert!(names(&fs, d).is_empty());
+    fs.forget(a.ino, 1);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_fsck_clean(&*pm, None, Fsck::Metadata, "after the refused link");
+}
