@@ -346,10 +346,15 @@ pub fn repair(
             _ => {}
         }
     }
-    if rescan {
-        // What pass 1 freed or cut may have been the only way to inodes
-        // that are fine: keep them in /lost+found rather than free them.
+    // What pass 1 freed or cut may have been the only way to inodes that
+    // are fine; so may a slot whose state word alone was damaged (free, its
+    // name now dangling), or a rename a cleared journal slot undid: keep
+    // them in /lost+found rather than let the next scan that writes free
+    // them (found in review, 2026-12-07).
+    if rescan || sc.problems.iter().any(Problem::blocks_mount) {
         adopt_orphans(&*media, tiers, progress, &mut report)?;
+        // Pass 2 appends to logs adoption may have grown: from a new scan.
+        rescan = true;
     }
     let mut sc = if rescan {
         repair_scan(&*media, tiers, progress, &mut report)?

@@ -6,8 +6,8 @@ use common::*;
 use std::sync::Arc;
 use terrace_core::{fsck, Fs, OpenError};
 use terrace_format::{
-    decode_page_pointer, encode_page_pointer, inode_offset, INODE_OFF_LOG_HEAD, LOG_PAGE_HEADER,
-    LOG_PAGE_OFF_NEXT,
+    decode_page_pointer, encode_page_pointer, inode_offset, INODE_OFF_LOG_HEAD, INODE_OFF_STATE,
+    LOG_PAGE_HEADER, LOG_PAGE_OFF_NEXT,
 };
 use terrace_media::{MemMedia, PmMedia};
 
@@ -465,4 +465,30 @@ fn repair_rolls_back_open_transactions_first_and_still_keeps_orphans() {
     let check = fsck::check(&*m, &[], &mut |_, _| {}).unwrap();
     assert!(check.is_clean(), "{:?}", check.problems);
     assert_eq!(check.open_transactions, 0);
+}
+
+/// Found in review 2026-12-07: a directory slot whose state word alone was
+/// damaged (used → free) leaves its name dangling and its files orphans,
+/// with nothing for repair's first pass to fix; repair removed the name and
+/// the next scan freed the files. They are kept in /lost+found now.
+#[test]
+fn the_files_of_a_directory_whose_slot_reads_free_are_kept_in_lost_found() {
+    let (m, dir) = pool_with_dir_and_file();
+    m.store_u64(inode_offset(dir) + INODE_OFF_STATE, 0);
+    m.persist(inode_offset(dir) + INODE_OFF_STATE, 8);
+    assert!(Fs::mount(m.clone() as Arc<dyn PmMedia>).is_err());
+    let report = fsck::repair(m.clone() as Arc<dyn PmMedia>, &[], &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    let fs = mount(m.clone());
+    let lf = fs
+        .lookup(1, b"lost+found")
+        .unwrap_or_else(|e| panic!("{e}: repaired {:?}", report.repaired));
+    let kept: Vec<_> = fs
+        .readdir(lf.ino, 0, 100)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .collect();
+    assert_eq!(kept.len(), 1, "{:?}", report.repaired);
+    assert_eq!(content(&fs, kept[0].ino), b"hello");
 }
