@@ -21,7 +21,7 @@ use terrace_format::{
 /// Trims of a directory's log one removal refused for PM room may ask for
 /// before it waits instead: each that succeeds frees at least a block, so
 /// this is a bound in case the pool changes under it, not a count needed.
-const TRIMS_PER_REMOVAL: u32 = 8;
+const TRIMS_PER_REMOVAL: u32 = 32;
 
 /// Checks a single path component.
 pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
