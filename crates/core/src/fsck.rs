@@ -20,8 +20,8 @@ use crate::recovery::{scan, LogWord, OpenError, Problem, Scan, TierDevices};
 use crate::types::Ino;
 use std::sync::Arc;
 use terrace_format::{
-    Entry, InodeSlot, INODE_FREE, INODE_OFF_GENERATION, INODE_OFF_LOG_TAIL, INODE_OFF_STATE,
-    INODE_SIZE, INODE_USED, ROOT_INO,
+    Entry, InodeSlot, INODE_FREE, INODE_OFF_GENERATION, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL,
+    INODE_OFF_STATE, INODE_SIZE, INODE_USED, ROOT_INO,
 };
 use terrace_media::PmMedia;
 
@@ -325,12 +325,20 @@ pub fn repair(
                     == terrace_format::INODE_USED_TIER_LOG =>
             {
                 // An unreadable log blob on a block tier: the inode keeps
-                // what its slot says (an empty log on PM). State first: a
-                // crash in between leaves a PM log that does not walk, which
-                // the next repair truncates.
+                // what its slot says (an empty log on PM). State, head and
+                // tail in one journal transaction: stored one by one, a
+                // crash between them left a state-1 slot whose head still
+                // named the blob, and the next repair freed the inode
+                // (found in review, 2026-12-07).
                 let slot = sc.slot_offset(*ino);
-                store_word(&*media, slot + INODE_OFF_STATE, terrace_format::INODE_USED);
-                store_word(&*media, slot + INODE_OFF_LOG_TAIL, 0);
+                crate::journal::Journal::default().commit(
+                    &*media,
+                    &[
+                        (slot + INODE_OFF_STATE, terrace_format::INODE_USED),
+                        (slot + INODE_OFF_LOG_HEAD, 0),
+                        (slot + INODE_OFF_LOG_TAIL, 0),
+                    ],
+                );
                 report.repaired.push(format!(
                     "emptied the log of inode {ino} (its log on a block tier is unreadable)"
                 ));

@@ -759,3 +759,51 @@ fn repair_without_a_tier_holding_logs_changes_nothing() {
     assert_same_tree(&fs_tree(&fs), &tree, "with the tier back");
     check_files(&fs, &files, "with the tier back");
 }
+
+/// A moved log whose blob cannot be read is emptied by repair: the inode
+/// keeps what its slot says. State, head and tail change in one journal
+/// transaction; stored one by one (before 2026-12-07), a repair cut short
+/// between them left a state-1 slot whose head still named the blob, and
+/// the next repair freed the inode (found in review).
+#[test]
+fn repair_empties_an_unreadable_moved_log_head_and_tail_together() {
+    use terrace_format::{
+        inode_offset, INODE_OFF_LOG_HEAD, INODE_OFF_LOG_TAIL, INODE_OFF_STATE, INODE_USED,
+    };
+    use terrace_media::BlockMedia;
+    let (pm, ssd, fs) = tiered_pool(16 << 20, SSD, 512);
+    let ino = small_files(&fs, 1)[0].0;
+    assert_eq!(fs.move_logs(&[ino], 1).unwrap(), 1);
+    let (_, block, _) = fs.log_place(ino).unwrap().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    ssd.write_blocks(block, &[0xa5; 4096]).unwrap();
+    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, ssd.clone())];
+    let report =
+        terrace_core::fsck::repair(pm.clone() as Arc<dyn PmMedia>, &tiers, &mut |_, _| {}).unwrap();
+    assert!(
+        report
+            .repaired
+            .iter()
+            .any(|r| r.starts_with(&format!("emptied the log of inode {ino}"))),
+        "{:?}",
+        report.repaired
+    );
+    let slot = inode_offset(ino);
+    assert_eq!(pm.load_u64(slot + INODE_OFF_STATE), INODE_USED);
+    assert_eq!(
+        pm.load_u64(slot + INODE_OFF_LOG_HEAD),
+        0,
+        "the head still names the blob"
+    );
+    assert_eq!(pm.load_u64(slot + INODE_OFF_LOG_TAIL), 0);
+    let again =
+        terrace_core::fsck::repair(pm.clone() as Arc<dyn PmMedia>, &tiers, &mut |_, _| {}).unwrap();
+    assert!(
+        again.is_clean() && again.repaired.is_empty(),
+        "{:?}",
+        again.repaired
+    );
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert!(fs.getattr(ino).is_ok(), "the inode was freed");
+}
