@@ -139,10 +139,13 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
                 n.remove();
             }
         }
-        if let Err(e) = result {
+        // Counted before the waiters wake, so each sees this failure.
+        if result.is_err() {
             self.failed.fetch_add(1, Ordering::SeqCst);
+        }
+        self.ended.notify_all();
+        if let Err(e) = result {
             drop(r);
-            self.ended.notify_all();
             if let Some(seen) = first {
                 // Writes this thread made before may still wait for a sync
                 // of its own: that one fails too (module docs).
@@ -150,7 +153,6 @@ impl<B: BlockMedia> BlockMedia for PerWriterSync<B> {
             }
             return Err(e);
         }
-        self.ended.notify_all();
         // Every sync that ran beside this one started at or before this
         // generation: wait for them to end (and count their failures).
         let last = r.generation;
