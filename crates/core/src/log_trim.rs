@@ -171,41 +171,55 @@ impl PageFacts {
     }
 }
 
-/// How many of the cuts with the best rough gain are priced exactly.
-const CUTS_PRICED: usize = 8;
-
 /// The cut to make: of those whose E fits in `room_blocks` free blocks (or
 /// in one smallest page), the one that gives back the most blocks beyond
 /// what E's pages take, and at least one. E's pages take at most a block
 /// each (a small one may open a slab block of its own), as many as
 /// [`Log::stage`] chains for E into an empty log
-/// ([`crate::log::page_sizes_for`]). Cuts are ranked roughly (E in 4 KiB
-/// pages), then the best few priced by that page sequence.
+/// ([`crate::log::page_sizes_for`]).
+///
+/// Pricing a cut exactly walks E's entries, so cuts are first ranked by a
+/// bound: E takes at least as many pages as 4 KiB pages hold its bytes,
+/// so no cut gains more than `freed - that`. Cuts are priced in the order
+/// of that bound until the next one's bound is no better than the best
+/// exact gain found, which is then the best of all. (Pricing only the best
+/// few by the bound missed every cut on a log whose deep cuts all had an E
+/// too large for the room by its exact pages, though a shallow cut of
+/// dead pages was there: removals then waited, and under load failed with
+/// ENOSPC — `tests/full_pool_deletes.rs`.)
 fn best_cut(facts: &PageFacts, freed: &[u64], attr_bytes: u64, room_blocks: u64) -> Option<Cut> {
     // Fewer pages than E can take (none holds more than a whole page's).
-    let rough = |c: &Cut| {
+    let at_least = |c: &Cut| {
         c.needed
             .div_ceil(terrace_format::LOG_PAGE_MAX - LOG_PAGE_HEADER)
     };
     let may_fit = |c: &Cut| {
-        rough(c) <= room_blocks || c.needed + LOG_PAGE_HEADER <= terrace_format::LOG_PAGE_MIN
+        at_least(c) <= room_blocks || c.needed + LOG_PAGE_HEADER <= terrace_format::LOG_PAGE_MIN
     };
-    let mut cuts: Vec<Cut> = (1..freed.len() - 1)
+    let mut cuts: Vec<(u64, Cut)> = (1..freed.len() - 1)
         .filter_map(|k| facts.cut(freed, k, attr_bytes))
-        .filter(|c| c.freed > rough(c) && may_fit(c))
+        .filter(|c| c.freed > at_least(c) && may_fit(c))
+        .map(|c| (c.freed - at_least(&c), c))
         .collect();
-    cuts.sort_by_key(|c| (std::cmp::Reverse(c.freed - rough(c)), c.k));
-    cuts.into_iter()
-        .take(CUTS_PRICED)
-        .filter_map(|c| {
-            let lens = facts.e_lens(c.k, attr_bytes);
-            let sizes = crate::log::page_sizes_for(lens.iter().copied());
-            let takes = sizes.len() as u64;
-            let fits = takes <= room_blocks || sizes == [terrace_format::LOG_PAGE_MIN];
-            (fits && c.freed > takes).then_some((c.freed - takes, c))
-        })
-        .max_by_key(|&(gain, c)| (gain, std::cmp::Reverse(c.k)))
-        .map(|(_, c)| c)
+    cuts.sort_by_key(|&(bound, c)| (std::cmp::Reverse(bound), c.k));
+    let mut best: Option<(u64, Cut)> = None;
+    for (bound, c) in cuts {
+        if best.is_some_and(|(gain, _)| bound <= gain) {
+            break;
+        }
+        let lens = facts.e_lens(c.k, attr_bytes);
+        let sizes = crate::log::page_sizes_for(lens.iter().copied());
+        let takes = sizes.len() as u64;
+        let fits = takes <= room_blocks || sizes == [terrace_format::LOG_PAGE_MIN];
+        if fits && c.freed > takes {
+            let gain = c.freed - takes;
+            // Of equal gains, the first priced (the better bound).
+            if best.map_or(true, |(g, _)| gain > g) {
+                best = Some((gain, c));
+            }
+        }
+    }
+    best.map(|(_, c)| c)
 }
 
 /// The entries of an inode's state as a sorted list of encodings: equal
@@ -423,6 +437,72 @@ mod tests {
             best_cut(&full, &(0..=5).collect::<Vec<_>>(), 80, 1 << 20),
             None
         );
+    }
+
+    /// The gain of the best cut, found by pricing every cut.
+    fn best_gain_by_pricing_all(f: &PageFacts, freed: &[u64], attr: u64, room: u64) -> Option<u64> {
+        (1..freed.len() - 1)
+            .filter_map(|k| f.cut(freed, k, attr))
+            .filter_map(|c| {
+                let sizes = crate::log::page_sizes_for(f.e_lens(c.k, attr));
+                let takes = sizes.len() as u64;
+                let fits = takes <= room || sizes == [terrace_format::LOG_PAGE_MIN];
+                (fits && c.freed > takes).then_some(c.freed - takes)
+            })
+            .max()
+    }
+
+    #[test]
+    fn a_shallow_cut_is_found_when_every_deep_cut_is_too_large_for_the_room() {
+        // Ten dead pages, then fifty whose live names take 1,000 bytes
+        // each. With 8 free blocks, the 4 KiB bound lets cuts to page 42
+        // through, but E past page 29 takes more than 8 pages (they grow
+        // from 256 bytes): the deep cuts with the best bound all fail
+        // their exact price. Pricing only the best few of them found no
+        // cut at all, on a log with ten dead pages.
+        let at: Vec<(usize, u64)> = (10..60)
+            .flat_map(|p| std::iter::repeat((p, 100)).take(10))
+            .collect();
+        let f = facts(60, &at);
+        let freed: Vec<u64> = (0..=60).collect();
+        let c = best_cut(&f, &freed, 80, 8).expect("a cut of dead pages exists");
+        let takes = crate::log::page_sizes_for(f.e_lens(c.k, 80)).len() as u64;
+        assert!(takes <= 8, "{c:?} takes {takes} pages");
+        assert_eq!(
+            Some(c.freed - takes),
+            best_gain_by_pricing_all(&f, &freed, 80, 8)
+        );
+    }
+
+    #[test]
+    fn the_chosen_cut_gains_as_much_as_the_best_of_all_cuts() {
+        // Many shapes of log: live names spread at random over the pages,
+        // prefixes that free blocks in steps (small pages share a block).
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..300 {
+            let pages = 2 + next(40) as usize;
+            let at: Vec<(usize, u64)> = (0..next(200))
+                .map(|_| (next(pages as u64) as usize, 24 + next(260)))
+                .collect();
+            let f = facts(pages, &at);
+            let mut freed = vec![0u64];
+            for _ in 0..pages {
+                let step = u64::from(next(3) != 0);
+                freed.push(freed.last().unwrap() + step);
+            }
+            let room = next(12);
+            let got = best_cut(&f, &freed, 80, room).map(|c| {
+                let sizes = crate::log::page_sizes_for(f.e_lens(c.k, 80));
+                c.freed - sizes.len() as u64
+            });
+            assert_eq!(got, best_gain_by_pricing_all(&f, &freed, 80, room));
+        }
     }
 
     #[test]
