@@ -23,6 +23,12 @@ use terrace_format::{
 /// this is a bound in case the pool changes under it, not a count needed.
 const TRIMS_PER_REMOVAL: u32 = 32;
 
+/// Links an inode may have (ext4's `EXT4_LINK_MAX`): a directory's count
+/// includes one per subdirectory, so this bounds subdirectories too.
+/// Beyond it, link, mkdir and a rename that moves a directory in fail with
+/// EMLINK.
+const LINK_MAX: u32 = 65000;
+
 /// Checks a single path component.
 pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() {
@@ -161,7 +167,7 @@ impl Fs {
         crate::inode_flags::check_add_name(p)?;
         let kind = FileType::from_mode(mode).expect("valid mode");
         let is_dir = kind == FileType::Directory;
-        if is_dir && p.attr.nlink >= 65000 {
+        if is_dir && p.attr.nlink >= LINK_MAX {
             return Err(errno(libc::EMLINK));
         }
         let (ino, mut child, inherited) = self.new_inode(p, parent, mode, rdev, ctx, symlink)?;
@@ -521,7 +527,7 @@ impl Fs {
         if c.zombie || (c.attr.nlink == 0 && !c.linkable) {
             return Err(errno(libc::ENOENT));
         }
-        if c.attr.nlink >= 65000 {
+        if c.attr.nlink >= LINK_MAX {
             return Err(errno(libc::EMLINK));
         }
         let now = now_ns();
@@ -637,6 +643,31 @@ impl Fs {
                     crate::inode_flags::check_add_name(l.get(parent))?;
                 }
             }
+            if !flags.exchange {
+                if let Some((d, _)) = dst {
+                    if src_is_dir && !dst_is_dir {
+                        return Err(errno(libc::ENOTDIR));
+                    }
+                    if !src_is_dir && dst_is_dir {
+                        return Err(errno(libc::EISDIR));
+                    }
+                    if dst_is_dir && !l.get(d).dir.as_ref().expect("dir").is_empty() {
+                        return Err(errno(libc::ENOTEMPTY));
+                    }
+                }
+            }
+            // A directory that moves to another parent is one more link
+            // there (its `..`), unless it replaces a directory; an exchange
+            // moves a directory each way. Refused as mkdir refuses it.
+            if parent != newparent {
+                let full =
+                    |p: Ino, l: &mut crate::table::Locked<'_>| l.get(p).attr.nlink >= LINK_MAX;
+                if (src_is_dir && !dst_is_dir && full(newparent, &mut l))
+                    || (flags.exchange && dst_is_dir && !src_is_dir && full(parent, &mut l))
+                {
+                    return Err(errno(libc::EMLINK));
+                }
+            }
             let now = now_ns();
             let mut tx = TxBuilder::default();
             let mut nlink_delta: std::collections::HashMap<Ino, i64> = Default::default();
@@ -674,17 +705,6 @@ impl Fs {
                     tx.push(i, Entry::Attr(a));
                 }
             } else {
-                if let Some((d, _)) = dst {
-                    if src_is_dir && !dst_is_dir {
-                        return Err(errno(libc::ENOTDIR));
-                    }
-                    if !src_is_dir && dst_is_dir {
-                        return Err(errno(libc::EISDIR));
-                    }
-                    if dst_is_dir && !l.get(d).dir.as_ref().expect("dir").is_empty() {
-                        return Err(errno(libc::ENOTEMPTY));
-                    }
-                }
                 if let Some(ctx) = flags.whiteout {
                     let mode = libc::S_IFCHR;
                     let (w, child, _) =
