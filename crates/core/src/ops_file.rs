@@ -198,7 +198,22 @@ impl Fs {
             r => r,
         };
         self.say_room(&r, blocks);
-        r
+        let n = r?;
+        // A synchronous write is durable when it returns: on PM that needs
+        // an msync (a file-backed PM tier), its fences did that, and their
+        // failure is reported here, not left to a later fsync.
+        if !self.media.fence_is_durable() && (o_sync || self.inode_writes_sync(ino)) {
+            self.media.fence_error()?;
+        }
+        Ok(n)
+    }
+
+    /// Whether `ino` has `chattr +S` (every write synchronous).
+    fn inode_writes_sync(&self, ino: Ino) -> bool {
+        self.lock(ino)
+            .ok()
+            .and_then(|g| g.as_deref().map(crate::inode_flags::writes_sync))
+            .unwrap_or(false)
     }
 
     /// One try of [`Fs::write_from`].

@@ -7,9 +7,14 @@
 //! and fences pass through unchanged and do not clear poison: the range stays
 //! bad until [`FaultMedia::clear_poison`]. This lets the core's checksums be
 //! tested against corrupted media.
+//!
+//! It can also make fences fail ([`FaultMedia::fail_fences`]), as an
+//! `msync` of a page-cache mapping fails when the disk under a file-backed
+//! PM tier returns EIO: such media is not durable by fence alone, and after
+//! a failed fence every [`PmMedia::fence_error`] and `sync_all` fails.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::PmMedia;
 
@@ -23,6 +28,10 @@ pub struct FaultMedia<M: PmMedia> {
     /// Poisoned `[start, end)` ranges.
     poisoned: Mutex<Vec<(u64, u64)>>,
     poisoned_reads: AtomicU64,
+    /// Fences fail from now on ([`FaultMedia::fail_fences`]).
+    fences_fail: AtomicBool,
+    /// A fence failed: every later `fence_error` and `sync_all` fails.
+    fence_failed: AtomicBool,
 }
 
 impl<M: PmMedia> FaultMedia<M> {
@@ -32,7 +41,19 @@ impl<M: PmMedia> FaultMedia<M> {
             inner,
             poisoned: Mutex::new(Vec::new()),
             poisoned_reads: AtomicU64::new(0),
+            fences_fail: AtomicBool::new(false),
+            fence_failed: AtomicBool::new(false),
         }
+    }
+
+    /// Makes every later fence fail with EIO (the media also stops being
+    /// durable by fence alone, as a file-backed PM tier is not).
+    pub fn fail_fences(&self) {
+        self.fences_fail.store(true, Ordering::SeqCst);
+    }
+
+    fn fence_failure() -> std::io::Error {
+        std::io::Error::from_raw_os_error(libc::EIO)
     }
 
     /// Makes reads of `[off, off + len)` return [`POISON_BYTE`].
@@ -102,14 +123,25 @@ impl<M: PmMedia> PmMedia for FaultMedia<M> {
 
     fn fence(&self) {
         self.inner.fence();
+        if self.fences_fail.load(Ordering::SeqCst) {
+            self.fence_failed.store(true, Ordering::SeqCst);
+        }
     }
 
     fn sync_all(&self) -> std::io::Result<()> {
+        self.fence_error()?;
         self.inner.sync_all()
     }
 
+    fn fence_error(&self) -> std::io::Result<()> {
+        if self.fence_failed.load(Ordering::SeqCst) {
+            return Err(Self::fence_failure());
+        }
+        self.inner.fence_error()
+    }
+
     fn fence_is_durable(&self) -> bool {
-        self.inner.fence_is_durable()
+        !self.fences_fail.load(Ordering::SeqCst) && self.inner.fence_is_durable()
     }
 
     fn describe(&self) -> String {

@@ -115,6 +115,14 @@ pub trait PmMedia: Send + Sync {
     fn sync_all(&self) -> std::io::Result<()> {
         Ok(())
     }
+    /// Err once a `fence` failed to make flushed stores durable (an `msync`
+    /// of a page-cache mapping failed): from then on every call, and every
+    /// `sync_all`, fails until the media is opened again — which of the
+    /// stores since was lost is unknown, so nothing after may be called
+    /// durable. Always Ok where `fence_is_durable` (nothing can fail).
+    fn fence_error(&self) -> std::io::Result<()> {
+        Ok(())
+    }
     /// True when `fence` alone makes flushed stores durable and `sync_all`
     /// has nothing to add (no msync to issue, no deferred error to report):
     /// DAX, tmpfs and test media. False for a page-cache mapping of an

@@ -14,7 +14,9 @@
 //!     page-aligned span of everything flushed since the previous fence, and
 //!     [`PmMedia::sync_all`] `msync`s the whole mapping.
 //! - An `msync` failure inside `fence` cannot be returned (the trait's `fence`
-//!   is infallible); it is kept and reported by the next `sync_all`.
+//!   is infallible); it is kept, and every later `sync_all` and
+//!   [`PmMedia::fence_error`] reports it (not only the next: the caller of
+//!   that one may not be the writer whose stores were lost).
 //! - User-caused errors (missing file, bad length, unmappable path) are
 //!   `io::Error`s naming the path, never panics. Out-of-range or misaligned
 //!   access is a caller bug and panics, as the [`PmMedia`] contract says.
@@ -75,8 +77,9 @@ pub struct PmFile {
     kind: PmKind,
     /// `PmKind::File` only: byte span `[min, max)` flushed since the last fence.
     unsynced: Mutex<Option<(u64, u64)>>,
-    /// First `msync` failure seen by `fence`, reported by `sync_all`.
-    sync_error: Mutex<Option<io::Error>>,
+    /// First `msync` failure seen by `fence`, reported by every later
+    /// `sync_all` and `fence_error` (kind and text: `io::Error` is no `Clone`).
+    sync_error: Mutex<Option<(io::ErrorKind, Option<i32>, String)>>,
     /// How the file is opened and mapped.
     access: Access,
     /// Read-only media: set by the first store (kept in private pages).
@@ -481,7 +484,11 @@ impl PmMedia for PmFile {
             let mut u = self.unsynced.lock();
             if let Some((lo, hi)) = u.take() {
                 if let Err(e) = self.msync(lo, hi) {
-                    self.sync_error.lock().get_or_insert(e);
+                    self.sync_error.lock().get_or_insert((
+                        e.kind(),
+                        e.raw_os_error(),
+                        e.to_string(),
+                    ));
                 }
             }
         }
@@ -498,15 +505,27 @@ impl PmMedia for PmFile {
             }
             return Ok(());
         }
-        if let Some(e) = self.sync_error.lock().take() {
-            return Err(e);
-        }
+        self.fence_error()?;
         if self.needs_msync() {
             let mut u = self.unsynced.lock();
             self.msync(0, self.len)?;
             *u = None;
         }
         Ok(())
+    }
+
+    fn fence_error(&self) -> io::Result<()> {
+        match &*self.sync_error.lock() {
+            None => Ok(()),
+            // The errno the application gets, where msync gave one.
+            Some((_, Some(raw), _)) => Err(io::Error::from_raw_os_error(*raw)),
+            Some((kind, None, text)) => Err(io::Error::new(
+                *kind,
+                format!(
+                    "an earlier flush of the PM tier failed, so stores since may be lost: {text}"
+                ),
+            )),
+        }
     }
 
     fn fence_is_durable(&self) -> bool {
