@@ -23,10 +23,10 @@ use terrace_format::{
 /// this is a bound in case the pool changes under it, not a count needed.
 const TRIMS_PER_REMOVAL: u32 = 32;
 
-/// Links an inode may have (ext4's `EXT4_LINK_MAX`): a directory's count
-/// includes one per subdirectory, so this bounds subdirectories too.
-/// Beyond it, link, mkdir and a rename that moves a directory in fail with
-/// EMLINK.
+/// Names a file may have (ext4's `EXT4_LINK_MAX`): link fails with EMLINK
+/// beyond it. Directories have no such limit on subdirectories, as on ext4
+/// (its `dir_nlink` feature, on by default): their link count goes on
+/// counting them (ext4 shows 1 instead, past the limit).
 const LINK_MAX: u32 = 65000;
 
 /// Checks a single path component.
@@ -167,9 +167,6 @@ impl Fs {
         crate::inode_flags::check_add_name(p)?;
         let kind = FileType::from_mode(mode).expect("valid mode");
         let is_dir = kind == FileType::Directory;
-        if is_dir && p.attr.nlink >= LINK_MAX {
-            return Err(errno(libc::EMLINK));
-        }
         let (ino, mut child, inherited) = self.new_inode(p, parent, mode, rdev, ctx, symlink)?;
         let now = child.btime;
         let mut pattr = p.attr;
@@ -654,18 +651,6 @@ impl Fs {
                     if dst_is_dir && !l.get(d).dir.as_ref().expect("dir").is_empty() {
                         return Err(errno(libc::ENOTEMPTY));
                     }
-                }
-            }
-            // A directory that moves to another parent is one more link
-            // there (its `..`), unless it replaces a directory; an exchange
-            // moves a directory each way. Refused as mkdir refuses it.
-            if parent != newparent {
-                let full =
-                    |p: Ino, l: &mut crate::table::Locked<'_>| l.get(p).attr.nlink >= LINK_MAX;
-                if (src_is_dir && !dst_is_dir && full(newparent, &mut l))
-                    || (flags.exchange && dst_is_dir && !src_is_dir && full(parent, &mut l))
-                {
-                    return Err(errno(libc::EMLINK));
                 }
             }
             let now = now_ns();
