@@ -1836,6 +1836,95 @@ def test_an_append_only_file_only_grows_like_ext4(both):
         both(lambda root: os.setxattr(log(root), "user.k", b"v"), expect=errno.EPERM)
 
 
+FS_IOC32_SETFLAGS = 0x40046602  # the 32-bit form; a 64-bit caller's is unchecked
+
+
+def test_flags_change_only_through_the_ioctl_the_kernel_checks_like_ext4(both):
+    """A user may not set flags on another user's file. The kernel checks
+    FS_IOC_SETFLAGS itself, but sends the 32-bit command of a 64-bit caller
+    on unchecked: Terrace answered it, so anyone could set or clear +a and
+    +i on any file they could open."""
+    with flags_cleared_afterwards(both.roots):
+        def setup(root):
+            write_file(j(root, "roots"), b"root's\n")
+            os.chmod(j(root, "roots"), 0o644)
+            return get_flags(j(root, "roots")) & KEPT_FLAGS
+
+        assert both(setup, expect=OK) == 0
+
+        def set_by_nobody(root):
+            def attempt():
+                fd = os.open(j(root, "roots"), os.O_RDONLY)
+                try:
+                    fcntl.ioctl(fd, FS_IOC32_SETFLAGS, FS_APPEND_FL.to_bytes(4, sys.byteorder))
+                finally:
+                    os.close(fd)
+            return run_as(NOBODY, NOBODY, attempt)
+
+        both(set_by_nobody, expect=errno.ENOTTY)
+        assert both(lambda root: get_flags(j(root, "roots")) & KEPT_FLAGS, expect=OK) == 0
+
+
+def test_an_append_only_file_is_not_overwritten_through_fcntl_or_a_mapping(both):
+    """ext4 refuses to clear O_APPEND of an append-only file (fcntl) and
+    to map it shared and writable (mmap): the kernel does neither for a FUSE
+    file, so Terrace refuses the writes below the end that follow."""
+    with flags_cleared_afterwards(both.roots):
+        def setup(root):
+            write_file(j(root, "log"), b"line 1\n")
+            return set_flags(j(root, "log"), on=FS_APPEND_FL)
+
+        assert both(setup, expect=OK) == FS_APPEND_FL
+        log = lambda root: j(root, "log")  # noqa: E731
+
+        def overwrite_after_fcntl(root):
+            with opened(log(root), os.O_WRONLY | os.O_APPEND) as fd:
+                try:
+                    fcntl.fcntl(fd, fcntl.F_SETFL, 0)
+                except OSError as e:
+                    return ("fcntl", errno.errorcode[e.errno])
+                try:
+                    os.pwrite(fd, b"X", 0)
+                except OSError as e:
+                    return ("pwrite", errno.errorcode[e.errno])
+                return ("overwritten",)
+
+        def overwrite_through_a_mapping(root):
+            with opened(log(root), os.O_RDWR | os.O_APPEND) as fd:
+                try:
+                    m = mmap.mmap(fd, 7, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                except OSError as e:
+                    return ("mmap", errno.errorcode[e.errno])
+                try:
+                    m[0:1] = b"X"
+                    try:
+                        m.flush()
+                    except OSError as e:
+                        return ("msync", errno.errorcode[e.errno])
+                    return ("stored",)
+                finally:
+                    m.close()
+
+        ref = overwrite_after_fcntl(both.roots.reference)
+        ter = overwrite_after_fcntl(both.roots.terrace)
+        assert ref == ("fcntl", "EPERM"), ref
+        assert ter in (("fcntl", "EPERM"), ("pwrite", "EPERM")), ter
+        ref = overwrite_through_a_mapping(both.roots.reference)
+        ter = overwrite_through_a_mapping(both.roots.terrace)
+        assert ref == ("mmap", "EACCES"), ref
+        assert ter[0] in ("mmap", "msync", "stored"), ter
+        # Whatever the mapping showed, the file was not changed: a new open
+        # reads it from the pool.
+        assert both(lambda root: read_file(log(root)), expect=OK) == b"line 1\n"
+
+        def append(root):
+            with opened(log(root), os.O_WRONLY | os.O_APPEND) as fd:
+                os.write(fd, b"line 2\n")
+            return read_file(log(root))
+
+        assert both(append, expect=OK) == b"line 1\nline 2\n"
+
+
 def test_directory_flags_guard_names_like_ext4(both):
     with flags_cleared_afterwards(both.roots):
         def setup(root):

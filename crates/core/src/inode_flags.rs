@@ -127,6 +127,12 @@ pub(crate) fn atime_updates(i: &Inode) -> bool {
     i.attr.flags & (ATTR_FLAG_NOATIME | ATTR_FLAG_IMMUTABLE) == 0
 }
 
+/// `i` is append-only: its data may only grow
+/// (`Fs::check_append_only_write`).
+pub(crate) fn append_only(i: &Inode) -> bool {
+    i.attr.flags & ATTR_FLAG_APPEND != 0
+}
+
 /// Writes to `i` are synchronous (as with `O_SYNC`).
 pub(crate) fn writes_sync(i: &Inode) -> bool {
     i.attr.flags & ATTR_FLAG_SYNC != 0

@@ -118,6 +118,10 @@ impl Fs {
             l.get(ino).kind.require_regular(libc::EINVAL)?;
         }
         crate::inode_flags::check_write(l.get(dst))?;
+        // An append-only file only grows (`Fs::check_append_only_write`).
+        if crate::inode_flags::append_only(l.get(dst)) && dst_off < l.get(dst).attr.size {
+            return Err(errno(libc::EPERM));
+        }
         let src_size = l.get(src).attr.size;
         if src_off >= src_size {
             return Ok(Some(0));

@@ -208,6 +208,26 @@ impl Fs {
         Ok(n)
     }
 
+    /// An append-only file (`chattr +a`) only grows: EPERM for a write that
+    /// would change a byte below its size. The kernel cannot enforce this
+    /// for a FUSE file (it never marks FUSE inodes append-only): a
+    /// descriptor whose O_APPEND an `fcntl` cleared, or a shared writable
+    /// mapping, reached the file with writes below its end and overwrote
+    /// it. Bytes below the size that a write leaves as they are pass: the
+    /// kernel writes back whole pages, so an append through its page cache
+    /// (a mapping, the writeback cache) starts with the old bytes of the
+    /// last page.
+    pub(crate) fn check_append_only_write(&self, i: &Inode, off: u64, data: &[u8]) -> FsResult<()> {
+        if !crate::inode_flags::append_only(i) || off >= i.size() {
+            return Ok(());
+        }
+        let below = (i.size() - off).min(data.len() as u64) as usize;
+        if self.read_locked(i, off, below)? != data[..below] {
+            return Err(errno(libc::EPERM));
+        }
+        Ok(())
+    }
+
     /// Whether `ino` has `chattr +S` (every write synchronous).
     fn inode_writes_sync(&self, ino: Ino) -> bool {
         self.lock(ino)
@@ -244,6 +264,7 @@ impl Fs {
         if end > MAX_FILE_SIZE {
             return Err(errno(libc::EFBIG));
         }
+        self.check_append_only_write(i, off, data)?;
         let now = now_ns();
         // The time the write's entries carry (its mtime and ctime).
         let mtime = stamp.time(i, now);

@@ -83,6 +83,7 @@ impl Fs {
         if new_change {
             crate::inode_flags::check_write(i)?;
         }
+        self.check_append_only_write(i, off, data)?;
         let Some(mut held) = self.preallocated_runs(i, fb0, fb1) else {
             return Ok(None);
         };

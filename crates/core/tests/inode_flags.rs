@@ -158,6 +158,35 @@ fn an_append_only_file_grows_only_at_its_end_and_cannot_be_removed() {
 }
 
 #[test]
+fn no_byte_below_the_end_of_an_append_only_file_changes_whatever_path_the_write_takes() {
+    // The kernel keeps O_APPEND writes at the end, but not for a FUSE file
+    // once an fcntl cleared O_APPEND, nor for a shared writable mapping:
+    // those writes reach the core below the end, which must refuse them.
+    let (_m, fs) = pm_pool(64 << 20, 64);
+    let f = file_holding(&fs, "log", b"line 1\n");
+    let src = file_holding(&fs, "src", b"XXXXXXXXXXXXXXXX");
+    fs.set_inode_flags(f, ATTR_FLAG_APPEND).unwrap();
+    eperm(fs.write(f, 0, b"X"), "a write at offset 0");
+    eperm(fs.write(f, 5, b"X\nmore"), "a write across the end");
+    eperm(
+        fs.write_back_kernel_pages(f, 0, b"Xine 1\n", false, false),
+        "a write-back of a changed mapped page",
+    );
+    eperm(fs.copy_range(src, 0, f, 0, 4), "a copy over the start");
+    assert_eq!(fs.read(f, 0, 100).unwrap(), b"line 1\n");
+    // An append through a page the kernel writes back whole starts with
+    // the old bytes of that page: it goes through.
+    fs.write_back_kernel_pages(f, 0, b"line 1\nline 2\n", false, false)
+        .unwrap();
+    fs.write(f, 14, b"line 3\n").unwrap();
+    assert_eq!(fs.read(f, 0, 100).unwrap(), b"line 1\nline 2\nline 3\n");
+    // Without the flag, the same writes change the file.
+    fs.set_inode_flags(f, 0).unwrap();
+    fs.write(f, 0, b"X").unwrap();
+    assert_eq!(fs.read(f, 0, 1).unwrap(), b"X");
+}
+
+#[test]
 fn directory_flags_guard_its_names() {
     let (_m, fs) = pm_pool(64 << 20, 64);
     let d = mkdirs(&fs, 1)[0];

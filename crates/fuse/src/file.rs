@@ -216,6 +216,13 @@ pub(crate) fn write(
         {
             Ok(n) => n,
             Err(e) => {
+                if e.raw_os_error() == Some(libc::EPERM) {
+                    // A mapped page of an append-only file changed below its
+                    // end: the core refused it, and the kernel keeps the
+                    // page. The next cached open drops it (dropping it now
+                    // would wait for this write-back's reply).
+                    let _ = a.data_changed(ino, 0, 0);
+                }
                 if e.raw_os_error() == Some(libc::ENOSPC) && a.writeback_cache {
                     a.refused_writebacks.refused(ino, data.len() as u64);
                     if let Some(n) = a.notifier.get() {

@@ -21,9 +21,6 @@ use terrace_core::inode_flags::{
 const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
 /// `FS_IOC_SETFLAGS` (`_IOW('f', 2, long)`).
 const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
-/// The 32-bit forms of the two (`_IOR('f', 1, int)`, `_IOW('f', 2, int)`).
-const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
-const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
 /// `FS_IOC_FSGETXATTR` (`_IOR('X', 31, struct fsxattr)`).
 const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 /// `FS_IOC_FSSETXATTR` (`_IOW('X', 32, struct fsxattr)`).
@@ -60,8 +57,14 @@ pub(crate) fn ioctl(
     out_size: u32,
 ) -> io::Result<Vec<u8>> {
     let out = match cmd {
-        FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => a.fs.inode_flags(ino)?.to_ne_bytes().to_vec(),
-        FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+        // Only the commands the kernel checks itself come here from its
+        // checked path (`vfs_fileattr_set`: owner, CAP_LINUX_IMMUTABLE).
+        // Their 32-bit forms (`FS_IOC32_*`) the kernel turns into these for
+        // a 32-bit caller; sent as they are by a 64-bit caller, they pass
+        // no check at all, so they get ENOTTY as on ext4 — answering them
+        // let any user set or clear +i and +a on anyone's file.
+        FS_IOC_GETFLAGS => a.fs.inode_flags(ino)?.to_ne_bytes().to_vec(),
+        FS_IOC_SETFLAGS => {
             let flags = u32_at(input, 0)?;
             set(a, ino, flags)?;
             Vec::new()
