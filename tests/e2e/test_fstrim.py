@@ -182,3 +182,19 @@ def test_fstrim_refuses_bad_ranges_unprivileged_callers_and_pools_without_block_
             cp = fstrim(mnt, check=False)
             assert cp.returncode != 0
             assert "not supported" in cp.stderr, cp.stderr
+
+
+def test_fstrim_refuses_a_user_whose_capabilities_are_those_of_a_namespace_of_their_own():
+    """Every capability inside a user namespace of one's own (`unshare -r`)
+    is none over this mount: FITRIM is refused as for any user. Terrace
+    read them from /proc as if they counted, and trimmed."""
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-r"]
+    if run([*as_nobody, "true"], check=False).returncode != 0:
+        pytest.skip("unprivileged user namespaces are off on this kernel")
+    with temp_pool_path() as pool, temp_ssd_image() as img, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{img}:128M")
+        with mounted_pool(pool, mnt, "allow_other,default_permissions"):
+            os.chmod(mnt.parent, 0o711)  # nobody must reach the mount point
+            cp = run([*as_nobody, "fstrim", str(mnt)], check=False)
+            assert cp.returncode != 0
+            assert "Operation not permitted" in cp.stderr, cp.stderr

@@ -16,6 +16,13 @@
 //!
 //! When `/proc` cannot be read (the thread is gone), the caller counts as
 //! privileged only if it is uid 0 and as a member only of its own fsgid.
+//!
+//! Capabilities count only in the daemon's own user namespace (the
+//! mount's): `CapEff` shows a task's capabilities in *its* namespace, and a
+//! user who made one of their own (`unshare -r`) holds them all there but
+//! none over this mount's files, which the kernel checks against the
+//! initial namespace (`capable()`). Counted, they let such a user keep the
+//! set-user-ID bit of a file they rewrote, and run `fstrim`.
 
 use fuser::Request;
 use std::fs;
@@ -104,9 +111,15 @@ impl Caller {
 
     fn status(&self) -> &ProcStatus {
         self.status.get_or_init(|| match self.pid {
-            Some(pid) => fs::read_to_string(format!("/proc/{pid}/status"))
-                .map(|t| parse_proc_status(&t))
-                .unwrap_or_default(),
+            Some(pid) => {
+                let mut st = fs::read_to_string(format!("/proc/{pid}/status"))
+                    .map(|t| parse_proc_status(&t))
+                    .unwrap_or_default();
+                if st.cap_eff.is_some() && !in_daemons_user_namespace(pid) {
+                    st.cap_eff = Some(0);
+                }
+                st
+            }
             None => ProcStatus::default(),
         })
     }
@@ -134,6 +147,17 @@ impl Caller {
     /// The caller is in group `gid` (its fsgid or a supplementary group).
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || (self.status().groups.as_ref()).is_some_and(|g| g.contains(&gid))
+    }
+}
+
+/// Whether task `pid` is in the daemon's user namespace. Not when its
+/// namespace cannot be read: its capabilities then do not count.
+fn in_daemons_user_namespace(pid: u32) -> bool {
+    static OURS: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    let ours = OURS.get_or_init(|| fs::read_link("/proc/self/ns/user").ok());
+    match (ours, fs::read_link(format!("/proc/{pid}/ns/user"))) {
+        (Some(ours), Ok(theirs)) => *ours == theirs,
+        _ => false,
     }
 }
 
@@ -186,6 +210,13 @@ mod tests {
                 groups: Some(groups.to_vec()),
             },
         )
+    }
+
+    #[test]
+    fn a_task_of_this_process_is_in_the_daemons_user_namespace() {
+        assert!(in_daemons_user_namespace(std::process::id()));
+        // A task that is gone is in none.
+        assert!(!in_daemons_user_namespace(u32::MAX - 1));
     }
 
     #[test]
