@@ -178,6 +178,11 @@ pub(super) struct State {
     /// Tickets an upload took, until their own `sync_sealed` asks: `None`
     /// while it runs, then its outcome.
     outcomes: BTreeMap<u64, Option<sync::Outcome>>,
+    /// Per ticket not yet asked for, what became of the uploads that had
+    /// taken blocks when it was sealed: blocks written before the seal may
+    /// be in those instead of the ticket (a `sync` took them), so
+    /// `sync_sealed` answers for them too (`sync.rs`).
+    seal_marks: BTreeMap<u64, sync::SealMark>,
     /// Uploads that failed so far (a `sync` fails when one that took
     /// blocks before it did).
     failed_uploads: u64,

@@ -14,7 +14,12 @@
 //! - **Tickets.** `seal` sets the pending blocks aside under a new ticket;
 //!   `sync_sealed(t)` takes ticket `t` together with every older ticket
 //!   still sealed (older data may not enter the index after newer), and
-//!   answers with the outcome of whichever upload took `t`. `sync` takes
+//!   answers with the outcome of whichever upload took `t` — and fails
+//!   when an upload that had taken blocks before `t` was sealed failed
+//!   after it: a writer's blocks may have gone with another writer's
+//!   `sync` before its seal, and `t` then holds fewer of them or none (a
+//!   mover committed a move to S3 whose blocks were still on their way, or
+//!   whose upload had failed). `sync` takes
 //!   the pending blocks and every sealed ticket, and fails when an upload
 //!   of an earlier turn failed (its blocks, written before the `sync`, are
 //!   pending again).
@@ -43,6 +48,19 @@ pub(super) struct Inflight {
     turn: u64,
     pub(super) batch: Arc<BlockBuffer>,
     pub(super) trims: Vec<(u64, u64)>,
+}
+
+/// The uploads running when a ticket was sealed, and how many of them
+/// failed once the last of them finished.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SealMark {
+    /// `next_turn` at the seal: those turns had taken blocks.
+    turns_before: u64,
+    /// `failed_uploads` at the seal.
+    failed_at_seal: u64,
+    /// Failures among those uploads, once turn `turns_before - 1` finished
+    /// (turns finish in order, so no later one had yet).
+    failed: Option<u64>,
 }
 
 /// What an upload took, under the state lock.
@@ -144,10 +162,27 @@ impl ObjectMedia {
                 Some(None) => self.turns.wait(&mut st),
                 Some(Some(_)) => {
                     let r = st.outcomes.remove(&ticket).flatten();
-                    return match r {
-                        Some(Err((kind, msg))) => Err(io::Error::new(kind, msg)),
-                        _ => Ok(()),
+                    if let Some(Err((kind, msg))) = r {
+                        st.seal_marks.remove(&ticket);
+                        return Err(io::Error::new(kind, msg));
+                    }
+                    // The uploads that had taken blocks before the seal.
+                    let failed = loop {
+                        match st.seal_marks.get(&ticket).map(|m| m.failed) {
+                            None => break 0,
+                            Some(Some(n)) => break n,
+                            Some(None) => self.turns.wait(&mut st),
+                        }
                     };
+                    st.seal_marks.remove(&ticket);
+                    if failed > 0 {
+                        return Err(io::Error::other(format!(
+                            "s3 sync to {}: {failed} upload(s) of writes made before \
+                             this one's seal failed (their blocks are pending again)",
+                            self.bucket.url()
+                        )));
+                    }
+                    return Ok(());
                 }
                 None => {
                     return Err(io::Error::new(
@@ -170,6 +205,12 @@ impl ObjectMedia {
         let t = st.last_ticket;
         let b = std::mem::take(&mut st.pending);
         st.sealed.push_back((t, b));
+        let mark = SealMark {
+            turns_before: st.next_turn,
+            failed_at_seal: st.failed_uploads,
+            failed: (st.finishing_turn == st.next_turn).then_some(0),
+        };
+        st.seal_marks.insert(t, mark);
         t
     }
 
@@ -274,6 +315,12 @@ impl ObjectMedia {
             st.outcomes.insert(*tk, Some(outcome.clone()));
         }
         st.finishing_turn += 1;
+        let (finished, failed_now) = (st.finishing_turn, st.failed_uploads);
+        for m in st.seal_marks.values_mut() {
+            if m.turns_before == finished {
+                m.failed = Some(failed_now - m.failed_at_seal);
+            }
+        }
         self.turns.notify_all();
         result.map(|()| earlier_failures)
     }

@@ -451,3 +451,50 @@ fn an_earlier_upload_failing_while_a_later_one_holds_newer_blocks_puts_back_only
         "and is what the next sync made durable"
     );
 }
+
+#[test]
+fn a_sealed_ticket_waits_for_and_fails_with_the_upload_that_took_its_writers_blocks_before_the_seal(
+) {
+    // A mover writes blocks, then another writer's `sync` takes them with
+    // its own before the mover seals: the mover's ticket holds nothing.
+    // Its `sync_sealed` answered Ok at once, and the move committed while
+    // its blocks were still on their way — or after their upload failed.
+    let store = new_store();
+    let fault = Arc::new(FaultStore::new(Arc::clone(&store)));
+    let dynf: Arc<dyn ObjectStore> = fault.clone();
+    let m = ObjectMedia::create_in(bucket(&dynf), UUID, 64 * BLOCK_SIZE, 8).unwrap();
+    m.write_blocks(0, &blocks(0, 4, 1)).unwrap(); // the mover's
+    fault.hold_puts();
+    std::thread::scope(|s| {
+        let _release = ReleasePuts(&fault);
+        let other = s.spawn(|| m.sync());
+        let start = std::time::Instant::now();
+        while fault.puts_waiting() < 1 {
+            assert!(start.elapsed().as_secs() < 10);
+            std::thread::yield_now();
+        }
+        let t = m.seal();
+        let m = &m;
+        let mover = s.spawn(move || m.sync_sealed(t));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            !mover.is_finished(),
+            "the ticket answered before the upload holding its writer's blocks landed"
+        );
+        fault.fail_puts_after(0, PutFault::Refuse);
+        fault.release_puts();
+        assert!(other.join().unwrap().is_err());
+        assert!(
+            mover.join().unwrap().is_err(),
+            "the upload of the mover's blocks failed, so must its ticket"
+        );
+    });
+    fault.heal();
+    // The blocks are pending again, and a later sync makes them durable.
+    assert_eq!(read(&m, 0, 4), blocks(0, 4, 1));
+    let t = m.seal();
+    m.sync_sealed(t).unwrap();
+    drop(m);
+    let m = ObjectMedia::open_in(bucket(&store), UUID).unwrap();
+    assert_eq!(read(&m, 0, 4), blocks(0, 4, 1));
+}
