@@ -1956,6 +1956,49 @@ def test_an_append_only_file_is_not_overwritten_through_fcntl_or_a_mapping(both)
         assert both(append, expect=OK) == b"line 1\nline 2\n"
 
 
+def test_a_user_append_to_an_append_only_set_uid_file_is_refused_like_ext4(both):
+    """A write must drop the set-user-ID bit first, which an append-only
+    file refuses: ext4 fails the write with EPERM. Terrace wrote, and the
+    bit stayed on the changed file."""
+    with flags_cleared_afterwards(both.roots):
+        def setup(root):
+            os.chmod(root, 0o777)
+            write_file(j(root, "prog"), b"#!/bin/sh\n")
+            os.chmod(j(root, "prog"), 0o4777)
+            return set_flags(j(root, "prog"), on=FS_APPEND_FL)
+
+        assert both(setup, expect=OK) == FS_APPEND_FL
+
+        def append_as_nobody(root):
+            def append():
+                with opened(j(root, "prog"), os.O_WRONLY | os.O_APPEND) as fd:
+                    os.write(fd, b"echo hi\n")
+            run_as(NOBODY, NOBODY, append)
+            return oct(stat.S_IMODE(os.stat(j(root, "prog")).st_mode)), read_file(j(root, "prog"))
+
+        both(append_as_nobody, expect=errno.EPERM)
+        assert both(lambda root: (oct(stat.S_IMODE(os.stat(j(root, "prog")).st_mode)),
+                                  read_file(j(root, "prog"))),
+                    expect=OK) == ("0o4777", b"#!/bin/sh\n")
+
+
+def test_trusted_xattr_names_are_listed_to_privileged_callers_only_like_ext4(both):
+    """The kernel passes a FUSE file system's listxattr answer on as it is;
+    ext4 leaves `trusted.*` names out for callers without CAP_SYS_ADMIN,
+    and Terrace listed them to everyone."""
+    def names(root):
+        os.chmod(root, 0o755)
+        p = j(root, "f")
+        write_file(p, b"x")
+        os.setxattr(p, "trusted.overlay.opaque", b"y")
+        os.setxattr(p, "user.open", b"1")
+        return (sorted(os.listxattr(p)),
+                sorted(run_as(NOBODY, NOBODY, os.listxattr, p)),
+                run_as(NOBODY, NOBODY, lambda: len(os.listxattr(p))))
+
+    assert both(names, expect=OK) == (["trusted.overlay.opaque", "user.open"], ["user.open"], 1)
+
+
 def test_directory_flags_guard_names_like_ext4(both):
     with flags_cleared_afterwards(both.roots):
         def setup(root):

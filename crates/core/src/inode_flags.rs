@@ -47,7 +47,7 @@ fn pinned(i: &Inode) -> bool {
     i.attr.flags & (ATTR_FLAG_IMMUTABLE | ATTR_FLAG_APPEND) != 0
 }
 
-fn immutable(i: &Inode) -> bool {
+pub(crate) fn immutable(i: &Inode) -> bool {
     i.attr.flags & ATTR_FLAG_IMMUTABLE != 0
 }
 

@@ -47,6 +47,7 @@ pub mod ops_dir;
 pub mod ops_fallocate;
 pub mod ops_file;
 pub mod ops_prealloc_write;
+pub mod ops_privileges;
 pub mod ops_read;
 pub mod ops_seek;
 pub mod ops_tmpfile;

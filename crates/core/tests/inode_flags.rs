@@ -187,6 +187,62 @@ fn no_byte_below_the_end_of_an_append_only_file_changes_whatever_path_the_write_
 }
 
 #[test]
+fn privileges_a_modification_would_drop_from_an_append_only_file_refuse_it_as_on_ext4() {
+    let (_m, fs) = pm_pool(64 << 20, 64);
+    let f = file_holding(&fs, "prog", b"#!/bin/sh\n");
+    fs.setattr(
+        f,
+        SetAttr {
+            mode: Some(0o6755),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    fs.setxattr(f, b"security.capability", &[1; 20], 0).unwrap();
+    fs.set_inode_flags(f, ATTR_FLAG_APPEND).unwrap();
+    eperm(
+        fs.setattr(
+            f,
+            SetAttr {
+                mode: Some(0o755),
+                ..SetAttr::default()
+            },
+        ),
+        "chmod",
+    );
+    // What a write by a user outside the file's group would drop: ext4
+    // refuses (the write then fails), and nothing changes.
+    eperm(fs.drop_privileges(f, 0o755), "clearing set-ID bits");
+    assert_eq!(fs.getattr(f).unwrap().mode & 0o7777, 0o6755);
+    assert!(fs.getxattr(f, b"security.capability").is_ok());
+    // A writer who may keep them (root) drops the capability alone.
+    assert!(fs.drop_privileges(f, 0o7777).unwrap());
+    assert_eq!(fs.getattr(f).unwrap().mode & 0o7777, 0o6755);
+    assert_eq!(
+        errno_of(fs.getxattr(f, b"security.capability")),
+        libc::ENODATA
+    );
+    // Without the flag the bits go; and it never adds one.
+    fs.set_inode_flags(f, 0).unwrap();
+    assert!(fs.drop_privileges(f, 0o755).unwrap());
+    assert!(!fs.drop_privileges(f, 0o7777).unwrap());
+    assert_eq!(fs.getattr(f).unwrap().mode & 0o7777, 0o755);
+    // An immutable file changes in nothing (its writes are refused).
+    let g = file_holding(&fs, "frozen", b"x");
+    fs.setattr(
+        g,
+        SetAttr {
+            mode: Some(0o4755),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    fs.set_inode_flags(g, ATTR_FLAG_IMMUTABLE).unwrap();
+    assert!(!fs.drop_privileges(g, 0o755).unwrap());
+    assert_eq!(fs.getattr(g).unwrap().mode & 0o7777, 0o4755);
+}
+
+#[test]
 fn directory_flags_guard_its_names() {
     let (_m, fs) = pm_pool(64 << 20, 64);
     let d = mkdirs(&fs, 1)[0];

@@ -18,7 +18,6 @@ use std::io;
 use terrace_core::{Attr, SetAttr, SetTime};
 
 /// Name of the xattr holding file capabilities.
-const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
 /// setattr of `ino` by `caller`. Truncate by an unprivileged caller and
 /// any chown drop set-ID bits and file capabilities (the kernel leaves it to
@@ -105,32 +104,32 @@ fn kernel_clock_for_now(c: &SetAttr, with_handle: bool) -> bool {
 impl FuseAdapter {
     /// Clears set-ID bits (as [`setid::bits_after_modification`] decides) and
     /// file capabilities after `caller` modified the data or size of `ino`.
-    pub(crate) fn kill_priv(&self, ino: u64, caller: &setid::Caller) {
-        let Ok(a) = self.fs.getattr(ino) else { return };
-        let keep = setid::bits_after_modification(a.mode, a.gid, caller);
-        if keep != a.mode & 0o7777 {
-            self.set_mode_and_tell_the_kernel(ino, keep);
-        }
-        self.drop_file_capability(ino);
-    }
-
-    /// Removes the `security.capability` xattr of `ino`, if it has one.
-    pub(crate) fn drop_file_capability(&self, ino: u64) {
-        if self.fs.getxattr(ino, SECURITY_CAPABILITY).is_ok() {
-            let _ = self.fs.removexattr(ino, SECURITY_CAPABILITY);
-        }
-    }
-
-    /// Sets the permission bits of `ino` on the daemon's own initiative and
-    /// drops the kernel's cached attributes (which still hold the old mode).
-    fn set_mode_and_tell_the_kernel(&self, ino: u64, mode: u32) {
-        let change = SetAttr {
-            mode: Some(mode),
-            ..SetAttr::default()
+    /// Called before the modification, as the VFS's `file_remove_privs`:
+    /// the file never holds new data with its old privileges, and a
+    /// modification that then fails (ENOSPC) has dropped them all the same.
+    /// Its error (EPERM: set-ID bits of an append-only file, as ext4 says)
+    /// fails the modification.
+    pub(crate) fn kill_priv(&self, ino: u64, caller: &setid::Caller) -> io::Result<()> {
+        let Ok(a) = self.fs.getattr(ino) else {
+            return Ok(());
         };
-        if self.fs.setattr(ino, change).is_ok() {
+        let keep = setid::bits_after_modification(a.mode, a.gid, caller);
+        self.drop_privileges(ino, keep)
+    }
+
+    /// Removes the file capability of `ino`, if it has one (set-ID bits
+    /// stay).
+    pub(crate) fn drop_file_capability(&self, ino: u64) {
+        let _ = self.drop_privileges(ino, 0o7777);
+    }
+
+    /// [`terrace_core::Fs::drop_privileges`], then drops the kernel's cached
+    /// attributes (which still hold the old mode) when anything changed.
+    fn drop_privileges(&self, ino: u64, keep: u32) -> io::Result<()> {
+        if self.fs.drop_privileges(ino, keep)? {
             self.drop_kernel_attrs(ino);
         }
+        Ok(())
     }
 
     /// Makes the kernel forget its cached attributes of `ino`, which the

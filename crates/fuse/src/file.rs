@@ -207,6 +207,18 @@ pub(crate) fn write(
     // Under the writeback cache such writes come as write-backs (flags 0)
     // followed by FSYNC, which the predictor judges as any fsync.
     let o_sync = flags & libc::O_DSYNC != 0;
+    // Privileges go first, as the VFS's `file_remove_privs` drops them
+    // before a write: no reader (an `execve`) finds the new bytes with the
+    // old set-user-ID bit, and a write that fails has dropped them anyway.
+    // File capabilities go at any write, a privileged writer's too; only
+    // set-ID bits depend on who writes, and the kernel flags those writes.
+    if a.killpriv && !data.is_empty() {
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            a.kill_priv(ino, &caller.unprivileged())?;
+        } else {
+            a.drop_file_capability(ino);
+        }
+    }
     let n = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
         // Pages the kernel held dirty: already acknowledged. Refused for
         // room, the writer's next write() fails ([`crate::refused_writebacks`]).
@@ -236,16 +248,6 @@ pub(crate) fn write(
     } else {
         a.fs.write_hinted(ino, offset, data, o_sync)?
     };
-    if a.killpriv {
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            a.kill_priv(ino, &caller.unprivileged());
-        } else if n > 0 {
-            // File capabilities go at any write, a privileged writer's too
-            // (the VFS's `file_remove_privs`); only set-ID bits depend on
-            // who writes, and the kernel flags those writes.
-            a.drop_file_capability(ino);
-        }
-    }
     // Writes through a cached open went through the kernel's page cache,
     // which holds their bytes already (write-through), as do write-backs of
     // dirty pages (mapped, or every cached write under the writeback

@@ -488,12 +488,13 @@ impl Filesystem for FuseAdapter {
         xattr::send(reply, size, r);
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _req = self.arrived(Op::Listxattr);
+        let caller = setid::Caller::of(req);
         let r = self
             .fs
             .listxattr(ino.0)
-            .map(|names| xattr::name_list(xattr::listed(self, names)));
+            .map(|names| xattr::name_list(xattr::listed(self, &caller, names)));
         xattr::send(reply, size, r);
     }
 

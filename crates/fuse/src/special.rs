@@ -30,7 +30,7 @@ pub(crate) fn fallocate(
     // The kernel sends no kill flag with fallocate: like the VFS
     // (file_modified), drop set-ID bits first, then change the file.
     if a.killpriv {
-        a.kill_priv(ino, caller);
+        a.kill_priv(ino, caller)?;
     }
     a.fs.fallocate(ino, offset, length, m)?;
     // Collapse and insert move everything after the range.
@@ -53,7 +53,7 @@ pub(crate) fn copy_file_range(
     }
     // Like a write by the caller: set-ID bits go first (file_modified).
     if a.killpriv {
-        a.kill_priv(ino_out, caller);
+        a.kill_priv(ino_out, caller)?;
     }
     let n =
         a.fs.copy_range(ino_in, offset_in, ino_out, offset_out, len)?;

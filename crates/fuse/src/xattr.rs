@@ -37,10 +37,17 @@ pub(crate) fn name_allowed(a: &FuseAdapter, name: &[u8]) -> io::Result<()> {
 }
 
 /// listxattr's names as the mount shows them: without the SELinux label
-/// unless `-o selinux_labels` (a label stored before stays, unseen).
-pub(crate) fn listed(a: &FuseAdapter, mut names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+/// unless `-o selinux_labels` (a label stored before stays, unseen), and
+/// without `trusted.*` names for callers lacking CAP_SYS_ADMIN.
+pub(crate) fn listed(a: &FuseAdapter, caller: &Caller, mut names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     if !a.selinux_labels {
         names.retain(|n| n != SELINUX_LABEL);
+    }
+    // `trusted.*` names are listed to callers with CAP_SYS_ADMIN only, as
+    // ext4 and tmpfs list them: the kernel passes the daemon's list on as
+    // it is. (/proc is read only when there is such a name.)
+    if names.iter().any(|n| n.starts_with(b"trusted.")) && !caller.has_sys_admin() {
+        names.retain(|n| !n.starts_with(b"trusted."));
     }
     names
 }
