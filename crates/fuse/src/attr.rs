@@ -17,8 +17,6 @@ use fuser::INodeNo;
 use std::io;
 use terrace_core::{Attr, SetAttr, SetTime};
 
-/// Name of the xattr holding file capabilities.
-
 /// setattr of `ino` by `caller`. Truncate by an unprivileged caller and
 /// any chown drop set-ID bits and file capabilities (the kernel leaves it to
 /// us under KILLPRIV_V2), unless the change sets the mode itself. With the
