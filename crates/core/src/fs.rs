@@ -238,6 +238,13 @@ impl Fs {
                 return Err(OpenError::MissingTier(tier.get()));
             }
         }
+        // A pool that will be refused is refused now, before recovery or
+        // the sweep of an object tier writes anything: a scan that found a
+        // problem blocking mount leaves files out of what it counts as
+        // used (an unreadable log, a directory whose slot reads free), and
+        // the sweep deleted the object-tier parts of exactly the files
+        // `fsck --repair` keeps.
+        refusal(&sc.problems, sc.alloc.is_some())?;
         let mut sc = sc;
         if read_only {
             if !sc.sb.clean || sc.rolled_back > 0 {
@@ -314,6 +321,7 @@ impl Fs {
     }
 
     fn from_scan(media: Arc<dyn PmMedia>, sc: Scan, read_only: bool) -> Result<Fs, OpenError> {
+        // (Checked already by `open_pool`, before anything was written.)
         let Scan {
             mut sb,
             inode_map,
@@ -329,15 +337,7 @@ impl Fs {
             packed_logs,
             ..
         } = sc;
-        let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
-        if let Some(first) = fatal.first() {
-            let more = if fatal.len() > 1 {
-                format!(" (and {} more problems)", fatal.len() - 1)
-            } else {
-                String::new()
-            };
-            return Err(OpenError::Corrupt(format!("{first}{more}")));
-        }
+        refusal(&problems, alloc.is_some())?;
         let alloc =
             alloc.ok_or_else(|| OpenError::Corrupt("block ownership is inconsistent".into()))?;
         let report = MountReport {
@@ -790,4 +790,22 @@ pub fn object_network(s: &terrace_policy::Settings) -> terrace_media::NetworkPar
         request_timeout: Duration::from_nanos(s.s3_request_timeout_ns),
         backoff: Duration::from_nanos(s.s3_backoff_ns),
     }
+}
+
+/// Why a pool whose scan found `problems` (and whose block ownership is
+/// `consistent` or not) may not mount, if it may not.
+fn refusal(problems: &[Problem], consistent: bool) -> Result<(), OpenError> {
+    let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
+    if let Some(first) = fatal.first() {
+        let more = if fatal.len() > 1 {
+            format!(" (and {} more problems)", fatal.len() - 1)
+        } else {
+            String::new()
+        };
+        return Err(OpenError::Corrupt(format!("{first}{more}")));
+    }
+    if !consistent {
+        return Err(OpenError::Corrupt("block ownership is inconsistent".into()));
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ use common::*;
 use std::sync::Arc;
 use terrace_core::Fs;
 use terrace_media::object::Bucket;
-use terrace_media::{MemMedia, ObjectMedia};
+use terrace_media::{MemMedia, ObjectMedia, PmMedia};
 
 const PM: u64 = 16 << 20;
 const SSD: u64 = 16 << 20;
@@ -182,5 +182,52 @@ fn a_clone_follows_its_source_to_the_object_tier_and_its_parts_go_with_the_last_
         "parts go with the last file"
     );
     fs.check_allocator().unwrap();
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_mount_that_is_refused_deletes_no_object_tier_part_and_repair_keeps_the_files() {
+    // A directory whose slot state word reads free: mount refuses the pool
+    // and `fsck --repair` keeps its files in /lost+found. The refused mount
+    // swept the object tier first, counting as used only what its scan had
+    // kept — without that directory's files — and deleted their parts.
+    let (pool, s3, fs) = pool_on_a_memory_store();
+    let dir = fs.mkdir(1, b"dir", 0o755, CTX).unwrap().ino;
+    let data = pattern(5, 1 << 20);
+    let f = fs
+        .mknod(dir, b"kept", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap()
+        .ino;
+    fs.write(f, 0, &data).unwrap();
+    fs.fsync(f, false).unwrap();
+    fs.migrate_file(f, 2).unwrap();
+    assert_eq!(tier_bytes(&fs, f, "s3"), data.len() as u64);
+    fs.unmount().unwrap();
+    drop(fs);
+    let parts = s3.object_stats().parts;
+    assert!(parts > 0);
+    let state = terrace_format::inode_offset(dir) + terrace_format::INODE_OFF_STATE;
+    pool.pm.store_u64(state, 0);
+    pool.pm.persist(state, 8);
+
+    let tiers = || object_tiers(pool.ssd.clone(), pool.s3.clone());
+    assert!(Fs::mount_with_tiers(pool.pm.clone(), tiers()).is_err());
+    assert_eq!(
+        s3.object_stats().parts,
+        parts,
+        "the refused mount deleted parts"
+    );
+    let report = terrace_core::fsck::repair(pool.pm.clone(), &tiers(), &mut |_, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    let fs = Fs::mount_with_tiers(pool.pm.clone(), tiers()).unwrap();
+    let lf = fs.lookup(1, b"lost+found").unwrap().ino;
+    let kept: Vec<_> = fs
+        .readdir(lf, 0, 100)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .collect();
+    assert_eq!(kept.len(), 1, "{:?}", report.repaired);
+    assert_eq!(fs.read(kept[0].ino, 0, data.len()).unwrap(), data);
     fs.unmount().unwrap();
 }
