@@ -67,7 +67,17 @@ impl Fs {
         sb.generation += 1;
         crate::mkfs::write_superblock(&*self.media, &sb);
         drop(sb);
-        self.media.sync_all()
+        if let Err(e) = self.media.sync_all() {
+            // The pool stays mounted: not clean, on media as in memory
+            // (the superblock's next writes copy it), so a crash later is
+            // recovered as one.
+            let mut sb = self.sb.lock();
+            sb.clean = false;
+            sb.generation += 1;
+            crate::mkfs::write_superblock(&*self.media, &sb);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Every inode holding dirty pages (a walk of the inode table).

@@ -48,3 +48,66 @@ fn synchronous_writes_and_every_later_fsync_fail_once_a_pm_flush_failed() {
         .unwrap();
     eio(fs.write_hinted(b, 0, b"sync", false));
 }
+
+/// Memory media whose `n`-th `sync_all` (counting from 1) fails once.
+struct NthSyncFails {
+    inner: MemMedia,
+    calls: std::sync::atomic::AtomicU64,
+    fail_at: u64,
+}
+
+impl terrace_media::PmMedia for NthSyncFails {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        self.inner.read(off, buf)
+    }
+    fn write(&self, off: u64, data: &[u8]) {
+        self.inner.write(off, data)
+    }
+    fn store_u64(&self, off: u64, value: u64) {
+        self.inner.store_u64(off, value)
+    }
+    fn flush(&self, off: u64, len: u64) {
+        self.inner.flush(off, len)
+    }
+    fn fence(&self) {
+        self.inner.fence()
+    }
+    fn sync_all(&self) -> std::io::Result<()> {
+        let n = 1 + self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == self.fail_at {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.sync_all()
+    }
+    fn describe(&self) -> String {
+        "a PM whose n-th sync fails".into()
+    }
+}
+
+#[test]
+fn an_unmount_whose_last_flush_fails_leaves_the_pool_marked_not_clean() {
+    // How many syncs an unmount makes, on media that fails none.
+    let counting = |fail_at| NthSyncFails {
+        inner: MemMedia::new(64 << 20),
+        calls: Default::default(),
+        fail_at,
+    };
+    let (pm, fs) = pm_pool_on(counting(u64::MAX), 64);
+    let before = pm.calls.load(std::sync::atomic::Ordering::SeqCst);
+    fs.unmount().unwrap();
+    let last = pm.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(last > before);
+    // The same unmount whose last sync — the one after the superblock was
+    // marked clean — fails: the pool is still mounted, and not clean.
+    let (pm, fs) = pm_pool_on(counting(last), 64);
+    fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    eio(fs.unmount());
+    let sb = terrace_core::recovery::read_superblock(&*pm).unwrap();
+    assert!(!sb.clean, "a pool whose unmount failed reads as clean");
+    // Later changes keep it so (they copy the superblock in memory).
+    fs.mknod(1, b"g", libc::S_IFREG | 0o644, 0, CTX).unwrap();
+    assert!(!terrace_core::recovery::read_superblock(&*pm).unwrap().clean);
+}
