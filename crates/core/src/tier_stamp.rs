@@ -27,8 +27,22 @@ impl Fs {
     /// Writes a new epoch into the headers of the stamped block tiers and
     /// their records (module docs, steps 1–3). Nothing on a read-only pool
     /// or one without stamped tiers. An error leaves the epoch pending in
-    /// the superblock, where it is accepted, and reused by the next call.
+    /// the superblock, where it is accepted.
+    ///
+    /// An epoch left pending by a stamping cut short is finished first
+    /// (headers that have it must stay accepted), then a fresh one is
+    /// stamped: a copy of PM taken while it was pending holds it too, and
+    /// reusing it as the new epoch let that copy mount against tiers the
+    /// original had changed since.
     pub(crate) fn advance_tier_epochs(&self) -> std::io::Result<()> {
+        if self.sb.lock().next_tier_epoch != 0 {
+            self.stamp_tiers_once()?;
+        }
+        self.stamp_tiers_once()
+    }
+
+    /// One stamping: the pending epoch, or a new one if none is pending.
+    fn stamp_tiers_once(&self) -> std::io::Result<()> {
         if self.read_only {
             return Ok(());
         }

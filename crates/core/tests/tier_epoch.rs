@@ -166,11 +166,25 @@ fn a_stamping_that_fails_leaves_the_pool_mountable_and_the_next_one_finishes_it(
     assert_ne!(pending, 0);
     assert_eq!(header_epoch(&*ssd), pending, "the ssd has the new epoch");
     assert_eq!(header_epoch(faulty_hdd.inner()), before, "the hdd the old");
+    // A copy of PM taken now holds the pending epoch.
+    let copy = pm.image();
     faulty_hdd.heal();
     let fs = open(&pm, vec![(1, ssd.clone()), (2, faulty_hdd.clone())]).unwrap();
-    assert_eq!(header_epoch(&*ssd), pending, "the pending epoch is reused");
-    assert_eq!(header_epoch(faulty_hdd.inner()), pending);
+    let now = header_epoch(&*ssd);
+    assert_ne!(now, pending, "a fresh epoch, not the pending one again");
+    assert_eq!(header_epoch(faulty_hdd.inner()), now);
     assert_files(&fs, &files, "after the failed stamping");
+    fill(&fs, 20);
+    drop(fs); // a crash: the original moved on without an unmount
+              // The copy must not mount against tiers the original changed: it did
+              // when the pending epoch was reused as the new one.
+    let hdd: Arc<MemBlock> = Arc::new(MemBlock::from_image(faulty_hdd.inner().image()));
+    assert_stale(
+        open(&Arc::new(MemMedia::from_image(copy)), devices(&ssd, &hdd)),
+        "a copy of PM taken while an epoch was pending",
+    );
+    let fs = open(&pm, devices(&ssd, &hdd)).unwrap();
+    assert_files(&fs, &files, "the original after all");
     fs.unmount().unwrap();
 }
 
