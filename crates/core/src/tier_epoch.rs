@@ -56,11 +56,21 @@ pub fn new_epoch() -> u64 {
     v.max(1)
 }
 
-/// The tier header in block 0 of `dev`, if it holds one.
-pub(crate) fn read_header(dev: &dyn BlockMedia) -> Option<TierHeader> {
+/// The tier header in block 0 of `dev`, if it holds one — also one that a
+/// stamping's write tore, taken with whichever of `epochs` its check was
+/// computed for ([`TierHeader::decode_torn`]; the next stamping rewrites it
+/// whole).
+pub(crate) fn read_header(dev: &dyn BlockMedia, epochs: &[u64]) -> Option<TierHeader> {
     let mut b = vec![0u8; BLOCK_SIZE as usize];
     dev.read_blocks(0, &mut b).ok()?;
-    TierHeader::decode(&b).ok()
+    TierHeader::decode_torn(&b, epochs).ok()
+}
+
+/// The epochs a header of tier `id` may hold after a stamping cut short:
+/// its record's and the pending one.
+pub fn known_epochs(sb: &Superblock, id: u8) -> Vec<u64> {
+    let rec = sb.tiers.iter().find(|t| t.id == id).map_or(0, |t| t.epoch);
+    vec![rec, sb.next_tier_epoch]
 }
 
 /// Whether the pool stamps tier `id` of kind `kind` mounted on `dev`, and
@@ -74,7 +84,7 @@ pub(crate) fn stamped_header(
     if kind == TierKind::S3 {
         return None;
     }
-    read_header(dev).filter(|h| h.pool_uuid == sb.uuid && h.id == id)
+    read_header(dev, &known_epochs(sb, id)).filter(|h| h.pool_uuid == sb.uuid && h.id == id)
 }
 
 /// Refuses devices whose headers were stamped by another copy of the PM

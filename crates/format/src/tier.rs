@@ -54,6 +54,30 @@ impl TierHeader {
         b
     }
 
+    /// [`TierHeader::decode`] of a header that a stamping's write may have
+    /// torn (a power loss inside the 4 KiB write, on a device that does not
+    /// write it atomically): only its epoch (bytes 48..56, first sector)
+    /// and its check (bytes 4092..4096, last sector) change between two
+    /// stampings, so a torn header holds one stamping's epoch and the
+    /// other's check. Such a header is taken with whichever of `epochs`
+    /// (the record's and the pending one) its check was computed for. A
+    /// header damaged in any other way is refused as `decode` refuses it.
+    pub fn decode_torn(b: &[u8], epochs: &[u64]) -> Result<TierHeader, FormatError> {
+        match TierHeader::decode(b) {
+            Err(FormatError::BadChecksum) => {
+                let mut fixed = b[..BLOCK_SIZE as usize].to_vec();
+                for &e in epochs {
+                    put_u64(&mut fixed, 48, e);
+                    if let Ok(h) = TierHeader::decode(&fixed) {
+                        return Ok(h);
+                    }
+                }
+                Err(FormatError::BadChecksum)
+            }
+            r => r,
+        }
+    }
+
     /// Decodes and checks a header.
     pub fn decode(b: &[u8]) -> Result<TierHeader, FormatError> {
         if b.len() < BLOCK_SIZE as usize {
@@ -79,6 +103,43 @@ impl TierHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_torn_between_two_stampings_is_taken_with_the_epoch_of_its_check() {
+        let old = TierHeader {
+            pool_uuid: [3; 16],
+            id: 1,
+            kind: TierKind::Ssd,
+            size: 1 << 30,
+            extent_size: 512 << 10,
+            epoch: 7,
+        };
+        let new = TierHeader {
+            epoch: 9,
+            ..old.clone()
+        };
+        let (o, n) = (old.encode(), new.encode());
+        // First sector new, last sector old; and the other way round.
+        let mut torn = o.clone();
+        torn[..512].copy_from_slice(&n[..512]);
+        assert_eq!(TierHeader::decode(&torn), Err(FormatError::BadChecksum));
+        assert_eq!(TierHeader::decode_torn(&torn, &[9, 7]), Ok(old.clone()));
+        let mut torn = n.clone();
+        torn[..512].copy_from_slice(&o[..512]);
+        assert_eq!(TierHeader::decode_torn(&torn, &[7, 9]), Ok(new));
+        // Neither epoch the pool knows, or other damage: refused.
+        assert_eq!(
+            TierHeader::decode_torn(&torn, &[5]),
+            Err(FormatError::BadChecksum)
+        );
+        let mut bad = o.clone();
+        bad[33] ^= 1;
+        assert_eq!(
+            TierHeader::decode_torn(&bad, &[7, 9]),
+            Err(FormatError::BadChecksum)
+        );
+        assert_eq!(TierHeader::decode_torn(&o, &[]), Ok(old));
+    }
 
     #[test]
     fn tier_header_round_trips_and_detects_corruption() {

@@ -38,7 +38,7 @@ pub fn check_tier(t: &TierRecord, sb: &Superblock) -> Result<(), String> {
 /// refused: `terrace_core::tier_epoch`).
 pub fn check_header(t: &TierRecord, sb: &Superblock, head: &[u8]) -> Result<(), String> {
     let what = format!("tier {} ({}) {}", t.id, t.kind.name(), t.path);
-    let h = match TierHeader::decode(head) {
+    let h = match TierHeader::decode_torn(head, &terrace_core::tier_epoch::known_epochs(sb, t.id)) {
         Ok(h) => h,
         Err(terrace_format::FormatError::BadMagic) => {
             return Err(format!(
