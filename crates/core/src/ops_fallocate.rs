@@ -143,6 +143,14 @@ impl Fs {
                     a.mtime = now;
                 }
                 FallocateMode::PunchHole => {
+                    // As ext4 (`ext4_punch_hole`): nothing at or past the
+                    // end of the file (not even the times), and a range
+                    // past it ends with the block after the one holding
+                    // the last byte: preallocated blocks further out stay.
+                    if off >= a.size {
+                        return Ok(());
+                    }
+                    let end = end.min((a.size / BS + 1) * BS);
                     let first_full = off.div_ceil(BS);
                     let end_full = end / BS;
                     self.zero_partial_ends(

@@ -731,6 +731,18 @@ impl Fs {
                     }
                 }
             }
+            // At the same size, blocks preallocated past it (fallocate
+            // KEEP_SIZE) go, as ext4's truncate frees them.
+            let keep = size.div_ceil(BS);
+            if size == a.size
+                && (i.extents.find(FileBlock(keep)).is_some()
+                    || i.extents.next_start_after(FileBlock(keep)).is_some())
+            {
+                entries.push(Entry::Punch {
+                    file_block: FileBlock(keep),
+                    blocks: u64::MAX - keep,
+                });
+            }
             if size != a.size {
                 a.mtime = now;
             }

@@ -465,3 +465,57 @@ fn a_crash_at_any_point_of_each_mode_leaves_the_old_or_the_new_file_on_a_tiered_
     }
     fs.unmount().unwrap();
 }
+
+/// 512-byte units the file takes, as `st_blocks` shows them.
+fn sectors(fs: &Fs, ino: u64) -> u64 {
+    fs.getattr(ino).unwrap().blocks
+}
+
+#[test]
+fn blocks_preallocated_past_the_end_go_at_a_truncate_to_the_same_size_as_on_ext4() {
+    let (_, fs) = pm_pool(64 << 20, 64);
+    let f = file_holding(&fs, "f", &pattern(1, 8192));
+    fs.fallocate(f, 8192, 1 << 20, FallocateMode::AllocateKeepSize)
+        .unwrap();
+    assert_eq!(sectors(&fs, f), (8192 + (1 << 20)) / 512);
+    let mtime = fs.getattr(f).unwrap().mtime;
+    fs.setattr(
+        f,
+        SetAttr {
+            size: Some(8192),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(sectors(&fs, f), 8192 / 512, "ext4 frees them");
+    let a = fs.getattr(f).unwrap();
+    assert_eq!((a.size, a.mtime), (8192, mtime), "the size did not change");
+    assert_eq!(fs.read(f, 0, 8192).unwrap(), pattern(1, 8192));
+    fs.check_allocator().unwrap();
+}
+
+#[test]
+fn a_punch_at_or_past_the_end_leaves_the_preallocated_blocks_and_times_as_on_ext4() {
+    let (_, fs) = pm_pool(64 << 20, 64);
+    let f = file_holding(&fs, "f", &pattern(2, 6000));
+    fs.fallocate(f, 0, 1 << 20, FallocateMode::AllocateKeepSize)
+        .unwrap();
+    let before = fs.getattr(f).unwrap();
+    assert_eq!(before.blocks, (1 << 20) / 512);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    // Wholly past the end: nothing at all happens.
+    fs.fallocate(f, 6000, 1 << 19, FallocateMode::PunchHole)
+        .unwrap();
+    let after = fs.getattr(f).unwrap();
+    assert_eq!(
+        (after.blocks, after.mtime, after.ctime),
+        (before.blocks, before.mtime, before.ctime)
+    );
+    // Across the end: up to the block after the one holding the last byte
+    // (ext4 stops there), so blocks 1.. of the preallocation past it stay.
+    fs.fallocate(f, 0, 1 << 20, FallocateMode::PunchHole)
+        .unwrap();
+    assert_eq!(fs.getattr(f).unwrap().blocks, ((1 << 20) - 2 * BS) / 512);
+    assert_eq!(fs.read(f, 0, 6000).unwrap(), vec![0u8; 6000]);
+    fs.check_allocator().unwrap();
+}
