@@ -126,11 +126,13 @@ impl Fs {
         if src_off >= src_size {
             return Ok(Some(0));
         }
-        let n = len.min(src_size - src_off);
-        let dst_end = dst_off.checked_add(n).ok_or_else(|| errno(libc::EFBIG))?;
-        if dst_end > MAX_FILE_SIZE {
+        // What would pass the largest file size is not copied (EFBIG only
+        // when nothing fits), as `copy_file_range` on ext4.
+        if dst_off >= MAX_FILE_SIZE {
             return Err(errno(libc::EFBIG));
         }
+        let n = len.min(src_size - src_off).min(MAX_FILE_SIZE - dst_off);
+        let dst_end = dst_off + n;
         // A partial last block is shared when it is the source's last block
         // and ends the destination too: its bytes past the size are zeros in
         // both (ops_file.rs invariant).

@@ -43,8 +43,10 @@ impl Stamp {
     }
 }
 
-/// Largest file size (16 TiB, as ext4 with 4 KiB blocks).
-pub const MAX_FILE_SIZE: u64 = 1 << 44;
+/// Largest file size: ext4's with 4 KiB blocks (its `s_maxbytes`, 2^32 - 1
+/// blocks: 16 TiB less 4 KiB). A write or copy that would pass it does
+/// what fits; EFBIG only when nothing does.
+pub const MAX_FILE_SIZE: u64 = (1 << 44) - BLOCK_SIZE;
 const BS: u64 = BLOCK_SIZE;
 
 /// One write entry per run of `d`, covering file blocks from `first` on.
@@ -182,6 +184,13 @@ impl Fs {
         new_change: bool,
         stamp: Stamp,
     ) -> FsResult<usize> {
+        // A write that would pass the largest file size writes what fits
+        // (POSIX); EFBIG only when nothing does.
+        let fits = MAX_FILE_SIZE.saturating_sub(off);
+        if fits == 0 && !data.is_empty() {
+            return Err(errno(libc::EFBIG));
+        }
+        let data = &data[..data.len().min(usize::try_from(fits).unwrap_or(usize::MAX))];
         // Partial blocks on an object tier are fetched before the inode
         // lock is taken (design.md §5n "Network faults").
         self.warm_partial_ends(ino, off, off.saturating_add(data.len() as u64));

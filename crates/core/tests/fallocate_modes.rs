@@ -519,3 +519,40 @@ fn a_punch_at_or_past_the_end_leaves_the_preallocated_blocks_and_times_as_on_ext
     assert_eq!(fs.read(f, 0, 6000).unwrap(), vec![0u8; 6000]);
     fs.check_allocator().unwrap();
 }
+
+#[test]
+fn writes_and_copies_past_the_largest_file_size_do_what_fits_as_on_ext4() {
+    let (_, fs) = pm_pool(64 << 20, 64);
+    assert_eq!(MAX_FILE_SIZE, (1 << 44) - BS, "ext4's s_maxbytes");
+    let f = file_holding(&fs, "f", b"");
+    // POSIX: a short write, EFBIG only when nothing fits.
+    assert_eq!(fs.write(f, MAX_FILE_SIZE - 2, &[7u8; 10]).unwrap(), 2);
+    assert_eq!(fs.getattr(f).unwrap().size, MAX_FILE_SIZE);
+    assert_eq!(fs.read(f, MAX_FILE_SIZE - 2, 10).unwrap(), vec![7u8; 2]);
+    let e = fs.write(f, MAX_FILE_SIZE, b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG));
+    let e = fs
+        .setattr(
+            f,
+            SetAttr {
+                size: Some(1 << 44),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "truncate -s 16T");
+    // A copy (whole blocks: a clone) into the last block copies that block.
+    let src = file_holding(&fs, "src", &pattern(3, 8192));
+    let g = file_holding(&fs, "g", b"");
+    assert_eq!(
+        fs.copy_range(src, 0, g, MAX_FILE_SIZE - BS, 8192).unwrap(),
+        BS
+    );
+    assert_eq!(
+        fs.read(g, MAX_FILE_SIZE - BS, 8192).unwrap(),
+        pattern(3, 8192)[..BS as usize]
+    );
+    let e = fs.copy_range(src, 0, g, MAX_FILE_SIZE, 8192).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG));
+    fs.check_allocator().unwrap();
+}
