@@ -1051,6 +1051,27 @@ def test_truncate_to_a_new_size_updates_mtime_and_ctime(both):
     assert both(trunc_times, expect=OK) == [(True, True), (True, True)]
 
 
+def test_truncate_to_the_same_size_sets_both_times_like_ext4(both):
+    """truncate(2) and ftruncate(2) to the size a file has set mtime and
+    ctime on ext4; Terrace moved ctime only."""
+    def same_size(root):
+        p = j(root, "f")
+        write_file(p, b"x" * 100)
+        os.utime(p, ns=(T_OLD, T_OLD))
+        c0 = os.stat(p).st_ctime_ns
+        _settle()
+        os.truncate(p, 100)
+        st = os.stat(p)
+        by_path = (st.st_mtime_ns == T_OLD, st.st_ctime_ns == c0)
+        _settle()
+        with opened(p, os.O_WRONLY) as fd:
+            os.ftruncate(fd, 100)
+        st = os.stat(p)
+        return by_path, (st.st_mtime_ns > T_OLD, st.st_ctime_ns > c0)
+
+    assert both(same_size, expect=OK) == ((False, False), (True, True))
+
+
 def test_chmod_changes_mode_and_ctime_but_not_mtime(both):
     def chmod(root):
         p = j(root, "f")

@@ -752,9 +752,10 @@ impl Fs {
                     blocks: u64::MAX - keep,
                 });
             }
-            if size != a.size {
-                a.mtime = now;
-            }
+            // A truncate sets mtime (and ctime) even to the size the file
+            // has, as ext4 does for `truncate(2)` and `ftruncate(2)` alike
+            // (an explicit mtime given with it is set after).
+            a.mtime = now;
             a.size = size;
         }
         set_mode_owner_and_times(&mut a, &s, now);
