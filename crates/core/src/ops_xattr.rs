@@ -9,6 +9,9 @@ use terrace_format::{Entry, XATTR_NAME_MAX, XATTR_VALUE_MAX};
 
 /// `setxattr` flag: fail if the attribute exists.
 pub const XATTR_CREATE: i32 = 1;
+/// Bytes of names one listxattr can return (the VFS's `XATTR_LIST_MAX`),
+/// each with its NUL.
+pub const XATTR_LIST_MAX: usize = 65536;
 /// `setxattr` flag: fail if the attribute does not exist.
 pub const XATTR_REPLACE: i32 = 2;
 
@@ -22,6 +25,11 @@ impl Fs {
         {
             // Terrace's own names are read-only views (but for the rule).
             return Err(errno(libc::EPERM));
+        }
+        // A namespace's prefix alone names nothing: EINVAL, as the VFS
+        // answers for a native file system (it passes it on to FUSE).
+        if [&b"user."[..], b"trusted.", b"security.", b"system."].contains(&name) {
+            return Err(errno(libc::EINVAL));
         }
         if name.starts_with(b"user.") {
             if !matches!(i.kind, FileType::Regular | FileType::Directory) {
@@ -73,6 +81,16 @@ impl Fs {
             self.check_rule(i, value)?;
         }
         let exists = i.xattrs.contains_key(name);
+        // The names must fit in one listxattr answer (64 KiB, the VFS's
+        // most), or `getfattr -d`, `cp -a` and `rsync -X` fail on the file
+        // for good (E2BIG): a new name past that is refused with ENOSPC,
+        // as ext4 refuses xattrs past its room.
+        if !exists {
+            let listed: usize = i.xattrs.keys().map(|n| n.len() + 1).sum();
+            if listed + name.len() + 1 > XATTR_LIST_MAX {
+                return Err(errno(libc::ENOSPC));
+            }
+        }
         self.check_metadata_room(value.len() as u64 / terrace_format::BLOCK_SIZE + 2)?;
         if flags & XATTR_CREATE != 0 && exists {
             return Err(errno(libc::EEXIST));

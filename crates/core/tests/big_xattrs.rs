@@ -81,3 +81,50 @@ fn a_crash_during_a_64_kib_xattr_commit_leaves_the_old_value_or_the_new_whole() 
         "both outcomes occur across the crash points"
     );
 }
+
+#[test]
+fn the_names_of_a_file_always_fit_in_one_listxattr_answer() {
+    // 300 names of 255 bytes were all taken, and listxattr could never
+    // return them again (the VFS's 64 KiB): getfattr, cp -a and rsync -X
+    // failed on the file for good. A name past that is ENOSPC, as on ext4.
+    let (_, fs) = pm_pool(64 << 20, 64);
+    let f = fs
+        .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap()
+        .ino;
+    let mut n = 0;
+    let refused = loop {
+        let name = format!("user.{n:0>250}");
+        match fs.setxattr(f, name.as_bytes(), b"v", 0) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 1000, "names without end");
+    };
+    assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC));
+    let listed: usize = fs.listxattr(f).unwrap().iter().map(|n| n.len() + 1).sum();
+    assert!(listed <= 65536, "{listed} bytes of names");
+    assert!(listed > 65536 - 257, "room was left: {listed}");
+    // An existing name's value still changes; a removal makes room.
+    fs.setxattr(f, format!("user.{:0>250}", 0).as_bytes(), b"w", 0)
+        .unwrap();
+    fs.removexattr(f, format!("user.{:0>250}", 1).as_bytes())
+        .unwrap();
+    fs.setxattr(f, format!("user.{:0>250}", n).as_bytes(), b"v", 0)
+        .unwrap();
+}
+
+#[test]
+fn a_namespace_prefix_alone_is_no_name() {
+    let (_, fs) = pm_pool(64 << 20, 64);
+    let f = fs
+        .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap()
+        .ino;
+    for name in ["user.", "trusted.", "security."] {
+        let e = fs.setxattr(f, name.as_bytes(), b"v", 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{name}");
+        let e = fs.getxattr(f, name.as_bytes()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{name}");
+    }
+}
