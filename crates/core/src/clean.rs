@@ -123,7 +123,14 @@ impl Fs {
         }
         let params = self.settings.read().cleaner_params();
         let mut recycled = 0;
-        for t in &self.tiers {
+        // Object tiers clean themselves (`object_clean.rs`): recycling an
+        // extent there means an upload per group, and on ENOSPC data spilled
+        // up to PM for the drains to send down again.
+        for t in self
+            .tiers
+            .iter()
+            .filter(|t| t.kind != terrace_format::TierKind::S3)
+        {
             let (infos, free, total) = t.space.cleaning_view();
             if !cleaner::should_clean(&infos, free, total, &params) {
                 continue;
@@ -363,8 +370,13 @@ impl Fs {
                     }
                     r => r,
                 };
-                if r.is_err() {
-                    break 'pieces;
+                match r {
+                    // Deleted since its blocks were listed: nothing of it to
+                    // move (its blocks are free or about to be), the other
+                    // owners still move.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue 'pieces,
+                    Err(_) => break 'pieces,
+                    Ok(_) => {}
                 }
                 added += n;
                 at += n;

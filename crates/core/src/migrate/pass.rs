@@ -390,6 +390,12 @@ impl Fs {
                     .collect();
                 let r = batch.add(ino, from, to, &ranges, mode);
                 publish(batch, counted);
+                if r.as_ref()
+                    .is_err_and(|e| e.raw_os_error() == Some(libc::ENOENT))
+                {
+                    // Deleted since it was picked: nothing left to move.
+                    break;
+                }
                 if let Err(e) = r {
                     // Target full or failing: try again next pass.
                     *self.migrator.last_failure.lock() = Some(crate::types::describe(&e));
