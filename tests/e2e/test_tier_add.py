@@ -440,3 +440,25 @@ def test_fsck_of_a_mounted_pool_is_refused_naming_the_mount():
             cp = fsck(pool)
             assert cp.returncode == 2, cp
             assert_clean_error(cp, mentions=["mounted on", "unmount it first", str(mnt)])
+
+
+def test_data_moves_between_two_tiers_of_one_kind_so_the_old_one_can_be_retired():
+    """An hdd replaced by a second hdd: `terrace migrate --to 3` must move
+    what is on tier 2. Extent lists name tiers by kind, so the data on the
+    old hdd looked "already there", nothing moved, and `tier remove 2`
+    refused while pointing at the migrate that had done nothing."""
+    with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
+            temp_pool_path("hdd2") as hdd2, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M", "--tier", f"ssd:{ssd}:128M")
+        with mounted_pool(pool, mnt, "reverse_read_ratio=0"):
+            terrace("tier", "add", mnt, f"hdd:{hdd}:128M")
+            terrace("tier", "add", mnt, f"hdd:{hdd2}:128M")
+            digest = write_pattern_file(mnt / "f", 6 << 20, 9)
+            terrace("migrate", "--quiet", "--to", "2", mnt, mnt / "f")
+            assert where_bytes(mnt / "f").get("hdd") == 6 << 20
+            out = terrace("migrate", "--to", "3", mnt).stdout
+            assert "moved 6.00 MiB" in out, out
+            out = terrace("tier", "remove", mnt, "2").stdout
+            assert "Removed tier 2" in out, out
+            assert where_bytes(mnt / "f").get("hdd") == 6 << 20
+            assert sha256_file(mnt / "f") == digest

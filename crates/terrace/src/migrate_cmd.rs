@@ -278,10 +278,17 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
     // (files already there are left out); an older daemon that cannot list
     // extents leaves the file sizes as the estimate.
     let mut todo = all;
-    match estimate(&files.socket, &mut todo, target.kind) {
-        Ok(()) => todo.retain(|t| t.2 > 0),
-        Err(ControlError::Refused(_)) => {}
-        Err(e) => return Err(failed(e)),
+    // Extent lists name tiers by kind: with two tiers of the target's kind
+    // (an hdd being replaced by another), data on the other one looked
+    // "already there" and nothing moved. Then every file is sent, and the
+    // daemon, which knows tier ids, moves what is not on the target.
+    let kind_is_ambiguous = tiers.iter().filter(|t| t.kind == target.kind).count() > 1;
+    if !kind_is_ambiguous {
+        match estimate(&files.socket, &mut todo, target.kind) {
+            Ok(()) => todo.retain(|t| t.2 > 0),
+            Err(ControlError::Refused(_)) => {}
+            Err(e) => return Err(failed(e)),
+        }
     }
     let mut total: u64 = todo.iter().map(|t| t.2).sum();
     let bar = progress_bar(total, quiet);
