@@ -122,6 +122,16 @@ impl Fs {
             .iter()
             .filter(|(fb, _)| !i.dirty.contains_key(fb))
             .count() as u64;
+        // A page a write-back has taken needs a block of its own too: that
+        // write-back's block will hold the older content (`Inode::wb_in_flight`).
+        let rewritten_in_flight = fresh
+            .iter()
+            .filter(|(fb, _)| {
+                i.wb_in_flight
+                    .get(fb)
+                    .is_some_and(|&seq| i.dirty.get(fb).is_some_and(|q| q.seq == seq))
+            })
+            .count() as u64;
         if i.dirty.is_empty() {
             i.dirty_runs = 0;
         }
@@ -136,7 +146,7 @@ impl Fs {
         if !self.cache_takes_writes() {
             return Ok(false);
         }
-        self.check_room(new_pages)?;
+        self.check_room(new_pages + rewritten_in_flight)?;
         self.check_log_promise(i.ino, promise)?;
         self.cache.set_log_promise(i.ino, promise);
         i.dirty_runs = runs;
@@ -159,7 +169,9 @@ impl Fs {
         }
         i.cached_size = visible.max(end);
         i.cached_mtime = now;
-        self.cache.commit_reservation(i.ino, reserved, added);
+        i.dirty_extra += rewritten_in_flight;
+        self.cache
+            .commit_reservation(i.ino, reserved, added + rewritten_in_flight);
         Ok(true)
     }
 
@@ -178,8 +190,10 @@ impl Fs {
         if i.dirty.is_empty() {
             return;
         }
-        let n = i.dirty.len() as u64;
+        let n = i.dirty.len() as u64 + i.dirty_extra;
         i.dirty.clear();
+        i.dirty_extra = 0;
+        i.wb_in_flight.clear();
         self.cache.drop_dirty(i.ino, n, true);
     }
 }

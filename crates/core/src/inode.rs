@@ -98,6 +98,17 @@ pub struct Inode {
     /// cached write adds at most one; reset when `dirty` empties): bounds
     /// the entries the file's write-back commits (`space.rs`).
     pub dirty_runs: u64,
+    /// The dirty pages a write-back has taken and not yet committed or
+    /// given up (file page → the page's `seq` then). A cached write to one
+    /// of them needs a block of its own — the write-back's block will hold
+    /// the page's older content — so it claims room as a new page does
+    /// (`cache_write.rs`), counted in `dirty_extra`.
+    pub wb_in_flight: BTreeMap<FileBlock, u64>,
+    /// Pages counted dirty in the cache beyond `dirty.len()`: in-flight
+    /// pages rewritten since their write-back took them (each is one more
+    /// block until that write-back ends: committed, its older content holds
+    /// a block; given up, the page needs one block again).
+    pub dirty_extra: u64,
     /// File size including the dirty pages (meaningful while `dirty` is not
     /// empty; `attr.size` is the committed size).
     pub cached_size: u64,
@@ -191,6 +202,8 @@ impl Inode {
             io: None,
             dirty: BTreeMap::new(),
             dirty_runs: 0,
+            wb_in_flight: BTreeMap::new(),
+            dirty_extra: 0,
             cached_size: 0,
             cached_mtime: 0,
             amtime: terrace_policy::Amtime::new(),

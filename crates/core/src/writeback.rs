@@ -273,13 +273,13 @@ impl Fs {
     pub(crate) fn write_back_part(&self, ino: Ino, max_bytes: u64) -> FsResult<()> {
         let wb = self.cache.writeback_lock(ino);
         let (pages, size, mtime, rule, generation, whole) = {
-            let Ok(g) = self.lock(ino) else {
+            let Ok(mut g) = self.lock(ino) else {
                 // Deleted: its pages went with it — unless its slot holds a
                 // new file already, with pages of its own.
                 self.forget_dirty_file_if_clean(ino);
                 return Ok(());
             };
-            let i = g.as_ref().expect("live");
+            let i = g.as_mut().expect("live");
             if i.dirty.is_empty() {
                 self.cache.drop_dirty(ino, 0, true);
                 return Ok(());
@@ -288,7 +288,16 @@ impl Fs {
             let size = pages.iter().map(|(_, p)| p.end).max().unwrap_or(0);
             let mtime = pages.iter().map(|(_, p)| p.mtime).max().unwrap_or(0);
             let whole = pages.len() == i.dirty.len();
+            i.wb_in_flight = pages.iter().map(|(fb, p)| (*fb, p.seq)).collect();
             (pages, size, mtime, self.rule_of(i), i.generation, whole)
+        };
+        // Until the commit, any end of this write-back gives the in-flight
+        // pages back (`Inode::wb_in_flight`).
+        let in_flight = InFlightPages {
+            fs: self,
+            ino,
+            generation,
+            armed: true,
         };
         let n = pages.len() as u64;
         // The file's pinned block tier (rules), else the first block tier.
@@ -370,14 +379,20 @@ impl Fs {
         if let Err(e) = self.commit_one_in(i, entries, whole) {
             drop(g);
             release(pieces);
+            in_flight.give_back();
             if !whole && e.raw_os_error() == Some(libc::ENOSPC) {
                 drop(wb);
                 return self.write_back_part(ino, u64::MAX);
             }
             return Err(e);
         }
-        // The commit point has passed: the pages are in the log.
-        let mut done = 0u64;
+        // The commit point has passed: the pages are in the log. Pages
+        // rewritten since they were taken stay dirty; the older content
+        // each was counted for now holds its block.
+        let mut in_flight = in_flight;
+        in_flight.armed = false;
+        let mut done = std::mem::take(&mut i.dirty_extra);
+        i.wb_in_flight.clear();
         let mut clean_runs: Vec<CleanRun> = Vec::new();
         for (k, (fb, p)) in pages.into_iter().enumerate() {
             if i.dirty.get(&fb).is_some_and(|q| q.seq == p.seq) {
@@ -549,6 +564,48 @@ impl Fs {
     /// Stops the write-back thread (if running) and waits for it.
     pub(crate) fn stop_writeback(&self) {
         self.cache.worker.stop();
+    }
+}
+
+/// The pages a write-back took (`Inode::wb_in_flight`), given back when it
+/// ends without its commit: the marks go, and each page rewritten
+/// meanwhile, counted twice in the cache (`Inode::dirty_extra`), once
+/// again — unless the file was freed meanwhile, which dropped them all.
+struct InFlightPages<'a> {
+    fs: &'a Fs,
+    ino: Ino,
+    generation: u32,
+    armed: bool,
+}
+
+impl InFlightPages<'_> {
+    /// Gives the pages back now (before a write-back tried again).
+    fn give_back(mut self) {
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if !std::mem::take(&mut self.armed) {
+            return;
+        }
+        let Ok(mut g) = self.fs.lock(self.ino) else {
+            return;
+        };
+        let Some(i) = g.as_mut() else { return };
+        if i.generation != self.generation {
+            return;
+        }
+        i.wb_in_flight.clear();
+        let extra = std::mem::take(&mut i.dirty_extra);
+        if extra > 0 {
+            self.fs.cache.drop_dirty(self.ino, extra, false);
+        }
+    }
+}
+
+impl Drop for InFlightPages<'_> {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

@@ -568,3 +568,104 @@ fn a_file_deleted_during_its_write_back_gives_back_every_block() {
         fs.unmount().unwrap();
     }
 }
+
+/// An SSD whose next sync, once armed, waits until let go (then syncs).
+struct HeldSync {
+    dev: Arc<MemBlock>,
+    armed: std::sync::atomic::AtomicBool,
+    inside: std::sync::atomic::AtomicBool,
+    release: std::sync::atomic::AtomicBool,
+}
+
+impl Hooks for HeldSync {
+    fn inner(&self) -> &dyn BlockMedia {
+        &*self.dev
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.armed.swap(false, SeqCst) {
+            self.inside.store(true, SeqCst);
+            while !self.release.load(SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        self.dev.sync()
+    }
+    fn describe(&self) -> String {
+        "held sync".into()
+    }
+}
+
+#[test]
+fn a_page_rewritten_while_its_write_back_runs_claims_a_block_of_its_own() {
+    // The write-back's block will hold the page's older content, and the
+    // rewritten page needs another: the rewrite claimed no room (the page
+    // was dirty already), so on a pool with little room the pool accepted
+    // pages it then had no block for, and fsync and unmount failed with
+    // ENOSPC while the data was in DRAM only.
+    use std::sync::atomic::Ordering::SeqCst;
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    mkfs_pm_ssd(&*pm, SSD, 64);
+    let ssd = Arc::new(Hooked(HeldSync {
+        dev: Arc::new(MemBlock::new(SSD)),
+        armed: false.into(),
+        inside: false.into(),
+        release: false.into(),
+    }));
+    let fs = Arc::new(mount_tiered(pm.clone(), ssd.clone()));
+    fs.set_setting("dram_cache_bytes", "16M").unwrap();
+    block_first(&fs);
+    const PAGES: u64 = 64;
+    let f = fs
+        .mknod(1, b"f", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap()
+        .ino;
+    fs.write(f, 0, &pattern(1, (PAGES * 4096) as usize))
+        .unwrap();
+    let room = |fs: &Fs| fs.statfs().bavail;
+    let before = room(&fs);
+    ssd.armed.store(true, SeqCst);
+    let syncer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.fsync(f, false))
+    };
+    let t0 = std::time::Instant::now();
+    while !ssd.inside.load(SeqCst) {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "the write-back never synced the ssd: {:?}",
+            fs.extent_rows(f)
+        );
+        std::thread::yield_now();
+    }
+    // The rewrite goes into the cache at once; judged synchronous (an
+    // fsync followed the first write), it then waits for the write-back
+    // running to write it back itself.
+    let newer = pattern(2, (PAGES * 4096) as usize);
+    let writer = {
+        let (fs, newer) = (fs.clone(), newer.clone());
+        std::thread::spawn(move || fs.write(f, 0, &newer))
+    };
+    let t0 = std::time::Instant::now();
+    while room(&fs) + PAGES > before && t0.elapsed().as_millis() < 1000 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let during = room(&fs);
+    ssd.release.store(true, SeqCst);
+    syncer.join().unwrap().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(
+        during + PAGES <= before,
+        "the rewrites claimed {} blocks, not {PAGES}",
+        before.saturating_sub(during)
+    );
+    assert_eq!(fs.read(f, 0, newer.len()).unwrap(), newer);
+    // Counted once more while in flight, and no more once written back.
+    fs.fsync(f, false).unwrap();
+    assert_eq!(
+        fs.status().cache.dirty_bytes,
+        0,
+        "a page counted twice for good"
+    );
+    fs.unmount().unwrap();
+}
