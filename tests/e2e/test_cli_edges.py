@@ -418,6 +418,11 @@ def test_a_bad_option_or_setting_is_a_usage_error_exit_2_and_a_failure_exit_1(po
         assert terrace("set", m.path, "placement_policy").stdout == before, "a refused set changed the setting"
         cp = terrace("iostat", m.path, "0", check=False)
         assert cp.returncode == 2, helpers.describe(cp, "a bad iostat interval is a usage error")
+        # A tier the pool does not have (a PM-only pool here).
+        for args in (["migrate", m.path, "--to", "floppy"], ["tier", "remove", m.path, "9"]):
+            cp = terrace(*args, check=False)
+            assert_clean_error(cp)
+            assert cp.returncode == 2, helpers.describe(cp, f"{' '.join(args[:2])} of no tier is a usage error")
     cp = terrace("mount", str(pool) + ".missing", mountpoint, check=False)
     assert_clean_error(cp, mentions=[".missing"])
     assert cp.returncode == 1, helpers.describe(cp, "a pool that is not there is a failure, not a usage error")

@@ -32,7 +32,9 @@ use terrace_core::status::TierStatus;
 
 /// Resolves a tier given by name (`pm`, `ssd`, `hdd`) or id against the
 /// tiers listed by the daemon's status.
-fn resolve_tier<'a>(tiers: &'a [TierStatus], want: &str) -> Result<&'a TierStatus, String> {
+/// A tier the pool does not have is a usage error (exit code 2); one it
+/// has but that is not mounted, a failure (1).
+fn resolve_tier<'a>(tiers: &'a [TierStatus], want: &str) -> Result<&'a TierStatus, CliError> {
     let names: Vec<String> = tiers
         .iter()
         .map(|t| format!("{} ({})", t.kind, t.id))
@@ -42,11 +44,11 @@ fn resolve_tier<'a>(tiers: &'a [TierStatus], want: &str) -> Result<&'a TierStatu
         .find(|t| t.kind == want || t.id.to_string() == want);
     match hit {
         Some(t) if t.active => Ok(t),
-        Some(_) => Err(format!("tier {want} is not mounted")),
-        None => Err(format!(
+        Some(_) => Err(CliError::new(format!("tier {want} is not mounted"))),
+        None => Err(CliError::usage(format!(
             "no tier {want:?} in this pool (tiers: {})",
             names.join(", ")
-        )),
+        ))),
     }
 }
 
@@ -238,7 +240,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
     }
     let tiers = &st.core.tiers;
     let target = match to {
-        Some(t) => resolve_tier(tiers, t).map_err(CliError::new)?,
+        Some(t) => resolve_tier(tiers, t)?,
         None => tiers.iter().find(|t| t.id != 0).ok_or_else(|| {
             CliError::new("this pool has no block tier to migrate to; give --to pm to move data up")
         })?,

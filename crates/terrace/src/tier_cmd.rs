@@ -430,8 +430,11 @@ pub(crate) fn detach(
     let refuse = |e: String| Refusal::new(format!("cannot remove {}: {e}", removal_target(tier)));
     let id = match tier {
         None => None,
+        // A tier the pool does not have: a usage error (exit code 2).
         Some(t) => Some(
-            terrace_core::tier_detach::resolve_tier(&fs.superblock().tiers, t).map_err(refuse)?,
+            terrace_core::tier_detach::resolve_tier(&fs.superblock().tiers, t).map_err(|e| {
+                Refusal::invalid(format!("cannot remove {}: {e}", removal_target(tier)))
+            })?,
         ),
     };
     let d = fs.detach_tier(id).map_err(refuse)?;
