@@ -79,7 +79,9 @@ fn model_apply(m: &mut DataModel, op: Op) {
             m.size = m.size.max(off + len as u64);
         }
         Op::Truncate(s) => {
-            if s < m.size {
+            // ext4 frees what lies past the new size also when it is the
+            // old one (blocks preallocated with KEEP_SIZE).
+            if s <= m.size {
                 let keep = s.div_ceil(BS);
                 m.data.truncate(keep as usize);
             }
@@ -96,9 +98,15 @@ fn model_apply(m: &mut DataModel, op: Op) {
                     }
                 }
                 PunchHole => {
-                    let (a, b) = (off.div_ceil(BS), end / BS);
-                    if b > a {
-                        m.set(a, b, false);
+                    // ext4: nothing at or past the end; a range across it
+                    // ends with the block after the one holding the last
+                    // byte.
+                    if off < m.size {
+                        let end = end.min((m.size / BS + 1) * BS);
+                        let (a, b) = (off.div_ceil(BS), end / BS);
+                        if b > a {
+                            m.set(a, b, false);
+                        }
                     }
                 }
                 CollapseRange => {
