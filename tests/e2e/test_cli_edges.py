@@ -54,6 +54,30 @@ def test_every_mkfs_command_line_mistake_exits_2_like_clap(pool_path, specs):
     assert cp.returncode == 2, helpers.describe(cp, "expected exit status 2 (usage error)")
 
 
+def test_mkfs_refuses_block_tiers_out_of_speed_order_before_writing_anything():
+    """Tiers go from fastest to slowest (pm, ssd, hdd, s3), as `tier add`
+    keeps them: an ssd given after an hdd is a usage error (exit 2), even
+    with --force, and no tier file is created or written."""
+    with temp_pool_path() as pm, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd:
+        marker = b"not yet a tier" * 100
+        with open(hdd, "wb") as f:
+            f.write(marker)
+            f.truncate(64 << 20)
+        cp = terrace("mkfs", "--force", "--tier", f"pm:{pm}:64M", "--tier", f"hdd:{hdd}",
+                     "--tier", f"ssd:{ssd}:64M", check=False)
+        msg = assert_clean_error(cp, mentions=[str(ssd), str(hdd), "fastest to slowest"])
+        assert "ssd tier before the hdd" in msg, helpers.describe(cp, "the message does not say the order")
+        assert cp.returncode == 2, helpers.describe(cp, "tiers out of order are a usage error (exit 2)")
+        assert not pm.exists() and not ssd.exists(), "a refused mkfs created a tier file"
+        with open(hdd, "rb") as f:
+            assert f.read(len(marker)) == marker, "a refused mkfs wrote to a tier"
+        # In order, the same tiers make a pool.
+        terrace("mkfs", "--force", "--tier", f"pm:{pm}:64M", "--tier", f"ssd:{ssd}:64M",
+                "--tier", f"hdd:{hdd}")
+        with temp_mountpoint() as mnt, mounted_pool(pm, mnt) as m:
+            assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd", "hdd"]
+
+
 def test_a_pm_tier_larger_than_its_file_system_is_refused_even_with_force():
     with small_tmpfs("12M") as d:
         for extra in ([], ["--force"]):
@@ -418,11 +442,19 @@ def test_a_bad_option_or_setting_is_a_usage_error_exit_2_and_a_failure_exit_1(po
         assert terrace("set", m.path, "placement_policy").stdout == before, "a refused set changed the setting"
         cp = terrace("iostat", m.path, "0", check=False)
         assert cp.returncode == 2, helpers.describe(cp, "a bad iostat interval is a usage error")
-        # A tier the pool does not have (a PM-only pool here).
-        for args in (["migrate", m.path, "--to", "floppy"], ["tier", "remove", m.path, "9"]):
+        # A tier the pool does not have (a PM-only pool here): `ssd` is a
+        # tier kind, but not one of this pool.
+        (m.path / "d").mkdir()
+        (m.path / "d" / "f").write_bytes(b"")
+        for args in (["migrate", m.path, "--to", "floppy"], ["tier", "remove", m.path, "9"],
+                     ["rule", m.path / "d" / "f", "floppy"], ["rule", "-r", m.path / "d", "ssd"]):
             cp = terrace(*args, check=False)
-            assert_clean_error(cp)
-            assert cp.returncode == 2, helpers.describe(cp, f"{' '.join(args[:2])} of no tier is a usage error")
+            assert_clean_error(cp, mentions=["no tier"] if args[0] == "rule" else [])
+            what = " ".join(map(str, args[:2]))
+            assert cp.returncode == 2, helpers.describe(cp, f"{what} of no tier is a usage error")
+        # ... found before anything changed.
+        for p in (m.path / "d", m.path / "d" / "f"):
+            assert terrace("rule", p).stdout.startswith(f"{p}: auto (no rule)"), "a refused rule was set"
     cp = terrace("mount", str(pool) + ".missing", mountpoint, check=False)
     assert_clean_error(cp, mentions=[".missing"])
     assert cp.returncode == 1, helpers.describe(cp, "a pool that is not there is a failure, not a usage error")

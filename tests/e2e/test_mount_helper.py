@@ -1,9 +1,9 @@
 """`mount -t fuse.terrace POOL DIR -o OPTS` and /etc/fstab (issue 18): mount(8)
 runs /sbin/mount.fuse (mount.fuse3) for a `fuse.terrace` type, which runs
-`terrace POOL DIR -o OPTS`; or a /sbin/mount.fuse.terrace link to the binary.
-Both must mount in the background with fstab's own options dropped, refuse
-unknown options with a clear error, and a plain `umount` must leave the pool
-persisted and clean.
+`terrace POOL DIR -o OPTS`; or a /sbin/mount.fuse.terrace link to (or copy
+of) the binary. Both must mount in the background with fstab's own options
+dropped, refuse unknown options with a clear error, and a plain `umount` must
+leave the pool persisted and clean.
 
 mount(8) itself is not called here: on a machine where the xfstests harness
 installed its own /sbin/mount.fuse.terrace, it would run that script. The
@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+import pytest
 
 import helpers
 from helpers import TERRACE_BIN, is_mounted, temp_mountpoint, temp_pool_path, terrace, wait_until
@@ -96,6 +98,30 @@ def test_a_mount_fuse_terrace_link_to_the_binary_is_a_mount8_helper():
             assert is_mounted(mnt)
             (mnt / "g").write_bytes(b"helper")
             _umount_with_the_system_tool_and_check_clean(pool, mnt)
+        finally:
+            if is_mounted(mnt):
+                helpers.lazy_unmount(mnt)
+
+
+@pytest.mark.parametrize("name, fstype", [("mount.fuse.terrace", "fuse.terrace"), ("mount.terrace", "terrace")])
+def test_a_copy_of_the_binary_named_as_the_helper_mounts_as_a_link_does(name, fstype):
+    """A copy (not a link) installed as /sbin/mount.fuse.terrace (or
+    /sbin/mount.terrace, for `mount -t terrace`) mounts too, although the
+    daemon it starts runs that same executable, named as the helper."""
+    with temp_pool_path() as pool, temp_mountpoint() as mnt, tempfile.TemporaryDirectory() as d:
+        terrace("mkfs", "--tier", f"pm:{pool}:64M")
+        helper = Path(d) / name
+        shutil.copy2(TERRACE_BIN, helper)
+        try:
+            # As mount(8) calls it: source, target, then flags.
+            cp = subprocess.run([str(helper), str(pool), str(mnt), "-n", "-o", "rw,defaults,nofail", "-t", fstype],
+                                capture_output=True, text=True, timeout=60)
+            assert cp.returncode == 0, f"the copied helper failed: {cp.stderr}"
+            assert is_mounted(mnt)
+            (mnt / "g").write_bytes(b"copied helper")
+            _umount_with_the_system_tool_and_check_clean(pool, mnt)
+            with helpers.mounted_pool(pool, mnt):
+                assert (mnt / "g").read_bytes() == b"copied helper"
         finally:
             if is_mounted(mnt):
                 helpers.lazy_unmount(mnt)

@@ -377,7 +377,9 @@ Tiers:
   to them when PM fills and back up when it is rewritten, through a DRAM page
   cache; their data blocks are checksummed (terrace scrub), and the logs of
   cold files can move there too. Ordered as given: the first block tier is
-  the first one data migrates to.
+  the first one data migrates to. Tiers go from fastest to slowest (pm, ssd,
+  hdd, s3), as `terrace tier add` keeps them: every ssd tier comes before
+  the hdd tiers.
 
   --tier s3:http(s)://HOST[:PORT]/BUCKET[/PREFIX][:SIZE] adds an object tier
   (S3 or a compatible store) as the coldest tier: last, after at least one
@@ -425,9 +427,9 @@ Safety:
   tier (naming the pool), or a file or device that holds ext2/3/4, XFS, btrfs
   or swap, unless --force is given.
 
-Exit status: 0 formatted, 2 bad command line (a tier spec, size, --inodes or
---extent-size that cannot work), 1 anything else (a target in use, holding
-data, or without room).
+Exit status: 0 formatted, 2 bad command line (a tier spec, size, tier order,
+--inodes or --extent-size that cannot work), 1 anything else (a target in
+use, holding data, or without room).
 
 Examples:
   # A 1 GiB pool with its PM tier emulated on /dev/shm:

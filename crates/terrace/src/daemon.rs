@@ -2,7 +2,8 @@
 //! process (control socket and pid file; the log of a detached daemon).
 //!
 //! `--daemon` starts this same executable again as
-//! `terrace mount POOL MNT --foreground-child -o …`, in a new session
+//! `terrace mount POOL MNT --foreground-child -o …` (named `terrace` even
+//! when the executable is a copy named as a mount helper), in a new session
 //! (setsid), its output in the log file, and returns once the mount and its
 //! control socket are there — or with the child's own error if it exits
 //! first.
@@ -70,8 +71,11 @@ pub fn spawn(raw_options: &[String], pool: &Path, mnt: &Path) -> CliResult {
         .map_err(|e| CliError::at(&files.log, util::os_reason(&e)))?;
     let exe = std::env::current_exe()
         .map_err(|e| CliError::new(format!("cannot find the terrace executable: {e}")))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("mount")
+    let mut cmd = Command::new(&exe);
+    // Under a mount helper's name (a copy of this binary installed as
+    // /sbin/mount.fuse.terrace), the child would be taken for a helper call.
+    cmd.arg0(crate::mount_helper::cli_argv0(&exe))
+        .arg("mount")
         .arg(pool)
         .arg(mnt)
         .arg("--foreground-child");

@@ -1,6 +1,11 @@
 //! `terrace mkfs`: formats a pool from one PM tier and any number of block
 //! tiers (and at most one object tier, last).
 //!
+//! Tiers go from fastest to slowest (pm, ssd, hdd, s3), the order `tier
+//! add` keeps when it appends a tier: block tiers given out of that order
+//! (an hdd before an ssd) are a usage error, found before anything is
+//! written. The pm tier is tier 0 wherever it is given.
+//!
 //! This file checks the whole command and writes the pool; the tier
 //! arguments are parsed in `mkfs/spec.rs`, each tier file or device is
 //! examined in `mkfs/target.rs`, and the object tier is checked and created
@@ -61,6 +66,33 @@ pub(crate) fn tier_header(r: &TierRecord, pool_uuid: [u8; 16]) -> TierHeader {
     }
 }
 
+/// Why the block tiers of the command line are out of order, if they are:
+/// tiers go from fastest to slowest, as `tier add` requires of each tier
+/// it appends ([`terrace_core::tier_attach::attach_problem`]: a tier's kind
+/// is never faster than the last one's). The pm tier becomes tier 0
+/// wherever it is given; where an s3 tier stands is [`check_object_tier`]'s
+/// concern.
+fn order_problem(tiers: &[TierSpec]) -> Option<CliError> {
+    let block: Vec<&TierSpec> = tiers
+        .iter()
+        .filter(|t| matches!(t.kind, TierKind::Ssd | TierKind::Hdd))
+        .collect();
+    let w = block.windows(2).find(|w| w[1].kind < w[0].kind)?;
+    Some(
+        CliError::at(
+            &w[1].path,
+            format!(
+                "an {} tier cannot follow the {} tier {}: tiers go from fastest to slowest \
+                 (pm, ssd, hdd, s3), so give every ssd tier before the hdd tiers",
+                w[1].kind.name(),
+                w[0].kind.name(),
+                w[0].path.display()
+            ),
+        )
+        .code(2),
+    )
+}
+
 /// Runs `mkfs`.
 pub fn run(cfg: &MkfsConfig) -> CliResult {
     let pms = cfg.tiers.iter().filter(|t| t.kind == TierKind::Pm).count();
@@ -74,6 +106,9 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
             "at most {MAX_TIERS} tiers (got {})",
             cfg.tiers.len()
         )));
+    }
+    if let Some(e) = order_problem(&cfg.tiers) {
+        return Err(e);
     }
     let es = cfg.extent_size;
     if es < BLOCK_SIZE || !es.is_power_of_two() || es > (1 << 30) {
@@ -249,6 +284,29 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn block_tiers_out_of_speed_order_are_a_usage_error() {
+        let specs = |v: &[&str]| -> Vec<super::TierSpec> {
+            v.iter().map(|s| super::parse_tier(s).unwrap()).collect()
+        };
+        for ok in [
+            &["pm:/p:1G", "ssd:/s:1G", "ssd:/s2:1G", "hdd:/h:1G"][..],
+            &["ssd:/s:1G", "pm:/p:1G", "hdd:/h:1G"],
+            &["pm:/p:1G", "hdd:/h:1G", "hdd:/h2:1G"],
+        ] {
+            assert!(super::order_problem(&specs(ok)).is_none(), "{ok:?}");
+        }
+        let e = super::order_problem(&specs(&["pm:/p:1G", "hdd:/h:1G", "ssd:/s:1G"]))
+            .expect("an ssd after an hdd");
+        let msg = &e.msg;
+        assert_eq!(e.code, 2, "{msg}");
+        assert!(
+            msg.starts_with("/s: an ssd tier cannot follow the hdd tier /h"),
+            "{msg}"
+        );
+        assert!(msg.contains("ssd tier before the hdd tiers"), "{msg}");
+    }
+
     #[test]
     fn default_inodes_count_the_whole_pool_with_the_table_bounded_on_pm() {
         use terrace_core::mkfs::{default_inode_count, default_pool_inode_count};

@@ -5,9 +5,13 @@
 //!   helper of its own, through /sbin/mount.fuse): it drops the options
 //!   only mount(8) understands and runs `terrace POOL DIR -o OPTS`, finding
 //!   `terrace` in PATH. No subcommand: the first argument is the pool.
-//! - **/sbin/mount.fuse.terrace** as a link to this binary (mount(8) runs
-//!   it directly when it exists): `mount.fuse.terrace POOL DIR [-sfnvrw]
-//!   [-N NS] [-o OPTS] [-t fuse.terrace]`.
+//! - **/sbin/mount.fuse.terrace** as a link to this binary or a copy of it
+//!   (mount(8) runs it directly when it exists): `mount.fuse.terrace POOL
+//!   DIR [-sfnvrw] [-N NS] [-o OPTS] [-t fuse.terrace]`. The helper is told
+//!   by its name (`argv[0]`), so the daemon it starts by running its own
+//!   executable again (`daemon.rs`) is given the name `terrace`
+//!   ([`cli_argv0`]): a copy's executable has the helper's name, and would
+//!   otherwise take its own `mount` command line for a helper call.
 //!
 //! `-o remount,…` (`mount -o remount,ro DIR`, which runs the helper too)
 //! changes the mount in place: no new daemon, but `mount -i -o remount,ro`
@@ -57,6 +61,19 @@ pub fn mount8_only(opt: &str) -> bool {
         || opt.starts_with("comment=")
         || opt.starts_with("subtype=")
         || opt.starts_with("fsname=")
+}
+
+/// The `argv[0]` to run this executable, found at `exe`, with a CLI
+/// command line: `exe`, unless its name is a helper name (a copy of the
+/// binary installed as /sbin/mount.fuse.terrace; a link resolves to the
+/// binary's own name), then plain `terrace`.
+pub fn cli_argv0(exe: &std::path::Path) -> OsString {
+    let name = exe.file_name().and_then(OsStr::to_str).unwrap_or("");
+    if HELPER_NAMES.contains(&name) {
+        "terrace".into()
+    } else {
+        exe.as_os_str().to_owned()
+    }
 }
 
 /// What a helper invocation asks for.
@@ -264,6 +281,20 @@ mod tests {
                 HelperCall::Remount(args(&["-i", "-o", how, "/m"])),
                 "{v:?}"
             );
+        }
+    }
+
+    #[test]
+    fn the_daemon_started_by_a_copy_named_as_the_helper_runs_as_the_cli() {
+        for (exe, argv0) in [
+            ("/sbin/mount.fuse.terrace", "terrace"),
+            ("/sbin/mount.terrace", "terrace"),
+            ("/usr/local/bin/terrace", "/usr/local/bin/terrace"),
+        ] {
+            let got = cli_argv0(std::path::Path::new(exe));
+            assert_eq!(got, OsString::from(argv0), "{exe}");
+            let daemon = [got, "mount".into(), "/p".into(), "/m".into()];
+            assert_eq!(parse(&daemon), HelperCall::Cli, "{exe}");
         }
     }
 

@@ -7,6 +7,10 @@
 //! depth, paths longer than `PATH_MAX` included ([`tree_walk`]); an entry
 //! that cannot be read or changed is named on a line of its own, and the
 //! command then exits 1.
+//!
+//! A TIER the pool does not have (the mount refuses the rule with EINVAL)
+//! is a usage error, as for `migrate --to` and `tier remove`: the path's
+//! own rule is refused first, so nothing changes, and the command exits 2.
 
 use crate::util::{self, CliError, CliResult};
 use crate::where_cmd::tree_walk::{self, WalkError};
@@ -100,7 +104,8 @@ fn reason(e: &std::io::Error, tier: Option<&str>) -> String {
     match (e.raw_os_error(), tier) {
         (Some(libc::EINVAL), Some(t)) => {
             format!(
-                "this pool has no tier {t:?} (tiers are pm, ssd, hdd or a tier id; `auto` clears)"
+                "this pool has no tier {t:?} (a tier is named pm, ssd, hdd, s3 or by its id, \
+                 as `terrace status` lists them; `auto` clears)"
             )
         }
         (Some(libc::EOPNOTSUPP), _) => "not on a Terrace mount".into(),
@@ -336,9 +341,16 @@ fn below(
     *failed += errors.len();
 }
 
+/// Whether setting `tier` on a path failed because the pool has no such
+/// tier: a usage error (exit code 2), not a failure of the path.
+fn unknown_tier(e: &std::io::Error, tier: Option<&str>) -> bool {
+    e.raw_os_error() == Some(libc::EINVAL) && tier.is_some_and(|t| t != "auto")
+}
+
 /// `terrace rule`.
 pub fn run(paths: &[PathBuf], tier: Option<&str>, recursive: bool, all: bool) -> CliResult {
     let mut failed = 0;
+    let mut usage = false;
     for path in paths {
         match on_terrace(path) {
             Ok(true) => {}
@@ -373,8 +385,12 @@ pub fn run(paths: &[PathBuf], tier: Option<&str>, recursive: bool, all: bool) ->
         };
         if let Err(e) = r {
             failed += 1;
+            usage |= unknown_tier(&e, tier);
             eprintln!("terrace: {}", CliError::at(path, reason(&e, tier)).msg);
         }
+    }
+    if usage {
+        return Err(CliError::usage(String::new()));
     }
     if failed > 0 {
         return Err(CliError::new(String::new()));
