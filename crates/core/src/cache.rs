@@ -288,13 +288,14 @@ impl PageCache {
         self.state.lock().dirty
     }
 
-    /// The file dirty longest and for how long, with the dirty bytes of the
-    /// whole cache (one look under the state lock).
-    pub(crate) fn oldest_dirty_file(&self) -> (Option<(Ino, Duration)>, u64) {
+    /// The file dirty longest, leaving out `skip`, and for how long, with
+    /// the dirty bytes of the whole cache (one look under the state lock).
+    pub(crate) fn oldest_dirty_file(&self, skip: &[Ino]) -> (Option<(Ino, Duration)>, u64) {
         let s = self.state.lock();
         let oldest = s
             .dirty_files
             .iter()
+            .filter(|(ino, _)| !skip.contains(ino))
             .min_by_key(|(_, t)| **t)
             .map(|(ino, t)| (*ino, t.elapsed()));
         (oldest, s.dirty)

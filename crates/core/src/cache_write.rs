@@ -41,10 +41,17 @@ impl Fs {
             };
             match victim {
                 Some(v) => {
-                    // A write-back that fails (device error, every tier
-                    // full) fails this write too rather than overfill the
-                    // cache.
-                    self.flush_inode_part(v, self.writeback_part())?;
+                    // A write-back that fails (a device error, the tier of
+                    // that file's rule full) leaves that file dirty for its
+                    // own fsync to report; this write goes through instead
+                    // of into the cache, so it neither overfills the cache
+                    // nor fails with another file's error. (It failed with
+                    // it before 2026-12-07: one file whose write-back kept
+                    // failing failed every cached write of the pool.)
+                    if self.flush_inode_part(v, self.writeback_part()).is_err() {
+                        self.cache.note_bypassed_write();
+                        return Ok(false);
+                    }
                 }
                 None => {
                     tries += 1;

@@ -62,6 +62,12 @@ pub struct MountReport {
     /// stay until the next mount; nothing else is affected).
     #[serde(default)]
     pub object_sweep_errors: Vec<String>,
+    /// The damage a read-only mount serves around (each problem with the
+    /// path it concerns): inodes whose logs could not be read whole, whose
+    /// data it refuses with EIO, and names that lead nowhere (EIO). Empty
+    /// for a read-write mount, which refuses a damaged pool.
+    #[serde(default)]
+    pub damaged: Vec<String>,
 }
 
 /// A mounted Terrace pool.
@@ -244,8 +250,23 @@ impl Fs {
         // used (an unreadable log, a directory whose slot reads free), and
         // the sweep deleted the object-tier parts of exactly the files
         // `fsck --repair` keeps.
-        refusal(&sc.problems, sc.alloc.is_some())?;
+        refusal(&sc, read_only)?;
         let mut sc = sc;
+        // A read-only mount serves around damage confined to some inodes
+        // (`Problem::blocks_read_only_mount`): their data is refused.
+        let names = sc.names();
+        let damaged: Vec<String> = sc
+            .problems
+            .iter()
+            .filter(|p| p.blocks_mount())
+            .map(|p| sc.describe(p, &names))
+            .collect();
+        drop(names);
+        for ino in sc.problems.iter().filter_map(Problem::quarantined) {
+            if let Some(i) = sc.inodes.get_mut(&ino) {
+                i.damaged = true;
+            }
+        }
         if read_only {
             if !sc.sb.clean || sc.rolled_back > 0 {
                 return Err(OpenError::Corrupt(
@@ -293,6 +314,7 @@ impl Fs {
         }
         tiers.sort_by_key(|t| t.id);
         let mut fs = Fs::from_scan(media, sc, read_only)?;
+        fs.report.damaged = damaged;
         fs.tiers = crate::tier_list::BlockTiers::from_sorted(tiers).map_err(OpenError::Corrupt)?;
         for (id, r) in swept {
             match r {
@@ -321,7 +343,8 @@ impl Fs {
     }
 
     fn from_scan(media: Arc<dyn PmMedia>, sc: Scan, read_only: bool) -> Result<Fs, OpenError> {
-        // (Checked already by `open_pool`, before anything was written.)
+        // (`refusal` was checked by `open_pool`, before anything was
+        // written.)
         let Scan {
             mut sb,
             inode_map,
@@ -337,7 +360,6 @@ impl Fs {
             packed_logs,
             ..
         } = sc;
-        refusal(&problems, alloc.is_some())?;
         let alloc =
             alloc.ok_or_else(|| OpenError::Corrupt("block ownership is inconsistent".into()))?;
         let report = MountReport {
@@ -346,7 +368,10 @@ impl Fs {
             orphans_freed: orphans.len(),
             orphan_bytes,
             replayed,
-            link_count_warnings: problems.len(),
+            link_count_warnings: problems
+                .iter()
+                .filter(|p| matches!(p, Problem::LinkCount { .. }))
+                .count(),
             ..MountReport::default()
         };
         let table = crate::slot_table::SlotTable::new(&inode_map);
@@ -482,6 +507,19 @@ impl Fs {
         *self.settings.write() = next;
         if bound != self.cache.bound() {
             self.cache.set_bound(bound);
+        }
+        Ok(())
+    }
+
+    /// EROFS on a read-only mount: every operation that would change the
+    /// pool starts with it. The kernel refuses such calls on a read-only
+    /// mount itself, but a `mount -o remount,rw` by root, or a caller of
+    /// this library, would otherwise change DRAM state that never reaches
+    /// media (a read-only mount writes nothing): a write answered as done
+    /// and then lost.
+    pub(crate) fn refuse_if_read_only(&self) -> crate::types::FsResult<()> {
+        if self.read_only {
+            return Err(crate::types::errno(libc::EROFS));
         }
         Ok(())
     }
@@ -794,17 +832,39 @@ pub fn object_network(s: &terrace_policy::Settings) -> terrace_media::NetworkPar
 
 /// Why a pool whose scan found `problems` (and whose block ownership is
 /// `consistent` or not) may not mount, if it may not.
-fn refusal(problems: &[Problem], consistent: bool) -> Result<(), OpenError> {
-    let fatal: Vec<&Problem> = problems.iter().filter(|p| p.blocks_mount()).collect();
+fn refusal(sc: &Scan, read_only: bool) -> Result<(), OpenError> {
+    let fatal: Vec<&Problem> = sc
+        .problems
+        .iter()
+        .filter(|p| {
+            if read_only {
+                p.blocks_read_only_mount()
+            } else {
+                p.blocks_mount()
+            }
+        })
+        .collect();
     if let Some(first) = fatal.first() {
         let more = if fatal.len() > 1 {
             format!(" (and {} more problems)", fatal.len() - 1)
         } else {
             String::new()
         };
-        return Err(OpenError::Corrupt(format!("{first}{more}")));
+
+        let rescue = if !read_only
+            && sc.sb.clean
+            && sc.rolled_back == 0
+            && !sc.problems.iter().any(Problem::blocks_read_only_mount)
+        {
+            "; a read-only mount (-o ro) serves the rest of the pool to copy off first \
+             (the damaged files' data returns EIO)"
+        } else {
+            ""
+        };
+        let first = sc.describe(first, &sc.names());
+        return Err(OpenError::Corrupt(format!("{first}{more}{rescue}")));
     }
-    if !consistent {
+    if sc.alloc.is_none() {
         return Err(OpenError::Corrupt("block ownership is inconsistent".into()));
     }
     Ok(())

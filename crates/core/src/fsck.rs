@@ -84,7 +84,9 @@ impl FsckReport {
 }
 
 fn summarize(sc: &Scan, report: &mut FsckReport) {
-    report.problems = sc.problems.iter().map(|p| p.to_string()).collect();
+    // With the path each concerns.
+    let names = sc.names();
+    report.problems = sc.problems.iter().map(|p| sc.describe(p, &names)).collect();
     report.orphans = sc.orphans.clone();
     report.inodes = sc.inodes.len();
     report.log_pages = sc.inodes.values().map(|i| i.log.pages.len() as u64).sum();
@@ -280,6 +282,8 @@ pub fn repair(
     // Pass 1: problems below the log level (slots, logs).
     let sc = repair_scan(&*media, tiers, progress, &mut report)?;
     let mut rescan = false;
+    // Inodes whose damaged log blobs still read in part: kept after pass 1.
+    let mut salvaged: Vec<Ino> = Vec::new();
     for p in &sc.problems {
         match p {
             Problem::BadSlot { ino, .. } => {
@@ -330,18 +334,17 @@ pub fn repair(
                 // crash between them left a state-1 slot whose head still
                 // named the blob, and the next repair freed the inode
                 // (found in review, 2026-12-07).
-                let slot = sc.slot_offset(*ino);
-                crate::journal::Journal::default().commit(
-                    &*media,
-                    &[
-                        (slot + INODE_OFF_STATE, terrace_format::INODE_USED),
-                        (slot + INODE_OFF_LOG_HEAD, 0),
-                        (slot + INODE_OFF_LOG_TAIL, 0),
-                    ],
-                );
-                report.repaired.push(format!(
-                    "emptied the log of inode {ino} (its log on a block tier is unreadable)"
-                ));
+                if sc.inodes.get(ino).is_some_and(|i| i.log.entries > 0) {
+                    // What still reads of it is kept once the rest of
+                    // this pass is done (below).
+                    salvaged.push(*ino);
+                } else {
+                    empty_blob_log(&*media, &sc, *ino);
+                    report.repaired.push(format!(
+                        "emptied the log of inode {ino}{} (its log on a block tier is unreadable)",
+                        sc.path_note(*ino)
+                    ));
+                }
                 rescan = true;
             }
             Problem::BadLog { ino, safe_tail, .. } => {
@@ -369,6 +372,10 @@ pub fn repair(
     } else {
         sc
     };
+    if !salvaged.is_empty() {
+        keep_salvaged_blobs(&*media, &sc, &salvaged, &mut report);
+        sc = repair_scan(&*media, tiers, progress, &mut report)?;
+    }
     // Pass 2: namespace problems, fixed by appending entries to logs. A fix
     // may show the next one: removing a dangling entry of a directory lowers
     // its parent's count of subdirectories, so its link count is wrong in
@@ -402,6 +409,98 @@ pub fn repair(
     summarize(&sc, &mut report);
     sweep_objects(&sc, tiers, true, &mut report);
     Ok(report)
+}
+
+/// Empties the log of inode `ino`, whose log blob is unreadable: the
+/// inode keeps what its slot says (an empty log on PM). State, head and
+/// tail in one journal transaction: stored one by one, a crash between
+/// them left a state-1 slot whose head still named the blob, and the next
+/// repair freed the inode (found in review, 2026-12-07).
+fn empty_blob_log(media: &dyn PmMedia, sc: &Scan, ino: Ino) {
+    let slot = sc.slot_offset(ino);
+    crate::journal::Journal::default().commit(
+        media,
+        &[
+            (slot + INODE_OFF_STATE, terrace_format::INODE_USED),
+            (slot + INODE_OFF_LOG_HEAD, 0),
+            (slot + INODE_OFF_LOG_TAIL, 0),
+        ],
+    );
+}
+
+/// Keeps what still reads of the damaged log blobs of `inos`
+/// ([`keep_salvaged_blob`]), by a scan made after the rest of the first
+/// pass: that pass may correct the words of logs the scan before it could
+/// not walk, and an allocator that did not count their pages would give
+/// them to the rewritten logs. Where the scan still leaves inodes or blocks
+/// uncounted (a slot or log word it could not correct, a block owned
+/// twice), what was read is not kept and the log is emptied as before.
+fn keep_salvaged_blobs(media: &dyn PmMedia, sc: &Scan, inos: &[Ino], report: &mut FsckReport) {
+    let uncounted = sc.alloc.is_none()
+        || sc.problems.iter().any(|p| {
+            matches!(
+                p,
+                Problem::BadSlot { .. }
+                    | Problem::BadLogPointer { .. }
+                    | Problem::BlockOwnership { .. }
+                    | Problem::BadJournal { .. }
+            )
+        });
+    let names = sc.names();
+    for &ino in inos {
+        let still_a_blob = sc.inodes.contains_key(&ino)
+            && media.load_u64(sc.slot_offset(ino) + INODE_OFF_STATE)
+                == terrace_format::INODE_USED_TIER_LOG;
+        if !still_a_blob {
+            continue; // freed, or recalled by a fix of this repair
+        }
+        let path = crate::recovery::path_note_of(ino, &names);
+        let kept = if uncounted {
+            None
+        } else {
+            keep_salvaged_blob(media, sc, ino)
+        };
+        match kept {
+            Some(kept) => report.repaired.push(format!(
+                "rewrote the log of inode {ino}{path} on PM from the {kept} entries of its damaged log blob that still read (the others are lost)"
+            )),
+            None => {
+                empty_blob_log(media, sc, ino);
+                report.repaired.push(format!(
+                    "emptied the log of inode {ino}{path} (its log on a block tier is damaged{})",
+                    if uncounted {
+                        "; what still read of it was not kept while other damage leaves blocks uncounted"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+    }
+}
+
+/// Writes the state the scan salvaged from inode `ino`'s damaged log blob
+/// (`LogBlob::salvage`: every entry whose own checksum holds) to a fresh
+/// PM log and publishes it with the slot's state in one journal
+/// transaction, as a log recall does. Returns the number of entries kept,
+/// or `None` when nothing was salvaged or it could not be written (the
+/// caller then empties the log).
+fn keep_salvaged_blob(media: &dyn PmMedia, sc: &Scan, ino: Ino) -> Option<u64> {
+    let inode = sc.inodes.get(&ino)?;
+    let alloc = sc.alloc.as_ref()?;
+    if inode.log.entries == 0 {
+        return None;
+    }
+    let room = crate::log_space::LogRoom {
+        space: &sc.log_space,
+        alloc,
+        keep_free: 0,
+    };
+    let tables = sc.sums_tables();
+    let (_, words) =
+        crate::commit::stage_recall(media, &room, inode, sc.slot_offset(ino), &[], &tables).ok()?;
+    crate::journal::Journal::default().commit(media, &words);
+    Some(inode.log.entries)
 }
 
 /// Stores one 8-byte word of a slot and makes it durable before the next

@@ -82,6 +82,11 @@ pub struct Inode {
     pub dir: Option<Box<DirIndex>>,
     /// Extended attributes.
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The mount scan could not read the inode's whole log (DRAM only;
+    /// only a read-only mount keeps such an inode, `Problem::quarantined`):
+    /// its attributes, names and xattrs are what was read, its data is
+    /// refused with EIO, since what was read may be incomplete.
+    pub damaged: bool,
     /// Open file handles.
     pub open_count: u32,
     /// References the kernel holds (FUSE lookup count).
@@ -196,6 +201,7 @@ impl Inode {
             extents: ExtentMap::default(),
             dir,
             xattrs: BTreeMap::new(),
+            damaged: false,
             open_count: 0,
             lookups: 0,
             zombie: false,

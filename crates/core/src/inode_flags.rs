@@ -149,6 +149,7 @@ impl Fs {
     /// keep (compression, data journaling, …), and nothing changes. The
     /// caller's right to change them is the kernel's check (module docs).
     pub fn set_inode_flags(&self, ino: Ino, flags: u32) -> FsResult<Attr> {
+        self.refuse_if_read_only()?;
         if flags & !ATTR_FLAGS_KNOWN != 0 {
             return Err(errno(libc::EOPNOTSUPP));
         }

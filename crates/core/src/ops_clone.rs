@@ -72,6 +72,7 @@ impl Fs {
         dst_off: u64,
         len: u64,
     ) -> FsResult<u64> {
+        self.refuse_if_read_only()?;
         let len = len.min(COPY_MAX_BYTES);
         if src == dst
             && src_off < dst_off.saturating_add(len)

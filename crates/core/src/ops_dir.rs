@@ -67,7 +67,15 @@ impl Fs {
                 _ => d.get(name).ok_or_else(|| errno(libc::ENOENT))?.0,
             }
         };
-        let mut c = self.lock(child)?;
+        let mut c = match self.lock(child) {
+            // A name a read-only mount's scan found leading nowhere (the
+            // inode's slot is damaged): damage, not a missing name. (A
+            // read-only mount removes nothing meanwhile.)
+            Err(e) if self.read_only && name != b"." && e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(errno(libc::EIO))
+            }
+            other => other?,
+        };
         let c = c.as_mut().expect("live");
         c.lookups += 1;
         Ok(c.stat())
@@ -110,6 +118,7 @@ impl Fs {
         rdev: u64,
         ctx: Ctx,
     ) -> FsResult<Attr> {
+        self.refuse_if_read_only()?;
         let kind = FileType::from_mode(mode).ok_or_else(|| errno(libc::EINVAL))?;
         if kind == FileType::Directory || kind == FileType::Symlink {
             return Err(errno(libc::EINVAL));
@@ -119,11 +128,13 @@ impl Fs {
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: Ino, name: &[u8], mode: u32, ctx: Ctx) -> FsResult<Attr> {
+        self.refuse_if_read_only()?;
         self.create_inode(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, ctx, None)
     }
 
     /// Creates a symbolic link to `target`.
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], ctx: Ctx) -> FsResult<Attr> {
+        self.refuse_if_read_only()?;
         if target.is_empty() {
             return Err(errno(libc::ENOENT));
         }
@@ -139,6 +150,9 @@ impl Fs {
         let i = g.as_ref().expect("live");
         if i.kind != FileType::Symlink {
             return Err(errno(libc::EINVAL));
+        }
+        if i.damaged {
+            return Err(errno(libc::EIO));
         }
         self.read_locked(i, 0, i.attr.size as usize)
     }
@@ -370,6 +384,7 @@ impl Fs {
 
     /// Removes a non-directory name.
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.refuse_if_read_only()?;
         check_name(name)?;
         if is_dot(name) {
             return Err(errno(if name == b"." {
@@ -383,6 +398,7 @@ impl Fs {
 
     /// Removes an empty directory.
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.refuse_if_read_only()?;
         if name == b"." {
             return Err(errno(libc::EINVAL));
         }
@@ -497,6 +513,7 @@ impl Fs {
 
     /// Adds a new name `newname` in `newparent` for `ino`.
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
+        self.refuse_if_read_only()?;
         self.wait_for_pm_room();
         check_name(newname)?;
         self.check_metadata_room(1)?;
@@ -563,6 +580,7 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
+        self.refuse_if_read_only()?;
         self.wait_for_pm_room();
         check_name(name)?;
         check_name(newname)?;

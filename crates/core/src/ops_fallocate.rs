@@ -15,6 +15,7 @@ impl Fs {
     ///
     /// All or nothing, like [`Fs::write_hinted`].
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
+        self.refuse_if_read_only()?;
         // A zeroed or punched partial block on an object tier is fetched
         // before the inode lock is taken (as for a write).
         self.warm_partial_ends(ino, off, off.saturating_add(len));

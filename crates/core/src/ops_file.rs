@@ -94,6 +94,14 @@ impl Fs {
             return Err(errno(libc::EISDIR));
         }
         crate::inode_flags::check_open(i, flags)?;
+        if acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            self.refuse_if_read_only()?;
+        }
+        if i.damaged && i.kind != FileType::Directory {
+            // A read-only mount's quarantined inode: its data may be
+            // incomplete (`Inode::damaged`).
+            return Err(errno(libc::EIO));
+        }
         i.open_count += 1;
         Ok(self.next_fh.fetch_add(1, Ordering::Relaxed))
     }
@@ -141,6 +149,7 @@ impl Fs {
     /// PM copies of clean data, see [`Fs::retry_freeing_room`]) leaves the
     /// file as it was.
     pub fn write_hinted(&self, ino: Ino, off: u64, data: &[u8], o_sync: bool) -> FsResult<usize> {
+        self.refuse_if_read_only()?;
         self.write_from(ino, off, data, o_sync, true, Stamp::Now)
     }
 
@@ -165,6 +174,7 @@ impl Fs {
         o_sync: bool,
         kernel_times: bool,
     ) -> FsResult<usize> {
+        self.refuse_if_read_only()?;
         let stamp = if kernel_times {
             Stamp::Kept
         } else {
@@ -689,6 +699,7 @@ impl Fs {
 
     /// Changes attributes (chmod, chown, truncate, utimes).
     pub fn setattr(&self, ino: Ino, s: SetAttr) -> FsResult<Attr> {
+        self.refuse_if_read_only()?;
         if let Some(size) = s.size {
             // The block a cut inside it keeps part of, fetched before the
             // inode lock when it is on an object tier (design.md §5n).

@@ -39,6 +39,9 @@ impl Fs {
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         i.kind.require_regular(libc::EINVAL)?;
+        if i.damaged {
+            return Err(errno(libc::EIO));
+        }
         let capture = self.capture_read(i, off, size)?;
         let len = capture.out.len() as u64;
         i.io_mut().access.record(off, len, false);
@@ -77,6 +80,9 @@ impl Fs {
         let g = self.lock(ino)?;
         let i = g.as_ref().expect("live");
         i.kind.require_regular(libc::EINVAL)?;
+        if i.damaged {
+            return Err(errno(libc::EIO));
+        }
         let mut capture = self.capture_read(i, off, size)?;
         capture.ahead.clear();
         self.finish_read_unlocking(g, capture)

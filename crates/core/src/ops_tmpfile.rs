@@ -27,6 +27,7 @@ impl Fs {
     /// Unless `flags` (open(2) flags) has `O_EXCL`, [`Fs::link`] may give it
     /// a name; otherwise it is freed by its last [`Fs::release`].
     pub fn tmpfile(&self, parent: Ino, mode: u32, flags: i32, ctx: Ctx) -> FsResult<(Attr, u64)> {
+        self.refuse_if_read_only()?;
         let mode = match mode & libc::S_IFMT {
             0 | libc::S_IFREG => libc::S_IFREG | (mode & 0o7777),
             _ => return Err(errno(libc::EINVAL)),

@@ -68,6 +68,7 @@ impl Fs {
         flags: i32,
         may_keep_sgid: bool,
     ) -> FsResult<()> {
+        self.refuse_if_read_only()?;
         self.wait_for_pm_room();
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
@@ -161,6 +162,7 @@ impl Fs {
 
     /// Removes an extended attribute.
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        self.refuse_if_read_only()?;
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         crate::inode_flags::check_change_names_or_xattrs(i)?;

@@ -85,6 +85,89 @@ impl Scan {
             .offset(ino)
             .expect("a scanned inode's slot is in the table")
     }
+
+    /// Where each inode the scan reached is named: child → (directory,
+    /// name), the first name the scan read. Built once for a report of many
+    /// problems.
+    pub fn names(&self) -> HashMap<Ino, (Ino, Vec<u8>)> {
+        let mut names: HashMap<Ino, (Ino, Vec<u8>)> = HashMap::new();
+        for (&d, i) in &self.inodes {
+            if let Some(dir) = i.dir.as_ref() {
+                for (_, name, child, _) in dir.iter() {
+                    if child != d {
+                        names.entry(child).or_insert_with(|| (d, name.to_vec()));
+                    }
+                }
+            }
+        }
+        names
+    }
+
+    /// `p` as a report gives it: with the path of the inode it concerns
+    /// (by `names`, [`Scan::names`]) right after the inode's number
+    /// ("inode 43 (/big): ...").
+    pub fn describe(&self, p: &Problem, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> String {
+        let text = p.to_string();
+        let Some(ino) = p.ino() else { return text };
+        let note = path_note_of(ino, names);
+        for who in [format!("inode {ino}"), format!("directory {ino}")] {
+            if let Some(rest) = text.strip_prefix(&who) {
+                return format!("{who}{note}{rest}");
+            }
+        }
+        format!("{text}{note}")
+    }
+
+    /// " (PATH)" for a report naming `ino`, or nothing when the scan found
+    /// no path to it (one report line: builds the names itself).
+    pub fn path_note(&self, ino: Ino) -> String {
+        path_note_of(ino, &self.names())
+    }
+}
+
+/// " (PATH)" for a report naming `ino`, by `names` ([`Scan::names`]), or
+/// nothing when no path to it is known.
+pub fn path_note_of(ino: Ino, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> String {
+    path_of(ino, names)
+        .map(|p| format!(" ({p})"))
+        .unwrap_or_default()
+}
+
+/// A path of `ino` from the root by `names` ([`Scan::names`]); `None` when
+/// no directory the scan read names it, or the walk up does not reach the
+/// root (a cycle, or deeper than any report needs).
+fn path_of(ino: Ino, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    let mut at = ino;
+    while at != ROOT_INO {
+        if parts.len() >= 256 {
+            return None;
+        }
+        let (dir, name) = names.get(&at)?;
+        parts.push(String::from_utf8_lossy(name).into_owned());
+        at = *dir;
+    }
+    parts.reverse();
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// What an inode whose blob lost its attribute entry gets instead of the
+/// creation-time attributes its slot holds: the size its data entries
+/// recorded (a blob's write entries carry the file's size), and of the
+/// permissions only the owner's, no set-ID bits — a file made private
+/// with chmod after its creation must not become readable by others.
+fn attributes_lost(inode: &mut Inode, salvaged: &[terrace_format::Entry]) {
+    let size = salvaged
+        .iter()
+        .filter_map(|e| match e {
+            terrace_format::Entry::Write(w) => Some(w.size_after),
+            _ => None,
+        })
+        .max();
+    if let Some(size) = size {
+        inode.attr.size = size;
+    }
+    inode.attr.mode &= libc::S_IFMT | 0o700;
 }
 
 /// Records, from the Sums entries of one replayed inode's log (in log
@@ -464,11 +547,35 @@ fn scan_view(
                     ino,
                     tier: tier.get(),
                 }),
-                Err(what) => problems.push(Problem::BadLog {
-                    ino,
-                    what,
-                    safe_tail: 0,
-                }),
+                Err(err) => {
+                    // What of a damaged blob still reads is the inode's
+                    // state as far as it is known: its blocks stay owned
+                    // (nothing allocates over them) and `fsck --repair`
+                    // keeps it (design.md §3.6).
+                    let mut what = err.what;
+                    if let Some(salvaged) = &err.salvaged {
+                        for e in &salvaged.entries {
+                            inode.apply(e);
+                        }
+                        if !salvaged
+                            .entries
+                            .iter()
+                            .any(|e| matches!(e, terrace_format::Entry::Attr(_)))
+                        {
+                            attributes_lost(&mut inode, &salvaged.entries);
+                            what.push_str(
+                                "; its attributes are lost (permissions kept for the owner only)",
+                            );
+                        }
+                        keep_referenced_sums(&inode, &mut salvaged.entries.iter(), &sums);
+                        inode.log.entries = salvaged.entries.len() as u64;
+                    }
+                    problems.push(Problem::BadLog {
+                        ino,
+                        what,
+                        safe_tail: 0,
+                    })
+                }
             }
             inode.log.on_tier = Some(crate::log::TierLog {
                 tier,

@@ -25,6 +25,26 @@ pub(crate) struct BlobBlocks {
     buf: Vec<u8>,
 }
 
+/// Why a log blob could not be read whole, and what of it could.
+#[derive(Debug)]
+pub(crate) struct BlobError {
+    /// What is wrong, for the scan's problem list.
+    pub what: String,
+    /// The entries whose own checksums hold, when the blob's header is
+    /// intact and names the inode ([`LogBlob::salvage`]); `None` when the
+    /// blob could not be read or its header is damaged.
+    pub salvaged: Option<terrace_format::SalvagedBlob>,
+}
+
+impl BlobError {
+    fn unreadable(what: String) -> BlobError {
+        BlobError {
+            what,
+            salvaged: None,
+        }
+    }
+}
+
 /// Reads the log blob of inode `ino` (slot generation `generation`) that
 /// its slot places on tier `tier`, `offset` bytes into `block`, `bytes`
 /// long. `Ok(None)`: the tier's device was not given.
@@ -34,26 +54,39 @@ pub(crate) fn read_log_blob(
     ino: Ino,
     generation: u32,
     (tier, block, offset, bytes): (TierId, PhysBlock, u64, u64),
-) -> Result<Option<LogBlob>, String> {
+) -> Result<Option<LogBlob>, BlobError> {
     let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier.get()) else {
         return Ok(None);
     };
     let blocks = (offset + bytes).div_ceil(BLOCK_SIZE);
     if block == PhysBlock::ZERO || !fits_within(block, blocks, PhysBlock(dev.blocks())) {
-        return Err(format!(
+        return Err(BlobError::unreadable(format!(
             "log blob at block {block} of tier {tier} lies outside the device"
-        ));
+        )));
     }
     if last.at != Some((tier, block, blocks)) {
         last.at = None;
         last.buf.resize((blocks * BLOCK_SIZE) as usize, 0);
-        dev.read_blocks(block.get(), &mut last.buf)
-            .map_err(|e| format!("log blob on tier {tier} at block {block}: {e}"))?;
+        dev.read_blocks(block.get(), &mut last.buf).map_err(|e| {
+            BlobError::unreadable(format!("log blob on tier {tier} at block {block}: {e}"))
+        })?;
         last.at = Some((tier, block, blocks));
     }
-    LogBlob::decode(&last.buf[offset as usize..], bytes, ino, generation)
+    let b = &last.buf[offset as usize..];
+    LogBlob::decode(b, bytes, ino, generation)
         .map(Some)
-        .map_err(|e| format!("log blob on tier {tier} at block {block}: {e:?}"))
+        .map_err(|e| {
+            let salvaged = LogBlob::salvage(b, bytes, ino, generation);
+            let what = match &salvaged {
+                Some(s) => format!(
+                    "log blob on tier {tier} at block {block}: {e}; entries lost: {}, read: {}",
+                    s.lost,
+                    s.entries.len()
+                ),
+                None => format!("log blob on tier {tier} at block {block}: {e}"),
+            };
+            BlobError { what, salvaged }
+        })
 }
 
 /// Whether a blob of `bytes` bytes starting `offset` bytes into its first

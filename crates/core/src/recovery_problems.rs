@@ -152,6 +152,55 @@ impl Problem {
     pub fn blocks_mount(&self) -> bool {
         !matches!(self, Problem::LinkCount { .. })
     }
+
+    /// True when even a read-only mount must refuse the pool. One that
+    /// writes nothing can serve a pool whose damage is confined to some
+    /// inodes: their logs could not be read whole (it serves what was
+    /// read and refuses their data, [`Problem::quarantined`]), or their
+    /// slots were left out (their names lead nowhere: EIO). Damage to the
+    /// tree, the journal or block ownership is refused: what the mount
+    /// would show cannot be trusted.
+    pub fn blocks_read_only_mount(&self) -> bool {
+        !matches!(
+            self,
+            Problem::LinkCount { .. }
+                | Problem::BadLog { .. }
+                | Problem::BadLogPointer { .. }
+                | Problem::LogOnMissingTier { .. }
+                | Problem::BadSlot { .. }
+                | Problem::DanglingEntry { .. }
+        )
+    }
+
+    /// The inode a read-only mount keeps whose data it refuses (EIO): its
+    /// log could not be read whole, so what it holds may be incomplete.
+    pub fn quarantined(&self) -> Option<Ino> {
+        match self {
+            Problem::BadLog { ino, .. }
+            | Problem::LogOnMissingTier { ino, .. }
+            | Problem::BadLogPointer {
+                ino,
+                word: LogWord::Next(_),
+                ..
+            } => Some(*ino),
+            _ => None,
+        }
+    }
+
+    /// The inode the problem is about, if one (for naming its path).
+    pub fn ino(&self) -> Option<Ino> {
+        match self {
+            Problem::BadSlot { ino, .. }
+            | Problem::BadLog { ino, .. }
+            | Problem::BadLogPointer { ino, .. }
+            | Problem::DirectoryLinkedTwice { ino }
+            | Problem::LinkCount { ino, .. }
+            | Problem::BlockOwnership { ino, .. }
+            | Problem::LogOnMissingTier { ino, .. } => Some(*ino),
+            Problem::DanglingEntry { dir, .. } => Some(*dir),
+            Problem::BadRoot | Problem::BadJournal { .. } => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Problem {

@@ -496,9 +496,14 @@ impl Fs {
         let high = self.cache.bound() * pct / 100;
         let low = high / 2;
         let mut over = self.cache.dirty_bytes() > high;
+        // Files whose write-back failed in this pass: left dirty (the error
+        // reaches their applications at fsync) and passed over, so one file
+        // that cannot be written back (a device error, its rule's tier
+        // full) does not stop every other file's write-back behind it.
+        let mut failed: Vec<Ino> = Vec::new();
         loop {
             let victim = {
-                let (oldest, dirty) = self.cache.oldest_dirty_file();
+                let (oldest, dirty) = self.cache.oldest_dirty_file(&failed);
                 if dirty <= low {
                     over = false;
                 }
@@ -522,9 +527,8 @@ impl Fs {
                 u64::MAX
             };
             if self.flush_inode_part(ino, part).is_err() {
-                // Leave it dirty (the error reaches the application at fsync);
-                // try again on a later pass rather than spin.
-                break;
+                // Tried again on a later pass, not in this one (no spin).
+                failed.push(ino);
             }
             if self.cache.worker.stopping() {
                 break;

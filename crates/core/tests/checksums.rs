@@ -449,3 +449,39 @@ fn scrub_reads_no_faster_than_its_rate_even_a_low_one() {
         "1 MiB scrubbed in {took:.2} s at a rate of 256 KiB/s"
     );
 }
+
+/// A move that found damaged data is not tried again, reading the whole
+/// file and counting its mismatches again, until the file's data changes:
+/// a rule pinning a damaged file to another tier made every rules pass do
+/// so, for ever (found by a new user, 2026-12-07). After a write the move
+/// is tried again (and fails again: the damaged block is still there).
+#[test]
+fn a_move_that_found_damaged_data_is_not_retried_until_the_data_changes() {
+    let (pm, ssd, ino, _data, first) = pool_with_a_file_on_the_ssd();
+    damage(&ssd, first + 100, 0, 1);
+    let (_pm, ssd, fs) = mount_copy(&pm, &ssd);
+    let errors = || fs.counters.checksum_errors.load(Ordering::Relaxed);
+    let reads = || ssd.stats().read_bytes;
+    assert_eq!(
+        fs.migrate_file(ino, 0).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    let (e1, r1) = (errors(), reads());
+    assert!(e1 >= 1);
+    for _ in 0..20 {
+        assert_eq!(
+            fs.migrate_file(ino, 0).unwrap_err().raw_os_error(),
+            Some(libc::EIO)
+        );
+    }
+    assert_eq!(errors(), e1, "the damage was counted again");
+    assert_eq!(reads(), r1, "the damaged file was read again");
+    // A change of the file's data: the next move tries (and reads) again.
+    fs.write(ino, 0, b"new").unwrap();
+    fs.fsync(ino, false).unwrap();
+    assert_eq!(
+        fs.migrate_file(ino, 0).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    assert!(errors() > e1, "the move after a write was not tried");
+}

@@ -669,3 +669,71 @@ fn a_page_rewritten_while_its_write_back_runs_claims_a_block_of_its_own() {
     );
     fs.unmount().unwrap();
 }
+
+/// One file whose write-back keeps failing (its rule pins it to the HDD,
+/// which fails every write) neither stops the write-back of the other
+/// files behind it nor fails their cached writes with its error: before,
+/// a pass stopped at the first failure (the oldest file, every pass) and a
+/// writer that needed cache room got the other file's EIO.
+#[test]
+fn a_file_whose_write_back_fails_stalls_and_fails_no_other_file() {
+    use terrace_format::TierKind;
+    let pm = Arc::new(MemMedia::new(8 << 20));
+    let ssd = Arc::new(MemBlock::new(SSD));
+    let hdd = Arc::new(FaultBlock::new(MemBlock::new(SSD)));
+    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::Hdd, SSD)], 64);
+    let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, ssd.clone()), (2, hdd.clone())];
+    let fs = Fs::mount_with_tiers(pm.clone(), tiers).unwrap();
+    // PM full, so that a failed write-back has nowhere to go but fail.
+    fs.set_setting("placement_policy", "pm-only").unwrap();
+    let filler = file(&fs, 1, "filler");
+    let mut off = 0;
+    while fs.status().placement_overflows == 0 {
+        fs.write(filler, off, &[7u8; 65536]).unwrap();
+        off += 65536;
+    }
+    fs.fsync(filler, false).unwrap();
+    block_first(&fs);
+    fs.set_setting("dram_cache_bytes", "4M").unwrap();
+    let pinned = file(&fs, 1, "pinned");
+    fs.setxattr(pinned, b"user.terrace.rule", b"hdd", 0)
+        .unwrap();
+    hdd.fail_writes_after(0);
+    let stuck = pattern(1, 512 << 10);
+    fs.write(pinned, 0, &stuck).unwrap();
+    assert!(
+        fs.status().cache.dirty_bytes >= 512 << 10,
+        "the write was not cached"
+    );
+
+    // Writes of another file, four times the cache: each needs room the
+    // pinned file's dirty pages hold, and its write-back fails.
+    let other = file(&fs, 1, "other");
+    let data = pattern(2, 16 << 20);
+    for (k, piece) in data.chunks(64 << 10).enumerate() {
+        fs.write(other, (k as u64) << 16, piece)
+            .unwrap_or_else(|e| panic!("write {k} of the other file: {e}"));
+    }
+    // A background pass writes back every old file but the pinned one.
+    fs.set_setting("writeback_age_ns", "0").unwrap();
+    fs.writeback_pass();
+    let dirty = fs.status().cache.dirty_bytes;
+    assert!(
+        dirty <= (512 << 10) + 4096,
+        "{dirty} bytes still dirty after a pass: the other file was not written back"
+    );
+    fs.fsync(other, false).unwrap();
+    assert!(fs.read(other, 0, data.len()).unwrap() == data);
+    // The pinned file keeps its data and reports its own error.
+    assert_eq!(
+        fs.fsync(pinned, false).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    assert!(
+        fs.read(pinned, 0, stuck.len()).unwrap() == stuck,
+        "dirty data lost"
+    );
+    hdd.heal();
+    fs.fsync(pinned, false).unwrap();
+    fs.check_allocator().unwrap();
+}

@@ -728,3 +728,27 @@ fn a_move_never_commits_before_its_data_is_durable_on_the_device() {
         );
     }
 }
+
+/// A move to a block tier counts the extents the tier holds back for
+/// recycling as taken: a file that fits only with them is not moved at
+/// all and the error says how much room there is (before, the room check
+/// passed, the move stopped partway and failed with a bare ENOSPC).
+#[test]
+fn a_move_to_a_block_tier_leaves_the_recycling_reserve_out_of_its_room() {
+    let (_, _, fs) = tiered_pool(48 << 20, 16 << 20, 64);
+    let a = file_holding(&fs, "a", &pattern(5, 14 << 20));
+    fs.migrate_files(&[a], 1).unwrap();
+    assert_eq!(tier_bytes(&fs, a, "ssd"), 14 << 20);
+    let b = file_holding(&fs, "b", &pattern(6, 1 << 20));
+    let (moved, errors) = fs.migrate_files(&[b], 1).unwrap();
+    assert_eq!(moved, 0, "{errors:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let why = errors[0]
+        .1
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<terrace_core::migrate::NoRoomOnTier>())
+        .unwrap_or_else(|| panic!("a NoRoomOnTier error: {:?}", errors[0].1));
+    assert!(why.room < 1 << 20, "{why}");
+    assert_eq!(tier_bytes(&fs, b, "pm"), 1 << 20, "the file stays whole");
+    fs.check_allocator().unwrap();
+}

@@ -149,3 +149,54 @@ fn a_frozen_pool_is_clean_on_media_and_untouched_until_it_thaws() {
     );
     fs.unmount().unwrap();
 }
+
+/// Every change is refused with EROFS by the core itself, not only by the
+/// kernel's read-only flag: after a `mount -o remount,rw` by root (or for
+/// a caller of the library) a change would otherwise be answered as done
+/// and then lost, since a read-only mount writes nothing (found in review,
+/// 2026-12-07).
+#[test]
+fn a_read_only_mount_refuses_every_change_with_erofs() {
+    let (pm, ssd, files) = populated();
+    let (pm_before, ssd_before) = (pm.image(), ssd.image());
+    let fs =
+        Fs::mount_read_only(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)]).unwrap();
+    let f = files[0].0;
+    let erofs = |r: std::io::Result<()>, what: &str| {
+        assert_eq!(
+            r.err().and_then(|e| e.raw_os_error()),
+            Some(libc::EROFS),
+            "{what}"
+        )
+    };
+    erofs(fs.mkdir(1, b"new", 0o755, CTX).map(drop), "mkdir");
+    erofs(
+        fs.mknod(1, b"new", libc::S_IFREG | 0o644, 0, CTX).map(drop),
+        "mknod",
+    );
+    erofs(fs.symlink(1, b"l", b"f0", CTX).map(drop), "symlink");
+    erofs(fs.write(f, 0, b"x").map(drop), "write");
+    erofs(
+        fs.setattr(
+            f,
+            terrace_core::SetAttr {
+                size: Some(0),
+                ..Default::default()
+            },
+        )
+        .map(drop),
+        "truncate",
+    );
+    erofs(fs.unlink(1, b"f0"), "unlink");
+    erofs(fs.link(f, 1, b"again").map(drop), "link");
+    erofs(
+        fs.rename(1, b"f0", 1, b"g0", terrace_core::RenameFlags::default()),
+        "rename",
+    );
+    erofs(fs.setxattr(f, b"user.a", b"1", 0), "setxattr");
+    erofs(fs.open(f, libc::O_RDWR).map(drop), "open for writing");
+    assert_eq!(&fs.read(f, 0, files[0].1.len()).unwrap(), &files[0].1);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(pm.image() == pm_before && ssd.image() == ssd_before);
+}

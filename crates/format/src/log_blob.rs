@@ -123,6 +123,125 @@ impl LogBlob {
     }
 }
 
+/// What [`LogBlob::salvage`] could read of a damaged blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SalvagedBlob {
+    /// The entries whose own checksums hold, in replay order, without
+    /// the pieces of an xattr value a lost entry cut in two.
+    pub entries: Vec<Entry>,
+    /// Entries the header counts that are not in `entries`.
+    pub lost: u64,
+}
+
+impl LogBlob {
+    /// Reads what can be trusted of a blob that [`LogBlob::decode`]
+    /// refused: its header must be intact and name `owner` of slot
+    /// generation `generation` with length `len` (else nothing of it is
+    /// known to be this inode's, and `None` is returned); then every entry
+    /// whose own checksum holds is kept, in two ways:
+    ///
+    /// - A damaged entry is stepped over by the length in its header when
+    ///   an entry reads there. What follows a step is kept only when the
+    ///   walk then ends exactly at the blob's end with exactly the entry
+    ///   count the header gives (each damaged entry counted as one): a
+    ///   damaged length could land inside an xattr value, whose bytes any
+    ///   user may have written to look like entries, and such a walk would
+    ///   not come out even.
+    /// - Otherwise only the entries before the first damaged one are kept.
+    ///
+    /// The pieces of an xattr value a lost entry may have cut in two (a set
+    /// and its appends) are dropped whole: half a value would be a silently
+    /// wrong answer.
+    pub fn salvage(b: &[u8], len: u64, owner: u64, generation: u32) -> Option<SalvagedBlob> {
+        if b.len() < LOG_BLOB_HEADER
+            || (len as usize) > b.len()
+            || u64_at(b, 0) != LOG_BLOB_MAGIC
+            || crc(&b[..OFF_HEADER_CRC]) != u32_at(b, OFF_HEADER_CRC)
+            || u64_at(b, OFF_OWNER) != owner
+            || u32_at(b, OFF_GENERATION) != generation
+            || LOG_BLOB_HEADER as u64 + u64_at(b, OFF_PAYLOAD) != len
+        {
+            return None;
+        }
+        let body = &b[LOG_BLOB_HEADER..len as usize];
+        let count = u32_at(b, OFF_COUNT) as usize;
+        let mut entries: Vec<Entry> = Vec::new();
+        // Before which entry each damaged one was (an index into `entries`).
+        let mut gaps: Vec<usize> = Vec::new();
+        let mut at = 0;
+        let mut even = false;
+        loop {
+            if at == body.len() {
+                even = true;
+                break;
+            }
+            match Entry::decode(&body[at..]) {
+                Ok((Entry::PageEnd, _)) | Err(_) => {
+                    gaps.push(entries.len());
+                    if body.len() - at < 8 {
+                        break;
+                    }
+                    // Step over by the damaged entry's own length, if an
+                    // entry reads there; else nothing further is trusted.
+                    let step = u16_at(&body[at..], 2) as usize;
+                    let next_reads = step >= 8
+                        && step % 8 == 0
+                        && at + step < body.len()
+                        && Entry::decode(&body[at + step..]).is_ok();
+                    if !next_reads {
+                        break;
+                    }
+                    at += step;
+                }
+                Ok((e, n)) => {
+                    entries.push(e);
+                    at += n;
+                }
+            }
+        }
+        if !(even && entries.len() + gaps.len() == count) {
+            // Only the entries before the first damaged one are sure.
+            let first = gaps.first().copied().unwrap_or(entries.len());
+            entries.truncate(first);
+            gaps = vec![first];
+        }
+        // Names of xattr values a gap may have cut: every piece of them goes.
+        let mut cut_values: Vec<Vec<u8>> = Vec::new();
+        for &g in &gaps {
+            if let Some(name) = value_continued(g.checked_sub(1).and_then(|i| entries.get(i))) {
+                cut_values.push(name);
+            }
+            if let Some(Entry::XattrAppend { name, .. }) = entries.get(g) {
+                cut_values.push(name.clone());
+            }
+        }
+        entries.retain(|e| match e {
+            Entry::XattrSet { name, .. } | Entry::XattrAppend { name, .. } => {
+                !cut_values.contains(name)
+            }
+            _ => true,
+        });
+        Some(SalvagedBlob {
+            lost: (count as u64).saturating_sub(entries.len() as u64),
+            entries,
+        })
+    }
+}
+
+/// The name of the xattr whose value `e` is a piece of, if more pieces
+/// may follow it: a value is cut into [`crate::XATTR_CHUNK`]-byte pieces,
+/// so only a full piece can be continued (by appends a gap after it took).
+fn value_continued(e: Option<&Entry>) -> Option<Vec<u8>> {
+    match e? {
+        Entry::XattrSet { name, value } | Entry::XattrAppend { name, value }
+            if value.len() >= crate::XATTR_CHUNK =>
+        {
+            Some(name.clone())
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +301,159 @@ mod tests {
         assert!(LogBlob::decode(&enc, len, 42, 4).is_err());
         assert!(LogBlob::decode(&enc, len - 8, 42, 3).is_err());
         assert!(LogBlob::decode(&enc[..100], len, 42, 3).is_err());
+    }
+    fn many() -> LogBlob {
+        let mut b = blob();
+        for i in 0..6u64 {
+            b.entries.insert(
+                1,
+                Entry::DentryAdd {
+                    ino: 100 + i,
+                    file_type: 8,
+                    name: format!("name-{i}").into_bytes(),
+                },
+            );
+        }
+        b
+    }
+
+    /// Byte offsets (in the encoded blob) where each entry starts.
+    fn starts(b: &LogBlob) -> Vec<usize> {
+        let mut at = LOG_BLOB_HEADER;
+        b.entries
+            .iter()
+            .map(|e| {
+                let s = at;
+                at += e.encode().len();
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_flip_inside_one_entry_loses_that_entry_alone() {
+        let b = many();
+        let enc = b.encode();
+        let len = LogBlob::len_of(&enc);
+        let at = starts(&b);
+        for victim in 0..b.entries.len() {
+            let mut d = enc.clone();
+            d[at[victim] + 9] ^= 0x04; // in the payload, not the length
+            assert!(LogBlob::decode(&d, len, 42, 3).is_err());
+            let got = LogBlob::salvage(&d, len, 42, 3).expect("header intact");
+            let mut want = b.entries.clone();
+            want.remove(victim);
+            assert_eq!(got.entries, want, "victim {victim}");
+            assert_eq!(got.lost, (b.entries.len() - want.len()) as u64);
+        }
+    }
+
+    /// [`many`] with an xattr whose value any user could have written:
+    /// well-formed entries, 8-byte aligned, at every 256-byte step.
+    fn forged() -> LogBlob {
+        let fake = Entry::DentryAdd {
+            ino: 999,
+            file_type: 8,
+            name: b"forged".to_vec(),
+        }
+        .encode();
+        let mut value = Vec::new();
+        while value.len() + fake.len() <= 3000 {
+            value.extend_from_slice(&fake);
+        }
+        let mut b = many();
+        b.entries.insert(
+            1,
+            Entry::XattrSet {
+                name: b"user.forged-0123".to_vec(), // 16 bytes: the value is aligned
+                value,
+            },
+        );
+        b
+    }
+
+    #[test]
+    fn salvage_never_returns_an_entry_the_blob_did_not_hold_in_that_order() {
+        for b in [many(), forged()] {
+            every_flip_salvages_a_subsequence(&b);
+        }
+    }
+
+    fn every_flip_salvages_a_subsequence(b: &LogBlob) {
+        let enc = b.encode();
+        let len = LogBlob::len_of(&enc);
+        for byte in 0..len as usize {
+            for bit in [0x01u8, 0x80] {
+                let mut d = enc.clone();
+                d[byte] ^= bit;
+                let Some(got) = LogBlob::salvage(&d, len, 42, 3) else {
+                    assert!(
+                        byte < LOG_BLOB_HEADER,
+                        "flip in byte {byte}: nothing salvaged"
+                    );
+                    continue;
+                };
+                let mut rest = b.entries.iter();
+                for e in &got.entries {
+                    assert!(
+                        rest.any(|o| o == e),
+                        "flip in byte {byte}: {e:?} is not in the blob, or out of order"
+                    );
+                }
+                assert_eq!(got.lost, (b.entries.len() - got.entries.len()) as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_header_or_another_owners_blob_salvages_nothing() {
+        let enc = many().encode();
+        let len = LogBlob::len_of(&enc);
+        for byte in 0..LOG_BLOB_HEADER {
+            let mut d = enc.clone();
+            d[byte] ^= 0x20;
+            assert_eq!(LogBlob::salvage(&d, len, 42, 3), None, "byte {byte}");
+        }
+        assert_eq!(LogBlob::salvage(&enc, len, 43, 3), None);
+        assert_eq!(LogBlob::salvage(&enc, len, 42, 4), None);
+        assert_eq!(LogBlob::salvage(&enc, len + 8, 42, 3), None);
+    }
+
+    #[test]
+    fn an_xattr_value_a_lost_entry_cut_in_two_is_dropped_whole() {
+        let b = LogBlob {
+            owner: 42,
+            generation: 3,
+            entries: vec![
+                Entry::XattrSet {
+                    name: b"user.big".to_vec(),
+                    value: vec![1; crate::XATTR_CHUNK],
+                },
+                Entry::XattrAppend {
+                    name: b"user.big".to_vec(),
+                    value: vec![2; crate::XATTR_CHUNK],
+                },
+                Entry::XattrAppend {
+                    name: b"user.big".to_vec(),
+                    value: vec![3; 10],
+                },
+                Entry::XattrSet {
+                    name: b"user.small".to_vec(),
+                    value: vec![4; 10],
+                },
+                Entry::Attr(AttrEntry {
+                    nlink: 1,
+                    ..Default::default()
+                }),
+            ],
+        };
+        let enc = b.encode();
+        let len = LogBlob::len_of(&enc);
+        let at = starts(&b);
+        let mut d = enc.clone();
+        d[at[1] + 40] ^= 0x01; // the first append's value
+        let got = LogBlob::salvage(&d, len, 42, 3).unwrap();
+        assert_eq!(got.entries, b.entries[3..].to_vec());
+        assert_eq!(got.lost, 3);
     }
 }

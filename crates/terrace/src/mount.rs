@@ -396,6 +396,22 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
             "warning: {e}: orphan parts stay until the next mount"
         ));
     }
+    if !rep.damaged.is_empty() {
+        log(format!(
+            "warning: the pool is damaged; mounted read-only serving around {} problems (the damaged files' data returns EIO). Copy what you need off, unmount, then run `terrace fsck --repair {}`:",
+            rep.damaged.len(),
+            pool.display()
+        ));
+        for d in rep.damaged.iter().take(20) {
+            log(format!("  {d}"));
+        }
+        if rep.damaged.len() > 20 {
+            log(format!(
+                "  ... and {} more (`terrace fsck` lists them all)",
+                rep.damaged.len() - 20
+            ));
+        }
+    }
     if rep.link_count_warnings > 0 {
         log(format!(
             "warning: {} link-count mismatches found; run `terrace fsck --repair {}` after unmounting",

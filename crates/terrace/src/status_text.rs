@@ -246,6 +246,15 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         r.orphans_freed,
         r.link_count_warnings
     ));
+    if !r.damaged.is_empty() {
+        line(format!(
+            "  damage        {} problems served around read-only (data of damaged files returns EIO); run `terrace fsck --repair` after unmounting",
+            r.damaged.len()
+        ));
+        for d in r.damaged.iter().take(5) {
+            line(format!("                {d}"));
+        }
+    }
     line(format!(
         "  since mount   {} writes ({}), {} reads ({}), {} fsyncs{}",
         st.writes,

@@ -122,9 +122,14 @@ impl Fs {
             return Err(errno(libc::ENOSPC));
         }
         // 1. Capture.
-        let (generation, mut pieces): (u32, Vec<Piece>) = {
+        let (generation, data_seq, mut pieces): (u32, u64, Vec<Piece>) = {
             let g = self.lock(ino)?;
             let i = g.as_ref().expect("live");
+            if mode != Mode::DropCopy
+                && self.migrator.damaged_data.lock().get(&ino) == Some(&(i.generation, i.data_seq))
+            {
+                return Err(errno(libc::EIO));
+            }
             let pieces = ranges
                 .iter()
                 .flat_map(|&(start, n)| i.extents.overlaps(start, n))
@@ -145,7 +150,7 @@ impl Fs {
                     copy: e.copy,
                 })
                 .collect();
-            (i.generation, pieces)
+            (i.generation, i.data_seq, pieces)
         };
         // A clean copy is promoted without copying data (an eviction, or a
         // move to the copy's tier) only when it reads back intact: else the
@@ -285,6 +290,7 @@ impl Fs {
                 // mapped as captured: a write into preallocated blocks
                 // (`ops_prealloc_write.rs`) rewrites them in place after
                 // unmapping them, under the file's lock.
+                let mut damaged = false;
                 let read = read.and_then(|()| {
                     let data = &buf[at..at + len];
                     if self.blocks_match(p.tier, p.block, data) {
@@ -292,7 +298,9 @@ impl Fs {
                     } else if !self.still_mapped(ino, (p.file_block, p.blocks), p.seq) {
                         Ok(None)
                     } else {
-                        self.verify_read(p.tier, p.block, data).map(Some)
+                        let r = self.verify_read(p.tier, p.block, data);
+                        damaged = r.is_err();
+                        r.map(Some)
                     }
                 });
                 match read {
@@ -302,6 +310,12 @@ impl Fs {
                         return Ok((None, cut));
                     }
                     Err(e) => {
+                        if damaged {
+                            self.migrator
+                                .damaged_data
+                                .lock()
+                                .insert(ino, (generation, data_seq));
+                        }
                         release(d);
                         return Err(e);
                     }

@@ -65,6 +65,15 @@ pub struct Migrator {
     pub(crate) dirty_hits: AtomicU64,
     pub(crate) window_clean_hits: AtomicU64,
     pub(crate) window_dirty_hits: AtomicU64,
+    /// Files a move found damaged data in (a block that fails its
+    /// checksum), by inode: (slot generation, `Inode::data_seq`) then. A
+    /// move of such a file fails with EIO at once while neither changed —
+    /// its data is the same damaged data — instead of reading it all again:
+    /// a rule pinning a damaged file to another tier made every rules pass
+    /// re-read it and count its mismatches again, for ever (found by a new
+    /// user, 2026-12-07). A write, a punch or a scrub repair of the file
+    /// changes its data sequence, and the next move tries again.
+    pub(super) damaged_data: Mutex<std::collections::HashMap<crate::types::Ino, (u32, u64)>>,
     pub(super) split: Mutex<Option<terrace_policy::nvmfs::AdaptiveSplit>>,
     pub(super) flush_run: Mutex<terrace_policy::nvmfs::FlushRun>,
     pub(super) passes: AtomicU64,
