@@ -16,7 +16,7 @@ import os
 import struct
 
 from helpers import (assert_clean_error, assert_fsck_clean, fsck, mounted_pool, temp_mountpoint,
-                     temp_pool_path, temp_ssd_image, terrace)
+                     temp_pool_path, temp_ssd_image, terrace, wait_until)
 
 
 def body(i: int) -> bytes:
@@ -38,15 +38,19 @@ def flip_bit_in_blob_of(ssd: Path, ino: int, at: int) -> None:
 
 
 def test_a_flipped_bit_in_a_cold_log_blob_is_refused_rw_served_ro_and_repaired():
-    n = 6000
+    n = 2000
     with temp_ssd_image() as ssd, temp_pool_path() as pool, temp_mountpoint() as mnt:
-        terrace("mkfs", "--tier", f"pm:{pool}:8M", "--tier", f"ssd:{ssd}:256M", "--inodes", "8000")
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M", "--inodes", "4000")
         with mounted_pool(pool, mnt) as m:
             (mnt / "mail").mkdir()
             for i in range(n):
                 (mnt / "mail" / f"m{i}").write_bytes(body(i))
-            lm = m.status()["log_migration"]
-            assert lm["logs_on_tiers"] > 100, ("the test needs logs on the SSD", lm)
+            # Make every file cold at once: data, then logs, leave PM.
+            terrace("set", mnt, "migration_age_ns", "0")
+            terrace("set", mnt, "migration_threshold", "1")
+            moved = wait_until(lambda: m.status()["log_migration"]["logs_on_tiers"] > 100, 60,
+                               interval=0.5)
+            assert moved, ("the test needs logs on the SSD", m.status()["log_migration"])
         # A file whose log is on the SSD: the first one the image holds a blob of.
         image = ssd.read_bytes()
         victim = None

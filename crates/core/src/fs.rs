@@ -68,6 +68,12 @@ pub struct MountReport {
     /// for a read-write mount, which refuses a damaged pool.
     #[serde(default)]
     pub damaged: Vec<String>,
+    /// A read-only mount of a pool that was not cleanly unmounted: it
+    /// serves the state recovery would leave, recovered in DRAM only (the
+    /// pool still needs recovery on media: the next read-write mount runs
+    /// it).
+    #[serde(default)]
+    pub recovered_in_memory: bool,
 }
 
 /// A mounted Terrace pool.
@@ -221,7 +227,10 @@ impl Fs {
     /// no superblock update at mount or unmount — and [`Fs::is_read_only`]
     /// tells the callers that would write (migration, settings, write-back)
     /// to stay away. A pool that needs recovery (not cleanly unmounted, or
-    /// with open journal transactions) is refused: recovery writes.
+    /// with open journal transactions) is served as recovery would leave
+    /// it, recovered in DRAM only ([`MountReport::recovered_in_memory`]);
+    /// damage confined to some inodes is served around
+    /// ([`MountReport::damaged`]).
     pub fn mount_read_only(
         media: Arc<dyn PmMedia>,
         devices: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)>,
@@ -267,15 +276,12 @@ impl Fs {
                 i.damaged = true;
             }
         }
-        if read_only {
-            if !sc.sb.clean || sc.rolled_back > 0 {
-                return Err(OpenError::Corrupt(
-                    "the pool was not cleanly unmounted and needs recovery, which writes: \
-                     mount it read-write once (recovery runs at mount) before mounting it read-only"
-                        .into(),
-                ));
-            }
-        } else {
+        // A read-only mount of a pool that needs recovery serves the state
+        // recovery would leave: the scan's view already has the open
+        // transactions rolled back and leaves orphans out; nothing of it is
+        // written (a read-write mount recovers the pool on media).
+        let recovered_in_memory = read_only && (!sc.sb.clean || sc.rolled_back > 0);
+        if !read_only {
             crate::recovery::finish_recovery(&*media, &mut sc);
         }
         let mut tiers = Vec::new();
@@ -315,6 +321,7 @@ impl Fs {
         tiers.sort_by_key(|t| t.id);
         let mut fs = Fs::from_scan(media, sc, read_only)?;
         fs.report.damaged = damaged;
+        fs.report.recovered_in_memory = recovered_in_memory;
         fs.tiers = crate::tier_list::BlockTiers::from_sorted(tiers).map_err(OpenError::Corrupt)?;
         for (id, r) in swept {
             match r {

@@ -388,6 +388,17 @@ impl Inode {
         }
     }
 
+    /// Whether reads of the inode's data are refused with EIO: a read-only
+    /// mount's quarantined inode ([`Inode::damaged`]), or a file `fsck`
+    /// marked with [`DAMAGED_XATTR`](crate::service_state::DAMAGED_XATTR)
+    /// because what it lost may have been data.
+    pub fn data_refused(&self) -> bool {
+        self.damaged
+            || self
+                .xattrs
+                .contains_key(crate::service_state::DAMAGED_XATTR)
+    }
+
     /// Entries that describe this inode's whole current state (log compaction).
     pub fn snapshot_entries(&self) -> Vec<Entry> {
         let mut v = Vec::new();

@@ -83,6 +83,11 @@ impl Fs {
         if len == 0 {
             return Ok(0);
         }
+        // A source whose data fsck marked as maybe incomplete is read by
+        // nothing, a copy included (it would copy its holes as zeros).
+        if self.lock(src)?.as_ref().expect("live").data_refused() {
+            return Err(errno(libc::EIO));
+        }
         if src_off % BS == 0 && dst_off % BS == 0 {
             if let Some(done) = self.clone_blocks(src, src_off, dst, dst_off, len)? {
                 return Ok(done);

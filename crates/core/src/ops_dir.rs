@@ -151,7 +151,7 @@ impl Fs {
         if i.kind != FileType::Symlink {
             return Err(errno(libc::EINVAL));
         }
-        if i.damaged {
+        if i.data_refused() {
             return Err(errno(libc::EIO));
         }
         self.read_locked(i, 0, i.attr.size as usize)

@@ -39,7 +39,7 @@ impl Fs {
         let mut g = self.lock(ino)?;
         let i = g.as_mut().expect("live");
         i.kind.require_regular(libc::EINVAL)?;
-        if i.damaged {
+        if i.data_refused() {
             return Err(errno(libc::EIO));
         }
         let capture = self.capture_read(i, off, size)?;
@@ -80,7 +80,7 @@ impl Fs {
         let g = self.lock(ino)?;
         let i = g.as_ref().expect("live");
         i.kind.require_regular(libc::EINVAL)?;
-        if i.damaged {
+        if i.data_refused() {
             return Err(errno(libc::EIO));
         }
         let mut capture = self.capture_read(i, off, size)?;

@@ -151,6 +151,58 @@ fn path_of(ino: Ino, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> Option<String> {
     Some(format!("/{}", parts.join("/")))
 }
 
+/// Why the data of a file whose blob was read only in part
+/// ([`LogBlob::salvage`](terrace_format::LogBlob::salvage)) may be
+/// incomplete, if it may: a lost entry could have mapped data, and the
+/// file would then read zeros there. A blob's data entries are block-tier
+/// writes, each with Sums entries for its blocks, so one lost entry is
+/// known not to be data when every salvaged checksum still has its write;
+/// it may be when a checksum lost its write, when the file has data but no
+/// checksums were read (the lost entry may be the write of a pool older
+/// than checksums), or when more than one entry was lost. A symlink's
+/// target is its data: any loss counts.
+fn data_may_be_lost(inode: &Inode, salvaged: &terrace_format::SalvagedBlob) -> Option<String> {
+    use terrace_format::Entry;
+    if salvaged.lost == 0 || !matches!(inode.kind, FileType::Regular | FileType::Symlink) {
+        return None;
+    }
+    let mapped = |tier: TierId, block: u64| {
+        salvaged.entries.iter().any(|e| match e {
+            Entry::Write(w) => {
+                w.wflags & terrace_format::WRITE_FLAG_ZERO == 0
+                    && w.tier == tier
+                    && (w.block.get()..w.block.get() + u64::from(w.blocks)).contains(&block)
+            }
+            Entry::Copy(c) => {
+                c.tier == tier
+                    && (c.block.get()..c.block.get() + u64::from(c.blocks)).contains(&block)
+            }
+            _ => false,
+        })
+    };
+    let mut sums = 0;
+    let mut orphan = false;
+    for e in &salvaged.entries {
+        if let Entry::Sums { tier, block, crcs } = e {
+            sums += 1;
+            orphan |= (0..crcs.len() as u64).any(|k| !mapped(*tier, block.get() + k));
+        }
+    }
+    let has_data = inode.attr.size > 0
+        || salvaged
+            .entries
+            .iter()
+            .any(|e| matches!(e, Entry::Write(_)));
+    let may =
+        inode.kind == FileType::Symlink || salvaged.lost >= 2 || orphan || (sums == 0 && has_data);
+    may.then(|| {
+        format!(
+            "{} log entries lost: the file's data may be incomplete; reads fail with EIO until this attribute is removed",
+            salvaged.lost
+        )
+    })
+}
+
 /// What an inode whose blob lost its attribute entry gets instead of the
 /// creation-time attributes its slot holds: the size its data entries
 /// recorded (a blob's write entries carry the file's size), and of the
@@ -566,6 +618,13 @@ fn scan_view(
                             what.push_str(
                                 "; its attributes are lost (permissions kept for the owner only)",
                             );
+                        }
+                        if let Some(why) = data_may_be_lost(&inode, salvaged) {
+                            inode.xattrs.insert(
+                                crate::service_state::DAMAGED_XATTR.to_vec(),
+                                why.clone().into_bytes(),
+                            );
+                            what.push_str(&format!("; {why}"));
                         }
                         keep_referenced_sums(&inode, &mut salvaged.entries.iter(), &sums);
                         inode.log.entries = salvaged.entries.len() as u64;

@@ -168,6 +168,13 @@ pub struct ScrubReport {
 /// `Fs::ruled`, the inodes that have a rule, from it.
 pub const RULE_XATTR: &[u8] = b"user.terrace.rule";
 
+/// The xattr `fsck` gives a file whose log it could read only in part,
+/// when what was lost may have been data (design.md §3.6): its reads fail
+/// with EIO while it is there — never a hole of zeros where the lost data
+/// was — and its value says what happened. Its owner (or root) accepts
+/// what is left by removing it; nobody can set it.
+pub const DAMAGED_XATTR: &[u8] = b"user.terrace.damaged";
+
 /// The inodes that have a rule (`Fs::ruled`, `rules.rs`), and when the
 /// rule enforcement of migration passes looks at them next.
 #[derive(Debug, Default)]

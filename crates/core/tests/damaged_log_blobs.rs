@@ -427,3 +427,70 @@ fn a_lost_attribute_entry_keeps_the_size_and_no_one_but_the_owner_gets_access() 
     assert_eq!(fs.getattr(big).unwrap().mode & 0o7777, 0o600);
     assert_eq!(fs.read(big, 0, big_data.len() + 1).unwrap(), big_data);
 }
+
+/// A lost entry that mapped data would leave a hole of zeros where the
+/// data was: repair keeps the rest of the file but marks it with
+/// `user.terrace.damaged`, and its reads (and copies) fail with EIO until
+/// its owner removes the mark, accepting what is left (found by a new
+/// user, 2026-12-07: the repaired file read zeros, no error).
+#[test]
+fn a_file_that_lost_a_data_entry_reads_eio_after_repair_until_its_mark_is_removed() {
+    const DAMAGED: &[u8] = b"user.terrace.damaged";
+    let (pm, ssd, _dir, files, (big, big_data)) = cold_pool();
+    let (start, entries) = blob_entries(&pm, &ssd, big);
+    let at = entries
+        .iter()
+        .find_map(|(at, e)| matches!(e, Entry::Write(_)).then_some(*at))
+        .expect("a data entry");
+    flip(&ssd, start + at as u64 + 26); // its block number
+    let report = fsck::check(&*pm, &tiers(&ssd), &mut |_, _| {}).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("(/big)") && p.contains("may be incomplete")),
+        "{:?}",
+        report.problems
+    );
+    fsck::repair(pm.clone(), &tiers(&ssd), &mut |_, _| {}).unwrap();
+    fsck_clean_with(&*pm, &tiers(&ssd), Fsck::Data, "after the repair");
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    fs.check_allocator().unwrap();
+    assert_eq!(fs.getattr(big).unwrap().size, big_data.len() as u64);
+    assert_eq!(
+        fs.read(big, 0, 4096).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    let why = String::from_utf8(fs.getxattr(big, DAMAGED).unwrap()).unwrap();
+    assert!(why.contains("may be incomplete"), "{why}");
+    assert!(fs.listxattr(big).unwrap().contains(&DAMAGED.to_vec()));
+    let copy = file(&fs, 1, "copy");
+    assert_eq!(
+        fs.copy_range(big, 0, copy, 0, 4096)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EIO)
+    );
+    assert_eq!(
+        fs.setxattr(copy, DAMAGED, b"x", 0)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EPERM),
+        "nobody sets the mark"
+    );
+    for (name, ino, data) in &files {
+        assert_eq!(&fs.read(*ino, 0, data.len() + 1).unwrap(), data, "{name}");
+    }
+    // The mark survives a remount; its removal gives what is left.
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert_eq!(
+        fs.read(big, 0, 4096).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    fs.removexattr(big, DAMAGED).unwrap();
+    let left = fs.read(big, 0, big_data.len()).unwrap();
+    assert_eq!(left.len(), big_data.len());
+    assert!(left != big_data, "the lost entry mapped some of the data");
+}

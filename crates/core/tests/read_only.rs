@@ -1,12 +1,13 @@
 //! Read-only mounts (`Fs::mount_read_only`): nothing is written to any tier
 //! — no recovery, no superblock update at mount or unmount, no access time
-//! on reads — and a pool that needs recovery is refused (issue 20, finding 3).
+//! on reads — and a pool that needs recovery is served as recovery would
+//! leave it, recovered in memory only (issue 20, finding 3; 2026-12-07).
 
 mod common;
 use common::*;
 use std::sync::Arc;
-use terrace_core::{Fs, OpenError};
-use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
+use terrace_core::Fs;
+use terrace_media::{BlockMedia, MemBlock, MemMedia};
 
 const SSD: u64 = 32 << 20;
 
@@ -67,26 +68,76 @@ fn a_read_only_mount_reads_everything_and_writes_nothing() {
     }
 }
 
+/// A pool left by a crash mounts read-only as recovery would leave it —
+/// recovered in DRAM only, nothing written — so files can be copied off a
+/// pool that a read-write mount would refuse; the next read-write mount
+/// recovers it on media (before 2026-12-07 it was refused read-only).
 #[test]
-fn a_pool_that_needs_recovery_is_refused_read_only_without_writes() {
+fn a_pool_that_needs_recovery_mounts_read_only_recovered_in_memory_without_writes() {
     let (pm, ssd, files) = populated();
     {
         // A mount that ends in a crash: the pool is left not clean.
         let fs = mount_tiered(pm.clone(), ssd.clone());
         fs.write(files[0].0, 0, b"changed").unwrap();
+        fs.fsync(files[0].0, false).unwrap();
         fs.stop_background_for_crash_test();
     }
     let (pm_before, ssd_before) = (pm.image(), ssd.image());
-    let e = Fs::mount_read_only(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
-        .err()
-        .expect("refused");
-    assert!(matches!(e, OpenError::Corrupt(_)), "{e}");
-    assert!(e.to_string().contains("mount it read-write once"), "{e}");
-    assert!(pm.image() == pm_before && ssd.image() == ssd_before);
-    // Recovered by a read-write mount, it mounts read-only again.
-    mount_tiered(pm.clone(), ssd.clone()).unmount().unwrap();
-    let fs = Fs::mount_read_only(pm.clone() as Arc<dyn PmMedia>, vec![(1, ssd as _)]).unwrap();
+    let fs = Fs::mount_read_only(pm.clone(), vec![(1, ssd.clone() as Arc<dyn BlockMedia>)])
+        .expect("a read-only mount of a pool that needs recovery");
+    assert!(fs.mount_report().recovered_in_memory);
+    assert!(!fs.mount_report().was_clean);
     assert_eq!(&fs.read(files[0].0, 0, 7).unwrap(), b"changed");
+    for (ino, data) in &files[1..] {
+        assert_eq!(&fs.read(*ino, 0, data.len()).unwrap(), data);
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(
+        pm.image() == pm_before && ssd.image() == ssd_before,
+        "it wrote"
+    );
+    // Still needs recovery: the read-write mount runs it.
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    assert!(!fs.mount_report().was_clean);
+    assert_eq!(&fs.read(files[0].0, 0, 7).unwrap(), b"changed");
+}
+
+/// At any crash point of a random workload, with any unflushed PM lines
+/// lost, a read-only mount of the image shows exactly the tree a
+/// read-write mount (recovery on media) shows, and writes nothing.
+#[test]
+fn a_read_only_mount_of_any_crash_image_shows_what_recovery_leaves() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use terrace_media::{CrashMedia, LossMode};
+    let (media, fs) = pm_pool_on(CrashMedia::new(4 << 20), 128);
+    let mut model = Model::default();
+    let mut rng = StdRng::seed_from_u64(base_seed("ro_crash_images"));
+    let (mut checked, mut rolled_back) = (0, 0);
+    for step in 0..60 {
+        let op = random_op(&model, &mut rng);
+        let _ = apply_model(&mut model, &op);
+        let (_, trace) = media.trace(|| apply_fs(&fs, &op));
+        let n = trace.len();
+        for k in [rng.gen_range(0..=n), n] {
+            let img = trace.image_at(k, LossMode::RandomLines(rng.gen()));
+            let ctx = format!("step {step} {op:?} crash after event {k}/{n}");
+            let ro_pm = Arc::new(MemMedia::from_image(img.clone()));
+            let ro = Fs::mount_read_only(ro_pm.clone(), vec![])
+                .unwrap_or_else(|e| panic!("{ctx}: read-only mount: {e}"));
+            let seen = fs_tree(&ro);
+            rolled_back += ro.mount_report().rolled_back;
+            ro.unmount().unwrap();
+            drop(ro);
+            assert!(ro_pm.image() == img, "{ctx}: the read-only mount wrote");
+            let (_, rw) = recover(img, None, Fsck::Metadata, &ctx);
+            assert_same_tree(&seen, &fs_tree(&rw), &ctx);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 120);
+    assert!(rolled_back > 0, "no image had a transaction to roll back");
 }
 
 /// A read-only remount freezes the pool (`Fs::freeze`): the images are then

@@ -129,21 +129,24 @@ pub struct SalvagedBlob {
     /// The entries whose own checksums hold, in replay order, without
     /// the pieces of an xattr value a lost entry cut in two.
     pub entries: Vec<Entry>,
-    /// Entries the header counts that are not in `entries`.
+    /// Entries the header counts that are not in `entries` (at least one
+    /// per damaged entry when the header itself is damaged).
     pub lost: u64,
 }
 
 impl LogBlob {
     /// Reads what can be trusted of a blob that [`LogBlob::decode`]
-    /// refused: its header must be intact and name `owner` of slot
-    /// generation `generation` with length `len` (else nothing of it is
-    /// known to be this inode's, and `None` is returned); then every entry
-    /// whose own checksum holds is kept, in two ways:
+    /// refused: its magic, owner and generation must be `owner`'s of slot
+    /// generation `generation` (else nothing of it is known to be this
+    /// inode's, and `None` is returned; with an intact header, so must its
+    /// length `len`); then every entry whose own checksum holds is kept, in
+    /// two ways:
     ///
     /// - A damaged entry is stepped over by the length in its header when
     ///   an entry reads there. What follows a step is kept only when the
     ///   walk then ends exactly at the blob's end with exactly the entry
-    ///   count the header gives (each damaged entry counted as one): a
+    ///   count the header gives (each damaged entry counted as one; with a
+    ///   damaged header, whose count is unknown, never): a
     ///   damaged length could land inside an xattr value, whose bytes any
     ///   user may have written to look like entries, and such a walk would
     ///   not come out even.
@@ -155,16 +158,25 @@ impl LogBlob {
     pub fn salvage(b: &[u8], len: u64, owner: u64, generation: u32) -> Option<SalvagedBlob> {
         if b.len() < LOG_BLOB_HEADER
             || (len as usize) > b.len()
+            || (len as usize) < LOG_BLOB_HEADER
             || u64_at(b, 0) != LOG_BLOB_MAGIC
-            || crc(&b[..OFF_HEADER_CRC]) != u32_at(b, OFF_HEADER_CRC)
             || u64_at(b, OFF_OWNER) != owner
             || u32_at(b, OFF_GENERATION) != generation
-            || LOG_BLOB_HEADER as u64 + u64_at(b, OFF_PAYLOAD) != len
         {
             return None;
         }
+        // Magic, owner and generation, each as the slot expects, say the
+        // blob is the inode's even when the header's check fails; its entry
+        // count is then unknown (`None`), and its length is the slot's.
+        let count = if crc(&b[..OFF_HEADER_CRC]) == u32_at(b, OFF_HEADER_CRC) {
+            if LOG_BLOB_HEADER as u64 + u64_at(b, OFF_PAYLOAD) != len {
+                return None;
+            }
+            Some(u32_at(b, OFF_COUNT) as usize)
+        } else {
+            None
+        };
         let body = &b[LOG_BLOB_HEADER..len as usize];
-        let count = u32_at(b, OFF_COUNT) as usize;
         let mut entries: Vec<Entry> = Vec::new();
         // Before which entry each damaged one was (an index into `entries`).
         let mut gaps: Vec<usize> = Vec::new();
@@ -199,7 +211,11 @@ impl LogBlob {
                 }
             }
         }
-        if !(even && entries.len() + gaps.len() == count) {
+        let complete = match count {
+            Some(count) => entries.len() + gaps.len() == count,
+            None => gaps.is_empty(),
+        };
+        if !(even && complete) {
             // Only the entries before the first damaged one are sure.
             let first = gaps.first().copied().unwrap_or(entries.len());
             entries.truncate(first);
@@ -221,10 +237,12 @@ impl LogBlob {
             }
             _ => true,
         });
-        Some(SalvagedBlob {
-            lost: (count as u64).saturating_sub(entries.len() as u64),
-            entries,
-        })
+        // Without a count, what was lost is at least one entry per gap.
+        let lost = match count {
+            Some(count) => (count as u64).saturating_sub(entries.len() as u64),
+            None => gaps.len() as u64,
+        };
+        Some(SalvagedBlob { lost, entries })
     }
 }
 
@@ -406,14 +424,31 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_header_or_another_owners_blob_salvages_nothing() {
-        let enc = many().encode();
+    fn a_header_naming_another_owner_salvages_nothing_and_one_damaged_elsewhere_everything() {
+        let b = many();
+        let enc = b.encode();
         let len = LogBlob::len_of(&enc);
         for byte in 0..LOG_BLOB_HEADER {
             let mut d = enc.clone();
             d[byte] ^= 0x20;
-            assert_eq!(LogBlob::salvage(&d, len, 42, 3), None, "byte {byte}");
+            let got = LogBlob::salvage(&d, len, 42, 3);
+            if byte < OFF_COUNT {
+                // Magic, owner, generation: not known to be this inode's.
+                assert_eq!(got, None, "byte {byte}");
+            } else {
+                // Count, length, checksums, padding: every entry reads.
+                let got = got.unwrap_or_else(|| panic!("byte {byte}: nothing salvaged"));
+                assert_eq!(got.entries, b.entries, "byte {byte}");
+                assert_eq!(got.lost, 0, "byte {byte}");
+            }
         }
+        // A damaged header and a damaged entry: only what precedes it.
+        let mut d = enc.clone();
+        d[OFF_HEADER_CRC] ^= 1;
+        d[starts(&b)[3] + 9] ^= 4;
+        let got = LogBlob::salvage(&d, len, 42, 3).unwrap();
+        assert_eq!(got.entries, b.entries[..3].to_vec());
+        assert_eq!(got.lost, 1);
         assert_eq!(LogBlob::salvage(&enc, len, 43, 3), None);
         assert_eq!(LogBlob::salvage(&enc, len, 42, 4), None);
         assert_eq!(LogBlob::salvage(&enc, len + 8, 42, 3), None);

@@ -88,8 +88,9 @@ pub struct MountOptions {
     pub selinux_labels: bool,
     /// `norecovery` (or ext4's `noload`): mount without recovering the pool.
     /// Only with `ro` ([`MountOptions::check`]), where it changes nothing: a
-    /// read-only mount never recovers (it writes nothing, and refuses a pool
-    /// that needs recovery rather than show it half-recovered).
+    /// read-only mount never recovers on media (it writes nothing; a pool
+    /// that needs recovery is served as recovery would leave it, recovered
+    /// in memory only).
     pub norecovery: bool,
 }
 

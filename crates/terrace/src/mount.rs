@@ -151,15 +151,6 @@ fn precheck(cfg: &MountConfig) -> CliResult<Prepared> {
     if !cfg.options.read_only {
         back_pm_fully(&pm, raw)?;
     }
-    if cfg.options.read_only && !sb.clean {
-        return Err(CliError::at(
-            raw,
-            format!(
-                "was not cleanly unmounted and needs recovery, which writes: mount it read-write once (recovery runs at mount) and unmount it before mounting it read-only (`terrace fsck {}` checks it without writing)",
-                raw.display()
-            ),
-        ));
-    }
     let tier_locks = check_tiers(raw, &sb)?;
 
     let m = &cfg.mountpoint;
@@ -381,7 +372,13 @@ fn serve(cfg: &MountConfig, p: Prepared, settings: terrace_policy::Settings) -> 
         terrace_fuse::AtimeOption::Relative => terrace_core::AtimeMode::Relative,
     });
     let rep = fs.mount_report().clone();
-    if !rep.was_clean {
+    if rep.recovered_in_memory {
+        log(format!(
+            "{} was not cleanly unmounted: served read-only as recovery leaves it ({} transactions rolled back in memory only, nothing written); the next read-write mount recovers it on media",
+            pool.display(),
+            rep.rolled_back
+        ));
+    } else if !rep.was_clean {
         log(recovery_summary(&pool, &rep, opening.elapsed()));
     }
     if rep.object_orphans > 0 {
