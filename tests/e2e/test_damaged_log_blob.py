@@ -12,6 +12,7 @@ then mounts read-write with every other file intact.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import struct
 
@@ -91,3 +92,30 @@ def test_a_flipped_bit_in_a_cold_log_blob_is_refused_rw_served_ro_and_repaired()
             assert os.stat(mnt / "mail" / f"m{victim}").st_size == len(body(victim))
             (mnt / "mail" / "after").write_bytes(b"writable again")
         assert_fsck_clean(pool, "after the remount")
+
+
+def test_fsck_of_a_pool_whose_ssd_header_is_zeroed_lists_fifty_problems_then_a_count():
+    """A tier that cannot be opened makes one problem per file whose log is
+    on it (thousands): the text report lists 50 and says how many more,
+    `--json` lists them all; nothing is repaired away."""
+    n = 2000
+    with temp_ssd_image() as ssd, temp_pool_path() as pool, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M", "--inodes", "4000")
+        with mounted_pool(pool, mnt) as m:
+            (mnt / "mail").mkdir()
+            for i in range(n):
+                (mnt / "mail" / f"m{i}").write_bytes(body(i))
+            terrace("set", mnt, "migration_age_ns", "0")
+            terrace("set", mnt, "migration_threshold", "1")
+            assert wait_until(lambda: m.status()["log_migration"]["logs_on_tiers"] > 100, 60,
+                              interval=0.5), m.status()["log_migration"]
+        with open(ssd, "r+b") as f:
+            f.write(bytes(4096))
+        cp = fsck(pool)
+        assert cp.returncode == 1, cp.stdout + cp.stderr
+        lines = [ln for ln in cp.stdout.splitlines() if ln.strip().startswith("problem:")]
+        assert len(lines) == 51, cp.stdout[-3000:]
+        assert "more (`terrace fsck --json` lists them all)" in lines[-1], lines[-1]
+        assert "which was not opened" in cp.stdout, cp.stdout[-3000:]
+        cp = fsck(pool, "--json")
+        assert len(json.loads(cp.stdout)["problems"]) > 100

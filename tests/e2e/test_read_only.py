@@ -66,7 +66,8 @@ def test_an_ro_mount_writes_nothing_to_any_tier():
                 msg = assert_clean_error(cp, one_line=False)
                 assert "read-only mount" in msg, helpers.describe(cp, "no read-only error")
             cp = terrace("set", mnt, "sync_threshold_bytes", "4M", check=False)
-            assert_clean_error(cp, mentions=["read-only mount"])
+            # remount,rw does not make an -o ro mount writable: the hint says how.
+            assert_clean_error(cp, mentions=["read-only mount", "mount it without -o ro"])
             cp = terrace("rule", mnt / "d", "pm", check=False)
             assert_clean_error(cp, mentions=["read-only"])
             # Writes through the mount fail with EROFS.

@@ -327,7 +327,7 @@ def test_a_read_only_remount_leaves_a_clean_pool_image_and_read_write_resumes(te
             assert before == after, "the pool's images changed while it was mounted read-only"
             # Settings are refused as on a mount made read-only.
             cp = helpers.terrace("set", root, "migration_threshold", "20", check=False)
-            helpers.assert_clean_error(cp, mentions=["read-only mount"])
+            helpers.assert_clean_error(cp, mentions=["read-only mount", "remount,rw"])
             # A backup of the frozen images is a clean pool with every file.
             shutil.copyfile(pool_path, backup_pm)
             shutil.copyfile(ssd, backup_ssd)

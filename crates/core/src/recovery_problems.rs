@@ -235,7 +235,7 @@ impl std::fmt::Display for Problem {
             Problem::BadJournal { slot, what } => write!(f, "journal slot {slot}: {what}"),
             Problem::LogOnMissingTier { ino, tier } => write!(
                 f,
-                "inode {ino}: its log is on block tier {tier}, whose device is missing"
+                "inode {ino}: its log is on block tier {tier}, which was not opened (missing, or refused)"
             ),
         }
     }

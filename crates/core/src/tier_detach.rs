@@ -331,8 +331,14 @@ impl Fs {
 
     /// A read-only or frozen pool, or one being unmounted, changes no tier.
     fn refuse_tier_change(&self) -> Result<(), String> {
-        if self.read_only || self.is_frozen() {
-            return Err("the pool is mounted read-only; remount it read-write first".into());
+        if self.read_only {
+            return Err(
+                "the pool is mounted with -o ro; unmount it and mount it without -o ro first"
+                    .into(),
+            );
+        }
+        if self.is_frozen() {
+            return Err("the pool was remounted read-only; `mount -o remount,rw` it first".into());
         }
         if self.unmounted.load(Ordering::SeqCst) {
             return Err("the pool is being unmounted".into());

@@ -103,9 +103,28 @@ fn a_pool_that_needs_recovery_mounts_read_only_recovered_in_memory_without_write
     assert_eq!(&fs.read(files[0].0, 0, 7).unwrap(), b"changed");
 }
 
+/// A read-only mount of the crash image `img` shows exactly the tree a
+/// read-write mount (recovery on media) shows, and writes nothing; returns
+/// the transactions it rolled back in memory.
+fn assert_read_only_shows_what_recovery_leaves(img: Vec<u8>, ctx: &str) -> usize {
+    let ro_pm = Arc::new(MemMedia::from_image(img.clone()));
+    let ro = Fs::mount_read_only(ro_pm.clone(), vec![])
+        .unwrap_or_else(|e| panic!("{ctx}: read-only mount: {e}"));
+    let seen = fs_tree(&ro);
+    let rolled_back = ro.mount_report().rolled_back;
+    ro.unmount().unwrap();
+    drop(ro);
+    assert!(ro_pm.image() == img, "{ctx}: the read-only mount wrote");
+    let (_, rw) = recover(img, None, Fsck::Metadata, ctx);
+    assert_same_tree(&seen, &fs_tree(&rw), ctx);
+    rolled_back
+}
+
 /// At any crash point of a random workload, with any unflushed PM lines
-/// lost, a read-only mount of the image shows exactly the tree a
-/// read-write mount (recovery on media) shows, and writes nothing.
+/// lost, and at every crash point of a rename across directories (a
+/// journal transaction, rolled back in memory at some of them), a
+/// read-only mount of the image shows exactly the tree a read-write mount
+/// shows, and writes nothing.
 #[test]
 fn a_read_only_mount_of_any_crash_image_shows_what_recovery_leaves() {
     use rand::rngs::StdRng;
@@ -114,7 +133,6 @@ fn a_read_only_mount_of_any_crash_image_shows_what_recovery_leaves() {
     let (media, fs) = pm_pool_on(CrashMedia::new(4 << 20), 128);
     let mut model = Model::default();
     let mut rng = StdRng::seed_from_u64(base_seed("ro_crash_images"));
-    let (mut checked, mut rolled_back) = (0, 0);
     for step in 0..60 {
         let op = random_op(&model, &mut rng);
         let _ = apply_model(&mut model, &op);
@@ -123,21 +141,28 @@ fn a_read_only_mount_of_any_crash_image_shows_what_recovery_leaves() {
         for k in [rng.gen_range(0..=n), n] {
             let img = trace.image_at(k, LossMode::RandomLines(rng.gen()));
             let ctx = format!("step {step} {op:?} crash after event {k}/{n}");
-            let ro_pm = Arc::new(MemMedia::from_image(img.clone()));
-            let ro = Fs::mount_read_only(ro_pm.clone(), vec![])
-                .unwrap_or_else(|e| panic!("{ctx}: read-only mount: {e}"));
-            let seen = fs_tree(&ro);
-            rolled_back += ro.mount_report().rolled_back;
-            ro.unmount().unwrap();
-            drop(ro);
-            assert!(ro_pm.image() == img, "{ctx}: the read-only mount wrote");
-            let (_, rw) = recover(img, None, Fsck::Metadata, &ctx);
-            assert_same_tree(&seen, &fs_tree(&rw), &ctx);
-            checked += 1;
+            assert_read_only_shows_what_recovery_leaves(img, &ctx);
         }
     }
-    assert!(checked >= 120);
-    assert!(rolled_back > 0, "no image had a transaction to roll back");
+    let a = fs.mkdir(1, b"ra", 0o755, CTX).unwrap().ino;
+    let b = fs.mkdir(1, b"rb", 0o755, CTX).unwrap().ino;
+    let f = fs.mkdir(a, b"moved", 0o755, CTX).unwrap().ino;
+    fs.mknod(f, b"inside", libc::S_IFREG | 0o644, 0, CTX)
+        .unwrap();
+    let (r, trace) = media.trace(|| fs.rename(a, b"moved", b, b"here", Default::default()));
+    r.unwrap();
+    let mut rolled_back = 0;
+    for k in 0..=trace.len() {
+        let img = trace.image_at(k, LossMode::AllUnflushed);
+        rolled_back += assert_read_only_shows_what_recovery_leaves(
+            img,
+            &format!("rename, crash after event {k}"),
+        );
+    }
+    assert!(
+        rolled_back > 0,
+        "no crash point of the rename left a transaction to roll back"
+    );
 }
 
 /// A read-only remount freezes the pool (`Fs::freeze`): the images are then

@@ -7,6 +7,10 @@ use std::path::Path;
 use std::sync::Arc;
 use terrace_media::{PmFile, PmMedia};
 
+/// Problems (and repairs) the text report lists before it says how many
+/// more there are.
+const LISTED: usize = 50;
+
 /// What fsck says when given a directory: a mount point names its pool
 /// (fsck takes the pool, unmounted); any other directory is not a pool.
 fn directory_given(dir: &Path) -> String {
@@ -25,6 +29,9 @@ fn directory_given(dir: &Path) -> String {
 
 /// `terrace fsck POOL [--repair] [--data] [--json]`. Exit codes: 0 clean, 1
 /// problems remain, 2 cannot check.
+///
+/// The text report lists at most [`LISTED`] problems and repairs (then
+/// how many more); `--json` lists them all.
 pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -> CliResult {
     let cannot = |e: CliError| e.code(2);
     match std::fs::metadata(pool) {
@@ -216,11 +223,25 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
                 util::human_bytes(rep.object_orphan_bytes)
             ));
         }
-        for r in &rep.repaired {
+        // At most LISTED lines of each: a tier that could not be opened
+        // makes one line per file whose log is there (thousands).
+        for r in rep.repaired.iter().take(LISTED) {
             util::out(&format!("  repaired: {r}"));
         }
-        for p in &rep.problems {
+        if rep.repaired.len() > LISTED {
+            util::out(&format!(
+                "  repaired: ... and {} more (`terrace fsck --json` lists them all)",
+                rep.repaired.len() - LISTED
+            ));
+        }
+        for p in rep.problems.iter().take(LISTED) {
             util::out(&format!("  problem: {p}"));
+        }
+        if rep.problems.len() > LISTED {
+            util::out(&format!(
+                "  problem: ... and {} more (`terrace fsck --json` lists them all)",
+                rep.problems.len() - LISTED
+            ));
         }
         if clean {
             util::out("  result: clean");

@@ -235,7 +235,7 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
     if st.read_only {
         return Err(CliError::at(
             mnt,
-            "read-only mount: data cannot migrate (remount it read-write)",
+            "read-only mount: data cannot migrate (mounted with -o ro: unmount it and mount it without -o ro; remounted read-only: `mount -o remount,rw`)",
         ));
     }
     let tiers = &st.core.tiers;

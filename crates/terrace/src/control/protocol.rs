@@ -414,12 +414,17 @@ impl Refusal {
     }
 
     /// The refusal of a request that would write on a read-only mount
-    /// ([`Request::writes`] says what it would do).
-    pub fn read_only(what: &str) -> Refusal {
+    /// ([`Request::writes`] says what it would do): mounted with `-o ro`
+    /// (`mounted_ro`: a `mount -o remount,rw` does not make it writable,
+    /// the daemon opened the pool read-only), or remounted read-only since.
+    pub fn read_only(what: &str, mounted_ro: bool) -> Refusal {
+        let how = if mounted_ro {
+            "nothing is written to a pool mounted with -o ro; unmount it and mount it without -o ro"
+        } else {
+            "the pool was remounted read-only; `mount -o remount,rw MOUNTPOINT` makes it writable again"
+        };
         Refusal {
-            error: format!(
-                "read-only mount: {what} (nothing is written to a pool mounted with -o ro; remount it read-write)"
-            ),
+            error: format!("read-only mount: {what} ({how})"),
             errno: Some(libc::EROFS),
         }
     }
@@ -668,7 +673,8 @@ mod tests {
         );
         let started = encode_answer(&Ok::<_, Refusal>(ScrubStarted {}));
         assert_eq!(started, r#"{"ok":true}"#);
-        let ro = encode_answer::<SetReply>(&Err(Refusal::read_only("settings cannot change")));
+        let ro =
+            encode_answer::<SetReply>(&Err(Refusal::read_only("settings cannot change", true)));
         let v: Value = serde_json::from_str(&ro).unwrap();
         assert_eq!(v["ok"], false);
         assert_eq!(v["errno"], libc::EROFS);

@@ -212,7 +212,7 @@ impl Server {
             // A read-only mount, or one remounted read-only since (frozen).
             let read_only = self.fs.is_read_only() || self.fs.is_frozen();
             if let Some(what) = req.writes().filter(|_| read_only) {
-                refuse(&stream, Refusal::read_only(what));
+                refuse(&stream, Refusal::read_only(what, self.fs.is_read_only()));
                 continue;
             }
             match req {
