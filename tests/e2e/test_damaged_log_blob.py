@@ -11,10 +11,13 @@ then mounts read-write with every other file intact.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import struct
+from pathlib import Path
+from typing import Iterator
 
 from helpers import (assert_clean_error, assert_fsck_clean, fsck, mounted_pool, temp_mountpoint,
                      temp_pool_path, temp_ssd_image, terrace, wait_until)
@@ -38,20 +41,32 @@ def flip_bit_in_blob_of(ssd: Path, ino: int, at: int) -> None:
         f.write(image[start + at:start + at + 1])
 
 
-def test_a_flipped_bit_in_a_cold_log_blob_is_refused_rw_served_ro_and_repaired():
-    n = 2000
+N = 2000
+
+
+@contextlib.contextmanager
+def cold_pool() -> Iterator[tuple[Path, Path, Path]]:
+    """A pool (PM 16M, SSD 256M) whose directory /mail holds N small
+    files, cold at once (migration age 0, threshold 1%): their data, then
+    the logs of more than 100 of them, moved to the SSD; unmounted.
+    Yields the pool, the SSD image and a mount point."""
     with temp_ssd_image() as ssd, temp_pool_path() as pool, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M", "--inodes", "4000")
         with mounted_pool(pool, mnt) as m:
             (mnt / "mail").mkdir()
-            for i in range(n):
+            for i in range(N):
                 (mnt / "mail" / f"m{i}").write_bytes(body(i))
-            # Make every file cold at once: data, then logs, leave PM.
             terrace("set", mnt, "migration_age_ns", "0")
             terrace("set", mnt, "migration_threshold", "1")
             moved = wait_until(lambda: m.status()["log_migration"]["logs_on_tiers"] > 100, 60,
                                interval=0.5)
             assert moved, ("the test needs logs on the SSD", m.status()["log_migration"])
+        yield pool, ssd, mnt
+
+
+def test_a_flipped_bit_in_a_cold_log_blob_is_refused_rw_served_ro_and_repaired():
+    n = N
+    with cold_pool() as (pool, ssd, mnt):
         # A file whose log is on the SSD: the first one the image holds a blob of.
         image = ssd.read_bytes()
         victim = None
@@ -98,17 +113,7 @@ def test_fsck_of_a_pool_whose_ssd_header_is_zeroed_lists_fifty_problems_then_a_c
     """A tier that cannot be opened makes one problem per file whose log is
     on it (thousands): the text report lists 50 and says how many more,
     `--json` lists them all; nothing is repaired away."""
-    n = 2000
-    with temp_ssd_image() as ssd, temp_pool_path() as pool, temp_mountpoint() as mnt:
-        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M", "--inodes", "4000")
-        with mounted_pool(pool, mnt) as m:
-            (mnt / "mail").mkdir()
-            for i in range(n):
-                (mnt / "mail" / f"m{i}").write_bytes(body(i))
-            terrace("set", mnt, "migration_age_ns", "0")
-            terrace("set", mnt, "migration_threshold", "1")
-            assert wait_until(lambda: m.status()["log_migration"]["logs_on_tiers"] > 100, 60,
-                              interval=0.5), m.status()["log_migration"]
+    with cold_pool() as (pool, ssd, mnt):
         with open(ssd, "r+b") as f:
             f.write(bytes(4096))
         cp = fsck(pool)

@@ -21,6 +21,23 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Fs {
+    /// Why a tier cannot be added or removed on a read-only pool, in the
+    /// words that say how to make it writable: a `-o ro` mount opened the
+    /// pool read-only (a `remount,rw` does not change that), a frozen one
+    /// thaws with `remount,rw`.
+    pub(crate) fn refuse_tier_change_read_only(&self) -> Result<(), String> {
+        if self.read_only {
+            return Err(
+                "the pool is mounted with -o ro; unmount it and mount it without -o ro first"
+                    .into(),
+            );
+        }
+        if self.is_frozen() {
+            return Err("the pool was remounted read-only; `mount -o remount,rw` it first".into());
+        }
+        Ok(())
+    }
+
     /// Makes the pool's image clean and stops writing to it (see the module
     /// docs). Nothing to do on a read-only mount or a frozen pool. The pool
     /// counts as frozen only once it is clean on media (so the passes that

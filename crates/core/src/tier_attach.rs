@@ -32,15 +32,7 @@ impl Fs {
     /// of tiers (the id one above the last tier's, no PM, nothing after an object tier, an
     /// object tier only after a block tier, speeds never rising).
     pub fn attach_tier(&self, rec: TierRecord, dev: Arc<dyn BlockMedia>) -> Result<(), String> {
-        if self.read_only {
-            return Err(
-                "the pool is mounted with -o ro; unmount it and mount it without -o ro first"
-                    .into(),
-            );
-        }
-        if self.is_frozen() {
-            return Err("the pool was remounted read-only; `mount -o remount,rw` it first".into());
-        }
+        self.refuse_tier_change_read_only()?;
         let appending = self.tiers.begin_append();
         let mut sb = self.sb.lock().clone();
         if let Some(why) = attach_problem(&sb.tiers, &rec) {

@@ -331,15 +331,7 @@ impl Fs {
 
     /// A read-only or frozen pool, or one being unmounted, changes no tier.
     fn refuse_tier_change(&self) -> Result<(), String> {
-        if self.read_only {
-            return Err(
-                "the pool is mounted with -o ro; unmount it and mount it without -o ro first"
-                    .into(),
-            );
-        }
-        if self.is_frozen() {
-            return Err("the pool was remounted read-only; `mount -o remount,rw` it first".into());
-        }
+        self.refuse_tier_change_read_only()?;
         if self.unmounted.load(Ordering::SeqCst) {
             return Err("the pool is being unmounted".into());
         }

@@ -41,6 +41,16 @@ fn blob_entries(pm: &MemMedia, ssd: &MemBlock, ino: u64) -> (u64, Vec<(usize, En
     (start, out)
 }
 
+/// Repairs the pool, checks it is then clean (`how`), mounts it and checks
+/// its allocator; returns the repair's report and the pool.
+fn repair_and_mount(pm: &Arc<MemMedia>, ssd: &Arc<MemBlock>, how: Fsck) -> (fsck::FsckReport, Fs) {
+    let report = fsck::repair(pm.clone(), &tiers(ssd), &mut |_, _| {}).unwrap();
+    fsck_clean_with(&**pm, &tiers(ssd), how, "after the repair");
+    let fs = mount_tiered(pm.clone(), ssd.clone());
+    fs.check_allocator().unwrap();
+    (report, fs)
+}
+
 /// Flips one bit of the byte at SSD byte address `addr`.
 fn flip(ssd: &MemBlock, addr: u64) {
     let mut b = vec![0u8; 4096];
@@ -161,7 +171,7 @@ fn a_flipped_bit_in_a_directorys_cold_log_is_served_around_read_only_and_repair_
     );
 
     // Repair keeps every other name; the lost one's file is in /lost+found.
-    let report = fsck::repair(pm.clone(), &tiers(&ssd), &mut |_, _| {}).unwrap();
+    let (report, fs) = repair_and_mount(&pm, &ssd, Fsck::Data);
     assert!(
         report
             .repaired
@@ -170,9 +180,6 @@ fn a_flipped_bit_in_a_directorys_cold_log_is_served_around_read_only_and_repair_
         "{:?}",
         report.repaired
     );
-    fsck_clean_with(&*pm, &tiers(&ssd), Fsck::Data, "after the repair");
-    let fs = mount_tiered(pm.clone(), ssd.clone());
-    fs.check_allocator().unwrap();
     for (name, ino, data) in &files {
         let found = if *name == lost_name {
             let lf = fs.lookup(1, b"lost+found").unwrap().ino;
@@ -225,7 +232,7 @@ fn a_flipped_bit_in_a_files_cold_log_gives_eio_read_only_and_repair_keeps_its_da
     drop(fs);
 
     // Repair keeps the data and the intact xattr; the damaged one is gone.
-    let report = fsck::repair(pm.clone(), &tiers(&ssd), &mut |_, _| {}).unwrap();
+    let (report, fs) = repair_and_mount(&pm, &ssd, Fsck::Data);
     assert!(
         report
             .repaired
@@ -234,9 +241,6 @@ fn a_flipped_bit_in_a_files_cold_log_gives_eio_read_only_and_repair_keeps_its_da
         "{:?}",
         report.repaired
     );
-    fsck_clean_with(&*pm, &tiers(&ssd), Fsck::Data, "after the repair");
-    let fs = mount_tiered(pm.clone(), ssd.clone());
-    fs.check_allocator().unwrap();
     assert_eq!(fs.read(big, 0, big_data.len() + 1).unwrap(), big_data);
     assert_eq!(fs.getxattr(big, b"user.kind").unwrap(), b"archive");
     assert_eq!(
@@ -261,7 +265,7 @@ fn a_blob_whose_header_is_damaged_is_refused_read_write_served_read_only_and_rep
     }
     fs.unmount().unwrap();
     drop(fs);
-    let report = fsck::repair(pm.clone(), &tiers(&ssd), &mut |_, _| {}).unwrap();
+    let (report, fs) = repair_and_mount(&pm, &ssd, Fsck::Metadata);
     assert!(
         report
             .repaired
@@ -270,9 +274,6 @@ fn a_blob_whose_header_is_damaged_is_refused_read_write_served_read_only_and_rep
         "{:?}",
         report.repaired
     );
-    fsck_clean_with(&*pm, &tiers(&ssd), Fsck::Metadata, "after the repair");
-    let fs = mount_tiered(pm.clone(), ssd.clone());
-    fs.check_allocator().unwrap();
     assert_eq!(fs.getattr(big).unwrap().size, 0);
 }
 
@@ -351,7 +352,7 @@ fn repair_keeps_a_damaged_blob_without_taking_the_pages_of_a_log_it_corrects() {
     pm.store_u64(addr, pm.load_u64(addr) ^ 1 << 13);
     pm.persist(addr, 8);
 
-    let report = fsck::repair(pm.clone(), &tiers(&ssd), &mut |_, _| {}).unwrap();
+    let (report, fs) = repair_and_mount(&pm, &ssd, Fsck::Data);
     assert!(
         report.repaired.iter().any(|r| r.contains("corrected")),
         "{:?}",
@@ -365,9 +366,6 @@ fn repair_keeps_a_damaged_blob_without_taking_the_pages_of_a_log_it_corrects() {
         "{:?}",
         report.repaired
     );
-    fsck_clean_with(&*pm, &tiers(&ssd), Fsck::Data, "after the repair");
-    let fs = mount_tiered(pm.clone(), ssd.clone());
-    fs.check_allocator().unwrap();
     assert!(
         fs.read(hot, 0, want.len() + 1).unwrap() == want,
         "the hot file changed"
@@ -413,7 +411,7 @@ fn a_lost_attribute_entry_keeps_the_size_and_no_one_but_the_owner_gets_access() 
     assert_eq!(a.size, big_data.len() as u64);
     fs.unmount().unwrap();
     drop(fs);
-    let report = fsck::repair(pm.clone(), &tiers(&ssd), &mut |_, _| {}).unwrap();
+    let (report, fs) = repair_and_mount(&pm, &ssd, Fsck::Data);
     assert!(
         report
             .repaired
@@ -422,8 +420,6 @@ fn a_lost_attribute_entry_keeps_the_size_and_no_one_but_the_owner_gets_access() 
         "{:?}",
         report.repaired
     );
-    fsck_clean_with(&*pm, &tiers(&ssd), Fsck::Data, "after the repair");
-    let fs = mount_tiered(pm.clone(), ssd.clone());
     assert_eq!(fs.getattr(big).unwrap().mode & 0o7777, 0o600);
     assert_eq!(fs.read(big, 0, big_data.len() + 1).unwrap(), big_data);
 }
@@ -452,10 +448,7 @@ fn a_file_that_lost_a_data_entry_reads_eio_after_repair_until_its_mark_is_remove
         "{:?}",
         report.problems
     );
-    fsck::repair(pm.clone(), &tiers(&ssd), &mut |_, _| {}).unwrap();
-    fsck_clean_with(&*pm, &tiers(&ssd), Fsck::Data, "after the repair");
-    let fs = mount_tiered(pm.clone(), ssd.clone());
-    fs.check_allocator().unwrap();
+    let (_, fs) = repair_and_mount(&pm, &ssd, Fsck::Data);
     assert_eq!(fs.getattr(big).unwrap().size, big_data.len() as u64);
     assert_eq!(
         fs.read(big, 0, 4096).unwrap_err().raw_os_error(),

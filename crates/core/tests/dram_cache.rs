@@ -12,6 +12,21 @@ use terrace_media::{BlockMedia, FaultBlock, MemBlock, MemMedia};
 
 const SSD: u64 = 96 << 20;
 
+/// Fills PM with a file `filler` (pm-only placement, until a write
+/// overflows), then places new data on the block tiers first: a write-back
+/// that fails there has no PM to fall back on.
+fn fill_pm(fs: &Fs) {
+    fs.set_setting("placement_policy", "pm-only").unwrap();
+    let filler = file(fs, 1, "filler");
+    let mut off = 0;
+    while fs.status().placement_overflows == 0 {
+        fs.write(filler, off, &[7u8; 65536]).unwrap();
+        off += 65536;
+    }
+    fs.fsync(filler, false).unwrap();
+    block_first(fs);
+}
+
 #[test]
 fn the_cache_never_exceeds_its_bound_under_a_workload_four_times_larger() {
     let (pm, ssd, fs) = tiered_pool(4 << 20, SSD, 64);
@@ -279,15 +294,7 @@ fn a_failing_ssd_makes_write_back_retry_on_pm_or_fail_fsync_with_eio() {
 
     // Fill PM (with the SSD healthy), then fail the SSD again.
     ssd.heal();
-    fs.set_setting("placement_policy", "pm-only").unwrap();
-    let filler = file(&fs, 1, "filler");
-    let mut off = 0;
-    while fs.status().placement_overflows == 0 {
-        fs.write(filler, off, &[7u8; 65536]).unwrap();
-        off += 65536;
-    }
-    fs.fsync(filler, false).unwrap();
-    block_first(&fs);
+    fill_pm(&fs);
     ssd.fail_writes_after(0);
     let new = pattern(3, 1 << 20);
     // The write goes to the cache and succeeds...
@@ -685,15 +692,7 @@ fn a_file_whose_write_back_fails_stalls_and_fails_no_other_file() {
     let tiers: Vec<(u8, Arc<dyn BlockMedia>)> = vec![(1, ssd.clone()), (2, hdd.clone())];
     let fs = Fs::mount_with_tiers(pm.clone(), tiers).unwrap();
     // PM full, so that a failed write-back has nowhere to go but fail.
-    fs.set_setting("placement_policy", "pm-only").unwrap();
-    let filler = file(&fs, 1, "filler");
-    let mut off = 0;
-    while fs.status().placement_overflows == 0 {
-        fs.write(filler, off, &[7u8; 65536]).unwrap();
-        off += 65536;
-    }
-    fs.fsync(filler, false).unwrap();
-    block_first(&fs);
+    fill_pm(&fs);
     fs.set_setting("dram_cache_bytes", "4M").unwrap();
     let pinned = file(&fs, 1, "pinned");
     fs.setxattr(pinned, b"user.terrace.rule", b"hdd", 0)
