@@ -263,14 +263,18 @@ impl Fs {
         let mut sc = sc;
         // A read-only mount serves around damage confined to some inodes
         // (`Problem::blocks_read_only_mount`): their data is refused.
-        let names = sc.names();
-        let damaged: Vec<String> = sc
-            .problems
-            .iter()
-            .filter(|p| p.blocks_mount())
-            .map(|p| sc.describe(p, &names))
-            .collect();
-        drop(names);
+        // (The names are mapped only for a damaged pool: a walk of every
+        // directory.)
+        let damaged: Vec<String> = if sc.problems.iter().any(Problem::blocks_mount) {
+            let names = sc.names();
+            sc.problems
+                .iter()
+                .filter(|p| p.blocks_mount())
+                .map(|p| sc.describe(p, &names))
+                .collect()
+        } else {
+            Vec::new()
+        };
         for ino in sc.problems.iter().filter_map(Problem::quarantined) {
             if let Some(i) = sc.inodes.get_mut(&ino) {
                 i.damaged = true;
@@ -858,11 +862,8 @@ fn refusal(sc: &Scan, read_only: bool) -> Result<(), OpenError> {
             String::new()
         };
 
-        let rescue = if !read_only
-            && sc.sb.clean
-            && sc.rolled_back == 0
-            && !sc.problems.iter().any(Problem::blocks_read_only_mount)
-        {
+        // (After a crash too: a read-only mount recovers in memory only.)
+        let rescue = if !read_only && !sc.problems.iter().any(Problem::blocks_read_only_mount) {
             "; a read-only mount (-o ro) serves the rest of the pool to copy off first \
              (the damaged files' data returns EIO)"
         } else {

@@ -84,9 +84,13 @@ impl FsckReport {
 }
 
 fn summarize(sc: &Scan, report: &mut FsckReport) {
-    // With the path each concerns.
-    let names = sc.names();
-    report.problems = sc.problems.iter().map(|p| sc.describe(p, &names)).collect();
+    // With the path each concerns (the names mapped only when needed).
+    report.problems = if sc.problems.is_empty() {
+        Vec::new()
+    } else {
+        let names = sc.names();
+        sc.problems.iter().map(|p| sc.describe(p, &names)).collect()
+    };
     report.orphans = sc.orphans.clone();
     report.inodes = sc.inodes.len();
     report.log_pages = sc.inodes.values().map(|i| i.log.pages.len() as u64).sum();
@@ -284,6 +288,8 @@ pub fn repair(
     let mut rescan = false;
     // Inodes whose damaged log blobs still read in part: kept after pass 1.
     let mut salvaged: Vec<Ino> = Vec::new();
+    // Where each inode is named, for the report: mapped once, if needed.
+    let mut names = None;
     for p in &sc.problems {
         match p {
             Problem::BadSlot { ino, .. } => {
@@ -342,7 +348,10 @@ pub fn repair(
                     empty_blob_log(&*media, &sc, *ino);
                     report.repaired.push(format!(
                         "emptied the log of inode {ino}{} (its log on a block tier is unreadable)",
-                        sc.path_note(*ino)
+                        crate::recovery::path_note_of(
+                            *ino,
+                            names.get_or_insert_with(|| sc.names())
+                        )
                     ));
                 }
                 rescan = true;

@@ -117,12 +117,6 @@ impl Scan {
         }
         format!("{text}{note}")
     }
-
-    /// " (PATH)" for a report naming `ino`, or nothing when the scan found
-    /// no path to it (one report line: builds the names itself).
-    pub fn path_note(&self, ino: Ino) -> String {
-        path_note_of(ino, &self.names())
-    }
 }
 
 /// " (PATH)" for a report naming `ino`, by `names` ([`Scan::names`]), or

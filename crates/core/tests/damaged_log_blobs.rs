@@ -487,3 +487,49 @@ fn a_file_that_lost_a_data_entry_reads_eio_after_repair_until_its_mark_is_remove
     assert_eq!(left.len(), big_data.len());
     assert!(left != big_data, "the lost entry mapped some of the data");
 }
+
+/// A pool left by a crash and damaged too: the read-write mount's refusal
+/// points to `-o ro`, which serves the pool recovered in memory around
+/// the damage, so files can be copied off before the repair (found by a
+/// new user, 2026-12-07: `-o ro` refused a pool that needed recovery, and
+/// the repair was the only way on).
+#[test]
+fn a_crashed_and_damaged_pool_mounts_read_only_around_the_damage() {
+    let (pm, ssd, _dir, files, (big, _)) = cold_pool();
+    let fresh = pattern(77, 9000);
+    {
+        let fs = mount_tiered(pm.clone(), ssd.clone());
+        let f = file_holding(&fs, "fresh", &fresh);
+        fs.fsync(f, false).unwrap();
+        fs.stop_background_for_crash_test(); // a crash: not clean
+    }
+    let (start, entries) = blob_entries(&pm, &ssd, big);
+    let (at, _) = entries
+        .iter()
+        .find(|(_, e)| matches!(e, Entry::XattrSet { .. }))
+        .unwrap();
+    flip(&ssd, start + *at as u64 + 30);
+    let msg = Fs::mount_with_tiers(pm.clone(), tiers(&ssd))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(msg.contains("-o ro") && msg.contains("(/big)"), "{msg}");
+    let (pm_image, ssd_image) = (pm.image(), ssd.image());
+    let fs = Fs::mount_read_only(pm.clone(), tiers(&ssd)).expect("read-only rescue mount");
+    assert!(fs.mount_report().recovered_in_memory);
+    assert_eq!(
+        fs.read(big, 0, 10).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    let f = fs.lookup(1, b"fresh").unwrap().ino;
+    assert_eq!(fs.read(f, 0, fresh.len() + 1).unwrap(), fresh);
+    for (name, ino, data) in &files {
+        assert_eq!(&fs.read(*ino, 0, data.len() + 1).unwrap(), data, "{name}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(
+        pm.image() == pm_image && ssd.image() == ssd_image,
+        "it wrote"
+    );
+}
