@@ -49,6 +49,7 @@ pub mod ops_file;
 pub mod ops_prealloc_write;
 pub mod ops_privileges;
 pub mod ops_read;
+pub mod ops_readdir;
 pub mod ops_seek;
 pub mod ops_tmpfile;
 pub mod ops_xattr;

@@ -28,7 +28,7 @@ use terrace_media::PmMedia;
 
 pub use crate::recovery_blobs::TierDevices;
 use crate::recovery_blobs::{blob_fits_its_place, fits_within, read_log_blob, BlobBlocks};
-pub use crate::recovery_problems::{LogWord, OpenError, Problem};
+pub use crate::recovery_problems::{path_note_of, LogWord, OpenError, Problem};
 
 /// Everything a scan learned.
 pub struct Scan {
@@ -85,135 +85,6 @@ impl Scan {
             .offset(ino)
             .expect("a scanned inode's slot is in the table")
     }
-
-    /// Where each inode the scan reached is named: child → (directory,
-    /// name), the first name the scan read. Built once for a report of many
-    /// problems.
-    pub fn names(&self) -> HashMap<Ino, (Ino, Vec<u8>)> {
-        let mut names: HashMap<Ino, (Ino, Vec<u8>)> = HashMap::new();
-        for (&d, i) in &self.inodes {
-            if let Some(dir) = i.dir.as_ref() {
-                for (_, name, child, _) in dir.iter() {
-                    if child != d {
-                        names.entry(child).or_insert_with(|| (d, name.to_vec()));
-                    }
-                }
-            }
-        }
-        names
-    }
-
-    /// `p` as a report gives it: with the path of the inode it concerns
-    /// (by `names`, [`Scan::names`]) right after the inode's number
-    /// ("inode 43 (/big): ...").
-    pub fn describe(&self, p: &Problem, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> String {
-        let text = p.to_string();
-        let Some(ino) = p.ino() else { return text };
-        let note = path_note_of(ino, names);
-        for who in [format!("inode {ino}"), format!("directory {ino}")] {
-            if let Some(rest) = text.strip_prefix(&who) {
-                return format!("{who}{note}{rest}");
-            }
-        }
-        format!("{text}{note}")
-    }
-}
-
-/// " (PATH)" for a report naming `ino`, by `names` ([`Scan::names`]), or
-/// nothing when no path to it is known.
-pub fn path_note_of(ino: Ino, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> String {
-    path_of(ino, names)
-        .map(|p| format!(" ({p})"))
-        .unwrap_or_default()
-}
-
-/// A path of `ino` from the root by `names` ([`Scan::names`]); `None` when
-/// no directory the scan read names it, or the walk up does not reach the
-/// root (a cycle, or deeper than any report needs).
-fn path_of(ino: Ino, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> Option<String> {
-    let mut parts: Vec<String> = Vec::new();
-    let mut at = ino;
-    while at != ROOT_INO {
-        if parts.len() >= 256 {
-            return None;
-        }
-        let (dir, name) = names.get(&at)?;
-        parts.push(String::from_utf8_lossy(name).into_owned());
-        at = *dir;
-    }
-    parts.reverse();
-    Some(format!("/{}", parts.join("/")))
-}
-
-/// Why the data of a file whose blob was read only in part
-/// ([`LogBlob::salvage`](terrace_format::LogBlob::salvage)) may be
-/// incomplete, if it may: a lost entry could have mapped data, and the
-/// file would then read zeros there. A blob's data entries are block-tier
-/// writes, each with Sums entries for its blocks, so one lost entry is
-/// known not to be data when every salvaged checksum still has its write;
-/// it may be when a checksum lost its write, when the file has data but no
-/// checksums were read (the lost entry may be the write of a pool older
-/// than checksums), or when more than one entry was lost. A symlink's
-/// target is its data: any loss counts.
-fn data_may_be_lost(inode: &Inode, salvaged: &terrace_format::SalvagedBlob) -> Option<String> {
-    use terrace_format::Entry;
-    if salvaged.lost == 0 || !matches!(inode.kind, FileType::Regular | FileType::Symlink) {
-        return None;
-    }
-    let mapped = |tier: TierId, block: u64| {
-        salvaged.entries.iter().any(|e| match e {
-            Entry::Write(w) => {
-                w.wflags & terrace_format::WRITE_FLAG_ZERO == 0
-                    && w.tier == tier
-                    && (w.block.get()..w.block.get() + u64::from(w.blocks)).contains(&block)
-            }
-            Entry::Copy(c) => {
-                c.tier == tier
-                    && (c.block.get()..c.block.get() + u64::from(c.blocks)).contains(&block)
-            }
-            _ => false,
-        })
-    };
-    let mut sums = 0;
-    let mut orphan = false;
-    for e in &salvaged.entries {
-        if let Entry::Sums { tier, block, crcs } = e {
-            sums += 1;
-            orphan |= (0..crcs.len() as u64).any(|k| !mapped(*tier, block.get() + k));
-        }
-    }
-    let has_data = inode.attr.size > 0
-        || salvaged
-            .entries
-            .iter()
-            .any(|e| matches!(e, Entry::Write(_)));
-    let may =
-        inode.kind == FileType::Symlink || salvaged.lost >= 2 || orphan || (sums == 0 && has_data);
-    may.then(|| {
-        format!(
-            "{} log entries lost: the file's data may be incomplete; reads fail with EIO until this attribute is removed",
-            salvaged.lost
-        )
-    })
-}
-
-/// What an inode whose blob lost its attribute entry gets instead of the
-/// creation-time attributes its slot holds: the size its data entries
-/// recorded (a blob's write entries carry the file's size), and of the
-/// permissions only the owner's, no set-ID bits — a file made private
-/// with chmod after its creation must not become readable by others.
-fn attributes_lost(inode: &mut Inode, salvaged: &[terrace_format::Entry]) {
-    let size = salvaged
-        .iter()
-        .filter_map(|e| match e {
-            terrace_format::Entry::Write(w) => Some(w.size_after),
-            _ => None,
-        })
-        .max();
-    if let Some(size) = size {
-        inode.attr.size = size;
-    }
-    inode.attr.mode &= libc::S_IFMT | 0o700;
 }
 
 /// Records, from the Sums entries of one replayed inode's log (in log
@@ -608,12 +479,13 @@ fn scan_view(
                             .iter()
                             .any(|e| matches!(e, terrace_format::Entry::Attr(_)))
                         {
-                            attributes_lost(&mut inode, &salvaged.entries);
+                            crate::recovery_blobs::attributes_lost(&mut inode, &salvaged.entries);
                             what.push_str(
                                 "; its attributes are lost (permissions kept for the owner only)",
                             );
                         }
-                        if let Some(why) = data_may_be_lost(&inode, salvaged) {
+                        if let Some(why) = crate::recovery_blobs::data_may_be_lost(&inode, salvaged)
+                        {
                             inode.xattrs.insert(
                                 crate::service_state::DAMAGED_XATTR.to_vec(),
                                 why.clone().into_bytes(),

@@ -3,9 +3,13 @@
 //! on a block tier (design.md §3.6), and the scan reads each back through
 //! a one-block-run memory, since packed blobs of consecutive inodes share
 //! blocks. Every number read from the image is checked against the device
-//! before it is used: a crafted image with valid CRCs may carry any.
+//! before it is used: a crafted image with valid CRCs may carry any. A
+//! blob that fails its checks gives what still reads of it
+//! (`LogBlob::salvage`); what that leaves of the inode's attributes and
+//! data is judged here ([`attributes_lost`], [`data_may_be_lost`]).
 
-use crate::types::Ino;
+use crate::inode::Inode;
+use crate::types::{FileType, Ino};
 use std::sync::Arc;
 use terrace_format::{LogBlob, PhysBlock, TierId, BLOCK_SIZE};
 use terrace_media::BlockMedia;
@@ -103,4 +107,78 @@ pub(crate) fn blob_fits_its_place(offset: u64, bytes: u64) -> bool {
 /// overflow (a crafted image with a valid CRC may carry any numbers).
 pub(crate) fn fits_within(first: PhysBlock, blocks: u64, end: PhysBlock) -> bool {
     first.checked_end(blocks).is_some_and(|last| last <= end)
+}
+
+/// Why the data of a file whose blob was read only in part
+/// ([`LogBlob::salvage`](terrace_format::LogBlob::salvage)) may be
+/// incomplete, if it may: a lost entry could have mapped data, and the
+/// file would then read zeros there. A blob's data entries are block-tier
+/// writes, each with Sums entries for its blocks, so one lost entry is
+/// known not to be data when every salvaged checksum still has its write;
+/// it may be when a checksum lost its write, when the file has data but no
+/// checksums were read (the lost entry may be the write of a pool older
+/// than checksums), or when more than one entry was lost. A symlink's
+/// target is its data: any loss counts.
+pub(crate) fn data_may_be_lost(
+    inode: &Inode,
+    salvaged: &terrace_format::SalvagedBlob,
+) -> Option<String> {
+    use terrace_format::Entry;
+    if salvaged.lost == 0 || !matches!(inode.kind, FileType::Regular | FileType::Symlink) {
+        return None;
+    }
+    let mapped = |tier: TierId, block: u64| {
+        salvaged.entries.iter().any(|e| match e {
+            Entry::Write(w) => {
+                w.wflags & terrace_format::WRITE_FLAG_ZERO == 0
+                    && w.tier == tier
+                    && (w.block.get()..w.block.get() + u64::from(w.blocks)).contains(&block)
+            }
+            Entry::Copy(c) => {
+                c.tier == tier
+                    && (c.block.get()..c.block.get() + u64::from(c.blocks)).contains(&block)
+            }
+            _ => false,
+        })
+    };
+    let mut sums = 0;
+    let mut orphan = false;
+    for e in &salvaged.entries {
+        if let Entry::Sums { tier, block, crcs } = e {
+            sums += 1;
+            orphan |= (0..crcs.len() as u64).any(|k| !mapped(*tier, block.get() + k));
+        }
+    }
+    let has_data = inode.attr.size > 0
+        || salvaged
+            .entries
+            .iter()
+            .any(|e| matches!(e, Entry::Write(_)));
+    let may =
+        inode.kind == FileType::Symlink || salvaged.lost >= 2 || orphan || (sums == 0 && has_data);
+    may.then(|| {
+        format!(
+            "{} log entries lost: the file's data may be incomplete; reads fail with EIO until this attribute is removed",
+            salvaged.lost
+        )
+    })
+}
+
+/// What an inode whose blob lost its attribute entry gets instead of the
+/// creation-time attributes its slot holds: the size its data entries
+/// recorded (a blob's write entries carry the file's size), and of the
+/// permissions only the owner's, no set-ID bits — a file made private
+/// with chmod after its creation must not become readable by others.
+pub(crate) fn attributes_lost(inode: &mut Inode, salvaged: &[terrace_format::Entry]) {
+    let size = salvaged
+        .iter()
+        .filter_map(|e| match e {
+            terrace_format::Entry::Write(w) => Some(w.size_after),
+            _ => None,
+        })
+        .max();
+    if let Some(size) = size {
+        inode.attr.size = size;
+    }
+    inode.attr.mode &= libc::S_IFMT | 0o700;
 }
