@@ -348,7 +348,7 @@ pub fn repair(
                     empty_blob_log(&*media, &sc, *ino);
                     report.repaired.push(format!(
                         "emptied the log of inode {ino}{} (its log on a block tier is unreadable)",
-                        crate::recovery::path_note_of(
+                        crate::problem_paths::path_note_of(
                             *ino,
                             names.get_or_insert_with(|| sc.names())
                         )
@@ -463,7 +463,7 @@ fn keep_salvaged_blobs(media: &dyn PmMedia, sc: &Scan, inos: &[Ino], report: &mu
         if !still_a_blob {
             continue; // freed, or recalled by a fix of this repair
         }
-        let path = crate::recovery::path_note_of(ino, &names);
+        let path = crate::problem_paths::path_note_of(ino, &names);
         let kept = if uncounted {
             None
         } else {

@@ -56,6 +56,7 @@ pub mod ops_xattr;
 pub mod placement_stats;
 pub mod placement_view;
 pub mod pointer_repair;
+mod problem_paths;
 pub mod read_pins;
 pub mod recovery;
 mod recovery_blobs;

@@ -28,7 +28,7 @@ use terrace_media::PmMedia;
 
 pub use crate::recovery_blobs::TierDevices;
 use crate::recovery_blobs::{blob_fits_its_place, fits_within, read_log_blob, BlobBlocks};
-pub use crate::recovery_problems::{path_note_of, LogWord, OpenError, Problem};
+pub use crate::recovery_problems::{LogWord, OpenError, Problem};
 
 /// Everything a scan learned.
 pub struct Scan {
