@@ -15,6 +15,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import struct
 from pathlib import Path
 from typing import Iterator
@@ -48,7 +49,8 @@ N = 2000
 def cold_pool() -> Iterator[tuple[Path, Path, Path]]:
     """A pool (PM 16M, SSD 256M) whose directory /mail holds N small
     files, cold at once (migration age 0, threshold 1%): their data, then
-    the logs of more than 100 of them, moved to the SSD; unmounted.
+    the logs of at least 60 of them (how many depends on the pace of the
+    passes: 94 to 258 seen), moved to the SSD; unmounted.
     Yields the pool, the SSD image and a mount point."""
     with temp_ssd_image() as ssd, temp_pool_path() as pool, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:256M", "--inodes", "4000")
@@ -58,7 +60,7 @@ def cold_pool() -> Iterator[tuple[Path, Path, Path]]:
                 (mnt / "mail" / f"m{i}").write_bytes(body(i))
             terrace("set", mnt, "migration_age_ns", "0")
             terrace("set", mnt, "migration_threshold", "1")
-            moved = wait_until(lambda: m.status()["log_migration"]["logs_on_tiers"] > 100, 60,
+            moved = wait_until(lambda: m.status()["log_migration"]["logs_on_tiers"] >= 60, 60,
                                interval=0.5)
             assert moved, ("the test needs logs on the SSD", m.status()["log_migration"])
         yield pool, ssd, mnt
@@ -120,7 +122,8 @@ def test_fsck_of_a_pool_whose_ssd_header_is_zeroed_lists_fifty_problems_then_a_c
         assert cp.returncode == 1, cp.stdout + cp.stderr
         lines = [ln for ln in cp.stdout.splitlines() if ln.strip().startswith("problem:")]
         assert len(lines) == 51, cp.stdout[-3000:]
-        assert "more (`terrace fsck --json` lists them all)" in lines[-1], lines[-1]
+        more = re.search(r"\.\.\. and (\d+) more \(`terrace fsck --json` lists them all\)", lines[-1])
+        assert more, lines[-1]
         assert "which was not opened" in cp.stdout, cp.stdout[-3000:]
         cp = fsck(pool, "--json")
-        assert len(json.loads(cp.stdout)["problems"]) > 100
+        assert len(json.loads(cp.stdout)["problems"]) == 50 + int(more.group(1))
