@@ -13,6 +13,8 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import helpers
@@ -177,7 +179,10 @@ def test_a_restored_backup_of_the_pm_tier_is_refused_once_the_pool_moved_on():
 
 def test_fsck_reports_a_block_tier_that_is_truncated_replaced_or_damaged_and_reads_nothing_from_it():
     """fsck checks each block tier's header against the superblock as mount
-    does (it used to read another pool's image and say "clean")."""
+    does (it used to read another pool's image and say "clean"). A tier
+    truncated, replaced or missing is read from no more; one whose header
+    is damaged is compared with what the pool recorded there, and checked
+    when it is the tier (the tests below)."""
     with temp_pool_path() as pool, temp_pool_path("other") as other, helpers.temp_ssd_image() as ssd, \
             helpers.temp_ssd_image("ssd2") as ssd2, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
@@ -257,3 +262,102 @@ def test_fsck_with_a_tier_holding_logs_missing_keeps_the_orphans_and_says_to_put
         with mounted_pool(pool, mnt):
             for rel, data in files.items():
                 assert (mnt / rel).read_bytes() == data, rel
+
+
+def test_a_zeroed_tier_header_is_written_again_by_repair_only_on_the_pools_own_device():
+    """A new user zeroed the SSD tier's first 4 KiB (its header): mount,
+    `-o ro` and repair all refused, and the pool was lost although every
+    field of the header is in the superblock. Now fsck judges the device by
+    what the pool recorded on it (data checksums, log blobs): on the tier's
+    own device, `--repair` writes the header again and every file reads as
+    before; on another device at that path (a blank image, another file
+    system), nothing is written and the error says to put the tier back."""
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        with mounted_pool(pool, mnt):
+            files = fill_some(mnt)
+        assert_fsck_clean(pool, "before any damage")
+        good = ssd.read_bytes()
+
+        def zero_header(image: Path) -> None:
+            with open(image, "r+b") as f:
+                f.write(bytes(4096))
+
+        zero_header(ssd)
+        cp = terrace("mount", pool, mnt, "--daemon", check=False)
+        assert_clean_error(cp, mentions=[str(ssd), "fsck --repair"])
+        cp = terrace("fsck", pool, check=False)
+        out = cp.stdout + cp.stderr
+        assert cp.returncode == 1, out
+        assert "holds the pool's tier" in out and "fsck --repair" in out, out
+        assert ssd.read_bytes()[:4096] == bytes(4096), "a check wrote the header"
+
+        # Another device at the tier's path: a blank image, then one whose
+        # block 0 holds something else. Repair writes nothing to either.
+        for block0 in (bytes(4096), os.urandom(4096)):
+            with open(ssd, "wb") as f:
+                f.write(block0)
+            os.truncate(ssd, 64 * MiB)
+            before = ssd.read_bytes()
+            cp = terrace("fsck", "--repair", pool, check=False)
+            out = cp.stdout + cp.stderr
+            assert cp.returncode == 1, out
+            assert "may not be the tier" in out and str(ssd) in out, out
+            assert ssd.read_bytes() == before, "repair wrote to a device that is not the tier"
+
+        # The tier's own image made into an ext4 file system without a
+        # discard: its old blocks still match the pool's records, but
+        # block 0 is now the file system's, never overwritten.
+        if shutil.which("mkfs.ext4"):
+            ssd.write_bytes(good)
+            subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", str(ssd)], check=True)
+            before = ssd.read_bytes()
+            cp = terrace("fsck", "--repair", pool, check=False)
+            out = cp.stdout + cp.stderr
+            assert cp.returncode == 1, out
+            assert "ext2/ext3/ext4 file system" in out, out
+            assert ssd.read_bytes() == before, "repair wrote over a file system"
+
+        # The tier's own image, header zeroed: repaired, clean, files intact.
+        ssd.write_bytes(good)
+        zero_header(ssd)
+        cp = terrace("fsck", "--repair", pool, check=False)
+        out = cp.stdout + cp.stderr
+        assert cp.returncode == 0, out
+        assert "written again from the pool's record" in out, out
+        assert ssd.read_bytes()[:4096] == good[:4096], "the header differs from the one mkfs wrote"
+        assert_fsck_clean(pool, "after the repair")
+        with mounted_pool(pool, mnt):
+            check(files)
+
+
+def test_a_blank_header_of_a_tier_the_pool_has_not_used_yet_is_written_again():
+    """With nothing recorded on the tier to compare, a blank block 0 (or a
+    damaged header that still names the pool) is enough: nothing of anyone's
+    is there to lose."""
+    with temp_pool_path() as pool, helpers.temp_ssd_image() as ssd, temp_mountpoint() as mnt:
+        terrace("mkfs", "--tier", f"pm:{pool}:16M", "--tier", f"ssd:{ssd}:64M")
+        with mounted_pool(pool, mnt):
+            (mnt / "small").write_bytes(b"on pm only")
+        good = ssd.read_bytes()[:4096]
+        with open(ssd, "r+b") as f:
+            f.write(bytes(4096))
+        cp = terrace("fsck", "--repair", pool, check=False)
+        out = cp.stdout + cp.stderr
+        assert cp.returncode == 0, out
+        assert "block 0 is blank" in out, out
+        assert ssd.read_bytes()[:4096] == good
+        with mounted_pool(pool, mnt):
+            assert (mnt / "small").read_bytes() == b"on pm only"
+
+
+def fill_some(mnt: Path) -> dict:
+    """Like `fill`, on a smaller pool: files on PM and 24 MiB on the SSD."""
+    files = {}
+    (mnt / "d").mkdir()
+    for i in range(10):
+        p = mnt / "d" / f"small{i}"
+        files[p] = helpers.write_pattern_file(p, 4096 * (i + 1), i)
+    big = mnt / "big"
+    files[big] = helpers.write_pattern_file(big, 24 * MiB, 99)
+    return files

@@ -4,11 +4,14 @@
 //! check of every block read from a block tier against its recorded
 //! checksum ([`Fs::verify_read`], [`Fs::verified_prefix`],
 //! [`Fs::blocks_intact`]). A mismatch is counted, logged once per read and
-//! returned as EIO: damaged data is never served.
+//! returned as EIO: damaged data is never served. The log line names the
+//! inode whose data it is (every reader knows it, so naming it costs
+//! nothing); not its path, which only a walk of every directory finds
+//! (`terrace scrub` and `terrace fsck --data` name it).
 
 use crate::fs::Fs;
 use crate::sums::{block_crc, sums_entries_in, BlockSums, SumsTables};
-use crate::types::{errno, FsResult};
+use crate::types::{errno, FsResult, Ino};
 use std::sync::atomic::Ordering;
 use terrace_format::{Entry, PhysBlock, TierId, BLOCK_SIZE};
 
@@ -31,10 +34,17 @@ impl Fs {
         sums_entries_in(&self.sums_tables(), entries)
     }
 
-    /// Checks `buf`, read from block `first` of tier `tier` on, against the
-    /// recorded checksums. A mismatch is counted, logged and returned as EIO.
-    pub(crate) fn verify_read(&self, tier: TierId, first: PhysBlock, buf: &[u8]) -> FsResult<()> {
-        if self.verified_prefix(tier, first, buf) * BLOCK_SIZE as usize == buf.len() {
+    /// Checks `buf`, data of inode `ino` read from block `first` of tier
+    /// `tier` on, against the recorded checksums. A mismatch is counted,
+    /// logged and returned as EIO.
+    pub(crate) fn verify_read(
+        &self,
+        ino: Ino,
+        tier: TierId,
+        first: PhysBlock,
+        buf: &[u8],
+    ) -> FsResult<()> {
+        if self.verified_prefix(ino, tier, first, buf) * BLOCK_SIZE as usize == buf.len() {
             Ok(())
         } else {
             Err(errno(libc::EIO))
@@ -43,15 +53,16 @@ impl Fs {
 
     /// Whether the `blocks` blocks from `first` on of tier `tier` read back
     /// and match their checksums (PM has none, nor do blocks written before
-    /// format 5: they count as intact). With `report`, a mismatch is counted
-    /// and logged (`verified_prefix`); scrub, which counts what it finds
-    /// itself, asks without.
+    /// format 5: they count as intact). With `report`, the inode whose data
+    /// they are, a mismatch is counted and logged naming it
+    /// (`verified_prefix`); scrub, which counts what it finds itself, asks
+    /// without.
     pub(crate) fn blocks_intact(
         &self,
         tier: TierId,
         first: PhysBlock,
         blocks: u64,
-        report: bool,
+        report: Option<Ino>,
     ) -> bool {
         if tier.is_pm() {
             return true;
@@ -67,8 +78,8 @@ impl Fs {
             if t.media.read_blocks((first + at).get(), chunk).is_err() {
                 return false;
             }
-            let intact = if report {
-                self.verified_prefix(tier, first + at, chunk) as u64 == n
+            let intact = if let Some(ino) = report {
+                self.verified_prefix(ino, tier, first + at, chunk) as u64 == n
             } else {
                 chunk
                     .chunks(BLOCK_SIZE as usize)
@@ -100,7 +111,7 @@ impl Fs {
     /// number, a new mapping has a new one).
     pub(crate) fn still_mapped(
         &self,
-        ino: crate::types::Ino,
+        ino: Ino,
         (fb, blocks): (terrace_format::FileBlock, u64),
         seq: u64,
     ) -> bool {
@@ -112,10 +123,17 @@ impl Fs {
             .is_some_and(|(s, e)| e.seq == seq && s + e.blocks >= fb + blocks)
     }
 
-    /// How many leading blocks of `buf` (read from block `first` of `tier`
-    /// on) match their checksums (blocks without one count as matching). The
-    /// first mismatch is counted and logged.
-    pub(crate) fn verified_prefix(&self, tier: TierId, first: PhysBlock, buf: &[u8]) -> usize {
+    /// How many leading blocks of `buf` (data of inode `ino`, read from
+    /// block `first` of `tier` on) match their checksums (blocks without one
+    /// count as matching). The first mismatch is counted and logged, naming
+    /// the inode.
+    pub(crate) fn verified_prefix(
+        &self,
+        ino: Ino,
+        tier: TierId,
+        first: PhysBlock,
+        buf: &[u8],
+    ) -> usize {
         let blocks = buf.len().div_ceil(BLOCK_SIZE as usize);
         let Some(sums) = self.sums_of(tier) else {
             return blocks;
@@ -139,7 +157,7 @@ impl Fs {
                     if n.is_power_of_two() {
                         let (got, want) = (block_crc(b), sums.get(blk).unwrap_or_default());
                         self.notice(format!(
-                            "checksum mismatch on tier {tier}, block {blk} (crc32c {got:08x}, recorded {want:08x}; mismatch {n} since mount, logged at each power of two, all counted by `terrace status`): the data read there is damaged and is never served: a read reads it once more, and fails with EIO if it is still damaged"
+                            "checksum mismatch on tier {tier}, block {blk}, data of inode {ino} (crc32c {got:08x}, recorded {want:08x}; mismatch {n} since mount, logged at each power of two, all counted by `terrace status`): the data read there is damaged and is never served: a read reads it once more, and fails with EIO if it is still damaged (`terrace scrub` names the file's path)"
                         ));
                     }
                     return i;

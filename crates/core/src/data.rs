@@ -10,7 +10,7 @@
 
 use crate::alloc::Run;
 use crate::fs::Fs;
-use crate::types::{errno, FsResult};
+use crate::types::{errno, FsResult, Ino};
 use terrace_format::{PhysBlock, TierId, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE;
@@ -494,10 +494,11 @@ impl Fs {
         !id.is_pm() && self.tier(id).is_ok_and(|t| t.space.is_retiring())
     }
 
-    /// Reads `dst.len()` bytes starting `off_in_block` bytes into block `block`
-    /// of tier `tier`.
+    /// Reads `dst.len()` bytes of inode `ino`'s data starting `off_in_block`
+    /// bytes into block `block` of tier `tier`.
     pub(crate) fn read_data(
         &self,
+        ino: Ino,
         tier: TierId,
         block: PhysBlock,
         off_in_block: u64,
@@ -515,7 +516,7 @@ impl Fs {
         let len = nblocks * BS as usize;
         let mut buf = self.read_buf(len);
         t.media.read_blocks(first.get(), &mut buf[..len])?;
-        self.verify_read(tier, first, &buf[..len])?;
+        self.verify_read(ino, tier, first, &buf[..len])?;
         dst.copy_from_slice(&buf[skip..skip + dst.len()]);
         self.give_read_buf(buf);
         Ok(())
@@ -542,17 +543,17 @@ impl Fs {
         }
     }
 
-    /// Reads `dst.len()` bytes starting `off_in_block` bytes into `block` of
-    /// block tier `tier`, through the DRAM cache. `left` is how many blocks of
-    /// the write entry remain from `block` on: a miss reads up to
-    /// `max_read_unit_bytes` of them (at least what `dst` needs) — only what
-    /// `dst` needs when `read_ahead` is off — and caches them. Returns
-    /// whether it fetched from an object tier (a miss there).
+    /// Reads `dst.len()` bytes of inode `ino`'s data starting `off_in_block`
+    /// bytes into `block` of block tier `tier`, through the DRAM cache. `left`
+    /// is how many blocks of the write entry remain from `block` on: a miss
+    /// reads up to `max_read_unit_bytes` of them (at least what `dst`
+    /// needs) — only what `dst` needs when `read_ahead` is off — and caches
+    /// them. Returns whether it fetched from an object tier (a miss there).
     pub(crate) fn read_block_tier(
         &self,
+        ino: Ino,
         tier: TierId,
-        block: PhysBlock,
-        left: u64,
+        (block, left): (PhysBlock, u64),
         off_in_block: u64,
         dst: &mut [u8],
         read_ahead: bool,
@@ -646,10 +647,10 @@ impl Fs {
             // mismatch is read once more first: data damaged on its way (an
             // object tier's network, a flaky link) then reads back right,
             // damage at rest fails again.
-            let mut good = self.verified_prefix(tier, blk, buf) as u64;
+            let mut good = self.verified_prefix(ino, tier, blk, buf) as u64;
             if good < need.min(n) {
                 t.media.read_blocks(blk.get(), buf).map_err(&mut failed)?;
-                good = self.verified_prefix(tier, blk, buf) as u64;
+                good = self.verified_prefix(ino, tier, blk, buf) as u64;
             }
             if good < need.min(n) {
                 self.give_read_buf(read);

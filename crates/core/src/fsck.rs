@@ -179,6 +179,10 @@ pub fn check_data(
 }
 
 /// Reads every referenced block-tier block of `sc` and checks its checksum.
+/// Each problem names the file by inode and path ("inode 43 (/dir/big):
+/// ..."): the paths are mapped once ([`Scan::names`]), after the reads and
+/// only when there is a problem to name (a clean pool costs no map, a
+/// badly damaged one a single map, never a search per problem).
 fn verify_data(
     sc: &Scan,
     tiers: &TierDevices,
@@ -199,6 +203,8 @@ fn verify_data(
     let total: u64 = runs.iter().map(|r| r.4).sum();
     let mut done = 0u64;
     let mut buf = vec![0u8; (256 * BS) as usize];
+    // (inode, what is wrong): named with the inode's path once all are found.
+    let mut damaged: Vec<(Ino, String)> = Vec::new();
     for (ino, fb, tier, block, blocks) in runs {
         let Some((_, dev)) = tiers.iter().find(|(id, _)| *id == tier.get()) else {
             continue; // a missing tier is reported by the scan
@@ -211,12 +217,15 @@ fn verify_data(
             if let Err(e) = dev.read_blocks((block + off).get(), chunk) {
                 report.bad_blocks += n;
                 report.data_problems += 1;
-                report.problems.push(format!(
-                    "inode {ino}: file blocks {}..{} on tier {tier} (blocks {}..{}) cannot be read: {e}",
-                    fb + off,
-                    fb + off + n,
-                    block + off,
-                    block + off + n
+                damaged.push((
+                    ino,
+                    format!(
+                        "file blocks {}..{} on tier {tier} (blocks {}..{}) cannot be read: {e}",
+                        fb + off,
+                        fb + off + n,
+                        block + off,
+                        block + off + n
+                    ),
                 ));
                 off += n;
                 continue;
@@ -229,9 +238,12 @@ fn verify_data(
                     Some(false) => {
                         report.bad_blocks += 1;
                         report.data_problems += 1;
-                        report.problems.push(format!(
-                            "inode {ino}: file block {} on tier {tier} block {b}: checksum mismatch (the data is damaged; reads of it fail with EIO)",
-                            fb + off + i as u64
+                        damaged.push((
+                            ino,
+                            format!(
+                                "file block {} on tier {tier} block {b}: checksum mismatch (the data is damaged; reads of it fail with EIO)",
+                                fb + off + i as u64
+                            ),
                         ));
                     }
                 }
@@ -240,6 +252,14 @@ fn verify_data(
             done += n;
             progress(done, total);
         }
+    }
+    if damaged.is_empty() {
+        return;
+    }
+    let names = sc.names();
+    for (ino, what) in damaged {
+        let path = crate::problem_paths::path_note_of(ino, &names);
+        report.problems.push(format!("inode {ino}{path}: {what}"));
     }
 }
 
@@ -355,6 +375,25 @@ pub fn repair(
                     ));
                 }
                 rescan = true;
+            }
+            Problem::SlotBitFlip { ino, byte } => {
+                // The corrected slot differs from the stored one in this
+                // byte alone: one store, which a crash cannot tear.
+                let slot = sc.slot_offset(*ino);
+                let mut raw = [0u8; INODE_SIZE];
+                media.read(slot, &mut raw);
+                let corrected = terrace_format::correct_one_flipped_bit(&raw);
+                if let Some((fixed, _)) = corrected.filter(|&(_, at)| at == *byte) {
+                    media.write(slot + *byte as u64, &fixed[*byte..*byte + 1]);
+                    media.persist(slot + *byte as u64, 1);
+                    report.repaired.push(format!(
+                        "corrected one flipped bit (byte {byte}) of the slot of inode {ino}{}",
+                        crate::problem_paths::path_note_of(
+                            *ino,
+                            names.get_or_insert_with(|| sc.names())
+                        )
+                    ));
+                }
             }
             Problem::BadLog { ino, safe_tail, .. } => {
                 truncate_log(&*media, sc.slot_offset(*ino), *safe_tail);

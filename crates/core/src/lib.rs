@@ -77,6 +77,7 @@ pub mod tier;
 pub mod tier_attach;
 pub mod tier_detach;
 pub mod tier_epoch;
+pub mod tier_identity;
 pub mod tier_list;
 mod tier_stamp;
 pub mod trim;

@@ -108,7 +108,9 @@ impl Fs {
         for h in &held {
             let at = ((h.file_block - fb0) * BS) as usize;
             let part = &mut buf[at..at + (h.blocks * BS) as usize];
-            if self.read_data(h.tier, h.block, 0, part).is_err() || part.iter().any(|&b| b != 0) {
+            if self.read_data(ino, h.tier, h.block, 0, part).is_err()
+                || part.iter().any(|&b| b != 0)
+            {
                 return Ok(None);
             }
         }

@@ -226,6 +226,7 @@ impl Fs {
         // one not yet classed) never has it.
         let sequential = i.access_class() == terrace_policy::AccessClass::Sequential;
         let mut c = ReadCapture {
+            ino: i.ino,
             end: off,
             out: Vec::new(),
             pieces: Vec::new(),
@@ -255,7 +256,8 @@ impl Fs {
                     let len = (run_end - pos) as usize;
                     let block = e.block + (fb - s);
                     if e.tier.is_pm() {
-                        self.read_data(TierId::PM, block, pos % BS, &mut c.out[at..at + len])?;
+                        let out = &mut c.out[at..at + len];
+                        self.read_data(i.ino, TierId::PM, block, pos % BS, out)?;
                     } else {
                         c.pieces.push(BlockPiece {
                             tier: e.tier,
@@ -299,6 +301,7 @@ impl Fs {
     /// from being freed (see [`Fs::read`]).
     fn finish_read(&self, c: ReadCapture) -> FsResult<Vec<u8>> {
         let ReadCapture {
+            ino,
             mut out,
             pieces,
             overlay,
@@ -309,9 +312,9 @@ impl Fs {
         let mut object_miss = false;
         for p in pieces {
             object_miss |= self.read_block_tier(
+                ino,
                 p.tier,
-                p.block,
-                p.left,
+                (p.block, p.left),
                 p.off_in_block,
                 &mut out[p.at..p.at + p.len],
                 read_ahead,
@@ -347,6 +350,8 @@ struct BlockPiece {
 /// them (copied), whether misses read ahead, and whether an object tier's
 /// next windows are fetched in the background (a sequential file).
 struct ReadCapture {
+    /// The file read (named by a checksum mismatch's log line).
+    ino: Ino,
     out: Vec<u8>,
     pieces: Vec<BlockPiece>,
     overlay: Vec<(usize, Vec<u8>)>,

@@ -1,7 +1,9 @@
 //! Where a file's data lives: the read-only virtual xattrs
 //! `user.terrace.tiers` (one line) and `user.terrace.extents` (one line per
 //! extent, read by `terrace where`), and how it is accessed:
-//! `user.terrace.access` (its HetFS access trace and class). They are
+//! `user.terrace.access` (its HetFS access trace and class), and why
+//! migration leaves it where it is: `user.terrace.moves` (read by `terrace
+//! where` to explain a placement rule not met). They are
 //! computed from DRAM state, never stored, not listed by listxattr, and
 //! cannot be set or removed (EPERM). The one stored, writable name under the
 //! prefix is the placement rule, `user.terrace.rule` (see `rules`).
@@ -42,6 +44,14 @@ pub const XATTR_EXTENTS: &[u8] = b"user.terrace.extents";
 /// The file's access trace and HetFS class, one line:
 /// `class=C requests=N sequential=P% small=P% reads=N writes=N bytes=N`.
 pub const XATTR_ACCESS: &[u8] = b"user.terrace.access";
+/// Why migration does not move the file: [`MOVES_DAMAGED`] and a
+/// sentence when a move found blocks failing their checksums and the file's
+/// data has not changed since (no move of it is tried until it does); empty
+/// when nothing stops its moves.
+pub const XATTR_MOVES: &[u8] = b"user.terrace.moves";
+/// The first word of [`XATTR_MOVES`] for a file whose damaged data stops
+/// its moves.
+pub const MOVES_DAMAGED: &str = "damaged";
 /// Largest value a virtual xattr returns (the kernel's xattr size limit).
 const MAX_VALUE: usize = 65536;
 
@@ -64,6 +74,20 @@ impl Fs {
                 )
                 .into_bytes(),
             );
+        }
+        if name == XATTR_MOVES {
+            let damaged = self
+                .migrator
+                .found_damaged(i.ino, (i.generation, i.data_seq));
+            return Some(if damaged {
+                format!(
+                    "{MOVES_DAMAGED}: a move found data failing its checksums; \
+                     no move is tried until the file's data changes"
+                )
+                .into_bytes()
+            } else {
+                Vec::new()
+            });
         }
         if name != XATTR_TIERS && name != XATTR_EXTENTS {
             return None;

@@ -1,6 +1,7 @@
 //! The paths of the inodes a scan's problems concern, for mount refusals
 //! and fsck reports ("inode 43 (/big): ..."): one child → name map per
-//! report ([`Scan::names`]), walked up to the root.
+//! report ([`Scan::names`]), walked up to the root. A mounted pool's scrub
+//! walks a map of the same shape, built from the live inodes (`scrub.rs`).
 
 use crate::recovery::{Problem, Scan};
 use crate::types::Ino;
@@ -52,7 +53,7 @@ pub fn path_note_of(ino: Ino, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> String {
 /// A path of `ino` from the root by `names` ([`Scan::names`]); `None` when
 /// no directory the scan read names it, or the walk up does not reach the
 /// root (a cycle, or deeper than any report needs).
-fn path_of(ino: Ino, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> Option<String> {
+pub fn path_of(ino: Ino, names: &HashMap<Ino, (Ino, Vec<u8>)>) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     let mut at = ino;
     while at != ROOT_INO {

@@ -402,18 +402,27 @@ fn scan_view(
             Ok(s) if is_used_state(s.state) => s,
             Ok(_) => continue,
             Err(e) => {
-                problems.push(match damaged_slot_word(raw) {
-                    Some(word) => Problem::BadLogPointer {
-                        ino,
-                        word,
-                        safe_tail: 0,
-                    },
-                    None => Problem::BadSlot {
-                        ino,
-                        what: format!("slot {e}"),
-                    },
-                });
-                continue;
+                let corrected = terrace_format::correct_one_flipped_bit(raw)
+                    .and_then(|(b, byte)| Some((InodeSlot::decode(&b).ok()?, byte)));
+                if let Some((slot, byte)) = corrected {
+                    // One flipped bit that the slot's check corrects: the
+                    // inode is read so (`fsck --repair` writes it).
+                    problems.push(Problem::SlotBitFlip { ino, byte });
+                    slot
+                } else {
+                    problems.push(match damaged_slot_word(raw) {
+                        Some(word) => Problem::BadLogPointer {
+                            ino,
+                            word,
+                            safe_tail: 0,
+                        },
+                        None => Problem::BadSlot {
+                            ino,
+                            what: format!("slot {e}"),
+                        },
+                    });
+                    continue;
+                }
             }
         };
         let Some(mut inode) = Inode::from_slot(ino, &slot) else {

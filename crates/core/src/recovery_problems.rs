@@ -56,6 +56,15 @@ pub enum Problem {
         /// Detail.
         what: String,
     },
+    /// An in-use slot that failed its check by one flipped bit, which the
+    /// check corrects (`format::correct_one_flipped_bit`): the inode is read
+    /// with it corrected, and `fsck --repair` writes the corrected slot.
+    SlotBitFlip {
+        /// Inode.
+        ino: Ino,
+        /// Byte of the slot the bit was in.
+        byte: usize,
+    },
     /// A log that cannot be read to its tail; replayed up to `safe_tail`.
     BadLog {
         /// Inode.
@@ -169,6 +178,7 @@ impl Problem {
                 | Problem::BadLogPointer { .. }
                 | Problem::LogOnMissingTier { .. }
                 | Problem::BadSlot { .. }
+                | Problem::SlotBitFlip { .. }
                 | Problem::DanglingEntry { .. }
         )
     }
@@ -192,6 +202,7 @@ impl Problem {
     pub fn ino(&self) -> Option<Ino> {
         match self {
             Problem::BadSlot { ino, .. }
+            | Problem::SlotBitFlip { ino, .. }
             | Problem::BadLog { ino, .. }
             | Problem::BadLogPointer { ino, .. }
             | Problem::DirectoryLinkedTwice { ino }
@@ -208,6 +219,10 @@ impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Problem::BadSlot { ino, what } => write!(f, "inode {ino}: {what}"),
+            Problem::SlotBitFlip { ino, byte } => write!(
+                f,
+                "inode {ino}: one bit of its slot (byte {byte}) flipped; the slot's check corrects it"
+            ),
             Problem::BadLog { ino, what, .. } => write!(f, "inode {ino}: log unreadable: {what}"),
             Problem::BadLogPointer { ino, word, .. } => {
                 write!(

@@ -11,8 +11,12 @@
 //!   (the copy is promoted, the damaged block freed).
 //!
 //! A damaged block with no good copy cannot be repaired: it is reported
-//! (file and offset), and reads of it keep failing with EIO until the file
-//! range is rewritten or deleted. A read-only mount scrubs without repairing.
+//! (inode, path and offset), and reads of it keep failing with EIO until the
+//! file range is rewritten or deleted. A read-only mount scrubs without
+//! repairing. The paths come from one map of every directory's names
+//! ([`Fs::live_names`]), made at the first such block a scrub reports and
+//! kept for the rest of it: a scrub that finds none walks no directory, and
+//! one that finds many walks them once.
 //!
 //! One scrub runs at a time, in its own thread, at a bounded rate (bytes per
 //! second of reads, 0 = unbounded); [`Fs::scrub_status`] shows it running and
@@ -21,6 +25,7 @@
 use crate::fs::Fs;
 use crate::service_state::ScrubReport;
 use crate::types::{errno, FsResult, Ino};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +34,9 @@ use terrace_format::{CopyEntry, CopyOp, Entry, FileBlock, PhysBlock, TierId, BLO
 const BS: u64 = BLOCK_SIZE;
 /// Blocks read per request.
 const CHUNK_BLOCKS: u64 = 256;
+
+/// Where each live inode is named: child → (directory, name).
+type Names = HashMap<Ino, (Ino, Vec<u8>)>;
 
 /// One location of mapped data to read: a primary run or a copy.
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +114,8 @@ impl Fs {
         };
         let mut buf = vec![0u8; (chunk_blocks * BS) as usize];
         let mut read_bytes = 0u64;
+        // Mapped at the first block the scrub cannot repair, if any.
+        let mut names: Option<Names> = None;
         'files: for (ino, _) in inos {
             for p in self.scrub_pieces(ino) {
                 let mut off = 0;
@@ -116,7 +126,7 @@ impl Fs {
                     }
                     let n = (p.blocks - off).min(chunk_blocks);
                     let chunk = &mut buf[..(n * BS) as usize];
-                    self.scrub_chunk(ino, &p, off, chunk, repair);
+                    self.scrub_chunk(ino, &p, off, chunk, repair, &mut names);
                     off += n;
                     read_bytes += n * BS;
                     if rate > 0 {
@@ -202,9 +212,42 @@ impl Fs {
         out
     }
 
+    /// Where each live inode is named: child → (directory, name), the first
+    /// name found. One walk of every directory, each locked alone (no lock
+    /// held meanwhile): made only for a report that names paths.
+    fn live_names(&self) -> Names {
+        let mut names = Names::new();
+        for (d, slot) in self.table.iter().enumerate() {
+            let g = slot.lock();
+            let Some(dir) = g
+                .as_ref()
+                .filter(|i| !i.zombie)
+                .and_then(|i| i.dir.as_ref())
+            else {
+                continue;
+            };
+            let d = d as Ino;
+            for (_, name, child, _) in dir.iter() {
+                if child != d {
+                    names.entry(child).or_insert_with(|| (d, name.to_vec()));
+                }
+            }
+        }
+        names
+    }
+
     /// Reads and checks `chunk.len()` blocks of piece `p` from block `off`
-    /// of it on, repairing what can be.
-    fn scrub_chunk(&self, ino: Ino, p: &Piece, off: u64, chunk: &mut [u8], repair: bool) {
+    /// of it on, repairing what can be. What cannot be repaired is reported
+    /// with the file's path, by `names` (mapped here at the first such block).
+    fn scrub_chunk(
+        &self,
+        ino: Ino,
+        p: &Piece,
+        off: u64,
+        chunk: &mut [u8],
+        repair: bool,
+        names: &mut Option<Names>,
+    ) {
         let n = chunk.len() as u64 / BS;
         let first = p.block + off;
         let read = self
@@ -247,8 +290,12 @@ impl Fs {
                 true => self.update_scrub(|r| r.repaired_blocks += 1),
                 false => {
                     let at = (p.file_block + k).byte_offset();
+                    let names = names.get_or_insert_with(|| self.live_names());
+                    let path = crate::problem_paths::path_of(ino, names)
+                        .map(|path| format!(" of {path}"))
+                        .unwrap_or_default();
                     let what = format!(
-                        "inode {ino}, bytes {at}..{} ({} on tier {} block {}): damaged, {}",
+                        "inode {ino}, bytes {at}..{}{path} ({} on tier {} block {}): damaged, {}",
                         at + BS,
                         if p.copy { "clean copy" } else { "data" },
                         p.tier,
@@ -284,7 +331,7 @@ impl Fs {
             let Some((t, b)) = p.second else {
                 return Ok(false);
             };
-            if !self.blocks_intact(t, b + k, 1, false) {
+            if !self.blocks_intact(t, b + k, 1, None) {
                 return Ok(false);
             }
             Entry::Copy(CopyEntry {

@@ -1,6 +1,7 @@
 //! `terrace fsck`: checks (and with `--repair` repairs) an unmounted pool,
 //! its block and object tiers included, and prints the report.
 
+use crate::tier_header_mend::Judged;
 use crate::util::{self, CliError, CliResult};
 use serde_json::json;
 use std::path::Path;
@@ -94,19 +95,37 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
     // there. A tier that cannot be opened is left out (its logs are
     // reported as on a missing device, never repaired away).
     // A tier whose header does not name this pool and tier, or that is
-    // missing or truncated, is a problem of the pool; nothing is read from it.
+    // missing or truncated, is a problem of the pool; nothing is read from
+    // it. A damaged or blank header is judged from what the pool recorded
+    // on the device (`tier_header_mend.rs`): when the device is the tier,
+    // it is checked, and --repair writes the header again.
     let mut tier_problems: Vec<String> = Vec::new();
+    let mut tier_repairs: Vec<String> = Vec::new();
+    // A tier left out (missing, wrong, damaged and not shown to be the
+    // tier): repair touches nothing its logs may need.
+    let mut tier_refused = false;
+    // Tiers whose header is damaged or blank (`tier_header_mend.rs`).
+    let mut damaged: Vec<&terrace_format::TierRecord> = Vec::new();
     let mut tiers: Vec<(u8, Arc<dyn terrace_media::BlockMedia>)> = Vec::new();
     for t in sb.tiers.iter().filter(|t| t.id != 0) {
         if t.kind == terrace_format::TierKind::S3 {
             match crate::object_tier::open(t, &sb, None) {
                 Ok(m) => tiers.push((t.id, Arc::new(m))),
-                Err(e) => tier_problems.push(e),
+                Err(e) => {
+                    tier_refused = true;
+                    tier_problems.push(e)
+                }
             }
             continue;
         }
         if let Err(e) = crate::tier_check::check_tier(t, &sb) {
-            tier_problems.push(e);
+            match util::read_head(Path::new(&t.path), terrace_format::BLOCK_SIZE as usize) {
+                Ok(head) if crate::tier_check::header_is_damaged(t, &sb, &head) => damaged.push(t),
+                _ => {
+                    tier_refused = true;
+                    tier_problems.push(e);
+                }
+            }
             continue;
         }
         let opened = if repair {
@@ -120,6 +139,24 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
                 "tier {} ({}) cannot be opened: {e}; logs stored there are not checked",
                 t.id, t.path
             )),
+        }
+    }
+    // Judged once every other tier is open: their logs map data there.
+    for t in damaged {
+        match crate::tier_header_mend::judge(t, &sb, &pm, repair, &tiers) {
+            Judged::Usable {
+                dev,
+                problem,
+                repaired,
+            } => {
+                tier_problems.extend(problem);
+                tier_repairs.extend(repaired);
+                tiers.push((t.id, dev));
+            }
+            Judged::Refused(e) => {
+                tier_refused = true;
+                tier_problems.push(e);
+            }
         }
     }
     let result = if repair {
@@ -148,8 +185,9 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
         b.finish_and_clear();
     }
     let mut rep = result.map_err(|e| cannot(CliError::at(pool, e)))?;
-    let tier_trouble = !tier_problems.is_empty() || rep.tier_missing;
+    let tier_trouble = tier_refused || rep.tier_missing;
     rep.problems.splice(0..0, tier_problems);
+    rep.repaired.splice(0..0, tier_repairs);
     let clean = rep.is_clean();
     if as_json {
         let mut v = serde_json::to_value(&rep).unwrap_or_else(|_| json!({}));
@@ -255,7 +293,7 @@ pub fn fsck(pool: &Path, repair: bool, data: bool, as_json: bool, quiet: bool) -
                     "problems remain"
                 },
                 if tier_trouble {
-                    "; put the missing or wrong tier back first (repair does not touch tiers), then check again"
+                    "; put the missing or wrong tier back first, then check again"
                 } else if rep.data_problems == k {
                     "; repair does not touch file data: mount the pool and run `terrace scrub`, which repairs damaged blocks from a good copy where one exists; a range with none reads EIO until that part of the file is rewritten or the file deleted"
                 } else if repair {

@@ -21,6 +21,7 @@ mod status_text;
 mod syslog;
 mod tier_check;
 mod tier_cmd;
+mod tier_header_mend;
 mod util;
 mod where_cmd;
 

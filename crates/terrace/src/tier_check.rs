@@ -32,6 +32,22 @@ pub fn check_tier(t: &TierRecord, sb: &Superblock) -> Result<(), String> {
     Ok(())
 }
 
+/// What a refusal of a damaged or blank tier header adds.
+const MEND_HINT: &str = "`terrace fsck` tells whether the device still holds the pool's tier, \
+     and `terrace fsck --repair` then writes its header again from the pool's record";
+
+/// Whether the tier header `head` of tier `t` fails its own check: no
+/// magic, or a checksum that fails (a torn stamping is not damage). Such a
+/// header may be written again from the pool's record
+/// (`tier_header_mend.rs`); one that decodes but names another pool, tier
+/// or size is a different device, never rewritten.
+pub fn header_is_damaged(t: &TierRecord, sb: &Superblock, head: &[u8]) -> bool {
+    matches!(
+        TierHeader::decode_torn(head, &terrace_core::tier_epoch::known_epochs(sb, t.id)),
+        Err(terrace_format::FormatError::BadMagic | terrace_format::FormatError::BadChecksum)
+    )
+}
+
 /// Checks the tier header `head` (block 0 of tier `t`) against the pool's
 /// superblock `sb`: it names this pool, tier id, kind, size and extent
 /// size, and was last stamped by this copy of the PM tier (a stale copy is
@@ -42,10 +58,14 @@ pub fn check_header(t: &TierRecord, sb: &Superblock, head: &[u8]) -> Result<(), 
         Ok(h) => h,
         Err(terrace_format::FormatError::BadMagic) => {
             return Err(format!(
-                "{what} holds no Terrace tier header (wrong file or device?)"
+                "{what} holds no Terrace tier header (wrong file or device? {MEND_HINT})"
             ))
         }
-        Err(e) => return Err(format!("{what}: tier header is damaged ({e:?})")),
+        Err(e) => {
+            return Err(format!(
+                "{what}: tier header is damaged ({e:?}; {MEND_HINT})"
+            ))
+        }
     };
     if h.pool_uuid != sb.uuid {
         return Err(format!(

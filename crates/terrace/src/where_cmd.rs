@@ -9,6 +9,12 @@
 //! `user.terrace.extents` is read instead; it stops at 64 KiB (about 2,700
 //! extents), and a listing cut there is flagged and fails with exit code 1.
 //!
+//! A pinned file (`terrace rule`) whose data is not all on its rule's tier
+//! is said not to meet its rule, and why: not moved yet (room), or damaged
+//! data — a move found blocks failing their checksums, and no move is tried
+//! until the file's data changes (the daemon's read-only xattr
+//! `user.terrace.moves` says so).
+//!
 //! By default adjacent extents on the same tier are shown as one run (with
 //! how many extents it joins); `--all` lists every extent with its block
 //! address and write-size counter; `--json` gives both.
@@ -307,6 +313,10 @@ pub fn run(path: &Path, all: bool, as_json: bool) -> CliResult {
     let access = getxattr(path, "user.terrace.access")
         .ok()
         .map(|v| String::from_utf8_lossy(&v).into_owned());
+    // Whether damaged data stops its moves (an older daemon has no such
+    // xattr: not known, so not said).
+    let damaged = getxattr(path, MOVES_XATTR)
+        .is_ok_and(|v| String::from_utf8_lossy(&v).starts_with(MOVES_DAMAGED));
     if as_json {
         let extents: Vec<serde_json::Value> = rows
             .iter()
@@ -314,11 +324,14 @@ pub fn run(path: &Path, all: bool, as_json: bool) -> CliResult {
             .collect();
         util::out(
             &serde_json::json!({"path": path, "size": md.len(), "extents": extents, "runs": runs,
-                "bytes_per_tier": per_tier, "complete": !reader.cut, "rule": rule, "access": access})
+                "bytes_per_tier": per_tier, "complete": !reader.cut, "rule": rule, "access": access,
+                "damaged_data": damaged})
             .to_string(),
         );
     } else {
-        print_file(path, &md, &rows, &runs, all, &per_tier, rule, access);
+        print_file(
+            path, &md, &rows, &runs, all, &per_tier, rule, access, damaged,
+        );
     }
     if reader.cut {
         return Err(cut_error(path));
@@ -336,6 +349,7 @@ fn print_file(
     per_tier: &BTreeMap<String, u64>,
     rule: Option<String>,
     access: Option<String>,
+    damaged: bool,
 ) {
     let mut o = String::new();
     o.push_str(&format!("{}\n", path.display()));
@@ -407,7 +421,7 @@ fn print_file(
         "rule: {}{}",
         rule.as_deref().unwrap_or("auto (no rule)"),
         rule.as_deref()
-            .map(|r| rule_not_met(r, per_tier))
+            .map(|r| rule_not_met(r, per_tier, damaged))
             .unwrap_or_default()
     ));
     if let Some(a) = access {
@@ -416,22 +430,45 @@ fn print_file(
     util::out(&o);
 }
 
+/// The read-only xattr saying why migration does not move a file
+/// (`terrace_core::placement_view::XATTR_MOVES`).
+const MOVES_XATTR: &str = "user.terrace.moves";
+/// Its first word when damaged data stops the file's moves.
+const MOVES_DAMAGED: &str = "damaged";
+
 /// What the `rule:` line adds when part of a pinned file's data is on
 /// another tier than the rule's (named by kind, as `per_tier` is): a pin
 /// to PM spills to the first block tier while PM is full, and migration
-/// moves such data to the rule's tier as room allows. Data still in the
-/// DRAM cache is on its way and clean copies are second places: neither
-/// counts. Empty when the rule holds, or names a tier by id.
-fn rule_not_met(rule: &str, per_tier: &BTreeMap<String, u64>) -> String {
-    if !["pm", "ssd", "hdd", "s3"].contains(&rule) {
-        return String::new();
-    }
+/// moves such data to the rule's tier as room allows — unless the data is
+/// `damaged` (a move found blocks failing their checksums: no move is tried
+/// until the file's data changes), which is then the reason given, also
+/// for a rule naming a tier by id. Data still in the DRAM cache is on its
+/// way and clean copies are second places: neither counts. Empty when the
+/// rule holds, or names a tier by id and the data is not damaged.
+fn rule_not_met(rule: &str, per_tier: &BTreeMap<String, u64>, damaged: bool) -> String {
+    let by_kind = ["pm", "ssd", "hdd", "s3"].contains(&rule);
     let elsewhere: u64 = per_tier
         .iter()
         .filter(|(t, _)| t.as_str() != rule && t.as_str() != "dram" && !t.ends_with("-copy"))
         .map(|(_, b)| *b)
         .sum();
-    if elsewhere == 0 {
+    if by_kind && elsewhere == 0 {
+        return String::new();
+    }
+    if damaged {
+        return format!(
+            " (not met{}: the file's data is damaged — a move found blocks failing \
+             their checksums, and no move is tried until the file's data changes \
+             (a write, a truncate, or a scrub repair); `terrace scrub` or \
+             `terrace fsck --data` name the damaged blocks)",
+            if by_kind {
+                format!(" for {}", human(elsewhere))
+            } else {
+                String::new()
+            }
+        );
+    }
+    if !by_kind {
         return String::new();
     }
     format!(
@@ -555,24 +592,48 @@ mod tests {
     #[test]
     fn a_rule_is_said_not_met_only_for_primary_data_on_another_tier() {
         let tiers = |v: &[(&str, u64)]| v.iter().map(|(t, b)| (t.to_string(), *b)).collect();
-        assert_eq!(rule_not_met("pm", &tiers(&[("pm", 1 << 20)])), "");
+        assert_eq!(rule_not_met("pm", &tiers(&[("pm", 1 << 20)]), false), "");
         assert_eq!(
             rule_not_met(
                 "pm",
-                &tiers(&[("pm", 4096), ("dram", 8192), ("ssd-copy", 4096)])
+                &tiers(&[("pm", 4096), ("dram", 8192), ("ssd-copy", 4096)]),
+                false
             ),
             "",
             "cached data and clean copies do not count"
         );
-        let said = rule_not_met("pm", &tiers(&[("pm", 4096), ("ssd", 1 << 20)]));
+        let said = rule_not_met("pm", &tiers(&[("pm", 4096), ("ssd", 1 << 20)]), false);
         assert!(
             said.contains("not met yet for 1.0 MiB") && said.contains("pm had no room"),
             "{said}"
         );
         assert_eq!(
-            rule_not_met("2", &tiers(&[("ssd", 4096)])),
+            rule_not_met("2", &tiers(&[("ssd", 4096)]), false),
             "",
             "an id is not matched"
+        );
+    }
+
+    /// A pinned file whose move found damaged data is not blamed on room:
+    /// it stays where it is until its data changes, and the line says so.
+    #[test]
+    fn a_rule_unmet_for_damaged_data_names_the_damage_not_room() {
+        let tiers = |v: &[(&str, u64)]| v.iter().map(|(t, b)| (t.to_string(), *b)).collect();
+        let said = rule_not_met("pm", &tiers(&[("pm", 4096), ("ssd", 1 << 20)]), true);
+        assert!(
+            said.contains("not met for 1.0 MiB")
+                && said.contains("data is damaged")
+                && said.contains("until the file's data changes")
+                && said.contains("terrace fsck --data")
+                && !said.contains("no room"),
+            "{said}"
+        );
+        let by_id = rule_not_met("2", &tiers(&[("ssd", 4096)]), true);
+        assert!(by_id.contains("data is damaged"), "{by_id}");
+        assert_eq!(
+            rule_not_met("pm", &tiers(&[("pm", 1 << 20)]), true),
+            "",
+            "a rule that holds is met, damaged or not"
         );
     }
 

@@ -126,7 +126,7 @@ impl Fs {
             let g = self.lock(ino)?;
             let i = g.as_ref().expect("live");
             if mode != Mode::DropCopy
-                && self.migrator.damaged_data.lock().get(&ino) == Some(&(i.generation, i.data_seq))
+                && self.migrator.found_damaged(ino, (i.generation, i.data_seq))
             {
                 return Err(errno(libc::EIO));
             }
@@ -158,7 +158,7 @@ impl Fs {
         // PM side may be the only good data; scrub drops the damaged copy).
         if matches!(mode, Mode::Move | Mode::Evict) {
             pieces.retain_mut(|p| match p.copy {
-                Some((t, b)) if t == to && !self.blocks_intact(t, b, p.blocks, true) => {
+                Some((t, b)) if t == to && !self.blocks_intact(t, b, p.blocks, Some(ino)) => {
                     p.copy = None;
                     mode == Mode::Move
                 }
@@ -298,7 +298,7 @@ impl Fs {
                     } else if !self.still_mapped(ino, (p.file_block, p.blocks), p.seq) {
                         Ok(None)
                     } else {
-                        let r = self.verify_read(p.tier, p.block, data);
+                        let r = self.verify_read(ino, p.tier, p.block, data);
                         damaged = r.is_err();
                         r.map(Some)
                     }

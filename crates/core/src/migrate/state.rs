@@ -149,6 +149,13 @@ impl Migrator {
             ..Default::default()
         }
     }
+
+    /// Whether a move found damaged data in inode `ino` while its slot
+    /// generation and data sequence were `(generation, data_seq)`: then no
+    /// move of it is tried (`damaged_data`), and `terrace where` says so.
+    pub(crate) fn found_damaged(&self, ino: crate::types::Ino, data: (u32, u64)) -> bool {
+        self.damaged_data.lock().get(&ino) == Some(&data)
+    }
 }
 
 /// How long drains must have moved nothing before the daemon's log says
