@@ -581,7 +581,8 @@ def test_files_of_a_broken_directory_are_kept_in_lost_found_by_fsck_repair(pool,
         write_fsynced(d / "sub" / "g", b"nested")
         sub = os.stat(d / "sub").st_ino
         ino = os.stat(d).st_ino
-    xor_slot_byte(pool, ino, 28, 0x40)  # the uid, under the slot checksum
+    # Two bits of the uid, under the slot checksum (one it would correct).
+    xor_slot_byte(pool, ino, 28, 0x41)
     assert_clean_error(attempt_mount(pool, mountpoint), mentions=["fsck --repair"])
     cp = helpers.fsck(pool, "--repair")
     assert cp.returncode == 0, helpers.describe(cp, "fsck --repair")

@@ -334,13 +334,14 @@ fn a_head_damaged_beyond_correction_is_freed_never_pointed_at_a_later_page() {
     fs.unmount().unwrap();
 }
 
-/// Flips a byte of the checksummed part of `ino`'s slot: the slot is broken
-/// beyond correction.
+/// Flips two bits of the checksummed part of `ino`'s slot: the slot is
+/// broken beyond correction (one flipped bit the check corrects:
+/// `slot_bit_flips.rs`).
 fn break_slot(m: &MemMedia, ino: u64) {
     let at = inode_offset(ino) + 28; // uid, under the slot checksum
     let mut b = [0u8; 1];
     m.read(at, &mut b);
-    m.write(at, &[b[0] ^ 0x40]);
+    m.write(at, &[b[0] ^ 0x41]);
 }
 
 /// A directory whose slot is broken is freed by repair, but the inodes only
