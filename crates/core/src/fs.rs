@@ -265,7 +265,7 @@ impl Fs {
         // (`Problem::blocks_read_only_mount`): their data is refused.
         // (The names are mapped only for a damaged pool: a walk of every
         // directory.)
-        let damaged: Vec<String> = if sc.problems.iter().any(Problem::blocks_mount) {
+        let mut damaged: Vec<String> = if sc.problems.iter().any(Problem::blocks_mount) {
             let names = sc.names();
             sc.problems
                 .iter()
@@ -278,6 +278,17 @@ impl Fs {
         for ino in sc.problems.iter().filter_map(Problem::quarantined) {
             if let Some(i) = sc.inodes.get_mut(&ino) {
                 i.damaged = true;
+            }
+        }
+        // What only a lost name led to is shown in /lost+found, in memory.
+        if read_only && !damaged.is_empty() {
+            let lost = crate::read_only_lost::show_lost_files(&*media, &devices, &mut sc)?;
+            if lost > 0 {
+                damaged.push(format!(
+                    "{lost} {} that no directory names any more: shown in /lost+found as #INODE, \
+                     in memory only (`terrace fsck --repair` keeps them there)",
+                    if lost == 1 { "file" } else { "files" }
+                ));
             }
         }
         // A read-only mount of a pool that needs recovery serves the state

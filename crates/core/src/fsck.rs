@@ -610,7 +610,7 @@ fn adopt_orphans(
     report: &mut FsckReport,
 ) -> Result<(), OpenError> {
     let sc = crate::recovery::scan_keeping_orphans(media, tiers, progress)?;
-    let adopt = orphans_to_adopt(&sc);
+    let adopt = crate::read_only_lost::orphans_to_adopt(&sc);
     let Some(alloc) = sc.alloc.as_ref() else {
         return Ok(());
     };
@@ -675,30 +675,6 @@ fn adopt_orphans(
     }
     append_fixes(media, &sc.log_space, alloc, &sc, fixes, report);
     Ok(())
-}
-
-/// The orphans of `sc` (a scan that kept them) worth keeping, with their
-/// directory entry types: link count above 0, and not named by another
-/// orphan directory (adopting that one brings them along).
-fn orphans_to_adopt(sc: &Scan) -> Vec<(Ino, u8)> {
-    let orphans: std::collections::HashSet<Ino> = sc.orphans.iter().copied().collect();
-    let named: std::collections::HashSet<Ino> = sc
-        .orphans
-        .iter()
-        .filter_map(|o| sc.inodes.get(o)?.dir.as_ref())
-        .flat_map(|d| d.iter().map(|(_, _, child, _)| child))
-        .filter(|c| orphans.contains(c))
-        .collect();
-    let mut adopt: Vec<(Ino, u8)> = sc
-        .orphans
-        .iter()
-        .filter(|o| !named.contains(o))
-        .filter_map(|o| sc.inodes.get(o).map(|i| (*o, i)))
-        .filter(|(_, i)| i.attr.nlink > 0)
-        .map(|(o, i)| (o, i.kind.dt()))
-        .collect();
-    adopt.sort_unstable();
-    adopt
 }
 
 /// Takes a free inode slot that no entry names and makes it an empty

@@ -57,6 +57,7 @@ pub mod placement_stats;
 pub mod placement_view;
 pub mod pointer_repair;
 mod problem_paths;
+mod read_only_lost;
 pub mod read_pins;
 pub mod recovery;
 mod recovery_blobs;

@@ -163,6 +163,25 @@ fn a_flipped_bit_in_a_directorys_cold_log_is_served_around_read_only_and_repair_
         assert_eq!(&fs.read(*ino, 0, data.len() + 10).unwrap(), data, "{name}");
     }
     assert_eq!(fs.read(big, 0, big_data.len()).unwrap(), big_data);
+    // The file only the lost name led to is shown where repair will keep
+    // it, in memory only: a copy of the mount takes it too.
+    let lf = fs.lookup(1, b"lost+found").expect("lost+found shown").ino;
+    assert_eq!(fs.getattr(lf).unwrap().mode & 0o7777, 0o700);
+    let shown = fs.lookup(lf, format!("#{lost_ino}").as_bytes()).unwrap();
+    assert_eq!(shown.ino, lost_ino);
+    let (_, _, lost_data) = files.iter().find(|f| f.0 == lost_name).unwrap();
+    assert_eq!(
+        &fs.read(lost_ino, 0, lost_data.len() + 10).unwrap(),
+        lost_data
+    );
+    assert!(
+        fs.mount_report()
+            .damaged
+            .iter()
+            .any(|d| d.contains("1 file that no directory names") && d.contains("/lost+found")),
+        "{:?}",
+        fs.mount_report().damaged
+    );
     fs.unmount().unwrap();
     drop(fs);
     assert!(
