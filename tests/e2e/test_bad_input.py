@@ -462,6 +462,8 @@ BAD_SETTINGS = {
     "config-wrong-type": ([], "log_migration = 3\n"),
     "config-not-toml": ([], "this is = = not toml\n"),
     "config-and-o-cross-key": (["-o", "nvmfs_dirty_low_percent=60"], "nvmfs_dirty_high_percent = 40\n"),
+    # A bare integer for a duration meant ns in the file, seconds on -o.
+    "config-duration-bare-integer": ([], "writeback_age_ns = 5\n"),
 }
 
 
@@ -484,6 +486,46 @@ def test_bad_settings_fail_in_one_line_and_leave_every_pool_byte_unchanged(pool,
         helpers.unmount(helpers.Mount(pool, mountpoint))
     assert_clean_error(cp)
     assert sha256_file(pool) == before
+
+
+@pytest.mark.parametrize("args,config", list(BAD_SETTINGS.values()), ids=list(BAD_SETTINGS))
+def test_bad_settings_are_usage_errors_from_the_config_file_as_from_o(pool, mountpoint, tmp_path,
+                                                                      args, config):
+    """A bad setting is bad input wherever it comes from: exit status 2, as
+    the README and `terrace --help` say (an unknown key or bad TOML in
+    --config exited 1; so did keys that do not go together)."""
+    extra = list(args)
+    if config is not None:
+        cfg = tmp_path / "terrace.toml"
+        cfg.write_text(config)
+        extra += ["--config", str(cfg)]
+    cp = attempt_mount(pool, mountpoint, *extra)
+    assert_clean_error(cp)
+    assert cp.returncode == 2, helpers.describe(cp, "expected exit status 2 (usage error)")
+
+
+def test_a_bare_number_means_seconds_from_the_config_file_o_and_set(pool, mountpoint, tmp_path):
+    """`writeback_age_ns = "5"` in --config is 5 s, as `-o
+    writeback_age_ns=5` and `terrace set MNT writeback_age_ns 5` are; the
+    bare integer `writeback_age_ns = 5`, which gave 5 ns, is refused
+    naming both readings."""
+    cfg = tmp_path / "terrace.toml"
+    cfg.write_text("writeback_age_ns = 5\n")
+    cp = attempt_mount(pool, mountpoint, "--config", cfg)
+    msg = assert_clean_error(cp, mentions=[str(cfg), "writeback_age_ns", '"5s" or "5ns"'])
+    assert cp.returncode == 2, msg
+    cfg.write_text('writeback_age_ns = "5"\nmigration_age_ns = "30"\n')
+    terrace("mount", pool, mountpoint, "--daemon", "--config", cfg, "-o", "s3_backoff_ns=2",
+            timeout=60)
+    m = helpers.Mount(pool, mountpoint)
+    try:
+        st = m.status()["settings"]
+        assert (st["writeback_age_ns"], st["migration_age_ns"], st["s3_backoff_ns"]) == \
+            (5 * 10**9, 30 * 10**9, 2 * 10**9), st
+        terrace("set", mountpoint, "writeback_age_ns", "7")
+        assert m.status()["settings"]["writeback_age_ns"] == 7 * 10**9
+    finally:
+        helpers.unmount(m)
 
 
 GOOD_CROSS_KEY = {

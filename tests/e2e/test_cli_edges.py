@@ -133,6 +133,12 @@ def test_the_default_inode_count_counts_the_block_tiers():
     count = lambda out: int(re.search(r"inodes: (\d+)", out).group(1))  # noqa: E731
     assert count(alone) == 16383
     assert count(tiered) == 81919, tiered
+    # The help's formula counts slots (16,384): the line names them and
+    # says why files get one fewer.
+    assert "inodes: 16383 (16,384 slots; slot 0 is reserved)" in alone, alone
+    assert "inodes: 81919 (81,920 slots; slot 0 is reserved)" in tiered, tiered
+    help_text = " ".join(terrace("mkfs", "--help").stdout.split())
+    assert "Slot 0 is reserved" in help_text, help_text
 
 
 def test_mkfs_help_describes_what_block_tiers_do_now(terrace_bin):

@@ -8,11 +8,15 @@ build before the fix left 30 MiB of 512 behind (pool and files as here).
 The race depends on timing: under this harness the old build passed 6 runs
 of 6, so this test guards the property rather than proving the fix."""
 
+import contextlib
 import hashlib
 import json
 import os
+import tempfile
 import time
+from pathlib import Path
 
+import helpers
 from helpers import assert_clean_error, mounted_pool, sha256_file, temp_mountpoint, \
     temp_pool_path, temp_ssd_image, terrace
 
@@ -77,6 +81,45 @@ def test_migrate_up_of_a_file_larger_than_pm_moves_none_of_it_and_says_why():
             assert "past its migration threshold" in cp.stderr, cp.stderr
             assert "terrace rule PATH pm" in cp.stderr, cp.stderr
             assert sha256_file(big) == big_sum
+
+
+@contextlib.contextmanager
+def small_tmpfs(size: str):
+    """A dedicated tmpfs of `size` under /tmp; unmounted (lazily if still
+    held) and removed afterwards."""
+    d = Path(tempfile.mkdtemp(prefix=helpers.unique_name("tmpfs") + "-", dir=helpers.MOUNT_PARENT))
+    mounted = False
+    try:
+        helpers.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", d])
+        mounted = True
+        yield d
+    finally:
+        if mounted and helpers.run(["umount", d], check=False).returncode != 0:
+            helpers.run(["umount", "-l", d], check=False)
+        with contextlib.suppress(OSError):
+            d.rmdir()
+
+
+def test_migrate_into_a_block_tier_whose_image_fills_up_names_the_room():
+    """A move into an HDD tier whose (sparse) image's file system fills up
+    failed per file with a bare "no space left on device", where a move to
+    pm names the room; now each says how much was to move and what room
+    there was: the image's file system's, and the tier's unused bytes."""
+    with small_tmpfs("12M") as fsdir, temp_pool_path() as pool, temp_mountpoint() as mnt:
+        hdd = fsdir / "hdd.img"
+        terrace("mkfs", "--force", "--tier", f"pm:{pool}:64M", "--tier", f"hdd:{hdd}:64M")
+        with mounted_pool(pool, mnt):
+            files = [mnt / f"f{k}" for k in range(20)]
+            for k, f in enumerate(files):
+                f.write_bytes(os.urandom(1500 * 1000))
+            cp = terrace("migrate", "--to", "hdd", mnt, *files, check=False)
+            msg = assert_clean_error(cp, one_line=False)
+            failed = [ln for ln in msg.splitlines() if "no space left on device" in ln]
+            assert failed, msg
+            for ln in failed:
+                assert "no room on hdd: " in ln and " to move, room for " in ln, ln
+                assert f"its image {hdd} is on a file system with" in ln, ln
+                assert "of the tier unused" in ln, ln
 
 
 def test_migrate_defragment_rewrites_a_scattered_file_in_order_and_keeps_its_contents():

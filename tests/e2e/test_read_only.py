@@ -101,6 +101,13 @@ def test_an_ro_mount_of_a_pool_that_needs_recovery_serves_it_recovered_in_memory
             st = json.loads(terrace("status", mnt, "--json").stdout)
             assert st["recovery"]["recovered_in_memory"] is True, st["recovery"]
             assert "in memory only" in helpers.daemon_log(mnt).read_text()
+            # The human status says the media were not repaired (it said
+            # "recovered at this mount" / "recovery ran at mount").
+            text = terrace("status", mnt).stdout
+            last = next(ln for ln in text.splitlines() if "last unmount" in ln)
+            assert "recovered in memory only" in last and "media untouched" in last, last
+            rec = next(ln for ln in text.splitlines() if ln.strip().startswith("recovery "))
+            assert "in memory only, the media untouched" in rec and "ran at mount" not in rec, rec
         assert hashes(pool, ssd) == before, "an ro mount of a pool that needs recovery wrote"
         # The read-write mount recovers it on media; then ro is a plain ro.
         with mounted_pool(pool, mnt) as m:
@@ -108,6 +115,13 @@ def test_an_ro_mount_of_a_pool_that_needs_recovery_serves_it_recovered_in_memory
             assert sha256_file(mnt / "f") == digest
         with mounted_pool(pool, mnt, "ro") as m:
             assert m.status()["recovery"]["recovered_in_memory"] is False
+
+
+def test_the_mount_help_says_ro_serves_an_unclean_pool_recovered_in_memory():
+    text = " ".join(terrace("mount", "--help").stdout.split())
+    assert "is refused: mount it read-write once" not in text, text
+    assert "not cleanly unmounted is served as recovery will leave it, recovered in memory only" \
+        in text, text
 
 
 def test_norecovery_is_taken_with_ro_and_refused_without_it():

@@ -1,9 +1,9 @@
 """Tiers added to and removed from an existing pool (`terrace tier add` and
 `terrace tier remove`, design.md §3, issue 19 point 1): a pool made with PM
 only gets an SSD tier and then an HDD tier, data moves onto them and reads
-back after remounts, the pool stays fsck-clean; the last tier is removed
-only once nothing is stored on it, from an unmounted pool or a mounted one
-with no unmount; every refusal is a clear one-line error that changes
+back after remounts, the pool stays fsck-clean; a tier is removed with
+its data moved to the other tiers first, from an unmounted pool or a
+mounted one with no unmount; every refusal is a clear one-line error that changes
 nothing; an object tier is added behind them against a real MinIO."""
 
 import json
@@ -43,14 +43,16 @@ def test_a_pm_only_pool_gains_block_tiers_that_take_data_and_loses_the_last_once
             terrace("migrate", "--quiet", "--to", "hdd", mnt, mnt / "f")
             assert where_bytes(mnt / "f").get("hdd") == 6 << 20
             assert sha256_file(mnt / "f") == digest
-        # The hdd tier holds the file: removing it is refused, nothing changes.
+        # A rule pins the file to the hdd: removing it is refused, naming
+        # the file, and nothing changes.
         cp = terrace("tier", "remove", pool, check=False)
-        assert_clean_error(cp, mentions=["still holds", "migrate"])
+        assert_clean_error(cp, mentions=["placement rule", "/f"])
         with mounted_pool(pool, mnt) as m:
             assert [t["kind"] for t in m.status()["tiers"]] == ["pm", "ssd", "hdd"]
+            assert where_bytes(mnt / "f").get("hdd") == 6 << 20
             assert sha256_file(mnt / "f") == digest
             terrace("rule", mnt / "f", "ssd")
-            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
+        # The removal moves the last tier's data up to the ssd.
         out = terrace("tier", "remove", pool).stdout
         assert "Removed tier 2" in out
         assert_fsck_clean(pool)
@@ -237,9 +239,9 @@ def kinds_of(m) -> list:
 def test_the_last_tier_of_a_mounted_pool_is_removed_once_nothing_is_stored_on_it():
     """`terrace tier remove MOUNTPOINT` (or the pm tier of a mounted pool):
     the daemon removes an empty last tier at once, wipes its header and lets
-    go of its file (it can be added again); while a file's data is on it, or
-    a placement rule names it, the removal is refused with one line and
-    nothing changes; once the data moves up it goes; the pool stays whole
+    go of its file (it can be added again); a file's data on it moves up
+    to pm with the removal; while a placement rule names it, the removal
+    is refused with one line and nothing changes; the pool stays whole
     and fsck-clean across the remount."""
     with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_mountpoint() as mnt:
         terrace("mkfs", "--tier", f"pm:{pool}:64M")
@@ -257,25 +259,23 @@ def test_the_last_tier_of_a_mounted_pool_is_removed_once_nothing_is_stored_on_it
             terrace("tier", "add", mnt, f"ssd:{ssd}:256M")
             terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
             assert where_bytes(mnt / "f").get("ssd") == 6 << 20
-            header = ssd.read_bytes()[:4096]
-            cp = terrace("tier", "remove", mnt, check=False)
-            assert_clean_error(cp, mentions=["tier 1", "still holds", "migrate"])
-            assert kinds_of(m) == ["pm", "ssd"]
-            assert where_bytes(mnt / "f").get("ssd") == 6 << 20
-            assert ssd.read_bytes()[:4096] == header
+            # The last tier's data moves up to pm with the removal.
+            out = terrace("tier", "remove", mnt).stdout
+            assert "Moving the data on tier 1" in out and "Removed tier 1" in out, out
+            assert kinds_of(m) == ["pm"]
+            assert not where_bytes(mnt / "f").get("ssd")
             assert sha256_file(mnt / "f") == digest
-            # Placement still uses the tier after the refusal.
+            terrace("tier", "add", mnt, f"ssd:{ssd}:256M")
             digest_g = write_pattern_file(mnt / "g", 1 << 20, 8)
             terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "g")
             assert where_bytes(mnt / "g").get("ssd") == 1 << 20
-            # Everything moves up; a rule naming the tier still refuses it.
-            terrace("migrate", "--quiet", "--to", "pm", mnt)
-            assert not where_bytes(mnt / "f").get("ssd")
+            # A rule naming the tier refuses it, before anything moves.
             (mnt / "d").mkdir()
             terrace("rule", mnt / "d", "ssd")
             cp = terrace("tier", "remove", mnt, check=False)
-            assert_clean_error(cp, mentions=["placement rule", "terrace rule"])
+            assert_clean_error(cp, mentions=["placement rule", "terrace rule", "/d"])
             assert kinds_of(m) == ["pm", "ssd"]
+            assert where_bytes(mnt / "g").get("ssd") == 1 << 20
             terrace("rule", mnt / "d", "auto")
             # The pool named by its pm tier reaches the same daemon.
             out = terrace("tier", "remove", pool).stdout
@@ -300,12 +300,11 @@ def test_an_object_tier_is_removed_from_a_mounted_pool_once_its_data_moves_up(s3
             digest = write_pattern_file(mnt / "cold", 3 << 20, 9)
             terrace("tier", "add", mnt, f"s3:{s3['url']}/{prefix}:1G")
             terrace("migrate", "--quiet", "--to", "s3", mnt, mnt / "cold")
-            cp = terrace("tier", "remove", mnt, check=False)
-            assert_clean_error(cp, mentions=["tier 2", "still holds"])
-            terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "cold")
+            # The removal moves the data up to the ssd itself.
             out = terrace("tier", "remove", mnt).stdout
             assert "Removed tier 2" in out and "marker" in out, out
             assert kinds_of(m) == ["pm", "ssd"]
+            assert where_bytes(mnt / "cold").get("ssd") == 3 << 20
             assert sha256_file(mnt / "cold") == digest
         assert_fsck_clean(pool)
         with mounted_pool(pool, mnt) as m:
@@ -313,10 +312,10 @@ def test_an_object_tier_is_removed_from_a_mounted_pool_once_its_data_moves_up(s3
             assert sha256_file(mnt / "cold") == digest
 
 
-def test_the_ssd_of_an_unmounted_pm_ssd_hdd_pool_is_removed_once_its_data_moves_down():
+def test_the_ssd_of_an_unmounted_pm_ssd_hdd_pool_is_removed_and_its_data_moves_down():
     """`terrace tier remove POOL ssd` (issue 19): a tier that is not the
-    last goes once empty, the hdd keeps its id 2, a tier added later takes
-    id 3; refusals (data there, pm, unknown tier) are one line and change
+    last goes, its data moved down first, the hdd keeps its id 2, a tier added later takes
+    id 3; refusals (pm, unknown tier) are one line and change
     nothing; the pool is fsck-clean and whole after each step."""
     with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
             temp_pool_path("hdd2") as hdd2, temp_mountpoint() as mnt:
@@ -326,25 +325,22 @@ def test_the_ssd_of_an_unmounted_pm_ssd_hdd_pool_is_removed_once_its_data_moves_
             digest = write_pattern_file(mnt / "f", 4 << 20, 3)
             terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
             assert where_bytes(mnt / "f").get("ssd") == 4 << 20
-        cp = terrace("tier", "remove", pool, "ssd", check=False)
-        assert_clean_error(cp, mentions=["tier 1", "still holds", "migrate"])
         before = pool.read_bytes()[:8192]
         for tier, says in [("pm", "pm tier"), ("0", "pm tier"), ("7", "no tier 7"),
                            ("nvme", "unknown tier")]:
             cp = terrace("tier", "remove", pool, tier, check=False)
             assert_clean_error(cp, mentions=[says])
         assert pool.read_bytes()[:8192] == before, "a refused removal wrote the superblock"
-        with mounted_pool(pool, mnt, "reverse_read_ratio=0") as m:
-            assert kinds_of(m) == ["pm", "ssd", "hdd"]
-            terrace("migrate", "--quiet", "--to", "hdd", mnt, mnt / "f")
-            assert where_bytes(mnt / "f").get("hdd") == 4 << 20
+        # The removal moves the ssd's data down to the hdd itself.
         out = terrace("tier", "remove", pool, "ssd").stdout
         assert "Removed tier 1" in out and "may be deleted" in out, out
+        assert "moving its data" in out, out
         assert ssd.read_bytes()[:4096] == bytes(4096), "the tier header was not wiped"
         assert_fsck_clean(pool)
         with mounted_pool(pool, mnt) as m:
             tiers = m.status()["tiers"]
             assert [(t["id"], t["kind"]) for t in tiers] == [(0, "pm"), (2, "hdd")], tiers
+            assert where_bytes(mnt / "f").get("hdd") == 4 << 20
             assert sha256_file(mnt / "f") == digest
         out = terrace("tier", "add", pool, f"hdd:{hdd2}:128M").stdout
         assert "Added tier 3" in out, out
@@ -358,7 +354,7 @@ def test_the_ssd_of_an_unmounted_pm_ssd_hdd_pool_is_removed_once_its_data_moves_
 
 def test_the_ssd_of_a_mounted_pm_ssd_hdd_pool_is_removed_at_once():
     """`terrace tier remove MOUNTPOINT ssd`: the daemon removes a middle
-    tier once its data moved down, with a file open across the change;
+    tier, its data moved down first, with a file open across the change;
     the hdd keeps its data and id; the pool is whole after a remount."""
     with temp_pool_path() as pool, temp_pool_path("ssd") as ssd, temp_pool_path("hdd") as hdd, \
             temp_mountpoint() as mnt:
@@ -368,12 +364,10 @@ def test_the_ssd_of_a_mounted_pm_ssd_hdd_pool_is_removed_at_once():
             digest = write_pattern_file(mnt / "f", 4 << 20, 5)
             digest_g = write_pattern_file(mnt / "g", 1 << 20, 6)
             terrace("migrate", "--quiet", "--to", "ssd", mnt, mnt / "f")
-            cp = terrace("tier", "remove", mnt, "1", check=False)
-            assert_clean_error(cp, mentions=["tier 1", "still holds", "migrate"])
-            assert kinds_of(m) == ["pm", "ssd", "hdd"]
+            assert where_bytes(mnt / "f").get("ssd") == 4 << 20
             with open(mnt / "g", "rb") as held:
-                terrace("migrate", "--quiet", "--to", "hdd", mnt, mnt / "f")
                 out = terrace("tier", "remove", mnt, "ssd").stdout
+                assert "Moving the data on tier 1" in out, out
                 assert "Removed tier 1" in out and str(mnt) in out, out
                 assert len(held.read()) == 1 << 20
             tiers = m.status()["tiers"]

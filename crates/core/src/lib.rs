@@ -78,6 +78,7 @@ pub mod tier;
 pub mod tier_attach;
 pub mod tier_detach;
 pub mod tier_epoch;
+pub mod tier_evacuate;
 pub mod tier_identity;
 pub mod tier_list;
 mod tier_stamp;

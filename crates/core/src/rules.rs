@@ -12,11 +12,19 @@
 //! # What it does
 //! - **Placement**: every write of a pinned file goes to its tier (the
 //!   placement policies' `TierRule::Pin`): a pin to PM holds while PM has
-//!   room and is below its forced mark (then the write spills to the first
-//!   block tier rather than fail: pinned data cannot be moved away, so it
-//!   never takes the last of PM, which metadata — inode slots and logs of
-//!   every file — needs), a pin to a block tier goes through the DRAM
-//!   cache, written back to that tier.
+//!   room and is below its forced mark, and leaves twice the metadata
+//!   reserve free ([`Fs::pm_pin_room_bytes`]; then the write spills to the
+//!   first block tier rather than fail: pinned data is not moved away for
+//!   data, so it never takes the last of PM, which metadata — inode slots
+//!   and logs of every file — needs), a pin to a block tier goes through
+//!   the DRAM cache, written back to that tier.
+//! - **Metadata first**: metadata can only live on PM, and it grows after
+//!   the pinned data is in place. When it has taken PM below its metadata
+//!   reserve and nothing else frees PM, migration moves pinned data down
+//!   too ([`Fs::yield_pm_pins_to_metadata`]): the rule is then unmet for
+//!   that data, as for data written while PM was full, and comes back as
+//!   room allows. Before (2026-12-07), creates on a PM that pinned data
+//!   filled to its forced mark got ENOSPC while the SSD had room.
 //! - **Migration**: background migration never moves a pinned file off its
 //!   tier (neither down nor, by reverse migration, up), and each pass moves
 //!   pinned files' data that sits elsewhere to their tier (up to
@@ -46,6 +54,7 @@ use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::service_state::RULE_XATTR;
 use crate::types::{errno, FileType, FsResult, Ino};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 use terrace_format::{TierId, BLOCK_SIZE};
 
@@ -163,8 +172,9 @@ impl Fs {
         };
         let forced = self.settings.read().migration_params().forced_percent;
         let room_below_forced = |tier: TierId| self.room_below(tier, forced);
-        // What PM can take for pins: below the mark, beyond the reserve.
-        let pm_room = || room_below_forced(TierId::PM).min(self.pm_data_free_bytes());
+        // What PM can take for pins: below the mark, beyond twice the
+        // reserve (what a yield to metadata frees: it is not undone here).
+        let pm_room = || self.pm_pin_room_bytes(forced);
         // Unpinned PM data is drained for pins until a drain moves nothing
         // (the rest of PM's data is pinned, or cached only): once a pass.
         let mut pm_drained_dry = false;
@@ -222,6 +232,114 @@ impl Fs {
         let key = self.room_key();
         self.ruled.lock().idle.turn(Instant::now(), moved > 0, key);
         moved
+    }
+}
+
+impl Fs {
+    /// PM blocks data pinned to PM leaves free beyond the blocks promised
+    /// to write-back: twice the metadata reserve. Pinned writes and the
+    /// rule enforcement stop there ([`Fs::pm_pin_room_bytes`]), and a yield
+    /// to metadata ([`Fs::yield_pm_pins_to_metadata`]) frees PM up to it,
+    /// so the two never undo each other's moves: between the reserve and
+    /// twice the reserve free, pinned data stays where it is.
+    pub(crate) fn pm_pin_floor_blocks(&self) -> u64 {
+        2 * self.pm_reserve_blocks()
+    }
+
+    /// Bytes of data pinned to PM that PM takes now: below the forced mark
+    /// (`forced`, percent) and beyond [`Fs::pm_pin_floor_blocks`].
+    pub(crate) fn pm_pin_room_bytes(&self, forced: u8) -> u64 {
+        let free = self
+            .pm_free_unpromised()
+            .saturating_sub(self.pm_pin_floor_blocks());
+        self.room_below(TierId::PM, forced).min(free * BLOCK_SIZE)
+    }
+
+    /// Gives PM back to metadata when it has less than its metadata reserve
+    /// free beyond the promised blocks (after the data drains and log
+    /// migration of the pass): moves PM data to the first block tier until
+    /// [`Fs::pm_pin_floor_blocks`] are free — unpinned data first, then
+    /// data rules pin to PM, coldest first. Returns the bytes moved.
+    ///
+    /// Why: inode slots and log pages live on PM only, and they grow after
+    /// the pinned data is in place (the forced mark leaves them a few
+    /// percent of PM). Migration may not move pinned data for data, so on a
+    /// PM full of it every create waited for a migration with nothing to
+    /// move and then failed with ENOSPC while the SSD had room (2026-12-07:
+    /// 9,130 of 90,000 small files refused with 854 MiB free, until the
+    /// rule was cleared). A rule is a placement preference; the room for
+    /// every file's metadata is a promise of the pool. Moved pinned data
+    /// is unmet, as data written while PM had no room is, and comes back
+    /// as room allows (`enforce_rules`, beyond the same floor).
+    ///
+    /// Only on pools with rules (the thresholds and log migration keep PM's
+    /// room otherwise); a yield that moved nothing (no block tier room,
+    /// pinned data only in the cache) backs off until the pool's room
+    /// changes ([`IdleBackoff`](crate::worker::IdleBackoff)).
+    pub(crate) fn yield_pm_pins_to_metadata(&self) -> u64 {
+        let Some(to) = self.tiers.first().map(|t| t.id) else {
+            return 0;
+        };
+        let free = self.pm_free_unpromised();
+        if free >= self.pm_reserve_blocks() {
+            return 0;
+        }
+        let key = self.room_key();
+        {
+            let r = self.ruled.lock();
+            if r.inos.is_empty() || !r.yield_idle.due(Instant::now(), key) {
+                return 0;
+            }
+        }
+        let goal = (self.pm_pin_floor_blocks() - free) * BLOCK_SIZE;
+        let params = self.settings.read().migration_params();
+        let policy = terrace_policy::migration::migration_policy("ziggurat")
+            .expect("the ziggurat policy exists");
+        let (pm, mode) = (TierId::PM, crate::migrate::Mode::Move);
+        let mut moved = self.drain(pm, to, goal, &params, &*policy, mode);
+        if moved < goal {
+            let pinned = self.drain_with(pm, to, goal - moved, &params, &*policy, mode, true);
+            let stats = &self.space_stats;
+            if pinned > 0
+                && stats
+                    .pins_yielded_bytes
+                    .fetch_add(pinned, Ordering::Relaxed)
+                    == 0
+            {
+                self.notice(format!(
+                    "PM is full of data pinned to it by rules: {} KiB of it moved to tier {to} \
+                     to make room for metadata (those files' rule is unmet until PM has room; \
+                     pin less to PM, or clear rules with `terrace rule -r DIR auto`)",
+                    pinned / 1024
+                ));
+            }
+            moved += pinned;
+        }
+        let key = self.room_key();
+        self.ruled
+            .lock()
+            .yield_idle
+            .turn(Instant::now(), moved > 0, key);
+        moved
+    }
+
+    /// Bytes of PM data that rules pin to PM (a walk over the ruled
+    /// inodes: for `terrace status`).
+    pub(crate) fn pm_pinned_bytes(&self) -> u64 {
+        let inos: Vec<Ino> = self.ruled.lock().inos.iter().copied().collect();
+        inos.into_iter()
+            .filter_map(|ino| {
+                let g = self.lock(ino).ok()?;
+                let i = g.as_ref()?;
+                (self.rule_of(i) == Some(TierId::PM)).then(|| {
+                    i.extents
+                        .iter()
+                        .filter(|(_, e)| e.tier.is_pm())
+                        .map(|(_, e)| e.blocks * BLOCK_SIZE)
+                        .sum::<u64>()
+                })
+            })
+            .sum()
     }
 }
 

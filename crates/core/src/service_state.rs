@@ -40,6 +40,9 @@ pub struct SpaceStats {
     /// Bytes of PM data moved into a block tier's recycling reserve for
     /// removals refused PM room (`migrate/rescue.rs`).
     pub rescued_bytes: AtomicU64,
+    /// Bytes of data pinned to PM by rules that migration moved to a block
+    /// tier because metadata needed PM (`Fs::yield_pm_pins_to_metadata`).
+    pub pins_yielded_bytes: AtomicU64,
     /// Set when a data write was refused for room, until the pool has room
     /// for that request again: the daemon's log says each change once, not
     /// once per refused write.
@@ -183,6 +186,9 @@ pub(crate) struct Ruled {
     pub(crate) inos: std::collections::BTreeSet<crate::types::Ino>,
     /// The back-off of passes that moved nothing.
     pub(crate) idle: crate::worker::IdleBackoff,
+    /// The back-off of PM's yields to metadata that moved nothing
+    /// (`Fs::yield_pm_pins_to_metadata`).
+    pub(crate) yield_idle: crate::worker::IdleBackoff,
     /// Walks of `inos` since mount (`terrace status`: the mover's looks).
     pub(crate) walks: u64,
 }

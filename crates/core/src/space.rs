@@ -265,16 +265,15 @@ impl Fs {
         let st = &self.space_stats;
         let state = if self.tiers.is_empty() {
             if free == 0 {
-                "PM full"
+                "PM full".to_string()
             } else {
-                ""
+                String::new()
             }
         } else if self.pm_free_unpromised() < reserve {
-            "PM full: new data goes to the block tiers, new metadata waits for migration"
+            self.pm_full_state()
         } else {
-            ""
-        }
-        .to_string();
+            String::new()
+        };
         SpaceStatus {
             pm_metadata_bytes: (sb.pool_start + table_growth + log_blocks) * BLOCK_SIZE,
             pm_log_bytes: log_blocks * BLOCK_SIZE,
@@ -289,7 +288,27 @@ impl Fs {
             room_retries: st.room_retries.load(Ordering::Relaxed),
             metadata_refused: st.metadata_refused.load(Ordering::Relaxed),
             rescued_bytes: st.rescued_bytes.load(Ordering::Relaxed),
+            pins_yielded_bytes: st.pins_yielded_bytes.load(Ordering::Relaxed),
             state,
+        }
+    }
+
+    /// Why PM is short of room for metadata, in words (`terrace status`):
+    /// when data rules pin to PM holds most of PM's data, the rules are
+    /// what fills it, and migration makes room by moving some of that data
+    /// down (`Fs::yield_pm_pins_to_metadata`); say so, and what to do.
+    fn pm_full_state(&self) -> String {
+        let pinned = self.pm_pinned_bytes();
+        let data = self.tier_use(terrace_format::TierId::PM).0;
+        if pinned > 0 && pinned * 2 >= data {
+            format!(
+                "PM full of data pinned to it by rules ({} MiB): new data goes to the block \
+                 tiers, and pinned data moves there as metadata needs room, leaving those \
+                 rules unmet; pin less to PM, or clear rules with `terrace rule -r DIR auto`",
+                pinned >> 20
+            )
+        } else {
+            "PM full: new data goes to the block tiers, new metadata waits for migration".into()
         }
     }
 
@@ -714,6 +733,10 @@ pub struct SpaceStatus {
     /// (`migrate/rescue.rs`).
     #[serde(default)]
     pub rescued_bytes: u64,
+    /// Bytes of data pinned to PM by rules that migration moved to a block
+    /// tier because metadata needed PM (`rules.rs`).
+    #[serde(default)]
+    pub pins_yielded_bytes: u64,
     /// PM's state in words ("" when there is room).
     pub state: String,
 }

@@ -5,7 +5,8 @@
 //! Extents name tiers by id, so the tiers that stay keep theirs: any tier
 //! but PM may go, the superblock then lists ids that skip it (format 8),
 //! and a tier attached later takes the id after the last one. A tier goes
-//! only once nothing but clean copies is stored on it. [`Fs::detach_tier`]
+//! only once nothing but clean copies is stored on it: the removal moves
+//! the files' data off it first. [`Fs::detach_tier`]
 //! does it under the tier-change lock (rank `TierChange`, the first of
 //! docs/design.md §4a, nothing else held), in this order:
 //!
@@ -18,12 +19,19 @@
 //!    counts no free blocks. The rest of the pool must still hold the
 //!    blocks the DRAM cache's dirty pages were promised (design §5f):
 //!    checked in the same step, refused otherwise.
-//! 2. **Refuse** when committed state maps files' data there (the message
-//!    says how much, and how to move it), then when a placement rule names
-//!    the tier (the rule would no longer hold; `rules.rs`). Nothing has
-//!    changed yet. Then **move the inode logs** there (`Fs::relocate_logs`:
-//!    to the first other block tier, else back to PM), and refuse when
-//!    one is left (a deleted file still open keeps its log).
+//! 2. **Refuse** when a placement rule names the tier (the rule would no
+//!    longer hold; `rules.rs`; the message names the files). Then
+//!    **evacuate** it (`tier_evacuate.rs`, [`Fs::evacuate_tier`]): every
+//!    file's data there moves to the next tier below (or, for the last
+//!    tier, the nearest block tier above, else PM) with the migration
+//!    mechanism, under this lock (the mover takes only locks ranked after
+//!    it) — refused before anything moves for a deleted file still open
+//!    with data there, or when the target or the rest of the pool lacks
+//!    the room (the message says how much is needed and how much there
+//!    is). Data it could not move (a file written all along) refuses the
+//!    removal. Then **move the inode logs** there (`Fs::relocate_logs`: to
+//!    the first other block tier, else back to PM), and refuse when one is
+//!    left (a deleted file still open keeps its log).
 //! 3. When it is the pool's only block tier, the cache takes no new pages
 //!    from step 1 on ([`Fs::cache_takes_writes`]) and what it holds is
 //!    written back now (to PM): the pool is PM-only afterwards, where
@@ -51,7 +59,9 @@
 //!    with the same id must not inherit.
 //!
 //! A refusal at steps 1–4 takes the retiring mark back and changes nothing
-//! (but clean copies already dropped, which are disposable). What stays of
+//! but what the evacuation moved (each move crash-safe, committed or not
+//! at all: data moved stays moved, nothing is lost) and clean copies
+//! already dropped, which are disposable. What stays of
 //! a removed tier until unmount is its DRAM bookkeeping (the extent counts
 //! and the checksum table, in its slot of the tier list).
 
@@ -137,7 +147,7 @@ impl Holdings {
 }
 
 /// `n` bytes for a message (binary units, one decimal).
-fn bytes_text(n: u64) -> String {
+pub(crate) fn bytes_text(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -199,8 +209,9 @@ pub fn resolve_tier(tiers: &[TierRecord], name: &str) -> Result<TierId, String> 
 /// Why a tier that holds `held` (and counts `valid` blocks) cannot go.
 fn held_message(rec: &TierRecord, held: &Holdings, valid: u64) -> String {
     format!(
-        "{} still holds {} ({}): move them to another tier first \
-         (terrace migrate MOUNTPOINT --to TIER), then remove it",
+        "{} still holds {} ({}) that the removal could not move off: try again \
+         (data written all along may keep coming back; a deleted file still open \
+         must be closed first)",
         tier_name(rec),
         bytes_text(
             held.bytes()
@@ -278,12 +289,13 @@ impl Fs {
             });
         };
         let mut retiring = self.retire_tier(tier, &rec)?;
-        // Files' data there first (what the user must move), then rules,
-        // both before anything changes; then the inode logs there, which
-        // the removal moves itself; then anything left (clean copies are
-        // dropped in step 4).
-        self.refuse_held_data(tier, &rec)?;
+        // Rules first, before anything changes; then the files' data there,
+        // which the removal moves itself (nothing lands there meanwhile),
+        // refusing what it could not move; then the inode logs; then
+        // anything left (clean copies are dropped in step 4).
         self.refuse_ruled(&rec)?;
+        self.evacuate_tier(tier, &rec)?;
+        self.refuse_held_data(tier, &rec)?;
         self.relocate_logs(tier, &rec)?;
         self.refuse_held(tier, &rec)?;
         if self.tiers.iter().all(|t| t.id == id) {
@@ -386,8 +398,8 @@ impl Fs {
         if pinned.is_empty() {
             return Ok(());
         }
-        let shown: Vec<String> = pinned.iter().take(5).map(u64::to_string).collect();
         let more = if pinned.len() > 5 { ", …" } else { "" };
+        let shown = self.inos_with_paths(&pinned[..pinned.len().min(5)]);
         Err(format!(
             "{} is named by the placement rule of {} file{} or director{} (inode{} {}{more}): \
              give them another tier or `auto` first (`terrace rule MOUNTPOINT --list` lists \
@@ -397,13 +409,13 @@ impl Fs {
             if pinned.len() == 1 { "" } else { "s" },
             if pinned.len() == 1 { "y" } else { "ies" },
             if pinned.len() == 1 { "" } else { "s" },
-            shown.join(", ")
+            shown
         ))
     }
 
-    /// Step 2: refuses at once when committed state maps files' data on
-    /// the tier (the message a user needs first: moving it is theirs to
-    /// do; nothing has changed yet). Inode logs there do not count here.
+    /// Step 2, after the evacuation: refuses when committed state still
+    /// maps files' data on the tier (what the evacuation could not move).
+    /// Inode logs there do not count here.
     fn refuse_held_data(&self, tier: &BlockTier, rec: &TierRecord) -> Result<(), String> {
         let (mut held, _) = self.tier_holdings(tier.id);
         if held.extents == 0 {

@@ -1,7 +1,7 @@
 //! The last tier removed from a mounted pool (`Fs::detach_last_tier`,
 //! design.md §3 "Removing a tier from a mounted pool"): an empty tier goes
-//! and the pool mounts without it; a tier that holds something, or that a
-//! placement rule names, is refused with nothing changed; nothing lands on
+//! and the pool mounts without it, one holding data once the removal moved
+//! it; a tier that a placement rule names is refused with nothing changed; nothing lands on
 //! the tier while its removal runs, and nothing written meanwhile is lost;
 //! its id can be attached again; a crash at any point of the removal
 //! leaves a pool that mounts, naming the empty tier or not.
@@ -91,35 +91,23 @@ fn an_empty_attached_tier_is_removed_and_the_pool_mounts_without_it() {
     assert_fsck_clean(&*pm, None, Fsck::Data, "after the removal");
 }
 
+/// A tier holding data goes: the removal moves the data to the nearest
+/// tier (the last tier's up), as `tier_evacuate.rs` tests at length.
 #[test]
-fn a_tier_holding_data_is_refused_with_nothing_changed_until_the_data_moves() {
+fn a_tier_holding_data_goes_once_the_removal_moved_the_data() {
     let (pm, ssd, hdd, fs) = three_tier_pool(8 << 20, 32 << 20);
     let data = pattern(3, 2 << 20);
     let a = file_holding(&fs, "a", &data);
     fs.migrate_file(a, 2).unwrap();
     assert_eq!(tier_bytes(&fs, a, "hdd"), 2 << 20);
-    let before = fs.superblock();
-    let room = fs.statfs().bavail;
-    let e = fs.detach_last_tier().unwrap_err();
-    assert!(
-        e.contains("tier 2") && e.contains("still holds 2.0 MiB") && e.contains("migrate"),
-        "{e}"
-    );
-    assert!(!e.contains('\n'), "one line: {e}");
-    assert_eq!(fs.superblock(), before, "a refused removal wrote");
-    assert_eq!(kinds(&fs), ["pm", "ssd", "hdd"]);
-    assert_eq!(fs.read(a, 0, data.len()).unwrap(), data);
-    assert_eq!(fs.statfs().bavail, room, "the tier's room counts again");
-    // Placement still uses the tier: the retiring mark was taken back.
     let more = pattern(4, 1 << 20);
     let b = file_holding(&fs, "b", &more);
     fs.migrate_file(b, 2).unwrap();
-    assert_eq!(tier_bytes(&fs, b, "hdd"), 1 << 20);
-    // Once moved off, it goes.
-    fs.migrate_files(&[a, b], 1).unwrap();
     let gone = fs.detach_last_tier().unwrap();
     assert_eq!(gone.record.kind, TierKind::Hdd);
     assert_eq!(kinds(&fs), ["pm", "ssd"]);
+    assert_eq!(tier_bytes(&fs, a, "ssd"), 2 << 20, "moved up");
+    assert_eq!(fs.read(a, 0, data.len()).unwrap(), data);
     fs.check_allocator().unwrap();
     fs.unmount().unwrap();
     drop(fs);
@@ -593,20 +581,14 @@ fn a_middle_tier_goes_and_the_tiers_after_it_keep_their_ids() {
     let b = file_holding(&fs, "b", &db);
     fs.migrate_file(a, 1).unwrap();
     let before = fs.superblock();
-    let e = fs.detach_tier(Some(TierId(1))).unwrap_err();
-    assert!(
-        e.contains("tier 1") && e.contains("still holds") && e.contains("migrate"),
-        "{e}"
-    );
-    assert_eq!(fs.superblock(), before, "a refused removal wrote");
     for (which, want) in [(0u8, "pm tier"), (5, "no tier 5")] {
         let e = fs.detach_tier(Some(TierId(which))).unwrap_err();
         assert!(e.contains(want) && !e.contains('\n'), "{e}");
         assert_eq!(fs.superblock(), before);
     }
-    fs.migrate_file(a, 2).unwrap();
+    // Its data moves down to the hdd with the removal.
+    let gone = fs.detach_tier(Some(TierId(1))).expect("the ssd goes");
     assert_eq!(tier_bytes(&fs, a, "hdd"), 2 << 20);
-    let gone = fs.detach_tier(Some(TierId(1))).expect("the empty ssd goes");
     assert_eq!((gone.record.id, gone.record.kind), (1, TierKind::Ssd));
     assert_eq!(ids(&fs), [0, 2]);
     assert_eq!(fs.superblock().version, terrace_format::FORMAT_VERSION);
@@ -846,20 +828,10 @@ fn inode_logs_on_a_removed_tier_move_to_another_block_tier() {
     fs.migrate_file(a, 1).unwrap();
     files.push((a, on_ssd));
     let tree = fs_tree(&fs);
-    // Data still there refuses first, saying the logs need nothing.
-    let before = fs.superblock();
-    let e = fs.detach_tier(Some(TierId(1))).unwrap_err();
-    assert!(
-        e.contains("still holds 1.0 MiB")
-            && e.contains("migrate")
-            && e.contains("the 62 inode logs there move by themselves"),
-        "{e}"
-    );
-    assert_eq!(fs.superblock(), before, "a refused removal wrote");
-    assert_eq!(logs_on(&fs, &inos, 1), inos.len(), "a refusal moved logs");
-    fs.migrate_file(a, 2).unwrap();
+    // The data there moves down with the removal, the logs after it.
     fs.detach_tier(Some(TierId(1)))
-        .expect("a tier holding only logs goes");
+        .expect("a tier holding data and logs goes");
+    assert_eq!(tier_bytes(&fs, a, "hdd"), 1 << 20, "its data moved down");
     assert_eq!(ids(&fs), [0, 2]);
     assert_eq!(
         logs_on(&fs, &inos, 2),

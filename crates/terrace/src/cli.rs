@@ -413,12 +413,15 @@ Inodes:
   of PM plus one per 64 KiB of block tiers (at least 64), but at most one
   per 2 KiB of PM: each slot takes 128 bytes of PM, so the table starts
   within 1/16 of PM (e.g. 256M PM alone: 16,384 slots; with a 4G SSD:
-  81,920). When its slots run out, the mounted pool grows the table by a
-  quarter at a time into PM's free space: up to a quarter of PM (32 slots
-  per 4 KiB; the setting inode_max_percent changes that share, at mount or
-  with `terrace set`), at most 1,572,864 more; it never shrinks. Each file in use
-  also needs log space on PM (256 bytes or more) while its log is there.
-  --inodes N sets the first size.
+  81,920). Slot 0 is reserved: files get one inode fewer than there are
+  slots, and mkfs prints that count, as `terrace status` does (\"inodes:
+  16383 (16,384 slots; slot 0 is reserved)\"). When its slots run out, the
+  mounted pool grows the table by a quarter at a time into PM's free space:
+  up to a quarter of PM (32 slots per 4 KiB; the setting inode_max_percent
+  changes that share, at mount or with `terrace set`), at most 1,572,864
+  more; it never shrinks. Each file in use also needs log space on PM (256
+  bytes or more) while its log is there.
+  --inodes N sets the first size (N slots, N - 1 inodes).
 
 Safety:
   mkfs never formats any tier of a mounted pool (its PM file or a block-tier
@@ -448,9 +451,12 @@ Tiers go from fastest to slowest (pm, ssd, hdd, s3): `add` appends a tier
 after the last one when that order still holds (an s3 tier must come last,
 after an ssd or hdd tier); block tiers take the pool's extent size, and a
 new tier's id is one above the last tier's. `remove` removes a tier named
-by id or kind (by default the last one; never pm), and only when no file
-data, log or deleted file still open is stored on it and no placement rule
-names it: move its data first with `terrace migrate MOUNTPOINT --to TIER`.
+by id or kind (by default the last one; never pm): it stops placing data
+there, moves the files' data on it to the next tier below (the last tier's
+to the nearest tier above, else pm), showing progress, then removes it. It
+is refused, before anything moves, when the data would not fit there or a
+placement rule names the tier (change the rule first), and when a deleted
+file still open keeps its log there.
 Clean copies kept on it are dropped (their data stays where it is). The
 other tiers keep their ids, so the pool's ids may skip the removed one. On
 a mounted pool nothing new lands on the tier while its removal runs. The
@@ -463,13 +469,11 @@ Examples:
   terrace tier add /dev/shm/pool ssd:/var/lib/terrace/ssd.img:64G
   # ... and an object tier behind it:
   terrace tier add /dev/shm/pool s3:http://127.0.0.1:9000/bucket/pool
-  # Remove the last tier again (it must be empty):
+  # Remove the last tier again (its data moves up first):
   terrace tier remove /dev/shm/pool
-  # The same on the mounted pool: move its data up, then remove it:
-  terrace migrate /mnt/terrace --to pm
+  # The same on the mounted pool, while it serves files:
   terrace tier remove /mnt/terrace
-  # Retire the SSD of a pm+ssd+hdd pool (its data moved down first):
-  terrace migrate /mnt/terrace --to hdd
+  # Retire the SSD of a pm+ssd+hdd pool (its data moves to the hdd):
   terrace tier remove /mnt/terrace ssd";
 
 #[derive(Args, Debug)]
@@ -501,18 +505,23 @@ pub(crate) enum TierAction {
         #[arg(long)]
         force: bool,
     },
-    /// Remove a pool's tier (by default its last), mounted or not; refused
-    /// while it holds data.
+    /// Remove a pool's tier (by default its last), mounted or not, moving
+    /// its data to the other tiers first.
     ///
     /// Given a mount point (or the pm tier of a mounted pool), the daemon
-    /// stops placing data on the tier, moves the inode logs of cold files
-    /// kept there to the next block tier (or back to pm), drops the clean
-    /// copies kept there, checks that nothing else is stored on it and
-    /// removes it at once, with no unmount. Given an unmounted pool, this
-    /// command does the same in its own process. Any tier but pm may go,
-    /// when it holds no file data (`terrace migrate --to TIER` moves it) and
-    /// no deleted file still open, and no placement rule names it; the other
-    /// tiers keep their ids.
+    /// stops placing data on the tier, moves the files' data there to the
+    /// next tier below it (the last tier's to the nearest tier above, or
+    /// pm), moves the inode logs of cold files kept there to the next block
+    /// tier (or back to pm), drops the clean copies kept there, checks that
+    /// nothing else is stored on it and removes it, with no unmount; the
+    /// command shows the move's progress and waits for it however long it
+    /// takes. Given an unmounted pool, this command does the same in its own
+    /// process. Any tier but pm may go, unless a placement rule names it,
+    /// the other tiers lack the room for its data (refused before anything
+    /// moves, saying how much is needed), or a deleted file still open
+    /// keeps its inode log there. A refused or failed removal leaves
+    /// the tier in use (data moved so far stays moved); the other tiers
+    /// keep their ids.
     Remove {
         /// A mount point, or the pool (the path of its pm tier).
         #[arg(value_name = "MOUNTPOINT|POOL")]
@@ -561,11 +570,13 @@ unmounts; renamed to .log.old past 1 MiB). Its lines also go to the system log
 Mount options (-o, comma-separated, repeatable):
   allow_other     let all users access the file system (FUSE option)
   allow_root      let root access it too
-  ro              read-only mount: nothing is written to any tier (a pool
-                  that was not cleanly unmounted is refused: mount it
-                  read-write once); migrate and set are refused
-  norecovery      (or noload) only with ro, which never recovers a pool;
-                  accepted for scripts written for ext4 and XFS
+  ro              read-only mount: nothing is written to any tier; a pool
+                  that was not cleanly unmounted is served as recovery
+                  will leave it, recovered in memory only (the next
+                  read-write mount recovers it on media); migrate and set
+                  are refused
+  norecovery      (or noload) only with ro, which never recovers a pool on
+                  media; accepted for scripts written for ext4 and XFS
   acl, noacl      POSIX ACLs (setfacl/getfacl), on by default as on ext4
   selinux_labels  store the security.selinux attribute as ext4 does; off by
                   default, where it is not supported (EOPNOTSUPP), so `ls -l`
@@ -612,10 +623,16 @@ Mount options (-o, comma-separated, repeatable):
 Settings can also come from a config file (--config FILE, TOML with one
 `key = value` per setting) and change at run time with `terrace set`.
 Every value goes through its key's parser and range check wherever it comes
-from; then the finished settings (config file, then -o, then --dram-cache,
-a later value of a key winning) are validated as a whole — rules between
-keys such as nvmfs_dirty_low_percent < nvmfs_dirty_high_percent, in any
-order — before the pool is opened: a bad setting writes nothing.
+from, and means the same everywhere: a bare number is bytes for a size and
+seconds for a duration (writeback_age_ns = \"5\" in the file is 5 s, as
+-o writeback_age_ns=5 is). In the file a duration is a string, best with
+its unit (\"5s\", \"500ms\"; a bare TOML integer is refused, 0 aside), a size
+may be an integer (bytes) and a switch true or false. Then the finished
+settings (config file, then -o, then --dram-cache, a later value of a key
+winning) are validated as a whole — rules between keys such as
+nvmfs_dirty_low_percent < nvmfs_dirty_high_percent, in any order — before
+the pool is opened: a bad setting writes nothing. A bad value, a bad or
+unreadable config file or an unknown key exits 2, as a bad -o option does.
 --dram-cache SIZE bounds the DRAM page cache in front of the block tiers
 (default 256M; same as -o dram_cache_bytes=SIZE).
 
@@ -752,4 +769,59 @@ pub(crate) struct FsckArgs {
     /// No progress bar (there is none without a terminal either).
     #[arg(long, short)]
     pub(crate) quiet: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    /// `-o ro` of a pool that was not cleanly unmounted serves it recovered
+    /// in memory (since 2026-12-07): the help no longer says it is refused.
+    #[test]
+    fn the_mount_help_says_ro_serves_an_unclean_pool_recovered_in_memory() {
+        let ro: String = super::MOUNT_AFTER
+            .split("\n  ro ")
+            .nth(1)
+            .and_then(|rest| rest.split("\n  norecovery").next())
+            .expect("an ro entry")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(!ro.contains("refused: mount it read-write"), "{ro}");
+        assert!(
+            ro.contains("not cleanly unmounted is served as recovery will leave it, recovered in memory only"),
+            "{ro}"
+        );
+    }
+
+    /// The mkfs help explains why mkfs prints one inode fewer than the
+    /// formula's slots.
+    #[test]
+    fn the_mkfs_help_says_slot_0_is_reserved() {
+        let text = super::MKFS_AFTER
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(text.contains("Slot 0 is reserved"), "{text}");
+        assert!(text.contains("(N slots, N - 1 inodes)"), "{text}");
+    }
+
+    /// The mount help says how config-file values read and that a bad
+    /// config file exits 2.
+    #[test]
+    fn the_mount_help_says_a_bare_number_is_seconds_in_the_config_file_too() {
+        let text = super::MOUNT_AFTER
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            text.contains(
+                "writeback_age_ns = \"5\" in the file is 5 s, as -o writeback_age_ns=5 is"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("a bare TOML integer is refused"), "{text}");
+        assert!(
+            text.contains("config file or an unknown key exits 2"),
+            "{text}"
+        );
+    }
 }

@@ -194,6 +194,84 @@ fn pm_threshold_note(socket: &Path) {
     }
 }
 
+/// The text of a file's failed move into `target`. The daemon's own check
+/// names the room of any tier a file does not fit in ("no room on ssd: …
+/// to move, room for …"); but a block tier whose device — or the file
+/// system holding its image — fills up during the move gives a bare "no
+/// space left on device". That one gets the room named too: the tier's
+/// unused bytes, and for an image file its file system's free space
+/// (`image_free`). Other errors, and other tiers, are left as they are.
+fn failure_text(error: &str, needed: u64, target: &TierStatus, image_free: Option<u64>) -> String {
+    let no_space = util::os_reason(&std::io::Error::from_raw_os_error(libc::ENOSPC));
+    if error != no_space || target.id == 0 || target.kind == "s3" {
+        return error.to_string();
+    }
+    let unused = target.capacity.saturating_sub(target.used);
+    let room = match image_free {
+        Some(free) if free < unused => format!(
+            "room for {} (its image {} is on a file system with {} free; {} of the tier unused)",
+            util::human_bytes(free),
+            target.path,
+            util::human_bytes(free),
+            util::human_bytes(unused)
+        ),
+        _ if target.device_full.is_some() => format!(
+            "room for 0 B (its device {} is full; {} of the tier unused)",
+            target.path,
+            util::human_bytes(unused)
+        ),
+        _ => format!("room for {}", util::human_bytes(unused)),
+    };
+    format!(
+        "no room on {}: {} to move, {room}; {error}",
+        target.kind,
+        util::human_bytes(needed)
+    )
+}
+
+/// [`failure_text`] with the target tier's room as the daemon saw it after
+/// one migrate request: its status is asked once, at the request's first
+/// bare "no space left on device" (the error is left as it is when the
+/// status cannot be read).
+struct RoomAfter<'a> {
+    socket: &'a Path,
+    to: u8,
+    /// The target's status and its image's free space, once asked.
+    seen: Option<Option<(TierStatus, Option<u64>)>>,
+}
+
+impl<'a> RoomAfter<'a> {
+    fn new(socket: &'a Path, to: u8) -> RoomAfter<'a> {
+        RoomAfter {
+            socket,
+            to,
+            seen: None,
+        }
+    }
+
+    fn explain(&mut self, error: &str, needed: u64) -> String {
+        let no_space = util::os_reason(&std::io::Error::from_raw_os_error(libc::ENOSPC));
+        if error != no_space {
+            return error.to_string();
+        }
+        let (socket, to) = (self.socket, self.to);
+        let seen = self.seen.get_or_insert_with(|| {
+            let r = control::call(socket, GetStatus {}, Duration::from_secs(10)).ok()?;
+            let tier = r.status.core.tiers.into_iter().find(|t| t.id == to)?;
+            let path = Path::new(&tier.path);
+            let image_free = std::fs::metadata(path)
+                .ok()
+                .filter(|m| m.is_file())
+                .and_then(|_| util::free_space(path).ok());
+            Some((tier, image_free))
+        });
+        match seen {
+            Some((tier, image_free)) => failure_text(error, needed, tier, *image_free),
+            None => error.to_string(),
+        }
+    }
+}
+
 /// "1 file", "N files".
 fn files_count(n: usize) -> String {
     match n {
@@ -338,8 +416,11 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
                         .find(|t| t.1 == ino)
                         .map_or_else(|| format!("inode {ino}"), |t| t.0.display().to_string())
                 };
+                let needed = |ino: u64| chunk.iter().find(|t| t.1 == ino).map_or(0, |t| t.2);
+                let mut room = RoomAfter::new(&files.socket, to_id);
                 for f in &r.failed {
-                    report(&bar, format!("{}: {}", path_of(f.ino), f.error));
+                    let why = room.explain(&f.error, needed(f.ino));
+                    report(&bar, format!("{}: {why}", path_of(f.ino)));
                 }
                 for f in &r.pinned {
                     left(&bar, format!("{}: {}", path_of(f.ino), f.error));
@@ -352,7 +433,8 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
                 bar.inc(r.bytes);
             }
             Err(ControlError::Refused(r)) if chunk.len() == 1 => {
-                report(&bar, format!("{}: {}", first.display(), r.error));
+                let why = RoomAfter::new(&files.socket, to_id).explain(&r.error, chunk[0].2);
+                report(&bar, format!("{}: {why}", first.display()));
                 total -= chunk[0].2;
                 bar.set_length(total);
             }
@@ -561,6 +643,73 @@ mod tests {
         // Into an object tier: 512 MiB per request.
         let r = requests(&todo, OBJECT_REQUEST_BYTES);
         assert_eq!(r.iter().map(|c| c.len()).collect::<Vec<_>>(), vec![11]);
+    }
+
+    /// A full block tier (its device, or its image's file system, filled
+    /// during the move) gave a bare "no space left on device" per file,
+    /// where a move to pm names the room: the block tier's room is named too.
+    #[test]
+    fn a_bare_no_space_into_a_block_tier_names_the_room() {
+        const MIB: u64 = 1 << 20;
+        let tier = |id: u8, kind: &'static str, path: &str| TierStatus {
+            id,
+            kind,
+            path: path.into(),
+            capacity: 64 * MIB,
+            used: 12 * MIB,
+            active: true,
+            extents: None,
+            write_entries: 0,
+            shared_bytes: 0,
+            shared_saved_bytes: 0,
+            write_amplification: None,
+            io: None,
+            object: None,
+            device_full: None,
+        };
+        let enospc = util::os_reason(&std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(enospc, "no space left on device");
+        let hdd = tier(1, "hdd", "/small/hdd.img");
+        // Its image's file system is fuller than the tier.
+        assert_eq!(
+            failure_text(&enospc, 3 * MIB / 2, &hdd, Some(0)),
+            "no room on hdd: 1.50 MiB to move, room for 0 B (its image /small/hdd.img is on \
+             a file system with 0 B free; 52.0 MiB of the tier unused); no space left on device"
+        );
+        // The tier itself is what is full.
+        let full = TierStatus {
+            used: 64 * MIB,
+            ..tier(2, "ssd", "/ssd.img")
+        };
+        assert_eq!(
+            failure_text(&enospc, 4 * MIB, &full, Some(1 << 30)),
+            "no room on ssd: 4.00 MiB to move, room for 0 B; no space left on device"
+        );
+        // A device that said it was full.
+        let dev = TierStatus {
+            device_full: Some(Default::default()),
+            ..tier(1, "hdd", "/dev/sdb1")
+        };
+        let t = failure_text(&enospc, MIB, &dev, None);
+        assert!(
+            t.starts_with(
+                "no room on hdd: 1.00 MiB to move, room for 0 B (its device /dev/sdb1 is full"
+            ),
+            "{t}"
+        );
+        // Other errors, pm (whose room the daemon names) and s3: as sent.
+        assert_eq!(
+            failure_text("input/output error", MIB, &hdd, Some(0)),
+            "input/output error"
+        );
+        assert_eq!(
+            failure_text(&enospc, MIB, &tier(0, "pm", "/p"), None),
+            enospc
+        );
+        assert_eq!(
+            failure_text(&enospc, MIB, &tier(3, "s3", "s3://b"), None),
+            enospc
+        );
     }
 
     #[test]

@@ -274,7 +274,7 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
             r.path
         ));
     }
-    util::out(&format!("  inodes: {}", sb.inode_count - 1));
+    util::out(&inodes_line(sb.inode_count));
     util::out(&format!(
         "Mount it with: terrace mount {} MOUNTPOINT",
         pm_t.path.display()
@@ -282,8 +282,49 @@ pub fn run(cfg: &MkfsConfig) -> CliResult {
     Ok(())
 }
 
+/// mkfs's line for the inode table: the inodes files can use (as `terrace
+/// status` and `df -i` count them) and the slots the table has — one more:
+/// slot 0 is reserved (inode numbers start at 1, the root directory), so
+/// the 65,536 slots of the help's formula are 65,535 inodes.
+fn inodes_line(slots: u64) -> String {
+    format!(
+        "  inodes: {} ({} slots; slot 0 is reserved)",
+        slots - 1,
+        thousands(slots)
+    )
+}
+
+/// `65536` as `65,536`, as the help writes counts.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    /// mkfs printed "inodes: 65535" where the help's formula gives 65,536
+    /// slots: both are right (slot 0 is reserved), and the line says so.
+    #[test]
+    fn the_inodes_line_counts_usable_inodes_and_names_the_slots() {
+        assert_eq!(
+            super::inodes_line(65536),
+            "  inodes: 65535 (65,536 slots; slot 0 is reserved)"
+        );
+        assert_eq!(
+            super::inodes_line(64),
+            "  inodes: 63 (64 slots; slot 0 is reserved)"
+        );
+        assert_eq!(super::thousands(1_000_000), "1,000,000");
+        assert_eq!(super::thousands(999), "999");
+    }
+
     #[test]
     fn block_tiers_out_of_speed_order_are_a_usage_error() {
         let specs = |v: &[&str]| -> Vec<super::TierSpec> {

@@ -82,6 +82,9 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
         "  last unmount  {}",
         if st.clean_last_time {
             "clean"
+        } else if st.recovery.recovered_in_memory {
+            // `-o ro`: nothing was written, the media still need recovery.
+            "NOT clean (recovered in memory only: read-only mount, media untouched; the next read-write mount recovers them)"
         } else {
             "NOT clean (recovered at this mount)"
         }
@@ -225,6 +228,12 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             util::human_bytes(sp.rescued_bytes)
         ));
     }
+    if sp.pins_yielded_bytes > 0 {
+        line(format!(
+            "                {} of data pinned to PM by rules moved to a block tier to make room for metadata (those rules unmet until PM has room)",
+            util::human_bytes(sp.pins_yielded_bytes)
+        ));
+    }
     if !sp.state.is_empty() {
         line(format!(
             "  PM            {} ({} free, {} kept for logs)",
@@ -241,7 +250,13 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
     let r = &st.recovery;
     line(format!(
         "  recovery      {}: {} transactions rolled back, {} orphan inodes freed, {} link-count warnings",
-        if r.was_clean { "none needed" } else { "ran at mount" },
+        if r.recovered_in_memory {
+            "in memory only, the media untouched"
+        } else if r.was_clean {
+            "none needed"
+        } else {
+            "ran at mount"
+        },
         r.rolled_back,
         r.orphans_freed,
         r.link_count_warnings
@@ -547,4 +562,89 @@ fn discard_line(d: &terrace_core::trim::DiscardStatus) -> String {
         );
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render_status;
+    use crate::control::protocol::DaemonStatus;
+    use std::sync::Arc;
+    use terrace_media::{MemMedia, PmMedia};
+
+    /// The status of a PM-only pool in memory, as the daemon sends it.
+    fn status() -> DaemonStatus {
+        let pm = Arc::new(MemMedia::new(4 << 20));
+        let params = terrace_core::FormatParams {
+            uuid: [7; 16],
+            inode_count: 64,
+            tiers: vec![terrace_format::TierRecord {
+                id: 0,
+                kind: terrace_format::TierKind::Pm,
+                size: pm.len(),
+                extent_size: 0,
+                path: "/dev/shm/pool".into(),
+                epoch: 0,
+            }],
+            root_uid: 0,
+            root_gid: 0,
+        };
+        terrace_core::format(&*pm, &params).expect("format");
+        let fs = terrace_core::Fs::mount(pm).expect("mount");
+        let core = fs.status();
+        fs.unmount().unwrap();
+        DaemonStatus {
+            core,
+            pid: 1,
+            mountpoint: "/mnt/t".into(),
+            pool: "/dev/shm/pool".into(),
+            read_only: false,
+            metrics: None,
+        }
+    }
+
+    fn line<'a>(text: &'a str, label: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} line in {text}"))
+    }
+
+    /// `-o ro` of a pool that was not cleanly unmounted recovers it in
+    /// memory only: the status says so, not that recovery ran (which reads
+    /// as if the media had been repaired).
+    #[test]
+    fn an_ro_mount_recovered_in_memory_says_the_media_are_untouched() {
+        let mut st = status();
+        st.read_only = true;
+        st.core.clean_last_time = false;
+        st.core.recovery.was_clean = false;
+        st.core.recovery.recovered_in_memory = true;
+        st.core.recovery.rolled_back = 2;
+        let text = render_status(&st);
+        let last = line(&text, "last unmount");
+        assert!(
+            last.contains("NOT clean (recovered in memory only")
+                && last.contains("media untouched")
+                && !last.contains("recovered at this mount"),
+            "{last}"
+        );
+        let rec = line(&text, "recovery ");
+        assert!(
+            rec.contains("in memory only, the media untouched: 2 transactions rolled back")
+                && !rec.contains("ran at mount"),
+            "{rec}"
+        );
+        // A read-write mount after a crash recovered the pool on media.
+        st.read_only = false;
+        st.core.recovery.recovered_in_memory = false;
+        let text = render_status(&st);
+        assert!(
+            line(&text, "last unmount").ends_with("NOT clean (recovered at this mount)"),
+            "{text}"
+        );
+        assert!(line(&text, "recovery ").contains("ran at mount"), "{text}");
+        // And a clean one needed none.
+        let text = render_status(&status());
+        assert!(line(&text, "last unmount").ends_with("clean"), "{text}");
+        assert!(line(&text, "recovery ").contains("none needed"), "{text}");
+    }
 }

@@ -19,9 +19,11 @@
 //!   higher generation) last, so a crash in between leaves the pool as it
 //!   was plus a formatted tier file that nothing names. `remove` (of any
 //!   tier but pm; the others keep their ids) goes through
-//!   `Fs::detach_tier`, which drops the tier's clean copies, proves that
-//!   nothing else (data, logs, open deleted files) is stored there and
-//!   commits the superblock without it — in the daemon of a mounted pool,
+//!   `Fs::detach_tier`, which retires the tier (nothing lands there any
+//!   more), moves the files' data off it (`Fs::evacuate_tier`: to the next
+//!   tier below, the last tier's to the nearest one above), drops its clean
+//!   copies, proves that nothing else (logs, open deleted files) is stored
+//!   there and commits the superblock without it — in the daemon of a mounted pool,
 //!   or in this process for an unmounted one (mounted here, no FUSE, then
 //!   unmounted cleanly). The tier header is wiped after the commit, a
 //!   daemon's lock on the tier's file released last.
@@ -353,8 +355,8 @@ fn open_tiers(sb: &Superblock) -> CliResult<Vec<(u8, Arc<dyn BlockMedia>)>> {
 }
 
 /// Runs `terrace tier remove TARGET [TIER]`: removes the tier named (an id
-/// or a kind; by default the last tier) when nothing but clean copies is
-/// stored on it. TARGET is a mount point (or the PM tier of a mounted
+/// or a kind; by default the last tier), moving its data to the other
+/// tiers first. TARGET is a mount point (or the PM tier of a mounted
 /// pool), whose daemon removes it at once, or an unmounted pool.
 pub fn remove(target: &Path, tier: Option<&str>) -> CliResult {
     match mount_of(target) {
@@ -363,18 +365,125 @@ pub fn remove(target: &Path, tier: Option<&str>) -> CliResult {
     }
 }
 
-/// Asks the daemon serving `mnt` to remove the tier.
+/// How long `tier remove` waits for the daemon's answer: a removal moves
+/// the tier's data first, which takes as long as the data takes to copy,
+/// so no fixed limit fits; the daemon's status is polled meanwhile
+/// ([`STATUS_SILENCE`]) and a dead daemon closes the connection.
+const REMOVE_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// How long the daemon may leave status requests unanswered while a
+/// removal runs before the command gives up waiting (the removal goes on).
+const STATUS_SILENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The tier of `tiers` (the daemon's status) that `tier` names, as the
+/// daemon resolves it: an id, a kind one tier has, or the last tier.
+fn named_in_status<'a>(
+    tiers: &'a [terrace_core::status::TierStatus],
+    tier: Option<&str>,
+) -> Option<&'a terrace_core::status::TierStatus> {
+    match tier {
+        None => tiers.iter().filter(|t| t.id != 0).max_by_key(|t| t.id),
+        Some(t) => {
+            if let Ok(id) = t.parse::<u8>() {
+                return tiers.iter().find(|s| s.id == id);
+            }
+            let mut of_kind = tiers.iter().filter(|s| s.kind == t);
+            match (of_kind.next(), of_kind.next()) {
+                (Some(one), None) => Some(one),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// The progress of a removal's evacuation: a bar over the bytes the tier
+/// held (on stderr, only on a terminal), advanced as its use falls.
+fn evacuation_bar(total: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if total == 0 || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "moving off [{bar:40}] {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, {eta}) {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Asks the daemon serving `mnt` to remove the tier. The daemon moves the
+/// tier's data off first (`Fs::evacuate_tier`): the command says so, shows
+/// a progress bar on a terminal (from the tier's use in the daemon's
+/// status) and waits for the answer however long the move takes, as long
+/// as the daemon answers status requests.
 fn remove_mounted(shown: &Path, mnt: &Path, tier: Option<&str>) -> CliResult {
-    use crate::control::{self, protocol::RemoveTier};
-    // A removal may wait for moves in flight and write back the cache.
-    let got = control::call(
-        &util::control_socket(mnt),
-        RemoveTier {
-            tier: tier.map(str::to_string),
-        },
-        std::time::Duration::from_secs(300),
-    )
-    .map_err(crate::admin::control_failed(mnt, shown))?;
+    use crate::control::{
+        self,
+        protocol::{GetStatus, RemoveTier},
+        ControlError,
+    };
+    use std::time::{Duration, Instant};
+    let socket = util::control_socket(mnt);
+    let status = |wait: u64| control::call(&socket, GetStatus {}, Duration::from_secs(wait));
+    let held = status(10).ok().and_then(|r| {
+        named_in_status(&r.status.core.tiers, tier)
+            .filter(|t| t.id != 0 && t.used > 0)
+            .map(|t| (t.id, t.kind.to_string(), t.used))
+    });
+    if let Some((id, kind, used)) = &held {
+        util::out(&format!(
+            "Moving the data on tier {id} ({kind}, {}) to the other tiers before removing it",
+            util::human_bytes(*used)
+        ));
+    }
+    let bar = evacuation_bar(held.as_ref().map_or(0, |h| h.2));
+    let req = RemoveTier {
+        tier: tier.map(str::to_string),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sock = socket.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(control::call(&sock, req, REMOVE_ANSWER_WAIT));
+    });
+    let mut answered_at = Instant::now();
+    let got = loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(r) => break r,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(ControlError::Failed("the request was lost".into()))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        match status(5) {
+            Ok(r) => {
+                answered_at = Instant::now();
+                if let Some((id, _, used)) = &held {
+                    let now = r.status.core.tiers.iter().find(|t| t.id == *id);
+                    bar.set_position(used.saturating_sub(now.map_or(0, |t| t.used)));
+                }
+            }
+            Err(ControlError::NoDaemon) => {}
+            Err(_) if answered_at.elapsed() < STATUS_SILENCE => {}
+            Err(_) => {
+                bar.finish_and_clear();
+                return Err(CliError::at(
+                    shown,
+                    format!(
+                        "the daemon of {} has not answered for {} s while removing {}: it may                          still finish (`terrace status` shows the tiers)",
+                        mnt.display(),
+                        STATUS_SILENCE.as_secs(),
+                        removal_target(tier)
+                    ),
+                ));
+            }
+        }
+    };
+    bar.finish_and_clear();
+    let got = got.map_err(crate::admin::control_failed(mnt, shown))?;
     util::out(&format!(
         "Removed tier {} ({} {}) from the pool mounted on {}{}",
         got.id,
@@ -485,7 +594,21 @@ fn remove_unmounted(pool: &Path, tier: Option<&str>) -> CliResult {
     let media: Arc<dyn PmMedia> =
         Arc::new(PmFile::open(&o.path).map_err(|e| CliError::new(e.to_string()))?);
     let fs = terrace_core::Fs::mount_with_tiers(media, tiers).map_err(|e| CliError::at(pool, e))?;
-    let detached = fs.detach_tier(id);
+    // The removal moves the tier's data off first: what it says of that
+    // (the daemon's log lines) goes to stderr here, as it goes.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let detached = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                print_removal_notices(&fs);
+            }
+        });
+        let d = fs.detach_tier(id);
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        d
+    });
+    print_removal_notices(&fs);
     let unmounted = fs.unmount();
     drop(fs);
     let d = detached
@@ -516,6 +639,17 @@ fn remove_unmounted(pool: &Path, tier: Option<&str>) -> CliResult {
         o.path.display()
     ));
     Ok(())
+}
+
+/// Prints the core's notices about a removal in progress ("removing tier
+/// 1 (…): 120.0 MiB of 330.2 MiB moved") on stdout, for the offline form
+/// (others, about the pool mounted here for the change, are left out).
+fn print_removal_notices(fs: &terrace_core::Fs) {
+    for n in fs.take_notices() {
+        if n.starts_with("removing tier") {
+            util::out(&n);
+        }
+    }
 }
 
 /// Zeroes a removed tier's header, so nothing takes the file for a tier of

@@ -125,7 +125,8 @@ impl Fs {
     /// (dynamic or static), the forced mark — past it migration is not
     /// keeping up and asynchronous writes go straight down (load-aware
     /// routing) — and the bulk limit `bulk_percent`; and the room left
-    /// below the forced mark, which data pinned to PM may take.
+    /// below the forced mark, which data pinned to PM may take (beyond
+    /// twice the metadata reserve, `Fs::pm_pin_room_bytes`).
     pub(crate) fn pm_marks(&self, params: &mig::MigrationParams, bulk_percent: u8) -> PmMarks {
         if self.tiers.is_empty() {
             return PmMarks::default();
@@ -137,7 +138,7 @@ impl Fs {
             over_threshold: at_least(threshold),
             forced: at_least(params.forced_percent),
             over_bulk_limit: at_least(bulk_percent),
-            below_forced_bytes: self.room_below(TierId::PM, params.forced_percent),
+            below_forced_bytes: self.pm_pin_room_bytes(params.forced_percent),
         }
     }
 }
@@ -151,6 +152,7 @@ pub(crate) struct PmMarks {
     pub forced: bool,
     /// At or past the bulk limit (`placement_bulk_pm_percent`).
     pub over_bulk_limit: bool,
-    /// Bytes of data PM takes before the forced mark.
+    /// Bytes of data pinned to PM that PM takes: before the forced mark,
+    /// beyond twice the metadata reserve.
     pub below_forced_bytes: u64,
 }

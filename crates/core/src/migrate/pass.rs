@@ -22,6 +22,9 @@ pub(super) struct Drain<'a> {
     moved: &'a AtomicU64,
     /// A worker failed: the others stop.
     failed: &'a AtomicBool,
+    /// Files pinned to `from` by a rule move too (PM yielding to metadata,
+    /// `rules.rs`); otherwise they are passed over.
+    pinned_too: bool,
 }
 
 impl Fs {
@@ -156,6 +159,8 @@ impl Fs {
         // Logs of cold files leave PM when data moving was not enough.
         let need = self.log_migration_need(mig::migration_threshold(params.threshold, io));
         moved += self.migrate_logs(need);
+        // Still no room on PM for metadata: data pinned there gives way.
+        moved += self.yield_pm_pins_to_metadata();
         moved += self.reverse_pass(io, &params);
         if !self.ruled.lock().inos.is_empty() {
             moved += self.enforce_rules();
@@ -197,7 +202,7 @@ impl Fs {
     }
 
     /// Moves cold data from `from` to `to` until `goal` bytes moved or no
-    /// candidate is left.
+    /// candidate is left. Files a rule pins to `from` stay.
     pub(crate) fn drain(
         &self,
         from: TierId,
@@ -206,6 +211,22 @@ impl Fs {
         params: &mig::MigrationParams,
         policy: &(dyn mig::MigrationPolicy + Send + Sync),
         mode: Mode,
+    ) -> u64 {
+        self.drain_with(from, to, goal, params, policy, mode, false)
+    }
+
+    /// [`Fs::drain`], taking files a rule pins to `from` too when
+    /// `pinned_too` (coldest first, pinned or not).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn drain_with(
+        &self,
+        from: TierId,
+        to: TierId,
+        goal: u64,
+        params: &mig::MigrationParams,
+        policy: &(dyn mig::MigrationPolicy + Send + Sync),
+        mode: Mode,
+        pinned_too: bool,
     ) -> u64 {
         // Into an object tier each window is one upload: at least one object
         // batch moves, in windows of one batch (policy `object_batch`).
@@ -258,6 +279,7 @@ impl Fs {
             picker: &picker,
             moved: &moved,
             failed: &failed,
+            pinned_too,
         };
         let work = || {
             let mut batch = MoveBatch::new(self, window);
@@ -294,7 +316,7 @@ impl Fs {
                 whole_when_uniform: true,
                 ..*params
             };
-            return self.drain(from, to, goal, &second, policy, mode);
+            return self.drain_with(from, to, goal, &second, policy, mode, pinned_too);
         }
         moved
     }
@@ -313,6 +335,7 @@ impl Fs {
             picker,
             moved,
             failed,
+            pinned_too,
         } = *d;
         let now = now_ns().max(0) as u64;
         // Publishes what the batch committed so far.
@@ -344,7 +367,7 @@ impl Fs {
                     let file = {
                         let Ok(g) = self.lock(ino) else { continue };
                         let i = g.as_ref().expect("live");
-                        if self.rule_of(i) == Some(from) {
+                        if !pinned_too && self.rule_of(i) == Some(from) {
                             // Pinned to this tier by its rule: it stays.
                             continue;
                         }

@@ -1,19 +1,23 @@
 //! Settings from a config file (TOML or any serde format): a value as the
-//! file holds it ([`ConfigValue`]), and [`Settings`] deserialized from a map
-//! of key → value, each value turned into the key's text
-//! ([`Settings::config_text`]) and the whole checked by [`Settings::with`] —
-//! the same parsers, ranges and rules as the command line.
+//! file holds it ([`ConfigValue`], turned into the key's text by
+//! [`Settings::config_text`]), and [`Settings`] deserialized from a map of
+//! key → value as [`Settings`]' `Serialize` writes it (the daemon's status:
+//! a duration is an integer of ns there), the whole checked by
+//! [`Settings::with`] — the same parsers, ranges and rules as the command
+//! line.
 
 use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
+use super::kind::Kind;
 use super::typed::Settings;
 
 /// A value as a config file holds it (TOML or any serde format).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConfigValue {
-    /// An integer: bytes for a size, ns for a duration.
+    /// An integer: bytes for a size, a plain number; refused for a
+    /// duration unless 0 (see [`Settings::config_text`]).
     Int(i128),
     /// A boolean (switches).
     Bool(bool),
@@ -63,18 +67,25 @@ impl<'de> Deserialize<'de> for ConfigValue {
     }
 }
 
-/// A config file's settings: a map of key → value, each value checked by
-/// its key's parser and the whole validated once ([`Settings::with`]).
+/// Settings as `Serialize` writes them (the status the daemon sends): a
+/// map of key → value, each value checked by its key's parser and the whole
+/// validated once ([`Settings::with`]). An integer is what the field holds:
+/// bytes for a size, ns for a duration. A config file is not read this way
+/// (`terrace mount --config` uses [`Settings::config_text`], which asks
+/// for a duration's unit).
 impl<'de> Deserialize<'de> for Settings {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Settings, D::Error> {
         let map: std::collections::BTreeMap<String, ConfigValue> =
             std::collections::BTreeMap::deserialize(d)?;
         let mut pairs = Vec::with_capacity(map.len());
         for (k, v) in &map {
-            pairs.push((
-                k.clone(),
-                Settings::config_text(k, v).map_err(serde::de::Error::custom)?,
-            ));
+            let duration =
+                Settings::key(k).is_some_and(|k| matches!(k.kind, Kind::Duration { .. }));
+            let text = match v {
+                ConfigValue::Int(n) if duration && *n >= 0 => format!("{n}ns"),
+                _ => Settings::config_text(k, v).map_err(serde::de::Error::custom)?,
+            };
+            pairs.push((k.clone(), text));
         }
         Settings::default()
             .with(&pairs)

@@ -61,8 +61,10 @@ pub enum Kind {
         /// Must be a multiple of 4K.
         blocks: bool,
     },
-    /// A duration in ns (`30s`, `500ms`, `2m`; a bare number is seconds, and
-    /// in a config file a bare integer is ns), at least `min`.
+    /// A duration in ns (`30s`, `500ms`, `2m`; a bare number is seconds,
+    /// wherever it comes from; a config file's bare integer other than 0 is
+    /// refused: [`Settings::config_text`](super::Settings::config_text)), at
+    /// least `min`.
     Duration {
         /// Shortest value (ns).
         min: u64,

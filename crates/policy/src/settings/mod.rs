@@ -11,9 +11,13 @@
 //! MOUNTPOINT KEY VALUE`) — go through it, so a key means the same thing and
 //! accepts the same values everywhere. Values are text in [`Settings::set`]
 //! and [`Settings::get`] (sizes like `1M`, durations like `30s`), and `get`
-//! returns text that `set` accepts back. In a config file a size may be a
-//! plain integer (bytes), a duration a plain integer (ns), a switch a
-//! boolean; [`Settings::config_text`] turns such a value into the key's text.
+//! returns text that `set` accepts back. A value is read the same way from
+//! every source, by its key's parser ([`Kind::parse`]): a bare number is
+//! bytes for a size and seconds for a duration. In a config file a size may
+//! also be a TOML integer (bytes) and a switch a boolean; a duration is
+//! text with its unit (`"30s"`; a TOML integer other than 0 is refused, as
+//! it meant ns before 2026-12-07); [`Settings::config_text`] turns a config
+//! value into the key's text.
 //!
 //! Checking happens in two steps, whatever the source:
 //! 1. each value is parsed and range-checked on its own by its key's kind

@@ -38,9 +38,15 @@ impl Settings {
             .map_err(|why| format!("bad value {value:?} for {key}: {why}"))
     }
 
-    /// The text form of a config-file value for `key`: an integer is bytes
-    /// for a size and ns for a duration, a boolean is a switch, text is as
-    /// on the command line. The text still goes through the key's parser.
+    /// The text form of a config-file value for `key`, read by the same
+    /// parser as `-o key=value` and `terrace set` ([`Kind::parse`]): text
+    /// is as on the command line (`"30s"`; a bare number `"5"` is seconds
+    /// for a duration, as there), an integer is that number written as text
+    /// (bytes for a size), a boolean is a switch. A bare integer for a
+    /// duration other than 0 is refused: it meant ns here until 2026-12-07
+    /// while a bare number means seconds everywhere else, so it is asked
+    /// for with its unit (`"5s"`, `"5000000000ns"`) rather than read either
+    /// way silently.
     pub fn config_text(key: &str, value: &ConfigValue) -> Result<String, String> {
         let k = Settings::known(key)?;
         let text = match value {
@@ -54,7 +60,13 @@ impl Settings {
             ConfigValue::Int(n) if *n < 0 => {
                 return Err(format!("bad value {n} for {key}: must not be negative"))
             }
-            ConfigValue::Int(n) if matches!(k.kind, Kind::Duration { .. }) => format!("{n}ns"),
+            ConfigValue::Int(n) if *n != 0 && matches!(k.kind, Kind::Duration { .. }) => {
+                return Err(format!(
+                    "bad value {n} for {key}: a duration in a config file needs its unit, \
+                     e.g. \"{n}s\" or \"{n}ns\" (a bare number is seconds on the command \
+                     line, but a bare integer here used to mean ns)"
+                ))
+            }
             ConfigValue::Int(n) => n.to_string(),
             ConfigValue::Other(what) => {
                 return Err(format!(

@@ -13,8 +13,9 @@ use crate::object_cleaner::ObjectCleanParams;
 use crate::size_predictor::SizeParams;
 use crate::sync_predictor::SyncParams;
 
-/// Settings read from `pairs` the way a config file is read (`toml` hands
-/// the same deserializer calls), or the error's text.
+/// Settings read from `pairs` by `Settings`' `Deserialize` (how the
+/// daemon's status is read back: an integer is the field's value, ns for a
+/// duration), or the error's text.
 fn from_config<'a, V>(pairs: impl IntoIterator<Item = (&'a str, V)>) -> Result<Settings, String>
 where
     V: IntoDeserializer<'a, DeError>,
@@ -316,7 +317,7 @@ fn config_files_go_through_the_same_parsers_ranges_and_rules() {
         ("writeback_dirty_percent", Int(0), "from 1 to 100"),
         ("size_counter_threshold", Int(300), "from 0 to 255"),
         ("dram_cache_bytes", Int(4096), "at least 1M"),
-        ("nvmfs_window_ns", Int(5), "at least 1ms"),
+        ("nvmfs_window_ns", Text("500us".into()), "at least 1ms"),
         (
             "placement_policy",
             Text("fastest".into()),
@@ -355,9 +356,10 @@ fn config_files_go_through_the_same_parsers_ranges_and_rules() {
         (s.nvmfs_dirty_low_percent, s.nvmfs_dirty_high_percent),
         (30, 40)
     );
-    // Typed values: integers are bytes and ns, booleans switches.
+    // Typed values: integers are bytes and numbers, booleans switches,
+    // durations text with their unit.
     let s = cfg(vec![
-        ("sync_idle_reset_ns", Int(1500)),
+        ("sync_idle_reset_ns", Text("1500ns".into())),
         ("sync_threshold_bytes", Int(8192)),
         ("log_migration", Bool(false)),
         ("migration_threshold", Int(70)),
@@ -367,10 +369,63 @@ fn config_files_go_through_the_same_parsers_ranges_and_rules() {
     assert_eq!(s.sync_threshold_bytes, 8192);
     assert!(!s.log_migration);
     assert_eq!(s.migration_threshold, ThresholdMode::Static(70));
+}
+
+/// A value means the same from `-o key=value`, the config file and
+/// `terrace set`: a bare number is seconds for a duration everywhere (the
+/// `set` help says so). A config file's bare integer for a duration, which
+/// meant ns there, is refused rather than read either way silently
+/// (`writeback_age_ns = 5` gave 5 ns while `-o writeback_age_ns=5` gave
+/// 5 s; found by a new user, 2026-12-07).
+#[test]
+fn a_bare_number_means_the_same_from_every_source() {
+    use ConfigValue::*;
+    for (key, bare) in [
+        ("writeback_age_ns", "5"),
+        ("migration_age_ns", "30"),
+        ("s3_backoff_ns", "1"),
+        ("sync_threshold_bytes", "8192"),
+        ("migration_threads", "3"),
+        ("migration_threshold", "70"),
+    ] {
+        let from_o = Settings::default().with(&[(key, bare)]).unwrap();
+        let mut from_set = Settings::default();
+        from_set.set(key, bare).unwrap();
+        let text = Settings::config_text(key, &Text(bare.into())).unwrap();
+        let from_file = from_config([(key, text.as_str())]).unwrap();
+        assert_eq!(from_file, from_o, "{key} = \"{bare}\"");
+        assert_eq!(from_set, from_o, "{key} {bare}");
+        if key.ends_with("_ns") {
+            assert_eq!(
+                from_o.get(key).unwrap(),
+                format!("{bare}s"),
+                "a bare number is seconds"
+            );
+            // A TOML integer: refused, with the two readings named.
+            let n: i128 = bare.parse().unwrap();
+            let e = Settings::config_text(key, &Int(n)).unwrap_err();
+            assert!(
+                e.starts_with(&format!("bad value {bare} for {key}: "))
+                    && e.contains(&format!("\"{bare}s\" or \"{bare}ns\"")),
+                "{e}"
+            );
+            // The daemon's status holds the field's ns: read back as such.
+            let ns = n as u64 * 1_000_000_000;
+            assert_eq!(from_config([(key, ns)]).unwrap(), from_o);
+        } else {
+            // Sizes and numbers: the integer is the bare number.
+            let n: i128 = bare.parse().unwrap();
+            assert_eq!(Settings::config_text(key, &Int(n)).unwrap(), bare);
+        }
+    }
+    // 0 is 0 in any unit: `discard_interval_ns = 0` turns discard off.
     assert_eq!(
-        Settings::config_text("sync_idle_reset_ns", &Int(1500)).unwrap(),
-        "1500ns"
+        Settings::config_text("discard_interval_ns", &Int(0)).unwrap(),
+        "0"
     );
+    // With a unit, text reads alike everywhere.
+    let s = from_config([("writeback_age_ns", "5s")]).unwrap();
+    assert_eq!(s.writeback_age_ns, 5_000_000_000);
 }
 
 #[test]

@@ -254,8 +254,10 @@ impl Server {
                 }
                 Request::TierRemove(x) => {
                     let fs = self.fs.clone();
-                    // A removal waits for moves in flight and may write
-                    // back the cache.
+                    // A removal moves the tier's data off (minutes for a
+                    // large tier), waits for moves in flight and may write
+                    // back the cache: answered from its own thread, with no
+                    // limit on how long (the client polls the status).
                     Responder::<RemoveTier>::new(stream).answer_from_thread(move || {
                         crate::tier_cmd::detach(&fs, x.tier.as_deref())
                     });

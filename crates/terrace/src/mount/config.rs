@@ -119,22 +119,26 @@ impl MountConfig {
     }
 
     /// Adds every setting of a config file (TOML, `key = value` per setting;
-    /// sizes as bytes or text such as "1M", durations as ns or text such as
-    /// "30s", switches as booleans or "on"/"off"). Each value goes through
-    /// its key's parser, as `-o` values do.
+    /// sizes as bytes or text such as "1M", durations as text such as "30s"
+    /// (a bare number, "5", is seconds as on `-o`; a bare integer is refused:
+    /// `Settings::config_text`), switches as booleans or "on"/"off"). Each
+    /// value goes through its key's parser, as `-o` values do. Any problem
+    /// with the file (unreadable, not TOML, an unknown key, a bad value) is
+    /// a usage error (exit status 2), as a bad `-o` option is.
     pub fn add_config_file(&mut self, path: &Path) -> CliResult {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| CliError::at(path, util::os_reason(&e)))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::at(path, util::os_reason(&e)).code(2))?;
         let table: std::collections::BTreeMap<String, terrace_policy::settings::ConfigValue> =
             toml::from_str(&text).map_err(|e| {
                 CliError::at(
                     path,
                     format!("bad config file: {}", e.message().replace('\n', " ")),
                 )
+                .code(2)
             })?;
         for (key, value) in &table {
             let text = terrace_policy::Settings::config_text(key, value)
-                .map_err(|e| CliError::at(path, e))?;
+                .map_err(|e| CliError::at(path, e).code(2))?;
             self.raw_options.push(format!("{key}={text}"));
             self.settings.push((key.clone(), text));
         }
@@ -144,14 +148,16 @@ impl MountConfig {
     /// The settings the mount will use: the defaults with every setting
     /// given (`TERRACE_S3_TIMEOUT`, config file, then `-o`, then
     /// `--dram-cache`) applied in order,
-    /// validated as a whole — before anything is opened or written.
+    /// validated as a whole — before anything is opened or written. Settings
+    /// that do not go together are a usage error (exit status 2), as a bad
+    /// value is.
     pub fn finished_settings(&self) -> CliResult<terrace_policy::Settings> {
         // TERRACE_S3_TIMEOUT first: what is given here wins over it.
-        let mut given = crate::object_tier::env_settings().map_err(CliError::new)?;
+        let mut given = crate::object_tier::env_settings().map_err(CliError::usage)?;
         given.extend(self.settings.iter().cloned());
         terrace_policy::Settings::default()
             .with(&given)
-            .map_err(|e| CliError::new(format!("invalid settings: {e}")))
+            .map_err(|e| CliError::usage(format!("invalid settings: {e}")))
     }
 }
 
@@ -209,6 +215,78 @@ mod tests {
         );
         assert!(e.ends_with("explains them)"), "{e}");
         assert!(e.contains(", discard, nodiscard,"), "{e}");
+    }
+
+    /// `cfg` with a config file holding `toml` added.
+    fn with_config_file(cfg: &mut MountConfig, toml: &str) -> crate::util::CliResult {
+        let dir = std::env::temp_dir().join(format!(
+            "terrace-config-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("terrace.toml");
+        std::fs::write(&path, toml).unwrap();
+        let r = cfg.add_config_file(&path);
+        std::fs::remove_dir_all(&dir).unwrap();
+        r
+    }
+
+    /// A bare number means seconds for a duration in the config file as in
+    /// `-o` (and `terrace set`): `writeback_age_ns = "5"` is
+    /// `-o writeback_age_ns=5`, 5 s; `writeback_age_ns = 5`, which gave 5 ns,
+    /// is refused with its unit asked for.
+    #[test]
+    fn the_config_file_reads_values_as_o_does() {
+        for (key, bare) in [("writeback_age_ns", "5"), ("migration_age_ns", "30")] {
+            let mut o = MountConfig::new("/p".into(), "/m".into());
+            o.apply_options(&[format!("{key}={bare}")]).unwrap();
+            let mut file = MountConfig::new("/p".into(), "/m".into());
+            with_config_file(&mut file, &format!("{key} = \"{bare}\"\n")).unwrap();
+            let (o, file) = (
+                o.finished_settings().unwrap(),
+                file.finished_settings().unwrap(),
+            );
+            assert_eq!(file, o, "{key}");
+            assert_eq!(o.get(key).unwrap(), format!("{bare}s"));
+            let mut bad = MountConfig::new("/p".into(), "/m".into());
+            let e = with_config_file(&mut bad, &format!("{key} = {bare}\n")).unwrap_err();
+            assert_eq!(e.code, 2, "{}", e.msg);
+            assert!(e.msg.contains("needs its unit"), "{}", e.msg);
+            assert!(bad.settings.is_empty());
+        }
+        // Sizes: an integer is bytes, as a bare number on `-o` is.
+        let mut file = MountConfig::new("/p".into(), "/m".into());
+        with_config_file(&mut file, "sync_threshold_bytes = 8192\n").unwrap();
+        assert_eq!(file.finished_settings().unwrap().sync_threshold_bytes, 8192);
+    }
+
+    /// A bad config file is bad input, as a bad `-o` option is: exit
+    /// status 2, whatever is wrong with it.
+    #[test]
+    fn a_bad_config_file_is_a_usage_error() {
+        for toml in [
+            "sync_treshold = 4096\n",
+            "this is = = not toml\n",
+            "migration_threads = 5000\n",
+            "log_migration = 3\n",
+        ] {
+            let mut cfg = MountConfig::new("/p".into(), "/m".into());
+            let e = with_config_file(&mut cfg, toml).unwrap_err();
+            assert_eq!(e.code, 2, "{toml}: {}", e.msg);
+        }
+        let mut cfg = MountConfig::new("/p".into(), "/m".into());
+        let e = cfg
+            .add_config_file(std::path::Path::new("/nonexistent/terrace.toml"))
+            .unwrap_err();
+        assert_eq!(e.code, 2, "{}", e.msg);
+        // Keys that do not go together, from the file and `-o`: the same.
+        let mut cfg = MountConfig::new("/p".into(), "/m".into());
+        with_config_file(&mut cfg, "nvmfs_dirty_high_percent = 40\n").unwrap();
+        cfg.apply_options(&["nvmfs_dirty_low_percent=60".to_string()])
+            .unwrap();
+        let e = cfg.finished_settings().unwrap_err();
+        assert_eq!(e.code, 2, "{}", e.msg);
     }
 
     #[test]
