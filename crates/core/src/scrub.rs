@@ -214,8 +214,9 @@ impl Fs {
 
     /// Where each live inode is named: child → (directory, name), the first
     /// name found. One walk of every directory, each locked alone (no lock
-    /// held meanwhile): made only for a report that names paths.
-    fn live_names(&self) -> Names {
+    /// held meanwhile): made only for a report that names paths (scrub's,
+    /// a tier removal's refusal).
+    pub(crate) fn live_names(&self) -> Names {
         let mut names = Names::new();
         for (d, slot) in self.table.iter().enumerate() {
             let g = slot.lock();

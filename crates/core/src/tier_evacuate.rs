@@ -41,7 +41,7 @@ use crate::migrate::{Mode, MoveBatch, MOVE_SYNC_WINDOW_BYTES};
 use crate::tier::BlockTier;
 use crate::tier_detach::bytes_text;
 use crate::types::Ino;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use terrace_format::{FileBlock, TierId, TierKind, TierRecord, BLOCK_SIZE};
@@ -298,32 +298,9 @@ impl Fs {
         }
     }
 
-    /// Where each live inode is named (child → directory, name): one walk
-    /// of every directory, each locked alone.
-    fn names_for_refusal(&self) -> HashMap<Ino, (Ino, Vec<u8>)> {
-        let mut names = HashMap::new();
-        for (d, slot) in self.table.iter().enumerate() {
-            let g = slot.lock();
-            let Some(dir) = g
-                .as_ref()
-                .filter(|i| !i.zombie)
-                .and_then(|i| i.dir.as_ref())
-            else {
-                continue;
-            };
-            let d = d as Ino;
-            for (_, name, child, _) in dir.iter() {
-                if child != d {
-                    names.entry(child).or_insert_with(|| (d, name.to_vec()));
-                }
-            }
-        }
-        names
-    }
-
     /// "7 (/dir/file), 9 (/x)": inodes with their paths, for a refusal.
     pub(crate) fn inos_with_paths(&self, inos: &[Ino]) -> String {
-        let names = self.names_for_refusal();
+        let names = self.live_names();
         inos.iter()
             .map(|&ino| match crate::problem_paths::path_of(ino, &names) {
                 Some(p) => format!("{ino} ({p})"),
