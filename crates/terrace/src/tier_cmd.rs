@@ -473,7 +473,7 @@ fn remove_mounted(shown: &Path, mnt: &Path, tier: Option<&str>) -> CliResult {
                 return Err(CliError::at(
                     shown,
                     format!(
-                        "the daemon of {} has not answered for {} s while removing {}: it may                          still finish (`terrace status` shows the tiers)",
+                        "the daemon of {} has not answered for {} s while removing {}: it may still finish (`terrace status` shows the tiers)",
                         mnt.display(),
                         STATUS_SILENCE.as_secs(),
                         removal_target(tier)

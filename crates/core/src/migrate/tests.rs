@@ -341,3 +341,79 @@ fn a_stall_reaches_the_log_only_once_it_has_lasted_and_then_once() {
     fs.note_drain_result(TierId::PM, TierId(1), 4096);
     assert_eq!(stalls(&fs), vec!["migration from tier 0 moves data again"]);
 }
+
+/// While tier 1 is being removed (retiring: its evacuation may run for
+/// hours, `tier_evacuate.rs`) PM keeps draining, into the tier below it:
+/// the drain still aims at the next tier, but its allocation passes over a
+/// retiring one. (A review of the evacuation feared PM would stop draining
+/// and fill; this pins down that it does not.)
+#[test]
+fn pm_drains_past_a_tier_being_removed_into_the_one_below() {
+    use terrace_format::{TierKind, TierRecord, DEFAULT_EXTENT_SIZE};
+    use terrace_media::{BlockMedia, MemBlock, MemMedia, PmMedia};
+    let pm = Arc::new(MemMedia::new(16 << 20));
+    let (ssd, hdd) = (
+        Arc::new(MemBlock::new(32 << 20)),
+        Arc::new(MemBlock::new(64 << 20)),
+    );
+    let tier = |id, kind, size, extent_size| TierRecord {
+        id,
+        kind,
+        size,
+        extent_size,
+        path: "t".into(),
+        epoch: 0,
+    };
+    let params = crate::FormatParams {
+        uuid: [3; 16],
+        inode_count: 64,
+        tiers: vec![
+            tier(0, TierKind::Pm, pm.len(), 0),
+            tier(1, TierKind::Ssd, ssd.len(), DEFAULT_EXTENT_SIZE),
+            tier(2, TierKind::Hdd, hdd.len(), DEFAULT_EXTENT_SIZE),
+        ],
+        root_uid: 0,
+        root_gid: 0,
+    };
+    crate::format(&*pm, &params).unwrap();
+    let fs = Fs::mount_with_tiers(
+        pm.clone() as Arc<dyn PmMedia>,
+        vec![
+            (1, ssd.clone() as Arc<dyn BlockMedia>),
+            (2, hdd.clone() as Arc<dyn BlockMedia>),
+        ],
+    )
+    .unwrap();
+    fs.set_setting("migration_age_ns", "0s").unwrap();
+    fs.set_setting("migration_threshold", "20").unwrap();
+    fs.set_setting("size_fresh_large_bytes", "0").unwrap();
+    let mut files = Vec::new();
+    for n in 0..6u8 {
+        let f = fs
+            .mknod(
+                1,
+                format!("f{n}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                ROOT,
+            )
+            .unwrap();
+        let data = vec![n + 1; 1 << 20];
+        fs.write(f.ino, 0, &data).unwrap();
+        files.push((f.ino, data));
+    }
+    fs.tier(TierId(1)).unwrap().space.set_retiring(true);
+    let moved = fs.migration_pass();
+    let st = fs.status();
+    assert!(moved > 0, "PM drained nothing: {:?}", st.migration);
+    assert_eq!(st.tiers[1].used, 0, "data landed on the retiring tier");
+    assert!(
+        st.tiers[2].used > 0,
+        "nothing reached the HDD: {:?}",
+        st.tiers
+    );
+    for (ino, data) in &files {
+        assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
+    }
+    fs.tier(TierId(1)).unwrap().space.set_retiring(false);
+}
