@@ -8,6 +8,10 @@
 use crate::fs::Fs;
 use std::sync::atomic::Ordering;
 
+/// Passes of [`Fs::persist_cached`] that may fail with an error other
+/// than ENOSPC before it gives up.
+const PERSIST_TRIES: u32 = 3;
+
 impl Fs {
     /// Persists everything and marks the pool cleanly unmounted. Idempotent.
     ///
@@ -119,7 +123,16 @@ impl Fs {
     /// A write-back that finds no room retries while migration frees PM —
     /// up to a minute without progress — so a pool that filled PM in a burst
     /// still persists everything it acknowledged.
+    ///
+    /// Any other error is tried again, up to [`PERSIST_TRIES`] passes in
+    /// all: the pages stay dirty in the cache after a failed write-back, so
+    /// a pass that succeeds has them on the device. A thread whose sync
+    /// failed once gets one more failed sync after the device recovered
+    /// (`terrace_media::PerWriterSync`: it may hold writes that failure
+    /// lost), and an unmount that gave up on it left a healthy pool
+    /// unclean (fault campaign, seed 1312148721675261396).
     pub fn persist_cached(&self) -> std::io::Result<()> {
+        let mut other_errors = 0;
         let mut last_left = u64::MAX;
         let mut progress_at = std::time::Instant::now();
         let device_full = self.counters.device_full_errors.load(Ordering::Relaxed);
@@ -152,7 +165,12 @@ impl Fs {
                     }
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    other_errors += 1;
+                    if other_errors >= PERSIST_TRIES {
+                        return Err(e);
+                    }
+                }
             }
         }
     }
