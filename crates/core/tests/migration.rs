@@ -447,6 +447,7 @@ fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
     fs.set_setting("migration_policy", "ziggurat").unwrap();
     fs.set_setting("migration_age_ns", "0s").unwrap();
     fs.set_setting("migration_threshold", "20").unwrap();
+    fs.set_setting("migration_block_threshold", "20").unwrap();
     fs.set_setting("migration_threads", "3").unwrap();
     // The data must start on PM: large new writes would otherwise go to the
     // SSD directly once PM passes its threshold.
@@ -461,8 +462,8 @@ fn cold_data_cascades_from_pm_to_ssd_to_hdd() {
         files.push((f.ino, data));
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    // Two passes: PM drains into the SSD, which then passes its threshold
-    // and drains into the HDD.
+    // Two passes: PM drains into the SSD, which then passes its (block)
+    // threshold and drains into the HDD.
     fs.migration_pass();
     fs.migration_pass();
     let st = fs.status();
@@ -528,6 +529,7 @@ fn a_block_tier_drains_even_when_hundreds_of_colder_files_sit_below_it() {
     };
     assert!(ssd_percent(&fs) >= 55, "{:?}", fs.status().tiers[1]);
     fs.set_setting("migration_threshold", "20").unwrap();
+    fs.set_setting("migration_block_threshold", "20").unwrap();
     fs.migration_pass();
     fs.migration_pass();
     let st = fs.status();

@@ -305,7 +305,8 @@ proptest! {
     #[test]
     fn percent_settings_round_trip_their_text(v in 0u8..=100) {
         for key in [
-            "migration_forced_percent", "reverse_pm_low_percent", "cleaner_free_percent",
+            "migration_forced_percent", "migration_block_threshold", "reverse_pm_low_percent",
+            "cleaner_free_percent",
             "cleaner_fragmentation_percent", "migration_threshold",
         ] {
             let mut s = Settings::default();

@@ -234,8 +234,9 @@ const MIGRATE_AFTER: &str = "\
 Moves the data of the given files (or of every file under the given
 directories; the whole mount when no PATH is given) to one tier now. Without --to, data goes down to the first block tier (ssd);
 --to pm brings it up. Background migration does the same by itself when a
-tier passes its threshold (see `terrace set MOUNTPOINT migration_threshold`);
-this command is for doing it by hand. Each file moves crash-safely: a crash
+tier passes its threshold (pm: migration_threshold, dynamic from 50 to 90 %;
+a block tier with a tier below it: migration_block_threshold, 90 %); this
+command is for doing it by hand. Each file moves crash-safely: a crash
 leaves it where it was or where it was going, never both or neither. A file
 that a rule pins to another tier (`terrace rule`) is left there and named on
 stderr: the rule would bring its data back at once; clear it first with

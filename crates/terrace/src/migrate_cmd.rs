@@ -171,25 +171,38 @@ fn progress_bar(total: u64, quiet: bool) -> indicatif::ProgressBar {
     bar
 }
 
-/// After data moved up to PM: a note when PM is now past its migration
-/// threshold, since background migration then moves the coldest data —
-/// maybe what just came up, whose writes are old — down again. Nothing when
-/// the status cannot be read (what moved has been reported already).
-fn pm_threshold_note(socket: &Path) {
+/// After data moved to tier `to`: a note when that tier is now past its
+/// migration threshold and has a tier below it, since background migration
+/// then moves the coldest data — maybe what just came, whose writes are
+/// old — down again. Nothing when the status cannot be read (what moved
+/// has been reported already).
+fn threshold_note(socket: &Path, to: u8) {
     let Ok(r) = control::call(socket, GetStatus {}, Duration::from_secs(10)) else {
         return;
     };
     let st = r.status.core;
-    let Some(pm) = st.tiers.iter().find(|t| t.id == 0) else {
+    let Some(tier) = st.tiers.iter().find(|t| t.id == to) else {
         return;
     };
-    let threshold = st.migration.pm_threshold_percent;
-    let used = (pm.used as f64 * 100.0 / pm.capacity.max(1) as f64).round() as u64;
-    if st.tiers.len() > 1 && used > u64::from(threshold) {
+    // A block tier drains only into a block or object tier after it.
+    if !st.tiers.iter().any(|t| t.id > to) {
+        return;
+    }
+    let (threshold, setting) = if to == 0 {
+        (st.migration.pm_threshold_percent, "migration_threshold")
+    } else {
+        (
+            st.migration.block_threshold_percent,
+            "migration_block_threshold",
+        )
+    };
+    let used = (tier.used as f64 * 100.0 / tier.capacity.max(1) as f64).round() as u64;
+    if used > u64::from(threshold) {
         eprintln!(
-            "terrace: note: pm is {used} % full, past its migration threshold ({threshold} %): \
-             background migration moves the coldest data down again, this data too if it is \
-             the coldest; `terrace rule PATH pm` keeps a file on pm"
+            "terrace: note: {} is {used} % full, past its migration threshold ({threshold} %, \
+             {setting}): background migration moves the coldest data down again, this data \
+             too if it is the coldest; `terrace rule PATH {}` keeps a file there",
+            tier.kind, tier.kind
         );
     }
 }
@@ -494,8 +507,8 @@ pub fn run(mnt: &Path, to: Option<&str>, paths: &[PathBuf], opts: Options) -> Cl
             }
         ));
     }
-    if to_id == 0 && moved > 0 && !quiet {
-        pm_threshold_note(&files.socket);
+    if moved > 0 && !quiet {
+        threshold_note(&files.socket, to_id);
     }
     let mut defrag_failures = 0usize;
     if opts.defragment {

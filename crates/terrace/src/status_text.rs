@@ -423,7 +423,7 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
     ));
     let m = &st.migration;
     line(format!(
-        "  migration     policy {}, {}; PM threshold now {}%{}",
+        "  migration     policy {}, {}; PM threshold now {}%{}{}",
         m.policy,
         match (m.running, m.waiting.as_str()) {
             (true, "") => "running".to_string(),
@@ -431,6 +431,12 @@ pub fn render_status(daemon: &DaemonStatus) -> String {
             _ => "idle".to_string(),
         },
         m.pm_threshold_percent,
+        // Block tiers drain only into a tier below them.
+        if st.tiers.iter().filter(|t| t.id != 0).count() > 1 {
+            format!(", block tiers {}%", m.block_threshold_percent)
+        } else {
+            String::new()
+        },
         match m.reason.as_str() {
             "" => String::new(),
             r => format!(" (last: {r})"),

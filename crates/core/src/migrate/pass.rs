@@ -53,10 +53,26 @@ impl Fs {
                 }
                 self.migrator.pm_looks.fetch_add(1, Ordering::Relaxed);
             }
-            let threshold = mig::migration_threshold(params.threshold, io);
+            // PM's threshold is Ziggurat's (dynamic by default); a block
+            // tier's is fixed (`migration_block_threshold`).
+            let threshold = if from.is_pm() {
+                mig::migration_threshold(params.threshold, io)
+            } else {
+                params.block_threshold
+            };
             let bit = 1u64 << from.get();
             let running = self.migrator.running.load(Ordering::Relaxed) & bit != 0;
             let (mut used, cap) = self.tier_use(from);
+            if let Some(t) = self.tiers.iter().find(|t| t.id == from) {
+                // A block tier never overwrites in place: blocks freed in a
+                // used extent are dead until recycling and take no data
+                // meanwhile. Against its threshold it counts what it cannot
+                // take (all but its free blocks, the recycling reserve
+                // left out), so a tier whose room went to dead blocks
+                // drains before PM's drain into it meets ENOSPC (an SSD
+                // at 87 % valid, with no room: `test_s3_cascade.py`).
+                used = used.max(cap.saturating_sub(t.space.free_blocks() * BS));
+            }
             let mut counted = used;
             if from.is_pm() {
                 let evict_mark = u64::from(threshold) + (100 - u64::from(threshold)) / 2;

@@ -14,6 +14,10 @@ pub struct MigrationStatus {
     pub reason: String,
     /// PM's migration threshold now (percent of capacity).
     pub pm_threshold_percent: u8,
+    /// A block tier's migration threshold (percent of capacity): one with a
+    /// tier below it drains into it past this (`migration_block_threshold`).
+    #[serde(default)]
+    pub block_threshold_percent: u8,
     /// PM data use the last pass compared with that threshold (percent of
     /// PM's capacity for data: logs left out, and clean copies too when the
     /// policy keeps them).
@@ -91,6 +95,7 @@ impl Fs {
             running: m.running.load(Ordering::Relaxed) != 0,
             reason,
             pm_threshold_percent: mig::migration_threshold(params.threshold, self.io_counters()),
+            block_threshold_percent: params.block_threshold,
             pm_counted_percent: m.pm_counted_percent.load(Ordering::Relaxed),
             waiting,
             bytes_down: m.bytes_down.load(Ordering::Relaxed),

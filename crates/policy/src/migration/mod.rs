@@ -141,7 +141,8 @@ pub use policy_ziggurat::ZigguratMigration;
 pub use reverse::{reverse_candidates, FileReads};
 pub use threshold::{
     dynamic_threshold, migration_threshold, should_migrate, IoCounters, MigrationNeed,
-    ThresholdMode, DEFAULT_FORCED_PERCENT, DYNAMIC_MAX_PERCENT, DYNAMIC_MIN_PERCENT,
+    ThresholdMode, DEFAULT_BLOCK_THRESHOLD_PERCENT, DEFAULT_FORCED_PERCENT, DYNAMIC_MAX_PERCENT,
+    DYNAMIC_MIN_PERCENT,
 };
 
 #[cfg(test)]

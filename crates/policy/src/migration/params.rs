@@ -1,14 +1,17 @@
 //! The migration tunables ([`MigrationParams`]), built from the settings by
 //! [`crate::Settings::migration_params`]; their defaults are the papers'.
 
-use super::threshold::{ThresholdMode, DEFAULT_FORCED_PERCENT};
+use super::threshold::{ThresholdMode, DEFAULT_BLOCK_THRESHOLD_PERCENT, DEFAULT_FORCED_PERCENT};
 use super::BLOCK_BYTES;
 
 /// The migration tunables ([`crate::Settings::migration_params`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MigrationParams {
-    /// Threshold of the upper tier's use.
+    /// Threshold of PM's use.
     pub threshold: ThresholdMode,
+    /// Threshold of a block tier's use (percent, 1-99): a block tier with a
+    /// tier below it drains into it past this.
+    pub block_threshold: u8,
     /// Use (percent) above which migration is forced and foreground writes go
     /// to the next tier; 100 means never.
     pub forced_percent: u8,
@@ -38,6 +41,7 @@ impl Default for MigrationParams {
     fn default() -> Self {
         MigrationParams {
             threshold: ThresholdMode::Dynamic,
+            block_threshold: DEFAULT_BLOCK_THRESHOLD_PERCENT,
             forced_percent: DEFAULT_FORCED_PERCENT,
             age_ns: 30_000_000_000,
             group_bytes: 16 << 20,

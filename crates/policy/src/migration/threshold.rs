@@ -14,6 +14,13 @@ use std::fmt;
 /// room: `crate::placement`).
 pub const DEFAULT_FORCED_PERCENT: u8 = 95;
 
+/// Default threshold of a block tier (percent): a fixed utilization
+/// threshold, as the tiered systems Ziggurat compares with use (§5.1). The
+/// dynamic threshold is PM's: it keeps PM room for the writes that wait on
+/// it, a reason that does not apply to an SSD, and at its low end (50 %) an
+/// SSD in front of an HDD was half unused.
+pub const DEFAULT_BLOCK_THRESHOLD_PERCENT: u8 = 90;
+
 /// Lower bound of the dynamic threshold (percent).
 pub const DYNAMIC_MIN_PERCENT: u8 = 50;
 

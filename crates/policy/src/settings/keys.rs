@@ -234,6 +234,14 @@ pub static KEYS: &[Key] = &[
         put: |s, v| s.migration_threshold = v.threshold(),
     },
     num_key!(
+        migration_block_threshold: u8,
+        percent(1, 99),
+        MigrationParams::default().block_threshold,
+        "1-99; a block tier (SSD) with a tier below it (HDD, S3) drains into it when its use \
+         passes this percentage, and until it is below it; migration_threshold is PM's \
+         (default 90)"
+    ),
+    num_key!(
         migration_forced_percent: u8,
         percent(50, 100),
         MigrationParams::default().forced_percent,

@@ -72,6 +72,9 @@ pub struct Settings {
     /// Above this use (percent) migration is forced and foreground writes go
     /// to the next tier (100 = never).
     pub migration_forced_percent: u8,
+    /// A block tier with a tier below it drains into it past this use
+    /// (percent, 1-99).
+    pub migration_block_threshold: u8,
     /// A file unmodified for longer than this (ns) migrates whole.
     pub migration_age_ns: u64,
     /// Logs of cold files move to a block tier when PM is short of room
@@ -144,6 +147,7 @@ impl Default for Settings {
             migration_policy: String::new(),
             migration_threshold: ThresholdMode::Dynamic,
             migration_forced_percent: 0,
+            migration_block_threshold: 0,
             migration_age_ns: 0,
             log_migration: false,
             group_migration_bytes: 0,
@@ -206,6 +210,7 @@ impl Settings {
     pub fn migration_params(&self) -> MigrationParams {
         MigrationParams {
             threshold: self.migration_threshold,
+            block_threshold: self.migration_block_threshold,
             forced_percent: self.migration_forced_percent,
             age_ns: self.migration_age_ns,
             group_bytes: self.group_migration_bytes,
