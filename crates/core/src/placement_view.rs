@@ -44,14 +44,19 @@ pub const XATTR_EXTENTS: &[u8] = b"user.terrace.extents";
 /// The file's access trace and HetFS class, one line:
 /// `class=C requests=N sequential=P% small=P% reads=N writes=N bytes=N`.
 pub const XATTR_ACCESS: &[u8] = b"user.terrace.access";
-/// Why migration does not move the file: [`MOVES_DAMAGED`] and a
-/// sentence when a move found blocks failing their checksums and the file's
-/// data has not changed since (no move of it is tried until it does); empty
-/// when nothing stops its moves.
+/// Why migration does not move the file where its rule wants it:
+/// [`MOVES_DAMAGED`] and a sentence when a move found blocks failing their
+/// checksums and the file's data has not changed since (no move of it is
+/// tried until it does); else [`MOVES_YIELDED`] and a sentence when data
+/// its rule pins to PM left PM to keep room for metadata (`rules.rs`;
+/// until its rule is met again); empty otherwise.
 pub const XATTR_MOVES: &[u8] = b"user.terrace.moves";
 /// The first word of [`XATTR_MOVES`] for a file whose damaged data stops
 /// its moves.
 pub const MOVES_DAMAGED: &str = "damaged";
+/// The first word of [`XATTR_MOVES`] for a file whose data pinned to PM
+/// was moved off PM to keep room for metadata.
+pub const MOVES_YIELDED: &str = "yielded";
 /// Largest value a virtual xattr returns (the kernel's xattr size limit).
 const MAX_VALUE: usize = 65536;
 
@@ -83,6 +88,12 @@ impl Fs {
                 format!(
                     "{MOVES_DAMAGED}: a move found data failing its checksums; \
                      no move is tried until the file's data changes"
+                )
+                .into_bytes()
+            } else if self.pin_yielded(i) {
+                format!(
+                    "{MOVES_YIELDED}: data pinned to pm was moved off pm to keep room for \
+                     metadata (pm full of pinned data); it returns when pm has room"
                 )
                 .into_bytes()
             } else {

@@ -22,9 +22,12 @@
 //!   the pinned data is in place. When it has taken PM below its metadata
 //!   reserve and nothing else frees PM, migration moves pinned data down
 //!   too ([`Fs::yield_pm_pins_to_metadata`]): the rule is then unmet for
-//!   that data, as for data written while PM was full, and comes back as
-//!   room allows. Before (2026-12-07), creates on a PM that pinned data
-//!   filled to its forced mark got ENOSPC while the SSD had room.
+//!   that data, and comes back as room allows. Before (2026-12-07), creates
+//!   on a PM that pinned data filled to its forced mark got ENOSPC while
+//!   the SSD had room. Each file whose data gave way is noted
+//!   ([`Fs::note_pin_yielded`]; the removal's rescue notes the files it
+//!   moves too), so `user.terrace.moves` — and `terrace where` — say
+//!   why its rule is unmet, not "no room when written".
 //! - **Migration**: background migration never moves a pinned file off its
 //!   tier (neither down nor, by reverse migration, up), and each pass moves
 //!   pinned files' data that sits elsewhere to their tier (up to
@@ -48,7 +51,11 @@
 //! # Invariant
 //! [`Fs::ruled`] holds every inode that has a rule (it may also hold inodes
 //! that lost theirs; passes drop those, and keep those whose rule names no
-//! tier now). It is rebuilt at mount from the inodes' xattrs.
+//! tier now). It is rebuilt at mount from the inodes' xattrs. Its
+//! `yielded` notes are a subset of it, keyed by slot generation (a reused
+//! slot is not noted); a pass drops a file's note once its rule is met or
+//! gone. They are kept in DRAM only: after a remount an unmet rule is
+//! explained by room, as before.
 
 use crate::fs::Fs;
 use crate::inode::Inode;
@@ -185,7 +192,9 @@ impl Fs {
             }
             let want = {
                 let Ok(g) = self.lock(ino) else {
-                    self.ruled.lock().inos.remove(&ino);
+                    let mut r = self.ruled.lock();
+                    r.inos.remove(&ino);
+                    r.yielded.remove(&ino);
                     continue;
                 };
                 let i = g.as_ref().expect("live");
@@ -194,7 +203,9 @@ impl Fs {
                     // gone) stays listed: it holds again if the removal is
                     // refused or a tier it names is added.
                     if !i.xattrs.contains_key(RULE_XATTR) {
-                        self.ruled.lock().inos.remove(&ino);
+                        let mut r = self.ruled.lock();
+                        r.inos.remove(&ino);
+                        r.yielded.remove(&ino);
                     }
                     continue;
                 };
@@ -207,6 +218,10 @@ impl Fs {
                 } else {
                     0
                 };
+                if elsewhere == 0 || !tier.is_pm() {
+                    // Its rule is met (or is no PM pin): nothing gave way.
+                    self.ruled.lock().yielded.remove(&ino);
+                }
                 if tier.is_pm() && elsewhere > 0 {
                     // A PM pin on a PM without room for it: unpinned data
                     // moves down to make the room (drains skip files pinned
@@ -269,8 +284,11 @@ impl Fs {
     /// 9,130 of 90,000 small files refused with 854 MiB free, until the
     /// rule was cleared). A rule is a placement preference; the room for
     /// every file's metadata is a promise of the pool. Moved pinned data
-    /// is unmet, as data written while PM had no room is, and comes back
-    /// as room allows (`enforce_rules`, beyond the same floor).
+    /// is unmet, and comes back as room allows (`enforce_rules`, beyond
+    /// the same floor); the files it came from are noted
+    /// ([`Fs::note_pin_yielded`]: those with less data on PM after the
+    /// drain of pinned data than before it) so that `terrace where` says
+    /// why.
     ///
     /// Only on pools with rules (the thresholds and log migration keep PM's
     /// room otherwise); a yield that moved nothing (no block tier room,
@@ -298,7 +316,11 @@ impl Fs {
         let (pm, mode) = (TierId::PM, crate::migrate::Mode::Move);
         let mut moved = self.drain(pm, to, goal, &params, &*policy, mode);
         if moved < goal {
+            let before = self.pm_pinned_files();
             let pinned = self.drain_with(pm, to, goal - moved, &params, &*policy, mode, true);
+            if pinned > 0 {
+                self.note_yields_since(&before);
+            }
             let stats = &self.space_stats;
             if pinned > 0
                 && stats
@@ -326,21 +348,62 @@ impl Fs {
     /// Bytes of PM data that rules pin to PM (a walk over the ruled
     /// inodes: for `terrace status`).
     pub(crate) fn pm_pinned_bytes(&self) -> u64 {
+        self.pm_pinned_files().iter().map(|f| f.2).sum()
+    }
+
+    /// The files a rule pins to PM: (inode, slot generation, bytes of its
+    /// data on PM). A walk over the ruled inodes.
+    fn pm_pinned_files(&self) -> Vec<(Ino, u32, u64)> {
         let inos: Vec<Ino> = self.ruled.lock().inos.iter().copied().collect();
         inos.into_iter()
             .filter_map(|ino| {
                 let g = self.lock(ino).ok()?;
                 let i = g.as_ref()?;
-                (self.rule_of(i) == Some(TierId::PM)).then(|| {
-                    i.extents
-                        .iter()
-                        .filter(|(_, e)| e.tier.is_pm())
-                        .map(|(_, e)| e.blocks * BLOCK_SIZE)
-                        .sum::<u64>()
-                })
+                (self.rule_of(i) == Some(TierId::PM)).then(|| (ino, i.generation, pm_bytes(i)))
             })
-            .sum()
+            .collect()
     }
+
+    /// Notes each of `before` (from [`Fs::pm_pinned_files`]) that has less
+    /// data on PM now, still pinned to PM, as having given way to metadata.
+    fn note_yields_since(&self, before: &[(Ino, u32, u64)]) {
+        for &(ino, generation, was) in before {
+            let Ok(g) = self.lock(ino) else { continue };
+            let Some(i) = g.as_ref() else { continue };
+            if i.generation == generation
+                && self.rule_of(i) == Some(TierId::PM)
+                && pm_bytes(i) < was
+            {
+                self.note_pin_yielded(ino, generation);
+            }
+        }
+    }
+
+    /// Notes that data of `ino` (slot generation `generation`), pinned to
+    /// PM by its rule, left PM to keep room for metadata: its rule is unmet
+    /// for that reason until a pass finds it met (module doc).
+    pub(crate) fn note_pin_yielded(&self, ino: Ino, generation: u32) {
+        self.ruled.lock().yielded.insert(ino, generation);
+    }
+
+    /// Whether `i`'s data pinned to PM gave way to metadata and is not
+    /// back (noted by [`Fs::note_pin_yielded`], its rule still pins it to
+    /// PM, and some of its data is elsewhere): what `user.terrace.moves`
+    /// says.
+    pub(crate) fn pin_yielded(&self, i: &Inode) -> bool {
+        self.rule_of(i) == Some(TierId::PM)
+            && i.extents.iter().any(|(_, e)| !e.tier.is_pm())
+            && self.ruled.lock().yielded.get(&i.ino) == Some(&i.generation)
+    }
+}
+
+/// Bytes of `i`'s data on PM.
+fn pm_bytes(i: &Inode) -> u64 {
+    i.extents
+        .iter()
+        .filter(|(_, e)| e.tier.is_pm())
+        .map(|(_, e)| e.blocks * BLOCK_SIZE)
+        .sum()
 }
 
 /// Why `terrace migrate` left a file where it was: a rule pins it to

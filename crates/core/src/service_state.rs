@@ -191,4 +191,9 @@ pub(crate) struct Ruled {
     pub(crate) yield_idle: crate::worker::IdleBackoff,
     /// Walks of `inos` since mount (`terrace status`: the mover's looks).
     pub(crate) walks: u64,
+    /// Files whose PM-pinned data left PM to keep room for metadata (a
+    /// yield, `Fs::yield_pm_pins_to_metadata`, or a removal's rescue),
+    /// with their slot generation then: why their rule is unmet
+    /// (`user.terrace.moves`). In DRAM only (a remount forgets it).
+    pub(crate) yielded: std::collections::BTreeMap<crate::types::Ino, u32>,
 }

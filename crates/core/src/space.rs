@@ -595,6 +595,9 @@ impl Fs {
     /// frees and takes a few blocks by turns, each small write used to end
     /// the full state and the next large one to start it, two lines each
     /// time (422 of them in six minutes of fsstress on a full pool).
+    ///
+    /// The line says which room was short ([`Fs::full_line`]): data blocks,
+    /// or PM room for the request's log (metadata) while data had room.
     pub(crate) fn say_room<T>(&self, r: &FsResult<T>, blocks: u64) {
         let full = &self.space_stats.full;
         match r {
@@ -605,11 +608,7 @@ impl Fs {
                 self.space_stats
                     .full_request_blocks
                     .store(blocks, Ordering::Relaxed);
-                self.notice(format!(
-                    "the pool is full: writes are refused with ENOSPC (a request for {} KiB; {} KiB of room left)",
-                    blocks * BLOCK_SIZE / 1024,
-                    self.room_to_say() * BLOCK_SIZE / 1024
-                ));
+                self.notice(self.full_line(blocks));
             }
             Ok(_)
                 if full.load(Ordering::Relaxed)
@@ -620,6 +619,41 @@ impl Fs {
                 self.notice("the pool has room again: writes are accepted".into());
             }
             _ => {}
+        }
+    }
+
+    /// The daemon's line for a write of `blocks` blocks refused with
+    /// ENOSPC, naming the room that was short. When the room for data
+    /// ([`Fs::room_to_say`]) holds the request, what refused it was PM's
+    /// room for its log — the log promise of cached data
+    /// ([`Fs::check_log_promise`]) or a log page (`Fs::log_room`): PM full
+    /// of metadata while the block tiers have room for data. The line then
+    /// gives PM's free, promised and reserved room, and the data room as
+    /// not short; else the data room the request did not fit in. It gave
+    /// the data numbers only, and a PM full of metadata read as "a request
+    /// for 65540 KiB; 259584 KiB of room left".
+    fn full_line(&self, blocks: u64) -> String {
+        let kib = |b: u64| b * BLOCK_SIZE / 1024;
+        let room = self.room_to_say();
+        if room >= blocks {
+            format!(
+                "the pool is full: writes are refused with ENOSPC (no PM room for metadata: \
+                 the log of a request for {} KiB did not fit in PM's {} KiB free ({} KiB of \
+                 it promised to write-back; metadata reserve {} KiB); data blocks are not \
+                 short: {} KiB of room left for data)",
+                kib(blocks),
+                kib(self.alloc.free()),
+                kib(self.promised_blocks()),
+                kib(self.pm_reserve_blocks()),
+                kib(room)
+            )
+        } else {
+            format!(
+                "the pool is full: writes are refused with ENOSPC (no room for data blocks: \
+                 a request for {} KiB; {} KiB of room left for data)",
+                kib(blocks),
+                kib(room)
+            )
         }
     }
 

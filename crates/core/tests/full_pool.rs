@@ -497,3 +497,78 @@ fn a_create_racing_the_forget_of_a_deleted_inode_gets_its_slot() {
     }
     fs.check_allocator().unwrap();
 }
+
+/// A write refused for want of PM room for its log — PM full of metadata
+/// (names and xattrs), the SSD with room for the data — is said in the
+/// daemon's log as such: which room was short, PM's log room, with its
+/// numbers, and that data room was not. The line used to give the
+/// request's size and the room left for data, as if that were short
+/// ("a request for 65536 KiB; 250000 KiB of room left").
+#[test]
+fn the_full_line_names_pm_log_room_when_that_is_what_refused_the_write() {
+    let (_pm, _ssd, fs) = tiered_pool(4 << 20, 256 << 20, 64);
+    fs.set_setting("dram_cache_bytes", "128M").unwrap();
+    fs.set_setting("inode_max_percent", "90").unwrap();
+    // PM full of metadata: names, then xattrs, until PM refuses them.
+    let f = file(&fs, 1, "big");
+    let holder = file(&fs, 1, "holder");
+    let d = fs.mkdir(1, b"d", 0o755, CTX).unwrap().ino;
+    for i in 0..1_000_000u32 {
+        let name = format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
+        if fs
+            .mknod(d, name.as_bytes(), libc::S_IFREG | 0o644, 0, CTX)
+            .is_err()
+        {
+            break;
+        }
+    }
+    let value = pattern(7, 2000);
+    for k in 0..100_000u32 {
+        if fs
+            .setxattr(holder, format!("user.x{k}").as_bytes(), &value, 0)
+            .is_err()
+        {
+            break;
+        }
+    }
+    let _ = fs.take_notices();
+    let sp = fs.status().space;
+    assert!(
+        sp.pm_free_bytes < sp.pm_reserve_bytes,
+        "PM is not full of metadata: {sp:?}"
+    );
+    let e = fs.write(f, 0, &pattern(9, 64 << 20)).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+    let room = fs.status().room_bytes;
+    assert!(room > 64 << 20, "the pool has room for the data: {room}");
+    let notes = fs.take_notices();
+    let full: Vec<&String> = notes
+        .iter()
+        .filter(|n| n.contains("the pool is full"))
+        .collect();
+    assert_eq!(full.len(), 1, "{notes:?}");
+    let line = full[0];
+    let free_kib = fs.status().space.pm_free_bytes / 1024;
+    assert!(
+        line.contains("no PM room for metadata")
+            && line.contains("a request for 65540 KiB")
+            && line.contains(&format!("PM's {free_kib} KiB free"))
+            && line.contains("data blocks are not short")
+            && !line.contains("no room for data"),
+        "{line}"
+    );
+    // A write refused for data room says that.
+    let (_media, pm_only) = pm_pool(2 << 20, 64);
+    let a = file(&pm_only, 1, "fill");
+    let mut off = 0u64;
+    while pm_only.write(a, off, &[1u8; 65536]).is_ok() {
+        off += 65536;
+    }
+    let notes = pm_only.take_notices();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("the pool is full") && n.contains("no room for data blocks")),
+        "{notes:?}"
+    );
+}

@@ -218,3 +218,194 @@ fn pinned_data_gives_pm_to_metadata_and_does_not_come_back_at_once() {
     assert!(fs.read(f, 0, late).unwrap() == pattern(999, late));
     fs.check_allocator().unwrap();
 }
+
+/// The value of `user.terrace.moves` of `ino` (what `terrace where`
+/// explains an unmet rule by).
+fn moves(fs: &terrace_core::Fs, ino: u64) -> String {
+    String::from_utf8(fs.getxattr(ino, b"user.terrace.moves").unwrap()).unwrap()
+}
+
+/// A file whose data pinned to PM left PM to make room for metadata says
+/// so in `user.terrace.moves` (so `terrace where` does not blame "written
+/// while pm had no room"), and only such a file: one that spilled when
+/// written, or kept its PM data, says nothing; a file whose rule is
+/// cleared says nothing either, and one whose data came back to PM once
+/// PM had room says nothing again.
+#[test]
+fn pinned_data_moved_off_pm_for_metadata_says_so_in_its_moves_and_no_other_file_does() {
+    let (_, _, fs) = tiered_pool(16 << 20, 256 << 20, 1024);
+    let hot = fs.mkdir(1, b"hot", 0o755, CTX).unwrap().ino;
+    fs.setxattr(hot, RULE, b"pm", 0).unwrap();
+    let mut pinned = Vec::new();
+    for k in 0..20u64 {
+        let f = file(&fs, hot, &format!("f{k}"));
+        fs.write(f, 0, &pattern(100 + k, 1 << 20)).unwrap();
+        fs.fsync(f, false).unwrap();
+        pinned.push(f);
+    }
+    let short = |fs: &terrace_core::Fs| {
+        let sp = fs.status().space;
+        sp.pm_free_bytes.saturating_sub(sp.promised_bytes) < sp.pm_reserve_bytes
+    };
+    let mail = fs.mkdir(1, b"mail", 0o755, CTX).unwrap().ino;
+    let mut made = 0;
+    while !short(&fs) {
+        file(&fs, mail, &format!("m{made}"));
+        made += 1;
+        assert!(made < 20_000, "PM never got short: {:?}", fs.status().space);
+    }
+    for &f in &pinned {
+        assert_eq!(moves(&fs, f), "", "nothing moved yet");
+    }
+    let on_pm = |fs: &terrace_core::Fs| -> Vec<u64> {
+        pinned.iter().map(|&f| tier_bytes(fs, f, "pm")).collect()
+    };
+    let before = on_pm(&fs);
+    fs.migration_pass();
+    let after = on_pm(&fs);
+    let mut gave_way = Vec::new();
+    for (k, &f) in pinned.iter().enumerate() {
+        let said = moves(&fs, f);
+        if after[k] < before[k] {
+            assert!(
+                said.starts_with("yielded")
+                    && said.contains("moved off pm to keep room for metadata")
+                    && said.contains("returns when pm has room"),
+                "pinned file {k} left PM for metadata: {said:?}"
+            );
+            gave_way.push(f);
+        } else {
+            assert_eq!(said, "", "pinned file {k} kept its PM data");
+        }
+    }
+    assert!(!gave_way.is_empty(), "no pinned data gave way");
+    // A pinned write that spills (PM has no room beyond twice the
+    // reserve): its rule is unmet for room, not for metadata.
+    let late = file(&fs, hot, "late");
+    fs.write(late, 0, &pattern(999, 1 << 20)).unwrap();
+    fs.fsync(late, false).unwrap();
+    assert_eq!(tier_bytes(&fs, late, "pm"), 0, "{:?}", extents(&fs, late));
+    assert_eq!(moves(&fs, late), "");
+    // A file whose rule is cleared has no rule to be unmet.
+    let back = gave_way[0];
+    fs.removexattr(back, RULE).unwrap();
+    assert_eq!(moves(&fs, back), "");
+    fs.setxattr(back, RULE, b"pm", 0).unwrap();
+    // Room on PM again: the rule's enforcement brings the data back, and
+    // then nothing is said.
+    fs.unlink(hot, b"late").unwrap();
+    for &f in &pinned {
+        if f != back {
+            fs.removexattr(f, RULE).unwrap();
+        }
+    }
+    for k in 0..made {
+        fs.unlink(mail, format!("m{k}").as_bytes()).unwrap();
+    }
+    let start = Instant::now();
+    while tier_bytes(&fs, back, "ssd") > 0 && start.elapsed().as_secs() < 20 {
+        // Unpinned PM data makes room for the pin (the rule's enforcement
+        // drains it); passes that moved nothing back off up to 2 s.
+        fs.migration_pass();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        tier_bytes(&fs, back, "ssd"),
+        0,
+        "the pinned data did not come back: {:?}; space {:?}",
+        extents(&fs, back),
+        fs.status().space
+    );
+    assert_eq!(moves(&fs, back), "", "its rule is met again");
+    for (k, &f) in pinned.iter().enumerate() {
+        assert!(fs.read(f, 0, 1 << 20).unwrap() == pattern(100 + k as u64, 1 << 20));
+    }
+    fs.check_allocator().unwrap();
+}
+
+/// Removals on a pool full on every tier whose PM data is all pinned to PM
+/// by a rule: the rescue (`migrate/rescue.rs`) moves pinned data into the
+/// recycling reserve when no other PM data is left to move, as the yield
+/// to metadata does, and every unlink succeeds. It left pinned data where
+/// it was, so once the removal reserve was used up by removals that free
+/// no PM (here names of a file linked elsewhere too), every `rm` of such a
+/// pool failed with ENOSPC and it could never be emptied. The file whose
+/// data gave way says so in `user.terrace.moves`, and reads back.
+#[test]
+fn removals_on_a_full_pool_whose_pm_holds_only_pinned_data_all_succeed() {
+    let (_, _, fs) = tiered_pool(4 << 20, 16 << 20, 64);
+    let fs = Arc::new(fs);
+    fs.set_setting("dram_cache_bytes", "4M").unwrap();
+    fs.start_writeback();
+    fs.start_migration();
+    fs.set_setting("inode_max_percent", "90").unwrap();
+    // Everything created below `top` inherits the pin.
+    let top = fs.mkdir(1, b"top", 0o755, CTX).unwrap().ino;
+    fs.setxattr(top, RULE, b"pm", 0).unwrap();
+    let target = file(&fs, top, "target");
+    let d = fs.mkdir(top, b"d", 0o755, CTX).unwrap().ino;
+    let name = |i: u32| format!("{i}.M{i}P4242Q{i}.mail.example.org,S=1024:2,");
+    let names: Vec<String> = (0..1500).map(name).collect();
+    for n in &names {
+        fs.link(target, d, n.as_bytes()).unwrap();
+    }
+    // Data until a write is refused: pinned to PM up to its pin room, the
+    // rest spilled to the SSD until it is full.
+    let big = file(&fs, top, "big");
+    let mut off = 0u64;
+    while fs.write(big, off, &pattern(off, 64 << 10)).is_ok() {
+        off += 64 << 10;
+        assert!(off < 1 << 30, "the pool never filled with data");
+    }
+    let _ = fs.fsync(big, false);
+    let pm_before = tier_bytes(&fs, big, "pm");
+    assert!(pm_before > 0, "{:?}", fs.status().space);
+    // Then names until PM refuses them.
+    let fill = fs.mkdir(top, b"fill", 0o755, CTX).unwrap().ino;
+    for i in 0..1_000_000u32 {
+        match fs.mknod(fill, name(i).as_bytes(), libc::S_IFREG | 0o644, 0, CTX) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("create {i}: {e}"),
+        }
+    }
+    // Each unlink adds to the logs of `d` and `target` and frees nothing.
+    let failed: Vec<String> = names
+        .iter()
+        .filter_map(|n| {
+            fs.unlink(d, n.as_bytes())
+                .err()
+                .map(|e| format!("{n}: {e}"))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} unlinks failed on a full pool whose PM holds only pinned data, the first: {:?}; \
+         space: {:?}",
+        failed.len(),
+        names.len(),
+        failed.first(),
+        fs.status().space
+    );
+    let sp = fs.status().space;
+    assert!(sp.rescued_bytes > 0, "no rescue: {sp:?}");
+    assert!(
+        tier_bytes(&fs, big, "pm") < pm_before,
+        "no pinned data moved"
+    );
+    let said = String::from_utf8(fs.getxattr(big, b"user.terrace.moves").unwrap()).unwrap();
+    assert!(said.starts_with("yielded"), "{said:?}");
+    assert!(fs.read(big, 0, off as usize).unwrap() == pattern_chunks(off));
+    fs.rmdir(top, b"d").unwrap();
+    fs.stop_background_for_crash_test();
+    fs.check_allocator().unwrap();
+}
+
+/// What `removals_on_a_full_pool_whose_pm_holds_only_pinned_data_all_succeed`
+/// wrote to `big`: 64 KiB chunks of `pattern(offset, ..)` up to `len`.
+fn pattern_chunks(len: u64) -> Vec<u8> {
+    (0..len)
+        .step_by(64 << 10)
+        .flat_map(|off| pattern(off, 64 << 10))
+        .collect()
+}

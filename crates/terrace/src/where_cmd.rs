@@ -10,10 +10,12 @@
 //! extents), and a listing cut there is flagged and fails with exit code 1.
 //!
 //! A pinned file (`terrace rule`) whose data is not all on its rule's tier
-//! is said not to meet its rule, and why: not moved yet (room), or damaged
+//! is said not to meet its rule, and why: not moved yet (room); damaged
 //! data — a move found blocks failing their checksums, and no move is tried
-//! until the file's data changes (the daemon's read-only xattr
-//! `user.terrace.moves` says so).
+//! until the file's data changes; or data pinned to PM moved off it to keep
+//! room for metadata (PM full of pinned data) — the daemon's read-only
+//! xattr `user.terrace.moves` tells the last two apart from room (an older
+//! daemon, or one remounted since, does not: room is said).
 //!
 //! By default adjacent extents on the same tier are shown as one run (with
 //! how many extents it joins); `--all` lists every extent with its block
@@ -313,10 +315,9 @@ pub fn run(path: &Path, all: bool, as_json: bool) -> CliResult {
     let access = getxattr(path, "user.terrace.access")
         .ok()
         .map(|v| String::from_utf8_lossy(&v).into_owned());
-    // Whether damaged data stops its moves (an older daemon has no such
-    // xattr: not known, so not said).
-    let damaged = getxattr(path, MOVES_XATTR)
-        .is_ok_and(|v| String::from_utf8_lossy(&v).starts_with(MOVES_DAMAGED));
+    // What stops its moves (an older daemon has no such xattr: not known,
+    // so not said).
+    let moves = getxattr(path, MOVES_XATTR).map_or(Moves::Free, |v| Moves::parse(&v));
     if as_json {
         let extents: Vec<serde_json::Value> = rows
             .iter()
@@ -325,13 +326,12 @@ pub fn run(path: &Path, all: bool, as_json: bool) -> CliResult {
         util::out(
             &serde_json::json!({"path": path, "size": md.len(), "extents": extents, "runs": runs,
                 "bytes_per_tier": per_tier, "complete": !reader.cut, "rule": rule, "access": access,
-                "damaged_data": damaged})
+                "damaged_data": moves == Moves::Damaged,
+                "yielded_to_metadata": moves == Moves::Yielded})
             .to_string(),
         );
     } else {
-        print_file(
-            path, &md, &rows, &runs, all, &per_tier, rule, access, damaged,
-        );
+        print_file(path, &md, &rows, &runs, all, &per_tier, rule, access, moves);
     }
     if reader.cut {
         return Err(cut_error(path));
@@ -349,7 +349,7 @@ fn print_file(
     per_tier: &BTreeMap<String, u64>,
     rule: Option<String>,
     access: Option<String>,
-    damaged: bool,
+    moves: Moves,
 ) {
     let mut o = String::new();
     o.push_str(&format!("{}\n", path.display()));
@@ -421,7 +421,7 @@ fn print_file(
         "rule: {}{}",
         rule.as_deref().unwrap_or("auto (no rule)"),
         rule.as_deref()
-            .map(|r| rule_not_met(r, per_tier, damaged))
+            .map(|r| rule_not_met(r, per_tier, moves))
             .unwrap_or_default()
     ));
     if let Some(a) = access {
@@ -435,17 +435,47 @@ fn print_file(
 const MOVES_XATTR: &str = "user.terrace.moves";
 /// Its first word when damaged data stops the file's moves.
 const MOVES_DAMAGED: &str = "damaged";
+/// Its first word when data pinned to PM was moved off PM to keep room
+/// for metadata.
+const MOVES_YIELDED: &str = "yielded";
+
+/// What [`MOVES_XATTR`] says of a file's moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moves {
+    /// Nothing stops them (or the daemon does not say).
+    Free,
+    /// Damaged data: no move is tried until the file's data changes.
+    Damaged,
+    /// Its data pinned to PM was moved off PM to keep room for metadata.
+    Yielded,
+}
+
+impl Moves {
+    /// The value of [`MOVES_XATTR`], by its first word.
+    fn parse(value: &[u8]) -> Moves {
+        let v = String::from_utf8_lossy(value);
+        if v.starts_with(MOVES_DAMAGED) {
+            Moves::Damaged
+        } else if v.starts_with(MOVES_YIELDED) {
+            Moves::Yielded
+        } else {
+            Moves::Free
+        }
+    }
+}
 
 /// What the `rule:` line adds when part of a pinned file's data is on
 /// another tier than the rule's (named by kind, as `per_tier` is): a pin
 /// to PM spills to the first block tier while PM is full, and migration
 /// moves such data to the rule's tier as room allows — unless the data is
-/// `damaged` (a move found blocks failing their checksums: no move is tried
-/// until the file's data changes), which is then the reason given, also
-/// for a rule naming a tier by id. Data still in the DRAM cache is on its
-/// way and clean copies are second places: neither counts. Empty when the
-/// rule holds, or names a tier by id and the data is not damaged.
-fn rule_not_met(rule: &str, per_tier: &BTreeMap<String, u64>, damaged: bool) -> String {
+/// damaged (a move found blocks failing their checksums: no move is tried
+/// until the file's data changes) or was yielded (data pinned to PM moved
+/// off it to keep room for metadata, and back when PM has room), which is
+/// then the reason given, also for a rule naming a tier by id. Data still
+/// in the DRAM cache is on its way and clean copies are second places:
+/// neither counts. Empty when the rule holds, or names a tier by id and
+/// nothing stops its moves.
+fn rule_not_met(rule: &str, per_tier: &BTreeMap<String, u64>, moves: Moves) -> String {
     let by_kind = ["pm", "ssd", "hdd", "s3"].contains(&rule);
     let elsewhere: u64 = per_tier
         .iter()
@@ -455,18 +485,27 @@ fn rule_not_met(rule: &str, per_tier: &BTreeMap<String, u64>, damaged: bool) -> 
     if by_kind && elsewhere == 0 {
         return String::new();
     }
-    if damaged {
-        return format!(
-            " (not met{}: the file's data is damaged — a move found blocks failing \
-             their checksums, and no move is tried until the file's data changes \
-             (a write, a truncate, or a scrub repair); `terrace scrub` or \
-             `terrace fsck --data` name the damaged blocks)",
-            if by_kind {
-                format!(" for {}", human(elsewhere))
-            } else {
-                String::new()
-            }
-        );
+    let amount = if by_kind {
+        format!(" for {}", human(elsewhere))
+    } else {
+        String::new()
+    };
+    match moves {
+        Moves::Damaged => {
+            return format!(
+                " (not met{amount}: the file's data is damaged — a move found blocks failing \
+                 their checksums, and no move is tried until the file's data changes \
+                 (a write, a truncate, or a scrub repair); `terrace scrub` or \
+                 `terrace fsck --data` name the damaged blocks)"
+            );
+        }
+        Moves::Yielded => {
+            return format!(
+                " (not met{amount}: moved off pm to keep room for metadata (pm full of \
+                 pinned data); it returns when pm has room — pin less to pm to keep it there)"
+            );
+        }
+        Moves::Free => {}
     }
     if !by_kind {
         return String::new();
@@ -586,29 +625,32 @@ fn directory(dir: &Path, reader: &mut Reader, as_json: bool) -> CliResult {
 mod tests {
     use super::{
         bytes_per_tier, coalesce, device_runs, not_a_file, parse_xattr_line, rule_not_met,
-        ExtentRow, Run,
+        ExtentRow, Moves, Run,
     };
 
     #[test]
     fn a_rule_is_said_not_met_only_for_primary_data_on_another_tier() {
         let tiers = |v: &[(&str, u64)]| v.iter().map(|(t, b)| (t.to_string(), *b)).collect();
-        assert_eq!(rule_not_met("pm", &tiers(&[("pm", 1 << 20)]), false), "");
+        assert_eq!(
+            rule_not_met("pm", &tiers(&[("pm", 1 << 20)]), Moves::Free),
+            ""
+        );
         assert_eq!(
             rule_not_met(
                 "pm",
                 &tiers(&[("pm", 4096), ("dram", 8192), ("ssd-copy", 4096)]),
-                false
+                Moves::Free
             ),
             "",
             "cached data and clean copies do not count"
         );
-        let said = rule_not_met("pm", &tiers(&[("pm", 4096), ("ssd", 1 << 20)]), false);
+        let said = rule_not_met("pm", &tiers(&[("pm", 4096), ("ssd", 1 << 20)]), Moves::Free);
         assert!(
             said.contains("not met yet for 1.0 MiB") && said.contains("pm had no room"),
             "{said}"
         );
         assert_eq!(
-            rule_not_met("2", &tiers(&[("ssd", 4096)]), false),
+            rule_not_met("2", &tiers(&[("ssd", 4096)]), Moves::Free),
             "",
             "an id is not matched"
         );
@@ -619,7 +661,11 @@ mod tests {
     #[test]
     fn a_rule_unmet_for_damaged_data_names_the_damage_not_room() {
         let tiers = |v: &[(&str, u64)]| v.iter().map(|(t, b)| (t.to_string(), *b)).collect();
-        let said = rule_not_met("pm", &tiers(&[("pm", 4096), ("ssd", 1 << 20)]), true);
+        let said = rule_not_met(
+            "pm",
+            &tiers(&[("pm", 4096), ("ssd", 1 << 20)]),
+            Moves::Damaged,
+        );
         assert!(
             said.contains("not met for 1.0 MiB")
                 && said.contains("data is damaged")
@@ -628,13 +674,50 @@ mod tests {
                 && !said.contains("no room"),
             "{said}"
         );
-        let by_id = rule_not_met("2", &tiers(&[("ssd", 4096)]), true);
+        let by_id = rule_not_met("2", &tiers(&[("ssd", 4096)]), Moves::Damaged);
         assert!(by_id.contains("data is damaged"), "{by_id}");
         assert_eq!(
-            rule_not_met("pm", &tiers(&[("pm", 1 << 20)]), true),
+            rule_not_met("pm", &tiers(&[("pm", 1 << 20)]), Moves::Damaged),
             "",
             "a rule that holds is met, damaged or not"
         );
+    }
+
+    /// Data pinned to PM that a migration pass moved off PM to keep room
+    /// for metadata is not said to have been written while PM had no room:
+    /// the line says it gave way to metadata and comes back with room.
+    #[test]
+    fn a_pm_rule_unmet_because_its_data_gave_way_to_metadata_says_so_not_no_room() {
+        let tiers = |v: &[(&str, u64)]| v.iter().map(|(t, b)| (t.to_string(), *b)).collect();
+        let said = rule_not_met(
+            "pm",
+            &tiers(&[("pm", 4096), ("ssd", 1 << 20)]),
+            Moves::Yielded,
+        );
+        assert!(
+            said.contains("not met for 1.0 MiB")
+                && said.contains("moved off pm to keep room for metadata")
+                && said.contains("pm full of pinned data")
+                && said.contains("returns when pm has room")
+                && !said.contains("no room"),
+            "{said}"
+        );
+        assert_eq!(
+            rule_not_met("pm", &tiers(&[("pm", 1 << 20)]), Moves::Yielded),
+            "",
+            "a rule that holds again is met"
+        );
+    }
+
+    #[test]
+    fn the_moves_xattr_is_read_by_its_first_word() {
+        assert_eq!(Moves::parse(b""), Moves::Free);
+        assert_eq!(Moves::parse(b"damaged: a move found ..."), Moves::Damaged);
+        assert_eq!(
+            Moves::parse(b"yielded: data pinned to pm ..."),
+            Moves::Yielded
+        );
+        assert_eq!(Moves::parse(b"something newer"), Moves::Free);
     }
 
     #[test]

@@ -27,8 +27,17 @@
 //!   thresholds leave them), and refusing the rescue for them left every
 //!   later `rm` of a full pool refused (`scripts/stress_full_pool.sh`:
 //!   4 KiB dead, 2,500 names refused).
-//! - Data a rule pins to PM stays. The move is an ordinary one
-//!   (`move_ranges`): crash-safe at every step, committed by the log tail.
+//! - Data a rule pins to PM moves only when no other of PM's coldest
+//!   files has data to move: a second round takes pinned data, as the
+//!   yield to metadata does (`rules.rs`) — a rule is a placement
+//!   preference, while room for removals is what lets a full pool be
+//!   emptied at all. On a PM holding only pinned data, the rescue skipped
+//!   everything and every `rm` after the removal reserve was used up
+//!   failed with ENOSPC. Each file whose pinned data moved is noted
+//!   (`Fs::note_pin_yielded`): its rule is unmet, `terrace where` says
+//!   why, and the rule's enforcement brings the data back once PM has room.
+//! - The move is an ordinary one (`move_ranges`): crash-safe at every
+//!   step, committed by the log tail.
 
 use super::*;
 use std::cell::Cell;
@@ -70,8 +79,9 @@ impl Drop for Rescuing {
 impl Fs {
     /// Moves up to [`RESCUE_BLOCKS`] of PM's coldest data into the first
     /// block tier's recycling reserve, under the invariants of the module
-    /// doc. Whether PM has more free blocks afterwards. Called with no lock
-    /// held.
+    /// doc: unpinned data first, data a rule pins to PM only when that
+    /// freed nothing. Whether PM has more free blocks afterwards. Called
+    /// with no lock held.
     pub(crate) fn rescue_pm_for_removal(&self) -> bool {
         if self.cache.dirty_blocks() > 0 || self.wb_inflight_blocks.load(Ordering::Relaxed) > 0 {
             return false;
@@ -83,38 +93,59 @@ impl Fs {
         };
         let before = self.alloc.free();
         let _rescuing = Rescuing::start();
-        for (_, ino) in self.coldest_files(TierId::PM, Mode::Move, RESCUE_FILES) {
-            if self.is_commanded(ino) {
-                continue;
-            }
-            let ranges = {
-                let Ok(g) = self.lock(ino) else { continue };
-                let Some(i) = g.as_ref() else { continue };
-                if self.rule_of(i) == Some(TierId::PM) {
+        let files = self.coldest_files(TierId::PM, Mode::Move, RESCUE_FILES);
+        for pinned_round in [false, true] {
+            for &(_, ino) in &files {
+                if self.is_commanded(ino) {
                     continue;
                 }
-                let (_, _, ranges) = super::defrag::runs_on(i, TierId::PM);
-                first_blocks(ranges, RESCUE_BLOCKS)
-            };
-            if ranges.is_empty() {
-                continue;
-            }
-            if let Ok(n @ 1..) = self.move_ranges(ino, TierId::PM, t.id, &ranges, Mode::Move) {
-                let st = &self.space_stats;
-                if st.rescued_bytes.fetch_add(n, Ordering::Relaxed) == 0 {
-                    self.notice(format!(
-                        "every tier is full and removals found no PM room: {} KiB of PM data \
-                         moved into the recycling reserve of tier {} so that they go on",
-                        n / 1024,
-                        t.id
-                    ));
+                let (ranges, generation) = {
+                    let Ok(g) = self.lock(ino) else { continue };
+                    let Some(i) = g.as_ref() else { continue };
+                    if (self.rule_of(i) == Some(TierId::PM)) != pinned_round {
+                        continue;
+                    }
+                    let (_, _, ranges) = super::defrag::runs_on(i, TierId::PM);
+                    (first_blocks(ranges, RESCUE_BLOCKS), i.generation)
+                };
+                if ranges.is_empty() {
+                    continue;
+                }
+                if let Ok(n @ 1..) = self.move_ranges(ino, TierId::PM, t.id, &ranges, Mode::Move) {
+                    self.say_rescued(n, t.id, pinned_round);
+                    if pinned_round {
+                        self.note_pin_yielded(ino, generation);
+                    }
+                }
+                if self.alloc.free() > before {
+                    return true;
                 }
             }
-            if self.alloc.free() > before {
-                break;
-            }
         }
+        // PM may have got freer meanwhile by other means.
         self.alloc.free() > before
+    }
+
+    /// Counts `n` bytes a rescue moved into tier `to` (`pinned`: data a
+    /// rule pins to PM), and says so in the daemon's log the first time.
+    fn say_rescued(&self, n: u64, to: TierId, pinned: bool) {
+        let st = &self.space_stats;
+        if st.rescued_bytes.fetch_add(n, Ordering::Relaxed) == 0 {
+            self.notice(format!(
+                "every tier is full and removals found no PM room: {} KiB of PM data \
+                 moved into the recycling reserve of tier {to} so that they go on",
+                n / 1024,
+            ));
+        }
+        if pinned && st.pins_yielded_bytes.fetch_add(n, Ordering::Relaxed) == 0 {
+            self.notice(format!(
+                "PM is full of data pinned to it by rules: {} KiB of it moved into the \
+                 recycling reserve of tier {to} so that removals go on (those files' rule \
+                 is unmet until PM has room; pin less to PM, or clear rules with \
+                 `terrace rule -r DIR auto`)",
+                n / 1024,
+            ));
+        }
     }
 }
 
