@@ -261,7 +261,7 @@ def test_the_last_tier_of_a_mounted_pool_is_removed_once_nothing_is_stored_on_it
             assert where_bytes(mnt / "f").get("ssd") == 6 << 20
             # The last tier's data moves up to pm with the removal.
             out = terrace("tier", "remove", mnt).stdout
-            assert "Moving the data on tier 1" in out and "Removed tier 1" in out, out
+            assert "Removing tier 1 (ssd" in out and "Removed tier 1" in out, out
             assert kinds_of(m) == ["pm"]
             assert not where_bytes(mnt / "f").get("ssd")
             assert sha256_file(mnt / "f") == digest
@@ -367,7 +367,7 @@ def test_the_ssd_of_a_mounted_pm_ssd_hdd_pool_is_removed_at_once():
             assert where_bytes(mnt / "f").get("ssd") == 4 << 20
             with open(mnt / "g", "rb") as held:
                 out = terrace("tier", "remove", mnt, "ssd").stdout
-                assert "Moving the data on tier 1" in out, out
+                assert "Removing tier 1 (ssd" in out, out
                 assert "Removed tier 1" in out and str(mnt) in out, out
                 assert len(held.read()) == 1 << 20
             tiers = m.status()["tiers"]

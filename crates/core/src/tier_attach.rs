@@ -19,10 +19,23 @@
 //!    at a tier the superblock does not name.
 //!
 //! The superblock's `clean` flag is kept as it is (false while mounted).
+//!
+//! While a tier is being removed ([`Fs::tier_being_removed`]: retiring,
+//! `tier_detach.rs`) an attach is refused at once, before it waits for the
+//! tier-change lock: the removal holds that lock for as long as its data
+//! takes to move (hours for a large tier), and an attach queued behind it
+//! would outlive its caller (`terrace tier add` gives up after two
+//! minutes) and then attach a tier the user no longer waits for — with an
+//! id taken from the superblock of before the removal, refused anyway
+//! when the last tier went. Nothing makes the attach need to wait: the
+//! user runs it again when the removal ends. (A removal that takes the
+//! lock between the look and the wait still makes the attach wait; it is
+//! refused once the lock is taken, when a tier removed since changed the
+//! next id.)
 
 use crate::fs::Fs;
 use std::sync::Arc;
-use terrace_format::{TierKind, TierRecord, BLOCK_SIZE};
+use terrace_format::{TierId, TierKind, TierRecord, BLOCK_SIZE};
 use terrace_media::BlockMedia;
 
 impl Fs {
@@ -33,6 +46,7 @@ impl Fs {
     /// object tier only after a block tier, speeds never rising).
     pub fn attach_tier(&self, rec: TierRecord, dev: Arc<dyn BlockMedia>) -> Result<(), String> {
         self.refuse_tier_change_read_only()?;
+        self.refuse_while_removing()?;
         let appending = self.tiers.begin_append();
         let mut sb = self.sb.lock().clone();
         if let Some(why) = attach_problem(&sb.tiers, &rec) {
@@ -84,6 +98,28 @@ impl Fs {
         // Writers waiting for room may find it on the new tier.
         self.kick_migration();
         Ok(())
+    }
+}
+
+impl Fs {
+    /// The tier a removal is under way for (`terrace tier remove`: retired,
+    /// its data moving off), if any.
+    pub fn tier_being_removed(&self) -> Option<TierId> {
+        self.tiers
+            .iter()
+            .find(|t| t.space.is_retiring())
+            .map(|t| t.id)
+    }
+
+    /// Refuses a tier change while a removal is under way (see the module
+    /// docs), in words that say when to try again.
+    pub fn refuse_while_removing(&self) -> Result<(), String> {
+        match self.tier_being_removed() {
+            Some(id) => Err(format!(
+                "tier {id} is being removed; try again when `terrace tier remove` ends"
+            )),
+            None => Ok(()),
+        }
     }
 }
 

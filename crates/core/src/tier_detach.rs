@@ -58,6 +58,14 @@
 //!    requests in flight) and forget per-tier state a tier attached later
 //!    with the same id must not inherit.
 //!
+//! A freeze or an unmount (`freeze.rs`, `unmount.rs`) marks the image
+//! clean without waiting for this control thread: so from the moment its
+//! persisting stops the background threads ([`Fs::pool_stopping`]) the
+//! removal writes nothing more — the evacuation's moves stop before their
+//! commit (`tier_evacuate.rs`), and the steps after it (logs moved, copies
+//! dropped, the superblock committed) look before each write — and it is
+//! refused, the retiring mark taken back.
+//!
 //! A refusal at steps 1–4 takes the retiring mark back and changes nothing
 //! but what the evacuation moved (each move crash-safe, committed or not
 //! at all: data moved stays moved, nothing is lost) and clean copies
@@ -301,6 +309,7 @@ impl Fs {
         if self.tiers.iter().all(|t| t.id == id) {
             // The only block tier: the pool is PM-only after this, so
             // nothing may stay cached (the cache takes no pages now).
+            self.refuse_tier_change()?;
             self.persist_cached().map_err(|e| {
                 format!(
                     "cannot write back the data cached for the block tiers before {} goes: {e}",
@@ -341,11 +350,16 @@ impl Fs {
         })
     }
 
-    /// A read-only or frozen pool, or one being unmounted, changes no tier.
+    /// A read-only or frozen pool, or one being unmounted or frozen (its
+    /// background threads stopped for the clean mark, [`Fs::pool_stopping`]),
+    /// changes no tier.
     fn refuse_tier_change(&self) -> Result<(), String> {
         self.refuse_tier_change_read_only()?;
         if self.unmounted.load(Ordering::SeqCst) {
             return Err("the pool is being unmounted".into());
+        }
+        if self.pool_stopping() {
+            return Err("the pool is being unmounted or remounted read-only".into());
         }
         Ok(())
     }
@@ -470,12 +484,14 @@ impl Fs {
             Some(to) => {
                 let name = format!("tier {} ({})", to.id.get(), to.kind.name());
                 for batch in inos.chunks(LOG_BATCH) {
+                    self.refuse_tier_change()?;
                     self.move_logs_to(batch, to.id)
                         .map_err(|e| cannot(&name, &e))?;
                 }
             }
             None => {
                 for &ino in &inos {
+                    self.refuse_tier_change()?;
                     let Ok(mut g) = self.lock(ino) else { continue };
                     if let Some(i) = g.as_mut() {
                         self.recall_log(i, false).map_err(|e| cannot("PM", &e))?;
@@ -555,6 +571,7 @@ impl Fs {
     /// left alone (the caller looks again).
     fn drop_copies_on(&self, id: TierId, copies: CopiesOn) -> Result<(), String> {
         for (ino, ranges) in copies {
+            self.refuse_tier_change()?;
             match self.move_ranges(ino, id, TierId::PM, &ranges, crate::migrate::Mode::DropCopy) {
                 Ok(_) => {}
                 // Deleted meanwhile: its copies went with it.

@@ -16,35 +16,61 @@
 //!   tier too), else the nearest block tier above, else PM
 //!   ([`Fs::evacuation_target`]).
 //! - **Refusal before anything moves** (a rule naming the tier is refused
-//!   by the caller before this runs): the room: the blocks to copy (shared blocks once; data
-//!   with a clean copy on the target costs nothing, the copy is promoted)
-//!   against the target's room (for a block tier its free blocks less the
-//!   extents held back for recycling, for PM its free blocks beyond the
-//!   metadata reserve), and against the pool's room less what the DRAM
-//!   cache's dirty pages were promised. The messages say how much is needed
+//!   by the caller before this runs): the room. What is needed is the
+//!   blocks to copy, counted as the union of the physical block ranges the
+//!   files map there — a block that clones (`copy_file_range`) share, in
+//!   extents cut alike or not, counts once, as it moves once
+//!   (`reshare.rs`); data with a clean copy on the target costs nothing,
+//!   the copy is promoted. It is set against the target's room (for a
+//!   block tier its free blocks less the extents held back for recycling)
+//!   and against the pool's room less what the DRAM cache's dirty pages
+//!   were promised. PM, the target only when no other block tier is left
+//!   (the pool is PM-only afterwards, and its metadata — new inodes, log
+//!   pages — has nowhere else to go), must keep twice its metadata reserve
+//!   free ([`Fs::pm_pin_floor_blocks`], the floor data pinned to PM keeps
+//!   too) beyond the data moved and the dirty pages written back to it:
+//!   filling it to the bare reserve left a pool where the next file's
+//!   first write failed with ENOSPC. The messages say how much is needed
 //!   and how much there is. A file unlinked while still open keeps its
 //!   data until its release: it moves like any other (inode logs of
 //!   deleted files, which the removal does not move, refuse it later).
 //! - **The move**: each file's pieces on the tier, in groups of
 //!   `group_migration_bytes`, with the migration mechanism
 //!   ([`crate::migrate::MoveBatch`], `migrate/mover.rs`: crash-safe, a piece
-//!   written meanwhile is dropped rather than committed stale). Rounds
+//!   written meanwhile is dropped rather than committed stale). Blocks
+//!   shared by clones move once: the commit of one owner's move points the
+//!   other owners at the new blocks (`reshare.rs`), so a file with shared
+//!   blocks there is not captured while another one's moves wait in the
+//!   batch's window — the window commits first (else each owner got a
+//!   copy of its own in the window, dropped at its commit, and the target
+//!   needed the room of every copy at once, more than the check counted). Rounds
 //!   repeat while data is left (a file being written may need another),
 //!   up to [`EVACUATE_ROUNDS`] rounds that move nothing. Progress goes to
 //!   the daemon's log ([`Fs::notice`], every [`PROGRESS_EVERY`]).
 //! - **Failure midway** (a device error, the target full after all, an
 //!   unmount): the caller takes the retirement back; what moved stays
 //!   moved, nothing is lost (every move commits or leaves the old mapping).
+//! - **A freeze or an unmount meanwhile** (`freeze.rs`, `unmount.rs`): they
+//!   mark the image clean, and nothing joins this control thread first, so
+//!   the evacuation stops by itself. Its [`MoveBatch`] stops with the pool
+//!   ([`MoveBatch::stop_with_the_pool`], [`Fs::pool_stopping`]): from the
+//!   moment the unmount's or freeze's persisting stops the background
+//!   threads, no move of it commits — each is looked at just before its
+//!   commit, its blocks and those of every move after it are released —
+//!   and the evacuation fails, saying why, so the caller takes the
+//!   retirement back. (The look and the commit are not atomic with the
+//!   clean mark: a commit that passed the look just before the threads
+//!   stopped lands before the clean mark unless its thread stalls through
+//!   the whole rest of the persisting, a sync of every tier included.)
 
 use crate::fs::Fs;
 use crate::migrate::{Mode, MoveBatch, MOVE_SYNC_WINDOW_BYTES};
 use crate::tier::BlockTier;
 use crate::tier_detach::bytes_text;
 use crate::types::Ino;
-use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use terrace_format::{FileBlock, TierId, TierKind, TierRecord, BLOCK_SIZE};
+use terrace_format::{FileBlock, PhysBlock, TierId, TierKind, TierRecord, BLOCK_SIZE};
 
 /// Rounds in a row that move nothing before the evacuation gives up (what
 /// is left is then refused by the removal's own check).
@@ -53,17 +79,20 @@ pub const EVACUATE_ROUNDS: usize = 8;
 /// How often the daemon's log hears how far the evacuation is.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-/// Files whose data is on one tier: per inode, its file-block ranges there.
-type OnTier = Vec<(Ino, Vec<(FileBlock, u64)>)>;
+/// Files whose data is on one tier: per inode, its file-block ranges there,
+/// and whether some of those blocks are shared (clones).
+type OnTier = Vec<(Ino, Vec<(FileBlock, u64)>, bool)>;
 
 /// What the evacuation looks at before it moves anything.
 #[derive(Debug, Default)]
 struct Survey {
     /// The files with data there (deleted ones still open aside).
     files: OnTier,
-    /// Blocks of data there (each shared block once).
+    /// Blocks of data there (each block once, however many extents of
+    /// however many files map it).
     blocks: u64,
-    /// Of them, blocks the move must copy (no clean copy on the target).
+    /// Of them, blocks the move must copy (mapped by an extent without a
+    /// clean copy on the target).
     to_copy: u64,
 }
 
@@ -145,25 +174,33 @@ impl Fs {
     ) -> Result<u64, String> {
         let gb = self.settings.read().migration_params().group_blocks();
         let window = MOVE_SYNC_WINDOW_BYTES.max(gb * BLOCK_SIZE);
-        let mut batch = MoveBatch::new(self, window);
+        let mut batch = MoveBatch::new(self, window).stop_with_the_pool();
         let mut failed = None;
-        for (ino, ranges) in files {
-            if self.unmounted.load(Ordering::SeqCst) || self.migrator.worker.stopping() {
-                failed = Some("the pool is being unmounted".to_string());
-                break;
-            }
-            if self.is_read_only() || self.is_frozen() {
-                failed = Some("the pool was remounted read-only".to_string());
+        // Moves of shared blocks wait in the window (see the module docs).
+        let mut sharing = false;
+        for (ino, ranges, shares) in files {
+            if let Some(why) = self.stopping_reason() {
+                failed = Some(why.to_string());
                 break;
             }
             let before = batch.moved();
-            let r = groups(ranges, gb)
-                .iter()
-                .try_for_each(|g| batch.add(*ino, from, to, g, Mode::Move));
+            let r = if *shares && sharing {
+                batch.commit_all()
+            } else {
+                Ok(())
+            };
+            sharing |= *shares;
+            let r = r.and_then(|()| {
+                groups(ranges, gb)
+                    .iter()
+                    .try_for_each(|g| batch.add(*ino, from, to, g, Mode::Move))
+            });
             match r {
                 Ok(()) => {}
                 // Deleted meanwhile: its data went with it.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                // Halted: said below.
+                Err(e) if e.raw_os_error() == Some(MoveBatch::HALTED_ERRNO) => break,
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                     failed = Some(format!(
                         "{to_name} ran out of room while the data moved ({}): free some space \
@@ -182,7 +219,16 @@ impl Fs {
         let before = batch.moved();
         let (moved, synced) = batch.finish();
         progress.add(moved - before);
-        let why = failed.or_else(|| {
+        // A pool stopping meanwhile is the reason, whatever else failed
+        // (a halted batch committed nothing since).
+        let halted = synced
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(MoveBatch::HALTED_ERRNO));
+        let stopping = self
+            .stopping_reason()
+            .or(halted.then_some(STOPPING))
+            .map(str::to_string);
+        let why = stopping.or(failed).or_else(|| {
             synced
                 .err()
                 .map(|e| format!("syncing the data moved to {to_name}: {e}"))
@@ -198,10 +244,14 @@ impl Fs {
     }
 
     /// The files with data on tier `id` and what moving it to `to` costs
-    /// (each inode looked at under its lock, one at a time).
+    /// (each inode looked at under its lock, one at a time). Blocks are
+    /// counted as the union of the ranges mapped there: clones share
+    /// blocks in extents that need not start or end alike (a write into
+    /// one clone splits its extent), so no per-extent key finds them all.
     fn survey(&self, id: TierId, to: TierId) -> Survey {
         let mut s = Survey::default();
-        let mut seen = BTreeSet::new();
+        let mut mapped = Vec::new();
+        let mut uncopied = Vec::new();
         for slot in &self.table {
             let g = slot.lock();
             // A zombie's space is released: it maps nothing.
@@ -209,26 +259,46 @@ impl Fs {
                 continue;
             };
             let mut ranges = Vec::new();
+            let mut shares = false;
             for (fb, e) in i.extents.iter() {
                 if e.tier != id {
                     continue;
                 }
                 ranges.push((fb, e.blocks));
-                // Shared blocks count once (moved once, `reshare.rs`).
-                if e.shared && !seen.insert((e.block, e.blocks)) {
-                    continue;
-                }
-                s.blocks += e.blocks;
+                mapped.push((e.block, e.blocks));
+                shares = shares || !self.shared.shared_parts(id, e.block, e.blocks).is_empty();
                 if e.copy.map_or(true, |(t, _)| t != to) {
-                    s.to_copy += e.blocks;
+                    uncopied.push((e.block, e.blocks));
                 }
             }
             if ranges.is_empty() {
                 continue;
             }
-            s.files.push((i.ino, ranges));
+            s.files.push((i.ino, ranges, shares));
         }
+        s.blocks = union_blocks(mapped);
+        s.to_copy = union_blocks(uncopied);
         s
+    }
+
+    /// Why the evacuation must stop now, if it must: the pool is being
+    /// frozen or unmounted, or can no longer be written
+    /// ([`Fs::pool_stopping`]).
+    fn stopping_reason(&self) -> Option<&'static str> {
+        if self.unmounted.load(Ordering::SeqCst) {
+            Some("the pool is being unmounted")
+        } else if self.is_frozen() {
+            Some(
+                "the pool was remounted read-only (`mount -o remount,rw` it, then run the \
+                 removal again)",
+            )
+        } else if self.is_read_only() {
+            Some("the pool is read-only")
+        } else if self.pool_stopping() {
+            Some(STOPPING)
+        } else {
+            None
+        }
     }
 
     /// Refuses, before anything moves, when `to` (or the pool, less what
@@ -242,7 +312,9 @@ impl Fs {
         blocks: u64,
     ) -> Result<(), String> {
         let need = blocks * BLOCK_SIZE;
-        if let Some(room) = self.target_room(to) {
+        if to.is_pm() {
+            self.check_pm_room(name, blocks)?;
+        } else if let Some(room) = self.target_room(to) {
             if need > room {
                 return Err(format!(
                     "moving the data on {name} needs {} on {to_name}, which has room for {}: \
@@ -267,12 +339,46 @@ impl Fs {
         Ok(())
     }
 
+    /// Refuses an evacuation into PM (the pool's last block tier going)
+    /// that would leave PM less than [`Fs::pm_pin_floor_blocks`] free: the
+    /// `blocks` moved and the cache's dirty pages (written back to PM
+    /// before the tier goes) must fit beyond it. The message says how much
+    /// room is needed, how much there is, and how much to free.
+    fn check_pm_room(&self, name: &str, blocks: u64) -> Result<(), String> {
+        let dirty = self.cache.dirty_blocks();
+        let floor = self.pm_pin_floor_blocks();
+        let room = self.pm_free_unpromised().saturating_sub(floor);
+        let need = blocks + dirty;
+        if need <= room {
+            return Ok(());
+        }
+        let cached = if dirty > 0 {
+            format!(
+                " (with the {} waiting in the DRAM cache)",
+                bytes_text(dirty * BLOCK_SIZE)
+            )
+        } else {
+            String::new()
+        };
+        Err(format!(
+            "moving the data on {name} to pm, the pool's last tier once it goes, needs {}{cached} \
+             there, and pm has room for {} beyond the {} it keeps free for new files' metadata: \
+             free {} there or add a tier, then try again",
+            bytes_text(need * BLOCK_SIZE),
+            bytes_text(room * BLOCK_SIZE),
+            bytes_text(floor * BLOCK_SIZE),
+            bytes_text((need - room) * BLOCK_SIZE)
+        ))
+    }
+
     /// Bytes of data tier `to` can take (`None`: an object tier, whose room
-    /// is the store's). PM: its free blocks beyond the metadata reserve; a
-    /// block tier: its free blocks less the extents kept for recycling.
+    /// is the store's). PM: its free blocks beyond twice the metadata
+    /// reserve ([`Fs::check_pm_room`]); a block tier: its free blocks less
+    /// the extents kept for recycling.
     fn target_room(&self, to: TierId) -> Option<u64> {
         if to.is_pm() {
-            return Some(self.pm_data_free_bytes());
+            let floor = self.pm_pin_floor_blocks();
+            return Some(self.pm_free_unpromised().saturating_sub(floor) * BLOCK_SIZE);
         }
         let t = self.tiers.iter().find(|t| t.id == to)?;
         if t.kind == TierKind::S3 {
@@ -333,6 +439,35 @@ impl Progress<'_> {
             ));
         }
     }
+}
+
+/// Why an evacuation stopped when the pool stopped before the unmount or
+/// freeze marked itself (the persisting that comes first stopped the
+/// background threads).
+const STOPPING: &str = "the pool is being unmounted or remounted read-only";
+
+/// Blocks in the union of `runs` (first block, blocks): each block once,
+/// however many runs hold it.
+fn union_blocks(mut runs: Vec<(PhysBlock, u64)>) -> u64 {
+    runs.sort_unstable();
+    let mut total = 0;
+    let mut end: Option<PhysBlock> = None;
+    for (start, n) in runs {
+        let stop = start + n;
+        match end {
+            Some(e) if start < e => {
+                if stop > e {
+                    total += stop - e;
+                    end = Some(stop);
+                }
+            }
+            _ => {
+                total += n;
+                end = Some(stop);
+            }
+        }
+    }
+    total
 }
 
 /// `ranges` cut into groups of at most `gb` blocks, each a list of ranges

@@ -30,6 +30,12 @@
 //! - The daemon holds the lock of every block tier file of its pool, those
 //!   it mounted with and those attached since ([`hold_tier_locks`]), until
 //!   the unmount or the tier's removal.
+//! - While a removal runs (its data moving off, for as long as that takes)
+//!   `add` on the mounted pool is refused at once, before the new tier's
+//!   file is formatted (`Fs::refuse_while_removing`), rather than queued
+//!   behind the removal. A freeze or an unmount stops the removal
+//!   (refused, the tier kept: `Fs::evacuate_tier`); a `remove` whose daemon
+//!   went away with its pool unmounted says so.
 
 use crate::mkfs::{self, TierSpec};
 use crate::util::{self, CliError, CliResult};
@@ -305,6 +311,10 @@ pub(crate) fn attach(
 ) -> crate::control::protocol::Answer<crate::control::protocol::TierAdded> {
     use crate::control::protocol::{Refusal, TierAdded};
     let refuse = |e: CliError| Refusal::new(e.msg);
+    // Before the tier's file is formatted: a removal under way holds the
+    // tier change for as long as its data takes to move.
+    fs.refuse_while_removing()
+        .map_err(|e| Refusal::new(format!("cannot add a tier now: {e}")))?;
     let spec = mkfs::parse_tier(&a.spec).map_err(Refusal::new)?;
     if spec.kind != TierKind::S3 && spec.path.is_relative() {
         return Err(Refusal::new(format!(
@@ -436,7 +446,7 @@ fn remove_mounted(shown: &Path, mnt: &Path, tier: Option<&str>) -> CliResult {
     });
     if let Some((id, kind, used)) = &held {
         util::out(&format!(
-            "Moving the data on tier {id} ({kind}, {}) to the other tiers before removing it",
+            "Removing tier {id} ({kind}, {} on it): its data moves to the other tiers first",
             util::human_bytes(*used)
         ));
     }
@@ -483,7 +493,14 @@ fn remove_mounted(shown: &Path, mnt: &Path, tier: Option<&str>) -> CliResult {
         }
     };
     bar.finish_and_clear();
-    let got = got.map_err(crate::admin::control_failed(mnt, shown))?;
+    let got = got.map_err(|e| match e {
+        // The daemon went without an answer: an unmount stopped the
+        // removal (the evacuation commits nothing once the unmount began).
+        ControlError::Failed(_) | ControlError::NoDaemon if !still_mounted(mnt) => {
+            CliError::at(shown, unmounted_while_removing(mnt, tier))
+        }
+        e => crate::admin::control_failed(mnt, shown)(e),
+    })?;
     util::out(&format!(
         "Removed tier {} ({} {}) from the pool mounted on {}{}",
         got.id,
@@ -493,6 +510,24 @@ fn remove_mounted(shown: &Path, mnt: &Path, tier: Option<&str>) -> CliResult {
         got.leftover
     ));
     Ok(())
+}
+
+/// Whether `mnt` is still a FUSE mount (of the pool being changed).
+fn still_mounted(mnt: &Path) -> bool {
+    util::mount_at(mnt).is_some_and(|m| m.fstype.starts_with("fuse"))
+}
+
+/// Why `tier remove` got no answer from a daemon whose pool was unmounted
+/// while the removal ran.
+fn unmounted_while_removing(mnt: &Path, tier: Option<&str>) -> String {
+    format!(
+        "the pool on {} was unmounted while removing {}: a removal that had not ended stops \
+         there and the pool keeps the tier (data moved off it so far stays moved); mount it \
+         again, check its tiers (`terrace status`) and run the removal again if the tier is \
+         still there",
+        mnt.display(),
+        removal_target(tier)
+    )
 }
 
 /// "the last tier" or "tier ssd".

@@ -1,6 +1,23 @@
 //! Windows of moves ([`MoveBatch`]): many moves prepared by the mechanism
 //! of `mover.rs`, one device sync per window (an upload in the background
 //! for an object tier), then each move's commit.
+//!
+//! Invariants:
+//! - Every block a prepared move allocated is either committed (mapped) or
+//!   released, whichever way the batch ends: by [`MoveBatch::finish`], by
+//!   a failed sync, by a halt (below) or by being dropped unfinished (a
+//!   panic, an early return): [`Migrator::move_blocks_pending`] then counts
+//!   it down too.
+//! - A batch made to *stop with the pool* ([`MoveBatch::stop_with_the_pool`],
+//!   the evacuation of a tier being removed, which runs on a control
+//!   thread that no unmount or freeze joins) commits nothing once the pool
+//!   is being frozen or unmounted ([`Fs::pool_stopping`]: the clean mark of
+//!   `Fs::persist_and_mark_clean` is near, and nothing may be written to
+//!   the pool after it). It looks before each window's sync and each
+//!   move's commit, releases that move and every later one, and refuses
+//!   further moves with [`MoveBatch::HALTED_ERRNO`]. The background
+//!   migration needs no such halt: the unmount joins its thread before the
+//!   clean mark.
 
 use super::mover::Prepared;
 use super::*;
@@ -48,6 +65,11 @@ pub(crate) struct MoveBatch<'a> {
     /// The windows being uploaded in the background, oldest first (at
     /// most [`UPLOADS_IN_FLIGHT`]).
     uploading: std::collections::VecDeque<Uploading>,
+    /// Whether the batch commits nothing once the pool stops
+    /// ([`MoveBatch::stop_with_the_pool`]).
+    stops_with_the_pool: bool,
+    /// It did stop: every move since was released, none is prepared.
+    halted: bool,
 }
 
 /// Windows uploading at once: the one whose moves wait for their commit,
@@ -65,6 +87,10 @@ struct Uploading {
 }
 
 impl<'a> MoveBatch<'a> {
+    /// The error of a batch halted because the pool is being frozen or
+    /// unmounted ([`MoveBatch::stop_with_the_pool`]).
+    pub(crate) const HALTED_ERRNO: i32 = libc::ESHUTDOWN;
+
     /// A batch that syncs after `window` bytes (0: after every move).
     pub(crate) fn new(fs: &'a Fs, window: u64) -> MoveBatch<'a> {
         MoveBatch {
@@ -75,7 +101,27 @@ impl<'a> MoveBatch<'a> {
             started: None,
             moved: 0,
             uploading: std::collections::VecDeque::new(),
+            stops_with_the_pool: false,
+            halted: false,
         }
+    }
+
+    /// Makes the batch commit nothing once the pool is being frozen or
+    /// unmounted (see the module docs): the moves not yet committed then
+    /// are released, and `add` and `finish` fail with
+    /// [`MoveBatch::HALTED_ERRNO`].
+    pub(crate) fn stop_with_the_pool(mut self) -> MoveBatch<'a> {
+        self.stops_with_the_pool = true;
+        self
+    }
+
+    /// Whether this batch must commit nothing more (it stops with the pool
+    /// and the pool is stopping); once true, stays true.
+    fn halts(&mut self) -> bool {
+        if self.stops_with_the_pool && !self.halted && self.fs.pool_stopping() {
+            self.halted = true;
+        }
+        self.halted
     }
 
     /// Prepares a move of the pieces of `ranges` (see [`Fs::move_ranges`]);
@@ -92,6 +138,9 @@ impl<'a> MoveBatch<'a> {
     ) -> FsResult<()> {
         let mut rest: Vec<(FileBlock, u64)> = ranges.to_vec();
         loop {
+            if self.halts() {
+                return Err(errno(Self::HALTED_ERRNO));
+            }
             self.started.get_or_insert_with(Instant::now);
             let limit = self.object_window(to).map(|w| w.next_move_limit());
             let (prepared, cut) = self.fs.prepare_move(ino, from, to, &rest, mode, limit)?;
@@ -99,7 +148,11 @@ impl<'a> MoveBatch<'a> {
                 return Ok(());
             };
             if p.total == 0 {
-                // Promotions and drops commit at once; they still free room.
+                // Promotions and drops commit at once (nothing to release:
+                // they allocated nothing); they still free room.
+                if self.halts() {
+                    return Err(errno(Self::HALTED_ERRNO));
+                }
                 let r = self.fs.commit_move(p);
                 self.fs
                     .migrator
@@ -164,6 +217,13 @@ impl<'a> MoveBatch<'a> {
             *copied.entry(p.d.tier).or_default() += p.total * BS;
         }
         let started = self.started.take().unwrap_or_else(Instant::now);
+        if self.halts() {
+            // No sync either: the pool is being made clean for good.
+            let before = self.finish_uploads(0);
+            let halted = Err(errno(Self::HALTED_ERRNO));
+            let now = self.commit_window(pending, copied, started, halted);
+            return before.and(now);
+        }
         if copied
             .keys()
             .all(|&t| !t.is_pm() && self.fs.is_object_tier(t))
@@ -238,8 +298,9 @@ impl<'a> MoveBatch<'a> {
     }
 
     /// Commits the moves of a window whose target tiers `synced` (or
-    /// releases their blocks when they did not), and counts the window's
-    /// time and bytes per target tier.
+    /// releases their blocks when they did not, and from the first move on
+    /// that finds the batch halted), and counts the window's time and
+    /// bytes per target tier.
     fn commit_window(
         &mut self,
         moves: Vec<Prepared>,
@@ -258,6 +319,13 @@ impl<'a> MoveBatch<'a> {
         }
         let mut first_err = None;
         for p in moves {
+            // Looked at before each commit: the last one may come long
+            // after the window's sync began.
+            if self.halts() {
+                self.fs.release_data(p.d);
+                first_err.get_or_insert_with(|| errno(Self::HALTED_ERRNO));
+                continue;
+            }
             match self.fs.commit_move(p) {
                 Ok(b) => self.moved += b,
                 Err(e) => {
@@ -291,7 +359,7 @@ impl<'a> MoveBatch<'a> {
     /// Syncs and commits every move prepared so far, the window uploading
     /// in the background included: their source blocks are free when it
     /// returns (or, on an error, their target blocks are released).
-    pub(super) fn commit_all(&mut self) -> FsResult<()> {
+    pub(crate) fn commit_all(&mut self) -> FsResult<()> {
         let r = self.flush();
         r.and(self.finish_uploads(0))
     }
@@ -303,9 +371,20 @@ impl<'a> MoveBatch<'a> {
 }
 
 impl Drop for MoveBatch<'_> {
-    /// A batch dropped without `finish` (a panic unwinding) still waits for
-    /// its upload, and releases the blocks of what it never committed.
+    /// A batch dropped without `finish` (a panic unwinding, an early
+    /// return) still waits for its upload, and releases the blocks of what
+    /// it never committed: the windows uploading and the moves prepared
+    /// since the last window.
     fn drop(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let blocks: u64 = pending.iter().map(|p| p.total).sum();
+        if !pending.is_empty() {
+            let _done = PendingMoves(&self.fs.migrator, blocks);
+            for p in pending {
+                self.fs.release_data(p.d);
+            }
+        }
         while let Some(u) = self.uploading.pop_front() {
             let _ = u.upload.join();
             let blocks: u64 = u.moves.iter().map(|p| p.total).sum();
@@ -318,6 +397,20 @@ impl Drop for MoveBatch<'_> {
 }
 
 impl Fs {
+    /// Whether the pool is being frozen or unmounted, or can no longer be
+    /// written: `Fs::persist_and_mark_clean` stops the migration and
+    /// write-back threads (their workers say `stopping` from then on,
+    /// until a thaw or a failed freeze starts them again) before it marks
+    /// the image clean, and the unmounted, frozen and read-only marks
+    /// follow. A move committed from then on could land after the mark.
+    pub(crate) fn pool_stopping(&self) -> bool {
+        self.migrator.worker.stopping()
+            || self.cache.worker.stopping()
+            || self.unmounted.load(Ordering::SeqCst)
+            || self.is_frozen()
+            || self.is_read_only()
+    }
+
     /// [`Fs::move_range`] over several disjoint ranges of file blocks
     /// (`(first block, blocks)`, in file order) at once: their pieces are
     /// copied to one contiguous run of the target — one sequential request on
@@ -353,4 +446,45 @@ fn ranges_from(ranges: &[(FileBlock, u64)], at: FileBlock) -> Vec<(FileBlock, u6
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Root, no umask.
+    const ROOT: crate::Ctx = crate::Ctx {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
+
+    #[test]
+    fn a_batch_dropped_unfinished_releases_the_blocks_of_its_prepared_moves() {
+        let fs = crate::test_pools::tiered_pool(16).2;
+        let f = fs.mknod(1, b"f", libc::S_IFREG | 0o644, 0, ROOT).unwrap();
+        fs.write(f.ino, 0, &[5u8; 64 * 4096]).unwrap();
+        let pending = || fs.migrator.move_blocks_pending.load(Ordering::Relaxed);
+        let mut batch = MoveBatch::new(&fs, MOVE_SYNC_WINDOW_BYTES);
+        batch
+            .add(
+                f.ino,
+                TierId::PM,
+                TierId(1),
+                &[(FileBlock(0), 64)],
+                Mode::Move,
+            )
+            .unwrap();
+        assert_eq!(pending(), 64, "the move waits in the window");
+        // An early return (or a panic) drops the batch unfinished.
+        drop(batch);
+        assert_eq!(pending(), 0, "the dropped move still counts as pending");
+        fs.check_allocator()
+            .unwrap_or_else(|e| panic!("the dropped move's blocks leaked: {e}"));
+        let g = fs.lock(f.ino).unwrap();
+        let i = g.as_ref().unwrap();
+        assert!(i.extents.iter().all(|(_, e)| e.tier == TierId::PM));
+        drop(g);
+        assert_eq!(fs.read(f.ino, 0, 64 * 4096).unwrap(), vec![5u8; 64 * 4096]);
+    }
 }

@@ -62,17 +62,7 @@ impl Fs {
             };
             let bit = 1u64 << from.get();
             let running = self.migrator.running.load(Ordering::Relaxed) & bit != 0;
-            let (mut used, cap) = self.tier_use(from);
-            if let Some(t) = self.tiers.iter().find(|t| t.id == from) {
-                // A block tier never overwrites in place: blocks freed in a
-                // used extent are dead until recycling and take no data
-                // meanwhile. Against its threshold it counts what it cannot
-                // take (all but its free blocks, the recycling reserve
-                // left out), so a tier whose room went to dead blocks
-                // drains before PM's drain into it meets ENOSPC (an SSD
-                // at 87 % valid, with no room: `test_s3_cascade.py`).
-                used = used.max(cap.saturating_sub(t.space.free_blocks() * BS));
-            }
+            let (mut used, cap) = self.drain_use(from);
             let mut counted = used;
             if from.is_pm() {
                 let evict_mark = u64::from(threshold) + (100 - u64::from(threshold)) / 2;
@@ -134,7 +124,7 @@ impl Fs {
                 // PM keeps draining (its room is for the writes that wait
                 // on it). Data moves there plainly: clean copies are kept
                 // on the next tier only.
-                let below = self.drain_target(to);
+                let below = self.drain_target(to, params.forced_percent);
                 let mode = if from.is_pm() && below == to && policy.keep_clean_copy(&obs) {
                     Mode::Copy
                 } else {
@@ -185,20 +175,47 @@ impl Fs {
         moved
     }
 
-    /// Where a drain writes: the next tier `next`, unless that
-    /// tier's device is full and a tier further down takes writes (the
-    /// first such; `device_full.rs`).
-    fn drain_target(&self, next: TierId) -> TierId {
-        let full = |id: TierId| self.tier(id).is_ok_and(|t| t.full.is_full());
-        if !full(next) {
+    /// Where a drain writes: the next tier `next`, unless that tier cannot
+    /// take it and a tier further down can (the first such). A tier cannot
+    /// when its device is full (`device_full.rs`) or when it is past the
+    /// forced mark (`forced_percent`, counted as [`Fs::drain_use`] does),
+    /// as foreground writes pass over it then: an SSD full of data a rule
+    /// pins there cannot drain itself, and PM, draining into it, stalled
+    /// with the HDD below empty (creates failed with ENOSPC, 2026-12-07,
+    /// `block_threshold.rs`).
+    fn drain_target(&self, next: TierId, forced_percent: u8) -> TierId {
+        let past_forced = |id: TierId| {
+            let (used, cap) = self.drain_use(id);
+            forced_percent < 100
+                && u128::from(used) * 100 >= u128::from(cap) * u128::from(forced_percent)
+        };
+        let cannot_take = |id: TierId| {
+            self.tier(id).is_ok_and(|t| t.full.is_full()) || past_forced(id)
+        };
+        if !cannot_take(next) {
             return next;
         }
         self.tiers
             .iter()
             .skip_while(|t| t.id != next)
             .skip(1)
-            .find(|t| t.stands_in_for_a_full_tier())
+            .find(|t| t.stands_in_for_a_full_tier() && !past_forced(t.id))
             .map_or(next, |t| t.id)
+    }
+
+    /// Used and total data bytes of tier `id` as its drain counts them:
+    /// [`Fs::tier_use`], and for a block tier all but its free blocks. A
+    /// block tier never overwrites in place: blocks freed in a used extent
+    /// are dead until recycling and take no data meanwhile, so what it
+    /// cannot take counts as used (the recycling reserve too). Counted as
+    /// valid data alone, an SSD at 87 % with no room left did not drain,
+    /// and PM's drain into it met ENOSPC (`test_s3_cascade.py`).
+    fn drain_use(&self, id: TierId) -> (u64, u64) {
+        let (used, cap) = self.tier_use(id);
+        match self.tiers.iter().find(|t| t.id == id) {
+            Some(t) => (used.max(cap.saturating_sub(t.space.free_blocks() * BS)), cap),
+            None => (used, cap),
+        }
     }
 
     /// Whether PM's look (its split and drain) waits this pass: its last drain
