@@ -189,9 +189,8 @@ impl Fs {
             forced_percent < 100
                 && u128::from(used) * 100 >= u128::from(cap) * u128::from(forced_percent)
         };
-        let cannot_take = |id: TierId| {
-            self.tier(id).is_ok_and(|t| t.full.is_full()) || past_forced(id)
-        };
+        let cannot_take =
+            |id: TierId| self.tier(id).is_ok_and(|t| t.full.is_full()) || past_forced(id);
         if !cannot_take(next) {
             return next;
         }
@@ -213,7 +212,10 @@ impl Fs {
     fn drain_use(&self, id: TierId) -> (u64, u64) {
         let (used, cap) = self.tier_use(id);
         match self.tiers.iter().find(|t| t.id == id) {
-            Some(t) => (used.max(cap.saturating_sub(t.space.free_blocks() * BS)), cap),
+            Some(t) => (
+                used.max(cap.saturating_sub(t.space.free_blocks() * BS)),
+                cap,
+            ),
             None => (used, cap),
         }
     }
