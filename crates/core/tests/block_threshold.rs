@@ -93,11 +93,16 @@ fn pm_drains_past_an_ssd_full_of_pinned_data_into_the_hdd() {
     let pm = Arc::new(MemMedia::new(16 << 20));
     let ssd = Arc::new(MemBlock::new(SSD));
     let hdd = Arc::new(MemBlock::new(64 << 20));
-    mkfs_tiers(&*pm, &[(TierKind::Ssd, SSD), (TierKind::Hdd, 64 << 20)], 256);
+    mkfs_tiers(
+        &*pm,
+        &[(TierKind::Ssd, SSD), (TierKind::Hdd, 64 << 20)],
+        256,
+    );
     let fs = Fs::mount_with_tiers(pm.clone(), vec![(1, ssd.clone()), (2, hdd.clone())]).unwrap();
     fs.set_setting("migration_age_ns", "0s").unwrap();
     let pinned = fs.mkdir(1, b"pinned", 0o755, CTX).unwrap().ino;
-    fs.setxattr(pinned, b"user.terrace.rule", b"ssd", 0).unwrap();
+    fs.setxattr(pinned, b"user.terrace.rule", b"ssd", 0)
+        .unwrap();
     let mut files = Vec::new();
     for k in 0..14u64 {
         let ino = file(&fs, pinned, &format!("p{k}"));
