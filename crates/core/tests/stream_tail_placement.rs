@@ -34,10 +34,7 @@ fn the_small_pieces_of_an_unaligned_stream_go_down_with_it_in_long_runs() {
         .into_iter()
         .filter(|e| e.2 == "pm" && e.1 == TAIL as u64)
         .count();
-    assert!(
-        bytes > 32 << 20,
-        "the stream did not leave PM: {bytes} on the SSD"
-    );
+    assert!(bytes > 32 << 20, "the stream did not leave PM: {bytes} on the SSD");
     // The tails written after the stream left PM went with it.
     assert!(
         pm_pieces <= 20 && runs * (4 << 20) <= bytes,
@@ -48,10 +45,7 @@ fn the_small_pieces_of_an_unaligned_stream_go_down_with_it_in_long_runs() {
     fs.migrate_file(ino, 1).unwrap();
     let (runs, bytes) = fs.runs_on_tier(ino, 1).unwrap();
     assert_eq!(bytes, data.len() as u64);
-    assert!(
-        runs <= 8,
-        "{runs} runs on the SSD after the file moved down whole"
-    );
+    assert!(runs <= 8, "{runs} runs on the SSD after the file moved down whole");
     assert_eq!(content(&fs, ino), data);
     fs.unmount().unwrap();
 }
