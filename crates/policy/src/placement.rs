@@ -184,19 +184,9 @@ impl WriteObservation {
     }
 
     /// Whether this is a bulk write: asynchronous, and large by prediction
-    /// or by its own size ([`BULK_WRITE_BYTES`]), or a piece of a file
-    /// written sequentially ([`AccessClass::Sequential`](crate::access::AccessClass)).
-    /// FUSE cuts a `write()` that is not page-aligned into a large request
-    /// and a small one (1020 KiB and 4 KiB for 1 MiB): judged by its own
-    /// size, the small one stayed on PM while the stream went down, the
-    /// pieces were migrated apart, and a file written by 1 MiB `write()`s
-    /// from an unaligned buffer lay on the HDD in runs of 1.3 MiB
-    /// (2026-12-07).
+    /// or by its own size ([`BULK_WRITE_BYTES`]).
     pub fn bulk(&self) -> bool {
-        !self.synchronous
-            && (self.large
-                || self.write_bytes >= BULK_WRITE_BYTES
-                || self.access == crate::access::AccessClass::Sequential)
+        !self.synchronous && (self.large || self.write_bytes >= BULK_WRITE_BYTES)
     }
 
     /// Whether an asynchronous write must leave PM to others (the rules of
@@ -588,25 +578,6 @@ mod tests {
         let mut small = obs(false, false);
         small.pm_over_bulk_limit = true;
         assert_eq!(place("ziggurat", &small), Placement::Pm, "small stays");
-    }
-
-    #[test]
-    fn the_small_tail_of_a_sequential_stream_leaves_pm_with_the_stream() {
-        for name in ["ziggurat", "hetfs"] {
-            let mut tail = obs(false, false);
-            tail.pm_over_threshold = true;
-            tail.pm_over_bulk_limit = true;
-            assert_eq!(place(name, &tail), Placement::Pm, "{name}: unknown access");
-            tail.access = crate::access::AccessClass::Sequential;
-            assert_eq!(
-                place(name, &tail),
-                Placement::BlockViaCache { tier: TierId(1) },
-                "{name}"
-            );
-            // A synchronous sequential writer (a WAL) keeps PM.
-            tail.synchronous = true;
-            assert_eq!(place(name, &tail), Placement::Pm, "{name}: synchronous");
-        }
     }
 
     #[test]
